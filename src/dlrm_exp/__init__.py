@@ -1,0 +1,3 @@
+"""dlrm_exp: a Hydra-configured experiment framework for training DLRM models with TorchRec."""
+
+__version__ = "0.1.0"

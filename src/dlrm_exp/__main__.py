@@ -1,0 +1,92 @@
+"""Entry point: ``python -m dlrm_exp [group=option ...] [key=value ...]`` (or ``dlrm-exp``).
+
+Composes the config with Hydra, converts it once to typed dataclasses (cross-field checks run
+here, before any process group), runs the requested mode and prints a short summary.
+User mistakes print one message and exit 1; ``HYDRA_FULL_ERROR=1`` shows the traceback.
+"""
+
+import logging
+import math
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+import hydra
+from hydra.core.hydra_config import HydraConfig
+from omegaconf import DictConfig, OmegaConf
+from omegaconf.errors import OmegaConfBaseException
+
+from dlrm_exp.config import Config, register_configs
+from dlrm_exp.errors import UserError
+from dlrm_exp.logs import quiet_libraries
+
+CONF_DIR = str(Path(__file__).resolve().parents[2] / "conf")
+
+log = logging.getLogger("dlrm_exp")
+register_configs()
+
+
+def _fmt(value: float | None, spec: str = ".4f") -> str:
+    return (
+        "n/a"
+        if value is None or (isinstance(value, float) and math.isnan(value))
+        else format(value, spec)
+    )
+
+
+def summary(metrics: dict[str, Any], run_dir: Path) -> str:
+    """The lines printed at the end of a training run."""
+    bayes = metrics.get("bayes_auroc") or {}
+    lines = []
+    for split in ("val", "test"):
+        m = metrics[split]
+        best = f" (Bayes-optimal {_fmt(bayes[split])})" if split in bayes else ""
+        lines.append(
+            f"{split:<4} AUROC {_fmt(m['auroc'])}{best} | log loss {_fmt(m['logloss'])} | "
+            f"NE {_fmt(m['ne'])} | {int(m['samples']):,} samples"
+        )
+    lines.append(
+        f"train {metrics['steps']} steps | {_fmt(metrics['samples_per_sec'], ',.0f')} samples/s "
+        f"| peak memory {metrics['peak_memory_gib']:.2f} GiB | {metrics['wall_seconds']:.1f} s"
+    )
+    read = metrics["data"].get("read")
+    if read:
+        lines.append(
+            f"data {read['rows_read']:,} rows read, {read['rows_valid']:,} valid, "
+            f"{read['rows_padded']:,} padded, {read['rows_skipped']:,} skipped"
+        )
+    lines.append(f"run folder: {run_dir}")
+    lines.append("compare runs: tensorboard --logdir outputs")
+    return "\n".join(lines)
+
+
+@hydra.main(version_base="1.3", config_path=CONF_DIR, config_name="config")
+def hydra_main(raw: DictConfig) -> float | None:
+    """Hydra task: returns the final validation AUROC (for sweepers)."""
+    quiet_libraries()
+    try:
+        cfg = OmegaConf.to_object(raw)
+        assert isinstance(cfg, Config)
+        run_dir = Path(HydraConfig.get().runtime.output_dir)
+        choices = {k: str(v) for k, v in HydraConfig.get().runtime.choices.items()}
+        from dlrm_exp.run import run_train
+
+        metrics = run_train(cfg, run_dir, choices)
+    except (UserError, OmegaConfBaseException) as err:
+        if os.environ.get("HYDRA_FULL_ERROR") == "1":
+            raise
+        print(f"Error: {err}", file=sys.stderr)
+        sys.exit(1)
+    if int(os.environ.get("RANK", "0")) == 0:
+        print(summary(metrics, run_dir))
+    return metrics["val"]["auroc"]
+
+
+def main() -> None:
+    """Console-script entry (``dlrm-exp``)."""
+    hydra_main()
+
+
+if __name__ == "__main__":
+    main()

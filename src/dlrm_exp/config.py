@@ -1,0 +1,457 @@
+"""Typed config schema: one dataclass per Hydra group, registered in Hydra's ConfigStore.
+
+Each YAML file under ``conf/<group>/`` starts with ``defaults: [base_<group>, _self_]`` so a
+misspelt key or a wrong type fails at compose time, naming the full key
+(``Key 'embedding_dimm' not in 'ModelConfig' full_key: model.embedding_dimm``).
+Choices are Enums whose values are TorchRec's own strings (``ShardingStrategy.row_wise.value
+== ShardingType.ROW_WISE.value == "row_wise"``).
+
+Cross-field rules live in ``__post_init__`` and run when the entry point converts the composed
+config with ``OmegaConf.to_object``, before any process group exists. They raise
+:class:`~dlrm_exp.errors.ConfigError` whose message names the override that fixes it.
+"""
+
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import Any
+
+from hydra.core.config_store import ConfigStore
+from omegaconf import MISSING
+
+from dlrm_exp.errors import ConfigError
+
+#: Criteo click logs: 13 integer ("dense") and 26 categorical features per row.
+CRITEO_NUM_DENSE = 13
+CRITEO_NUM_SPARSE = 26
+
+
+class Mode(Enum):
+    """What the entry point does with the composed config."""
+
+    train = "train"
+
+
+class InteractionType(Enum):
+    """DLRM feature interaction (TorchRec ``DLRM`` / ``DLRM_DCN`` / ``DLRM_Projection``)."""
+
+    original = "original"
+    dcn = "dcn"
+    projection = "projection"
+
+
+class ShardingStrategy(Enum):
+    """Sharding type for every table; values equal TorchRec's ``ShardingType`` strings.
+
+    ``auto`` lets TorchRec's planner choose per table.
+    """
+
+    auto = "auto"
+    table_wise = "table_wise"
+    row_wise = "row_wise"
+    column_wise = "column_wise"
+    data_parallel = "data_parallel"
+
+
+class ComputeKernel(Enum):
+    """Embedding compute kernel; values equal TorchRec's ``EmbeddingComputeKernel`` strings."""
+
+    fused = "fused"
+    dense = "dense"
+
+
+class SparseOptimizer(Enum):
+    """Optimizer for the embedding tables, fused into backward (``apply_optimizer_in_backward``)."""
+
+    rowwise_adagrad = "rowwise_adagrad"
+    adagrad = "adagrad"
+    sgd = "sgd"
+
+
+class DenseOptimizer(Enum):
+    """Optimizer for the dense arch, interaction and over arch parameters."""
+
+    adagrad = "adagrad"
+    sgd = "sgd"
+
+
+class CommPrecision(Enum):
+    """Precision of the embedding all-to-all; values equal TorchRec's ``CommType`` strings."""
+
+    fp32 = "fp32"
+    fp16 = "fp16"
+    bf16 = "bf16"
+    fp8 = "fp8"
+    int8 = "int8"
+
+
+class ComputeDevice(Enum):
+    cpu = "cpu"
+    cuda = "cuda"
+
+
+class Backend(Enum):
+    """torch.distributed backend: gloo (CPU) or nccl (CUDA)."""
+
+    gloo = "gloo"
+    nccl = "nccl"
+
+
+def _require(condition: bool, message: str) -> None:
+    if not condition:
+        raise ConfigError(message)
+
+
+def _check_layer_sizes(name: str, sizes: list[int]) -> None:
+    _require(len(sizes) > 0, f"{name} must list at least one layer: set {name}=[...]")
+    _require(all(s > 0 for s in sizes), f"{name} must be positive integers, got {sizes}")
+
+
+@dataclass
+class ModelConfig:
+    """DLRM shape (group ``model``). Field names follow TorchRec's ``DLRM`` constructors.
+
+    Attributes:
+        embedding_dim: D, the width of every embedding table (floats per row).
+        num_embeddings_per_feature: rows of each table; one table per sparse feature, so its
+            length is F (26 for Criteo).
+        num_embeddings_cap: if set, every table gets ``min(rows, cap)`` rows, so a large shape
+            (e.g. MLPerf DLRM-DCNv2, 204M rows) trains on a small machine.
+        num_dense_features: width of the dense input (13 for Criteo).
+        dense_arch_layer_sizes: MLP over the dense input; the last size must equal D.
+        over_arch_layer_sizes: MLP over the interaction output; the last size must be 1.
+        interaction_type: ``original`` (pairwise dots), ``dcn`` (low-rank DCN-v2 cross net,
+            MLPerf DLRM-DCNv2) or ``projection``.
+        dcn_num_layers: cross layers for ``dcn``.
+        dcn_low_rank_dim: rank of each cross layer's weight for ``dcn``.
+        interaction_branch1_layer_sizes: first projection MLP for ``projection``; the last
+            size must be a multiple of D.
+        interaction_branch2_layer_sizes: second projection MLP for ``projection``.
+    """
+
+    embedding_dim: int = MISSING
+    num_embeddings_per_feature: list[int] = MISSING
+    num_embeddings_cap: int | None = None
+    num_dense_features: int = CRITEO_NUM_DENSE
+    dense_arch_layer_sizes: list[int] = MISSING
+    over_arch_layer_sizes: list[int] = MISSING
+    interaction_type: InteractionType = InteractionType.original
+    dcn_num_layers: int = 3
+    dcn_low_rank_dim: int = 512
+    interaction_branch1_layer_sizes: list[int] = field(default_factory=lambda: [2048, 2048])
+    interaction_branch2_layer_sizes: list[int] = field(default_factory=lambda: [2048, 2048])
+
+    def __post_init__(self) -> None:
+        d = self.embedding_dim
+        _require(d > 0, f"model.embedding_dim must be positive, got {d}")
+        _require(
+            len(self.num_embeddings_per_feature) > 0
+            and all(n > 0 for n in self.num_embeddings_per_feature),
+            "model.num_embeddings_per_feature must list one positive row count per table, "
+            f"got {self.num_embeddings_per_feature}",
+        )
+        _require(
+            self.num_embeddings_cap is None or self.num_embeddings_cap > 0,
+            f"model.num_embeddings_cap must be positive or null, got {self.num_embeddings_cap}",
+        )
+        _require(
+            self.num_dense_features > 0,
+            f"model.num_dense_features must be positive, got {self.num_dense_features}",
+        )
+        _check_layer_sizes("model.dense_arch_layer_sizes", self.dense_arch_layer_sizes)
+        _check_layer_sizes("model.over_arch_layer_sizes", self.over_arch_layer_sizes)
+        last_dense = self.dense_arch_layer_sizes[-1]
+        _require(
+            last_dense == d,
+            f"model.dense_arch_layer_sizes[-1] ({last_dense}) must equal model.embedding_dim "
+            f"({d}): the dense arch output joins the embeddings in the interaction; "
+            f"set model.dense_arch_layer_sizes=[...,{d}]",
+        )
+        last_over = self.over_arch_layer_sizes[-1]
+        _require(
+            last_over == 1,
+            f"model.over_arch_layer_sizes[-1] ({last_over}) must be 1 (one click logit per "
+            "sample): set model.over_arch_layer_sizes=[...,1]",
+        )
+        if self.interaction_type is InteractionType.dcn:
+            _require(
+                self.dcn_num_layers > 0 and self.dcn_low_rank_dim > 0,
+                "model.dcn_num_layers and model.dcn_low_rank_dim must be positive for "
+                f"interaction_type=dcn, got {self.dcn_num_layers} and {self.dcn_low_rank_dim}",
+            )
+        if self.interaction_type is InteractionType.projection:
+            for name in ("interaction_branch1_layer_sizes", "interaction_branch2_layer_sizes"):
+                sizes = getattr(self, name)
+                _check_layer_sizes(f"model.{name}", sizes)
+                _require(
+                    sizes[-1] % d == 0,
+                    f"model.{name}[-1] ({sizes[-1]}) must be a multiple of model.embedding_dim "
+                    f"({d}) for interaction_type=projection",
+                )
+
+    @property
+    def table_sizes(self) -> list[int]:
+        """Rows per table after ``num_embeddings_cap``, one entry per sparse feature."""
+        cap = self.num_embeddings_cap
+        return [n if cap is None else min(n, cap) for n in self.num_embeddings_per_feature]
+
+
+@dataclass
+class ShardingConfig:
+    """How embedding tables are sharded (group ``sharding``).
+
+    Attributes:
+        sharding_type: one type for every table (``auto``: TorchRec's planner chooses).
+        compute_kernel: ``fused`` (FBGEMM table-batched kernel, optimizer fused into backward)
+            or ``dense`` (required by ``data_parallel``).
+    """
+
+    sharding_type: ShardingStrategy = ShardingStrategy.auto
+    compute_kernel: ComputeKernel = ComputeKernel.fused
+
+    def __post_init__(self) -> None:
+        if self.sharding_type is ShardingStrategy.data_parallel:
+            _require(
+                self.compute_kernel is ComputeKernel.dense,
+                "sharding.sharding_type=data_parallel replicates tables with the dense compute "
+                "kernel: set sharding.compute_kernel=dense",
+            )
+
+
+@dataclass
+class OptimizerConfig:
+    """Sparse (fused, in backward) and dense optimizers (group ``optimizer``).
+
+    Attributes:
+        sparse_optimizer: embedding optimizer, applied inside backward by FBGEMM's fused kernel.
+        dense_optimizer: optimizer for every non-embedding parameter.
+        learning_rate: sparse learning rate (0.1 in TorchRec's golden training example).
+        dense_learning_rate: dense learning rate.
+        eps: Adagrad denominator epsilon.
+    """
+
+    sparse_optimizer: SparseOptimizer = SparseOptimizer.rowwise_adagrad
+    dense_optimizer: DenseOptimizer = DenseOptimizer.adagrad
+    learning_rate: float = 0.1
+    dense_learning_rate: float = 0.01
+    eps: float = 1e-8
+
+    def __post_init__(self) -> None:
+        for name in ("learning_rate", "dense_learning_rate"):
+            value = getattr(self, name)
+            _require(value > 0, f"optimizer.{name} must be positive, got {value}")
+        _require(self.eps >= 0, f"optimizer.eps must be >= 0, got {self.eps}")
+
+
+@dataclass
+class QCommsConfig:
+    """Quantized communication of the embedding all-to-all (group ``qcomms``).
+
+    Maps to TorchRec's ``QCommsConfig(forward_precision, backward_precision)``. Both null:
+    no codecs (plain fp32 collectives). One null: that direction stays fp32.
+
+    Attributes:
+        forward_precision: precision of pooled embeddings sent forward.
+        backward_precision: precision of embedding gradients sent backward.
+        forward_loss_scale: optional loss scale for the forward codec (FP16/BF16 only).
+        backward_loss_scale: optional loss scale for the backward codec.
+    """
+
+    forward_precision: CommPrecision | None = None
+    backward_precision: CommPrecision | None = None
+    forward_loss_scale: float | None = None
+    backward_loss_scale: float | None = None
+
+    @property
+    def enabled(self) -> bool:
+        return self.forward_precision is not None or self.backward_precision is not None
+
+
+@dataclass
+class DataConfig:
+    """Base of the ``data`` group: every data option extends it."""
+
+
+@dataclass
+class SyntheticDataConfig(DataConfig):
+    """Criteo-shaped synthetic click logs with a planted logistic signal (``data=synthetic``).
+
+    Ids follow a bounded power law (Zipf-like, P(rank r) ~ r^-zipf_exponent) per table; the
+    click logit is ``base_logit + categorical part + dense part``, where each (feature, id) has a
+    fixed random effect. The true click probabilities give the Bayes-optimal AUROC.
+
+    Attributes:
+        num_train_samples / num_val_samples / num_test_samples: rows per split.
+        zipf_exponent: power-law exponent of id frequencies (> 0; larger is more skewed).
+        categorical_signal: standard deviation of the summed categorical logit part.
+        dense_signal: standard deviation of the dense logit part.
+        base_logit: logit intercept; -1.4 gives a click-through rate near 25 %.
+    """
+
+    num_train_samples: int = 262144
+    num_val_samples: int = 32768
+    num_test_samples: int = 32768
+    zipf_exponent: float = 1.1
+    categorical_signal: float = 1.5
+    dense_signal: float = 0.5
+    base_logit: float = -1.4
+
+    def __post_init__(self) -> None:
+        for name in ("num_train_samples", "num_val_samples", "num_test_samples"):
+            value = getattr(self, name)
+            _require(value > 0, f"data.{name} must be positive, got {value}")
+        _require(
+            self.zipf_exponent > 0, f"data.zipf_exponent must be > 0, got {self.zipf_exponent}"
+        )
+        for name in ("categorical_signal", "dense_signal"):
+            value = getattr(self, name)
+            _require(value >= 0, f"data.{name} must be >= 0, got {value}")
+
+
+def _as_path_list(key: str, value: Any) -> list[str]:
+    if value is None:
+        return []
+    if isinstance(value, str):
+        return [value]
+    if isinstance(value, (list, tuple)) and all(isinstance(v, str) for v in value):
+        return list(value)
+    raise ConfigError(f"{key} must be a path or a list of paths, got {value!r}")
+
+
+@dataclass
+class CriteoTsvDataConfig(DataConfig):
+    """Criteo Kaggle / Terabyte click-log TSV files (``data=criteo_tsv``).
+
+    Attributes:
+        path: a file, a folder (every file in it, sorted) or a list of those.
+        val_path / test_path: optional explicit validation / test files; when absent, the last
+            ``val_fraction + test_fraction`` of the rows of ``path`` (in file order) are split
+            off: validation first, then test.
+        val_fraction / test_fraction: row fractions in [0, 1).
+        max_reported_bad_lines: how many malformed line numbers are kept in the report.
+    """
+
+    path: Any = MISSING
+    val_path: Any = None
+    test_path: Any = None
+    val_fraction: float = 0.1
+    test_fraction: float = 0.1
+    max_reported_bad_lines: int = 5
+
+    def __post_init__(self) -> None:
+        self.path = _as_path_list("data.path", self.path)
+        _require(len(self.path) > 0, "data.path is required: set data.path=<tsv file or folder>")
+        self.val_path = _as_path_list("data.val_path", self.val_path)
+        self.test_path = _as_path_list("data.test_path", self.test_path)
+        for name in ("val_fraction", "test_fraction"):
+            value = getattr(self, name)
+            _require(0 <= value < 1, f"data.{name} must be in [0, 1), got {value}")
+        _require(
+            self.val_fraction + self.test_fraction < 1,
+            "data.val_fraction + data.test_fraction must leave rows to train on, got "
+            f"{self.val_fraction} + {self.test_fraction}",
+        )
+
+
+@dataclass
+class HardwareConfig:
+    """Where and how the job runs (group ``hardware``).
+
+    Attributes:
+        compute_device: ``cpu`` or ``cuda``.
+        backend: torch.distributed backend (``gloo`` for CPU, ``nccl`` for CUDA).
+        ddr_cap_gib: host memory per rank for the planner, GiB. Null: measured on this machine
+            (total RAM / local world size); TorchRec's own default (128 GiB) would let plans
+            through that cannot be allocated here.
+        hbm_cap_gib: device memory per rank for the planner, GiB (cuda only). Null: TorchRec's
+            default, or the device's own memory when one is present.
+    """
+
+    compute_device: ComputeDevice = ComputeDevice.cpu
+    backend: Backend = Backend.gloo
+    ddr_cap_gib: float | None = None
+    hbm_cap_gib: float | None = None
+
+    def __post_init__(self) -> None:
+        for name in ("ddr_cap_gib", "hbm_cap_gib"):
+            value = getattr(self, name)
+            _require(value is None or value > 0, f"hardware.{name} must be positive, got {value}")
+        if self.compute_device is ComputeDevice.cpu:
+            _require(
+                self.backend is Backend.gloo,
+                "hardware.backend=nccl needs CUDA devices: set hardware.backend=gloo for CPU",
+            )
+
+
+@dataclass
+class TrainConfig:
+    """The training loop.
+
+    Attributes:
+        batch_size: samples per rank per step.
+        epochs: passes over the training split (ignored when ``max_steps`` stops earlier).
+        max_steps: stop after this many steps (null: run ``epochs``).
+        val_every_n_steps: validate every N steps as well as at the end (null: only at the end).
+        log_every_n_steps: TensorBoard scalar interval, steps.
+        throughput_warmup_steps: first steps left out of ``samples_per_sec``.
+        progress_bar: tqdm bar on rank 0 when stderr is a terminal.
+    """
+
+    batch_size: int = 512
+    epochs: int = 1
+    max_steps: int | None = None
+    val_every_n_steps: int | None = None
+    log_every_n_steps: int = 20
+    throughput_warmup_steps: int = 10
+    progress_bar: bool = True
+
+    def __post_init__(self) -> None:
+        _require(self.batch_size > 0, f"train.batch_size must be positive, got {self.batch_size}")
+        _require(self.epochs > 0, f"train.epochs must be positive, got {self.epochs}")
+        for name in ("max_steps", "val_every_n_steps"):
+            value = getattr(self, name)
+            _require(value is None or value > 0, f"train.{name} must be positive or null")
+        _require(self.log_every_n_steps > 0, "train.log_every_n_steps must be positive")
+        _require(self.throughput_warmup_steps >= 0, "train.throughput_warmup_steps must be >= 0")
+
+
+@dataclass
+class Config:
+    """Root config: the six groups plus the training loop."""
+
+    mode: Mode = Mode.train
+    seed: int = 0
+    model: ModelConfig = MISSING
+    sharding: ShardingConfig = MISSING
+    optimizer: OptimizerConfig = MISSING
+    qcomms: QCommsConfig = MISSING
+    data: DataConfig = MISSING
+    hardware: HardwareConfig = MISSING
+    train: TrainConfig = field(default_factory=TrainConfig)
+
+    def __post_init__(self) -> None:
+        if isinstance(self.data, CriteoTsvDataConfig):
+            n_sparse = len(self.model.num_embeddings_per_feature)
+            _require(
+                n_sparse == CRITEO_NUM_SPARSE,
+                f"data=criteo_tsv has {CRITEO_NUM_SPARSE} categorical features but "
+                f"model.num_embeddings_per_feature lists {n_sparse} tables: give one row "
+                f"count per feature ({CRITEO_NUM_SPARSE} values)",
+            )
+            _require(
+                self.model.num_dense_features == CRITEO_NUM_DENSE,
+                f"data=criteo_tsv has {CRITEO_NUM_DENSE} dense features: set "
+                f"model.num_dense_features={CRITEO_NUM_DENSE}",
+            )
+
+
+def register_configs() -> None:
+    """Store the schemas in Hydra's ConfigStore as ``base_config`` and ``<group>/base_<...>``."""
+    cs = ConfigStore.instance()
+    cs.store(name="base_config", node=Config)
+    cs.store(group="model", name="base_model", node=ModelConfig)
+    cs.store(group="sharding", name="base_sharding", node=ShardingConfig)
+    cs.store(group="optimizer", name="base_optimizer", node=OptimizerConfig)
+    cs.store(group="qcomms", name="base_qcomms", node=QCommsConfig)
+    cs.store(group="data", name="base_synthetic", node=SyntheticDataConfig)
+    cs.store(group="data", name="base_criteo_tsv", node=CriteoTsvDataConfig)
+    cs.store(group="hardware", name="base_hardware", node=HardwareConfig)

@@ -1,0 +1,80 @@
+"""In-memory click data and its per-rank batches as TorchRec ``Batch`` objects."""
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+from torchrec.datasets.utils import Batch
+from torchrec.sparse.jagged_tensor import KeyedJaggedTensor
+
+
+@dataclass
+class ClickData:
+    """Rows of a click log, ready for training.
+
+    Attributes:
+        dense: (N, num_dense) float32, already transformed (e.g. log(1 + x) of counts).
+        sparse: (N, F) int64 one-hot ids, each within its table's rows.
+        labels: (N,) float32 in {0, 1}.
+    """
+
+    dense: torch.Tensor
+    sparse: torch.Tensor
+    labels: torch.Tensor
+
+    @classmethod
+    def from_numpy(cls, dense: np.ndarray, sparse: np.ndarray, labels: np.ndarray) -> "ClickData":
+        return cls(
+            dense=torch.from_numpy(np.ascontiguousarray(dense, dtype=np.float32)),
+            sparse=torch.from_numpy(np.ascontiguousarray(sparse, dtype=np.int64)),
+            labels=torch.from_numpy(np.ascontiguousarray(labels, dtype=np.float32)),
+        )
+
+    def __len__(self) -> int:
+        return int(self.labels.shape[0])
+
+    def rows(self, start: int, stop: int) -> "ClickData":
+        """Rows ``[start, stop)`` as a view."""
+        return ClickData(self.dense[start:stop], self.sparse[start:stop], self.labels[start:stop])
+
+
+def per_rank_sizes(num_rows: int, batch_size: int, world_size: int) -> list[int]:
+    """Per-rank batch size of each global step over ``num_rows`` rows.
+
+    Full steps take ``batch_size`` rows per rank; the remainder is split evenly across ranks
+    (dropping fewer than ``world_size`` rows) so every rank runs the same number of steps with
+    the same batch size, as the collectives require.
+    """
+    global_batch = batch_size * world_size
+    sizes = [batch_size] * (num_rows // global_batch)
+    rest = (num_rows % global_batch) // world_size
+    return sizes + ([rest] if rest > 0 else [])
+
+
+def make_batch(data: ClickData, start: int, stop: int, keys: list[str]) -> Batch:
+    """One TorchRec ``Batch`` of rows ``[start, stop)``: dense (B, 13), a one-hot
+    ``KeyedJaggedTensor`` over ``keys`` (values in key-major order) and labels (B,)."""
+    sparse = data.sparse[start:stop]
+    size = int(sparse.shape[0])
+    kjt = KeyedJaggedTensor(
+        keys=keys,
+        values=sparse.t().reshape(-1),
+        lengths=torch.ones(size * len(keys), dtype=torch.int32),
+        stride=size,
+    )
+    return Batch(
+        dense_features=data.dense[start:stop], sparse_features=kjt, labels=data.labels[start:stop]
+    )
+
+
+def iter_batches(
+    data: ClickData, batch_size: int, rank: int, world_size: int, keys: list[str]
+) -> Iterator[Batch]:
+    """This rank's batches over ``data`` in row order: global step ``i`` covers the next
+    ``world_size * size_i`` rows and rank ``r`` takes the ``r``-th slice of them."""
+    start = 0
+    for size in per_rank_sizes(len(data), batch_size, world_size):
+        lo = start + rank * size
+        yield make_batch(data, lo, lo + size, keys)
+        start += size * world_size

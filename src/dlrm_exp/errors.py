@@ -1,0 +1,20 @@
+"""User-facing errors: the entry point prints their message without a traceback.
+
+Set ``HYDRA_FULL_ERROR=1`` to see the full traceback instead.
+"""
+
+
+class UserError(Exception):
+    """A mistake the user can fix (config, data, hardware); the message says how."""
+
+
+class ConfigError(UserError, ValueError):
+    """A config value or a combination of values that cannot work; names the override."""
+
+
+class DataError(UserError):
+    """Input data that cannot be read: missing path, no valid row, unreadable file."""
+
+
+class InsufficientMemoryError(UserError):
+    """The sharding planner found no plan that fits the embedding tables in memory."""

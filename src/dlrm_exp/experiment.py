@@ -1,0 +1,93 @@
+"""Typed factories wired together: config -> sharded model, optimizer and training pipeline.
+
+``build_experiment`` is the one place where the groups meet: model (meta device) ->
+sparse optimizer in backward -> planner (constraints, Topology, sharder with qcomm codecs) ->
+``DistributedModelParallel`` -> combined optimizer -> ``TrainPipelineSparseDist``.
+"""
+
+from dataclasses import dataclass
+
+import torch
+from torchrec.distributed import TrainPipelineSparseDist
+from torchrec.distributed.model_parallel import DistributedModelParallel
+from torchrec.distributed.types import ShardingPlan
+from torchrec.optim.keyed import CombinedOptimizer
+
+from dlrm_exp.config import Config
+from dlrm_exp.launch import DistContext
+from dlrm_exp.model import build_model, table_configs
+from dlrm_exp.optim import apply_sparse_optimizer, build_optimizer
+from dlrm_exp.qcomms import build_qcomm_codecs_registry
+from dlrm_exp.sharding import (
+    build_constraints,
+    build_planner,
+    build_sharder,
+    build_topology,
+    insufficient_memory_message,
+    memory_capacity,
+    plan_or_explain,
+)
+from dlrm_exp.storage import embedding_storage
+
+
+@dataclass
+class Experiment:
+    """The built objects of one run."""
+
+    model: DistributedModelParallel
+    optimizer: CombinedOptimizer
+    pipeline: TrainPipelineSparseDist
+    plan: ShardingPlan
+
+
+def plan_model(cfg: Config, ctx: DistContext, module: torch.nn.Module) -> ShardingPlan:
+    """Shard ``module`` (on the meta device) for this job with TorchRec's planner.
+
+    Raises:
+        InsufficientMemoryError: the tables do not fit; the message gives needed vs offered
+            GiB and a ``model.num_embeddings_cap`` that fits. Raised before anything is
+            allocated.
+    """
+    tables = table_configs(cfg.model)
+    capacity = memory_capacity(cfg.hardware, ctx.local_world_size)
+    topology = build_topology(cfg.hardware, ctx.world_size, ctx.local_world_size, capacity)
+    sharder = build_sharder(build_qcomm_codecs_registry(cfg.qcomms))
+    offered = sharder.sharding_types(cfg.hardware.compute_device.value)
+    constraints = build_constraints(cfg.sharding, tables, offered)
+    planner = build_planner(topology, constraints, cfg.train.batch_size)
+    device_kind = "HBM" if capacity.hbm_bytes else "DDR"
+
+    def explain() -> str:
+        storage = embedding_storage(
+            cfg.model.table_sizes, cfg.model.embedding_dim, cfg.optimizer.sparse_optimizer
+        )
+        return insufficient_memory_message(
+            storage,
+            cfg.optimizer.sparse_optimizer,
+            cfg.model.table_sizes,
+            cfg.model.embedding_dim,
+            capacity,
+            ctx.world_size,
+            device_kind,
+        )
+
+    return plan_or_explain(planner, module, sharder, explain)
+
+
+def build_experiment(cfg: Config, ctx: DistContext) -> Experiment:
+    """Build the sharded DLRM, its optimizers and the training pipeline for this rank.
+
+    Parameters are initialized from ``cfg.seed`` (the same on every rank), after planning, so
+    a plan that cannot fit fails before any table is allocated.
+    """
+    module = build_model(cfg.model)
+    apply_sparse_optimizer(module, cfg.optimizer)
+    plan = plan_model(cfg, ctx, module)
+    sharder = build_sharder(build_qcomm_codecs_registry(cfg.qcomms))
+    torch.manual_seed(cfg.seed)
+    model = DistributedModelParallel(
+        module=module, device=ctx.device, plan=plan, sharders=[sharder]
+    )
+    optimizer = build_optimizer(model, cfg.optimizer)
+    pipeline = TrainPipelineSparseDist(model, optimizer, ctx.device, execute_all_batches=True)
+    return Experiment(model=model, optimizer=optimizer, pipeline=pipeline, plan=plan)

@@ -1,0 +1,36 @@
+"""Console hygiene: keep library chatter (TorchRec planner INFO lines, FBGEMM's INFO lines on
+the root logger, known deprecation warnings from TorchRec and torch.fx) out of the user's
+terminal and log file; our own INFO lines and every library WARNING or worse stay."""
+
+import logging
+import warnings
+
+_NOISY_LOGGERS = ("torchrec", "fbgemm_gpu", "torch.fx", "torch.distributed", "torch.nn.parallel")
+_NOISY_PATHS = ("/fbgemm_gpu/", "/torchrec/")
+
+
+class _LibraryInfoFilter(logging.Filter):
+    """Drops records below WARNING emitted from FBGEMM or TorchRec source files (FBGEMM logs
+    its kernel arguments through the root logger, so logger names cannot catch them)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.levelno >= logging.WARNING:
+            return True
+        return not any(p in record.pathname for p in _NOISY_PATHS)
+
+
+def quiet_libraries() -> None:
+    """Apply the filters above to the root handlers (call after Hydra configured logging)."""
+    for name in _NOISY_LOGGERS:
+        logging.getLogger(name).setLevel(logging.WARNING)
+    # torch.fx warns once per process that is_fx_tracing() changed meaning; TorchRec calls it.
+    logging.getLogger("torch.fx._symbolic_trace").setLevel(logging.ERROR)
+    # TorchRec logs its (trivial, single-host) process-group topology at WARNING.
+    logging.getLogger("torchrec.distributed.comm").setLevel(logging.ERROR)
+    flt = _LibraryInfoFilter()
+    for handler in logging.getLogger().handlers:
+        handler.addFilter(flt)
+    warnings.filterwarnings("ignore", category=FutureWarning, module=r"torchrec(\.|$)")
+    warnings.filterwarnings("ignore", category=UserWarning, module=r"torchrec(\.|$)")
+    warnings.filterwarnings("ignore", category=DeprecationWarning)
+    warnings.filterwarnings("ignore", message=r".*is_fx_tracing.*")

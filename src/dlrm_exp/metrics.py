@@ -1,0 +1,114 @@
+"""Quality and speed metrics: AUROC, log loss, normalized entropy, throughput, peak memory.
+
+AUROC comes from torchmetrics' ``BinaryAUROC``. Log loss is the mean binary cross-entropy of
+the predicted click probability (natural log, nats). Normalized entropy (NE) is the log loss
+divided by the entropy of the evaluated set's click-through rate p:
+``NE = logloss / -(p log p + (1 - p) log(1 - p))`` (He et al. 2014, "Practical Lessons from
+Predicting Clicks on Ads at Facebook"); NE < 1 means better than always predicting p.
+All metrics sync across ranks through torchmetrics when a process group exists.
+"""
+
+import math
+import resource
+import sys
+import time
+
+import torch
+import torch.nn.functional as F
+from torchmetrics import Metric
+from torchmetrics.classification import BinaryAUROC
+
+
+class LogLossNE(Metric):
+    """Running log loss and normalized entropy of click logits.
+
+    ``update(logits (B,), labels (B,))``; ``compute()`` returns ``{"logloss", "ne"}``.
+    """
+
+    full_state_update = False
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.add_state("bce_sum", torch.tensor(0.0, dtype=torch.float64), dist_reduce_fx="sum")
+        self.add_state("positives", torch.tensor(0.0, dtype=torch.float64), dist_reduce_fx="sum")
+        self.add_state("count", torch.tensor(0.0, dtype=torch.float64), dist_reduce_fx="sum")
+
+    def update(self, logits: torch.Tensor, labels: torch.Tensor) -> None:
+        labels = labels.to(torch.float64)
+        bce = F.binary_cross_entropy_with_logits(logits.to(torch.float64), labels, reduction="sum")
+        self.bce_sum += bce
+        self.positives += labels.sum()
+        self.count += labels.numel()
+
+    def compute(self) -> dict[str, float]:
+        n = float(self.count)
+        if n == 0:
+            return {"logloss": math.nan, "ne": math.nan}
+        logloss = float(self.bce_sum) / n
+        p = float(self.positives) / n
+        entropy = 0.0 if p in (0.0, 1.0) else -(p * math.log(p) + (1 - p) * math.log(1 - p))
+        return {"logloss": logloss, "ne": logloss / entropy if entropy > 0 else math.nan}
+
+
+class ClickMetrics:
+    """AUROC, log loss and NE over an evaluation pass."""
+
+    def __init__(self, device: torch.device) -> None:
+        self.auroc = BinaryAUROC().to(device)
+        self.logloss_ne = LogLossNE().to(device)
+        self.samples = 0
+
+    def update(self, logits: torch.Tensor, labels: torch.Tensor) -> None:
+        self.auroc.update(torch.sigmoid(logits), labels.long())
+        self.logloss_ne.update(logits, labels)
+        self.samples += int(labels.numel())
+
+    def compute(self) -> dict[str, float]:
+        """``{"auroc", "logloss", "ne"}``; NaN AUROC when only one class was seen, all NaN
+        when nothing was evaluated."""
+        if self.samples == 0:
+            return {"auroc": math.nan, "logloss": math.nan, "ne": math.nan}
+        values = self.logloss_ne.compute()
+        labels = torch.cat(self.auroc.target) if self.auroc.target else torch.empty(0)
+        if labels.numel() == 0 or labels.min() == labels.max():
+            auroc = math.nan
+        else:
+            auroc = float(self.auroc.compute())
+        return {"auroc": auroc, **values}
+
+
+class Throughput:
+    """Steady-state training throughput: samples per second over the steps after warm-up.
+
+    Call :meth:`resume` before a run of steps (e.g. after validation) and :meth:`step` after
+    each; time spent between a ``step`` and the next ``resume`` is not counted.
+    """
+
+    def __init__(self, warmup_steps: int) -> None:
+        self.warmup_steps = warmup_steps
+        self.steps = 0
+        self.samples = 0
+        self.seconds = 0.0
+        self._last = time.perf_counter()
+
+    def resume(self) -> None:
+        self._last = time.perf_counter()
+
+    def step(self, samples: int) -> None:
+        now = time.perf_counter()
+        self.steps += 1
+        if self.steps > self.warmup_steps:
+            self.seconds += now - self._last
+            self.samples += samples
+        self._last = now
+
+    @property
+    def samples_per_sec(self) -> float | None:
+        """Global samples/s after warm-up, or None before any post-warm-up step."""
+        return self.samples / self.seconds if self.seconds > 0 else None
+
+
+def peak_memory_gib() -> float:
+    """Peak resident set size of this process, GiB (``getrusage``; KiB on Linux)."""
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return peak / (2**30 if sys.platform == "darwin" else 2**20)

@@ -1,0 +1,74 @@
+"""DLRM construction on the meta device from :class:`~dlrm_exp.config.ModelConfig`.
+
+Nothing here allocates parameter storage: ``DistributedModelParallel`` later materializes only
+the shards a rank owns (and the small dense part).
+"""
+
+import torch
+from torchrec.models.dlrm import DLRM, DLRM_DCN, DLRM_Projection, DLRMTrain
+from torchrec.modules.embedding_configs import EmbeddingBagConfig
+from torchrec.modules.embedding_modules import EmbeddingBagCollection
+
+from dlrm_exp.config import InteractionType, ModelConfig
+
+META = torch.device("meta")
+
+
+def feature_names(num_features: int) -> list[str]:
+    """Sparse feature keys ``cat_0 .. cat_{F-1}`` (TorchRec's ``DEFAULT_CAT_NAMES`` scheme)."""
+    return [f"cat_{i}" for i in range(num_features)]
+
+
+def table_configs(cfg: ModelConfig) -> list[EmbeddingBagConfig]:
+    """One ``EmbeddingBagConfig`` per sparse feature, named ``t_cat_<i>`` as in TorchRec's DLRM
+    example, with ``num_embeddings`` capped by ``cfg.num_embeddings_cap``."""
+    names = feature_names(len(cfg.table_sizes))
+    return [
+        EmbeddingBagConfig(
+            name=f"t_{name}",
+            embedding_dim=cfg.embedding_dim,
+            num_embeddings=rows,
+            feature_names=[name],
+        )
+        for name, rows in zip(names, cfg.table_sizes, strict=False)
+    ]
+
+
+def build_model(cfg: ModelConfig) -> DLRMTrain:
+    """Build ``DLRMTrain(DLRM | DLRM_DCN | DLRM_Projection)`` entirely on the meta device.
+
+    Args:
+        cfg: the model group. Inputs of the resulting module are a TorchRec ``Batch`` with
+            ``dense_features`` (B, num_dense_features) float32, ``sparse_features`` a
+            ``KeyedJaggedTensor`` over ``cat_0..cat_{F-1}`` and ``labels`` (B,) float32.
+
+    Returns:
+        ``DLRMTrain``, whose forward returns ``(loss, (loss, logits (B,), labels (B,)))`` with
+        the mean binary cross-entropy of the click logits as loss.
+
+    Example::
+
+        model = build_model(ModelConfig(embedding_dim=16, num_embeddings_per_feature=[10] * 26,
+                                        dense_arch_layer_sizes=[16], over_arch_layer_sizes=[1]))
+    """
+    ebc = EmbeddingBagCollection(tables=table_configs(cfg), device=META)
+    common = dict(
+        embedding_bag_collection=ebc,
+        dense_in_features=cfg.num_dense_features,
+        dense_arch_layer_sizes=list(cfg.dense_arch_layer_sizes),
+        over_arch_layer_sizes=list(cfg.over_arch_layer_sizes),
+        dense_device=META,
+    )
+    if cfg.interaction_type is InteractionType.dcn:
+        dlrm: DLRM = DLRM_DCN(
+            dcn_num_layers=cfg.dcn_num_layers, dcn_low_rank_dim=cfg.dcn_low_rank_dim, **common
+        )
+    elif cfg.interaction_type is InteractionType.projection:
+        dlrm = DLRM_Projection(
+            interaction_branch1_layer_sizes=list(cfg.interaction_branch1_layer_sizes),
+            interaction_branch2_layer_sizes=list(cfg.interaction_branch2_layer_sizes),
+            **common,
+        )
+    else:
+        dlrm = DLRM(**common)
+    return DLRMTrain(dlrm)

@@ -1,0 +1,55 @@
+"""Optimizers: the sparse one fused into backward, the dense one, and their combination.
+
+Follows TorchRec's golden training example: ``apply_optimizer_in_backward`` on the embedding
+parameters before sharding (FBGEMM then fuses the update into the backward kernel), and a
+``KeyedOptimizerWrapper`` over every parameter without an in-backward optimizer.
+"""
+
+from typing import Any
+
+import torch
+from torchrec.models.dlrm import DLRMTrain
+from torchrec.optim.apply_optimizer_in_backward import apply_optimizer_in_backward
+from torchrec.optim.keyed import CombinedOptimizer, KeyedOptimizerWrapper
+from torchrec.optim.optimizers import in_backward_optimizer_filter
+from torchrec.optim.rowwise_adagrad import RowWiseAdagrad
+
+from dlrm_exp.config import DenseOptimizer, OptimizerConfig, SparseOptimizer
+
+
+def _sparse_class(cfg: OptimizerConfig) -> tuple[type[torch.optim.Optimizer], dict[str, Any]]:
+    if cfg.sparse_optimizer is SparseOptimizer.rowwise_adagrad:
+        return RowWiseAdagrad, {"lr": cfg.learning_rate, "eps": cfg.eps}
+    if cfg.sparse_optimizer is SparseOptimizer.adagrad:
+        return torch.optim.Adagrad, {"lr": cfg.learning_rate, "eps": cfg.eps}
+    return torch.optim.SGD, {"lr": cfg.learning_rate}
+
+
+def apply_sparse_optimizer(model: DLRMTrain, cfg: OptimizerConfig) -> None:
+    """Attach the sparse optimizer to the embedding tables, to run inside backward.
+
+    Must be called on the unsharded (meta) model, before ``DistributedModelParallel``.
+    """
+    cls, kwargs = _sparse_class(cfg)
+    apply_optimizer_in_backward(cls, model.model.sparse_arch.parameters(), kwargs)
+
+
+def build_optimizer(model: torch.nn.Module, cfg: OptimizerConfig) -> CombinedOptimizer:
+    """``CombinedOptimizer([dmp.fused_optimizer, dense])`` for a ``DistributedModelParallel``.
+
+    ``step()`` on it steps the dense optimizer; the fused sparse update already happened in
+    backward.
+    """
+    if cfg.dense_optimizer is DenseOptimizer.adagrad:
+
+        def factory(params: Any) -> torch.optim.Optimizer:
+            return torch.optim.Adagrad(params, lr=cfg.dense_learning_rate, eps=cfg.eps)
+    else:
+
+        def factory(params: Any) -> torch.optim.Optimizer:
+            return torch.optim.SGD(params, lr=cfg.dense_learning_rate)
+
+    dense = KeyedOptimizerWrapper(
+        dict(in_backward_optimizer_filter(model.named_parameters())), factory
+    )
+    return CombinedOptimizer([model.fused_optimizer, dense])

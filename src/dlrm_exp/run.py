@@ -1,0 +1,115 @@
+"""``mode=train``: data -> sharded model -> training loop -> run folder.
+
+Writes, on rank 0, into the Hydra run folder: ``plan.txt`` (TorchRec's table of the sharding
+plan), TensorBoard events (scalars + HParams) and ``metrics.json``. ``metrics.json`` is written
+last and atomically, so a crash never leaves a partial one.
+"""
+
+import logging
+import time
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from dlrm_exp.config import Config
+from dlrm_exp.data import iter_batches, load_splits, per_rank_sizes
+from dlrm_exp.experiment import build_experiment
+from dlrm_exp.launch import process_group
+from dlrm_exp.metrics import peak_memory_gib
+from dlrm_exp.model import feature_names
+from dlrm_exp.sharding import plan_text
+from dlrm_exp.tracking import Scalar, Tracker, write_json_atomic, write_text_atomic
+from dlrm_exp.train import fit
+
+log = logging.getLogger(__name__)
+
+GROUPS = ("model", "sharding", "optimizer", "qcomms", "data", "hardware")
+
+
+def hparams(cfg: Config, choices: Mapping[str, str], world_size: int) -> dict[str, Scalar]:
+    """The run's HParams: each group's choice and the key fields, as TensorBoard scalars."""
+    q = cfg.qcomms
+    return {
+        **{group: str(choices.get(group, "?")) for group in GROUPS},
+        "embedding_dim": cfg.model.embedding_dim,
+        "num_tables": len(cfg.model.table_sizes),
+        "num_embeddings_cap": cfg.model.num_embeddings_cap or 0,
+        "interaction_type": cfg.model.interaction_type.value,
+        "sharding_type": cfg.sharding.sharding_type.value,
+        "compute_kernel": cfg.sharding.compute_kernel.value,
+        "forward_precision": q.forward_precision.value if q.forward_precision else "fp32",
+        "backward_precision": q.backward_precision.value if q.backward_precision else "fp32",
+        "sparse_optimizer": cfg.optimizer.sparse_optimizer.value,
+        "learning_rate": cfg.optimizer.learning_rate,
+        "dense_learning_rate": cfg.optimizer.dense_learning_rate,
+        "batch_size": cfg.train.batch_size,
+        "world_size": world_size,
+        "seed": cfg.seed,
+    }
+
+
+def run_train(cfg: Config, run_dir: Path, choices: Mapping[str, str]) -> dict[str, Any]:
+    """Train as configured and return the ``metrics.json`` content (also written on rank 0).
+
+    Raises:
+        DataError, InsufficientMemoryError, ConfigError: user-fixable problems, before
+            training starts.
+    """
+    started = time.perf_counter()
+    with process_group(cfg.hardware) as ctx:
+        keys = feature_names(len(cfg.model.table_sizes))
+        splits = load_splits(
+            cfg.data, cfg.model.table_sizes, cfg.model.num_dense_features, cfg.seed
+        )
+        log.info("data rows: %s", splits.info.get("rows"))
+        experiment = build_experiment(cfg, ctx)
+        if ctx.is_main:
+            write_text_atomic(run_dir / "plan.txt", plan_text(experiment.plan) + "\n")
+
+        def batches(split_name: str):
+            data = getattr(splits, split_name)
+            return lambda: iter_batches(data, cfg.train.batch_size, ctx.rank, ctx.world_size, keys)
+
+        sizes = per_rank_sizes(len(splits.train), cfg.train.batch_size, ctx.world_size)
+        tracker = Tracker(run_dir, enabled=ctx.is_main)
+        try:
+            result = fit(
+                experiment.pipeline,
+                batches("train"),
+                batches("val"),
+                batches("test"),
+                samples_per_step=[s * ctx.world_size for s in sizes],
+                cfg=cfg.train,
+                device=ctx.device,
+                tracker=tracker,
+                show_progress=ctx.is_main and cfg.train.progress_bar,
+                learning_rate=cfg.optimizer.dense_learning_rate,
+            )
+            metrics: dict[str, Any] = {
+                "status": "completed",
+                "val": result.val,
+                "test": result.test,
+                "samples_per_sec": result.samples_per_sec,
+                "steps": result.steps,
+                "train_samples": result.train_samples,
+                "train_seconds": result.train_seconds,
+                "wall_seconds": time.perf_counter() - started,
+                "peak_memory_gib": peak_memory_gib(),
+                "final_train_loss": result.final_train_loss,
+                "world_size": ctx.world_size,
+                "bayes_auroc": splits.info.get("bayes_auroc"),
+                "data": splits.info,
+                "val_history": result.val_history,
+                "choices": dict(choices),
+            }
+            final = {
+                **{f"val/{k}": result.val[k] for k in ("auroc", "logloss", "ne")},
+                **{f"test/{k}": result.test[k] for k in ("auroc", "logloss", "ne")},
+                "summary/samples_per_sec": result.samples_per_sec,
+            }
+            tracker.hparams(hparams(cfg, choices, ctx.world_size), final, result.steps)
+        finally:
+            tracker.close()
+        if ctx.is_main:
+            write_json_atomic(run_dir / "metrics.json", metrics)
+    return metrics

@@ -1,0 +1,79 @@
+"""Embedding storage accounting: what the tables need, in bytes, and what cap would fit.
+
+One place for the numbers that the insufficient-memory error reports, so every report of
+embedding storage agrees. Sizes are in bytes; GiB = 2**30 bytes.
+"""
+
+from dataclasses import dataclass
+
+from dlrm_exp.config import SparseOptimizer
+
+GIB = 2**30
+FP32_BYTES = 4
+
+
+@dataclass(frozen=True)
+class EmbeddingStorage:
+    """Storage of a set of embedding tables.
+
+    Attributes:
+        rows: total rows over all tables.
+        weight_bytes: fp32 table weights, rows x embedding_dim x 4 bytes.
+        optimizer_bytes: sparse optimizer state (RowWiseAdagrad: one fp32 per row; Adagrad:
+            one per weight; SGD: none), as FBGEMM's fused kernels allocate it.
+    """
+
+    rows: int
+    weight_bytes: int
+    optimizer_bytes: int
+
+    @property
+    def total_bytes(self) -> int:
+        return self.weight_bytes + self.optimizer_bytes
+
+
+def optimizer_floats_per_row(optimizer: SparseOptimizer, embedding_dim: int) -> int:
+    """fp32 optimizer-state values per table row for the fused sparse optimizer."""
+    if optimizer is SparseOptimizer.rowwise_adagrad:
+        return 1
+    if optimizer is SparseOptimizer.adagrad:
+        return embedding_dim
+    return 0
+
+
+def embedding_storage(
+    table_sizes: list[int], embedding_dim: int, optimizer: SparseOptimizer
+) -> EmbeddingStorage:
+    """Bytes needed by tables of ``table_sizes`` rows each, ``embedding_dim`` fp32 wide.
+
+    Example: the MLPerf DLRM-DCNv2 tables (204,184,588 rows x 128) need 97.36 GiB of weights.
+    """
+    rows = sum(table_sizes)
+    return EmbeddingStorage(
+        rows=rows,
+        weight_bytes=rows * embedding_dim * FP32_BYTES,
+        optimizer_bytes=rows * optimizer_floats_per_row(optimizer, embedding_dim) * FP32_BYTES,
+    )
+
+
+def largest_fitting_cap(
+    table_sizes: list[int],
+    embedding_dim: int,
+    optimizer: SparseOptimizer,
+    budget_bytes: float,
+) -> int | None:
+    """The largest ``num_embeddings_cap`` (rounded down to two significant digits) whose tables
+    fit in ``budget_bytes``, or None when not even one row per table fits."""
+    per_row = (embedding_dim + optimizer_floats_per_row(optimizer, embedding_dim)) * FP32_BYTES
+
+    def fits(cap: int) -> bool:
+        return sum(min(n, cap) for n in table_sizes) * per_row <= budget_bytes
+
+    if not fits(1):
+        return None
+    lo, hi = 1, max(table_sizes)
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        lo, hi = (mid, hi) if fits(mid) else (lo, mid - 1)
+    digits = len(str(lo)) - 2
+    return lo if digits <= 0 else (lo // 10**digits) * 10**digits

@@ -1,0 +1,153 @@
+"""The training loop: ``TrainPipelineSparseDist`` over the train split, validation every
+``val_every_n_steps`` and at the end, test at the end.
+
+TorchRec's pipeline keeps up to two batches in flight, so each phase gets its own iterator and
+the pipeline is drained (``StopIteration``) before switching phases, as in TorchRec's DLRM
+example; no training batch is ever evaluated and vice versa.
+"""
+
+import itertools
+import logging
+import sys
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field
+
+import torch
+from torchrec.datasets.utils import Batch
+from torchrec.distributed import TrainPipelineSparseDist
+from tqdm import tqdm
+
+from dlrm_exp.config import TrainConfig
+from dlrm_exp.metrics import ClickMetrics, Throughput
+from dlrm_exp.tracking import Tracker
+
+log = logging.getLogger(__name__)
+
+BatchSource = Callable[[], Iterable[Batch]]
+
+
+@dataclass
+class FitResult:
+    """What training measured.
+
+    Attributes:
+        steps: optimizer steps taken.
+        train_samples: samples trained on, all ranks.
+        samples_per_sec: steady-state global samples/s (warm-up steps and evaluation excluded),
+            None if no step followed the warm-up.
+        train_seconds: wall seconds inside training steps.
+        final_train_loss: mean BCE of the last step on this rank.
+        val: final validation metrics (auroc, logloss, ne, samples).
+        test: test metrics.
+        val_history: validation metrics at every validation, with their step.
+    """
+
+    steps: int
+    train_samples: int
+    samples_per_sec: float | None
+    train_seconds: float
+    final_train_loss: float | None
+    val: dict[str, float]
+    test: dict[str, float]
+    val_history: list[dict[str, float]] = field(default_factory=list)
+
+
+def _drain(pipeline: TrainPipelineSparseDist, batches: Iterator[Batch]) -> Iterator[tuple]:
+    """Run ``pipeline.progress`` until the iterator and the pipeline are empty, yielding each
+    step's output ``(loss, logits, labels)``."""
+    while True:
+        try:
+            yield pipeline.progress(batches)
+        except StopIteration:
+            return
+
+
+def evaluate(
+    pipeline: TrainPipelineSparseDist, batches: Iterable[Batch], device: torch.device
+) -> dict[str, float]:
+    """AUROC, log loss and NE of the model over ``batches`` (all ranks), in eval mode."""
+    model = pipeline._model
+    model.eval()
+    metrics = ClickMetrics(device)
+    with torch.no_grad():
+        for _loss, logits, labels in _drain(pipeline, iter(batches)):
+            metrics.update(logits, labels)
+    model.train()
+    return {**metrics.compute(), "samples": float(metrics.samples)}
+
+
+def fit(
+    pipeline: TrainPipelineSparseDist,
+    train_batches: BatchSource,
+    val_batches: BatchSource,
+    test_batches: BatchSource,
+    samples_per_step: list[int],
+    cfg: TrainConfig,
+    device: torch.device,
+    tracker: Tracker,
+    show_progress: bool,
+    learning_rate: float,
+) -> FitResult:
+    """Train for ``cfg.epochs`` epochs (or ``cfg.max_steps`` steps), validating as configured.
+
+    Args:
+        pipeline: TorchRec pipeline over the sharded model and its optimizer.
+        train_batches / val_batches / test_batches: callables returning this rank's batches of
+            a split, in order (called once per epoch / evaluation).
+        samples_per_step: global samples of each step of one epoch (its length is the number
+            of steps per epoch; the last may be a smaller remainder).
+        learning_rate: logged as the ``lr`` scalar.
+    """
+    total = len(samples_per_step) * cfg.epochs
+    if cfg.max_steps is not None:
+        total = min(total, cfg.max_steps)
+    epochs = itertools.chain.from_iterable(train_batches() for _ in range(cfg.epochs))
+    train_iter = itertools.islice(epochs, total)
+    segment = cfg.val_every_n_steps or total
+    throughput = Throughput(warmup_steps=min(cfg.throughput_warmup_steps, total // 2))
+    bar = tqdm(
+        total=total,
+        desc="train",
+        unit="step",
+        disable=not (show_progress and sys.stderr.isatty()),
+        file=sys.stderr,
+    )
+    step, samples, loss_value = 0, 0, None
+    history: list[dict[str, float]] = []
+    pipeline._model.train()
+    while step < total:
+        throughput.resume()
+        for loss, _logits, _labels in _drain(pipeline, itertools.islice(train_iter, segment)):
+            step_samples = samples_per_step[step % len(samples_per_step)]
+            step += 1
+            samples += step_samples
+            throughput.step(step_samples)
+            bar.update(1)
+            if step % cfg.log_every_n_steps == 0 or step == total:
+                loss_value = float(loss)
+                tracker.scalar("train/loss", loss_value, step)
+                tracker.scalar("train/samples_per_sec", throughput.samples_per_sec, step)
+                tracker.scalar("lr", learning_rate, step)
+                bar.set_postfix(loss=f"{loss_value:.4f}")
+        if step < total:
+            history.append({"step": float(step), **evaluate(pipeline, val_batches(), device)})
+            tracker.scalars("val", _quality(history[-1]), step)
+    bar.close()
+    val = evaluate(pipeline, val_batches(), device)
+    history.append({"step": float(step), **val})
+    tracker.scalars("val", _quality(val), step)
+    test = evaluate(pipeline, test_batches(), device)
+    return FitResult(
+        steps=step,
+        train_samples=samples,
+        samples_per_sec=throughput.samples_per_sec,
+        train_seconds=throughput.seconds,
+        final_train_loss=loss_value,
+        val=val,
+        test=test,
+        val_history=history,
+    )
+
+
+def _quality(metrics: dict[str, float]) -> dict[str, float]:
+    return {k: metrics[k] for k in ("auroc", "logloss", "ne")}
