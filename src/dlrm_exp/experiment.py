@@ -77,14 +77,14 @@ def plan_model(cfg: Config, ctx: DistContext, module: torch.nn.Module) -> Shardi
 def build_experiment(cfg: Config, ctx: DistContext) -> Experiment:
     """Build the sharded DLRM, its optimizers and the training pipeline for this rank.
 
-    Parameters are initialized from ``cfg.seed`` (the same on every rank), after planning, so
-    a plan that cannot fit fails before any table is allocated.
+    Parameters are initialized from ``cfg.seed`` (the same on every rank). Tables are allocated
+    only after planning, so a plan that cannot fit fails before any table exists.
     """
-    module = build_model(cfg.model)
+    torch.manual_seed(cfg.seed)
+    module = build_model(cfg.model, dense_device=ctx.device)
     apply_sparse_optimizer(module, cfg.optimizer)
     plan = plan_model(cfg, ctx, module)
     sharder = build_sharder(build_qcomm_codecs_registry(cfg.qcomms))
-    torch.manual_seed(cfg.seed)
     model = DistributedModelParallel(
         module=module, device=ctx.device, plan=plan, sharders=[sharder]
     )

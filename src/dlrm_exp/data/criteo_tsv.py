@@ -6,7 +6,7 @@ negative or empty), ``C*`` 32-bit hashes as up to 8 hex digits (may be empty).
 
 Row handling:
   * rows with 14..39 fields lost their trailing empty fields and are right-padded to 40
-    (counted as ``rows_padded``);
+    (valid ones are counted as ``rows_padded``);
   * empty fields are missing values: dense 0, categorical hash 0 (as facebookresearch/dlrm);
   * dense transform: ``log(1 + max(x, 0))`` (facebookresearch/dlrm ``data_utils``: negative
     counts clipped to 0);
@@ -122,7 +122,6 @@ def _parse_block(
     n_fields = pc.add(pc.count_substring(lines, "\t"), 1).to_numpy(zero_copy_only=False)
     bad_reason[(n_fields < MIN_FIELDS) | (n_fields > NUM_FIELDS)] = 0
     ok = np.flatnonzero(bad_reason < 0)
-    report.rows_padded = int(np.sum(n_fields[ok] < NUM_FIELDS))
     kept = lines.take(pa.array(ok))
     pads = pc.binary_repeat("\t", pa.array(NUM_FIELDS - n_fields[ok]))
     fields = pc.split_pattern(pc.binary_join_element_wise(kept, pads, ""), "\t")
@@ -153,6 +152,7 @@ def _parse_block(
         sparse[:, j] = _hex_to_uint32(col.take(good)).astype(np.int64) % table_sizes[j]
 
     report.rows_valid = len(good)
+    report.rows_padded = int(np.sum(n_fields[ok[good_in_ok]] < NUM_FIELDS))
     for r, name in enumerate(REASONS):
         report.skipped_by_reason[name] = int(np.sum(bad_reason == r))
     for i in np.flatnonzero(bad_reason >= 0)[:max_bad]:

@@ -1,0 +1,57 @@
+"""Shared helpers: compose the real config with Hydra's compose API, run the CLI."""
+
+import os
+import subprocess
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+import pytest
+from hydra import compose, initialize_config_dir
+from omegaconf import DictConfig, OmegaConf
+
+from dlrm_exp.__main__ import CONF_DIR
+from dlrm_exp.config import Config, register_configs
+
+REPO = Path(__file__).resolve().parents[1]
+GROUPS = ("model", "sharding", "optimizer", "qcomms", "data", "hardware")
+
+register_configs()
+
+
+def compose_raw(overrides: Sequence[str] = ()) -> DictConfig:
+    with initialize_config_dir(config_dir=CONF_DIR, version_base="1.3"):
+        return compose(config_name="config", overrides=list(overrides))
+
+
+def compose_cfg(overrides: Sequence[str] = ()) -> Config:
+    cfg = OmegaConf.to_object(compose_raw(overrides))
+    assert isinstance(cfg, Config)
+    return cfg
+
+
+def run_cli(
+    args: Sequence[str], cwd: Path = REPO, timeout: int = 300
+) -> subprocess.CompletedProcess:
+    """``python -m dlrm_exp ARGS`` in a subprocess, without HYDRA_FULL_ERROR."""
+    env = {k: v for k, v in os.environ.items() if k != "HYDRA_FULL_ERROR"}
+    return subprocess.run(
+        [sys.executable, "-m", "dlrm_exp", *args],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+
+
+@pytest.fixture
+def small_synthetic() -> list:
+    """Overrides for a quick synthetic run."""
+    return [
+        "data.num_train_samples=8192",
+        "data.num_val_samples=2048",
+        "data.num_test_samples=2048",
+        "train.batch_size=256",
+        "train.progress_bar=false",
+    ]

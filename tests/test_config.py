@@ -1,0 +1,184 @@
+"""Every option of every group composes; every validation rule fails with its message."""
+
+import pytest
+from hydra.errors import ConfigCompositionException, MissingConfigException
+from omegaconf.errors import ConfigAttributeError, ConfigKeyError, ValidationError
+
+from conftest import GROUPS, REPO, compose_cfg, compose_raw, run_cli
+from dlrm_exp.config import (
+    CommPrecision,
+    Config,
+    CriteoTsvDataConfig,
+    InteractionType,
+    ShardingStrategy,
+    SyntheticDataConfig,
+)
+from dlrm_exp.errors import ConfigError
+
+OPTIONS = [
+    (group, path.stem)
+    for group in GROUPS
+    for path in sorted((REPO / "conf" / group).glob("*.yaml"))
+]
+
+
+def test_every_group_has_options():
+    assert {g for g, _ in OPTIONS} == set(GROUPS)
+
+
+@pytest.mark.parametrize(("group", "option"), OPTIONS, ids=[f"{g}={o}" for g, o in OPTIONS])
+def test_every_option_composes(group, option):
+    overrides = [f"{group}={option}"]
+    if (group, option) == ("data", "criteo_tsv"):
+        overrides.append("data.path=some.tsv")
+    cfg = compose_cfg(overrides)
+    assert isinstance(cfg, Config)
+
+
+def test_defaults():
+    cfg = compose_cfg()
+    assert cfg.model.embedding_dim == 16 and len(cfg.model.table_sizes) == 26
+    assert cfg.sharding.sharding_type is ShardingStrategy.auto
+    assert isinstance(cfg.data, SyntheticDataConfig)
+    assert cfg.qcomms.enabled is False
+    assert cfg.optimizer.learning_rate == 0.1
+
+
+def test_mlperf_shape_and_cap():
+    cfg = compose_cfg(["model=mlperf", "model.num_embeddings_cap=100000"])
+    assert cfg.model.interaction_type is InteractionType.dcn
+    assert cfg.model.num_embeddings_per_feature[0] == 40_000_000
+    assert max(cfg.model.table_sizes) == 100_000
+    assert cfg.model.table_sizes[5] == 3
+    assert cfg.model.over_arch_layer_sizes == [1024, 1024, 512, 256, 1]
+
+
+def test_fp16_bf16_qcomms():
+    cfg = compose_cfg(["qcomms=fp16_bf16"])
+    assert cfg.qcomms.forward_precision is CommPrecision.fp16
+    assert cfg.qcomms.backward_precision is CommPrecision.bf16
+
+
+def test_criteo_path_string_or_list():
+    one = compose_cfg(["data=criteo_tsv", "data.path=a.tsv"]).data
+    many = compose_cfg(["data=criteo_tsv", "data.path=[a.tsv,b.tsv]"]).data
+    assert isinstance(one, CriteoTsvDataConfig) and one.path == ["a.tsv"]
+    assert many.path == ["a.tsv", "b.tsv"]
+
+
+def test_misspelt_key_names_full_key():
+    with pytest.raises(ConfigCompositionException) as info:
+        compose_raw(["model.embedding_dimm=3"])
+    assert isinstance(info.value.__cause__, ConfigKeyError | ConfigAttributeError)
+    assert "Key 'embedding_dimm' not in 'ModelConfig'" in str(info.value.__cause__)
+    assert "full_key: model.embedding_dimm" in str(info.value.__cause__)
+
+
+def test_wrong_type_names_full_key():
+    with pytest.raises(ConfigCompositionException) as info:
+        compose_raw(["train.batch_size=many"])
+    assert isinstance(info.value.__cause__, ValidationError)
+    assert "full_key: train.batch_size" in str(info.value.__cause__)
+
+
+def test_bad_enum_value_lists_choices():
+    with pytest.raises(ConfigCompositionException) as info:
+        compose_raw(["sharding.sharding_type=colwise"])
+    message = str(info.value.__cause__)
+    assert "Invalid value 'colwise'" in message and "row_wise" in message
+
+
+def test_unknown_group_option_lists_choices():
+    with pytest.raises(MissingConfigException) as info:
+        compose_raw(["sharding=colwise"])
+    assert "columnwise" in str(info.value) and "rowwise" in str(info.value)
+
+
+RULES = [
+    (["model.embedding_dim=0"], r"model.embedding_dim must be positive"),
+    (["model.num_embeddings_per_feature=[]"], r"one positive row count per table"),
+    (["model.num_embeddings_per_feature=[10,0]"], r"one positive row count per table"),
+    (["model.num_embeddings_cap=0"], r"num_embeddings_cap must be positive"),
+    (["model.num_dense_features=0"], r"num_dense_features must be positive"),
+    (["model.dense_arch_layer_sizes=[]"], r"dense_arch_layer_sizes must list at least one"),
+    (["model.over_arch_layer_sizes=[64,-1,1]"], r"over_arch_layer_sizes must be positive"),
+    (
+        ["model.dense_arch_layer_sizes=[64,32]"],
+        r"dense_arch_layer_sizes\[-1\] \(32\) must equal model.embedding_dim \(16\).*"
+        r"set model.dense_arch_layer_sizes=\[\.\.\.,16\]",
+    ),
+    (
+        ["model.over_arch_layer_sizes=[64,2]"],
+        r"over_arch_layer_sizes\[-1\] \(2\) must be 1.*"
+        r"set model.over_arch_layer_sizes=\[\.\.\.,1\]",
+    ),
+    (
+        ["model.interaction_type=dcn", "model.dcn_num_layers=0"],
+        r"dcn_num_layers .* must be positive",
+    ),
+    (
+        ["model.interaction_type=projection", "model.interaction_branch1_layer_sizes=[8,20]"],
+        r"interaction_branch1_layer_sizes\[-1\] \(20\) must be a multiple of model.embedding_dim",
+    ),
+    (
+        ["sharding=dataparallel", "sharding.compute_kernel=fused"],
+        r"data_parallel replicates tables .* set sharding.compute_kernel=dense",
+    ),
+    (["optimizer.learning_rate=0"], r"optimizer.learning_rate must be positive"),
+    (["optimizer.dense_learning_rate=-1"], r"optimizer.dense_learning_rate must be positive"),
+    (["optimizer.eps=-1e-3"], r"optimizer.eps must be >= 0"),
+    (["data.num_train_samples=0"], r"data.num_train_samples must be positive"),
+    (["data.zipf_exponent=0"], r"data.zipf_exponent must be > 0"),
+    (["data.categorical_signal=-1"], r"data.categorical_signal must be >= 0"),
+    (["data=criteo_tsv"], r"(?s)missing mandatory value: path.*full_key: data.path"),
+    (["data=criteo_tsv", "data.path=[]"], r"data.path is required"),
+    (["data=criteo_tsv", "data.path=1"], r"data.path must be a path or a list of paths"),
+    (["data=criteo_tsv", "data.path=a", "data.val_fraction=1.5"], r"data.val_fraction must be in"),
+    (
+        ["data=criteo_tsv", "data.path=a", "data.val_fraction=0.5", "data.test_fraction=0.5"],
+        r"must leave rows to train on",
+    ),
+    (["hardware.ddr_cap_gib=0"], r"hardware.ddr_cap_gib must be positive"),
+    (["hardware.backend=nccl"], r"backend=nccl needs CUDA devices: set hardware.backend=gloo"),
+    (["train.batch_size=0"], r"train.batch_size must be positive"),
+    (["train.epochs=0"], r"train.epochs must be positive"),
+    (["train.max_steps=0"], r"train.max_steps must be positive or null"),
+    (["train.val_every_n_steps=-2"], r"train.val_every_n_steps must be positive or null"),
+    (["train.log_every_n_steps=0"], r"train.log_every_n_steps must be positive"),
+    (["train.throughput_warmup_steps=-1"], r"throughput_warmup_steps must be >= 0"),
+    (
+        ["data=criteo_tsv", "data.path=a", "model.num_embeddings_per_feature=[10,10]"],
+        r"data=criteo_tsv has 26 categorical features but model.num_embeddings_per_feature lists 2",
+    ),
+    (
+        ["data=criteo_tsv", "data.path=a", "model.num_dense_features=4"],
+        r"set model.num_dense_features=13",
+    ),
+]
+
+
+@pytest.mark.parametrize(("overrides", "match"), RULES, ids=[" ".join(o) for o, _ in RULES])
+def test_validation_rule(overrides, match):
+    from omegaconf.errors import MissingMandatoryValue
+
+    with pytest.raises((ConfigError, MissingMandatoryValue), match=match):
+        compose_cfg(overrides)
+
+
+def test_cli_misspelt_key_and_bad_choice_without_traceback(tmp_path):
+    misspelt = run_cli(["model.embedding_dimm=3", f"hydra.run.dir={tmp_path}"])
+    assert misspelt.returncode != 0
+    assert "full_key: model.embedding_dimm" in misspelt.stderr
+    assert "Traceback" not in misspelt.stderr
+    choice = run_cli(["sharding=colwise", f"hydra.run.dir={tmp_path}"])
+    assert choice.returncode != 0
+    assert "Could not find 'sharding/colwise'" in choice.stderr
+    assert "rowwise" in choice.stderr and "Traceback" not in choice.stderr
+
+
+def test_cli_cross_field_error_is_one_message(tmp_path):
+    result = run_cli(["model.dense_arch_layer_sizes=[64,8]", f"hydra.run.dir={tmp_path}"])
+    assert result.returncode == 1
+    assert result.stderr.startswith("Error: model.dense_arch_layer_sizes[-1] (8) must equal")
+    assert "Traceback" not in result.stderr
+    assert not (tmp_path / "metrics.json").exists()

@@ -1,0 +1,144 @@
+"""The Criteo TSV reader on files the tests write: padding, malformed rows, values, splits."""
+
+import math
+
+import numpy as np
+import pytest
+
+from dlrm_exp.config import CriteoTsvDataConfig
+from dlrm_exp.data.criteo_tsv import load_criteo_tsv, read_files, resolve_paths
+from dlrm_exp.errors import DataError
+
+SIZES = [1000] * 26
+
+
+def row(label="0", dense=None, cats=None, strip=0):
+    dense = dense if dense is not None else [str(i) for i in range(13)]
+    cats = cats if cats is not None else [f"{i:08x}" for i in range(1, 27)]
+    fields = [label, *dense, *cats]
+    if strip:
+        assert all(f == "" for f in fields[-strip:]), "only empty trailing fields are stripped"
+        fields = fields[:-strip]
+    return "\t".join(fields)
+
+
+def write(path, lines, final_newline=True):
+    path.write_text("\n".join(lines) + ("\n" if final_newline else ""))
+    return path
+
+
+def test_values_padding_and_missing(tmp_path):
+    cats = ["68fd1e64", "FFFFFFFF", "", *[f"{i:x}" for i in range(23)]]
+    short_cats = cats[:24] + ["", ""]
+    lines = [
+        row("1", dense=["1", "", "-5", *["0"] * 10], cats=cats),
+        row("0", cats=short_cats, strip=2),  # 38 fields: right-padded
+    ]
+    data, report = read_files([write(tmp_path / "a.tsv", lines, final_newline=False)], SIZES, 5)
+    assert report.rows_read == 2 and report.rows_valid == 2 and report.rows_padded == 1
+    assert data.labels.tolist() == [1.0, 0.0]
+    # log(1 + max(x, 0)); empty -> 0; negative -> 0
+    assert data.dense[0, :3].tolist() == pytest.approx([math.log(2), 0.0, 0.0])
+    assert data.dense[1, 12].item() == pytest.approx(math.log(13))
+    # int(C, 16) % rows; empty -> 0
+    assert data.sparse[0, 0].item() == 0x68FD1E64 % 1000
+    assert data.sparse[0, 1].item() == 0xFFFFFFFF % 1000
+    assert data.sparse[0, 2].item() == 0
+    assert data.sparse[1, 24:].tolist() == [0, 0]
+    assert data.sparse.dtype.is_floating_point is False
+
+
+def test_malformed_rows_are_counted_with_line_numbers(tmp_path):
+    good = row()
+    lines = [
+        good,
+        "1\t2\t3",  # line 2: too few fields
+        row(label="2"),  # line 3: label
+        good,
+        row(dense=["x", *["1"] * 12]),  # line 5: dense not an integer
+        row(cats=["zzzzzzzz", *["a"] * 25]),  # line 6: categorical not hex
+        row(cats=["123456789", *["a"] * 25]),  # line 7: more than 8 hex digits
+        good + "\textra",  # line 8: 41 fields
+        "",  # line 9: empty line
+        good,
+    ]
+    path = write(tmp_path / "bad.tsv", lines)
+    data, report = read_files([path], SIZES, max_bad_lines=3)
+    assert report.rows_read == 10
+    assert report.rows_valid == 3 == len(data)
+    assert report.skipped_by_reason == {"field_count": 3, "label": 1, "dense": 1, "categorical": 2}
+    assert report.rows_skipped == 7
+    assert report.first_bad_lines == [
+        f"{path}:2 (field_count)",
+        f"{path}:3 (label)",
+        f"{path}:5 (dense)",
+    ]
+
+
+def test_line_numbers_continue_across_files(tmp_path):
+    a = write(tmp_path / "a.tsv", [row(), row()])
+    b = write(tmp_path / "b.tsv", [row(), "bad"])
+    _, report = read_files([a, b], SIZES, 5)
+    assert report.first_bad_lines == [f"{b}:2 (field_count)"]
+    assert report.rows_read == 4 and report.rows_valid == 3
+
+
+def test_folder_is_its_files_sorted(tmp_path):
+    write(tmp_path / "day_1.tsv", [row("1")])
+    write(tmp_path / "day_0.tsv", [row("0")])
+    (tmp_path / ".hidden").write_text("ignored")
+    files = resolve_paths([str(tmp_path)], "data.path")
+    assert [f.name for f in files] == ["day_0.tsv", "day_1.tsv"]
+    data, _ = read_files(files, SIZES, 5)
+    assert data.labels.tolist() == [0.0, 1.0]
+
+
+def test_missing_path_and_empty_folder(tmp_path):
+    with pytest.raises(DataError, match=r"data.path: no such file or folder: .*nope.tsv"):
+        resolve_paths([str(tmp_path / "nope.tsv")], "data.path")
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    with pytest.raises(DataError, match=r"data.path: folder .*empty holds no data file"):
+        resolve_paths([str(empty)], "data.path")
+
+
+def test_no_valid_row_is_one_error(tmp_path):
+    path = write(tmp_path / "bad.tsv", ["1,2,3", "a\tb"])
+    with pytest.raises(DataError, match=r"no valid Criteo row .* read 2 line\(s\).*bad.tsv:1"):
+        read_files([path], SIZES, 5)
+    empty = tmp_path / "empty.tsv"
+    empty.write_text("")
+    with pytest.raises(DataError, match=r"no valid Criteo row .* read 0 line\(s\)"):
+        read_files([empty], SIZES, 5)
+
+
+def test_fraction_split_in_file_order(tmp_path):
+    lines = [row(str(i % 2), dense=[str(i)] + ["0"] * 12) for i in range(20)]
+    cfg = CriteoTsvDataConfig(
+        path=str(write(tmp_path / "a.tsv", lines)), val_fraction=0.1, test_fraction=0.2
+    )
+    train, val, test, report = load_criteo_tsv(cfg, SIZES)
+    assert (len(train), len(val), len(test)) == (14, 2, 4)
+    first_dense = lambda d: np.round(np.expm1(d.dense[:, 0].numpy())).astype(int).tolist()  # noqa: E731
+    assert first_dense(val) == [14, 15] and first_dense(test) == [16, 17, 18, 19]
+    assert report.rows_valid == 20
+
+
+def test_explicit_val_and_test_paths(tmp_path):
+    main = write(tmp_path / "train.tsv", [row()] * 10)
+    val = write(tmp_path / "val.tsv", [row("1")] * 3 + ["bad"])
+    test = write(tmp_path / "test.tsv", [row("0")] * 4)
+    cfg = CriteoTsvDataConfig(path=str(main), val_path=str(val), test_path=[str(test)])
+    train, v, t, report = load_criteo_tsv(cfg, SIZES)
+    assert (len(train), len(v), len(t)) == (10, 3, 4)
+    assert v.labels.tolist() == [1.0] * 3
+    assert report.rows_read == 18 and report.rows_skipped == 1
+    assert report.files == [str(main), str(val), str(test)]
+
+
+def test_only_valid_rows_count_as_padded(tmp_path):
+    short = [f"{i:x}" for i in range(24)] + ["", ""]
+    lines = [row("1", cats=short, strip=2), row("7", cats=short, strip=2), row("0")]
+    _, report = read_files([write(tmp_path / "a.tsv", lines)], SIZES, 5)
+    assert report.rows_valid == 2 and report.rows_padded == 1
+    assert report.skipped_by_reason["label"] == 1

@@ -1,0 +1,108 @@
+"""Sharder, constraints, memory capacity and the insufficient-memory report (no training)."""
+
+import psutil
+import pytest
+import torch
+from torchrec.distributed.embeddingbag import EmbeddingBagCollectionSharder
+from torchrec.distributed.types import ShardingType
+
+from conftest import compose_cfg
+from dlrm_exp.config import HardwareConfig, ShardingConfig, ShardingStrategy, SparseOptimizer
+from dlrm_exp.errors import InsufficientMemoryError
+from dlrm_exp.experiment import plan_model
+from dlrm_exp.launch import DistContext
+from dlrm_exp.model import build_model, table_configs
+from dlrm_exp.optim import apply_sparse_optimizer
+from dlrm_exp.sharding import CpuEmbeddingBagCollectionSharder, build_constraints, memory_capacity
+from dlrm_exp.storage import GIB, embedding_storage, largest_fitting_cap
+
+CPU_ONE_RANK = DistContext(
+    rank=0, world_size=1, local_rank=0, local_world_size=1, device=torch.device("cpu")
+)
+ROW_TYPES = {
+    ShardingType.ROW_WISE.value,
+    ShardingType.TABLE_ROW_WISE.value,
+    ShardingType.GRID_SHARD.value,
+}
+
+
+def test_cpu_sharder_offers_row_wise_types_the_stock_one_does_not():
+    stock = set(EmbeddingBagCollectionSharder().sharding_types("cpu"))
+    ours = set(CpuEmbeddingBagCollectionSharder().sharding_types("cpu"))
+    assert not ROW_TYPES & stock
+    assert ROW_TYPES <= ours and stock <= ours
+    assert set(CpuEmbeddingBagCollectionSharder().sharding_types("cuda")) == set(
+        EmbeddingBagCollectionSharder().sharding_types("cuda")
+    )
+
+
+def test_constraints_per_table():
+    tables = table_configs(compose_cfg().model)
+    offered = CpuEmbeddingBagCollectionSharder().sharding_types("cpu")
+    rw = build_constraints(ShardingConfig(sharding_type=ShardingStrategy.row_wise), tables, offered)
+    assert set(rw) == {t.name for t in tables}
+    assert all(
+        c.sharding_types == ["row_wise"] and c.compute_kernels == ["fused"] for c in rw.values()
+    )
+    auto = build_constraints(ShardingConfig(), tables, offered)
+    assert "data_parallel" not in auto["t_cat_0"].sharding_types  # fused kernel cannot replicate
+    assert "row_wise" in auto["t_cat_0"].sharding_types
+
+
+def test_memory_capacity_measured_or_configured():
+    measured = memory_capacity(HardwareConfig(), local_world_size=2)
+    assert measured.ddr_bytes == psutil.virtual_memory().total // 2
+    assert "measured" in measured.source
+    configured = memory_capacity(HardwareConfig(ddr_cap_gib=1.5), local_world_size=2)
+    assert configured.ddr_bytes == int(1.5 * GIB)
+
+
+def test_mlperf_storage_is_97_36_gib():
+    sizes = compose_cfg(["model=mlperf"]).model.table_sizes
+    storage = embedding_storage(sizes, 128, SparseOptimizer.rowwise_adagrad)
+    assert storage.rows == 204_184_588
+    assert round(storage.weight_bytes / GIB, 2) == 97.36
+    assert storage.optimizer_bytes == storage.rows * 4
+    assert embedding_storage(sizes, 128, SparseOptimizer.sgd).optimizer_bytes == 0
+
+
+def test_largest_fitting_cap_fits_and_is_rounded():
+    sizes = [1_000_000, 10, 500_000]
+    budget = 300_000 * 17 * 4  # rowwise adagrad: 16 + 1 floats per row
+    cap = largest_fitting_cap(sizes, 16, SparseOptimizer.rowwise_adagrad, budget)
+    assert cap == 140_000  # 2 * 149_995 + 10 rows fit; rounded down to two digits
+    assert (2 * cap + 10) * 17 * 4 <= budget
+    assert largest_fitting_cap(sizes, 16, SparseOptimizer.rowwise_adagrad, 10) is None
+
+
+def _meta_model(cfg):
+    module = build_model(cfg.model, dense_device=torch.device("meta"))
+    apply_sparse_optimizer(module, cfg.optimizer)
+    return module
+
+
+def test_mlperf_does_not_fit_24_gib_and_the_suggested_cap_does():
+    cfg = compose_cfg(["model=mlperf", "sharding=rowwise", "hardware.ddr_cap_gib=24"])
+    module = _meta_model(cfg)
+    assert all(p.is_meta for p in module.parameters())
+    cpu_dense = build_model(cfg.model, dense_device=torch.device("cpu"))
+    tables = dict(cpu_dense.model.sparse_arch.named_parameters())
+    assert tables and all(p.is_meta for p in tables.values())
+    crossnet = list(cpu_dense.model.inter_arch.parameters())
+    assert crossnet and all(p.device.type == "cpu" for p in crossnet)
+    with pytest.raises(InsufficientMemoryError) as info:
+        plan_model(cfg, CPU_ONE_RANK, module)
+    message = str(info.value)
+    assert "needed:  97.36 GiB fp32 weights + 0.76 GiB rowwise_adagrad state = 98.12 GiB" in message
+    assert "offered: 24.00 GiB DDR on 1 rank(s)" in message
+    cap = int(message.split("model.num_embeddings_cap=")[1].split(",")[0])
+    capped = compose_cfg(
+        [
+            "model=mlperf",
+            "sharding=rowwise",
+            "hardware.ddr_cap_gib=24",
+            f"model.num_embeddings_cap={cap}",
+        ]
+    )
+    plan = plan_model(capped, CPU_ONE_RANK, _meta_model(capped))
+    assert len(plan.plan["model.sparse_arch.embedding_bag_collection"]) == 26
