@@ -31,10 +31,12 @@ def compose_cfg(overrides: Sequence[str] = ()) -> Config:
 
 
 def run_cli(
-    args: Sequence[str], cwd: Path = REPO, timeout: int = 300
+    args: Sequence[str], cwd: Path = REPO, timeout: int = 300, full_error: bool = False
 ) -> subprocess.CompletedProcess:
-    """``python -m dlrm_exp ARGS`` in a subprocess, without HYDRA_FULL_ERROR."""
+    """``python -m dlrm_exp ARGS`` in a subprocess; HYDRA_FULL_ERROR=1 only if ``full_error``."""
     env = {k: v for k, v in os.environ.items() if k != "HYDRA_FULL_ERROR"}
+    if full_error:
+        env["HYDRA_FULL_ERROR"] = "1"
     return subprocess.run(
         [sys.executable, "-m", "dlrm_exp", *args],
         cwd=cwd,

@@ -182,3 +182,8 @@ def test_cli_cross_field_error_is_one_message(tmp_path):
     assert result.stderr.startswith("Error: model.dense_arch_layer_sizes[-1] (8) must equal")
     assert "Traceback" not in result.stderr
     assert not (tmp_path / "metrics.json").exists()
+    full = run_cli(
+        ["model.dense_arch_layer_sizes=[64,8]", f"hydra.run.dir={tmp_path}"], full_error=True
+    )
+    assert full.returncode == 1
+    assert "Traceback" in full.stderr and "ConfigError" in full.stderr
