@@ -65,7 +65,9 @@ def test_click_metrics_auroc_and_degenerate_cases():
     one_class = ClickMetrics(torch.device("cpu"))
     one_class.update(torch.tensor([1.0, 2.0]), torch.tensor([0.0, 0.0]))
     assert math.isnan(one_class.compute()["auroc"])
-    assert all(math.isnan(v) for v in ClickMetrics(torch.device("cpu")).compute().values())
+    empty = ClickMetrics(torch.device("cpu")).compute()
+    assert empty["samples"] == 0
+    assert all(math.isnan(empty[k]) for k in ("auroc", "logloss", "ne"))
 
 
 def test_throughput_excludes_warmup_and_pauses():

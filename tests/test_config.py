@@ -122,8 +122,31 @@ RULES = [
     ),
     (
         ["sharding=dataparallel", "sharding.compute_kernel=fused"],
-        r"data_parallel replicates tables .* set sharding.compute_kernel=dense",
+        r"sharding: data_parallel replicates tables .* set sharding.compute_kernel=dense",
     ),
+    (
+        ["+sharding.per_table_sharding_type.t_cat_0=data_parallel"],
+        r"table t_cat_0: data_parallel replicates tables .* "
+        r"set \+sharding.per_table_compute_kernel.t_cat_0=dense",
+    ),
+    (
+        ["+sharding.per_table_sharding_type.t_cat_99=row_wise"],
+        r"sharding.per_table_\* names unknown table\(s\) \['t_cat_99'\]: "
+        r"tables are t_cat_0 .. t_cat_25",
+    ),
+    (
+        ["sharding.compute_kernel=fused_uvm_caching"],
+        r"sharding.compute_kernel=fused_uvm_caching .* needs hardware.compute_device=cuda",
+    ),
+    (["sharding.cache_load_factor=0"], r"sharding.cache_load_factor must be in \(0, 1\]"),
+    (["hardware.nproc_per_node=0"], r"hardware.nproc_per_node must be positive"),
+    (
+        ["hardware.nproc_per_node=2", "hardware.local_world_size=3"],
+        r"hardware.local_world_size \(3\) must divide the world size \(2 = nproc_per_node x "
+        r"nnodes\): set hardware.local_world_size=2",
+    ),
+    (["hardware.intra_host_bw=-1"], r"hardware.intra_host_bw must be positive"),
+    (["verify.steps=0"], r"verify.steps must be positive"),
     (["optimizer.learning_rate=0"], r"optimizer.learning_rate must be positive"),
     (["optimizer.dense_learning_rate=-1"], r"optimizer.dense_learning_rate must be positive"),
     (["optimizer.eps=-1e-3"], r"optimizer.eps must be >= 0"),
@@ -138,7 +161,7 @@ RULES = [
         ["data=criteo_tsv", "data.path=a", "data.val_fraction=0.5", "data.test_fraction=0.5"],
         r"must leave rows to train on",
     ),
-    (["hardware.ddr_cap_gib=0"], r"hardware.ddr_cap_gib must be positive"),
+    (["hardware.ddr_cap=0"], r"hardware.ddr_cap must be positive"),
     (["hardware.backend=nccl"], r"backend=nccl needs CUDA devices: set hardware.backend=gloo"),
     (["train.batch_size=0"], r"train.batch_size must be positive"),
     (["train.epochs=0"], r"train.epochs must be positive"),

@@ -180,7 +180,7 @@ def test_mlperf_does_not_fit_and_says_so_before_allocating(tmp_path):
         [
             "model=mlperf",
             "sharding=rowwise",
-            "hardware.ddr_cap_gib=23.5",
+            "hardware.ddr_cap=23.5",
             f"hydra.run.dir={tmp_path}",
         ]
     )

@@ -53,7 +53,7 @@ def test_memory_capacity_measured_or_configured():
     measured = memory_capacity(HardwareConfig(), local_world_size=2)
     assert measured.ddr_bytes == psutil.virtual_memory().total // 2
     assert "measured" in measured.source
-    configured = memory_capacity(HardwareConfig(ddr_cap_gib=1.5), local_world_size=2)
+    configured = memory_capacity(HardwareConfig(ddr_cap=1.5), local_world_size=2)
     assert configured.ddr_bytes == int(1.5 * GIB)
 
 
@@ -82,7 +82,7 @@ def _meta_model(cfg):
 
 
 def test_mlperf_does_not_fit_24_gib_and_the_suggested_cap_does():
-    cfg = compose_cfg(["model=mlperf", "sharding=rowwise", "hardware.ddr_cap_gib=24"])
+    cfg = compose_cfg(["model=mlperf", "sharding=rowwise", "hardware.ddr_cap=24"])
     module = _meta_model(cfg)
     assert all(p.is_meta for p in module.parameters())
     cpu_dense = build_model(cfg.model, dense_device=torch.device("cpu"))
@@ -100,9 +100,32 @@ def test_mlperf_does_not_fit_24_gib_and_the_suggested_cap_does():
         [
             "model=mlperf",
             "sharding=rowwise",
-            "hardware.ddr_cap_gib=24",
+            "hardware.ddr_cap=24",
             f"model.num_embeddings_cap={cap}",
         ]
     )
     plan = plan_model(capped, CPU_ONE_RANK, _meta_model(capped))
     assert len(plan.plan["model.sparse_arch.embedding_bag_collection"]) == 26
+
+
+def test_replicated_tables_count_once_per_rank_and_the_cap_accounts_for_it():
+    sizes = [100_000_000] + [1] * 25
+    overrides = [
+        "sharding=dataparallel",
+        "hardware.ddr_cap=4",
+        "hardware.nproc_per_node=2",
+        f"model.num_embeddings_per_feature=[{','.join(map(str, sizes))}]",
+    ]
+    ctx = DistContext(
+        rank=0, world_size=2, local_rank=0, local_world_size=2, device=torch.device("meta")
+    )
+    cfg = compose_cfg(overrides)
+    with pytest.raises(InsufficientMemoryError) as info:
+        plan_model(cfg, ctx, _meta_model(cfg))
+    message = str(info.value)
+    assert (
+        "6.33 GiB are data_parallel tables, held whole by each of the 2 ranks: 12.67 GiB" in message
+    )
+    cap = int(message.split("model.num_embeddings_cap=")[1].split(",")[0])
+    capped = compose_cfg([*overrides, f"model.num_embeddings_cap={cap}"])
+    plan_model(capped, ctx, _meta_model(capped))  # the suggestion fits

@@ -17,7 +17,7 @@ from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from dlrm_exp.config import Config, register_configs
+from dlrm_exp.config import Config, Mode, register_configs
 from dlrm_exp.errors import UserError
 from dlrm_exp.logs import quiet_libraries
 
@@ -70,6 +70,13 @@ def hydra_main(raw: DictConfig) -> float | None:
         assert isinstance(cfg, Config)
         run_dir = Path(HydraConfig.get().runtime.output_dir)
         choices = {k: str(v) for k, v in HydraConfig.get().runtime.choices.items()}
+        if cfg.mode is Mode.verify:
+            from dlrm_exp.verify import run_verify
+            from dlrm_exp.verify import summary as verify_summary
+
+            result = run_verify(cfg, run_dir)
+            print(verify_summary(result))
+            return result["max_rel_loss_deviation"]
         from dlrm_exp.run import run_train
 
         metrics = run_train(cfg, run_dir, choices)
@@ -83,8 +90,20 @@ def hydra_main(raw: DictConfig) -> float | None:
     return metrics["val"]["auroc"]
 
 
+#: Under torchrun every rank runs this entry point; ranks other than 0 compose the same config
+#: but must not create run folders or log files: Hydra is told to write nothing for them.
+_QUIET_RANK_OVERRIDES = (
+    "hydra.output_subdir=null",
+    "hydra/job_logging=disabled",
+    "hydra/hydra_logging=disabled",
+    "hydra.run.dir=.",
+)
+
+
 def main() -> None:
     """Console-script entry (``dlrm-exp``)."""
+    if int(os.environ.get("RANK", "0")) > 0 and "MASTER_ADDR" in os.environ:
+        sys.argv += list(_QUIET_RANK_OVERRIDES)
     hydra_main()
 
 

@@ -26,9 +26,12 @@ CRITEO_NUM_SPARSE = 26
 
 
 class Mode(Enum):
-    """What the entry point does with the composed config."""
+    """What the entry point does with the composed config: ``train``, or ``verify`` (train a
+    few steps sharded and unsharded from the same weights and compare, see
+    :mod:`dlrm_exp.verify`)."""
 
     train = "train"
+    verify = "verify"
 
 
 class InteractionType(Enum):
@@ -49,14 +52,23 @@ class ShardingStrategy(Enum):
     table_wise = "table_wise"
     row_wise = "row_wise"
     column_wise = "column_wise"
+    table_row_wise = "table_row_wise"
+    table_column_wise = "table_column_wise"
+    grid_shard = "grid_shard"
     data_parallel = "data_parallel"
 
 
 class ComputeKernel(Enum):
-    """Embedding compute kernel; values equal TorchRec's ``EmbeddingComputeKernel`` strings."""
+    """Embedding compute kernel; values equal TorchRec's ``EmbeddingComputeKernel`` strings.
+
+    ``fused``: FBGEMM table-batched kernel with the optimizer fused into backward; ``dense``:
+    plain autograd tables (needed by data_parallel); ``fused_uvm_caching``: tables in host
+    memory (CUDA unified memory) with an HBM cache of ``cache_load_factor`` of the rows.
+    """
 
     fused = "fused"
     dense = "dense"
+    fused_uvm_caching = "fused_uvm_caching"
 
 
 class SparseOptimizer(Enum):
@@ -201,20 +213,62 @@ class ShardingConfig:
 
     Attributes:
         sharding_type: one type for every table (``auto``: TorchRec's planner chooses).
-        compute_kernel: ``fused`` (FBGEMM table-batched kernel, optimizer fused into backward)
-            or ``dense`` (required by ``data_parallel``).
+        compute_kernel: ``fused`` (default), ``dense`` (required by ``data_parallel``) or
+            ``fused_uvm_caching`` (CUDA only).
+        cache_load_factor: share of a table's rows kept in the HBM cache for
+            ``fused_uvm_caching`` (TorchRec's ``ParameterConstraints.cache_params``); (0, 1].
+        per_table_sharding_type: sharding type by table name (``t_cat_0`` ...), overriding
+            ``sharding_type`` for mixed plans:
+            ``+sharding.per_table_sharding_type.t_cat_0=data_parallel``.
+        per_table_compute_kernel: compute kernel by table name, overriding ``compute_kernel``:
+            ``+sharding.per_table_compute_kernel.t_cat_0=dense``.
     """
 
     sharding_type: ShardingStrategy = ShardingStrategy.auto
     compute_kernel: ComputeKernel = ComputeKernel.fused
+    cache_load_factor: float | None = None
+    per_table_sharding_type: dict[str, ShardingStrategy] = field(default_factory=dict)
+    per_table_compute_kernel: dict[str, ComputeKernel] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        if self.sharding_type is ShardingStrategy.data_parallel:
-            _require(
-                self.compute_kernel is ComputeKernel.dense,
-                "sharding.sharding_type=data_parallel replicates tables with the dense compute "
-                "kernel: set sharding.compute_kernel=dense",
+        _require(
+            self.cache_load_factor is None or 0 < self.cache_load_factor <= 1,
+            f"sharding.cache_load_factor must be in (0, 1], got {self.cache_load_factor}",
+        )
+        for table in [None, *self.overridden_tables]:
+            kind, kernel = self.table_choice(table)
+            fix = (
+                "sharding.compute_kernel"
+                if table is None
+                else f"+sharding.per_table_compute_kernel.{table}"
             )
+            where = "sharding" if table is None else f"table {table}"
+            if kind is ShardingStrategy.data_parallel:
+                _require(
+                    kernel is ComputeKernel.dense,
+                    f"{where}: data_parallel replicates tables with the dense compute kernel: "
+                    f"set {fix}=dense",
+                )
+            elif kind is not ShardingStrategy.auto:
+                _require(
+                    kernel is not ComputeKernel.dense,
+                    f"{where}: {kind.value} shards need the fused (or fused_uvm_caching) "
+                    f"compute kernel; dense goes with data_parallel: set {fix}=fused",
+                )
+
+    @property
+    def overridden_tables(self) -> list[str]:
+        """Table names with a per-table sharding type or compute kernel, sorted."""
+        return sorted(set(self.per_table_sharding_type) | set(self.per_table_compute_kernel))
+
+    def table_choice(self, table: str | None) -> tuple[ShardingStrategy, ComputeKernel]:
+        """Effective (sharding type, compute kernel) of ``table`` (None: the group default)."""
+        if table is None:
+            return self.sharding_type, self.compute_kernel
+        return (
+            self.per_table_sharding_type.get(table, self.sharding_type),
+            self.per_table_compute_kernel.get(table, self.compute_kernel),
+        )
 
 
 @dataclass
@@ -354,32 +408,61 @@ class CriteoTsvDataConfig(DataConfig):
 
 @dataclass
 class HardwareConfig:
-    """Where and how the job runs (group ``hardware``).
+    """Where and how the job runs, and the planner's ``Topology`` (group ``hardware``).
 
     Attributes:
         compute_device: ``cpu`` or ``cuda``.
         backend: torch.distributed backend (``gloo`` for CPU, ``nccl`` for CUDA).
-        ddr_cap_gib: host memory per rank for the planner, GiB. Null: measured on this machine
+        nproc_per_node: worker processes per host; above 1 (with ``nnodes``) the job starts
+            them through torch.distributed's elastic launcher, unless already run by torchrun.
+        nnodes: hosts; multi-host jobs are started by torchrun on every host.
+        local_world_size: ranks per host as the planner sees it (null: ``nproc_per_node``).
+        ddr_cap: host memory per rank for the planner, GiB. Null: measured on this machine
             (total RAM / local world size); TorchRec's own default (128 GiB) would let plans
             through that cannot be allocated here.
-        hbm_cap_gib: device memory per rank for the planner, GiB (cuda only). Null: TorchRec's
-            default, or the device's own memory when one is present.
+        hbm_cap: device memory per rank for the planner, GiB (cuda only). Null: the device's
+            own memory when one is present, else TorchRec's default.
+        intra_host_bw: bandwidth between ranks of one host, GB/s (null: TorchRec's default).
+        inter_host_bw: bandwidth between hosts, GB/s (null: TorchRec's default).
+        collective_timeout_s: seconds a collective may wait for a peer before the job fails
+            (torch.distributed's own default is 30 minutes).
     """
 
     compute_device: ComputeDevice = ComputeDevice.cpu
     backend: Backend = Backend.gloo
-    ddr_cap_gib: float | None = None
-    hbm_cap_gib: float | None = None
+    nproc_per_node: int = 1
+    nnodes: int = 1
+    local_world_size: int | None = None
+    ddr_cap: float | None = None
+    hbm_cap: float | None = None
+    intra_host_bw: float | None = None
+    inter_host_bw: float | None = None
+    collective_timeout_s: float = 600.0
 
     def __post_init__(self) -> None:
-        for name in ("ddr_cap_gib", "hbm_cap_gib"):
+        for name in ("nproc_per_node", "nnodes", "collective_timeout_s"):
+            value = getattr(self, name)
+            _require(value > 0, f"hardware.{name} must be positive, got {value}")
+        for name in ("local_world_size", "ddr_cap", "hbm_cap", "intra_host_bw", "inter_host_bw"):
             value = getattr(self, name)
             _require(value is None or value > 0, f"hardware.{name} must be positive, got {value}")
+        if self.local_world_size is not None:
+            _require(
+                self.world_size % self.local_world_size == 0,
+                f"hardware.local_world_size ({self.local_world_size}) must divide the world size "
+                f"({self.world_size} = nproc_per_node x nnodes): set "
+                f"hardware.local_world_size={self.nproc_per_node}",
+            )
         if self.compute_device is ComputeDevice.cpu:
             _require(
                 self.backend is Backend.gloo,
                 "hardware.backend=nccl needs CUDA devices: set hardware.backend=gloo for CPU",
             )
+
+    @property
+    def world_size(self) -> int:
+        """Ranks in the job: ``nproc_per_node * nnodes``."""
+        return self.nproc_per_node * self.nnodes
 
 
 @dataclass
@@ -415,6 +498,20 @@ class TrainConfig:
 
 
 @dataclass
+class VerifyConfig:
+    """``mode=verify`` settings.
+
+    Attributes:
+        steps: training steps compared against the unsharded reference.
+    """
+
+    steps: int = 20
+
+    def __post_init__(self) -> None:
+        _require(self.steps > 0, f"verify.steps must be positive, got {self.steps}")
+
+
+@dataclass
 class Config:
     """Root config: the six groups plus the training loop."""
 
@@ -427,8 +524,28 @@ class Config:
     data: DataConfig = MISSING
     hardware: HardwareConfig = MISSING
     train: TrainConfig = field(default_factory=TrainConfig)
+    verify: VerifyConfig = field(default_factory=VerifyConfig)
 
     def __post_init__(self) -> None:
+        tables = {f"t_cat_{i}" for i in range(len(self.model.num_embeddings_per_feature))}
+        unknown = sorted(set(self.sharding.overridden_tables) - tables)
+        _require(
+            not unknown,
+            f"sharding.per_table_* names unknown table(s) {unknown}: tables are t_cat_0 .. "
+            f"t_cat_{len(tables) - 1}",
+        )
+        if self.hardware.compute_device is ComputeDevice.cpu:
+            for table in [None, *self.sharding.overridden_tables]:
+                if self.sharding.table_choice(table)[1] is ComputeKernel.fused_uvm_caching:
+                    key = (
+                        "sharding.compute_kernel"
+                        if table is None
+                        else f"sharding.per_table_compute_kernel.{table}"
+                    )
+                    raise ConfigError(
+                        f"{key}=fused_uvm_caching keeps tables in CUDA unified memory with an "
+                        "HBM cache and needs hardware.compute_device=cuda: on CPU use fused"
+                    )
         if isinstance(self.data, CriteoTsvDataConfig):
             n_sparse = len(self.model.num_embeddings_per_feature)
             _require(

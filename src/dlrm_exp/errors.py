@@ -16,5 +16,13 @@ class DataError(UserError):
     """Input data that cannot be read: missing path, no valid row, unreadable file."""
 
 
+class PlanError(UserError):
+    """TorchRec's planner cannot place the tables under the requested constraints."""
+
+
 class InsufficientMemoryError(UserError):
     """The sharding planner found no plan that fits the embedding tables in memory."""
+
+
+class WorkerFailedError(UserError):
+    """A worker process of a multi-process job failed; the message names the rank and cause."""

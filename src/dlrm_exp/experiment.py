@@ -13,11 +13,11 @@ from torchrec.distributed.model_parallel import DistributedModelParallel
 from torchrec.distributed.types import ShardingPlan
 from torchrec.optim.keyed import CombinedOptimizer
 
-from dlrm_exp.config import Config
+from dlrm_exp.config import Config, ShardingStrategy
 from dlrm_exp.launch import DistContext
 from dlrm_exp.model import build_model, table_configs
 from dlrm_exp.optim import apply_sparse_optimizer, build_optimizer
-from dlrm_exp.qcomms import build_qcomm_codecs_registry
+from dlrm_exp.qcomms import build_qcomm_codecs_registry, check_supported
 from dlrm_exp.sharding import (
     build_constraints,
     build_planner,
@@ -28,6 +28,7 @@ from dlrm_exp.sharding import (
     plan_or_explain,
 )
 from dlrm_exp.storage import embedding_storage
+from dlrm_exp.table_init import init_tables
 
 
 @dataclass
@@ -44,6 +45,8 @@ def plan_model(cfg: Config, ctx: DistContext, module: torch.nn.Module) -> Shardi
     """Shard ``module`` (on the meta device) for this job with TorchRec's planner.
 
     Raises:
+        ConfigError: the plan's sharding types cannot run with the configured qcomms on this
+            backend (see :data:`dlrm_exp.qcomms.UNSUPPORTED_ON_GLOO`).
         InsufficientMemoryError: the tables do not fit; the message gives needed vs offered
             GiB and a ``model.num_embeddings_cap`` that fits. Raised before anything is
             allocated.
@@ -58,9 +61,12 @@ def plan_model(cfg: Config, ctx: DistContext, module: torch.nn.Module) -> Shardi
     device_kind = "HBM" if capacity.hbm_bytes else "DDR"
 
     def explain() -> str:
-        storage = embedding_storage(
-            cfg.model.table_sizes, cfg.model.embedding_dim, cfg.optimizer.sparse_optimizer
-        )
+        dim, opt = cfg.model.embedding_dim, cfg.optimizer.sparse_optimizer
+        storage = embedding_storage(cfg.model.table_sizes, dim, opt)
+        replicated = [
+            cfg.sharding.table_choice(t.name)[0] is ShardingStrategy.data_parallel for t in tables
+        ]
+        dp_sizes = [t.num_embeddings for t, dp in zip(tables, replicated, strict=True) if dp]
         return insufficient_memory_message(
             storage,
             cfg.optimizer.sparse_optimizer,
@@ -69,25 +75,40 @@ def plan_model(cfg: Config, ctx: DistContext, module: torch.nn.Module) -> Shardi
             capacity,
             ctx.world_size,
             device_kind,
+            replicated=embedding_storage(dp_sizes, dim, opt),
+            copies=[ctx.world_size if dp else 1 for dp in replicated],
         )
 
-    return plan_or_explain(planner, module, sharder, explain)
+    overrides = cfg.sharding.overridden_tables
+    summary = (
+        f"sharding_type={cfg.sharding.sharding_type.value}, "
+        f"compute_kernel={cfg.sharding.compute_kernel.value} on {ctx.world_size} rank(s)"
+        + (f", per-table overrides for {', '.join(overrides)}" if overrides else "")
+    )
+    plan = plan_or_explain(planner, module, sharder, explain, summary)
+    types = {ps.sharding_type for m in plan.plan.values() for ps in m.values()}  # type: ignore[union-attr]
+    check_supported(cfg.qcomms, types, cfg.hardware.backend.value)
+    return plan
 
 
-def build_experiment(cfg: Config, ctx: DistContext) -> Experiment:
+def build_experiment(cfg: Config, ctx: DistContext, plan: ShardingPlan | None = None) -> Experiment:
     """Build the sharded DLRM, its optimizers and the training pipeline for this rank.
 
-    Parameters are initialized from ``cfg.seed`` (the same on every rank). Tables are allocated
-    only after planning, so a plan that cannot fit fails before any table exists.
+    Parameters are initialized from ``cfg.seed`` (the same on every rank; tables independently
+    of the plan, see :mod:`dlrm_exp.table_init`). Tables are allocated
+    only after planning (here, or by the caller who passes ``plan``), so a plan that cannot fit
+    fails before any table exists.
     """
     torch.manual_seed(cfg.seed)
     module = build_model(cfg.model, dense_device=ctx.device)
     apply_sparse_optimizer(module, cfg.optimizer)
-    plan = plan_model(cfg, ctx, module)
+    if plan is None:
+        plan = plan_model(cfg, ctx, module)
     sharder = build_sharder(build_qcomm_codecs_registry(cfg.qcomms))
     model = DistributedModelParallel(
         module=module, device=ctx.device, plan=plan, sharders=[sharder]
     )
+    init_tables(model, table_configs(cfg.model), cfg.seed)
     optimizer = build_optimizer(model, cfg.optimizer)
     pipeline = TrainPipelineSparseDist(model, optimizer, ctx.device, execute_all_batches=True)
     return Experiment(model=model, optimizer=optimizer, pipeline=pipeline, plan=plan)

@@ -1,15 +1,19 @@
 """Process-group set-up: torchrun / elastic workers, or one in-process rank."""
 
 import os
-from collections.abc import Iterator
+import socket
+import uuid
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any
 
 import torch
 import torch.distributed as dist
 
 from dlrm_exp.config import ComputeDevice, HardwareConfig
-from dlrm_exp.errors import ConfigError
+from dlrm_exp.errors import ConfigError, WorkerFailedError
 
 
 @dataclass(frozen=True)
@@ -28,8 +32,74 @@ class DistContext:
         return self.rank == 0
 
 
-def _launched_by_torchrun() -> bool:
+def launched_by_torchrun() -> bool:
+    """True inside a worker started by torchrun / the elastic agent."""
     return all(k in os.environ for k in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"))
+
+
+def needs_launch(cfg: HardwareConfig) -> bool:
+    """The job wants more than one process and this process is not already one of them."""
+    return cfg.nproc_per_node * cfg.nnodes > 1 and not launched_by_torchrun()
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that was free a moment ago (the OS picks it, so two jobs on one
+    machine do not collide)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _describe_failures(err: Exception) -> str:
+    failures = getattr(err, "failures", {}) or {}
+    lines = []
+    for rank, failure in sorted(failures.items()):
+        if failure.signal_name() not in ("", "<N/A>") and failure.exitcode < 0:
+            cause = f"killed by signal {failure.signal_name()}"
+        else:
+            message = failure.message
+            if isinstance(message, dict):
+                message = message.get("message", "")
+            cause = (str(message).strip().splitlines() or [f"exit code {failure.exitcode}"])[-1]
+        lines.append(f"rank {rank} failed: {cause}")
+    return "\n".join(lines) or str(err)
+
+
+def launch_workers(fn: Callable[..., Any], args: tuple, cfg: HardwareConfig) -> Any:
+    """Run ``fn(*args)`` in ``nproc_per_node`` local worker processes with torch.distributed's
+    elastic launcher (the machinery behind torchrun) and return rank 0's result.
+
+    No restarts: a worker that raises or dies (e.g. ``kill -9``) makes the agent stop the
+    others, and this raises within seconds instead of hanging.
+
+    Raises:
+        ConfigError: ``nnodes > 1`` (start multi-host jobs with torchrun on every host).
+        WorkerFailedError: a worker failed; the message names each failed rank and its cause.
+    """
+    from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
+    from torch.distributed.launcher.api import LaunchConfig, elastic_launch
+
+    if cfg.nnodes != 1:
+        raise ConfigError(
+            f"hardware.nnodes={cfg.nnodes}: start multi-host jobs with torchrun on every host "
+            "(torchrun --nnodes N --nproc_per_node P --rdzv_endpoint HOST:PORT -m dlrm_exp ...)"
+        )
+    config = LaunchConfig(
+        min_nodes=1,
+        max_nodes=1,
+        nproc_per_node=cfg.nproc_per_node,
+        run_id=f"dlrm_exp-{uuid.uuid4().hex[:8]}",
+        rdzv_backend="c10d",
+        rdzv_endpoint=f"127.0.0.1:{free_port()}",
+        max_restarts=0,
+        monitor_interval=0.5,
+        start_method="spawn",
+    )
+    try:
+        results = elastic_launch(config, fn)(*args)
+    except ChildFailedError as err:
+        raise WorkerFailedError(_describe_failures(err)) from None
+    return results[0]
 
 
 def _device(cfg: HardwareConfig, local_rank: int) -> torch.device:
@@ -58,8 +128,9 @@ def process_group(cfg: HardwareConfig) -> Iterator[DistContext]:
     local_rank = int(os.environ.get("LOCAL_RANK", 0))
     device = _device(cfg, local_rank)
     if not dist.is_initialized():
-        if _launched_by_torchrun():
-            dist.init_process_group(backend=cfg.backend.value)
+        timeout = timedelta(seconds=cfg.collective_timeout_s)
+        if launched_by_torchrun():
+            dist.init_process_group(backend=cfg.backend.value, timeout=timeout)
         else:
             # TorchRec reads these to size its intra-host groups; set them rather than let it guess.
             for key, value in (
@@ -70,7 +141,11 @@ def process_group(cfg: HardwareConfig) -> Iterator[DistContext]:
             ):
                 os.environ.setdefault(key, value)
             dist.init_process_group(
-                backend=cfg.backend.value, store=dist.HashStore(), rank=0, world_size=1
+                backend=cfg.backend.value,
+                store=dist.HashStore(),
+                rank=0,
+                world_size=1,
+                timeout=timeout,
             )
         created = True
     try:

@@ -4,6 +4,7 @@ terminal and log file; our own INFO lines and every library WARNING or worse sta
 
 import logging
 import warnings
+from pathlib import Path
 
 _NOISY_LOGGERS = ("torchrec", "fbgemm_gpu", "torch.fx", "torch.distributed", "torch.nn.parallel")
 _NOISY_PATHS = ("/fbgemm_gpu/", "/torchrec/")
@@ -25,6 +26,9 @@ def quiet_libraries() -> None:
         logging.getLogger(name).setLevel(logging.WARNING)
     # torch.fx warns once per process that is_fx_tracing() changed meaning; TorchRec calls it.
     logging.getLogger("torch.fx._symbolic_trace").setLevel(logging.ERROR)
+    # The elastic agent dumps each failed worker's traceback at ERROR; the entry point reports
+    # the failure as one line naming the rank and cause instead.
+    logging.getLogger("torch.distributed.elastic").setLevel(logging.CRITICAL)
     # TorchRec logs its (trivial, single-host) process-group topology at WARNING.
     logging.getLogger("torchrec.distributed.comm").setLevel(logging.ERROR)
     flt = _LibraryInfoFilter()
@@ -33,4 +37,20 @@ def quiet_libraries() -> None:
     warnings.filterwarnings("ignore", category=FutureWarning, module=r"torchrec(\.|$)")
     warnings.filterwarnings("ignore", category=UserWarning, module=r"torchrec(\.|$)")
     warnings.filterwarnings("ignore", category=DeprecationWarning)
+    warnings.filterwarnings("ignore", category=FutureWarning, module=r"torch\.distributed")
     warnings.filterwarnings("ignore", message=r".*is_fx_tracing.*")
+
+
+def configure_worker_logging(log_file: Path | None) -> None:
+    """Logging for a spawned worker (Hydra configured only the parent): rank 0 logs INFO to
+    stderr and appends to the run's log file; other ranks log warnings only."""
+    handlers: list[logging.Handler] = [logging.StreamHandler()]
+    if log_file is not None:
+        handlers.append(logging.FileHandler(log_file))
+    logging.basicConfig(
+        level=logging.INFO if log_file is not None else logging.WARNING,
+        format="[%(asctime)s][%(name)s][%(levelname)s] - %(message)s",
+        handlers=handlers,
+        force=True,
+    )
+    quiet_libraries()

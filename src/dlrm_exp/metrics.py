@@ -41,39 +41,41 @@ class LogLossNE(Metric):
         self.count += labels.numel()
 
     def compute(self) -> dict[str, float]:
+        """``{"logloss", "ne", "samples", "positives"}`` over all ranks."""
         n = float(self.count)
+        positives = float(self.positives)
         if n == 0:
-            return {"logloss": math.nan, "ne": math.nan}
+            return {"logloss": math.nan, "ne": math.nan, "samples": 0.0, "positives": 0.0}
         logloss = float(self.bce_sum) / n
-        p = float(self.positives) / n
+        p = positives / n
         entropy = 0.0 if p in (0.0, 1.0) else -(p * math.log(p) + (1 - p) * math.log(1 - p))
-        return {"logloss": logloss, "ne": logloss / entropy if entropy > 0 else math.nan}
+        ne = logloss / entropy if entropy > 0 else math.nan
+        return {"logloss": logloss, "ne": ne, "samples": n, "positives": positives}
 
 
 class ClickMetrics:
-    """AUROC, log loss and NE over an evaluation pass."""
+    """AUROC, log loss and NE over an evaluation pass, over all ranks.
+
+    ``compute()`` is a collective when a process group exists: every rank must call it.
+    """
 
     def __init__(self, device: torch.device) -> None:
         self.auroc = BinaryAUROC().to(device)
         self.logloss_ne = LogLossNE().to(device)
-        self.samples = 0
 
     def update(self, logits: torch.Tensor, labels: torch.Tensor) -> None:
         self.auroc.update(torch.sigmoid(logits), labels.long())
         self.logloss_ne.update(logits, labels)
-        self.samples += int(labels.numel())
 
     def compute(self) -> dict[str, float]:
-        """``{"auroc", "logloss", "ne"}``; NaN AUROC when only one class was seen, all NaN
-        when nothing was evaluated."""
-        if self.samples == 0:
-            return {"auroc": math.nan, "logloss": math.nan, "ne": math.nan}
+        """``{"auroc", "logloss", "ne", "samples"}``; AUROC is NaN when only one class (or
+        nothing) was seen."""
+        if self.logloss_ne.update_count == 0:  # same on every rank: batches are equal per rank
+            return {"auroc": math.nan, "logloss": math.nan, "ne": math.nan, "samples": 0.0}
         values = self.logloss_ne.compute()
-        labels = torch.cat(self.auroc.target) if self.auroc.target else torch.empty(0)
-        if labels.numel() == 0 or labels.min() == labels.max():
-            auroc = math.nan
-        else:
-            auroc = float(self.auroc.compute())
+        positives = values.pop("positives")
+        one_class = positives in (0.0, values["samples"])
+        auroc = math.nan if one_class else float(self.auroc.compute())
         return {"auroc": auroc, **values}
 
 

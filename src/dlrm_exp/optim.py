@@ -35,21 +35,32 @@ def apply_sparse_optimizer(model: DLRMTrain, cfg: OptimizerConfig) -> None:
 
 
 def build_optimizer(model: torch.nn.Module, cfg: OptimizerConfig) -> CombinedOptimizer:
-    """``CombinedOptimizer([dmp.fused_optimizer, dense])`` for a ``DistributedModelParallel``.
+    """``CombinedOptimizer`` for a ``DistributedModelParallel``: the fused sparse optimizer,
+    the dense optimizer, and (if any) the sparse optimizer for data-parallel tables.
 
-    ``step()`` on it steps the dense optimizer; the fused sparse update already happened in
-    backward.
+    ``step()`` steps the dense optimizer and the data-parallel tables; the fused sparse update
+    already happened in backward. TorchRec drops the in-backward optimizer of tables it shards
+    ``data_parallel`` (their replicas sit behind DDP), which would leave them to the dense
+    optimizer at the dense learning rate; here they keep the configured sparse optimizer and
+    step after DDP averaged their gradients, which is the update the fused kernel makes for
+    sharded tables.
     """
     if cfg.dense_optimizer is DenseOptimizer.adagrad:
 
-        def factory(params: Any) -> torch.optim.Optimizer:
+        def dense_factory(params: Any) -> torch.optim.Optimizer:
             return torch.optim.Adagrad(params, lr=cfg.dense_learning_rate, eps=cfg.eps)
     else:
 
-        def factory(params: Any) -> torch.optim.Optimizer:
+        def dense_factory(params: Any) -> torch.optim.Optimizer:
             return torch.optim.SGD(params, lr=cfg.dense_learning_rate)
 
-    dense = KeyedOptimizerWrapper(
-        dict(in_backward_optimizer_filter(model.named_parameters())), factory
-    )
-    return CombinedOptimizer([model.fused_optimizer, dense])
+    cls, kwargs = _sparse_class(cfg)
+    plain = dict(in_backward_optimizer_filter(model.named_parameters()))
+    replicated_tables = {k: v for k, v in plain.items() if ".embedding_bags." in k}
+    dense = {k: v for k, v in plain.items() if k not in replicated_tables}
+    optimizers: list[Any] = [model.fused_optimizer, KeyedOptimizerWrapper(dense, dense_factory)]
+    if replicated_tables:
+        optimizers.append(
+            KeyedOptimizerWrapper(replicated_tables, lambda params: cls(params, **kwargs))
+        )
+    return CombinedOptimizer(optimizers)

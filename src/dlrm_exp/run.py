@@ -3,21 +3,33 @@
 Writes, on rank 0, into the Hydra run folder: ``plan.txt`` (TorchRec's table of the sharding
 plan), TensorBoard events (scalars + HParams) and ``metrics.json``. ``metrics.json`` is written
 last and atomically, so a crash never leaves a partial one.
+
+With ``hardware.nproc_per_node > 1`` the parent process checks what it can before any worker
+exists (data paths, the plan on the meta device), then starts the workers with torch's elastic
+launcher; under torchrun the process is already a worker and trains directly.
 """
 
 import logging
+import os
 import time
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+import torch
+from torch.distributed.elastic.multiprocessing.errors import record
+from torchrec.distributed.types import ShardingPlan
+
 from dlrm_exp.config import Config
-from dlrm_exp.data import iter_batches, load_splits, per_rank_sizes
-from dlrm_exp.experiment import build_experiment
-from dlrm_exp.launch import process_group
+from dlrm_exp.data import data_paths, iter_batches, load_splits, per_rank_sizes
+from dlrm_exp.data.criteo_tsv import resolve_paths
+from dlrm_exp.experiment import build_experiment, plan_model
+from dlrm_exp.launch import DistContext, launch_workers, needs_launch, process_group
+from dlrm_exp.logs import configure_worker_logging
 from dlrm_exp.metrics import peak_memory_gib
-from dlrm_exp.model import feature_names
-from dlrm_exp.sharding import plan_text
+from dlrm_exp.model import build_model, feature_names, table_configs
+from dlrm_exp.optim import apply_sparse_optimizer
+from dlrm_exp.sharding import plan_record, plan_text
 from dlrm_exp.tracking import Scalar, Tracker, write_json_atomic, write_text_atomic
 from dlrm_exp.train import fit
 
@@ -54,7 +66,47 @@ def run_train(cfg: Config, run_dir: Path, choices: Mapping[str, str]) -> dict[st
     Raises:
         DataError, InsufficientMemoryError, ConfigError: user-fixable problems, before
             training starts.
+        WorkerFailedError: a worker process failed or was killed.
     """
+    if not needs_launch(cfg.hardware):
+        return train_worker(cfg, run_dir, choices)
+    plan = preflight(cfg)
+    return launch_workers(_spawned_worker, (cfg, str(run_dir), dict(choices), plan), cfg.hardware)
+
+
+def preflight(cfg: Config) -> ShardingPlan:
+    """What the parent can check before starting workers: data paths and the sharding plan
+    (on the meta device, for the whole job). Returns the plan, which workers then use."""
+    for key, paths in data_paths(cfg.data).items():
+        resolve_paths(paths, key)
+    world = cfg.hardware.world_size
+    ctx = DistContext(
+        rank=0,
+        world_size=world,
+        local_rank=0,
+        local_world_size=cfg.hardware.nproc_per_node,
+        device=torch.device("meta"),
+    )
+    module = build_model(cfg.model, dense_device=torch.device("meta"))
+    apply_sparse_optimizer(module, cfg.optimizer)
+    return plan_model(cfg, ctx, module)
+
+
+@record
+def _spawned_worker(
+    cfg: Config, run_dir: str, choices: dict[str, str], plan: ShardingPlan
+) -> dict[str, Any]:
+    """Entry point of a worker started by :func:`launch_workers` (a fresh interpreter)."""
+    rank = int(os.environ.get("RANK", "0"))
+    configure_worker_logging(Path(run_dir) / "dlrm_exp.log" if rank == 0 else None)
+    return train_worker(cfg, Path(run_dir), choices, plan)
+
+
+def train_worker(
+    cfg: Config, run_dir: Path, choices: Mapping[str, str], plan: ShardingPlan | None = None
+) -> dict[str, Any]:
+    """Train on this rank (joining or creating the process group); rank 0 writes the run
+    folder and returns the metrics, other ranks return theirs without writing."""
     started = time.perf_counter()
     with process_group(cfg.hardware) as ctx:
         keys = feature_names(len(cfg.model.table_sizes))
@@ -62,9 +114,11 @@ def run_train(cfg: Config, run_dir: Path, choices: Mapping[str, str]) -> dict[st
             cfg.data, cfg.model.table_sizes, cfg.model.num_dense_features, cfg.seed
         )
         log.info("data rows: %s", splits.info.get("rows"))
-        experiment = build_experiment(cfg, ctx)
+        experiment = build_experiment(cfg, ctx, plan)
+        plan_data = plan_record(experiment.plan, table_configs(cfg.model), ctx.world_size)
         if ctx.is_main:
             write_text_atomic(run_dir / "plan.txt", plan_text(experiment.plan) + "\n")
+            write_json_atomic(run_dir / "plan.json", plan_data)
 
         def batches(split_name: str):
             data = getattr(splits, split_name)
@@ -97,6 +151,7 @@ def run_train(cfg: Config, run_dir: Path, choices: Mapping[str, str]) -> dict[st
                 "peak_memory_gib": peak_memory_gib(),
                 "final_train_loss": result.final_train_loss,
                 "world_size": ctx.world_size,
+                "embedding_bytes_per_rank": plan_data["embedding_bytes_per_rank"],
                 "bayes_auroc": splits.info.get("bayes_auroc"),
                 "data": splits.info,
                 "val_history": result.val_history,

@@ -11,9 +11,11 @@ from dataclasses import dataclass
 
 import psutil
 import torch
+import torch.distributed as dist
 from torchrec.distributed.embeddingbag import EmbeddingBagCollectionSharder
 from torchrec.distributed.planner import EmbeddingShardingPlanner, ParameterConstraints
 from torchrec.distributed.planner.storage_reservations import FixedPercentageStorageReservation
+from torchrec.distributed.planner.types import HardwareConfig as TorchRecHardwareConfig
 from torchrec.distributed.planner.types import (
     KernelConfig,
     PlannerError,
@@ -22,7 +24,12 @@ from torchrec.distributed.planner.types import (
     TopologyFactory,
     TrainerConfig,
 )
-from torchrec.distributed.types import QuantizedCommCodecs, ShardingPlan, ShardingType
+from torchrec.distributed.types import (
+    CacheParams,
+    QuantizedCommCodecs,
+    ShardingPlan,
+    ShardingType,
+)
 from torchrec.modules.embedding_configs import EmbeddingBagConfig
 
 from dlrm_exp.config import (
@@ -33,8 +40,8 @@ from dlrm_exp.config import (
     ShardingStrategy,
     SparseOptimizer,
 )
-from dlrm_exp.errors import InsufficientMemoryError
-from dlrm_exp.storage import GIB, EmbeddingStorage, largest_fitting_cap
+from dlrm_exp.errors import InsufficientMemoryError, PlanError
+from dlrm_exp.storage import FP32_BYTES, GIB, EmbeddingStorage, largest_fitting_cap
 
 log = logging.getLogger(__name__)
 
@@ -66,25 +73,28 @@ def build_sharder(
 def build_constraints(
     cfg: ShardingConfig, tables: list[EmbeddingBagConfig], offered_types: list[str]
 ) -> dict[str, ParameterConstraints]:
-    """``ParameterConstraints`` for every table: the requested sharding type and compute kernel.
+    """``ParameterConstraints`` for every table: its sharding type and compute kernel (the
+    group's, or its ``per_table_*`` override).
 
     For ``auto`` the planner may pick any type the sharder offers (``offered_types``) that
     works with the compute kernel: data_parallel only goes with the dense kernel.
+    ``fused_uvm_caching`` gets ``CacheParams(load_factor=cache_load_factor)``.
     """
-    if cfg.sharding_type is ShardingStrategy.auto:
-        types = [
-            t
-            for t in offered_types
-            if cfg.compute_kernel is ComputeKernel.dense or t != ShardingType.DATA_PARALLEL.value
-        ]
-    else:
-        types = [cfg.sharding_type.value]
-    return {
-        t.name: ParameterConstraints(
-            sharding_types=types, compute_kernels=[cfg.compute_kernel.value]
+    constraints = {}
+    for table in tables:
+        kind, kernel = cfg.table_choice(table.name)
+        if kind is ShardingStrategy.auto:
+            dp = ShardingType.DATA_PARALLEL.value
+            types = [t for t in offered_types if (kernel is ComputeKernel.dense) == (t == dp)]
+        else:
+            types = [kind.value]
+        cache = None
+        if kernel is ComputeKernel.fused_uvm_caching and cfg.cache_load_factor is not None:
+            cache = CacheParams(load_factor=cfg.cache_load_factor)
+        constraints[table.name] = ParameterConstraints(
+            sharding_types=types, compute_kernels=[kernel.value], cache_params=cache
         )
-        for t in tables
-    }
+    return constraints
 
 
 def machine_memory_bytes() -> int:
@@ -104,11 +114,11 @@ class MemoryCapacity:
 def memory_capacity(cfg: HardwareConfig, local_world_size: int) -> MemoryCapacity:
     """Per-rank DDR (and HBM) capacity: the config's values, else measured on this machine.
 
-    A null ``ddr_cap_gib`` becomes total RAM / ``local_world_size``; a null ``hbm_cap_gib``
+    A null ``ddr_cap`` becomes total RAM / ``local_world_size``; a null ``hbm_cap``
     on CUDA becomes the memory of device 0.
     """
-    if cfg.ddr_cap_gib is not None:
-        ddr, source = int(cfg.ddr_cap_gib * GIB), "hardware.ddr_cap_gib"
+    if cfg.ddr_cap is not None:
+        ddr, source = int(cfg.ddr_cap * GIB), "hardware.ddr_cap"
     else:
         ddr = machine_memory_bytes() // local_world_size
         source = (
@@ -116,25 +126,45 @@ def memory_capacity(cfg: HardwareConfig, local_world_size: int) -> MemoryCapacit
         )
     hbm: int | None = None
     if cfg.compute_device is ComputeDevice.cuda:
-        if cfg.hbm_cap_gib is not None:
-            hbm = int(cfg.hbm_cap_gib * GIB)
+        if cfg.hbm_cap is not None:
+            hbm = int(cfg.hbm_cap * GIB)
         elif torch.cuda.is_available():
             hbm = torch.cuda.get_device_properties(0).total_memory
     return MemoryCapacity(ddr_bytes=ddr, hbm_bytes=hbm, source=source)
 
 
+def gbps_to_bytes_per_ms(gbps: float) -> float:
+    """GB/s to the planner's bytes/ms, with TorchRec's convention GB = 1024**3 bytes
+    (``INTRA_NODE_BANDWIDTH = 600 * 1024**3 / 1000`` is its 600 GB/s)."""
+    return gbps * 1024**3 / 1000
+
+
 def build_topology(
     cfg: HardwareConfig, world_size: int, local_world_size: int, capacity: MemoryCapacity
 ) -> Topology:
-    """TorchRec ``Topology`` for ``world_size`` ranks with the given per-rank capacity."""
+    """TorchRec ``Topology`` for ``world_size`` ranks with the given per-rank capacity and the
+    config's bandwidths (GB/s; null keeps TorchRec's 600 GB/s intra-host, 12.5 GB/s
+    inter-host)."""
+    bandwidths = cfg.intra_host_bw is not None or cfg.inter_host_bw is not None
+    hardware = TorchRecHardwareConfig(
+        intra_host_bw=None
+        if cfg.intra_host_bw is None
+        else gbps_to_bytes_per_ms(cfg.intra_host_bw),
+        inter_host_bw=None
+        if cfg.inter_host_bw is None
+        else gbps_to_bytes_per_ms(cfg.inter_host_bw),
+    )
     return TopologyFactory.create_topology(
         trainer_config=TrainerConfig(
             world_size=world_size,
-            local_world_size=local_world_size,
+            local_world_size=cfg.local_world_size or local_world_size,
             ddr_cap_bytes=capacity.ddr_bytes,
             hbm_cap_bytes=capacity.hbm_bytes,
         ),
-        kernel_config=KernelConfig(compute_device=cfg.compute_device.value),
+        hardware_config=hardware,
+        kernel_config=KernelConfig(
+            compute_device=cfg.compute_device.value, use_hardware_based_bandwidth=bandwidths
+        ),
     )
 
 
@@ -158,6 +188,8 @@ def insufficient_memory_message(
     capacity: MemoryCapacity,
     world_size: int,
     device_kind: str,
+    replicated: EmbeddingStorage | None = None,
+    copies: list[int] | None = None,
 ) -> str:
     """One message with what the tables need, what the hardware offers, and a cap that fits.
 
@@ -169,13 +201,22 @@ def insufficient_memory_message(
     )
     offered = per_rank * world_size
     usable = offered * (1 - STORAGE_RESERVATION)
-    cap = largest_fitting_cap(table_sizes, embedding_dim, optimizer, usable * 0.8)
-    lines = [
+    cap = largest_fitting_cap(table_sizes, embedding_dim, optimizer, usable * 0.8, copies)
+    lines: list[str] = [
         f"Not enough memory for the embedding tables ({len(table_sizes)} tables, "
         f"{storage.rows:,} rows x embedding_dim {embedding_dim}):",
         f"  needed:  {storage.weight_bytes / GIB:.2f} GiB fp32 weights + "
         f"{storage.optimizer_bytes / GIB:.2f} GiB {optimizer.value} state = "
         f"{storage.total_bytes / GIB:.2f} GiB",
+    ]
+    if replicated is not None and replicated.rows and world_size > 1:
+        lines.append(
+            f"           of which {replicated.total_bytes / GIB:.2f} GiB are data_parallel "
+            f"tables, held whole by each of the {world_size} ranks: "
+            f"{(storage.total_bytes + replicated.total_bytes * (world_size - 1)) / GIB:.2f} GiB "
+            "in all"
+        )
+    lines += [
         f"  offered: {offered / GIB:.2f} GiB {device_kind} on {world_size} rank(s) "
         f"({per_rank / GIB:.2f} GiB each, {capacity.source}; "
         f"{STORAGE_RESERVATION:.0%} kept for dense parameters and activations)",
@@ -194,19 +235,80 @@ def plan_or_explain(
     module: torch.nn.Module,
     sharder: EmbeddingBagCollectionSharder,
     explain_memory: Callable[[], str],
+    constraints_summary: str = "",
 ) -> ShardingPlan:
-    """Run the planner on this rank (it is deterministic, so every rank gets the same plan and
-    a planner error is raised on every rank alike, never leaving peers waiting).
+    """Plan on rank 0 and broadcast the plan, or the planner's error, to every rank.
+
+    The planner is not guaranteed to give the same plan in every process (``auto`` was seen to
+    differ), so one rank decides. Broadcasting the error too means a plan that fails raises on
+    every rank instead of leaving peers waiting for a plan. Without a process group (the
+    parent's pre-flight, ``mode=plan``) it simply plans.
 
     Raises:
         InsufficientMemoryError: no placement fits; the message is ``explain_memory()``.
+        PlanError: any other planner failure, with the planner's last reason and
+            ``constraints_summary``.
     """
-    try:
-        return planner.plan(module, [sharder])
-    except PlannerError as err:
-        if err.error_type is PlannerErrorType.INSUFFICIENT_STORAGE:
-            raise InsufficientMemoryError(explain_memory()) from None
-        raise
+    distributed = dist.is_initialized() and dist.get_world_size() > 1
+    outcome: list[object] = [None]
+    if not distributed or dist.get_rank() == 0:
+        try:
+            outcome[0] = planner.plan(module, [sharder])
+        except PlannerError as err:
+            if err.error_type is PlannerErrorType.INSUFFICIENT_STORAGE:
+                outcome[0] = InsufficientMemoryError(explain_memory())
+            else:
+                reason = [line.strip() for line in str(err).splitlines() if line.strip()][-1]
+                outcome[0] = PlanError(
+                    f"TorchRec's planner found no placement ({err.error_type.value}) for "
+                    f"{constraints_summary}: {reason[:300]}"
+                )
+    if distributed:
+        dist.broadcast_object_list(outcome, src=0)
+    if isinstance(outcome[0], Exception):
+        raise outcome[0]
+    assert isinstance(outcome[0], ShardingPlan)
+    return outcome[0]
+
+
+def plan_record(
+    plan: ShardingPlan, tables: list[EmbeddingBagConfig], world_size: int
+) -> dict[str, object]:
+    """The plan as data (``plan.json``): per table its sharding type, compute kernel, ranks and
+    shards (rank, row/column offsets, sizes), and the fp32 embedding bytes held by each rank.
+
+    A data_parallel table has one full-size shard on every rank.
+    """
+    by_name = {t.name: t for t in tables}
+    per_rank = [0] * world_size
+    records: dict[str, object] = {}
+    for module_path, module_plan in plan.plan.items():
+        for name, ps in module_plan.items():  # type: ignore[union-attr]
+            table = by_name[name]
+            full = [table.num_embeddings, table.embedding_dim]
+            if ps.sharding_spec is None:
+                shards = [{"rank": r, "offsets": [0, 0], "sizes": full} for r in ps.ranks or []]
+            else:
+                shards = [
+                    {
+                        "rank": shard.placement.rank(),
+                        "offsets": list(shard.shard_offsets),
+                        "sizes": list(shard.shard_sizes),
+                    }
+                    for shard in ps.sharding_spec.shards  # type: ignore[attr-defined]
+                ]
+            for shard in shards:
+                per_rank[shard["rank"]] += shard["sizes"][0] * shard["sizes"][1] * FP32_BYTES
+            records[name] = {
+                "module": module_path,
+                "sharding_type": ps.sharding_type,
+                "compute_kernel": ps.compute_kernel,
+                "ranks": list(ps.ranks or []),
+                "num_embeddings": table.num_embeddings,
+                "embedding_dim": table.embedding_dim,
+                "shards": shards,
+            }
+    return {"world_size": world_size, "tables": records, "embedding_bytes_per_rank": per_rank}
 
 
 def plan_text(plan: ShardingPlan) -> str:

@@ -61,13 +61,19 @@ def largest_fitting_cap(
     embedding_dim: int,
     optimizer: SparseOptimizer,
     budget_bytes: float,
+    copies: list[int] | None = None,
 ) -> int | None:
     """The largest ``num_embeddings_cap`` (rounded down to two significant digits) whose tables
-    fit in ``budget_bytes``, or None when not even one row per table fits."""
+    fit in ``budget_bytes``, or None when not even one row per table fits.
+
+    ``copies[i]`` is how many copies of table i the job holds (data_parallel: one per rank;
+    default one each)."""
     per_row = (embedding_dim + optimizer_floats_per_row(optimizer, embedding_dim)) * FP32_BYTES
+    copies = copies or [1] * len(table_sizes)
 
     def fits(cap: int) -> bool:
-        return sum(min(n, cap) for n in table_sizes) * per_row <= budget_bytes
+        rows = sum(min(n, cap) * k for n, k in zip(table_sizes, copies, strict=True))
+        return rows * per_row <= budget_bytes
 
     if not fits(1):
         return None

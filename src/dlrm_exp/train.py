@@ -73,7 +73,7 @@ def evaluate(
         for _loss, logits, labels in _drain(pipeline, iter(batches)):
             metrics.update(logits, labels)
     model.train()
-    return {**metrics.compute(), "samples": float(metrics.samples)}
+    return metrics.compute()
 
 
 def fit(

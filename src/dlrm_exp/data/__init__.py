@@ -8,7 +8,19 @@ from dlrm_exp.data.batches import ClickData, iter_batches, per_rank_sizes
 from dlrm_exp.data.criteo_tsv import load_criteo_tsv
 from dlrm_exp.data.synthetic import generate
 
-__all__ = ["ClickData", "DataSplits", "iter_batches", "load_splits", "per_rank_sizes"]
+__all__ = ["ClickData", "DataSplits", "data_paths", "iter_batches", "load_splits", "per_rank_sizes"]
+
+
+def data_paths(cfg: DataConfig) -> dict[str, list[str]]:
+    """The input paths of a data config by config key (empty for generated data)."""
+    if isinstance(cfg, CriteoTsvDataConfig):
+        keys = {
+            "data.path": cfg.path,
+            "data.val_path": cfg.val_path,
+            "data.test_path": cfg.test_path,
+        }
+        return {k: v for k, v in keys.items() if v}
+    return {}
 
 
 @dataclass

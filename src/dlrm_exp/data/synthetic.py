@@ -21,30 +21,15 @@ from torchmetrics.functional.classification import binary_auroc
 
 from dlrm_exp.config import SyntheticDataConfig
 from dlrm_exp.data.batches import ClickData
-
-_MASK64 = np.uint64(0xFFFFFFFFFFFFFFFF)
-
-
-def _splitmix64(x: np.ndarray) -> np.ndarray:
-    """SplitMix64 finalizer (Steele et al. 2014), vectorized over uint64; wraps mod 2**64."""
-    with np.errstate(over="ignore"):
-        x = (x + np.uint64(0x9E3779B97F4A7C15)) & _MASK64
-        x = ((x ^ (x >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)) & _MASK64
-        x = ((x ^ (x >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)) & _MASK64
-        return x ^ (x >> np.uint64(31))
-
-
-def _unit(h: np.ndarray) -> np.ndarray:
-    """Uniform (0, 1) float64 from the top 53 bits of a uint64 hash."""
-    return ((h >> np.uint64(11)).astype(np.float64) + 0.5) * 2.0**-53
+from dlrm_exp.hashing import splitmix64, stream_key, unit_interval
 
 
 def id_effects(seed: int, feature: int, ids: np.ndarray) -> np.ndarray:
     """N(0, 1) effect of each id of ``feature``, a pure function of (seed, feature, id)."""
-    key = _splitmix64(np.uint64(seed) * np.uint64(1_000_003) + np.uint64(feature + 1))
-    h1 = _splitmix64(ids.astype(np.uint64) ^ key)
-    h2 = _splitmix64(h1)
-    return np.sqrt(-2.0 * np.log(_unit(h1))) * np.cos(2.0 * np.pi * _unit(h2))  # Box-Muller
+    key = stream_key(seed, feature)
+    h1 = splitmix64(ids.astype(np.uint64) ^ key)
+    h2 = splitmix64(h1)
+    return np.sqrt(-2.0 * np.log(unit_interval(h1))) * np.cos(2.0 * np.pi * unit_interval(h2))
 
 
 def powerlaw_ids(rng: np.random.Generator, rows: int, n: int, exponent: float) -> np.ndarray:

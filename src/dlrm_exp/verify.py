@@ -1,0 +1,250 @@
+"""``mode=verify``: prove that sharding does not change the maths.
+
+Trains ``verify.steps`` steps twice from identical initial weights (tables from
+:mod:`dlrm_exp.table_init`, dense parts from the seed) on the same global batches:
+
+* the job as configured (sharding, qcomms, ``hardware.nproc_per_node`` processes, per-rank
+  batch B);
+* a reference: one process, every table whole on rank 0 (table_wise), no qcomms, batch
+  B x world size, i.e. the same rows per step.
+
+It reports the largest relative difference of the per-step global loss (the mean of the
+per-rank losses), and the largest absolute differences of the final embedding tables and
+dense parameters. With ``qcomms=none`` the loss must agree to ``1e-5``; quantized precisions
+have the measured tolerances of :data:`LOSS_TOLERANCE`. Results go to ``verify.json``.
+
+Adagrad-type optimizers move a parameter by about ``lr * g / (|g| + eps)``: a gradient at
+rounding level, whose sign the summation order decides, still moves its parameter by up to
+``lr``. With the default ``eps=1e-8`` this shows up for some seeds as a jump after many
+rounding-level steps, identical for every sharding type (seen with seed 2: 1.4e-4 at step 20
+for row_wise and data_parallel alike, 1.0e-7 with ``optimizer.eps=1e-6``).
+"""
+
+import copy
+import itertools
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+import torch.distributed as dist
+from torch.distributed._shard.sharded_tensor import ShardedTensor
+from torch.distributed.elastic.multiprocessing.errors import record
+
+from dlrm_exp.config import (
+    CommPrecision,
+    ComputeKernel,
+    Config,
+    ShardingStrategy,
+    SyntheticDataConfig,
+)
+from dlrm_exp.data import iter_batches, load_splits
+from dlrm_exp.errors import ConfigError, UserError
+from dlrm_exp.experiment import build_experiment
+from dlrm_exp.launch import (
+    launch_workers,
+    launched_by_torchrun,
+    needs_launch,
+    process_group,
+)
+from dlrm_exp.logs import configure_worker_logging
+from dlrm_exp.model import feature_names
+from dlrm_exp.tracking import write_json_atomic
+
+#: Largest relative per-step loss difference accepted against the unsharded fp32 reference,
+#: by the coarsest precision on the wire. Measured with ``mode=verify`` (tiny model, seed 0,
+#: 2 gloo processes, 20 steps), largest over every sharding type that runs the precision:
+#: fp32 1.1e-7; fp16 3.6e-3; bf16 5.6e-3 (fp16 forward / bf16 backward 2.6e-3); fp8 1.06e-1
+#: (table/column-wise; 2.6e-3 row-wise and grid, which quantize row-wise); int8 1.1e-2
+#: (table/column-wise only). Tolerances are about 3x those; fp32 is the issue's 1e-5.
+LOSS_TOLERANCE: dict[str, float] = {
+    "fp32": 1e-5,
+    "fp16": 1e-2,
+    "bf16": 2e-2,
+    "fp8": 3e-1,
+    "int8": 3e-2,
+}
+_PRECISION_ORDER = ("fp32", "fp16", "bf16", "fp8", "int8")
+
+
+class VerificationFailed(UserError):
+    """The sharded run deviated from the reference beyond the tolerance."""
+
+
+@dataclass
+class Trace:
+    """What one training run left: per-step global losses and the final parameters."""
+
+    losses: list[float]
+    tables: dict[str, np.ndarray]
+    dense: dict[str, np.ndarray]
+    sharding_types: list[str]
+
+
+def _precision(cfg: Config) -> str:
+    used = [p.value for p in (cfg.qcomms.forward_precision, cfg.qcomms.backward_precision) if p]
+    return max(used or ["fp32"], key=_PRECISION_ORDER.index)
+
+
+def reference_config(cfg: Config) -> Config:
+    """The unsharded one-process twin of ``cfg``: table_wise on one rank, fused kernel, no
+    qcomms, per-rank batch times the world size."""
+    ref = copy.deepcopy(cfg)
+    ref.sharding.sharding_type = ShardingStrategy.table_wise
+    ref.sharding.compute_kernel = ComputeKernel.fused
+    ref.sharding.per_table_sharding_type = {}
+    ref.sharding.per_table_compute_kernel = {}
+    ref.qcomms.forward_precision = None
+    ref.qcomms.backward_precision = None
+    ref.hardware.nproc_per_node = 1
+    ref.hardware.nnodes = 1
+    ref.train.batch_size = cfg.train.batch_size * cfg.hardware.world_size
+    return ref
+
+
+def _gather_parameters(model: torch.nn.Module, rank: int) -> tuple[dict, dict]:
+    tables: dict[str, np.ndarray] = {}
+    dense: dict[str, np.ndarray] = {}
+    for key, value in model.state_dict().items():
+        name = key.split(".")[-2] if ".embedding_bags." in key else key.replace("module.", "")
+        if isinstance(value, ShardedTensor):
+            full = torch.zeros(value.size()) if rank == 0 else None
+            value.gather(dst=0, out=full)
+            if rank == 0:
+                tables[name] = full.numpy().copy()
+        elif rank == 0 and isinstance(value, torch.Tensor):
+            target = tables if ".embedding_bags." in key else dense
+            target[name] = value.detach().cpu().numpy().copy()
+    return tables, dense
+
+
+def trace(cfg: Config, steps: int) -> Trace | None:
+    """Train ``steps`` steps on this rank; rank 0 returns the trace, other ranks None."""
+    with process_group(cfg.hardware) as ctx:
+        splits = load_splits(
+            cfg.data, cfg.model.table_sizes, cfg.model.num_dense_features, cfg.seed
+        )
+        experiment = build_experiment(cfg, ctx)
+        keys = feature_names(len(cfg.model.table_sizes))
+        batches = itertools.islice(
+            iter_batches(splits.train, cfg.train.batch_size, ctx.rank, ctx.world_size, keys),
+            steps,
+        )
+        losses = []
+        experiment.model.train()
+        while True:
+            try:
+                loss, _logits, _labels = experiment.pipeline.progress(batches)
+            except StopIteration:
+                break
+            total = loss.detach().clone().reshape(1)
+            dist.all_reduce(total)
+            losses.append(float(total) / ctx.world_size)
+        tables, dense = _gather_parameters(experiment.model, ctx.rank)
+        types = sorted(
+            {ps.sharding_type for m in experiment.plan.plan.values() for ps in m.values()}  # type: ignore[union-attr]
+        )
+        return Trace(losses, tables, dense, types) if ctx.is_main else None
+
+
+@record
+def _spawned_trace(cfg: Config, steps: int, log_file: str) -> Trace | None:
+    rank = int(os.environ.get("RANK", "0"))
+    configure_worker_logging(Path(log_file) if rank == 0 else None)
+    return trace(cfg, steps)
+
+
+def _max_rel(a: list[float], b: list[float]) -> float:
+    x, y = np.asarray(a), np.asarray(b)
+    return float(np.max(np.abs(x - y) / np.maximum(np.abs(y), 1e-12)))
+
+
+def _max_abs(a: dict[str, np.ndarray], b: dict[str, np.ndarray]) -> float:
+    missing = set(a) ^ set(b)
+    if missing:
+        raise RuntimeError(f"parameters differ between runs: {sorted(missing)}")
+    return max((float(np.max(np.abs(a[k] - b[k]))) for k in a), default=0.0)
+
+
+def compare(sharded: Trace, reference: Trace, precision: str) -> dict[str, Any]:
+    """Deviations of ``sharded`` from ``reference`` and the verdict."""
+    if len(sharded.losses) != len(reference.losses):
+        raise RuntimeError(
+            f"runs took different steps: {len(sharded.losses)} vs {len(reference.losses)}"
+        )
+    tolerance = LOSS_TOLERANCE[precision]
+    deviation = _max_rel(sharded.losses, reference.losses)
+    return {
+        "steps": len(reference.losses),
+        "precision": precision,
+        "max_rel_loss_deviation": deviation,
+        "loss_tolerance": tolerance,
+        "max_abs_table_deviation": _max_abs(sharded.tables, reference.tables),
+        "max_abs_dense_deviation": _max_abs(sharded.dense, reference.dense),
+        "plan_sharding_types": sharded.sharding_types,
+        "final_loss": sharded.losses[-1],
+        "reference_final_loss": reference.losses[-1],
+        "losses": sharded.losses,
+        "reference_losses": reference.losses,
+        "passed": deviation <= tolerance,
+    }
+
+
+def run_verify(cfg: Config, run_dir: Path) -> dict[str, Any]:
+    """Run the configured job and its unsharded reference; write and return the comparison.
+
+    Raises:
+        ConfigError: started under torchrun (the reference needs a process of its own).
+        VerificationFailed: the loss deviation exceeds the tolerance (after writing
+            ``verify.json``).
+    """
+    if launched_by_torchrun():
+        raise ConfigError("mode=verify starts its own processes: run it without torchrun")
+    steps = cfg.verify.steps
+    world = cfg.hardware.world_size
+    if isinstance(cfg.data, SyntheticDataConfig):  # generate only the rows the steps use
+        cfg = copy.deepcopy(cfg)
+        cfg.data.num_train_samples = steps * cfg.train.batch_size * world
+        cfg.data.num_val_samples = cfg.data.num_test_samples = 256
+    log_file = str(run_dir / "dlrm_exp.log")
+    if needs_launch(cfg.hardware):
+        sharded = launch_workers(_spawned_trace, (cfg, steps, log_file), cfg.hardware)
+    else:
+        sharded = trace(cfg, steps)
+    reference = trace(reference_config(cfg), steps)
+    assert sharded is not None and reference is not None
+    result = compare(sharded, reference, _precision(cfg))
+    result["world_size"] = world
+    result["sharding_type"] = cfg.sharding.sharding_type.value
+    write_json_atomic(run_dir / "verify.json", result)
+    if not result["passed"]:
+        raise VerificationFailed(
+            f"max relative loss deviation {result['max_rel_loss_deviation']:.3e} exceeds "
+            f"{result['loss_tolerance']:.0e} for {result['precision']} over {steps} steps "
+            f"(see {run_dir / 'verify.json'}). If it stays at rounding level (~1e-7) for many "
+            "steps and then jumps, Adagrad's scale-free update is amplifying a rounding-level "
+            "gradient, whatever the sharding: rerun with optimizer.eps=1e-6 to tell the two apart"
+        )
+    return result
+
+
+def summary(result: dict[str, Any]) -> str:
+    """The lines printed at the end of ``mode=verify``."""
+    return "\n".join(
+        [
+            f"verify {result['sharding_type']} (plan: {', '.join(result['plan_sharding_types'])}) "
+            f"on {result['world_size']} process(es), "
+            f"{result['precision']} comms, {result['steps']} steps, against one unsharded process",
+            f"max relative loss deviation {result['max_rel_loss_deviation']:.3e} "
+            f"(tolerance {result['loss_tolerance']:.0e}): "
+            + ("PASS" if result["passed"] else "FAIL"),
+            f"max abs deviation: tables {result['max_abs_table_deviation']:.3e}, "
+            f"dense {result['max_abs_dense_deviation']:.3e}; final loss "
+            f"{result['final_loss']:.6f} vs {result['reference_final_loss']:.6f}",
+        ]
+    )
+
+
+__all__ = ["CommPrecision", "LOSS_TOLERANCE", "compare", "reference_config", "run_verify"]
