@@ -34,7 +34,6 @@ from torch.distributed._shard.sharded_tensor import ShardedTensor
 from torch.distributed.elastic.multiprocessing.errors import record
 
 from dlrm_exp.config import (
-    CommPrecision,
     ComputeKernel,
     Config,
     ShardingStrategy,
@@ -245,6 +244,3 @@ def summary(result: dict[str, Any]) -> str:
             f"{result['final_loss']:.6f} vs {result['reference_final_loss']:.6f}",
         ]
     )
-
-
-__all__ = ["CommPrecision", "LOSS_TOLERANCE", "compare", "reference_config", "run_verify"]
