@@ -9,10 +9,9 @@ from torchrec.distributed.types import ShardingType
 from conftest import compose_cfg
 from dlrm_exp.config import HardwareConfig, ShardingConfig, ShardingStrategy, SparseOptimizer
 from dlrm_exp.errors import InsufficientMemoryError
-from dlrm_exp.experiment import plan_model
+from dlrm_exp.experiment import build_module, plan_model
 from dlrm_exp.launch import DistContext
 from dlrm_exp.model import build_model, table_configs
-from dlrm_exp.optim import apply_sparse_optimizer
 from dlrm_exp.sharding import CpuEmbeddingBagCollectionSharder, build_constraints, memory_capacity
 from dlrm_exp.storage import GIB, embedding_storage, largest_fitting_cap
 
@@ -76,9 +75,7 @@ def test_largest_fitting_cap_fits_and_is_rounded():
 
 
 def _meta_model(cfg):
-    module = build_model(cfg.model, dense_device=torch.device("meta"))
-    apply_sparse_optimizer(module, cfg.optimizer)
-    return module
+    return build_module(cfg, torch.device("meta"))
 
 
 def test_mlperf_does_not_fit_24_gib_and_the_suggested_cap_does():

@@ -11,6 +11,7 @@ import torch
 from torchrec.distributed import TrainPipelineSparseDist
 from torchrec.distributed.model_parallel import DistributedModelParallel
 from torchrec.distributed.types import ShardingPlan
+from torchrec.models.dlrm import DLRMTrain
 from torchrec.optim.keyed import CombinedOptimizer
 
 from dlrm_exp.config import Config, ShardingStrategy
@@ -19,6 +20,7 @@ from dlrm_exp.model import build_model, table_configs
 from dlrm_exp.optim import apply_sparse_optimizer, build_optimizer
 from dlrm_exp.qcomms import build_qcomm_codecs_registry, check_supported
 from dlrm_exp.sharding import (
+    CpuEmbeddingBagCollectionSharder,
     build_constraints,
     build_planner,
     build_sharder,
@@ -26,6 +28,7 @@ from dlrm_exp.sharding import (
     insufficient_memory_message,
     memory_capacity,
     plan_or_explain,
+    plan_sharding_types,
 )
 from dlrm_exp.storage import embedding_storage
 from dlrm_exp.table_init import init_tables
@@ -41,7 +44,25 @@ class Experiment:
     plan: ShardingPlan
 
 
-def plan_model(cfg: Config, ctx: DistContext, module: torch.nn.Module) -> ShardingPlan:
+def build_module(cfg: Config, dense_device: torch.device) -> DLRMTrain:
+    """The unsharded DLRM (tables on meta, dense part on ``dense_device``) with the sparse
+    optimizer attached for fusion into backward: the input of planning and sharding."""
+    module = build_model(cfg.model, dense_device=dense_device)
+    apply_sparse_optimizer(module, cfg.optimizer)
+    return module
+
+
+def job_sharder(cfg: Config) -> CpuEmbeddingBagCollectionSharder:
+    """The EBC sharder with the job's qcomm codecs."""
+    return build_sharder(build_qcomm_codecs_registry(cfg.qcomms))
+
+
+def plan_model(
+    cfg: Config,
+    ctx: DistContext,
+    module: torch.nn.Module,
+    sharder: CpuEmbeddingBagCollectionSharder | None = None,
+) -> ShardingPlan:
     """Shard ``module`` (on the meta device) for this job with TorchRec's planner.
 
     Raises:
@@ -54,7 +75,7 @@ def plan_model(cfg: Config, ctx: DistContext, module: torch.nn.Module) -> Shardi
     tables = table_configs(cfg.model)
     capacity = memory_capacity(cfg.hardware, ctx.local_world_size)
     topology = build_topology(cfg.hardware, ctx.world_size, ctx.local_world_size, capacity)
-    sharder = build_sharder(build_qcomm_codecs_registry(cfg.qcomms))
+    sharder = sharder or job_sharder(cfg)
     offered = sharder.sharding_types(cfg.hardware.compute_device.value)
     constraints = build_constraints(cfg.sharding, tables, offered)
     planner = build_planner(topology, constraints, cfg.train.batch_size)
@@ -86,8 +107,7 @@ def plan_model(cfg: Config, ctx: DistContext, module: torch.nn.Module) -> Shardi
         + (f", per-table overrides for {', '.join(overrides)}" if overrides else "")
     )
     plan = plan_or_explain(planner, module, sharder, explain, summary)
-    types = {ps.sharding_type for m in plan.plan.values() for ps in m.values()}  # type: ignore[union-attr]
-    check_supported(cfg.qcomms, types, cfg.hardware.backend.value)
+    check_supported(cfg.qcomms, plan_sharding_types(plan), cfg.hardware.backend.value)
     return plan
 
 
@@ -100,11 +120,10 @@ def build_experiment(cfg: Config, ctx: DistContext, plan: ShardingPlan | None = 
     fails before any table exists.
     """
     torch.manual_seed(cfg.seed)
-    module = build_model(cfg.model, dense_device=ctx.device)
-    apply_sparse_optimizer(module, cfg.optimizer)
+    module = build_module(cfg, ctx.device)
+    sharder = job_sharder(cfg)
     if plan is None:
-        plan = plan_model(cfg, ctx, module)
-    sharder = build_sharder(build_qcomm_codecs_registry(cfg.qcomms))
+        plan = plan_model(cfg, ctx, module, sharder)
     model = DistributedModelParallel(
         module=module, device=ctx.device, plan=plan, sharders=[sharder]
     )

@@ -23,12 +23,11 @@ from torchrec.distributed.types import ShardingPlan
 from dlrm_exp.config import Config
 from dlrm_exp.data import data_paths, iter_batches, load_splits, per_rank_sizes
 from dlrm_exp.data.criteo_tsv import resolve_paths
-from dlrm_exp.experiment import build_experiment, plan_model
+from dlrm_exp.experiment import build_experiment, build_module, plan_model
 from dlrm_exp.launch import DistContext, launch_workers, needs_launch, process_group
 from dlrm_exp.logs import configure_worker_logging
 from dlrm_exp.metrics import peak_memory_gib
-from dlrm_exp.model import build_model, feature_names, table_configs
-from dlrm_exp.optim import apply_sparse_optimizer
+from dlrm_exp.model import feature_names, table_configs
 from dlrm_exp.sharding import plan_record, plan_text
 from dlrm_exp.tracking import Scalar, Tracker, write_json_atomic, write_text_atomic
 from dlrm_exp.train import fit
@@ -87,9 +86,7 @@ def preflight(cfg: Config) -> ShardingPlan:
         local_world_size=cfg.hardware.nproc_per_node,
         device=torch.device("meta"),
     )
-    module = build_model(cfg.model, dense_device=torch.device("meta"))
-    apply_sparse_optimizer(module, cfg.optimizer)
-    return plan_model(cfg, ctx, module)
+    return plan_model(cfg, ctx, build_module(cfg, torch.device("meta")))
 
 
 @record

@@ -271,6 +271,15 @@ def plan_or_explain(
     return outcome[0]
 
 
+def plan_sharding_types(plan: ShardingPlan) -> set[str]:
+    """The sharding types used anywhere in ``plan`` (TorchRec ``ShardingType`` strings)."""
+    return {
+        ps.sharding_type
+        for module_plan in plan.plan.values()
+        for ps in module_plan.values()  # type: ignore[union-attr]
+    }
+
+
 def plan_record(
     plan: ShardingPlan, tables: list[EmbeddingBagConfig], world_size: int
 ) -> dict[str, object]:

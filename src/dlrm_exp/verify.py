@@ -50,6 +50,7 @@ from dlrm_exp.launch import (
 )
 from dlrm_exp.logs import configure_worker_logging
 from dlrm_exp.model import feature_names
+from dlrm_exp.sharding import plan_sharding_types
 from dlrm_exp.tracking import write_json_atomic
 
 #: Largest relative per-step loss difference accepted against the unsharded fp32 reference,
@@ -142,9 +143,7 @@ def trace(cfg: Config, steps: int) -> Trace | None:
             dist.all_reduce(total)
             losses.append(float(total) / ctx.world_size)
         tables, dense = _gather_parameters(experiment.model, ctx.rank)
-        types = sorted(
-            {ps.sharding_type for m in experiment.plan.plan.values() for ps in m.values()}  # type: ignore[union-attr]
-        )
+        types = sorted(plan_sharding_types(experiment.plan))
         return Trace(losses, tables, dense, types) if ctx.is_main else None
 
 
