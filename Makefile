@@ -43,8 +43,9 @@ format: $(STAMP) ## ruff format and autofix
 	$(PY) -m ruff format src tests
 	$(PY) -m ruff check --fix src tests
 
-bench: $(STAMP) ## framework vs plain TorchRec loop: steady-state samples/s and their ratio
+bench: $(STAMP) ## framework vs plain TorchRec loop (samples/s), preprocessing vs TorchRec (rows/s)
 	$(PY) -m dlrm_exp.bench $(ARGS)
+	$(PY) -m dlrm_exp.bench_preprocess
 
 tensorboard: $(STAMP) ## compare runs in TensorBoard (scalars + HParams)
 	$(VENV)/bin/tensorboard --logdir outputs

@@ -20,6 +20,7 @@ from omegaconf.errors import OmegaConfBaseException
 from dlrm_exp.config import Config, Mode, register_configs
 from dlrm_exp.errors import UserError
 from dlrm_exp.logs import quiet_libraries
+from dlrm_exp.tracking import write_json_atomic
 
 CONF_DIR = str(Path(__file__).resolve().parents[2] / "conf")
 
@@ -77,6 +78,13 @@ def hydra_main(raw: DictConfig) -> float | None:
             result = run_verify(cfg, run_dir)
             print(verify_summary(result))
             return result["max_rel_loss_deviation"]
+        if cfg.mode is Mode.preprocess:
+            from dlrm_exp.data.preprocess import run_preprocess, summary_lines
+
+            report = run_preprocess(cfg.data.path, cfg.preprocess, cfg.model.table_sizes)
+            write_json_atomic(run_dir / "preprocess_report.json", report)
+            print(summary_lines(report))
+            return None
         from dlrm_exp.run import run_train
 
         metrics = run_train(cfg, run_dir, choices)

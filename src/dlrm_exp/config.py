@@ -32,6 +32,25 @@ class Mode(Enum):
 
     train = "train"
     verify = "verify"
+    preprocess = "preprocess"
+
+
+class DenseTransform(Enum):
+    """How ``mode=preprocess`` turns Criteo counts into floats: ``log1p`` = ``log(1 + max(x, 0))``
+    (facebookresearch/dlrm, the same as ``data=criteo_tsv``); ``torchrec`` = ``log(x - min + 2)``
+    with ``min`` over the whole file (TorchRec's ``BinaryCriteoUtils.tsv_to_npys``)."""
+
+    log1p = "log1p"
+    torchrec = "torchrec"
+
+
+class CategoricalTransform(Enum):
+    """What ``mode=preprocess`` stores for categoricals: ``raw`` 32-bit hashes (TorchRec's
+    layout; tables hash them at load time) or ``hash`` = ``value % num_embeddings`` of the
+    model's tables."""
+
+    raw = "raw"
+    hash = "hash"
 
 
 class InteractionType(Enum):
@@ -512,6 +531,30 @@ class VerifyConfig:
 
 
 @dataclass
+class PreprocessConfig:
+    """``mode=preprocess``: Criteo TSV (``data=criteo_tsv data.path=...``) to TorchRec's binary
+    layout (``day_<n>_dense.npy`` float32 (N, 13), ``day_<n>_sparse.npy`` int64 (N, 26),
+    ``day_<n>_labels.npy`` int32 (N, 1)).
+
+    Attributes:
+        output_dir: folder for the npy files and ``preprocess_report.json`` (created).
+        dense_transform: see :class:`DenseTransform`.
+        categorical: see :class:`CategoricalTransform`.
+        num_workers: parser processes (blocks of every file are parsed in parallel).
+        overwrite: convert days again even when their finished marker matches the input.
+    """
+
+    output_dir: str | None = None
+    dense_transform: DenseTransform = DenseTransform.log1p
+    categorical: CategoricalTransform = CategoricalTransform.raw
+    num_workers: int = 2
+    overwrite: bool = False
+
+    def __post_init__(self) -> None:
+        _require(self.num_workers > 0, "preprocess.num_workers must be positive")
+
+
+@dataclass
 class Config:
     """Root config: the six groups plus the training loop."""
 
@@ -525,8 +568,18 @@ class Config:
     hardware: HardwareConfig = MISSING
     train: TrainConfig = field(default_factory=TrainConfig)
     verify: VerifyConfig = field(default_factory=VerifyConfig)
+    preprocess: PreprocessConfig = field(default_factory=PreprocessConfig)
 
     def __post_init__(self) -> None:
+        if self.mode is Mode.preprocess:
+            _require(
+                isinstance(self.data, CriteoTsvDataConfig),
+                "mode=preprocess converts Criteo TSV files: add data=criteo_tsv data.path=<files>",
+            )
+            _require(
+                bool(self.preprocess.output_dir),
+                "mode=preprocess needs preprocess.output_dir=<folder for the npy files>",
+            )
         tables = {f"t_cat_{i}" for i in range(len(self.model.num_embeddings_per_feature))}
         unknown = sorted(set(self.sharding.overridden_tables) - tables)
         _require(

@@ -1,4 +1,4 @@
-"""Criteo Kaggle / Terabyte click-log TSV reader, vectorized with pyarrow (no per-row loop).
+"""Criteo Kaggle / Terabyte click-log TSV reader (vectorized: see :mod:`.tsv_parse`).
 
 Format (Criteo Display Advertising Challenge): one impression per line, tab-separated,
 ``label I1..I13 C1..C26`` = 40 fields; ``label`` is 0 or 1, ``I*`` integer counts (may be
@@ -22,25 +22,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
-import pyarrow as pa
-import pyarrow.compute as pc
-import pyarrow.csv as pacsv
 
-from dlrm_exp.config import CRITEO_NUM_DENSE, CRITEO_NUM_SPARSE, CriteoTsvDataConfig
+from dlrm_exp.config import CriteoTsvDataConfig
 from dlrm_exp.data.batches import ClickData
+from dlrm_exp.data.tsv_parse import (
+    REASONS,
+    ParsedBlock,
+    iter_blocks,
+    log1p_counts,
+    parse_block,
+)
 from dlrm_exp.errors import DataError
-
-NUM_FIELDS = 1 + CRITEO_NUM_DENSE + CRITEO_NUM_SPARSE  # 40
-MIN_FIELDS = 1 + CRITEO_NUM_DENSE  # label and the 13 dense fields must be present
-REASONS = ("field_count", "label", "dense", "categorical")
-_DENSE_RE = r"^(-?[0-9]{1,18})?$"  # empty or an integer that fits int64
-_HEX_RE = r"^[0-9a-fA-F]{0,8}$"  # empty or a 32-bit hex hash
-_BLOCK_BYTES = 64 << 20
-
-_HEX_LUT = np.zeros(256, dtype=np.uint32)
-for _i, _c in enumerate(b"0123456789abcdef"):
-    _HEX_LUT[_c] = _i
-    _HEX_LUT[ord(chr(_c).upper())] = _i
 
 
 @dataclass
@@ -57,6 +49,22 @@ class ReadReport:
     @property
     def rows_skipped(self) -> int:
         return sum(self.skipped_by_reason.values())
+
+    def add_block(
+        self, block: ParsedBlock, first_line: int, file_name: str, max_bad_lines: int
+    ) -> None:
+        """Count a parsed block whose first line is ``first_line`` of ``file_name``."""
+        self.rows_read += block.num_lines
+        self.rows_valid += len(block.labels)
+        self.rows_padded += block.num_padded
+        counts = np.bincount(block.reasons[block.reasons >= 0], minlength=len(REASONS))
+        for name, count in zip(REASONS, counts, strict=True):
+            self.skipped_by_reason[name] += int(count)
+        room = max_bad_lines - len(self.first_bad_lines)
+        for i in np.flatnonzero(block.reasons >= 0)[: max(room, 0)]:
+            self.first_bad_lines.append(
+                f"{file_name}:{first_line + int(i)} ({REASONS[block.reasons[i]]})"
+            )
 
     def merge(self, other: "ReadReport", max_bad_lines: int) -> None:
         self.files += other.files
@@ -100,84 +108,6 @@ def resolve_paths(paths: Iterable[str], key: str) -> list[Path]:
     return files
 
 
-def _hex_to_uint32(col: pa.Array) -> np.ndarray:
-    """Parse up-to-8-digit hex strings (already validated) into uint32; empty -> 0."""
-    padded = pc.utf8_lpad(col, width=8, padding="0")
-    if len(padded) == 0:
-        return np.zeros(0, dtype=np.uint32)
-    padded = padded.combine_chunks() if isinstance(padded, pa.ChunkedArray) else padded
-    offsets = np.frombuffer(padded.buffers()[1], dtype=np.int32)[padded.offset :]
-    data = np.frombuffer(padded.buffers()[2], dtype=np.uint8)[offsets[0] : offsets[len(padded)]]
-    nibbles = _HEX_LUT[data.reshape(-1, 8)]
-    shifts = np.arange(28, -1, -4, dtype=np.uint32)
-    return (nibbles << shifts).sum(axis=1, dtype=np.uint64).astype(np.uint32)
-
-
-def _parse_block(
-    lines: pa.Array, first_line: int, table_sizes: list[int], file_name: str, max_bad: int
-) -> tuple[np.ndarray, np.ndarray, np.ndarray, ReadReport]:
-    report = ReadReport(rows_read=len(lines))
-    bad_reason = np.full(len(lines), -1, dtype=np.int8)
-
-    n_fields = pc.add(pc.count_substring(lines, "\t"), 1).to_numpy(zero_copy_only=False)
-    bad_reason[(n_fields < MIN_FIELDS) | (n_fields > NUM_FIELDS)] = 0
-    ok = np.flatnonzero(bad_reason < 0)
-    kept = lines.take(pa.array(ok))
-    pads = pc.binary_repeat("\t", pa.array(NUM_FIELDS - n_fields[ok]))
-    fields = pc.split_pattern(pc.binary_join_element_wise(kept, pads, ""), "\t")
-    columns = [pc.list_element(fields, j) for j in range(NUM_FIELDS)]
-
-    def mark(mask: np.ndarray, reason: int) -> None:
-        idx = ok[mask & (bad_reason[ok] < 0)]
-        bad_reason[idx] = reason
-
-    label_ok = pc.is_in(columns[0], value_set=pa.array(["0", "1"])).to_numpy(zero_copy_only=False)
-    mark(~label_ok, 1)
-    dense_cols = columns[1 : 1 + CRITEO_NUM_DENSE]
-    sparse_cols = columns[1 + CRITEO_NUM_DENSE :]
-    for col in dense_cols:
-        mark(~pc.match_substring_regex(col, _DENSE_RE).to_numpy(zero_copy_only=False), 2)
-    for col in sparse_cols:
-        mark(~pc.match_substring_regex(col, _HEX_RE).to_numpy(zero_copy_only=False), 3)
-
-    good_in_ok = bad_reason[ok] < 0
-    good = pa.array(np.flatnonzero(good_in_ok))
-    labels = np.asarray(columns[0].take(good).to_numpy(zero_copy_only=False) == "1", np.float32)
-    dense = np.empty((len(good), CRITEO_NUM_DENSE), dtype=np.float32)
-    for j, col in enumerate(dense_cols):
-        values = pc.cast(pc.if_else(pc.equal(col.take(good), ""), "0", col.take(good)), pa.int64())
-        dense[:, j] = np.log1p(np.maximum(values.to_numpy(zero_copy_only=False), 0))
-    sparse = np.empty((len(good), CRITEO_NUM_SPARSE), dtype=np.int64)
-    for j, col in enumerate(sparse_cols):
-        sparse[:, j] = _hex_to_uint32(col.take(good)).astype(np.int64) % table_sizes[j]
-
-    report.rows_valid = len(good)
-    report.rows_padded = int(np.sum(n_fields[ok[good_in_ok]] < NUM_FIELDS))
-    for r, name in enumerate(REASONS):
-        report.skipped_by_reason[name] = int(np.sum(bad_reason == r))
-    for i in np.flatnonzero(bad_reason >= 0)[:max_bad]:
-        report.first_bad_lines.append(
-            f"{file_name}:{first_line + int(i)} ({REASONS[bad_reason[i]]})"
-        )
-    return dense, sparse, labels, report
-
-
-def _line_blocks(path: Path) -> Iterable[pa.Array]:
-    """The file's lines as string arrays, one per ~64 MiB block (bounded memory)."""
-    reader = pacsv.open_csv(
-        path,
-        read_options=pacsv.ReadOptions(column_names=["line"], block_size=_BLOCK_BYTES),
-        parse_options=pacsv.ParseOptions(
-            delimiter="\x1f", quote_char=False, escape_char=False, ignore_empty_lines=False
-        ),
-        convert_options=pacsv.ConvertOptions(
-            column_types={"line": pa.string()}, strings_can_be_null=False
-        ),
-    )
-    for batch in reader:
-        yield batch.column(0)
-
-
 def read_files(
     files: list[Path], table_sizes: list[int], max_bad_lines: int
 ) -> tuple[ClickData, ReadReport]:
@@ -195,19 +125,11 @@ def read_files(
     parts: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
     for path in files:
         file_report = ReadReport(files=[str(path)])
-        line = 1
-        try:
-            for lines in _line_blocks(path):
-                dense, sparse, labels, block = _parse_block(
-                    lines, line, table_sizes, str(path), max_bad_lines
-                )
-                line += len(lines)
-                parts.append((dense, sparse, labels))
-                file_report.merge(block, max_bad_lines)
-        except pa.ArrowInvalid as err:
-            if "Empty CSV file" in str(err):
-                continue
-            raise DataError(f"{path}: not a Criteo TSV text file ({err})") from None
+        for buf, first_line in iter_blocks(path):
+            block = parse_block(buf)
+            file_report.add_block(block, first_line, str(path), max_bad_lines)
+            sizes = np.asarray(table_sizes, dtype=np.int64)
+            parts.append((log1p_counts(block.dense), block.sparse % sizes, block.labels))
         report.merge(file_report, max_bad_lines)
     if report.rows_valid == 0:
         raise DataError(
@@ -221,7 +143,7 @@ def read_files(
         )
     dense = np.concatenate([p[0] for p in parts])
     sparse = np.concatenate([p[1] for p in parts])
-    labels = np.concatenate([p[2] for p in parts])
+    labels = np.concatenate([p[2] for p in parts]).astype(np.float32)
     return ClickData.from_numpy(dense, sparse, labels), report
 
 

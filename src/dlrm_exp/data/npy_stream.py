@@ -1,0 +1,70 @@
+"""Write a 2-D ``.npy`` file row block by row block, without knowing the row count up front.
+
+The header (format 1.0) is written last, over a reserved 128 bytes: what numpy itself writes
+for any 2-D shape below 10**20 rows. Data goes to ``<name>.tmp`` and is renamed into place only
+when complete, so a crash never leaves a truncated ``.npy`` that looks finished.
+"""
+
+import os
+from pathlib import Path
+from types import TracebackType
+
+import numpy as np
+
+HEADER_BYTES = 128
+
+
+class NpyRowWriter:
+    """Append (n, columns) blocks of ``dtype``; :meth:`close` writes the header and renames.
+
+    Raises:
+        ValueError: a block with another column count, or a header that does not fit.
+    """
+
+    def __init__(self, path: Path, dtype: np.dtype | type, columns: int) -> None:
+        self.path = Path(path)
+        self.tmp = self.path.with_name(self.path.name + ".tmp")
+        self.dtype = np.dtype(dtype)
+        self.columns = columns
+        self.rows = 0
+        self._file = open(self.tmp, "wb")
+        self._file.seek(HEADER_BYTES)
+
+    def append(self, block: np.ndarray) -> None:
+        block = np.asarray(block, dtype=self.dtype).reshape(-1, self.columns)
+        self._file.write(np.ascontiguousarray(block).data)
+        self.rows += block.shape[0]
+
+    def close(self) -> Path:
+        """Write the header, flush, and move the file into place."""
+        self._file.seek(0)
+        header = {
+            "descr": np.lib.format.dtype_to_descr(self.dtype),
+            "fortran_order": False,
+            "shape": (self.rows, self.columns),
+        }
+        np.lib.format.write_array_header_1_0(self._file, header)
+        if self._file.tell() != HEADER_BYTES:
+            raise ValueError(f"npy header of {self.path} is {self._file.tell()} bytes, not 128")
+        self._file.close()
+        os.replace(self.tmp, self.path)
+        return self.path
+
+    def abort(self) -> None:
+        """Drop the partial file."""
+        self._file.close()
+        self.tmp.unlink(missing_ok=True)
+
+    def __enter__(self) -> "NpyRowWriter":
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        if exc_type is None:
+            self.close()
+        else:
+            self.abort()

@@ -1,0 +1,286 @@
+"""Vectorized Criteo TSV parsing: a block of complete lines (bytes) -> raw numpy columns.
+
+No per-row or per-field Python: field boundaries come from one scan for tabs and newlines,
+and every field is read as one little-endian 64-bit word at its start (8 ASCII characters)
+and decoded with SWAR arithmetic (SIMD within a register): decimal digits with Lemire's
+eight-digit parse, hex digits with nibble packing. Fields longer than 8 characters or with a
+sign (rare in Criteo: only negative counts) take a byte-wise path.
+
+Row rules (shared by ``data=criteo_tsv`` and ``mode=preprocess``):
+  * 14..39 fields: the trailing empty fields were stripped; pad with empty fields;
+  * empty field: dense 0, categorical 0;
+  * rejected rows, by the first rule they break, in this order: ``field_count`` (fewer than 14
+    or more than 40 fields), ``label`` (not ``0``/``1``), ``dense`` (not an integer of at most
+    18 digits with an optional ``-``), ``categorical`` (not at most 8 hex digits).
+"""
+
+import gzip
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import BinaryIO
+
+import numpy as np
+
+from dlrm_exp.errors import DataError
+
+NUM_DENSE = 13
+NUM_SPARSE = 26
+NUM_FIELDS = 1 + NUM_DENSE + NUM_SPARSE  # 40
+MIN_FIELDS = 1 + NUM_DENSE  # label and the 13 dense fields must be present
+REASONS = ("field_count", "label", "dense", "categorical")
+BLOCK_BYTES = 8 << 20
+_MAX_DENSE_CHARS = 19  # "-" and 18 digits: always fits int64
+
+_U = np.uint64
+_ZEROS = _U(0x3030303030303030)  # "00000000"
+_LOW_NIBBLES = _U(0x0F0F0F0F0F0F0F0F)
+_ONES = _U(0x0101010101010101)
+_HIGH_BITS = _U(0x8080808080808080)
+
+
+@dataclass
+class ParsedBlock:
+    """Raw values of a block's valid rows and what happened to the others.
+
+    Attributes:
+        dense: (N, 13) int64 counts as written (empty = 0).
+        sparse: (N, 26) int64 categorical hashes in [0, 2**32) (empty = 0).
+        labels: (N,) int8 in {0, 1}.
+        num_lines: lines in the block (valid or not).
+        num_padded: valid rows that had fewer than 40 fields.
+        reasons: (num_lines,) int8: -1 valid, else the index in :data:`REASONS`.
+    """
+
+    dense: np.ndarray
+    sparse: np.ndarray
+    labels: np.ndarray
+    num_lines: int
+    num_padded: int
+    reasons: np.ndarray = field(repr=False)
+
+
+def _bytes_in_range(x: np.ndarray, lo: int, hi: int) -> np.ndarray:
+    """Per byte of each uint64 (bytes below 0x80): 0x80 where ``lo <= byte <= hi``, else 0."""
+    ge_lo = x + _U((0x80 - lo) * 0x0101010101010101)
+    gt_hi = x + _U((0x7F - hi) * 0x0101010101010101)
+    np.invert(gt_hi, out=gt_hi)
+    ge_lo &= gt_hi
+    ge_lo &= _HIGH_BITS
+    return ge_lo
+
+
+def _right_align(words: np.ndarray, lengths: np.ndarray) -> np.ndarray:
+    """Keep the first ``length`` (<= 8) characters of each word and left-pad them with '0'
+    to 8 characters ("7" -> "00000007"); empty fields become "00000000"."""
+    length = lengths.astype(_U)
+    clipped = np.maximum(length, _U(1))
+    aligned = words << (_U(8) * (_U(8) - clipped))
+    fill = np.where(length >= 8, _U(0), _ZEROS >> (_U(8) * np.minimum(clipped, _U(7))))
+    return np.where(length == 0, _ZEROS, aligned | fill)
+
+
+def _decimal8(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """8 ASCII decimal digits per word -> (values int64, all-digits mask)."""
+    ok = ((x & _HIGH_BITS) == 0) & (_bytes_in_range(x, 0x30, 0x39) == _HIGH_BITS)
+    v = x - _ZEROS
+    v = v * _U(10) + (v >> _U(8))
+    mask = _U(0x000000FF000000FF)
+    v = (
+        (v & mask) * _U(100 + (1000000 << 32)) + ((v >> _U(16)) & mask) * _U(1 + (10000 << 32))
+    ) >> _U(32)
+    return v.astype(np.int64), ok
+
+
+def _hex8(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """8 ASCII hex digits per word (either case) -> (values in [0, 2**32) int64, valid mask)."""
+    valid = _bytes_in_range(x, 0x30, 0x39)
+    valid |= _bytes_in_range(x | _U(0x2020202020202020), 0x61, 0x66)
+    ok = (valid == _HIGH_BITS) & ((x & _HIGH_BITS) == 0)
+    nib = (x >> _U(6)) & _ONES
+    nib *= _U(9)
+    nib += x & _LOW_NIBBLES
+    lanes = (nib & _U(0x000F000F000F000F)) << _U(4)
+    nib >>= _U(8)
+    nib &= _U(0x000F000F000F000F)
+    lanes |= nib
+    value = (lanes & _U(0x000000FF000000FF)) << _U(8)
+    lanes >>= _U(16)
+    lanes &= _U(0x000000FF000000FF)
+    value |= lanes
+    result = (value & _U(0xFFFF)) << _U(16)
+    value >>= _U(32)
+    value &= _U(0xFFFF)
+    result |= value
+    return result.view(np.int64), ok
+
+
+def _decimal_slow(buf: np.ndarray, starts: np.ndarray, lengths: np.ndarray) -> tuple:
+    """Byte-wise decimal parse for fields with a sign or more than 8 characters."""
+    width = _MAX_DENSE_CHARS
+    k = np.arange(width)
+    inside = k[None, :] < lengths[:, None]
+    chars = buf[np.minimum(starts[:, None] + k[None, :], len(buf) - 1)]
+    negative = chars[:, 0] == ord("-")
+    is_sign = (k[None, :] == 0) & negative[:, None]
+    digits = chars.astype(np.int64) - ord("0")
+    is_digit = (digits >= 0) & (digits <= 9)
+    ok = np.all(~inside | is_sign | is_digit, axis=1)
+    ok &= (lengths <= width) & (lengths > negative.astype(lengths.dtype))
+    value = np.zeros(len(starts), dtype=np.int64)
+    for j in range(width):
+        use = inside[:, j] & ~is_sign[:, j]
+        value = np.where(use, value * 10 + np.where(is_digit[:, j], digits[:, j], 0), value)
+    return np.where(negative, -value, value), ok
+
+
+def _field_table(
+    sep: np.ndarray, starts: np.ndarray, first: np.ndarray, nfields: np.ndarray, num_lines: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """(rows, 40) start offsets and lengths of each row's fields; missing trailing fields get
+    length 0."""
+    if len(first) == num_lines and len(sep) == NUM_FIELDS * num_lines:  # every line complete
+        return starts.reshape(-1, NUM_FIELDS), (sep - starts).reshape(-1, NUM_FIELDS)
+    rows = len(first)
+    field_start = np.zeros((rows, NUM_FIELDS), dtype=np.int64)
+    field_len = np.zeros((rows, NUM_FIELDS), dtype=np.int64)
+    row_of = np.repeat(np.arange(rows), nfields)
+    src = np.arange(len(row_of)) - np.repeat(np.cumsum(nfields) - nfields, nfields)
+    flat = np.repeat(first, nfields) + src
+    field_start[row_of, src] = starts[flat]
+    field_len[row_of, src] = sep[flat] - starts[flat]
+    return field_start, field_len
+
+
+def parse_block(buf: np.ndarray) -> ParsedBlock:
+    """Parse complete lines.
+
+    Args:
+        buf: uint8 bytes of whole lines, each ending in ``\\n``, followed by at least 8 bytes of
+            padding (any value; fields are loaded as 8-byte words).
+    """
+    data_len = len(buf) - 8
+    body = buf[:data_len]
+    sep = np.flatnonzero((body == 9) | (body == 10))
+    line_last = np.flatnonzero(body[sep] == 10)
+    num_lines = len(line_last)
+    nfields = np.diff(line_last, prepend=-1)
+    first = line_last - nfields + 1
+    starts = np.empty_like(sep)
+    if len(sep):
+        starts[0] = 0
+        starts[1:] = sep[:-1] + 1
+    reasons = np.full(num_lines, -1, dtype=np.int8)
+    reasons[(nfields < MIN_FIELDS) | (nfields > NUM_FIELDS)] = 0
+    ok = np.flatnonzero(reasons < 0)
+
+    field_start, field_len = _field_table(sep, starts, first[ok], nfields[ok], num_lines)
+    words = np.ndarray(shape=(data_len + 1,), dtype="<u8", buffer=buf, strides=(1,))[field_start]
+
+    def reject(bad_rows: np.ndarray, reason: int) -> None:
+        rows = ok[bad_rows]
+        fresh = reasons[rows] < 0
+        reasons[rows[fresh]] = reason
+
+    label_chars = buf[field_start[:, 0]]
+    label_ok = (field_len[:, 0] == 1) & ((label_chars == ord("0")) | (label_chars == ord("1")))
+    reject(~label_ok, 1)
+
+    d_len = field_len[:, 1 : 1 + NUM_DENSE]
+    d_words = words[:, 1 : 1 + NUM_DENSE]
+    dense, dense_ok = _decimal8(_right_align(d_words, np.minimum(d_len, 8)))
+    slow = (d_len > 8) | ((d_len > 0) & ((d_words & _U(0xFF)) == ord("-")))
+    if slow.any():
+        s_rows, s_cols = np.nonzero(slow)
+        values, values_ok = _decimal_slow(
+            buf, field_start[s_rows, 1 + s_cols], d_len[s_rows, s_cols]
+        )
+        dense[s_rows, s_cols] = values
+        dense_ok[s_rows, s_cols] = values_ok
+    reject(~dense_ok.all(axis=1), 2)
+
+    c_len = field_len[:, 1 + NUM_DENSE :]
+    c_words = words[:, 1 + NUM_DENSE :]
+    full_or_empty = (c_len == 8) | (c_len == 0)
+    if full_or_empty.all():  # Criteo writes 8 digits or nothing
+        c_words[c_len == 0] = _ZEROS
+    else:
+        c_words = _right_align(c_words, np.minimum(c_len, 8))
+    sparse, sparse_ok = _hex8(c_words)
+    reject(~(sparse_ok & (c_len <= 8)).all(axis=1), 3)
+
+    good = reasons[ok] < 0
+    return ParsedBlock(
+        dense=dense[good],
+        sparse=sparse[good],
+        labels=(label_chars[good] - ord("0")).astype(np.int8),
+        num_lines=num_lines,
+        num_padded=int(np.count_nonzero(nfields[ok][good] < NUM_FIELDS)),
+        reasons=reasons,
+    )
+
+
+def log1p_counts(dense: np.ndarray) -> np.ndarray:
+    """facebookresearch/dlrm's dense transform: ``log(1 + max(x, 0))`` as float32 (N, 13)."""
+    return np.log1p(np.maximum(dense, 0), dtype=np.float32)
+
+
+def convert_block(buf: np.ndarray, log1p: bool, table_sizes: tuple[int, ...] | None) -> ParsedBlock:
+    """:func:`parse_block` plus the per-block transforms of ``mode=preprocess``: dense
+    ``log1p`` (else raw counts), categoricals modulo ``table_sizes`` (else raw), int32 labels.
+    A plain function of plain values, so worker processes import only numpy."""
+    block = parse_block(buf)
+    if log1p:
+        block.dense = log1p_counts(block.dense)
+    if table_sizes is not None:
+        block.sparse %= np.asarray(table_sizes, dtype=np.int64)
+    block.labels = block.labels.astype(np.int32)
+    return block
+
+
+def open_text(path: Path) -> BinaryIO:
+    """Open ``path`` for reading bytes, decompressing gzip (recognized by its magic bytes,
+    whatever the file name)."""
+    with open(path, "rb") as f:
+        magic = f.read(2)
+    if magic == b"\x1f\x8b":
+        return gzip.open(path, "rb")  # type: ignore[return-value]
+    return open(path, "rb")
+
+
+def iter_blocks(path: Path, block_bytes: int = BLOCK_BYTES) -> Iterator[tuple[np.ndarray, int]]:
+    """Yield ``(buf, first_line)``: padded uint8 blocks of whole lines (see
+    :func:`parse_block`) and the 1-based number of their first line. A missing final newline
+    is supplied.
+
+    Raises:
+        DataError: the file holds NUL bytes (binary, not TSV) or is not valid gzip.
+    """
+    line = 1
+    carry = b""
+    try:
+        with open_text(path) as f:
+            while True:
+                chunk = f.read(block_bytes)
+                data = carry + chunk
+                if not chunk:
+                    if data:
+                        yield _padded(data if data.endswith(b"\n") else data + b"\n", path), line
+                    return
+                cut = data.rfind(b"\n") + 1
+                if cut == 0:
+                    carry = data
+                    continue
+                carry = data[cut:]
+                buf = _padded(data[:cut], path)
+                yield buf, line
+                line += int(np.count_nonzero(buf[:-8] == 10))
+    except (OSError, EOFError, gzip.BadGzipFile) as err:
+        raise DataError(f"{path}: cannot read ({err})") from None
+
+
+def _padded(data: bytes, path: Path) -> np.ndarray:
+    buf = np.frombuffer(data + b"\0" * 8, dtype=np.uint8)
+    if np.count_nonzero(buf[:-8] == 0):
+        raise DataError(f"{path}: not a Criteo TSV text file (it holds NUL bytes: binary data?)")
+    return buf
