@@ -43,9 +43,10 @@ format: $(STAMP) ## ruff format and autofix
 	$(PY) -m ruff format src tests
 	$(PY) -m ruff check --fix src tests
 
-bench: $(STAMP) ## framework vs plain TorchRec loop (samples/s), preprocessing vs TorchRec (rows/s)
+bench: $(STAMP) ## framework vs TorchRec loop, preprocessing vs TorchRec, loaders vs training
 	$(PY) -m dlrm_exp.bench $(ARGS)
 	$(PY) -m dlrm_exp.bench_preprocess
+	$(PY) -m dlrm_exp.bench_loader
 
 tensorboard: $(STAMP) ## compare runs in TensorBoard (scalars + HParams)
 	$(VENV)/bin/tensorboard --logdir outputs

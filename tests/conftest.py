@@ -57,3 +57,27 @@ def small_synthetic() -> list:
         "train.batch_size=256",
         "train.progress_bar=false",
     ]
+
+
+def torchrec_criteo_rows(folder: Path, day: int, stage: str, batch_size: int, **kwargs):
+    """(dense, labels, ids (N, 26)) of one day as TorchRec's ``InMemoryBinaryCriteoIterDataPipe``
+    batches them on one rank (``stage`` train = all rows, val / test = the day's halves)."""
+    import torch
+    from torchrec.datasets.criteo import InMemoryBinaryCriteoIterDataPipe
+
+    pipe = InMemoryBinaryCriteoIterDataPipe(
+        stage=stage,
+        dense_paths=[str(folder / f"day_{day}_dense.npy")],
+        sparse_paths=[str(folder / f"day_{day}_sparse.npy")],
+        labels_paths=[str(folder / f"day_{day}_labels.npy")],
+        batch_size=batch_size,
+        rank=0,
+        world_size=1,
+        **kwargs,
+    )
+    batches = list(pipe)
+    return (
+        torch.cat([b.dense_features for b in batches]),
+        torch.cat([b.labels for b in batches]),
+        torch.cat([b.sparse_features.values().reshape(26, -1).t() for b in batches]),
+    )

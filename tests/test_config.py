@@ -29,10 +29,19 @@ def test_every_group_has_options():
 @pytest.mark.parametrize(("group", "option"), OPTIONS, ids=[f"{g}={o}" for g, o in OPTIONS])
 def test_every_option_composes(group, option):
     overrides = [f"{group}={option}"]
-    if (group, option) == ("data", "criteo_tsv"):
-        overrides.append("data.path=some.tsv")
+    if (group, option) in (("data", "criteo_tsv"), ("data", "criteo_npy")):
+        overrides.append("data.path=some_path")
     cfg = compose_cfg(overrides)
     assert isinstance(cfg, Config)
+
+
+def test_preprocess_needs_tsv_and_an_output_folder():
+    with pytest.raises(ConfigError, match="data=criteo_tsv"):
+        compose_cfg(["mode=preprocess", "preprocess.output_dir=x"])
+    with pytest.raises(ConfigError, match="preprocess.output_dir"):
+        compose_cfg(["mode=preprocess", "data=criteo_tsv", "data.path=a.tsv"])
+    with pytest.raises(ConfigError, match="num_workers"):
+        compose_cfg(["preprocess.num_workers=0"])
 
 
 def test_defaults():
@@ -171,7 +180,7 @@ RULES = [
     (["train.throughput_warmup_steps=-1"], r"throughput_warmup_steps must be >= 0"),
     (
         ["data=criteo_tsv", "data.path=a", "model.num_embeddings_per_feature=[10,10]"],
-        r"data=criteo_tsv has 26 categorical features but model.num_embeddings_per_feature lists 2",
+        r"Criteo data has 26 categorical features but model.num_embeddings_per_feature lists 2",
     ),
     (
         ["data=criteo_tsv", "data.path=a", "model.num_dense_features=4"],

@@ -6,10 +6,9 @@ import json
 
 import numpy as np
 import pytest
-import torch
-from torchrec.datasets.criteo import BinaryCriteoUtils, InMemoryBinaryCriteoIterDataPipe
+from torchrec.datasets.criteo import BinaryCriteoUtils
 
-from conftest import run_cli
+from conftest import run_cli, torchrec_criteo_rows
 from dlrm_exp.config import CategoricalTransform, DenseTransform, PreprocessConfig
 from dlrm_exp.data.criteo_format import criteo_lines, write_criteo_tsv
 from dlrm_exp.data.npy_stream import NpyRowWriter
@@ -43,22 +42,10 @@ def test_torchrec_reader_gives_our_rows(tmp_path, mmap_mode):
     tsv = write_criteo_tsv(tmp_path / "day_0", 700, seed=4, strip_trailing_rate=0.5)
     convert([tsv], tmp_path / "out")
     out = tmp_path / "out"
-    pipe = InMemoryBinaryCriteoIterDataPipe(
-        stage="train",
-        dense_paths=[str(out / "day_0_dense.npy")],
-        sparse_paths=[str(out / "day_0_sparse.npy")],
-        labels_paths=[str(out / "day_0_labels.npy")],
-        batch_size=100,
-        rank=0,
-        world_size=1,
-        mmap_mode=mmap_mode,
-        hashes=SIZES,
+    dense, labels, values = torchrec_criteo_rows(
+        out, 0, "train", 100, mmap_mode=mmap_mode, hashes=SIZES
     )
-    batches = list(pipe)
-    assert len(batches) == 7
-    dense = torch.cat([b.dense_features for b in batches]).numpy()
-    labels = torch.cat([b.labels for b in batches]).numpy()
-    values = torch.cat([b.sparse_features.values().reshape(26, -1).t() for b in batches])
+    dense, labels = dense.numpy(), labels.numpy()
     expected = [line.split("\t") for line in criteo_lines(700, seed=4, strip_trailing_rate=0.5)]
     assert labels.tolist() == [int(f[0]) for f in expected]
     first_dense = [int(f[1] or 0) for f in expected]

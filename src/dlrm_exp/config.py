@@ -425,6 +425,43 @@ class CriteoTsvDataConfig(DataConfig):
         )
 
 
+class NpyDataset(Enum):
+    """Split rules of ``data=criteo_npy``: ``criteo_1tb`` (TorchRec's DLRM example: every day
+    but the last trains; the last, day 23 of the full set, is split in half, validation then
+    test) or ``criteo_kaggle`` (facebookresearch/dlrm: the rows of all days in order cut into 7
+    near-equal parts; 6 train, the 7th split in half, validation then test)."""
+
+    criteo_1tb = "criteo_1tb"
+    criteo_kaggle = "criteo_kaggle"
+
+
+class OutOfRange(Enum):
+    """Categorical ids at or beyond a table's ``num_embeddings``: ``hash`` them (``id % rows``,
+    TorchRec's ``hashes``) or stop with an ``error``."""
+
+    hash = "hash"
+    error = "error"
+
+
+@dataclass
+class CriteoNpyDataConfig(DataConfig):
+    """TorchRec's binary Criteo layout written by ``mode=preprocess`` (``data=criteo_npy``).
+
+    Attributes:
+        path: folder holding ``day_<n>_{dense,sparse,labels}.npy``.
+        dataset: split rules, see :class:`NpyDataset`.
+        mmap_mode: map the files instead of reading them (pages load on first use).
+        out_of_range: see :class:`OutOfRange`.
+        shuffle_training_set: permute the training rows once (seeded by ``seed``).
+    """
+
+    path: str = MISSING
+    dataset: NpyDataset = NpyDataset.criteo_1tb
+    mmap_mode: bool = False
+    out_of_range: OutOfRange = OutOfRange.hash
+    shuffle_training_set: bool = False
+
+
 @dataclass
 class HardwareConfig:
     """Where and how the job runs, and the planner's ``Topology`` (group ``hardware``).
@@ -599,17 +636,17 @@ class Config:
                         f"{key}=fused_uvm_caching keeps tables in CUDA unified memory with an "
                         "HBM cache and needs hardware.compute_device=cuda: on CPU use fused"
                     )
-        if isinstance(self.data, CriteoTsvDataConfig):
+        if isinstance(self.data, (CriteoTsvDataConfig, CriteoNpyDataConfig)):
             n_sparse = len(self.model.num_embeddings_per_feature)
             _require(
                 n_sparse == CRITEO_NUM_SPARSE,
-                f"data=criteo_tsv has {CRITEO_NUM_SPARSE} categorical features but "
+                f"Criteo data has {CRITEO_NUM_SPARSE} categorical features but "
                 f"model.num_embeddings_per_feature lists {n_sparse} tables: give one row "
                 f"count per feature ({CRITEO_NUM_SPARSE} values)",
             )
             _require(
                 self.model.num_dense_features == CRITEO_NUM_DENSE,
-                f"data=criteo_tsv has {CRITEO_NUM_DENSE} dense features: set "
+                f"Criteo data has {CRITEO_NUM_DENSE} dense features: set "
                 f"model.num_dense_features={CRITEO_NUM_DENSE}",
             )
 
@@ -624,4 +661,5 @@ def register_configs() -> None:
     cs.store(group="qcomms", name="base_qcomms", node=QCommsConfig)
     cs.store(group="data", name="base_synthetic", node=SyntheticDataConfig)
     cs.store(group="data", name="base_criteo_tsv", node=CriteoTsvDataConfig)
+    cs.store(group="data", name="base_criteo_npy", node=CriteoNpyDataConfig)
     cs.store(group="hardware", name="base_hardware", node=HardwareConfig)

@@ -3,8 +3,14 @@
 from dataclasses import dataclass, field
 from typing import Any
 
-from dlrm_exp.config import CriteoTsvDataConfig, DataConfig, SyntheticDataConfig
+from dlrm_exp.config import (
+    CriteoNpyDataConfig,
+    CriteoTsvDataConfig,
+    DataConfig,
+    SyntheticDataConfig,
+)
 from dlrm_exp.data.batches import ClickData, iter_batches, per_rank_sizes
+from dlrm_exp.data.criteo_npy import load_criteo_npy
 from dlrm_exp.data.criteo_tsv import load_criteo_tsv
 from dlrm_exp.data.synthetic import generate
 
@@ -20,6 +26,8 @@ def data_paths(cfg: DataConfig) -> dict[str, list[str]]:
             "data.test_path": cfg.test_path,
         }
         return {k: v for k, v in keys.items() if v}
+    if isinstance(cfg, CriteoNpyDataConfig):
+        return {"data.path": [cfg.path]}
     return {}
 
 
@@ -57,5 +65,8 @@ def load_splits(cfg: DataConfig, table_sizes: list[int], num_dense: int, seed: i
             "rows": {"train": len(train), "val": len(val), "test": len(test)},
             "read": report.as_dict(),
         }
+        return DataSplits(train, val, test, info)
+    if isinstance(cfg, CriteoNpyDataConfig):
+        train, val, test, info = load_criteo_npy(cfg, table_sizes, seed)
         return DataSplits(train, val, test, info)
     raise TypeError(f"unknown data config {type(cfg).__name__}")

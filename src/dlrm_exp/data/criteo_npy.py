@@ -1,0 +1,141 @@
+"""Train / validation / test splits from TorchRec's binary Criteo layout (``data=criteo_npy``).
+
+Reads ``day_<n>_dense.npy`` float32 (N, 13), ``day_<n>_sparse.npy`` int (N, 26) and
+``day_<n>_labels.npy`` int (N, 1) as written by ``mode=preprocess`` or by TorchRec's own
+scripts, and splits them by the rules of :class:`~dlrm_exp.config.NpyDataset`:
+
+* ``criteo_1tb``: days in order; every day but the last trains, the last (day 23 of the full
+  set) is split at ``ceil(N / 2)``: validation first, test second, as TorchRec's
+  ``InMemoryBinaryCriteoIterDataPipe`` does;
+* ``criteo_kaggle``: the rows of every day in order, cut into 7 parts of ``N // 7`` rows (the
+  first ``N % 7`` one row longer), as facebookresearch/dlrm splits the Kaggle ``train.txt``
+  into days; parts 0..5 train, part 6 is split in half, validation then test.
+
+Batches are then cut by :func:`~dlrm_exp.data.batches.iter_batches`: global step ``i`` takes the
+next ``world_size x batch_size`` rows and rank ``r`` its ``r``-th slice, so ranks never overlap.
+"""
+
+import re
+from pathlib import Path
+
+import numpy as np
+
+from dlrm_exp.config import CriteoNpyDataConfig, NpyDataset, OutOfRange
+from dlrm_exp.data.batches import ClickData
+from dlrm_exp.data.tsv_parse import NUM_DENSE, NUM_SPARSE
+from dlrm_exp.errors import DataError
+
+_DAY_FILE = re.compile(r"^day_(\d+)_dense\.npy$")
+KAGGLE_PARTS = 7
+
+
+def find_days(folder: Path) -> list[int]:
+    """Day numbers with a complete ``day_<n>_{dense,sparse,labels}.npy`` triple, sorted.
+
+    Raises:
+        DataError: the folder is missing, holds no day, or a day lacks one of its files.
+    """
+    if not folder.is_dir():
+        raise DataError(f"data.path: no such folder: {folder}")
+    days = sorted(int(m.group(1)) for p in folder.iterdir() if (m := _DAY_FILE.match(p.name)))
+    if not days:
+        raise DataError(
+            f"data.path: {folder} holds no day_<n>_dense.npy: convert TSV files first with "
+            "mode=preprocess data=criteo_tsv data.path=<tsv> preprocess.output_dir=<folder>"
+        )
+    for day in days:
+        for kind in ("sparse", "labels"):
+            if not (folder / f"day_{day}_{kind}.npy").is_file():
+                raise DataError(f"data.path: day_{day}_{kind}.npy is missing in {folder}")
+    return days
+
+
+def _load_day(folder: Path, day: int, mmap: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    mode = "c" if mmap else None  # copy-on-write: writable for torch, nothing read up front
+    arrays = []
+    for kind, columns in (("dense", NUM_DENSE), ("sparse", NUM_SPARSE), ("labels", 1)):
+        path = folder / f"day_{day}_{kind}.npy"
+        try:
+            array = np.load(path, mmap_mode=mode, allow_pickle=False)
+        except (ValueError, OSError) as err:
+            raise DataError(f"{path}: not a readable npy file ({err})") from None
+        if array.ndim != 2 or array.shape[1] != columns:
+            raise DataError(f"{path}: shape {array.shape}, expected (rows, {columns})")
+        arrays.append(array)
+    rows = {a.shape[0] for a in arrays}
+    if len(rows) != 1:
+        raise DataError(f"{folder}: day_{day} files disagree on the row count: {sorted(rows)}")
+    return arrays[0], arrays[1], arrays[2]
+
+
+def _check_ids(sparse: np.ndarray, table_sizes: list[int], policy: OutOfRange) -> np.ndarray:
+    sizes = np.asarray(table_sizes, dtype=np.int64)
+    if policy is OutOfRange.hash:
+        return np.asarray(sparse, dtype=np.int64) % sizes
+    if len(sparse) == 0:
+        return np.asarray(sparse, dtype=np.int64)
+    high, low = sparse.max(axis=0), sparse.min(axis=0)
+    bad = np.flatnonzero((high >= sizes) | (low < 0))
+    if len(bad):
+        f = int(bad[0])
+        raise DataError(
+            f"data.path: feature cat_{f} has ids in [{low[f]}, {high[f]}] but its table has "
+            f"{sizes[f]} rows ({len(bad)} feature(s) out of range): set data.out_of_range=hash, "
+            "or preprocess with preprocess.categorical=hash for this model"
+        )
+    return np.asarray(sparse, dtype=np.int64)
+
+
+def _click_data(dense: np.ndarray, sparse: np.ndarray, labels: np.ndarray) -> ClickData:
+    return ClickData.from_numpy(dense, sparse, np.asarray(labels, dtype=np.float32).reshape(-1))
+
+
+def split_bounds(num_rows: int, dataset: NpyDataset, last_day_rows: int) -> tuple[int, int]:
+    """``(train_end, val_end)`` row offsets into the concatenated days; test runs to the end."""
+    if dataset is NpyDataset.criteo_1tb:
+        train_end = num_rows - last_day_rows
+        return train_end, train_end + (last_day_rows + 1) // 2
+    part, extra = divmod(num_rows, KAGGLE_PARTS)
+    sizes = [part + (1 if i < extra else 0) for i in range(KAGGLE_PARTS)]
+    train_end = sum(sizes[:-1])
+    return train_end, train_end + (sizes[-1] + 1) // 2
+
+
+def load_criteo_npy(
+    cfg: CriteoNpyDataConfig, table_sizes: list[int], seed: int
+) -> tuple[ClickData, ClickData, ClickData, dict]:
+    """Train, validation and test splits, plus facts for ``metrics.json``.
+
+    Raises:
+        DataError: missing or inconsistent files, too few days for ``criteo_1tb``, or ids out
+            of range with ``out_of_range=error``.
+    """
+    folder = Path(cfg.path).expanduser()
+    days = find_days(folder)
+    if cfg.dataset is NpyDataset.criteo_1tb and len(days) < 2:
+        raise DataError(
+            f"data.dataset=criteo_1tb needs at least 2 days (train days and the last day for "
+            f"validation/test), found {[f'day_{d}' for d in days]} in {folder}: use "
+            "data.dataset=criteo_kaggle to split one file"
+        )
+    loaded = [_load_day(folder, d, cfg.mmap_mode) for d in days]
+    dense, sparse, labels = (
+        loaded[0][i] if len(loaded) == 1 else np.concatenate([day[i] for day in loaded])
+        for i in range(3)
+    )
+    sparse = _check_ids(sparse, table_sizes, cfg.out_of_range)
+    train_end, val_end = split_bounds(len(labels), cfg.dataset, len(loaded[-1][2]))
+    order = np.arange(train_end)
+    if cfg.shuffle_training_set:
+        order = np.random.default_rng(seed).permutation(train_end)
+    train = _click_data(dense[order], sparse[order], labels[order])
+    val = _click_data(
+        dense[train_end:val_end], sparse[train_end:val_end], labels[train_end:val_end]
+    )
+    test = _click_data(dense[val_end:], sparse[val_end:], labels[val_end:])
+    info = {
+        "days": days,
+        "dataset": cfg.dataset.value,
+        "rows": {"train": len(train), "val": len(val), "test": len(test)},
+    }
+    return train, val, test, info
