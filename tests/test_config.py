@@ -35,15 +35,6 @@ def test_every_option_composes(group, option):
     assert isinstance(cfg, Config)
 
 
-def test_preprocess_needs_tsv_and_an_output_folder():
-    with pytest.raises(ConfigError, match="data=criteo_tsv"):
-        compose_cfg(["mode=preprocess", "preprocess.output_dir=x"])
-    with pytest.raises(ConfigError, match="preprocess.output_dir"):
-        compose_cfg(["mode=preprocess", "data=criteo_tsv", "data.path=a.tsv"])
-    with pytest.raises(ConfigError, match="num_workers"):
-        compose_cfg(["preprocess.num_workers=0"])
-
-
 def test_defaults():
     cfg = compose_cfg()
     assert cfg.model.embedding_dim == 16 and len(cfg.model.table_sizes) == 26
@@ -173,6 +164,9 @@ RULES = [
     (["hardware.ddr_cap=0"], r"hardware.ddr_cap must be positive"),
     (["hardware.backend=nccl"], r"backend=nccl needs CUDA devices: set hardware.backend=gloo"),
     (["train.batch_size=0"], r"train.batch_size must be positive"),
+    (["mode=preprocess", "preprocess.output_dir=x"], r"data=criteo_tsv data.path=<files>"),
+    (["mode=preprocess", "data=criteo_tsv", "data.path=a"], r"needs preprocess.output_dir"),
+    (["preprocess.num_workers=0"], r"preprocess.num_workers must be positive"),
     (["train.epochs=0"], r"train.epochs must be positive"),
     (["train.max_steps=0"], r"train.max_steps must be positive or null"),
     (["train.val_every_n_steps=-2"], r"train.val_every_n_steps must be positive or null"),

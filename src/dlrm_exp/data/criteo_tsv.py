@@ -28,9 +28,8 @@ from dlrm_exp.data.batches import ClickData
 from dlrm_exp.data.tsv_parse import (
     REASONS,
     ParsedBlock,
+    convert_block,
     iter_blocks,
-    log1p_counts,
-    parse_block,
 )
 from dlrm_exp.errors import DataError
 
@@ -123,13 +122,13 @@ def read_files(
     """
     report = ReadReport()
     parts: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
+    sizes = tuple(table_sizes)
     for path in files:
         file_report = ReadReport(files=[str(path)])
         for buf, first_line in iter_blocks(path):
-            block = parse_block(buf)
+            block = convert_block(buf, log1p=True, table_sizes=sizes)
             file_report.add_block(block, first_line, str(path), max_bad_lines)
-            sizes = np.asarray(table_sizes, dtype=np.int64)
-            parts.append((log1p_counts(block.dense), block.sparse % sizes, block.labels))
+            parts.append((block.dense, block.sparse, block.labels))
         report.merge(file_report, max_bad_lines)
     if report.rows_valid == 0:
         raise DataError(

@@ -31,6 +31,7 @@ class NpyRowWriter:
         self._file.seek(HEADER_BYTES)
 
     def append(self, block: np.ndarray) -> None:
+        """Append rows: ``block`` is reshaped to (n, columns) and cast to the file's dtype."""
         block = np.asarray(block, dtype=self.dtype).reshape(-1, self.columns)
         self._file.write(np.ascontiguousarray(block).data)
         self.rows += block.shape[0]

@@ -116,9 +116,16 @@ def _torchrec_dense(raw_path: Path, out_path: Path, minimum: int) -> None:
 
 
 def convert_file(
-    path: Path, day: int, out_dir: Path, options: Options, pool: Executor | None, bar: tqdm
+    path: Path,
+    day: int,
+    out_dir: Path,
+    options: Options,
+    pool: Executor | None,
+    workers: int,
+    bar: tqdm,
 ) -> dict[str, Any]:
-    """Convert one TSV file into ``day``'s three npy files; returns its report.
+    """Convert one TSV file into ``day``'s three npy files; returns its report. Blocks go to
+    ``pool`` (``workers`` processes) or, without one, are parsed here.
 
     Raises:
         DataError: the file cannot be read as text (binary, broken gzip).
@@ -129,7 +136,7 @@ def convert_file(
     dense_path = out_dir / (f"day_{day}_dense_raw.npy" if torchrec else f"day_{day}_dense.npy")
     minimum: int | None = None
     in_flight: collections.deque[tuple[Future | ParsedBlock, int]] = collections.deque()
-    depth = 2 * (getattr(pool, "_max_workers", 1) or 1)
+    depth = 2 * max(workers, 1)  # blocks in flight: bounds memory, keeps workers busy
     writers = [
         NpyRowWriter(dense_path, np.int64 if torchrec else np.float32, NUM_DENSE),
         NpyRowWriter(out_dir / f"day_{day}_sparse.npy", np.int64, NUM_SPARSE),
@@ -237,7 +244,9 @@ def preprocess_files(
                     skipped.append(day)
                     continue
                 bar.set_postfix_str(f"day_{day} <- {path.name}")
-                reports.append(convert_file(path, day, out_dir, options, pool, bar))
+                reports.append(
+                    convert_file(path, day, out_dir, options, pool, cfg.num_workers, bar)
+                )
     finally:
         if pool is not None:
             pool.shutdown(cancel_futures=True)
