@@ -5,6 +5,7 @@ sparse optimizer in backward -> planner (constraints, Topology, sharder with qco
 ``DistributedModelParallel`` -> combined optimizer -> ``TrainPipelineSparseDist``.
 """
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -44,10 +45,19 @@ class Experiment:
     plan: ShardingPlan
 
 
-def build_module(cfg: Config, dense_device: torch.device) -> DLRMTrain:
+#: Replaces the ``DLRMTrain`` wrapper around the built DLRM (e.g. the rank-sliced reference of
+#: ``mode=verify``); it must keep the DLRM as ``.model``.
+TrainWrapper = Callable[[DLRMTrain], DLRMTrain]
+
+
+def build_module(
+    cfg: Config, dense_device: torch.device, wrap: TrainWrapper | None = None
+) -> DLRMTrain:
     """The unsharded DLRM (tables on meta, dense part on ``dense_device``) with the sparse
     optimizer attached for fusion into backward: the input of planning and sharding."""
     module = build_model(cfg.model, dense_device=dense_device)
+    if wrap is not None:
+        module = wrap(module)
     apply_sparse_optimizer(module, cfg.optimizer)
     return module
 
@@ -111,16 +121,21 @@ def plan_model(
     return plan
 
 
-def build_experiment(cfg: Config, ctx: DistContext, plan: ShardingPlan | None = None) -> Experiment:
+def build_experiment(
+    cfg: Config,
+    ctx: DistContext,
+    plan: ShardingPlan | None = None,
+    wrap: TrainWrapper | None = None,
+) -> Experiment:
     """Build the sharded DLRM, its optimizers and the training pipeline for this rank.
 
     Parameters are initialized from ``cfg.seed`` (the same on every rank; tables independently
     of the plan, see :mod:`dlrm_exp.table_init`). Tables are allocated
     only after planning (here, or by the caller who passes ``plan``), so a plan that cannot fit
-    fails before any table exists.
+    fails before any table exists. ``wrap`` replaces the ``DLRMTrain`` around the DLRM.
     """
     torch.manual_seed(cfg.seed)
-    module = build_module(cfg, ctx.device)
+    module = build_module(cfg, ctx.device, wrap)
     sharder = job_sharder(cfg)
     if plan is None:
         plan = plan_model(cfg, ctx, module, sharder)

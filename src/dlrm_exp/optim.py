@@ -15,6 +15,7 @@ from torchrec.optim.optimizers import in_backward_optimizer_filter
 from torchrec.optim.rowwise_adagrad import RowWiseAdagrad
 
 from dlrm_exp.config import DenseOptimizer, OptimizerConfig, SparseOptimizer
+from dlrm_exp.replicated_optim import FbgemmReplicaOptimizer
 
 
 def _sparse_class(cfg: OptimizerConfig) -> tuple[type[torch.optim.Optimizer], dict[str, Any]]:
@@ -43,7 +44,9 @@ def build_optimizer(model: torch.nn.Module, cfg: OptimizerConfig) -> CombinedOpt
     ``data_parallel`` (their replicas sit behind DDP), which would leave them to the dense
     optimizer at the dense learning rate; here they keep the configured sparse optimizer and
     step after DDP averaged their gradients, which is the update the fused kernel makes for
-    sharded tables.
+    sharded tables. On CPU that update runs in FBGEMM's fused kernel itself
+    (:class:`~dlrm_exp.replicated_optim.FbgemmReplicaOptimizer`), so its arithmetic is the
+    sharded tables' to the bit; elsewhere in TorchRec's ``RowWiseAdagrad`` / ``torch.optim``.
     """
     if cfg.dense_optimizer is DenseOptimizer.adagrad:
 
@@ -60,7 +63,14 @@ def build_optimizer(model: torch.nn.Module, cfg: OptimizerConfig) -> CombinedOpt
     dense = {k: v for k, v in plain.items() if k not in replicated_tables}
     optimizers: list[Any] = [model.fused_optimizer, KeyedOptimizerWrapper(dense, dense_factory)]
     if replicated_tables:
-        optimizers.append(
-            KeyedOptimizerWrapper(replicated_tables, lambda params: cls(params, **kwargs))
-        )
+        on_cpu = all(p.device.type == "cpu" for p in replicated_tables.values())
+
+        def replica_factory(params: Any) -> torch.optim.Optimizer:
+            if on_cpu:
+                return FbgemmReplicaOptimizer(
+                    params, cfg.sparse_optimizer, cfg.learning_rate, cfg.eps
+                )
+            return cls(params, **kwargs)
+
+        optimizers.append(KeyedOptimizerWrapper(replicated_tables, replica_factory))
     return CombinedOptimizer(optimizers)

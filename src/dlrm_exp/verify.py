@@ -6,18 +6,27 @@ Trains ``verify.steps`` steps twice from identical initial weights (tables from
 * the job as configured (sharding, qcomms, ``hardware.nproc_per_node`` processes, per-rank
   batch B);
 * a reference: one process, every table whole on rank 0 (table_wise), no qcomms, batch
-  B x world size, i.e. the same rows per step.
+  B x world size, i.e. the same rows per step. Its embedding lookup takes the whole global
+  batch; its dense part (dense arch, interaction, over arch) and loss run once per rank-sized
+  slice (:class:`RankSlicedDLRMTrain`), and the loss is the mean of the slice losses. That is
+  the same function of the same weights as the mean over the global batch, computed with the
+  GEMM shapes and gradient sums of the ranks: DDP's average of two per-rank gradients is then
+  bitwise the reference's accumulated gradient, so what remains is what sharding changes.
 
 It reports the largest relative difference of the per-step global loss (the mean of the
 per-rank losses), and the largest absolute differences of the final embedding tables and
 dense parameters. With ``qcomms=none`` the loss must agree to ``1e-5``; quantized precisions
 have the measured tolerances of :data:`LOSS_TOLERANCE`. Results go to ``verify.json``.
 
-Adagrad-type optimizers move a parameter by about ``lr * g / (|g| + eps)``: a gradient at
-rounding level, whose sign the summation order decides, still moves its parameter by up to
-``lr``. With the default ``eps=1e-8`` this shows up for some seeds as a jump after many
-rounding-level steps, identical for every sharding type (seen with seed 2: 1.4e-4 at step 20
-for row_wise and data_parallel alike, 1.0e-7 with ``optimizer.eps=1e-6``).
+Why rank-sized slices: Adagrad-type optimizers move a parameter by about
+``lr * g / (|g| + eps)``, so a gradient at rounding level, whose sign the summation order
+decides, still moves its parameter by up to ``lr``, and one-ulp differences grow into visible
+loss differences within 20 steps for some seeds. Against a reference over the unsliced global
+batch (one GEMM over 2B rows) that gave 2.6e-5 (seed 0, data_parallel) and 1.4e-4 (seed 2,
+row_wise and data_parallel) with the default ``eps=1e-8``. With the slices, table-, row-,
+column-wise and their mixes reproduce the reference bitwise on CPU (deviation 0); data_parallel
+tables, updated by the same FBGEMM kernel (:mod:`dlrm_exp.replicated_optim`), differ only where
+a row's gradient is summed per rank before DDP averages the halves (about 1e-7).
 """
 
 import copy
@@ -32,6 +41,8 @@ import torch
 import torch.distributed as dist
 from torch.distributed._shard.sharded_tensor import ShardedTensor
 from torch.distributed.elastic.multiprocessing.errors import record
+from torchrec.datasets.utils import Batch
+from torchrec.models.dlrm import DLRMTrain
 
 from dlrm_exp.config import (
     ComputeKernel,
@@ -83,6 +94,36 @@ class Trace:
     sharding_types: list[str]
 
 
+class RankSlicedDLRMTrain(DLRMTrain):
+    """``DLRMTrain`` whose dense part and loss run per rank-sized slice of the global batch.
+
+    Input: a ``Batch`` of ``world_size * batch_size`` rows, rank 0's rows first (the order in
+    which :func:`dlrm_exp.data.iter_batches` deals them). The embedding lookup gives
+    (W x B, F, D) pooled embeddings for the whole batch; for each slice r of B rows the dense
+    arch, interaction and over arch give (B,) logits and loss ``l_r`` (mean BCE). The loss is
+    ``sum(l_r) / W``, the mean BCE over the global batch. Returns what ``DLRMTrain`` returns.
+    """
+
+    def __init__(self, module: DLRMTrain, world_size: int, batch_size: int) -> None:
+        super().__init__(module.model)
+        self.world_size = world_size
+        self.batch_size = batch_size
+
+    def forward(self, batch: Batch) -> tuple[torch.Tensor, tuple[torch.Tensor, ...]]:
+        dlrm = self.model
+        pooled = dlrm.sparse_arch(batch.sparse_features)
+        losses, logits = [], []
+        for r in range(self.world_size):
+            rows = slice(r * self.batch_size, (r + 1) * self.batch_size)
+            dense = dlrm.dense_arch(batch.dense_features[rows])
+            interaction = dlrm.inter_arch(dense_features=dense, sparse_features=pooled[rows])
+            part = dlrm.over_arch(interaction).squeeze(-1)
+            losses.append(self.loss_fn(part, batch.labels[rows].float()))
+            logits.append(part)
+        loss = torch.stack(losses).sum() / self.world_size
+        return loss, (loss.detach(), torch.cat(logits).detach(), batch.labels.detach())
+
+
 def _precision(cfg: Config) -> str:
     used = [p.value for p in (cfg.qcomms.forward_precision, cfg.qcomms.backward_precision) if p]
     return max(used or ["fp32"], key=_PRECISION_ORDER.index)
@@ -120,13 +161,24 @@ def _gather_parameters(model: torch.nn.Module, rank: int) -> tuple[dict, dict]:
     return tables, dense
 
 
-def trace(cfg: Config, steps: int) -> Trace | None:
-    """Train ``steps`` steps on this rank; rank 0 returns the trace, other ranks None."""
+def trace(cfg: Config, steps: int, slices: int = 1) -> Trace | None:
+    """Train ``steps`` steps on this rank; rank 0 returns the trace, other ranks None.
+
+    ``slices > 1`` (the reference) runs the dense part per slice of ``batch_size / slices``
+    rows (:class:`RankSlicedDLRMTrain`).
+    """
     with process_group(cfg.hardware) as ctx:
         splits = load_splits(
             cfg.data, cfg.model.table_sizes, cfg.model.num_dense_features, cfg.seed
         )
-        experiment = build_experiment(cfg, ctx)
+        wrap = None
+        if slices > 1:
+            rows = cfg.train.batch_size // slices
+
+            def wrap(module: DLRMTrain) -> DLRMTrain:
+                return RankSlicedDLRMTrain(module, slices, rows)
+
+        experiment = build_experiment(cfg, ctx, wrap=wrap)
         keys = feature_names(len(cfg.model.table_sizes))
         batches = itertools.islice(
             iter_batches(splits.train, cfg.train.batch_size, ctx.rank, ctx.world_size, keys),
@@ -211,7 +263,7 @@ def run_verify(cfg: Config, run_dir: Path) -> dict[str, Any]:
         sharded = launch_workers(_spawned_trace, (cfg, steps, log_file), cfg.hardware)
     else:
         sharded = trace(cfg, steps)
-    reference = trace(reference_config(cfg), steps)
+    reference = trace(reference_config(cfg), steps, slices=world)
     assert sharded is not None and reference is not None
     result = compare(sharded, reference, _precision(cfg))
     result["world_size"] = world
