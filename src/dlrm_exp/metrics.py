@@ -13,6 +13,7 @@ import resource
 import sys
 import time
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 from torchmetrics import Metric
@@ -114,3 +115,25 @@ def peak_memory_gib() -> float:
     """Peak resident set size of this process, GiB (``getrusage``; KiB on Linux)."""
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     return peak / (2**30 if sys.platform == "darwin" else 2**20)
+
+
+def step_time_ms(step_seconds: list[float]) -> dict[str, float | None]:
+    """p50 / p90 / mean of per-step wall times, milliseconds (None without steps)."""
+    if not step_seconds:
+        return {"p50": None, "p90": None, "mean": None}
+    ms = np.asarray(step_seconds) * 1e3
+    return {
+        "p50": float(np.percentile(ms, 50)),
+        "p90": float(np.percentile(ms, 90)),
+        "mean": float(ms.mean()),
+    }
+
+
+def rank_memory_gib(device: torch.device) -> dict[str, float]:
+    """This rank's peak memory, GiB: resident set (``rss``), and on CUDA also
+    ``cuda_allocated`` / ``cuda_reserved`` (``torch.cuda.max_memory_*``)."""
+    memory = {"rss": peak_memory_gib()}
+    if device.type == "cuda":
+        memory["cuda_allocated"] = torch.cuda.max_memory_allocated(device) / 2**30
+        memory["cuda_reserved"] = torch.cuda.max_memory_reserved(device) / 2**30
+    return memory

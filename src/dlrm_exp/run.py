@@ -17,16 +17,18 @@ from pathlib import Path
 from typing import Any
 
 import torch
+import torch.distributed as dist
 from torch.distributed.elastic.multiprocessing.errors import record
 from torchrec.distributed.types import ShardingPlan
 
+from dlrm_exp.comm_stats import CollectiveBytes
 from dlrm_exp.config import Config
 from dlrm_exp.data import data_paths, iter_batches, load_splits, per_rank_sizes
 from dlrm_exp.data.criteo_tsv import resolve_paths
 from dlrm_exp.experiment import build_experiment, build_module, plan_model
 from dlrm_exp.launch import DistContext, launch_workers, needs_launch, process_group
 from dlrm_exp.logs import configure_worker_logging
-from dlrm_exp.metrics import peak_memory_gib
+from dlrm_exp.metrics import peak_memory_gib, rank_memory_gib, step_time_ms
 from dlrm_exp.model import feature_names, table_configs
 from dlrm_exp.sharding import plan_record, plan_text
 from dlrm_exp.tracking import Scalar, Tracker, write_json_atomic, write_text_atomic
@@ -59,18 +61,26 @@ def hparams(cfg: Config, choices: Mapping[str, str], world_size: int) -> dict[st
     }
 
 
-def run_train(cfg: Config, run_dir: Path, choices: Mapping[str, str]) -> dict[str, Any]:
+def run_train(
+    cfg: Config,
+    run_dir: Path,
+    choices: Mapping[str, str],
+    tensorboard_dir: Path | None = None,
+) -> dict[str, Any]:
     """Train as configured and return the ``metrics.json`` content (also written on rank 0).
+    TensorBoard events go to ``tensorboard_dir`` (default: ``run_dir``).
 
     Raises:
         DataError, InsufficientMemoryError, ConfigError: user-fixable problems, before
             training starts.
         WorkerFailedError: a worker process failed or was killed.
     """
+    run_dir.mkdir(parents=True, exist_ok=True)
     if not needs_launch(cfg.hardware):
-        return train_worker(cfg, run_dir, choices)
+        return train_worker(cfg, run_dir, choices, tensorboard_dir=tensorboard_dir)
     plan = preflight(cfg)
-    return launch_workers(_spawned_worker, (cfg, str(run_dir), dict(choices), plan), cfg.hardware)
+    args = (cfg, str(run_dir), dict(choices), plan, tensorboard_dir)
+    return launch_workers(_spawned_worker, args, cfg.hardware)
 
 
 def preflight(cfg: Config) -> ShardingPlan:
@@ -91,19 +101,44 @@ def preflight(cfg: Config) -> ShardingPlan:
 
 @record
 def _spawned_worker(
-    cfg: Config, run_dir: str, choices: dict[str, str], plan: ShardingPlan
+    cfg: Config,
+    run_dir: str,
+    choices: dict[str, str],
+    plan: ShardingPlan,
+    tensorboard_dir: Path | None,
 ) -> dict[str, Any]:
     """Entry point of a worker started by :func:`launch_workers` (a fresh interpreter)."""
     rank = int(os.environ.get("RANK", "0"))
     configure_worker_logging(Path(run_dir) / "dlrm_exp.log" if rank == 0 else None)
-    return train_worker(cfg, Path(run_dir), choices, plan)
+    return train_worker(cfg, Path(run_dir), choices, plan, tensorboard_dir)
+
+
+def _job_measurements(comm: CollectiveBytes, steps: int, device: torch.device) -> dict[str, Any]:
+    """Collective bytes per training step summed over ranks, and every rank's peak memory
+    (a collective: every rank calls it)."""
+    per_step = comm.per_step(steps)
+    totals = torch.tensor([per_step[k] for k in ("forward", "backward", "input_dist")])
+    memory: list[Any] = [None] * dist.get_world_size()
+    dist.all_reduce(totals)
+    dist.all_gather_object(memory, rank_memory_gib(device))
+    return {
+        "comm_bytes_per_step": dict(
+            zip(("forward", "backward", "input_dist"), totals.tolist(), strict=True)
+        ),
+        "peak_memory_gib_per_rank": memory,
+    }
 
 
 def train_worker(
-    cfg: Config, run_dir: Path, choices: Mapping[str, str], plan: ShardingPlan | None = None
+    cfg: Config,
+    run_dir: Path,
+    choices: Mapping[str, str],
+    plan: ShardingPlan | None = None,
+    tensorboard_dir: Path | None = None,
 ) -> dict[str, Any]:
     """Train on this rank (joining or creating the process group); rank 0 writes the run
-    folder and returns the metrics, other ranks return theirs without writing."""
+    folder and returns the metrics, other ranks return theirs without writing. TensorBoard
+    events go to ``tensorboard_dir`` (default: the run folder)."""
     started = time.perf_counter()
     with process_group(cfg.hardware) as ctx:
         keys = feature_names(len(cfg.model.table_sizes))
@@ -122,20 +157,24 @@ def train_worker(
             return lambda: iter_batches(data, cfg.train.batch_size, ctx.rank, ctx.world_size, keys)
 
         sizes = per_rank_sizes(len(splits.train), cfg.train.batch_size, ctx.world_size)
-        tracker = Tracker(run_dir, enabled=ctx.is_main)
+        tracker = Tracker(tensorboard_dir or run_dir, enabled=ctx.is_main)
+        comm = CollectiveBytes()
         try:
-            result = fit(
-                experiment.pipeline,
-                batches("train"),
-                batches("val"),
-                batches("test"),
-                samples_per_step=[s * ctx.world_size for s in sizes],
-                cfg=cfg.train,
-                device=ctx.device,
-                tracker=tracker,
-                show_progress=ctx.is_main and cfg.train.progress_bar,
-                learning_rate=cfg.optimizer.dense_learning_rate,
-            )
+            with comm.installed():
+                result = fit(
+                    experiment.pipeline,
+                    batches("train"),
+                    batches("val"),
+                    batches("test"),
+                    samples_per_step=[s * ctx.world_size for s in sizes],
+                    cfg=cfg.train,
+                    device=ctx.device,
+                    tracker=tracker,
+                    show_progress=ctx.is_main and cfg.train.progress_bar,
+                    learning_rate=cfg.optimizer.dense_learning_rate,
+                    comm=comm,
+                )
+            measured = _job_measurements(comm, result.steps, ctx.device)
             metrics: dict[str, Any] = {
                 "status": "completed",
                 "val": result.val,
@@ -146,6 +185,8 @@ def train_worker(
                 "train_seconds": result.train_seconds,
                 "wall_seconds": time.perf_counter() - started,
                 "peak_memory_gib": peak_memory_gib(),
+                **measured,
+                "step_time_ms": step_time_ms(result.step_seconds),
                 "final_train_loss": result.final_train_loss,
                 "world_size": ctx.world_size,
                 "embedding_bytes_per_rank": plan_data["embedding_bytes_per_rank"],
@@ -158,6 +199,11 @@ def train_worker(
                 **{f"val/{k}": result.val[k] for k in ("auroc", "logloss", "ne")},
                 **{f"test/{k}": result.test[k] for k in ("auroc", "logloss", "ne")},
                 "summary/samples_per_sec": result.samples_per_sec,
+                "summary/forward_comm_bytes_per_step": measured["comm_bytes_per_step"]["forward"],
+                "summary/backward_comm_bytes_per_step": measured["comm_bytes_per_step"]["backward"],
+                "summary/peak_memory_gib_max_rank": max(
+                    m["rss"] for m in measured["peak_memory_gib_per_rank"]
+                ),
             }
             tracker.hparams(hparams(cfg, choices, ctx.world_size), final, result.steps)
         finally:

@@ -9,6 +9,7 @@ example; no training batch is ever evaluated and vice versa.
 import itertools
 import logging
 import sys
+import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 
@@ -17,6 +18,7 @@ from torchrec.datasets.utils import Batch
 from torchrec.distributed import TrainPipelineSparseDist
 from tqdm import tqdm
 
+from dlrm_exp.comm_stats import CollectiveBytes
 from dlrm_exp.config import TrainConfig
 from dlrm_exp.metrics import ClickMetrics, Throughput
 from dlrm_exp.tracking import Tracker
@@ -40,6 +42,8 @@ class FitResult:
         val: final validation metrics (auroc, logloss, ne, samples).
         test: test metrics.
         val_history: validation metrics at every validation, with their step.
+        step_seconds: wall seconds of each training step after the throughput warm-up (from
+            one step's output to the next; on CUDA after a synchronize).
     """
 
     steps: int
@@ -50,6 +54,7 @@ class FitResult:
     val: dict[str, float]
     test: dict[str, float]
     val_history: list[dict[str, float]] = field(default_factory=list)
+    step_seconds: list[float] = field(default_factory=list)
 
 
 def _drain(pipeline: TrainPipelineSparseDist, batches: Iterator[Batch]) -> Iterator[tuple]:
@@ -87,6 +92,7 @@ def fit(
     tracker: Tracker,
     show_progress: bool,
     learning_rate: float,
+    comm: CollectiveBytes | None = None,
 ) -> FitResult:
     """Train for ``cfg.epochs`` epochs (or ``cfg.max_steps`` steps), validating as configured.
 
@@ -97,6 +103,7 @@ def fit(
         samples_per_step: global samples of each step of one epoch (its length is the number
             of steps per epoch; the last may be a smaller remainder).
         learning_rate: logged as the ``lr`` scalar.
+        comm: if given, counts collective bytes during training steps only (not evaluation).
     """
     total = len(samples_per_step) * cfg.epochs
     if cfg.max_steps is not None:
@@ -104,7 +111,6 @@ def fit(
     epochs = itertools.chain.from_iterable(train_batches() for _ in range(cfg.epochs))
     train_iter = itertools.islice(epochs, total)
     segment = cfg.val_every_n_steps or total
-    throughput = Throughput(warmup_steps=min(cfg.throughput_warmup_steps, total // 2))
     bar = tqdm(
         total=total,
         desc="train",
@@ -114,10 +120,22 @@ def fit(
     )
     step, samples, loss_value = 0, 0, None
     history: list[dict[str, float]] = []
+    step_seconds: list[float] = []
+    warmup = min(cfg.throughput_warmup_steps, total // 2)
+    throughput = Throughput(warmup_steps=warmup)
     pipeline._model.train()
     while step < total:
         throughput.resume()
+        if comm is not None:
+            comm.active = True
+        last = time.perf_counter()
         for loss, _logits, _labels in _drain(pipeline, itertools.islice(train_iter, segment)):
+            if device.type == "cuda":
+                torch.cuda.synchronize(device)
+            now = time.perf_counter()
+            if step >= warmup:
+                step_seconds.append(now - last)
+            last = now
             step_samples = samples_per_step[step % len(samples_per_step)]
             step += 1
             samples += step_samples
@@ -129,6 +147,8 @@ def fit(
                 tracker.scalar("train/samples_per_sec", throughput.samples_per_sec, step)
                 tracker.scalar("lr", learning_rate, step)
                 bar.set_postfix(loss=f"{loss_value:.4f}")
+        if comm is not None:
+            comm.active = False
         if step < total:
             history.append({"step": float(step), **evaluate(pipeline, val_batches(), device)})
             tracker.scalars("val", _quality(history[-1]), step)
@@ -146,6 +166,7 @@ def fit(
         val=val,
         test=test,
         val_history=history,
+        step_seconds=step_seconds,
     )
 
 

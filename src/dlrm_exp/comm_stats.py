@@ -1,0 +1,99 @@
+"""Bytes a rank hands to TorchRec's collectives, measured at the ``torch.distributed`` API.
+
+TorchRec calls ``torch.distributed.all_to_all_single`` / ``reduce_scatter_tensor`` /
+``all_gather_into_tensor`` (and their list forms) through the module attribute, so wrapping
+those attributes sees every tensor it sends, after the qcomms codec encoded it: with FP16
+forward comms the pooled embeddings arrive here as float16, half the bytes of FP32.
+
+Each call is booked by who made it and when:
+
+* ``forward`` / ``backward``: pooled-embedding collectives made by
+  ``torchrec.distributed.comm_ops`` (all-to-all for table/column-wise, reduce-scatter for
+  row-wise, all-gather in its backward), split by whether autograd's engine is running;
+* ``input_dist``: the sparse input (KeyedJaggedTensor ids, lengths and their splits) sent by
+  ``torchrec.distributed.dist_data``.
+
+Bytes are those of the input tensors (``numel * element_size``), including the slice a rank
+sends to itself. DDP's gradient all-reduce runs in C++ and is not counted.
+"""
+
+import sys
+from collections import defaultdict
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+#: Collective name -> (position, keyword) of the tensor(s) the calling rank sends.
+_SENT_ARG: dict[str, tuple[int, str]] = {
+    "all_to_all_single": (1, "input"),
+    "all_to_all": (1, "input_tensor_list"),
+    "reduce_scatter_tensor": (1, "input"),
+    "reduce_scatter": (1, "input_list"),
+    "all_gather_into_tensor": (1, "input_tensor"),
+    "all_gather": (1, "tensor"),
+}
+_CALLERS = {
+    "torchrec.distributed.comm_ops": "embeddings",
+    "torchrec.distributed.dist_data": "input_dist",
+}
+
+
+def _nbytes(value: Any) -> int:
+    if isinstance(value, torch.Tensor):
+        return value.numel() * value.element_size()
+    if isinstance(value, (list, tuple)):
+        return sum(_nbytes(v) for v in value)
+    return 0
+
+
+class CollectiveBytes:
+    """Counts bytes per phase (``forward``, ``backward``, ``input_dist``) while ``active``.
+
+    Use :meth:`installed` around the whole job (it wraps the ``torch.distributed`` functions
+    and restores them on exit) and set ``active`` around the steps to measure.
+    """
+
+    def __init__(self) -> None:
+        self.bytes: dict[str, int] = defaultdict(int)
+        self.calls: dict[str, int] = defaultdict(int)
+        self.active = False
+
+    def _wrap(self, name: str, original: Callable[..., Any]) -> Callable[..., Any]:
+        position, keyword = _SENT_ARG[name]
+
+        def counted(*args: Any, **kwargs: Any) -> Any:
+            if self.active:
+                caller = _CALLERS.get(sys._getframe(1).f_globals.get("__name__", ""))
+                if caller is not None:
+                    sent = args[position] if len(args) > position else kwargs.get(keyword)
+                    if caller == "input_dist":
+                        phase = "input_dist"
+                    else:
+                        in_backward = torch._C._current_graph_task_id() != -1
+                        phase = "backward" if in_backward else "forward"
+                    self.bytes[phase] += _nbytes(sent)
+                    self.calls[phase] += 1
+            return original(*args, **kwargs)
+
+        return counted
+
+    @contextmanager
+    def installed(self) -> Iterator["CollectiveBytes"]:
+        originals = {name: getattr(dist, name) for name in _SENT_ARG}
+        try:
+            for name, fn in originals.items():
+                setattr(dist, name, self._wrap(name, fn))
+            yield self
+        finally:
+            for name, fn in originals.items():
+                setattr(dist, name, fn)
+
+    def per_step(self, steps: int) -> dict[str, float]:
+        """Mean bytes per measured step and phase (``forward``, ``backward``, ``input_dist``)."""
+        return {
+            phase: (self.bytes.get(phase, 0) / steps if steps else 0.0)
+            for phase in ("forward", "backward", "input_dist")
+        }
