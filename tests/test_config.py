@@ -31,6 +31,8 @@ def test_every_option_composes(group, option):
     overrides = [f"{group}={option}"]
     if (group, option) in (("data", "criteo_tsv"), ("data", "criteo_npy")):
         overrides.append("data.path=some_path")
+    if (group, option) == ("sharding", "from_file"):
+        overrides.append("sharding.plan_path=some_plan.json")
     cfg = compose_cfg(overrides)
     assert isinstance(cfg, Config)
 

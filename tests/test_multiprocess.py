@@ -15,7 +15,7 @@ import pytest
 from conftest import REPO, compose_cfg, run_cli
 from dlrm_exp.errors import ConfigError
 from dlrm_exp.run import run_train
-from dlrm_exp.verify import run_verify
+from dlrm_exp.verify import run_verify, run_verify_many
 
 pytestmark = pytest.mark.slow
 
@@ -38,20 +38,28 @@ SMALL = [
 ]
 
 
-@pytest.mark.parametrize("option", list(SHARDING))
-def test_two_processes_match_one_unsharded_process(tmp_path, option):
-    """mode=verify at the defaults (seed 0, eps 1e-8): 20 steps on 2 processes against 1
-    process, from identical weights. Table-, row-, column-wise, ... reproduce the rank-sliced
-    reference to the bit; data_parallel sums a row's gradient per rank before DDP averages the
-    halves, so it is left at rounding level."""
-    cfg = compose_cfg([*TWO, f"sharding={option}", "qcomms=none", "mode=verify"])
-    result = run_verify(cfg, tmp_path)
-    assert result["steps"] == 20 and result["world_size"] == 2
-    assert result["max_rel_loss_deviation"] <= 1e-5
-    assert result["max_abs_table_deviation"] < 1e-4 and result["max_abs_dense_deviation"] < 1e-4
-    if SHARDING[option]:
-        assert result["plan_sharding_types"] == [SHARDING[option]]
-    assert json.loads((tmp_path / "verify.json").read_text())["passed"] is True
+def test_two_processes_match_one_unsharded_process(tmp_path):
+    """mode=verify for every sharding type at the defaults (seed 0, eps 1e-8): 20 steps on 2
+    processes against 1 process, from identical weights (one launch of the workers for all
+    eight). Table-, row-, column-wise, ... reproduce the rank-sliced reference to the bit;
+    data_parallel sums a row's gradient per rank before DDP averages the halves, so it is left
+    at rounding level."""
+    cfgs = [
+        compose_cfg([*TWO, f"sharding={option}", "qcomms=none", "mode=verify"])
+        for option in SHARDING
+    ]
+    dirs = [tmp_path / option for option in SHARDING]
+    for folder in dirs:
+        folder.mkdir()
+    results = run_verify_many(cfgs, dirs)
+    for option, folder, result in zip(SHARDING, dirs, results, strict=True):
+        assert result["steps"] == 20 and result["world_size"] == 2
+        assert result["max_rel_loss_deviation"] <= 1e-5, (option, result["max_rel_loss_deviation"])
+        assert result["max_abs_table_deviation"] < 1e-4, option
+        assert result["max_abs_dense_deviation"] < 1e-4, option
+        if SHARDING[option]:
+            assert result["plan_sharding_types"] == [SHARDING[option]]
+        assert json.loads((folder / "verify.json").read_text())["passed"] is True
 
 
 def test_two_process_run_folder_and_plan_json(tmp_path):

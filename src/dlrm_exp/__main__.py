@@ -114,6 +114,13 @@ def _run_mode(raw: DictConfig, run_dir: Path, tensorboard_dir: Path | None) -> f
         result = run_verify(cfg, run_dir)
         print(verify_summary(result))
         return result["max_rel_loss_deviation"]
+    if cfg.mode is Mode.plan:
+        from dlrm_exp.plan_mode import run_plan
+        from dlrm_exp.plan_mode import summary as plan_summary
+
+        record = run_plan(cfg, run_dir)
+        print(plan_summary(record, run_dir))
+        return None
     if cfg.mode is Mode.preprocess:
         from dlrm_exp.data.preprocess import run_preprocess, summary_lines
 

@@ -26,13 +26,15 @@ CRITEO_NUM_SPARSE = 26
 
 
 class Mode(Enum):
-    """What the entry point does with the composed config: ``train``, or ``verify`` (train a
+    """What the entry point does with the composed config: ``train``, ``verify`` (train a
     few steps sharded and unsharded from the same weights and compare, see
-    :mod:`dlrm_exp.verify`)."""
+    :mod:`dlrm_exp.verify`), ``preprocess`` (Criteo TSV to npy) or ``plan`` (shard for the
+    configured hardware without it, see :mod:`dlrm_exp.plan_mode`)."""
 
     train = "train"
     verify = "verify"
     preprocess = "preprocess"
+    plan = "plan"
 
 
 class DenseTransform(Enum):
@@ -64,10 +66,12 @@ class InteractionType(Enum):
 class ShardingStrategy(Enum):
     """Sharding type for every table; values equal TorchRec's ``ShardingType`` strings.
 
-    ``auto`` lets TorchRec's planner choose per table.
+    ``auto`` lets TorchRec's planner choose per table; ``from_file`` reuses a ``plan.json``
+    (``sharding.plan_path``) as it is.
     """
 
     auto = "auto"
+    from_file = "from_file"
     table_wise = "table_wise"
     row_wise = "row_wise"
     column_wise = "column_wise"
@@ -241,6 +245,8 @@ class ShardingConfig:
             ``+sharding.per_table_sharding_type.t_cat_0=data_parallel``.
         per_table_compute_kernel: compute kernel by table name, overriding ``compute_kernel``:
             ``+sharding.per_table_compute_kernel.t_cat_0=dense``.
+        plan_path: with ``sharding_type=from_file``, the ``plan.json`` of an earlier run or
+            ``mode=plan`` to use exactly (world size, tables and shapes must match).
     """
 
     sharding_type: ShardingStrategy = ShardingStrategy.auto
@@ -248,8 +254,21 @@ class ShardingConfig:
     cache_load_factor: float | None = None
     per_table_sharding_type: dict[str, ShardingStrategy] = field(default_factory=dict)
     per_table_compute_kernel: dict[str, ComputeKernel] = field(default_factory=dict)
+    plan_path: str | None = None
 
     def __post_init__(self) -> None:
+        if self.sharding_type is ShardingStrategy.from_file:
+            _require(
+                bool(self.plan_path),
+                "sharding=from_file needs the plan to use: "
+                "sharding.plan_path=<run folder>/plan.json",
+            )
+            _require(
+                not self.overridden_tables,
+                "sharding=from_file takes every table's placement from the plan: drop the "
+                "per_table_* overrides",
+            )
+            return
         _require(
             self.cache_load_factor is None or 0 < self.cache_load_factor <= 1,
             f"sharding.cache_load_factor must be in (0, 1], got {self.cache_load_factor}",
@@ -479,7 +498,11 @@ class HardwareConfig:
         hbm_cap: device memory per rank for the planner, GiB (cuda only). Null: the device's
             own memory when one is present, else TorchRec's default.
         intra_host_bw: bandwidth between ranks of one host, GB/s (null: TorchRec's default).
-        inter_host_bw: bandwidth between hosts, GB/s (null: TorchRec's default).
+        inter_host_bw: network bandwidth of one rank to other hosts, GB/s: the host's network
+            divided by its ranks, as TorchRec's ``Topology`` counts one NIC share per device
+            (null: TorchRec's default, 12.5).
+        hbm_mem_bw: device memory bandwidth, GB/s, for the planner's compute estimates
+            (null: TorchRec's default, 897).
         collective_timeout_s: seconds a collective may wait for a peer before the job fails
             (torch.distributed's own default is 30 minutes).
     """
@@ -493,13 +516,21 @@ class HardwareConfig:
     hbm_cap: float | None = None
     intra_host_bw: float | None = None
     inter_host_bw: float | None = None
+    hbm_mem_bw: float | None = None
     collective_timeout_s: float = 600.0
 
     def __post_init__(self) -> None:
         for name in ("nproc_per_node", "nnodes", "collective_timeout_s"):
             value = getattr(self, name)
             _require(value > 0, f"hardware.{name} must be positive, got {value}")
-        for name in ("local_world_size", "ddr_cap", "hbm_cap", "intra_host_bw", "inter_host_bw"):
+        for name in (
+            "local_world_size",
+            "ddr_cap",
+            "hbm_cap",
+            "intra_host_bw",
+            "inter_host_bw",
+            "hbm_mem_bw",
+        ):
             value = getattr(self, name)
             _require(value is None or value > 0, f"hardware.{name} must be positive, got {value}")
         if self.local_world_size is not None:

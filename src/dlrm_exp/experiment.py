@@ -11,6 +11,7 @@ from dataclasses import dataclass
 import torch
 from torchrec.distributed import TrainPipelineSparseDist
 from torchrec.distributed.model_parallel import DistributedModelParallel
+from torchrec.distributed.planner import EmbeddingShardingPlanner
 from torchrec.distributed.types import ShardingPlan
 from torchrec.models.dlrm import DLRMTrain
 from torchrec.optim.keyed import CombinedOptimizer
@@ -19,6 +20,7 @@ from dlrm_exp.config import Config, ShardingStrategy
 from dlrm_exp.launch import DistContext
 from dlrm_exp.model import build_model, table_configs
 from dlrm_exp.optim import apply_sparse_optimizer, build_optimizer
+from dlrm_exp.plan_file import load_plan
 from dlrm_exp.qcomms import build_qcomm_codecs_registry, check_supported
 from dlrm_exp.sharding import (
     CpuEmbeddingBagCollectionSharder,
@@ -72,17 +74,29 @@ def plan_model(
     ctx: DistContext,
     module: torch.nn.Module,
     sharder: CpuEmbeddingBagCollectionSharder | None = None,
+    keep_planner: Callable[[EmbeddingShardingPlanner], None] | None = None,
 ) -> ShardingPlan:
-    """Shard ``module`` (on the meta device) for this job with TorchRec's planner.
+    """Shard ``module`` (on the meta device) for this job with TorchRec's planner, or take
+    the plan of ``sharding.plan_path`` (``sharding=from_file``). ``keep_planner`` receives the
+    planner after planning (``mode=plan`` reads its estimates).
 
     Raises:
         ConfigError: the plan's sharding types cannot run with the configured qcomms on this
-            backend (see :data:`dlrm_exp.qcomms.UNSUPPORTED_ON_GLOO`).
+            backend (see :data:`dlrm_exp.qcomms.UNSUPPORTED_ON_GLOO`), or a plan file does not
+            match the job (:func:`dlrm_exp.plan_file.load_plan`).
         InsufficientMemoryError: the tables do not fit; the message gives needed vs offered
             GiB and a ``model.num_embeddings_cap`` that fits. Raised before anything is
             allocated.
     """
     tables = table_configs(cfg.model)
+    if cfg.sharding.sharding_type is ShardingStrategy.from_file:
+        assert cfg.sharding.plan_path is not None
+        device_type = cfg.hardware.compute_device.value
+        plan = load_plan(
+            cfg.sharding.plan_path, tables, ctx.world_size, ctx.local_world_size, device_type
+        )
+        check_supported(cfg.qcomms, plan_sharding_types(plan), cfg.hardware.backend.value)
+        return plan
     capacity = memory_capacity(cfg.hardware, ctx.local_world_size)
     topology = build_topology(cfg.hardware, ctx.world_size, ctx.local_world_size, capacity)
     sharder = sharder or job_sharder(cfg)
@@ -117,6 +131,8 @@ def plan_model(
         + (f", per-table overrides for {', '.join(overrides)}" if overrides else "")
     )
     plan = plan_or_explain(planner, module, sharder, explain, summary)
+    if keep_planner is not None:
+        keep_planner(planner)
     check_supported(cfg.qcomms, plan_sharding_types(plan), cfg.hardware.backend.value)
     return plan
 

@@ -42,6 +42,28 @@ def needs_launch(cfg: HardwareConfig) -> bool:
     return cfg.nproc_per_node * cfg.nnodes > 1 and not launched_by_torchrun()
 
 
+def check_devices(cfg: HardwareConfig) -> None:
+    """Fail before anything starts when the job asks for GPUs this machine does not have.
+
+    Raises:
+        ConfigError: ``compute_device=cuda`` without CUDA (suggests ``mode=plan``, which plans
+            for any hardware), or more processes per node than GPUs.
+    """
+    if cfg.compute_device.value != "cuda":
+        return
+    if not torch.cuda.is_available():
+        raise ConfigError(
+            "this hardware preset trains on CUDA GPUs and this machine has none: use mode=plan "
+            "to plan for it here, or hardware=cpu to train on this machine"
+        )
+    count = torch.cuda.device_count()
+    if cfg.nproc_per_node > count and not launched_by_torchrun():
+        raise ConfigError(
+            f"hardware.nproc_per_node={cfg.nproc_per_node} but this machine has {count} GPU(s): "
+            f"set hardware.nproc_per_node={count}"
+        )
+
+
 def free_port() -> int:
     """A TCP port on 127.0.0.1 that was free a moment ago (the OS picks it, so two jobs on one
     machine do not collide)."""

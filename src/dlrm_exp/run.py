@@ -26,7 +26,13 @@ from dlrm_exp.config import Config
 from dlrm_exp.data import data_paths, iter_batches, load_splits, per_rank_sizes
 from dlrm_exp.data.criteo_tsv import resolve_paths
 from dlrm_exp.experiment import build_experiment, build_module, plan_model
-from dlrm_exp.launch import DistContext, launch_workers, needs_launch, process_group
+from dlrm_exp.launch import (
+    DistContext,
+    check_devices,
+    launch_workers,
+    needs_launch,
+    process_group,
+)
 from dlrm_exp.logs import configure_worker_logging
 from dlrm_exp.metrics import peak_memory_gib, rank_memory_gib, step_time_ms
 from dlrm_exp.model import feature_names, table_configs
@@ -75,6 +81,7 @@ def run_train(
             training starts.
         WorkerFailedError: a worker process failed or was killed.
     """
+    check_devices(cfg.hardware)
     run_dir.mkdir(parents=True, exist_ok=True)
     if not needs_launch(cfg.hardware):
         return train_worker(cfg, run_dir, choices, tensorboard_dir=tensorboard_dir)

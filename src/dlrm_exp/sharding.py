@@ -6,6 +6,7 @@ TorchRec's stock ``EmbeddingBagCollectionSharder`` offers ``row_wise``, ``table_
 """
 
 import logging
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -109,6 +110,7 @@ class MemoryCapacity:
     ddr_bytes: int
     hbm_bytes: int | None
     source: str
+    hbm_source: str = ""
 
 
 def memory_capacity(cfg: HardwareConfig, local_world_size: int) -> MemoryCapacity:
@@ -125,12 +127,14 @@ def memory_capacity(cfg: HardwareConfig, local_world_size: int) -> MemoryCapacit
             f"measured: {machine_memory_bytes() / GIB:.1f} GiB RAM / {local_world_size} rank(s)"
         )
     hbm: int | None = None
+    hbm_source = ""
     if cfg.compute_device is ComputeDevice.cuda:
         if cfg.hbm_cap is not None:
-            hbm = int(cfg.hbm_cap * GIB)
+            hbm, hbm_source = int(cfg.hbm_cap * GIB), "hardware.hbm_cap"
         elif torch.cuda.is_available():
             hbm = torch.cuda.get_device_properties(0).total_memory
-    return MemoryCapacity(ddr_bytes=ddr, hbm_bytes=hbm, source=source)
+            hbm_source = f"measured: {torch.cuda.get_device_name(0)}"
+    return MemoryCapacity(ddr_bytes=ddr, hbm_bytes=hbm, source=source, hbm_source=hbm_source)
 
 
 def gbps_to_bytes_per_ms(gbps: float) -> float:
@@ -144,8 +148,8 @@ def build_topology(
 ) -> Topology:
     """TorchRec ``Topology`` for ``world_size`` ranks with the given per-rank capacity and the
     config's bandwidths (GB/s; null keeps TorchRec's 600 GB/s intra-host, 12.5 GB/s
-    inter-host)."""
-    bandwidths = cfg.intra_host_bw is not None or cfg.inter_host_bw is not None
+    inter-host, 897 GB/s HBM)."""
+    bandwidths = any(v is not None for v in (cfg.intra_host_bw, cfg.inter_host_bw, cfg.hbm_mem_bw))
     hardware = TorchRecHardwareConfig(
         intra_host_bw=None
         if cfg.intra_host_bw is None
@@ -153,6 +157,7 @@ def build_topology(
         inter_host_bw=None
         if cfg.inter_host_bw is None
         else gbps_to_bytes_per_ms(cfg.inter_host_bw),
+        hbm_mem_bw=None if cfg.hbm_mem_bw is None else gbps_to_bytes_per_ms(cfg.hbm_mem_bw),
     )
     return TopologyFactory.create_topology(
         trainer_config=TrainerConfig(
@@ -196,9 +201,9 @@ def insufficient_memory_message(
     The suggested ``model.num_embeddings_cap`` keeps the tables within 80 % of the usable
     memory (offered minus the planner's reservation), leaving room for the dense part.
     """
-    per_rank = (
-        capacity.hbm_bytes if device_kind == "HBM" and capacity.hbm_bytes else capacity.ddr_bytes
-    )
+    on_hbm = device_kind == "HBM" and bool(capacity.hbm_bytes)
+    per_rank = capacity.hbm_bytes if on_hbm and capacity.hbm_bytes else capacity.ddr_bytes
+    source = capacity.hbm_source if on_hbm else capacity.source
     offered = per_rank * world_size
     usable = offered * (1 - STORAGE_RESERVATION)
     cap = largest_fitting_cap(table_sizes, embedding_dim, optimizer, usable * 0.8, copies)
@@ -218,15 +223,18 @@ def insufficient_memory_message(
         )
     lines += [
         f"  offered: {offered / GIB:.2f} GiB {device_kind} on {world_size} rank(s) "
-        f"({per_rank / GIB:.2f} GiB each, {capacity.source}; "
+        f"({per_rank / GIB:.2f} GiB each, {source}; "
         f"{STORAGE_RESERVATION:.0%} kept for dense parameters and activations)",
     ]
+    ranks_needed = math.ceil(storage.total_bytes / (per_rank * (1 - STORAGE_RESERVATION)))
+    more = f"at least {ranks_needed} ranks of {per_rank / GIB:.2f} GiB (hardware.nnodes=...)"
     if cap is not None:
         lines.append(
-            f"Fix: cap the tables with model.num_embeddings_cap={cap}, or add ranks / memory."
+            f"Fix: cap the tables with model.num_embeddings_cap={cap}, or add ranks / memory: "
+            f"{more}."
         )
     else:
-        lines.append("Fix: add ranks or memory (hardware=...); no table cap makes this fit.")
+        lines.append(f"Fix: add ranks or memory: {more}; no table cap makes this fit.")
     return "\n".join(lines)
 
 

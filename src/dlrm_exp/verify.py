@@ -54,6 +54,7 @@ from dlrm_exp.data import iter_batches, load_splits
 from dlrm_exp.errors import ConfigError, UserError
 from dlrm_exp.experiment import build_experiment
 from dlrm_exp.launch import (
+    check_devices,
     launch_workers,
     launched_by_torchrun,
     needs_launch,
@@ -200,10 +201,12 @@ def trace(cfg: Config, steps: int, slices: int = 1) -> Trace | None:
 
 
 @record
-def _spawned_trace(cfg: Config, steps: int, log_file: str) -> Trace | None:
+def _spawned_traces(cfgs: list[Config], log_file: str) -> list[Trace | None]:
+    """Worker entry: one process group, one trace per config (rank 0 returns them)."""
     rank = int(os.environ.get("RANK", "0"))
     configure_worker_logging(Path(log_file) if rank == 0 else None)
-    return trace(cfg, steps)
+    with process_group(cfgs[0].hardware):
+        return [trace(cfg, cfg.verify.steps) for cfg in cfgs]
 
 
 def _max_rel(a: list[float], b: list[float]) -> float:
@@ -242,6 +245,49 @@ def compare(sharded: Trace, reference: Trace, precision: str) -> dict[str, Any]:
     }
 
 
+def _prepared(cfg: Config) -> Config:
+    """``cfg`` with synthetic data cut to the rows the verified steps use."""
+    check_devices(cfg.hardware)
+    if not isinstance(cfg.data, SyntheticDataConfig):
+        return cfg
+    cfg = copy.deepcopy(cfg)
+    cfg.data.num_train_samples = cfg.verify.steps * cfg.train.batch_size * cfg.hardware.world_size
+    cfg.data.num_val_samples = cfg.data.num_test_samples = 256
+    return cfg
+
+
+def run_verify_many(cfgs: list[Config], run_dirs: list[Path]) -> list[dict[str, Any]]:
+    """Verify several jobs of the same hardware, starting the workers once: each writes its
+    ``verify.json`` into its run folder; returns the comparisons (passed or not).
+
+    Raises:
+        ConfigError: started under torchrun (the reference needs a process of its own), or
+            the jobs ask for different hardware.
+    """
+    if launched_by_torchrun():
+        raise ConfigError("mode=verify starts its own processes: run it without torchrun")
+    cfgs = [_prepared(cfg) for cfg in cfgs]
+    hardware = cfgs[0].hardware
+    if any(cfg.hardware != hardware for cfg in cfgs):
+        raise ConfigError("run_verify_many verifies jobs of one hardware configuration")
+    if needs_launch(hardware):
+        log_file = str(run_dirs[0] / "dlrm_exp.log")
+        sharded = launch_workers(_spawned_traces, (cfgs, log_file), hardware)
+    else:
+        sharded = [trace(cfg, cfg.verify.steps) for cfg in cfgs]
+    results = []
+    for cfg, run_dir, job in zip(cfgs, run_dirs, sharded, strict=True):
+        world = cfg.hardware.world_size
+        reference = trace(reference_config(cfg), cfg.verify.steps, slices=world)
+        assert job is not None and reference is not None
+        result = compare(job, reference, _precision(cfg))
+        result["world_size"] = world
+        result["sharding_type"] = cfg.sharding.sharding_type.value
+        write_json_atomic(run_dir / "verify.json", result)
+        results.append(result)
+    return results
+
+
 def run_verify(cfg: Config, run_dir: Path) -> dict[str, Any]:
     """Run the configured job and its unsharded reference; write and return the comparison.
 
@@ -250,32 +296,15 @@ def run_verify(cfg: Config, run_dir: Path) -> dict[str, Any]:
         VerificationFailed: the loss deviation exceeds the tolerance (after writing
             ``verify.json``).
     """
-    if launched_by_torchrun():
-        raise ConfigError("mode=verify starts its own processes: run it without torchrun")
-    steps = cfg.verify.steps
-    world = cfg.hardware.world_size
-    if isinstance(cfg.data, SyntheticDataConfig):  # generate only the rows the steps use
-        cfg = copy.deepcopy(cfg)
-        cfg.data.num_train_samples = steps * cfg.train.batch_size * world
-        cfg.data.num_val_samples = cfg.data.num_test_samples = 256
-    log_file = str(run_dir / "dlrm_exp.log")
-    if needs_launch(cfg.hardware):
-        sharded = launch_workers(_spawned_trace, (cfg, steps, log_file), cfg.hardware)
-    else:
-        sharded = trace(cfg, steps)
-    reference = trace(reference_config(cfg), steps, slices=world)
-    assert sharded is not None and reference is not None
-    result = compare(sharded, reference, _precision(cfg))
-    result["world_size"] = world
-    result["sharding_type"] = cfg.sharding.sharding_type.value
-    write_json_atomic(run_dir / "verify.json", result)
+    result = run_verify_many([cfg], [run_dir])[0]
     if not result["passed"]:
         raise VerificationFailed(
             f"max relative loss deviation {result['max_rel_loss_deviation']:.3e} exceeds "
-            f"{result['loss_tolerance']:.0e} for {result['precision']} over {steps} steps "
-            f"(see {run_dir / 'verify.json'}). If it stays at rounding level (~1e-7) for many "
-            "steps and then jumps, Adagrad's scale-free update is amplifying a rounding-level "
-            "gradient, whatever the sharding: rerun with optimizer.eps=1e-6 to tell the two apart"
+            f"{result['loss_tolerance']:.0e} for {result['precision']} over "
+            f"{result['steps']} steps (see {run_dir / 'verify.json'}). If it stays at rounding "
+            "level (~1e-7) for many steps and then jumps, Adagrad's scale-free update is "
+            "amplifying a rounding-level gradient, whatever the sharding: rerun with "
+            "optimizer.eps=1e-6 to tell the two apart"
         )
     return result
 
