@@ -564,6 +564,12 @@ class TrainConfig:
         log_every_n_steps: TensorBoard scalar interval, steps.
         throughput_warmup_steps: first steps left out of ``samples_per_sec``.
         progress_bar: tqdm bar on rank 0 when stderr is a terminal.
+        checkpoint_every_n_steps: save a sharded DCP checkpoint every N steps and at the end
+            (null: no checkpoints), under ``<run>/checkpoints/step_<n>/``.
+        keep_last_checkpoints: keep only the newest N checkpoints (null: keep all).
+        resume: ``auto`` continues the newest complete checkpoint of the run folder
+            (``hydra.run.dir=<run>``; starts fresh if there is none), a path continues that
+            checkpoint folder, null starts fresh.
     """
 
     batch_size: int = 512
@@ -573,11 +579,19 @@ class TrainConfig:
     log_every_n_steps: int = 20
     throughput_warmup_steps: int = 10
     progress_bar: bool = True
+    checkpoint_every_n_steps: int | None = None
+    keep_last_checkpoints: int | None = None
+    resume: str | None = None
 
     def __post_init__(self) -> None:
         _require(self.batch_size > 0, f"train.batch_size must be positive, got {self.batch_size}")
         _require(self.epochs > 0, f"train.epochs must be positive, got {self.epochs}")
-        for name in ("max_steps", "val_every_n_steps"):
+        for name in (
+            "max_steps",
+            "val_every_n_steps",
+            "checkpoint_every_n_steps",
+            "keep_last_checkpoints",
+        ):
             value = getattr(self, name)
             _require(value is None or value > 0, f"train.{name} must be positive or null")
         _require(self.log_every_n_steps > 0, "train.log_every_n_steps must be positive")

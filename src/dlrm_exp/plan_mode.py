@@ -77,6 +77,7 @@ def run_plan(cfg: Config, run_dir: Path) -> dict[str, Any]:
         PlanError / ConfigError: the planner found no placement for the constraints, or the
             plan cannot run with the configured qcomms.
     """
+    run_dir.mkdir(parents=True, exist_ok=True)
     hw = cfg.hardware
     world = hw.world_size
     local = hw.local_world_size or hw.nproc_per_node

@@ -21,10 +21,12 @@ import torch.distributed as dist
 from torch.distributed.elastic.multiprocessing.errors import record
 from torchrec.distributed.types import ShardingPlan
 
+from dlrm_exp.checkpoint import load_checkpoint, resolve_resume, save_checkpoint
 from dlrm_exp.comm_stats import CollectiveBytes
 from dlrm_exp.config import Config
 from dlrm_exp.data import data_paths, iter_batches, load_splits, per_rank_sizes
 from dlrm_exp.data.criteo_tsv import resolve_paths
+from dlrm_exp.errors import ConfigError
 from dlrm_exp.experiment import build_experiment, build_module, plan_model
 from dlrm_exp.launch import (
     DistContext,
@@ -82,7 +84,7 @@ def run_train(
         WorkerFailedError: a worker process failed or was killed.
     """
     check_devices(cfg.hardware)
-    run_dir.mkdir(parents=True, exist_ok=True)
+    check_writable(run_dir)
     if not needs_launch(cfg.hardware):
         return train_worker(cfg, run_dir, choices, tensorboard_dir=tensorboard_dir)
     plan = preflight(cfg)
@@ -136,6 +138,40 @@ def _job_measurements(comm: CollectiveBytes, steps: int, device: torch.device) -
     }
 
 
+def _resume(
+    cfg: Config, run_dir: Path, experiment: Any, shapes: dict[str, list[int]]
+) -> dict[str, Any] | None:
+    """Load the checkpoint ``train.resume`` names into the experiment; its trainer state, or
+    None to start fresh."""
+    if not cfg.train.resume:
+        return None
+    path = resolve_resume(cfg.train.resume, run_dir)
+    if path is None:
+        log.info("train.resume=auto: no complete checkpoint in %s, starting fresh", run_dir)
+        return None
+    state = load_checkpoint(path, experiment.model, experiment.optimizer, {"tables": shapes})
+    log.info("resumed from %s at step %d", path, state["step"])
+    return state
+
+
+def check_writable(run_dir: Path) -> None:
+    """Fail at start, not after training, when the run folder cannot be written.
+
+    Raises:
+        ConfigError: the folder cannot be created or written (permissions, full disk).
+    """
+    try:
+        run_dir.mkdir(parents=True, exist_ok=True)
+        probe = run_dir / ".write_test"
+        probe.write_bytes(b"0" * 4096)
+        probe.unlink()
+    except OSError as err:
+        raise ConfigError(
+            f"cannot write the run folder {run_dir}: {err.strerror or err} (choose another "
+            "with hydra.run.dir=..., or free space)"
+        ) from None
+
+
 def train_worker(
     cfg: Config,
     run_dir: Path,
@@ -163,6 +199,22 @@ def train_worker(
             data = getattr(splits, split_name)
             return lambda: iter_batches(data, cfg.train.batch_size, ctx.rank, ctx.world_size, keys)
 
+        shapes = {t.name: [t.num_embeddings, t.embedding_dim] for t in table_configs(cfg.model)}
+        start = _resume(cfg, run_dir, experiment, shapes)
+
+        def checkpoint(step: int, state: dict[str, Any]) -> None:
+            trainer_state = {**state, "tables": shapes, "world_size": ctx.world_size}
+            path = save_checkpoint(
+                run_dir,
+                step,
+                experiment.model,
+                experiment.optimizer,
+                trainer_state,
+                ctx.is_main,
+                cfg.train.keep_last_checkpoints,
+            )
+            log.info("checkpoint: %s", path)
+
         sizes = per_rank_sizes(len(splits.train), cfg.train.batch_size, ctx.world_size)
         tracker = Tracker(tensorboard_dir or run_dir, enabled=ctx.is_main)
         comm = CollectiveBytes()
@@ -180,6 +232,8 @@ def train_worker(
                     show_progress=ctx.is_main and cfg.train.progress_bar,
                     learning_rate=cfg.optimizer.dense_learning_rate,
                     comm=comm,
+                    start=start,
+                    checkpoint=checkpoint,
                 )
             measured = _job_measurements(comm, result.steps, ctx.device)
             metrics: dict[str, Any] = {

@@ -8,10 +8,12 @@ example; no training batch is ever evaluated and vice versa.
 
 import itertools
 import logging
+import math
 import sys
 import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 from torchrec.datasets.utils import Batch
@@ -20,12 +22,17 @@ from tqdm import tqdm
 
 from dlrm_exp.comm_stats import CollectiveBytes
 from dlrm_exp.config import TrainConfig
+from dlrm_exp.errors import UserError
 from dlrm_exp.metrics import ClickMetrics, Throughput
 from dlrm_exp.tracking import Tracker
 
 log = logging.getLogger(__name__)
 
 BatchSource = Callable[[], Iterable[Batch]]
+
+
+class NonFiniteLossError(UserError):
+    """A training step produced a NaN or infinite loss."""
 
 
 @dataclass
@@ -93,6 +100,8 @@ def fit(
     show_progress: bool,
     learning_rate: float,
     comm: CollectiveBytes | None = None,
+    start: dict[str, Any] | None = None,
+    checkpoint: Callable[[int, dict[str, Any]], None] | None = None,
 ) -> FitResult:
     """Train for ``cfg.epochs`` epochs (or ``cfg.max_steps`` steps), validating as configured.
 
@@ -104,13 +113,22 @@ def fit(
             of steps per epoch; the last may be a smaller remainder).
         learning_rate: logged as the ``lr`` scalar.
         comm: if given, counts collective bytes during training steps only (not evaluation).
+        start: a checkpoint's trainer state (``step``, ``samples``, ``val_history``,
+            ``final_train_loss``) to continue from; its batches are skipped.
+        checkpoint: called as ``checkpoint(step, trainer_state)`` every
+            ``cfg.checkpoint_every_n_steps`` steps and after the last step, with the pipeline
+            drained (no batch in flight).
+
+    Raises:
+        NonFiniteLossError: a training step's loss is NaN or infinite (the run stops there;
+            checkpoints written before stay).
     """
     total = len(samples_per_step) * cfg.epochs
     if cfg.max_steps is not None:
         total = min(total, cfg.max_steps)
     epochs = itertools.chain.from_iterable(train_batches() for _ in range(cfg.epochs))
-    train_iter = itertools.islice(epochs, total)
-    segment = cfg.val_every_n_steps or total
+    first = int(start["step"]) if start else 0
+    train_iter = itertools.islice(epochs, first, total)
     bar = tqdm(
         total=total,
         desc="train",
@@ -118,17 +136,22 @@ def fit(
         disable=not (show_progress and sys.stderr.isatty()),
         file=sys.stderr,
     )
-    step, samples, loss_value = 0, 0, None
-    history: list[dict[str, float]] = []
+    step, samples, loss_value = first, int(start["samples"]) if start else 0, None
+    if start:
+        loss_value = start.get("final_train_loss")
+        bar.update(first)
+    history: list[dict[str, float]] = list(start["val_history"]) if start else []
     step_seconds: list[float] = []
     warmup = min(cfg.throughput_warmup_steps, total // 2)
     throughput = Throughput(warmup_steps=warmup)
     pipeline._model.train()
+    intervals = (cfg.val_every_n_steps, cfg.checkpoint_every_n_steps)
     while step < total:
         throughput.resume()
         if comm is not None:
             comm.active = True
         last = time.perf_counter()
+        segment = _next_boundary(step, total, intervals) - step
         for loss, _logits, _labels in _drain(pipeline, itertools.islice(train_iter, segment)):
             if device.type == "cuda":
                 torch.cuda.synchronize(device)
@@ -139,19 +162,30 @@ def fit(
             step_samples = samples_per_step[step % len(samples_per_step)]
             step += 1
             samples += step_samples
+            step_loss = float(loss)
+            if not math.isfinite(step_loss):
+                raise NonFiniteLossError(
+                    f"training loss is {step_loss} at step {step}: lower the learning rates "
+                    "(optimizer.learning_rate / optimizer.dense_learning_rate) or check the "
+                    "input data; checkpoints written before this step are intact"
+                )
             throughput.step(step_samples)
             bar.update(1)
             if step % cfg.log_every_n_steps == 0 or step == total:
-                loss_value = float(loss)
+                loss_value = step_loss
                 tracker.scalar("train/loss", loss_value, step)
                 tracker.scalar("train/samples_per_sec", throughput.samples_per_sec, step)
                 tracker.scalar("lr", learning_rate, step)
                 bar.set_postfix(loss=f"{loss_value:.4f}")
         if comm is not None:
             comm.active = False
-        if step < total:
+        if step < total and cfg.val_every_n_steps and step % cfg.val_every_n_steps == 0:
             history.append({"step": float(step), **evaluate(pipeline, val_batches(), device)})
             tracker.scalars("val", _quality(history[-1]), step)
+        every = cfg.checkpoint_every_n_steps
+        if checkpoint is not None and every and (step % every == 0 or step == total):
+            state = {"samples": samples, "val_history": history, "final_train_loss": loss_value}
+            checkpoint(step, state)
     bar.close()
     val = evaluate(pipeline, val_batches(), device)
     history.append({"step": float(step), **val})
@@ -168,6 +202,13 @@ def fit(
         val_history=history,
         step_seconds=step_seconds,
     )
+
+
+def _next_boundary(step: int, total: int, intervals: tuple[int | None, ...]) -> int:
+    """The next step after ``step`` that ends a training segment: a multiple of any interval
+    (validation, checkpoint), or ``total``. A function of the step alone, so a resumed run
+    drains the pipeline at the same steps as an uninterrupted one."""
+    return min([total] + [(step // n + 1) * n for n in intervals if n])
 
 
 def _quality(metrics: dict[str, float]) -> dict[str, float]:
