@@ -44,6 +44,7 @@ class CheckpointError(UserError):
 
 
 def checkpoint_path(run_dir: Path, step: int) -> Path:
+    """``<run_dir>/checkpoints/step_<step>``."""
     return run_dir / CHECKPOINTS / f"step_{step}"
 
 
@@ -61,8 +62,10 @@ def complete_checkpoints(run_dir: Path) -> list[Path]:
     return [path for _, path in sorted(found)]
 
 
-def _state(model: torch.nn.Module, optimizer: Any) -> dict[str, Any]:
-    return {"model": model.state_dict(), "optim": optimizer.state_dict()["state"]}
+def _state(model: torch.nn.Module, optim_state: dict[str, Any]) -> dict[str, Any]:
+    """What DCP saves and loads: tensors only (optimizer hyper-parameters come from the
+    config, so nothing is pickled)."""
+    return {"model": model.state_dict(), "optim": optim_state["state"]}
 
 
 def save_checkpoint(
@@ -82,7 +85,7 @@ def save_checkpoint(
         shutil.rmtree(partial, ignore_errors=True)
         partial.mkdir(parents=True)
     dist.barrier()
-    dcp.save(_state(model, optimizer), checkpoint_id=str(partial))
+    dcp.save(_state(model, optimizer.state_dict()), checkpoint_id=str(partial))
     dist.barrier()
     if is_main:
         write_json_atomic(partial / STATE_FILE, {**trainer_state, "step": step})
@@ -144,7 +147,8 @@ def load_checkpoint(
             "with the model it was trained with, or start a new run folder"
         )
     optimizer.init_state()  # materialize every optimizer state tensor for DCP to fill
-    state = _state(model, optimizer)
+    optim_state = optimizer.state_dict()
+    state = _state(model, optim_state)
     try:
         dcp.load(state, checkpoint_id=str(path))
     except (Exception, CheckpointException) as err:  # CheckpointException is a BaseException
@@ -152,7 +156,5 @@ def load_checkpoint(
         first = lines[-1][:300] if lines else type(err).__name__
         raise CheckpointError(f"checkpoint {path} cannot be read: {first}") from None
     model.load_state_dict(state["model"])
-    optim_state = optimizer.state_dict()
-    optim_state["state"] = state["optim"]
-    optimizer.load_state_dict(optim_state)
+    optimizer.load_state_dict(optim_state)  # its "state" is what DCP just filled in
     return trainer_state

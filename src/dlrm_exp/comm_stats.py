@@ -82,6 +82,7 @@ class CollectiveBytes:
 
     @contextmanager
     def installed(self) -> Iterator["CollectiveBytes"]:
+        """Wrap the ``torch.distributed`` collectives for the duration of the block."""
         originals = {name: getattr(dist, name) for name in _SENT_ARG}
         try:
             for name, fn in originals.items():

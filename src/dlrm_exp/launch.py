@@ -126,10 +126,7 @@ def launch_workers(fn: Callable[..., Any], args: tuple, cfg: HardwareConfig) -> 
 
 def _device(cfg: HardwareConfig, local_rank: int) -> torch.device:
     if cfg.compute_device is ComputeDevice.cuda:
-        if not torch.cuda.is_available():
-            raise ConfigError(
-                "hardware.compute_device=cuda but no CUDA device is visible: use hardware=cpu"
-            )
+        check_devices(cfg)
         torch.cuda.set_device(local_rank)
         return torch.device("cuda", local_rank)
     return torch.device("cpu")

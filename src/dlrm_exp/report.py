@@ -24,7 +24,13 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
-from dlrm_exp.sweep import RunRecord, load_runs, markdown_table, write_summary  # noqa: E402
+from dlrm_exp.sweep import (  # noqa: E402
+    RunRecord,
+    load_runs,
+    markdown_table,
+    nested,
+    write_summary,
+)
 
 PLOTS = ("throughput.png", "val_auroc.png", "comm_bytes.png")
 
@@ -48,7 +54,7 @@ def _grouped_bars(
         heights = []
         for group in groups:
             match = [r for r in runs if _choice(r, group_by) == group and _choice(r, bar_by) == bar]
-            numbers = [_value(r, value) for r in match]
+            numbers = [_value(r, *value.split(".")) for r in match]
             numbers = [n for n in numbers if n is not None]
             heights.append(sum(numbers) / len(numbers) / scale if numbers else 0.0)
         positions = [i + (j - (len(bars) - 1) / 2) * width for i in range(len(groups))]
@@ -58,14 +64,14 @@ def _grouped_bars(
     ax.grid(axis="y", alpha=0.3)
 
 
-def _value(run: RunRecord, key: str) -> float | None:
-    node: object = run.metrics
-    for part in key.split("."):
-        node = node.get(part) if isinstance(node, dict) else None
-    return float(node) if isinstance(node, (int, float)) else None
+def _value(run: RunRecord, *keys: str) -> float | None:
+    value = nested(run.metrics, *keys)
+    return float(value) if isinstance(value, (int, float)) else None
 
 
 def plot_throughput(runs: Sequence[RunRecord], path: Path) -> None:
+    """Grouped bars of training samples/s (all ranks): x = sharding, one bar per qcomms
+    (runs with the same pair averaged), written as PNG to ``path``."""
     fig, ax = plt.subplots(figsize=(8, 4.5))
     _grouped_bars(ax, runs, "sharding", "qcomms", "samples_per_sec")
     ax.set_ylabel("training throughput (samples/s, all ranks)")
@@ -76,6 +82,7 @@ def plot_throughput(runs: Sequence[RunRecord], path: Path) -> None:
 
 
 def plot_val_auroc(runs: Sequence[RunRecord], path: Path) -> None:
+    """Validation AUROC against training step, one line per run (``val_history``), PNG."""
     fig, ax = plt.subplots(figsize=(8, 4.5))
     for run in runs:
         history = run.metrics.get("val_history") or []
@@ -94,6 +101,8 @@ def plot_val_auroc(runs: Sequence[RunRecord], path: Path) -> None:
 
 
 def plot_comm_bytes(runs: Sequence[RunRecord], path: Path) -> None:
+    """Measured embedding collective MiB per training step (all ranks), forward and backward
+    panels: x = qcomms, one bar per sharding; PNG."""
     fig, axes = plt.subplots(1, 2, figsize=(11, 4.5), sharey=True)
     for ax, phase in zip(axes, ("forward", "backward"), strict=True):
         _grouped_bars(ax, runs, "qcomms", "sharding", f"comm_bytes_per_step.{phase}", 2**20)
@@ -140,6 +149,7 @@ def report(paths: Sequence[str], out: Path | None = None) -> tuple[str, Path]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    """Command line: ``PATH [PATH ...] [--out DIR]``; returns the exit status (0, or 2)."""
     parser = argparse.ArgumentParser(
         prog="python -m dlrm_exp.report", description=__doc__.split("\n")[0]
     )

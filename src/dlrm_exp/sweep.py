@@ -62,6 +62,7 @@ class RunRecord:
 
     @property
     def status(self) -> str:
+        """``completed``, ``failed`` or ``missing`` (no ``metrics.json``)."""
         return str(self.metrics.get("status", "missing"))
 
 
@@ -115,7 +116,8 @@ def _record(run_dir: Path, swept: Sequence[str]) -> RunRecord:
     return RunRecord(run_dir, name or run_dir.name, overrides, metrics)
 
 
-def _get(metrics: dict[str, Any], *keys: str) -> Any:
+def nested(metrics: dict[str, Any], *keys: str) -> Any:
+    """``metrics[k1][k2]...``, or None where a level is missing (failed runs have no numbers)."""
     for key in keys:
         if not isinstance(metrics, dict):
             return None
@@ -130,14 +132,14 @@ def summary_row(run: RunRecord) -> dict[str, Any]:
     return {
         "run": run.name,
         "status": run.status,
-        "val_auroc": _get(m, "val", "auroc"),
-        "test_auroc": _get(m, "test", "auroc"),
-        "val_ne": _get(m, "val", "ne"),
-        "test_ne": _get(m, "test", "ne"),
+        "val_auroc": nested(m, "val", "auroc"),
+        "test_auroc": nested(m, "test", "auroc"),
+        "val_ne": nested(m, "val", "ne"),
+        "test_ne": nested(m, "test", "ne"),
         "samples_per_sec": m.get("samples_per_sec"),
-        "fwd_bytes_per_step": _get(m, "comm_bytes_per_step", "forward"),
-        "bwd_bytes_per_step": _get(m, "comm_bytes_per_step", "backward"),
-        "step_ms_p50": _get(m, "step_time_ms", "p50"),
+        "fwd_bytes_per_step": nested(m, "comm_bytes_per_step", "forward"),
+        "bwd_bytes_per_step": nested(m, "comm_bytes_per_step", "backward"),
+        "step_ms_p50": nested(m, "step_time_ms", "p50"),
         "peak_rss_gib": max((r["rss"] for r in memory), default=None),
         "wall_seconds": m.get("wall_seconds"),
         "error": m.get("error", ""),
@@ -195,7 +197,7 @@ def write_summary(out_dir: Path, runs: Sequence[RunRecord]) -> list[dict[str, An
     rows = [summary_row(run) for run in runs]
     out_dir.mkdir(parents=True, exist_ok=True)
     with open(out_dir / "summary.csv", "w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=list(summary_row(RunRecord(out_dir, "", []))))
+        writer = csv.DictWriter(f, fieldnames=list(rows[0]) if rows else [])
         writer.writeheader()
         writer.writerows(rows)
     (out_dir / "summary.md").write_text(markdown_table(rows) + "\n")
