@@ -98,6 +98,10 @@ def test_unknown_group_option_lists_choices():
 
 RULES = [
     (["model.embedding_dim=0"], r"model.embedding_dim must be positive"),
+    (
+        ["model.embedding_dim=6", "model.dense_arch_layer_sizes=[64,6]"],
+        r"embedding_dim=6 cannot be sharded: FBGEMM's .* multiple of 4 .*embedding_dim=8",
+    ),
     (["model.num_embeddings_per_feature=[]"], r"one positive row count per table"),
     (["model.num_embeddings_per_feature=[10,0]"], r"one positive row count per table"),
     (["model.num_embeddings_cap=0"], r"num_embeddings_cap must be positive"),

@@ -1,5 +1,6 @@
 """The Criteo TSV reader on files the tests write: padding, malformed rows, values, splits."""
 
+import gzip
 import math
 
 import numpy as np
@@ -102,14 +103,46 @@ def test_missing_path_and_empty_folder(tmp_path):
         resolve_paths([str(empty)], "data.path")
 
 
-def test_no_valid_row_is_one_error(tmp_path):
-    path = write(tmp_path / "bad.tsv", ["1,2,3", "a\tb"])
-    with pytest.raises(DataError, match=r"no valid Criteo row .* read 2 line\(s\).*bad.tsv:1"):
+def test_no_valid_row_is_one_error_with_advice(tmp_path):
+    path = write(tmp_path / "bad.tsv", ["x\t" + row()[2:], "a\tb"])
+    with pytest.raises(DataError, match=r"read 2 line\(s\).*bad.tsv:1 \(label\).*click logs"):
         read_files([path], SIZES, 5)
+    commas = write(tmp_path / "commas.csv", [row().replace("\t", ",")] * 3)
+    with pytest.raises(DataError, match=r"wrong number of fields: .* is the file tab-separated"):
+        read_files([commas], SIZES, 5)
     empty = tmp_path / "empty.tsv"
     empty.write_text("")
-    with pytest.raises(DataError, match=r"no valid Criteo row .* read 0 line\(s\)"):
+    with pytest.raises(
+        DataError, match=r"no valid Criteo row in .*empty.tsv: the file\(s\) are empty"
+    ):
         read_files([empty], SIZES, 5)
+
+
+def test_gzip_named_tsv_is_read_and_binary_or_broken_files_are_refused(tmp_path):
+    plain = write(tmp_path / "plain.tsv", [row("1"), row("0", cats=[""] * 26, strip=3)])
+    disguised = tmp_path / "day_0.tsv"  # gzip data under a .tsv name
+    disguised.write_bytes(gzip.compress(plain.read_bytes()))
+    a, b = read_files([plain], SIZES, 5)[0], read_files([disguised], SIZES, 5)[0]
+    assert np.array_equal(a.sparse.numpy(), b.sparse.numpy()) and len(b) == 2
+    truncated = tmp_path / "cut.tsv"
+    truncated.write_bytes(disguised.read_bytes()[:-12])
+    with pytest.raises(DataError, match=r"cut.tsv: cannot read"):
+        read_files([truncated], SIZES, 5)
+    binary = tmp_path / "weights.tsv"
+    binary.write_bytes(np.arange(100, dtype=np.float32).tobytes())
+    with pytest.raises(DataError, match=r"weights.tsv: not a Criteo TSV text file .*NUL bytes"):
+        read_files([binary], SIZES, 5)
+
+
+def test_counts_beyond_int32_are_exact_and_beyond_18_digits_skipped(tmp_path):
+    """TorchRec's reader parses counts as int32; here they are int64 before log1p, so a count
+    of 2**40 keeps its value, and one of more than 18 digits is a counted ``dense`` skip."""
+    big, huge = str(2**40), "1" * 20
+    path = write(tmp_path / "big.tsv", [row(dense=[big] + ["0"] * 12), row(dense=[huge] * 13)])
+    data, report = read_files([path], SIZES, 5)
+    assert len(data) == 1 and report.skipped_by_reason["dense"] == 1
+    assert data.dense[0, 0].item() == pytest.approx(math.log1p(2**40), rel=1e-7)
+    assert report.first_bad_lines == [f"{path}:2 (dense)"]
 
 
 def test_fraction_split_in_file_order(tmp_path):

@@ -75,6 +75,19 @@ def test_a_gpu_preset_does_not_train_on_this_cpu_machine(tmp_path):
     assert "use mode=plan" in result.stderr and "Traceback" not in result.stderr
 
 
+def test_more_processes_than_gpus_is_refused(monkeypatch):
+    """Here with a pretended 4-GPU machine (no GPU is needed for the check itself)."""
+    from dlrm_exp.errors import ConfigError
+    from dlrm_exp.launch import check_devices
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 4)
+    monkeypatch.delenv("MASTER_ADDR", raising=False)
+    check_devices(compose_cfg(["hardware=a100_40gb_x8", "hardware.nproc_per_node=4"]).hardware)
+    with pytest.raises(ConfigError, match=r"nproc_per_node=8 but this machine has 4 GPU\(s\): set"):
+        check_devices(compose_cfg(["hardware=a100_40gb_x8"]).hardware)
+
+
 def _tiny_plan(tmp_path, *overrides):
     """A 2-rank CPU plan of the tiny model, made in plan mode (no processes)."""
     cfg = compose_cfg(["mode=plan", "hardware.nproc_per_node=2", *overrides])

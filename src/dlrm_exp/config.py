@@ -55,6 +55,15 @@ class CategoricalTransform(Enum):
     hash = "hash"
 
 
+class OnNonFinite(Enum):
+    """What a training step with a NaN or infinite loss does: ``stop`` the run naming the step
+    (earlier checkpoints stay), or ``skip`` the batch with exact-zero gradients and count it
+    (see :mod:`dlrm_exp.nonfinite`)."""
+
+    stop = "stop"
+    skip = "skip"
+
+
 class InteractionType(Enum):
     """DLRM feature interaction (TorchRec ``DLRM`` / ``DLRM_DCN`` / ``DLRM_Projection``)."""
 
@@ -178,6 +187,13 @@ class ModelConfig:
     def __post_init__(self) -> None:
         d = self.embedding_dim
         _require(d > 0, f"model.embedding_dim must be positive, got {d}")
+        up = -(-d // 4) * 4
+        _require(
+            d % 4 == 0,
+            f"model.embedding_dim={d} cannot be sharded: FBGEMM's fused embedding kernels need a "
+            f"multiple of 4 columns per shard; set model.embedding_dim={up} and "
+            f"model.dense_arch_layer_sizes=[...,{up}]",
+        )
         _require(
             len(self.num_embeddings_per_feature) > 0
             and all(n > 0 for n in self.num_embeddings_per_feature),
@@ -570,6 +586,7 @@ class TrainConfig:
         resume: ``auto`` continues the newest complete checkpoint of the run folder
             (``hydra.run.dir=<run>``; starts fresh if there is none), a path continues that
             checkpoint folder, null starts fresh.
+        on_nonfinite: see :class:`OnNonFinite`.
     """
 
     batch_size: int = 512
@@ -582,6 +599,7 @@ class TrainConfig:
     checkpoint_every_n_steps: int | None = None
     keep_last_checkpoints: int | None = None
     resume: str | None = None
+    on_nonfinite: OnNonFinite = OnNonFinite.stop
 
     def __post_init__(self) -> None:
         _require(self.batch_size > 0, f"train.batch_size must be positive, got {self.batch_size}")

@@ -16,9 +16,10 @@ from torchrec.distributed.types import ShardingPlan
 from torchrec.models.dlrm import DLRMTrain
 from torchrec.optim.keyed import CombinedOptimizer
 
-from dlrm_exp.config import Config, ShardingStrategy
+from dlrm_exp.config import Config, OnNonFinite, ShardingStrategy
 from dlrm_exp.launch import DistContext
 from dlrm_exp.model import build_model, table_configs
+from dlrm_exp.nonfinite import SkipNonFiniteDLRMTrain, install_gradient_guards
 from dlrm_exp.optim import apply_sparse_optimizer, build_optimizer
 from dlrm_exp.plan_file import load_plan
 from dlrm_exp.qcomms import build_qcomm_codecs_registry, check_supported
@@ -148,9 +149,14 @@ def build_experiment(
     Parameters are initialized from ``cfg.seed`` (the same on every rank; tables independently
     of the plan, see :mod:`dlrm_exp.table_init`). Tables are allocated
     only after planning (here, or by the caller who passes ``plan``), so a plan that cannot fit
-    fails before any table exists. ``wrap`` replaces the ``DLRMTrain`` around the DLRM.
+    fails before any table exists. ``wrap`` replaces the ``DLRMTrain`` around the DLRM
+    (default: :class:`~dlrm_exp.nonfinite.SkipNonFiniteDLRMTrain` when
+    ``train.on_nonfinite=skip``).
     """
     torch.manual_seed(cfg.seed)
+    skip_nonfinite = wrap is None and cfg.train.on_nonfinite is OnNonFinite.skip
+    if skip_nonfinite:
+        wrap = lambda module: SkipNonFiniteDLRMTrain(module.model)  # noqa: E731
     module = build_module(cfg, ctx.device, wrap)
     sharder = job_sharder(cfg)
     if plan is None:
@@ -159,6 +165,8 @@ def build_experiment(
         module=module, device=ctx.device, plan=plan, sharders=[sharder]
     )
     init_tables(model, table_configs(cfg.model), cfg.seed)
+    if skip_nonfinite:
+        install_gradient_guards(model)
     optimizer = build_optimizer(model, cfg.optimizer)
     pipeline = TrainPipelineSparseDist(model, optimizer, ctx.device, execute_all_batches=True)
     return Experiment(model=model, optimizer=optimizer, pipeline=pipeline, plan=plan)

@@ -21,7 +21,7 @@ import torch.distributed as dist
 from torch.distributed.elastic.multiprocessing.errors import record
 from torchrec.distributed.types import ShardingPlan
 
-from dlrm_exp.checkpoint import load_checkpoint, resolve_resume, save_checkpoint
+from dlrm_exp.checkpoint import load_checkpoint, resolve_resume, resume_step, save_checkpoint
 from dlrm_exp.comm_stats import CollectiveBytes
 from dlrm_exp.config import Config
 from dlrm_exp.data import data_paths, iter_batches, load_splits, per_rank_sizes
@@ -139,17 +139,25 @@ def _job_measurements(comm: CollectiveBytes, steps: int, device: torch.device) -
 
 
 def _resume(
-    cfg: Config, run_dir: Path, experiment: Any, shapes: dict[str, list[int]]
+    cfg: Config,
+    run_dir: Path,
+    experiment: Any,
+    layout: dict[str, Any],
+    samples_per_step: list[int],
+    world_size: int,
 ) -> dict[str, Any] | None:
-    """Load the checkpoint ``train.resume`` names into the experiment; its trainer state, or
-    None to start fresh."""
+    """Load the checkpoint ``train.resume`` names into the experiment; its trainer state (with
+    this job's ``step`` at the checkpoint's data position), or None to start fresh. ``layout``
+    is what :func:`~dlrm_exp.checkpoint.load_checkpoint` checks (table shapes, data-parallel
+    tables)."""
     if not cfg.train.resume:
         return None
     path = resolve_resume(cfg.train.resume, run_dir)
     if path is None:
         log.info("train.resume=auto: no complete checkpoint in %s, starting fresh", run_dir)
         return None
-    state = load_checkpoint(path, experiment.model, experiment.optimizer, {"tables": shapes})
+    state = load_checkpoint(path, experiment.model, experiment.optimizer, layout)
+    state["step"] = resume_step(state, samples_per_step, world_size)
     log.info("resumed from %s at step %d", path, state["step"])
     return state
 
@@ -200,10 +208,18 @@ def train_worker(
             return lambda: iter_batches(data, cfg.train.batch_size, ctx.rank, ctx.world_size, keys)
 
         shapes = {t.name: [t.num_embeddings, t.embedding_dim] for t in table_configs(cfg.model)}
-        start = _resume(cfg, run_dir, experiment, shapes)
+        replicated = sorted(
+            name
+            for name, table in plan_data["tables"].items()  # type: ignore[union-attr]
+            if table["sharding_type"] == "data_parallel"
+        )
+        layout = {"tables": shapes, "data_parallel_tables": replicated}
+        sizes = per_rank_sizes(len(splits.train), cfg.train.batch_size, ctx.world_size)
+        samples_per_step = [s * ctx.world_size for s in sizes]
+        start = _resume(cfg, run_dir, experiment, layout, samples_per_step, ctx.world_size)
 
         def checkpoint(step: int, state: dict[str, Any]) -> None:
-            trainer_state = {**state, "tables": shapes, "world_size": ctx.world_size}
+            trainer_state = {**state, **layout, "world_size": ctx.world_size}
             path = save_checkpoint(
                 run_dir,
                 step,
@@ -215,7 +231,6 @@ def train_worker(
             )
             log.info("checkpoint: %s", path)
 
-        sizes = per_rank_sizes(len(splits.train), cfg.train.batch_size, ctx.world_size)
         tracker = Tracker(tensorboard_dir or run_dir, enabled=ctx.is_main)
         comm = CollectiveBytes()
         try:
@@ -225,7 +240,7 @@ def train_worker(
                     batches("train"),
                     batches("val"),
                     batches("test"),
-                    samples_per_step=[s * ctx.world_size for s in sizes],
+                    samples_per_step=samples_per_step,
                     cfg=cfg.train,
                     device=ctx.device,
                     tracker=tracker,
@@ -249,6 +264,7 @@ def train_worker(
                 **measured,
                 "step_time_ms": step_time_ms(result.step_seconds),
                 "final_train_loss": result.final_train_loss,
+                "skipped_steps": result.skipped_steps,
                 "world_size": ctx.world_size,
                 "embedding_bytes_per_rank": plan_data["embedding_bytes_per_rank"],
                 "bayes_auroc": splits.info.get("bayes_auroc"),

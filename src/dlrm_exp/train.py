@@ -21,7 +21,7 @@ from torchrec.distributed import TrainPipelineSparseDist
 from tqdm import tqdm
 
 from dlrm_exp.comm_stats import CollectiveBytes
-from dlrm_exp.config import TrainConfig
+from dlrm_exp.config import OnNonFinite, TrainConfig
 from dlrm_exp.errors import UserError
 from dlrm_exp.metrics import ClickMetrics, Throughput
 from dlrm_exp.tracking import Tracker
@@ -51,6 +51,8 @@ class FitResult:
         val_history: validation metrics at every validation, with their step.
         step_seconds: wall seconds of each training step after the throughput warm-up (from
             one step's output to the next; on CUDA after a synchronize).
+        skipped_steps: steps whose batch was skipped for a non-finite loss
+            (``train.on_nonfinite=skip``).
     """
 
     steps: int
@@ -62,6 +64,7 @@ class FitResult:
     test: dict[str, float]
     val_history: list[dict[str, float]] = field(default_factory=list)
     step_seconds: list[float] = field(default_factory=list)
+    skipped_steps: list[int] = field(default_factory=list)
 
 
 def _drain(pipeline: TrainPipelineSparseDist, batches: Iterator[Batch]) -> Iterator[tuple]:
@@ -114,14 +117,15 @@ def fit(
         learning_rate: logged as the ``lr`` scalar.
         comm: if given, counts collective bytes during training steps only (not evaluation).
         start: a checkpoint's trainer state (``step``, ``samples``, ``val_history``,
-            ``final_train_loss``) to continue from; its batches are skipped.
+            ``final_train_loss``, ``skipped_steps``) to continue from; its batches are skipped.
         checkpoint: called as ``checkpoint(step, trainer_state)`` every
             ``cfg.checkpoint_every_n_steps`` steps and after the last step, with the pipeline
             drained (no batch in flight).
 
     Raises:
-        NonFiniteLossError: a training step's loss is NaN or infinite (the run stops there;
-            checkpoints written before stay).
+        NonFiniteLossError: a training step's loss is NaN or infinite and
+            ``cfg.on_nonfinite`` is ``stop`` (the run stops there; checkpoints written before
+            stay). With ``skip`` the step is counted in ``skipped_steps`` instead.
     """
     total = len(samples_per_step) * cfg.epochs
     if cfg.max_steps is not None:
@@ -141,6 +145,7 @@ def fit(
         loss_value = start.get("final_train_loss")
         bar.update(first)
     history: list[dict[str, float]] = list(start["val_history"]) if start else []
+    skipped: list[int] = list(start.get("skipped_steps", [])) if start else []
     step_seconds: list[float] = []
     warmup = min(cfg.throughput_warmup_steps, total // 2)
     throughput = Throughput(warmup_steps=warmup)
@@ -163,15 +168,22 @@ def fit(
             step += 1
             samples += step_samples
             step_loss = float(loss)
-            if not math.isfinite(step_loss):
+            if not math.isfinite(step_loss) and cfg.on_nonfinite is OnNonFinite.skip:
+                skipped.append(step)
+                log.warning(
+                    "step %d: non-finite loss, batch skipped (%d so far)", step, len(skipped)
+                )
+                tracker.scalar("train/skipped_steps", len(skipped), step)
+            elif not math.isfinite(step_loss):
                 raise NonFiniteLossError(
                     f"training loss is {step_loss} at step {step}: lower the learning rates "
                     "(optimizer.learning_rate / optimizer.dense_learning_rate) or check the "
-                    "input data; checkpoints written before this step are intact"
+                    "input data (train.on_nonfinite=skip skips such batches); checkpoints "
+                    "written before this step are intact"
                 )
             throughput.step(step_samples)
             bar.update(1)
-            if step % cfg.log_every_n_steps == 0 or step == total:
+            if (step % cfg.log_every_n_steps == 0 or step == total) and math.isfinite(step_loss):
                 loss_value = step_loss
                 tracker.scalar("train/loss", loss_value, step)
                 tracker.scalar("train/samples_per_sec", throughput.samples_per_sec, step)
@@ -184,7 +196,12 @@ def fit(
             tracker.scalars("val", _quality(history[-1]), step)
         every = cfg.checkpoint_every_n_steps
         if checkpoint is not None and every and (step % every == 0 or step == total):
-            state = {"samples": samples, "val_history": history, "final_train_loss": loss_value}
+            state = {
+                "samples": samples,
+                "val_history": history,
+                "final_train_loss": loss_value,
+                "skipped_steps": skipped,
+            }
             checkpoint(step, state)
     bar.close()
     val = evaluate(pipeline, val_batches(), device)
@@ -201,6 +218,7 @@ def fit(
         test=test,
         val_history=history,
         step_seconds=step_seconds,
+        skipped_steps=skipped,
     )
 
 

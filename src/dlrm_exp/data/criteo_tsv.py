@@ -131,19 +131,33 @@ def read_files(
             parts.append((block.dense, block.sparse, block.labels))
         report.merge(file_report, max_bad_lines)
     if report.rows_valid == 0:
-        raise DataError(
-            f"no valid Criteo row in {', '.join(str(f) for f in files)}: read "
-            f"{report.rows_read} line(s), skipped {report.skipped_by_reason}"
-            + (
-                f"; first bad lines: {', '.join(report.first_bad_lines)}"
-                if report.first_bad_lines
-                else ""
-            )
-        )
+        raise DataError(_no_valid_row_message(files, report))
     dense = np.concatenate([p[0] for p in parts])
     sparse = np.concatenate([p[1] for p in parts])
     labels = np.concatenate([p[2] for p in parts]).astype(np.float32)
     return ClickData.from_numpy(dense, sparse, labels), report
+
+
+def _no_valid_row_message(files: list[Path], report: ReadReport) -> str:
+    """One line: what was read, why every row was refused, and what to check."""
+    names = ", ".join(str(f) for f in files)
+    if report.rows_read == 0:
+        return f"no valid Criteo row in {names}: the file(s) are empty"
+    if report.skipped_by_reason["field_count"] == report.rows_read:
+        advice = (
+            "every line has the wrong number of fields: Criteo lines hold 14 to 40 "
+            "tab-separated fields (label, 13 counts, 26 hex ids); is the file tab-separated?"
+        )
+    else:
+        advice = "are these Criteo click logs (label, 13 counts, 26 hex ids)?"
+    skipped = {k: v for k, v in report.skipped_by_reason.items() if v}
+    bad = (
+        f"; first bad lines: {', '.join(report.first_bad_lines)}" if report.first_bad_lines else ""
+    )
+    return (
+        f"no valid Criteo row in {names}: read {report.rows_read} line(s), skipped {skipped}"
+        f"{bad}; {advice}"
+    )
 
 
 def load_criteo_tsv(
