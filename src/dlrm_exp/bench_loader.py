@@ -1,6 +1,7 @@
 """``make bench`` (part 3): does the input path keep up with training?
 
-Batches/s of each data option (``synthetic``, ``criteo_tsv``, ``criteo_npy``) at the default
+Batches/s of each data option (``synthetic``, ``criteo_tsv``, ``criteo_npy``,
+``criteo_multihot``) at the default
 batch size, from splits already loaded (what the training loop iterates), against the
 training steps/s of the default ``model=tiny`` on the same machine. Target (the
 Criteo-at-scale issue): every loader at least 3x the training steps/s.
@@ -73,6 +74,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             "synthetic": base,
             "criteo_tsv": compose_config(["data=criteo_tsv", f"data.path={tsv}"]),
             "criteo_npy": cfg,
+            "criteo_multihot": compose_config(
+                ["data=criteo_multihot", f"data.num_train_samples={rows}"]
+            ),
         }
         worst = float("inf")
         for name, option_cfg in options.items():

@@ -470,6 +470,20 @@ class NpyDataset(Enum):
     criteo_kaggle = "criteo_kaggle"
 
 
+class MultiHotDistribution(Enum):
+    """How ``data=criteo_multihot`` draws the extra ids of a one-hot id (MLPerf DLRM-DCNv2
+    reference): ``uniform`` over the table or ``pareto`` (a=0.25, heavy-tailed)."""
+
+    uniform = "uniform"
+    pareto = "pareto"
+
+
+#: Ids per sample of each of the 26 Criteo features in MLPerf DLRM-DCNv2 (MLCommons training
+#: reference, ``--multi_hot_sizes``); 214 per sample.
+MLPERF_MULTI_HOT_SIZES = [3, 2, 1, 2, 6, 1, 1, 1, 1, 7, 3, 8, 1, 6, 9, 5, 1, 1, 1, 12, 100, 27, 10]
+MLPERF_MULTI_HOT_SIZES += [3, 1, 1]
+
+
 class OutOfRange(Enum):
     """Categorical ids at or beyond a table's ``num_embeddings``: ``hash`` them (``id % rows``,
     TorchRec's ``hashes``) or stop with an ``error``."""
@@ -495,6 +509,39 @@ class CriteoNpyDataConfig(DataConfig):
     mmap_mode: bool = False
     out_of_range: OutOfRange = OutOfRange.hash
     shuffle_training_set: bool = False
+
+
+@dataclass
+class CriteoMultiHotDataConfig(SyntheticDataConfig):
+    """MLPerf DLRM-DCNv2's synthetic multi-hot inputs (``data=criteo_multihot``): every one-hot
+    id is expanded into ``multi_hot_sizes[t]`` ids by the reference's fixed lookup tables (see
+    :mod:`dlrm_exp.data.multi_hot`).
+
+    The one-hot rows come from ``path`` (TorchRec's binary layout, split as ``criteo_npy`` by
+    ``dataset``) or, when it is null, from the synthetic generator (its fields as in
+    :class:`SyntheticDataConfig`).
+
+    Attributes:
+        path: folder of ``day_<n>_*.npy`` files, or null for synthetic one-hot rows.
+        dataset: split rules for ``path`` (see :class:`NpyDataset`).
+        multi_hot_sizes: ids per sample of each feature (default: MLPerf's 26 sizes).
+        multi_hot_distribution: see :class:`MultiHotDistribution`.
+        max_lookup_gib: refuse lookup tables (4 bytes x rows x size) above this, GiB.
+    """
+
+    path: str | None = None
+    dataset: NpyDataset = NpyDataset.criteo_1tb
+    multi_hot_sizes: list[int] = field(default_factory=lambda: list(MLPERF_MULTI_HOT_SIZES))
+    multi_hot_distribution: MultiHotDistribution = MultiHotDistribution.uniform
+    max_lookup_gib: float = 4.0
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        _require(
+            all(m >= 1 for m in self.multi_hot_sizes),
+            f"data.multi_hot_sizes must all be >= 1, got {list(self.multi_hot_sizes)}",
+        )
+        _require(self.max_lookup_gib > 0, "data.max_lookup_gib must be positive")
 
 
 @dataclass
@@ -699,7 +746,15 @@ class Config:
                         f"{key}=fused_uvm_caching keeps tables in CUDA unified memory with an "
                         "HBM cache and needs hardware.compute_device=cuda: on CPU use fused"
                     )
-        if isinstance(self.data, (CriteoTsvDataConfig, CriteoNpyDataConfig)):
+        if isinstance(self.data, CriteoMultiHotDataConfig):
+            n_tables = len(self.model.num_embeddings_per_feature)
+            _require(
+                len(self.data.multi_hot_sizes) == n_tables,
+                f"data.multi_hot_sizes lists {len(self.data.multi_hot_sizes)} sizes but the "
+                f"model has {n_tables} tables: give one size per table",
+            )
+        criteo_files = (CriteoTsvDataConfig, CriteoNpyDataConfig)
+        if isinstance(self.data, criteo_files) or getattr(self.data, "path", None):
             n_sparse = len(self.model.num_embeddings_per_feature)
             _require(
                 n_sparse == CRITEO_NUM_SPARSE,
@@ -725,4 +780,5 @@ def register_configs() -> None:
     cs.store(group="data", name="base_synthetic", node=SyntheticDataConfig)
     cs.store(group="data", name="base_criteo_tsv", node=CriteoTsvDataConfig)
     cs.store(group="data", name="base_criteo_npy", node=CriteoNpyDataConfig)
+    cs.store(group="data", name="base_criteo_multihot", node=CriteoMultiHotDataConfig)
     cs.store(group="hardware", name="base_hardware", node=HardwareConfig)

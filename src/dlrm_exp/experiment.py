@@ -102,7 +102,9 @@ def plan_model(
     topology = build_topology(cfg.hardware, ctx.world_size, ctx.local_world_size, capacity)
     sharder = sharder or job_sharder(cfg)
     offered = sharder.sharding_types(cfg.hardware.compute_device.value)
-    constraints = build_constraints(cfg.sharding, tables, offered)
+    constraints = build_constraints(
+        cfg.sharding, tables, offered, getattr(cfg.data, "multi_hot_sizes", None)
+    )
     planner = build_planner(topology, constraints, cfg.train.batch_size)
     device_kind = "HBM" if capacity.hbm_bytes else "DDR"
 

@@ -1,9 +1,10 @@
 """Data sources: each turns its own ``data`` config into train / val / test :class:`ClickData`."""
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from dlrm_exp.config import (
+    CriteoMultiHotDataConfig,
     CriteoNpyDataConfig,
     CriteoTsvDataConfig,
     DataConfig,
@@ -12,6 +13,7 @@ from dlrm_exp.config import (
 from dlrm_exp.data.batches import ClickData, iter_batches, per_rank_sizes
 from dlrm_exp.data.criteo_npy import load_criteo_npy
 from dlrm_exp.data.criteo_tsv import load_criteo_tsv
+from dlrm_exp.data.multi_hot import MultiHot
 from dlrm_exp.data.synthetic import generate
 
 __all__ = ["ClickData", "DataSplits", "data_paths", "iter_batches", "load_splits", "per_rank_sizes"]
@@ -26,8 +28,8 @@ def data_paths(cfg: DataConfig) -> dict[str, list[str]]:
             "data.test_path": cfg.test_path,
         }
         return {k: v for k, v in keys.items() if v}
-    if isinstance(cfg, CriteoNpyDataConfig):
-        return {"data.path": [cfg.path]}
+    if isinstance(cfg, CriteoNpyDataConfig) or getattr(cfg, "path", None):
+        return {"data.path": [cfg.path]}  # type: ignore[attr-defined]
     return {}
 
 
@@ -49,6 +51,8 @@ def load_splits(cfg: DataConfig, table_sizes: list[int], num_dense: int, seed: i
         DataError: the data cannot be read (see the source's own docs).
         TypeError: ``cfg`` is not a known data config.
     """
+    if isinstance(cfg, CriteoMultiHotDataConfig):
+        return _multi_hot_splits(cfg, table_sizes, num_dense, seed)
     if isinstance(cfg, SyntheticDataConfig):
         sizes = (cfg.num_train_samples, cfg.num_val_samples, cfg.num_test_samples)
         train, val, test = (
@@ -70,3 +74,33 @@ def load_splits(cfg: DataConfig, table_sizes: list[int], num_dense: int, seed: i
         train, val, test, info = load_criteo_npy(cfg, table_sizes, seed)
         return DataSplits(train, val, test, info)
     raise TypeError(f"unknown data config {type(cfg).__name__}")
+
+
+def _multi_hot_splits(
+    cfg: CriteoMultiHotDataConfig, table_sizes: list[int], num_dense: int, seed: int
+) -> DataSplits:
+    """One-hot splits (from ``cfg.path`` as ``criteo_npy``, else synthetic) whose batches
+    expand every id into its MLPerf multi-hot ids."""
+    if cfg.path:
+        one_hot = load_splits(
+            CriteoNpyDataConfig(path=cfg.path, dataset=cfg.dataset), table_sizes, num_dense, seed
+        )
+    else:
+        synthetic = {k: getattr(cfg, k) for k in SyntheticDataConfig.__dataclass_fields__}
+        one_hot = load_splits(SyntheticDataConfig(**synthetic), table_sizes, num_dense, seed)
+    expander = MultiHot(
+        table_sizes, cfg.multi_hot_sizes, cfg.multi_hot_distribution, cfg.max_lookup_gib
+    )
+    info = {
+        **one_hot.info,
+        "multi_hot_sizes": list(expander.multi_hot_sizes),
+        "multi_hot_distribution": cfg.multi_hot_distribution.value,
+    }
+    info.pop("bayes_auroc", None)  # the planted signal is on the one-hot ids only
+    return DataSplits(
+        *(
+            replace(split, multi_hot=expander)
+            for split in (one_hot.train, one_hot.val, one_hot.test)
+        ),
+        info=info,
+    )

@@ -2,11 +2,15 @@
 
 from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
 from torchrec.datasets.utils import Batch
 from torchrec.sparse.jagged_tensor import KeyedJaggedTensor
+
+if TYPE_CHECKING:
+    from dlrm_exp.data.multi_hot import MultiHot
 
 
 @dataclass
@@ -17,11 +21,14 @@ class ClickData:
         dense: (N, num_dense) float32, already transformed (e.g. log(1 + x) of counts).
         sparse: (N, F) int64 one-hot ids, each within its table's rows.
         labels: (N,) float32 in {0, 1}.
+        multi_hot: if set, batches expand every one-hot id into its multi-hot ids
+            (``data=criteo_multihot``).
     """
 
     dense: torch.Tensor
     sparse: torch.Tensor
     labels: torch.Tensor
+    multi_hot: "MultiHot | None" = None
 
     @classmethod
     def from_numpy(cls, dense: np.ndarray, sparse: np.ndarray, labels: np.ndarray) -> "ClickData":
@@ -36,7 +43,9 @@ class ClickData:
 
     def rows(self, start: int, stop: int) -> "ClickData":
         """Rows ``[start, stop)`` as a view."""
-        return ClickData(self.dense[start:stop], self.sparse[start:stop], self.labels[start:stop])
+        return ClickData(
+            self.dense[start:stop], self.sparse[start:stop], self.labels[start:stop], self.multi_hot
+        )
 
 
 def per_rank_sizes(num_rows: int, batch_size: int, world_size: int) -> list[int]:
@@ -53,16 +62,17 @@ def per_rank_sizes(num_rows: int, batch_size: int, world_size: int) -> list[int]
 
 
 def make_batch(data: ClickData, start: int, stop: int, keys: list[str]) -> Batch:
-    """One TorchRec ``Batch`` of rows ``[start, stop)``: dense (B, 13), a one-hot
-    ``KeyedJaggedTensor`` over ``keys`` (values in key-major order) and labels (B,)."""
+    """One TorchRec ``Batch`` of rows ``[start, stop)``: dense (B, 13), a
+    ``KeyedJaggedTensor`` over ``keys`` (values in key-major order; one id per sample and
+    feature, or ``m_t`` with ``data.multi_hot``) and labels (B,)."""
     sparse = data.sparse[start:stop]
     size = int(sparse.shape[0])
-    kjt = KeyedJaggedTensor(
-        keys=keys,
-        values=sparse.t().reshape(-1),
-        lengths=torch.ones(size * len(keys), dtype=torch.int32),
-        stride=size,
-    )
+    if data.multi_hot is not None:
+        values, lengths = data.multi_hot.expand(sparse)
+    else:
+        values = sparse.t().reshape(-1)
+        lengths = torch.ones(size * len(keys), dtype=torch.int32)
+    kjt = KeyedJaggedTensor(keys=keys, values=values, lengths=lengths, stride=size)
     return Batch(
         dense_features=data.dense[start:stop], sparse_features=kjt, labels=data.labels[start:stop]
     )
