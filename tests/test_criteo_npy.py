@@ -135,3 +135,51 @@ def test_preprocess_then_train_on_three_1tb_days(tmp_path):
     assert metrics["data"]["rows"] == {"train": 6000, "val": 1500, "test": 1500}
     assert metrics["data"]["days"] == [0, 1, 23]
     assert 0 <= metrics["val"]["auroc"] <= 1 and 0 <= metrics["test"]["auroc"] <= 1
+
+
+def test_shuffle_batches_permutes_full_batches_per_epoch_and_keeps_ranks_disjoint(tmp_path):
+    from dlrm_exp.data import iter_batches
+    from dlrm_exp.model import feature_names
+
+    write_day(tmp_path, 0, 1000, 1)
+    write_day(tmp_path, 1, 10, 2)
+    train = load_criteo_npy(config(tmp_path), SIZES, 0)[0]
+    keys = feature_names(26)
+
+    def first_ids(rank, seed):  # each batch's first row's cat_0 id, this rank's steps in order
+        return [
+            b.sparse_features["cat_0"].values()[0].item()
+            for b in iter_batches(train, 64, rank, 2, keys, seed)
+        ]
+
+    plain = [first_ids(r, None) for r in (0, 1)]
+    epoch_0 = [first_ids(r, (0, 0)) for r in (0, 1)]
+    assert len(epoch_0[0]) == 8  # 7 full steps of 2 x 64 rows, then the remainder of 52 rows
+    assert epoch_0[0] != plain[0] and epoch_0[0][-1] == plain[0][-1]  # remainder stays last
+    assert sorted(epoch_0[0]) == sorted(plain[0]) and sorted(epoch_0[1]) == sorted(plain[1])
+    assert epoch_0 == [first_ids(r, (0, 0)) for r in (0, 1)]  # a function of (seed, epoch)
+    assert first_ids(0, (0, 1)) != epoch_0[0]
+    rows = torch.cat([b.dense for b in [train]])  # every row once per epoch across both ranks
+    seen = torch.cat(
+        [b.dense_features for r in (0, 1) for b in iter_batches(train, 64, r, 2, keys, (0, 0))]
+    )
+    assert sorted(seen[:, 0].tolist()) == sorted(rows[:1000, 0].tolist())
+
+
+def test_shuffle_batches_trains_two_epochs(tmp_path):
+    from conftest import compose_cfg
+    from dlrm_exp.run import run_train
+
+    write_day(tmp_path / "npy", 0, 512, 1)
+    write_day(tmp_path / "npy", 1, 128, 2)
+    cfg = compose_cfg(
+        [
+            "data=criteo_npy",
+            f"data.path={tmp_path / 'npy'}",
+            "data.shuffle_batches=true",
+            "train.epochs=2",
+            "train.batch_size=64",
+            "train.progress_bar=false",
+        ]
+    )
+    assert run_train(cfg, tmp_path / "run", {})["steps"] == 16

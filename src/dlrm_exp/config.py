@@ -502,6 +502,8 @@ class CriteoNpyDataConfig(DataConfig):
         mmap_mode: map the files instead of reading them (pages load on first use).
         out_of_range: see :class:`OutOfRange`.
         shuffle_training_set: permute the training rows once (seeded by ``seed``).
+        shuffle_batches: visit the full training batches in another order every epoch
+            (seeded by ``seed`` and the epoch; ranks stay disjoint, resume stays exact).
     """
 
     path: str = MISSING
@@ -509,6 +511,7 @@ class CriteoNpyDataConfig(DataConfig):
     mmap_mode: bool = False
     out_of_range: OutOfRange = OutOfRange.hash
     shuffle_training_set: bool = False
+    shuffle_batches: bool = False
 
 
 @dataclass

@@ -9,6 +9,7 @@ exists (data paths, the plan on the meta device), then starts the workers with t
 launcher; under torchrun the process is already a worker and trains directly.
 """
 
+import itertools
 import logging
 import os
 import time
@@ -203,9 +204,19 @@ def train_worker(
             write_text_atomic(run_dir / "plan.txt", plan_text(experiment.plan) + "\n")
             write_json_atomic(run_dir / "plan.json", plan_data)
 
+        epochs = itertools.count()
+        shuffle = bool(getattr(cfg.data, "shuffle_batches", False))
+
         def batches(split_name: str):
             data = getattr(splits, split_name)
-            return lambda: iter_batches(data, cfg.train.batch_size, ctx.rank, ctx.world_size, keys)
+
+            def one_pass():  # train: called once per epoch, in order (also when resuming)
+                seed = (cfg.seed, next(epochs)) if shuffle and split_name == "train" else None
+                return iter_batches(
+                    data, cfg.train.batch_size, ctx.rank, ctx.world_size, keys, seed
+                )
+
+            return one_pass
 
         shapes = {t.name: [t.num_embeddings, t.embedding_dim] for t in table_configs(cfg.model)}
         replicated = sorted(

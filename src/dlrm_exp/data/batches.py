@@ -79,12 +79,27 @@ def make_batch(data: ClickData, start: int, stop: int, keys: list[str]) -> Batch
 
 
 def iter_batches(
-    data: ClickData, batch_size: int, rank: int, world_size: int, keys: list[str]
+    data: ClickData,
+    batch_size: int,
+    rank: int,
+    world_size: int,
+    keys: list[str],
+    shuffle_seed: tuple[int, ...] | None = None,
 ) -> Iterator[Batch]:
-    """This rank's batches over ``data`` in row order: global step ``i`` covers the next
-    ``world_size * size_i`` rows and rank ``r`` takes the ``r``-th slice of them."""
-    start = 0
-    for size in per_rank_sizes(len(data), batch_size, world_size):
-        lo = start + rank * size
+    """This rank's batches over ``data``: global step ``i`` covers rows
+    ``[i * G, (i + 1) * G)`` (``G = world_size * size_i``) and rank ``r`` takes the ``r``-th
+    slice of them, so ranks never overlap.
+
+    Steps come in row order, or with ``shuffle_seed`` (e.g. ``(seed, epoch)``) the full global
+    batches in a permuted order (numpy ``default_rng(shuffle_seed)``, the same on every rank);
+    a smaller remainder step stays last.
+    """
+    sizes = per_rank_sizes(len(data), batch_size, world_size)
+    order = np.arange(len(sizes))
+    if shuffle_seed is not None:
+        full = sum(1 for size in sizes if size == batch_size)
+        order[:full] = np.random.default_rng(list(shuffle_seed)).permutation(full)
+    for step in order:
+        size = sizes[step]
+        lo = int(step) * batch_size * world_size + rank * size
         yield make_batch(data, lo, lo + size, keys)
-        start += size * world_size
