@@ -180,3 +180,29 @@ def test_cli_preprocess_and_its_errors(tmp_path):
         ]
     )
     assert no_tsv.returncode == 1 and "data=criteo_tsv" in no_tsv.stderr
+
+
+def test_contiguous_ids_equal_torchrec_sparse_to_contiguous(tmp_path):
+    """categorical=contiguous gives the ids of TorchRec's ``sparse_to_contiguous`` (first
+    occurrence order over the days, rare ids -> 1); a re-run with another threshold redoes only
+    the re-indexing."""
+    files = [
+        write_criteo_tsv(tmp_path / "tsv" / f"day_{d}", 300, seed=d, vocab_size=40)
+        for d in range(3)
+    ]
+    out = tmp_path / "out"
+    report = convert(files, out, categorical=CategoricalTransform.contiguous)
+    raw = [str(out / f"day_{d}_sparse_raw.npy") for d in range(3)]
+    (tmp_path / "tr").mkdir()
+    BinaryCriteoUtils.sparse_to_contiguous(raw, str(tmp_path / "tr"), frequency_threshold=3)
+    ours = [np.load(out / f"day_{d}_sparse.npy") for d in range(3)]
+    theirs = [np.load(tmp_path / "tr" / f"day_{d}_sparse_raw_contig_freq.npy") for d in range(3)]
+    assert all(np.array_equal(a, b) for a, b in zip(ours, theirs, strict=True))
+    assert (np.concatenate(ours) == 1).any() and ours[0].dtype == np.int64
+    sizes = report["contiguous"]["num_embeddings_per_feature"]
+    assert sizes == (np.concatenate(ours).max(axis=0) + 1).tolist()
+
+    again = convert(files, out, categorical=CategoricalTransform.contiguous, frequency_threshold=1)
+    assert again["days_skipped_finished"] == [0, 1, 2]
+    assert not (np.concatenate([np.load(out / f"day_{d}_sparse.npy") for d in range(3)]) == 1).any()
+    assert again["contiguous"]["frequency_threshold"] == 1

@@ -48,11 +48,13 @@ class DenseTransform(Enum):
 
 class CategoricalTransform(Enum):
     """What ``mode=preprocess`` stores for categoricals: ``raw`` 32-bit hashes (TorchRec's
-    layout; tables hash them at load time) or ``hash`` = ``value % num_embeddings`` of the
-    model's tables."""
+    layout; tables hash them at load time), ``hash`` = ``value % num_embeddings`` of the
+    model's tables, or ``contiguous`` ids over all days with rare ids merged (TorchRec's
+    ``contiguous_preproc_criteo``, see :mod:`dlrm_exp.data.contiguous`)."""
 
     raw = "raw"
     hash = "hash"
+    contiguous = "contiguous"
 
 
 class OnNonFinite(Enum):
@@ -690,6 +692,8 @@ class PreprocessConfig:
         output_dir: folder for the npy files and ``preprocess_report.json`` (created).
         dense_transform: see :class:`DenseTransform`.
         categorical: see :class:`CategoricalTransform`.
+        frequency_threshold: with ``categorical=contiguous``, ids seen fewer times than this
+            (over all days) share id 1 (TorchRec's ``FREQUENCY_THRESHOLD``, 3).
         num_workers: parser processes (blocks of every file are parsed in parallel).
         overwrite: convert days again even when their finished marker matches the input.
     """
@@ -697,11 +701,16 @@ class PreprocessConfig:
     output_dir: str | None = None
     dense_transform: DenseTransform = DenseTransform.log1p
     categorical: CategoricalTransform = CategoricalTransform.raw
+    frequency_threshold: int = 3
     num_workers: int = 2
     overwrite: bool = False
 
     def __post_init__(self) -> None:
         _require(self.num_workers > 0, "preprocess.num_workers must be positive")
+        _require(
+            self.frequency_threshold >= 0,
+            f"preprocess.frequency_threshold must be >= 0, got {self.frequency_threshold}",
+        )
 
 
 @dataclass

@@ -29,6 +29,7 @@ import numpy as np
 from tqdm import tqdm
 
 from dlrm_exp.config import CategoricalTransform, DenseTransform, PreprocessConfig
+from dlrm_exp.data.contiguous import contiguous_ids
 from dlrm_exp.data.criteo_tsv import ReadReport, resolve_paths
 from dlrm_exp.data.npy_stream import NpyRowWriter
 from dlrm_exp.data.tsv_parse import (
@@ -61,6 +62,12 @@ class Options:
             "categorical": self.categorical.value,
             "table_sizes": list(self.table_sizes) if self.table_sizes else None,
         }
+
+    def sparse_name(self, day: int) -> str:
+        """The file the day's conversion writes ids to (``contiguous`` re-indexes raw ids
+        afterwards, over all days)."""
+        raw = self.categorical is CategoricalTransform.contiguous
+        return f"day_{day}_sparse_raw.npy" if raw else f"day_{day}_sparse.npy"
 
 
 def day_numbers(files: list[Path]) -> dict[int, Path]:
@@ -98,8 +105,9 @@ def is_finished(out_dir: Path, day: int, path: Path, options: Options) -> bool:
     except (OSError, json.JSONDecodeError):
         return False
     expected = {**_source_facts(path), **options.as_dict()}
+    names = (f"day_{day}_dense.npy", options.sparse_name(day), f"day_{day}_labels.npy")
     return all(done.get(k) == v for k, v in expected.items()) and all(
-        (out_dir / f"day_{day}_{kind}.npy").is_file() for kind in ("dense", "sparse", "labels")
+        (out_dir / name).is_file() for name in names
     )
 
 
@@ -139,7 +147,7 @@ def convert_file(
     depth = 2 * max(workers, 1)  # blocks in flight: bounds memory, keeps workers busy
     writers = [
         NpyRowWriter(dense_path, np.int64 if torchrec else np.float32, NUM_DENSE),
-        NpyRowWriter(out_dir / f"day_{day}_sparse.npy", np.int64, NUM_SPARSE),
+        NpyRowWriter(out_dir / options.sparse_name(day), np.int64, NUM_SPARSE),
         NpyRowWriter(out_dir / f"day_{day}_labels.npy", np.int32, 1),
     ]
 
@@ -250,6 +258,9 @@ def preprocess_files(
     finally:
         if pool is not None:
             pool.shutdown(cancel_futures=True)
+    contiguous = None
+    if options.categorical is CategoricalTransform.contiguous:
+        contiguous = _reindex(out_dir, list(days), cfg.frequency_threshold, bool(reports))
     seconds = time.perf_counter() - started
     rows = sum(r["rows_read"] for r in reports)
     summary = {
@@ -263,10 +274,36 @@ def preprocess_files(
         "rows_skipped": sum(r["rows_skipped"] for r in reports),
         "seconds": seconds,
         "rows_per_sec": rows / seconds if seconds > 0 else None,
+        "contiguous": contiguous,
         "days": reports,
     }
     write_json_atomic(out_dir / "preprocess_report.json", summary)
     return summary
+
+
+def _reindex(out_dir: Path, days: list[int], threshold: int, changed: bool) -> dict[str, Any]:
+    """``categorical=contiguous``: re-index every day's raw ids into ``day_<n>_sparse.npy``
+    unless ``contiguous.json`` records this very pass (same days and threshold, no day
+    converted again). Returns the marker's content."""
+    marker = out_dir / "contiguous.json"
+    wanted = {"days": days, "frequency_threshold": threshold}
+    if not changed and marker.is_file():
+        try:
+            done = json.loads(marker.read_text())
+        except (OSError, json.JSONDecodeError):
+            done = {}
+        outputs = all((out_dir / f"day_{d}_sparse.npy").is_file() for d in days)
+        if outputs and all(done.get(k) == v for k, v in wanted.items()):
+            return done
+    marker.unlink(missing_ok=True)
+    sizes = contiguous_ids(
+        [out_dir / f"day_{d}_sparse_raw.npy" for d in days],
+        [out_dir / f"day_{d}_sparse.npy" for d in days],
+        threshold,
+    )
+    done = {**wanted, "num_embeddings_per_feature": sizes}
+    write_json_atomic(marker, done)
+    return done
 
 
 def summary_lines(summary: dict[str, Any]) -> str:
@@ -290,6 +327,13 @@ def summary_lines(summary: dict[str, Any]) -> str:
         f"{summary['rows_valid']:,} rows written to {summary['output_dir']} in "
         f"{summary['seconds']:.1f} s" + (f" ({rate:,.0f} rows/s)" if rate else "")
     )
+    if summary.get("contiguous"):
+        sizes = ",".join(str(n) for n in summary["contiguous"]["num_embeddings_per_feature"])
+        lines.append(
+            "contiguous ids (frequency_threshold "
+            f"{summary['contiguous']['frequency_threshold']}): train with "
+            f"model.num_embeddings_per_feature=[{sizes}]"
+        )
     lines.append(f"report: {Path(summary['output_dir']) / 'preprocess_report.json'}")
     return "\n".join(lines)
 
