@@ -61,6 +61,12 @@ def test_generated_rows_match_reference():
         ("1x", 3),
         ("12345678901234567890", 3),  # 20 digits
         ("-123456789012", 5),  # long negative: valid
+        ("-12345678", 5),  # sign and 8 digits: more than one 8-byte word
+        ("-1234567", 5),  # sign and 7 digits: one word
+        ("-0", 5),
+        ("--5", 5),
+        ("-x", 5),
+        ("\x05\x05", 7),  # control bytes below the tab
         ("123456789", 5),  # 9 digits: valid
         ("99999999", 5),  # 8 digits: valid
         ("+5", 5),

@@ -53,17 +53,40 @@ class ReadReport:
         self, block: ParsedBlock, first_line: int, file_name: str, max_bad_lines: int
     ) -> None:
         """Count a parsed block whose first line is ``first_line`` of ``file_name``."""
-        self.rows_read += block.num_lines
-        self.rows_valid += len(block.labels)
-        self.rows_padded += block.num_padded
-        counts = np.bincount(block.reasons[block.reasons >= 0], minlength=len(REASONS))
+        bad = np.flatnonzero(block.reasons >= 0)
+        self.add_lines(
+            block.num_lines,
+            len(block.labels),
+            block.num_padded,
+            bad,
+            block.reasons[bad],
+            first_line,
+            file_name,
+            max_bad_lines,
+        )
+
+    def add_lines(
+        self,
+        num_lines: int,
+        num_valid: int,
+        num_padded: int,
+        bad_lines: np.ndarray,
+        bad_reasons: np.ndarray,
+        first_line: int,
+        file_name: str,
+        max_bad_lines: int,
+    ) -> None:
+        """Count ``num_lines`` lines from ``first_line`` of ``file_name``: the rejected ones
+        are ``bad_lines`` (0-based within them) for ``bad_reasons`` (indices in REASONS)."""
+        self.rows_read += num_lines
+        self.rows_valid += num_valid
+        self.rows_padded += num_padded
+        counts = np.bincount(bad_reasons, minlength=len(REASONS))
         for name, count in zip(REASONS, counts, strict=True):
             self.skipped_by_reason[name] += int(count)
-        room = max_bad_lines - len(self.first_bad_lines)
-        for i in np.flatnonzero(block.reasons >= 0)[: max(room, 0)]:
-            self.first_bad_lines.append(
-                f"{file_name}:{first_line + int(i)} ({REASONS[block.reasons[i]]})"
-            )
+        room = max(max_bad_lines - len(self.first_bad_lines), 0)
+        for i, reason in zip(bad_lines[:room], bad_reasons[:room], strict=True):
+            self.first_bad_lines.append(f"{file_name}:{first_line + int(i)} ({REASONS[reason]})")
 
     def merge(self, other: "ReadReport", max_bad_lines: int) -> None:
         self.files += other.files

@@ -69,3 +69,53 @@ class NpyRowWriter:
             self.close()
         else:
             self.abort()
+
+
+class NpyRowFile:
+    """A 2-D ``.npy`` file filled by row offset, from any process: :meth:`write_rows` opens
+    the ``.tmp`` file by name and ``pwrite``s, so parallel workers can each write their block
+    where it belongs. :meth:`finish` writes the header (the row count is known only then) and
+    renames; :meth:`abort` drops the partial file.
+    """
+
+    def __init__(self, path: Path, dtype: np.dtype | type, columns: int) -> None:
+        self.path = Path(path)
+        self.tmp = self.path.with_name(self.path.name + ".tmp")
+        self.dtype = np.dtype(dtype)
+        self.columns = columns
+        self.tmp.write_bytes(b"\0" * HEADER_BYTES)
+
+    def write_rows(self, row: int, block: np.ndarray) -> None:
+        """Write ``block`` (cast to the file's dtype, reshaped to (n, columns)) at ``row``."""
+        data = np.ascontiguousarray(np.asarray(block, dtype=self.dtype).reshape(-1, self.columns))
+        if not data.size:
+            return
+        fd = os.open(self.tmp, os.O_WRONLY)
+        try:
+            offset = HEADER_BYTES + row * self.columns * self.dtype.itemsize
+            view = memoryview(data).cast("B")
+            while view:
+                written = os.pwrite(fd, view, offset)
+                view, offset = view[written:], offset + written
+        finally:
+            os.close(fd)
+
+    def finish(self, rows: int) -> Path:
+        """Write the header for ``rows`` rows, cut anything beyond them, and move the file
+        into place."""
+        header = {
+            "descr": np.lib.format.dtype_to_descr(self.dtype),
+            "fortran_order": False,
+            "shape": (rows, self.columns),
+        }
+        with open(self.tmp, "r+b") as f:
+            np.lib.format.write_array_header_1_0(f, header)
+            if f.tell() != HEADER_BYTES:
+                raise ValueError(f"npy header of {self.path} is {f.tell()} bytes, not 128")
+            f.truncate(HEADER_BYTES + rows * self.columns * self.dtype.itemsize)
+        os.replace(self.tmp, self.path)
+        return self.path
+
+    def abort(self) -> None:
+        """Drop the partial file."""
+        self.tmp.unlink(missing_ok=True)

@@ -7,19 +7,22 @@ dtypes TorchRec's ``InMemoryBinaryCriteoIterDataPipe`` reads. ``n`` comes from t
 input list. Rows are handled as by ``data=criteo_tsv`` (:mod:`.tsv_parse`): short rows padded,
 malformed rows skipped and counted with their line numbers.
 
-The file is streamed in 8 MiB blocks that ``preprocess.num_workers`` processes parse while this
-process reads ahead and appends the results: memory stays at a few blocks per worker whatever
-the file size. Each finished day gets ``day_<n>.json`` (its read report, input size and
+A plain file is cut into 2 MiB byte ranges that ``preprocess.num_workers`` processes read,
+parse and write into the day's npy files themselves (:mod:`.parse_blocks`); a gzip file is
+decompressed here in 8 MiB blocks and sent to them. Only counts and bad line numbers come
+back, and memory stays at a few blocks per worker whatever the file size. Each finished day gets ``day_<n>.json`` (its read report, input size and
 options), written last: a re-run skips days whose marker matches, so an interrupted conversion
 resumes with the first unfinished day, and a partly written day never looks finished.
 """
 
 import collections
+import itertools
 import json
 import multiprocessing
 import re
 import sys
 import time
+from collections.abc import Iterable, Iterator
 from concurrent.futures import Executor, Future, ProcessPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -31,14 +34,20 @@ from tqdm import tqdm
 from dlrm_exp.config import CategoricalTransform, DenseTransform, PreprocessConfig
 from dlrm_exp.data.contiguous import contiguous_ids
 from dlrm_exp.data.criteo_tsv import ReadReport, resolve_paths
-from dlrm_exp.data.npy_stream import NpyRowWriter
+from dlrm_exp.data.npy_stream import NpyRowFile, NpyRowWriter
+from dlrm_exp.data.parse_blocks import (
+    BlockResult,
+    byte_ranges,
+    install_chain,
+    make_chain,
+    run_block,
+)
 from dlrm_exp.data.tsv_parse import (
     BLOCK_BYTES,
     NUM_DENSE,
     NUM_SPARSE,
-    ParsedBlock,
-    convert_block,
-    iter_blocks,
+    is_gzip,
+    iter_line_chunks,
 )
 from dlrm_exp.errors import DataError
 from dlrm_exp.tracking import write_json_atomic
@@ -46,6 +55,7 @@ from dlrm_exp.tracking import write_json_atomic
 _DAY_NAME = re.compile(r"^day_(\d+)(\.[A-Za-z0-9.]*)?$")
 _MAX_BAD_LINES = 20
 _TORCHREC_CHUNK_ROWS = 1 << 20
+RANGE_BYTES = 2 << 20  # plain files: byte range per block (more blocks than workers balance)
 
 
 @dataclass(frozen=True)
@@ -131,9 +141,11 @@ def convert_file(
     pool: Executor | None,
     workers: int,
     bar: tqdm,
+    sequence: Iterator[int],
 ) -> dict[str, Any]:
     """Convert one TSV file into ``day``'s three npy files; returns its report. Blocks go to
-    ``pool`` (``workers`` processes) or, without one, are parsed here.
+    ``pool`` (``workers`` processes) or, without one, are parsed here; ``sequence`` numbers
+    blocks across files (:mod:`.parse_blocks`).
 
     Raises:
         DataError: the file cannot be read as text (binary, broken gzip).
@@ -143,44 +155,57 @@ def convert_file(
     torchrec = options.dense_transform is DenseTransform.torchrec
     dense_path = out_dir / (f"day_{day}_dense_raw.npy" if torchrec else f"day_{day}_dense.npy")
     minimum: int | None = None
-    in_flight: collections.deque[tuple[Future | ParsedBlock, int]] = collections.deque()
+    first_line, rows = 1, 0
+    in_flight: collections.deque[Future] = collections.deque()
     depth = 2 * max(workers, 1)  # blocks in flight: bounds memory, keeps workers busy
-    writers = [
-        NpyRowWriter(dense_path, np.int64 if torchrec else np.float32, NUM_DENSE),
-        NpyRowWriter(out_dir / options.sparse_name(day), np.int64, NUM_SPARSE),
-        NpyRowWriter(out_dir / f"day_{day}_labels.npy", np.int32, 1),
-    ]
+    outputs = (
+        NpyRowFile(dense_path, np.int64 if torchrec else np.float32, NUM_DENSE),
+        NpyRowFile(out_dir / options.sparse_name(day), np.int64, NUM_SPARSE),
+        NpyRowFile(out_dir / f"day_{day}_labels.npy", np.int32, 1),
+    )
 
     def drain(keep: int) -> None:
-        nonlocal minimum
+        nonlocal minimum, first_line, rows
         while len(in_flight) > keep:
-            pending, first_line = in_flight.popleft()
-            block = pending.result() if isinstance(pending, Future) else pending
-            report.add_block(block, first_line, str(path), _MAX_BAD_LINES)
-            for writer, part in zip(
-                writers, (block.dense, block.sparse, block.labels), strict=True
-            ):
-                writer.append(part)
-            if torchrec and len(block.dense):
-                low = int(block.dense.min())
-                minimum = low if minimum is None else min(minimum, low)
-            bar.update(block.num_lines)
+            done: BlockResult = in_flight.popleft().result()
+            report.add_lines(
+                done.num_lines,
+                done.num_valid,
+                done.num_padded,
+                done.bad_lines,
+                done.bad_reasons,
+                first_line,
+                str(path),
+                _MAX_BAD_LINES,
+            )
+            first_line += done.num_lines
+            rows += done.num_valid
+            if done.dense_min is not None:
+                minimum = done.dense_min if minimum is None else min(minimum, done.dense_min)
+            bar.update(done.num_lines)
 
     log1p = options.dense_transform is DenseTransform.log1p
     try:
-        for buf, first_line in iter_blocks(path, BLOCK_BYTES):
+        sources: Iterable[tuple[Path, int, int] | bytes] = (
+            (data for data, _ in iter_line_chunks(path, BLOCK_BYTES))
+            if is_gzip(path)
+            else byte_ranges(path, RANGE_BYTES)
+        )
+        for index, source in enumerate(sources):
+            args = (next(sequence), index == 0, source, outputs, log1p, options.table_sizes)
             if pool is None:
-                job: Future | ParsedBlock = convert_block(buf, log1p, options.table_sizes)
+                job: Future = Future()
+                job.set_result(run_block(*args, str(path)))
             else:
-                job = pool.submit(convert_block, buf, log1p, options.table_sizes)
-            in_flight.append((job, first_line))
+                job = pool.submit(run_block, *args, str(path))
+            in_flight.append(job)
             drain(depth)
         drain(0)
-        for writer in writers:
-            writer.close()
+        for output in outputs:
+            output.finish(rows)
     except BaseException:
-        for writer in writers:
-            writer.abort()
+        for output in outputs:
+            output.abort()
         raise
     if torchrec:
         _torchrec_dense(dense_path, out_dir / f"day_{day}_dense.npy", minimum or 0)
@@ -238,12 +263,19 @@ def preprocess_files(
     skipped: list[int] = []
     # fork, as torch's DataLoader workers: the workers need only numpy and start at once. One
     # block's worth of input is parsed inline.
-    parallel = cfg.num_workers > 1 and sum(p.stat().st_size for p in files) > BLOCK_BYTES
+    parallel = cfg.num_workers > 1 and sum(p.stat().st_size for p in files) > RANGE_BYTES
+    fork = multiprocessing.get_context("fork")
     pool = (
-        ProcessPoolExecutor(cfg.num_workers, mp_context=multiprocessing.get_context("fork"))
+        ProcessPoolExecutor(
+            cfg.num_workers,
+            mp_context=fork,
+            initializer=install_chain,
+            initargs=(make_chain(fork),),
+        )
         if parallel
         else None
     )
+    sequence = itertools.count()
     show = sys.stderr.isatty() if progress is None else progress
     try:
         with tqdm(unit="rows", unit_scale=True, disable=not show, desc="preprocess") as bar:
@@ -253,7 +285,7 @@ def preprocess_files(
                     continue
                 bar.set_postfix_str(f"day_{day} <- {path.name}")
                 reports.append(
-                    convert_file(path, day, out_dir, options, pool, cfg.num_workers, bar)
+                    convert_file(path, day, out_dir, options, pool, cfg.num_workers, bar, sequence)
                 )
     finally:
         if pool is not None:
