@@ -69,7 +69,8 @@ def test_mmap_gives_the_same_rows(tmp_path):
     a = load_criteo_npy(config(tmp_path), SIZES, 0)
     b = load_criteo_npy(config(tmp_path, mmap_mode=True), SIZES, 0)
     for x, y in zip(a[:3], b[:3], strict=True):
-        assert torch.equal(x.dense, y.dense) and torch.equal(x.sparse, y.sparse)
+        assert torch.equal(x.dense, y.dense[:]) and torch.equal(x.sparse, y.sparse[:])
+        assert torch.equal(x.labels, y.labels[:])
 
 
 def test_ids_hashed_or_refused(tmp_path):
@@ -124,6 +125,7 @@ def test_preprocess_then_train_on_three_1tb_days(tmp_path):
         [
             "data=criteo_npy",
             f"data.path={tmp_path / 'npy'}",
+            "data.mmap_mode=true",  # the days stay mapped files; batches read their rows
             "train.batch_size=256",
             f"hydra.run.dir={tmp_path / 'r2'}",
         ]
@@ -133,7 +135,7 @@ def test_preprocess_then_train_on_three_1tb_days(tmp_path):
 
     metrics = json.loads((tmp_path / "r2" / "metrics.json").read_text())
     assert metrics["data"]["rows"] == {"train": 6000, "val": 1500, "test": 1500}
-    assert metrics["data"]["days"] == [0, 1, 23]
+    assert metrics["data"]["days"] == [0, 1, 23] and metrics["data"]["mmap_mode"]
     assert 0 <= metrics["val"]["auroc"] <= 1 and 0 <= metrics["test"]["auroc"] <= 1
 
 
@@ -183,3 +185,28 @@ def test_shuffle_batches_trains_two_epochs(tmp_path):
         ]
     )
     assert run_train(cfg, tmp_path / "run", {})["steps"] == 16
+
+
+def test_mmap_days_are_views_and_give_the_in_memory_batches(tmp_path):
+    from dlrm_exp.data import iter_batches
+    from dlrm_exp.data.row_span import RowSpan
+    from dlrm_exp.model import feature_names
+
+    for day, rows in ((0, 50), (1, 40), (23, 31)):
+        write_day(tmp_path, day, rows, day)
+    in_memory = load_criteo_npy(config(tmp_path), SIZES, 0)
+    mapped = load_criteo_npy(config(tmp_path, mmap_mode=True), SIZES, 0)
+    assert isinstance(mapped[0].sparse, RowSpan)
+    assert all(isinstance(part, np.memmap) for part in mapped[0].dense.parts)
+    keys = feature_names(26)
+    for a, b in zip(in_memory[:3], mapped[:3], strict=True):
+        assert len(a) == len(b)
+        for rank in (0, 1):  # 2 x 16 rows per step: step 1 of train crosses from day 0 to 1
+            for x, y in zip(
+                iter_batches(a, 16, rank, 2, keys), iter_batches(b, 16, rank, 2, keys), strict=True
+            ):
+                assert torch.equal(x.dense_features, y.dense_features)
+                assert torch.equal(x.sparse_features.values(), y.sparse_features.values())
+                assert torch.equal(x.labels, y.labels)
+    with pytest.raises(DataError, match="feature cat_0 has ids in"):
+        load_criteo_npy(config(tmp_path, mmap_mode=True, out_of_range=OutOfRange.error), SIZES, 0)

@@ -95,7 +95,6 @@ def test_two_process_run_folder_and_a_mixed_plan_json(tmp_path):
 @pytest.mark.parametrize(
     ("sharding", "qcomms"),
     [
-        ("rowwise", "fp8"),
         ("tablewise", "fp8"),
         ("columnwise", "int8"),
     ],

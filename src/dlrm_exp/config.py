@@ -501,7 +501,9 @@ class CriteoNpyDataConfig(DataConfig):
     Attributes:
         path: folder holding ``day_<n>_{dense,sparse,labels}.npy``.
         dataset: split rules, see :class:`NpyDataset`.
-        mmap_mode: map the files instead of reading them (pages load on first use).
+        mmap_mode: map the files instead of reading them: the splits are views of the days
+            (never concatenated) and each batch reads its rows, so memory does not grow with
+            the number of days.
         out_of_range: see :class:`OutOfRange`.
         shuffle_training_set: permute the training rows once (seeded by ``seed``).
         shuffle_batches: visit the full training batches in another order every epoch
@@ -514,6 +516,13 @@ class CriteoNpyDataConfig(DataConfig):
     out_of_range: OutOfRange = OutOfRange.hash
     shuffle_training_set: bool = False
     shuffle_batches: bool = False
+
+    def __post_init__(self) -> None:
+        _require(
+            not (self.mmap_mode and self.shuffle_training_set),
+            "data.shuffle_training_set permutes the rows in memory, which data.mmap_mode=true "
+            "avoids: use data.shuffle_batches=true with mmap_mode",
+        )
 
 
 @dataclass

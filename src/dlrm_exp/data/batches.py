@@ -2,7 +2,7 @@
 
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
@@ -21,6 +21,8 @@ class ClickData:
         dense: (N, num_dense) float32, already transformed (e.g. log(1 + x) of counts).
         sparse: (N, F) int64 one-hot ids, each within its table's rows.
         labels: (N,) float32 in {0, 1}.
+        (Each column is a tensor, or for memory-mapped days a
+        :class:`~dlrm_exp.data.row_span.RowSpan` whose slices are tensors.)
         multi_hot: if set, batches expand every one-hot id into its multi-hot ids
             (``data=criteo_multihot``).
     """
@@ -42,10 +44,12 @@ class ClickData:
         return int(self.labels.shape[0])
 
     def rows(self, start: int, stop: int) -> "ClickData":
-        """Rows ``[start, stop)`` as a view."""
-        return ClickData(
-            self.dense[start:stop], self.sparse[start:stop], self.labels[start:stop], self.multi_hot
-        )
+        """Rows ``[start, stop)`` as a view (of the tensors, or of memory-mapped days)."""
+
+        def view(column: Any) -> Any:
+            return column.span(start, stop) if hasattr(column, "span") else column[start:stop]
+
+        return ClickData(view(self.dense), view(self.sparse), view(self.labels), self.multi_hot)
 
 
 def per_rank_sizes(num_rows: int, batch_size: int, world_size: int) -> list[int]:

@@ -22,6 +22,7 @@ import numpy as np
 
 from dlrm_exp.config import CriteoNpyDataConfig, NpyDataset, OutOfRange
 from dlrm_exp.data.batches import ClickData
+from dlrm_exp.data.row_span import RowSpan
 from dlrm_exp.data.tsv_parse import NUM_DENSE, NUM_SPARSE
 from dlrm_exp.errors import DataError
 
@@ -74,7 +75,11 @@ def _check_ids(sparse: np.ndarray, table_sizes: list[int], policy: OutOfRange) -
         return np.asarray(sparse, dtype=np.int64) % sizes
     if len(sparse) == 0:
         return np.asarray(sparse, dtype=np.int64)
-    high, low = sparse.max(axis=0), sparse.min(axis=0)
+    _check_range(sparse.max(axis=0), sparse.min(axis=0), sizes)
+    return np.asarray(sparse, dtype=np.int64)
+
+
+def _check_range(high: np.ndarray, low: np.ndarray, sizes: np.ndarray) -> None:
     bad = np.flatnonzero((high >= sizes) | (low < 0))
     if len(bad):
         f = int(bad[0])
@@ -83,7 +88,6 @@ def _check_ids(sparse: np.ndarray, table_sizes: list[int], policy: OutOfRange) -
             f"{sizes[f]} rows ({len(bad)} feature(s) out of range): set data.out_of_range=hash, "
             "or preprocess with preprocess.categorical=hash for this model"
         )
-    return np.asarray(sparse, dtype=np.int64)
 
 
 def _click_data(dense: np.ndarray, sparse: np.ndarray, labels: np.ndarray) -> ClickData:
@@ -119,6 +123,8 @@ def load_criteo_npy(
             "data.dataset=criteo_kaggle to split one file"
         )
     loaded = [_load_day(folder, d, cfg.mmap_mode) for d in days]
+    if cfg.mmap_mode:
+        return _mapped_splits(loaded, cfg, table_sizes, days)
     dense, sparse, labels = (
         loaded[0][i] if len(loaded) == 1 else np.concatenate([day[i] for day in loaded])
         for i in range(3)
@@ -136,6 +142,43 @@ def load_criteo_npy(
     info = {
         "days": days,
         "dataset": cfg.dataset.value,
+        "rows": {"train": len(train), "val": len(val), "test": len(test)},
+    }
+    return train, val, test, info
+
+
+def _mapped_splits(
+    loaded: list[tuple[np.ndarray, np.ndarray, np.ndarray]],
+    cfg: CriteoNpyDataConfig,
+    table_sizes: list[int],
+    days: list[int],
+) -> tuple[ClickData, ClickData, ClickData, dict]:
+    """``mmap_mode``: splits as :class:`RowSpan` views of the mapped days (nothing copied);
+    ids are hashed per batch, or their range is checked day by day first."""
+    sizes = np.asarray(table_sizes, dtype=np.int64)
+    if cfg.out_of_range is OutOfRange.error:
+        for _, sparse, _ in loaded:
+            if len(sparse):
+                _check_range(sparse.max(axis=0), sparse.min(axis=0), sizes)
+
+    def ids(rows: np.ndarray) -> np.ndarray:
+        return np.asarray(rows, dtype=np.int64) % sizes
+
+    columns = [
+        RowSpan([day[0] for day in loaded], lambda rows: np.asarray(rows, dtype=np.float32)),
+        RowSpan([day[1] for day in loaded], ids),
+        RowSpan(
+            [day[2] for day in loaded],
+            lambda rows: np.asarray(rows, dtype=np.float32).reshape(-1),
+        ),
+    ]
+    train_end, val_end = split_bounds(len(columns[2]), cfg.dataset, len(loaded[-1][2]))
+    bounds = ((0, train_end), (train_end, val_end), (val_end, len(columns[2])))
+    train, val, test = (ClickData(*(c.span(lo, hi) for c in columns)) for lo, hi in bounds)
+    info = {
+        "days": days,
+        "dataset": cfg.dataset.value,
+        "mmap_mode": True,
         "rows": {"train": len(train), "val": len(val), "test": len(test)},
     }
     return train, val, test, info

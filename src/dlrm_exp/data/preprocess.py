@@ -10,7 +10,9 @@ malformed rows skipped and counted with their line numbers.
 A plain file is cut into 2 MiB byte ranges that ``preprocess.num_workers`` processes read,
 parse and write into the day's npy files themselves (:mod:`.parse_blocks`); a gzip file is
 decompressed here in 8 MiB blocks and sent to them. Only counts and bad line numbers come
-back, and memory stays at a few blocks per worker whatever the file size. Each finished day gets ``day_<n>.json`` (its read report, input size and
+back, and memory stays at a few blocks per worker whatever the file size.
+
+Each finished day gets ``day_<n>.json`` (its read report, input size and
 options), written last: a re-run skips days whose marker matches, so an interrupted conversion
 resumes with the first unfinished day, and a partly written day never looks finished.
 """
