@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 
 from dlrm_exp.data.npy_stream import NpyRowFile
-from dlrm_exp.data.tsv_parse import ParsedBlock, convert_block, padded_block, parse_pieces
+from dlrm_exp.data.tsv_parse import ParsedBlock, convert_block, parse_pieces
 from dlrm_exp.errors import DataError
 
 _RING = 64  # chain slots: more than the blocks ever in flight
@@ -126,8 +126,7 @@ def run_block(
     try:
         data = read_range(*source) if isinstance(source, tuple) else source
         pieces: list[ParsedBlock] = [
-            convert_block(padded_block(piece, name), log1p, table_sizes)
-            for piece in parse_pieces(data)
+            convert_block(piece, log1p, table_sizes) for piece in parse_pieces(data, name)
         ]
     except BaseException:
         _claim_rows(seq_no, first_of_file, 0)  # the next block must not wait for this one
