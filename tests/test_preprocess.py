@@ -151,8 +151,7 @@ def test_cli_preprocess_and_its_errors(tmp_path):
     tsv = write_criteo_tsv(tmp_path / "train.txt", 40, seed=1)
     done = run_cli(
         [
-            "mode=preprocess",
-            "data=criteo_tsv",
+            "mode=preprocess",  # data=criteo_tsv is implied
             f"data.path={tsv}",
             f"preprocess.output_dir={tmp_path / 'npy'}",
             f"hydra.run.dir={tmp_path / 'run'}",
@@ -175,6 +174,7 @@ def test_cli_preprocess_and_its_errors(tmp_path):
     no_tsv = run_cli(
         [
             "mode=preprocess",
+            "data=synthetic",
             f"preprocess.output_dir={tmp_path}",
             f"hydra.run.dir={tmp_path / 'run3'}",
         ]

@@ -147,10 +147,21 @@ _QUIET_RANK_OVERRIDES = (
 )
 
 
+def _default_data_for_preprocess(args: list[str]) -> list[str]:
+    """``mode=preprocess`` converts Criteo TSV: without a ``data=`` choice on the command line
+    it takes ``data=criteo_tsv`` (the group default, synthetic, has no files to convert), so
+    ``mode=preprocess data.path=<tsv> preprocess.output_dir=<dir>`` is enough."""
+    chooses_data = any(a.lstrip("+~").startswith("data=") for a in args)
+    if "mode=preprocess" in args and not chooses_data:
+        return [*args, "data=criteo_tsv"]
+    return args
+
+
 def main() -> None:
     """Console-script entry (``dlrm-exp``)."""
     if int(os.environ.get("RANK", "0")) > 0 and "MASTER_ADDR" in os.environ:
         sys.argv += list(_QUIET_RANK_OVERRIDES)
+    sys.argv = [sys.argv[0], *_default_data_for_preprocess(sys.argv[1:])]
     hydra_main()
     if FAILED_JOBS:
         sys.exit(1)
