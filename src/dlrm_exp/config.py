@@ -482,8 +482,10 @@ class MultiHotDistribution(Enum):
 
 #: Ids per sample of each of the 26 Criteo features in MLPerf DLRM-DCNv2 (MLCommons training
 #: reference, ``--multi_hot_sizes``); 214 per sample.
-MLPERF_MULTI_HOT_SIZES = [3, 2, 1, 2, 6, 1, 1, 1, 1, 7, 3, 8, 1, 6, 9, 5, 1, 1, 1, 12, 100, 27, 10]
-MLPERF_MULTI_HOT_SIZES += [3, 1, 1]
+MLPERF_MULTI_HOT_SIZES = [
+    *(3, 2, 1, 2, 6, 1, 1, 1, 1, 7, 3, 8, 1),
+    *(6, 9, 5, 1, 1, 1, 12, 100, 27, 10, 3, 1, 1),
+]
 
 
 class OutOfRange(Enum):

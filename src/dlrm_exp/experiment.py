@@ -158,7 +158,7 @@ def build_experiment(
     torch.manual_seed(cfg.seed)
     skip_nonfinite = wrap is None and cfg.train.on_nonfinite is OnNonFinite.skip
     if skip_nonfinite:
-        wrap = lambda module: SkipNonFiniteDLRMTrain(module.model)  # noqa: E731
+        wrap = SkipNonFiniteDLRMTrain.around
     module = build_module(cfg, ctx.device, wrap)
     sharder = job_sharder(cfg)
     if plan is None:

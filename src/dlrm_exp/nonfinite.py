@@ -41,6 +41,11 @@ class SkipNonFiniteDLRMTrain(DLRMTrain):
         super().__init__(dlrm_module)
         self.keep = torch.ones((), dtype=torch.bool)
 
+    @classmethod
+    def around(cls, train: DLRMTrain) -> "SkipNonFiniteDLRMTrain":
+        """The same DLRM as ``train``'s, in this wrapper (a ``TrainWrapper``)."""
+        return cls(train.model)
+
     def forward(self, batch: Any) -> tuple[torch.Tensor, tuple[torch.Tensor, ...]]:
         loss, (reported, logits, labels) = super().forward(batch)
         # (not while TrainPipelineSparseDist traces forward symbolically: fx Proxies, no dist)

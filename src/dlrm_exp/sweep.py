@@ -99,17 +99,18 @@ def load_runs(paths: Iterable[Path]) -> list[RunRecord]:
     for path in paths:
         jobs = sorted((p for p in path.iterdir() if (p / ".hydra").is_dir()), key=_job_number)
         if jobs:
-            swept = swept_keys(sweep_overrides(path)) or varying_keys(
-                [_job_overrides(job) for job in jobs]
+            overrides = [_job_overrides(job) for job in jobs]
+            swept = swept_keys(sweep_overrides(path)) or varying_keys(overrides)
+            runs.extend(
+                _record(job, swept, job_overrides)
+                for job, job_overrides in zip(jobs, overrides, strict=True)
             )
-            runs.extend(_record(job, swept) for job in jobs)
         elif (path / ".hydra").is_dir() or (path / "metrics.json").is_file():
-            runs.append(_record(path, []))
+            runs.append(_record(path, [], _job_overrides(path)))
     return runs
 
 
-def _record(run_dir: Path, swept: Sequence[str]) -> RunRecord:
-    overrides = _job_overrides(run_dir)
+def _record(run_dir: Path, swept: Sequence[str], overrides: list[str]) -> RunRecord:
     metrics_file = run_dir / "metrics.json"
     metrics = json.loads(metrics_file.read_text()) if metrics_file.is_file() else {}
     name = run_name(overrides, swept) if overrides else run_dir.name

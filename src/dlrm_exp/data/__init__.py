@@ -54,15 +54,7 @@ def load_splits(cfg: DataConfig, table_sizes: list[int], num_dense: int, seed: i
     if isinstance(cfg, CriteoMultiHotDataConfig):
         return _multi_hot_splits(cfg, table_sizes, num_dense, seed)
     if isinstance(cfg, SyntheticDataConfig):
-        sizes = (cfg.num_train_samples, cfg.num_val_samples, cfg.num_test_samples)
-        train, val, test = (
-            generate(cfg, table_sizes, num_dense, seed, n, stream) for stream, n in enumerate(sizes)
-        )
-        info = {
-            "rows": {"train": len(train.data), "val": len(val.data), "test": len(test.data)},
-            "bayes_auroc": {"val": val.bayes_auroc(), "test": test.bayes_auroc()},
-        }
-        return DataSplits(train.data, val.data, test.data, info)
+        return _synthetic_splits(cfg, table_sizes, num_dense, seed)
     if isinstance(cfg, CriteoTsvDataConfig):
         train, val, test, report = load_criteo_tsv(cfg, table_sizes)
         info = {
@@ -76,6 +68,21 @@ def load_splits(cfg: DataConfig, table_sizes: list[int], num_dense: int, seed: i
     raise TypeError(f"unknown data config {type(cfg).__name__}")
 
 
+def _synthetic_splits(
+    cfg: SyntheticDataConfig, table_sizes: list[int], num_dense: int, seed: int
+) -> DataSplits:
+    """The three generated splits (streams 0, 1, 2 of ``seed``) with their Bayes AUROC."""
+    sizes = (cfg.num_train_samples, cfg.num_val_samples, cfg.num_test_samples)
+    train, val, test = (
+        generate(cfg, table_sizes, num_dense, seed, n, stream) for stream, n in enumerate(sizes)
+    )
+    info = {
+        "rows": {"train": len(train.data), "val": len(val.data), "test": len(test.data)},
+        "bayes_auroc": {"val": val.bayes_auroc(), "test": test.bayes_auroc()},
+    }
+    return DataSplits(train.data, val.data, test.data, info)
+
+
 def _multi_hot_splits(
     cfg: CriteoMultiHotDataConfig, table_sizes: list[int], num_dense: int, seed: int
 ) -> DataSplits:
@@ -86,8 +93,7 @@ def _multi_hot_splits(
             CriteoNpyDataConfig(path=cfg.path, dataset=cfg.dataset), table_sizes, num_dense, seed
         )
     else:
-        synthetic = {k: getattr(cfg, k) for k in SyntheticDataConfig.__dataclass_fields__}
-        one_hot = load_splits(SyntheticDataConfig(**synthetic), table_sizes, num_dense, seed)
+        one_hot = _synthetic_splits(cfg, table_sizes, num_dense, seed)
     expander = MultiHot(
         table_sizes, cfg.multi_hot_sizes, cfg.multi_hot_distribution, cfg.max_lookup_gib
     )

@@ -31,8 +31,16 @@ _chain: tuple[Any, Any, Any] | None = None
 
 @dataclass
 class BlockResult:
-    """What the coordinator needs of a written block (line numbers are block-local,
-    0-based)."""
+    """What the coordinator needs of a written block.
+
+    Attributes:
+        num_lines: lines in the block, valid or not.
+        num_valid: rows written.
+        num_padded: written rows that had fewer than 40 fields.
+        bad_lines: (num_bad,) int32 rejected lines, 0-based within the block.
+        bad_reasons: (num_bad,) int8 their reasons (indices into ``tsv_parse.REASONS``).
+        dense_min: smallest raw count written (for ``dense_transform=torchrec``), else None.
+    """
 
     num_lines: int
     num_valid: int
