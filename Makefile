@@ -44,9 +44,9 @@ format: $(STAMP) ## ruff format and autofix
 	$(PY) -m ruff check --fix src tests
 
 bench: $(STAMP) ## framework vs TorchRec loop, preprocessing vs TorchRec, loaders vs training
-	$(PY) -m dlrm_exp.bench $(ARGS)
-	$(PY) -m dlrm_exp.bench_preprocess
-	$(PY) -m dlrm_exp.bench_loader
+	$(PY) -m dlrm_exp.bench.training $(ARGS)
+	$(PY) -m dlrm_exp.bench.preprocess
+	$(PY) -m dlrm_exp.bench.loader
 
 tensorboard: $(STAMP) ## compare runs in TensorBoard (scalars + HParams)
 	$(VENV)/bin/tensorboard --logdir outputs

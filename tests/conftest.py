@@ -10,8 +10,7 @@ import pytest
 from hydra import compose, initialize_config_dir
 from omegaconf import DictConfig, OmegaConf
 
-from dlrm_exp.__main__ import CONF_DIR
-from dlrm_exp.config import Config, register_configs
+from dlrm_exp.config import Config, conf_dir, register_configs
 
 REPO = Path(__file__).resolve().parents[1]
 GROUPS = ("model", "sharding", "optimizer", "qcomms", "data", "hardware")
@@ -20,7 +19,7 @@ register_configs()
 
 
 def compose_raw(overrides: Sequence[str] = ()) -> DictConfig:
-    with initialize_config_dir(config_dir=CONF_DIR, version_base="1.3"):
+    with initialize_config_dir(config_dir=str(conf_dir()), version_base="1.3"):
         return compose(config_name="config", overrides=list(overrides))
 
 

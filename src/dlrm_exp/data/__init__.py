@@ -1,4 +1,10 @@
-"""Data sources: each turns its own ``data`` config into train / val / test :class:`ClickData`."""
+"""Data room: each source turns its own ``data`` config into train / val / test
+:class:`ClickData`, and batches are dealt to ranks from them.
+
+Owns: the sources (``synthetic``, ``criteo_tsv``, ``criteo_npy``, ``multi_hot``), batches
+(``batches``, ``row_span``), the Criteo text format (``criteo_format``) and preprocessing with
+the TSV parser (``preprocess/``). May import: config, util (and :mod:`dlrm_exp.errors`).
+"""
 
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -16,21 +22,7 @@ from dlrm_exp.data.criteo_tsv import load_criteo_tsv
 from dlrm_exp.data.multi_hot import MultiHot
 from dlrm_exp.data.synthetic import generate
 
-__all__ = ["ClickData", "DataSplits", "data_paths", "iter_batches", "load_splits", "per_rank_sizes"]
-
-
-def data_paths(cfg: DataConfig) -> dict[str, list[str]]:
-    """The input paths of a data config by config key (empty for generated data)."""
-    if isinstance(cfg, CriteoTsvDataConfig):
-        keys = {
-            "data.path": cfg.path,
-            "data.val_path": cfg.val_path,
-            "data.test_path": cfg.test_path,
-        }
-        return {k: v for k, v in keys.items() if v}
-    if isinstance(cfg, CriteoNpyDataConfig) or getattr(cfg, "path", None):
-        return {"data.path": [cfg.path]}  # type: ignore[attr-defined]
-    return {}
+__all__ = ["ClickData", "DataSplits", "iter_batches", "load_splits", "per_rank_sizes"]
 
 
 @dataclass

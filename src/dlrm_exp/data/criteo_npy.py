@@ -22,8 +22,8 @@ import numpy as np
 
 from dlrm_exp.config import CriteoNpyDataConfig, NpyDataset, OutOfRange
 from dlrm_exp.data.batches import ClickData
+from dlrm_exp.data.preprocess.tsv_parse import NUM_DENSE, NUM_SPARSE
 from dlrm_exp.data.row_span import RowSpan
-from dlrm_exp.data.tsv_parse import NUM_DENSE, NUM_SPARSE
 from dlrm_exp.errors import DataError
 
 _DAY_FILE = re.compile(r"^day_(\d+)_dense\.npy$")

@@ -25,7 +25,7 @@ import numpy as np
 
 from dlrm_exp.config import CriteoTsvDataConfig
 from dlrm_exp.data.batches import ClickData
-from dlrm_exp.data.tsv_parse import (
+from dlrm_exp.data.preprocess.tsv_parse import (
     REASONS,
     ParsedBlock,
     convert_block,

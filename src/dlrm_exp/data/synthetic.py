@@ -21,7 +21,7 @@ from torchmetrics.functional.classification import binary_auroc
 
 from dlrm_exp.config import SyntheticDataConfig
 from dlrm_exp.data.batches import ClickData
-from dlrm_exp.hashing import splitmix64, stream_key, unit_interval
+from dlrm_exp.util.hashing import splitmix64, stream_key, unit_interval
 
 
 def id_effects(seed: int, feature: int, ids: np.ndarray) -> np.ndarray:

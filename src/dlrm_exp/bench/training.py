@@ -1,0 +1,194 @@
+"""``make bench``: does the framework add cost over a plain TorchRec training loop?
+
+Runs the default model (or the one named by overrides) on the same in-memory batches twice:
+through the framework (``build_experiment`` + ``Trainer.fit``) and through a plain TorchRec loop
+written here (``DLRMTrain`` on meta, ``apply_optimizer_in_backward(RowWiseAdagrad)``,
+``DistributedModelParallel`` with the same sharding plan, ``KeyedOptimizerWrapper(Adagrad)``,
+``TrainPipelineSparseDist``). Rounds alternate between the two; each prints its steady-state
+samples/s (warm-up steps excluded) and the medians give the ratio framework / plain.
+Target: ratio >= 0.95.
+
+    python -m dlrm_exp.bench.training [--rounds 3] [--steps 300] [override ...]
+"""
+
+import argparse
+import gc
+import statistics
+import time
+from collections.abc import Sequence
+
+import torch
+from hydra import compose, initialize_config_dir
+from omegaconf import OmegaConf
+from torchrec.datasets.utils import Batch
+from torchrec.distributed import TrainPipelineSparseDist
+from torchrec.distributed.model_parallel import DistributedModelParallel
+from torchrec.distributed.types import ShardingPlan
+from torchrec.models.dlrm import DLRM, DLRMTrain
+from torchrec.modules.embedding_configs import EmbeddingBagConfig
+from torchrec.modules.embedding_modules import EmbeddingBagCollection
+from torchrec.optim.apply_optimizer_in_backward import apply_optimizer_in_backward
+from torchrec.optim.keyed import CombinedOptimizer, KeyedOptimizerWrapper
+from torchrec.optim.optimizers import in_backward_optimizer_filter
+from torchrec.optim.rowwise_adagrad import RowWiseAdagrad
+
+from dlrm_exp.build.experiment import build_experiment
+from dlrm_exp.config import (
+    Config,
+    DenseOptimizer,
+    InteractionType,
+    SparseOptimizer,
+    conf_dir,
+    feature_names,
+)
+from dlrm_exp.data import iter_batches, load_splits
+from dlrm_exp.distributed.launch import DistContext, process_group
+from dlrm_exp.distributed.sharder import build_sharder
+from dlrm_exp.loop.trainer import BatchSources, Trainer
+from dlrm_exp.record.tracking import Tracker
+from dlrm_exp.util.logs import quiet_libraries
+
+TARGET_RATIO = 0.95
+
+
+def compose_config(overrides: Sequence[str]) -> Config:
+    """The typed config for ``overrides``, composed with Hydra's compose API."""
+    with initialize_config_dir(config_dir=str(conf_dir()), version_base="1.3"):
+        raw = compose(config_name="config", overrides=list(overrides))
+    cfg = OmegaConf.to_object(raw)
+    assert isinstance(cfg, Config)
+    return cfg
+
+
+def framework_run(cfg: Config, ctx: DistContext, batches: list[Batch], warmup: int) -> tuple:
+    """Steady-state samples/s of the framework's training loop, and the plan it used."""
+    torch.manual_seed(cfg.seed)
+    experiment = build_experiment(cfg, ctx)
+    cfg.train.throughput_warmup_steps = warmup
+    cfg.train.max_steps = None
+    cfg.train.epochs = 1
+    trainer = Trainer(
+        experiment,
+        cfg.train,
+        samples_per_step=[len(b.labels) for b in batches],
+        device=ctx.device,
+        tracker=Tracker(run_dir=None, enabled=False),
+    )
+    sources = BatchSources(train=lambda: iter(batches), val=lambda: iter(()), test=lambda: iter(()))
+    return trainer.fit(sources).samples_per_sec, experiment.plan
+
+
+def plain_torchrec_run(cfg: Config, plan: ShardingPlan, batches: list[Batch], warmup: int) -> float:
+    """Steady-state samples/s of a plain TorchRec loop (TorchRec golden-example style)."""
+    m = cfg.model
+    assert m.interaction_type is InteractionType.original, "the plain loop builds DLRM"
+    assert cfg.optimizer.sparse_optimizer is SparseOptimizer.rowwise_adagrad
+    assert cfg.optimizer.dense_optimizer is DenseOptimizer.adagrad
+    torch.manual_seed(cfg.seed)
+    tables = [  # written out as a TorchRec user would, not with the framework's helpers
+        EmbeddingBagConfig(
+            name=f"t_cat_{i}",
+            embedding_dim=m.embedding_dim,
+            num_embeddings=n,
+            feature_names=[f"cat_{i}"],
+        )
+        for i, n in enumerate(m.table_sizes)
+    ]
+    meta = torch.device("meta")
+    module = DLRMTrain(
+        DLRM(
+            embedding_bag_collection=EmbeddingBagCollection(tables=tables, device=meta),
+            dense_in_features=m.num_dense_features,
+            dense_arch_layer_sizes=list(m.dense_arch_layer_sizes),
+            over_arch_layer_sizes=list(m.over_arch_layer_sizes),
+            dense_device=meta,
+        )
+    )
+    opt = cfg.optimizer
+    apply_optimizer_in_backward(
+        RowWiseAdagrad,
+        module.model.sparse_arch.parameters(),
+        {"lr": opt.learning_rate, "eps": opt.eps},
+    )
+    device = torch.device("cpu")
+    model = DistributedModelParallel(
+        module=module, device=device, plan=plan, sharders=[build_sharder(None)]
+    )
+    dense = KeyedOptimizerWrapper(
+        dict(in_backward_optimizer_filter(model.named_parameters())),
+        lambda params: torch.optim.Adagrad(params, lr=opt.dense_learning_rate, eps=opt.eps),
+    )
+    pipeline = TrainPipelineSparseDist(
+        model, CombinedOptimizer([model.fused_optimizer, dense]), device
+    )
+    it = iter(batches)
+    step, samples, start = 0, 0, time.perf_counter()
+    while True:
+        try:
+            pipeline.progress(it)
+        except StopIteration:
+            break
+        step += 1
+        if step == warmup:
+            start = time.perf_counter()
+        elif step > warmup:
+            samples += len(batches[step - 1].labels)
+    return samples / (time.perf_counter() - start)
+
+
+def _median_line(name: str, values: list[float]) -> str:
+    rounds = ", ".join(f"{v:,.0f}" for v in values)
+    return f"{name:<22} {statistics.median(values):>10,.0f} samples/s   (rounds: {rounds})"
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--rounds", type=int, default=3, help="alternating rounds per loop")
+    parser.add_argument("--steps", type=int, default=300, help="training steps per round")
+    parser.add_argument("--warmup", type=int, default=20, help="steps excluded from samples/s")
+    parser.add_argument("overrides", nargs="*", help="Hydra overrides, e.g. train.batch_size=1024")
+    args = parser.parse_args(argv)
+    quiet_libraries()
+    cfg = compose_config(args.overrides)
+    cfg.data.num_train_samples = args.steps * cfg.train.batch_size  # type: ignore[attr-defined]
+    with process_group(cfg.hardware) as ctx:
+        splits = load_splits(
+            cfg.data, cfg.model.table_sizes, cfg.model.num_dense_features, cfg.seed
+        )
+        keys = feature_names(len(cfg.model.table_sizes))
+        batches = list(iter_batches(splits.train, cfg.train.batch_size, 0, 1, keys))
+        print(
+            f"bench: batch_size {cfg.train.batch_size}, {len(batches)} steps per round "
+            f"(warm-up {args.warmup} excluded), {args.rounds} alternating rounds, "
+            f"{torch.get_num_threads()} threads"
+        )
+        _, plan = framework_run(
+            cfg, ctx, batches[: args.warmup + 2], args.warmup
+        )  # plan + warm caches
+        fw: list[float] = []
+        plain: list[float] = []
+        for i in range(args.rounds):
+            # ABBA order cancels slow drifts of the machine; gc frees the previous model.
+            order = ("fw", "plain") if i % 2 == 0 else ("plain", "fw")
+            for which in order:
+                gc.collect()
+                if which == "fw":
+                    fw.append(framework_run(cfg, ctx, batches, args.warmup)[0])
+                else:
+                    plain.append(plain_torchrec_run(cfg, plan, batches, args.warmup))
+    ratios = [a / b for a, b in zip(fw, plain, strict=False)]
+    ratio = statistics.median(ratios)
+    print(_median_line("framework", fw))
+    print(_median_line("plain TorchRec loop", plain))
+    verdict = "meets" if ratio >= TARGET_RATIO else "BELOW"
+    print(
+        f"ratio framework / plain: {ratio:.3f} (median of per-round ratios "
+        f"{', '.join(f'{r:.3f}' for r in ratios)}; {verdict} target >= {TARGET_RATIO})"
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,95 @@
+"""Typed factories wired together: config -> sharded model, optimizer and training pipeline.
+
+``build_experiment`` is the one place where the groups meet: model (meta device) ->
+sparse optimizer in backward -> plan (:func:`dlrm_exp.planning.job.plan_job`) ->
+``DistributedModelParallel`` -> combined optimizer -> ``TrainPipelineSparseDist``.
+"""
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+from torchrec.distributed import TrainPipelineSparseDist
+from torchrec.distributed.model_parallel import DistributedModelParallel
+from torchrec.distributed.types import ShardingPlan
+from torchrec.models.dlrm import DLRMTrain
+from torchrec.optim.keyed import CombinedOptimizer
+
+from dlrm_exp.build.model import build_model
+from dlrm_exp.build.nonfinite import SkipNonFiniteDLRMTrain, install_gradient_guards
+from dlrm_exp.build.optim import apply_sparse_optimizer, build_optimizer, dense_learning_rate
+from dlrm_exp.build.table_init import init_tables
+from dlrm_exp.config import Config, OnNonFinite
+from dlrm_exp.distributed.launch import DistContext
+from dlrm_exp.distributed.sharder import job_sharder
+from dlrm_exp.planning.job import plan_job
+from dlrm_exp.planning.tables import META, table_configs
+
+
+@dataclass
+class Experiment:
+    """The built objects of one run."""
+
+    model: DistributedModelParallel
+    optimizer: CombinedOptimizer
+    pipeline: TrainPipelineSparseDist
+    plan: ShardingPlan
+
+    def learning_rate(self) -> float:
+        """The dense optimizer's learning rate, as it applies now (the ``lr`` scalar)."""
+        return dense_learning_rate(self.optimizer)
+
+
+#: Replaces the ``DLRMTrain`` wrapper around the built DLRM (e.g. the rank-sliced reference of
+#: ``mode=verify``); it must keep the DLRM as ``.model``.
+TrainWrapper = Callable[[DLRMTrain], DLRMTrain]
+
+
+def build_module(
+    cfg: Config, dense_device: torch.device = META, wrap: TrainWrapper | None = None
+) -> DLRMTrain:
+    """The unsharded DLRM (tables on meta, dense part on ``dense_device``) with the sparse
+    optimizer attached for fusion into backward: the input of planning and sharding."""
+    module = build_model(cfg.model, dense_device=dense_device)
+    if wrap is not None:
+        module = wrap(module)
+    apply_sparse_optimizer(module, cfg.optimizer)
+    return module
+
+
+def build_experiment(
+    cfg: Config,
+    ctx: DistContext,
+    plan: ShardingPlan | None = None,
+    wrap: TrainWrapper | None = None,
+) -> Experiment:
+    """Build the sharded DLRM, its optimizers and the training pipeline for this rank.
+
+    Parameters are initialized from ``cfg.seed`` (the same on every rank; tables independently
+    of the plan, see :mod:`dlrm_exp.build.table_init`). Tables are allocated only after
+    planning (here, or by the caller who passes ``plan``), so a plan that cannot fit fails
+    before any table exists. ``wrap`` replaces the ``DLRMTrain`` around the DLRM (default:
+    :class:`~dlrm_exp.build.nonfinite.SkipNonFiniteDLRMTrain` when
+    ``train.on_nonfinite=skip``).
+
+    Raises:
+        InsufficientMemoryError, PlanError, ConfigError: from
+            :func:`~dlrm_exp.planning.job.plan_job` when ``plan`` is None.
+    """
+    torch.manual_seed(cfg.seed)
+    skip_nonfinite = wrap is None and cfg.train.on_nonfinite is OnNonFinite.skip
+    if skip_nonfinite:
+        wrap = SkipNonFiniteDLRMTrain.around
+    module = build_module(cfg, ctx.device, wrap)
+    sharder = job_sharder(cfg.qcomms)
+    if plan is None:
+        plan = plan_job(cfg, module, ctx, sharder).plan
+    model = DistributedModelParallel(
+        module=module, device=ctx.device, plan=plan, sharders=[sharder]
+    )
+    init_tables(model, table_configs(cfg.model), cfg.seed)
+    if skip_nonfinite:
+        install_gradient_guards(model)
+    optimizer = build_optimizer(model, cfg.optimizer)
+    pipeline = TrainPipelineSparseDist(model, optimizer, ctx.device, execute_all_batches=True)
+    return Experiment(model=model, optimizer=optimizer, pipeline=pipeline, plan=plan)

@@ -1,0 +1,87 @@
+"""Optimizers: the sparse one fused into backward, the dense one, and their combination.
+
+Follows TorchRec's golden training example: ``apply_optimizer_in_backward`` on the embedding
+parameters before sharding (FBGEMM then fuses the update into the backward kernel), and a
+``KeyedOptimizerWrapper`` over every parameter without an in-backward optimizer.
+"""
+
+from typing import Any
+
+import torch
+from torchrec.models.dlrm import DLRMTrain
+from torchrec.optim.apply_optimizer_in_backward import apply_optimizer_in_backward
+from torchrec.optim.keyed import CombinedOptimizer, KeyedOptimizerWrapper
+from torchrec.optim.optimizers import in_backward_optimizer_filter
+from torchrec.optim.rowwise_adagrad import RowWiseAdagrad
+
+from dlrm_exp.build.replicated_optim import FbgemmReplicaOptimizer
+from dlrm_exp.config import DenseOptimizer, OptimizerConfig, SparseOptimizer
+from dlrm_exp.planning.tables import is_table_key
+
+#: Position of the dense optimizer in :func:`build_optimizer`'s ``CombinedOptimizer``.
+_DENSE_INDEX = 1
+
+
+def dense_learning_rate(optimizer: CombinedOptimizer) -> float:
+    """The learning rate the dense optimizer of :func:`build_optimizer` applies now."""
+    _key, dense = optimizer.optimizers[_DENSE_INDEX]
+    return float(dense.param_groups[0]["lr"])
+
+
+def _sparse_class(cfg: OptimizerConfig) -> tuple[type[torch.optim.Optimizer], dict[str, Any]]:
+    if cfg.sparse_optimizer is SparseOptimizer.rowwise_adagrad:
+        return RowWiseAdagrad, {"lr": cfg.learning_rate, "eps": cfg.eps}
+    if cfg.sparse_optimizer is SparseOptimizer.adagrad:
+        return torch.optim.Adagrad, {"lr": cfg.learning_rate, "eps": cfg.eps}
+    return torch.optim.SGD, {"lr": cfg.learning_rate}
+
+
+def apply_sparse_optimizer(model: DLRMTrain, cfg: OptimizerConfig) -> None:
+    """Attach the sparse optimizer to the embedding tables, to run inside backward.
+
+    Must be called on the unsharded (meta) model, before ``DistributedModelParallel``.
+    """
+    cls, kwargs = _sparse_class(cfg)
+    apply_optimizer_in_backward(cls, model.model.sparse_arch.parameters(), kwargs)
+
+
+def build_optimizer(model: torch.nn.Module, cfg: OptimizerConfig) -> CombinedOptimizer:
+    """``CombinedOptimizer`` for a ``DistributedModelParallel``: the fused sparse optimizer,
+    the dense optimizer, and (if any) the sparse optimizer for data-parallel tables.
+
+    ``step()`` steps the dense optimizer and the data-parallel tables; the fused sparse update
+    already happened in backward. TorchRec drops the in-backward optimizer of tables it shards
+    ``data_parallel`` (their replicas sit behind DDP), which would leave them to the dense
+    optimizer at the dense learning rate; here they keep the configured sparse optimizer and
+    step after DDP averaged their gradients, which is the update the fused kernel makes for
+    sharded tables. On CPU that update runs in FBGEMM's fused kernel itself
+    (:class:`~dlrm_exp.build.replicated_optim.FbgemmReplicaOptimizer`), so its arithmetic is the
+    sharded tables' to the bit; elsewhere in TorchRec's ``RowWiseAdagrad`` / ``torch.optim``.
+    """
+    if cfg.dense_optimizer is DenseOptimizer.adagrad:
+
+        def dense_factory(params: Any) -> torch.optim.Optimizer:
+            return torch.optim.Adagrad(params, lr=cfg.dense_learning_rate, eps=cfg.eps)
+    else:
+
+        def dense_factory(params: Any) -> torch.optim.Optimizer:
+            return torch.optim.SGD(params, lr=cfg.dense_learning_rate)
+
+    cls, kwargs = _sparse_class(cfg)
+    plain = dict(in_backward_optimizer_filter(model.named_parameters()))
+    replicated_tables = {k: v for k, v in plain.items() if is_table_key(k)}
+    dense = {k: v for k, v in plain.items() if k not in replicated_tables}
+    optimizers: list[Any] = [model.fused_optimizer, KeyedOptimizerWrapper(dense, dense_factory)]
+    assert len(optimizers) == _DENSE_INDEX + 1
+    if replicated_tables:
+        on_cpu = all(p.device.type == "cpu" for p in replicated_tables.values())
+
+        def replica_factory(params: Any) -> torch.optim.Optimizer:
+            if on_cpu:
+                return FbgemmReplicaOptimizer(
+                    params, cfg.sparse_optimizer, cfg.learning_rate, cfg.eps
+                )
+            return cls(params, **kwargs)
+
+        optimizers.append(KeyedOptimizerWrapper(replicated_tables, replica_factory))
+    return CombinedOptimizer(optimizers)

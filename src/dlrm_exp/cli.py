@@ -1,0 +1,104 @@
+"""Entry point: ``python -m dlrm_exp [group=option ...] [key=value ...]`` (or ``dlrm-exp``).
+
+Composes the config with Hydra, converts it once to typed dataclasses (cross-field checks run
+here, before any process group), runs the requested mode through the registry of
+:mod:`dlrm_exp.modes` and prints its summary. User mistakes print one message and exit 1;
+``HYDRA_FULL_ERROR=1`` shows the traceback.
+
+Under ``-m`` (multirun) a job that fails, for any reason, records ``status: failed`` and its
+error in its ``metrics.json`` and the sweep goes on; the sweep's summary lists it and the
+process exits 1 at the end (:class:`dlrm_exp.record.sweep.SweepSummary`).
+"""
+
+import logging
+import math
+import os
+import sys
+from pathlib import Path
+
+import hydra
+from hydra.core.hydra_config import HydraConfig
+from hydra.types import RunMode
+from omegaconf import DictConfig, OmegaConf
+from omegaconf.errors import OmegaConfBaseException
+
+from dlrm_exp.config import Config, conf_dir, register_configs
+from dlrm_exp.distributed.launch import env_rank
+from dlrm_exp.errors import UserError
+from dlrm_exp.modes import Job, run_mode
+from dlrm_exp.record.run_record import RunMetrics
+from dlrm_exp.record.sweep import run_name, sweep_overrides, swept_keys
+from dlrm_exp.util.logs import quiet_libraries
+
+log = logging.getLogger("dlrm_exp")
+register_configs()
+
+
+@hydra.main(version_base="1.3", config_path=str(conf_dir()), config_name="config")
+def hydra_main(raw: DictConfig) -> float | None:
+    """Hydra task: returns the mode's value (for sweepers: train's final validation AUROC;
+    NaN for a failed job of a multirun, which Optuna-style sweepers record as a failed
+    trial)."""
+    quiet_libraries()
+    hydra_cfg = HydraConfig.get()
+    run_dir = Path(hydra_cfg.runtime.output_dir)
+    if hydra_cfg.mode != RunMode.MULTIRUN:
+        try:
+            return _run(raw, run_dir, None)
+        except (UserError, OmegaConfBaseException) as err:
+            if os.environ.get("HYDRA_FULL_ERROR") == "1":
+                raise
+            print(f"Error: {err}", file=sys.stderr)
+            sys.exit(1)
+    sweep_dir = Path(hydra_cfg.sweep.dir)
+    swept = swept_keys(sweep_overrides(sweep_dir)) + list(hydra_cfg.sweeper.get("params") or {})
+    name = run_name(list(hydra_cfg.overrides.task), swept)
+    try:
+        return _run(raw, run_dir, sweep_dir / name if swept else None)
+    except Exception as err:  # one job's failure must not end the sweep
+        user_error = isinstance(err, (UserError, OmegaConfBaseException))
+        if not user_error:
+            log.exception("job %s failed", name)
+        message = str(err) if user_error else f"{type(err).__name__}: {err}"
+        print(f"Error in job {name}: {message}", file=sys.stderr)
+        RunMetrics.failed(message, type(err).__name__).write(run_dir / "metrics.json")
+        return math.nan
+
+
+def _run(raw: DictConfig, run_dir: Path, tensorboard_dir: Path | None) -> float | None:
+    """Convert the config, run its mode and print the summary; returns the mode's value."""
+    cfg = OmegaConf.to_object(raw)
+    assert isinstance(cfg, Config)
+    choices = {k: str(v) for k, v in HydraConfig.get().runtime.choices.items()}
+    result = run_mode(cfg, Job(run_dir, choices, tensorboard_dir))
+    if result.summary is not None:
+        print(result.summary)
+    return result.value
+
+
+#: Under torchrun every rank runs this entry point; ranks other than 0 compose the same config
+#: but must not create run folders or log files: Hydra is told to write nothing for them.
+_QUIET_RANK_OVERRIDES = (
+    "hydra.output_subdir=null",
+    "hydra/job_logging=disabled",
+    "hydra/hydra_logging=disabled",
+    "hydra.run.dir=.",
+)
+
+
+def _default_data_for_preprocess(args: list[str]) -> list[str]:
+    """``mode=preprocess`` converts Criteo TSV: without a ``data=`` choice on the command line
+    it takes ``data=criteo_tsv`` (the group default, synthetic, has no files to convert), so
+    ``mode=preprocess data.path=<tsv> preprocess.output_dir=<dir>`` is enough."""
+    chooses_data = any(a.lstrip("+~").startswith("data=") for a in args)
+    if "mode=preprocess" in args and not chooses_data:
+        return [*args, "data=criteo_tsv"]
+    return args
+
+
+def main() -> None:
+    """Console-script entry (``dlrm-exp``); a sweep with a failed job exits 1."""
+    if env_rank() > 0 and "MASTER_ADDR" in os.environ:
+        sys.argv += list(_QUIET_RANK_OVERRIDES)
+    sys.argv = [sys.argv[0], *_default_data_for_preprocess(sys.argv[1:])]
+    hydra_main()

@@ -1,0 +1,84 @@
+"""Config room: the typed schema of every Hydra group, the root's cross-group rules, and their
+registration in Hydra's ConfigStore.
+
+Owns: one schema module per ``conf/`` group (``model``, ``sharding``, ``optimizer``,
+``qcomms``, ``data``, ``hardware``), the loop's and the other modes' settings (``train``,
+``modes``), the root :class:`Config` (``root``) and :func:`register_configs` / :func:`conf_dir`
+(``store``). May import: :mod:`dlrm_exp.errors` and :mod:`dlrm_exp.util` only.
+
+Each YAML file under ``conf/<group>/`` starts with ``defaults: [base_<group>, _self_]`` so a
+misspelt key or a wrong type fails at compose time, naming the full key
+(``Key 'embedding_dimm' not in 'ModelConfig' full_key: model.embedding_dimm``).
+Choices are Enums whose values are TorchRec's own strings (``ShardingStrategy.row_wise.value
+== ShardingType.ROW_WISE.value == "row_wise"``).
+
+Cross-field rules live in ``__post_init__`` and run when the entry point converts the composed
+config with ``OmegaConf.to_object``, before any process group exists. They raise
+:class:`~dlrm_exp.errors.ConfigError` whose message names the override that fixes it.
+"""
+
+from dlrm_exp.config.criteo import CRITEO_NUM_DENSE, CRITEO_NUM_SPARSE, MLPERF_MULTI_HOT_SIZES
+from dlrm_exp.config.data import (
+    CriteoMultiHotDataConfig,
+    CriteoNpyDataConfig,
+    CriteoTsvDataConfig,
+    DataConfig,
+    MultiHotDistribution,
+    NpyDataset,
+    OutOfRange,
+    SyntheticDataConfig,
+)
+from dlrm_exp.config.hardware import Backend, ComputeDevice, HardwareConfig
+from dlrm_exp.config.model import InteractionType, ModelConfig, feature_names, table_name
+from dlrm_exp.config.modes import (
+    CategoricalTransform,
+    DenseTransform,
+    Mode,
+    PreprocessConfig,
+    VerifyConfig,
+)
+from dlrm_exp.config.optimizer import DenseOptimizer, OptimizerConfig, SparseOptimizer
+from dlrm_exp.config.qcomms import CommPrecision, QCommsConfig
+from dlrm_exp.config.root import Config
+from dlrm_exp.config.sharding import ComputeKernel, ShardingConfig, ShardingStrategy
+from dlrm_exp.config.store import conf_dir, register_configs
+from dlrm_exp.config.train import OnNonFinite, TrainConfig
+
+__all__ = [
+    "CRITEO_NUM_DENSE",
+    "CRITEO_NUM_SPARSE",
+    "MLPERF_MULTI_HOT_SIZES",
+    "Backend",
+    "CategoricalTransform",
+    "CommPrecision",
+    "ComputeDevice",
+    "ComputeKernel",
+    "Config",
+    "CriteoMultiHotDataConfig",
+    "CriteoNpyDataConfig",
+    "CriteoTsvDataConfig",
+    "DataConfig",
+    "DenseOptimizer",
+    "DenseTransform",
+    "HardwareConfig",
+    "InteractionType",
+    "Mode",
+    "ModelConfig",
+    "MultiHotDistribution",
+    "NpyDataset",
+    "OnNonFinite",
+    "OptimizerConfig",
+    "OutOfRange",
+    "PreprocessConfig",
+    "QCommsConfig",
+    "ShardingConfig",
+    "ShardingStrategy",
+    "SparseOptimizer",
+    "SyntheticDataConfig",
+    "TrainConfig",
+    "VerifyConfig",
+    "conf_dir",
+    "feature_names",
+    "register_configs",
+    "table_name",
+]

@@ -1,0 +1,13 @@
+"""Facts about the Criteo click logs and the MLPerf DLRM-DCNv2 inputs that several groups use."""
+
+#: Criteo click logs: 13 integer ("dense") and 26 categorical features per row.
+CRITEO_NUM_DENSE = 13
+CRITEO_NUM_SPARSE = 26
+
+
+#: Ids per sample of each of the 26 Criteo features in MLPerf DLRM-DCNv2 (MLCommons training
+#: reference, ``--multi_hot_sizes``); 214 per sample.
+MLPERF_MULTI_HOT_SIZES = [
+    *(3, 2, 1, 2, 6, 1, 1, 1, 1, 7, 3, 8, 1),
+    *(6, 9, 5, 1, 1, 1, 12, 100, 27, 10, 3, 1, 1),
+]

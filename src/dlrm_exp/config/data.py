@@ -1,0 +1,223 @@
+"""Schemas of the ``data`` group: one dataclass per data option, all extending
+:class:`DataConfig`, whose methods answer what other rooms need to know about any of them."""
+
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import Any
+
+from omegaconf import MISSING
+
+from dlrm_exp.config.checks import require
+from dlrm_exp.config.criteo import MLPERF_MULTI_HOT_SIZES
+from dlrm_exp.errors import ConfigError
+
+
+@dataclass
+class DataConfig:
+    """Base of the ``data`` group: every data option extends it.
+
+    Its methods answer, for any option, what the rest of the framework needs to know, so no
+    caller probes for fields with ``getattr``.
+    """
+
+    def input_paths(self) -> dict[str, list[str]]:
+        """The input paths by config key (e.g. ``{"data.path": [...]}``); empty for generated
+        data."""
+        return {}
+
+    def pooling_factors(self) -> list[int] | None:
+        """Ids per sample of each feature for the planner's cost model (None: one-hot)."""
+        return None
+
+    def shuffles_batches(self) -> bool:
+        """Whether the training batches are visited in a new seeded order every epoch."""
+        return False
+
+
+@dataclass
+class SyntheticDataConfig(DataConfig):
+    """Criteo-shaped synthetic click logs with a planted logistic signal (``data=synthetic``).
+
+    Ids follow a bounded power law (Zipf-like, P(rank r) ~ r^-zipf_exponent) per table; the
+    click logit is ``base_logit + categorical part + dense part``, where each (feature, id) has a
+    fixed random effect. The true click probabilities give the Bayes-optimal AUROC.
+
+    Attributes:
+        num_train_samples / num_val_samples / num_test_samples: rows per split.
+        zipf_exponent: power-law exponent of id frequencies (> 0; larger is more skewed).
+        categorical_signal: standard deviation of the summed categorical logit part.
+        dense_signal: standard deviation of the dense logit part.
+        base_logit: logit intercept; -1.4 gives a click-through rate near 25 %.
+    """
+
+    num_train_samples: int = 262144
+    num_val_samples: int = 32768
+    num_test_samples: int = 32768
+    zipf_exponent: float = 1.1
+    categorical_signal: float = 1.5
+    dense_signal: float = 0.5
+    base_logit: float = -1.4
+
+    def __post_init__(self) -> None:
+        for name in ("num_train_samples", "num_val_samples", "num_test_samples"):
+            value = getattr(self, name)
+            require(value > 0, f"data.{name} must be positive, got {value}")
+        require(self.zipf_exponent > 0, f"data.zipf_exponent must be > 0, got {self.zipf_exponent}")
+        for name in ("categorical_signal", "dense_signal"):
+            value = getattr(self, name)
+            require(value >= 0, f"data.{name} must be >= 0, got {value}")
+
+
+def _as_path_list(key: str, value: Any) -> list[str]:
+    if value is None:
+        return []
+    if isinstance(value, str):
+        return [value]
+    if isinstance(value, (list, tuple)) and all(isinstance(v, str) for v in value):
+        return list(value)
+    raise ConfigError(f"{key} must be a path or a list of paths, got {value!r}")
+
+
+@dataclass
+class CriteoTsvDataConfig(DataConfig):
+    """Criteo Kaggle / Terabyte click-log TSV files (``data=criteo_tsv``).
+
+    Attributes:
+        path: a file, a folder (every file in it, sorted) or a list of those.
+        val_path / test_path: optional explicit validation / test files; when absent, the last
+            ``val_fraction + test_fraction`` of the rows of ``path`` (in file order) are split
+            off: validation first, then test.
+        val_fraction / test_fraction: row fractions in [0, 1).
+        max_reported_bad_lines: how many malformed line numbers are kept in the report.
+    """
+
+    path: Any = MISSING
+    val_path: Any = None
+    test_path: Any = None
+    val_fraction: float = 0.1
+    test_fraction: float = 0.1
+    max_reported_bad_lines: int = 5
+
+    def input_paths(self) -> dict[str, list[str]]:
+        keys = {
+            "data.path": self.path,
+            "data.val_path": self.val_path,
+            "data.test_path": self.test_path,
+        }
+        return {k: v for k, v in keys.items() if v}
+
+    def __post_init__(self) -> None:
+        self.path = _as_path_list("data.path", self.path)
+        require(len(self.path) > 0, "data.path is required: set data.path=<tsv file or folder>")
+        self.val_path = _as_path_list("data.val_path", self.val_path)
+        self.test_path = _as_path_list("data.test_path", self.test_path)
+        for name in ("val_fraction", "test_fraction"):
+            value = getattr(self, name)
+            require(0 <= value < 1, f"data.{name} must be in [0, 1), got {value}")
+        require(
+            self.val_fraction + self.test_fraction < 1,
+            "data.val_fraction + data.test_fraction must leave rows to train on, got "
+            f"{self.val_fraction} + {self.test_fraction}",
+        )
+
+
+class NpyDataset(Enum):
+    """Split rules of ``data=criteo_npy``: ``criteo_1tb`` (TorchRec's DLRM example: every day
+    but the last trains; the last, day 23 of the full set, is split in half, validation then
+    test) or ``criteo_kaggle`` (facebookresearch/dlrm: the rows of all days in order cut into 7
+    near-equal parts; 6 train, the 7th split in half, validation then test)."""
+
+    criteo_1tb = "criteo_1tb"
+    criteo_kaggle = "criteo_kaggle"
+
+
+class MultiHotDistribution(Enum):
+    """How ``data=criteo_multihot`` draws the extra ids of a one-hot id (MLPerf DLRM-DCNv2
+    reference): ``uniform`` over the table or ``pareto`` (a=0.25, heavy-tailed)."""
+
+    uniform = "uniform"
+    pareto = "pareto"
+
+
+class OutOfRange(Enum):
+    """Categorical ids at or beyond a table's ``num_embeddings``: ``hash`` them (``id % rows``,
+    TorchRec's ``hashes``) or stop with an ``error``."""
+
+    hash = "hash"
+    error = "error"
+
+
+@dataclass
+class CriteoNpyDataConfig(DataConfig):
+    """TorchRec's binary Criteo layout written by ``mode=preprocess`` (``data=criteo_npy``).
+
+    Attributes:
+        path: folder holding ``day_<n>_{dense,sparse,labels}.npy``.
+        dataset: split rules, see :class:`NpyDataset`.
+        mmap_mode: map the files instead of reading them: the splits are views of the days
+            (never concatenated) and each batch reads its rows, so memory does not grow with
+            the number of days.
+        out_of_range: see :class:`OutOfRange`.
+        shuffle_training_set: permute the training rows once (seeded by ``seed``).
+        shuffle_batches: visit the full training batches in another order every epoch
+            (seeded by ``seed`` and the epoch; ranks stay disjoint, resume stays exact).
+    """
+
+    path: str = MISSING
+    dataset: NpyDataset = NpyDataset.criteo_1tb
+    mmap_mode: bool = False
+    out_of_range: OutOfRange = OutOfRange.hash
+    shuffle_training_set: bool = False
+    shuffle_batches: bool = False
+
+    def input_paths(self) -> dict[str, list[str]]:
+        return {"data.path": [self.path]}
+
+    def shuffles_batches(self) -> bool:
+        return self.shuffle_batches
+
+    def __post_init__(self) -> None:
+        require(
+            not (self.mmap_mode and self.shuffle_training_set),
+            "data.shuffle_training_set permutes the rows in memory, which data.mmap_mode=true "
+            "avoids: use data.shuffle_batches=true with mmap_mode",
+        )
+
+
+@dataclass
+class CriteoMultiHotDataConfig(SyntheticDataConfig):
+    """MLPerf DLRM-DCNv2's synthetic multi-hot inputs (``data=criteo_multihot``): every one-hot
+    id is expanded into ``multi_hot_sizes[t]`` ids by the reference's fixed lookup tables (see
+    :mod:`dlrm_exp.data.multi_hot`).
+
+    The one-hot rows come from ``path`` (TorchRec's binary layout, split as ``criteo_npy`` by
+    ``dataset``) or, when it is null, from the synthetic generator (its fields as in
+    :class:`SyntheticDataConfig`).
+
+    Attributes:
+        path: folder of ``day_<n>_*.npy`` files, or null for synthetic one-hot rows.
+        dataset: split rules for ``path`` (see :class:`NpyDataset`).
+        multi_hot_sizes: ids per sample of each feature (default: MLPerf's 26 sizes).
+        multi_hot_distribution: see :class:`MultiHotDistribution`.
+        max_lookup_gib: refuse lookup tables (4 bytes x rows x size) above this, GiB.
+    """
+
+    path: str | None = None
+    dataset: NpyDataset = NpyDataset.criteo_1tb
+    multi_hot_sizes: list[int] = field(default_factory=lambda: list(MLPERF_MULTI_HOT_SIZES))
+    multi_hot_distribution: MultiHotDistribution = MultiHotDistribution.uniform
+    max_lookup_gib: float = 4.0
+
+    def input_paths(self) -> dict[str, list[str]]:
+        return {"data.path": [self.path]} if self.path else {}
+
+    def pooling_factors(self) -> list[int] | None:
+        return list(self.multi_hot_sizes)
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        require(
+            all(m >= 1 for m in self.multi_hot_sizes),
+            f"data.multi_hot_sizes must all be >= 1, got {list(self.multi_hot_sizes)}",
+        )
+        require(self.max_lookup_gib > 0, "data.max_lookup_gib must be positive")

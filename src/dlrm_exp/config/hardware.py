@@ -1,0 +1,89 @@
+"""Schema of the ``hardware`` group: device, backend, processes and the planner's Topology."""
+
+from dataclasses import dataclass
+from enum import Enum
+
+from dlrm_exp.config.checks import require
+
+
+class ComputeDevice(Enum):
+    cpu = "cpu"
+    cuda = "cuda"
+
+
+class Backend(Enum):
+    """torch.distributed backend: gloo (CPU) or nccl (CUDA)."""
+
+    gloo = "gloo"
+    nccl = "nccl"
+
+
+@dataclass
+class HardwareConfig:
+    """Where and how the job runs, and the planner's ``Topology`` (group ``hardware``).
+
+    Attributes:
+        compute_device: ``cpu`` or ``cuda``.
+        backend: torch.distributed backend (``gloo`` for CPU, ``nccl`` for CUDA).
+        nproc_per_node: worker processes per host; above 1 (with ``nnodes``) the job starts
+            them through torch.distributed's elastic launcher, unless already run by torchrun.
+        nnodes: hosts; multi-host jobs are started by torchrun on every host.
+        local_world_size: ranks per host as the planner sees it (null: ``nproc_per_node``).
+        ddr_cap: host memory per rank for the planner, GiB. Null: measured on this machine
+            (total RAM / local world size); TorchRec's own default (128 GiB) would let plans
+            through that cannot be allocated here.
+        hbm_cap: device memory per rank for the planner, GiB (cuda only). Null: the device's
+            own memory when one is present, else TorchRec's default.
+        intra_host_bw: bandwidth between ranks of one host, GB/s (null: TorchRec's default).
+        inter_host_bw: network bandwidth of one rank to other hosts, GB/s: the host's network
+            divided by its ranks, as TorchRec's ``Topology`` counts one NIC share per device
+            (null: TorchRec's default, 12.5).
+        hbm_mem_bw: device memory bandwidth, GB/s, for the planner's compute estimates
+            (null: TorchRec's default, 897).
+        collective_timeout_s: seconds a collective may wait for a peer before the job fails
+            (torch.distributed's own default is 30 minutes).
+    """
+
+    compute_device: ComputeDevice = ComputeDevice.cpu
+    backend: Backend = Backend.gloo
+    nproc_per_node: int = 1
+    nnodes: int = 1
+    local_world_size: int | None = None
+    ddr_cap: float | None = None
+    hbm_cap: float | None = None
+    intra_host_bw: float | None = None
+    inter_host_bw: float | None = None
+    hbm_mem_bw: float | None = None
+    collective_timeout_s: float = 600.0
+
+    def __post_init__(self) -> None:
+        for name in ("nproc_per_node", "nnodes", "collective_timeout_s"):
+            value = getattr(self, name)
+            require(value > 0, f"hardware.{name} must be positive, got {value}")
+        for name in (
+            "local_world_size",
+            "ddr_cap",
+            "hbm_cap",
+            "intra_host_bw",
+            "inter_host_bw",
+            "hbm_mem_bw",
+        ):
+            value = getattr(self, name)
+            require(value is None or value > 0, f"hardware.{name} must be positive, got {value}")
+        if self.local_world_size is not None:
+            require(
+                self.world_size % self.local_world_size == 0,
+                f"hardware.local_world_size ({self.local_world_size}) must divide the world size "
+                f"({self.world_size} = nproc_per_node x nnodes): set "
+                f"hardware.local_world_size={self.nproc_per_node}",
+            )
+        if self.compute_device is ComputeDevice.cpu:
+            require(
+                self.backend is Backend.gloo,
+                "hardware.backend=nccl needs CUDA devices: set hardware.backend=gloo for CPU",
+            )
+
+    @property
+    def world_size(self) -> int:
+        """Ranks in the job: ``nproc_per_node * nnodes``."""
+        return self.nproc_per_node * self.nnodes

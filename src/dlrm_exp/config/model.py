@@ -1,0 +1,134 @@
+"""Schema of the ``model`` group: the DLRM shape, and the names of its features and tables."""
+
+from dataclasses import dataclass, field
+from enum import Enum
+
+from omegaconf import MISSING
+
+from dlrm_exp.config.checks import check_layer_sizes, require
+from dlrm_exp.config.criteo import CRITEO_NUM_DENSE
+
+
+def feature_names(num_features: int) -> list[str]:
+    """Sparse feature keys ``cat_0 .. cat_{F-1}`` (TorchRec's ``DEFAULT_CAT_NAMES`` scheme)."""
+    return [f"cat_{i}" for i in range(num_features)]
+
+
+def table_name(feature: str) -> str:
+    """The embedding table of sparse feature ``feature``: ``t_<feature>``, e.g. ``t_cat_0``,
+    as in TorchRec's DLRM example."""
+    return f"t_{feature}"
+
+
+class InteractionType(Enum):
+    """DLRM feature interaction (TorchRec ``DLRM`` / ``DLRM_DCN`` / ``DLRM_Projection``)."""
+
+    original = "original"
+    dcn = "dcn"
+    projection = "projection"
+
+
+@dataclass
+class ModelConfig:
+    """DLRM shape (group ``model``). Field names follow TorchRec's ``DLRM`` constructors.
+
+    Attributes:
+        embedding_dim: D, the width of every embedding table (floats per row).
+        num_embeddings_per_feature: rows of each table; one table per sparse feature, so its
+            length is F (26 for Criteo).
+        num_embeddings_cap: if set, every table gets ``min(rows, cap)`` rows, so a large shape
+            (e.g. MLPerf DLRM-DCNv2, 204M rows) trains on a small machine.
+        num_dense_features: width of the dense input (13 for Criteo).
+        dense_arch_layer_sizes: MLP over the dense input; the last size must equal D.
+        over_arch_layer_sizes: MLP over the interaction output; the last size must be 1.
+        interaction_type: ``original`` (pairwise dots), ``dcn`` (low-rank DCN-v2 cross net,
+            MLPerf DLRM-DCNv2) or ``projection``.
+        dcn_num_layers: cross layers for ``dcn``.
+        dcn_low_rank_dim: rank of each cross layer's weight for ``dcn``.
+        interaction_branch1_layer_sizes: first projection MLP for ``projection``; the last
+            size must be a multiple of D.
+        interaction_branch2_layer_sizes: second projection MLP for ``projection``.
+    """
+
+    embedding_dim: int = MISSING
+    num_embeddings_per_feature: list[int] = MISSING
+    num_embeddings_cap: int | None = None
+    num_dense_features: int = CRITEO_NUM_DENSE
+    dense_arch_layer_sizes: list[int] = MISSING
+    over_arch_layer_sizes: list[int] = MISSING
+    interaction_type: InteractionType = InteractionType.original
+    dcn_num_layers: int = 3
+    dcn_low_rank_dim: int = 512
+    interaction_branch1_layer_sizes: list[int] = field(default_factory=lambda: [2048, 2048])
+    interaction_branch2_layer_sizes: list[int] = field(default_factory=lambda: [2048, 2048])
+
+    def __post_init__(self) -> None:
+        d = self.embedding_dim
+        require(d > 0, f"model.embedding_dim must be positive, got {d}")
+        up = -(-d // 4) * 4
+        require(
+            d % 4 == 0,
+            f"model.embedding_dim={d} cannot be sharded: FBGEMM's fused embedding kernels need a "
+            f"multiple of 4 columns per shard; set model.embedding_dim={up} and "
+            f"model.dense_arch_layer_sizes=[...,{up}]",
+        )
+        require(
+            len(self.num_embeddings_per_feature) > 0
+            and all(n > 0 for n in self.num_embeddings_per_feature),
+            "model.num_embeddings_per_feature must list one positive row count per table, "
+            f"got {self.num_embeddings_per_feature}",
+        )
+        require(
+            self.num_embeddings_cap is None or self.num_embeddings_cap > 0,
+            f"model.num_embeddings_cap must be positive or null, got {self.num_embeddings_cap}",
+        )
+        require(
+            self.num_dense_features > 0,
+            f"model.num_dense_features must be positive, got {self.num_dense_features}",
+        )
+        check_layer_sizes("model.dense_arch_layer_sizes", self.dense_arch_layer_sizes)
+        check_layer_sizes("model.over_arch_layer_sizes", self.over_arch_layer_sizes)
+        last_dense = self.dense_arch_layer_sizes[-1]
+        require(
+            last_dense == d,
+            f"model.dense_arch_layer_sizes[-1] ({last_dense}) must equal model.embedding_dim "
+            f"({d}): the dense arch output joins the embeddings in the interaction; "
+            f"set model.dense_arch_layer_sizes=[...,{d}]",
+        )
+        last_over = self.over_arch_layer_sizes[-1]
+        require(
+            last_over == 1,
+            f"model.over_arch_layer_sizes[-1] ({last_over}) must be 1 (one click logit per "
+            "sample): set model.over_arch_layer_sizes=[...,1]",
+        )
+        if self.interaction_type is InteractionType.dcn:
+            require(
+                self.dcn_num_layers > 0 and self.dcn_low_rank_dim > 0,
+                "model.dcn_num_layers and model.dcn_low_rank_dim must be positive for "
+                f"interaction_type=dcn, got {self.dcn_num_layers} and {self.dcn_low_rank_dim}",
+            )
+        if self.interaction_type is InteractionType.projection:
+            for name in ("interaction_branch1_layer_sizes", "interaction_branch2_layer_sizes"):
+                sizes = getattr(self, name)
+                check_layer_sizes(f"model.{name}", sizes)
+                require(
+                    sizes[-1] % d == 0,
+                    f"model.{name}[-1] ({sizes[-1]}) must be a multiple of model.embedding_dim "
+                    f"({d}) for interaction_type=projection",
+                )
+
+    @property
+    def table_sizes(self) -> list[int]:
+        """Rows per table after ``num_embeddings_cap``, one entry per sparse feature."""
+        cap = self.num_embeddings_cap
+        return [n if cap is None else min(n, cap) for n in self.num_embeddings_per_feature]
+
+    @property
+    def feature_names(self) -> list[str]:
+        """The sparse feature keys, one per table: ``cat_0 .. cat_{F-1}``."""
+        return feature_names(len(self.num_embeddings_per_feature))
+
+    @property
+    def table_names(self) -> list[str]:
+        """The embedding table names, one per sparse feature: ``t_cat_0 .. t_cat_{F-1}``."""
+        return [table_name(f) for f in self.feature_names]

@@ -1,0 +1,83 @@
+"""Schemas of the modes other than training: ``mode`` itself, ``verify.*`` and ``preprocess.*``."""
+
+from dataclasses import dataclass
+from enum import Enum
+
+from dlrm_exp.config.checks import require
+
+
+class Mode(Enum):
+    """What the entry point does with the composed config: ``train``, ``verify`` (train a
+    few steps sharded and unsharded from the same weights and compare, see
+    :mod:`dlrm_exp.modes.verify`), ``preprocess`` (Criteo TSV to npy) or ``plan`` (shard for the
+    configured hardware without it, see :mod:`dlrm_exp.modes.plan`)."""
+
+    train = "train"
+    verify = "verify"
+    preprocess = "preprocess"
+    plan = "plan"
+
+
+class DenseTransform(Enum):
+    """How ``mode=preprocess`` turns Criteo counts into floats: ``log1p`` = ``log(1 + max(x, 0))``
+    (facebookresearch/dlrm, the same as ``data=criteo_tsv``); ``torchrec`` = ``log(x - min + 2)``
+    with ``min`` over the whole file (TorchRec's ``BinaryCriteoUtils.tsv_to_npys``)."""
+
+    log1p = "log1p"
+    torchrec = "torchrec"
+
+
+class CategoricalTransform(Enum):
+    """What ``mode=preprocess`` stores for categoricals: ``raw`` 32-bit hashes (TorchRec's
+    layout; tables hash them at load time), ``hash`` = ``value % num_embeddings`` of the
+    model's tables, or ``contiguous`` ids over all days with rare ids merged (TorchRec's
+    ``contiguous_preproc_criteo``, see :mod:`dlrm_exp.data.preprocess.contiguous`)."""
+
+    raw = "raw"
+    hash = "hash"
+    contiguous = "contiguous"
+
+
+@dataclass
+class VerifyConfig:
+    """``mode=verify`` settings.
+
+    Attributes:
+        steps: training steps compared against the unsharded reference.
+    """
+
+    steps: int = 20
+
+    def __post_init__(self) -> None:
+        require(self.steps > 0, f"verify.steps must be positive, got {self.steps}")
+
+
+@dataclass
+class PreprocessConfig:
+    """``mode=preprocess``: Criteo TSV (``data=criteo_tsv data.path=...``) to TorchRec's binary
+    layout (``day_<n>_dense.npy`` float32 (N, 13), ``day_<n>_sparse.npy`` int64 (N, 26),
+    ``day_<n>_labels.npy`` int32 (N, 1)).
+
+    Attributes:
+        output_dir: folder for the npy files and ``preprocess_report.json`` (created).
+        dense_transform: see :class:`DenseTransform`.
+        categorical: see :class:`CategoricalTransform`.
+        frequency_threshold: with ``categorical=contiguous``, ids seen fewer times than this
+            (over all days) share id 1 (TorchRec's ``FREQUENCY_THRESHOLD``, 3).
+        num_workers: parser processes (blocks of every file are parsed in parallel).
+        overwrite: convert days again even when their finished marker matches the input.
+    """
+
+    output_dir: str | None = None
+    dense_transform: DenseTransform = DenseTransform.log1p
+    categorical: CategoricalTransform = CategoricalTransform.raw
+    frequency_threshold: int = 3
+    num_workers: int = 2
+    overwrite: bool = False
+
+    def __post_init__(self) -> None:
+        require(self.num_workers > 0, "preprocess.num_workers must be positive")
+        require(
+            self.frequency_threshold >= 0,
+            f"preprocess.frequency_threshold must be >= 0, got {self.frequency_threshold}",
+        )

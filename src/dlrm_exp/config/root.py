@@ -1,0 +1,89 @@
+"""The root config: the six groups plus ``train``, ``verify`` and ``preprocess``, and the rules
+that cross groups (checked in ``Config.__post_init__``)."""
+
+from dataclasses import dataclass, field
+
+from omegaconf import MISSING
+
+from dlrm_exp.config.checks import require
+from dlrm_exp.config.criteo import CRITEO_NUM_DENSE, CRITEO_NUM_SPARSE
+from dlrm_exp.config.data import (
+    CriteoMultiHotDataConfig,
+    CriteoTsvDataConfig,
+    DataConfig,
+)
+from dlrm_exp.config.hardware import ComputeDevice, HardwareConfig
+from dlrm_exp.config.model import ModelConfig
+from dlrm_exp.config.modes import Mode, PreprocessConfig, VerifyConfig
+from dlrm_exp.config.optimizer import OptimizerConfig
+from dlrm_exp.config.qcomms import QCommsConfig
+from dlrm_exp.config.sharding import ComputeKernel, ShardingConfig
+from dlrm_exp.config.train import TrainConfig
+from dlrm_exp.errors import ConfigError
+
+
+@dataclass
+class Config:
+    """Root config: the six groups plus the training loop."""
+
+    mode: Mode = Mode.train
+    seed: int = 0
+    model: ModelConfig = MISSING
+    sharding: ShardingConfig = MISSING
+    optimizer: OptimizerConfig = MISSING
+    qcomms: QCommsConfig = MISSING
+    data: DataConfig = MISSING
+    hardware: HardwareConfig = MISSING
+    train: TrainConfig = field(default_factory=TrainConfig)
+    verify: VerifyConfig = field(default_factory=VerifyConfig)
+    preprocess: PreprocessConfig = field(default_factory=PreprocessConfig)
+
+    def __post_init__(self) -> None:
+        if self.mode is Mode.preprocess:
+            require(
+                isinstance(self.data, CriteoTsvDataConfig),
+                "mode=preprocess converts Criteo TSV files: add data=criteo_tsv data.path=<files>",
+            )
+            require(
+                bool(self.preprocess.output_dir),
+                "mode=preprocess needs preprocess.output_dir=<folder for the npy files>",
+            )
+        tables = self.model.table_names
+        unknown = sorted(set(self.sharding.overridden_tables) - set(tables))
+        require(
+            not unknown,
+            f"sharding.per_table_* names unknown table(s) {unknown}: tables are {tables[0]} .. "
+            f"{tables[-1]}",
+        )
+        if self.hardware.compute_device is ComputeDevice.cpu:
+            for table in [None, *self.sharding.overridden_tables]:
+                if self.sharding.table_choice(table)[1] is ComputeKernel.fused_uvm_caching:
+                    key = (
+                        "sharding.compute_kernel"
+                        if table is None
+                        else f"sharding.per_table_compute_kernel.{table}"
+                    )
+                    raise ConfigError(
+                        f"{key}=fused_uvm_caching keeps tables in CUDA unified memory with an "
+                        "HBM cache and needs hardware.compute_device=cuda: on CPU use fused"
+                    )
+        if isinstance(self.data, CriteoMultiHotDataConfig):
+            n_tables = len(self.model.num_embeddings_per_feature)
+            require(
+                len(self.data.multi_hot_sizes) == n_tables,
+                f"data.multi_hot_sizes lists {len(self.data.multi_hot_sizes)} sizes but the "
+                f"model has {n_tables} tables: give one size per table",
+            )
+        if self.data.input_paths():
+            n_sparse = len(self.model.num_embeddings_per_feature)
+            require(
+                n_sparse == CRITEO_NUM_SPARSE,
+                f"Criteo data has {CRITEO_NUM_SPARSE} categorical features but "
+                f"model.num_embeddings_per_feature lists {n_sparse} tables: give one row "
+                f"count per feature ({CRITEO_NUM_SPARSE} values)",
+            )
+            require(
+                self.model.num_dense_features == CRITEO_NUM_DENSE,
+                f"Criteo data has {CRITEO_NUM_DENSE} dense features: set "
+                f"model.num_dense_features={CRITEO_NUM_DENSE}",
+            )

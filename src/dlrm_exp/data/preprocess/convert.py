@@ -1,0 +1,379 @@
+"""``mode=preprocess``: Criteo TSV click logs -> TorchRec's binary (npy) layout.
+
+For every input file (plain or gzip), ``day_<n>_dense.npy`` float32 (N, 13),
+``day_<n>_sparse.npy`` int64 (N, 26) and ``day_<n>_labels.npy`` int32 (N, 1): the names and
+dtypes TorchRec's ``InMemoryBinaryCriteoIterDataPipe`` reads. ``n`` comes from the file name
+(``day_7``, ``day_7.gz``, ``day_7.tsv``) or, for other names, from the position in the sorted
+input list. Rows are handled as by ``data=criteo_tsv`` (:mod:`.tsv_parse`): short rows padded,
+malformed rows skipped and counted with their line numbers.
+
+A plain file is cut into 2 MiB byte ranges that ``preprocess.num_workers`` processes read,
+parse and write into the day's npy files themselves (:mod:`.parse_blocks`); a gzip file is
+decompressed here in 8 MiB blocks and sent to them. Only counts and bad line numbers come
+back, and memory stays at a few blocks per worker whatever the file size.
+
+Each finished day gets ``day_<n>.json`` (its read report, input size and
+options), written last: a re-run skips days whose marker matches, so an interrupted conversion
+resumes with the first unfinished day, and a partly written day never looks finished.
+"""
+
+import collections
+import itertools
+import json
+import multiprocessing
+import re
+import sys
+import time
+from collections.abc import Iterable, Iterator
+from concurrent.futures import Executor, Future, ProcessPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from tqdm import tqdm
+
+from dlrm_exp.config import CategoricalTransform, DenseTransform, PreprocessConfig
+from dlrm_exp.data.criteo_tsv import ReadReport, resolve_paths
+from dlrm_exp.data.preprocess.contiguous import contiguous_ids
+from dlrm_exp.data.preprocess.npy_stream import NpyRowFile, NpyRowWriter
+from dlrm_exp.data.preprocess.parse_blocks import (
+    BlockResult,
+    byte_ranges,
+    install_chain,
+    make_chain,
+    run_block,
+)
+from dlrm_exp.data.preprocess.tsv_parse import (
+    BLOCK_BYTES,
+    NUM_DENSE,
+    NUM_SPARSE,
+    is_gzip,
+    iter_line_chunks,
+)
+from dlrm_exp.errors import DataError
+from dlrm_exp.util.files import write_json_atomic
+
+_DAY_NAME = re.compile(r"^day_(\d+)(\.[A-Za-z0-9.]*)?$")
+_MAX_BAD_LINES = 20
+_TORCHREC_CHUNK_ROWS = 1 << 20
+RANGE_BYTES = 2 << 20  # plain files: byte range per block (more blocks than workers balance)
+
+
+@dataclass(frozen=True)
+class Options:
+    """What a conversion depends on (recorded in every day's marker)."""
+
+    dense_transform: DenseTransform
+    categorical: CategoricalTransform
+    table_sizes: tuple[int, ...] | None  # for categorical=hash
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "dense_transform": self.dense_transform.value,
+            "categorical": self.categorical.value,
+            "table_sizes": list(self.table_sizes) if self.table_sizes else None,
+        }
+
+    def sparse_name(self, day: int) -> str:
+        """The file the day's conversion writes ids to (``contiguous`` re-indexes raw ids
+        afterwards, over all days)."""
+        raw = self.categorical is CategoricalTransform.contiguous
+        return f"day_{day}_sparse_raw.npy" if raw else f"day_{day}_sparse.npy"
+
+
+def day_numbers(files: list[Path]) -> dict[int, Path]:
+    """Day number of each input file: from a ``day_<n>`` name, else its position.
+
+    Raises:
+        DataError: two files map to the same day.
+    """
+    days: dict[int, Path] = {}
+    for index, path in enumerate(files):
+        match = _DAY_NAME.match(path.name)
+        day = int(match.group(1)) if match else index
+        if day in days:
+            raise DataError(f"data.path: {days[day]} and {path} would both become day_{day}")
+        days[day] = path
+    return dict(sorted(days.items()))
+
+
+def _marker(out_dir: Path, day: int) -> Path:
+    return out_dir / f"day_{day}.json"
+
+
+def _source_facts(path: Path) -> dict[str, Any]:
+    stat = path.stat()
+    return {"source": str(path.resolve()), "bytes": stat.st_size, "mtime_ns": stat.st_mtime_ns}
+
+
+def is_finished(out_dir: Path, day: int, path: Path, options: Options) -> bool:
+    """True when ``day``'s marker records this very input and these options."""
+    marker = _marker(out_dir, day)
+    if not marker.is_file():
+        return False
+    try:
+        done = json.loads(marker.read_text())
+    except (OSError, json.JSONDecodeError):
+        return False
+    expected = {**_source_facts(path), **options.as_dict()}
+    names = (f"day_{day}_dense.npy", options.sparse_name(day), f"day_{day}_labels.npy")
+    return all(done.get(k) == v for k, v in expected.items()) and all(
+        (out_dir / name).is_file() for name in names
+    )
+
+
+def _torchrec_dense(raw_path: Path, out_path: Path, minimum: int) -> None:
+    """TorchRec's transform ``log(x - min + 2)`` in float32, ``min`` over the whole file,
+    streamed from the raw counts in chunks."""
+    raw = np.load(raw_path, mmap_mode="r")
+    with NpyRowWriter(out_path, np.float32, NUM_DENSE) as writer:
+        for lo in range(0, raw.shape[0], _TORCHREC_CHUNK_ROWS):
+            shifted = (raw[lo : lo + _TORCHREC_CHUNK_ROWS] - (minimum - 2)).astype(np.float32)
+            writer.append(np.log(shifted, dtype=np.float32))
+    del raw
+    raw_path.unlink()
+
+
+def convert_file(
+    path: Path,
+    day: int,
+    out_dir: Path,
+    options: Options,
+    pool: Executor | None,
+    workers: int,
+    bar: tqdm,
+    sequence: Iterator[int],
+) -> dict[str, Any]:
+    """Convert one TSV file into ``day``'s three npy files; returns its report. Blocks go to
+    ``pool`` (``workers`` processes) or, without one, are parsed here; ``sequence`` numbers
+    blocks across files (:mod:`.parse_blocks`).
+
+    Raises:
+        DataError: the file cannot be read as text (binary, broken gzip).
+    """
+    started = time.perf_counter()
+    report = ReadReport(files=[str(path)])
+    torchrec = options.dense_transform is DenseTransform.torchrec
+    dense_path = out_dir / (f"day_{day}_dense_raw.npy" if torchrec else f"day_{day}_dense.npy")
+    minimum: int | None = None
+    first_line, rows = 1, 0
+    in_flight: collections.deque[Future] = collections.deque()
+    depth = 2 * max(workers, 1)  # blocks in flight: bounds memory, keeps workers busy
+    outputs = (
+        NpyRowFile(dense_path, np.int64 if torchrec else np.float32, NUM_DENSE),
+        NpyRowFile(out_dir / options.sparse_name(day), np.int64, NUM_SPARSE),
+        NpyRowFile(out_dir / f"day_{day}_labels.npy", np.int32, 1),
+    )
+
+    def drain(keep: int) -> None:
+        nonlocal minimum, first_line, rows
+        while len(in_flight) > keep:
+            done: BlockResult = in_flight.popleft().result()
+            report.add_lines(
+                done.num_lines,
+                done.num_valid,
+                done.num_padded,
+                done.bad_lines,
+                done.bad_reasons,
+                first_line,
+                str(path),
+                _MAX_BAD_LINES,
+            )
+            first_line += done.num_lines
+            rows += done.num_valid
+            if done.dense_min is not None:
+                minimum = done.dense_min if minimum is None else min(minimum, done.dense_min)
+            bar.update(done.num_lines)
+
+    log1p = options.dense_transform is DenseTransform.log1p
+    try:
+        sources: Iterable[tuple[Path, int, int] | bytes] = (
+            (data for data, _ in iter_line_chunks(path, BLOCK_BYTES))
+            if is_gzip(path)
+            else byte_ranges(path, RANGE_BYTES)
+        )
+        for index, source in enumerate(sources):
+            args = (next(sequence), index == 0, source, outputs, log1p, options.table_sizes)
+            if pool is None:
+                job: Future = Future()
+                job.set_result(run_block(*args, str(path)))
+            else:
+                job = pool.submit(run_block, *args, str(path))
+            in_flight.append(job)
+            drain(depth)
+        drain(0)
+        for output in outputs:
+            output.finish(rows)
+    except BaseException:
+        for output in outputs:
+            output.abort()
+        raise
+    if torchrec:
+        _torchrec_dense(dense_path, out_dir / f"day_{day}_dense.npy", minimum or 0)
+    seconds = time.perf_counter() - started
+    result = {
+        "day": day,
+        **_source_facts(path),
+        **options.as_dict(),
+        **report.as_dict(),
+        "seconds": seconds,
+        "rows_per_sec": report.rows_read / seconds if seconds > 0 else None,
+    }
+    write_json_atomic(_marker(out_dir, day), result)
+    return result
+
+
+def _writable_folder(out_dir: Path) -> None:
+    try:
+        out_dir.mkdir(parents=True, exist_ok=True)
+        probe = out_dir / ".dlrm_exp_write_test"
+        probe.write_bytes(b"")
+        probe.unlink()
+    except OSError as err:
+        raise DataError(f"preprocess.output_dir: cannot write to {out_dir} ({err})") from None
+
+
+def preprocess_files(
+    files: list[Path],
+    out_dir: Path,
+    cfg: PreprocessConfig,
+    table_sizes: list[int],
+    progress: bool | None = None,
+) -> dict[str, Any]:
+    """Convert ``files`` into ``out_dir``; returns (and writes) ``preprocess_report.json``.
+
+    Args:
+        files: Criteo TSV files, plain or gzip.
+        out_dir: output folder (created).
+        cfg: the ``preprocess`` group.
+        table_sizes: rows per table, used when ``cfg.categorical`` is ``hash``.
+        progress: tqdm bar on stderr (None: only when stderr is a terminal).
+
+    Raises:
+        DataError: unreadable input, clashing day numbers, or an unwritable ``out_dir``.
+    """
+    options = Options(
+        cfg.dense_transform,
+        cfg.categorical,
+        tuple(table_sizes) if cfg.categorical is CategoricalTransform.hash else None,
+    )
+    days = day_numbers(files)
+    _writable_folder(out_dir)
+    started = time.perf_counter()
+    reports: list[dict[str, Any]] = []
+    skipped: list[int] = []
+    # fork, as torch's DataLoader workers: the workers need only numpy and start at once. One
+    # block's worth of input is parsed inline.
+    parallel = cfg.num_workers > 1 and sum(p.stat().st_size for p in files) > RANGE_BYTES
+    fork = multiprocessing.get_context("fork")
+    pool = (
+        ProcessPoolExecutor(
+            cfg.num_workers,
+            mp_context=fork,
+            initializer=install_chain,
+            initargs=(make_chain(fork),),
+        )
+        if parallel
+        else None
+    )
+    sequence = itertools.count()
+    show = sys.stderr.isatty() if progress is None else progress
+    try:
+        with tqdm(unit="rows", unit_scale=True, disable=not show, desc="preprocess") as bar:
+            for day, path in days.items():
+                if not cfg.overwrite and is_finished(out_dir, day, path, options):
+                    skipped.append(day)
+                    continue
+                bar.set_postfix_str(f"day_{day} <- {path.name}")
+                reports.append(
+                    convert_file(path, day, out_dir, options, pool, cfg.num_workers, bar, sequence)
+                )
+    finally:
+        if pool is not None:
+            pool.shutdown(cancel_futures=True)
+    contiguous = None
+    if options.categorical is CategoricalTransform.contiguous:
+        contiguous = _reindex(out_dir, list(days), cfg.frequency_threshold, bool(reports))
+    seconds = time.perf_counter() - started
+    rows = sum(r["rows_read"] for r in reports)
+    summary = {
+        "output_dir": str(out_dir),
+        **options.as_dict(),
+        "days_converted": [r["day"] for r in reports],
+        "days_skipped_finished": skipped,
+        "rows_read": rows,
+        "rows_valid": sum(r["rows_valid"] for r in reports),
+        "rows_padded": sum(r["rows_padded"] for r in reports),
+        "rows_skipped": sum(r["rows_skipped"] for r in reports),
+        "seconds": seconds,
+        "rows_per_sec": rows / seconds if seconds > 0 else None,
+        "contiguous": contiguous,
+        "days": reports,
+    }
+    write_json_atomic(out_dir / "preprocess_report.json", summary)
+    return summary
+
+
+def _reindex(out_dir: Path, days: list[int], threshold: int, changed: bool) -> dict[str, Any]:
+    """``categorical=contiguous``: re-index every day's raw ids into ``day_<n>_sparse.npy``
+    unless ``contiguous.json`` records this very pass (same days and threshold, no day
+    converted again). Returns the marker's content."""
+    marker = out_dir / "contiguous.json"
+    wanted = {"days": days, "frequency_threshold": threshold}
+    if not changed and marker.is_file():
+        try:
+            done = json.loads(marker.read_text())
+        except (OSError, json.JSONDecodeError):
+            done = {}
+        outputs = all((out_dir / f"day_{d}_sparse.npy").is_file() for d in days)
+        if outputs and all(done.get(k) == v for k, v in wanted.items()):
+            return done
+    marker.unlink(missing_ok=True)
+    sizes = contiguous_ids(
+        [out_dir / f"day_{d}_sparse_raw.npy" for d in days],
+        [out_dir / f"day_{d}_sparse.npy" for d in days],
+        threshold,
+    )
+    done = {**wanted, "num_embeddings_per_feature": sizes}
+    write_json_atomic(marker, done)
+    return done
+
+
+def summary_lines(summary: dict[str, Any]) -> str:
+    """What ``mode=preprocess`` prints at the end."""
+    lines = []
+    for r in summary["days"]:
+        skipped = ", ".join(f"{k} {v}" for k, v in r["skipped_by_reason"].items() if v)
+        lines.append(
+            f"day_{r['day']} <- {Path(r['source']).name}: {r['rows_valid']:,} rows "
+            f"({r['rows_padded']:,} padded, {r['rows_skipped']:,} skipped"
+            + (f": {skipped}" if skipped else "")
+            + f") at {r['rows_per_sec']:,.0f} rows/s"
+        )
+        if r["first_bad_lines"]:
+            lines.append(f"  first bad lines: {', '.join(r['first_bad_lines'][:5])}")
+    if summary["days_skipped_finished"]:
+        days = ", ".join(f"day_{d}" for d in summary["days_skipped_finished"])
+        lines.append(f"already finished (preprocess.overwrite=true to redo): {days}")
+    rate = summary["rows_per_sec"]
+    lines.append(
+        f"{summary['rows_valid']:,} rows written to {summary['output_dir']} in "
+        f"{summary['seconds']:.1f} s" + (f" ({rate:,.0f} rows/s)" if rate else "")
+    )
+    if summary.get("contiguous"):
+        sizes = ",".join(str(n) for n in summary["contiguous"]["num_embeddings_per_feature"])
+        lines.append(
+            "contiguous ids (frequency_threshold "
+            f"{summary['contiguous']['frequency_threshold']}): train with "
+            f"model.num_embeddings_per_feature=[{sizes}]"
+        )
+    lines.append(f"report: {Path(summary['output_dir']) / 'preprocess_report.json'}")
+    return "\n".join(lines)
+
+
+def run_preprocess(data_paths: list[str], cfg: PreprocessConfig, table_sizes: list[int]) -> dict:
+    """The ``mode=preprocess`` entry: resolve ``data.path`` and convert."""
+    assert cfg.output_dir is not None
+    files = resolve_paths(data_paths, "data.path")
+    return preprocess_files(files, Path(cfg.output_dir).expanduser(), cfg, table_sizes)

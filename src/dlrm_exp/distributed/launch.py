@@ -1,0 +1,195 @@
+"""Process-group set-up: torchrun / elastic workers, or one in-process rank."""
+
+import os
+import socket
+import uuid
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+from dlrm_exp.config import ComputeDevice, HardwareConfig
+from dlrm_exp.errors import ConfigError, WorkerFailedError
+from dlrm_exp.util.logs import configure_worker_logging
+
+
+@dataclass(frozen=True)
+class DistContext:
+    """This process's place in the job."""
+
+    rank: int
+    world_size: int
+    local_rank: int
+    local_world_size: int
+    device: torch.device
+
+    @property
+    def is_main(self) -> bool:
+        """Rank 0 writes the run folder, logs and the progress bar."""
+        return self.rank == 0
+
+
+def env_rank() -> int:
+    """This process's global rank as its launcher set it (``RANK``; 0 when not launched)."""
+    return int(os.environ.get("RANK", "0"))
+
+
+def init_worker(log_file: Path | None) -> int:
+    """Set up a spawned worker (a fresh interpreter): rank 0 logs INFO to stderr and appends
+    to ``log_file``, other ranks log warnings only. Returns the rank."""
+    rank = env_rank()
+    configure_worker_logging(log_file if rank == 0 else None)
+    return rank
+
+
+def launched_by_torchrun() -> bool:
+    """True inside a worker started by torchrun / the elastic agent."""
+    return all(k in os.environ for k in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"))
+
+
+def needs_launch(cfg: HardwareConfig) -> bool:
+    """The job wants more than one process and this process is not already one of them."""
+    return cfg.nproc_per_node * cfg.nnodes > 1 and not launched_by_torchrun()
+
+
+def check_devices(cfg: HardwareConfig) -> None:
+    """Fail before anything starts when the job asks for GPUs this machine does not have.
+
+    Raises:
+        ConfigError: ``compute_device=cuda`` without CUDA (suggests ``mode=plan``, which plans
+            for any hardware), or more processes per node than GPUs.
+    """
+    if cfg.compute_device.value != "cuda":
+        return
+    if not torch.cuda.is_available():
+        raise ConfigError(
+            "this hardware preset trains on CUDA GPUs and this machine has none: use mode=plan "
+            "to plan for it here, or hardware=cpu to train on this machine"
+        )
+    count = torch.cuda.device_count()
+    if cfg.nproc_per_node > count and not launched_by_torchrun():
+        raise ConfigError(
+            f"hardware.nproc_per_node={cfg.nproc_per_node} but this machine has {count} GPU(s): "
+            f"set hardware.nproc_per_node={count}"
+        )
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that was free a moment ago (the OS picks it, so two jobs on one
+    machine do not collide)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _describe_failures(err: Exception) -> str:
+    failures = getattr(err, "failures", {}) or {}
+    lines = []
+    for rank, failure in sorted(failures.items()):
+        if failure.signal_name() not in ("", "<N/A>") and failure.exitcode < 0:
+            cause = f"killed by signal {failure.signal_name()}"
+        else:
+            message = failure.message
+            if isinstance(message, dict):
+                message = message.get("message", "")
+            cause = (str(message).strip().splitlines() or [f"exit code {failure.exitcode}"])[-1]
+        lines.append(f"rank {rank} failed: {cause}")
+    return "\n".join(lines) or str(err)
+
+
+def launch_workers(fn: Callable[..., Any], args: tuple, cfg: HardwareConfig) -> Any:
+    """Run ``fn(*args)`` in ``nproc_per_node`` local worker processes with torch.distributed's
+    elastic launcher (the machinery behind torchrun) and return rank 0's result.
+
+    No restarts: a worker that raises or dies (e.g. ``kill -9``) makes the agent stop the
+    others, and this raises within seconds instead of hanging.
+
+    Raises:
+        ConfigError: ``nnodes > 1`` (start multi-host jobs with torchrun on every host).
+        WorkerFailedError: a worker failed; the message names each failed rank and its cause.
+    """
+    from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
+    from torch.distributed.launcher.api import LaunchConfig, elastic_launch
+
+    if cfg.nnodes != 1:
+        raise ConfigError(
+            f"hardware.nnodes={cfg.nnodes}: start multi-host jobs with torchrun on every host "
+            "(torchrun --nnodes N --nproc_per_node P --rdzv_endpoint HOST:PORT -m dlrm_exp ...)"
+        )
+    config = LaunchConfig(
+        min_nodes=1,
+        max_nodes=1,
+        nproc_per_node=cfg.nproc_per_node,
+        run_id=f"dlrm_exp-{uuid.uuid4().hex[:8]}",
+        rdzv_backend="c10d",
+        rdzv_endpoint=f"127.0.0.1:{free_port()}",
+        max_restarts=0,
+        monitor_interval=0.5,
+        start_method="spawn",
+    )
+    try:
+        results = elastic_launch(config, fn)(*args)
+    except ChildFailedError as err:
+        raise WorkerFailedError(_describe_failures(err)) from None
+    return results[0]
+
+
+def _device(cfg: HardwareConfig, local_rank: int) -> torch.device:
+    if cfg.compute_device is ComputeDevice.cuda:
+        check_devices(cfg)
+        torch.cuda.set_device(local_rank)
+        return torch.device("cuda", local_rank)
+    return torch.device("cpu")
+
+
+@contextmanager
+def process_group(cfg: HardwareConfig) -> Iterator[DistContext]:
+    """Join (or create) the default process group for the job and tear it down at exit.
+
+    Under torchrun (``RANK``/``WORLD_SIZE``/``MASTER_*`` set) it joins the launched job;
+    otherwise it is a single rank with an in-memory store (no port is opened). A process group
+    that already exists is reused and left in place.
+
+    Raises:
+        ConfigError: CUDA was asked for but is not available.
+    """
+    created = False
+    local_rank = int(os.environ.get("LOCAL_RANK", 0))
+    device = _device(cfg, local_rank)
+    if not dist.is_initialized():
+        timeout = timedelta(seconds=cfg.collective_timeout_s)
+        if launched_by_torchrun():
+            dist.init_process_group(backend=cfg.backend.value, timeout=timeout)
+        else:
+            # TorchRec reads these to size its intra-host groups; set them rather than let it guess.
+            for key, value in (
+                ("RANK", "0"),
+                ("LOCAL_RANK", "0"),
+                ("WORLD_SIZE", "1"),
+                ("LOCAL_WORLD_SIZE", "1"),
+            ):
+                os.environ.setdefault(key, value)
+            dist.init_process_group(
+                backend=cfg.backend.value,
+                store=dist.HashStore(),
+                rank=0,
+                world_size=1,
+                timeout=timeout,
+            )
+        created = True
+    try:
+        yield DistContext(
+            rank=dist.get_rank(),
+            world_size=dist.get_world_size(),
+            local_rank=local_rank,
+            local_world_size=int(os.environ.get("LOCAL_WORLD_SIZE", dist.get_world_size())),
+            device=device,
+        )
+    finally:
+        if created:
+            dist.destroy_process_group()

@@ -1,0 +1,37 @@
+"""The embedding sharder: TorchRec's, with row-wise types offered on CPU too.
+
+TorchRec's stock ``EmbeddingBagCollectionSharder`` offers ``row_wise``, ``table_row_wise`` and
+``grid_shard`` only on CUDA, although the CPU kernels and gloo collectives run them correctly;
+:class:`CpuEmbeddingBagCollectionSharder` also offers them on CPU.
+"""
+
+from torchrec.distributed.embeddingbag import EmbeddingBagCollectionSharder
+from torchrec.distributed.types import QuantizedCommCodecs, ShardingType
+
+from dlrm_exp.config import QCommsConfig
+from dlrm_exp.distributed.qcomms import build_qcomm_codecs_registry
+
+_CPU_EXTRA_TYPES = (ShardingType.ROW_WISE, ShardingType.TABLE_ROW_WISE, ShardingType.GRID_SHARD)
+
+
+class CpuEmbeddingBagCollectionSharder(EmbeddingBagCollectionSharder):
+    """``EmbeddingBagCollectionSharder`` that also offers row_wise, table_row_wise and
+    grid_shard when the compute device is the CPU."""
+
+    def sharding_types(self, compute_device_type: str) -> list[str]:
+        types = super().sharding_types(compute_device_type)
+        if compute_device_type == "cpu":
+            types += [t.value for t in _CPU_EXTRA_TYPES if t.value not in types]
+        return types
+
+
+def build_sharder(
+    qcomm_codecs_registry: dict[str, QuantizedCommCodecs] | None,
+) -> CpuEmbeddingBagCollectionSharder:
+    """The EBC sharder, with the quantized-communication codecs (None: fp32 collectives)."""
+    return CpuEmbeddingBagCollectionSharder(qcomm_codecs_registry=qcomm_codecs_registry)
+
+
+def job_sharder(qcomms: QCommsConfig) -> CpuEmbeddingBagCollectionSharder:
+    """The EBC sharder with the codecs of the ``qcomms`` group."""
+    return build_sharder(build_qcomm_codecs_registry(qcomms))

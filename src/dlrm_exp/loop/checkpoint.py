@@ -1,0 +1,286 @@
+"""Sharded checkpoints with ``torch.distributed.checkpoint`` (DCP), written atomically.
+
+A checkpoint is ``<run>/checkpoints/step_<n>/``: DCP's files (every rank writes its own shards
+of the tables, of the fused optimizer state and, once, the replicated dense parameters and
+their optimizer state; ``.metadata`` last) plus ``trainer_state.json`` (step, samples seen,
+validation history, model shape). Every rank writes into ``step_<n>.partial/``; after all of
+them finished, rank 0 writes ``trainer_state.json`` and renames the folder to ``step_<n>``. A
+crash during a save therefore leaves only a ``.partial`` folder, never a visible half
+checkpoint, and the previous ``step_<m>`` stays usable. ``keep_last`` prunes older ones.
+
+Loading goes through DCP, which reads tensors into the model's and optimizer's own (sharded)
+tensors with ``torch.load(weights_only=True)``: only tensors are saved (optimizer
+hyper-parameters come from the config). DCP's own ``.metadata`` file is a pickle; it is read
+here by :class:`SafeFileSystemReader`, whose unpickler admits only DCP's metadata classes,
+``torch.Size``, dtypes and layouts, so a crafted checkpoint cannot run code.
+
+DCP reshards ShardedTensors, so a checkpoint loads under another sharding type (table-, row-,
+column-wise, grid, ...) or world size; a table cannot move into or out of ``data_parallel``
+(its optimizer state is a per-replica tensor under other keys), which is refused before
+loading (:func:`load_checkpoint`).
+
+The data position is the step: batches are a pure function of (seed, step), so resuming skips
+the batches already trained on (with another world size: the step at the same sample count,
+:func:`resume_step`). Nothing in training draws random numbers after the weights are
+initialized (no dropout, no shuffling between epochs), so no RNG state is needed to continue
+bitwise.
+"""
+
+import json
+import pickle
+import re
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.distributed as dist
+import torch.distributed.checkpoint as dcp
+from torch.distributed.checkpoint import FileSystemReader
+from torch.distributed.checkpoint.api import CheckpointException
+from torch.distributed.checkpoint.metadata import Metadata, StorageMeta, TensorStorageMetadata
+
+from dlrm_exp.errors import UserError
+from dlrm_exp.util.files import write_json_atomic
+
+CHECKPOINTS = "checkpoints"
+STATE_FILE = "trainer_state.json"
+_STEP_DIR = re.compile(r"^step_(\d+)$")
+
+
+class CheckpointError(UserError):
+    """A checkpoint that cannot be used: missing, incomplete, or from another model."""
+
+
+_DCP_METADATA_MODULE = "torch.distributed.checkpoint.metadata"
+_SAFE_GLOBALS = {
+    ("torch", "Size"),
+    ("torch.serialization", "_get_layout"),
+    ("torch.distributed.checkpoint.filesystem", "_StorageInfo"),
+    ("pathlib", "PosixPath"),
+    ("pathlib", "PurePosixPath"),
+    ("collections", "OrderedDict"),
+}
+
+
+class _MetadataUnpickler(pickle.Unpickler):
+    """Admits DCP's metadata dataclasses, ``torch.Size``, dtypes and layouts; nothing else."""
+
+    def find_class(self, module: str, name: str) -> Any:
+        if module == _DCP_METADATA_MODULE or (module, name) in _SAFE_GLOBALS:
+            return super().find_class(module, name)
+        if module == "torch" and isinstance(getattr(torch, name, None), torch.dtype):
+            return getattr(torch, name)
+        raise pickle.UnpicklingError(f"{module}.{name} is not DCP checkpoint metadata")
+
+
+class SafeFileSystemReader(FileSystemReader):
+    """DCP's ``FileSystemReader`` reading ``.metadata`` with a restricted unpickler.
+
+    Raises (from ``read_metadata``):
+        CheckpointError: the metadata names any other class or function, or holds a
+            non-tensor entry (which DCP would load with a full unpickler).
+    """
+
+    def read_metadata(self, *args: Any, **kwargs: Any) -> Metadata:
+        path = self._get_metadata_path(kwargs.get("rank"))
+        with self.fs.create_stream(path, "rb") as stream:
+            try:
+                metadata = _MetadataUnpickler(stream).load()
+            except (pickle.UnpicklingError, AttributeError, EOFError, ValueError) as err:
+                raise CheckpointError(f"{path} is not plain DCP metadata ({err})") from None
+        if not isinstance(metadata, Metadata):
+            raise CheckpointError(f"{path} is not DCP metadata")
+        others = [
+            key
+            for key, entry in metadata.state_dict_metadata.items()
+            if not isinstance(entry, TensorStorageMetadata)
+        ]
+        if others:
+            raise CheckpointError(f"{path} holds non-tensor entries ({others[0]}, ...)")
+        if getattr(metadata, "storage_meta", None) is None:
+            metadata.storage_meta = StorageMeta()
+        metadata.storage_meta.load_id = self.load_id
+        return metadata
+
+
+@dataclass(frozen=True)
+class CheckpointLayout:
+    """The model layout a checkpoint records, and a resume must match.
+
+    Attributes:
+        tables: ``{table name: [num_embeddings, embedding_dim]}``.
+        data_parallel_tables: names of the tables replicated on every rank (sorted).
+        world_size: ranks of the job that writes (or resumes) the checkpoint.
+    """
+
+    tables: dict[str, list[int]]
+    data_parallel_tables: list[str]
+    world_size: int
+
+    def state_dict(self) -> dict[str, Any]:
+        """The entries of ``trainer_state.json`` that describe the layout."""
+        return {
+            "tables": self.tables,
+            "data_parallel_tables": self.data_parallel_tables,
+            "world_size": self.world_size,
+        }
+
+
+def checkpoint_path(run_dir: Path, step: int) -> Path:
+    """``<run_dir>/checkpoints/step_<step>``."""
+    return run_dir / CHECKPOINTS / f"step_{step}"
+
+
+def complete_checkpoints(run_dir: Path) -> list[Path]:
+    """The run's complete checkpoints (``step_<n>`` with DCP metadata and trainer state),
+    oldest first."""
+    folder = run_dir / CHECKPOINTS
+    if not folder.is_dir():
+        return []
+    found = []
+    for path in folder.iterdir():
+        match = _STEP_DIR.match(path.name)
+        if match and (path / ".metadata").is_file() and (path / STATE_FILE).is_file():
+            found.append((int(match.group(1)), path))
+    return [path for _, path in sorted(found)]
+
+
+def _state(model: torch.nn.Module, optim_state: dict[str, Any]) -> dict[str, Any]:
+    """What DCP saves and loads: tensors only (optimizer hyper-parameters come from the
+    config, so nothing is pickled)."""
+    return {"model": model.state_dict(), "optim": optim_state["state"]}
+
+
+def save_checkpoint(
+    run_dir: Path,
+    step: int,
+    model: torch.nn.Module,
+    optimizer: Any,
+    trainer_state: dict[str, Any],
+    is_main: bool,
+    keep_last: int | None = None,
+) -> Path:
+    """Save the model, the optimizers' state and ``trainer_state`` as checkpoint ``step``
+    (a collective: every rank calls it). Returns the checkpoint folder."""
+    final = checkpoint_path(run_dir, step)
+    partial = final.with_name(final.name + ".partial")
+    if is_main:
+        shutil.rmtree(partial, ignore_errors=True)
+        partial.mkdir(parents=True)
+    dist.barrier()
+    dcp.save(_state(model, optimizer.state_dict()), checkpoint_id=str(partial))
+    dist.barrier()
+    if is_main:
+        write_json_atomic(partial / STATE_FILE, {**trainer_state, "step": step})
+        shutil.rmtree(final, ignore_errors=True)
+        partial.rename(final)
+        if keep_last:
+            for old in complete_checkpoints(run_dir)[:-keep_last]:
+                shutil.rmtree(old, ignore_errors=True)
+    dist.barrier()
+    return final
+
+
+def resolve_resume(resume: str, run_dir: Path) -> Path | None:
+    """``auto``: the newest complete checkpoint of ``run_dir`` (None if there is none);
+    otherwise the given checkpoint folder.
+
+    Raises:
+        CheckpointError: the path is not a complete checkpoint folder.
+    """
+    if resume == "auto":
+        found = complete_checkpoints(run_dir)
+        return found[-1] if found else None
+    path = Path(resume)
+    if not path.is_dir():
+        raise CheckpointError(f"train.resume: no checkpoint folder at {path}")
+    if not (path / ".metadata").is_file() or not (path / STATE_FILE).is_file():
+        raise CheckpointError(
+            f"train.resume: {path} is not a complete checkpoint (it needs DCP's .metadata and "
+            f"{STATE_FILE}; a .partial folder is a save that did not finish)"
+        )
+    return path
+
+
+def resume_step(trainer_state: dict[str, Any], samples_per_step: list[int], world_size: int) -> int:
+    """This job's step at the checkpoint's data position.
+
+    With the checkpoint's world size that is its step. With another world size the global
+    batch differs, so the position is the step after which this job has trained on exactly the
+    checkpoint's ``samples``.
+
+    Raises:
+        CheckpointError: no step of this job ends at the checkpoint's sample count (e.g. 3 steps
+            of 2 ranks resumed on 4 ranks): the data position cannot be continued.
+    """
+    if trainer_state.get("world_size", world_size) == world_size:
+        return int(trainer_state["step"])
+    samples, step, seen = int(trainer_state["samples"]), 0, 0
+    while seen < samples:
+        seen += samples_per_step[step % len(samples_per_step)]
+        step += 1
+    if seen != samples:
+        raise CheckpointError(
+            f"the checkpoint was written by {trainer_state['world_size']} rank(s) after "
+            f"{samples} samples; {world_size} rank(s) step past that position (to {seen} "
+            f"samples, {samples_per_step[0]} per step): resume a checkpoint whose sample count "
+            "is a multiple of the new global batch, or keep the world size"
+        )
+    return step
+
+
+def load_checkpoint(
+    path: Path, model: torch.nn.Module, optimizer: Any, expected: CheckpointLayout
+) -> dict[str, Any]:
+    """Load checkpoint ``path`` into ``model`` and ``optimizer`` (a collective) and return its
+    trainer state.
+
+    ``expected`` is this job's layout; a checkpoint of another model shape, or one whose
+    data-parallel tables differ, is refused before DCP reads anything. Any other change of
+    sharding type or world size loads: DCP reshards the tables' and the fused optimizer's
+    ShardedTensors. A data-parallel table's optimizer state is a plain per-replica tensor under
+    other keys, which DCP cannot map onto a sharded table's.
+
+    Raises:
+        CheckpointError: another model shape, other data-parallel tables, or files DCP cannot
+            read (truncated, missing).
+    """
+    try:
+        trainer_state = json.loads((path / STATE_FILE).read_text())
+    except (OSError, ValueError) as err:
+        raise CheckpointError(f"{path / STATE_FILE} is unreadable: {err}") from None
+    saved = trainer_state.get("tables")
+    if saved != expected.tables:
+        diff = sorted(
+            f"{name}: checkpoint {saved.get(name) if saved else None}, model {shape}"
+            for name, shape in expected.tables.items()
+            if not saved or saved.get(name) != shape
+        )
+        raise CheckpointError(
+            f"checkpoint {path} is from another model shape ({'; '.join(diff[:3])}): resume "
+            "with the model it was trained with, or start a new run folder"
+        )
+    saved_dp = trainer_state.get("data_parallel_tables")
+    wanted_dp = expected.data_parallel_tables
+    if saved_dp is not None and saved_dp != wanted_dp:
+        moved = sorted(set(saved_dp) ^ set(wanted_dp))
+        raise CheckpointError(
+            f"checkpoint {path} has data_parallel tables {saved_dp or 'none'}, this job "
+            f"{wanted_dp or 'none'}: a table cannot move between data_parallel and a sharded "
+            f"type on resume ({', '.join(moved[:3])}); keep those tables data_parallel or not, "
+            "e.g. with +sharding.per_table_sharding_type.<table>=..."
+        )
+    optimizer.init_state()  # materialize every optimizer state tensor for DCP to fill
+    optim_state = optimizer.state_dict()
+    state = _state(model, optim_state)
+    try:
+        dcp.load(state, storage_reader=SafeFileSystemReader(str(path)))
+    except (Exception, CheckpointException) as err:  # CheckpointException is a BaseException
+        lines = [line for line in str(err).strip().splitlines() if line.strip()]
+        first = lines[-1][:300] if lines else type(err).__name__
+        raise CheckpointError(f"checkpoint {path} cannot be read: {first}") from None
+    model.load_state_dict(state["model"])
+    optimizer.load_state_dict(optim_state)  # its "state" is what DCP just filled in
+    return trainer_state

@@ -1,0 +1,50 @@
+"""Running batches through TorchRec's pipeline: draining it, and evaluating a split.
+
+TorchRec's pipeline keeps up to two batches in flight, so each phase gets its own iterator and
+the pipeline is drained (``StopIteration``) before switching phases, as in TorchRec's DLRM
+example; no training batch is ever evaluated and vice versa.
+"""
+
+from collections.abc import Iterable, Iterator
+
+import torch
+from torchrec.datasets.utils import Batch
+from torchrec.distributed import TrainPipelineSparseDist
+
+from dlrm_exp.loop.metrics import ClickMetrics
+
+#: The metrics a validation or test pass reports (besides ``samples``).
+QUALITY = ("auroc", "logloss", "ne")
+
+
+def drain(pipeline: TrainPipelineSparseDist, batches: Iterator[Batch]) -> Iterator[tuple]:
+    """Run ``pipeline.progress`` until the iterator and the pipeline are empty, yielding each
+    step's output ``(loss, logits (B,), labels (B,))``."""
+    while True:
+        try:
+            yield pipeline.progress(batches)
+        except StopIteration:
+            return
+
+
+def evaluate(
+    pipeline: TrainPipelineSparseDist,
+    model: torch.nn.Module,
+    batches: Iterable[Batch],
+    device: torch.device,
+) -> dict[str, float]:
+    """AUROC, log loss, NE and the sample count of ``model`` over ``batches`` (all ranks: a
+    collective), in eval mode and without gradients; ``model`` is the pipeline's model and is
+    back in train mode afterwards."""
+    model.eval()
+    metrics = ClickMetrics(device)
+    with torch.no_grad():
+        for _loss, logits, labels in drain(pipeline, iter(batches)):
+            metrics.update(logits, labels)
+    model.train()
+    return metrics.compute()
+
+
+def quality(metrics: dict[str, float]) -> dict[str, float]:
+    """The :data:`QUALITY` entries of an evaluation (for TensorBoard)."""
+    return {k: metrics[k] for k in QUALITY}

@@ -1,0 +1,291 @@
+"""The training loop: ``TrainPipelineSparseDist`` over the train split, validation every
+``train.val_every_n_steps`` and at the end, test at the end.
+
+The loop's own state (step, samples seen, validation history, last loss, skipped steps) is one
+object, :class:`TrainerState`, which checkpoints save next to the model and optimizer and
+resume restores. Training runs in segments that end at validation and checkpoint steps, where
+the pipeline is drained (no batch in flight), see :mod:`dlrm_exp.loop.evaluate`.
+"""
+
+import itertools
+import logging
+import math
+import sys
+import time
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import torch
+from torchrec.datasets.utils import Batch
+from torchrec.distributed import TrainPipelineSparseDist
+from tqdm import tqdm
+
+from dlrm_exp.config import OnNonFinite, TrainConfig
+from dlrm_exp.distributed.comm_stats import CollectiveBytes
+from dlrm_exp.errors import UserError
+from dlrm_exp.loop.evaluate import drain, evaluate, quality
+from dlrm_exp.loop.metrics import Throughput
+from dlrm_exp.record.tracking import Tracker
+
+log = logging.getLogger(__name__)
+
+#: A split's batches on this rank, in order: called once per epoch / evaluation.
+BatchSource = Callable[[], Iterable[Batch]]
+
+
+class NonFiniteLossError(UserError):
+    """A training step produced a NaN or infinite loss."""
+
+
+class Trainable(Protocol):
+    """What the loop trains (``dlrm_exp.build.experiment.Experiment`` is one)."""
+
+    model: torch.nn.Module
+    pipeline: TrainPipelineSparseDist
+
+    def learning_rate(self) -> float:
+        """The dense optimizer's learning rate now, as applied."""
+        ...
+
+
+@dataclass
+class BatchSources:
+    """The three splits' batch sources."""
+
+    train: BatchSource
+    val: BatchSource
+    test: BatchSource
+
+
+@dataclass
+class TrainerState:
+    """The loop's state: what a checkpoint saves besides the model and the optimizers.
+
+    Attributes:
+        step: optimizer steps taken (the data position: batches are a function of the step).
+        samples: samples trained on, all ranks.
+        val_history: metrics of every validation, with its ``step``.
+        final_train_loss: the last logged finite training loss.
+        skipped_steps: steps whose batch was skipped for a non-finite loss.
+    """
+
+    step: int = 0
+    samples: int = 0
+    val_history: list[dict[str, float]] = field(default_factory=list)
+    final_train_loss: float | None = None
+    skipped_steps: list[int] = field(default_factory=list)
+
+    def state_dict(self) -> dict[str, Any]:
+        """The JSON-able state a checkpoint stores (its ``step`` is the checkpoint's own)."""
+        return {
+            "samples": self.samples,
+            "val_history": list(self.val_history),
+            "final_train_loss": self.final_train_loss,
+            "skipped_steps": list(self.skipped_steps),
+        }
+
+    @classmethod
+    def from_checkpoint(cls, saved: dict[str, Any], step: int) -> "TrainerState":
+        """The state of a checkpoint's ``trainer_state.json``, continuing at ``step`` (this
+        job's step at the checkpoint's data position)."""
+        return cls(
+            step=step,
+            samples=int(saved["samples"]),
+            val_history=list(saved["val_history"]),
+            final_train_loss=saved.get("final_train_loss"),
+            skipped_steps=list(saved.get("skipped_steps", [])),
+        )
+
+
+@dataclass
+class FitResult:
+    """What training measured.
+
+    Attributes:
+        state: the loop's state after the last step (steps, samples, history, last loss,
+            skipped steps).
+        samples_per_sec: steady-state global samples/s (warm-up steps and evaluation excluded),
+            None if no step followed the warm-up.
+        train_seconds: wall seconds inside counted training steps.
+        val: final validation metrics (auroc, logloss, ne, samples).
+        test: test metrics.
+        step_seconds: wall seconds of each training step after the throughput warm-up (from
+            one step's output to the next; on CUDA after a synchronize).
+    """
+
+    state: TrainerState
+    samples_per_sec: float | None
+    train_seconds: float
+    val: dict[str, float]
+    test: dict[str, float]
+    step_seconds: list[float] = field(default_factory=list)
+
+
+#: Called as ``checkpoint(step, state)`` with the pipeline drained.
+CheckpointHook = Callable[[int, TrainerState], None]
+
+
+class Trainer:
+    """Trains ``experiment`` for ``cfg.epochs`` epochs (or ``cfg.max_steps`` steps).
+
+    Args:
+        experiment: the sharded model and its pipeline (:class:`Trainable`).
+        cfg: the ``train`` settings.
+        samples_per_step: global samples of each step of one epoch (its length is the number
+            of steps per epoch; the last may be a smaller remainder).
+        device: this rank's compute device.
+        tracker: TensorBoard scalars (a no-op on ranks other than 0).
+        show_progress: draw a tqdm bar (when stderr is a terminal).
+        comm: if given, counts collective bytes during training steps only (not evaluation).
+        checkpoint: called every ``cfg.checkpoint_every_n_steps`` steps and after the last.
+    """
+
+    def __init__(
+        self,
+        experiment: Trainable,
+        cfg: TrainConfig,
+        samples_per_step: list[int],
+        device: torch.device,
+        tracker: Tracker,
+        show_progress: bool = False,
+        comm: CollectiveBytes | None = None,
+        checkpoint: CheckpointHook | None = None,
+    ) -> None:
+        self.experiment = experiment
+        self.cfg = cfg
+        self.samples_per_step = samples_per_step
+        self.device = device
+        self.tracker = tracker
+        self.show_progress = show_progress
+        self.comm = comm
+        self.checkpoint = checkpoint
+        total = len(samples_per_step) * cfg.epochs
+        self.total_steps = total if cfg.max_steps is None else min(total, cfg.max_steps)
+        self.warmup_steps = min(cfg.throughput_warmup_steps, self.total_steps // 2)
+        self.throughput = Throughput(warmup_steps=self.warmup_steps)
+        self.step_seconds: list[float] = []
+
+    def fit(self, sources: BatchSources, state: TrainerState | None = None) -> FitResult:
+        """Train from ``state`` (a resumed checkpoint's; its batches are skipped) or from the
+        start, validate as configured, then evaluate the validation and test splits.
+
+        Raises:
+            NonFiniteLossError: a training step's loss is NaN or infinite and
+                ``train.on_nonfinite`` is ``stop`` (the run stops there; checkpoints written
+                before stay). With ``skip`` the step is counted in ``skipped_steps`` instead.
+        """
+        state = state or TrainerState()
+        epochs = itertools.chain.from_iterable(sources.train() for _ in range(self.cfg.epochs))
+        train_iter = itertools.islice(epochs, state.step, self.total_steps)
+        bar = self._progress_bar(state.step)
+        self.experiment.model.train()
+        while state.step < self.total_steps:
+            segment = _next_boundary(state.step, self.total_steps, self._intervals()) - state.step
+            self._train_segment(itertools.islice(train_iter, segment), state, bar)
+            self._after_segment(sources, state)
+        bar.close()
+        val = self._evaluate(sources.val)
+        state.val_history.append({"step": float(state.step), **val})
+        self.tracker.scalars("val", quality(val), state.step)
+        test = self._evaluate(sources.test)
+        return FitResult(
+            state=state,
+            samples_per_sec=self.throughput.samples_per_sec,
+            train_seconds=self.throughput.seconds,
+            val=val,
+            test=test,
+            step_seconds=self.step_seconds,
+        )
+
+    def _intervals(self) -> tuple[int | None, ...]:
+        return (self.cfg.val_every_n_steps, self.cfg.checkpoint_every_n_steps)
+
+    def _progress_bar(self, first: int) -> tqdm:
+        bar = tqdm(
+            total=self.total_steps,
+            desc="train",
+            unit="step",
+            disable=not (self.show_progress and sys.stderr.isatty()),
+            file=sys.stderr,
+        )
+        bar.update(first)
+        return bar
+
+    def _train_segment(self, batches: Iterator[Batch], state: TrainerState, bar: tqdm) -> None:
+        """Train on ``batches`` until they and the pipeline are exhausted."""
+        self.throughput.resume()
+        if self.comm is not None:
+            self.comm.active = True
+        last = time.perf_counter()
+        for loss, _logits, _labels in drain(self.experiment.pipeline, batches):
+            if self.device.type == "cuda":
+                torch.cuda.synchronize(self.device)
+            now = time.perf_counter()
+            if state.step >= self.warmup_steps:
+                self.step_seconds.append(now - last)
+            last = now
+            step_samples = self.samples_per_step[state.step % len(self.samples_per_step)]
+            state.step += 1
+            state.samples += step_samples
+            step_loss = float(loss)
+            self._check_finite(step_loss, state)
+            self.throughput.step(step_samples)
+            bar.update(1)
+            self._log_step(step_loss, state, bar)
+        if self.comm is not None:
+            self.comm.active = False
+
+    def _check_finite(self, step_loss: float, state: TrainerState) -> None:
+        """Apply ``train.on_nonfinite`` to a NaN or infinite loss."""
+        if math.isfinite(step_loss):
+            return
+        if self.cfg.on_nonfinite is OnNonFinite.skip:
+            state.skipped_steps.append(state.step)
+            log.warning(
+                "step %d: non-finite loss, batch skipped (%d so far)",
+                state.step,
+                len(state.skipped_steps),
+            )
+            self.tracker.scalar("train/skipped_steps", len(state.skipped_steps), state.step)
+            return
+        raise NonFiniteLossError(
+            f"training loss is {step_loss} at step {state.step}: lower the learning rates "
+            "(optimizer.learning_rate / optimizer.dense_learning_rate) or check the "
+            "input data (train.on_nonfinite=skip skips such batches); checkpoints "
+            "written before this step are intact"
+        )
+
+    def _log_step(self, step_loss: float, state: TrainerState, bar: tqdm) -> None:
+        """Scalars every ``log_every_n_steps`` steps and at the last step (finite losses)."""
+        step = state.step
+        due = step % self.cfg.log_every_n_steps == 0 or step == self.total_steps
+        if not due or not math.isfinite(step_loss):
+            return
+        state.final_train_loss = step_loss
+        self.tracker.scalar("train/loss", step_loss, step)
+        self.tracker.scalar("train/samples_per_sec", self.throughput.samples_per_sec, step)
+        self.tracker.scalar("lr", self.experiment.learning_rate(), step)
+        bar.set_postfix(loss=f"{step_loss:.4f}")
+
+    def _after_segment(self, sources: BatchSources, state: TrainerState) -> None:
+        """Validate and checkpoint where the segment ended at their interval."""
+        step, every_val = state.step, self.cfg.val_every_n_steps
+        if step < self.total_steps and every_val and step % every_val == 0:
+            state.val_history.append({"step": float(step), **self._evaluate(sources.val)})
+            self.tracker.scalars("val", quality(state.val_history[-1]), step)
+        every = self.cfg.checkpoint_every_n_steps
+        due = every and (step % every == 0 or step == self.total_steps)
+        if self.checkpoint is not None and due:
+            self.checkpoint(step, state)
+
+    def _evaluate(self, source: BatchSource) -> dict[str, float]:
+        experiment = self.experiment
+        return evaluate(experiment.pipeline, experiment.model, source(), self.device)
+
+
+def _next_boundary(step: int, total: int, intervals: tuple[int | None, ...]) -> int:
+    """The next step after ``step`` that ends a training segment: a multiple of any interval
+    (validation, checkpoint), or ``total``. A function of the step alone, so a resumed run
+    drains the pipeline at the same steps as an uninterrupted one."""
+    return min([total] + [(step // n + 1) * n for n in intervals if n])

@@ -1,0 +1,30 @@
+"""Modes room: one module per ``mode=`` value, each a short list of build -> loop -> record
+calls with a ``run(cfg, job) -> ModeResult`` function (``job``: :class:`~dlrm_exp.modes.job.Job`).
+
+Owns: ``train``, ``verify``, ``plan``, ``preprocess``, and the registry below that the entry
+point dispatches through. May import: every room below it (build, planning, loop,
+distributed, data, record, config, util); not the entry point (:mod:`dlrm_exp.cli`) or
+:mod:`dlrm_exp.bench`.
+"""
+
+import importlib
+
+from dlrm_exp.config import Config, Mode
+from dlrm_exp.modes.job import Job, ModeResult
+
+#: The module that runs each mode, imported only when its mode is asked for (a mistyped config
+#: then fails before TorchRec is loaded).
+MODES: dict[Mode, str] = {
+    Mode.train: "dlrm_exp.modes.train",
+    Mode.verify: "dlrm_exp.modes.verify",
+    Mode.plan: "dlrm_exp.modes.plan",
+    Mode.preprocess: "dlrm_exp.modes.preprocess",
+}
+
+
+def run_mode(cfg: Config, job: Job) -> ModeResult:
+    """Run ``cfg.mode`` through its module's ``run(cfg, job)``."""
+    return importlib.import_module(MODES[cfg.mode]).run(cfg, job)
+
+
+__all__ = ["MODES", "Job", "ModeResult", "run_mode"]

@@ -1,0 +1,35 @@
+"""What every mode receives and returns."""
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+
+@dataclass(frozen=True)
+class Job:
+    """Where a mode's run writes, and what Hydra chose for it.
+
+    Attributes:
+        run_dir: the Hydra run folder (``metrics.json``, plan files, checkpoints, logs).
+        choices: each config group's chosen option (``{"sharding": "rowwise", ...}``).
+        tensorboard_dir: where TensorBoard events go (None: ``run_dir``); in a sweep, a folder
+            named after the swept overrides so TensorBoard names runs by them.
+    """
+
+    run_dir: Path
+    choices: Mapping[str, str] = field(default_factory=dict)
+    tensorboard_dir: Path | None = None
+
+
+@dataclass(frozen=True)
+class ModeResult:
+    """What a mode hands back to the entry point.
+
+    Attributes:
+        summary: the lines to print (None on ranks other than 0).
+        value: what the Hydra task returns, for sweepers (train: final val AUROC; verify: the
+            largest relative loss deviation; others: None).
+    """
+
+    summary: str | None = None
+    value: float | None = None

@@ -1,0 +1,119 @@
+"""``mode=plan``: shard a model for hardware that is not here, with TorchRec's planner.
+
+``EmbeddingShardingPlanner.plan()`` needs no process group and takes a ``Topology`` of any
+size, so ``python -m dlrm_exp mode=plan hardware=a100_40gb_x8 hardware.nnodes=2 model=...``
+plans for 16 A100s on a laptop: the model is built on the meta device (nothing materialized),
+the plan goes to ``plan.txt`` / ``plan.json``, and the summary prints per table the sharding
+type, compute kernel and ranks; per rank the planner's HBM and DDR use against capacity and its
+perf estimates (forward/backward compute and communication, ms per step); the total embedding
+storage (:mod:`dlrm_exp.planning.storage`, the numbers train mode's insufficient-memory error uses);
+and the imbalance between ranks (max / mean). A plan that cannot fit raises the same
+``InsufficientMemoryError`` as train mode.
+"""
+
+from pathlib import Path
+from typing import Any
+
+from dlrm_exp.build.experiment import build_module
+from dlrm_exp.config import Config
+from dlrm_exp.modes.job import Job, ModeResult
+from dlrm_exp.planning.estimates import imbalance
+from dlrm_exp.planning.job import plan_job
+from dlrm_exp.planning.plan_record import plan_record, plan_text
+from dlrm_exp.planning.storage import GIB
+from dlrm_exp.planning.tables import table_configs
+from dlrm_exp.planning.topology import memory_capacity
+from dlrm_exp.util.files import write_json_atomic, write_text_atomic
+
+
+def run_plan(cfg: Config, run_dir: Path) -> dict[str, Any]:
+    """Plan ``cfg`` for ``cfg.hardware`` (any size, no process group); write ``plan.txt`` and
+    ``plan.json`` (with the estimates) into ``run_dir`` and return that record.
+
+    Raises:
+        InsufficientMemoryError: the tables cannot fit; the message has needed vs offered GiB.
+        PlanError / ConfigError: the planner found no placement for the constraints, or the
+            plan cannot run with the configured qcomms.
+    """
+    run_dir.mkdir(parents=True, exist_ok=True)
+    hw = cfg.hardware
+    result = plan_job(cfg, build_module(cfg))
+    ctx = result.context
+    record = plan_record(result.plan, table_configs(cfg.model), ctx.world_size)
+    capacity = result.capacity or memory_capacity(hw, ctx.local_world_size)
+    storage, estimates = result.storage, result.estimates
+    record["hardware"] = {
+        "world_size": ctx.world_size,
+        "local_world_size": ctx.local_world_size,
+        "nnodes": hw.nnodes,
+        "compute_device": hw.compute_device.value,
+        "hbm_cap_gib_per_rank": (capacity.hbm_bytes or 0) / GIB,
+        "ddr_cap_gib_per_rank": capacity.ddr_bytes / GIB,
+    }
+    record["storage"] = {
+        "embedding_weights_gib": storage.weight_bytes / GIB,
+        "optimizer_state_gib": storage.optimizer_bytes / GIB,
+        "total_gib": storage.total_bytes / GIB,
+    }
+    record["estimates_per_rank"] = [{**vars(e), "total_ms": e.total_ms} for e in estimates]
+    if estimates:
+        record["imbalance"] = {
+            "hbm": imbalance([e.hbm_bytes for e in estimates]),
+            "ddr": imbalance([e.ddr_bytes for e in estimates]),
+            "perf": imbalance([e.total_ms for e in estimates]),
+        }
+    write_text_atomic(run_dir / "plan.txt", plan_text(result.plan) + "\n")
+    write_json_atomic(run_dir / "plan.json", record)
+    return record
+
+
+def run(cfg: Config, job: Job) -> ModeResult:
+    """``mode=plan``: plan, write the plan files, and summarise."""
+    record = run_plan(cfg, job.run_dir)
+    return ModeResult(summary=summary(record, job.run_dir))
+
+
+def summary(record: dict[str, Any], run_dir: Path) -> str:
+    """The lines ``mode=plan`` prints: tables, ranks against capacity, totals, imbalance."""
+    hw, storage = record["hardware"], record["storage"]
+    lines = [
+        f"plan for {hw['world_size']} x {hw['compute_device']} rank(s) on {hw['nnodes']} host(s), "
+        f"{hw['hbm_cap_gib_per_rank']:.0f} GiB HBM + {hw['ddr_cap_gib_per_rank']:.0f} GiB DDR each",
+        f"{'table':<12} {'rows':>12} {'sharding type':<18} {'kernel':<18} ranks",
+    ]
+    for name, t in record["tables"].items():
+        ranks = t["ranks"]
+        shown = ranks if len(ranks) <= 8 else f"{ranks[0]}..{ranks[-1]} ({len(ranks)})"
+        lines.append(
+            f"{name:<12} {t['num_embeddings']:>12,} {t['sharding_type']:<18} "
+            f"{t['compute_kernel']:<18} {shown}"
+        )
+    lines.append(
+        f"{'rank':>4} {'HBM GiB':>9} {'DDR GiB':>9} {'fwd comp':>9} {'fwd comm':>9} "
+        f"{'bwd comp':>9} {'bwd comm':>9} {'total ms':>9}"
+    )
+    estimates = record["estimates_per_rank"]
+    if not estimates:  # sharding=from_file: the plan was read, not estimated
+        lines.pop()
+    for rank, e in enumerate(estimates):
+        lines.append(
+            f"{rank:>4} {e['hbm_bytes'] / GIB:>9.2f} {e['ddr_bytes'] / GIB:>9.2f} "
+            f"{e['fwd_compute_ms']:>9.3f} {e['fwd_comms_ms']:>9.3f} {e['bwd_compute_ms']:>9.3f} "
+            f"{e['bwd_comms_ms']:>9.3f} {e['total_ms']:>9.3f}"
+        )
+    if estimates:
+        used_hbm = max(e["hbm_bytes"] for e in estimates) / GIB
+        ratio = record["imbalance"]
+        lines += [
+            f"largest rank: {used_hbm:.2f} of {hw['hbm_cap_gib_per_rank']:.2f} GiB HBM "
+            "(planner estimate: tables, optimizer state, kernel buffers)",
+            f"imbalance (max / mean over ranks): HBM {ratio['hbm']:.2f}, DDR "
+            f"{ratio['ddr']:.2f}, perf {ratio['perf']:.2f}",
+        ]
+    lines += [
+        f"total embedding storage: {storage['embedding_weights_gib']:.2f} GiB fp32 weights + "
+        f"{storage['optimizer_state_gib']:.2f} GiB optimizer state = "
+        f"{storage['total_gib']:.2f} GiB",
+        f"plan files: {run_dir / 'plan.txt'}, {run_dir / 'plan.json'}",
+    ]
+    return "\n".join(lines)

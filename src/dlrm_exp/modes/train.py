@@ -1,0 +1,305 @@
+"""``mode=train``: data -> sharded model -> training loop -> run folder.
+
+Writes, on rank 0, into the Hydra run folder: ``plan.txt`` (TorchRec's table of the sharding
+plan) and ``plan.json``, TensorBoard events (scalars + HParams) and ``metrics.json`` (a
+:class:`~dlrm_exp.record.run_record.RunMetrics`), written last and atomically, so a crash never
+leaves a partial one.
+
+With ``hardware.nproc_per_node > 1`` the parent process checks what it can before any worker
+exists (data paths, the plan on the meta device), then starts the workers with torch's elastic
+launcher; under torchrun the process is already a worker and trains directly.
+"""
+
+import itertools
+import logging
+import math
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.distributed as dist
+from torch.distributed.elastic.multiprocessing.errors import record
+from torchrec.distributed.types import ShardingPlan
+
+from dlrm_exp.build.experiment import Experiment, build_module
+from dlrm_exp.config import Config
+from dlrm_exp.data import DataSplits, per_rank_sizes
+from dlrm_exp.data.criteo_tsv import resolve_paths
+from dlrm_exp.distributed.comm_stats import CollectiveBytes
+from dlrm_exp.distributed.launch import (
+    DistContext,
+    check_devices,
+    env_rank,
+    init_worker,
+    launch_workers,
+    needs_launch,
+    process_group,
+)
+from dlrm_exp.loop.checkpoint import (
+    CheckpointLayout,
+    load_checkpoint,
+    resolve_resume,
+    resume_step,
+    save_checkpoint,
+)
+from dlrm_exp.loop.metrics import peak_memory_gib, rank_memory_gib, step_time_ms
+from dlrm_exp.loop.trainer import BatchSources, FitResult, Trainer, TrainerState
+from dlrm_exp.modes.job import Job, ModeResult
+from dlrm_exp.modes.setup import prepare, rank_batches
+from dlrm_exp.planning.job import plan_job
+from dlrm_exp.planning.plan_record import plan_record, plan_text
+from dlrm_exp.planning.tables import table_configs, table_shapes
+from dlrm_exp.record.run_record import RunMetrics
+from dlrm_exp.record.tracking import Tracker, run_hparams
+from dlrm_exp.util.files import check_writable, write_json_atomic, write_text_atomic
+
+log = logging.getLogger(__name__)
+
+
+def run(cfg: Config, job: Job) -> ModeResult:
+    """``mode=train``: train, and on rank 0 summarise; the task's value is the val AUROC."""
+    metrics = run_train(cfg, job.run_dir, job.choices, job.tensorboard_dir)
+    lines = None
+    if env_rank() == 0:
+        logdir = str(job.tensorboard_dir.parent) if job.tensorboard_dir else "outputs"
+        lines = summary(metrics, job.run_dir, logdir)
+    return ModeResult(summary=lines, value=metrics.val["auroc"])
+
+
+def run_train(
+    cfg: Config,
+    run_dir: Path,
+    choices: Mapping[str, str],
+    tensorboard_dir: Path | None = None,
+) -> RunMetrics:
+    """Train as configured and return the run's record (written as ``metrics.json`` on rank
+    0). TensorBoard events go to ``tensorboard_dir`` (default: ``run_dir``).
+
+    Raises:
+        DataError, InsufficientMemoryError, ConfigError: user-fixable problems, before
+            training starts.
+        WorkerFailedError: a worker process failed or was killed.
+    """
+    check_devices(cfg.hardware)
+    check_writable(run_dir)
+    job = Job(run_dir, dict(choices), tensorboard_dir)
+    if not needs_launch(cfg.hardware):
+        return train_worker(cfg, job)
+    return launch_workers(_spawned_worker, (cfg, job, preflight(cfg)), cfg.hardware)
+
+
+def preflight(cfg: Config) -> ShardingPlan:
+    """What the parent can check before starting workers: data paths and the sharding plan
+    (on the meta device, for the whole job, exactly as ``mode=plan`` plans it). Returns the
+    plan, which the workers then use."""
+    for key, paths in cfg.data.input_paths().items():
+        resolve_paths(paths, key)
+    return plan_job(cfg, build_module(cfg)).plan
+
+
+@record
+def _spawned_worker(cfg: Config, job: Job, plan: ShardingPlan) -> RunMetrics:
+    """Entry point of a worker started by :func:`launch_workers` (a fresh interpreter)."""
+    init_worker(job.run_dir / "dlrm_exp.log")
+    return train_worker(cfg, job, plan)
+
+
+@dataclass(frozen=True)
+class _Run:
+    """One rank's built run: what the steps below share."""
+
+    cfg: Config
+    job: Job
+    ctx: DistContext
+    splits: DataSplits
+    experiment: Experiment
+    plan_data: dict[str, Any]
+
+
+def train_worker(cfg: Config, job: Job, plan: ShardingPlan | None = None) -> RunMetrics:
+    """Train on this rank (joining or creating the process group); rank 0 writes the run
+    folder. Every rank returns the run's record (rank 0's is the one written)."""
+    started = time.perf_counter()
+    with process_group(cfg.hardware) as ctx:
+        splits, experiment = prepare(cfg, ctx, plan)
+        plan_data = plan_record(experiment.plan, table_configs(cfg.model), ctx.world_size)
+        run = _Run(cfg, job, ctx, splits, experiment, plan_data)
+        if ctx.is_main:
+            write_text_atomic(job.run_dir / "plan.txt", plan_text(experiment.plan) + "\n")
+            write_json_atomic(job.run_dir / "plan.json", plan_data)
+        sizes = per_rank_sizes(len(splits.train), cfg.train.batch_size, ctx.world_size)
+        samples_per_step = [s * ctx.world_size for s in sizes]
+        layout = _layout(run)
+        tracker = Tracker(job.tensorboard_dir or job.run_dir, enabled=ctx.is_main)
+        comm = CollectiveBytes()
+        try:
+            trainer = Trainer(
+                experiment,
+                cfg.train,
+                samples_per_step,
+                ctx.device,
+                tracker,
+                show_progress=ctx.is_main and cfg.train.progress_bar,
+                comm=comm,
+                checkpoint=lambda step, state: _save(run, layout, step, state),
+            )
+            start = _resume(run, layout, samples_per_step)
+            with comm.installed():
+                result = trainer.fit(_batch_sources(run), start)
+            metrics = _run_metrics(run, result, comm, time.perf_counter() - started)
+            tracker.hparams(
+                run_hparams(cfg, job.choices, ctx.world_size),
+                _final_scalars(metrics),
+                metrics.steps,
+            )
+        finally:
+            tracker.close()
+        if ctx.is_main:
+            metrics.write(job.run_dir / "metrics.json")
+    return metrics
+
+
+def _batch_sources(run: _Run) -> BatchSources:
+    """Each split's batches on this rank; the training split is reshuffled per epoch when the
+    data option shuffles batches (epochs are counted from the first call, resume included)."""
+    cfg, ctx, splits = run.cfg, run.ctx, run.splits
+    epochs = itertools.count()
+    shuffle = cfg.data.shuffles_batches()
+
+    def train() -> Any:
+        seed = (cfg.seed, next(epochs)) if shuffle else None
+        return rank_batches(cfg, ctx, splits.train, seed)
+
+    return BatchSources(
+        train=train,
+        val=lambda: rank_batches(cfg, ctx, splits.val),
+        test=lambda: rank_batches(cfg, ctx, splits.test),
+    )
+
+
+def _layout(run: _Run) -> CheckpointLayout:
+    """The model layout a checkpoint records and a resume checks."""
+    tables = run.plan_data["tables"]
+    return CheckpointLayout(
+        tables=table_shapes(run.cfg.model),
+        data_parallel_tables=sorted(
+            name for name, t in tables.items() if t["sharding_type"] == "data_parallel"
+        ),
+        world_size=run.ctx.world_size,
+    )
+
+
+def _resume(
+    run: _Run, layout: CheckpointLayout, samples_per_step: list[int]
+) -> TrainerState | None:
+    """Load the checkpoint ``train.resume`` names into the experiment; the loop's state at this
+    job's step of the checkpoint's data position, or None to start fresh."""
+    if not run.cfg.train.resume:
+        return None
+    path = resolve_resume(run.cfg.train.resume, run.job.run_dir)
+    if path is None:
+        log.info("train.resume=auto: no complete checkpoint in %s, starting fresh", run.job.run_dir)
+        return None
+    saved = load_checkpoint(path, run.experiment.model, run.experiment.optimizer, layout)
+    state = TrainerState.from_checkpoint(
+        saved, resume_step(saved, samples_per_step, run.ctx.world_size)
+    )
+    log.info("resumed from %s at step %d", path, state.step)
+    return state
+
+
+def _save(run: _Run, layout: CheckpointLayout, step: int, state: TrainerState) -> None:
+    path = save_checkpoint(
+        run.job.run_dir,
+        step,
+        run.experiment.model,
+        run.experiment.optimizer,
+        {**state.state_dict(), **layout.state_dict()},
+        run.ctx.is_main,
+        run.cfg.train.keep_last_checkpoints,
+    )
+    log.info("checkpoint: %s", path)
+
+
+def _run_metrics(
+    run: _Run, result: FitResult, comm: CollectiveBytes, wall_seconds: float
+) -> RunMetrics:
+    """The run's record. Collective bytes and peak memory are gathered from every rank (a
+    collective: every rank calls it)."""
+    state = result.state
+    per_step = comm.per_step(state.step)
+    phases = ("forward", "backward", "input_dist")
+    totals = torch.tensor([per_step[k] for k in phases])
+    memory: list[Any] = [None] * dist.get_world_size()
+    dist.all_reduce(totals)
+    dist.all_gather_object(memory, rank_memory_gib(run.ctx.device))
+    info = run.splits.info
+    return RunMetrics(
+        val=result.val,
+        test=result.test,
+        samples_per_sec=result.samples_per_sec,
+        steps=state.step,
+        train_samples=state.samples,
+        train_seconds=result.train_seconds,
+        wall_seconds=wall_seconds,
+        peak_memory_gib=peak_memory_gib(),
+        comm_bytes_per_step=dict(zip(phases, totals.tolist(), strict=True)),
+        peak_memory_gib_per_rank=memory,
+        step_time_ms=step_time_ms(result.step_seconds),
+        final_train_loss=state.final_train_loss,
+        skipped_steps=state.skipped_steps,
+        world_size=run.ctx.world_size,
+        embedding_bytes_per_rank=run.plan_data["embedding_bytes_per_rank"],
+        bayes_auroc=info.get("bayes_auroc"),
+        data=info,
+        val_history=state.val_history,
+        choices=dict(run.job.choices),
+    )
+
+
+def _final_scalars(metrics: RunMetrics) -> dict[str, float | None]:
+    """The HParams metrics: final quality, throughput, collective bytes, peak memory."""
+    return {
+        **{f"val/{k}": metrics.val[k] for k in ("auroc", "logloss", "ne")},
+        **{f"test/{k}": metrics.test[k] for k in ("auroc", "logloss", "ne")},
+        "summary/samples_per_sec": metrics.samples_per_sec,
+        "summary/forward_comm_bytes_per_step": metrics.comm_bytes_per_step["forward"],
+        "summary/backward_comm_bytes_per_step": metrics.comm_bytes_per_step["backward"],
+        "summary/peak_memory_gib_max_rank": metrics.peak_rss_gib_max_rank,
+    }
+
+
+def _fmt(value: float | None, spec: str = ".4f") -> str:
+    return (
+        "n/a"
+        if value is None or (isinstance(value, float) and math.isnan(value))
+        else format(value, spec)
+    )
+
+
+def summary(metrics: RunMetrics, run_dir: Path, logdir: str = "outputs") -> str:
+    """The lines printed at the end of a training run."""
+    bayes = metrics.bayes_auroc or {}
+    lines = []
+    for split, m in (("val", metrics.val), ("test", metrics.test)):
+        best = f" (Bayes-optimal {_fmt(bayes[split])})" if split in bayes else ""
+        lines.append(
+            f"{split:<4} AUROC {_fmt(m['auroc'])}{best} | log loss {_fmt(m['logloss'])} | "
+            f"NE {_fmt(m['ne'])} | {int(m['samples']):,} samples"
+        )
+    lines.append(
+        f"train {metrics.steps} steps | {_fmt(metrics.samples_per_sec, ',.0f')} samples/s "
+        f"| peak memory {metrics.peak_memory_gib:.2f} GiB | {metrics.wall_seconds:.1f} s"
+    )
+    read = metrics.data.get("read")
+    if read:
+        lines.append(
+            f"data {read['rows_read']:,} rows read, {read['rows_valid']:,} valid, "
+            f"{read['rows_padded']:,} padded, {read['rows_skipped']:,} skipped"
+        )
+    lines.append(f"run folder: {run_dir}")
+    lines.append(f"compare runs: tensorboard --logdir {logdir}")
+    return "\n".join(lines)

@@ -1,0 +1,43 @@
+"""Planner constraints: what the ``sharding`` group asks of every table."""
+
+from torchrec.distributed.planner import ParameterConstraints
+from torchrec.distributed.types import CacheParams, ShardingType
+from torchrec.modules.embedding_configs import EmbeddingBagConfig
+
+from dlrm_exp.config import ComputeKernel, ShardingConfig, ShardingStrategy
+
+
+def build_constraints(
+    cfg: ShardingConfig,
+    tables: list[EmbeddingBagConfig],
+    offered_types: list[str],
+    pooling_factors: list[int] | None = None,
+) -> dict[str, ParameterConstraints]:
+    """``ParameterConstraints`` for every table: its sharding type and compute kernel (the
+    group's, or its ``per_table_*`` override), and its ids per sample (``pooling_factors``,
+    default 1: one-hot; the multi-hot sizes with ``data=criteo_multihot``) for the planner's
+    cost estimates.
+
+    For ``auto`` the planner may pick any type the sharder offers (``offered_types``) that
+    works with the compute kernel: data_parallel only goes with the dense kernel.
+    ``fused_uvm_caching`` gets ``CacheParams(load_factor=cache_load_factor)``.
+    """
+    constraints = {}
+    for index, table in enumerate(tables):
+        kind, kernel = cfg.table_choice(table.name)
+        if kind is ShardingStrategy.auto:
+            dp = ShardingType.DATA_PARALLEL.value
+            types = [t for t in offered_types if (kernel is ComputeKernel.dense) == (t == dp)]
+        else:
+            types = [kind.value]
+        cache = None
+        if kernel is ComputeKernel.fused_uvm_caching and cfg.cache_load_factor is not None:
+            cache = CacheParams(load_factor=cfg.cache_load_factor)
+        pooling = float(pooling_factors[index]) if pooling_factors else 1.0
+        constraints[table.name] = ParameterConstraints(
+            sharding_types=types,
+            compute_kernels=[kernel.value],
+            cache_params=cache,
+            pooling_factors=[pooling],
+        )
+    return constraints

@@ -1,0 +1,160 @@
+"""Planning one job: the one function both ``mode=plan`` and training call, so both choose the
+same plan for the same config.
+
+``plan_job`` either reads ``sharding.plan_path`` (``sharding=from_file``) or runs TorchRec's
+planner over the meta-device model, and returns a :class:`PlanResult` (the plan with the
+capacity it was planned against and, from the planner, the per-rank estimates).
+"""
+
+from dataclasses import dataclass, field
+
+import torch
+from torchrec.distributed.types import ShardingPlan
+
+from dlrm_exp.config import Config, HardwareConfig, ShardingStrategy
+from dlrm_exp.distributed.launch import DistContext
+from dlrm_exp.distributed.qcomms import check_supported
+from dlrm_exp.distributed.sharder import CpuEmbeddingBagCollectionSharder, job_sharder
+from dlrm_exp.planning.constraints import build_constraints
+from dlrm_exp.planning.estimates import EstimateCollector, RankEstimate, rank_estimates
+from dlrm_exp.planning.plan_file import load_plan
+from dlrm_exp.planning.plan_record import plan_sharding_types
+from dlrm_exp.planning.planner import build_planner, insufficient_memory_message, plan_or_explain
+from dlrm_exp.planning.storage import EmbeddingStorage, embedding_storage
+from dlrm_exp.planning.tables import table_configs
+from dlrm_exp.planning.topology import MemoryCapacity, build_topology, memory_capacity
+
+
+def planning_context(hardware: HardwareConfig, ctx: DistContext | None = None) -> DistContext:
+    """The job as the planner sees it: rank 0 on the meta device, ``world_size`` ranks (the
+    running job's, else ``nproc_per_node x nnodes``) with ``hardware.local_world_size`` ranks
+    per host (null: the running job's ranks per host, else ``nproc_per_node``).
+
+    ``mode=plan``, the training parent's pre-flight and a worker that plans for itself all
+    take their context from here, so the per-rank memory capacity and the Topology agree.
+    """
+    world = ctx.world_size if ctx is not None else hardware.world_size
+    local = ctx.local_world_size if ctx is not None else hardware.nproc_per_node
+    return DistContext(
+        rank=0,
+        world_size=world,
+        local_rank=0,
+        local_world_size=hardware.local_world_size or local,
+        device=torch.device("meta"),
+    )
+
+
+@dataclass(frozen=True)
+class PlanResult:
+    """A job's plan and what it was planned against.
+
+    Attributes:
+        plan: the ``ShardingPlan`` every rank uses.
+        context: the planning context (:func:`planning_context`).
+        storage: the tables' total storage (fp32 weights + sparse optimizer state).
+        capacity: per-rank memory the planner was offered (None for a plan file).
+        estimates: the planner's per-rank storage and perf estimates (empty for a plan file).
+    """
+
+    plan: ShardingPlan
+    context: DistContext
+    storage: EmbeddingStorage
+    capacity: MemoryCapacity | None = None
+    estimates: list[RankEstimate] = field(default_factory=list)
+
+
+def _storage(cfg: Config) -> EmbeddingStorage:
+    return embedding_storage(
+        cfg.model.table_sizes, cfg.model.embedding_dim, cfg.optimizer.sparse_optimizer
+    )
+
+
+def _memory_message(cfg: Config, capacity: MemoryCapacity, world_size: int) -> str:
+    """The insufficient-memory explanation for this job (data_parallel tables counted once
+    per rank)."""
+    dim, opt = cfg.model.embedding_dim, cfg.optimizer.sparse_optimizer
+    tables = table_configs(cfg.model)
+    replicated = [
+        cfg.sharding.table_choice(t.name)[0] is ShardingStrategy.data_parallel for t in tables
+    ]
+    dp_sizes = [t.num_embeddings for t, dp in zip(tables, replicated, strict=True) if dp]
+    return insufficient_memory_message(
+        _storage(cfg),
+        opt,
+        cfg.model.table_sizes,
+        dim,
+        capacity,
+        world_size,
+        "HBM" if capacity.hbm_bytes else "DDR",
+        replicated=embedding_storage(dp_sizes, dim, opt),
+        copies=[world_size if dp else 1 for dp in replicated],
+    )
+
+
+def plan_job(
+    cfg: Config,
+    module: torch.nn.Module,
+    ctx: DistContext | None = None,
+    sharder: CpuEmbeddingBagCollectionSharder | None = None,
+) -> PlanResult:
+    """Shard ``module`` (tables on the meta device) for this job with TorchRec's planner, or
+    take the plan of ``sharding.plan_path`` (``sharding=from_file``).
+
+    Args:
+        cfg: the job's config.
+        module: the unsharded model with its sparse optimizer attached.
+        ctx: the running job's place (None: plan for ``cfg.hardware`` without a process group,
+            as ``mode=plan`` and the training parent do); see :func:`planning_context`.
+        sharder: the job's sharder (default: :func:`job_sharder`).
+
+    Raises:
+        ConfigError: the plan's sharding types cannot run with the configured qcomms on this
+            backend (:data:`dlrm_exp.distributed.qcomms.UNSUPPORTED_ON_GLOO`), or a plan file
+            does not match the job (:func:`dlrm_exp.planning.plan_file.load_plan`).
+        InsufficientMemoryError: the tables do not fit; the message gives needed vs offered
+            GiB and a ``model.num_embeddings_cap`` that fits. Raised before anything is
+            allocated.
+        PlanError: the planner found no placement under the constraints.
+    """
+    target = planning_context(cfg.hardware, ctx)
+    tables = table_configs(cfg.model)
+    backend = cfg.hardware.backend.value
+    if cfg.sharding.sharding_type is ShardingStrategy.from_file:
+        assert cfg.sharding.plan_path is not None  # checked by ShardingConfig
+        plan = load_plan(
+            cfg.sharding.plan_path,
+            tables,
+            target.world_size,
+            target.local_world_size,
+            cfg.hardware.compute_device.value,
+        )
+        check_supported(cfg.qcomms, plan_sharding_types(plan), backend)
+        return PlanResult(plan=plan, context=target, storage=_storage(cfg))
+    capacity = memory_capacity(cfg.hardware, target.local_world_size)
+    topology = build_topology(cfg.hardware, target.world_size, target.local_world_size, capacity)
+    sharder = sharder or job_sharder(cfg.qcomms)
+    offered = sharder.sharding_types(cfg.hardware.compute_device.value)
+    constraints = build_constraints(cfg.sharding, tables, offered, cfg.data.pooling_factors())
+    collector = EstimateCollector()
+    planner = build_planner(topology, constraints, cfg.train.batch_size, [collector])
+    overrides = cfg.sharding.overridden_tables
+    summary = (
+        f"sharding_type={cfg.sharding.sharding_type.value}, "
+        f"compute_kernel={cfg.sharding.compute_kernel.value} on {target.world_size} rank(s)"
+        + (f", per-table overrides for {', '.join(overrides)}" if overrides else "")
+    )
+    plan = plan_or_explain(
+        planner,
+        module,
+        sharder,
+        lambda: _memory_message(cfg, capacity, target.world_size),
+        summary,
+    )
+    check_supported(cfg.qcomms, plan_sharding_types(plan), backend)
+    return PlanResult(
+        plan=plan,
+        context=target,
+        storage=_storage(cfg),
+        capacity=capacity,
+        estimates=rank_estimates(collector.best_plan, target.world_size),
+    )

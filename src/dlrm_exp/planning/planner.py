@@ -1,0 +1,134 @@
+"""The planner call: TorchRec's ``EmbeddingShardingPlanner``, run on one rank and broadcast,
+with its failures turned into one message each."""
+
+import math
+from collections.abc import Callable
+
+import torch
+import torch.distributed as dist
+from torchrec.distributed.embeddingbag import EmbeddingBagCollectionSharder
+from torchrec.distributed.planner import EmbeddingShardingPlanner, ParameterConstraints
+from torchrec.distributed.planner.stats import EmbeddingStats
+from torchrec.distributed.planner.storage_reservations import FixedPercentageStorageReservation
+from torchrec.distributed.planner.types import PlannerError, PlannerErrorType, Stats, Topology
+from torchrec.distributed.types import ShardingPlan
+
+from dlrm_exp.config import SparseOptimizer
+from dlrm_exp.errors import InsufficientMemoryError, PlanError
+from dlrm_exp.planning.storage import GIB, EmbeddingStorage, largest_fitting_cap
+from dlrm_exp.planning.topology import MemoryCapacity
+
+#: Share of each rank's memory the planner keeps free for dense parameters, activations and
+#: input batches (TorchRec's ``FixedPercentageStorageReservation``).
+STORAGE_RESERVATION = 0.15
+
+
+def build_planner(
+    topology: Topology,
+    constraints: dict[str, ParameterConstraints],
+    batch_size: int,
+    stats: list[Stats] | None = None,
+) -> EmbeddingShardingPlanner:
+    """TorchRec's ``EmbeddingShardingPlanner`` with a fixed storage reservation; ``stats``
+    reporters are added to TorchRec's own ``EmbeddingStats``."""
+    return EmbeddingShardingPlanner(
+        topology=topology,
+        batch_size=batch_size,
+        constraints=constraints,
+        storage_reservation=FixedPercentageStorageReservation(STORAGE_RESERVATION),
+        stats=[EmbeddingStats(), *(stats or [])],
+    )
+
+
+def insufficient_memory_message(
+    storage: EmbeddingStorage,
+    optimizer: SparseOptimizer,
+    table_sizes: list[int],
+    embedding_dim: int,
+    capacity: MemoryCapacity,
+    world_size: int,
+    device_kind: str,
+    replicated: EmbeddingStorage | None = None,
+    copies: list[int] | None = None,
+) -> str:
+    """One message with what the tables need, what the hardware offers, and a cap that fits.
+
+    The suggested ``model.num_embeddings_cap`` keeps the tables within 80 % of the usable
+    memory (offered minus the planner's reservation), leaving room for the dense part.
+    """
+    on_hbm = device_kind == "HBM" and bool(capacity.hbm_bytes)
+    per_rank = capacity.hbm_bytes if on_hbm and capacity.hbm_bytes else capacity.ddr_bytes
+    source = capacity.hbm_source if on_hbm else capacity.source
+    offered = per_rank * world_size
+    usable = offered * (1 - STORAGE_RESERVATION)
+    cap = largest_fitting_cap(table_sizes, embedding_dim, optimizer, usable * 0.8, copies)
+    lines: list[str] = [
+        f"Not enough memory for the embedding tables ({len(table_sizes)} tables, "
+        f"{storage.rows:,} rows x embedding_dim {embedding_dim}):",
+        f"  needed:  {storage.weight_bytes / GIB:.2f} GiB fp32 weights + "
+        f"{storage.optimizer_bytes / GIB:.2f} GiB {optimizer.value} state = "
+        f"{storage.total_bytes / GIB:.2f} GiB",
+    ]
+    if replicated is not None and replicated.rows and world_size > 1:
+        lines.append(
+            f"           of which {replicated.total_bytes / GIB:.2f} GiB are data_parallel "
+            f"tables, held whole by each of the {world_size} ranks: "
+            f"{(storage.total_bytes + replicated.total_bytes * (world_size - 1)) / GIB:.2f} GiB "
+            "in all"
+        )
+    lines += [
+        f"  offered: {offered / GIB:.2f} GiB {device_kind} on {world_size} rank(s) "
+        f"({per_rank / GIB:.2f} GiB each, {source}; "
+        f"{STORAGE_RESERVATION:.0%} kept for dense parameters and activations)",
+    ]
+    ranks_needed = math.ceil(storage.total_bytes / (per_rank * (1 - STORAGE_RESERVATION)))
+    more = f"at least {ranks_needed} ranks of {per_rank / GIB:.2f} GiB (hardware.nnodes=...)"
+    if cap is not None:
+        lines.append(
+            f"Fix: cap the tables with model.num_embeddings_cap={cap}, or add ranks / memory: "
+            f"{more}."
+        )
+    else:
+        lines.append(f"Fix: add ranks or memory: {more}; no table cap makes this fit.")
+    return "\n".join(lines)
+
+
+def plan_or_explain(
+    planner: EmbeddingShardingPlanner,
+    module: torch.nn.Module,
+    sharder: EmbeddingBagCollectionSharder,
+    explain_memory: Callable[[], str],
+    constraints_summary: str = "",
+) -> ShardingPlan:
+    """Plan on rank 0 and broadcast the plan, or the planner's error, to every rank.
+
+    The planner is not guaranteed to give the same plan in every process (``auto`` was seen to
+    differ), so one rank decides. Broadcasting the error too means a plan that fails raises on
+    every rank instead of leaving peers waiting for a plan. Without a process group (the
+    parent's pre-flight, ``mode=plan``) it simply plans.
+
+    Raises:
+        InsufficientMemoryError: no placement fits; the message is ``explain_memory()``.
+        PlanError: any other planner failure, with the planner's last reason and
+            ``constraints_summary``.
+    """
+    distributed = dist.is_initialized() and dist.get_world_size() > 1
+    outcome: list[object] = [None]
+    if not distributed or dist.get_rank() == 0:
+        try:
+            outcome[0] = planner.plan(module, [sharder])
+        except PlannerError as err:
+            if err.error_type is PlannerErrorType.INSUFFICIENT_STORAGE:
+                outcome[0] = InsufficientMemoryError(explain_memory())
+            else:
+                reason = [line.strip() for line in str(err).splitlines() if line.strip()][-1]
+                outcome[0] = PlanError(
+                    f"TorchRec's planner found no placement ({err.error_type.value}) for "
+                    f"{constraints_summary}: {reason[:300]}"
+                )
+    if distributed:
+        dist.broadcast_object_list(outcome, src=0)
+    if isinstance(outcome[0], Exception):
+        raise outcome[0]
+    assert isinstance(outcome[0], ShardingPlan)
+    return outcome[0]

@@ -1,0 +1,92 @@
+"""The planner's ``Topology``: ranks, per-rank memory capacity (configured or measured) and
+bandwidths."""
+
+from dataclasses import dataclass
+
+import psutil
+import torch
+from torchrec.distributed.planner.types import HardwareConfig as TorchRecHardwareConfig
+from torchrec.distributed.planner.types import (
+    KernelConfig,
+    Topology,
+    TopologyFactory,
+    TrainerConfig,
+)
+
+from dlrm_exp.config import ComputeDevice, HardwareConfig
+from dlrm_exp.planning.storage import GIB
+
+
+def machine_memory_bytes() -> int:
+    """Total RAM of this machine, bytes (psutil)."""
+    return int(psutil.virtual_memory().total)
+
+
+@dataclass(frozen=True)
+class MemoryCapacity:
+    """Per-rank memory the planner may use, bytes, and where the number came from."""
+
+    ddr_bytes: int
+    hbm_bytes: int | None
+    source: str
+    hbm_source: str = ""
+
+
+def memory_capacity(cfg: HardwareConfig, local_world_size: int) -> MemoryCapacity:
+    """Per-rank DDR (and HBM) capacity: the config's values, else measured on this machine.
+
+    A null ``ddr_cap`` becomes total RAM / ``local_world_size``; a null ``hbm_cap``
+    on CUDA becomes the memory of device 0.
+    """
+    if cfg.ddr_cap is not None:
+        ddr, source = int(cfg.ddr_cap * GIB), "hardware.ddr_cap"
+    else:
+        ddr = machine_memory_bytes() // local_world_size
+        source = (
+            f"measured: {machine_memory_bytes() / GIB:.1f} GiB RAM / {local_world_size} rank(s)"
+        )
+    hbm: int | None = None
+    hbm_source = ""
+    if cfg.compute_device is ComputeDevice.cuda:
+        if cfg.hbm_cap is not None:
+            hbm, hbm_source = int(cfg.hbm_cap * GIB), "hardware.hbm_cap"
+        elif torch.cuda.is_available():
+            hbm = torch.cuda.get_device_properties(0).total_memory
+            hbm_source = f"measured: {torch.cuda.get_device_name(0)}"
+    return MemoryCapacity(ddr_bytes=ddr, hbm_bytes=hbm, source=source, hbm_source=hbm_source)
+
+
+def gbps_to_bytes_per_ms(gbps: float) -> float:
+    """GB/s to the planner's bytes/ms, with TorchRec's convention GB = 1024**3 bytes
+    (``INTRA_NODE_BANDWIDTH = 600 * 1024**3 / 1000`` is its 600 GB/s)."""
+    return gbps * 1024**3 / 1000
+
+
+def build_topology(
+    cfg: HardwareConfig, world_size: int, local_world_size: int, capacity: MemoryCapacity
+) -> Topology:
+    """TorchRec ``Topology`` for ``world_size`` ranks with the given per-rank capacity and the
+    config's bandwidths (GB/s; null keeps TorchRec's 600 GB/s intra-host, 12.5 GB/s
+    inter-host, 897 GB/s HBM)."""
+    bandwidths = any(v is not None for v in (cfg.intra_host_bw, cfg.inter_host_bw, cfg.hbm_mem_bw))
+    hardware = TorchRecHardwareConfig(
+        intra_host_bw=None
+        if cfg.intra_host_bw is None
+        else gbps_to_bytes_per_ms(cfg.intra_host_bw),
+        inter_host_bw=None
+        if cfg.inter_host_bw is None
+        else gbps_to_bytes_per_ms(cfg.inter_host_bw),
+        hbm_mem_bw=None if cfg.hbm_mem_bw is None else gbps_to_bytes_per_ms(cfg.hbm_mem_bw),
+    )
+    return TopologyFactory.create_topology(
+        trainer_config=TrainerConfig(
+            world_size=world_size,
+            local_world_size=local_world_size,
+            ddr_cap_bytes=capacity.ddr_bytes,
+            hbm_cap_bytes=capacity.hbm_bytes,
+        ),
+        hardware_config=hardware,
+        kernel_config=KernelConfig(
+            compute_device=cfg.compute_device.value, use_hardware_based_bandwidth=bandwidths
+        ),
+    )

@@ -1,0 +1,100 @@
+"""The typed record behind ``metrics.json``: written by training, read by sweeps and the report.
+
+A completed run holds every field; a failed job of a sweep holds only ``status: failed``,
+``error`` and ``error_type``. JSON keys equal the field names, in this order.
+"""
+
+from dataclasses import asdict, dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+from dlrm_exp.util.files import write_json_atomic
+
+COMPLETED = "completed"
+FAILED = "failed"
+#: A job folder without ``metrics.json`` (killed before it could write one).
+MISSING = "missing"
+
+
+@dataclass
+class RunMetrics:
+    """Final numbers of one run (``metrics.json``).
+
+    Attributes:
+        status: ``completed`` or ``failed`` (``missing`` when read from a folder without one).
+        val / test: final ``auroc``, ``logloss`` (nats), ``ne`` and ``samples`` of the split.
+        samples_per_sec: steady-state global training throughput, samples/s (warm-up and
+            evaluation excluded); None if no step followed the warm-up.
+        steps: optimizer steps taken.
+        train_samples: samples trained on, all ranks.
+        train_seconds: wall seconds inside counted training steps.
+        wall_seconds: wall seconds of the whole run on rank 0 (data, build, train, evaluate).
+        peak_memory_gib: rank 0's peak resident set, GiB.
+        comm_bytes_per_step: embedding collective bytes per training step, all ranks summed,
+            by ``forward`` / ``backward`` / ``input_dist``.
+        peak_memory_gib_per_rank: per rank ``rss`` (and on CUDA ``cuda_allocated`` /
+            ``cuda_reserved``), GiB.
+        step_time_ms: ``p50`` / ``p90`` / ``mean`` of per-step wall times after warm-up, ms.
+        final_train_loss: mean BCE of the last logged step on rank 0.
+        skipped_steps: steps skipped for a non-finite loss (``train.on_nonfinite=skip``).
+        world_size: ranks in the job.
+        embedding_bytes_per_rank: fp32 table bytes each rank holds under the plan.
+        bayes_auroc: the Bayes-optimal AUROC per split (synthetic data only).
+        data: what the data source reported (row counts, skipped rows, ...).
+        val_history: every validation's metrics with its ``step``.
+        choices: each config group's chosen option.
+        error / error_type: the failure of a failed job.
+    """
+
+    status: str = COMPLETED
+    val: dict[str, float] = field(default_factory=dict)
+    test: dict[str, float] = field(default_factory=dict)
+    samples_per_sec: float | None = None
+    steps: int = 0
+    train_samples: int = 0
+    train_seconds: float = 0.0
+    wall_seconds: float = 0.0
+    peak_memory_gib: float = 0.0
+    comm_bytes_per_step: dict[str, float] = field(default_factory=dict)
+    peak_memory_gib_per_rank: list[dict[str, float]] = field(default_factory=list)
+    step_time_ms: dict[str, float | None] = field(default_factory=dict)
+    final_train_loss: float | None = None
+    skipped_steps: list[int] = field(default_factory=list)
+    world_size: int = 1
+    embedding_bytes_per_rank: list[int] = field(default_factory=list)
+    bayes_auroc: dict[str, float] | None = None
+    data: dict[str, Any] = field(default_factory=dict)
+    val_history: list[dict[str, float]] = field(default_factory=list)
+    choices: dict[str, str] = field(default_factory=dict)
+    error: str | None = None
+    error_type: str | None = None
+
+    @classmethod
+    def failed(cls, error: str, error_type: str) -> "RunMetrics":
+        """The record of a job that failed with ``error`` (an exception of ``error_type``)."""
+        return cls(status=FAILED, error=error, error_type=error_type)
+
+    @property
+    def peak_rss_gib_max_rank(self) -> float | None:
+        """The largest peak resident set over the ranks, GiB."""
+        return max((r["rss"] for r in self.peak_memory_gib_per_rank), default=None)
+
+    def to_json(self) -> dict[str, Any]:
+        """The ``metrics.json`` content: every field of a completed run; ``status``, ``error``
+        and ``error_type`` of a failed one."""
+        if self.status == FAILED:
+            return {"status": self.status, "error": self.error, "error_type": self.error_type}
+        content = asdict(self)
+        del content["error"], content["error_type"]
+        return content
+
+    @classmethod
+    def from_json(cls, content: dict[str, Any]) -> "RunMetrics":
+        """The record of a ``metrics.json`` content; absent keys keep their defaults, unknown
+        keys (from newer versions) are ignored."""
+        known = {f.name for f in fields(cls)}
+        return cls(**{k: v for k, v in content.items() if k in known})
+
+    def write(self, path: Path) -> None:
+        """Write ``metrics.json`` atomically (a crash never leaves a partial file)."""
+        write_json_atomic(path, self.to_json())

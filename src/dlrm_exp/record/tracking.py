@@ -1,0 +1,85 @@
+"""TensorBoard: scalars and one HParams entry per run, written with TensorBoard's own writer."""
+
+import math
+from collections.abc import Mapping
+from pathlib import Path
+
+from torch.utils.tensorboard import SummaryWriter
+from torch.utils.tensorboard.summary import hparams as hparams_summary
+
+from dlrm_exp.config import Config
+
+Scalar = int | float | str | bool
+
+#: The config groups whose choices are HParams.
+GROUPS = ("model", "sharding", "optimizer", "qcomms", "data", "hardware")
+
+
+def run_hparams(cfg: Config, choices: Mapping[str, str], world_size: int) -> dict[str, Scalar]:
+    """The run's HParams: each group's choice and the key fields, as TensorBoard scalars."""
+    q = cfg.qcomms
+    return {
+        **{group: str(choices.get(group, "?")) for group in GROUPS},
+        "embedding_dim": cfg.model.embedding_dim,
+        "num_tables": len(cfg.model.table_sizes),
+        "num_embeddings_cap": cfg.model.num_embeddings_cap or 0,
+        "interaction_type": cfg.model.interaction_type.value,
+        "sharding_type": cfg.sharding.sharding_type.value,
+        "compute_kernel": cfg.sharding.compute_kernel.value,
+        "forward_precision": q.forward_precision.value if q.forward_precision else "fp32",
+        "backward_precision": q.backward_precision.value if q.backward_precision else "fp32",
+        "sparse_optimizer": cfg.optimizer.sparse_optimizer.value,
+        "learning_rate": cfg.optimizer.learning_rate,
+        "dense_learning_rate": cfg.optimizer.dense_learning_rate,
+        "batch_size": cfg.train.batch_size,
+        "world_size": world_size,
+        "seed": cfg.seed,
+    }
+
+
+def _event_file_writer(writer: SummaryWriter) -> object:
+    """The event-file writer behind ``writer``. ``SummaryWriter`` exposes it only as the private
+    ``_get_file_writer()``; its public ``add_hparams`` would write the HParams entry into a new
+    sub-folder (a second TensorBoard run per run), which is what going through the file writer
+    avoids. This adapter is the one place that touches the private method."""
+    return writer._get_file_writer()
+
+
+class Tracker:
+    """TensorBoard event writer for one run folder; a no-op on ranks other than 0.
+
+    Scalars: ``train/loss``, ``train/samples_per_sec``, ``lr``, ``val/*``, ``test/*``.
+    HParams: the group choices and key fields, with the final metrics as HParams metrics.
+    """
+
+    def __init__(self, run_dir: Path | None, enabled: bool) -> None:
+        self.writer: SummaryWriter | None = (
+            SummaryWriter(str(run_dir)) if enabled and run_dir is not None else None
+        )
+
+    def scalar(self, tag: str, value: float | None, step: int) -> None:
+        if self.writer is not None and value is not None and math.isfinite(value):
+            self.writer.add_scalar(tag, value, step)
+
+    def scalars(self, prefix: str, values: Mapping[str, float], step: int) -> None:
+        for key, value in values.items():
+            self.scalar(f"{prefix}/{key}", value, step)
+
+    def hparams(
+        self, hparams: Mapping[str, Scalar], metrics: Mapping[str, float], step: int
+    ) -> None:
+        """Write one HParams entry (TensorBoard's HParams plugin) into this run's event file,
+        with each metric also logged as a scalar of the same tag at ``step``."""
+        if self.writer is None:
+            return
+        finite = {k: v for k, v in metrics.items() if v is not None and math.isfinite(v)}
+        exp, ssi, sei = hparams_summary(dict(hparams), finite)
+        file_writer = _event_file_writer(self.writer)
+        for summary in (exp, ssi, sei):
+            file_writer.add_summary(summary)  # type: ignore[attr-defined]
+        for tag, value in finite.items():
+            self.writer.add_scalar(tag, value, step)
+
+    def close(self) -> None:
+        if self.writer is not None:
+            self.writer.close()

@@ -1,0 +1,65 @@
+"""Atomic file writes: a crash never leaves a half-written JSON or text file."""
+
+import json
+import math
+import os
+import tempfile
+from collections.abc import Mapping
+from enum import Enum
+from pathlib import Path
+from typing import Any
+
+from dlrm_exp.errors import ConfigError
+
+
+def _json_safe(value: Any) -> Any:
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, Enum):
+        return value.value
+    if isinstance(value, Mapping):
+        return {str(k): _json_safe(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_json_safe(v) for v in value]
+    return value
+
+
+def write_json_atomic(path: Path, data: Mapping[str, Any]) -> None:
+    """Write ``data`` as JSON to ``path`` via a temporary file and ``os.replace``, so a crash
+    never leaves a half-written file. Non-finite floats become null."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w") as f:
+            json.dump(_json_safe(data), f, indent=2, sort_keys=False)
+            f.write("\n")
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def write_text_atomic(path: Path, text: str) -> None:
+    """Write ``text`` to ``path`` atomically (temporary file + ``os.replace``)."""
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    with os.fdopen(fd, "w") as f:
+        f.write(text)
+    os.replace(tmp, path)
+
+
+def check_writable(run_dir: Path) -> None:
+    """Fail at start, not after training, when the run folder cannot be written.
+
+    Raises:
+        ConfigError: the folder cannot be created or written (permissions, full disk).
+    """
+    try:
+        run_dir.mkdir(parents=True, exist_ok=True)
+        probe = run_dir / ".write_test"
+        probe.write_bytes(b"0" * 4096)
+        probe.unlink()
+    except OSError as err:
+        raise ConfigError(
+            f"cannot write the run folder {run_dir}: {err.strerror or err} (choose another "
+            "with hydra.run.dir=..., or free space)"
+        ) from None

@@ -1,0 +1,212 @@
+"""data=criteo_npy: the 1TB and Kaggle split rules, agreement with TorchRec's reader, id checks."""
+
+import numpy as np
+import pytest
+import torch
+
+from conftest import run_cli, torchrec_criteo_rows
+from dlrm_exp.config import CriteoNpyDataConfig, NpyDataset, OutOfRange
+from dlrm_exp.data.criteo_npy import KAGGLE_PARTS, load_criteo_npy, split_bounds
+from dlrm_exp.errors import DataError
+
+SIZES = [100] * 26
+
+
+def write_day(folder, day, rows, seed):
+    rng = np.random.default_rng(seed)
+    folder.mkdir(parents=True, exist_ok=True)
+    dense = rng.random((rows, 13), dtype=np.float32)
+    sparse = rng.integers(0, 2**32, size=(rows, 26), dtype=np.int64)
+    labels = rng.integers(0, 2, size=(rows, 1), dtype=np.int32)
+    for kind, array in (("dense", dense), ("sparse", sparse), ("labels", labels)):
+        np.save(folder / f"day_{day}_{kind}.npy", array)
+    return dense, sparse, labels
+
+
+def config(folder, **kw):
+    return CriteoNpyDataConfig(path=str(folder), **kw)
+
+
+def test_1tb_split_matches_torchrec_val_and_test(tmp_path):
+    days = {d: write_day(tmp_path, d, rows, d) for d, rows in ((0, 50), (1, 40), (23, 31))}
+    train, val, test, info = load_criteo_npy(config(tmp_path), SIZES, seed=0)
+    assert info["days"] == [0, 1, 23]
+    assert (len(train), len(val), len(test)) == (90, 16, 15)
+    assert np.array_equal(train.labels.numpy(), np.concatenate([days[0][2], days[1][2]])[:, 0])
+    for stage, split in (("val", val), ("test", test)):
+        dense, labels, values = torchrec_criteo_rows(tmp_path, 23, stage, 4, hashes=SIZES)
+        assert torch.equal(dense, split.dense)
+        assert torch.equal(labels.float(), split.labels)
+        assert torch.equal(values, split.sparse)
+
+
+def test_kaggle_split_in_sevenths():
+    assert split_bounds(70, NpyDataset.criteo_kaggle, 70) == (60, 65)
+    # 45,840,617 Kaggle rows = 7 x 6,548,659 + 4: the first 4 parts get one more row
+    train_end, val_end = split_bounds(45_840_617, NpyDataset.criteo_kaggle, 0)
+    assert train_end == 6 * 6_548_659 + 4 and val_end - train_end == 3_274_330
+    assert KAGGLE_PARTS == 7
+
+
+def test_kaggle_reads_every_day_in_order_and_shuffles_only_train(tmp_path):
+    write_day(tmp_path, 0, 40, 1)
+    write_day(tmp_path, 1, 30, 2)
+    plain = load_criteo_npy(config(tmp_path, dataset=NpyDataset.criteo_kaggle), SIZES, 0)
+    assert [len(s) for s in plain[:3]] == [60, 5, 5]
+    mixed = load_criteo_npy(
+        config(tmp_path, dataset=NpyDataset.criteo_kaggle, shuffle_training_set=True), SIZES, 0
+    )
+    assert not torch.equal(plain[0].dense, mixed[0].dense)
+    assert sorted(plain[0].dense[:, 0].tolist()) == sorted(mixed[0].dense[:, 0].tolist())
+    assert torch.equal(plain[1].dense, mixed[1].dense) and torch.equal(
+        plain[2].dense, mixed[2].dense
+    )
+
+
+def test_mmap_gives_the_same_rows(tmp_path):
+    write_day(tmp_path, 0, 20, 1)
+    write_day(tmp_path, 1, 20, 2)
+    a = load_criteo_npy(config(tmp_path), SIZES, 0)
+    b = load_criteo_npy(config(tmp_path, mmap_mode=True), SIZES, 0)
+    for x, y in zip(a[:3], b[:3], strict=True):
+        assert torch.equal(x.dense, y.dense[:]) and torch.equal(x.sparse, y.sparse[:])
+        assert torch.equal(x.labels, y.labels[:])
+
+
+def test_ids_hashed_or_refused(tmp_path):
+    _, sparse, _ = write_day(tmp_path, 0, 20, 1)
+    write_day(tmp_path, 1, 20, 2)
+    train = load_criteo_npy(config(tmp_path), SIZES, 0)[0]
+    assert torch.equal(train.sparse, torch.from_numpy(sparse % 100))
+    with pytest.raises(DataError, match=r"feature cat_0 has ids in .* table has 100 rows"):
+        load_criteo_npy(config(tmp_path, out_of_range=OutOfRange.error), SIZES, 0)
+    np.save(tmp_path / "day_0_sparse.npy", sparse % 100)
+    np.save(tmp_path / "day_1_sparse.npy", sparse % 100)
+    load_criteo_npy(config(tmp_path, out_of_range=OutOfRange.error), SIZES, 0)
+
+
+def test_bad_folders(tmp_path):
+    with pytest.raises(DataError, match="no such folder"):
+        load_criteo_npy(config(tmp_path / "nope"), SIZES, 0)
+    with pytest.raises(DataError, match="mode=preprocess"):
+        load_criteo_npy(config(tmp_path), SIZES, 0)
+    write_day(tmp_path, 0, 10, 1)
+    with pytest.raises(DataError, match="at least 2 days"):
+        load_criteo_npy(config(tmp_path), SIZES, 0)
+    write_day(tmp_path, 1, 10, 1)
+    (tmp_path / "day_1_labels.npy").unlink()
+    with pytest.raises(DataError, match="day_1_labels.npy is missing"):
+        load_criteo_npy(config(tmp_path), SIZES, 0)
+    np.save(tmp_path / "day_1_labels.npy", np.zeros((9, 1), np.int32))
+    with pytest.raises(DataError, match="disagree on the row count"):
+        load_criteo_npy(config(tmp_path), SIZES, 0)
+    (tmp_path / "day_1_labels.npy").write_bytes(b"not npy")
+    with pytest.raises(DataError, match="not a readable npy file"):
+        load_criteo_npy(config(tmp_path), SIZES, 0)
+
+
+@pytest.mark.slow
+def test_preprocess_then_train_on_three_1tb_days(tmp_path):
+    from dlrm_exp.data.criteo_format import write_criteo_tsv
+
+    for day in (0, 1, 23):
+        write_criteo_tsv(tmp_path / "tsv" / f"day_{day}.gz", 3000, seed=day)
+    pre = run_cli(
+        [
+            "mode=preprocess",
+            "data=criteo_tsv",
+            f"data.path={tmp_path / 'tsv'}",
+            f"preprocess.output_dir={tmp_path / 'npy'}",
+            f"hydra.run.dir={tmp_path / 'r1'}",
+        ]
+    )
+    assert pre.returncode == 0, pre.stderr
+    done = run_cli(
+        [
+            "data=criteo_npy",
+            f"data.path={tmp_path / 'npy'}",
+            "data.mmap_mode=true",  # the days stay mapped files; batches read their rows
+            "train.batch_size=256",
+            f"hydra.run.dir={tmp_path / 'r2'}",
+        ]
+    )
+    assert done.returncode == 0, done.stderr
+    import json
+
+    metrics = json.loads((tmp_path / "r2" / "metrics.json").read_text())
+    assert metrics["data"]["rows"] == {"train": 6000, "val": 1500, "test": 1500}
+    assert metrics["data"]["days"] == [0, 1, 23] and metrics["data"]["mmap_mode"]
+    assert 0 <= metrics["val"]["auroc"] <= 1 and 0 <= metrics["test"]["auroc"] <= 1
+
+
+def test_shuffle_batches_permutes_full_batches_per_epoch_and_keeps_ranks_disjoint(tmp_path):
+    from dlrm_exp.config import feature_names
+    from dlrm_exp.data import iter_batches
+
+    write_day(tmp_path, 0, 1000, 1)
+    write_day(tmp_path, 1, 10, 2)
+    train = load_criteo_npy(config(tmp_path), SIZES, 0)[0]
+    keys = feature_names(26)
+
+    def first_ids(rank, seed):  # each batch's first row's cat_0 id, this rank's steps in order
+        return [
+            b.sparse_features["cat_0"].values()[0].item()
+            for b in iter_batches(train, 64, rank, 2, keys, seed)
+        ]
+
+    plain = [first_ids(r, None) for r in (0, 1)]
+    epoch_0 = [first_ids(r, (0, 0)) for r in (0, 1)]
+    assert len(epoch_0[0]) == 8  # 7 full steps of 2 x 64 rows, then the remainder of 52 rows
+    assert epoch_0[0] != plain[0] and epoch_0[0][-1] == plain[0][-1]  # remainder stays last
+    assert sorted(epoch_0[0]) == sorted(plain[0]) and sorted(epoch_0[1]) == sorted(plain[1])
+    assert epoch_0 == [first_ids(r, (0, 0)) for r in (0, 1)]  # a function of (seed, epoch)
+    assert first_ids(0, (0, 1)) != epoch_0[0]
+    rows = torch.cat([b.dense for b in [train]])  # every row once per epoch across both ranks
+    seen = torch.cat(
+        [b.dense_features for r in (0, 1) for b in iter_batches(train, 64, r, 2, keys, (0, 0))]
+    )
+    assert sorted(seen[:, 0].tolist()) == sorted(rows[:1000, 0].tolist())
+
+
+def test_shuffle_batches_trains_two_epochs(tmp_path):
+    from conftest import compose_cfg
+    from dlrm_exp.modes.train import run_train
+
+    write_day(tmp_path / "npy", 0, 512, 1)
+    write_day(tmp_path / "npy", 1, 128, 2)
+    cfg = compose_cfg(
+        [
+            "data=criteo_npy",
+            f"data.path={tmp_path / 'npy'}",
+            "data.shuffle_batches=true",
+            "train.epochs=2",
+            "train.batch_size=64",
+            "train.progress_bar=false",
+        ]
+    )
+    assert run_train(cfg, tmp_path / "run", {}).steps == 16
+
+
+def test_mmap_days_are_views_and_give_the_in_memory_batches(tmp_path):
+    from dlrm_exp.config import feature_names
+    from dlrm_exp.data import iter_batches
+    from dlrm_exp.data.row_span import RowSpan
+
+    for day, rows in ((0, 50), (1, 40), (23, 31)):
+        write_day(tmp_path, day, rows, day)
+    in_memory = load_criteo_npy(config(tmp_path), SIZES, 0)
+    mapped = load_criteo_npy(config(tmp_path, mmap_mode=True), SIZES, 0)
+    assert isinstance(mapped[0].sparse, RowSpan)
+    assert all(isinstance(part, np.memmap) for part in mapped[0].dense.parts)
+    keys = feature_names(26)
+    for a, b in zip(in_memory[:3], mapped[:3], strict=True):
+        assert len(a) == len(b)
+        for rank in (0, 1):  # 2 x 16 rows per step: step 1 of train crosses from day 0 to 1
+            for x, y in zip(
+                iter_batches(a, 16, rank, 2, keys), iter_batches(b, 16, rank, 2, keys), strict=True
+            ):
+                assert torch.equal(x.dense_features, y.dense_features)
+                assert torch.equal(x.sparse_features.values(), y.sparse_features.values())
+                assert torch.equal(x.labels, y.labels)
+    with pytest.raises(DataError, match="feature cat_0 has ids in"):
+        load_criteo_npy(config(tmp_path, mmap_mode=True, out_of_range=OutOfRange.error), SIZES, 0)

@@ -1,0 +1,208 @@
+"""mode=preprocess: TorchRec's binary layout, read back by TorchRec itself; reports, gzip,
+day names, resumable re-runs."""
+
+import gzip
+import json
+
+import numpy as np
+import pytest
+from torchrec.datasets.criteo import BinaryCriteoUtils
+
+from conftest import run_cli, torchrec_criteo_rows
+from dlrm_exp.config import CategoricalTransform, DenseTransform, PreprocessConfig
+from dlrm_exp.data.criteo_format import criteo_lines, write_criteo_tsv
+from dlrm_exp.data.preprocess.convert import preprocess_files
+from dlrm_exp.data.preprocess.npy_stream import NpyRowWriter
+from dlrm_exp.errors import DataError
+
+SIZES = [1000] * 26
+
+
+def convert(files, out, **options):
+    cfg = PreprocessConfig(output_dir=str(out), num_workers=1, **options)
+    return preprocess_files(files, out, cfg, SIZES, progress=False)
+
+
+def test_torchrec_transform_is_byte_equal_to_tsv_to_npys(tmp_path):
+    tsv = write_criteo_tsv(tmp_path / "train.txt", 500, seed=3)
+    BinaryCriteoUtils.tsv_to_npys(
+        str(tsv), *(str(tmp_path / f"tr_{k}.npy") for k in ("dense", "sparse", "labels"))
+    )
+    convert([tsv], tmp_path / "out", dense_transform=DenseTransform.torchrec)
+    for kind in ("dense", "sparse", "labels"):
+        ours = np.load(tmp_path / "out" / f"day_0_{kind}.npy")
+        theirs = np.load(tmp_path / f"tr_{kind}.npy")
+        assert ours.dtype == theirs.dtype and ours.shape == theirs.shape
+        assert ours.tobytes() == theirs.tobytes(), kind
+    assert not list((tmp_path / "out").glob("*raw*")), "the raw counts file is removed"
+
+
+@pytest.mark.parametrize("mmap_mode", [False, True])
+def test_torchrec_reader_gives_our_rows(tmp_path, mmap_mode):
+    tsv = write_criteo_tsv(tmp_path / "day_0", 700, seed=4, strip_trailing_rate=0.5)
+    convert([tsv], tmp_path / "out")
+    out = tmp_path / "out"
+    dense, labels, values = torchrec_criteo_rows(
+        out, 0, "train", 100, mmap_mode=mmap_mode, hashes=SIZES
+    )
+    dense, labels = dense.numpy(), labels.numpy()
+    expected = [line.split("\t") for line in criteo_lines(700, seed=4, strip_trailing_rate=0.5)]
+    assert labels.tolist() == [int(f[0]) for f in expected]
+    first_dense = [int(f[1] or 0) for f in expected]
+    np.testing.assert_allclose(dense[:, 0], np.log1p(np.maximum(first_dense, 0)), rtol=1e-6)
+    cats = [(f + [""] * 40)[14] for f in expected]
+    assert values[:, 0].tolist() == [int(c or "0", 16) % 1000 for c in cats]
+
+
+def test_report_counts_bad_rows_with_line_numbers(tmp_path):
+    lines = criteo_lines(20, seed=5)
+    lines[3] = "2" + lines[3][1:]
+    lines[7] = lines[7].replace("\t", ",")
+    (tmp_path / "day_5").write_text("\n".join(lines) + "\n")
+    report = convert([tmp_path / "day_5"], tmp_path / "out")
+    day = report["days"][0]
+    assert day["day"] == 5 and day["rows_valid"] == 18
+    assert day["skipped_by_reason"] == {"field_count": 1, "label": 1, "dense": 0, "categorical": 0}
+    assert day["first_bad_lines"] == [
+        f"{tmp_path / 'day_5'}:4 (label)",
+        f"{tmp_path / 'day_5'}:8 (field_count)",
+    ]
+    saved = json.loads((tmp_path / "out" / "preprocess_report.json").read_text())
+    assert saved["rows_skipped"] == 2
+    assert np.load(tmp_path / "out" / "day_5_labels.npy").shape == (18, 1)
+
+
+def test_gzip_with_or_without_suffix_and_day_names(tmp_path):
+    plain = write_criteo_tsv(tmp_path / "in" / "day_2", 50, seed=6)
+    write_criteo_tsv(tmp_path / "in" / "day_10.gz", 60, seed=7)
+    hidden = tmp_path / "in" / "day_3.tsv"
+    hidden.write_bytes(gzip.compress(plain.read_bytes()))
+    report = convert(
+        [tmp_path / "in" / n for n in ("day_10.gz", "day_2", "day_3.tsv")], tmp_path / "o"
+    )
+    assert report["days_converted"] == [2, 3, 10]
+    assert np.load(tmp_path / "o" / "day_10_sparse.npy").shape == (60, 26)
+    a, b = (np.load(tmp_path / "o" / f"day_{d}_dense.npy") for d in (2, 3))
+    assert np.array_equal(a, b)
+
+
+def test_clashing_day_numbers(tmp_path):
+    write_criteo_tsv(tmp_path / "day_1", 5)
+    write_criteo_tsv(tmp_path / "day_1.gz", 5)
+    with pytest.raises(DataError, match="both become day_1"):
+        convert([tmp_path / "day_1", tmp_path / "day_1.gz"], tmp_path / "o")
+
+
+def test_rerun_skips_finished_days_and_redoes_changed_ones(tmp_path):
+    files = [write_criteo_tsv(tmp_path / f"day_{d}", 30, seed=d) for d in range(3)]
+    out = tmp_path / "o"
+    assert convert(files, out)["days_converted"] == [0, 1, 2]
+    (out / "day_1.json").unlink()  # as if killed while writing day 1
+    write_criteo_tsv(files[2], 40, seed=9)  # day 2's input changed
+    again = convert(files, out)
+    assert again["days_skipped_finished"] == [0]
+    assert again["days_converted"] == [1, 2]
+    assert np.load(out / "day_2_labels.npy").shape == (40, 1)
+    assert convert(files, out, overwrite=True)["days_converted"] == [0, 1, 2]
+    other = convert(files, out, categorical=CategoricalTransform.hash)
+    assert other["days_converted"] == [0, 1, 2], "other options are not the finished conversion"
+    assert np.load(out / "day_0_sparse.npy").max() < 1000
+
+
+def test_parallel_workers_give_the_same_files(tmp_path):
+    tsv = write_criteo_tsv(tmp_path / "day_0", 3000, seed=8, strip_trailing_rate=0.5)
+    cfg = PreprocessConfig(output_dir="x", num_workers=2)
+    import dlrm_exp.data.preprocess.convert as pre
+
+    old = pre.BLOCK_BYTES
+    pre.BLOCK_BYTES = 20_000  # many blocks, parsed by the pool
+    try:
+        preprocess_files([tsv], tmp_path / "par", cfg, SIZES, progress=False)
+    finally:
+        pre.BLOCK_BYTES = old
+    convert([tsv], tmp_path / "seq")
+    for kind in ("dense", "sparse", "labels"):
+        assert np.array_equal(
+            np.load(tmp_path / "par" / f"day_0_{kind}.npy"),
+            np.load(tmp_path / "seq" / f"day_0_{kind}.npy"),
+        )
+
+
+def test_binary_input_and_unwritable_output(tmp_path):
+    (tmp_path / "day_0").write_bytes(b"\x00\x01\x02binary")
+    with pytest.raises(DataError, match="not a Criteo TSV text file"):
+        convert([tmp_path / "day_0"], tmp_path / "o")
+    assert not list((tmp_path / "o").glob("*.npy")), "nothing half-written is left"
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    with pytest.raises(DataError, match="cannot write"):
+        convert([write_criteo_tsv(tmp_path / "day_1", 3)], blocker / "sub")
+
+
+def test_npy_writer_abort_leaves_nothing(tmp_path):
+    with pytest.raises(RuntimeError):
+        with NpyRowWriter(tmp_path / "a.npy", np.float32, 13) as writer:
+            writer.append(np.zeros((4, 13)))
+            raise RuntimeError("crash")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_cli_preprocess_and_its_errors(tmp_path):
+    tsv = write_criteo_tsv(tmp_path / "train.txt", 40, seed=1)
+    done = run_cli(
+        [
+            "mode=preprocess",  # data=criteo_tsv is implied
+            f"data.path={tsv}",
+            f"preprocess.output_dir={tmp_path / 'npy'}",
+            f"hydra.run.dir={tmp_path / 'run'}",
+        ]
+    )
+    assert done.returncode == 0, done.stderr
+    assert "40 rows written" in done.stdout
+    assert (tmp_path / "npy" / "day_0_dense.npy").is_file()
+    assert (tmp_path / "run" / "preprocess_report.json").is_file()
+    no_out = run_cli(
+        [
+            "mode=preprocess",
+            "data=criteo_tsv",
+            f"data.path={tsv}",
+            f"hydra.run.dir={tmp_path / 'run2'}",
+        ]
+    )
+    assert no_out.returncode == 1 and "preprocess.output_dir" in no_out.stderr
+    assert "Traceback" not in no_out.stderr
+    no_tsv = run_cli(
+        [
+            "mode=preprocess",
+            "data=synthetic",
+            f"preprocess.output_dir={tmp_path}",
+            f"hydra.run.dir={tmp_path / 'run3'}",
+        ]
+    )
+    assert no_tsv.returncode == 1 and "data=criteo_tsv" in no_tsv.stderr
+
+
+def test_contiguous_ids_equal_torchrec_sparse_to_contiguous(tmp_path):
+    """categorical=contiguous gives the ids of TorchRec's ``sparse_to_contiguous`` (first
+    occurrence order over the days, rare ids -> 1); a re-run with another threshold redoes only
+    the re-indexing."""
+    files = [
+        write_criteo_tsv(tmp_path / "tsv" / f"day_{d}", 300, seed=d, vocab_size=40)
+        for d in range(3)
+    ]
+    out = tmp_path / "out"
+    report = convert(files, out, categorical=CategoricalTransform.contiguous)
+    raw = [str(out / f"day_{d}_sparse_raw.npy") for d in range(3)]
+    (tmp_path / "tr").mkdir()
+    BinaryCriteoUtils.sparse_to_contiguous(raw, str(tmp_path / "tr"), frequency_threshold=3)
+    ours = [np.load(out / f"day_{d}_sparse.npy") for d in range(3)]
+    theirs = [np.load(tmp_path / "tr" / f"day_{d}_sparse_raw_contig_freq.npy") for d in range(3)]
+    assert all(np.array_equal(a, b) for a, b in zip(ours, theirs, strict=True))
+    assert (np.concatenate(ours) == 1).any() and ours[0].dtype == np.int64
+    sizes = report["contiguous"]["num_embeddings_per_feature"]
+    assert sizes == (np.concatenate(ours).max(axis=0) + 1).tolist()
+
+    again = convert(files, out, categorical=CategoricalTransform.contiguous, frequency_threshold=1)
+    assert again["days_skipped_finished"] == [0, 1, 2]
+    assert not (np.concatenate([np.load(out / f"day_{d}_sparse.npy") for d in range(3)]) == 1).any()
+    assert again["contiguous"]["frequency_threshold"] == 1

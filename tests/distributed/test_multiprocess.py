@@ -1,0 +1,191 @@
+"""Two gloo processes: every sharding type proven equal to one unsharded process, the qcomms
+precisions (trained or refused), plan.json, torchrun, and a killed worker ending the job."""
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+from conftest import compose_cfg, run_cli
+from dlrm_exp.errors import ConfigError
+from dlrm_exp.modes.train import run_train
+from dlrm_exp.modes.verify import run_verify, run_verify_many
+
+pytestmark = pytest.mark.slow
+
+SHARDING = {
+    "auto": None,
+    "tablewise": "table_wise",
+    "rowwise": "row_wise",
+    "columnwise": "column_wise",
+    "tablerowwise": "table_row_wise",
+    "tablecolumnwise": "table_column_wise",
+    "grid": "grid_shard",
+    "dataparallel": "data_parallel",
+}
+TWO = ["hardware.nproc_per_node=2", "train.progress_bar=false"]
+SMALL = [
+    "data.num_train_samples=4096",
+    "data.num_val_samples=1024",
+    "data.num_test_samples=1024",
+    "train.batch_size=128",
+]
+
+
+def test_two_processes_match_one_unsharded_process(tmp_path):
+    """mode=verify for every sharding type at the defaults (seed 0, eps 1e-8): 20 steps on 2
+    processes against 1 process, from identical weights (one launch of the workers for all
+    eight). Table-, row-, column-wise, ... reproduce the rank-sliced reference to the bit;
+    data_parallel sums a row's gradient per rank before DDP averages the halves, so it is left
+    at rounding level."""
+    cfgs = [
+        compose_cfg([*TWO, f"sharding={option}", "qcomms=none", "mode=verify"])
+        for option in SHARDING
+    ]
+    dirs = [tmp_path / option for option in SHARDING]
+    for folder in dirs:
+        folder.mkdir()
+    results = run_verify_many(cfgs, dirs)
+    for option, folder, result in zip(SHARDING, dirs, results, strict=True):
+        assert result["steps"] == 20 and result["world_size"] == 2
+        assert result["max_rel_loss_deviation"] <= 1e-5, (option, result["max_rel_loss_deviation"])
+        assert result["max_abs_table_deviation"] < 1e-4, option
+        assert result["max_abs_dense_deviation"] < 1e-4, option
+        if SHARDING[option]:
+            assert result["plan_sharding_types"] == [SHARDING[option]]
+        assert json.loads((folder / "verify.json").read_text())["passed"] is True
+
+
+def test_two_process_run_folder_and_a_mixed_plan_json(tmp_path):
+    """Row-wise with per-table overrides (data_parallel, column_wise) and FP16/BF16 comms."""
+    cfg = compose_cfg(
+        [
+            *TWO,
+            *SMALL,
+            "sharding=rowwise",
+            "qcomms=fp16_bf16",
+            "+sharding.per_table_sharding_type.t_cat_0=data_parallel",
+            "+sharding.per_table_compute_kernel.t_cat_0=dense",
+            "+sharding.per_table_sharding_type.t_cat_1=column_wise",
+        ]
+    )
+    metrics = run_train(cfg, tmp_path, {"sharding": "rowwise"})
+    assert metrics.world_size == 2
+    assert metrics.val["samples"] == 1024  # both ranks' halves, synced
+    plan = json.loads((tmp_path / "plan.json").read_text())
+    assert plan["world_size"] == 2 and len(plan["tables"]) == 26
+    tables = plan["tables"]
+    assert tables["t_cat_0"]["sharding_type"] == "data_parallel"
+    assert tables["t_cat_0"]["compute_kernel"] == "dense"
+    assert tables["t_cat_1"]["sharding_type"] == "column_wise"
+    assert {tables[f"t_cat_{i}"]["sharding_type"] for i in range(2, 26)} == {"row_wise"}
+    t2 = tables["t_cat_2"]
+    assert t2["ranks"] == [0, 1]
+    assert [s["sizes"] for s in t2["shards"]] == [[500, 16], [500, 16]]
+    assert [s["offsets"] for s in t2["shards"]] == [[0, 0], [500, 0]]
+    rows = sum(cfg.model.table_sizes) + cfg.model.table_sizes[0]  # the replica twice
+    assert sum(plan["embedding_bytes_per_rank"]) == rows * 16 * 4
+    assert metrics.embedding_bytes_per_rank == plan["embedding_bytes_per_rank"]
+    assert (tmp_path / "metrics.json").exists() and (tmp_path / "plan.txt").exists()
+
+
+@pytest.mark.parametrize(
+    ("sharding", "qcomms"),
+    [
+        ("tablewise", "fp8"),
+        ("columnwise", "int8"),
+    ],
+)
+def test_precisions_train(tmp_path, sharding, qcomms):
+    """fp8 table-wise runs only through dlrm_exp.distributed.qcomms.TwoDimensionalCodec."""
+    cfg = compose_cfg(
+        [*TWO, *SMALL, f"sharding={sharding}", f"qcomms={qcomms}", "train.max_steps=6"]
+    )
+    metrics = run_train(cfg, tmp_path, {})
+    assert metrics.steps == 6 and metrics.val["logloss"] < 1.0
+
+
+def test_fp16_halves_the_measured_embedding_bytes(tmp_path):
+    """Bytes per step are measured at torch.distributed from the tensors TorchRec sends."""
+    measured = {}
+    for qcomms in ("fp32", "fp16"):
+        cfg = compose_cfg(
+            [*TWO, *SMALL, "sharding=rowwise", f"qcomms={qcomms}", "train.max_steps=6"]
+        )
+        metrics = run_train(cfg, tmp_path / qcomms, {})
+        assert metrics.steps == 6 and metrics.val["logloss"] < 1.0
+        measured[qcomms] = metrics.comm_bytes_per_step
+        assert len(metrics.peak_memory_gib_per_rank) == 2
+        assert metrics.step_time_ms["p50"] > 0
+    # row-wise: forward reduce-scatter of (global batch x 26 x 16) floats from each rank
+    assert measured["fp32"]["forward"] == 2 * 256 * 26 * 16 * 4
+    assert measured["fp16"]["forward"] / measured["fp32"]["forward"] == pytest.approx(0.5, abs=0.05)
+    assert measured["fp16"]["backward"] / measured["fp32"]["backward"] == pytest.approx(
+        0.5, abs=0.05
+    )
+    assert measured["fp16"]["input_dist"] == measured["fp32"]["input_dist"] > 0
+
+
+def test_fp16_bf16_stays_within_documented_tolerance(tmp_path):
+    cfg = compose_cfg([*TWO, "sharding=rowwise", "qcomms=fp16_bf16", "mode=verify"])
+    result = run_verify(cfg, tmp_path)
+    assert result["precision"] == "bf16" and result["passed"]
+    assert 0 < result["max_rel_loss_deviation"] <= result["loss_tolerance"]
+
+
+@pytest.mark.parametrize("option", ["rowwise", "tablerowwise", "grid"])
+def test_int8_row_wise_layouts_are_refused_before_training(tmp_path, option):
+    cfg = compose_cfg([*TWO, *SMALL, f"sharding={option}", "qcomms=int8"])
+    with pytest.raises(
+        ConfigError, match=r"qcomms int8 with \w+ sharding is not supported on gloo"
+    ):
+        run_train(cfg, tmp_path, {})
+    assert not (tmp_path / "metrics.json").exists()
+
+
+def test_int8_refusal_is_one_line_on_the_cli(tmp_path):
+    result = run_cli([*TWO, *SMALL, "sharding=rowwise", "qcomms=int8", f"hydra.run.dir={tmp_path}"])
+    assert result.returncode == 1
+    lines = result.stderr.strip().splitlines()
+    assert lines[-1].startswith(
+        "Error: qcomms int8 with row_wise sharding is not supported on gloo"
+    )
+    assert "Traceback" not in result.stderr
+
+
+def test_torchrun_launched_job_does_not_launch_again(tmp_path):
+    torchrun = shutil.which("torchrun", path=os.path.dirname(sys.executable))
+    assert torchrun is not None
+    run_dir = tmp_path / "run"
+    result = subprocess.run(
+        [
+            torchrun,
+            "--nproc_per_node",
+            "2",
+            "--rdzv-backend",
+            "c10d",
+            "--rdzv-endpoint",
+            "127.0.0.1:0",
+            "-m",
+            "dlrm_exp",
+            "sharding=rowwise",
+            *SMALL,
+            "train.progress_bar=false",
+            f"hydra.run.dir={run_dir}",
+        ],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert result.stdout.count("val  AUROC") == 1  # rank 0 prints the summary
+    metrics = json.loads((run_dir / "metrics.json").read_text())
+    assert metrics["world_size"] == 2
+    assert not (tmp_path / ".hydra").exists() and not list(tmp_path.glob("*.log"))
+
+
+# A worker killed with SIGKILL ends the job: tests/test_checkpoint.py (kill -9, then resume).

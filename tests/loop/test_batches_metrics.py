@@ -1,0 +1,85 @@
+"""Per-rank batching into TorchRec Batches, and the metric definitions."""
+
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from dlrm_exp.data.batches import ClickData, iter_batches, per_rank_sizes
+from dlrm_exp.loop.metrics import ClickMetrics, LogLossNE, Throughput
+
+
+def data(n, f=3):
+    sparse = np.arange(n * f).reshape(n, f)
+    return ClickData.from_numpy(np.ones((n, 13)), sparse, np.arange(n) % 2)
+
+
+def test_per_rank_sizes_split_remainder_evenly():
+    assert per_rank_sizes(10, 4, 1) == [4, 4, 2]
+    assert per_rank_sizes(21, 4, 2) == [4, 4, 2]  # 16 + 2*2, one row dropped
+    assert per_rank_sizes(1, 4, 2) == []
+    assert per_rank_sizes(8, 4, 2) == [4]
+
+
+def test_batches_cover_rows_in_order_per_rank():
+    d = data(21)
+    keys = ["cat_0", "cat_1", "cat_2"]
+    r0 = list(iter_batches(d, 4, 0, 2, keys))
+    r1 = list(iter_batches(d, 4, 1, 2, keys))
+    assert [len(b.labels) for b in r0] == [4, 4, 2] == [len(b.labels) for b in r1]
+    rows0 = torch.cat([b.sparse_features["cat_0"].values() for b in r0]) // 3
+    rows1 = torch.cat([b.sparse_features["cat_0"].values() for b in r1]) // 3
+    assert rows0.tolist() == [0, 1, 2, 3, 8, 9, 10, 11, 16, 17]
+    assert rows1.tolist() == [4, 5, 6, 7, 12, 13, 14, 15, 18, 19]
+
+
+def test_kjt_is_one_hot_and_key_major():
+    (batch,) = list(iter_batches(data(2), 2, 0, 1, ["cat_0", "cat_1", "cat_2"]))
+    kjt = batch.sparse_features
+    assert kjt.keys() == ["cat_0", "cat_1", "cat_2"]
+    assert kjt.lengths().tolist() == [1] * 6
+    assert kjt.values().tolist() == [0, 3, 1, 4, 2, 5]
+    assert batch.dense_features.shape == (2, 13) and batch.labels.dtype == torch.float32
+
+
+def test_logloss_and_ne_match_definitions():
+    logits = torch.tensor([2.0, -1.0, 0.5, -3.0])
+    labels = torch.tensor([1.0, 0.0, 0.0, 1.0])
+    m = LogLossNE()
+    m.update(logits, labels)
+    out = m.compute()
+    p = torch.sigmoid(logits).double()
+    y = labels.double()
+    logloss = float(-(y * p.log() + (1 - y) * (1 - p).log()).mean())
+    ctr = 0.5
+    entropy = -(ctr * math.log(ctr) + (1 - ctr) * math.log(1 - ctr))
+    assert out["logloss"] == pytest.approx(logloss)
+    assert out["ne"] == pytest.approx(logloss / entropy)
+
+
+def test_click_metrics_auroc_and_degenerate_cases():
+    m = ClickMetrics(torch.device("cpu"))
+    m.update(torch.tensor([3.0, 1.0, -1.0, -2.0]), torch.tensor([1.0, 0.0, 1.0, 0.0]))
+    assert m.compute()["auroc"] == pytest.approx(0.75)
+    one_class = ClickMetrics(torch.device("cpu"))
+    one_class.update(torch.tensor([1.0, 2.0]), torch.tensor([0.0, 0.0]))
+    assert math.isnan(one_class.compute()["auroc"])
+    empty = ClickMetrics(torch.device("cpu")).compute()
+    assert empty["samples"] == 0
+    assert all(math.isnan(empty[k]) for k in ("auroc", "logloss", "ne"))
+
+
+def test_throughput_excludes_warmup_and_pauses():
+    t = Throughput(warmup_steps=2)
+    t.resume()
+    for _ in range(2):
+        t.step(100)
+    assert t.samples_per_sec is None
+    t.step(100)
+    t.step(100)
+    assert t.samples == 200 and t.samples_per_sec > 0
+    seconds = t.seconds
+    t.resume()  # time before resume is not counted
+    t.step(100)
+    assert t.samples == 300 and t.seconds >= seconds

@@ -1,0 +1,343 @@
+"""Sharded DCP checkpoints: atomic saves, bitwise resume, kill -9 then resume, bad checkpoints,
+non-finite losses, determinism."""
+
+import json
+import os
+import pickle
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import psutil
+import pytest
+
+from conftest import REPO, compose_cfg, run_cli
+from dlrm_exp.errors import ConfigError
+from dlrm_exp.loop.checkpoint import CheckpointError, complete_checkpoints, resume_step
+from dlrm_exp.loop.trainer import NonFiniteLossError
+from dlrm_exp.modes.train import run_train
+from dlrm_exp.record.run_record import RunMetrics
+
+SMALL = [
+    "data.num_train_samples=4096",
+    "data.num_val_samples=1024",
+    "data.num_test_samples=1024",
+    "train.batch_size=128",
+    "train.progress_bar=false",
+    "train.val_every_n_steps=16",
+    "train.checkpoint_every_n_steps=8",
+]
+QUALITY = ("val", "test", "val_history", "final_train_loss", "steps", "train_samples")
+
+
+def _same_results(a: RunMetrics, b: RunMetrics) -> None:
+    for key in QUALITY:
+        assert getattr(a, key) == getattr(b, key), key
+
+
+def test_resume_continues_bitwise_and_prunes(tmp_path):
+    full = run_train(compose_cfg([*SMALL, "train.keep_last_checkpoints=2"]), tmp_path / "a", {})
+    kept = complete_checkpoints(tmp_path / "a")
+    assert [p.name for p in kept] == ["step_24", "step_32"]  # 32 steps; older ones pruned
+    state = json.loads((kept[0] / "trainer_state.json").read_text())
+    assert state["step"] == 24 and state["tables"]["t_cat_0"] == [1000, 16]
+    # a later run folder holding only step 24, plus a save that never finished
+    resumed_dir = tmp_path / "b" / "checkpoints"
+    resumed_dir.mkdir(parents=True)
+    shutil.copytree(kept[0], resumed_dir / "step_24")
+    (resumed_dir / "step_32.partial").mkdir()
+    cfg = compose_cfg([*SMALL, "train.resume=auto"])
+    _same_results(run_train(cfg, tmp_path / "b", {}), full)
+
+
+def test_two_identical_runs_give_identical_metrics(tmp_path):
+    first = run_train(compose_cfg(SMALL), tmp_path / "a", {})
+    second = run_train(compose_cfg(SMALL), tmp_path / "b", {})
+    _same_results(first, second)
+
+
+def test_resume_auto_without_checkpoints_starts_fresh(tmp_path):
+    cfg = compose_cfg([*SMALL, "train.max_steps=8", "train.resume=auto"])
+    assert run_train(cfg, tmp_path, {}).steps == 8
+
+
+@pytest.fixture(scope="module")
+def saved(tmp_path_factory):
+    run_dir = tmp_path_factory.mktemp("saved")
+    run_train(compose_cfg([*SMALL, "train.max_steps=8"]), run_dir, {})
+    return run_dir / "checkpoints" / "step_8"
+
+
+def test_a_checkpoint_of_another_model_shape_is_refused(saved, tmp_path):
+    cfg = compose_cfg([*SMALL, "model.num_embeddings_cap=500", f"train.resume={saved}"])
+    with pytest.raises(CheckpointError, match=r"another model shape \(t_cat_0: checkpoint"):
+        run_train(cfg, tmp_path, {})
+
+
+def test_a_truncated_checkpoint_is_refused(saved, tmp_path):
+    broken = tmp_path / "step_8"
+    shutil.copytree(saved, broken)
+    data = next(broken.glob("*.distcp"))
+    data.write_bytes(data.read_bytes()[:100])
+    cfg = compose_cfg([*SMALL, f"train.resume={broken}"])
+    with pytest.raises(CheckpointError, match="cannot be read"):
+        run_train(cfg, tmp_path / "run", {})
+
+
+class _Payload:
+    """Unpickling it would create the file ``path`` (what a crafted checkpoint could do)."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+
+    def __reduce__(self):
+        return (Path.touch, (self.path,))
+
+
+def test_crafted_metadata_is_not_unpickled(saved, tmp_path):
+    crafted = tmp_path / "step_8"
+    shutil.copytree(saved, crafted)
+    marker = tmp_path / "code_ran"
+    (crafted / ".metadata").write_bytes(pickle.dumps(_Payload(marker)))
+    cfg = compose_cfg([*SMALL, f"train.resume={crafted}"])
+    with pytest.raises(CheckpointError, match=r"not plain DCP metadata \(pathlib.*Path.touch"):
+        run_train(cfg, tmp_path / "run", {})
+    assert not marker.exists()
+
+
+@pytest.mark.parametrize("what", ["missing", "not_a_checkpoint", "partial"])
+def test_a_folder_that_is_not_a_checkpoint_is_refused(tmp_path, what):
+    folder = tmp_path / "step_8"
+    if what != "missing":
+        folder.mkdir()
+        if what == "partial":
+            (folder / ".metadata").write_bytes(b"")
+    cfg = compose_cfg([*SMALL, f"train.resume={folder}"])
+    with pytest.raises(CheckpointError, match="no checkpoint folder|not a complete checkpoint"):
+        run_train(cfg, tmp_path / "run", {})
+
+
+def test_a_non_finite_loss_stops_the_run_naming_the_step(tmp_path):
+    result = run_cli(
+        [
+            *SMALL,
+            "optimizer=sgd",
+            "optimizer.dense_learning_rate=1e30",
+            "train.checkpoint_every_n_steps=1",
+            f"hydra.run.dir={tmp_path}",
+        ]
+    )
+    assert result.returncode == 1
+    last = result.stderr.strip().splitlines()[-1]
+    assert last.startswith("Error: training loss is ") and " at step " in last
+    assert "Traceback" not in result.stderr
+    assert complete_checkpoints(tmp_path)  # the checkpoints before the bad step are kept
+    assert not (tmp_path / "metrics.json").exists()
+
+
+def _write_days(folder: Path, train: list[np.ndarray], test: list[np.ndarray]) -> None:
+    """Day 0 = the ``train`` (dense, sparse, labels) rows, day 1 = ``test``'s (val / test)."""
+    folder.mkdir()
+    for day, arrays in enumerate((train, test)):
+        for kind, array in zip(("dense", "sparse", "labels"), arrays, strict=True):
+            np.save(folder / f"day_{day}_{kind}.npy", array)
+
+
+def _click_rows(rows: int, seed: int) -> list[np.ndarray]:
+    rng = np.random.default_rng(seed)
+    dense = rng.random((rows, 13), dtype=np.float32)
+    return [dense, rng.integers(0, 1000, (rows, 26)), rng.integers(0, 2, (rows, 1))]
+
+
+def _skip_args(tmp_path: Path, nproc: int) -> list[str]:
+    """Days with an inf dense value in step 3's global batch of 128 (in rank 0's part), in
+    ``bad``, and without that batch, in ``clean``; the run's overrides."""
+    train, held_out = _click_rows(1024, 1), _click_rows(512, 2)
+    train[0][300, 4] = np.inf  # row 300 is in the third global batch of 128
+    _write_days(tmp_path / "bad", train, held_out)
+    _write_days(tmp_path / "clean", [np.delete(a, range(256, 384), 0) for a in train], held_out)
+    return [
+        "data=criteo_npy",
+        f"train.batch_size={128 // nproc}",
+        "train.progress_bar=false",
+        f"hardware.nproc_per_node={nproc}",
+        "train.on_nonfinite=skip",
+    ]
+
+
+def test_on_nonfinite_stop_names_the_step_and_skip_equals_training_without_the_batch(tmp_path):
+    """``stop`` names step 3; ``skip`` counts it and ends bitwise where training on the data
+    without that global batch ends."""
+    args = _skip_args(tmp_path, 1)
+    skipped = run_train(compose_cfg([*args, f"data.path={tmp_path / 'bad'}"]), tmp_path / "a", {})
+    clean = run_train(compose_cfg([*args, f"data.path={tmp_path / 'clean'}"]), tmp_path / "b", {})
+    assert skipped.skipped_steps == [3] and clean.skipped_steps == []
+    assert (skipped.steps, clean.steps) == (8, 7)
+    assert skipped.val == clean.val and skipped.test == clean.test
+    assert json.loads((tmp_path / "a" / "metrics.json").read_text())["skipped_steps"] == [3]
+    stop = [*args[:-1], f"data.path={tmp_path / 'bad'}"]
+    with pytest.raises(NonFiniteLossError, match="at step 3: "):
+        run_train(compose_cfg(stop), tmp_path / "stop", {})
+
+
+@pytest.mark.slow
+def test_on_nonfinite_skip_agrees_across_two_processes(tmp_path):
+    """Only rank 0's half of step 3 is bad: both ranks skip it (one all-reduced flag), and
+    the run finishes with finite metrics (the 1-process test shows a skip is exact)."""
+    args = _skip_args(tmp_path, 2)
+    skipped = run_train(compose_cfg([*args, f"data.path={tmp_path / 'bad'}"]), tmp_path / "a", {})
+    assert skipped.skipped_steps == [3] and skipped.steps == 8
+    assert np.isfinite(skipped.val["logloss"]) and np.isfinite(skipped.final_train_loss)
+
+
+@pytest.mark.slow
+def test_resume_under_another_sharding_type_or_world_size(tmp_path):
+    """DCP reshards: a 2-process row-wise checkpoint resumes table-wise on 2 processes
+    (bitwise the uninterrupted run) and on 1 process (at the same sample position); moving a
+    table into or out of data_parallel is refused before anything is read."""
+    dp = [
+        "+sharding.per_table_sharding_type.t_cat_0=data_parallel",
+        "+sharding.per_table_compute_kernel.t_cat_0=dense",
+    ]
+    base = [*SMALL, *dp, "train.val_every_n_steps=null"]
+    full = run_train(
+        compose_cfg([*base, "hardware.nproc_per_node=2", "sharding=rowwise"]), tmp_path / "a", {}
+    )
+    step_8 = tmp_path / "a" / "checkpoints" / "step_8"
+    other = compose_cfg(
+        [*base, "hardware.nproc_per_node=2", "sharding=tablewise", f"train.resume={step_8}"]
+    )
+    _same_results(run_train(other, tmp_path / "b", {}), full)
+    one = compose_cfg([*base, "sharding=rowwise", f"train.resume={step_8}"])
+    single = run_train(one, tmp_path / "c", {})  # 8 steps x 2 ranks = 16 steps x 1 rank
+    assert single.steps == 32 and single.train_samples == full.train_samples
+    assert [p.name for p in complete_checkpoints(tmp_path / "c")] == ["step_24", "step_32"]
+    moved = compose_cfg([*SMALL, "sharding=rowwise", f"train.resume={step_8}"])
+    with pytest.raises(CheckpointError, match=r"data_parallel tables \['t_cat_0'\], this job none"):
+        run_train(moved, tmp_path / "d", {})
+
+
+def test_resume_step_maps_the_sample_position_to_another_world_size():
+    state = {"step": 3, "samples": 768, "world_size": 2}  # 3 steps of 2 x 128
+    assert resume_step(state, [256] * 10, 2) == 3
+    assert resume_step(state, [128] * 20, 1) == 6
+    with pytest.raises(CheckpointError, match="after 768 samples; 4 rank"):
+        resume_step(state, [512] * 5, 4)
+
+
+def test_an_unwritable_run_folder_is_refused_at_start():
+    with pytest.raises(ConfigError, match="cannot write the run folder /proc/dlrm_exp_run"):
+        run_train(compose_cfg(SMALL), Path("/proc/dlrm_exp_run"), {})
+
+
+# Loaded by every process of the job through PYTHONPATH; only the worker of rank 1 acts: it
+# writes its part of the second checkpoint, then dies before the save is committed.
+KILL_IN_SECOND_SAVE = """
+import os
+import signal
+
+import torch.distributed.checkpoint as dcp
+
+_save, _calls = dcp.save, []
+
+
+def save(*args, **kwargs):
+    result = _save(*args, **kwargs)
+    _calls.append(1)
+    if len(_calls) == 2 and os.environ.get("RANK") == "1":  # (set after start in workers)
+        os.kill(os.getpid(), signal.SIGKILL)
+    return result
+
+
+dcp.save = save
+"""
+
+
+@pytest.mark.slow
+def test_a_save_interrupted_by_a_killed_rank_leaves_the_previous_checkpoint(tmp_path):
+    """Rank 1 is killed inside the second save, after writing its shards: the job fails, the
+    save stays a .partial folder, and train.resume=auto continues from the first checkpoint."""
+    (tmp_path / "inject").mkdir()
+    (tmp_path / "inject" / "sitecustomize.py").write_text(KILL_IN_SECOND_SAVE)
+    job_args = [*SMALL, "hardware.nproc_per_node=2"]  # 16 steps, checkpoints at 8 and 16
+    run_dir = tmp_path / "run"
+    env = {k: v for k, v in os.environ.items() if k != "HYDRA_FULL_ERROR"}
+    env["PYTHONPATH"] = str(tmp_path / "inject")
+    job = subprocess.run(
+        [sys.executable, "-m", "dlrm_exp", *job_args, f"hydra.run.dir={run_dir}"],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert job.returncode != 0 and "killed by signal SIGKILL" in job.stderr
+    assert sorted(p.name for p in (run_dir / "checkpoints").iterdir()) == [
+        "step_16.partial",
+        "step_8",
+    ]
+    assert [p.name for p in complete_checkpoints(run_dir)] == ["step_8"]
+    # resumed on 1 process (cheaper here): 8 steps x 2 ranks = step 16 of 32 on 1 rank
+    one = [*SMALL, "train.resume=auto"]
+    resumed = run_train(compose_cfg(one), run_dir, {})
+    assert resumed.steps == 32 and resumed.train_samples == 4096
+    assert [p.name for p in complete_checkpoints(run_dir)] == ["step_8", "step_24", "step_32"]
+
+
+@pytest.mark.slow
+def test_kill_9_then_resume_matches_an_uninterrupted_run(tmp_path):
+    """One worker of a 2-process job is killed with SIGKILL after the first checkpoint: the
+    job ends within 60 s, non-zero, naming the signal; the newest complete checkpoint is
+    intact and train.resume=auto finishes with the uninterrupted run's metrics."""
+    job_args = [
+        "hardware.nproc_per_node=2",
+        "sharding=rowwise",
+        "data.num_train_samples=16384",
+        "data.num_val_samples=1024",
+        "data.num_test_samples=1024",
+        "train.batch_size=128",
+        "train.progress_bar=false",
+        "train.checkpoint_every_n_steps=8",
+        "train.keep_last_checkpoints=2",
+    ]
+    killed_dir = tmp_path / "killed"
+    env = {k: v for k, v in os.environ.items() if k != "HYDRA_FULL_ERROR"}
+    job = subprocess.Popen(
+        [sys.executable, "-m", "dlrm_exp", *job_args, f"hydra.run.dir={killed_dir}"],
+        cwd=REPO,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        deadline = time.monotonic() + 180
+        while not complete_checkpoints(killed_dir):
+            assert job.poll() is None and time.monotonic() < deadline, "no checkpoint written"
+            time.sleep(0.1)
+        workers = [
+            p
+            for p in psutil.Process(job.pid).children(recursive=True)
+            if "spawn_main" in " ".join(p.cmdline())
+        ]
+        assert len(workers) == 2
+        killed_at = time.monotonic()
+        os.kill(workers[1].pid, signal.SIGKILL)
+        _, stderr = job.communicate(timeout=60)
+        assert time.monotonic() - killed_at < 60
+    finally:
+        if job.poll() is None:
+            job.kill()
+    assert job.returncode != 0
+    assert "killed by signal SIGKILL" in stderr
+    assert not (killed_dir / "metrics.json").exists()
+    assert complete_checkpoints(killed_dir)[-1].name.startswith("step_")
+
+    resumed = run_train(compose_cfg([*job_args, "train.resume=auto"]), killed_dir, {})
+    uninterrupted = run_train(compose_cfg(job_args), tmp_path / "whole", {})
+    _same_results(resumed, uninterrupted)
+    assert json.loads((killed_dir / "metrics.json").read_text())["val"] == resumed.val

@@ -1,0 +1,204 @@
+"""End-to-end runs: the default experiment, every sharding option, Criteo TSV, MLPerf shapes,
+and the run folder (metrics.json, plan.txt, TensorBoard scalars and HParams)."""
+
+import json
+import re
+
+import numpy as np
+import pytest
+from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+from tensorboard.plugins.hparams import plugin_data_pb2
+
+from conftest import REPO, compose_cfg, run_cli
+from dlrm_exp.data.synthetic import generate
+from dlrm_exp.modes.train import run_train
+
+pytestmark = pytest.mark.slow
+
+CHOICES = {
+    "model": "tiny",
+    "sharding": "auto",
+    "optimizer": "rowwise_adagrad",
+    "qcomms": "none",
+    "data": "synthetic",
+    "hardware": "cpu",
+}
+
+
+def plan_types(run_dir):
+    rows = re.findall(
+        r"^(t_cat_\d+)\s*\|\s*(\w+)\s*\|\s*(\w+)", (run_dir / "plan.txt").read_text(), re.M
+    )
+    return {table: (sharding, kernel) for table, sharding, kernel in rows}
+
+
+def test_default_run_is_close_to_bayes_optimal(tmp_path):
+    """The default experiment through the CLI: AUROC >= 0.65 and within 0.05 of Bayes-optimal,
+    a summary on stdout, and a complete run folder."""
+    result = run_cli([f"hydra.run.dir={tmp_path}"])
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert re.search(r"^val  AUROC 0\.\d{4} \(Bayes-optimal 0\.\d{4}\)", result.stdout, re.M)
+    assert re.search(r"^test AUROC", result.stdout, re.M)
+    assert "tensorboard --logdir outputs" in result.stdout
+    metrics = json.loads((tmp_path / "metrics.json").read_text())
+    val, bayes = metrics["val"]["auroc"], metrics["bayes_auroc"]["val"]
+    assert val >= 0.65 and bayes - val <= 0.05, (val, bayes)
+    assert metrics["test"]["auroc"] >= 0.65
+    assert 0 < metrics["val"]["ne"] < 1 and metrics["val"]["logloss"] > 0
+    assert metrics["samples_per_sec"] > 0 and metrics["steps"] == 512
+    assert metrics["peak_memory_gib"] > 0 and metrics["wall_seconds"] > 0
+    assert metrics["data"]["rows"] == {"train": 262144, "val": 32768, "test": 32768}
+    assert (tmp_path / ".hydra" / "config.yaml").exists() and (
+        tmp_path / ".hydra" / "overrides.yaml"
+    ).exists()
+    assert len(plan_types(tmp_path)) == 26
+
+    events = EventAccumulator(str(tmp_path))
+    events.Reload()
+    scalars = set(events.Tags()["scalars"])
+    assert {
+        "train/loss",
+        "train/samples_per_sec",
+        "lr",
+        "val/auroc",
+        "val/logloss",
+        "val/ne",
+        "test/auroc",
+        "test/ne",
+    } <= scalars
+    assert events.Scalars("val/auroc")[-1].value == pytest.approx(val, abs=1e-6)
+    content = events.PluginTagToContent("hparams")
+    start = plugin_data_pb2.HParamsPluginData.FromString(content["_hparams_/session_start_info"])
+    hparams = start.session_start_info.hparams
+    assert hparams["model"].string_value == "tiny" and hparams["sharding"].string_value == "auto"
+    assert hparams["batch_size"].number_value == 512
+    experiment = plugin_data_pb2.HParamsPluginData.FromString(content["_hparams_/experiment"])
+    assert "val/auroc" in {m.name.tag for m in experiment.experiment.metric_infos}
+
+
+@pytest.mark.parametrize(
+    ("option", "expected"),
+    [
+        ("tablewise", "table_wise"),
+        ("rowwise", "row_wise"),
+        ("columnwise", "column_wise"),
+        ("dataparallel", "data_parallel"),
+    ],
+)
+def test_every_sharding_option_trains_on_cpu(tmp_path, small_synthetic, option, expected):
+    cfg = compose_cfg([f"sharding={option}", *small_synthetic])
+    metrics = run_train(cfg, tmp_path, {**CHOICES, "sharding": option})
+    kernel = "dense" if option == "dataparallel" else "fused"
+    assert set(plan_types(tmp_path).values()) == {(expected, kernel)}
+    assert metrics.steps == 32
+    assert metrics.val["auroc"] > 0.6  # learned something in 32 steps (Bayes ~0.82)
+
+
+def test_val_every_n_steps_and_max_steps(tmp_path, small_synthetic):
+    cfg = compose_cfg(
+        [
+            *small_synthetic,
+            "train.max_steps=20",
+            "train.val_every_n_steps=8",
+            "qcomms=fp16_bf16",
+            "optimizer=sgd",
+        ]
+    )
+    metrics = run_train(cfg, tmp_path, CHOICES)
+    assert metrics.steps == 20 and metrics.train_samples == 20 * 256
+    assert [h["step"] for h in metrics.val_history] == [8, 16, 20]
+    assert all(h["samples"] == 2048 for h in metrics.val_history)
+
+
+def _write_criteo(path, rows=3000, seed=0):
+    """A Criteo-format file from the synthetic generator, with stripped trailing fields on every
+    7th row and one malformed row of each kind."""
+    cfg = compose_cfg().data
+    split = generate(cfg, [2**32 - 1] * 26, 13, seed, rows, 0)
+    counts = np.round(np.expm1(split.data.dense.numpy())).astype(np.int64)
+    lines = []
+    for i in range(rows):
+        cats = [f"{v:08x}" for v in split.data.sparse[i].tolist()]
+        if i % 7 == 0:
+            cats[-2:] = ["", ""]
+        fields = [str(int(split.data.labels[i])), *map(str, counts[i]), *cats]
+        line = "\t".join(fields)
+        lines.append(line.rstrip("\t") if i % 7 == 0 else line)
+    bad = ["1\t2\t3", "x" + lines[0][1:], lines[1].replace("\t", "\tq", 1), lines[2] + "\t1\t2"]
+    lines[10:10] = bad  # lines 11..14
+    path.write_text("\n".join(lines))
+    return rows // 7 + (1 if rows % 7 else 0)
+
+
+def test_criteo_tsv_end_to_end_with_padded_and_malformed_rows(tmp_path):
+    tsv = tmp_path / "day_0.tsv"
+    padded = _write_criteo(tsv)
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    cfg = compose_cfg(
+        [
+            "data=criteo_tsv",
+            f"data.path={tsv}",
+            "train.batch_size=128",
+            "train.epochs=2",
+            "train.progress_bar=false",
+        ]
+    )
+    metrics = run_train(cfg, run_dir, {**CHOICES, "data": "criteo_tsv"})
+    read = metrics.data["read"]
+    assert read["rows_read"] == 3004 and read["rows_valid"] == 3000
+    assert read["rows_padded"] == padded
+    assert read["skipped_by_reason"] == {"field_count": 2, "label": 1, "dense": 1, "categorical": 0}
+    assert read["first_bad_lines"][0] == f"{tsv}:11 (field_count)"
+    assert metrics.data["rows"] == {"train": 2400, "val": 300, "test": 300}
+    saved = json.loads((run_dir / "metrics.json").read_text())
+    assert saved["val"]["auroc"] == pytest.approx(metrics.val["auroc"])
+    assert saved["test"]["samples"] == 300
+
+
+def test_mlperf_capped_trains(tmp_path):
+    cfg = compose_cfg(
+        [
+            "model=mlperf",
+            "model.num_embeddings_cap=1000",
+            "sharding=rowwise",
+            "train.max_steps=3",
+            "train.batch_size=64",
+            "data.num_train_samples=1024",
+            "data.num_val_samples=256",
+            "data.num_test_samples=256",
+            "train.progress_bar=false",
+        ]
+    )
+    metrics = run_train(cfg, tmp_path, {**CHOICES, "model": "mlperf"})
+    assert metrics.steps == 3 and np.isfinite(metrics.val["logloss"])
+    assert set(plan_types(tmp_path).values()) == {("row_wise", "fused")}
+
+
+def test_mlperf_does_not_fit_and_says_so_before_allocating(tmp_path):
+    result = run_cli(
+        [
+            "model=mlperf",
+            "sharding=rowwise",
+            "hardware.ddr_cap=23.5",
+            f"hydra.run.dir={tmp_path}",
+        ]
+    )
+    assert result.returncode == 1
+    assert "Traceback" not in result.stderr
+    assert "needed:  97.36 GiB fp32 weights" in result.stderr
+    assert "offered: 23.50 GiB DDR" in result.stderr
+    assert re.search(r"model\.num_embeddings_cap=\d+", result.stderr)
+    assert not (tmp_path / "metrics.json").exists()
+    peak = re.search(r"peak", result.stdout)
+    assert peak is None  # no training summary
+
+
+def test_missing_data_file_is_one_line(tmp_path):
+    result = run_cli(
+        ["data=criteo_tsv", f"data.path={tmp_path}/missing.tsv", f"hydra.run.dir={tmp_path}"]
+    )
+    assert result.returncode == 1
+    assert result.stderr.strip().splitlines() == [
+        f"Error: data.path: no such file or folder: {tmp_path}/missing.tsv (from {REPO})"
+    ]

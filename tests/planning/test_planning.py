@@ -1,0 +1,158 @@
+"""Sharder, constraints, memory capacity and the insufficient-memory report (no training)."""
+
+import psutil
+import pytest
+import torch
+from torchrec.distributed.embeddingbag import EmbeddingBagCollectionSharder
+from torchrec.distributed.types import ShardingType
+
+from conftest import compose_cfg
+from dlrm_exp.build.experiment import build_module
+from dlrm_exp.build.model import build_model
+from dlrm_exp.config import HardwareConfig, ShardingConfig, ShardingStrategy, SparseOptimizer
+from dlrm_exp.distributed.launch import DistContext
+from dlrm_exp.distributed.sharder import CpuEmbeddingBagCollectionSharder
+from dlrm_exp.errors import InsufficientMemoryError
+from dlrm_exp.planning.constraints import build_constraints
+from dlrm_exp.planning.job import plan_job
+from dlrm_exp.planning.storage import GIB, embedding_storage, largest_fitting_cap
+from dlrm_exp.planning.tables import table_configs
+from dlrm_exp.planning.topology import memory_capacity
+
+CPU_ONE_RANK = DistContext(
+    rank=0, world_size=1, local_rank=0, local_world_size=1, device=torch.device("cpu")
+)
+ROW_TYPES = {
+    ShardingType.ROW_WISE.value,
+    ShardingType.TABLE_ROW_WISE.value,
+    ShardingType.GRID_SHARD.value,
+}
+
+
+def test_cpu_sharder_offers_row_wise_types_the_stock_one_does_not():
+    stock = set(EmbeddingBagCollectionSharder().sharding_types("cpu"))
+    ours = set(CpuEmbeddingBagCollectionSharder().sharding_types("cpu"))
+    assert not ROW_TYPES & stock
+    assert ROW_TYPES <= ours and stock <= ours
+    assert set(CpuEmbeddingBagCollectionSharder().sharding_types("cuda")) == set(
+        EmbeddingBagCollectionSharder().sharding_types("cuda")
+    )
+
+
+def test_constraints_per_table():
+    tables = table_configs(compose_cfg().model)
+    offered = CpuEmbeddingBagCollectionSharder().sharding_types("cpu")
+    rw = build_constraints(ShardingConfig(sharding_type=ShardingStrategy.row_wise), tables, offered)
+    assert set(rw) == {t.name for t in tables}
+    assert all(
+        c.sharding_types == ["row_wise"] and c.compute_kernels == ["fused"] for c in rw.values()
+    )
+    auto = build_constraints(ShardingConfig(), tables, offered)
+    assert "data_parallel" not in auto["t_cat_0"].sharding_types  # fused kernel cannot replicate
+    assert "row_wise" in auto["t_cat_0"].sharding_types
+
+
+def test_memory_capacity_measured_or_configured():
+    measured = memory_capacity(HardwareConfig(), local_world_size=2)
+    assert measured.ddr_bytes == psutil.virtual_memory().total // 2
+    assert "measured" in measured.source
+    configured = memory_capacity(HardwareConfig(ddr_cap=1.5), local_world_size=2)
+    assert configured.ddr_bytes == int(1.5 * GIB)
+
+
+def test_mlperf_storage_is_97_36_gib():
+    sizes = compose_cfg(["model=mlperf"]).model.table_sizes
+    storage = embedding_storage(sizes, 128, SparseOptimizer.rowwise_adagrad)
+    assert storage.rows == 204_184_588
+    assert round(storage.weight_bytes / GIB, 2) == 97.36
+    assert storage.optimizer_bytes == storage.rows * 4
+    assert embedding_storage(sizes, 128, SparseOptimizer.sgd).optimizer_bytes == 0
+
+
+def test_largest_fitting_cap_fits_and_is_rounded():
+    sizes = [1_000_000, 10, 500_000]
+    budget = 300_000 * 17 * 4  # rowwise adagrad: 16 + 1 floats per row
+    cap = largest_fitting_cap(sizes, 16, SparseOptimizer.rowwise_adagrad, budget)
+    assert cap == 140_000  # 2 * 149_995 + 10 rows fit; rounded down to two digits
+    assert (2 * cap + 10) * 17 * 4 <= budget
+    assert largest_fitting_cap(sizes, 16, SparseOptimizer.rowwise_adagrad, 10) is None
+
+
+def _meta_model(cfg):
+    return build_module(cfg, torch.device("meta"))
+
+
+def test_mlperf_does_not_fit_24_gib_and_the_suggested_cap_does():
+    cfg = compose_cfg(["model=mlperf", "sharding=rowwise", "hardware.ddr_cap=24"])
+    module = _meta_model(cfg)
+    assert all(p.is_meta for p in module.parameters())
+    cpu_dense = build_model(cfg.model, dense_device=torch.device("cpu"))
+    tables = dict(cpu_dense.model.sparse_arch.named_parameters())
+    assert tables and all(p.is_meta for p in tables.values())
+    crossnet = list(cpu_dense.model.inter_arch.parameters())
+    assert crossnet and all(p.device.type == "cpu" for p in crossnet)
+    with pytest.raises(InsufficientMemoryError) as info:
+        plan_job(cfg, module, CPU_ONE_RANK)
+    message = str(info.value)
+    assert "needed:  97.36 GiB fp32 weights + 0.76 GiB rowwise_adagrad state = 98.12 GiB" in message
+    assert "offered: 24.00 GiB DDR on 1 rank(s)" in message
+    cap = int(message.split("model.num_embeddings_cap=")[1].split(",")[0])
+    capped = compose_cfg(
+        [
+            "model=mlperf",
+            "sharding=rowwise",
+            "hardware.ddr_cap=24",
+            f"model.num_embeddings_cap={cap}",
+        ]
+    )
+    plan = plan_job(capped, _meta_model(capped), CPU_ONE_RANK).plan
+    assert len(plan.plan["model.sparse_arch.embedding_bag_collection"]) == 26
+
+
+def test_replicated_tables_count_once_per_rank_and_the_cap_accounts_for_it():
+    sizes = [100_000_000] + [1] * 25
+    overrides = [
+        "sharding=dataparallel",
+        "hardware.ddr_cap=4",
+        "hardware.nproc_per_node=2",
+        f"model.num_embeddings_per_feature=[{','.join(map(str, sizes))}]",
+    ]
+    ctx = DistContext(
+        rank=0, world_size=2, local_rank=0, local_world_size=2, device=torch.device("meta")
+    )
+    cfg = compose_cfg(overrides)
+    with pytest.raises(InsufficientMemoryError) as info:
+        plan_job(cfg, _meta_model(cfg), ctx)
+    message = str(info.value)
+    assert (
+        "6.33 GiB are data_parallel tables, held whole by each of the 2 ranks: 12.67 GiB" in message
+    )
+    cap = int(message.split("model.num_embeddings_cap=")[1].split(",")[0])
+    capped = compose_cfg([*overrides, f"model.num_embeddings_cap={cap}"])
+    plan_job(capped, _meta_model(capped), ctx)  # the suggestion fits
+
+
+def test_plan_mode_and_training_choose_the_same_plan_with_local_world_size(tmp_path, monkeypatch):
+    """``hardware.local_world_size`` reaches the planner the same way in ``mode=plan`` and in
+    training's pre-flight: 1 rank per host gets all of the host's measured memory in both.
+    The tables (1.2 GiB) fit 2 ranks of 1 GiB but not 2 ranks of 0.5 GiB."""
+    from dlrm_exp.modes.plan import run_plan
+    from dlrm_exp.modes.train import preflight
+    from dlrm_exp.planning import topology
+    from dlrm_exp.planning.plan_record import plan_record
+
+    monkeypatch.setattr(topology, "machine_memory_bytes", lambda: GIB)
+    rows = 1_200_000_000 // (26 * 17 * 4)  # embedding_dim 16 + 1 row-wise Adagrad float
+    cfg = compose_cfg(
+        [
+            "sharding=rowwise",
+            "hardware.nproc_per_node=2",
+            "hardware.local_world_size=1",
+            f"model.num_embeddings_per_feature=[{','.join([str(rows)] * 26)}]",
+        ]
+    )
+    planned = run_plan(cfg, tmp_path)
+    assert planned["hardware"]["ddr_cap_gib_per_rank"] == 1.0
+    assert planned["hardware"]["local_world_size"] == 1
+    trained = plan_record(preflight(cfg), table_configs(cfg.model), 2)
+    assert trained["tables"] == planned["tables"]
