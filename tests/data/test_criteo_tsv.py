@@ -175,3 +175,23 @@ def test_only_valid_rows_count_as_padded(tmp_path):
     _, report = read_files([write(tmp_path / "a.tsv", lines)], SIZES, 5)
     assert report.rows_valid == 2 and report.rows_padded == 1
     assert report.skipped_by_reason["label"] == 1
+
+
+def test_windows_line_endings_are_read_as_line_endings(tmp_path):
+    """A trailing ``\\r`` belongs to the line ending (issue 14): CRLF files read like LF ones,
+    padded rows included, and a malformed CRLF row is still reported by its line number."""
+    lines = [row(), row(label="1", strip=3, cats=[f"{i:08x}" for i in range(1, 24)] + [""] * 3)]
+    lines += [row(dense=["7"] * 13), "not\ta\trow"]
+    lf = write(tmp_path / "lf.tsv", lines)
+    crlf = tmp_path / "crlf.tsv"
+    crlf.write_bytes("".join(line + "\r\n" for line in lines).encode())
+    (a, a_report), (b, b_report) = read_files([lf], SIZES, 5), read_files([crlf], SIZES, 5)
+    assert len(b) == len(a) == 3
+    for field in ("dense", "sparse", "labels"):
+        assert np.array_equal(np.asarray(getattr(a, field)), np.asarray(getattr(b, field)))
+    assert b_report.rows_padded == a_report.rows_padded == 1
+    assert b_report.skipped_by_reason == a_report.skipped_by_reason
+    assert [line.split(":", 1)[1] for line in b_report.first_bad_lines] == [
+        line.split(":", 1)[1] for line in a_report.first_bad_lines
+    ]
+    assert b_report.first_bad_lines[0].split(":")[1].startswith("4 ")

@@ -206,3 +206,19 @@ def test_contiguous_ids_equal_torchrec_sparse_to_contiguous(tmp_path):
     assert again["days_skipped_finished"] == [0, 1, 2]
     assert not (np.concatenate([np.load(out / f"day_{d}_sparse.npy") for d in range(3)]) == 1).any()
     assert again["contiguous"]["frequency_threshold"] == 1
+
+
+def test_windows_line_endings_convert_like_unix_ones(tmp_path):
+    lines = criteo_lines(400, seed=12, strip_trailing_rate=0.5)
+    (tmp_path / "lf").mkdir()
+    (tmp_path / "crlf").mkdir()
+    (tmp_path / "lf" / "day_0").write_text("\n".join(lines) + "\n")
+    (tmp_path / "crlf" / "day_0").write_bytes(("\r\n".join(lines) + "\r\n").encode())
+    report = convert([tmp_path / "crlf" / "day_0"], tmp_path / "out_crlf")
+    convert([tmp_path / "lf" / "day_0"], tmp_path / "out_lf")
+    assert report["days"][0]["rows_skipped"] == 0 and report["days"][0]["rows_valid"] == 400
+    for kind in ("dense", "sparse", "labels"):
+        assert np.array_equal(
+            np.load(tmp_path / "out_crlf" / f"day_0_{kind}.npy"),
+            np.load(tmp_path / "out_lf" / f"day_0_{kind}.npy"),
+        )

@@ -165,13 +165,25 @@ def _dense_fields(
     return values, ok
 
 
+def _field_ends(body: np.ndarray, sep: np.ndarray, line_last: np.ndarray) -> np.ndarray:
+    """Where each field ends: at its tab or newline, or before the ``\\r`` of a Windows
+    ``\\r\\n`` line ending, which belongs to the line ending, not to the last field."""
+    newline = sep[line_last]
+    crlf = body[np.maximum(newline - 1, 0)] == 13
+    if not crlf.any():
+        return sep
+    ends = sep.copy()
+    ends[line_last[crlf]] -= 1
+    return ends
+
+
 def _field_table(
-    sep: np.ndarray, starts: np.ndarray, first: np.ndarray, nfields: np.ndarray, num_lines: int
+    ends: np.ndarray, starts: np.ndarray, first: np.ndarray, nfields: np.ndarray, num_lines: int
 ) -> tuple[np.ndarray, np.ndarray]:
-    """(rows, 40) start offsets and lengths of each row's fields; missing trailing fields get
-    length 0."""
-    if len(first) == num_lines and len(sep) == NUM_FIELDS * num_lines:  # every line complete
-        return starts.reshape(-1, NUM_FIELDS), (sep - starts).reshape(-1, NUM_FIELDS)
+    """(rows, 40) start offsets and lengths (``ends - starts``) of each row's fields; missing
+    trailing fields get length 0."""
+    if len(first) == num_lines and len(ends) == NUM_FIELDS * num_lines:  # every line complete
+        return starts.reshape(-1, NUM_FIELDS), (ends - starts).reshape(-1, NUM_FIELDS)
     rows = len(first)
     field_start = np.zeros((rows, NUM_FIELDS), dtype=np.int64)
     field_len = np.zeros((rows, NUM_FIELDS), dtype=np.int64)
@@ -179,7 +191,7 @@ def _field_table(
     src = np.arange(len(row_of)) - np.repeat(np.cumsum(nfields) - nfields, nfields)
     flat = np.repeat(first, nfields) + src
     field_start[row_of, src] = starts[flat]
-    field_len[row_of, src] = sep[flat] - starts[flat]
+    field_len[row_of, src] = ends[flat] - starts[flat]
     return field_start, field_len
 
 
@@ -213,7 +225,8 @@ def parse_block(buf: np.ndarray) -> ParsedBlock:
     reasons[(nfields < MIN_FIELDS) | (nfields > NUM_FIELDS)] = 0
     ok = np.flatnonzero(reasons < 0)
 
-    field_start, field_len = _field_table(sep, starts, first[ok], nfields[ok], num_lines)
+    ends = _field_ends(body, sep, line_last)
+    field_start, field_len = _field_table(ends, starts, first[ok], nfields[ok], num_lines)
     all_words = np.ndarray(shape=(data_len + 1,), dtype="<u8", buffer=buf, strides=(1,))
 
     def reject(bad_rows: np.ndarray, reason: int) -> None:
