@@ -50,7 +50,7 @@ class SyntheticDataConfig(DataConfig):
         base_logit: logit intercept; -1.4 gives a click-through rate near 25 %.
     """
 
-    num_train_samples: int = 262144
+    num_train_samples: int = 1048576
     num_val_samples: int = 32768
     num_test_samples: int = 32768
     zipf_exponent: float = 1.1
@@ -152,7 +152,8 @@ class CriteoNpyDataConfig(DataConfig):
     """TorchRec's binary Criteo layout written by ``mode=preprocess`` (``data=criteo_npy``).
 
     Attributes:
-        path: folder holding ``day_<n>_{dense,sparse,labels}.npy``.
+        path: folder holding ``day_<n>_{dense,sparse,labels}.npy``; required by every mode
+            that reads data (``mode=plan`` does not).
         dataset: split rules, see :class:`NpyDataset`.
         mmap_mode: map the files instead of reading them: the splits are views of the days
             (never concatenated) and each batch reads its rows, so memory does not grow with
@@ -163,7 +164,7 @@ class CriteoNpyDataConfig(DataConfig):
             (seeded by ``seed`` and the epoch; ranks stay disjoint, resume stays exact).
     """
 
-    path: str = MISSING
+    path: str | None = None
     dataset: NpyDataset = NpyDataset.criteo_1tb
     mmap_mode: bool = False
     out_of_range: OutOfRange = OutOfRange.hash
@@ -171,7 +172,7 @@ class CriteoNpyDataConfig(DataConfig):
     shuffle_batches: bool = False
 
     def input_paths(self) -> dict[str, list[str]]:
-        return {"data.path": [self.path]}
+        return {"data.path": [self.path]} if self.path else {}
 
     def shuffles_batches(self) -> bool:
         return self.shuffle_batches

@@ -1,0 +1,94 @@
+"""``experiment=`` presets: every one composes, cites its source, and says what it reproduces."""
+
+import re
+
+import pytest
+
+from conftest import REPO, compose_cfg, run_cli
+from dlrm_exp.config import (
+    ComputeDevice,
+    CriteoMultiHotDataConfig,
+    CriteoNpyDataConfig,
+    DenseOptimizer,
+    InteractionType,
+    SparseOptimizer,
+)
+from dlrm_exp.errors import ConfigError
+
+PRESETS = sorted(p.stem for p in (REPO / "conf" / "experiment").glob("*.yaml"))
+
+
+def test_the_issue_presets_exist():
+    assert set(PRESETS) >= {
+        "golden",
+        "quickstart",
+        "dlrm_main_mlperf",
+        "dlrm_main_mlperf_x2",
+        "dlrm_main_full_size",
+        "mlperf_dcnv2",
+    }
+
+
+@pytest.mark.parametrize("name", PRESETS)
+def test_every_preset_composes_as_a_global_package_citing_its_source(name):
+    text = (REPO / "conf" / "experiment" / f"{name}.yaml").read_text()
+    assert text.startswith("# @package _global_\n")
+    assert re.search(r"torchrec|dlrm|MLPerf|MLCommons", text.split("defaults:")[0])
+    compose_cfg([f"experiment={name}", "mode=plan"])
+
+
+@pytest.mark.parametrize(
+    ("name", "gpus", "batch", "rows"),
+    [
+        ("dlrm_main_mlperf", 8, 8192, 204_184_588),
+        ("dlrm_main_mlperf_x2", 16, 4096, 364_975_536),
+        ("dlrm_main_full_size", 80, 819, 882_774_559),
+    ],
+)
+def test_dlrm_main_rows_flag_for_flag(name, gpus, batch, rows):
+    cfg = compose_cfg([f"experiment={name}", "mode=plan"])
+    assert cfg.hardware.world_size == gpus and cfg.hardware.compute_device is ComputeDevice.cuda
+    assert cfg.train.batch_size == batch and cfg.train.epochs == 1
+    assert sum(cfg.model.table_sizes) == rows and cfg.model.embedding_dim == 128
+    assert cfg.model.interaction_type is InteractionType.original
+    assert cfg.model.dense_arch_layer_sizes == [512, 256, 128]
+    assert cfg.model.over_arch_layer_sizes == [1024, 1024, 512, 256, 1]
+    opt = cfg.optimizer
+    assert opt.sparse_optimizer is SparseOptimizer.sgd and opt.dense_optimizer is DenseOptimizer.sgd
+    assert opt.learning_rate == opt.dense_learning_rate == 15.0
+    assert isinstance(cfg.data, CriteoNpyDataConfig)
+
+
+def test_dlrm_main_presets_need_their_data_to_train():
+    with pytest.raises(ConfigError, match="data=criteo_npy needs data.path="):
+        compose_cfg(["experiment=dlrm_main_mlperf"])
+
+
+def test_mlperf_dcnv2_recipe():
+    cfg = compose_cfg(["experiment=mlperf_dcnv2"])
+    assert cfg.model.interaction_type is InteractionType.dcn
+    assert isinstance(cfg.data, CriteoMultiHotDataConfig)
+    opt = cfg.optimizer
+    assert opt.sparse_optimizer is SparseOptimizer.adagrad
+    assert opt.dense_optimizer is DenseOptimizer.adagrad
+    assert opt.learning_rate == opt.dense_learning_rate == 0.004 and opt.eps == 1e-8
+    assert cfg.train.batch_size * cfg.hardware.world_size == 65536
+    assert cfg.train.val_per_epoch == 20 and cfg.train.target_auroc == 0.80275
+
+
+@pytest.mark.slow
+def test_dlrm_main_mlperf_plans_and_shows_its_flags(tmp_path):
+    """The acceptance commands: ``mode=plan`` prints 97.36 GiB, ``--cfg job`` the flags."""
+    plan = run_cli(["experiment=dlrm_main_mlperf", "mode=plan", f"hydra.run.dir={tmp_path}"])
+    assert plan.returncode == 0, plan.stderr[-2000:]
+    assert "97.36 GiB fp32 weights + 0.00 GiB optimizer state = 97.36 GiB" in plan.stdout
+    shown = run_cli(["experiment=dlrm_main_mlperf", "--cfg", "job"])
+    assert shown.returncode == 0, shown.stderr[-2000:]
+    for line in (
+        "batch_size: 8192",
+        "embedding_dim: 128",
+        "sparse_optimizer: sgd",
+        "learning_rate: 15.0",
+        "dense_learning_rate: 15.0",
+    ):
+        assert re.search(rf"^\s+{re.escape(line)}$", shown.stdout, re.M), line
