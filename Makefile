@@ -43,10 +43,11 @@ format: $(STAMP) ## ruff format and autofix
 	$(PY) -m ruff format src tests
 	$(PY) -m ruff check --fix src tests
 
-bench: $(STAMP) ## framework vs TorchRec loop, preprocessing vs TorchRec, loaders vs training
+bench: $(STAMP) ## framework vs TorchRec loop, preprocessing, loaders, quality bars of the recipes
 	$(PY) -m dlrm_exp.bench.training $(ARGS)
 	$(PY) -m dlrm_exp.bench.preprocess
 	$(PY) -m dlrm_exp.bench.loader
+	$(PY) -m dlrm_exp.bench.quality
 
 tensorboard: $(STAMP) ## compare runs in TensorBoard (scalars + HParams)
 	$(VENV)/bin/tensorboard --logdir outputs

@@ -35,28 +35,36 @@ SMALL = [
 ]
 
 
+#: Optimizers verified besides the default (issue 14): exact Adagrad row-wise (the acceptance
+#: case), and Adam, whose tables are data_parallel on CPU (FBGEMM has no CPU Adam kernel).
+OPTIMIZER_CASES = {"rowwise+adagrad": ("rowwise", "adagrad"), "auto+adam": ("auto", "adam")}
+
+
 def test_two_processes_match_one_unsharded_process(tmp_path):
     """mode=verify for every sharding type at the defaults (seed 0, eps 1e-8): 20 steps on 2
     processes against 1 process, from identical weights (one launch of the workers for all
-    eight). Table-, row-, column-wise, ... reproduce the rank-sliced reference to the bit;
+    of them). Table-, row-, column-wise, ... reproduce the rank-sliced reference to the bit;
     data_parallel sums a row's gradient per rank before DDP averages the halves, so it is left
-    at rounding level."""
-    cfgs = [
-        compose_cfg([*TWO, f"sharding={option}", "qcomms=none", "mode=verify"])
-        for option in SHARDING
-    ]
-    dirs = [tmp_path / option for option in SHARDING]
+    at rounding level. The same holds for the optimizer cases."""
+    cases = {option: [f"sharding={option}"] for option in SHARDING}
+    cases |= {
+        name: [f"sharding={sharding}", f"optimizer={optimizer}"]
+        for name, (sharding, optimizer) in OPTIMIZER_CASES.items()
+    }
+    cfgs = [compose_cfg([*TWO, *args, "qcomms=none", "mode=verify"]) for args in cases.values()]
+    dirs = [tmp_path / name.replace("+", "_") for name in cases]
     for folder in dirs:
         folder.mkdir()
     results = run_verify_many(cfgs, dirs)
-    for option, folder, result in zip(SHARDING, dirs, results, strict=True):
+    for name, folder, result in zip(cases, dirs, results, strict=True):
         assert result["steps"] == 20 and result["world_size"] == 2
-        assert result["max_rel_loss_deviation"] <= 1e-5, (option, result["max_rel_loss_deviation"])
-        assert result["max_abs_table_deviation"] < 1e-4, option
-        assert result["max_abs_dense_deviation"] < 1e-4, option
-        if SHARDING[option]:
-            assert result["plan_sharding_types"] == [SHARDING[option]]
+        assert result["max_rel_loss_deviation"] <= 1e-5, (name, result["max_rel_loss_deviation"])
+        assert result["max_abs_table_deviation"] < 1e-4, name
+        assert result["max_abs_dense_deviation"] < 1e-4, name
+        if SHARDING.get(name):
+            assert result["plan_sharding_types"] == [SHARDING[name]]
         assert json.loads((folder / "verify.json").read_text())["passed"] is True
+    assert results[-1]["plan_sharding_types"] == ["data_parallel"]  # auto + Adam on CPU
 
 
 def test_two_process_run_folder_and_a_mixed_plan_json(tmp_path):

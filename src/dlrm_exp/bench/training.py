@@ -40,6 +40,7 @@ from dlrm_exp.config import (
     SparseOptimizer,
     conf_dir,
     feature_names,
+    register_configs,
 )
 from dlrm_exp.data import iter_batches, load_splits
 from dlrm_exp.distributed.launch import DistContext, process_group
@@ -53,6 +54,7 @@ TARGET_RATIO = 0.95
 
 def compose_config(overrides: Sequence[str]) -> Config:
     """The typed config for ``overrides``, composed with Hydra's compose API."""
+    register_configs()
     with initialize_config_dir(config_dir=str(conf_dir()), version_base="1.3"):
         raw = compose(config_name="config", overrides=list(overrides))
     cfg = OmegaConf.to_object(raw)

@@ -9,12 +9,16 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
+from fbgemm_gpu.split_table_batched_embeddings_ops_training import (
+    SplitTableBatchedEmbeddingBagsCodegen,
+)
 from torchrec.distributed import TrainPipelineSparseDist
 from torchrec.distributed.model_parallel import DistributedModelParallel
 from torchrec.distributed.types import ShardingPlan
 from torchrec.models.dlrm import DLRMTrain
 from torchrec.optim.keyed import CombinedOptimizer
 
+from dlrm_exp.build.lr_schedule import LRSchedule
 from dlrm_exp.build.model import build_model
 from dlrm_exp.build.nonfinite import SkipNonFiniteDLRMTrain, install_gradient_guards
 from dlrm_exp.build.optim import apply_sparse_optimizer, build_optimizer, dense_learning_rate
@@ -34,10 +38,30 @@ class Experiment:
     optimizer: CombinedOptimizer
     pipeline: TrainPipelineSparseDist
     plan: ShardingPlan
+    lr_schedule: LRSchedule
 
     def learning_rate(self) -> float:
         """The dense optimizer's learning rate, as it applies now (the ``lr`` scalar)."""
         return dense_learning_rate(self.optimizer)
+
+    def embedding_learning_rate(self) -> float | None:
+        """The learning rate FBGEMM's fused embedding kernel of this rank holds now, read from
+        the kernel itself (None when this rank has no fused table)."""
+        kernels = fused_kernels(self.model)
+        return float(kernels[0].get_learning_rate()) if kernels else None
+
+
+def fused_kernels(model: torch.nn.Module) -> list[SplitTableBatchedEmbeddingBagsCodegen]:
+    """This rank's FBGEMM table-batched kernels. TorchRec's sharded embedding collections hide
+    their lookup modules from ``modules()`` and offer no public accessor, so this adapter reads
+    their ``_lookups``: the one place that does."""
+    return [
+        kernel
+        for module in model.modules()
+        for lookup in getattr(module, "_lookups", [])
+        for kernel in lookup.modules()
+        if isinstance(kernel, SplitTableBatchedEmbeddingBagsCodegen)
+    ]
 
 
 #: Replaces the ``DLRMTrain`` wrapper around the built DLRM (e.g. the rank-sliced reference of
@@ -92,4 +116,6 @@ def build_experiment(
         install_gradient_guards(model)
     optimizer = build_optimizer(model, cfg.optimizer)
     pipeline = TrainPipelineSparseDist(model, optimizer, ctx.device, execute_all_batches=True)
-    return Experiment(model=model, optimizer=optimizer, pipeline=pipeline, plan=plan)
+    opt = cfg.optimizer
+    schedule = LRSchedule(optimizer, opt.lr_warmup_steps, opt.lr_decay_start, opt.lr_decay_steps)
+    return Experiment(model, optimizer, pipeline, plan, schedule)

@@ -5,6 +5,7 @@ parameters before sharding (FBGEMM then fuses the update into the backward kerne
 ``KeyedOptimizerWrapper`` over every parameter without an in-backward optimizer.
 """
 
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -16,6 +17,7 @@ from torchrec.optim.rowwise_adagrad import RowWiseAdagrad
 
 from dlrm_exp.build.replicated_optim import FbgemmReplicaOptimizer
 from dlrm_exp.config import DenseOptimizer, OptimizerConfig, SparseOptimizer
+from dlrm_exp.config.optimizer import CPU_FUSED
 from dlrm_exp.planning.tables import is_table_key
 
 #: Position of the dense optimizer in :func:`build_optimizer`'s ``CombinedOptimizer``.
@@ -29,11 +31,24 @@ def dense_learning_rate(optimizer: CombinedOptimizer) -> float:
 
 
 def _sparse_class(cfg: OptimizerConfig) -> tuple[type[torch.optim.Optimizer], dict[str, Any]]:
+    """The ``torch.optim`` class TorchRec maps to FBGEMM's fused optimizer, and its kwargs."""
     if cfg.sparse_optimizer is SparseOptimizer.rowwise_adagrad:
         return RowWiseAdagrad, {"lr": cfg.learning_rate, "eps": cfg.eps}
-    if cfg.sparse_optimizer is SparseOptimizer.adagrad:
+    if cfg.sparse_optimizer is SparseOptimizer.adagrad:  # FBGEMM EXACT_ADAGRAD
         return torch.optim.Adagrad, {"lr": cfg.learning_rate, "eps": cfg.eps}
+    if cfg.sparse_optimizer is SparseOptimizer.adam:  # FBGEMM ADAM (betas 0.9, 0.999)
+        return torch.optim.Adam, {"lr": cfg.learning_rate, "eps": cfg.eps}
     return torch.optim.SGD, {"lr": cfg.learning_rate}
+
+
+def _dense_factory(cfg: OptimizerConfig) -> Callable[[Any], torch.optim.Optimizer]:
+    """The dense optimizer over a parameter list: ``torch.optim`` Adagrad, Adam or SGD."""
+    lr, eps = cfg.dense_learning_rate, cfg.eps
+    if cfg.dense_optimizer is DenseOptimizer.adagrad:
+        return lambda params: torch.optim.Adagrad(params, lr=lr, eps=eps)
+    if cfg.dense_optimizer is DenseOptimizer.adam:
+        return lambda params: torch.optim.Adam(params, lr=lr, eps=eps)
+    return lambda params: torch.optim.SGD(params, lr=lr)
 
 
 def apply_sparse_optimizer(model: DLRMTrain, cfg: OptimizerConfig) -> None:
@@ -56,17 +71,11 @@ def build_optimizer(model: torch.nn.Module, cfg: OptimizerConfig) -> CombinedOpt
     step after DDP averaged their gradients, which is the update the fused kernel makes for
     sharded tables. On CPU that update runs in FBGEMM's fused kernel itself
     (:class:`~dlrm_exp.build.replicated_optim.FbgemmReplicaOptimizer`), so its arithmetic is the
-    sharded tables' to the bit; elsewhere in TorchRec's ``RowWiseAdagrad`` / ``torch.optim``.
+    sharded tables' to the bit; elsewhere, and for Adam (which FBGEMM's CPU kernels lack,
+    :data:`~dlrm_exp.config.optimizer.CPU_FUSED`), in TorchRec's ``RowWiseAdagrad`` /
+    ``torch.optim``.
     """
-    if cfg.dense_optimizer is DenseOptimizer.adagrad:
-
-        def dense_factory(params: Any) -> torch.optim.Optimizer:
-            return torch.optim.Adagrad(params, lr=cfg.dense_learning_rate, eps=cfg.eps)
-    else:
-
-        def dense_factory(params: Any) -> torch.optim.Optimizer:
-            return torch.optim.SGD(params, lr=cfg.dense_learning_rate)
-
+    dense_factory = _dense_factory(cfg)
     cls, kwargs = _sparse_class(cfg)
     plain = dict(in_backward_optimizer_filter(model.named_parameters()))
     replicated_tables = {k: v for k, v in plain.items() if is_table_key(k)}
@@ -75,9 +84,10 @@ def build_optimizer(model: torch.nn.Module, cfg: OptimizerConfig) -> CombinedOpt
     assert len(optimizers) == _DENSE_INDEX + 1
     if replicated_tables:
         on_cpu = all(p.device.type == "cpu" for p in replicated_tables.values())
+        fbgemm = on_cpu and cfg.sparse_optimizer in CPU_FUSED
 
         def replica_factory(params: Any) -> torch.optim.Optimizer:
-            if on_cpu:
+            if fbgemm:
                 return FbgemmReplicaOptimizer(
                     params, cfg.sparse_optimizer, cfg.learning_rate, cfg.eps
                 )

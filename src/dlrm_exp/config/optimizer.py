@@ -1,4 +1,5 @@
-"""Schema of the ``optimizer`` group: the fused sparse optimizer and the dense one."""
+"""Schema of the ``optimizer`` group: the fused sparse optimizer, the dense one, and the
+learning-rate schedule both follow."""
 
 from dataclasses import dataclass
 from enum import Enum
@@ -7,30 +8,50 @@ from dlrm_exp.config.checks import require
 
 
 class SparseOptimizer(Enum):
-    """Optimizer for the embedding tables, fused into backward (``apply_optimizer_in_backward``)."""
+    """Optimizer for the embedding tables, fused into backward (``apply_optimizer_in_backward``;
+    FBGEMM ``EXACT_ROWWISE_ADAGRAD``, ``EXACT_ADAGRAD``, ``EXACT_SGD``, ``ADAM``)."""
 
     rowwise_adagrad = "rowwise_adagrad"
     adagrad = "adagrad"
     sgd = "sgd"
+    adam = "adam"
+
+
+#: Sparse optimizers that FBGEMM's CPU kernels fuse into backward (fbgemm-gpu 1.8: EXACT_ADAGRAD,
+#: EXACT_ROWWISE_ADAGRAD, EXACT_SGD; its CPU TBE asserts "Optimizer adam is not supported in CPU
+#: mode"). On CPU, Adam tables are data_parallel replicas stepped by ``torch.optim.Adam``.
+CPU_FUSED = frozenset(
+    {SparseOptimizer.rowwise_adagrad, SparseOptimizer.adagrad, SparseOptimizer.sgd}
+)
 
 
 class DenseOptimizer(Enum):
-    """Optimizer for the dense arch, interaction and over arch parameters."""
+    """Optimizer for the dense arch, interaction and over arch parameters (``torch.optim``)."""
 
     adagrad = "adagrad"
     sgd = "sgd"
+    adam = "adam"
 
 
 @dataclass
 class OptimizerConfig:
-    """Sparse (fused, in backward) and dense optimizers (group ``optimizer``).
+    """Sparse (fused, in backward) and dense optimizers, and their learning-rate schedule
+    (group ``optimizer``).
+
+    The schedule is the reference's ``LRPolicyScheduler`` (facebookresearch/dlrm
+    ``torchrec_dlrm/lr_scheduler.py``, used by TorchRec's ``dlrm_main.py``), applied to the
+    sparse and the dense rate alike, see :mod:`dlrm_exp.build.lr_schedule`.
 
     Attributes:
         sparse_optimizer: embedding optimizer, applied inside backward by FBGEMM's fused kernel.
         dense_optimizer: optimizer for every non-embedding parameter.
         learning_rate: sparse learning rate (0.1 in TorchRec's golden training example).
         dense_learning_rate: dense learning rate.
-        eps: Adagrad denominator epsilon.
+        eps: Adagrad's / Adam's denominator epsilon (both optimizers).
+        lr_warmup_steps: W; the rate rises linearly from base/W at step 1 (0: no warm-up).
+        lr_decay_start: the step at which the polynomial decay begins (>= W).
+        lr_decay_steps: N; over N steps the rate falls as ``base * ((N - k) / N) ** 2`` (never
+            below 1e-7), then holds (0: no decay).
     """
 
     sparse_optimizer: SparseOptimizer = SparseOptimizer.rowwise_adagrad
@@ -38,9 +59,22 @@ class OptimizerConfig:
     learning_rate: float = 0.1
     dense_learning_rate: float = 0.01
     eps: float = 1e-8
+    lr_warmup_steps: int = 0
+    lr_decay_start: int = 0
+    lr_decay_steps: int = 0
 
     def __post_init__(self) -> None:
         for name in ("learning_rate", "dense_learning_rate"):
             value = getattr(self, name)
             require(value > 0, f"optimizer.{name} must be positive, got {value}")
         require(self.eps >= 0, f"optimizer.eps must be >= 0, got {self.eps}")
+        for name in ("lr_warmup_steps", "lr_decay_start", "lr_decay_steps"):
+            value = getattr(self, name)
+            require(value >= 0, f"optimizer.{name} must be >= 0, got {value}")
+        if self.lr_decay_steps > 0:
+            require(
+                self.lr_decay_start >= self.lr_warmup_steps,
+                f"optimizer.lr_decay_start ({self.lr_decay_start}) is before the end of the "
+                f"warm-up ({self.lr_warmup_steps} steps): the warm-up must finish before the "
+                f"decay starts; set optimizer.lr_decay_start={self.lr_warmup_steps} or later",
+            )

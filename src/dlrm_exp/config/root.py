@@ -9,15 +9,16 @@ from dlrm_exp.config.checks import require
 from dlrm_exp.config.criteo import CRITEO_NUM_DENSE, CRITEO_NUM_SPARSE
 from dlrm_exp.config.data import (
     CriteoMultiHotDataConfig,
+    CriteoNpyDataConfig,
     CriteoTsvDataConfig,
     DataConfig,
 )
 from dlrm_exp.config.hardware import ComputeDevice, HardwareConfig
 from dlrm_exp.config.model import ModelConfig
 from dlrm_exp.config.modes import Mode, PreprocessConfig, VerifyConfig
-from dlrm_exp.config.optimizer import OptimizerConfig
+from dlrm_exp.config.optimizer import CPU_FUSED, OptimizerConfig
 from dlrm_exp.config.qcomms import QCommsConfig
-from dlrm_exp.config.sharding import ComputeKernel, ShardingConfig
+from dlrm_exp.config.sharding import ComputeKernel, ShardingConfig, ShardingStrategy
 from dlrm_exp.config.train import TrainConfig
 from dlrm_exp.errors import ConfigError
 
@@ -48,6 +49,12 @@ class Config:
                 bool(self.preprocess.output_dir),
                 "mode=preprocess needs preprocess.output_dir=<folder for the npy files>",
             )
+        if isinstance(self.data, CriteoNpyDataConfig) and self.mode is not Mode.plan:
+            require(
+                bool(self.data.path),
+                "data=criteo_npy needs data.path=<folder of day_<n>_{dense,sparse,labels}.npy> "
+                "(mode=preprocess writes them)",
+            )
         tables = self.model.table_names
         unknown = sorted(set(self.sharding.overridden_tables) - set(tables))
         require(
@@ -67,6 +74,7 @@ class Config:
                         f"{key}=fused_uvm_caching keeps tables in CUDA unified memory with an "
                         "HBM cache and needs hardware.compute_device=cuda: on CPU use fused"
                     )
+        self._check_sparse_optimizer_on_cpu()
         if isinstance(self.data, CriteoMultiHotDataConfig):
             n_tables = len(self.model.num_embeddings_per_feature)
             require(
@@ -87,3 +95,25 @@ class Config:
                 f"Criteo data has {CRITEO_NUM_DENSE} dense features: set "
                 f"model.num_dense_features={CRITEO_NUM_DENSE}",
             )
+
+    def _check_sparse_optimizer_on_cpu(self) -> None:
+        """A sparse optimizer FBGEMM cannot fuse on CPU (Adam) runs only on data_parallel
+        tables there (``auto`` then replicates every table, see
+        :func:`dlrm_exp.planning.constraints.build_constraints`)."""
+        opt = self.optimizer.sparse_optimizer
+        if self.hardware.compute_device is not ComputeDevice.cpu or opt in CPU_FUSED:
+            return
+        sharded = [
+            table or "every table"
+            for table in [None, *self.sharding.overridden_tables]
+            if self.sharding.table_choice(table)[0]
+            not in (ShardingStrategy.auto, ShardingStrategy.data_parallel)
+        ]
+        require(
+            not sharded,
+            f"optimizer.sparse_optimizer={opt.value} on CPU: FBGEMM's CPU kernels cannot fuse "
+            f"{opt.value} into backward, so {', '.join(sharded)} cannot be "
+            f"{self.sharding.sharding_type.value}-sharded; use sharding=auto or "
+            "sharding=dataparallel (tables replicated and stepped by torch.optim after DDP), "
+            "or train on CUDA (hardware=gpu)",
+        )

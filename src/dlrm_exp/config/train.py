@@ -24,6 +24,10 @@ class TrainConfig:
         epochs: passes over the training split (ignored when ``max_steps`` stops earlier).
         max_steps: stop after this many steps (null: run ``epochs``).
         val_every_n_steps: validate every N steps as well as at the end (null: only at the end).
+        val_per_epoch: validate N times per epoch, every ``steps_per_epoch // N`` steps
+            (MLPerf DLRM-DCNv2: 20), besides ``val_every_n_steps`` (null: not).
+        target_auroc: stop training at the first validation whose AUROC reaches this value,
+            then run the test split (MLPerf DLRM-DCNv2: 0.80275); null: train to the end.
         log_every_n_steps: TensorBoard scalar interval, steps.
         throughput_warmup_steps: first steps left out of ``samples_per_sec``.
         progress_bar: tqdm bar on rank 0 when stderr is a terminal.
@@ -40,6 +44,8 @@ class TrainConfig:
     epochs: int = 1
     max_steps: int | None = None
     val_every_n_steps: int | None = None
+    val_per_epoch: int | None = None
+    target_auroc: float | None = None
     log_every_n_steps: int = 20
     throughput_warmup_steps: int = 10
     progress_bar: bool = True
@@ -54,6 +60,7 @@ class TrainConfig:
         for name in (
             "max_steps",
             "val_every_n_steps",
+            "val_per_epoch",
             "checkpoint_every_n_steps",
             "keep_last_checkpoints",
         ):
@@ -61,3 +68,7 @@ class TrainConfig:
             require(value is None or value > 0, f"train.{name} must be positive or null")
         require(self.log_every_n_steps > 0, "train.log_every_n_steps must be positive")
         require(self.throughput_warmup_steps >= 0, "train.throughput_warmup_steps must be >= 0")
+        require(
+            self.target_auroc is None or 0 < self.target_auroc <= 1,
+            f"train.target_auroc must be in (0, 1] or null, got {self.target_auroc}",
+        )

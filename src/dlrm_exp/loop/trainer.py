@@ -38,14 +38,27 @@ class NonFiniteLossError(UserError):
     """A training step produced a NaN or infinite loss."""
 
 
+class Schedule(Protocol):
+    """Sets the learning rates of a training step (``dlrm_exp.build.lr_schedule.LRSchedule``)."""
+
+    def apply(self, step: int) -> None:
+        """Set the rates of training step ``step`` (1-based), before it runs."""
+        ...
+
+
 class Trainable(Protocol):
     """What the loop trains (``dlrm_exp.build.experiment.Experiment`` is one)."""
 
     model: torch.nn.Module
     pipeline: TrainPipelineSparseDist
+    lr_schedule: Schedule
 
     def learning_rate(self) -> float:
         """The dense optimizer's learning rate now, as applied."""
+        ...
+
+    def embedding_learning_rate(self) -> float | None:
+        """The fused embedding kernel's learning rate now, read from the kernel."""
         ...
 
 
@@ -68,6 +81,8 @@ class TrainerState:
         val_history: metrics of every validation, with its ``step``.
         final_train_loss: the last logged finite training loss.
         skipped_steps: steps whose batch was skipped for a non-finite loss.
+        target_step: the step whose validation first reached ``train.target_auroc`` (None:
+            not reached, or no target).
     """
 
     step: int = 0
@@ -75,6 +90,7 @@ class TrainerState:
     val_history: list[dict[str, float]] = field(default_factory=list)
     final_train_loss: float | None = None
     skipped_steps: list[int] = field(default_factory=list)
+    target_step: int | None = None
 
     def state_dict(self) -> dict[str, Any]:
         """The JSON-able state a checkpoint stores (its ``step`` is the checkpoint's own)."""
@@ -83,6 +99,7 @@ class TrainerState:
             "val_history": list(self.val_history),
             "final_train_loss": self.final_train_loss,
             "skipped_steps": list(self.skipped_steps),
+            "target_step": self.target_step,
         }
 
     @classmethod
@@ -95,6 +112,7 @@ class TrainerState:
             val_history=list(saved["val_history"]),
             final_train_loss=saved.get("final_train_loss"),
             skipped_steps=list(saved.get("skipped_steps", [])),
+            target_step=saved.get("target_step"),
         )
 
 
@@ -112,6 +130,8 @@ class FitResult:
         test: test metrics.
         step_seconds: wall seconds of each training step after the throughput warm-up (from
             one step's output to the next; on CUDA after a synchronize).
+        target_epoch: epochs trained (a fraction) when the target AUROC was reached (None:
+            not reached, or no target).
     """
 
     state: TrainerState
@@ -120,6 +140,7 @@ class FitResult:
     val: dict[str, float]
     test: dict[str, float]
     step_seconds: list[float] = field(default_factory=list)
+    target_epoch: float | None = None
 
 
 #: Called as ``checkpoint(step, state)`` with the pipeline drained.
@@ -160,7 +181,8 @@ class Trainer:
         self.show_progress = show_progress
         self.comm = comm
         self.checkpoint = checkpoint
-        total = len(samples_per_step) * cfg.epochs
+        self.steps_per_epoch = len(samples_per_step)
+        total = self.steps_per_epoch * cfg.epochs
         self.total_steps = total if cfg.max_steps is None else min(total, cfg.max_steps)
         self.warmup_steps = min(cfg.throughput_warmup_steps, self.total_steps // 2)
         self.throughput = Throughput(warmup_steps=self.warmup_steps)
@@ -180,14 +202,16 @@ class Trainer:
         train_iter = itertools.islice(epochs, state.step, self.total_steps)
         bar = self._progress_bar(state.step)
         self.experiment.model.train()
-        while state.step < self.total_steps:
+        while state.step < self.total_steps and state.target_step is None:
             segment = _next_boundary(state.step, self.total_steps, self._intervals()) - state.step
             self._train_segment(itertools.islice(train_iter, segment), state, bar)
             self._after_segment(sources, state)
         bar.close()
-        val = self._evaluate(sources.val)
-        state.val_history.append({"step": float(state.step), **val})
-        self.tracker.scalars("val", quality(val), state.step)
+        if state.target_step is not None and state.target_step == state.step:
+            val = {k: v for k, v in state.val_history[-1].items() if k != "step"}
+        else:  # the last validation, at the end of training
+            self._validate(sources, state)
+            val = {k: v for k, v in state.val_history[-1].items() if k != "step"}
         test = self._evaluate(sources.test)
         return FitResult(
             state=state,
@@ -196,10 +220,18 @@ class Trainer:
             val=val,
             test=test,
             step_seconds=self.step_seconds,
+            target_epoch=self.target_epoch(state),
         )
 
+    def _val_intervals(self) -> tuple[int | None, ...]:
+        """Validation intervals in steps: ``val_every_n_steps`` and, for ``val_per_epoch=N``,
+        ``steps_per_epoch // N`` (at least 1)."""
+        per_epoch = self.cfg.val_per_epoch
+        every_per_epoch = max(1, self.steps_per_epoch // per_epoch) if per_epoch else None
+        return (self.cfg.val_every_n_steps, every_per_epoch)
+
     def _intervals(self) -> tuple[int | None, ...]:
-        return (self.cfg.val_every_n_steps, self.cfg.checkpoint_every_n_steps)
+        return (*self._val_intervals(), self.cfg.checkpoint_every_n_steps)
 
     def _progress_bar(self, first: int) -> tqdm:
         bar = tqdm(
@@ -217,6 +249,8 @@ class Trainer:
         self.throughput.resume()
         if self.comm is not None:
             self.comm.active = True
+        schedule = self.experiment.lr_schedule
+        schedule.apply(state.step + 1)
         last = time.perf_counter()
         for loss, _logits, _labels in drain(self.experiment.pipeline, batches):
             if self.device.type == "cuda":
@@ -233,6 +267,7 @@ class Trainer:
             self.throughput.step(step_samples)
             bar.update(1)
             self._log_step(step_loss, state, bar)
+            schedule.apply(state.step + 1)
         if self.comm is not None:
             self.comm.active = False
 
@@ -266,18 +301,43 @@ class Trainer:
         self.tracker.scalar("train/loss", step_loss, step)
         self.tracker.scalar("train/samples_per_sec", self.throughput.samples_per_sec, step)
         self.tracker.scalar("lr", self.experiment.learning_rate(), step)
+        self.tracker.scalar("lr/embedding", self.experiment.embedding_learning_rate(), step)
         bar.set_postfix(loss=f"{step_loss:.4f}")
 
     def _after_segment(self, sources: BatchSources, state: TrainerState) -> None:
-        """Validate and checkpoint where the segment ended at their interval."""
-        step, every_val = state.step, self.cfg.val_every_n_steps
-        if step < self.total_steps and every_val and step % every_val == 0:
-            state.val_history.append({"step": float(step), **self._evaluate(sources.val)})
-            self.tracker.scalars("val", quality(state.val_history[-1]), step)
+        """Validate and checkpoint where the segment ended at their interval (and checkpoint
+        where training stops at the target AUROC)."""
+        step = state.step
+        due_val = any(n and step % n == 0 for n in self._val_intervals())
+        if step < self.total_steps and due_val:
+            self._validate(sources, state)
         every = self.cfg.checkpoint_every_n_steps
-        due = every and (step % every == 0 or step == self.total_steps)
-        if self.checkpoint is not None and due:
+        last = step == self.total_steps or state.target_step == step
+        if self.checkpoint is not None and every and (step % every == 0 or last):
             self.checkpoint(step, state)
+
+    def _validate(self, sources: BatchSources, state: TrainerState) -> None:
+        """Evaluate the validation split into the history; mark the step that first reaches
+        ``train.target_auroc`` (the loop then stops)."""
+        step = state.step
+        state.val_history.append({"step": float(step), **self._evaluate(sources.val)})
+        self.tracker.scalars("val", quality(state.val_history[-1]), step)
+        target, auroc = self.cfg.target_auroc, state.val_history[-1]["auroc"]
+        if target is not None and state.target_step is None and auroc >= target:
+            state.target_step = step
+            epoch = step / self.steps_per_epoch
+            self.tracker.scalar("val/reached_target_auroc", target, step)
+            self.tracker.text(
+                "target_auroc",
+                f"validation AUROC {auroc:.5f} reached the target {target} at step {step} "
+                f"(epoch {epoch:.3f})",
+                step,
+            )
+            log.info("target AUROC %s reached at step %d (epoch %.3f)", target, step, epoch)
+
+    def target_epoch(self, state: TrainerState) -> float | None:
+        """The epoch fraction at which the target AUROC was reached (None: not reached)."""
+        return None if state.target_step is None else state.target_step / self.steps_per_epoch
 
     def _evaluate(self, source: BatchSource) -> dict[str, float]:
         experiment = self.experiment

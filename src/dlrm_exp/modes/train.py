@@ -257,6 +257,10 @@ def _run_metrics(
         data=info,
         val_history=state.val_history,
         choices=dict(run.job.choices),
+        target_auroc=run.cfg.train.target_auroc,
+        reached_target=state.target_step is not None,
+        target_step=state.target_step,
+        target_epoch=result.target_epoch,
     )
 
 
@@ -299,6 +303,13 @@ def summary(metrics: RunMetrics, run_dir: Path, logdir: str = "outputs") -> str:
         lines.append(
             f"data {read['rows_read']:,} rows read, {read['rows_valid']:,} valid, "
             f"{read['rows_padded']:,} padded, {read['rows_skipped']:,} skipped"
+        )
+    if metrics.target_auroc is not None:
+        lines.append(
+            f"target AUROC {metrics.target_auroc} reached at step {metrics.target_step} "
+            f"(epoch {metrics.target_epoch:.3f})"
+            if metrics.reached_target
+            else f"target AUROC {metrics.target_auroc} not reached in {metrics.steps} steps"
         )
     lines.append(f"run folder: {run_dir}")
     lines.append(f"compare runs: tensorboard --logdir {logdir}")

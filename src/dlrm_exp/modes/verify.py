@@ -44,7 +44,14 @@ from torch.distributed.elastic.multiprocessing.errors import record
 from torchrec.datasets.utils import Batch
 from torchrec.models.dlrm import DLRMTrain
 
-from dlrm_exp.config import ComputeKernel, Config, ShardingStrategy, SyntheticDataConfig
+from dlrm_exp.config import (
+    ComputeDevice,
+    ComputeKernel,
+    Config,
+    ShardingStrategy,
+    SyntheticDataConfig,
+)
+from dlrm_exp.config.optimizer import CPU_FUSED
 from dlrm_exp.distributed.launch import (
     check_devices,
     init_worker,
@@ -128,10 +135,17 @@ def _precision(cfg: Config) -> str:
 
 def reference_config(cfg: Config) -> Config:
     """The unsharded one-process twin of ``cfg``: table_wise on one rank, fused kernel, no
-    qcomms, per-rank batch times the world size."""
+    qcomms, per-rank batch times the world size. A sparse optimizer FBGEMM cannot fuse on CPU
+    (Adam) keeps its tables data_parallel (dense kernel), the only placement it runs in."""
     ref = copy.deepcopy(cfg)
-    ref.sharding.sharding_type = ShardingStrategy.table_wise
-    ref.sharding.compute_kernel = ComputeKernel.fused
+    fused = (
+        cfg.hardware.compute_device is not ComputeDevice.cpu
+        or cfg.optimizer.sparse_optimizer in CPU_FUSED
+    )
+    ref.sharding.sharding_type = (
+        ShardingStrategy.table_wise if fused else ShardingStrategy.data_parallel
+    )
+    ref.sharding.compute_kernel = ComputeKernel.fused if fused else ComputeKernel.dense
     ref.sharding.per_table_sharding_type = {}
     ref.sharding.per_table_compute_kernel = {}
     ref.qcomms.forward_precision = None

@@ -12,6 +12,7 @@ def build_constraints(
     tables: list[EmbeddingBagConfig],
     offered_types: list[str],
     pooling_factors: list[int] | None = None,
+    fused_optimizer: bool = True,
 ) -> dict[str, ParameterConstraints]:
     """``ParameterConstraints`` for every table: its sharding type and compute kernel (the
     group's, or its ``per_table_*`` override), and its ids per sample (``pooling_factors``,
@@ -19,12 +20,17 @@ def build_constraints(
     cost estimates.
 
     For ``auto`` the planner may pick any type the sharder offers (``offered_types``) that
-    works with the compute kernel: data_parallel only goes with the dense kernel.
+    works with the compute kernel: data_parallel only goes with the dense kernel. Without a
+    fused sparse optimizer on this device (``fused_optimizer=False``: Adam on CPU, see
+    :data:`dlrm_exp.config.optimizer.CPU_FUSED`), ``auto`` tables are data_parallel with the
+    dense kernel, the only placement whose update does not need FBGEMM's fused kernel.
     ``fused_uvm_caching`` gets ``CacheParams(load_factor=cache_load_factor)``.
     """
     constraints = {}
     for index, table in enumerate(tables):
         kind, kernel = cfg.table_choice(table.name)
+        if kind is ShardingStrategy.auto and not fused_optimizer:
+            kind, kernel = ShardingStrategy.data_parallel, ComputeKernel.dense
         if kind is ShardingStrategy.auto:
             dp = ShardingType.DATA_PARALLEL.value
             types = [t for t in offered_types if (kernel is ComputeKernel.dense) == (t == dp)]

@@ -11,7 +11,8 @@ from dataclasses import dataclass, field
 import torch
 from torchrec.distributed.types import ShardingPlan
 
-from dlrm_exp.config import Config, HardwareConfig, ShardingStrategy
+from dlrm_exp.config import ComputeDevice, Config, HardwareConfig, ShardingStrategy
+from dlrm_exp.config.optimizer import CPU_FUSED
 from dlrm_exp.distributed.launch import DistContext
 from dlrm_exp.distributed.qcomms import check_supported
 from dlrm_exp.distributed.sharder import CpuEmbeddingBagCollectionSharder, job_sharder
@@ -134,7 +135,11 @@ def plan_job(
     topology = build_topology(cfg.hardware, target.world_size, target.local_world_size, capacity)
     sharder = sharder or job_sharder(cfg.qcomms)
     offered = sharder.sharding_types(cfg.hardware.compute_device.value)
-    constraints = build_constraints(cfg.sharding, tables, offered, cfg.data.pooling_factors())
+    on_cpu = cfg.hardware.compute_device is ComputeDevice.cpu
+    fused = not on_cpu or cfg.optimizer.sparse_optimizer in CPU_FUSED
+    constraints = build_constraints(
+        cfg.sharding, tables, offered, cfg.data.pooling_factors(), fused_optimizer=fused
+    )
     collector = EstimateCollector()
     planner = build_planner(topology, constraints, cfg.train.batch_size, [collector])
     overrides = cfg.sharding.overridden_tables

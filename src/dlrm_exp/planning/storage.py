@@ -20,7 +20,8 @@ class EmbeddingStorage:
         rows: total rows over all tables.
         weight_bytes: fp32 table weights, rows x embedding_dim x 4 bytes.
         optimizer_bytes: sparse optimizer state (RowWiseAdagrad: one fp32 per row; Adagrad:
-            one per weight; SGD: none), as FBGEMM's fused kernels allocate it.
+            one per weight; Adam: two per weight; SGD: none), as FBGEMM's fused kernels
+            allocate it.
     """
 
     rows: int
@@ -38,6 +39,8 @@ def optimizer_floats_per_row(optimizer: SparseOptimizer, embedding_dim: int) -> 
         return 1
     if optimizer is SparseOptimizer.adagrad:
         return embedding_dim
+    if optimizer is SparseOptimizer.adam:  # first and second moments
+        return 2 * embedding_dim
     return 0
 
 

@@ -11,6 +11,7 @@ from typing import Any
 from dlrm_exp.util.files import write_json_atomic
 
 COMPLETED = "completed"
+_TARGET_KEYS = ("target_auroc", "reached_target", "target_step", "target_epoch")
 FAILED = "failed"
 #: A job folder without ``metrics.json`` (killed before it could write one).
 MISSING = "missing"
@@ -43,6 +44,10 @@ class RunMetrics:
         data: what the data source reported (row counts, skipped rows, ...).
         val_history: every validation's metrics with its ``step``.
         choices: each config group's chosen option.
+        target_auroc: ``train.target_auroc`` (the target keys appear only when it is set).
+        reached_target: whether a validation reached it.
+        target_step / target_epoch: the step, and the epochs trained (a fraction), of the
+            first validation that reached it.
         error / error_type: the failure of a failed job.
     """
 
@@ -66,6 +71,10 @@ class RunMetrics:
     data: dict[str, Any] = field(default_factory=dict)
     val_history: list[dict[str, float]] = field(default_factory=list)
     choices: dict[str, str] = field(default_factory=dict)
+    target_auroc: float | None = None
+    reached_target: bool = False
+    target_step: int | None = None
+    target_epoch: float | None = None
     error: str | None = None
     error_type: str | None = None
 
@@ -86,6 +95,9 @@ class RunMetrics:
             return {"status": self.status, "error": self.error, "error_type": self.error_type}
         content = asdict(self)
         del content["error"], content["error_type"]
+        if self.target_auroc is None:
+            for key in _TARGET_KEYS:
+                del content[key]
         return content
 
     @classmethod

@@ -65,6 +65,11 @@ class Tracker:
         for key, value in values.items():
             self.scalar(f"{prefix}/{key}", value, step)
 
+    def text(self, tag: str, text: str, step: int) -> None:
+        """A text entry (TensorBoard's Text tab), e.g. where a target was reached."""
+        if self.writer is not None:
+            self.writer.add_text(tag, text, step)
+
     def hparams(
         self, hparams: Mapping[str, Scalar], metrics: Mapping[str, float], step: int
     ) -> None:

@@ -1,0 +1,83 @@
+"""``make bench`` (part 4): the quality bars of the reference recipes (issue 14), measured.
+
+1. The default experiment (``python -m dlrm_exp``): its validation AUROC against the
+   Bayes-optimal AUROC of the synthetic data; target gap <= 0.015 within 30 s of training.
+2. The MLPerf DLRM-DCNv2 recipe on this machine: ``experiment=mlperf_dcnv2
+   model.num_embeddings_cap=100000 data.path=null train.batch_size=2048 train.max_steps=200``
+   (synthetic multi-hot; one epoch of its 262,144 rows is 128 steps); target: validation
+   NE < 1.0 (better than predicting the click rate) and no non-finite loss.
+
+    python -m dlrm_exp.bench.quality [--skip-mlperf]
+"""
+
+import argparse
+import tempfile
+from collections.abc import Sequence
+from pathlib import Path
+
+from dlrm_exp.bench.training import compose_config
+from dlrm_exp.loop.trainer import NonFiniteLossError
+from dlrm_exp.modes.train import run_train
+from dlrm_exp.util.logs import quiet_libraries
+
+MAX_GAP = 0.015
+MAX_TRAIN_SECONDS = 30.0
+MLPERF_ON_THIS_MACHINE = [
+    "experiment=mlperf_dcnv2",
+    "model.num_embeddings_cap=100000",
+    "data.path=null",
+    "train.batch_size=2048",
+    "train.max_steps=200",
+]
+
+
+def _verdict(ok: bool) -> str:
+    return "meets" if ok else "MISSES"
+
+
+def default_gap(run_dir: Path) -> bool:
+    """Train the default experiment; print val AUROC, Bayes-optimal AUROC, gap, seconds."""
+    cfg = compose_config(["train.progress_bar=false"])
+    metrics = run_train(cfg, run_dir, {})
+    val, bayes = metrics.val["auroc"], (metrics.bayes_auroc or {})["val"]
+    ok = bayes - val <= MAX_GAP and metrics.train_seconds <= MAX_TRAIN_SECONDS
+    print(
+        f"default experiment: val AUROC {val:.4f}, Bayes-optimal {bayes:.4f}, gap "
+        f"{bayes - val:.4f} in {metrics.train_seconds:.1f} s of training ({metrics.steps} steps); "
+        f"{_verdict(ok)} target gap <= {MAX_GAP} within {MAX_TRAIN_SECONDS:.0f} s"
+    )
+    return ok
+
+
+def mlperf_ne(run_dir: Path) -> bool:
+    """Train the MLPerf DLRM-DCNv2 recipe, capped, on synthetic multi-hot; print val NE."""
+    cfg = compose_config([*MLPERF_ON_THIS_MACHINE, "train.progress_bar=false"])
+    try:
+        metrics = run_train(cfg, run_dir, {})
+    except NonFiniteLossError as err:
+        print(f"mlperf_dcnv2 (capped, synthetic multi-hot): MISSES, {err}")
+        return False
+    ne = metrics.val["ne"]
+    ok = ne < 1.0 and not metrics.skipped_steps
+    print(
+        f"mlperf_dcnv2 (capped, synthetic multi-hot): val NE {ne:.4f}, AUROC "
+        f"{metrics.val['auroc']:.4f} after {metrics.steps} steps, no non-finite loss; "
+        f"{_verdict(ok)} target NE < 1.0"
+    )
+    return ok
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--skip-mlperf", action="store_true", help="only the default run")
+    args = parser.parse_args(argv)
+    quiet_libraries()
+    with tempfile.TemporaryDirectory() as tmp:
+        default_gap(Path(tmp) / "default")
+        if not args.skip_mlperf:
+            mlperf_ne(Path(tmp) / "mlperf")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

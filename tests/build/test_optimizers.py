@@ -1,0 +1,149 @@
+"""Every optimizer option trains, checkpoints and resumes bitwise; the learning-rate schedule is
+the reference's and reaches the fused embedding kernel."""
+
+import shutil
+
+import pytest
+import torch
+from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+from conftest import compose_cfg
+from dlrm_exp.build.lr_schedule import scheduled_lr
+from dlrm_exp.errors import ConfigError
+from dlrm_exp.loop.checkpoint import complete_checkpoints
+from dlrm_exp.modes.train import run_train
+
+SMALL = [
+    "data.num_train_samples=4096",
+    "data.num_val_samples=1024",
+    "data.num_test_samples=1024",
+    "train.batch_size=128",
+    "train.progress_bar=false",
+]
+
+
+class ReferencePolicy(torch.optim.lr_scheduler.LRScheduler):
+    """The LR policy of facebookresearch/dlrm torchrec_dlrm/lr_scheduler.py, restated on
+    torch's scheduler so its step counting (``_step_count`` is 1 for the first training step)
+    is torch's own: warm-up, hold of the last set value, polynomial decay with a 1e-7 floor."""
+
+    def __init__(self, optimizer, warmup: int, decay_start: int, decay_steps: int) -> None:
+        self.warmup, self.decay_start, self.decay_steps = warmup, decay_start, decay_steps
+        self.held: list[float] | None = None
+        super().__init__(optimizer)
+
+    def get_lr(self) -> list[float]:
+        n = self._step_count
+        if n < self.warmup:
+            self.held = [b * n / self.warmup for b in self.base_lrs]
+            return self.held
+        if self.decay_start <= n < self.decay_start + self.decay_steps:
+            left = (self.decay_steps - (n - self.decay_start)) / self.decay_steps
+            self.held = [max(1e-7, b * left * left) for b in self.base_lrs]
+            return self.held
+        if self.decay_steps > 0:
+            return self.held if self.held is not None else list(self.base_lrs)
+        return list(self.base_lrs)
+
+
+@pytest.mark.parametrize(
+    ("warmup", "decay_start", "decay_steps"),
+    [(10, 20, 20), (10, 10, 5), (0, 0, 30), (7, 7, 0), (0, 0, 0), (4, 30, 3)],
+)
+def test_schedule_is_the_reference_policy_at_every_step(warmup, decay_start, decay_steps):
+    param = torch.nn.Parameter(torch.zeros(1))
+    optimizer = torch.optim.SGD([param], lr=0.3)
+    reference = ReferencePolicy(optimizer, warmup, decay_start, decay_steps)
+    for step in range(1, 60):
+        expected = optimizer.param_groups[0]["lr"]  # the rate training step `step` runs with
+        assert scheduled_lr(step, 0.3, warmup, decay_start, decay_steps) == pytest.approx(
+            expected, rel=1e-12, abs=0
+        ), step
+        optimizer.step()
+        reference.step()
+
+
+def test_warmup_must_end_before_decay_starts():
+    with pytest.raises(ConfigError, match="optimizer.lr_decay_start=10 or later"):
+        compose_cfg(
+            [
+                "optimizer.lr_warmup_steps=10",
+                "optimizer.lr_decay_start=5",
+                "optimizer.lr_decay_steps=3",
+            ]
+        )
+
+
+def test_logged_and_kernel_learning_rates_follow_the_schedule(tmp_path):
+    """The acceptance run, small: ``lr`` (dense optimizer) and ``lr/embedding`` (read from
+    FBGEMM's fused kernel itself) equal the policy at every one of the 50 steps."""
+    schedule = [
+        "optimizer.lr_warmup_steps=10",
+        "optimizer.lr_decay_start=20",
+        "optimizer.lr_decay_steps=20",
+    ]
+    cfg = compose_cfg(
+        [
+            *SMALL,
+            "data.num_train_samples=8192",
+            *schedule,
+            "train.max_steps=50",
+            "train.log_every_n_steps=1",
+            "sharding=tablewise",
+        ]
+    )
+    run_train(cfg, tmp_path, {})
+    events = EventAccumulator(str(tmp_path))
+    events.Reload()
+    for tag, base in (("lr", 0.01), ("lr/embedding", 0.1)):
+        logged = {e.step: e.value for e in events.Scalars(tag)}
+        assert sorted(logged) == list(range(1, 51)), tag
+        for step, value in logged.items():
+            assert value == pytest.approx(scheduled_lr(step, base, 10, 20, 20), rel=1e-6), (
+                tag,
+                step,
+            )
+    assert logged[15] == pytest.approx(0.1 * 9 / 10)  # the reference's hold after warm-up
+
+
+def _resumes_bitwise(tmp_path, overrides: list[str]) -> None:
+    args = [*SMALL, "train.val_every_n_steps=16", "train.checkpoint_every_n_steps=8", *overrides]
+    full = run_train(compose_cfg(args), tmp_path / "a", {})
+    resumed_dir = tmp_path / "b" / "checkpoints"
+    resumed_dir.mkdir(parents=True)
+    shutil.copytree(complete_checkpoints(tmp_path / "a")[1], resumed_dir / "step_16")
+    resumed = run_train(compose_cfg([*args, "train.resume=auto"]), tmp_path / "b", {})
+    for key in ("val", "test", "val_history", "final_train_loss", "steps"):
+        assert getattr(resumed, key) == getattr(full, key), key
+
+
+def test_resume_continues_the_schedule_exactly(tmp_path):
+    _resumes_bitwise(
+        tmp_path,
+        [
+            "optimizer.lr_warmup_steps=6",
+            "optimizer.lr_decay_start=12",
+            "optimizer.lr_decay_steps=16",
+        ],
+    )
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("option", ["adagrad", "adam"])
+def test_optimizer_state_is_saved_and_resumed(tmp_path, option):
+    _resumes_bitwise(tmp_path, [f"optimizer={option}"])
+
+
+@pytest.mark.parametrize("option", ["rowwise_adagrad", "adagrad", "sgd", "adam", "mlperf"])
+def test_every_optimizer_option_trains(tmp_path, option):
+    metrics = run_train(compose_cfg([*SMALL, f"optimizer={option}"]), tmp_path, {})
+    assert metrics.steps == 32 and torch.isfinite(torch.tensor(metrics.final_train_loss))
+    assert 0.5 < metrics.val["auroc"] < 1 and metrics.val["logloss"] < 0.7
+
+
+def test_adam_on_cpu_replicates_auto_tables_and_refuses_sharded_ones(tmp_path):
+    run_train(compose_cfg([*SMALL, "optimizer=adam", "train.max_steps=2"]), tmp_path, {})
+    plan = (tmp_path / "plan.txt").read_text()
+    assert plan.count("data_parallel") == 26
+    with pytest.raises(ConfigError, match="cannot fuse adam into backward.*sharding=dataparallel"):
+        compose_cfg(["optimizer=adam", "sharding=rowwise"])

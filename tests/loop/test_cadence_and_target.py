@@ -1,0 +1,51 @@
+"""Validation cadence (``val_per_epoch``) and the target-AUROC stop."""
+
+import json
+
+from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+from conftest import compose_cfg
+from dlrm_exp.modes.train import run_train
+
+SMALL = [
+    "data.num_train_samples=4096",
+    "data.num_val_samples=1024",
+    "data.num_test_samples=1024",
+    "train.batch_size=128",
+    "train.progress_bar=false",
+]
+
+
+def test_val_per_epoch_validates_evenly_and_without_a_target_nothing_changes(tmp_path):
+    metrics = run_train(compose_cfg([*SMALL, "train.val_per_epoch=4"]), tmp_path, {})
+    assert [h["step"] for h in metrics.val_history] == [8, 16, 24, 32]  # 32 steps per epoch
+    saved = json.loads((tmp_path / "metrics.json").read_text())
+    assert "target_auroc" not in saved and "reached_target" not in saved
+
+
+def test_target_auroc_stops_training_then_tests(tmp_path):
+    """The acceptance run on the default data: ``train.target_auroc=0.75
+    train.val_every_n_steps=32`` stops before step 512 with ``reached_target: true``."""
+    cfg = compose_cfg(
+        ["train.target_auroc=0.75", "train.val_every_n_steps=32", "train.progress_bar=false"]
+    )
+    metrics = run_train(cfg, tmp_path, {})
+    saved = json.loads((tmp_path / "metrics.json").read_text())
+    assert saved["reached_target"] is True and saved["target_auroc"] == 0.75
+    assert saved["target_step"] == metrics.steps < 512 and metrics.steps % 32 == 0
+    assert saved["target_epoch"] == metrics.steps / 2048  # 1,048,576 rows / 512 per step
+    history = metrics.val_history
+    assert history[-1]["step"] == metrics.steps and history[-1]["auroc"] >= 0.75
+    assert all(h["auroc"] < 0.75 for h in history[:-1])
+    assert metrics.val["auroc"] == history[-1]["auroc"] and metrics.test["samples"] == 32768
+    events = EventAccumulator(str(tmp_path))
+    events.Reload()
+    marks = events.Scalars("val/reached_target_auroc")
+    assert [(m.step, m.value) for m in marks] == [(metrics.steps, 0.75)]
+
+
+def test_an_unreached_target_trains_to_the_end(tmp_path):
+    cfg = compose_cfg([*SMALL, "train.target_auroc=0.99", "train.val_per_epoch=2"])
+    metrics = run_train(cfg, tmp_path, {})
+    assert metrics.steps == 32 and metrics.reached_target is False
+    assert metrics.target_step is None and metrics.target_epoch is None
