@@ -48,6 +48,7 @@ bench: $(STAMP) ## framework vs TorchRec loop, preprocessing, loaders, quality b
 	$(PY) -m dlrm_exp.bench.preprocess
 	$(PY) -m dlrm_exp.bench.loader
 	$(PY) -m dlrm_exp.bench.quality
+	$(PY) -m dlrm_exp.bench.inference
 
 tensorboard: $(STAMP) ## compare runs in TensorBoard (scalars + HParams)
 	$(VENV)/bin/tensorboard --logdir outputs

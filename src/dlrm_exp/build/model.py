@@ -16,13 +16,17 @@ from dlrm_exp.config import InteractionType, ModelConfig
 from dlrm_exp.planning.tables import META, table_configs
 
 
-def build_model(cfg: ModelConfig, dense_device: torch.device) -> DLRMTrain:
+def build_model(
+    cfg: ModelConfig, dense_device: torch.device, table_device: torch.device = META
+) -> DLRMTrain:
     """Build ``DLRMTrain(DLRM | DLRM_DCN | DLRM_Projection)`` with its tables on meta.
 
     Args:
         cfg: the model group.
         dense_device: where the dense part is built (the rank's compute device, or meta to
             build nothing at all, e.g. for planning only).
+        table_device: where the tables are built: meta (default; sharding materializes the
+            shards), or a real device for one unsharded model (``mode=export``).
 
     The module's input is a TorchRec ``Batch``: ``dense_features`` (B, num_dense_features)
     float32, ``sparse_features`` a ``KeyedJaggedTensor`` over ``cat_0..cat_{F-1}`` and
@@ -41,7 +45,7 @@ def build_model(cfg: ModelConfig, dense_device: torch.device) -> DLRMTrain:
     # The device context also covers sub-modules TorchRec builds without a device argument
     # (DLRM_DCN's LowRankCrossNet); the tables get device=meta explicitly.
     with dense_device:
-        ebc = EmbeddingBagCollection(tables=table_configs(cfg), device=META)
+        ebc = EmbeddingBagCollection(tables=table_configs(cfg), device=table_device)
         common = dict(
             embedding_bag_collection=ebc,
             dense_in_features=cfg.num_dense_features,

@@ -31,9 +31,14 @@ from dlrm_exp.config.data import (
 from dlrm_exp.config.hardware import Backend, ComputeDevice, HardwareConfig
 from dlrm_exp.config.model import InteractionType, ModelConfig, feature_names, table_name
 from dlrm_exp.config.modes import (
+    CHECKPOINT_MODES,
     CategoricalTransform,
     DenseTransform,
+    EvalSplit,
+    ExportConfig,
+    ExportQuantization,
     Mode,
+    PredictConfig,
     PreprocessConfig,
     VerifyConfig,
 )
@@ -45,6 +50,11 @@ from dlrm_exp.config.store import conf_dir, register_configs
 from dlrm_exp.config.train import OnNonFinite, TrainConfig
 
 __all__ = [
+    "CHECKPOINT_MODES",
+    "EvalSplit",
+    "ExportConfig",
+    "ExportQuantization",
+    "PredictConfig",
     "CRITEO_NUM_DENSE",
     "CRITEO_NUM_SPARSE",
     "MLPERF_MULTI_HOT_SIZES",

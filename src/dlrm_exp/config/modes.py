@@ -10,12 +10,39 @@ class Mode(Enum):
     """What the entry point does with the composed config: ``train``, ``verify`` (train a
     few steps sharded and unsharded from the same weights and compare, see
     :mod:`dlrm_exp.modes.verify`), ``preprocess`` (Criteo TSV to npy) or ``plan`` (shard for the
-    configured hardware without it, see :mod:`dlrm_exp.modes.plan`)."""
+    configured hardware without it, see :mod:`dlrm_exp.modes.plan`), or, from a checkpoint
+    (``checkpoint=PATH``), ``evaluate`` (AUROC, log loss, NE of the splits), ``predict``
+    (click probabilities of an input file, as Parquet) or ``export`` (a TorchScript inference
+    model)."""
 
     train = "train"
     verify = "verify"
     preprocess = "preprocess"
     plan = "plan"
+    evaluate = "evaluate"
+    predict = "predict"
+    export = "export"
+
+
+#: The modes that start from a trained checkpoint (``checkpoint=PATH``).
+CHECKPOINT_MODES = frozenset({Mode.evaluate, Mode.predict, Mode.export})
+
+
+class EvalSplit(Enum):
+    """Which splits ``mode=evaluate`` scores: ``val``, ``test`` or ``all`` (both)."""
+
+    val = "val"
+    test = "test"
+    all = "all"
+
+
+class ExportQuantization(Enum):
+    """Embedding table precision of ``mode=export``: ``none`` (fp32), ``fp16`` or ``int8``
+    (row-wise, TorchRec's ``quantize_inference_model``)."""
+
+    none = "none"
+    fp16 = "fp16"
+    int8 = "int8"
 
 
 class DenseTransform(Enum):
@@ -81,3 +108,32 @@ class PreprocessConfig:
             self.frequency_threshold >= 0,
             f"preprocess.frequency_threshold must be >= 0, got {self.frequency_threshold}",
         )
+
+
+@dataclass
+class PredictConfig:
+    """``mode=predict``: click probabilities of every valid row of ``data.path``.
+
+    Attributes:
+        output: the Parquet file to write (null: ``predictions.parquet`` in the run folder).
+        batch_size: rows scored at a time.
+    """
+
+    output: str | None = None
+    batch_size: int = 4096
+
+    def __post_init__(self) -> None:
+        require(self.batch_size > 0, f"predict.batch_size must be positive, got {self.batch_size}")
+
+
+@dataclass
+class ExportConfig:
+    """``mode=export``: the checkpoint as one unsharded TorchScript inference model.
+
+    Attributes:
+        quantization: see :class:`ExportQuantization`.
+        output_dir: where ``model.pt`` and ``export.json`` go (null: the run folder).
+    """
+
+    quantization: ExportQuantization = ExportQuantization.none
+    output_dir: str | None = None

@@ -15,7 +15,15 @@ from dlrm_exp.config.data import (
 )
 from dlrm_exp.config.hardware import ComputeDevice, HardwareConfig
 from dlrm_exp.config.model import ModelConfig
-from dlrm_exp.config.modes import Mode, PreprocessConfig, VerifyConfig
+from dlrm_exp.config.modes import (
+    CHECKPOINT_MODES,
+    EvalSplit,
+    ExportConfig,
+    Mode,
+    PredictConfig,
+    PreprocessConfig,
+    VerifyConfig,
+)
 from dlrm_exp.config.optimizer import CPU_FUSED, OptimizerConfig
 from dlrm_exp.config.qcomms import QCommsConfig
 from dlrm_exp.config.sharding import ComputeKernel, ShardingConfig, ShardingStrategy
@@ -25,7 +33,13 @@ from dlrm_exp.errors import ConfigError
 
 @dataclass
 class Config:
-    """Root config: the six groups plus the training loop."""
+    """Root config: the six groups, the training loop and the settings of the other modes.
+
+    Attributes:
+        checkpoint: the trained model of ``mode=evaluate|predict|export``: a run folder (its
+            newest complete checkpoint) or a ``checkpoints/step_<n>`` folder.
+        split: the splits ``mode=evaluate`` scores.
+    """
 
     mode: Mode = Mode.train
     seed: int = 0
@@ -38,8 +52,23 @@ class Config:
     train: TrainConfig = field(default_factory=TrainConfig)
     verify: VerifyConfig = field(default_factory=VerifyConfig)
     preprocess: PreprocessConfig = field(default_factory=PreprocessConfig)
+    checkpoint: str | None = None
+    split: EvalSplit = EvalSplit.all
+    predict: PredictConfig = field(default_factory=PredictConfig)
+    export: ExportConfig = field(default_factory=ExportConfig)
 
     def __post_init__(self) -> None:
+        if self.mode in CHECKPOINT_MODES:
+            require(
+                bool(self.checkpoint),
+                f"mode={self.mode.value} starts from a trained model: add checkpoint=<run "
+                "folder, or its checkpoints/step_<n> folder>",
+            )
+        if self.mode is Mode.predict:
+            require(
+                isinstance(self.data, CriteoTsvDataConfig),
+                "mode=predict scores Criteo TSV rows: add data=criteo_tsv data.path=<file>",
+            )
         if self.mode is Mode.preprocess:
             require(
                 isinstance(self.data, CriteoTsvDataConfig),

@@ -247,21 +247,7 @@ def load_checkpoint(
         CheckpointError: another model shape, other data-parallel tables, or files DCP cannot
             read (truncated, missing).
     """
-    try:
-        trainer_state = json.loads((path / STATE_FILE).read_text())
-    except (OSError, ValueError) as err:
-        raise CheckpointError(f"{path / STATE_FILE} is unreadable: {err}") from None
-    saved = trainer_state.get("tables")
-    if saved != expected.tables:
-        diff = sorted(
-            f"{name}: checkpoint {saved.get(name) if saved else None}, model {shape}"
-            for name, shape in expected.tables.items()
-            if not saved or saved.get(name) != shape
-        )
-        raise CheckpointError(
-            f"checkpoint {path} is from another model shape ({'; '.join(diff[:3])}): resume "
-            "with the model it was trained with, or start a new run folder"
-        )
+    trainer_state = _trainer_state_matching(path, expected.tables)
     saved_dp = trainer_state.get("data_parallel_tables")
     wanted_dp = expected.data_parallel_tables
     if saved_dp is not None and saved_dp != wanted_dp:
@@ -275,12 +261,92 @@ def load_checkpoint(
     optimizer.init_state()  # materialize every optimizer state tensor for DCP to fill
     optim_state = optimizer.state_dict()
     state = _state(model, optim_state)
+    _dcp_load(path, state)
+    model.load_state_dict(state["model"])
+    optimizer.load_state_dict(optim_state)  # its "state" is what DCP just filled in
+    return trainer_state
+
+
+def _trainer_state_matching(path: Path, tables: dict[str, list[int]]) -> dict[str, Any]:
+    """The checkpoint's ``trainer_state.json``, after checking that it holds ``tables``
+    ({name: [rows, dim]}).
+
+    Raises:
+        CheckpointError: unreadable state, or another model shape (naming the tables).
+    """
+    try:
+        trainer_state = json.loads((path / STATE_FILE).read_text())
+    except (OSError, ValueError) as err:
+        raise CheckpointError(f"{path / STATE_FILE} is unreadable: {err}") from None
+    saved = trainer_state.get("tables")
+    if saved != tables:
+        diff = sorted(
+            f"{name}: checkpoint {saved.get(name) if saved else None}, model {shape}"
+            for name, shape in tables.items()
+            if not saved or saved.get(name) != shape
+        )
+        raise CheckpointError(
+            f"checkpoint {path} is from another model shape ({'; '.join(diff[:3])}): use "
+            "the model config it was trained with (model=..., model.num_embeddings_cap=...)"
+        )
+    return trainer_state
+
+
+def _dcp_load(path: Path, state: dict[str, Any]) -> None:
+    """DCP-load ``state`` in place from ``path`` with the restricted metadata reader.
+
+    Raises:
+        CheckpointError: files DCP cannot read (truncated, missing).
+    """
     try:
         dcp.load(state, storage_reader=SafeFileSystemReader(str(path)))
     except (Exception, CheckpointException) as err:  # CheckpointException is a BaseException
         lines = [line for line in str(err).strip().splitlines() if line.strip()]
         first = lines[-1][:300] if lines else type(err).__name__
         raise CheckpointError(f"checkpoint {path} cannot be read: {first}") from None
+
+
+def find_checkpoint(location: str) -> Path:
+    """The checkpoint folder ``checkpoint=`` names: a ``checkpoints/step_<n>`` folder, or a
+    run folder (its newest complete checkpoint).
+
+    Raises:
+        CheckpointError: nothing there, a run folder without a complete checkpoint, or an
+            incomplete (``.partial``) save.
+    """
+    path = Path(location).expanduser()
+    if path.is_dir() and not (path / STATE_FILE).is_file() and not path.name.endswith(".partial"):
+        run_dir = path.parent if path.name == CHECKPOINTS else path
+        found = complete_checkpoints(run_dir)
+        if not found:
+            raise CheckpointError(
+                f"checkpoint={location}: no complete checkpoint in this run folder (train with "
+                "train.checkpoint_every_n_steps=N to write some)"
+            )
+        return found[-1]
+    if not path.exists():
+        raise CheckpointError(f"checkpoint={location}: no such folder")
+    if not (path / ".metadata").is_file() or not (path / STATE_FILE).is_file():
+        raise CheckpointError(
+            f"checkpoint={location} is not a complete checkpoint (it needs DCP's .metadata and "
+            f"{STATE_FILE}; a .partial folder is a save that did not finish)"
+        )
+    return path
+
+
+def load_model_weights(
+    path: Path, model: torch.nn.Module, tables: dict[str, list[int]]
+) -> dict[str, Any]:
+    """Load only the model's weights of checkpoint ``path`` into ``model`` (a collective when a
+    process group exists) and return its trainer state. Any sharding type and world size, on
+    either side, data_parallel included: DCP reshards the tables to this model's placement;
+    optimizer state is not read.
+
+    Raises:
+        CheckpointError: another model shape, or files DCP cannot read.
+    """
+    trainer_state = _trainer_state_matching(path, tables)
+    state = {"model": model.state_dict()}
+    _dcp_load(path, state)
     model.load_state_dict(state["model"])
-    optimizer.load_state_dict(optim_state)  # its "state" is what DCP just filled in
     return trainer_state

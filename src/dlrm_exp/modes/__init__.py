@@ -19,6 +19,9 @@ MODES: dict[Mode, str] = {
     Mode.verify: "dlrm_exp.modes.verify",
     Mode.plan: "dlrm_exp.modes.plan",
     Mode.preprocess: "dlrm_exp.modes.preprocess",
+    Mode.evaluate: "dlrm_exp.modes.evaluate",
+    Mode.predict: "dlrm_exp.modes.predict",
+    Mode.export: "dlrm_exp.modes.export",
 }
 
 

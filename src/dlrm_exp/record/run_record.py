@@ -110,3 +110,34 @@ class RunMetrics:
     def write(self, path: Path) -> None:
         """Write ``metrics.json`` atomically (a crash never leaves a partial file)."""
         write_json_atomic(path, self.to_json())
+
+
+@dataclass
+class EvalMetrics:
+    """What ``mode=evaluate`` measured (its ``metrics.json``).
+
+    Attributes:
+        status: ``completed``.
+        mode: ``evaluate``.
+        checkpoint: the checkpoint folder that was scored.
+        step: the training step the checkpoint was written at.
+        val / test: ``auroc``, ``logloss`` (nats), ``ne`` and ``samples`` of each scored split
+            (empty when the split was not asked for).
+        world_size: ranks that evaluated.
+        data: what the data source reported (row counts, skipped rows, ...).
+        wall_seconds: wall seconds of the whole run on rank 0.
+    """
+
+    checkpoint: str
+    step: int
+    val: dict[str, float] = field(default_factory=dict)
+    test: dict[str, float] = field(default_factory=dict)
+    world_size: int = 1
+    data: dict[str, Any] = field(default_factory=dict)
+    wall_seconds: float = 0.0
+    status: str = COMPLETED
+    mode: str = "evaluate"
+
+    def write(self, path: Path) -> None:
+        """Write ``metrics.json`` atomically."""
+        write_json_atomic(path, asdict(self))

@@ -1,0 +1,83 @@
+"""One unsharded DLRM for inference, with its tables quantized the way TorchRec's inference
+path does it, and the plain-tensor interface a serving process calls.
+
+Input of :class:`InferenceDLRM` (what ``export.json`` documents as the schema):
+
+* ``dense``: (B, 13) float32, the dense features already transformed (``log(1 + x)``);
+* ``values``: (N,) int64, the ids of every feature, feature-major: all ids of ``cat_0`` for
+  the B samples, then ``cat_1``, ... (each id in ``[0, num_embeddings)`` of its table);
+* ``lengths``: (26 * B,) int32, ids per (feature, sample) in the same order (1 each for
+  Criteo one-hot rows; their sum is N).
+
+That is the ``KeyedJaggedTensor`` TorchRec builds from keys, values and lengths. Output: (B,)
+float32 click probabilities.
+"""
+
+import copy
+
+import torch
+from torchrec.inference.modules import quantize_inference_model
+from torchrec.models.dlrm import DLRM
+from torchrec.sparse.jagged_tensor import KeyedJaggedTensor
+
+from dlrm_exp.config import ExportQuantization
+
+#: Table weight dtype of each quantization (``none`` keeps TorchRec's fp32 tables).
+WEIGHT_DTYPE = {ExportQuantization.fp16: torch.float16, ExportQuantization.int8: torch.qint8}
+
+
+class InferenceDLRM(torch.nn.Module):
+    """``(dense (B, 13), values (N,), lengths (F * B,)) -> probabilities (B,)`` around a DLRM
+    (see the module docstring for the layout).
+
+    Args:
+        dlrm: the DLRM (``DLRM``, ``DLRM_DCN`` or ``DLRM_Projection``), in eval mode.
+        keys: the sparse feature names in table order (``cat_0 .. cat_25``).
+    """
+
+    def __init__(self, dlrm: DLRM, keys: list[str]) -> None:
+        super().__init__()
+        self.dlrm = dlrm
+        self.keys = keys
+
+    def forward(
+        self, dense: torch.Tensor, values: torch.Tensor, lengths: torch.Tensor
+    ) -> torch.Tensor:
+        sparse = KeyedJaggedTensor.from_lengths_sync(keys=self.keys, values=values, lengths=lengths)
+        return torch.sigmoid(self.dlrm(dense, sparse).squeeze(-1))
+
+
+def quantize_tables(dlrm: DLRM, quantization: ExportQuantization, tables: list[str]) -> DLRM:
+    """A copy of ``dlrm`` whose ``EmbeddingBagCollection`` is TorchRec's
+    ``QuantEmbeddingBagCollection`` with ``quantization``'s weight dtype on every table
+    (``torchrec.inference.modules.quantize_inference_model``; int8 is row-wise with an fp16
+    scale and bias per row); ``none`` returns ``dlrm`` itself."""
+    if quantization is ExportQuantization.none:
+        return dlrm
+    dtype = WEIGHT_DTYPE[quantization]
+    return quantize_inference_model(
+        copy.deepcopy(dlrm),
+        per_table_weight_dtype=dict.fromkeys(tables, dtype),
+        quantization_dtype=dtype,
+        output_dtype=torch.float,
+    )
+
+
+def table_bytes(module: torch.nn.Module) -> int:
+    """Bytes of every embedding table of ``module`` (weights, and for int8 the per-row scale
+    and bias), as the float or quantized collection stores them."""
+    total = 0
+    for name, tensor in module.state_dict().items():
+        if "embedding_bags" in name and isinstance(tensor, torch.Tensor):
+            total += tensor.numel() * tensor.element_size()
+    return total
+
+
+def script(module: InferenceDLRM) -> torch.jit.ScriptModule:
+    """TorchScript of ``module``: traced with TorchRec's FX tracer (which keeps
+    ``KeyedJaggedTensor`` whole), then scripted, as the TorchRec FAQ recommends for serving."""
+    from torchrec.fx import symbolic_trace
+
+    for parameter in module.parameters():
+        parameter.requires_grad_(False)  # a serving model: no autograd graph per call
+    return torch.jit.script(symbolic_trace(module))

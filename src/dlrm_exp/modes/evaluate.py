@@ -1,0 +1,119 @@
+"""``mode=evaluate``: score a trained checkpoint on the data splits.
+
+``python -m dlrm_exp mode=evaluate checkpoint=<run folder or checkpoints/step_<n>>
+[data=...] [split=val|test|all]`` builds this job's model and plan (any sharding type and
+world size: DCP reshards the saved tables onto it), loads only the model's weights, and
+writes AUROC, log loss, NE and the row counts of each split to ``metrics.json``
+(:class:`~dlrm_exp.record.run_record.EvalMetrics`) and TensorBoard (``val/*``, ``test/*`` at
+the checkpoint's step). On the data it was trained with, the numbers are the training run's
+final ones: the same weights see the same batches.
+"""
+
+import time
+from pathlib import Path
+
+from torch.distributed.elastic.multiprocessing.errors import record
+from torchrec.distributed.types import ShardingPlan
+
+from dlrm_exp.config import Config, EvalSplit
+from dlrm_exp.distributed.launch import (
+    check_devices,
+    env_rank,
+    init_worker,
+    launch_workers,
+    needs_launch,
+    process_group,
+)
+from dlrm_exp.loop.checkpoint import find_checkpoint, load_model_weights
+from dlrm_exp.loop.evaluate import evaluate, quality
+from dlrm_exp.modes.job import Job, ModeResult
+from dlrm_exp.modes.setup import prepare, rank_batches
+from dlrm_exp.modes.train import preflight
+from dlrm_exp.planning.tables import table_shapes
+from dlrm_exp.record.run_record import EvalMetrics
+from dlrm_exp.record.tracking import Tracker
+from dlrm_exp.util.files import check_writable
+
+
+def run(cfg: Config, job: Job) -> ModeResult:
+    """``mode=evaluate``; the task's value is the val AUROC (or the test AUROC with
+    ``split=test``)."""
+    record_ = run_evaluate(cfg, job)
+    scored = record_.val or record_.test
+    lines = summary(record_, job.run_dir) if env_rank() == 0 else None
+    return ModeResult(summary=lines, value=scored.get("auroc"))
+
+
+def run_evaluate(cfg: Config, job: Job) -> EvalMetrics:
+    """Evaluate ``cfg.checkpoint`` as configured; rank 0 writes ``metrics.json``.
+
+    Raises:
+        CheckpointError: the checkpoint is missing, partial, unreadable or of another model.
+        DataError, InsufficientMemoryError, ConfigError: as in training.
+    """
+    check_devices(cfg.hardware)
+    check_writable(job.run_dir)
+    assert cfg.checkpoint is not None  # Config.__post_init__ requires it
+    path = find_checkpoint(cfg.checkpoint)
+    if not needs_launch(cfg.hardware):
+        return evaluate_worker(cfg, job, path)
+    return launch_workers(_spawned_worker, (cfg, job, path, preflight(cfg)), cfg.hardware)
+
+
+@record
+def _spawned_worker(cfg: Config, job: Job, path: Path, plan: ShardingPlan) -> EvalMetrics:
+    init_worker(job.run_dir / "dlrm_exp.log")
+    return evaluate_worker(cfg, job, path, plan)
+
+
+def evaluate_worker(
+    cfg: Config, job: Job, path: Path, plan: ShardingPlan | None = None
+) -> EvalMetrics:
+    """Load the checkpoint's weights on this rank and score the asked-for splits (every rank
+    takes part; rank 0 writes)."""
+    started = time.perf_counter()
+    with process_group(cfg.hardware) as ctx:
+        splits, experiment = prepare(cfg, ctx, plan)
+        saved = load_model_weights(path, experiment.model, table_shapes(cfg.model))
+        step = int(saved["step"])
+        names = ("val", "test") if cfg.split is EvalSplit.all else (cfg.split.value,)
+        scores = {
+            name: evaluate(
+                experiment.pipeline,
+                experiment.model,
+                rank_batches(cfg, ctx, getattr(splits, name)),
+                ctx.device,
+            )
+            for name in names
+        }
+        tracker = Tracker(job.tensorboard_dir or job.run_dir, enabled=ctx.is_main)
+        try:
+            for name, values in scores.items():
+                tracker.scalars(name, quality(values), step)
+        finally:
+            tracker.close()
+        result = EvalMetrics(
+            checkpoint=str(path),
+            step=step,
+            val=scores.get("val", {}),
+            test=scores.get("test", {}),
+            world_size=ctx.world_size,
+            data=splits.info,
+            wall_seconds=time.perf_counter() - started,
+        )
+        if ctx.is_main:
+            result.write(job.run_dir / "metrics.json")
+    return result
+
+
+def summary(result: EvalMetrics, run_dir: Path) -> str:
+    """The lines ``mode=evaluate`` prints."""
+    lines = [f"evaluated {result.checkpoint} (step {result.step}) on {result.world_size} rank(s)"]
+    for name, values in (("val", result.val), ("test", result.test)):
+        if values:
+            lines.append(
+                f"{name:<4} AUROC {values['auroc']:.4f} | log loss {values['logloss']:.4f} | "
+                f"NE {values['ne']:.4f} | {int(values['samples']):,} samples"
+            )
+    lines.append(f"run folder: {run_dir}")
+    return "\n".join(lines)

@@ -1,0 +1,100 @@
+"""``mode=export``: a trained (possibly sharded) checkpoint as one unsharded TorchScript model.
+
+``python -m dlrm_exp mode=export checkpoint=PATH export.quantization=none|fp16|int8`` builds
+the model on this process with real (unsharded) tables, loads the checkpoint's weights (DCP
+gathers the shards of any sharding type and world size), quantizes the tables with TorchRec's
+inference path (``quantize_inference_model``: ``QuantEmbeddingBagCollection``), scripts the
+whole model (:func:`dlrm_exp.build.inference.script`) and writes, into the run folder (or
+``export.output_dir``):
+
+* ``model.pt``: ``torch.jit.load`` it in any process that has imported ``fbgemm_gpu`` (for
+  its embedding operators); dlrm_exp is not needed. Inputs and output:
+  :class:`dlrm_exp.build.inference.InferenceDLRM`.
+* ``export.json``: the quantization, table bytes before (fp32) and after, the checkpoint and
+  its step, and the input schema (feature names, ids per feature range, dense count, layout).
+"""
+
+import time
+from pathlib import Path
+
+import torch
+
+from dlrm_exp.build.inference import InferenceDLRM, quantize_tables, script, table_bytes
+from dlrm_exp.build.model import build_model
+from dlrm_exp.config import Config
+from dlrm_exp.loop.checkpoint import find_checkpoint, load_model_weights
+from dlrm_exp.modes.job import Job, ModeResult
+from dlrm_exp.planning.tables import table_shapes
+from dlrm_exp.util.files import check_writable, write_json_atomic
+
+CPU = torch.device("cpu")
+
+
+def run(cfg: Config, job: Job) -> ModeResult:
+    """``mode=export``: write ``model.pt`` and ``export.json``; print where."""
+    record = run_export(cfg, job)
+    return ModeResult(summary=summary(record))
+
+
+def load_trained(cfg: Config, path: Path) -> tuple[torch.nn.Module, int]:
+    """The unsharded DLRM with the weights of checkpoint ``path`` (eval mode) and its step.
+
+    Raises:
+        CheckpointError: missing, partial or unreadable checkpoint, or another model shape.
+    """
+    module = build_model(cfg.model, dense_device=CPU, table_device=CPU)
+    saved = load_model_weights(path, module, table_shapes(cfg.model))
+    return module.model.eval(), int(saved["step"])
+
+
+def run_export(cfg: Config, job: Job) -> dict:
+    """Export ``cfg.checkpoint``; returns the ``export.json`` record.
+
+    Raises:
+        CheckpointError: see :func:`load_trained`.
+    """
+    started = time.perf_counter()
+    out = Path(cfg.export.output_dir) if cfg.export.output_dir else job.run_dir
+    check_writable(out)
+    assert cfg.checkpoint is not None  # Config.__post_init__ requires it
+    path = find_checkpoint(cfg.checkpoint)
+    dlrm, step = load_trained(cfg, path)
+    tables = table_shapes(cfg.model)
+    quantized = quantize_tables(dlrm, cfg.export.quantization, list(tables))
+    scripted = script(InferenceDLRM(quantized, cfg.model.feature_names))
+    partial = out / "model.pt.partial"
+    scripted.save(str(partial))
+    partial.replace(out / "model.pt")
+    record = {
+        "artifact": str(out / "model.pt"),
+        "quantization": cfg.export.quantization.value,
+        "checkpoint": str(path),
+        "step": step,
+        "table_bytes_fp32": table_bytes(dlrm),
+        "table_bytes": table_bytes(quantized),
+        "inputs": {
+            "dense": f"(B, {cfg.model.num_dense_features}) float32, log(1 + x) of the counts",
+            "values": "(N,) int64: the ids of each feature for the B samples, feature-major",
+            "lengths": f"({len(tables)} * B,) int32: ids per (feature, sample), same order",
+            "feature_names": cfg.model.feature_names,
+            "num_embeddings": [rows for rows, _dim in tables.values()],
+            "num_dense_features": cfg.model.num_dense_features,
+        },
+        "output": "(B,) float32 click probabilities",
+        "load": "import torch, fbgemm_gpu; model = torch.jit.load(artifact)",
+        "seconds": time.perf_counter() - started,
+    }
+    write_json_atomic(out / "export.json", record)
+    return record
+
+
+def summary(record: dict) -> str:
+    """The lines ``mode=export`` prints."""
+    ratio = record["table_bytes"] / record["table_bytes_fp32"]
+    return "\n".join(
+        [
+            f"exported {record['checkpoint']} (step {record['step']}), tables "
+            f"{record['quantization']}: {record['table_bytes']:,} bytes ({ratio:.2f}x fp32)",
+            f"artifact: {record['artifact']} (torch.jit.load it after import fbgemm_gpu)",
+        ]
+    )

@@ -1,0 +1,178 @@
+"""``mode=predict``: click probabilities of every valid row of a Criteo TSV file, as Parquet.
+
+``python -m dlrm_exp mode=predict checkpoint=PATH data=criteo_tsv data.path=FILE`` loads the
+checkpoint's weights onto a one-process model and streams the input: blocks of lines are
+parsed (the ``data=criteo_tsv`` parser and transforms), scored ``predict.batch_size`` rows at a
+time and appended to the Parquet file as row groups, so memory does not grow with the file.
+
+Output schema (``predictions.parquet`` in the run folder, or ``predict.output``), one row per
+valid input row, in input order:
+
+========== ======= ============================================================
+column     type    meaning
+========== ======= ============================================================
+file       string  the input file
+line       int64   the row's 1-based line number in that file
+probability float32 the predicted click probability, sigmoid(logit), in (0, 1)
+label      int8    the row's label (Criteo TSV rows carry one: 0 or 1)
+========== ======= ============================================================
+
+Rows that cannot be parsed are skipped and reported (counts by reason, first line numbers)
+in ``predict_report.json`` and the summary, as ``data=criteo_tsv`` reports them.
+"""
+
+import sys
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import torch
+from tqdm import tqdm
+
+from dlrm_exp.build.experiment import build_experiment
+from dlrm_exp.config import Config, CriteoTsvDataConfig
+from dlrm_exp.data import ClickData
+from dlrm_exp.data.batches import make_batch
+from dlrm_exp.data.criteo_tsv import ReadReport, resolve_paths
+from dlrm_exp.data.preprocess.tsv_parse import convert_block, iter_blocks
+from dlrm_exp.distributed.launch import check_devices, process_group
+from dlrm_exp.errors import ConfigError, DataError
+from dlrm_exp.loop.checkpoint import find_checkpoint, load_model_weights
+from dlrm_exp.modes.job import Job, ModeResult
+from dlrm_exp.planning.tables import table_shapes
+from dlrm_exp.util.files import check_writable, write_json_atomic
+
+#: The Parquet schema of the predictions (see the module docstring).
+SCHEMA = pa.schema(
+    [
+        ("file", pa.string()),
+        ("line", pa.int64()),
+        ("probability", pa.float32()),
+        ("label", pa.int8()),
+    ]
+)
+
+
+def run(cfg: Config, job: Job) -> ModeResult:
+    """``mode=predict``: write the predictions and the report; print the summary."""
+    report = run_predict(cfg, job)
+    return ModeResult(summary=summary(report))
+
+
+def run_predict(cfg: Config, job: Job) -> dict:
+    """Score every valid row of ``data.path`` with ``cfg.checkpoint``; returns the report.
+
+    Raises:
+        ConfigError: more than one process asked for (prediction runs on one).
+        CheckpointError: the checkpoint is missing, partial or of another model shape.
+        DataError: an input cannot be read, or no row of it is valid.
+    """
+    if cfg.hardware.world_size != 1:
+        raise ConfigError("mode=predict runs on one process: set hardware.nproc_per_node=1")
+    check_devices(cfg.hardware)
+    check_writable(job.run_dir)
+    assert isinstance(cfg.data, CriteoTsvDataConfig) and cfg.checkpoint is not None
+    files = resolve_paths(cfg.data.path, "data.path")
+    path = find_checkpoint(cfg.checkpoint)
+    output = Path(cfg.predict.output) if cfg.predict.output else job.run_dir / "predictions.parquet"
+    partial = output.with_name(output.name + ".partial")
+    report = ReadReport()
+    with process_group(cfg.hardware) as ctx:
+        experiment = build_experiment(cfg, ctx)
+        saved = load_model_weights(path, experiment.model, table_shapes(cfg.model))
+        model = experiment.model
+        model.eval()
+        output.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            with pq.ParquetWriter(partial, SCHEMA) as writer, torch.no_grad():
+                for file in files:
+                    _predict_file(cfg, file, model, writer, report)
+        except BaseException:
+            partial.unlink(missing_ok=True)
+            raise
+    if report.rows_valid == 0:
+        partial.unlink(missing_ok=True)
+        reasons = ", ".join(f"{k} {v}" for k, v in report.skipped_by_reason.items() if v)
+        raise DataError(
+            f"data.path: no valid Criteo row in {', '.join(map(str, files))} "
+            f"({report.rows_read:,} rows read, skipped: {reasons or 'none'}; "
+            f"first: {', '.join(report.first_bad_lines[:3])}): a Criteo row is a label, "
+            "13 integer and 26 hex fields, tab-separated"
+        )
+    partial.replace(output)  # a crash never leaves a partial file under the final name
+    result = {
+        "checkpoint": str(path),
+        "step": int(saved["step"]),
+        "output": str(output),
+        "rows_written": report.rows_valid,
+        "read": report.as_dict(),
+    }
+    write_json_atomic(job.run_dir / "predict_report.json", result)
+    return result
+
+
+def _predict_file(
+    cfg: Config,
+    file: Path,
+    model: torch.nn.Module,
+    writer: pq.ParquetWriter,
+    report: ReadReport,
+) -> None:
+    """Stream one file through the model into ``writer``."""
+    assert isinstance(cfg.data, CriteoTsvDataConfig)
+    sizes = tuple(cfg.model.table_sizes)
+    keys = cfg.model.feature_names
+    bar = tqdm(
+        total=file.stat().st_size,
+        unit="B",
+        unit_scale=True,
+        desc=f"predict {file.name}",
+        disable=not sys.stderr.isatty(),
+        file=sys.stderr,
+    )
+    file_report = ReadReport(files=[str(file)])
+    with bar:
+        for buf, first_line in iter_blocks(file):
+            block = convert_block(buf, log1p=True, table_sizes=sizes)
+            file_report.add_block(block, first_line, str(file), cfg.data.max_reported_bad_lines)
+            bar.update(len(buf) - 8)
+            if not len(block.labels):
+                continue
+            lines = first_line + np.flatnonzero(block.reasons < 0)
+            data = ClickData.from_numpy(block.dense, block.sparse, block.labels)
+            probabilities = [
+                torch.sigmoid(model(make_batch(data, start, start + step, keys))[1][1]).float()
+                for start, step in _chunks(len(data), cfg.predict.batch_size)
+            ]
+            writer.write_table(
+                pa.table(
+                    {
+                        "file": pa.array([str(file)] * len(lines), pa.string()),
+                        "line": pa.array(lines.astype(np.int64)),
+                        "probability": pa.array(torch.cat(probabilities).numpy()),
+                        "label": pa.array(block.labels.astype(np.int8)),
+                    },
+                    schema=SCHEMA,
+                )
+            )
+    report.merge(file_report, cfg.data.max_reported_bad_lines)
+
+
+def _chunks(rows: int, size: int) -> list[tuple[int, int]]:
+    """(start, length) of consecutive chunks of at most ``size`` rows."""
+    return [(start, min(size, rows - start)) for start in range(0, rows, size)]
+
+
+def summary(report: dict) -> str:
+    """The lines ``mode=predict`` prints."""
+    read = report["read"]
+    return "\n".join(
+        [
+            f"predicted {report['rows_written']:,} rows with {report['checkpoint']} "
+            f"(step {report['step']}): {report['output']}",
+            f"data {read['rows_read']:,} rows read, {read['rows_valid']:,} valid, "
+            f"{read['rows_padded']:,} padded, {read['rows_skipped']:,} skipped",
+        ]
+        + [f"  skipped: {line}" for line in read["first_bad_lines"]]
+    )
