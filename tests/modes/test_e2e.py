@@ -34,7 +34,8 @@ def plan_types(run_dir):
 
 def test_default_run_is_close_to_bayes_optimal(tmp_path):
     """The default experiment through the CLI: val AUROC within 0.015 of Bayes-optimal (issue
-    14's quality bar) in under 30 s of training, a summary on stdout, a complete run folder."""
+    14's quality bar; its time is measured by make bench), a summary on stdout, a complete
+    run folder."""
     result = run_cli([f"hydra.run.dir={tmp_path}"])
     assert result.returncode == 0, result.stderr[-3000:]
     assert re.search(r"^val  AUROC 0\.\d{4} \(Bayes-optimal 0\.\d{4}\)", result.stdout, re.M)
@@ -42,8 +43,7 @@ def test_default_run_is_close_to_bayes_optimal(tmp_path):
     assert "tensorboard --logdir outputs" in result.stdout
     metrics = json.loads((tmp_path / "metrics.json").read_text())
     val, bayes = metrics["val"]["auroc"], metrics["bayes_auroc"]["val"]
-    assert bayes - val <= 0.015, (val, bayes)
-    assert metrics["train_seconds"] < 30
+    assert bayes - val <= 0.015, (val, bayes)  # the 30 s of training: bench.quality
     assert metrics["test"]["auroc"] >= 0.65
     assert 0 < metrics["val"]["ne"] < 1 and metrics["val"]["logloss"] > 0
     assert metrics["samples_per_sec"] > 0 and metrics["steps"] == 2048
