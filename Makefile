@@ -24,7 +24,7 @@ $(STAMP): pyproject.toml | $(PY)
 	$(PY) -m pip install --upgrade pip
 	$(PY) -m pip install "$(TORCH)" "$(FBGEMM)"
 	$(PY) -m pip install --no-deps "$(TORCHREC)"
-	$(PY) -m pip install -e ".[dev]"
+	$(PY) -m pip install -e ".[dev,launchers]"
 	touch $@
 
 install: $(STAMP) ## create .venv and install the pinned stack (torch, fbgemm, torchrec, hydra, ...)

@@ -22,13 +22,14 @@ from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from dlrm_exp.config import Config, conf_dir, register_configs
+from dlrm_exp.config import Config, Mode, conf_dir, register_configs
 from dlrm_exp.distributed.launch import env_rank
+from dlrm_exp.distributed.submitit_env import adopt_submitit_environment, in_submitit_task
 from dlrm_exp.errors import UserError
 from dlrm_exp.modes import Job, run_mode
 from dlrm_exp.record.run_record import RunMetrics
 from dlrm_exp.record.sweep import run_name, sweep_overrides, swept_keys
-from dlrm_exp.util.logs import quiet_libraries
+from dlrm_exp.util.logs import configure_worker_logging, quiet_libraries
 
 log = logging.getLogger("dlrm_exp")
 register_configs()
@@ -69,6 +70,12 @@ def _run(raw: DictConfig, run_dir: Path, tensorboard_dir: Path | None) -> float 
     """Convert the config, run its mode and print the summary; returns the mode's value."""
     cfg = OmegaConf.to_object(raw)
     assert isinstance(cfg, Config)
+    if in_submitit_task():
+        adopt_submitit_environment(cfg.hardware)
+        if env_rank() > 0:  # like a torchrun rank > 0: warnings only, and not into the job's log
+            configure_worker_logging(None)
+        if cfg.mode is Mode.train and cfg.train.resume is None:
+            cfg.train.resume = "auto"  # a requeued job continues from its newest checkpoint
     choices = {k: str(v) for k, v in HydraConfig.get().runtime.choices.items()}
     result = run_mode(cfg, Job(run_dir, choices, tensorboard_dir))
     if result.summary is not None:
