@@ -38,4 +38,6 @@ def adopt_submitit_environment(hardware: HardwareConfig) -> None:
             f"hardware.nproc_per_node={per_node} (or change hydra.launcher.nodes / "
             "tasks_per_node)"
         )
-    TorchDistributedEnvironment().export(set_cuda_visible_devices=False)
+    # overwrite: an inherited RANK (e.g. from a single-process run in the launching process)
+    # must not win over the task's own place in the job
+    TorchDistributedEnvironment().export(set_cuda_visible_devices=False, overwrite=True)
