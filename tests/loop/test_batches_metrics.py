@@ -83,3 +83,18 @@ def test_throughput_excludes_warmup_and_pauses():
     t.resume()  # time before resume is not counted
     t.step(100)
     assert t.samples == 300 and t.seconds >= seconds
+
+
+def test_calibration_is_mean_predicted_over_observed_ctr():
+    """A model that predicts 0.25 for every row of a set with 50 % clicks under-predicts by
+    half (calibration 0.5); predicting the set's click rate is calibrated (1.0)."""
+    labels = torch.tensor([1.0, 0.0, 1.0, 0.0])
+    under = LogLossNE()
+    under.update(torch.full((4,), math.log(0.25 / 0.75)), labels)
+    assert under.compute()["calibration"] == pytest.approx(0.5)
+    exact = LogLossNE()
+    exact.update(torch.zeros(4), labels)
+    assert exact.compute()["calibration"] == pytest.approx(1.0)
+    metrics = ClickMetrics(torch.device("cpu"))
+    metrics.update(torch.full((4,), math.log(0.6 / 0.4)), labels)
+    assert metrics.compute()["calibration"] == pytest.approx(1.2)

@@ -14,7 +14,7 @@ from torchrec.distributed import TrainPipelineSparseDist
 from dlrm_exp.loop.metrics import ClickMetrics
 
 #: The metrics a validation or test pass reports (besides ``samples``).
-QUALITY = ("auroc", "logloss", "ne")
+QUALITY = ("auroc", "logloss", "ne", "calibration")
 
 
 def drain(pipeline: TrainPipelineSparseDist, batches: Iterator[Batch]) -> Iterator[tuple]:

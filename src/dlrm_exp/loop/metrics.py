@@ -5,6 +5,9 @@ the predicted click probability (natural log, nats). Normalized entropy (NE) is 
 divided by the entropy of the evaluated set's click-through rate p:
 ``NE = logloss / -(p log p + (1 - p) log(1 - p))`` (He et al. 2014, "Practical Lessons from
 Predicting Clicks on Ads at Facebook"); NE < 1 means better than always predicting p.
+Calibration is the mean predicted click probability over the observed click-through rate,
+``sum(sigmoid(logit)) / sum(label)`` (the CTR-prediction convention reported next to NE): 1 is
+calibrated, above 1 over-predicts clicks.
 All metrics sync across ranks through torchmetrics when a process group exists.
 """
 
@@ -21,9 +24,10 @@ from torchmetrics.classification import BinaryAUROC
 
 
 class LogLossNE(Metric):
-    """Running log loss and normalized entropy of click logits.
+    """Running log loss, normalized entropy and calibration of click logits.
 
-    ``update(logits (B,), labels (B,))``; ``compute()`` returns ``{"logloss", "ne"}``.
+    ``update(logits (B,), labels (B,))``; ``compute()`` returns ``{"logloss", "ne",
+    "calibration", ...}``.
     """
 
     full_state_update = False
@@ -33,6 +37,7 @@ class LogLossNE(Metric):
         self.add_state("bce_sum", torch.tensor(0.0, dtype=torch.float64), dist_reduce_fx="sum")
         self.add_state("positives", torch.tensor(0.0, dtype=torch.float64), dist_reduce_fx="sum")
         self.add_state("count", torch.tensor(0.0, dtype=torch.float64), dist_reduce_fx="sum")
+        self.add_state("predicted", torch.tensor(0.0, dtype=torch.float64), dist_reduce_fx="sum")
 
     def update(self, logits: torch.Tensor, labels: torch.Tensor) -> None:
         labels = labels.to(torch.float64)
@@ -40,18 +45,32 @@ class LogLossNE(Metric):
         self.bce_sum += bce
         self.positives += labels.sum()
         self.count += labels.numel()
+        self.predicted += torch.sigmoid(logits.to(torch.float64)).sum()
 
     def compute(self) -> dict[str, float]:
-        """``{"logloss", "ne", "samples", "positives"}`` over all ranks."""
+        """``{"logloss", "ne", "calibration", "samples", "positives"}`` over all ranks."""
         n = float(self.count)
         positives = float(self.positives)
         if n == 0:
-            return {"logloss": math.nan, "ne": math.nan, "samples": 0.0, "positives": 0.0}
+            return {
+                "logloss": math.nan,
+                "ne": math.nan,
+                "calibration": math.nan,
+                "samples": 0.0,
+                "positives": 0.0,
+            }
         logloss = float(self.bce_sum) / n
         p = positives / n
         entropy = 0.0 if p in (0.0, 1.0) else -(p * math.log(p) + (1 - p) * math.log(1 - p))
         ne = logloss / entropy if entropy > 0 else math.nan
-        return {"logloss": logloss, "ne": ne, "samples": n, "positives": positives}
+        calibration = float(self.predicted) / positives if positives > 0 else math.nan
+        return {
+            "logloss": logloss,
+            "ne": ne,
+            "calibration": calibration,
+            "samples": n,
+            "positives": positives,
+        }
 
 
 class ClickMetrics:
@@ -69,10 +88,16 @@ class ClickMetrics:
         self.logloss_ne.update(logits, labels)
 
     def compute(self) -> dict[str, float]:
-        """``{"auroc", "logloss", "ne", "samples"}``; AUROC is NaN when only one class (or
-        nothing) was seen."""
+        """``{"auroc", "logloss", "ne", "calibration", "samples"}``; AUROC is NaN when only
+        one class (or nothing) was seen."""
         if self.logloss_ne.update_count == 0:  # same on every rank: batches are equal per rank
-            return {"auroc": math.nan, "logloss": math.nan, "ne": math.nan, "samples": 0.0}
+            return {
+                "auroc": math.nan,
+                "logloss": math.nan,
+                "ne": math.nan,
+                "calibration": math.nan,
+                "samples": 0.0,
+            }
         values = self.logloss_ne.compute()
         positives = values.pop("positives")
         one_class = positives in (0.0, values["samples"])

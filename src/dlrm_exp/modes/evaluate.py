@@ -113,7 +113,8 @@ def summary(result: EvalMetrics, run_dir: Path) -> str:
         if values:
             lines.append(
                 f"{name:<4} AUROC {values['auroc']:.4f} | log loss {values['logloss']:.4f} | "
-                f"NE {values['ne']:.4f} | {int(values['samples']):,} samples"
+                f"NE {values['ne']:.4f} | calibration {values['calibration']:.3f} | "
+                f"{int(values['samples']):,} samples"
             )
     lines.append(f"run folder: {run_dir}")
     return "\n".join(lines)

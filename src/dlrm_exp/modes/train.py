@@ -45,6 +45,7 @@ from dlrm_exp.loop.checkpoint import (
     resume_step,
     save_checkpoint,
 )
+from dlrm_exp.loop.evaluate import QUALITY
 from dlrm_exp.loop.metrics import peak_memory_gib, rank_memory_gib, step_time_ms
 from dlrm_exp.loop.trainer import BatchSources, FitResult, Trainer, TrainerState
 from dlrm_exp.modes.job import Job, ModeResult
@@ -267,8 +268,8 @@ def _run_metrics(
 def _final_scalars(metrics: RunMetrics) -> dict[str, float | None]:
     """The HParams metrics: final quality, throughput, collective bytes, peak memory."""
     return {
-        **{f"val/{k}": metrics.val[k] for k in ("auroc", "logloss", "ne")},
-        **{f"test/{k}": metrics.test[k] for k in ("auroc", "logloss", "ne")},
+        **{f"val/{k}": metrics.val[k] for k in QUALITY},
+        **{f"test/{k}": metrics.test[k] for k in QUALITY},
         "summary/samples_per_sec": metrics.samples_per_sec,
         "summary/forward_comm_bytes_per_step": metrics.comm_bytes_per_step["forward"],
         "summary/backward_comm_bytes_per_step": metrics.comm_bytes_per_step["backward"],
@@ -292,7 +293,8 @@ def summary(metrics: RunMetrics, run_dir: Path, logdir: str = "outputs") -> str:
         best = f" (Bayes-optimal {_fmt(bayes[split])})" if split in bayes else ""
         lines.append(
             f"{split:<4} AUROC {_fmt(m['auroc'])}{best} | log loss {_fmt(m['logloss'])} | "
-            f"NE {_fmt(m['ne'])} | {int(m['samples']):,} samples"
+            f"NE {_fmt(m['ne'])} | calibration {_fmt(m['calibration'], '.3f')} | "
+            f"{int(m['samples']):,} samples"
         )
     lines.append(
         f"train {metrics.steps} steps | {_fmt(metrics.samples_per_sec, ',.0f')} samples/s "

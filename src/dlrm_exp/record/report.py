@@ -1,16 +1,26 @@
 """``python -m dlrm_exp.report PATH [PATH ...]``: compare runs in a table and PNG plots.
 
 PATH is a run folder, a sweep folder (``outputs/multirun/<date>/<time>``, every job in it) or a
-glob of either. Prints the markdown comparison table, writes ``summary.md`` / ``summary.csv``
-and, with matplotlib, three plots into ``--out`` (default: the one PATH given, else
-``./report``):
+glob of either. Prints the markdown comparison table and, per configuration (runs that differ
+only by ``seed`` are its repeats), the statistics of :mod:`dlrm_exp.record.compare`; writes
+``summary.md`` / ``summary.csv`` / ``summary_stats.csv`` and, with matplotlib, four plots into
+``--out`` (default: the one PATH given, else ``./report``):
 
-* ``throughput.png``: training samples/s, grouped by sharding, one bar per qcomms precision;
+* ``throughput.png``: training samples/s, grouped by sharding, one bar per qcomms precision,
+  with 95 % Student t error bars over the repeats;
 * ``val_auroc.png``: validation AUROC against training step, one line per run;
 * ``comm_bytes.png``: embedding collective bytes per training step (all ranks), forward and
-  backward, grouped by precision, one bar per sharding.
+  backward, grouped by precision, one bar per sharding;
+* ``auroc_diff.png``: each configuration's val AUROC minus the baseline's (paired by seed),
+  with its 95 % interval and the zero line.
 
-Exit status: 0, or 2 when a PATH does not exist or holds no runs.
+``--baseline 'qcomms=none'`` picks the reference configuration (default: the first).
+``--compare-to OLD/summary_stats.csv`` flags every metric that moved beyond the combined 95 %
+intervals and exits 1 on a regression (worse by more than ``--tolerance``) of a ``--gate``
+metric (default: val/test AUROC, val NE, val log loss): a gate for CI pipelines.
+
+Exit status: 0; 1 on a regression with ``--compare-to``; 2 when a PATH does not exist or holds
+no runs, or a flag's file or configuration is not there.
 """
 
 import argparse
@@ -24,10 +34,20 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
+from dlrm_exp.record.compare import (  # noqa: E402
+    DEFAULT_GATE,
+    METRICS,
+    ConfigStats,
+    compare_to,
+    config_stats,
+    has_repeats,
+    stats_markdown,
+)
 from dlrm_exp.record.run_record import COMPLETED, RunMetrics  # noqa: E402
+from dlrm_exp.record.stats import estimate  # noqa: E402
 from dlrm_exp.record.sweep import RunRecord, load_runs, markdown_table, write_summary  # noqa: E402
 
-PLOTS = ("throughput.png", "val_auroc.png", "comm_bytes.png")
+PLOTS = ("throughput.png", "val_auroc.png", "comm_bytes.png", "auroc_diff.png")
 
 
 def _choice(run: RunRecord, group: str) -> str:
@@ -46,14 +66,16 @@ def _grouped_bars(
     bars = list(dict.fromkeys(_choice(r, bar_by) for r in runs))
     width = 0.8 / max(len(bars), 1)
     for j, bar in enumerate(bars):
-        heights = []
+        heights, errors = [], []
         for group in groups:
             match = [r for r in runs if _choice(r, group_by) == group and _choice(r, bar_by) == bar]
             numbers = [value(r.metrics) for r in match]
-            numbers = [n for n in numbers if n is not None]
-            heights.append(sum(numbers) / len(numbers) / scale if numbers else 0.0)
+            numbers = [n / scale for n in numbers if n is not None]
+            e = estimate(numbers) if numbers else None
+            heights.append(e.mean if e else 0.0)
+            errors.append((e.half_width or 0.0) if e else 0.0)
         positions = [i + (j - (len(bars) - 1) / 2) * width for i in range(len(groups))]
-        ax.bar(positions, heights, width, label=f"{bar_by}={bar}")
+        ax.bar(positions, heights, width, yerr=errors, capsize=3, label=f"{bar_by}={bar}")
     ax.set_xticks(range(len(groups)), [f"{group_by}={g}" for g in groups], rotation=20)
     ax.legend(fontsize="small")
     ax.grid(axis="y", alpha=0.3)
@@ -106,6 +128,29 @@ def plot_comm_bytes(runs: Sequence[RunRecord], path: Path) -> None:
     plt.close(fig)
 
 
+def plot_auroc_diff(stats: Sequence[ConfigStats], path: Path) -> None:
+    """Each configuration's val AUROC minus the baseline's, paired by seed: the mean with its
+    95 % interval as a horizontal error bar, and the zero line; PNG."""
+    rows = [
+        (s.config, s.vs_baseline["val_auroc"]) for s in stats[1:] if "val_auroc" in s.vs_baseline
+    ]
+    fig, ax = plt.subplots(figsize=(8, 0.6 * max(len(rows), 1) + 1.8))
+    for y, (_name, d) in enumerate(rows):
+        low = d.mean - d.ci_low if d.ci_low is not None else 0.0
+        high = d.ci_high - d.mean if d.ci_high is not None else 0.0
+        color = "tab:red" if d.significant else "tab:blue"
+        ax.errorbar(d.mean, y, xerr=[[low], [high]], fmt="o", capsize=4, color=color)
+    ax.axvline(0.0, color="black", linewidth=1)
+    ax.set_yticks(range(len(rows)), [name for name, _ in rows])
+    baseline = stats[0].config if stats else "?"
+    ax.set_xlabel(f"val AUROC - baseline ({baseline}), 95 % CI paired by seed")
+    ax.set_title("AUROC difference to the baseline (red: interval excludes 0)")
+    ax.grid(axis="x", alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
 def expand(paths: Sequence[str]) -> list[Path]:
     """Paths with globs expanded. Raises FileNotFoundError naming a path that matches
     nothing."""
@@ -118,11 +163,14 @@ def expand(paths: Sequence[str]) -> list[Path]:
     return out
 
 
-def report(paths: Sequence[str], out: Path | None = None) -> tuple[str, Path]:
-    """Build the table and plots; returns (markdown table, output folder).
+def report(
+    paths: Sequence[str], out: Path | None = None, baseline: str | None = None
+) -> tuple[str, Path, list[ConfigStats]]:
+    """Build the tables and plots; returns (markdown, output folder, configuration stats).
 
     Raises:
         FileNotFoundError: a path does not exist or no runs were found.
+        ValueError: no configuration matches ``baseline``.
     """
     folders = expand(paths)
     runs = load_runs(folders)
@@ -132,29 +180,58 @@ def report(paths: Sequence[str], out: Path | None = None) -> tuple[str, Path]:
             "sweep folders with multirun.yaml)"
         )
     out = out or (folders[0] if len(folders) == 1 else Path("report"))
-    rows = write_summary(out, runs)
+    stats = config_stats(runs, baseline)
+    rows = write_summary(out, runs, stats)
     completed = [r for r in runs if r.status == COMPLETED]
     plot_throughput(completed, out / PLOTS[0])
     plot_val_auroc(completed, out / PLOTS[1])
     plot_comm_bytes(completed, out / PLOTS[2])
-    return markdown_table(rows), out
+    plot_auroc_diff(stats, out / PLOTS[3])
+    text = markdown_table(rows)
+    if has_repeats(stats):
+        text += "\n\n" + stats_markdown(stats)
+    return text, out, stats
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Command line: ``PATH [PATH ...] [--out DIR]``; returns the exit status (0, or 2)."""
+    """Command line (see the module docstring); returns the exit status."""
     parser = argparse.ArgumentParser(
         prog="python -m dlrm_exp.report", description=__doc__.split("\n")[0]
     )
     parser.add_argument("paths", nargs="+", help="run folders, sweep folders or globs")
     parser.add_argument("--out", type=Path, default=None, help="where to write plots and tables")
+    parser.add_argument(
+        "--baseline", default=None, help="overrides naming the reference, e.g. qcomms=none"
+    )
+    parser.add_argument(
+        "--compare-to", type=Path, default=None, help="an earlier summary_stats.csv"
+    )
+    parser.add_argument(
+        "--tolerance", type=float, default=0.0, help="ignore regressions up to this"
+    )
+    parser.add_argument(
+        "--gate", nargs="+", default=list(DEFAULT_GATE), choices=list(METRICS),
+        help="metrics whose regression fails --compare-to",
+    )  # fmt: skip
     args = parser.parse_args(argv)
     try:
-        table, out = report(args.paths, args.out)
-    except FileNotFoundError as err:
+        table, out, stats = report(args.paths, args.out, args.baseline)
+        lines, regressions = (
+            compare_to(stats, args.compare_to, args.tolerance, args.gate)
+            if args.compare_to
+            else ([], [])
+        )
+    except (FileNotFoundError, ValueError) as err:
         print(f"Error: {err}", file=sys.stderr)
         return 2
     print(table)
     print(f"plots: {', '.join(str(out / p) for p in PLOTS)}")
+    if args.compare_to:
+        print(f"\ncompared with {args.compare_to}:")
+        print("\n".join(lines))
+        if regressions:
+            print(f"{len(regressions)} regression(s) beyond tolerance {args.tolerance}")
+            return 1
     return 0
 
 

@@ -20,9 +20,22 @@ from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf
 
+from dlrm_exp.record.compare import (
+    ConfigStats,
+    config_stats,
+    has_repeats,
+    stats_markdown,
+    write_stats,
+)
 from dlrm_exp.record.run_record import COMPLETED, MISSING, RunMetrics
 
 log = logging.getLogger(__name__)
+
+
+#: The key whose swept values are repeats of one configuration, not configurations.
+SEED = "seed"
+#: The configuration name of runs that differ only by seed.
+ALL = "(all runs)"
 
 
 def _parse(overrides: Sequence[str]) -> list[Any]:
@@ -53,12 +66,15 @@ def sweep_overrides(sweep_dir: Path) -> list[str]:
 @dataclass
 class RunRecord:
     """One run folder: its name, overrides and ``metrics.json`` (status ``missing`` if the
-    folder has none)."""
+    folder has none); ``config`` names its configuration (every swept key but ``seed``) and
+    ``seed`` the repeat."""
 
     path: Path
     name: str
     overrides: list[str]
     metrics: RunMetrics = field(default_factory=lambda: RunMetrics(status=MISSING))
+    config: str = ""
+    seed: int = 0
 
     @property
     def status(self) -> str:
@@ -118,7 +134,13 @@ def _record(run_dir: Path, swept: Sequence[str], overrides: list[str]) -> RunRec
         else RunMetrics(status=MISSING)
     )
     name = run_name(overrides, swept) if overrides else run_dir.name
-    return RunRecord(run_dir, name or run_dir.name, overrides, metrics)
+    values = {o.key_or_group: o.get_value_element_as_str() for o in _parse(overrides)}
+    others = [k for k in swept if k != SEED]
+    config = run_name(overrides, others) if others else ""
+    if not others and SEED not in swept:  # a single run, or a sweep without seeds
+        config = name or run_dir.name
+    seed = int(values.get(SEED, 0))
+    return RunRecord(run_dir, name or run_dir.name, overrides, metrics, config or ALL, seed)
 
 
 def summary_row(run: RunRecord) -> dict[str, Any]:
@@ -188,15 +210,24 @@ def markdown_table(rows: Sequence[dict[str, Any]]) -> str:
     return "\n".join(lines + ([""] + errors if errors else []))
 
 
-def write_summary(out_dir: Path, runs: Sequence[RunRecord]) -> list[dict[str, Any]]:
-    """Write ``summary.csv`` and ``summary.md`` into ``out_dir``; return the rows."""
+def write_summary(
+    out_dir: Path, runs: Sequence[RunRecord], stats: Sequence[ConfigStats] = ()
+) -> list[dict[str, Any]]:
+    """Write ``summary.csv`` and ``summary.md`` (with ``stats``, the per-configuration
+    statistics of :mod:`dlrm_exp.record.compare`, also ``summary_stats.csv`` and their table)
+    into ``out_dir``; return the per-run rows."""
     rows = [summary_row(run) for run in runs]
     out_dir.mkdir(parents=True, exist_ok=True)
     with open(out_dir / "summary.csv", "w", newline="") as f:
         writer = csv.DictWriter(f, fieldnames=list(rows[0]) if rows else [])
         writer.writeheader()
         writer.writerows(rows)
-    (out_dir / "summary.md").write_text(markdown_table(rows) + "\n")
+    text = markdown_table(rows) + "\n"
+    if stats:
+        write_stats(out_dir, stats)
+    if has_repeats(stats):
+        text += "\n" + stats_markdown(stats) + "\n"
+    (out_dir / "summary.md").write_text(text)
     return rows
 
 
@@ -207,8 +238,13 @@ class SweepSummary(Callback):
 
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
         sweep_dir = Path(config.hydra.sweep.dir)
-        rows = write_summary(sweep_dir, load_runs([sweep_dir]))
+        runs = load_runs([sweep_dir])
+        stats = config_stats(runs)
+        rows = write_summary(sweep_dir, runs, stats)
         print(markdown_table(rows))
+        if has_repeats(stats):
+            print()
+            print(stats_markdown(stats))
         print(f"sweep summary: {sweep_dir / 'summary.md'} and summary.csv")
         print(f"compare runs: tensorboard --logdir {sweep_dir}")
         failed = [row["run"] for row in rows if row["status"] != COMPLETED]

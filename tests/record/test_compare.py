@@ -1,0 +1,80 @@
+"""Seeds as repeats: a 2-configuration x 3-seed sweep gets mean +- CI columns, the paired
+difference plot, and a --compare-to gate that fails on a planted regression only."""
+
+import csv
+import shutil
+
+import pytest
+
+from conftest import run_cli
+from dlrm_exp.record import report
+
+pytestmark = pytest.mark.slow
+
+SMALL = [
+    "data.num_train_samples=4096",
+    "data.num_val_samples=1024",
+    "data.num_test_samples=1024",
+    "train.batch_size=256",
+    "train.progress_bar=false",
+]
+
+
+@pytest.fixture(scope="module")
+def sweep(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("sweep")
+    result = run_cli(
+        [
+            "-m",
+            "optimizer.learning_rate=0.1,0.02",
+            "seed=0,1,2",
+            *SMALL,
+            f"hydra.sweep.dir={folder}",
+        ],
+        timeout=600,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    return folder, result.stdout
+
+
+def test_the_sweep_summary_has_statistics_per_configuration(sweep):
+    folder, stdout = sweep
+    text = (folder / "summary.md").read_text()
+    assert "optimizer.learning_rate=0.1 (baseline) | 3 | 0." in text
+    assert "+-" in text and "val AUROC - baseline [95% CI]" in stdout
+    rows = list(csv.DictReader(open(folder / "summary_stats.csv")))
+    other = {r["metric"]: r for r in rows if r["config"] == "optimizer.learning_rate=0.02"}
+    assert other["val_auroc"]["n"] == "3" and other["val_auroc"]["p_value"] != ""
+    assert float(other["val_auroc"]["ci_low"]) < float(other["val_auroc"]["mean"])
+
+
+def test_report_draws_the_difference_plot_and_passes_against_itself(sweep, tmp_path):
+    folder, _ = sweep
+    saved = tmp_path / "baseline_stats.csv"
+    shutil.copy(folder / "summary_stats.csv", saved)
+    out = tmp_path / "report"
+    assert report.main([str(folder), "--out", str(out), "--compare-to", str(saved)]) == 0
+    assert (out / "auroc_diff.png").stat().st_size > 0 and (out / "summary_stats.csv").exists()
+    flipped = report.main(
+        [str(folder), "--out", str(out), "--baseline", "optimizer.learning_rate=0.02"]
+    )
+    assert flipped == 0
+    assert report.main([str(folder), "--baseline", "optimizer.learning_rate=9"]) == 2
+
+
+def test_compare_to_fails_on_a_planted_regression(sweep, tmp_path, capsys):
+    folder, _ = sweep
+    rows = list(csv.DictReader(open(folder / "summary_stats.csv")))
+    for row in rows:  # the saved run was 0.2 better, and sure of it: today's is a regression
+        if row["metric"] == "val_auroc" and row["config"] == "optimizer.learning_rate=0.02":
+            row["mean"] = str(float(row["mean"]) + 0.2)
+            row["ci_high"] = str(float(row["mean"]) + 0.001)
+    planted = tmp_path / "planted.csv"
+    with open(planted, "w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=list(rows[0]))
+        writer.writeheader()
+        writer.writerows(rows)
+    args = [str(folder), "--out", str(tmp_path / "r"), "--compare-to", str(planted)]
+    assert report.main(args) == 1
+    assert "optimizer.learning_rate=0.02 val AUROC" in capsys.readouterr().out
+    assert report.main([*args, "--tolerance", "0.3"]) == 0
