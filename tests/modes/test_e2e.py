@@ -46,6 +46,8 @@ def test_default_run_is_close_to_bayes_optimal(tmp_path):
     assert bayes - val <= 0.015, (val, bayes)  # the 30 s of training: bench.quality
     assert metrics["test"]["auroc"] >= 0.65
     assert 0 < metrics["val"]["ne"] < 1 and metrics["val"]["logloss"] > 0
+    for split in ("val", "test"):  # calibration = mean predicted CTR / observed CTR
+        assert 0.8 < metrics[split]["calibration"] < 1.25, metrics[split]
     assert metrics["samples_per_sec"] > 0 and metrics["steps"] == 2048
     assert metrics["peak_memory_gib"] > 0 and metrics["wall_seconds"] > 0
     assert metrics["data"]["rows"] == {"train": 1048576, "val": 32768, "test": 32768}
@@ -65,6 +67,7 @@ def test_default_run_is_close_to_bayes_optimal(tmp_path):
         "val/auroc",
         "val/logloss",
         "val/ne",
+        "val/calibration",
         "test/auroc",
         "test/ne",
     } <= scalars
