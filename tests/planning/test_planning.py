@@ -137,7 +137,7 @@ def test_plan_mode_and_training_choose_the_same_plan_with_local_world_size(tmp_p
     training's pre-flight: 1 rank per host gets all of the host's measured memory in both.
     The tables (1.2 GiB) fit 2 ranks of 1 GiB but not 2 ranks of 0.5 GiB."""
     from dlrm_exp.modes.plan import run_plan
-    from dlrm_exp.modes.train import preflight
+    from dlrm_exp.modes.setup import preflight
     from dlrm_exp.planning import topology
     from dlrm_exp.planning.plan_record import plan_record
 

@@ -12,23 +12,18 @@ final ones: the same weights see the same batches.
 import time
 from pathlib import Path
 
-from torch.distributed.elastic.multiprocessing.errors import record
 from torchrec.distributed.types import ShardingPlan
 
 from dlrm_exp.config import Config, EvalSplit
 from dlrm_exp.distributed.launch import (
     check_devices,
     env_rank,
-    init_worker,
-    launch_workers,
-    needs_launch,
     process_group,
 )
 from dlrm_exp.loop.checkpoint import find_checkpoint, load_model_weights
 from dlrm_exp.loop.evaluate import evaluate, quality
 from dlrm_exp.modes.job import Job, ModeResult
-from dlrm_exp.modes.setup import prepare, rank_batches
-from dlrm_exp.modes.train import preflight
+from dlrm_exp.modes.setup import prepare, rank_batches, run_on_ranks
 from dlrm_exp.planning.tables import table_shapes
 from dlrm_exp.record.run_record import EvalMetrics
 from dlrm_exp.record.tracking import Tracker
@@ -55,15 +50,7 @@ def run_evaluate(cfg: Config, job: Job) -> EvalMetrics:
     check_writable(job.run_dir)
     assert cfg.checkpoint is not None  # Config.__post_init__ requires it
     path = find_checkpoint(cfg.checkpoint)
-    if not needs_launch(cfg.hardware):
-        return evaluate_worker(cfg, job, path)
-    return launch_workers(_spawned_worker, (cfg, job, path, preflight(cfg)), cfg.hardware)
-
-
-@record
-def _spawned_worker(cfg: Config, job: Job, path: Path, plan: ShardingPlan) -> EvalMetrics:
-    init_worker(job.run_dir / "dlrm_exp.log")
-    return evaluate_worker(cfg, job, path, plan)
+    return run_on_ranks(evaluate_worker, cfg, job, path)
 
 
 def evaluate_worker(

@@ -1,18 +1,57 @@
-"""The set-up every mode that trains shares: data splits and the built experiment on this rank,
-and this rank's batches of a split."""
+"""The set-up every mode that trains or scores shares: running on this process or on
+``hardware.nproc_per_node`` workers, data splits and the built experiment on this rank, and this
+rank's batches of a split."""
 
 import logging
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from typing import Any, TypeVar
 
+from torch.distributed.elastic.multiprocessing.errors import record
 from torchrec.datasets.utils import Batch
 from torchrec.distributed.types import ShardingPlan
 
-from dlrm_exp.build.experiment import Experiment, TrainWrapper, build_experiment
+from dlrm_exp.build.experiment import Experiment, TrainWrapper, build_experiment, build_module
 from dlrm_exp.config import Config
 from dlrm_exp.data import ClickData, DataSplits, iter_batches, load_splits
-from dlrm_exp.distributed.launch import DistContext
+from dlrm_exp.data.criteo_tsv import resolve_paths
+from dlrm_exp.distributed.launch import DistContext, init_worker, launch_workers, needs_launch
+from dlrm_exp.modes.job import Job
+from dlrm_exp.planning.job import plan_job
 
 log = logging.getLogger(__name__)
+
+Result = TypeVar("Result")
+
+
+def preflight(cfg: Config) -> ShardingPlan:
+    """What the parent can check before starting workers: data paths and the sharding plan
+    (on the meta device, for the whole job, exactly as ``mode=plan`` plans it). Returns the
+    plan, which the workers then use."""
+    for key, paths in cfg.data.input_paths().items():
+        resolve_paths(paths, key)
+    return plan_job(cfg, build_module(cfg)).plan
+
+
+def run_on_ranks(worker: Callable[..., Result], cfg: Config, job: Job, *args: Any) -> Result:
+    """``worker(cfg, job, *args, plan=None)`` in this process (one rank, or a rank torchrun or
+    submitit started), or in ``hardware.nproc_per_node`` workers started by torch's elastic
+    launcher after :func:`preflight`, with its plan; returns rank 0's result.
+
+    Raises:
+        WorkerFailedError: a worker failed or was killed.
+    """
+    if not needs_launch(cfg.hardware):
+        return worker(cfg, job, *args)
+    return launch_workers(_spawned, (worker, cfg, job, args, preflight(cfg)), cfg.hardware)
+
+
+@record
+def _spawned(
+    worker: Callable[..., Result], cfg: Config, job: Job, args: tuple, plan: ShardingPlan
+) -> Result:
+    """Entry point of a worker started by :func:`launch_workers` (a fresh interpreter)."""
+    init_worker(job.run_dir / "dlrm_exp.log")
+    return worker(cfg, job, *args, plan=plan)
 
 
 def prepare(

@@ -21,21 +21,16 @@ from typing import Any
 
 import torch
 import torch.distributed as dist
-from torch.distributed.elastic.multiprocessing.errors import record
 from torchrec.distributed.types import ShardingPlan
 
-from dlrm_exp.build.experiment import Experiment, build_module
+from dlrm_exp.build.experiment import Experiment
 from dlrm_exp.config import Config
 from dlrm_exp.data import DataSplits, per_rank_sizes
-from dlrm_exp.data.criteo_tsv import resolve_paths
 from dlrm_exp.distributed.comm_stats import CollectiveBytes
 from dlrm_exp.distributed.launch import (
     DistContext,
     check_devices,
     env_rank,
-    init_worker,
-    launch_workers,
-    needs_launch,
     process_group,
 )
 from dlrm_exp.loop.checkpoint import (
@@ -49,8 +44,7 @@ from dlrm_exp.loop.evaluate import QUALITY
 from dlrm_exp.loop.metrics import peak_memory_gib, rank_memory_gib, step_time_ms
 from dlrm_exp.loop.trainer import BatchSources, FitResult, Trainer, TrainerState
 from dlrm_exp.modes.job import Job, ModeResult
-from dlrm_exp.modes.setup import prepare, rank_batches
-from dlrm_exp.planning.job import plan_job
+from dlrm_exp.modes.setup import prepare, rank_batches, run_on_ranks
 from dlrm_exp.planning.plan_record import plan_record, plan_text
 from dlrm_exp.planning.tables import table_configs, table_shapes
 from dlrm_exp.record.run_record import RunMetrics
@@ -87,25 +81,7 @@ def run_train(
     check_devices(cfg.hardware)
     check_writable(run_dir)
     job = Job(run_dir, dict(choices), tensorboard_dir)
-    if not needs_launch(cfg.hardware):
-        return train_worker(cfg, job)
-    return launch_workers(_spawned_worker, (cfg, job, preflight(cfg)), cfg.hardware)
-
-
-def preflight(cfg: Config) -> ShardingPlan:
-    """What the parent can check before starting workers: data paths and the sharding plan
-    (on the meta device, for the whole job, exactly as ``mode=plan`` plans it). Returns the
-    plan, which the workers then use."""
-    for key, paths in cfg.data.input_paths().items():
-        resolve_paths(paths, key)
-    return plan_job(cfg, build_module(cfg)).plan
-
-
-@record
-def _spawned_worker(cfg: Config, job: Job, plan: ShardingPlan) -> RunMetrics:
-    """Entry point of a worker started by :func:`launch_workers` (a fresh interpreter)."""
-    init_worker(job.run_dir / "dlrm_exp.log")
-    return train_worker(cfg, job, plan)
+    return run_on_ranks(train_worker, cfg, job)
 
 
 @dataclass(frozen=True)
