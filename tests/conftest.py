@@ -13,6 +13,14 @@ from omegaconf import DictConfig, OmegaConf
 from dlrm_exp.config import Config, conf_dir, register_configs
 
 REPO = Path(__file__).resolve().parents[1]
+#: A quick synthetic run: 32 steps of 128 rows on 1 process.
+SMALL = [
+    "data.num_train_samples=4096",
+    "data.num_val_samples=1024",
+    "data.num_test_samples=1024",
+    "train.batch_size=128",
+    "train.progress_bar=false",
+]
 GROUPS = ("model", "sharding", "optimizer", "qcomms", "data", "hardware")
 
 register_configs()

@@ -4,16 +4,8 @@ import json
 
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-from conftest import compose_cfg
+from conftest import SMALL, compose_cfg
 from dlrm_exp.modes.train import run_train
-
-SMALL = [
-    "data.num_train_samples=4096",
-    "data.num_val_samples=1024",
-    "data.num_test_samples=1024",
-    "train.batch_size=128",
-    "train.progress_bar=false",
-]
 
 
 def test_val_per_epoch_validates_evenly_and_without_a_target_nothing_changes(tmp_path):

@@ -16,21 +16,14 @@ import psutil
 import pytest
 
 from conftest import REPO, compose_cfg, run_cli
+from conftest import SMALL as QUICK
 from dlrm_exp.errors import ConfigError
 from dlrm_exp.loop.checkpoint import CheckpointError, complete_checkpoints, resume_step
 from dlrm_exp.loop.trainer import NonFiniteLossError
 from dlrm_exp.modes.train import run_train
 from dlrm_exp.record.run_record import RunMetrics
 
-SMALL = [
-    "data.num_train_samples=4096",
-    "data.num_val_samples=1024",
-    "data.num_test_samples=1024",
-    "train.batch_size=128",
-    "train.progress_bar=false",
-    "train.val_every_n_steps=16",
-    "train.checkpoint_every_n_steps=8",
-]
+SMALL = [*QUICK, "train.val_every_n_steps=16", "train.checkpoint_every_n_steps=8"]
 QUALITY = ("val", "test", "val_history", "final_train_loss", "steps", "train_samples")
 
 

@@ -22,7 +22,7 @@ import torch
 from torchmetrics.functional.classification import binary_auroc
 
 from dlrm_exp.bench.training import compose_config
-from dlrm_exp.build.inference import InferenceDLRM
+from dlrm_exp.build.inference import InferenceDLRM, one_hot_inputs
 from dlrm_exp.config import ExportQuantization
 from dlrm_exp.data import load_splits
 from dlrm_exp.modes.export import load_trained, run_export
@@ -33,17 +33,11 @@ from dlrm_exp.util.logs import quiet_libraries
 BATCHES = (1, 64, 512)
 
 
-def _inputs(dense: torch.Tensor, sparse: torch.Tensor) -> tuple[torch.Tensor, ...]:
-    """(dense, values, lengths) of rows with one id per feature (feature-major values)."""
-    rows, features = sparse.shape
-    return dense, sparse.t().reshape(-1), torch.ones(rows * features, dtype=torch.int32)
-
-
 def _predict(model: torch.nn.Module, dense: torch.Tensor, sparse: torch.Tensor) -> torch.Tensor:
     with torch.no_grad():
         return torch.cat(
             [
-                model(*_inputs(dense[i : i + 4096], sparse[i : i + 4096]))
+                model(*one_hot_inputs(dense[i : i + 4096], sparse[i : i + 4096]))
                 for i in range(0, len(dense), 4096)
             ]
         )
@@ -53,7 +47,7 @@ def _latency(
     model: torch.nn.Module, dense: torch.Tensor, sparse: torch.Tensor, batch: int, calls: int
 ) -> tuple[float, float, float]:
     """p50 and p99 ms per call and samples/s of ``calls`` calls at ``batch`` rows."""
-    inputs = _inputs(dense[:batch], sparse[:batch])
+    inputs = one_hot_inputs(dense[:batch], sparse[:batch])
     with torch.no_grad():
         for _ in range(5):
             model(*inputs)

@@ -21,6 +21,7 @@ from torchrec.models.dlrm import DLRM
 from torchrec.sparse.jagged_tensor import KeyedJaggedTensor
 
 from dlrm_exp.config import ExportQuantization
+from dlrm_exp.planning.tables import is_table_key
 
 #: Table weight dtype of each quantization (``none`` keeps TorchRec's fp32 tables).
 WEIGHT_DTYPE = {ExportQuantization.fp16: torch.float16, ExportQuantization.int8: torch.qint8}
@@ -66,11 +67,21 @@ def quantize_tables(dlrm: DLRM, quantization: ExportQuantization, tables: list[s
 def table_bytes(module: torch.nn.Module) -> int:
     """Bytes of every embedding table of ``module`` (weights, and for int8 the per-row scale
     and bias), as the float or quantized collection stores them."""
-    total = 0
-    for name, tensor in module.state_dict().items():
-        if "embedding_bags" in name and isinstance(tensor, torch.Tensor):
-            total += tensor.numel() * tensor.element_size()
-    return total
+    return sum(
+        tensor.numel() * tensor.element_size()
+        for name, tensor in module.state_dict().items()
+        if is_table_key(name) and isinstance(tensor, torch.Tensor)
+    )
+
+
+def one_hot_inputs(
+    dense: torch.Tensor, sparse: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """:class:`InferenceDLRM`'s inputs for rows of one id per feature: ``dense`` (B, 13)
+    float32 and ``sparse`` (B, F) int64 ids -> (dense, values (F * B,) feature-major,
+    lengths (F * B,) int32 ones)."""
+    rows, features = sparse.shape
+    return dense, sparse.t().reshape(-1), torch.ones(rows * features, dtype=torch.int32)
 
 
 def script(module: InferenceDLRM) -> torch.jit.ScriptModule:

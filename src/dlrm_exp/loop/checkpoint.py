@@ -193,12 +193,20 @@ def resolve_resume(resume: str, run_dir: Path) -> Path | None:
     if resume == "auto":
         found = complete_checkpoints(run_dir)
         return found[-1] if found else None
-    path = Path(resume)
+    return _complete_checkpoint(Path(resume), "train.resume")
+
+
+def _complete_checkpoint(path: Path, key: str) -> Path:
+    """``path``, if it is a complete checkpoint folder; ``key`` names the setting that gave it.
+
+    Raises:
+        CheckpointError: no such folder, or one without DCP's metadata or the trainer state.
+    """
     if not path.is_dir():
-        raise CheckpointError(f"train.resume: no checkpoint folder at {path}")
+        raise CheckpointError(f"{key}: no checkpoint folder at {path} (no such folder)")
     if not (path / ".metadata").is_file() or not (path / STATE_FILE).is_file():
         raise CheckpointError(
-            f"train.resume: {path} is not a complete checkpoint (it needs DCP's .metadata and "
+            f"{key}: {path} is not a complete checkpoint (it needs DCP's .metadata and "
             f"{STATE_FILE}; a .partial folder is a save that did not finish)"
         )
     return path
@@ -324,14 +332,7 @@ def find_checkpoint(location: str) -> Path:
                 "train.checkpoint_every_n_steps=N to write some)"
             )
         return found[-1]
-    if not path.exists():
-        raise CheckpointError(f"checkpoint={location}: no such folder")
-    if not (path / ".metadata").is_file() or not (path / STATE_FILE).is_file():
-        raise CheckpointError(
-            f"checkpoint={location} is not a complete checkpoint (it needs DCP's .metadata and "
-            f"{STATE_FILE}; a .partial folder is a save that did not finish)"
-        )
-    return path
+    return _complete_checkpoint(path, "checkpoint")
 
 
 def load_model_weights(

@@ -207,11 +207,9 @@ class Trainer:
             self._train_segment(itertools.islice(train_iter, segment), state, bar)
             self._after_segment(sources, state)
         bar.close()
-        if state.target_step is not None and state.target_step == state.step:
-            val = {k: v for k, v in state.val_history[-1].items() if k != "step"}
-        else:  # the last validation, at the end of training
+        if state.target_step != state.step:  # else the stopping validation is the last one
             self._validate(sources, state)
-            val = {k: v for k, v in state.val_history[-1].items() if k != "step"}
+        val = {k: v for k, v in state.val_history[-1].items() if k != "step"}
         test = self._evaluate(sources.test)
         return FitResult(
             state=state,

@@ -33,9 +33,9 @@ from dlrm_exp.util.files import check_writable
 def run(cfg: Config, job: Job) -> ModeResult:
     """``mode=evaluate``; the task's value is the val AUROC (or the test AUROC with
     ``split=test``)."""
-    record_ = run_evaluate(cfg, job)
-    scored = record_.val or record_.test
-    lines = summary(record_, job.run_dir) if env_rank() == 0 else None
+    result = run_evaluate(cfg, job)
+    scored = result.val or result.test
+    lines = summary(result, job.run_dir) if env_rank() == 0 else None
     return ModeResult(summary=lines, value=scored.get("auroc"))
 
 
