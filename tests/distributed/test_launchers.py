@@ -124,29 +124,81 @@ def test_torchx_renders_a_kubernetes_job_with_the_image_given():
     assert "--nnodes 2 --nproc_per_node 8" in command and "-m dlrm_exp sharding=rowwise" in command
 
 
-def test_submitit_local_sweep_runs_each_job_as_two_tasks(tmp_path):
-    """``-m hydra/launcher=local``: both jobs run through submitit's local executor, each as 2
-    tasks that form its process group from submitit's environment; the summary is written."""
-    pytest.importorskip("hydra_plugins.hydra_submitit_launcher")
-    from conftest import run_cli
+def _submitit_rank0_task(launcher: subprocess.Popen, job_dir: Path):
+    """The global-rank-0 task process that submitit's local executor started under
+    ``launcher`` for the job of ``job_dir`` (the task holding its log file open), or None."""
+    import psutil
 
-    result = run_cli(
-        [
-            "-m",
-            "hydra/launcher=local",
-            "sharding=tablewise,rowwise",
-            "hardware.nproc_per_node=2",
-            "train.max_steps=20",
-            "data.num_train_samples=16384",
-            "train.progress_bar=false",
-            f"hydra.sweep.dir={tmp_path}",
-        ]
+    for proc in psutil.Process(launcher.pid).children(recursive=True):
+        try:
+            if proc.environ().get("SUBMITIT_LOCAL_GLOBALID") != "0":
+                continue
+            if any(Path(f.path).parent == job_dir for f in proc.open_files()):
+                return proc
+        except psutil.Error:
+            continue
+    return None
+
+
+def test_submitit_local_sweep_runs_two_task_jobs_and_requeues_a_preempted_one(tmp_path):
+    """``-m hydra/launcher=local``: both jobs run through submitit's local executor, each as 2
+    tasks that form its process group from submitit's environment. Once each job has a
+    checkpoint, its rank-0 task gets submitit's preemption signal (USR2, what Slurm sends
+    before a timeout): submitit calls the launcher's checkpoint hook, requeues the job, and
+    the requeued job resumes from its newest checkpoint (``train.resume`` is ``auto`` in a
+    submitit task) and completes; the summary is written."""
+    pytest.importorskip("hydra_plugins.hydra_submitit_launcher")
+    import signal
+    import time
+
+    from dlrm_exp.loop.checkpoint import complete_checkpoints
+
+    args = [
+        "-m",
+        "hydra/launcher=local",
+        "sharding=tablewise,rowwise",
+        "hardware.nproc_per_node=2",
+        "data.num_train_samples=16384",
+        "data.num_val_samples=2048",
+        "data.num_test_samples=2048",
+        "train.batch_size=128",
+        "train.max_steps=64",
+        "train.checkpoint_every_n_steps=8",
+        "train.progress_bar=false",
+        f"hydra.sweep.dir={tmp_path}",
+    ]
+    launcher = subprocess.Popen(
+        [sys.executable, "-m", "dlrm_exp", *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
     )
-    assert result.returncode == 0, result.stderr[-3000:]
-    assert (tmp_path / "summary.csv").is_file() and list((tmp_path / ".submitit").iterdir())
+    try:
+        deadline = time.monotonic() + 240
+        preempted: set[str] = set()
+        while len(preempted) < 2:
+            assert launcher.poll() is None and time.monotonic() < deadline, "no checkpoints"
+            for job in {"0", "1"} - preempted:
+                task = complete_checkpoints(tmp_path / job) and _submitit_rank0_task(
+                    launcher, tmp_path / job
+                )
+                if task:
+                    task.send_signal(signal.SIGUSR2)
+                    preempted.add(job)
+            time.sleep(0.2)
+        _out, err = launcher.communicate(timeout=300)
+    finally:
+        launcher.kill()
+    assert launcher.returncode == 0, err[-3000:]
+    assert (tmp_path / "summary.csv").is_file()
+    rank0_logs = [p.read_text() for p in (tmp_path / ".submitit").rglob("*_0_log.out")]
+    assert len(rank0_logs) == 2 and all("Requeued job" in log for log in rank0_logs)
     for job in ("0", "1"):
         metrics = json.loads((tmp_path / job / "metrics.json").read_text())
         assert metrics["status"] == "completed" and metrics["world_size"] == 2
+        assert metrics["steps"] == 64
+        job_log = "".join(p.read_text() for p in (tmp_path / job).glob("*.log"))
+        assert "resumed from" in job_log and "at step 0" not in job_log
 
 
 def test_a_submitit_job_whose_hardware_disagrees_is_refused_with_the_fix(monkeypatch):
