@@ -2,7 +2,8 @@
 
 ``build_experiment`` is the one place where the groups meet: model (meta device) ->
 sparse optimizer in backward -> plan (:func:`dlrm_exp.planning.job.plan_job`) ->
-``DistributedModelParallel`` -> combined optimizer -> ``TrainPipelineSparseDist``.
+``DistributedModelParallel`` -> combined optimizer -> the ``train.pipeline``
+(:mod:`dlrm_exp.build.pipeline`).
 """
 
 from collections.abc import Callable
@@ -12,8 +13,8 @@ import torch
 from fbgemm_gpu.split_table_batched_embeddings_ops_training import (
     SplitTableBatchedEmbeddingBagsCodegen,
 )
-from torchrec.distributed import TrainPipelineSparseDist
 from torchrec.distributed.model_parallel import DistributedModelParallel
+from torchrec.distributed.train_pipeline.train_pipelines import TrainPipeline
 from torchrec.distributed.types import ShardingPlan
 from torchrec.models.dlrm import DLRMTrain
 from torchrec.optim.keyed import CombinedOptimizer
@@ -22,6 +23,8 @@ from dlrm_exp.build.lr_schedule import LRSchedule
 from dlrm_exp.build.model import build_model
 from dlrm_exp.build.nonfinite import SkipNonFiniteDLRMTrain, install_gradient_guards
 from dlrm_exp.build.optim import apply_sparse_optimizer, build_optimizer, dense_learning_rate
+from dlrm_exp.build.pipeline import build_pipeline
+from dlrm_exp.build.precision import apply_dense_precision
 from dlrm_exp.build.table_init import init_tables
 from dlrm_exp.config import Config, OnNonFinite
 from dlrm_exp.distributed.launch import DistContext
@@ -36,7 +39,7 @@ class Experiment:
 
     model: DistributedModelParallel
     optimizer: CombinedOptimizer
-    pipeline: TrainPipelineSparseDist
+    pipeline: TrainPipeline
     plan: ShardingPlan
     lr_schedule: LRSchedule
 
@@ -72,9 +75,11 @@ TrainWrapper = Callable[[DLRMTrain], DLRMTrain]
 def build_module(
     cfg: Config, dense_device: torch.device = META, wrap: TrainWrapper | None = None
 ) -> DLRMTrain:
-    """The unsharded DLRM (tables on meta, dense part on ``dense_device``) with the sparse
-    optimizer attached for fusion into backward: the input of planning and sharding."""
+    """The unsharded DLRM (tables on meta, dense part on ``dense_device``, computing in
+    ``train.dense_precision``) with the sparse optimizer attached for fusion into backward:
+    the input of planning and sharding."""
     module = build_model(cfg.model, dense_device=dense_device)
+    apply_dense_precision(module, cfg.train.dense_precision, cfg.hardware.compute_device.value)
     if wrap is not None:
         module = wrap(module)
     apply_sparse_optimizer(module, cfg.optimizer)
@@ -115,7 +120,7 @@ def build_experiment(
     if skip_nonfinite:
         install_gradient_guards(model)
     optimizer = build_optimizer(model, cfg.optimizer)
-    pipeline = TrainPipelineSparseDist(model, optimizer, ctx.device, execute_all_batches=True)
+    pipeline = build_pipeline(cfg.train, model, optimizer, ctx.device)
     opt = cfg.optimizer
     schedule = LRSchedule(optimizer, opt.lr_warmup_steps, opt.lr_decay_start, opt.lr_decay_steps)
     return Experiment(model, optimizer, pipeline, plan, schedule)

@@ -47,9 +47,18 @@ from dlrm_exp.config.qcomms import CommPrecision, QCommsConfig
 from dlrm_exp.config.root import Config
 from dlrm_exp.config.sharding import ComputeKernel, ShardingConfig, ShardingStrategy
 from dlrm_exp.config.store import conf_dir, register_configs
-from dlrm_exp.config.train import OnNonFinite, TrainConfig
+from dlrm_exp.config.train import (
+    DensePrecision,
+    OnNonFinite,
+    Pipeline,
+    ProfileSteps,
+    TrainConfig,
+)
 
 __all__ = [
+    "DensePrecision",
+    "Pipeline",
+    "ProfileSteps",
     "CHECKPOINT_MODES",
     "EvalSplit",
     "ExportConfig",

@@ -27,7 +27,7 @@ from dlrm_exp.config.modes import (
 from dlrm_exp.config.optimizer import CPU_FUSED, OptimizerConfig
 from dlrm_exp.config.qcomms import QCommsConfig
 from dlrm_exp.config.sharding import ComputeKernel, ShardingConfig, ShardingStrategy
-from dlrm_exp.config.train import TrainConfig
+from dlrm_exp.config.train import CUDA_PIPELINES, DensePrecision, TrainConfig
 from dlrm_exp.errors import ConfigError
 
 
@@ -104,6 +104,7 @@ class Config:
                         "HBM cache and needs hardware.compute_device=cuda: on CPU use fused"
                     )
         self._check_sparse_optimizer_on_cpu()
+        self._check_cuda_only_training()
         if isinstance(self.data, CriteoMultiHotDataConfig):
             n_tables = len(self.model.num_embeddings_per_feature)
             require(
@@ -124,6 +125,22 @@ class Config:
                 f"Criteo data has {CRITEO_NUM_DENSE} dense features: set "
                 f"model.num_dense_features={CRITEO_NUM_DENSE}",
             )
+
+    def _check_cuda_only_training(self) -> None:
+        """fp16 is refused (see :mod:`dlrm_exp.build.precision`); pipelines that need CUDA
+        are refused on CPU."""
+        require(
+            self.train.dense_precision is not DensePrecision.fp16,
+            "train.dense_precision=fp16 needs a gradient scaler, and the fused embedding update "
+            "applies its gradients inside TorchRec's backward, where they would arrive scaled: "
+            "use train.dense_precision=bf16",
+        )
+        pipeline = self.train.pipeline
+        require(
+            self.hardware.compute_device is not ComputeDevice.cpu or pipeline not in CUDA_PIPELINES,
+            f"train.pipeline={pipeline.value} needs hardware.compute_device=cuda: "
+            f"{CUDA_PIPELINES.get(pipeline)}; on CPU use train.pipeline=sparse_dist or base",
+        )
 
     def _check_sparse_optimizer_on_cpu(self) -> None:
         """A sparse optimizer FBGEMM cannot fuse on CPU (Adam) runs only on data_parallel

@@ -1,6 +1,6 @@
 """Schema of the training loop (``train.*``)."""
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import Enum
 
 from dlrm_exp.config.checks import require
@@ -13,6 +13,61 @@ class OnNonFinite(Enum):
 
     stop = "stop"
     skip = "skip"
+
+
+class Pipeline(Enum):
+    """TorchRec's training pipelines (``torchrec.distributed.train_pipeline``).
+
+    ``sparse_dist`` (``TrainPipelineSparseDist``, the DLRM example's): the input dist of batch
+    i+1 overlaps the forward/backward of batch i; exact. ``base`` (``TrainPipelineBase``): no
+    overlap of the embedding all-to-all, only the host-to-device copy; exact.
+    ``semi_sync`` (``TrainPipelineSemiSync``): from ``train.semi_sync_start_step`` on, the
+    embedding lookup of batch i+1 runs before batch i's sparse update, so each batch sees
+    embeddings one update staler; changes the numerics. ``fused_sparse_dist``
+    (``TrainPipelineFusedSparseDist``): the lookup runs in the data-dist stream; exact.
+    ``prefetch_sparse_dist`` (``PrefetchTrainPipelineSparseDist``): prefetches the rows of
+    ``fused_uvm_caching`` tables into their HBM cache; needs CUDA.
+    """
+
+    sparse_dist = "sparse_dist"
+    base = "base"
+    semi_sync = "semi_sync"
+    fused_sparse_dist = "fused_sparse_dist"
+    prefetch_sparse_dist = "prefetch_sparse_dist"
+
+
+#: Pipelines that run only with ``hardware.compute_device=cuda``, and why (TorchRec 1.8 on a
+#: CPU tensor: ``record_stream`` fails with "unknown parameter type").
+CUDA_PIPELINES = {
+    Pipeline.semi_sync: "it records CUDA streams on the batch and the looked-up embeddings",
+    Pipeline.fused_sparse_dist: "it runs the lookup on a CUDA stream it records on the batch",
+    Pipeline.prefetch_sparse_dist: "it prefetches fused_uvm_caching rows into the HBM cache",
+}
+
+
+class DensePrecision(Enum):
+    """Compute precision of the dense part (dense arch, interaction, over arch) under
+    ``torch.autocast``; parameters, optimizer state, loss and embeddings stay fp32. ``fp16`` is
+    refused: it needs a gradient scaler, which the fused embedding update cannot honour (see
+    :mod:`dlrm_exp.build.precision`)."""
+
+    fp32 = "fp32"
+    bf16 = "bf16"
+    fp16 = "fp16"
+
+
+@dataclass
+class ProfileSteps:
+    """``torch.profiler.schedule`` of ``train.profile``: skip ``wait`` steps, trace
+    ``warmup`` steps without recording, then record ``active`` steps (one trace per rank)."""
+
+    wait: int = 5
+    warmup: int = 2
+    active: int = 5
+
+    def __post_init__(self) -> None:
+        require(self.wait >= 0 and self.warmup >= 0, "train.profile_steps.wait/warmup >= 0")
+        require(self.active > 0, "train.profile_steps.active must be positive")
 
 
 @dataclass
@@ -38,6 +93,12 @@ class TrainConfig:
             (``hydra.run.dir=<run>``; starts fresh if there is none), a path continues that
             checkpoint folder, null starts fresh.
         on_nonfinite: see :class:`OnNonFinite`.
+        pipeline: TorchRec's training pipeline, see :class:`Pipeline`.
+        semi_sync_start_step: with ``pipeline=semi_sync``, the steps before it train
+            synchronously (TorchRec's ``start_batch``; its default is 900).
+        dense_precision: see :class:`DensePrecision`.
+        profile: record ``torch.profiler`` traces of every rank into ``<run>/profile/``.
+        profile_steps: the profiler's wait / warm-up / active schedule, in training steps.
     """
 
     batch_size: int = 512
@@ -53,6 +114,11 @@ class TrainConfig:
     keep_last_checkpoints: int | None = None
     resume: str | None = None
     on_nonfinite: OnNonFinite = OnNonFinite.stop
+    pipeline: Pipeline = Pipeline.sparse_dist
+    semi_sync_start_step: int = 900
+    dense_precision: DensePrecision = DensePrecision.fp32
+    profile: bool = False
+    profile_steps: ProfileSteps = field(default_factory=ProfileSteps)
 
     def __post_init__(self) -> None:
         require(self.batch_size > 0, f"train.batch_size must be positive, got {self.batch_size}")
@@ -68,6 +134,7 @@ class TrainConfig:
             require(value is None or value > 0, f"train.{name} must be positive or null")
         require(self.log_every_n_steps > 0, "train.log_every_n_steps must be positive")
         require(self.throughput_warmup_steps >= 0, "train.throughput_warmup_steps must be >= 0")
+        require(self.semi_sync_start_step >= 0, "train.semi_sync_start_step must be >= 0")
         require(
             self.target_auroc is None or 0 < self.target_auroc <= 1,
             f"train.target_auroc must be in (0, 1] or null, got {self.target_auroc}",

@@ -9,7 +9,7 @@ from collections.abc import Iterable, Iterator
 
 import torch
 from torchrec.datasets.utils import Batch
-from torchrec.distributed import TrainPipelineSparseDist
+from torchrec.distributed.train_pipeline.train_pipelines import TrainPipeline, TrainPipelineBase
 
 from dlrm_exp.loop.metrics import ClickMetrics
 
@@ -17,18 +17,21 @@ from dlrm_exp.loop.metrics import ClickMetrics
 QUALITY = ("auroc", "logloss", "ne", "calibration")
 
 
-def drain(pipeline: TrainPipelineSparseDist, batches: Iterator[Batch]) -> Iterator[tuple]:
+def drain(pipeline: TrainPipeline, batches: Iterator[Batch]) -> Iterator[tuple]:
     """Run ``pipeline.progress`` until the iterator and the pipeline are empty, yielding each
-    step's output ``(loss, logits (B,), labels (B,))``."""
+    step's output ``(loss, logits (B,), labels (B,))``. ``TrainPipelineBase`` does not notice
+    a new iterator by itself (the others do), so it is reset for the next phase."""
     while True:
         try:
             yield pipeline.progress(batches)
         except StopIteration:
+            if isinstance(pipeline, TrainPipelineBase):
+                pipeline.reset()
             return
 
 
 def evaluate(
-    pipeline: TrainPipelineSparseDist,
+    pipeline: TrainPipeline,
     model: torch.nn.Module,
     batches: Iterable[Batch],
     device: torch.device,

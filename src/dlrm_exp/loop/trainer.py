@@ -1,4 +1,4 @@
-"""The training loop: ``TrainPipelineSparseDist`` over the train split, validation every
+"""The training loop: ``TrainPipeline`` over the train split, validation every
 ``train.val_every_n_steps`` and at the end, test at the end.
 
 The loop's own state (step, samples seen, validation history, last loss, skipped steps) is one
@@ -18,7 +18,7 @@ from typing import Any, Protocol
 
 import torch
 from torchrec.datasets.utils import Batch
-from torchrec.distributed import TrainPipelineSparseDist
+from torchrec.distributed.train_pipeline.train_pipelines import TrainPipeline
 from tqdm import tqdm
 
 from dlrm_exp.config import OnNonFinite, TrainConfig
@@ -50,7 +50,7 @@ class Trainable(Protocol):
     """What the loop trains (``dlrm_exp.build.experiment.Experiment`` is one)."""
 
     model: torch.nn.Module
-    pipeline: TrainPipelineSparseDist
+    pipeline: TrainPipeline
     lr_schedule: Schedule
 
     def learning_rate(self) -> float:

@@ -1,0 +1,43 @@
+"""``train.dense_precision``: the dense part of the DLRM under ``torch.autocast``.
+
+The DLRM's forward (dense arch, embedding lookup, interaction, over arch) runs inside
+``torch.autocast(device, dtype)``. Autocast lowers only the ops on its lists (``linear``,
+``mm``, ``bmm``, ...), so the dense arch, the interaction's batched dot products and the over
+arch compute in bf16 while FBGEMM's embedding kernels, the collectives and the fused sparse
+update stay fp32 (they are not autocast ops). Parameters and optimizer state stay fp32; the
+logits (B,) are cast back to fp32 before the loss, as in torch's AMP recipe.
+
+fp16 is refused at compose time (:class:`dlrm_exp.config.Config`): it needs a gradient
+scaler, and TorchRec's pipeline runs ``backward()`` and the optimizer step itself while the
+fused embedding update applies its gradients inside backward, where a scaled gradient would
+reach the tables unscaled.
+"""
+
+import functools
+from typing import Any
+
+import torch
+from torchrec.models.dlrm import DLRMTrain
+
+from dlrm_exp.config import DensePrecision
+
+AUTOCAST_DTYPES = {DensePrecision.bf16: torch.bfloat16, DensePrecision.fp16: torch.float16}
+
+
+def apply_dense_precision(module: DLRMTrain, precision: DensePrecision, device_type: str) -> None:
+    """Run ``module.model``'s forward under autocast to ``precision`` on ``device_type``
+    (``cpu`` / ``cuda``); fp32 leaves it unchanged. The forward is replaced on the instance,
+    so parameter names and checkpoints do not change with the precision."""
+    if precision is DensePrecision.fp32:
+        return
+    dlrm = module.model
+    forward = dlrm.forward
+    dtype = AUTOCAST_DTYPES[precision]
+
+    @functools.wraps(forward)
+    def autocast_forward(*args: Any, **kwargs: Any) -> torch.Tensor:
+        with torch.autocast(device_type, dtype=dtype):
+            logits = forward(*args, **kwargs)
+        return logits.float()
+
+    dlrm.forward = autocast_forward
