@@ -139,7 +139,8 @@ def _precision(cfg: Config) -> str:
 def reference_config(cfg: Config) -> Config:
     """The unsharded one-process twin of ``cfg``: table_wise on one rank, fused kernel, no
     qcomms, ``TrainPipelineSparseDist``, fp32, per-rank batch times the world size. A sparse
-    optimizer FBGEMM cannot fuse on CPU (Adam) keeps its tables data_parallel (dense kernel), the only placement it runs in."""
+    optimizer FBGEMM cannot fuse on CPU (Adam) keeps its tables data_parallel (dense kernel),
+    the only placement it runs in."""
     ref = copy.deepcopy(cfg)
     fused = (
         cfg.hardware.compute_device is not ComputeDevice.cpu
