@@ -20,6 +20,7 @@ LAYERS = [
     {"build"},
     {"planning"},
     {"loop"},
+    {"perf"},
     {"distributed"},
     {"data"},
     {"record"},

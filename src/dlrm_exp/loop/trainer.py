@@ -26,6 +26,7 @@ from dlrm_exp.distributed.comm_stats import CollectiveBytes
 from dlrm_exp.errors import UserError
 from dlrm_exp.loop.evaluate import drain, evaluate, quality
 from dlrm_exp.loop.metrics import Throughput
+from dlrm_exp.perf.profile import StepProfiler
 from dlrm_exp.record.tracking import Tracker
 
 log = logging.getLogger(__name__)
@@ -160,6 +161,8 @@ class Trainer:
         show_progress: draw a tqdm bar (when stderr is a terminal).
         comm: if given, counts collective bytes during training steps only (not evaluation).
         checkpoint: called every ``cfg.checkpoint_every_n_steps`` steps and after the last.
+        profiler: started before the first step, told of every training step, stopped when
+            training ends (``train.profile``, :class:`dlrm_exp.perf.profile.StepProfiler`).
     """
 
     def __init__(
@@ -172,6 +175,7 @@ class Trainer:
         show_progress: bool = False,
         comm: CollectiveBytes | None = None,
         checkpoint: CheckpointHook | None = None,
+        profiler: StepProfiler | None = None,
     ) -> None:
         self.experiment = experiment
         self.cfg = cfg
@@ -181,6 +185,7 @@ class Trainer:
         self.show_progress = show_progress
         self.comm = comm
         self.checkpoint = checkpoint
+        self.profiler = profiler
         self.steps_per_epoch = len(samples_per_step)
         total = self.steps_per_epoch * cfg.epochs
         self.total_steps = total if cfg.max_steps is None else min(total, cfg.max_steps)
@@ -202,10 +207,14 @@ class Trainer:
         train_iter = itertools.islice(epochs, state.step, self.total_steps)
         bar = self._progress_bar(state.step)
         self.experiment.model.train()
+        if self.profiler is not None:
+            self.profiler.start()
         while state.step < self.total_steps and state.target_step is None:
             segment = _next_boundary(state.step, self.total_steps, self._intervals()) - state.step
             self._train_segment(itertools.islice(train_iter, segment), state, bar)
             self._after_segment(sources, state)
+        if self.profiler is not None:
+            self.profiler.stop()
         bar.close()
         if state.target_step != state.step:  # else the stopping validation is the last one
             self._validate(sources, state)
@@ -265,6 +274,8 @@ class Trainer:
             self.throughput.step(step_samples)
             bar.update(1)
             self._log_step(step_loss, state, bar)
+            if self.profiler is not None:
+                self.profiler.step()
             schedule.apply(state.step + 1)
         if self.comm is not None:
             self.comm.active = False

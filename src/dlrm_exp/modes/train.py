@@ -45,6 +45,8 @@ from dlrm_exp.loop.metrics import peak_memory_gib, rank_memory_gib, step_time_ms
 from dlrm_exp.loop.trainer import BatchSources, FitResult, Trainer, TrainerState
 from dlrm_exp.modes.job import Job, ModeResult
 from dlrm_exp.modes.setup import prepare, rank_batches, run_on_ranks
+from dlrm_exp.perf.profile import PROFILE_DIR, StepProfiler
+from dlrm_exp.perf.utilization import rank_peak, utilization
 from dlrm_exp.planning.plan_record import plan_record, plan_text
 from dlrm_exp.planning.tables import table_configs, table_shapes
 from dlrm_exp.record.run_record import RunMetrics
@@ -122,6 +124,9 @@ def train_worker(cfg: Config, job: Job, plan: ShardingPlan | None = None) -> Run
                 show_progress=ctx.is_main and cfg.train.progress_bar,
                 comm=comm,
                 checkpoint=lambda step, state: _save(run, layout, step, state),
+                profiler=StepProfiler(
+                    job.run_dir, ctx.rank, cfg.train.profile_steps, ctx.device, cfg.train.profile
+                ),
             )
             start = _resume(run, layout, samples_per_step)
             with comm.installed():
@@ -238,7 +243,22 @@ def _run_metrics(
         reached_target=state.target_step is not None,
         target_step=state.target_step,
         target_epoch=result.target_epoch,
+        utilization=_utilization(run, result),
+        profile=sorted(
+            str(path.relative_to(run.job.run_dir))
+            for path in (run.job.run_dir / PROFILE_DIR).glob("*")
+        )
+        if run.cfg.train.profile
+        else [],
     )
+
+
+def _utilization(run: _Run, result: FitResult) -> dict[str, Any]:
+    """Rank 0's utilization record (empty on the other ranks, which write no metrics)."""
+    if not run.ctx.is_main:
+        return {}
+    peak = rank_peak(run.cfg, run.ctx.device)
+    return utilization(run.cfg, result.samples_per_sec, run.ctx.world_size, peak).to_json()
 
 
 def _final_scalars(metrics: RunMetrics) -> dict[str, float | None]:
@@ -276,6 +296,16 @@ def summary(metrics: RunMetrics, run_dir: Path, logdir: str = "outputs") -> str:
         f"train {metrics.steps} steps | {_fmt(metrics.samples_per_sec, ',.0f')} samples/s "
         f"| peak memory {metrics.peak_memory_gib:.2f} GiB | {metrics.wall_seconds:.1f} s"
     )
+    util = metrics.utilization
+    if util.get("dense_flops_per_sec"):
+        lines.append(
+            f"dense {util['dense_flops_per_sample'] / 1e6:.2f} MFLOP/sample, "
+            f"{util['dense_flops_per_sec'] / 1e9:.1f} GFLOP/s per rank = "
+            f"{util['fraction_of_matmul_peak']:.1%} of the measured {util['peak_dtype']} matmul "
+            f"peak ({util['peak_matmul_flops_per_sec'] / 1e9:.0f} GFLOP/s); embeddings "
+            f"{util['embedding_bytes_per_sec'] / 1e9:.2f} GB/s = "
+            f"{util['fraction_of_copy_peak']:.1%} of copy bandwidth"
+        )
     read = metrics.data.get("read")
     if read:
         lines.append(
@@ -288,6 +318,11 @@ def summary(metrics: RunMetrics, run_dir: Path, logdir: str = "outputs") -> str:
             f"(epoch {metrics.target_epoch:.3f})"
             if metrics.reached_target
             else f"target AUROC {metrics.target_auroc} not reached in {metrics.steps} steps"
+        )
+    if metrics.profile:
+        lines.append(
+            f"profile: {run_dir / PROFILE_DIR} ({len(metrics.profile)} files; traces open in "
+            "https://ui.perfetto.dev)"
         )
     lines.append(f"run folder: {run_dir}")
     lines.append(f"compare runs: tensorboard --logdir {logdir}")

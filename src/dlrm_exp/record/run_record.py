@@ -48,6 +48,11 @@ class RunMetrics:
         reached_target: whether a validation reached it.
         target_step / target_epoch: the step, and the epochs trained (a fraction), of the
             first validation that reached it.
+        utilization: dense FLOPs and embedding bytes per sample, their achieved rates per
+            rank and the fractions of the measured peaks
+            (:class:`dlrm_exp.perf.utilization.Utilization`; rank 0's).
+        profile: the files ``train.profile`` wrote, relative to the run folder (traces per
+            rank, RSS timelines, CUDA memory snapshots); empty without profiling.
         error / error_type: the failure of a failed job.
     """
 
@@ -75,6 +80,8 @@ class RunMetrics:
     reached_target: bool = False
     target_step: int | None = None
     target_epoch: float | None = None
+    utilization: dict[str, Any] = field(default_factory=dict)
+    profile: list[str] = field(default_factory=list)
     error: str | None = None
     error_type: str | None = None
 

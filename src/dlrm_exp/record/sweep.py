@@ -158,11 +158,17 @@ def summary_row(run: RunRecord) -> dict[str, Any]:
         "fwd_bytes_per_step": m.comm_bytes_per_step.get("forward"),
         "bwd_bytes_per_step": m.comm_bytes_per_step.get("backward"),
         "step_ms_p50": m.step_time_ms.get("p50"),
+        "matmul_peak_pct": _percent(m.utilization.get("fraction_of_matmul_peak")),
         "peak_rss_gib": m.peak_rss_gib_max_rank,
         "wall_seconds": m.wall_seconds if done else None,
         "error": m.error or "",
         "path": str(run.path),
+        "profile": ";".join(str(run.path / name) for name in m.profile),
     }
+
+
+def _percent(fraction: float | None) -> float | None:
+    return None if fraction is None else 100 * fraction
 
 
 _FORMATS = {
@@ -174,6 +180,7 @@ _FORMATS = {
     "fwd_bytes_per_step": ",.0f",
     "bwd_bytes_per_step": ",.0f",
     "step_ms_p50": ".1f",
+    "matmul_peak_pct": ".1f",
     "peak_rss_gib": ".2f",
     "wall_seconds": ".1f",
 }
@@ -187,6 +194,7 @@ _MD_HEADERS = {
     "fwd_bytes_per_step": "fwd bytes/step",
     "bwd_bytes_per_step": "bwd bytes/step",
     "step_ms_p50": "step p50 ms",
+    "matmul_peak_pct": "% matmul peak",
     "peak_rss_gib": "peak RSS GiB",
     "wall_seconds": "wall s",
 }
@@ -199,7 +207,8 @@ def _cell(key: str, value: Any) -> str:
 
 
 def markdown_table(rows: Sequence[dict[str, Any]]) -> str:
-    """The summary as a GitHub markdown table, with the failed jobs' errors listed below."""
+    """The summary as a GitHub markdown table, with the failed jobs' errors and the profiled
+    runs' trace files (``train.profile``) listed below."""
     keys = list(_MD_HEADERS)
     lines = [
         "| " + " | ".join(_MD_HEADERS[k] for k in keys) + " |",
@@ -207,7 +216,20 @@ def markdown_table(rows: Sequence[dict[str, Any]]) -> str:
     ]
     lines += ["| " + " | ".join(_cell(k, row[k]) for k in keys) + " |" for row in rows]
     errors = [f"- {row['run']}: {row['error']}" for row in rows if row["error"]]
-    return "\n".join(lines + ([""] + errors if errors else []))
+    profiles = [
+        f"- {row['run']}: " + ", ".join(f"[{Path(f).name}]({f})" for f in row["profile"].split(";"))
+        for row in rows
+        if row.get("profile")
+    ]
+    return "\n".join(
+        lines
+        + ([""] + errors if errors else [])
+        + (
+            ["", "Profiles (open the traces in https://ui.perfetto.dev):"] + profiles
+            if profiles
+            else []
+        )
+    )
 
 
 def write_summary(

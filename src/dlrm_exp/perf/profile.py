@@ -1,0 +1,106 @@
+"""``train.profile``: ``torch.profiler`` traces of training steps, per rank, in ``<run>/profile/``.
+
+Files, one set per rank r:
+
+- ``rank<r>.pt.trace.json``: the Chrome trace of the ``train.profile_steps.active`` steps that
+  follow ``wait`` skipped and ``warmup`` unrecorded steps (``torch.profiler.schedule``), with
+  TorchRec's ``record_function`` ranges (``## forward ##``, ``## backward ##``,
+  ``## optimizer ##``, ``## wait_for_batch ##``, ``## start_sparse_data_dist N ##``,
+  ``## all2all_data:kjt ... ##``) and FBGEMM's lookup operators
+  (``fbgemm::split_embedding_codegen_lookup_*``). Open it in Perfetto
+  (https://ui.perfetto.dev) or ``chrome://tracing``; TensorBoard shows it with the
+  ``torch-tb-profiler`` plugin: ``tensorboard --logdir <run>/profile``.
+- ``rss_rank<r>.csv``: the process's resident set after every training step while profiling
+  (``step``, ``seconds`` since the first step, ``rss_bytes``; psutil).
+- on CUDA, ``cuda_memory_rank<r>.pickle``: the allocator's history over the profiled steps
+  (``torch.cuda.memory._record_memory_history``), for https://pytorch.org/memory_viz.
+"""
+
+import csv
+import time
+from pathlib import Path
+
+import psutil
+import torch
+from torch.profiler import ProfilerActivity, profile, schedule
+
+from dlrm_exp.config import ProfileSteps
+
+PROFILE_DIR = "profile"
+
+
+class StepProfiler:
+    """Profiles training steps on one rank; a no-op when ``enabled`` is false.
+
+    Call :meth:`start` before the first step, :meth:`step` after each, :meth:`stop` at the
+    end (it writes the files; also when fewer steps ran than the schedule asked for, then
+    only what was recorded).
+    """
+
+    def __init__(
+        self, run_dir: Path, rank: int, steps: ProfileSteps, device: torch.device, enabled: bool
+    ) -> None:
+        self.enabled = enabled
+        self.dir = run_dir / PROFILE_DIR
+        self.rank = rank
+        self.device = device
+        self.last_step = steps.wait + steps.warmup + steps.active
+        self._rss: list[tuple[int, float, int]] = []
+        self._process = psutil.Process()
+        self._started = 0.0
+        self._trace_written = False
+        activities = [ProfilerActivity.CPU]
+        if device.type == "cuda":
+            activities.append(ProfilerActivity.CUDA)
+        self._profiler = profile(
+            activities=activities,
+            schedule=schedule(wait=steps.wait, warmup=steps.warmup, active=steps.active),
+            on_trace_ready=self._write_trace,
+            record_shapes=True,
+            profile_memory=True,
+        )
+        self._steps = 0
+
+    @property
+    def files(self) -> list[str]:
+        """The files this profiler writes, relative to the run folder."""
+        names = [f"rank{self.rank}.pt.trace.json", f"rss_rank{self.rank}.csv"]
+        if self.device.type == "cuda":
+            names.append(f"cuda_memory_rank{self.rank}.pickle")
+        return [f"{PROFILE_DIR}/{name}" for name in names] if self.enabled else []
+
+    def start(self) -> None:
+        if not self.enabled:
+            return
+        self.dir.mkdir(parents=True, exist_ok=True)
+        if self.device.type == "cuda":
+            torch.cuda.memory._record_memory_history(max_entries=100_000)
+        self._started = time.perf_counter()
+        self._profiler.start()
+
+    def step(self) -> None:
+        """Mark the end of a training step."""
+        if not self.enabled or self._steps >= self.last_step:
+            return
+        self._steps += 1
+        seconds = time.perf_counter() - self._started
+        self._rss.append((self._steps, seconds, self._process.memory_info().rss))
+        self._profiler.step()
+
+    def stop(self) -> None:
+        """Stop profiling and write the files."""
+        if not self.enabled:
+            return
+        self.enabled = False
+        self._profiler.stop()
+        with open(self.dir / f"rss_rank{self.rank}.csv", "w", newline="") as f:
+            writer = csv.writer(f)
+            writer.writerow(["step", "seconds", "rss_bytes"])
+            writer.writerows(self._rss)
+        if self.device.type == "cuda":
+            torch.cuda.memory._dump_snapshot(str(self.dir / f"cuda_memory_rank{self.rank}.pickle"))
+            torch.cuda.memory._record_memory_history(enabled=None)
+
+    def _write_trace(self, prof: profile) -> None:
+        prof.export_chrome_trace(str(self.dir / f"rank{self.rank}.pt.trace.json"))
+        self._trace_written = True
