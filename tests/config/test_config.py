@@ -179,6 +179,16 @@ RULES = [
     (["train.log_every_n_steps=0"], r"train.log_every_n_steps must be positive"),
     (["train.throughput_warmup_steps=-1"], r"throughput_warmup_steps must be >= 0"),
     (
+        ["train.pipeline=semi_sync"],
+        r"train.pipeline=semi_sync needs hardware.compute_device=cuda: it records CUDA streams "
+        r".*use train.pipeline=sparse_dist or base",
+    ),
+    (["train.pipeline=fused_sparse_dist"], r"fused_sparse_dist needs hardware.compute_device=cuda"),
+    (["train.pipeline=prefetch_sparse_dist"], r"prefetch_sparse_dist needs .*fused_uvm_caching"),
+    (["train.dense_precision=fp16"], r"dense_precision=fp16 needs a gradient scaler.*=bf16"),
+    (["train.profile_steps.active=0"], r"train.profile_steps.active must be positive"),
+    (["train.semi_sync_start_step=-1"], r"semi_sync_start_step must be >= 0"),
+    (
         ["data=criteo_tsv", "data.path=a", "model.num_embeddings_per_feature=[10,10]"],
         r"Criteo data has 26 categorical features but model.num_embeddings_per_feature lists 2",
     ),

@@ -43,14 +43,16 @@ OPTIMIZER_CASES = {"rowwise+adagrad": ("rowwise", "adagrad"), "auto+adam": ("aut
 def test_two_processes_match_one_unsharded_process(tmp_path):
     """mode=verify for every sharding type at the defaults (seed 0, eps 1e-8): 20 steps on 2
     processes against 1 process, from identical weights (one launch of the workers for all
-    of them). Table-, row-, column-wise, ... reproduce the rank-sliced reference to the bit;
-    data_parallel sums a row's gradient per rank before DDP averages the halves, so it is left
-    at rounding level. The same holds for the optimizer cases."""
+    of them), and row-wise through ``TrainPipelineBase``. Table-, row-, column-wise, ...
+    reproduce the rank-sliced reference to the bit; data_parallel sums a row's gradient per
+    rank before DDP averages the halves, so it is left at rounding level. The same holds for
+    the optimizer cases."""
     cases = {option: [f"sharding={option}"] for option in SHARDING}
     cases |= {
         name: [f"sharding={sharding}", f"optimizer={optimizer}"]
         for name, (sharding, optimizer) in OPTIMIZER_CASES.items()
     }
+    cases["rowwise+base_pipeline"] = ["sharding=rowwise", "train.pipeline=base"]
     cfgs = [compose_cfg([*TWO, *args, "qcomms=none", "mode=verify"]) for args in cases.values()]
     dirs = [tmp_path / name.replace("+", "_") for name in cases]
     for folder in dirs:
@@ -64,7 +66,9 @@ def test_two_processes_match_one_unsharded_process(tmp_path):
         if SHARDING.get(name):
             assert result["plan_sharding_types"] == [SHARDING[name]]
         assert json.loads((folder / "verify.json").read_text())["passed"] is True
-    assert results[-1]["plan_sharding_types"] == ["data_parallel"]  # auto + Adam on CPU
+        assert result["exact"] is True
+    assert results[-2]["plan_sharding_types"] == ["data_parallel"]  # auto + Adam on CPU
+    assert results[-1]["pipeline"] == "base"  # TrainPipelineBase is exact too
 
 
 def test_two_process_run_folder_and_a_mixed_plan_json(tmp_path):

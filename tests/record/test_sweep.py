@@ -145,3 +145,21 @@ def test_optuna_example_tunes_the_learning_rates(tmp_path):
         rows = list(csv.DictReader(f))
     assert len(rows) == 2 and all(r["status"] == "completed" for r in rows)
     assert all(r["run"].startswith("optimizer.learning_rate=") for r in rows)
+
+
+def test_the_table_shows_the_matmul_peak_and_links_profiles(tmp_path):
+    """Utilization and ``train.profile`` files reach the summary without a training run."""
+    from dlrm_exp.record.run_record import RunMetrics
+    from dlrm_exp.record.sweep import RunRecord, markdown_table, summary_row
+
+    metrics = RunMetrics(
+        val={"auroc": 0.8},
+        utilization={"fraction_of_matmul_peak": 0.546},
+        profile=["profile/rank0.pt.trace.json", "profile/rss_rank0.csv"],
+    )
+    row = summary_row(RunRecord(tmp_path / "run", "sharding=rowwise", [], metrics))
+    assert row["matmul_peak_pct"] == pytest.approx(54.6)
+    table = markdown_table([row])
+    assert "| % matmul peak |" in table.splitlines()[0] and "| 54.6 |" in table
+    trace = tmp_path / "run" / "profile" / "rank0.pt.trace.json"
+    assert f"- sharding=rowwise: [rank0.pt.trace.json]({trace})" in table
