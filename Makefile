@@ -10,7 +10,7 @@ TORCHREC ?= torchrec==1.8.0
 STAMP := $(VENV)/.installed-$(subst ==,-,$(FBGEMM))
 
 .DEFAULT_GOAL := help
-.PHONY: help install run test test-all lint format bench tensorboard clean
+.PHONY: help install run test test-all lint format bench gpu-check tensorboard clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
@@ -43,12 +43,21 @@ format: $(STAMP) ## ruff format and autofix
 	$(PY) -m ruff format src tests
 	$(PY) -m ruff check --fix src tests
 
-bench: $(STAMP) ## framework vs TorchRec loop, preprocessing, loaders, quality bars of the recipes
+bench: $(STAMP) ## framework vs TorchRec loop, preprocessing, loaders, quality bars, inference, utilization
 	$(PY) -m dlrm_exp.bench.training $(ARGS)
 	$(PY) -m dlrm_exp.bench.preprocess
 	$(PY) -m dlrm_exp.bench.loader
 	$(PY) -m dlrm_exp.bench.quality
 	$(PY) -m dlrm_exp.bench.inference
+	$(PY) -m dlrm_exp.bench.utilization
+
+# On a CUDA machine, install the CUDA stack first: make install TORCH=<cuda torch> FBGEMM=fbgemm-gpu==1.8.0
+gpu-check: $(STAMP) ## the CUDA-marked tests: every sharding type with fused_uvm_caching + NCCL, CUDA pipelines (skips without CUDA)
+	@if $(PY) -c "import sys, torch; sys.exit(0 if torch.cuda.is_available() else 1)"; then \
+		$(PY) -m pytest -q -m cuda tests/gpu $(PYTEST_ARGS); \
+	else \
+		echo "gpu-check skipped: no CUDA device here (torch.cuda.is_available() is False); the GPU path is unverified"; \
+	fi
 
 tensorboard: $(STAMP) ## compare runs in TensorBoard (scalars + HParams)
 	$(VENV)/bin/tensorboard --logdir outputs
