@@ -162,7 +162,7 @@ def test_submitit_local_sweep_runs_two_task_jobs_and_requeues_a_preempted_one(tm
         "data.num_val_samples=2048",
         "data.num_test_samples=2048",
         "train.batch_size=128",
-        "train.max_steps=64",
+        "train.max_steps=40",
         "train.checkpoint_every_n_steps=8",
         "train.progress_bar=false",
         f"hydra.sweep.dir={tmp_path}",
@@ -196,7 +196,7 @@ def test_submitit_local_sweep_runs_two_task_jobs_and_requeues_a_preempted_one(tm
     for job in ("0", "1"):
         metrics = json.loads((tmp_path / job / "metrics.json").read_text())
         assert metrics["status"] == "completed" and metrics["world_size"] == 2
-        assert metrics["steps"] == 64
+        assert metrics["steps"] == 40
         job_log = "".join(p.read_text() for p in (tmp_path / job).glob("*.log"))
         assert "resumed from" in job_log and "at step 0" not in job_log
 

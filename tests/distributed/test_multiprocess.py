@@ -1,6 +1,7 @@
 """Two gloo processes: every sharding type proven equal to one unsharded process, the qcomms
 precisions (trained or refused), plan.json, torchrun, and a killed worker ending the job."""
 
+import csv
 import json
 import os
 import shutil
@@ -120,14 +121,28 @@ def test_precisions_train(tmp_path, sharding, qcomms):
     assert metrics.steps == 6 and metrics.val["logloss"] < 1.0
 
 
-def test_fp16_halves_the_measured_embedding_bytes(tmp_path):
-    """Bytes per step are measured at torch.distributed from the tensors TorchRec sends."""
+def test_fp16_halves_the_measured_embedding_bytes_and_the_fp32_run_is_profiled(
+    tmp_path, monkeypatch
+):
+    """Bytes per step are measured at torch.distributed from the tensors TorchRec sends. The
+    fp32 run also records ``train.profile`` (steps 3-5 of 6): see
+    :func:`_check_profile_and_utilization`."""
+    monkeypatch.setenv("DLRM_EXP_CACHE_DIR", str(tmp_path / "cache"))
     measured = {}
     for qcomms in ("fp32", "fp16"):
+        profile = [
+            "train.profile=true",
+            "train.profile_steps.wait=1",
+            "train.profile_steps.warmup=1",
+            "train.profile_steps.active=3",
+        ]
         cfg = compose_cfg(
             [*TWO, *SMALL, "sharding=rowwise", f"qcomms={qcomms}", "train.max_steps=6"]
+            + (profile if qcomms == "fp32" else [])
         )
         metrics = run_train(cfg, tmp_path / qcomms, {})
+        if qcomms == "fp32":
+            _check_profile_and_utilization(metrics, tmp_path / qcomms)
         assert metrics.steps == 6 and metrics.val["logloss"] < 1.0
         measured[qcomms] = metrics.comm_bytes_per_step
         assert len(metrics.peak_memory_gib_per_rank) == 2
@@ -139,6 +154,36 @@ def test_fp16_halves_the_measured_embedding_bytes(tmp_path):
         0.5, abs=0.05
     )
     assert measured["fp16"]["input_dist"] == measured["fp32"]["input_dist"] > 0
+
+
+def _check_profile_and_utilization(metrics, run_dir) -> None:
+    """Each rank's Chrome trace holds TorchRec's input dist (sparse data dist, KJT
+    all-to-all), FBGEMM's lookup and the backward; the RSS timeline covers the profiled
+    steps; ``metrics.json`` lists the files and the utilization against the measured peak."""
+    from dlrm_exp.modes.train import summary
+
+    for rank in (0, 1):
+        trace = json.loads((run_dir / "profile" / f"rank{rank}.pt.trace.json").read_text())
+        names = {event.get("name", "") for event in trace["traceEvents"]}
+        assert any(n.startswith("## start_sparse_data_dist") for n in names)
+        assert any(n.startswith("## all2all_data:kjt") for n in names)
+        assert any("split_embedding_codegen_lookup" in n for n in names)
+        assert any(n.startswith("## backward") for n in names)
+        with open(run_dir / "profile" / f"rss_rank{rank}.csv") as f:
+            rows = list(csv.DictReader(f))
+        assert [int(r["step"]) for r in rows] == [1, 2, 3, 4, 5]  # wait 1 + warm-up 1 + 3
+        assert all(int(r["rss_bytes"]) > 0 for r in rows)
+    saved = json.loads((run_dir / "metrics.json").read_text())
+    assert "profile/rank1.pt.trace.json" in saved["profile"]
+    util = saved["utilization"]
+    assert util["dense_flops_per_sample"] > 0 and util["peak_matmul_flops_per_sec"] > 0
+    assert util["fraction_of_matmul_peak"] == pytest.approx(
+        util["dense_flops_per_sec"] / util["peak_matmul_flops_per_sec"]
+    )
+    assert util["dense_flops_per_sec"] == pytest.approx(
+        util["dense_flops_per_sample"] * saved["samples_per_sec"] / 2
+    )
+    assert "of the measured float32 matmul peak" in summary(metrics, run_dir)
 
 
 def test_fp16_bf16_stays_within_documented_tolerance(tmp_path):
