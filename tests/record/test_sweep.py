@@ -86,6 +86,7 @@ def test_tensorboard_runs_are_named_by_overrides_with_readable_hparams(sweep):
         assert start.hparams["sharding"].string_value == sharding
         assert start.hparams["qcomms"].string_value == qcomms
         assert "val/auroc" in events.Tags()["scalars"]
+        assert "summary/fraction_of_matmul_peak" in events.Tags()["scalars"]
     assert not (sweep_dir / RUNS[3]).exists()  # the refused job never trained
 
 

@@ -262,7 +262,8 @@ def _utilization(run: _Run, result: FitResult) -> dict[str, Any]:
 
 
 def _final_scalars(metrics: RunMetrics) -> dict[str, float | None]:
-    """The HParams metrics: final quality, throughput, collective bytes, peak memory."""
+    """The HParams metrics: final quality, throughput, collective bytes, peak memory, the
+    fraction of the measured matmul peak."""
     return {
         **{f"val/{k}": metrics.val[k] for k in QUALITY},
         **{f"test/{k}": metrics.test[k] for k in QUALITY},
@@ -270,6 +271,7 @@ def _final_scalars(metrics: RunMetrics) -> dict[str, float | None]:
         "summary/forward_comm_bytes_per_step": metrics.comm_bytes_per_step["forward"],
         "summary/backward_comm_bytes_per_step": metrics.comm_bytes_per_step["backward"],
         "summary/peak_memory_gib_max_rank": metrics.peak_rss_gib_max_rank,
+        "summary/fraction_of_matmul_peak": metrics.utilization.get("fraction_of_matmul_peak"),
     }
 
 
