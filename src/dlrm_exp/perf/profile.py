@@ -48,7 +48,7 @@ class StepProfiler:
         self._rss: list[tuple[int, float, int]] = []
         self._process = psutil.Process()
         self._started = 0.0
-        self._trace_written = False
+        self._steps = 0
         activities = [ProfilerActivity.CPU]
         if device.type == "cuda":
             activities.append(ProfilerActivity.CUDA)
@@ -59,15 +59,6 @@ class StepProfiler:
             record_shapes=True,
             profile_memory=True,
         )
-        self._steps = 0
-
-    @property
-    def files(self) -> list[str]:
-        """The files this profiler writes, relative to the run folder."""
-        names = [f"rank{self.rank}.pt.trace.json", f"rss_rank{self.rank}.csv"]
-        if self.device.type == "cuda":
-            names.append(f"cuda_memory_rank{self.rank}.pickle")
-        return [f"{PROFILE_DIR}/{name}" for name in names] if self.enabled else []
 
     def start(self) -> None:
         if not self.enabled:
@@ -103,4 +94,3 @@ class StepProfiler:
 
     def _write_trace(self, prof: profile) -> None:
         prof.export_chrome_trace(str(self.dir / f"rank{self.rank}.pt.trace.json"))
-        self._trace_written = True
