@@ -42,8 +42,9 @@ def build_pipeline(
 ) -> TrainPipeline:
     """The ``train.pipeline`` TorchRec pipeline over ``model`` (the DMP-wrapped DLRM).
 
-    All but ``base`` run every remaining batch after the iterator ends
-    (``execute_all_batches``), so a drained pipeline has trained on every batch.
+    Every pipeline trains on every batch before it raises ``StopIteration``: the pipelined
+    ones run the batches in flight after the iterator ends (``execute_all_batches``), and
+    ``base`` keeps only one batch ahead.
     """
     kind = cfg.pipeline
     if kind is Pipeline.base:
