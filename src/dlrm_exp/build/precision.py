@@ -20,8 +20,7 @@ import torch
 from torchrec.models.dlrm import DLRMTrain
 
 from dlrm_exp.config import DensePrecision
-
-AUTOCAST_DTYPES = {DensePrecision.bf16: torch.bfloat16, DensePrecision.fp16: torch.float16}
+from dlrm_exp.perf.utilization import DENSE_DTYPES
 
 
 def apply_dense_precision(module: DLRMTrain, precision: DensePrecision, device_type: str) -> None:
@@ -32,7 +31,7 @@ def apply_dense_precision(module: DLRMTrain, precision: DensePrecision, device_t
         return
     dlrm = module.model
     forward = dlrm.forward
-    dtype = AUTOCAST_DTYPES[precision]
+    dtype = DENSE_DTYPES[precision]
 
     @functools.wraps(forward)
     def autocast_forward(*args: Any, **kwargs: Any) -> torch.Tensor:

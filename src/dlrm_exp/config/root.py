@@ -104,7 +104,7 @@ class Config:
                         "HBM cache and needs hardware.compute_device=cuda: on CPU use fused"
                     )
         self._check_sparse_optimizer_on_cpu()
-        self._check_cuda_only_training()
+        self._check_pipeline_and_precision()
         if isinstance(self.data, CriteoMultiHotDataConfig):
             n_tables = len(self.model.num_embeddings_per_feature)
             require(
@@ -126,7 +126,7 @@ class Config:
                 f"model.num_dense_features={CRITEO_NUM_DENSE}",
             )
 
-    def _check_cuda_only_training(self) -> None:
+    def _check_pipeline_and_precision(self) -> None:
         """fp16 is refused (see :mod:`dlrm_exp.build.precision`); pipelines that need CUDA
         are refused on CPU."""
         require(

@@ -45,7 +45,7 @@ from dlrm_exp.loop.metrics import peak_memory_gib, rank_memory_gib, step_time_ms
 from dlrm_exp.loop.trainer import BatchSources, FitResult, Trainer, TrainerState
 from dlrm_exp.modes.job import Job, ModeResult
 from dlrm_exp.modes.setup import prepare, rank_batches, run_on_ranks
-from dlrm_exp.perf.profile import PROFILE_DIR, StepProfiler
+from dlrm_exp.perf.profile import PROFILE_DIR, StepProfiler, profile_files
 from dlrm_exp.perf.utilization import rank_peak, utilization
 from dlrm_exp.planning.plan_record import plan_record, plan_text
 from dlrm_exp.planning.tables import table_configs, table_shapes
@@ -244,12 +244,7 @@ def _run_metrics(
         target_step=state.target_step,
         target_epoch=result.target_epoch,
         utilization=_utilization(run, result),
-        profile=sorted(
-            str(path.relative_to(run.job.run_dir))
-            for path in (run.job.run_dir / PROFILE_DIR).glob("*")
-        )
-        if run.cfg.train.profile
-        else [],
+        profile=profile_files(run.job.run_dir) if run.cfg.train.profile and run.ctx.is_main else [],
     )
 
 

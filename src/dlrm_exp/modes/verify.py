@@ -231,7 +231,9 @@ def exact_training(cfg: Config) -> bool:
     (:data:`~dlrm_exp.build.pipeline.EXACT_PIPELINES`) in fp32. ``semi_sync`` (stale
     embeddings) and bf16 change the numerics on purpose: their deviation is reported, not
     judged."""
-    return cfg.train.pipeline in EXACT_PIPELINES and cfg.train.dense_precision.value == "fp32"
+    return (
+        cfg.train.pipeline in EXACT_PIPELINES and cfg.train.dense_precision is DensePrecision.fp32
+    )
 
 
 def compare(sharded: Trace, reference: Trace, precision: str, exact: bool = True) -> dict[str, Any]:

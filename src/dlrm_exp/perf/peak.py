@@ -62,12 +62,16 @@ def _processor(device: torch.device) -> str:
     return platform.processor() or platform.machine()
 
 
+def _dtype_name(dtype: torch.dtype) -> str:
+    return str(dtype).removeprefix("torch.")
+
+
 def machine_key(device: torch.device, dtype: torch.dtype) -> str:
     """The cache key of a probe in this process on ``device``."""
     threads = torch.get_num_threads() if device.type == "cpu" else 0
     return (
         f"{platform.node()} | {_processor(device)} | torch {torch.__version__} | "
-        f"{threads} threads | {str(dtype).removeprefix('torch.')}"
+        f"{threads} threads | {_dtype_name(dtype)}"
     )
 
 
@@ -100,7 +104,7 @@ def probe(device: torch.device, dtype: torch.dtype = torch.float32) -> Peak:
 
     matmul = _best_rate(2.0 * n**3, lambda: torch.mm(a, b), sync)
     copy = _best_rate(2.0 * COPY_BYTES, lambda: dst.copy_(src), sync)
-    return Peak(matmul, copy, str(dtype).removeprefix("torch."), machine_key(device, dtype))
+    return Peak(matmul, copy, _dtype_name(dtype), machine_key(device, dtype))
 
 
 def measured_peak(device: torch.device, dtype: torch.dtype = torch.float32) -> Peak:

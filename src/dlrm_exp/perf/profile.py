@@ -29,6 +29,11 @@ from dlrm_exp.config import ProfileSteps
 PROFILE_DIR = "profile"
 
 
+def profile_files(run_dir: Path) -> list[str]:
+    """The files every rank's profiler wrote, relative to ``run_dir``, sorted."""
+    return sorted(str(path.relative_to(run_dir)) for path in (run_dir / PROFILE_DIR).glob("*"))
+
+
 class StepProfiler:
     """Profiles training steps on one rank; a no-op when ``enabled`` is false.
 
@@ -61,6 +66,7 @@ class StepProfiler:
         )
 
     def start(self) -> None:
+        """Start recording (and on CUDA the allocator history) before the first step."""
         if not self.enabled:
             return
         self.dir.mkdir(parents=True, exist_ok=True)

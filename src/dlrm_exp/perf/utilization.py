@@ -14,8 +14,9 @@ from dlrm_exp.config import Config, DensePrecision
 from dlrm_exp.perf.flops import dense_flops, embedding_bytes_per_sample
 from dlrm_exp.perf.peak import Peak, measured_peak
 
-#: The matmul dtype the peak is measured in, per dense precision.
-PEAK_DTYPES = {
+#: The torch dtype of each dense precision: what autocast computes the dense part in
+#: (:mod:`dlrm_exp.build.precision`) and the peak is measured in.
+DENSE_DTYPES = {
     DensePrecision.fp32: torch.float32,
     DensePrecision.bf16: torch.bfloat16,
     DensePrecision.fp16: torch.float16,
@@ -53,6 +54,7 @@ class Utilization:
     peak_key: str
 
     def to_json(self) -> dict[str, Any]:
+        """The ``utilization`` entry of ``metrics.json`` (keys are the field names)."""
         return asdict(self)
 
 
@@ -86,4 +88,4 @@ def utilization(
 
 def rank_peak(cfg: Config, device: torch.device) -> Peak:
     """This rank's cached (or newly probed) peak for the run's dense precision."""
-    return measured_peak(device, PEAK_DTYPES[cfg.train.dense_precision])
+    return measured_peak(device, DENSE_DTYPES[cfg.train.dense_precision])
