@@ -4,7 +4,9 @@ registration in Hydra's ConfigStore.
 Owns: one schema module per ``conf/`` group (``model``, ``sharding``, ``optimizer``,
 ``qcomms``, ``data``, ``hardware``), the loop's and the other modes' settings (``train``,
 ``modes``), the root :class:`Config` (``root``) and :func:`register_configs` / :func:`conf_dir`
-(``store``). May import: :mod:`dlrm_exp.errors` and :mod:`dlrm_exp.util` only.
+(``store``).
+
+May import: util, errors.
 
 Each YAML file under ``conf/<group>/`` starts with ``defaults: [base_<group>, _self_]`` so a
 misspelt key or a wrong type fails at compose time, naming the full key

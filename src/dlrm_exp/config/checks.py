@@ -1,5 +1,7 @@
 """Helpers shared by the group schemas: the check that raises :class:`ConfigError`."""
 
+from collections.abc import Mapping
+
 from dlrm_exp.errors import ConfigError
 
 
@@ -8,6 +10,27 @@ def require(condition: bool, message: str) -> None:
     that fixes it) unless ``condition`` holds. Used instead of ``assert`` for user input."""
     if not condition:
         raise ConfigError(message)
+
+
+def require_positive(
+    values: Mapping[str, float | None],
+    *,
+    nullable: bool = False,
+    message: str = "{key} must be positive, got {value}",
+) -> None:
+    """Each value > 0 (or None, where ``nullable``).
+
+    Args:
+        values: ``{override key: value}``, e.g. ``{"data.num_train_samples": 0}``.
+        nullable: None passes (an optional setting left unset).
+        message: the error, formatted with ``key`` and ``value``.
+
+    Raises:
+        ConfigError: the first value that breaks the rule, as ``message``.
+    """
+    for key, value in values.items():
+        ok = nullable if value is None else value > 0
+        require(ok, message.format(key=key, value=value))
 
 
 def check_layer_sizes(name: str, sizes: list[int]) -> None:

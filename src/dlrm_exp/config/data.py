@@ -7,7 +7,7 @@ from typing import Any
 
 from omegaconf import MISSING
 
-from dlrm_exp.config.checks import require
+from dlrm_exp.config.checks import require, require_positive
 from dlrm_exp.config.criteo import MLPERF_MULTI_HOT_SIZES
 from dlrm_exp.errors import ConfigError
 
@@ -59,9 +59,13 @@ class SyntheticDataConfig(DataConfig):
     base_logit: float = -1.4
 
     def __post_init__(self) -> None:
-        for name in ("num_train_samples", "num_val_samples", "num_test_samples"):
-            value = getattr(self, name)
-            require(value > 0, f"data.{name} must be positive, got {value}")
+        require_positive(
+            {
+                "data.num_train_samples": self.num_train_samples,
+                "data.num_val_samples": self.num_val_samples,
+                "data.num_test_samples": self.num_test_samples,
+            }
+        )
         require(self.zipf_exponent > 0, f"data.zipf_exponent must be > 0, got {self.zipf_exponent}")
         for name in ("categorical_signal", "dense_signal"):
             value = getattr(self, name)

@@ -3,7 +3,7 @@
 from dataclasses import dataclass
 from enum import Enum
 
-from dlrm_exp.config.checks import require
+from dlrm_exp.config.checks import require, require_positive
 
 
 class ComputeDevice(Enum):
@@ -57,19 +57,24 @@ class HardwareConfig:
     collective_timeout_s: float = 600.0
 
     def __post_init__(self) -> None:
-        for name in ("nproc_per_node", "nnodes", "collective_timeout_s"):
-            value = getattr(self, name)
-            require(value > 0, f"hardware.{name} must be positive, got {value}")
-        for name in (
-            "local_world_size",
-            "ddr_cap",
-            "hbm_cap",
-            "intra_host_bw",
-            "inter_host_bw",
-            "hbm_mem_bw",
-        ):
-            value = getattr(self, name)
-            require(value is None or value > 0, f"hardware.{name} must be positive, got {value}")
+        require_positive(
+            {
+                "hardware.nproc_per_node": self.nproc_per_node,
+                "hardware.nnodes": self.nnodes,
+                "hardware.collective_timeout_s": self.collective_timeout_s,
+            }
+        )
+        require_positive(
+            {
+                "hardware.local_world_size": self.local_world_size,
+                "hardware.ddr_cap": self.ddr_cap,
+                "hardware.hbm_cap": self.hbm_cap,
+                "hardware.intra_host_bw": self.intra_host_bw,
+                "hardware.inter_host_bw": self.inter_host_bw,
+                "hardware.hbm_mem_bw": self.hbm_mem_bw,
+            },
+            nullable=True,
+        )
         if self.local_world_size is not None:
             require(
                 self.world_size % self.local_world_size == 0,

@@ -4,7 +4,7 @@ learning-rate schedule both follow."""
 from dataclasses import dataclass
 from enum import Enum
 
-from dlrm_exp.config.checks import require
+from dlrm_exp.config.checks import require, require_positive
 
 
 class SparseOptimizer(Enum):
@@ -40,7 +40,7 @@ class OptimizerConfig:
 
     The schedule is the reference's ``LRPolicyScheduler`` (facebookresearch/dlrm
     ``torchrec_dlrm/lr_scheduler.py``, used by TorchRec's ``dlrm_main.py``), applied to the
-    sparse and the dense rate alike, see :mod:`dlrm_exp.build.lr_schedule`.
+    sparse and the dense rate alike, see :mod:`dlrm_exp.factories.lr_schedule`.
 
     Attributes:
         sparse_optimizer: embedding optimizer, applied inside backward by FBGEMM's fused kernel.
@@ -64,9 +64,12 @@ class OptimizerConfig:
     lr_decay_steps: int = 0
 
     def __post_init__(self) -> None:
-        for name in ("learning_rate", "dense_learning_rate"):
-            value = getattr(self, name)
-            require(value > 0, f"optimizer.{name} must be positive, got {value}")
+        require_positive(
+            {
+                "optimizer.learning_rate": self.learning_rate,
+                "optimizer.dense_learning_rate": self.dense_learning_rate,
+            }
+        )
         require(self.eps >= 0, f"optimizer.eps must be >= 0, got {self.eps}")
         for name in ("lr_warmup_steps", "lr_decay_start", "lr_decay_steps"):
             value = getattr(self, name)

@@ -28,7 +28,6 @@ from dlrm_exp.config.optimizer import CPU_FUSED, OptimizerConfig
 from dlrm_exp.config.qcomms import QCommsConfig
 from dlrm_exp.config.sharding import ComputeKernel, ShardingConfig, ShardingStrategy
 from dlrm_exp.config.train import CUDA_PIPELINES, DensePrecision, TrainConfig
-from dlrm_exp.errors import ConfigError
 
 
 @dataclass
@@ -58,32 +57,64 @@ class Config:
     export: ExportConfig = field(default_factory=ExportConfig)
 
     def __post_init__(self) -> None:
-        if self.mode in CHECKPOINT_MODES:
-            require(
-                bool(self.checkpoint),
-                f"mode={self.mode.value} starts from a trained model: add checkpoint=<run "
-                "folder, or its checkpoints/step_<n> folder>",
-            )
-        if self.mode is Mode.predict:
-            require(
-                isinstance(self.data, CriteoTsvDataConfig),
-                "mode=predict scores Criteo TSV rows: add data=criteo_tsv data.path=<file>",
-            )
-        if self.mode is Mode.preprocess:
-            require(
-                isinstance(self.data, CriteoTsvDataConfig),
-                "mode=preprocess converts Criteo TSV files: add data=criteo_tsv data.path=<files>",
-            )
-            require(
-                bool(self.preprocess.output_dir),
-                "mode=preprocess needs preprocess.output_dir=<folder for the npy files>",
-            )
-        if isinstance(self.data, CriteoNpyDataConfig) and self.mode is not Mode.plan:
-            require(
-                bool(self.data.path),
-                "data=criteo_npy needs data.path=<folder of day_<n>_{dense,sparse,labels}.npy> "
-                "(mode=preprocess writes them)",
-            )
+        """The rules that cross groups, in this order (the first broken one raises
+        :class:`~dlrm_exp.errors.ConfigError`)."""
+        self._check_checkpoint_given()
+        self._check_predict_data()
+        self._check_preprocess_inputs()
+        self._check_npy_path()
+        self._check_overridden_tables_exist()
+        self._check_uvm_caching_on_device()
+        self._check_sparse_optimizer_on_cpu()
+        self._check_dense_precision()
+        self._check_pipeline_on_device()
+        self._check_multi_hot_sizes()
+        self._check_criteo_feature_counts()
+
+    def _check_checkpoint_given(self) -> None:
+        """``mode=evaluate|predict|export`` start from ``checkpoint=<run folder>``."""
+        if self.mode not in CHECKPOINT_MODES:
+            return
+        require(
+            bool(self.checkpoint),
+            f"mode={self.mode.value} starts from a trained model: add checkpoint=<run "
+            "folder, or its checkpoints/step_<n> folder>",
+        )
+
+    def _check_predict_data(self) -> None:
+        """``mode=predict`` scores the rows of ``data=criteo_tsv``."""
+        if self.mode is not Mode.predict:
+            return
+        require(
+            isinstance(self.data, CriteoTsvDataConfig),
+            "mode=predict scores Criteo TSV rows: add data=criteo_tsv data.path=<file>",
+        )
+
+    def _check_preprocess_inputs(self) -> None:
+        """``mode=preprocess`` reads ``data=criteo_tsv`` files into ``preprocess.output_dir``."""
+        if self.mode is not Mode.preprocess:
+            return
+        require(
+            isinstance(self.data, CriteoTsvDataConfig),
+            "mode=preprocess converts Criteo TSV files: add data=criteo_tsv data.path=<files>",
+        )
+        require(
+            bool(self.preprocess.output_dir),
+            "mode=preprocess needs preprocess.output_dir=<folder for the npy files>",
+        )
+
+    def _check_npy_path(self) -> None:
+        """``data=criteo_npy`` needs its folder, except to plan (which reads no data)."""
+        if not isinstance(self.data, CriteoNpyDataConfig) or self.mode is Mode.plan:
+            return
+        require(
+            bool(self.data.path),
+            "data=criteo_npy needs data.path=<folder of day_<n>_{dense,sparse,labels}.npy> "
+            "(mode=preprocess writes them)",
+        )
+
+    def _check_overridden_tables_exist(self) -> None:
+        """``sharding.per_table_*`` name only the model's tables."""
         tables = self.model.table_names
         unknown = sorted(set(self.sharding.overridden_tables) - set(tables))
         require(
@@ -91,56 +122,23 @@ class Config:
             f"sharding.per_table_* names unknown table(s) {unknown}: tables are {tables[0]} .. "
             f"{tables[-1]}",
         )
-        if self.hardware.compute_device is ComputeDevice.cpu:
-            for table in [None, *self.sharding.overridden_tables]:
-                if self.sharding.table_choice(table)[1] is ComputeKernel.fused_uvm_caching:
-                    key = (
-                        "sharding.compute_kernel"
-                        if table is None
-                        else f"sharding.per_table_compute_kernel.{table}"
-                    )
-                    raise ConfigError(
-                        f"{key}=fused_uvm_caching keeps tables in CUDA unified memory with an "
-                        "HBM cache and needs hardware.compute_device=cuda: on CPU use fused"
-                    )
-        self._check_sparse_optimizer_on_cpu()
-        self._check_pipeline_and_precision()
-        if isinstance(self.data, CriteoMultiHotDataConfig):
-            n_tables = len(self.model.num_embeddings_per_feature)
-            require(
-                len(self.data.multi_hot_sizes) == n_tables,
-                f"data.multi_hot_sizes lists {len(self.data.multi_hot_sizes)} sizes but the "
-                f"model has {n_tables} tables: give one size per table",
-            )
-        if self.data.input_paths():
-            n_sparse = len(self.model.num_embeddings_per_feature)
-            require(
-                n_sparse == CRITEO_NUM_SPARSE,
-                f"Criteo data has {CRITEO_NUM_SPARSE} categorical features but "
-                f"model.num_embeddings_per_feature lists {n_sparse} tables: give one row "
-                f"count per feature ({CRITEO_NUM_SPARSE} values)",
-            )
-            require(
-                self.model.num_dense_features == CRITEO_NUM_DENSE,
-                f"Criteo data has {CRITEO_NUM_DENSE} dense features: set "
-                f"model.num_dense_features={CRITEO_NUM_DENSE}",
-            )
 
-    def _check_pipeline_and_precision(self) -> None:
-        """fp16 is refused (see :mod:`dlrm_exp.build.precision`); pipelines that need CUDA
-        are refused on CPU."""
-        require(
-            self.train.dense_precision is not DensePrecision.fp16,
-            "train.dense_precision=fp16 needs a gradient scaler, and the fused embedding update "
-            "applies its gradients inside TorchRec's backward, where they would arrive scaled: "
-            "use train.dense_precision=bf16",
-        )
-        pipeline = self.train.pipeline
-        require(
-            self.hardware.compute_device is not ComputeDevice.cpu or pipeline not in CUDA_PIPELINES,
-            f"train.pipeline={pipeline.value} needs hardware.compute_device=cuda: "
-            f"{CUDA_PIPELINES.get(pipeline)}; on CPU use train.pipeline=sparse_dist or base",
-        )
+    def _check_uvm_caching_on_device(self) -> None:
+        """``fused_uvm_caching`` (CUDA unified memory) is refused on CPU, for the default
+        kernel and every per-table one."""
+        if self.hardware.compute_device is not ComputeDevice.cpu:
+            return
+        for table in [None, *self.sharding.overridden_tables]:
+            key = (
+                "sharding.compute_kernel"
+                if table is None
+                else f"sharding.per_table_compute_kernel.{table}"
+            )
+            require(
+                self.sharding.table_choice(table)[1] is not ComputeKernel.fused_uvm_caching,
+                f"{key}=fused_uvm_caching keeps tables in CUDA unified memory with an "
+                "HBM cache and needs hardware.compute_device=cuda: on CPU use fused",
+            )
 
     def _check_sparse_optimizer_on_cpu(self) -> None:
         """A sparse optimizer FBGEMM cannot fuse on CPU (Adam) runs only on data_parallel
@@ -162,4 +160,51 @@ class Config:
             f"{self.sharding.sharding_type.value}-sharded; use sharding=auto or "
             "sharding=dataparallel (tables replicated and stepped by torch.optim after DDP), "
             "or train on CUDA (hardware=gpu)",
+        )
+
+    def _check_dense_precision(self) -> None:
+        """fp16 is refused (see :mod:`dlrm_exp.factories.precision`)."""
+        require(
+            self.train.dense_precision is not DensePrecision.fp16,
+            "train.dense_precision=fp16 needs a gradient scaler, and the fused embedding update "
+            "applies its gradients inside TorchRec's backward, where they would arrive scaled: "
+            "use train.dense_precision=bf16",
+        )
+
+    def _check_pipeline_on_device(self) -> None:
+        """Pipelines that need CUDA (:data:`~dlrm_exp.config.train.CUDA_PIPELINES`) are
+        refused on CPU."""
+        pipeline = self.train.pipeline
+        require(
+            self.hardware.compute_device is not ComputeDevice.cpu or pipeline not in CUDA_PIPELINES,
+            f"train.pipeline={pipeline.value} needs hardware.compute_device=cuda: "
+            f"{CUDA_PIPELINES.get(pipeline)}; on CPU use train.pipeline=sparse_dist or base",
+        )
+
+    def _check_multi_hot_sizes(self) -> None:
+        """``data=criteo_multihot`` gives one multi-hot size per table."""
+        if not isinstance(self.data, CriteoMultiHotDataConfig):
+            return
+        n_tables = len(self.model.num_embeddings_per_feature)
+        require(
+            len(self.data.multi_hot_sizes) == n_tables,
+            f"data.multi_hot_sizes lists {len(self.data.multi_hot_sizes)} sizes but the "
+            f"model has {n_tables} tables: give one size per table",
+        )
+
+    def _check_criteo_feature_counts(self) -> None:
+        """A model read from Criteo files has Criteo's 26 tables and 13 dense features."""
+        if not self.data.input_paths():
+            return
+        n_sparse = len(self.model.num_embeddings_per_feature)
+        require(
+            n_sparse == CRITEO_NUM_SPARSE,
+            f"Criteo data has {CRITEO_NUM_SPARSE} categorical features but "
+            f"model.num_embeddings_per_feature lists {n_sparse} tables: give one row "
+            f"count per feature ({CRITEO_NUM_SPARSE} values)",
+        )
+        require(
+            self.model.num_dense_features == CRITEO_NUM_DENSE,
+            f"Criteo data has {CRITEO_NUM_DENSE} dense features: set "
+            f"model.num_dense_features={CRITEO_NUM_DENSE}",
         )

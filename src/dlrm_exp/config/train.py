@@ -3,13 +3,13 @@
 from dataclasses import dataclass, field
 from enum import Enum
 
-from dlrm_exp.config.checks import require
+from dlrm_exp.config.checks import require, require_positive
 
 
 class OnNonFinite(Enum):
     """What a training step with a NaN or infinite loss does: ``stop`` the run naming the step
     (earlier checkpoints stay), or ``skip`` the batch with exact-zero gradients and count it
-    (see :mod:`dlrm_exp.build.nonfinite`)."""
+    (see :mod:`dlrm_exp.factories.nonfinite`)."""
 
     stop = "stop"
     skip = "skip"
@@ -49,7 +49,7 @@ class DensePrecision(Enum):
     """Compute precision of the dense part (dense arch, interaction, over arch) under
     ``torch.autocast``; parameters, optimizer state, loss and embeddings stay fp32. ``fp16`` is
     refused: it needs a gradient scaler, which the fused embedding update cannot honour (see
-    :mod:`dlrm_exp.build.precision`)."""
+    :mod:`dlrm_exp.factories.precision`)."""
 
     fp32 = "fp32"
     bf16 = "bf16"
@@ -121,17 +121,18 @@ class TrainConfig:
     profile_steps: ProfileSteps = field(default_factory=ProfileSteps)
 
     def __post_init__(self) -> None:
-        require(self.batch_size > 0, f"train.batch_size must be positive, got {self.batch_size}")
-        require(self.epochs > 0, f"train.epochs must be positive, got {self.epochs}")
-        for name in (
-            "max_steps",
-            "val_every_n_steps",
-            "val_per_epoch",
-            "checkpoint_every_n_steps",
-            "keep_last_checkpoints",
-        ):
-            value = getattr(self, name)
-            require(value is None or value > 0, f"train.{name} must be positive or null")
+        require_positive({"train.batch_size": self.batch_size, "train.epochs": self.epochs})
+        require_positive(
+            {
+                "train.max_steps": self.max_steps,
+                "train.val_every_n_steps": self.val_every_n_steps,
+                "train.val_per_epoch": self.val_per_epoch,
+                "train.checkpoint_every_n_steps": self.checkpoint_every_n_steps,
+                "train.keep_last_checkpoints": self.keep_last_checkpoints,
+            },
+            nullable=True,
+            message="{key} must be positive or null",
+        )
         require(self.log_every_n_steps > 0, "train.log_every_n_steps must be positive")
         require(self.throughput_warmup_steps >= 0, "train.throughput_warmup_steps must be >= 0")
         require(self.semi_sync_start_step >= 0, "train.semi_sync_start_step must be >= 0")

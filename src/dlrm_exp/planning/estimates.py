@@ -48,11 +48,6 @@ def rank_estimates(best_plan: list[ShardingOption], world_size: int) -> list[Ran
     return ranks
 
 
-def _imbalance(values: list[float]) -> float:
-    mean = sum(values) / len(values)
-    return max(values) / mean if mean > 0 else 1.0
-
-
 def imbalance(values: list[float]) -> float:
     """max / mean of per-rank values (1.0 when all are zero)."""
     mean = sum(values) / len(values)

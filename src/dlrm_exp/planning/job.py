@@ -108,6 +108,10 @@ def plan_job(
             as ``mode=plan`` and the training parent do); see :func:`planning_context`.
         sharder: the job's sharder (default: :func:`job_sharder`).
 
+    Returns:
+        :class:`PlanResult`: the plan and its context and storage; from the planner also the
+        capacity offered and the per-rank estimates.
+
     Raises:
         ConfigError: the plan's sharding types cannot run with the configured qcomms on this
             backend (:data:`dlrm_exp.distributed.qcomms.UNSUPPORTED_ON_GLOO`), or a plan file
@@ -118,48 +122,66 @@ def plan_job(
         PlanError: the planner found no placement under the constraints.
     """
     target = planning_context(cfg.hardware, ctx)
-    tables = table_configs(cfg.model)
-    backend = cfg.hardware.backend.value
     if cfg.sharding.sharding_type is ShardingStrategy.from_file:
-        assert cfg.sharding.plan_path is not None  # checked by ShardingConfig
-        plan = load_plan(
-            cfg.sharding.plan_path,
-            tables,
-            target.world_size,
-            target.local_world_size,
-            cfg.hardware.compute_device.value,
-        )
-        check_supported(cfg.qcomms, plan_sharding_types(plan), backend)
-        return PlanResult(plan=plan, context=target, storage=_storage(cfg))
+        result = _plan_from_file(cfg, target)
+    else:
+        result = _plan_with_planner(cfg, module, target, sharder or job_sharder(cfg.qcomms))
+    check_supported(cfg.qcomms, plan_sharding_types(result.plan), cfg.hardware.backend.value)
+    return result
+
+
+def _plan_from_file(cfg: Config, target: DistContext) -> PlanResult:
+    """``sharding=from_file``: the plan of ``sharding.plan_path``, checked against the job."""
+    assert cfg.sharding.plan_path is not None  # checked by ShardingConfig
+    plan = load_plan(
+        cfg.sharding.plan_path,
+        table_configs(cfg.model),
+        target.world_size,
+        target.local_world_size,
+        cfg.hardware.compute_device.value,
+    )
+    return PlanResult(plan=plan, context=target, storage=_storage(cfg))
+
+
+def _plan_with_planner(
+    cfg: Config,
+    module: torch.nn.Module,
+    target: DistContext,
+    sharder: CpuEmbeddingBagCollectionSharder,
+) -> PlanResult:
+    """TorchRec's planner over ``module`` for ``target``, with the per-rank estimates."""
     capacity = memory_capacity(cfg.hardware, target.local_world_size)
     topology = build_topology(cfg.hardware, target.world_size, target.local_world_size, capacity)
-    sharder = sharder or job_sharder(cfg.qcomms)
     offered = sharder.sharding_types(cfg.hardware.compute_device.value)
     on_cpu = cfg.hardware.compute_device is ComputeDevice.cpu
     fused = not on_cpu or cfg.optimizer.sparse_optimizer in CPU_FUSED
+    tables = table_configs(cfg.model)
     constraints = build_constraints(
         cfg.sharding, tables, offered, cfg.data.pooling_factors(), fused_optimizer=fused
     )
     collector = EstimateCollector()
     planner = build_planner(topology, constraints, cfg.train.batch_size, [collector])
-    overrides = cfg.sharding.overridden_tables
-    summary = (
-        f"sharding_type={cfg.sharding.sharding_type.value}, "
-        f"compute_kernel={cfg.sharding.compute_kernel.value} on {target.world_size} rank(s)"
-        + (f", per-table overrides for {', '.join(overrides)}" if overrides else "")
-    )
     plan = plan_or_explain(
         planner,
         module,
         sharder,
         lambda: _memory_message(cfg, capacity, target.world_size),
-        summary,
+        _planner_summary(cfg, target.world_size),
     )
-    check_supported(cfg.qcomms, plan_sharding_types(plan), backend)
     return PlanResult(
         plan=plan,
         context=target,
         storage=_storage(cfg),
         capacity=capacity,
         estimates=rank_estimates(collector.best_plan, target.world_size),
+    )
+
+
+def _planner_summary(cfg: Config, world_size: int) -> str:
+    """The job's sharding choices in one line, for the planner's error messages."""
+    overrides = cfg.sharding.overridden_tables
+    return (
+        f"sharding_type={cfg.sharding.sharding_type.value}, "
+        f"compute_kernel={cfg.sharding.compute_kernel.value} on {world_size} rank(s)"
+        + (f", per-table overrides for {', '.join(overrides)}" if overrides else "")
     )

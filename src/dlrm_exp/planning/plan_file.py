@@ -40,12 +40,43 @@ def load_plan(
 ) -> ShardingPlan:
     """Read ``path`` and rebuild its plan for this job.
 
+    Args:
+        path: a ``plan.json`` written by a run or ``mode=plan``.
+        tables: the model's tables, which the plan must list with the same shapes.
+        world_size: ranks of this job; the plan must be for as many.
+        local_world_size: ranks per host (a shard on rank r goes to ``cuda:r % local``).
+        device_type: ``cuda`` or ``cpu``, the device of the shards' placements.
+
+    Returns:
+        The ``ShardingPlan`` with the file's sharding types, compute kernels, ranks and shards.
+
     Raises:
         ConfigError: the file is missing or not a plan.json, or it does not match the job:
             another world size, missing or extra tables, another table shape, a rank outside
             the world, or shards that do not tile their table. The message names the mismatch.
     """
     path = Path(path)
+    planned, planned_world = _read_record(path)
+    where = f"plan {path}"
+    _check_job(where, planned, planned_world, tables, world_size)
+    modules: dict[str, EmbeddingModuleShardingPlan] = {}
+    for table in tables:
+        entry = planned[table.name]
+        ranks, spec = _checked_placement(
+            where, table, entry, world_size, local_world_size, device_type
+        )
+        module = modules.setdefault(entry["module"], EmbeddingModuleShardingPlan())
+        module[table.name] = ParameterSharding(
+            sharding_type=entry["sharding_type"],
+            compute_kernel=entry["compute_kernel"],
+            ranks=ranks,
+            sharding_spec=spec,
+        )
+    return ShardingPlan(plan=modules)  # type: ignore[arg-type]
+
+
+def _read_record(path: Path) -> tuple[dict[str, Any], int]:
+    """The file's ``tables`` and ``world_size``; a ConfigError if it is missing or no plan."""
     try:
         record = json.loads(path.read_text())
         planned: dict[str, Any] = record["tables"]
@@ -56,7 +87,17 @@ def load_plan(
         raise ConfigError(
             f"sharding.plan_path: {path} is not a dlrm_exp plan.json ({type(err).__name__}: {err})"
         ) from None
-    where = f"plan {path}"
+    return planned, planned_world
+
+
+def _check_job(
+    where: str,
+    planned: dict[str, Any],
+    planned_world: int,
+    tables: list[EmbeddingBagConfig],
+    world_size: int,
+) -> None:
+    """The plan is for this job's world size and exactly this model's tables."""
     if planned_world != world_size:
         raise ConfigError(
             f"{where} is for {planned_world} ranks, this job has {world_size}: set "
@@ -68,44 +109,45 @@ def load_plan(
         raise ConfigError(
             f"{where} does not have this model's tables: missing {missing}, unknown {extra}"
         )
-    modules: dict[str, EmbeddingModuleShardingPlan] = {}
-    for table in tables:
-        entry = planned[table.name]
-        shape = [table.num_embeddings, table.embedding_dim]
-        if [entry["num_embeddings"], entry["embedding_dim"]] != shape:
-            raise ConfigError(
-                f"{where}: table {table.name} is planned as "
-                f"{entry['num_embeddings']} x {entry['embedding_dim']}, the model has "
-                f"{shape[0]} x {shape[1]} (model.num_embeddings_per_feature / embedding_dim / "
-                "num_embeddings_cap)"
-            )
-        ranks = [int(r) for r in entry["ranks"]]
-        if any(not 0 <= r < world_size for r in ranks):
-            raise ConfigError(
-                f"{where}: table {table.name} has ranks {ranks} outside 0..{world_size - 1}"
-            )
-        spec = None
-        if entry["sharding_type"] not in _UNSHARDED:
-            shards = [
-                ShardMetadata(
-                    shard_offsets=list(s["offsets"]),
-                    shard_sizes=list(s["sizes"]),
-                    placement=_placement(int(s["rank"]), device_type, local_world_size),
-                )
-                for s in entry["shards"]
-            ]
-            area = sum(s.shard_sizes[0] * s.shard_sizes[1] for s in shards)
-            if area != shape[0] * shape[1]:
-                raise ConfigError(
-                    f"{where}: the shards of table {table.name} cover {area} of its "
-                    f"{shape[0] * shape[1]} values"
-                )
-            spec = EnumerableShardingSpec(shards)
-        module = modules.setdefault(entry["module"], EmbeddingModuleShardingPlan())
-        module[table.name] = ParameterSharding(
-            sharding_type=entry["sharding_type"],
-            compute_kernel=entry["compute_kernel"],
-            ranks=ranks,
-            sharding_spec=spec,
+
+
+def _checked_placement(
+    where: str,
+    table: EmbeddingBagConfig,
+    entry: dict[str, Any],
+    world_size: int,
+    local_world_size: int,
+    device_type: str,
+) -> tuple[list[int], EnumerableShardingSpec | None]:
+    """One table's ranks and shards (None: unsharded), checked against its shape and the
+    world."""
+    shape = [table.num_embeddings, table.embedding_dim]
+    if [entry["num_embeddings"], entry["embedding_dim"]] != shape:
+        raise ConfigError(
+            f"{where}: table {table.name} is planned as "
+            f"{entry['num_embeddings']} x {entry['embedding_dim']}, the model has "
+            f"{shape[0]} x {shape[1]} (model.num_embeddings_per_feature / embedding_dim / "
+            "num_embeddings_cap)"
         )
-    return ShardingPlan(plan=modules)  # type: ignore[arg-type]
+    ranks = [int(r) for r in entry["ranks"]]
+    if any(not 0 <= r < world_size for r in ranks):
+        raise ConfigError(
+            f"{where}: table {table.name} has ranks {ranks} outside 0..{world_size - 1}"
+        )
+    if entry["sharding_type"] in _UNSHARDED:
+        return ranks, None
+    shards = [
+        ShardMetadata(
+            shard_offsets=list(s["offsets"]),
+            shard_sizes=list(s["sizes"]),
+            placement=_placement(int(s["rank"]), device_type, local_world_size),
+        )
+        for s in entry["shards"]
+    ]
+    area = sum(s.shard_sizes[0] * s.shard_sizes[1] for s in shards)
+    if area != shape[0] * shape[1]:
+        raise ConfigError(
+            f"{where}: the shards of table {table.name} cover {area} of its "
+            f"{shape[0] * shape[1]} values"
+        )
+    return ranks, EnumerableShardingSpec(shards)

@@ -135,6 +135,36 @@ def _torchrec_dense(raw_path: Path, out_path: Path, minimum: int) -> None:
     raw_path.unlink()
 
 
+@dataclass
+class _DayTally:
+    """What the finished blocks of one file add up to, counted in file order."""
+
+    path: Path
+    report: ReadReport
+    first_line: int = 1
+    rows: int = 0
+    minimum: int | None = None
+
+    def add(self, done: BlockResult) -> None:
+        """Count one finished block (its lines follow those counted so far)."""
+        self.report.add_lines(
+            done.num_lines,
+            done.num_valid,
+            done.num_padded,
+            done.bad_lines,
+            done.bad_reasons,
+            self.first_line,
+            str(self.path),
+            _MAX_BAD_LINES,
+        )
+        self.first_line += done.num_lines
+        self.rows += done.num_valid
+        if done.dense_min is not None:
+            self.minimum = (
+                done.dense_min if self.minimum is None else min(self.minimum, done.dense_min)
+            )
+
+
 def convert_file(
     path: Path,
     day: int,
@@ -153,64 +183,76 @@ def convert_file(
         DataError: the file cannot be read as text (binary, broken gzip).
     """
     started = time.perf_counter()
-    report = ReadReport(files=[str(path)])
+    tally = _DayTally(path, ReadReport(files=[str(path)]))
     torchrec = options.dense_transform is DenseTransform.torchrec
     dense_path = out_dir / (f"day_{day}_dense_raw.npy" if torchrec else f"day_{day}_dense.npy")
-    minimum: int | None = None
-    first_line, rows = 1, 0
-    in_flight: collections.deque[Future] = collections.deque()
-    depth = 2 * max(workers, 1)  # blocks in flight: bounds memory, keeps workers busy
     outputs = (
         NpyRowFile(dense_path, np.int64 if torchrec else np.float32, NUM_DENSE),
         NpyRowFile(out_dir / options.sparse_name(day), np.int64, NUM_SPARSE),
         NpyRowFile(out_dir / f"day_{day}_labels.npy", np.int32, 1),
     )
-
-    def drain(keep: int) -> None:
-        nonlocal minimum, first_line, rows
-        while len(in_flight) > keep:
-            done: BlockResult = in_flight.popleft().result()
-            report.add_lines(
-                done.num_lines,
-                done.num_valid,
-                done.num_padded,
-                done.bad_lines,
-                done.bad_reasons,
-                first_line,
-                str(path),
-                _MAX_BAD_LINES,
-            )
-            first_line += done.num_lines
-            rows += done.num_valid
-            if done.dense_min is not None:
-                minimum = done.dense_min if minimum is None else min(minimum, done.dense_min)
-            bar.update(done.num_lines)
-
-    log1p = options.dense_transform is DenseTransform.log1p
     try:
-        sources: Iterable[tuple[Path, int, int] | bytes] = (
-            (data for data, _ in iter_line_chunks(path, BLOCK_BYTES))
-            if is_gzip(path)
-            else byte_ranges(path, RANGE_BYTES)
-        )
-        for index, source in enumerate(sources):
-            args = (next(sequence), index == 0, source, outputs, log1p, options.table_sizes)
-            if pool is None:
-                job: Future = Future()
-                job.set_result(run_block(*args, str(path)))
-            else:
-                job = pool.submit(run_block, *args, str(path))
-            in_flight.append(job)
-            drain(depth)
-        drain(0)
+        _run_blocks(path, outputs, options, pool, workers, bar, sequence, tally)
         for output in outputs:
-            output.finish(rows)
+            output.finish(tally.rows)
     except BaseException:
         for output in outputs:
             output.abort()
         raise
     if torchrec:
-        _torchrec_dense(dense_path, out_dir / f"day_{day}_dense.npy", minimum or 0)
+        _torchrec_dense(dense_path, out_dir / f"day_{day}_dense.npy", tally.minimum or 0)
+    return _finish_day(out_dir, day, path, options, tally.report, started)
+
+
+def _run_blocks(
+    path: Path,
+    outputs: tuple[NpyRowFile, ...],
+    options: Options,
+    pool: Executor | None,
+    workers: int,
+    bar: tqdm,
+    sequence: Iterator[int],
+    tally: _DayTally,
+) -> None:
+    """Parse every block of ``path`` into ``outputs``, at most ``2 x workers`` in flight."""
+    in_flight: collections.deque[Future] = collections.deque()
+    depth = 2 * max(workers, 1)  # blocks in flight: bounds memory, keeps workers busy
+    log1p = options.dense_transform is DenseTransform.log1p
+    for index, source in enumerate(_block_sources(path)):
+        args = (next(sequence), index == 0, source, outputs, log1p, options.table_sizes)
+        in_flight.append(_submit(pool, args, path))
+        _drain(in_flight, depth, tally, bar)
+    _drain(in_flight, 0, tally, bar)
+
+
+def _block_sources(path: Path) -> Iterable[tuple[Path, int, int] | bytes]:
+    """A gzip file's decompressed blocks, or a plain file's byte ranges."""
+    if is_gzip(path):
+        return (data for data, _ in iter_line_chunks(path, BLOCK_BYTES))
+    return byte_ranges(path, RANGE_BYTES)
+
+
+def _submit(pool: Executor | None, args: tuple, path: Path) -> Future:
+    """One block to ``pool``, or parsed here (a finished Future) without one."""
+    if pool is None:
+        job: Future = Future()
+        job.set_result(run_block(*args, str(path)))
+        return job
+    return pool.submit(run_block, *args, str(path))
+
+
+def _drain(in_flight: collections.deque[Future], keep: int, tally: _DayTally, bar: tqdm) -> None:
+    """Wait for the oldest blocks, in order, until ``keep`` are left in flight."""
+    while len(in_flight) > keep:
+        done: BlockResult = in_flight.popleft().result()
+        tally.add(done)
+        bar.update(done.num_lines)
+
+
+def _finish_day(
+    out_dir: Path, day: int, path: Path, options: Options, report: ReadReport, started: float
+) -> dict[str, Any]:
+    """The day's report, written last as its marker (:func:`is_finished`)."""
     seconds = time.perf_counter() - started
     result = {
         "day": day,
@@ -261,43 +303,73 @@ def preprocess_files(
     days = day_numbers(files)
     _writable_folder(out_dir)
     started = time.perf_counter()
-    reports: list[dict[str, Any]] = []
-    skipped: list[int] = []
-    # fork, as torch's DataLoader workers: the workers need only numpy and start at once. One
-    # block's worth of input is parsed inline.
-    parallel = cfg.num_workers > 1 and sum(p.stat().st_size for p in files) > RANGE_BYTES
-    fork = multiprocessing.get_context("fork")
-    pool = (
-        ProcessPoolExecutor(
-            cfg.num_workers,
-            mp_context=fork,
-            initializer=install_chain,
-            initargs=(make_chain(fork),),
-        )
-        if parallel
-        else None
-    )
-    sequence = itertools.count()
+    pool = _worker_pool(cfg.num_workers, files)
     show = sys.stderr.isatty() if progress is None else progress
     try:
-        with tqdm(unit="rows", unit_scale=True, disable=not show, desc="preprocess") as bar:
-            for day, path in days.items():
-                if not cfg.overwrite and is_finished(out_dir, day, path, options):
-                    skipped.append(day)
-                    continue
-                bar.set_postfix_str(f"day_{day} <- {path.name}")
-                reports.append(
-                    convert_file(path, day, out_dir, options, pool, cfg.num_workers, bar, sequence)
-                )
+        reports, skipped = _convert_days(days, out_dir, options, cfg, pool, show)
     finally:
         if pool is not None:
             pool.shutdown(cancel_futures=True)
     contiguous = None
     if options.categorical is CategoricalTransform.contiguous:
         contiguous = _reindex(out_dir, list(days), cfg.frequency_threshold, bool(reports))
+    summary = _summary(out_dir, options, reports, skipped, started, contiguous)
+    write_json_atomic(out_dir / "preprocess_report.json", summary)
+    return summary
+
+
+def _worker_pool(num_workers: int, files: list[Path]) -> ProcessPoolExecutor | None:
+    """``num_workers`` forked parse processes, or None when one block's worth of input (or
+    ``num_workers=1``) is parsed inline."""
+    # fork, as torch's DataLoader workers: the workers need only numpy and start at once.
+    parallel = num_workers > 1 and sum(p.stat().st_size for p in files) > RANGE_BYTES
+    if not parallel:
+        return None
+    fork = multiprocessing.get_context("fork")
+    return ProcessPoolExecutor(
+        num_workers,
+        mp_context=fork,
+        initializer=install_chain,
+        initargs=(make_chain(fork),),
+    )
+
+
+def _convert_days(
+    days: dict[int, Path],
+    out_dir: Path,
+    options: Options,
+    cfg: PreprocessConfig,
+    pool: Executor | None,
+    show: bool,
+) -> tuple[list[dict[str, Any]], list[int]]:
+    """Convert every day not already finished; returns their reports and the days skipped."""
+    reports: list[dict[str, Any]] = []
+    skipped: list[int] = []
+    sequence = itertools.count()
+    with tqdm(unit="rows", unit_scale=True, disable=not show, desc="preprocess") as bar:
+        for day, path in days.items():
+            if not cfg.overwrite and is_finished(out_dir, day, path, options):
+                skipped.append(day)
+                continue
+            bar.set_postfix_str(f"day_{day} <- {path.name}")
+            reports.append(
+                convert_file(path, day, out_dir, options, pool, cfg.num_workers, bar, sequence)
+            )
+    return reports, skipped
+
+
+def _summary(
+    out_dir: Path,
+    options: Options,
+    reports: list[dict[str, Any]],
+    skipped: list[int],
+    started: float,
+    contiguous: dict[str, Any] | None,
+) -> dict[str, Any]:
+    """``preprocess_report.json``: totals over the converted days, and each day's report."""
     seconds = time.perf_counter() - started
     rows = sum(r["rows_read"] for r in reports)
-    summary = {
+    return {
         "output_dir": str(out_dir),
         **options.as_dict(),
         "days_converted": [r["day"] for r in reports],
@@ -311,8 +383,6 @@ def preprocess_files(
         "contiguous": contiguous,
         "days": reports,
     }
-    write_json_atomic(out_dir / "preprocess_report.json", summary)
-    return summary
 
 
 def _reindex(out_dir: Path, days: list[int], threshold: int, changed: bool) -> dict[str, Any]:

@@ -195,6 +195,54 @@ def _field_table(
     return field_start, field_len
 
 
+def _separators(body: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Offsets of every tab and newline, and the indices (into those) of the newlines."""
+    sep = np.flatnonzero(body < 11)  # one pass: tabs (9) and newlines (10) ...
+    sep_chars = body[sep]
+    if len(sep_chars) and sep_chars.min() < 9:  # ... unless other control bytes occur
+        sep = np.flatnonzero((body == 9) | (body == 10))
+        sep_chars = body[sep]
+    return sep, np.flatnonzero(sep_chars == 10)
+
+
+def _field_starts(sep: np.ndarray) -> np.ndarray:
+    """Where each field starts: at 0, then one past each separator."""
+    starts = np.empty_like(sep)
+    if len(sep):
+        starts[0] = 0
+        starts[1:] = sep[:-1] + 1
+    return starts
+
+
+def _reject(reasons: np.ndarray, ok: np.ndarray, bad_rows: np.ndarray, reason: int) -> None:
+    """Give the rows ``ok[bad_rows]`` ``reason`` unless an earlier rule rejected them."""
+    rows = ok[bad_rows]
+    fresh = reasons[rows] < 0
+    reasons[rows[fresh]] = reason
+
+
+def _label_fields(
+    buf: np.ndarray, starts: np.ndarray, lengths: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """(N,) label characters and their validity (exactly ``0`` or ``1``)."""
+    chars = buf[starts]
+    return chars, (lengths == 1) & ((chars == ord("0")) | (chars == ord("1")))
+
+
+def _categorical_fields(
+    all_words: np.ndarray, starts: np.ndarray, lengths: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """(N, 26) hashes and their validity (at most 8 hex digits; empty = 0)."""
+    words = all_words[starts]  # contiguous (N, 26)
+    full_or_empty = (lengths == 8) | (lengths == 0)
+    if full_or_empty.all():  # Criteo writes 8 digits or nothing
+        words[lengths == 0] = _ZEROS
+    else:
+        words = _right_align(words, np.minimum(lengths, 8))
+    values, ok = _hex8(words)
+    return values, ok & (lengths <= 8)
+
+
 def parse_block(buf: np.ndarray) -> ParsedBlock:
     """Parse complete lines.
 
@@ -208,50 +256,32 @@ def parse_block(buf: np.ndarray) -> ParsedBlock:
     """
     data_len = len(buf) - 8
     body = buf[:data_len]
-    sep = np.flatnonzero(body < 11)  # one pass: tabs (9) and newlines (10) ...
-    sep_chars = body[sep]
-    if len(sep_chars) and sep_chars.min() < 9:  # ... unless other control bytes occur
-        sep = np.flatnonzero((body == 9) | (body == 10))
-        sep_chars = body[sep]
-    line_last = np.flatnonzero(sep_chars == 10)
+    sep, line_last = _separators(body)
     num_lines = len(line_last)
     nfields = np.diff(line_last, prepend=-1)
     first = line_last - nfields + 1
-    starts = np.empty_like(sep)
-    if len(sep):
-        starts[0] = 0
-        starts[1:] = sep[:-1] + 1
     reasons = np.full(num_lines, -1, dtype=np.int8)
     reasons[(nfields < MIN_FIELDS) | (nfields > NUM_FIELDS)] = 0
     ok = np.flatnonzero(reasons < 0)
 
     ends = _field_ends(body, sep, line_last)
-    field_start, field_len = _field_table(ends, starts, first[ok], nfields[ok], num_lines)
-    all_words = np.ndarray(shape=(data_len + 1,), dtype="<u8", buffer=buf, strides=(1,))
-
-    def reject(bad_rows: np.ndarray, reason: int) -> None:
-        rows = ok[bad_rows]
-        fresh = reasons[rows] < 0
-        reasons[rows[fresh]] = reason
-
-    label_chars = buf[field_start[:, 0]]
-    label_ok = (field_len[:, 0] == 1) & ((label_chars == ord("0")) | (label_chars == ord("1")))
-    reject(~label_ok, 1)
-
-    dense, dense_ok = _dense_fields(
-        buf, all_words, field_start[:, 1 : 1 + NUM_DENSE], field_len[:, 1 : 1 + NUM_DENSE]
+    field_start, field_len = _field_table(
+        ends, _field_starts(sep), first[ok], nfields[ok], num_lines
     )
-    reject(~dense_ok.all(axis=1), 2)
+    all_words = np.ndarray(shape=(data_len + 1,), dtype="<u8", buffer=buf, strides=(1,))
+    dense_cols = slice(1, 1 + NUM_DENSE)
+    sparse_cols = slice(1 + NUM_DENSE, None)
 
-    c_len = field_len[:, 1 + NUM_DENSE :]
-    c_words = all_words[field_start[:, 1 + NUM_DENSE :]]  # contiguous (N, 26)
-    full_or_empty = (c_len == 8) | (c_len == 0)
-    if full_or_empty.all():  # Criteo writes 8 digits or nothing
-        c_words[c_len == 0] = _ZEROS
-    else:
-        c_words = _right_align(c_words, np.minimum(c_len, 8))
-    sparse, sparse_ok = _hex8(c_words)
-    reject(~(sparse_ok & (c_len <= 8)).all(axis=1), 3)
+    label_chars, label_ok = _label_fields(buf, field_start[:, 0], field_len[:, 0])
+    _reject(reasons, ok, ~label_ok, 1)
+    dense, dense_ok = _dense_fields(
+        buf, all_words, field_start[:, dense_cols], field_len[:, dense_cols]
+    )
+    _reject(reasons, ok, ~dense_ok.all(axis=1), 2)
+    sparse, sparse_ok = _categorical_fields(
+        all_words, field_start[:, sparse_cols], field_len[:, sparse_cols]
+    )
+    _reject(reasons, ok, ~sparse_ok.all(axis=1), 3)
 
     good = reasons[ok] < 0
     return ParsedBlock(
