@@ -3,14 +3,22 @@ SHELL := /bin/bash
 PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
-# CPU build by default; on CUDA machines: make install FBGEMM=fbgemm-gpu==1.8.0
+# The tested default set (CPU build); on CUDA machines: make install FBGEMM=fbgemm-gpu==1.8.0.
+# Supported ranges (pyproject.toml; docs/install.md has the combinations tried):
+#   torch 2.11 to 2.14, fbgemm-gpu(-cpu) 1.6.0 to 1.9.0, torchrec 1.6.1 to 1.9.2, matched by
+#   release: torch 2.11 + fbgemm 1.6.0 + torchrec 1.6.1, 2.13 + 1.8.0 + 1.8.0, 2.14 + 1.9.0 + 1.9.2.
 TORCH ?= torch==2.13.0
 FBGEMM ?= fbgemm-gpu-cpu==1.8.0
 TORCHREC ?= torchrec==1.8.0
+# torchrec's run-time needs, pinned to the tested versions (pyproject.toml declares ranges).
+PINS ?= torchmetrics==1.9.0 tensordict==0.15.3 pyre-extensions==0.0.32 iopath==0.1.10
 STAMP := $(VENV)/.installed-$(subst ==,-,$(FBGEMM))
+# make compat: the oldest supported set, in its own environment.
+COMPAT_VENV ?= .venv-compat
+COMPAT_SET ?= TORCH=torch==2.11.0 FBGEMM=fbgemm-gpu-cpu==1.6.0 TORCHREC=torchrec==1.6.1
 
 .DEFAULT_GOAL := help
-.PHONY: help install run test test-all lint format bench gpu-check tensorboard clean
+.PHONY: help install run test test-all lint format bench gpu-check compat tensorboard clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
@@ -24,7 +32,7 @@ $(STAMP): pyproject.toml | $(PY)
 	$(PY) -m pip install --upgrade pip
 	$(PY) -m pip install "$(TORCH)" "$(FBGEMM)"
 	$(PY) -m pip install --no-deps "$(TORCHREC)"
-	$(PY) -m pip install -e ".[dev,launchers]"
+	$(PY) -m pip install -e ".[dev,launchers]" $(PINS)
 	touch $@
 
 install: $(STAMP) ## create .venv and install the pinned stack (torch, fbgemm, torchrec, hydra, ...)
@@ -32,7 +40,7 @@ install: $(STAMP) ## create .venv and install the pinned stack (torch, fbgemm, t
 run: $(STAMP) ## run the default experiment (tiny DLRM, synthetic data, CPU)
 	$(PY) -m dlrm_exp $(ARGS)
 
-test: $(STAMP) ## run the test suite (fast and end-to-end; under 10 minutes on 2 cores)
+test: $(STAMP) ## run the test suite (fast and end-to-end; under 8 minutes on 2 cores)
 	$(PY) -m pytest -q $(PYTEST_ARGS)
 
 lint: $(STAMP) ## ruff lint and format check
@@ -58,6 +66,13 @@ gpu-check: $(STAMP) ## the CUDA-marked tests: every sharding type with fused_uvm
 	else \
 		echo "gpu-check skipped: no CUDA device here (torch.cuda.is_available() is False); the GPU path is unverified"; \
 	fi
+
+# A second environment with the oldest supported stack (torch 2.11 from PyPI brings its CUDA
+# libraries: a few GB); runs the fast tests there. Not part of make test.
+compat: ## the fast tests on the oldest supported torch / torchrec / fbgemm, in .venv-compat
+	$(MAKE) install VENV=$(COMPAT_VENV) $(COMPAT_SET) PINS="torchmetrics==1.9.0 tensordict==0.15.3"
+	$(COMPAT_VENV)/bin/python -c "import torch, torchrec, fbgemm_gpu; print('compat:', torch.__version__, torchrec.__version__, fbgemm_gpu.__version__)"
+	$(COMPAT_VENV)/bin/python -m pytest -q -m "not slow and not cuda" $(PYTEST_ARGS)
 
 tensorboard: $(STAMP) ## compare runs in TensorBoard (scalars + HParams)
 	$(VENV)/bin/tensorboard --logdir outputs

@@ -28,7 +28,7 @@ from dlrm_exp.distributed.submitit_env import adopt_submitit_environment, in_sub
 from dlrm_exp.errors import UserError
 from dlrm_exp.modes import Job, run_mode
 from dlrm_exp.record.run_record import RunMetrics
-from dlrm_exp.record.sweep import run_name, sweep_overrides, swept_keys
+from dlrm_exp.record.runs import run_name, sweep_overrides, swept_keys
 from dlrm_exp.util.logs import configure_worker_logging, quiet_libraries
 
 log = logging.getLogger("dlrm_exp")

@@ -26,3 +26,8 @@ class InsufficientMemoryError(UserError):
 
 class WorkerFailedError(UserError):
     """A worker process of a multi-process job failed; the message names the rank and cause."""
+
+
+class NonFiniteLossError(UserError):
+    """A training step produced a NaN or infinite loss; the message names the step and the
+    settings that fix it (learning rates, ``train.on_nonfinite=skip``)."""

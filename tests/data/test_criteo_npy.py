@@ -30,7 +30,7 @@ def config(folder, **kw):
 def test_1tb_split_matches_torchrec_val_and_test(tmp_path):
     days = {d: write_day(tmp_path, d, rows, d) for d, rows in ((0, 50), (1, 40), (23, 31))}
     train, val, test, info = load_criteo_npy(config(tmp_path), SIZES, seed=0)
-    assert info["days"] == [0, 1, 23]
+    assert info.days == [0, 1, 23]
     assert (len(train), len(val), len(test)) == (90, 16, 15)
     assert np.array_equal(train.labels.numpy(), np.concatenate([days[0][2], days[1][2]])[:, 0])
     for stage, split in (("val", val), ("test", test)):

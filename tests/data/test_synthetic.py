@@ -19,7 +19,7 @@ def test_deterministic_per_seed_and_streams_differ():
     assert np.array_equal(a.val.labels.numpy(), b.val.labels.numpy())
     assert not np.array_equal(a.train.sparse.numpy(), c.train.sparse.numpy())
     assert not np.array_equal(a.train.sparse[:500].numpy(), a.val.sparse.numpy())
-    assert a.info["rows"] == {"train": 2000, "val": 500, "test": 500}
+    assert a.info.rows == {"train": 2000, "val": 500, "test": 500}
 
 
 def test_shapes_ranges_and_dtypes():

@@ -8,8 +8,8 @@ import torch
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 from conftest import SMALL, compose_cfg
-from dlrm_exp.build.lr_schedule import scheduled_lr
 from dlrm_exp.errors import ConfigError
+from dlrm_exp.factories.lr_schedule import scheduled_lr
 from dlrm_exp.loop.checkpoint import complete_checkpoints
 from dlrm_exp.modes.train import run_train
 

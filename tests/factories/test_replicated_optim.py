@@ -10,9 +10,9 @@ from fbgemm_gpu.split_table_batched_embeddings_ops_training import (
     SplitTableBatchedEmbeddingBagsCodegen,
 )
 
-from dlrm_exp.build.replicated_optim import _FBGEMM_TYPE, FbgemmReplicaOptimizer
 from dlrm_exp.config import SparseOptimizer
 from dlrm_exp.config.optimizer import CPU_FUSED
+from dlrm_exp.factories.replicated_optim import _FBGEMM_TYPE, FbgemmReplicaOptimizer
 
 ROWS, DIM, BATCH = 60, 8, 48
 

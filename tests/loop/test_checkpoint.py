@@ -4,6 +4,7 @@ non-finite losses, determinism."""
 import json
 import os
 import pickle
+import re
 import shutil
 import signal
 import subprocess
@@ -17,9 +18,8 @@ import pytest
 
 from conftest import REPO, compose_cfg, run_cli
 from conftest import SMALL as QUICK
-from dlrm_exp.errors import ConfigError
+from dlrm_exp.errors import ConfigError, NonFiniteLossError
 from dlrm_exp.loop.checkpoint import CheckpointError, complete_checkpoints, resume_step
-from dlrm_exp.loop.trainer import NonFiniteLossError
 from dlrm_exp.modes.train import run_train
 from dlrm_exp.record.run_record import RunMetrics
 
@@ -97,9 +97,16 @@ def test_crafted_metadata_is_not_unpickled(saved, tmp_path):
     marker = tmp_path / "code_ran"
     (crafted / ".metadata").write_bytes(pickle.dumps(_Payload(marker)))
     cfg = compose_cfg([*SMALL, f"train.resume={crafted}"])
-    with pytest.raises(CheckpointError, match=r"not plain DCP metadata \(pathlib.*Path.touch"):
+    with pytest.raises(Exception) as refused:
         run_train(cfg, tmp_path / "run", {})
     assert not marker.exists()
+    # Our check names the class it refused; an older DCP (torch 2.11) refuses the file first,
+    # with its own error: either refusal is fine as long as nothing was unpickled.
+    if isinstance(refused.value, CheckpointError):
+        assert re.search(r"not plain DCP metadata \(pathlib.*Path.touch", str(refused.value))
+    else:
+        origin = refused.traceback[-1].frame.f_globals.get("__name__", "")
+        assert origin.startswith(("torch.distributed.checkpoint", "pickle")), refused.value
 
 
 @pytest.mark.parametrize("what", ["missing", "not_a_checkpoint", "partial"])

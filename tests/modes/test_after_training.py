@@ -12,9 +12,9 @@ import pytest
 import torch
 
 from conftest import compose_cfg
-from dlrm_exp.build.inference import InferenceDLRM
 from dlrm_exp.data.criteo_format import write_criteo_tsv
 from dlrm_exp.errors import DataError
+from dlrm_exp.factories.inference import InferenceDLRM
 from dlrm_exp.loop.checkpoint import CheckpointError
 from dlrm_exp.modes.evaluate import run_evaluate
 from dlrm_exp.modes.export import load_trained, run_export

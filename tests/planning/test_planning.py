@@ -7,12 +7,12 @@ from torchrec.distributed.embeddingbag import EmbeddingBagCollectionSharder
 from torchrec.distributed.types import ShardingType
 
 from conftest import compose_cfg
-from dlrm_exp.build.experiment import build_module
-from dlrm_exp.build.model import build_model
 from dlrm_exp.config import HardwareConfig, ShardingConfig, ShardingStrategy, SparseOptimizer
 from dlrm_exp.distributed.launch import DistContext
 from dlrm_exp.distributed.sharder import CpuEmbeddingBagCollectionSharder
 from dlrm_exp.errors import InsufficientMemoryError
+from dlrm_exp.factories.experiment import build_module
+from dlrm_exp.factories.model import build_model
 from dlrm_exp.planning.constraints import build_constraints
 from dlrm_exp.planning.job import plan_job
 from dlrm_exp.planning.storage import GIB, embedding_storage, largest_fitting_cap
@@ -154,5 +154,5 @@ def test_plan_mode_and_training_choose_the_same_plan_with_local_world_size(tmp_p
     planned = run_plan(cfg, tmp_path)
     assert planned["hardware"]["ddr_cap_gib_per_rank"] == 1.0
     assert planned["hardware"]["local_world_size"] == 1
-    trained = plan_record(preflight(cfg), table_configs(cfg.model), 2)
+    trained = plan_record(preflight(cfg), table_configs(cfg.model), 2).to_json()
     assert trained["tables"] == planned["tables"]

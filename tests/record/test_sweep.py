@@ -10,7 +10,7 @@ from tensorboard.plugins.hparams import plugin_data_pb2
 
 from conftest import run_cli
 from dlrm_exp.record import report
-from dlrm_exp.record.sweep import run_name, swept_keys
+from dlrm_exp.record.runs import run_name, swept_keys
 
 TINY = [
     "data.num_train_samples=4096",
@@ -151,7 +151,8 @@ def test_optuna_example_tunes_the_learning_rates(tmp_path):
 def test_the_table_shows_the_matmul_peak_and_links_profiles(tmp_path):
     """Utilization and ``train.profile`` files reach the summary without a training run."""
     from dlrm_exp.record.run_record import RunMetrics
-    from dlrm_exp.record.sweep import RunRecord, markdown_table, summary_row
+    from dlrm_exp.record.runs import RunRecord
+    from dlrm_exp.record.sweep import markdown_table, summary_row
 
     metrics = RunMetrics(
         val={"auroc": 0.8},

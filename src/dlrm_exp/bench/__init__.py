@@ -2,6 +2,10 @@
 
 Owns: ``training`` (the framework's loop against a plain TorchRec loop), ``preprocess``
 (``mode=preprocess`` against TorchRec's converter), ``loader`` (batches/s of each data option
-against training steps/s). May import: build, planning, loop, distributed, data, record, config,
-util; not the entry point or the modes.
+against training steps/s), ``quality`` (the AUROC bars of the synthetic presets), ``inference``
+(the exported model's agreement and latency, through ``mode=export``) and ``utilization``
+(achieved FLOP/s and bytes/s against the measured peaks, fp32 vs bf16).
+
+May import: modes, factories, planning, loop, perf, distributed, data, record, config, util,
+errors. Not the entry point (:mod:`dlrm_exp.cli`).
 """

@@ -22,9 +22,9 @@ import torch
 from torchmetrics.functional.classification import binary_auroc
 
 from dlrm_exp.bench.training import compose_config
-from dlrm_exp.build.inference import InferenceDLRM, one_hot_inputs
 from dlrm_exp.config import ExportQuantization
 from dlrm_exp.data import load_splits
+from dlrm_exp.factories.inference import InferenceDLRM, one_hot_inputs
 from dlrm_exp.modes.export import load_trained, run_export
 from dlrm_exp.modes.job import Job
 from dlrm_exp.modes.train import run_train

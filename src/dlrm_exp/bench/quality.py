@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from dlrm_exp.bench.training import compose_config
-from dlrm_exp.loop.trainer import NonFiniteLossError
+from dlrm_exp.errors import NonFiniteLossError
 from dlrm_exp.modes.train import run_train
 from dlrm_exp.util.logs import quiet_libraries
 

@@ -32,7 +32,6 @@ from torchrec.optim.keyed import CombinedOptimizer, KeyedOptimizerWrapper
 from torchrec.optim.optimizers import in_backward_optimizer_filter
 from torchrec.optim.rowwise_adagrad import RowWiseAdagrad
 
-from dlrm_exp.build.experiment import build_experiment
 from dlrm_exp.config import (
     Config,
     DenseOptimizer,
@@ -45,6 +44,7 @@ from dlrm_exp.config import (
 from dlrm_exp.data import iter_batches, load_splits
 from dlrm_exp.distributed.launch import DistContext, process_group
 from dlrm_exp.distributed.sharder import build_sharder
+from dlrm_exp.factories.experiment import build_experiment
 from dlrm_exp.loop.trainer import BatchSources, Trainer
 from dlrm_exp.record.tracking import Tracker
 from dlrm_exp.util.logs import quiet_libraries

@@ -3,11 +3,12 @@
 
 Owns: the sources (``synthetic``, ``criteo_tsv``, ``criteo_npy``, ``multi_hot``), batches
 (``batches``, ``row_span``), the Criteo text format (``criteo_format``) and preprocessing with
-the TSV parser (``preprocess/``). May import: config, util (and :mod:`dlrm_exp.errors`).
+the TSV parser (``preprocess/``), the splits and their record (``splits``).
+
+May import: config, util, errors.
 """
 
-from dataclasses import dataclass, field, replace
-from typing import Any
+from dataclasses import replace
 
 from dlrm_exp.config import (
     CriteoMultiHotDataConfig,
@@ -20,20 +21,10 @@ from dlrm_exp.data.batches import ClickData, iter_batches, per_rank_sizes
 from dlrm_exp.data.criteo_npy import load_criteo_npy
 from dlrm_exp.data.criteo_tsv import load_criteo_tsv
 from dlrm_exp.data.multi_hot import MultiHot
+from dlrm_exp.data.splits import DataInfo, DataSplits
 from dlrm_exp.data.synthetic import generate
 
-__all__ = ["ClickData", "DataSplits", "iter_batches", "load_splits", "per_rank_sizes"]
-
-
-@dataclass
-class DataSplits:
-    """Train / validation / test rows plus facts about them for ``metrics.json``
-    (row counts, skipped rows, and for synthetic data the Bayes-optimal AUROC per split)."""
-
-    train: ClickData
-    val: ClickData
-    test: ClickData
-    info: dict[str, Any] = field(default_factory=dict)
+__all__ = ["ClickData", "DataInfo", "DataSplits", "iter_batches", "load_splits", "per_rank_sizes"]
 
 
 def load_splits(cfg: DataConfig, table_sizes: list[int], num_dense: int, seed: int) -> DataSplits:
@@ -49,11 +40,9 @@ def load_splits(cfg: DataConfig, table_sizes: list[int], num_dense: int, seed: i
         return _synthetic_splits(cfg, table_sizes, num_dense, seed)
     if isinstance(cfg, CriteoTsvDataConfig):
         train, val, test, report = load_criteo_tsv(cfg, table_sizes)
-        info = {
-            "rows": {"train": len(train), "val": len(val), "test": len(test)},
-            "read": report.as_dict(),
-        }
-        return DataSplits(train, val, test, info)
+        return DataSplits(
+            train, val, test, DataInfo.of_splits(train, val, test, read=report.as_dict())
+        )
     if isinstance(cfg, CriteoNpyDataConfig):
         train, val, test, info = load_criteo_npy(cfg, table_sizes, seed)
         return DataSplits(train, val, test, info)
@@ -68,10 +57,12 @@ def _synthetic_splits(
     train, val, test = (
         generate(cfg, table_sizes, num_dense, seed, n, stream) for stream, n in enumerate(sizes)
     )
-    info = {
-        "rows": {"train": len(train.data), "val": len(val.data), "test": len(test.data)},
-        "bayes_auroc": {"val": val.bayes_auroc(), "test": test.bayes_auroc()},
-    }
+    info = DataInfo.of_splits(
+        train.data,
+        val.data,
+        test.data,
+        bayes_auroc={"val": val.bayes_auroc(), "test": test.bayes_auroc()},
+    )
     return DataSplits(train.data, val.data, test.data, info)
 
 
@@ -89,12 +80,12 @@ def _multi_hot_splits(
     expander = MultiHot(
         table_sizes, cfg.multi_hot_sizes, cfg.multi_hot_distribution, cfg.max_lookup_gib
     )
-    info = {
-        **one_hot.info,
-        "multi_hot_sizes": list(expander.multi_hot_sizes),
-        "multi_hot_distribution": cfg.multi_hot_distribution.value,
-    }
-    info.pop("bayes_auroc", None)  # the planted signal is on the one-hot ids only
+    info = replace(
+        one_hot.info,
+        multi_hot_sizes=list(expander.multi_hot_sizes),
+        multi_hot_distribution=cfg.multi_hot_distribution.value,
+        bayes_auroc=None,  # the planted signal is on the one-hot ids only
+    )
     return DataSplits(
         *(
             replace(split, multi_hot=expander)

@@ -24,6 +24,7 @@ from dlrm_exp.config import CriteoNpyDataConfig, NpyDataset, OutOfRange
 from dlrm_exp.data.batches import ClickData
 from dlrm_exp.data.preprocess.tsv_parse import NUM_DENSE, NUM_SPARSE
 from dlrm_exp.data.row_span import RowSpan
+from dlrm_exp.data.splits import DataInfo
 from dlrm_exp.errors import DataError
 
 _DAY_FILE = re.compile(r"^day_(\d+)_dense\.npy$")
@@ -107,7 +108,7 @@ def split_bounds(num_rows: int, dataset: NpyDataset, last_day_rows: int) -> tupl
 
 def load_criteo_npy(
     cfg: CriteoNpyDataConfig, table_sizes: list[int], seed: int
-) -> tuple[ClickData, ClickData, ClickData, dict]:
+) -> tuple[ClickData, ClickData, ClickData, DataInfo]:
     """Train, validation and test splits, plus facts for ``metrics.json``.
 
     Raises:
@@ -139,11 +140,7 @@ def load_criteo_npy(
         dense[train_end:val_end], sparse[train_end:val_end], labels[train_end:val_end]
     )
     test = _click_data(dense[val_end:], sparse[val_end:], labels[val_end:])
-    info = {
-        "days": days,
-        "dataset": cfg.dataset.value,
-        "rows": {"train": len(train), "val": len(val), "test": len(test)},
-    }
+    info = DataInfo.of_splits(train, val, test, days=days, dataset=cfg.dataset.value)
     return train, val, test, info
 
 
@@ -152,7 +149,7 @@ def _mapped_splits(
     cfg: CriteoNpyDataConfig,
     table_sizes: list[int],
     days: list[int],
-) -> tuple[ClickData, ClickData, ClickData, dict]:
+) -> tuple[ClickData, ClickData, ClickData, DataInfo]:
     """``mmap_mode``: splits as :class:`RowSpan` views of the mapped days (nothing copied);
     ids are hashed per batch, or their range is checked day by day first."""
     sizes = np.asarray(table_sizes, dtype=np.int64)
@@ -175,10 +172,7 @@ def _mapped_splits(
     train_end, val_end = split_bounds(len(columns[2]), cfg.dataset, len(loaded[-1][2]))
     bounds = ((0, train_end), (train_end, val_end), (val_end, len(columns[2])))
     train, val, test = (ClickData(*(c.span(lo, hi) for c in columns)) for lo, hi in bounds)
-    info = {
-        "days": days,
-        "dataset": cfg.dataset.value,
-        "mmap_mode": True,
-        "rows": {"train": len(train), "val": len(val), "test": len(test)},
-    }
+    info = DataInfo.of_splits(
+        train, val, test, days=days, dataset=cfg.dataset.value, mmap_mode=True
+    )
     return train, val, test, info

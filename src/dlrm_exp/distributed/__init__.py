@@ -2,6 +2,8 @@
 
 Owns: process groups, ranks and worker launch (``launch``), the embedding sharder that also
 offers row-wise types on CPU (``sharder``), quantized-communication codecs (``qcomms``), and
-the byte count of collectives (``comm_stats``). May import: config, util (and
-:mod:`dlrm_exp.errors`).
+the byte count of collectives (``comm_stats``) over the private torch hooks it needs
+(``torch_internals``).
+
+May import: config, util, errors.
 """

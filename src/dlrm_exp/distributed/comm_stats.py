@@ -17,7 +17,6 @@ Bytes are those of the input tensors (``numel * element_size``), including the s
 sends to itself. DDP's gradient all-reduce runs in C++ and is not counted.
 """
 
-import sys
 from collections import defaultdict
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -25,6 +24,13 @@ from typing import Any
 
 import torch
 import torch.distributed as dist
+
+from dlrm_exp.distributed.torch_internals import (
+    caller_module,
+    check_available,
+    in_backward,
+    patched,
+)
 
 #: Collective name -> (position, keyword) of the tensor(s) the calling rank sends.
 _SENT_ARG: dict[str, tuple[int, str]] = {
@@ -66,14 +72,13 @@ class CollectiveBytes:
 
         def counted(*args: Any, **kwargs: Any) -> Any:
             if self.active:
-                caller = _CALLERS.get(sys._getframe(1).f_globals.get("__name__", ""))
+                caller = _CALLERS.get(caller_module())
                 if caller is not None:
                     sent = args[position] if len(args) > position else kwargs.get(keyword)
                     if caller == "input_dist":
                         phase = "input_dist"
                     else:
-                        in_backward = torch._C._current_graph_task_id() != -1
-                        phase = "backward" if in_backward else "forward"
+                        phase = "backward" if in_backward() else "forward"
                     self.bytes[phase] += _nbytes(sent)
                     self.calls[phase] += 1
             return original(*args, **kwargs)
@@ -82,15 +87,15 @@ class CollectiveBytes:
 
     @contextmanager
     def installed(self) -> Iterator["CollectiveBytes"]:
-        """Wrap the ``torch.distributed`` collectives for the duration of the block."""
-        originals = {name: getattr(dist, name) for name in _SENT_ARG}
-        try:
-            for name, fn in originals.items():
-                setattr(dist, name, self._wrap(name, fn))
+        """Wrap the ``torch.distributed`` collectives for the duration of the block.
+
+        Raises:
+            RuntimeError: the installed torch lacks a private hook the count needs.
+        """
+        check_available()
+        wrapped = {name: self._wrap(name, getattr(dist, name)) for name in _SENT_ARG}
+        with patched(dist, wrapped):
             yield self
-        finally:
-            for name, fn in originals.items():
-                setattr(dist, name, fn)
 
     def per_step(self, steps: int) -> dict[str, float]:
         """Mean bytes per measured step and phase (``forward``, ``backward``, ``input_dist``)."""

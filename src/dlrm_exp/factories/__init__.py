@@ -1,8 +1,9 @@
-"""Build room: the typed factories that turn the config and a plan into this rank's objects.
+"""Factories room: the typed factories that turn the config and a plan into this rank's objects.
 
 Owns: the DLRM on the meta device (``model``), table initialisation independent of the plan
 (``table_init``), the fused sparse and the dense optimizers (``optim``, ``replicated_optim``),
 the non-finite-loss guard (``nonfinite``), and ``experiment``, where model, plan, sharder,
-optimizers and ``TrainPipelineSparseDist`` meet. May import: planning, distributed, config,
-util (and :mod:`dlrm_exp.errors`); not modes, loop, data or record.
+optimizers and ``TrainPipelineSparseDist`` meet.
+
+May import: planning, perf, distributed, config, util, errors. Not modes, loop, data or record.
 """

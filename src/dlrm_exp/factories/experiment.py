@@ -3,7 +3,7 @@
 ``build_experiment`` is the one place where the groups meet: model (meta device) ->
 sparse optimizer in backward -> plan (:func:`dlrm_exp.planning.job.plan_job`) ->
 ``DistributedModelParallel`` -> combined optimizer -> the ``train.pipeline``
-(:mod:`dlrm_exp.build.pipeline`).
+(:mod:`dlrm_exp.factories.pipeline`).
 """
 
 from collections.abc import Callable
@@ -19,16 +19,16 @@ from torchrec.distributed.types import ShardingPlan
 from torchrec.models.dlrm import DLRMTrain
 from torchrec.optim.keyed import CombinedOptimizer
 
-from dlrm_exp.build.lr_schedule import LRSchedule
-from dlrm_exp.build.model import build_model
-from dlrm_exp.build.nonfinite import SkipNonFiniteDLRMTrain, install_gradient_guards
-from dlrm_exp.build.optim import apply_sparse_optimizer, build_optimizer, dense_learning_rate
-from dlrm_exp.build.pipeline import build_pipeline
-from dlrm_exp.build.precision import apply_dense_precision
-from dlrm_exp.build.table_init import init_tables
 from dlrm_exp.config import Config, OnNonFinite
 from dlrm_exp.distributed.launch import DistContext
 from dlrm_exp.distributed.sharder import job_sharder
+from dlrm_exp.factories.lr_schedule import LRSchedule
+from dlrm_exp.factories.model import build_model
+from dlrm_exp.factories.nonfinite import SkipNonFiniteDLRMTrain, install_gradient_guards
+from dlrm_exp.factories.optim import apply_sparse_optimizer, build_optimizer, dense_learning_rate
+from dlrm_exp.factories.pipeline import build_pipeline
+from dlrm_exp.factories.precision import apply_dense_precision
+from dlrm_exp.factories.table_init import init_tables
 from dlrm_exp.planning.job import plan_job
 from dlrm_exp.planning.tables import META, table_configs
 
@@ -95,10 +95,10 @@ def build_experiment(
     """Build the sharded DLRM, its optimizers and the training pipeline for this rank.
 
     Parameters are initialized from ``cfg.seed`` (the same on every rank; tables independently
-    of the plan, see :mod:`dlrm_exp.build.table_init`). Tables are allocated only after
+    of the plan, see :mod:`dlrm_exp.factories.table_init`). Tables are allocated only after
     planning (here, or by the caller who passes ``plan``), so a plan that cannot fit fails
     before any table exists. ``wrap`` replaces the ``DLRMTrain`` around the DLRM (default:
-    :class:`~dlrm_exp.build.nonfinite.SkipNonFiniteDLRMTrain` when
+    :class:`~dlrm_exp.factories.nonfinite.SkipNonFiniteDLRMTrain` when
     ``train.on_nonfinite=skip``).
 
     Raises:

@@ -15,9 +15,9 @@ from torchrec.optim.keyed import CombinedOptimizer, KeyedOptimizerWrapper
 from torchrec.optim.optimizers import in_backward_optimizer_filter
 from torchrec.optim.rowwise_adagrad import RowWiseAdagrad
 
-from dlrm_exp.build.replicated_optim import FbgemmReplicaOptimizer
 from dlrm_exp.config import DenseOptimizer, OptimizerConfig, SparseOptimizer
 from dlrm_exp.config.optimizer import CPU_FUSED
+from dlrm_exp.factories.replicated_optim import FbgemmReplicaOptimizer
 from dlrm_exp.planning.tables import is_table_key
 
 #: Position of the dense optimizer in :func:`build_optimizer`'s ``CombinedOptimizer``.
@@ -70,7 +70,7 @@ def build_optimizer(model: torch.nn.Module, cfg: OptimizerConfig) -> CombinedOpt
     optimizer at the dense learning rate; here they keep the configured sparse optimizer and
     step after DDP averaged their gradients, which is the update the fused kernel makes for
     sharded tables. On CPU that update runs in FBGEMM's fused kernel itself
-    (:class:`~dlrm_exp.build.replicated_optim.FbgemmReplicaOptimizer`), so its arithmetic is the
+    (:class:`~dlrm_exp.factories.replicated_optim.FbgemmReplicaOptimizer`), so its arithmetic is the
     sharded tables' to the bit; elsewhere, and for Adam (which FBGEMM's CPU kernels lack,
     :data:`~dlrm_exp.config.optimizer.CPU_FUSED`), in TorchRec's ``RowWiseAdagrad`` /
     ``torch.optim``.

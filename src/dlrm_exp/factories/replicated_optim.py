@@ -10,8 +10,9 @@ a visibly different trajectory after some steps.
 
 :class:`FbgemmReplicaOptimizer` instead feeds the averaged gradient rows through a TBE with the
 same optimizer whose weights *are* the replica's storage: every table, however it is sharded,
-is then updated by the same kernel (bitwise so on CPU, see ``tests/test_replicated_optim.py``).
-CPU only (:func:`dlrm_exp.build.optim.build_optimizer` uses TorchRec's optimizers elsewhere).
+is then updated by the same kernel (bitwise so on CPU, see
+``tests/factories/test_replicated_optim.py``).
+CPU only (:func:`dlrm_exp.factories.optim.build_optimizer` uses TorchRec's optimizers elsewhere).
 """
 
 from typing import Any

@@ -54,7 +54,8 @@ def init_tables(model: torch.nn.Module, tables: list[EmbeddingBagConfig], seed: 
     (sharded: its local shards at their offsets; data_parallel: the whole replica).
 
     Raises:
-        KeyError: a table has no weight in the model's state dict.
+        ValueError: a table has no weight, or more than one, in the model's state dict (the
+            ``(key,) = ...`` unpacking of the matching keys fails).
     """
     state = model.state_dict()
     for index, table in enumerate(tables):

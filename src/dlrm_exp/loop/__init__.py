@@ -2,6 +2,8 @@
 
 Owns: the trainer and its checkpointable state (``trainer``), draining the pipeline and
 evaluating a split (``evaluate``), DCP checkpoints (``checkpoint``), and AUROC / log loss / NE,
-throughput and memory (``metrics``). May import: distributed, data, record, config, util (and
-:mod:`dlrm_exp.errors`); not build, planning or modes (the built objects come in as arguments).
+throughput and memory (``metrics``).
+
+May import: perf, distributed, data, record, config, util, errors. Not factories, planning or
+modes (the built objects come in as arguments).
 """

@@ -12,9 +12,10 @@ from torchrec.datasets.utils import Batch
 from torchrec.distributed.train_pipeline.train_pipelines import TrainPipeline, TrainPipelineBase
 
 from dlrm_exp.loop.metrics import ClickMetrics
+from dlrm_exp.record import metric_table
 
-#: The metrics a validation or test pass reports (besides ``samples``).
-QUALITY = ("auroc", "logloss", "ne", "calibration")
+#: The metrics a validation or test pass reports (besides ``samples``), as in the metric table.
+QUALITY = tuple(q.key for q in metric_table.QUALITY)
 
 
 def drain(pipeline: TrainPipeline, batches: Iterator[Batch]) -> Iterator[tuple]:

@@ -23,7 +23,7 @@ from tqdm import tqdm
 
 from dlrm_exp.config import OnNonFinite, TrainConfig
 from dlrm_exp.distributed.comm_stats import CollectiveBytes
-from dlrm_exp.errors import UserError
+from dlrm_exp.errors import NonFiniteLossError
 from dlrm_exp.loop.evaluate import drain, evaluate, quality
 from dlrm_exp.loop.metrics import Throughput
 from dlrm_exp.perf.profile import StepProfiler
@@ -35,12 +35,9 @@ log = logging.getLogger(__name__)
 BatchSource = Callable[[], Iterable[Batch]]
 
 
-class NonFiniteLossError(UserError):
-    """A training step produced a NaN or infinite loss."""
-
-
 class Schedule(Protocol):
-    """Sets the learning rates of a training step (``dlrm_exp.build.lr_schedule.LRSchedule``)."""
+    """Sets the learning rates of a training step
+    (``dlrm_exp.factories.lr_schedule.LRSchedule``)."""
 
     def apply(self, step: int) -> None:
         """Set the rates of training step ``step`` (1-based), before it runs."""
@@ -48,7 +45,7 @@ class Schedule(Protocol):
 
 
 class Trainable(Protocol):
-    """What the loop trains (``dlrm_exp.build.experiment.Experiment`` is one)."""
+    """What the loop trains (``dlrm_exp.factories.experiment.Experiment`` is one)."""
 
     model: torch.nn.Module
     pipeline: TrainPipeline

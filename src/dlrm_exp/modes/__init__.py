@@ -1,10 +1,12 @@
 """Modes room: one module per ``mode=`` value, each a short list of build -> loop -> record
 calls with a ``run(cfg, job) -> ModeResult`` function (``job``: :class:`~dlrm_exp.modes.job.Job`).
 
-Owns: ``train``, ``verify``, ``plan``, ``preprocess``, and the registry below that the entry
-point dispatches through. May import: every room below it (build, planning, loop,
-distributed, data, record, config, util); not the entry point (:mod:`dlrm_exp.cli`) or
-:mod:`dlrm_exp.bench`.
+Owns: ``train``, ``verify``, ``plan``, ``preprocess``, ``evaluate``, ``predict``, ``export``,
+what they share (``setup``, ``job``), and the registry below that the entry point dispatches
+through.
+
+May import: factories, planning, loop, perf, distributed, data, record, config, util, errors.
+Not the entry point (:mod:`dlrm_exp.cli`) or :mod:`dlrm_exp.bench`.
 """
 
 import importlib

@@ -85,7 +85,7 @@ def evaluate_worker(
             val=scores.get("val", {}),
             test=scores.get("test", {}),
             world_size=ctx.world_size,
-            data=splits.info,
+            data=splits.info.to_json(),
             wall_seconds=time.perf_counter() - started,
         )
         if ctx.is_main:

@@ -4,12 +4,12 @@
 the model on this process with real (unsharded) tables, loads the checkpoint's weights (DCP
 gathers the shards of any sharding type and world size), quantizes the tables with TorchRec's
 inference path (``quantize_inference_model``: ``QuantEmbeddingBagCollection``), scripts the
-whole model (:func:`dlrm_exp.build.inference.script`) and writes, into the run folder (or
+whole model (:func:`dlrm_exp.factories.inference.script`) and writes, into the run folder (or
 ``export.output_dir``):
 
 * ``model.pt``: ``torch.jit.load`` it in any process that has imported ``fbgemm_gpu`` (for
   its embedding operators); dlrm_exp is not needed. Inputs and output:
-  :class:`dlrm_exp.build.inference.InferenceDLRM`.
+  :class:`dlrm_exp.factories.inference.InferenceDLRM`.
 * ``export.json``: the quantization, table bytes before (fp32) and after, the checkpoint and
   its step, and the input schema (feature names, ids per feature range, dense count, layout).
 """
@@ -19,9 +19,9 @@ from pathlib import Path
 
 import torch
 
-from dlrm_exp.build.inference import InferenceDLRM, quantize_tables, script, table_bytes
-from dlrm_exp.build.model import build_model
 from dlrm_exp.config import Config
+from dlrm_exp.factories.inference import InferenceDLRM, quantize_tables, script, table_bytes
+from dlrm_exp.factories.model import build_model
 from dlrm_exp.loop.checkpoint import find_checkpoint, load_model_weights
 from dlrm_exp.modes.job import Job, ModeResult
 from dlrm_exp.planning.tables import table_shapes

@@ -14,8 +14,8 @@ and the imbalance between ranks (max / mean). A plan that cannot fit raises the 
 from pathlib import Path
 from typing import Any
 
-from dlrm_exp.build.experiment import build_module
 from dlrm_exp.config import Config
+from dlrm_exp.factories.experiment import build_module
 from dlrm_exp.modes.job import Job, ModeResult
 from dlrm_exp.planning.estimates import imbalance
 from dlrm_exp.planning.job import plan_job
@@ -39,7 +39,7 @@ def run_plan(cfg: Config, run_dir: Path) -> dict[str, Any]:
     hw = cfg.hardware
     result = plan_job(cfg, build_module(cfg))
     ctx = result.context
-    record = plan_record(result.plan, table_configs(cfg.model), ctx.world_size)
+    record = plan_record(result.plan, table_configs(cfg.model), ctx.world_size).to_json()
     capacity = result.capacity or memory_capacity(hw, ctx.local_world_size)
     storage, estimates = result.storage, result.estimates
     record["hardware"] = {

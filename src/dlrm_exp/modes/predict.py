@@ -30,7 +30,6 @@ import pyarrow.parquet as pq
 import torch
 from tqdm import tqdm
 
-from dlrm_exp.build.experiment import build_experiment
 from dlrm_exp.config import Config, CriteoTsvDataConfig
 from dlrm_exp.data import ClickData
 from dlrm_exp.data.batches import make_batch
@@ -38,6 +37,7 @@ from dlrm_exp.data.criteo_tsv import ReadReport, resolve_paths
 from dlrm_exp.data.preprocess.tsv_parse import convert_block, iter_blocks
 from dlrm_exp.distributed.launch import check_devices, process_group
 from dlrm_exp.errors import ConfigError, DataError
+from dlrm_exp.factories.experiment import build_experiment
 from dlrm_exp.loop.checkpoint import find_checkpoint, load_model_weights
 from dlrm_exp.modes.job import Job, ModeResult
 from dlrm_exp.planning.tables import table_shapes

@@ -10,11 +10,11 @@ from torch.distributed.elastic.multiprocessing.errors import record
 from torchrec.datasets.utils import Batch
 from torchrec.distributed.types import ShardingPlan
 
-from dlrm_exp.build.experiment import Experiment, TrainWrapper, build_experiment, build_module
 from dlrm_exp.config import Config
 from dlrm_exp.data import ClickData, DataSplits, iter_batches, load_splits
 from dlrm_exp.data.criteo_tsv import resolve_paths
 from dlrm_exp.distributed.launch import DistContext, init_worker, launch_workers, needs_launch
+from dlrm_exp.factories.experiment import Experiment, TrainWrapper, build_experiment, build_module
 from dlrm_exp.modes.job import Job
 from dlrm_exp.planning.job import plan_job
 
@@ -61,14 +61,14 @@ def prepare(
     wrap: TrainWrapper | None = None,
 ) -> tuple[DataSplits, Experiment]:
     """Load (or generate) the data splits, then build the experiment on this rank (planning it
-    unless ``plan`` is given; see :func:`~dlrm_exp.build.experiment.build_experiment`).
+    unless ``plan`` is given; see :func:`~dlrm_exp.factories.experiment.build_experiment`).
 
     Raises:
         DataError: the data cannot be read.
         InsufficientMemoryError, PlanError, ConfigError: from planning.
     """
     splits = load_splits(cfg.data, cfg.model.table_sizes, cfg.model.num_dense_features, cfg.seed)
-    log.info("data rows: %s", splits.info.get("rows"))
+    log.info("data rows: %s", splits.info.rows)
     return splits, build_experiment(cfg, ctx, plan, wrap)
 
 

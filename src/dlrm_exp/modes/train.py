@@ -12,7 +12,6 @@ launcher; under torchrun the process is already a worker and trains directly.
 
 import itertools
 import logging
-import math
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -23,7 +22,6 @@ import torch
 import torch.distributed as dist
 from torchrec.distributed.types import ShardingPlan
 
-from dlrm_exp.build.experiment import Experiment
 from dlrm_exp.config import Config
 from dlrm_exp.data import DataSplits, per_rank_sizes
 from dlrm_exp.distributed.comm_stats import CollectiveBytes
@@ -33,6 +31,7 @@ from dlrm_exp.distributed.launch import (
     env_rank,
     process_group,
 )
+from dlrm_exp.factories.experiment import Experiment
 from dlrm_exp.loop.checkpoint import (
     CheckpointLayout,
     load_checkpoint,
@@ -40,15 +39,15 @@ from dlrm_exp.loop.checkpoint import (
     resume_step,
     save_checkpoint,
 )
-from dlrm_exp.loop.evaluate import QUALITY
 from dlrm_exp.loop.metrics import peak_memory_gib, rank_memory_gib, step_time_ms
 from dlrm_exp.loop.trainer import BatchSources, FitResult, Trainer, TrainerState
 from dlrm_exp.modes.job import Job, ModeResult
 from dlrm_exp.modes.setup import prepare, rank_batches, run_on_ranks
 from dlrm_exp.perf.profile import PROFILE_DIR, StepProfiler, profile_files
 from dlrm_exp.perf.utilization import rank_peak, utilization
-from dlrm_exp.planning.plan_record import plan_record, plan_text
+from dlrm_exp.planning.plan_record import PlanRecord, plan_record, plan_text
 from dlrm_exp.planning.tables import table_configs, table_shapes
+from dlrm_exp.record.metric_table import METRICS, QUALITY, fmt
 from dlrm_exp.record.run_record import RunMetrics
 from dlrm_exp.record.tracking import Tracker, run_hparams
 from dlrm_exp.util.files import check_writable, write_json_atomic, write_text_atomic
@@ -95,7 +94,7 @@ class _Run:
     ctx: DistContext
     splits: DataSplits
     experiment: Experiment
-    plan_data: dict[str, Any]
+    plan_data: PlanRecord
 
 
 def train_worker(cfg: Config, job: Job, plan: ShardingPlan | None = None) -> RunMetrics:
@@ -108,7 +107,7 @@ def train_worker(cfg: Config, job: Job, plan: ShardingPlan | None = None) -> Run
         run = _Run(cfg, job, ctx, splits, experiment, plan_data)
         if ctx.is_main:
             write_text_atomic(job.run_dir / "plan.txt", plan_text(experiment.plan) + "\n")
-            write_json_atomic(job.run_dir / "plan.json", plan_data)
+            write_json_atomic(job.run_dir / "plan.json", plan_data.to_json())
         sizes = per_rank_sizes(len(splits.train), cfg.train.batch_size, ctx.world_size)
         samples_per_step = [s * ctx.world_size for s in sizes]
         layout = _layout(run)
@@ -164,11 +163,11 @@ def _batch_sources(run: _Run) -> BatchSources:
 
 def _layout(run: _Run) -> CheckpointLayout:
     """The model layout a checkpoint records and a resume checks."""
-    tables = run.plan_data["tables"]
+    tables = run.plan_data.tables
     return CheckpointLayout(
         tables=table_shapes(run.cfg.model),
         data_parallel_tables=sorted(
-            name for name, t in tables.items() if t["sharding_type"] == "data_parallel"
+            name for name, t in tables.items() if t.sharding_type == "data_parallel"
         ),
         world_size=run.ctx.world_size,
     )
@@ -234,9 +233,9 @@ def _run_metrics(
         final_train_loss=state.final_train_loss,
         skipped_steps=state.skipped_steps,
         world_size=run.ctx.world_size,
-        embedding_bytes_per_rank=run.plan_data["embedding_bytes_per_rank"],
-        bayes_auroc=info.get("bayes_auroc"),
-        data=info,
+        embedding_bytes_per_rank=run.plan_data.embedding_bytes_per_rank,
+        bayes_auroc=info.bayes_auroc,
+        data=info.to_json(),
         val_history=state.val_history,
         choices=dict(run.job.choices),
         target_auroc=run.cfg.train.target_auroc,
@@ -260,8 +259,8 @@ def _final_scalars(metrics: RunMetrics) -> dict[str, float | None]:
     """The HParams metrics: final quality, throughput, collective bytes, peak memory, the
     fraction of the measured matmul peak."""
     return {
-        **{f"val/{k}": metrics.val[k] for k in QUALITY},
-        **{f"test/{k}": metrics.test[k] for k in QUALITY},
+        **{f"val/{q.key}": metrics.val[q.key] for q in QUALITY},
+        **{f"test/{q.key}": metrics.test[q.key] for q in QUALITY},
         "summary/samples_per_sec": metrics.samples_per_sec,
         "summary/forward_comm_bytes_per_step": metrics.comm_bytes_per_step["forward"],
         "summary/backward_comm_bytes_per_step": metrics.comm_bytes_per_step["backward"],
@@ -270,27 +269,18 @@ def _final_scalars(metrics: RunMetrics) -> dict[str, float | None]:
     }
 
 
-def _fmt(value: float | None, spec: str = ".4f") -> str:
-    return (
-        "n/a"
-        if value is None or (isinstance(value, float) and math.isnan(value))
-        else format(value, spec)
-    )
-
-
 def summary(metrics: RunMetrics, run_dir: Path, logdir: str = "outputs") -> str:
     """The lines printed at the end of a training run."""
     bayes = metrics.bayes_auroc or {}
     lines = []
     for split, m in (("val", metrics.val), ("test", metrics.test)):
-        best = f" (Bayes-optimal {_fmt(bayes[split])})" if split in bayes else ""
-        lines.append(
-            f"{split:<4} AUROC {_fmt(m['auroc'])}{best} | log loss {_fmt(m['logloss'])} | "
-            f"NE {_fmt(m['ne'])} | calibration {_fmt(m['calibration'], '.3f')} | "
-            f"{int(m['samples']):,} samples"
-        )
+        cells = [f"{q.label} {fmt(m.get(q.key), q.spec)}" for q in QUALITY]
+        if split in bayes:
+            cells[0] += f" (Bayes-optimal {fmt(bayes[split], '.4f')})"
+        lines.append(f"{split:<4} " + " | ".join(cells) + f" | {int(m['samples']):,} samples")
+    throughput = METRICS["samples_per_sec"].format(metrics.samples_per_sec)
     lines.append(
-        f"train {metrics.steps} steps | {_fmt(metrics.samples_per_sec, ',.0f')} samples/s "
+        f"train {metrics.steps} steps | {throughput} samples/s "
         f"| peak memory {metrics.peak_memory_gib:.2f} GiB | {metrics.wall_seconds:.1f} s"
     )
     util = metrics.utilization

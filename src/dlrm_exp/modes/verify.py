@@ -1,7 +1,7 @@
 """``mode=verify``: prove that sharding does not change the maths.
 
 Trains ``verify.steps`` steps twice from identical initial weights (tables from
-:mod:`dlrm_exp.build.table_init`, dense parts from the seed) on the same global batches:
+:mod:`dlrm_exp.factories.table_init`, dense parts from the seed) on the same global batches:
 
 * the job as configured (sharding, qcomms, ``hardware.nproc_per_node`` processes, per-rank
   batch B);
@@ -26,7 +26,7 @@ batch (one GEMM over 2B rows) that gave 2.6e-5 (seed 0, data_parallel) and 1.4e-
 row_wise and data_parallel) with the default ``eps=1e-8``. With the slices, table-, row-,
 column-wise and their mixes reproduce the reference bitwise on CPU (deviation 0);
 data_parallel tables, updated by the same FBGEMM kernel
-(:mod:`dlrm_exp.build.replicated_optim`), differ only where a row's gradient is summed per rank
+(:mod:`dlrm_exp.factories.replicated_optim`), differ only where a row's gradient is summed per rank
 before DDP averages the halves (about 1e-7).
 """
 
@@ -44,7 +44,6 @@ from torch.distributed.elastic.multiprocessing.errors import record
 from torchrec.datasets.utils import Batch
 from torchrec.models.dlrm import DLRMTrain
 
-from dlrm_exp.build.pipeline import EXACT_PIPELINES
 from dlrm_exp.config import (
     ComputeDevice,
     ComputeKernel,
@@ -64,6 +63,7 @@ from dlrm_exp.distributed.launch import (
     process_group,
 )
 from dlrm_exp.errors import ConfigError, UserError
+from dlrm_exp.factories.pipeline import EXACT_PIPELINES
 from dlrm_exp.loop.evaluate import drain
 from dlrm_exp.modes.job import Job, ModeResult
 from dlrm_exp.modes.setup import prepare, rank_batches
@@ -228,7 +228,7 @@ def _max_abs(a: dict[str, np.ndarray], b: dict[str, np.ndarray]) -> float:
 
 def exact_training(cfg: Config) -> bool:
     """Whether ``cfg`` trains the reference's maths: an exact pipeline
-    (:data:`~dlrm_exp.build.pipeline.EXACT_PIPELINES`) in fp32. ``semi_sync`` (stale
+    (:data:`~dlrm_exp.factories.pipeline.EXACT_PIPELINES`) in fp32. ``semi_sync`` (stale
     embeddings) and bf16 change the numerics on purpose: their deviation is reported, not
     judged."""
     return (

@@ -4,5 +4,6 @@ Owns: the dense FLOPs and embedding bytes of one training sample, from the model
 (``flops``), the measured matmul and copy peaks of this machine, cached (``peak``), the
 utilization record of ``metrics.json`` (``utilization``) and ``train.profile``'s
 ``torch.profiler`` traces and RSS timeline (``profile``).
-May import: config, util (and :mod:`dlrm_exp.errors`).
+
+May import: config, util, errors.
 """

@@ -15,7 +15,7 @@ from dlrm_exp.perf.flops import dense_flops, embedding_bytes_per_sample
 from dlrm_exp.perf.peak import Peak, measured_peak
 
 #: The torch dtype of each dense precision: what autocast computes the dense part in
-#: (:mod:`dlrm_exp.build.precision`) and the peak is measured in.
+#: (:mod:`dlrm_exp.factories.precision`) and the peak is measured in.
 DENSE_DTYPES = {
     DensePrecision.fp32: torch.float32,
     DensePrecision.bf16: torch.bfloat16,

@@ -5,5 +5,6 @@ the Topology and per-rank memory capacity (``topology``), embedding storage and 
 fits (``storage``), TorchRec's planner call and its errors (``planner``), the planner's per-rank
 estimates (``estimates``), plan files (``plan_file``), the plan as text and data
 (``plan_record``), and ``job.plan_job``, the one function ``mode=plan`` and training both call.
-May import: distributed, config, util (and :mod:`dlrm_exp.errors`).
+
+May import: distributed, config, util, errors.
 """

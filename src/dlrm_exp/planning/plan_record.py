@@ -1,5 +1,8 @@
 """The plan as text (``plan.txt``, as TorchRec prints it) and as data (``plan.json``)."""
 
+from dataclasses import asdict, dataclass
+from typing import Any
+
 from torchrec.distributed.types import ShardingPlan
 from torchrec.modules.embedding_configs import EmbeddingBagConfig
 
@@ -15,44 +18,79 @@ def plan_sharding_types(plan: ShardingPlan) -> set[str]:
     }
 
 
+@dataclass(frozen=True)
+class ShardRecord:
+    """One shard of a table: the rank holding it, its (row, column) offsets and sizes."""
+
+    rank: int
+    offsets: list[int]
+    sizes: list[int]
+
+
+@dataclass(frozen=True)
+class TablePlan:
+    """Where one table went: sharding type and compute kernel (TorchRec's strings), the ranks
+    and shards, and the table's shape."""
+
+    module: str
+    sharding_type: str
+    compute_kernel: str
+    ranks: list[int]
+    num_embeddings: int
+    embedding_dim: int
+    shards: list[ShardRecord]
+
+
+@dataclass(frozen=True)
+class PlanRecord:
+    """The plan as data (``plan.json``): per table its :class:`TablePlan`, and the fp32
+    embedding bytes each rank holds."""
+
+    world_size: int
+    tables: dict[str, TablePlan]
+    embedding_bytes_per_rank: list[int]
+
+    def to_json(self) -> dict[str, Any]:
+        """The ``plan.json`` content (``world_size``, ``tables``, ``embedding_bytes_per_rank``)."""
+        return asdict(self)
+
+
+def _shards(ps: Any, table: EmbeddingBagConfig) -> list[ShardRecord]:
+    """The shards of one parameter sharding; a data_parallel table has one full-size shard on
+    every rank."""
+    if ps.sharding_spec is None:
+        full = [table.num_embeddings, table.embedding_dim]
+        return [ShardRecord(r, [0, 0], list(full)) for r in ps.ranks or []]
+    return [
+        ShardRecord(shard.placement.rank(), list(shard.shard_offsets), list(shard.shard_sizes))
+        for shard in ps.sharding_spec.shards
+    ]
+
+
 def plan_record(
     plan: ShardingPlan, tables: list[EmbeddingBagConfig], world_size: int
-) -> dict[str, object]:
-    """The plan as data (``plan.json``): per table its sharding type, compute kernel, ranks and
-    shards (rank, row/column offsets, sizes), and the fp32 embedding bytes held by each rank.
-
-    A data_parallel table has one full-size shard on every rank.
-    """
+) -> PlanRecord:
+    """The plan as data: per table its sharding type, compute kernel, ranks and shards (rank,
+    row/column offsets, sizes), and the fp32 embedding bytes held by each rank."""
     by_name = {t.name: t for t in tables}
     per_rank = [0] * world_size
-    records: dict[str, object] = {}
+    records: dict[str, TablePlan] = {}
     for module_path, module_plan in plan.plan.items():
         for name, ps in module_plan.items():  # type: ignore[union-attr]
             table = by_name[name]
-            full = [table.num_embeddings, table.embedding_dim]
-            if ps.sharding_spec is None:
-                shards = [{"rank": r, "offsets": [0, 0], "sizes": full} for r in ps.ranks or []]
-            else:
-                shards = [
-                    {
-                        "rank": shard.placement.rank(),
-                        "offsets": list(shard.shard_offsets),
-                        "sizes": list(shard.shard_sizes),
-                    }
-                    for shard in ps.sharding_spec.shards  # type: ignore[attr-defined]
-                ]
+            shards = _shards(ps, table)
             for shard in shards:
-                per_rank[shard["rank"]] += shard["sizes"][0] * shard["sizes"][1] * FP32_BYTES
-            records[name] = {
-                "module": module_path,
-                "sharding_type": ps.sharding_type,
-                "compute_kernel": ps.compute_kernel,
-                "ranks": list(ps.ranks or []),
-                "num_embeddings": table.num_embeddings,
-                "embedding_dim": table.embedding_dim,
-                "shards": shards,
-            }
-    return {"world_size": world_size, "tables": records, "embedding_bytes_per_rank": per_rank}
+                per_rank[shard.rank] += shard.sizes[0] * shard.sizes[1] * FP32_BYTES
+            records[name] = TablePlan(
+                module_path,
+                ps.sharding_type,
+                ps.compute_kernel,
+                list(ps.ranks or []),
+                table.num_embeddings,
+                table.embedding_dim,
+                shards,
+            )
+    return PlanRecord(world_size, records, per_rank)
 
 
 def plan_text(plan: ShardingPlan) -> str:

@@ -1,5 +1,5 @@
 """Configurations compared with statistics: seeds are repeats, every other swept key names a
-configuration (:attr:`dlrm_exp.record.sweep.RunRecord.config`).
+configuration (:attr:`dlrm_exp.record.runs.RunRecord.config`).
 
 Per configuration and metric: mean, sample sd, n and the 95 % Student t interval; against a
 baseline configuration, the paired difference per seed with its 95 % interval and the paired
@@ -7,46 +7,24 @@ t-test's p-value (:mod:`dlrm_exp.record.stats`). ``summary_stats.csv`` holds the
 in long form; :func:`compare_to` checks a new set against a saved one (a CI gate).
 """
 
-from __future__ import annotations
-
 import csv
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
 
-from hydra.core.override_parser.overrides_parser import OverridesParser
-
-from dlrm_exp.record.run_record import COMPLETED, RunMetrics
+from dlrm_exp.record.metric_table import METRICS, Metric, fmt
+from dlrm_exp.record.run_record import COMPLETED
+from dlrm_exp.record.runs import RunRecord
 from dlrm_exp.record.stats import Estimate, PairedDifference, estimate, paired_difference
-
-if TYPE_CHECKING:  # sweep imports this module to write the summary
-    from dlrm_exp.record.sweep import RunRecord
 
 STATS_FILE = "summary_stats.csv"
 
-
-@dataclass(frozen=True)
-class Metric:
-    """A compared metric: its label, how to read it, and which way is better (None: neither,
-    e.g. calibration, whose ideal is 1)."""
-
-    label: str
-    read: Callable[[RunMetrics], float | None]
-    higher_is_better: bool | None
-    spec: str
-
-
-METRICS: dict[str, Metric] = {
-    "val_auroc": Metric("val AUROC", lambda m: m.val.get("auroc"), True, ".4f"),
-    "test_auroc": Metric("test AUROC", lambda m: m.test.get("auroc"), True, ".4f"),
-    "val_ne": Metric("val NE", lambda m: m.val.get("ne"), False, ".4f"),
-    "val_logloss": Metric("val log loss", lambda m: m.val.get("logloss"), False, ".4f"),
-    "val_calibration": Metric("val calibration", lambda m: m.val.get("calibration"), None, ".3f"),
-    "samples_per_sec": Metric("samples/s", lambda m: m.samples_per_sec, True, ",.0f"),
-    "step_ms_p50": Metric("step p50 ms", lambda m: m.step_time_ms.get("p50"), False, ".1f"),
-}
+#: The metrics compared per configuration (keys of the metric table).
+COMPARED = (
+    "val_auroc", "test_auroc", "val_ne", "val_logloss", "val_calibration", "samples_per_sec",
+    "step_ms_p50",
+)  # fmt: skip
 #: What :func:`compare_to` gates on unless told otherwise: the quality metrics, which a rerun
 #: with the same seeds reproduces; speed moves with the machine (opt in with ``--gate``).
 DEFAULT_GATE = ("val_auroc", "test_auroc", "val_ne", "val_logloss")
@@ -71,20 +49,6 @@ def _values(runs: Sequence[RunRecord], metric: Metric) -> dict[int, float]:
     return out
 
 
-def _matches(config_runs: Sequence[RunRecord], selector: str) -> bool:
-    wanted = {
-        o.key_or_group: o.get_value_element_as_str()
-        for o in OverridesParser.create().parse_overrides(
-            [part for part in selector.split(",") if part]
-        )
-    }
-    have = {
-        o.key_or_group: o.get_value_element_as_str()
-        for o in OverridesParser.create().parse_overrides(config_runs[0].overrides)
-    }
-    return all(have.get(k) == v for k, v in wanted.items())
-
-
 def config_stats(runs: Sequence[RunRecord], baseline: str | None = None) -> list[ConfigStats]:
     """Statistics per configuration of the completed ``runs``, in first-seen order; the
     baseline (``baseline``: overrides such as ``qcomms=none``, else the first configuration)
@@ -101,7 +65,7 @@ def config_stats(runs: Sequence[RunRecord], baseline: str | None = None) -> list
         return []
     names = list(groups)
     if baseline:
-        matching = [name for name in names if _matches(groups[name], baseline)]
+        matching = [name for name in names if groups[name][0].matches(baseline)]
         if not matching:
             raise ValueError(f"--baseline {baseline}: no configuration has these overrides")
         names.remove(matching[0])
@@ -111,7 +75,8 @@ def config_stats(runs: Sequence[RunRecord], baseline: str | None = None) -> list
     for name in names:
         config_runs = sorted(groups[name], key=lambda r: r.seed)
         stats = ConfigStats(name, [r.seed for r in config_runs])
-        for key, metric in METRICS.items():
+        for key in COMPARED:
+            metric = METRICS[key]
             values = _values(config_runs, metric)
             if not values:
                 continue
@@ -130,10 +95,6 @@ def config_stats(runs: Sequence[RunRecord], baseline: str | None = None) -> list
 def has_repeats(stats: Sequence[ConfigStats]) -> bool:
     """Whether any configuration ran with more than one seed (then the statistics are shown)."""
     return any(len(s.seeds) > 1 for s in stats)
-
-
-def _fmt(value: float | None, spec: str) -> str:
-    return "n/a" if value is None else format(value, spec)
 
 
 def stats_markdown(stats: Sequence[ConfigStats]) -> str:
@@ -157,16 +118,16 @@ def stats_markdown(stats: Sequence[ConfigStats]) -> str:
             if e is None:
                 cells.append("n/a")
             elif e.half_width is None:
-                cells.append(_fmt(e.mean, spec))
+                cells.append(fmt(e.mean, spec))
             else:
-                cells.append(f"{_fmt(e.mean, spec)} +- {_fmt(e.half_width, spec)}")
+                cells.append(f"{fmt(e.mean, spec)} +- {fmt(e.half_width, spec)}")
         d = s.vs_baseline.get("val_auroc")
         if d is None:
             cells += ["", ""]
         else:
             interval = "" if d.ci_low is None else f" [{d.ci_low:+.5f}, {d.ci_high:+.5f}]"
             mark = " *" if d.significant else ""
-            cells += [f"{d.mean:+.5f}{interval}{mark}", _fmt(d.p_value, ".3g")]
+            cells += [f"{d.mean:+.5f}{interval}{mark}", fmt(d.p_value, ".3g")]
         lines.append("| " + " | ".join(cells) + " |")
     lines.append("")
     lines.append(
@@ -252,8 +213,8 @@ def compare_to(
                     else "moved"
                 )
             line = (
-                f"{s.config} {metric.label}: {format(old_mean, metric.spec)} -> "
-                f"{format(e.mean, metric.spec)} ({diff:+.3g}, noise +-{noise:.3g}): {verdict}"
+                f"{s.config} {metric.label}: {metric.format(old_mean)} -> "
+                f"{metric.format(e.mean)} ({diff:+.3g}, noise +-{noise:.3g}): {verdict}"
             )
             if moved and worse and key in gate and abs(diff) > tolerance:
                 line += "  REGRESSION"

@@ -35,8 +35,8 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
 from dlrm_exp.record.compare import (  # noqa: E402
+    COMPARED,
     DEFAULT_GATE,
-    METRICS,
     ConfigStats,
     compare_to,
     config_stats,
@@ -44,8 +44,9 @@ from dlrm_exp.record.compare import (  # noqa: E402
     stats_markdown,
 )
 from dlrm_exp.record.run_record import COMPLETED, RunMetrics  # noqa: E402
+from dlrm_exp.record.runs import RunRecord, load_runs  # noqa: E402
 from dlrm_exp.record.stats import estimate  # noqa: E402
-from dlrm_exp.record.sweep import RunRecord, load_runs, markdown_table, write_summary  # noqa: E402
+from dlrm_exp.record.sweep import markdown_table, write_summary  # noqa: E402
 
 PLOTS = ("throughput.png", "val_auroc.png", "comm_bytes.png", "auroc_diff.png")
 
@@ -210,7 +211,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--tolerance", type=float, default=0.0, help="ignore regressions up to this"
     )
     parser.add_argument(
-        "--gate", nargs="+", default=list(DEFAULT_GATE), choices=list(METRICS),
+        "--gate", nargs="+", default=list(DEFAULT_GATE), choices=list(COMPARED),
         help="metrics whose regression fails --compare-to",
     )  # fmt: skip
     args = parser.parse_args(argv)

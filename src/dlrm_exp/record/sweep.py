@@ -1,24 +1,16 @@
-"""Multirun (``-m``): run names from the swept overrides, the runs' records, and the sweep
-summary (``summary.csv``, ``summary.md``) written by a Hydra callback when the sweep ends.
+"""Multirun (``-m``): the sweep summary (``summary.csv``, ``summary.md``) of the runs'
+records (:mod:`dlrm_exp.record.runs`), written by a Hydra callback when the sweep ends.
 
-A job folder (``outputs/multirun/<date>/<time>/<n>/``) holds ``.hydra/overrides.yaml`` and
-``metrics.json``, whose ``status`` is ``completed`` or ``failed`` (with ``error``); a job that
-left no ``metrics.json`` (killed outright) is reported as ``missing``. The run name of a job is
-its value of every swept key, in command-line order, e.g. ``sharding=rowwise,qcomms=fp16``.
+Columns, labels and number formats come from :mod:`dlrm_exp.record.metric_table`.
 """
 
 import csv
-import json
-import logging
-import math
-from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.experimental.callback import Callback
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig
 
 from dlrm_exp.record.compare import (
     ConfigStats,
@@ -27,194 +19,44 @@ from dlrm_exp.record.compare import (
     stats_markdown,
     write_stats,
 )
-from dlrm_exp.record.run_record import COMPLETED, MISSING, RunMetrics
+from dlrm_exp.record.metric_table import METRICS, fmt
+from dlrm_exp.record.run_record import COMPLETED
+from dlrm_exp.record.runs import RunRecord, load_runs
 
-log = logging.getLogger(__name__)
-
-
-#: The key whose swept values are repeats of one configuration, not configurations.
-SEED = "seed"
-#: The configuration name of runs that differ only by seed.
-ALL = "(all runs)"
-
-
-def _parse(overrides: Sequence[str]) -> list[Any]:
-    return OverridesParser.create().parse_overrides(list(overrides))
-
-
-def swept_keys(sweep_overrides: Sequence[str]) -> list[str]:
-    """Keys that take several values in a multirun's command-line overrides (``a=x,y``,
-    ``range(..)``, ``choice(..)``, globs), in the order given."""
-    return [o.key_or_group for o in _parse(sweep_overrides) if o.is_sweep_override()]
-
-
-def run_name(job_overrides: Sequence[str], swept: Sequence[str]) -> str:
-    """``key=value,...`` of the swept keys for one job (all its overrides if none swept)."""
-    values = {o.key_or_group: o.get_value_element_as_str() for o in _parse(job_overrides)}
-    keys = [k for k in swept if k in values] or list(values)
-    return ",".join(f"{k}={values[k]}" for k in keys)
-
-
-def sweep_overrides(sweep_dir: Path) -> list[str]:
-    """The command-line overrides of the multirun saved in ``sweep_dir/multirun.yaml``."""
-    saved = sweep_dir / "multirun.yaml"
-    if not saved.is_file():
-        return []
-    return list(OmegaConf.load(saved).hydra.overrides.task)
-
-
-@dataclass
-class RunRecord:
-    """One run folder: its name, overrides and ``metrics.json`` (status ``missing`` if the
-    folder has none); ``config`` names its configuration (every swept key but ``seed``) and
-    ``seed`` the repeat."""
-
-    path: Path
-    name: str
-    overrides: list[str]
-    metrics: RunMetrics = field(default_factory=lambda: RunMetrics(status=MISSING))
-    config: str = ""
-    seed: int = 0
-
-    @property
-    def status(self) -> str:
-        """``completed``, ``failed`` or ``missing`` (no ``metrics.json``)."""
-        return self.metrics.status
-
-
-def _job_overrides(run_dir: Path) -> list[str]:
-    saved = run_dir / ".hydra" / "overrides.yaml"
-    return list(OmegaConf.load(saved)) if saved.is_file() else []
-
-
-def _job_number(path: Path) -> tuple[int, str]:
-    return (int(path.name), "") if path.name.isdigit() else (1 << 30, path.name)
-
-
-def varying_keys(jobs_overrides: Sequence[Sequence[str]]) -> list[str]:
-    """Keys whose value differs between jobs, or that only some jobs have (for sweeps that
-    saved no ``multirun.yaml``, such as Optuna's), in first-seen order."""
-    values: dict[str, set[str | None]] = {}
-    parsed = [
-        {o.key_or_group: o.get_value_element_as_str() for o in _parse(overrides)}
-        for overrides in jobs_overrides
-    ]
-    for job in parsed:
-        for key in job:
-            values.setdefault(key, set())
-    for job in parsed:
-        for key in values:
-            values[key].add(job.get(key))
-    return [key for key, seen in values.items() if len(seen) > 1]
-
-
-def load_runs(paths: Iterable[Path]) -> list[RunRecord]:
-    """Run records of run folders (holding ``.hydra/`` or ``metrics.json``) and of sweep
-    folders (holding job folders with ``.hydra/``: every job, by job number)."""
-    runs: list[RunRecord] = []
-    for path in paths:
-        jobs = sorted((p for p in path.iterdir() if (p / ".hydra").is_dir()), key=_job_number)
-        if jobs:
-            overrides = [_job_overrides(job) for job in jobs]
-            swept = swept_keys(sweep_overrides(path)) or varying_keys(overrides)
-            runs.extend(
-                _record(job, swept, job_overrides)
-                for job, job_overrides in zip(jobs, overrides, strict=True)
-            )
-        elif (path / ".hydra").is_dir() or (path / "metrics.json").is_file():
-            runs.append(_record(path, [], _job_overrides(path)))
-    return runs
-
-
-def _record(run_dir: Path, swept: Sequence[str], overrides: list[str]) -> RunRecord:
-    metrics_file = run_dir / "metrics.json"
-    metrics = (
-        RunMetrics.from_json(json.loads(metrics_file.read_text()))
-        if metrics_file.is_file()
-        else RunMetrics(status=MISSING)
-    )
-    name = run_name(overrides, swept) if overrides else run_dir.name
-    values = {o.key_or_group: o.get_value_element_as_str() for o in _parse(overrides)}
-    others = [k for k in swept if k != SEED]
-    config = run_name(overrides, others) if others else ""
-    if not others and SEED not in swept:  # a single run, or a sweep without seeds
-        config = name or run_dir.name
-    seed = int(values.get(SEED, 0))
-    return RunRecord(run_dir, name or run_dir.name, overrides, metrics, config or ALL, seed)
+#: The metric columns of ``summary.csv``, in order (keys of the metric table).
+CSV_METRICS = (
+    "val_auroc", "test_auroc", "val_ne", "test_ne", "samples_per_sec", "fwd_bytes_per_step",
+    "bwd_bytes_per_step", "step_ms_p50", "matmul_peak_pct", "peak_rss_gib", "wall_seconds",
+)  # fmt: skip
+#: The metric columns of ``summary.md``.
+TABLE_METRICS = tuple(k for k in CSV_METRICS if k != "test_ne")
 
 
 def summary_row(run: RunRecord) -> dict[str, Any]:
     """One summary row: run name, status, quality, speed, bytes/step, memory, wall time."""
     m = run.metrics
-    done = m.status == COMPLETED
     return {
         "run": run.name,
         "status": run.status,
-        "val_auroc": m.val.get("auroc"),
-        "test_auroc": m.test.get("auroc"),
-        "val_ne": m.val.get("ne"),
-        "test_ne": m.test.get("ne"),
-        "samples_per_sec": m.samples_per_sec,
-        "fwd_bytes_per_step": m.comm_bytes_per_step.get("forward"),
-        "bwd_bytes_per_step": m.comm_bytes_per_step.get("backward"),
-        "step_ms_p50": m.step_time_ms.get("p50"),
-        "matmul_peak_pct": _percent(m.utilization.get("fraction_of_matmul_peak")),
-        "peak_rss_gib": m.peak_rss_gib_max_rank,
-        "wall_seconds": m.wall_seconds if done else None,
+        **{key: METRICS[key].read(m) for key in CSV_METRICS},
         "error": m.error or "",
         "path": str(run.path),
         "profile": ";".join(str(run.path / name) for name in m.profile),
     }
 
 
-def _percent(fraction: float | None) -> float | None:
-    return None if fraction is None else 100 * fraction
-
-
-_FORMATS = {
-    "val_auroc": ".4f",
-    "test_auroc": ".4f",
-    "val_ne": ".4f",
-    "test_ne": ".4f",
-    "samples_per_sec": ",.0f",
-    "fwd_bytes_per_step": ",.0f",
-    "bwd_bytes_per_step": ",.0f",
-    "step_ms_p50": ".1f",
-    "matmul_peak_pct": ".1f",
-    "peak_rss_gib": ".2f",
-    "wall_seconds": ".1f",
-}
-_MD_HEADERS = {
-    "run": "run",
-    "status": "status",
-    "val_auroc": "val AUROC",
-    "test_auroc": "test AUROC",
-    "val_ne": "val NE",
-    "samples_per_sec": "samples/s",
-    "fwd_bytes_per_step": "fwd bytes/step",
-    "bwd_bytes_per_step": "bwd bytes/step",
-    "step_ms_p50": "step p50 ms",
-    "matmul_peak_pct": "% matmul peak",
-    "peak_rss_gib": "peak RSS GiB",
-    "wall_seconds": "wall s",
-}
-
-
-def _cell(key: str, value: Any) -> str:
-    if value is None or (isinstance(value, float) and math.isnan(value)):
-        return "n/a"
-    return format(value, _FORMATS[key]) if key in _FORMATS else str(value)
-
-
 def markdown_table(rows: Sequence[dict[str, Any]]) -> str:
     """The summary as a GitHub markdown table, with the failed jobs' errors and the profiled
     runs' trace files (``train.profile``) listed below."""
-    keys = list(_MD_HEADERS)
+    headers = ["run", "status"] + [METRICS[k].label for k in TABLE_METRICS]
     lines = [
-        "| " + " | ".join(_MD_HEADERS[k] for k in keys) + " |",
-        "| " + " | ".join("---" for _ in keys) + " |",
+        "| " + " | ".join(headers) + " |",
+        "| " + " | ".join("---" for _ in headers) + " |",
     ]
-    lines += ["| " + " | ".join(_cell(k, row[k]) for k in keys) + " |" for row in rows]
+    for row in rows:
+        cells = [row["run"], row["status"]]
+        cells += [fmt(row[k], METRICS[k].spec) for k in TABLE_METRICS]
+        lines.append("| " + " | ".join(cells) + " |")
     errors = [f"- {row['run']}: {row['error']}" for row in rows if row["error"]]
     profiles = [
         f"- {row['run']}: " + ", ".join(f"[{Path(f).name}]({f})" for f in row["profile"].split(";"))

@@ -1,6 +1,7 @@
 """Utility room: small helpers with no knowledge of DLRM, TorchRec or the config.
 
 Owns: console and worker logging (``logs``), counter-based hashing for reproducible random
-numbers (``hashing``), atomic file writes (``files``). May import: the standard library and
-third-party packages only (and :mod:`dlrm_exp.errors`).
+numbers (``hashing``), atomic file writes (``files``).
+
+May import: errors (besides the standard library and third-party packages).
 """

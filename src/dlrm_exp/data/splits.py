@@ -1,0 +1,55 @@
+"""The train / validation / test splits a data source returns, and what it reports about them
+(:class:`DataInfo`, written as ``metrics.json``'s ``data``)."""
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from dlrm_exp.data.batches import ClickData
+
+
+@dataclass
+class DataInfo:
+    """Facts about the loaded data, for ``metrics.json`` (``data``); fields a source does not
+    report stay None and are left out of the JSON.
+
+    Attributes:
+        rows: rows per split, ``{"train": n, "val": n, "test": n}``.
+        read: ``data=criteo_tsv``'s read report (rows read / valid / padded / skipped, bad
+            lines with their line numbers).
+        bayes_auroc: the Bayes-optimal AUROC per split (synthetic data only).
+        days: ``data=criteo_npy``: the day numbers read.
+        dataset: ``data=criteo_npy``: the split rule (``criteo_1tb`` / ``criteo_kaggle``).
+        mmap_mode: ``data=criteo_npy``: whether the days are memory-mapped.
+        multi_hot_sizes: ``data=criteo_multihot``: ids per table and sample.
+        multi_hot_distribution: ``data=criteo_multihot``: how the extra ids are drawn.
+    """
+
+    rows: dict[str, int] = field(default_factory=dict)
+    read: dict[str, Any] | None = None
+    bayes_auroc: dict[str, float] | None = None
+    days: list[int] | None = None
+    dataset: str | None = None
+    mmap_mode: bool | None = None
+    multi_hot_sizes: list[int] | None = None
+    multi_hot_distribution: str | None = None
+
+    @classmethod
+    def of_splits(
+        cls, train: ClickData, val: ClickData, test: ClickData, **facts: Any
+    ) -> "DataInfo":
+        """The record of three splits (their row counts) and the source's ``facts``."""
+        return cls(rows={"train": len(train), "val": len(val), "test": len(test)}, **facts)
+
+    def to_json(self) -> dict[str, Any]:
+        """The reported fields as JSON content (None fields left out)."""
+        return {k: v for k, v in asdict(self).items() if v is not None}
+
+
+@dataclass
+class DataSplits:
+    """Train / validation / test rows plus what the source reported about them."""
+
+    train: ClickData
+    val: ClickData
+    test: ClickData
+    info: DataInfo = field(default_factory=DataInfo)

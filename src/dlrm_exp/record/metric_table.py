@@ -1,0 +1,125 @@
+"""The one table of metrics a person reads: key, label, format and which way is better.
+
+The run summary printed at the end of training, the sweep summary (``summary.md`` /
+``summary.csv``) and the comparison with statistics (``summary_stats.csv``, ``--compare-to``)
+all read their labels and number formats from here, and print a missing value as ``n/a``.
+
+Quality metrics are per split (``val`` / ``test``): AUROC, log loss (nats), NE (normalized
+entropy, He et al. 2014, "Practical Lessons from Predicting Clicks on Ads at Facebook") and
+calibration (mean prediction / click rate; ideal 1).
+"""
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from dlrm_exp.record.run_record import COMPLETED, RunMetrics
+
+#: How a missing or undefined value is printed.
+MISSING_VALUE = "n/a"
+
+
+def fmt(value: Any, spec: str) -> str:
+    """``value`` formatted with ``spec``; ``n/a`` for None and NaN."""
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return MISSING_VALUE
+    return format(value, spec)
+
+
+@dataclass(frozen=True)
+class Metric:
+    """A metric as people read it.
+
+    Attributes:
+        key: the column / ``summary_stats.csv`` name, e.g. ``val_auroc``.
+        label: the header printed, e.g. ``val AUROC``.
+        spec: the format spec of a value, e.g. ``.4f``.
+        higher_is_better: True / False, or None when neither is (calibration: ideal 1).
+        read: the value in a run's :class:`RunMetrics` (None when it has none).
+    """
+
+    key: str
+    label: str
+    spec: str
+    higher_is_better: bool | None
+    read: Callable[[RunMetrics], Any]
+
+    def format(self, value: Any) -> str:
+        """``value`` in this metric's format (``n/a`` when missing)."""
+        return fmt(value, self.spec)
+
+
+@dataclass(frozen=True)
+class Quality:
+    """A per-split quality metric (the key inside ``metrics.json``'s ``val`` / ``test``)."""
+
+    key: str
+    label: str
+    spec: str
+    higher_is_better: bool | None
+
+
+#: Per-split quality metrics, in the order the run summary prints them.
+QUALITY: tuple[Quality, ...] = (
+    Quality("auroc", "AUROC", ".4f", True),
+    Quality("logloss", "log loss", ".4f", False),
+    Quality("ne", "NE", ".4f", False),
+    Quality("calibration", "calibration", ".3f", None),
+)
+SPLITS = ("val", "test")
+
+
+def _split_metric(split: str, q: Quality) -> Metric:
+    return Metric(
+        f"{split}_{q.key}",
+        f"{split} {q.label}",
+        q.spec,
+        q.higher_is_better,
+        lambda m: getattr(m, split).get(q.key),
+    )
+
+
+def _percent(fraction: float | None) -> float | None:
+    return None if fraction is None else 100 * fraction
+
+
+_RUN_METRICS = (
+    Metric("samples_per_sec", "samples/s", ",.0f", True, lambda m: m.samples_per_sec),
+    Metric(
+        "fwd_bytes_per_step",
+        "fwd bytes/step",
+        ",.0f",
+        False,
+        lambda m: m.comm_bytes_per_step.get("forward"),
+    ),
+    Metric(
+        "bwd_bytes_per_step",
+        "bwd bytes/step",
+        ",.0f",
+        False,
+        lambda m: m.comm_bytes_per_step.get("backward"),
+    ),
+    Metric("step_ms_p50", "step p50 ms", ".1f", False, lambda m: m.step_time_ms.get("p50")),
+    Metric(
+        "matmul_peak_pct",
+        "% matmul peak",
+        ".1f",
+        True,
+        lambda m: _percent(m.utilization.get("fraction_of_matmul_peak")),
+    ),
+    Metric("peak_rss_gib", "peak RSS GiB", ".2f", False, lambda m: m.peak_rss_gib_max_rank),
+    Metric(
+        "wall_seconds",
+        "wall s",
+        ".1f",
+        False,
+        lambda m: m.wall_seconds if m.status == COMPLETED else None,
+    ),
+)
+
+#: Every metric by key: the per-split quality metrics, then the run's speed, bytes and memory.
+METRICS: dict[str, Metric] = {
+    m.key: m
+    for m in [_split_metric(split, q) for split in SPLITS for q in QUALITY] + list(_RUN_METRICS)
+}

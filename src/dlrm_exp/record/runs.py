@@ -1,0 +1,136 @@
+"""Run folders as records: what each run was asked (its overrides), what it measured
+(``metrics.json``), and its name, configuration and seed within a sweep.
+
+A job folder (``outputs/multirun/<date>/<time>/<n>/``) holds ``.hydra/overrides.yaml`` and
+``metrics.json``, whose ``status`` is ``completed`` or ``failed`` (with ``error``); a job that
+left no ``metrics.json`` (killed outright) is ``missing``. The run name of a job is its value of
+every swept key, in command-line order, e.g. ``sharding=rowwise,qcomms=fp16``; its
+configuration is the same without ``seed``, which names the repeat.
+"""
+
+import json
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from hydra.core.override_parser.overrides_parser import OverridesParser
+from omegaconf import OmegaConf
+
+from dlrm_exp.record.run_record import MISSING, RunMetrics
+
+#: The key whose swept values are repeats of one configuration, not configurations.
+SEED = "seed"
+#: The configuration name of runs that differ only by seed.
+ALL = "(all runs)"
+
+
+def parse_overrides(overrides: Sequence[str]) -> list[Any]:
+    """Hydra's parsed form of command-line overrides (``key=value``, sweeps, ``+key``, ...).
+
+    Raises:
+        hydra.errors.OverrideParseException: an override is not Hydra syntax.
+    """
+    return OverridesParser.create().parse_overrides(list(overrides))
+
+
+def override_values(overrides: Sequence[str]) -> dict[str, str]:
+    """``{key: value as typed}`` of overrides, e.g. ``["qcomms=fp16"] -> {"qcomms": "fp16"}``."""
+    return {o.key_or_group: o.get_value_element_as_str() for o in parse_overrides(overrides)}
+
+
+def swept_keys(sweep_overrides: Sequence[str]) -> list[str]:
+    """Keys that take several values in a multirun's command-line overrides (``a=x,y``,
+    ``range(..)``, ``choice(..)``, globs), in the order given."""
+    return [o.key_or_group for o in parse_overrides(sweep_overrides) if o.is_sweep_override()]
+
+
+def run_name(job_overrides: Sequence[str], swept: Sequence[str]) -> str:
+    """``key=value,...`` of the swept keys for one job (all its overrides if none swept)."""
+    values = override_values(job_overrides)
+    keys = [k for k in swept if k in values] or list(values)
+    return ",".join(f"{k}={values[k]}" for k in keys)
+
+
+def sweep_overrides(sweep_dir: Path) -> list[str]:
+    """The command-line overrides of the multirun saved in ``sweep_dir/multirun.yaml``."""
+    saved = sweep_dir / "multirun.yaml"
+    if not saved.is_file():
+        return []
+    return list(OmegaConf.load(saved).hydra.overrides.task)
+
+
+def varying_keys(jobs_overrides: Sequence[Sequence[str]]) -> list[str]:
+    """Keys whose value differs between jobs, or that only some jobs have (for sweeps that
+    saved no ``multirun.yaml``, such as Optuna's), in first-seen order."""
+    parsed = [override_values(overrides) for overrides in jobs_overrides]
+    keys = list(dict.fromkeys(key for job in parsed for key in job))
+    return [key for key in keys if len({job.get(key) for job in parsed}) > 1]
+
+
+@dataclass
+class RunRecord:
+    """One run folder: its name, overrides and ``metrics.json`` (status ``missing`` if the
+    folder has none); ``config`` names its configuration (every swept key but ``seed``) and
+    ``seed`` the repeat."""
+
+    path: Path
+    name: str
+    overrides: list[str]
+    metrics: RunMetrics = field(default_factory=lambda: RunMetrics(status=MISSING))
+    config: str = ""
+    seed: int = 0
+
+    @property
+    def status(self) -> str:
+        """``completed``, ``failed`` or ``missing`` (no ``metrics.json``)."""
+        return self.metrics.status
+
+    def matches(self, selector: str) -> bool:
+        """Whether this run has every override of ``selector`` (``a=x,b=y``)."""
+        wanted = override_values([part for part in selector.split(",") if part])
+        have = override_values(self.overrides)
+        return all(have.get(k) == v for k, v in wanted.items())
+
+
+def _job_overrides(run_dir: Path) -> list[str]:
+    saved = run_dir / ".hydra" / "overrides.yaml"
+    return list(OmegaConf.load(saved)) if saved.is_file() else []
+
+
+def _job_number(path: Path) -> tuple[int, str]:
+    return (int(path.name), "") if path.name.isdigit() else (1 << 30, path.name)
+
+
+def load_runs(paths: Iterable[Path]) -> list[RunRecord]:
+    """Run records of run folders (holding ``.hydra/`` or ``metrics.json``) and of sweep
+    folders (holding job folders with ``.hydra/``: every job, by job number)."""
+    runs: list[RunRecord] = []
+    for path in paths:
+        jobs = sorted((p for p in path.iterdir() if (p / ".hydra").is_dir()), key=_job_number)
+        if jobs:
+            overrides = [_job_overrides(job) for job in jobs]
+            swept = swept_keys(sweep_overrides(path)) or varying_keys(overrides)
+            runs.extend(
+                _record(job, swept, job_overrides)
+                for job, job_overrides in zip(jobs, overrides, strict=True)
+            )
+        elif (path / ".hydra").is_dir() or (path / "metrics.json").is_file():
+            runs.append(_record(path, [], _job_overrides(path)))
+    return runs
+
+
+def _record(run_dir: Path, swept: Sequence[str], overrides: list[str]) -> RunRecord:
+    metrics_file = run_dir / "metrics.json"
+    metrics = (
+        RunMetrics.from_json(json.loads(metrics_file.read_text()))
+        if metrics_file.is_file()
+        else RunMetrics(status=MISSING)
+    )
+    name = run_name(overrides, swept) if overrides else run_dir.name
+    others = [k for k in swept if k != SEED]
+    config = run_name(overrides, others) if others else ""
+    if not others and SEED not in swept:  # a single run, or a sweep without seeds
+        config = name or run_dir.name
+    seed = int(override_values(overrides).get(SEED, 0))
+    return RunRecord(run_dir, name or run_dir.name, overrides, metrics, config or ALL, seed)
