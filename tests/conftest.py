@@ -1,9 +1,11 @@
 """Shared helpers: compose the real config with Hydra's compose API, run the CLI."""
 
 import os
+import shutil
 import subprocess
 import sys
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -24,7 +26,6 @@ SMALL = [
 GROUPS = ("model", "sharding", "optimizer", "qcomms", "data", "hardware")
 
 register_configs()
-
 
 def compose_raw(overrides: Sequence[str] = ()) -> DictConfig:
     with initialize_config_dir(config_dir=str(conf_dir()), version_base="1.3"):
@@ -54,18 +55,6 @@ def run_cli(
     )
 
 
-@pytest.fixture
-def small_synthetic() -> list:
-    """Overrides for a quick synthetic run."""
-    return [
-        "data.num_train_samples=8192",
-        "data.num_val_samples=2048",
-        "data.num_test_samples=2048",
-        "train.batch_size=256",
-        "train.progress_bar=false",
-    ]
-
-
 def torchrec_criteo_rows(folder: Path, day: int, stage: str, batch_size: int, **kwargs):
     """(dense, labels, ids (N, 26)) of one day as TorchRec's ``InMemoryBinaryCriteoIterDataPipe``
     batches them on one rank (``stage`` train = all rows, val / test = the day's halves)."""
@@ -88,3 +77,95 @@ def torchrec_criteo_rows(folder: Path, day: int, stage: str, batch_size: int, **
         torch.cat([b.labels for b in batches]),
         torch.cat([b.sparse_features.values().reshape(26, -1).t() for b in batches]),
     )
+
+
+SWEEP_TINY = [
+    "data.num_train_samples=4096",
+    "data.num_val_samples=1024",
+    "data.num_test_samples=1024",
+    "train.batch_size=128",
+    "train.val_every_n_steps=16",
+    "train.progress_bar=false",
+]
+#: The record sweep: 2 sharding types x 2 learning rates x 3 seeds with INT8 qcomms, one process
+#: per job. Table-wise trains (no collective on one process); every row-wise job is refused
+#: (FBGEMM's INT8 row-wise codec fails on gloo). Run names, in job order (Hydra's basic sweeper:
+#: the last key varies fastest).
+SWEEP_RUNS = [
+    f"sharding={s},optimizer.learning_rate={lr},seed={seed}"
+    for s in ("tablewise", "rowwise")
+    for lr in ("0.1", "0.02")
+    for seed in (0, 1, 2)
+]
+SWEEP_REFUSED = SWEEP_RUNS[6:]
+#: The configurations (every swept key but seed) that completed, in first-seen order.
+SWEEP_CONFIGS = [
+    "sharding=tablewise,optimizer.learning_rate=0.1",
+    "sharding=tablewise,optimizer.learning_rate=0.02",
+]
+
+
+@pytest.fixture(scope="session")
+def record_sweep(tmp_path_factory):
+    """The sweep the tests/record folder shares (``SWEEP_RUNS``). Returns (sweep folder, the
+    finished ``python -m dlrm_exp -m ...``)."""
+    sweep_dir = tmp_path_factory.mktemp("sweep")
+    result = run_cli(
+        [
+            "-m",
+            "sharding=tablewise,rowwise",
+            "optimizer.learning_rate=0.1,0.02",
+            "seed=0,1,2",
+            "qcomms=int8",
+            *SWEEP_TINY,
+            f"hydra.sweep.dir={sweep_dir}",
+        ],
+        timeout=900,
+    )
+    return sweep_dir, result
+
+
+@dataclass
+class DefaultRun:
+    """The default experiment (``python -m dlrm_exp``, no overrides) run from a wheel installed
+    outside the checkout: what tests/test_install.py and tests/modes/test_e2e.py check."""
+
+    site: Path  # where the wheel was installed
+    cwd: Path  # the directory it ran in (not the checkout)
+    env: dict[str, str]  # the environment it ran with (PYTHONPATH=site, HOME under tmp)
+    result: subprocess.CompletedProcess
+    run_dir: Path  # outputs/<date>/<time>/ under cwd
+
+
+@pytest.fixture(scope="session")
+def default_run(tmp_path_factory) -> DefaultRun:
+    """Build a wheel (not an editable install) from a copy of src/ and conf/, install it into a
+    folder, delete the copy (nothing may be read from a checkout) and run the default experiment
+    from another directory. Shared: one training run serves the install and the quality tests."""
+    tmp_path = tmp_path_factory.mktemp("wheel")
+    source = tmp_path / "source"
+    for name in ("src", "conf"):
+        shutil.copytree(REPO / name, source / name, ignore=shutil.ignore_patterns("*.egg-info"))
+    for name in ("pyproject.toml", "README.md"):
+        shutil.copy(REPO / name, source / name)
+    pip = [sys.executable, "-m", "pip", "-q", "--disable-pip-version-check"]
+    build = [*pip, "wheel", "--no-deps", "--no-build-isolation", "-w", str(tmp_path / "dist")]
+    subprocess.run([*build, str(source)], check=True, capture_output=True)
+    (wheel,) = (tmp_path / "dist").glob("dlrm_exp-*.whl")
+    site = tmp_path / "site"
+    install = [*pip, "install", "--no-deps", "--target", str(site), str(wheel)]
+    subprocess.run(install, check=True, capture_output=True)
+    shutil.rmtree(source)
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    env = {"PYTHONPATH": str(site), "PATH": "/usr/bin:/bin", "HOME": str(tmp_path)}
+    result = subprocess.run(
+        [sys.executable, "-m", "dlrm_exp"],
+        cwd=elsewhere,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    runs = sorted(elsewhere.glob("outputs/*/*"))
+    return DefaultRun(site, elsewhere, env, result, runs[0] if runs else elsewhere / "missing")

@@ -13,7 +13,7 @@ import pytest
 from conftest import compose_cfg, run_cli
 from dlrm_exp.errors import ConfigError
 from dlrm_exp.modes.train import run_train
-from dlrm_exp.modes.verify import run_verify, run_verify_many
+from dlrm_exp.modes.verify import run_verify_many
 
 pytestmark = pytest.mark.slow
 
@@ -41,25 +41,39 @@ SMALL = [
 OPTIMIZER_CASES = {"rowwise+adagrad": ("rowwise", "adagrad"), "auto+adam": ("auto", "adam")}
 
 
-def test_two_processes_match_one_unsharded_process(tmp_path):
+#: The mode=verify jobs of this file, all run by one launch of the workers (``verify_runs``):
+#: every sharding type, the optimizer cases, row-wise through ``TrainPipelineBase``, and row-wise
+#: with FP16 forward / BF16 backward comms.
+VERIFY_CASES = {option: [f"sharding={option}", "qcomms=none"] for option in SHARDING}
+VERIFY_CASES |= {
+    name: [f"sharding={sharding}", f"optimizer={optimizer}", "qcomms=none"]
+    for name, (sharding, optimizer) in OPTIMIZER_CASES.items()
+}
+VERIFY_CASES["rowwise+base_pipeline"] = ["sharding=rowwise", "train.pipeline=base", "qcomms=none"]
+VERIFY_CASES["rowwise+fp16_bf16"] = ["sharding=rowwise", "qcomms=fp16_bf16"]
+
+
+@pytest.fixture(scope="module")
+def verify_runs(tmp_path_factory):
+    """{case: (its verify folder, its result)} of every VERIFY_CASES job, one launch."""
+    root = tmp_path_factory.mktemp("verify")
+    cfgs = [compose_cfg([*TWO, *args, "mode=verify"]) for args in VERIFY_CASES.values()]
+    dirs = [root / name.replace("+", "_") for name in VERIFY_CASES]
+    for folder in dirs:
+        folder.mkdir()
+    results = run_verify_many(cfgs, dirs)
+    return dict(zip(VERIFY_CASES, zip(dirs, results, strict=True), strict=True))
+
+
+def test_two_processes_match_one_unsharded_process(verify_runs):
     """mode=verify for every sharding type at the defaults (seed 0, eps 1e-8): 20 steps on 2
     processes against 1 process, from identical weights (one launch of the workers for all
     of them), and row-wise through ``TrainPipelineBase``. Table-, row-, column-wise, ...
     reproduce the rank-sliced reference to the bit; data_parallel sums a row's gradient per
     rank before DDP averages the halves, so it is left at rounding level. The same holds for
     the optimizer cases."""
-    cases = {option: [f"sharding={option}"] for option in SHARDING}
-    cases |= {
-        name: [f"sharding={sharding}", f"optimizer={optimizer}"]
-        for name, (sharding, optimizer) in OPTIMIZER_CASES.items()
-    }
-    cases["rowwise+base_pipeline"] = ["sharding=rowwise", "train.pipeline=base"]
-    cfgs = [compose_cfg([*TWO, *args, "qcomms=none", "mode=verify"]) for args in cases.values()]
-    dirs = [tmp_path / name.replace("+", "_") for name in cases]
-    for folder in dirs:
-        folder.mkdir()
-    results = run_verify_many(cfgs, dirs)
-    for name, folder, result in zip(cases, dirs, results, strict=True):
+    exact = {name: run for name, run in verify_runs.items() if name != "rowwise+fp16_bf16"}
+    for name, (folder, result) in exact.items():
         assert result["steps"] == 20 and result["world_size"] == 2
         assert result["max_rel_loss_deviation"] <= 1e-5, (name, result["max_rel_loss_deviation"])
         assert result["max_abs_table_deviation"] < 1e-4, name
@@ -68,8 +82,8 @@ def test_two_processes_match_one_unsharded_process(tmp_path):
             assert result["plan_sharding_types"] == [SHARDING[name]]
         assert json.loads((folder / "verify.json").read_text())["passed"] is True
         assert result["exact"] is True
-    assert results[-2]["plan_sharding_types"] == ["data_parallel"]  # auto + Adam on CPU
-    assert results[-1]["pipeline"] == "base"  # TrainPipelineBase is exact too
+    assert exact["auto+adam"][1]["plan_sharding_types"] == ["data_parallel"]  # Adam on CPU
+    assert exact["rowwise+base_pipeline"][1]["pipeline"] == "base"  # TrainPipelineBase: exact
 
 
 def test_two_process_run_folder_and_a_mixed_plan_json(tmp_path):
@@ -186,9 +200,8 @@ def _check_profile_and_utilization(metrics, run_dir) -> None:
     assert "of the measured float32 matmul peak" in summary(metrics, run_dir)
 
 
-def test_fp16_bf16_stays_within_documented_tolerance(tmp_path):
-    cfg = compose_cfg([*TWO, "sharding=rowwise", "qcomms=fp16_bf16", "mode=verify"])
-    result = run_verify(cfg, tmp_path)
+def test_fp16_bf16_stays_within_documented_tolerance(verify_runs):
+    _, result = verify_runs["rowwise+fp16_bf16"]
     assert result["precision"] == "bf16" and result["passed"]
     assert 0 < result["max_rel_loss_deviation"] <= result["loss_tolerance"]
 

@@ -4,7 +4,6 @@ non-finite losses, determinism."""
 import json
 import os
 import pickle
-import re
 import shutil
 import signal
 import subprocess
@@ -97,16 +96,13 @@ def test_crafted_metadata_is_not_unpickled(saved, tmp_path):
     marker = tmp_path / "code_ran"
     (crafted / ".metadata").write_bytes(pickle.dumps(_Payload(marker)))
     cfg = compose_cfg([*SMALL, f"train.resume={crafted}"])
-    with pytest.raises(Exception) as refused:
+    # Our check names the class it refused; an older DCP (torch 2.11) fails on the file first
+    # ("metadata is None"), which we report as unreadable: either refusal is fine as long as
+    # nothing was unpickled.
+    refusals = r"not plain DCP metadata \(pathlib.*Path.touch|cannot be read: .*metadata is None"
+    with pytest.raises(CheckpointError, match=refusals):
         run_train(cfg, tmp_path / "run", {})
     assert not marker.exists()
-    # Our check names the class it refused; an older DCP (torch 2.11) refuses the file first,
-    # with its own error: either refusal is fine as long as nothing was unpickled.
-    if isinstance(refused.value, CheckpointError):
-        assert re.search(r"not plain DCP metadata \(pathlib.*Path.touch", str(refused.value))
-    else:
-        origin = refused.traceback[-1].frame.f_globals.get("__name__", "")
-        assert origin.startswith(("torch.distributed.checkpoint", "pickle")), refused.value
 
 
 @pytest.mark.parametrize("what", ["missing", "not_a_checkpoint", "partial"])

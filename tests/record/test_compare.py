@@ -1,55 +1,32 @@
-"""Seeds as repeats: a 2-configuration x 3-seed sweep gets mean +- CI columns, the paired
-difference plot, and a --compare-to gate that fails on a planted regression only."""
+"""Seeds as repeats: the shared sweep (2 completed configurations x 3 seeds) gets mean +- CI
+columns, the paired difference plot, and a --compare-to gate that fails on a planted regression
+only."""
 
 import csv
 import shutil
 
 import pytest
 
-from conftest import run_cli
+from conftest import SWEEP_CONFIGS as CONFIGS
 from dlrm_exp.record import report
 
 pytestmark = pytest.mark.slow
 
-SMALL = [
-    "data.num_train_samples=4096",
-    "data.num_val_samples=1024",
-    "data.num_test_samples=1024",
-    "train.batch_size=256",
-    "train.progress_bar=false",
-]
 
-
-@pytest.fixture(scope="module")
-def sweep(tmp_path_factory):
-    folder = tmp_path_factory.mktemp("sweep")
-    result = run_cli(
-        [
-            "-m",
-            "optimizer.learning_rate=0.1,0.02",
-            "seed=0,1,2",
-            *SMALL,
-            f"hydra.sweep.dir={folder}",
-        ],
-        timeout=600,
-    )
-    assert result.returncode == 0, result.stderr[-3000:]
-    return folder, result.stdout
-
-
-def test_the_sweep_summary_has_statistics_per_configuration(sweep):
-    folder, stdout = sweep
+def test_the_sweep_summary_has_statistics_per_configuration(record_sweep):
+    folder, result = record_sweep
     text = (folder / "summary.md").read_text()
-    assert "optimizer.learning_rate=0.1 (baseline) | 3 | 0." in text
-    assert "+-" in text and "val AUROC - baseline [95% CI]" in stdout
+    assert f"{CONFIGS[0]} (baseline) | 3 | 0." in text
+    assert "+-" in text and "val AUROC - baseline [95% CI]" in result.stdout
     rows = list(csv.DictReader(open(folder / "summary_stats.csv")))
-    other = {r["metric"]: r for r in rows if r["config"] == "optimizer.learning_rate=0.02"}
+    other = {r["metric"]: r for r in rows if r["config"] == CONFIGS[1]}
     assert other["val_auroc"]["n"] == "3" and other["val_auroc"]["p_value"] != ""
+    assert float(other["val_auroc"]["diff_vs_baseline"]) != 0  # the rates train differently
     assert float(other["val_auroc"]["ci_low"]) < float(other["val_auroc"]["mean"])
 
 
-def test_report_draws_the_difference_plot_and_passes_against_itself(sweep, tmp_path):
-    folder, _ = sweep
+def test_report_draws_the_difference_plot_and_passes_against_itself(record_sweep, tmp_path):
+    folder, _ = record_sweep
     saved = tmp_path / "baseline_stats.csv"
     shutil.copy(folder / "summary_stats.csv", saved)
     out = tmp_path / "report"
@@ -59,14 +36,14 @@ def test_report_draws_the_difference_plot_and_passes_against_itself(sweep, tmp_p
         [str(folder), "--out", str(out), "--baseline", "optimizer.learning_rate=0.02"]
     )
     assert flipped == 0
-    assert report.main([str(folder), "--baseline", "optimizer.learning_rate=9"]) == 2
+    assert report.main([str(folder), "--baseline", "qcomms=fp8"]) == 2
 
 
-def test_compare_to_fails_on_a_planted_regression(sweep, tmp_path, capsys):
-    folder, _ = sweep
+def test_compare_to_fails_on_a_planted_regression(record_sweep, tmp_path, capsys):
+    folder, _ = record_sweep
     rows = list(csv.DictReader(open(folder / "summary_stats.csv")))
     for row in rows:  # the saved run was 0.2 better, and sure of it: today's is a regression
-        if row["metric"] == "val_auroc" and row["config"] == "optimizer.learning_rate=0.02":
+        if row["metric"] == "val_auroc" and row["config"] == CONFIGS[1]:
             row["mean"] = str(float(row["mean"]) + 0.2)
             row["ci_high"] = str(float(row["mean"]) + 0.001)
     planted = tmp_path / "planted.csv"
@@ -76,5 +53,5 @@ def test_compare_to_fails_on_a_planted_regression(sweep, tmp_path, capsys):
         writer.writerows(rows)
     args = [str(folder), "--out", str(tmp_path / "r"), "--compare-to", str(planted)]
     assert report.main(args) == 1
-    assert "optimizer.learning_rate=0.02 val AUROC" in capsys.readouterr().out
+    assert f"{CONFIGS[1]} val AUROC" in capsys.readouterr().out
     assert report.main([*args, "--tolerance", "0.3"]) == 0

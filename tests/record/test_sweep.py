@@ -8,24 +8,12 @@ import pytest
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 from tensorboard.plugins.hparams import plugin_data_pb2
 
+from conftest import SWEEP_REFUSED as REFUSED
+from conftest import SWEEP_RUNS as RUNS
+from conftest import SWEEP_TINY as TINY
 from conftest import run_cli
 from dlrm_exp.record import report
 from dlrm_exp.record.runs import run_name, swept_keys
-
-TINY = [
-    "data.num_train_samples=4096",
-    "data.num_val_samples=1024",
-    "data.num_test_samples=1024",
-    "train.batch_size=128",
-    "train.val_every_n_steps=16",
-    "train.progress_bar=false",
-]
-RUNS = [
-    "sharding=tablewise,qcomms=none",
-    "sharding=tablewise,qcomms=int8",
-    "sharding=rowwise,qcomms=none",
-    "sharding=rowwise,qcomms=int8",  # refused: FBGEMM's INT8 row-wise codec fails on gloo
-]
 
 
 def test_run_names_use_the_swept_keys_in_command_order():
@@ -37,62 +25,46 @@ def test_run_names_use_the_swept_keys_in_command_order():
     assert run_name(["seed=3"], []) == "seed=3"
 
 
-@pytest.fixture(scope="module")
-def sweep(tmp_path_factory):
-    """A 4-job sweep (one process per job) in which the last job is refused."""
-    sweep_dir = tmp_path_factory.mktemp("sweep")
-    result = run_cli(
-        [
-            "-m",
-            "sharding=tablewise,rowwise",
-            "qcomms=none,int8",
-            *TINY,
-            f"hydra.sweep.dir={sweep_dir}",
-        ],
-        timeout=600,
-    )
-    return sweep_dir, result
-
-
 @pytest.mark.slow
-def test_failed_job_is_recorded_and_the_sweep_goes_on(sweep):
-    sweep_dir, result = sweep
+def test_failed_job_is_recorded_and_the_sweep_goes_on(record_sweep):
+    sweep_dir, result = record_sweep
     assert result.returncode == 1, result.stderr[-2000:]
-    assert "1 of 4 jobs did not complete: sharding=rowwise,qcomms=int8" in result.stdout
+    assert f"6 of 12 jobs did not complete: {', '.join(REFUSED)}" in result.stdout
     with open(sweep_dir / "summary.csv") as f:
         rows = list(csv.DictReader(f))
     assert [r["run"] for r in rows] == RUNS
-    assert [r["status"] for r in rows] == ["completed"] * 3 + ["failed"]
-    assert "not supported on gloo" in rows[3]["error"]
-    assert all(0.5 < float(r["val_auroc"]) < 1 for r in rows[:3])
-    failed = json.loads((sweep_dir / "3" / "metrics.json").read_text())
+    assert [r["status"] for r in rows] == ["completed"] * 6 + ["failed"] * 6
+    assert "not supported on gloo" in rows[6]["error"]
+    assert all(0.5 < float(r["val_auroc"]) < 1 for r in rows[:6])
+    failed = json.loads((sweep_dir / "6" / "metrics.json").read_text())
     assert failed["status"] == "failed" and failed["error_type"] == "ConfigError"
     table = (sweep_dir / "summary.md").read_text()
-    assert "| sharding=rowwise,qcomms=none | completed |" in table
+    assert f"| {RUNS[3]} | completed |" in table and f"| {RUNS[6]} | failed |" in table
     assert "| val AUROC |" in table and table in result.stdout + "\n"
 
 
 @pytest.mark.slow
-def test_tensorboard_runs_are_named_by_overrides_with_readable_hparams(sweep):
-    sweep_dir, _ = sweep
-    for name in RUNS[:3]:
+def test_tensorboard_runs_are_named_by_overrides_with_readable_hparams(record_sweep):
+    sweep_dir, _ = record_sweep
+    for name in RUNS[:6]:
         events = EventAccumulator(str(sweep_dir / name))
         events.Reload()
         content = events.PluginTagToContent("hparams")
         start = plugin_data_pb2.HParamsPluginData.FromString(
             content["_hparams_/session_start_info"]
         ).session_start_info
-        sharding, qcomms = (part.split("=")[1] for part in name.split(","))
+        sharding, lr, _ = (part.split("=")[1] for part in name.split(","))
         assert start.hparams["sharding"].string_value == sharding
-        assert start.hparams["qcomms"].string_value == qcomms
+        assert start.hparams["qcomms"].string_value == "int8"
+        assert start.hparams["learning_rate"].number_value == float(lr)
         assert "val/auroc" in events.Tags()["scalars"]
         assert "summary/fraction_of_matmul_peak" in events.Tags()["scalars"]
-    assert not (sweep_dir / RUNS[3]).exists()  # the refused job never trained
+    assert not any((sweep_dir / name).exists() for name in REFUSED)  # refused jobs never trained
 
 
 @pytest.mark.slow
-def test_report_writes_plots_and_the_table(sweep, tmp_path, capsys):
-    sweep_dir, _ = sweep
+def test_report_writes_plots_and_the_table(record_sweep, tmp_path, capsys):
+    sweep_dir, _ = record_sweep
     assert report.main([str(sweep_dir), "--out", str(tmp_path)]) == 0
     printed = capsys.readouterr().out
     for name in RUNS:
@@ -111,15 +83,14 @@ def test_report_refuses_a_path_without_runs(tmp_path, capsys):
 
 
 @pytest.mark.slow
-def test_a_job_rerun_alone_gives_the_same_numbers(sweep, tmp_path):
-    """The third job of the sweep (after two others ran in the same process), alone."""
-    sweep_dir, _ = sweep
-    result = run_cli(
-        ["sharding=rowwise", "qcomms=none", *TINY, f"hydra.run.dir={tmp_path}"], timeout=300
-    )
+def test_a_job_rerun_alone_gives_the_same_numbers(record_sweep, tmp_path):
+    """The fourth job of the sweep (after three others ran in the same process), alone."""
+    sweep_dir, _ = record_sweep
+    job = ["sharding=tablewise", "optimizer.learning_rate=0.02", "seed=0", "qcomms=int8"]
+    result = run_cli([*job, *TINY, f"hydra.run.dir={tmp_path}"], timeout=300)
     assert result.returncode == 0, result.stderr[-2000:]
     alone = json.loads((tmp_path / "metrics.json").read_text())
-    in_sweep = json.loads((sweep_dir / "2" / "metrics.json").read_text())
+    in_sweep = json.loads((sweep_dir / "3" / "metrics.json").read_text())
     for split in ("val", "test"):
         assert alone[split] == in_sweep[split]
     assert alone["val_history"] == in_sweep["val_history"]
