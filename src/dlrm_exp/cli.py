@@ -20,16 +20,17 @@ import hydra
 from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
-from omegaconf.errors import OmegaConfBaseException
+from omegaconf.errors import MissingMandatoryValue, OmegaConfBaseException
 
 from dlrm_exp.config import Config, Mode, conf_dir, register_configs
+from dlrm_exp.config.keys import check_composed_keys, check_override_keys
 from dlrm_exp.distributed.launch import env_rank
 from dlrm_exp.distributed.submitit_env import adopt_submitit_environment, in_submitit_task
-from dlrm_exp.errors import UserError
+from dlrm_exp.errors import ConfigError, UserError
 from dlrm_exp.modes import Job, run_mode
 from dlrm_exp.record.run_record import RunMetrics
 from dlrm_exp.record.runs import run_name, sweep_overrides, swept_keys
-from dlrm_exp.util.logs import configure_worker_logging, quiet_libraries
+from dlrm_exp.util.logs import configure_worker_logging, quiet_libraries, to_log_files
 
 log = logging.getLogger("dlrm_exp")
 register_configs()
@@ -68,7 +69,12 @@ def hydra_main(raw: DictConfig) -> float | None:
 
 def _run(raw: DictConfig, run_dir: Path, tensorboard_dir: Path | None) -> float | None:
     """Convert the config, run its mode and print the summary; returns the mode's value."""
-    cfg = OmegaConf.to_object(raw)
+    check_composed_keys(raw, Config)
+    try:
+        cfg = OmegaConf.to_object(raw)
+    except MissingMandatoryValue as err:
+        key = err.full_key
+        raise ConfigError(f"{key} is required here: set {key}=... on the command line") from None
     assert isinstance(cfg, Config)
     if in_submitit_task():
         adopt_submitit_environment(cfg.hardware)
@@ -76,10 +82,13 @@ def _run(raw: DictConfig, run_dir: Path, tensorboard_dir: Path | None) -> float 
             configure_worker_logging(None)
         if cfg.mode is Mode.train and cfg.train.resume is None:
             cfg.train.resume = "auto"  # a requeued job continues from its newest checkpoint
-    choices = {k: str(v) for k, v in HydraConfig.get().runtime.choices.items()}
+    choices = {
+        k: None if v is None else str(v) for k, v in HydraConfig.get().runtime.choices.items()
+    }
     result = run_mode(cfg, Job(run_dir, choices, tensorboard_dir))
     if result.summary is not None:
-        print(result.summary)
+        print(result.summary, flush=True)
+        to_log_files(result.summary)
     return result.value
 
 
@@ -108,4 +117,9 @@ def main() -> None:
     if env_rank() > 0 and "MASTER_ADDR" in os.environ:
         sys.argv += list(_QUIET_RANK_OVERRIDES)
     sys.argv = [sys.argv[0], *_default_data_for_preprocess(sys.argv[1:])]
+    try:
+        check_override_keys([a for a in sys.argv[1:] if not a.startswith("-")], Config)
+    except UserError as err:
+        print(f"Error: {err}", file=sys.stderr)
+        sys.exit(1)
     hydra_main()

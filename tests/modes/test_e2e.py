@@ -41,6 +41,12 @@ def test_default_run_is_close_to_bayes_optimal(default_run):
     assert re.search(r"^val  AUROC 0\.\d{4} \(Bayes-optimal 0\.\d{4}\)", result.stdout, re.M)
     assert re.search(r"^test AUROC", result.stdout, re.M)
     assert "tensorboard --logdir outputs" in result.stdout
+    # without a terminal: progress lines through the logger, on the console and in the log file
+    progress = r"step \d+/2048 \(epoch [\d.]+\) \| loss [\d.]+ \| [\d,]+ samples/s \| ETA \d"
+    log_text = (tmp_path / "dlrm_exp.log").read_text()
+    assert len(re.findall(progress, result.stdout + result.stderr)) >= 100
+    assert len(re.findall(progress, log_text)) >= 100
+    assert "val  AUROC" in log_text and "run folder:" in log_text  # the summary too
     metrics = json.loads((tmp_path / "metrics.json").read_text())
     val, bayes = metrics["val"]["auroc"], metrics["bayes_auroc"]["val"]
     assert bayes - val <= 0.015, (val, bayes)  # the 30 s of training: bench.quality

@@ -8,8 +8,9 @@ Owns: one schema module per ``conf/`` group (``model``, ``sharding``, ``optimize
 
 May import: util, errors.
 
-Each YAML file under ``conf/<group>/`` starts with ``defaults: [base_<group>, _self_]`` so a
-misspelt key or a wrong type fails at compose time, naming the full key
+Each YAML file under ``conf/<group>/`` starts with ``defaults: [/schema/<group>@_here_,
+_self_]`` (the schemas are stored under ``schema/``, not offered as options of the groups), so
+a misspelt key or a wrong type fails at compose time, naming the full key
 (``Key 'embedding_dimm' not in 'ModelConfig' full_key: model.embedding_dimm``).
 Choices are Enums whose values are TorchRec's own strings (``ShardingStrategy.row_wise.value
 == ShardingType.ROW_WISE.value == "row_wise"``).

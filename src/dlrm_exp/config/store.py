@@ -19,18 +19,24 @@ from dlrm_exp.config.sharding import ShardingConfig
 
 
 def register_configs() -> None:
-    """Store the schemas in Hydra's ConfigStore as ``base_config`` and ``<group>/base_<...>``."""
+    """Store the schemas in Hydra's ConfigStore: the root as ``base_config`` and each group's
+    as ``schema/<group>`` (``schema/data_<option>`` for the data options), which the group's
+    YAML files extend with ``defaults: [/schema/<group>@_here_, _self_]``. Kept out of the
+    groups themselves, so ``model=...`` offers only real options."""
     cs = ConfigStore.instance()
     cs.store(name="base_config", node=Config)
-    cs.store(group="model", name="base_model", node=ModelConfig)
-    cs.store(group="sharding", name="base_sharding", node=ShardingConfig)
-    cs.store(group="optimizer", name="base_optimizer", node=OptimizerConfig)
-    cs.store(group="qcomms", name="base_qcomms", node=QCommsConfig)
-    cs.store(group="data", name="base_synthetic", node=SyntheticDataConfig)
-    cs.store(group="data", name="base_criteo_tsv", node=CriteoTsvDataConfig)
-    cs.store(group="data", name="base_criteo_npy", node=CriteoNpyDataConfig)
-    cs.store(group="data", name="base_criteo_multihot", node=CriteoMultiHotDataConfig)
-    cs.store(group="hardware", name="base_hardware", node=HardwareConfig)
+    for name, node in (
+        ("model", ModelConfig),
+        ("sharding", ShardingConfig),
+        ("optimizer", OptimizerConfig),
+        ("qcomms", QCommsConfig),
+        ("hardware", HardwareConfig),
+        ("data_synthetic", SyntheticDataConfig),
+        ("data_criteo_tsv", CriteoTsvDataConfig),
+        ("data_criteo_npy", CriteoNpyDataConfig),
+        ("data_criteo_multihot", CriteoMultiHotDataConfig),
+    ):
+        cs.store(group="schema", name=name, node=node)
 
 
 def conf_dir() -> Path:

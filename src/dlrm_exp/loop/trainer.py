@@ -14,6 +14,7 @@ import sys
 import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
+from datetime import timedelta
 from typing import Any, Protocol
 
 import torch
@@ -156,6 +157,8 @@ class Trainer:
         device: this rank's compute device.
         tracker: TensorBoard scalars (a no-op on ranks other than 0).
         show_progress: draw a tqdm bar (when stderr is a terminal).
+        log_progress: without a drawn bar (no terminal, or ``train.progress_bar=false``), log a
+            progress line every ``log_every_n_steps`` steps (rank 0).
         comm: if given, counts collective bytes during training steps only (not evaluation).
         checkpoint: called every ``cfg.checkpoint_every_n_steps`` steps and after the last.
         profiler: started before the first step, told of every training step, stopped when
@@ -170,6 +173,7 @@ class Trainer:
         device: torch.device,
         tracker: Tracker,
         show_progress: bool = False,
+        log_progress: bool = False,
         comm: CollectiveBytes | None = None,
         checkpoint: CheckpointHook | None = None,
         profiler: StepProfiler | None = None,
@@ -180,6 +184,7 @@ class Trainer:
         self.device = device
         self.tracker = tracker
         self.show_progress = show_progress
+        self.log_progress = log_progress
         self.comm = comm
         self.checkpoint = checkpoint
         self.profiler = profiler
@@ -309,6 +314,26 @@ class Trainer:
         self.tracker.scalar("lr", self.experiment.learning_rate(), step)
         self.tracker.scalar("lr/embedding", self.experiment.embedding_learning_rate(), step)
         bar.set_postfix(loss=f"{step_loss:.4f}")
+        if self.log_progress and bar.disable:
+            log.info(self._progress_line(step_loss, state))
+
+    def _progress_line(self, step_loss: float, state: TrainerState) -> str:
+        """``step 40/2048 (epoch 0.02) | loss 0.5012 | 48,210 samples/s | ETA 0:01:42``: what
+        the bar shows, as a log line for runs without a terminal (CI, nohup, Slurm)."""
+        step, rate = state.step, self.throughput.samples_per_sec
+        epoch = step / self.steps_per_epoch
+        eta = "n/a"
+        if rate:
+            left = sum(
+                self.samples_per_step[s % self.steps_per_epoch]
+                for s in range(step, self.total_steps)
+            )
+            eta = str(timedelta(seconds=round(left / rate)))
+        speed = f"{rate:,.0f}" if rate else "n/a"
+        return (
+            f"step {step}/{self.total_steps} (epoch {epoch:.2f}) | loss {step_loss:.4f} | "
+            f"{speed} samples/s | ETA {eta}"
+        )
 
     def _after_segment(self, sources: BatchSources, state: TrainerState) -> None:
         """Validate and checkpoint where the segment ended at their interval (and checkpoint

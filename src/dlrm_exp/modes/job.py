@@ -17,7 +17,7 @@ class Job:
     """
 
     run_dir: Path
-    choices: Mapping[str, str] = field(default_factory=dict)
+    choices: Mapping[str, str | None] = field(default_factory=dict)
     tensorboard_dir: Path | None = None
 
 

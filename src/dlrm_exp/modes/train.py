@@ -121,6 +121,7 @@ def train_worker(cfg: Config, job: Job, plan: ShardingPlan | None = None) -> Run
                 ctx.device,
                 tracker,
                 show_progress=ctx.is_main and cfg.train.progress_bar,
+                log_progress=ctx.is_main,
                 comm=comm,
                 checkpoint=lambda step, state: _save(run, layout, step, state),
                 profiler=StepProfiler(

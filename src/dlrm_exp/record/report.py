@@ -3,16 +3,17 @@
 PATH is a run folder, a sweep folder (``outputs/multirun/<date>/<time>``, every job in it) or a
 glob of either. Prints the markdown comparison table and, per configuration (runs that differ
 only by ``seed`` are its repeats), the statistics of :mod:`dlrm_exp.record.compare`; writes
-``summary.md`` / ``summary.csv`` / ``summary_stats.csv`` and, with matplotlib, four plots into
+``summary.md`` / ``summary.csv`` / ``summary_stats.csv`` and, with matplotlib, the plots into
 ``--out`` (default: the one PATH given, else ``./report``):
 
 * ``throughput.png``: training samples/s, grouped by sharding, one bar per qcomms precision,
-  with 95 % Student t error bars over the repeats;
+  with 95 % Student t error bars over the repeats (none for a single run; a pair whose runs
+  all failed is marked "failed");
 * ``val_auroc.png``: validation AUROC against training step, one line per run;
 * ``comm_bytes.png``: embedding collective bytes per training step (all ranks), forward and
   backward, grouped by precision, one bar per sharding;
-* ``auroc_diff.png``: each configuration's val AUROC minus the baseline's (paired by seed),
-  with its 95 % interval and the zero line.
+* ``auroc_diff.png``, only for sweeps with repeats: each configuration's val AUROC minus the
+  baseline's (paired by seed), with its 95 % interval and the zero line.
 
 ``--baseline 'qcomms=none'`` picks the reference configuration (default: the first).
 ``--compare-to OLD/summary_stats.csv`` flags every metric that moved beyond the combined 95 %
@@ -63,21 +64,29 @@ def _grouped_bars(
     value: Callable[[RunMetrics], float | None],
     scale: float = 1.0,
 ) -> None:
+    """One bar per (group, bar) pair: the mean over its completed runs, with a 95 % Student t
+    error bar only when it has 2 or more; a pair whose runs all failed is an empty hatched
+    bar labelled "failed"; a pair with no run is left out."""
     groups = list(dict.fromkeys(_choice(r, group_by) for r in runs))
     bars = list(dict.fromkeys(_choice(r, bar_by) for r in runs))
     width = 0.8 / max(len(bars), 1)
     for j, bar in enumerate(bars):
-        heights, errors = [], []
-        for group in groups:
+        for i, group in enumerate(groups):
             match = [r for r in runs if _choice(r, group_by) == group and _choice(r, bar_by) == bar]
-            numbers = [value(r.metrics) for r in match]
+            x = i + (j - (len(bars) - 1) / 2) * width
+            label = f"{bar_by}={bar}" if i == 0 else None
+            numbers = [value(r.metrics) for r in match if r.status == COMPLETED]
             numbers = [n / scale for n in numbers if n is not None]
-            e = estimate(numbers) if numbers else None
-            heights.append(e.mean if e else 0.0)
-            errors.append((e.half_width or 0.0) if e else 0.0)
-        positions = [i + (j - (len(bars) - 1) / 2) * width for i in range(len(groups))]
-        ax.bar(positions, heights, width, yerr=errors, capsize=3, label=f"{bar_by}={bar}")
-    ax.set_xticks(range(len(groups)), [f"{group_by}={g}" for g in groups], rotation=20)
+            if numbers:
+                e = estimate(numbers)
+                error = e.half_width if e.half_width is not None else None
+                ax.bar(x, e.mean, width, yerr=error, capsize=3, color=f"C{j}", label=label)
+            elif match:
+                ax.bar(x, 0, width, color=f"C{j}", label=label)
+                ax.annotate("failed", (x, 0), ha="center", va="bottom", rotation=90,
+                            fontsize="small", color="tab:red")  # fmt: skip
+    ax.set_xticks(range(len(groups)), [f"{group_by}={g}" for g in groups])
+    plt.setp(ax.get_xticklabels(), rotation=25, ha="right", fontsize="small")
     ax.legend(fontsize="small")
     ax.grid(axis="y", alpha=0.3)
 
@@ -94,20 +103,35 @@ def plot_throughput(runs: Sequence[RunRecord], path: Path) -> None:
     plt.close(fig)
 
 
-def plot_val_auroc(runs: Sequence[RunRecord], path: Path) -> None:
-    """Validation AUROC against training step, one line per run (``val_history``), PNG."""
-    fig, ax = plt.subplots(figsize=(8, 4.5))
+def val_auroc_curves(runs: Sequence[RunRecord]) -> dict[tuple, list[str]]:
+    """``{((step, val AUROC), ...): [names of the runs with exactly that curve]}``."""
+    curves: dict[tuple, list[str]] = {}
     for run in runs:
         history = run.metrics.val_history
-        points = [(h["step"], h["auroc"]) for h in history if h.get("auroc") is not None]
+        points = tuple((h["step"], h["auroc"]) for h in history if h.get("auroc") is not None)
         if points:
-            steps, aurocs = zip(*points, strict=True)
-            ax.plot(steps, aurocs, marker="o", label=run.name)
+            curves.setdefault(points, []).append(run.name)
+    return curves
+
+
+def plot_val_auroc(runs: Sequence[RunRecord], path: Path) -> None:
+    """Validation AUROC against training step, one line per run (``val_history``), PNG.
+    Runs whose curves are identical share one line, labelled with all their names; lines
+    differ by colour, marker and dash."""
+    fig, ax = plt.subplots(figsize=(8, 4.5))
+    curves = val_auroc_curves(runs)
+    markers, dashes = "os^Dvx*P", ("-", "--", ":", "-.")
+    for k, (points, names) in enumerate(curves.items()):
+        steps, aurocs = zip(*points, strict=True)
+        label = names[0] if len(names) == 1 else f"{' = '.join(names)} (identical)"
+        ax.plot(steps, aurocs, marker=markers[k % len(markers)],
+                linestyle=dashes[k // len(markers) % len(dashes)], label=label)  # fmt: skip
     ax.set_xlabel("training step")
     ax.set_ylabel("validation AUROC")
     ax.set_title("Validation AUROC during training")
     ax.grid(alpha=0.3)
-    ax.legend(fontsize="small")
+    if curves:
+        ax.legend(fontsize="x-small")
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)
@@ -131,7 +155,8 @@ def plot_comm_bytes(runs: Sequence[RunRecord], path: Path) -> None:
 
 def plot_auroc_diff(stats: Sequence[ConfigStats], path: Path) -> None:
     """Each configuration's val AUROC minus the baseline's, paired by seed: the mean with its
-    95 % interval as a horizontal error bar, and the zero line; PNG."""
+    95 % interval as a horizontal error bar, and the zero line; PNG. Drawn only for sweeps
+    with repeats (seeds): without them there is no interval to show."""
     rows = [
         (s.config, s.vs_baseline["val_auroc"]) for s in stats[1:] if "val_auroc" in s.vs_baseline
     ]
@@ -142,9 +167,9 @@ def plot_auroc_diff(stats: Sequence[ConfigStats], path: Path) -> None:
         color = "tab:red" if d.significant else "tab:blue"
         ax.errorbar(d.mean, y, xerr=[[low], [high]], fmt="o", capsize=4, color=color)
     ax.axvline(0.0, color="black", linewidth=1)
-    ax.set_yticks(range(len(rows)), [name for name, _ in rows])
+    ax.set_yticks(range(len(rows)), [name for name, _ in rows], fontsize="small")
     baseline = stats[0].config if stats else "?"
-    ax.set_xlabel(f"val AUROC - baseline ({baseline}), 95 % CI paired by seed")
+    ax.set_xlabel(f"val AUROC - baseline\n({baseline}), 95 % CI paired by seed")
     ax.set_title("AUROC difference to the baseline (red: interval excludes 0)")
     ax.grid(axis="x", alpha=0.3)
     fig.tight_layout()
@@ -184,13 +209,17 @@ def report(
     stats = config_stats(runs, baseline)
     rows = write_summary(out, runs, stats)
     completed = [r for r in runs if r.status == COMPLETED]
-    plot_throughput(completed, out / PLOTS[0])
+    plot_throughput(runs, out / PLOTS[0])
     plot_val_auroc(completed, out / PLOTS[1])
-    plot_comm_bytes(completed, out / PLOTS[2])
-    plot_auroc_diff(stats, out / PLOTS[3])
+    plot_comm_bytes(runs, out / PLOTS[2])
     text = markdown_table(rows)
+    diff_plot = out / PLOTS[3]
     if has_repeats(stats):
+        plot_auroc_diff(stats, diff_plot)
         text += "\n\n" + stats_markdown(stats)
+    else:
+        diff_plot.unlink(missing_ok=True)  # from an earlier report with repeats
+        text += f"\n\n(no {PLOTS[3]}: no configuration has repeats; sweep seed=0,1,2 for them)"
     return text, out, stats
 
 
@@ -226,7 +255,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"Error: {err}", file=sys.stderr)
         return 2
     print(table)
-    print(f"plots: {', '.join(str(out / p) for p in PLOTS)}")
+    print(f"plots: {', '.join(str(out / p) for p in PLOTS if (out / p).exists())}")
     if args.compare_to:
         print(f"\ncompared with {args.compare_to}:")
         print("\n".join(lines))

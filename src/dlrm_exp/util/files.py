@@ -24,27 +24,32 @@ def _json_safe(value: Any) -> Any:
     return value
 
 
-def write_json_atomic(path: Path, data: Mapping[str, Any]) -> None:
-    """Write ``data`` as JSON to ``path`` via a temporary file and ``os.replace``, so a crash
-    never leaves a half-written file. Non-finite floats become null."""
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+def write_text_atomic(path: Path, text: str) -> None:
+    """Write ``text`` to ``path`` via a temporary file and ``os.replace``, so a crash never
+    leaves a half-written file. The file gets the mode a plain ``open`` would give it (0644
+    under the usual umask 022), not ``mkstemp``'s 0600."""
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
         with os.fdopen(fd, "w") as f:
-            json.dump(_json_safe(data), f, indent=2, sort_keys=False)
-            f.write("\n")
+            f.write(text)
+        os.chmod(tmp, 0o666 & ~_umask())
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
 
 
-def write_text_atomic(path: Path, text: str) -> None:
-    """Write ``text`` to ``path`` atomically (temporary file + ``os.replace``)."""
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    with os.fdopen(fd, "w") as f:
-        f.write(text)
-    os.replace(tmp, path)
+def write_json_atomic(path: Path, data: Mapping[str, Any]) -> None:
+    """Write ``data`` as JSON to ``path`` atomically (:func:`write_text_atomic`). Non-finite
+    floats become null."""
+    write_text_atomic(path, json.dumps(_json_safe(data), indent=2, sort_keys=False) + "\n")
 
 
 def check_writable(run_dir: Path) -> None:

@@ -1,0 +1,161 @@
+"""Keys the schema knows, and refusing the ones it does not with the closest known key.
+
+Hydra refuses ``train.lr=0.1`` with "Key 'lr' is not in struct" and a hint to append it with
+``+``; an appended key (``+train.lr=0.1``) then composes, lands in the saved config and is
+ignored by the typed config, so a user believes they changed the rate. Two checks close this:
+
+* :func:`check_override_keys` reads the command line before Hydra composes, so the plain form
+  gets a suggestion instead of Hydra's hint;
+* :func:`check_composed_keys` walks the composed config against each node's dataclass, so a key
+  appended with ``+`` / ``++`` (or by a YAML file) is refused too.
+
+Maps meant to be open (``sharding.per_table_sharding_type``, ``per_table_compute_kernel``:
+``dict``-typed fields) take any key.
+"""
+
+import dataclasses
+import difflib
+import typing
+from collections.abc import Iterable, Iterator, Sequence
+
+from omegaconf import DictConfig, OmegaConf
+
+from dlrm_exp.errors import ConfigError
+
+#: Short names users type for a key of another name (``train.lr`` means a learning rate).
+ALIASES = {
+    "lr": "optimizer.learning_rate",
+    "dense_lr": "optimizer.dense_learning_rate",
+    "bs": "train.batch_size",
+    "batch": "train.batch_size",
+    "num_epochs": "train.epochs",
+    "steps": "train.max_steps",
+    "embedding_size": "model.embedding_dim",
+    "nproc": "hardware.nproc_per_node",
+    "world_size": "hardware.nproc_per_node",
+}
+#: Config groups and other selectors whose override chooses an option, not a key.
+SELECTORS = {"model", "sharding", "optimizer", "qcomms", "data", "hardware", "experiment"}
+
+
+def _is_dataclass_type(tp: object) -> bool:
+    return isinstance(tp, type) and dataclasses.is_dataclass(tp)
+
+
+def _is_open_map(tp: object) -> bool:
+    return typing.get_origin(tp) is dict or tp is dict
+
+
+def _subclasses(cls: type) -> Iterator[type]:
+    yield cls
+    for sub in cls.__subclasses__():
+        yield from _subclasses(sub)
+
+
+def schema_keys(root: type) -> tuple[set[str], set[str]]:
+    """(every full key of ``root``'s schema, the full keys of its open maps). A field typed
+    with a dataclass base (``data: DataConfig``) counts the fields of every subclass."""
+    keys: set[str] = set()
+    open_maps: set[str] = set()
+
+    def walk(cls: type, prefix: str) -> None:
+        hints = typing.get_type_hints(cls)
+        for f in dataclasses.fields(cls):
+            key, tp = f"{prefix}{f.name}", hints[f.name]
+            keys.add(key)
+            if _is_open_map(tp):
+                open_maps.add(key)
+            elif _is_dataclass_type(tp):
+                for sub in _subclasses(tp):
+                    walk(sub, f"{key}.")
+
+    walk(root, "")
+    return keys, open_maps
+
+
+def suggest(key: str, known: Iterable[str]) -> str | None:
+    """The known key closest to ``key``: an alias of its last part (``lr`` ->
+    ``optimizer.learning_rate``), else the closest full key, else the known key whose last part
+    is closest to ``key``'s."""
+    known = sorted(known)
+    leaf = key.rsplit(".", 1)[-1]
+    if leaf in ALIASES:
+        return ALIASES[leaf]
+    close = difflib.get_close_matches(key, known, n=1, cutoff=0.75)
+    if close:
+        return close[0]
+    by_leaf = {k.rsplit(".", 1)[-1]: k for k in known}
+    close = difflib.get_close_matches(leaf, list(by_leaf), n=1, cutoff=0.7)
+    return by_leaf[close[0]] if close else None
+
+
+def unknown_key_error(key: str, known: Iterable[str]) -> ConfigError:
+    """The refusal of ``key``, with the closest known key when there is one."""
+    hint = suggest(key, known)
+    fix = f": did you mean {hint}?" if hint else " (python -m dlrm_exp --cfg job lists every key)"
+    return ConfigError(f"unknown config key {key}{fix}")
+
+
+def _under_open_map(key: str, open_maps: set[str]) -> bool:
+    return any(key.startswith(f"{m}.") for m in open_maps)
+
+
+def check_override_keys(overrides: Sequence[str], root: type) -> None:
+    """Refuse a ``key=value`` (or ``+key`` / ``++key``) override whose key no schema has.
+    Group choices (``model=mlperf``), ``hydra.*`` and deletions (``~key``) are left to Hydra,
+    as are arguments that do not parse as overrides.
+
+    Raises:
+        ConfigError: an unknown key, naming the closest known one.
+    """
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+    from hydra.errors import HydraException
+
+    parser = OverridesParser.create()
+    known, open_maps = schema_keys(root)
+    for text in overrides:
+        try:
+            (override,) = parser.parse_overrides([text])
+        except HydraException:
+            continue  # a flag's value (--cfg job) or a typo Hydra reports itself
+        key = override.key_or_group
+        if (
+            override.is_delete()
+            or key.split(".")[0] == "hydra"
+            or "/" in key
+            or key in SELECTORS
+            or key in known
+            or _under_open_map(key, open_maps)
+        ):
+            continue
+        raise unknown_key_error(key, known)
+
+
+def _node_keys(node: DictConfig, prefix: str) -> Iterator[str]:
+    """Full keys of ``node`` that its dataclass does not declare, at any depth."""
+    cls = OmegaConf.get_type(node)
+    declared = {f.name: f for f in dataclasses.fields(cls)} if _is_dataclass_type(cls) else None
+    hints = typing.get_type_hints(cls) if declared is not None else {}
+    for name in node.keys():
+        key = f"{prefix}{name}"
+        if declared is not None and name not in declared:
+            yield key
+            continue
+        if declared is not None and _is_open_map(hints[name]):
+            continue
+        child = node._get_node(name)
+        if isinstance(child, DictConfig) and not child._is_missing() and not child._is_none():
+            yield from _node_keys(child, f"{key}.")
+
+
+def check_composed_keys(raw: DictConfig, root: type) -> None:
+    """Refuse a composed config holding a key its node's dataclass does not declare (one
+    appended with ``+key=...``), before it is converted and silently dropped.
+
+    Raises:
+        ConfigError: the first unknown key, naming the closest known one.
+    """
+    unknown = list(_node_keys(raw, ""))
+    if unknown:
+        known, _ = schema_keys(root)
+        raise unknown_key_error(unknown[0], known)

@@ -1,0 +1,79 @@
+"""Keys the schema does not have are refused with the closest known key (also when appended
+with +), a missing mandatory value names its key, and --help lists the modes and the real
+options of every group (no schema entries)."""
+
+import re
+
+import pytest
+
+from conftest import GROUPS, REPO, compose_raw, run_cli
+from dlrm_exp.config import Config, Mode
+from dlrm_exp.config.keys import check_composed_keys, check_override_keys, suggest
+from dlrm_exp.errors import ConfigError
+
+
+@pytest.mark.parametrize(
+    ("key", "expected"),
+    [
+        ("train.lr", "optimizer.learning_rate"),
+        ("model.embeding_dim", "model.embedding_dim"),
+        ("train.bach_size", "train.batch_size"),
+        ("hardware.nproc", "hardware.nproc_per_node"),
+    ],
+)
+def test_the_closest_known_key_is_suggested(key, expected):
+    known = {"optimizer.learning_rate", "model.embedding_dim", "train.batch_size",
+             "hardware.nproc_per_node", "train.epochs"}  # fmt: skip
+    assert suggest(key, known) == expected
+
+
+def test_an_appended_key_is_refused_after_compose():
+    with pytest.raises(ConfigError, match="unknown config key train.lr: did you mean optimizer"):
+        check_composed_keys(compose_raw(["+train.lr=0.1"]), Config)
+    with pytest.raises(ConfigError, match="unknown config key data.nope"):
+        check_composed_keys(compose_raw(["++data.nope=1"]), Config)
+
+
+def test_known_keys_and_open_maps_pass():
+    raw = compose_raw(
+        ["+sharding.per_table_sharding_type.t_cat_0=row_wise", "experiment=mlperf_dcnv2"]
+    )
+    check_composed_keys(raw, Config)
+    check_override_keys(
+        ["model=mlperf", "train.batch_size=8", "hydra.run.dir=x", "hydra/launcher=local",
+         "~seed", "sharding.per_table_compute_kernel.t_cat_1=dense", "job"],
+        Config,
+    )  # fmt: skip
+    with pytest.raises(ConfigError, match="unknown config key opt.lr"):
+        check_override_keys(["seed=1", "opt.lr=3"], Config)
+
+
+def test_cli_refuses_unknown_keys_with_a_suggestion_and_names_a_missing_value(tmp_path):
+    for override in ("train.lr=0.1", "+train.lr=0.1"):
+        result = run_cli([override, f"hydra.run.dir={tmp_path}"])
+        assert result.returncode == 1, override
+        assert result.stderr.strip() == (
+            "Error: unknown config key train.lr: did you mean optimizer.learning_rate?"
+        )
+    assert not (tmp_path / "metrics.json").exists()
+    missing = run_cli(["data=criteo_tsv", f"hydra.run.dir={tmp_path}"])
+    assert missing.returncode == 1
+    assert missing.stderr.strip() == (
+        "Error: data.path is required here: set data.path=... on the command line"
+    )
+
+
+def test_help_lists_the_modes_and_every_real_option():
+    result = run_cli(["--help"])
+    assert result.returncode == 0
+    text = result.stdout
+    assert "base_" not in text and "schema" not in text
+    for mode in Mode:
+        assert re.search(rf"^  {mode.value} +\w", text, re.M), mode
+    for group in (*GROUPS, "experiment"):
+        # the group's line and its indented continuation lines
+        listed = re.search(rf"^  {group} +(.*(?:\n {{5,}}.*)*)", text, re.M).group(1)
+        options = set(re.findall(r"[a-z0-9_]+", listed)) - {"default"}
+        assert options == {p.stem for p in (REPO / "conf" / group).glob("*.yaml")}, group
+    with pytest.raises(Exception, match="Could not find 'model/base_model'"):
+        compose_raw(["model=base_model"])

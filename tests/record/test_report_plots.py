@@ -1,0 +1,89 @@
+"""The report's plots on hand-written run folders (no training): a 9-job sweep without seeds
+gets no paired-difference plot and no n=1 error bars, a failed job is labelled, and identical
+validation curves are named together."""
+
+import json
+
+import matplotlib.pyplot as plt
+import pytest
+import yaml
+
+from dlrm_exp.record import report
+from dlrm_exp.record.runs import load_runs
+
+
+def _job(folder, number, overrides, metrics):
+    job = folder / str(number)
+    (job / ".hydra").mkdir(parents=True)
+    (job / ".hydra" / "overrides.yaml").write_text(yaml.safe_dump(overrides))
+    (job / "metrics.json").write_text(json.dumps(metrics))
+
+
+def _completed(sharding, qcomms, speed, seed=0):
+    history = [{"step": 8.0, "auroc": 0.6 + speed / 1e6}, {"step": 16.0, "auroc": 0.7}]
+    return {
+        "status": "completed",
+        "val": {"auroc": 0.7, "ne": 0.9, "logloss": 0.5, "calibration": 1.0},
+        "test": {"auroc": 0.7, "ne": 0.9},
+        "samples_per_sec": speed,
+        "comm_bytes_per_step": {"forward": 1000.0, "backward": 2000.0},
+        "choices": {"sharding": sharding, "qcomms": qcomms},
+        "val_history": history,
+    }
+
+
+@pytest.fixture
+def nine_jobs(tmp_path):
+    """sharding x qcomms, 3 x 3, one process each; rowwise + bf16 failed."""
+    folder = tmp_path / "sweep"
+    number = 0
+    for sharding in ("tablewise", "rowwise", "columnwise"):
+        for qcomms in ("none", "fp16", "bf16"):
+            overrides = [f"sharding={sharding}", f"qcomms={qcomms}"]
+            if (sharding, qcomms) == ("rowwise", "bf16"):
+                metrics = {"status": "failed", "error": "boom", "error_type": "RuntimeError"}
+            else:
+                metrics = _completed(sharding, qcomms, 1000.0 * (number + 1))
+            _job(folder, number, overrides, metrics)
+            number += 1
+    return folder
+
+
+def test_a_sweep_without_repeats_has_no_difference_plot(nine_jobs, tmp_path, capsys):
+    out = tmp_path / "report"
+    (out).mkdir()
+    (out / "auroc_diff.png").write_bytes(b"stale")
+    assert report.main([str(nine_jobs), "--out", str(out)]) == 0
+    printed = capsys.readouterr().out
+    assert not (out / "auroc_diff.png").exists()
+    assert "no auroc_diff.png: no configuration has repeats" in printed
+    assert (out / "throughput.png").stat().st_size > 10_000
+
+
+def test_bars_have_no_error_bar_for_one_run_and_a_failed_pair_is_labelled(nine_jobs):
+    runs = load_runs([nine_jobs])
+    fig, ax = plt.subplots()
+    report._grouped_bars(ax, runs, "sharding", "qcomms", lambda m: m.samples_per_sec)
+    assert len(ax.collections) == 0  # errorbar lines would be LineCollections
+    assert [t.get_text() for t in ax.texts] == ["failed"]
+    plt.close(fig)
+    repeated = runs + runs  # every pair twice: now each has n=2 and an interval
+    fig, ax = plt.subplots()
+    report._grouped_bars(ax, repeated, "sharding", "qcomms", lambda m: m.samples_per_sec)
+    assert len(ax.collections) == 8
+    plt.close(fig)
+
+
+def test_identical_validation_curves_share_a_labelled_line(tmp_path):
+    folder = tmp_path / "sweep"
+    for number, qcomms in enumerate(("none", "fp16")):
+        metrics = _completed("tablewise", qcomms, 5000.0)
+        _job(folder, number, [f"qcomms={qcomms}"], metrics)
+    _job(folder, 2, ["qcomms=bf16"], _completed("tablewise", "bf16", 9000.0))
+    runs = load_runs([folder])
+    assert sorted(report.val_auroc_curves(runs).values()) == [
+        ["qcomms=bf16"],
+        ["qcomms=none", "qcomms=fp16"],
+    ]
+    report.plot_val_auroc(runs, tmp_path / "v.png")
+    assert (tmp_path / "v.png").stat().st_size > 10_000
