@@ -27,6 +27,7 @@ GROUPS = ("model", "sharding", "optimizer", "qcomms", "data", "hardware")
 
 register_configs()
 
+
 def compose_raw(overrides: Sequence[str] = ()) -> DictConfig:
     with initialize_config_dir(config_dir=str(conf_dir()), version_base="1.3"):
         return compose(config_name="config", overrides=list(overrides))
