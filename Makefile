@@ -26,13 +26,16 @@ help: ## list the targets
 $(PY):
 	$(PYTHON) -m venv $(VENV)
 
-# torch first (the local CPU wheel), then FBGEMM; torchrec without its declared deps (they name
-# the CUDA fbgemm-gpu and torchmetrics==1.0.3); then this package with its pinned needs.
+# torch first (the local CPU wheel), then FBGEMM, then this package with torchrec's needs pinned;
+# torchrec last and without its declared deps (they name the CUDA fbgemm-gpu and
+# torchmetrics==1.0.3): installed before, every later pip call would print a red "ERROR: ...
+# torchrec requires fbgemm-gpu, which is not installed" for a dependency that is deliberately
+# the CPU build. setuptools' build chatter stays in pip's log (-q); errors still show.
 $(STAMP): pyproject.toml | $(PY)
-	$(PY) -m pip install --upgrade pip
+	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install "$(TORCH)" "$(FBGEMM)"
+	$(PY) -m pip install -q -e ".[dev,launchers]" $(PINS)
 	$(PY) -m pip install --no-deps "$(TORCHREC)"
-	$(PY) -m pip install -e ".[dev,launchers]" $(PINS)
 	touch $@
 
 install: $(STAMP) ## create .venv and install the pinned stack (torch, fbgemm, torchrec, hydra, ...)
