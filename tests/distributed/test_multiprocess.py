@@ -116,6 +116,8 @@ def test_two_process_run_folder_and_a_mixed_plan_json(tmp_path):
     rows = sum(cfg.model.table_sizes) + cfg.model.table_sizes[0]  # the replica twice
     assert sum(plan["embedding_bytes_per_rank"]) == rows * 16 * 4
     assert metrics.embedding_bytes_per_rank == plan["embedding_bytes_per_rank"]
+    threads = int(os.environ.get("OMP_NUM_THREADS") or max(1, len(os.sched_getaffinity(0)) // 2))
+    assert metrics.threads_per_rank == threads  # the cores shared by the 2 ranks
     assert (tmp_path / "metrics.json").exists() and (tmp_path / "plan.txt").exists()
 
 

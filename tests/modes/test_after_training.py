@@ -92,6 +92,40 @@ def test_predict_writes_one_probability_per_valid_row_in_order(trained, tmp_path
     assert report["read"]["first_bad_lines"][0].endswith(":1001 (field_count)")
 
 
+def test_predict_scores_unlabeled_rows_and_refuses_a_mostly_malformed_file(trained, tmp_path):
+    """Rows to score in Criteo's test.txt layout (no label: 39 fields) are detected and all
+    scored, with the same probabilities as the labeled rows and no label column; a file whose
+    rows are mostly malformed fails with the counts (more than 1 % skipped)."""
+    run_dir, _ = trained
+    labeled = write_criteo_tsv(tmp_path / "day.tsv", 300, seed=6, strip_trailing_rate=0.0)
+    unlabeled = tmp_path / "test.tsv"
+    unlabeled.write_text(
+        "".join(line.split("\t", 1)[1] + "\n" for line in labeled.read_text().splitlines())
+    )
+    tables = {}
+    for name, tsv in (("labeled", labeled), ("unlabeled", unlabeled)):
+        cfg = compose_cfg(
+            ["mode=predict", f"checkpoint={run_dir}", "data=criteo_tsv", f"data.path={tsv}"]
+        )
+        report = run_predict(cfg, Job(tmp_path / name))
+        assert report["rows_written"] == 300 and report["read"]["rows_skipped"] == 0
+        tables[name] = pq.read_table(tmp_path / name / "predictions.parquet")
+    assert tables["unlabeled"].schema.names == ["file", "line", "probability"]
+    assert tables["unlabeled"].column("probability").to_pylist() == (
+        tables["labeled"].column("probability").to_pylist()
+    )
+    lines = labeled.read_text().splitlines()
+    malformed = tmp_path / "malformed.tsv"
+    malformed.write_text("".join(f"{line}\n" if i % 4 == 0 else "1\tbroken\n"
+                                 for i, line in enumerate(lines[:100])))  # fmt: skip
+    cfg = compose_cfg(
+        ["mode=predict", f"checkpoint={run_dir}", "data=criteo_tsv", f"data.path={malformed}"]
+    )
+    with pytest.raises(DataError, match=r"75 of 100 rows could not be scored \(75.0% > "):
+        run_predict(cfg, Job(tmp_path / "malformed"))
+    assert not list((tmp_path / "malformed").glob("*.parquet*"))
+
+
 def test_predict_refuses_a_file_of_another_feature_count(trained, tmp_path):
     run_dir, _ = trained
     bad = tmp_path / "fifty.tsv"  # 50 columns: not the 40 of the Criteo schema

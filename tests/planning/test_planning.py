@@ -1,5 +1,7 @@
 """Sharder, constraints, memory capacity and the insufficient-memory report (no training)."""
 
+import re
+
 import psutil
 import pytest
 import torch
@@ -96,17 +98,22 @@ def test_mlperf_does_not_fit_24_gib_and_the_suggested_cap_does():
     message = str(info.value)
     assert "needed:  97.36 GiB fp32 weights + 0.76 GiB rowwise_adagrad state = 98.12 GiB" in message
     assert "offered: 24.00 GiB DDR on 1 rank(s)" in message
-    cap = int(message.split("model.num_embeddings_cap=")[1].split(",")[0])
-    capped = compose_cfg(
-        [
-            "model=mlperf",
-            "sharding=rowwise",
-            "hardware.ddr_cap=24",
-            f"model.num_embeddings_cap={cap}",
-        ]
-    )
-    plan = plan_job(capped, _meta_model(capped), CPU_ONE_RANK).plan
-    assert len(plan.plan["model.sparse_arch.embedding_bag_collection"]) == 26
+    # two caps, each with the GiB it needs: at most 60 % of the 24 GiB, and at most 1 GiB
+    caps = re.findall(r"model\.num_embeddings_cap=(\d+)(?: first)? \((\d+\.\d\d) GiB", message)
+    assert len(caps) == 2, message
+    (cap, cap_gib), (quick, quick_gib) = ((int(c), float(g)) for c, g in caps)
+    assert 10 < cap_gib <= 0.6 * 24 and 0.5 < quick_gib <= 1.0 and quick < cap
+    for suggested in (cap, quick):
+        capped = compose_cfg(
+            [
+                "model=mlperf",
+                "sharding=rowwise",
+                "hardware.ddr_cap=24",
+                f"model.num_embeddings_cap={suggested}",
+            ]
+        )
+        plan = plan_job(capped, _meta_model(capped), CPU_ONE_RANK).plan
+        assert len(plan.plan["model.sparse_arch.embedding_bag_collection"]) == 26
 
 
 def test_replicated_tables_count_once_per_rank_and_the_cap_accounts_for_it():
@@ -127,7 +134,7 @@ def test_replicated_tables_count_once_per_rank_and_the_cap_accounts_for_it():
     assert (
         "6.33 GiB are data_parallel tables, held whole by each of the 2 ranks: 12.67 GiB" in message
     )
-    cap = int(message.split("model.num_embeddings_cap=")[1].split(",")[0])
+    cap = int(re.search(r"model\.num_embeddings_cap=(\d+)", message).group(1))
     capped = compose_cfg([*overrides, f"model.num_embeddings_cap={cap}"])
     plan_job(capped, _meta_model(capped), ctx)  # the suggestion fits
 

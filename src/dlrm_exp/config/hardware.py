@@ -42,6 +42,9 @@ class HardwareConfig:
             (null: TorchRec's default, 897).
         collective_timeout_s: seconds a collective may wait for a peer before the job fails
             (torch.distributed's own default is 30 minutes).
+        threads_per_rank: intra-op CPU threads of each rank (``torch.set_num_threads``);
+            null: ``OMP_NUM_THREADS`` when set, else this host's cores divided by its ranks,
+            so ranks do not oversubscribe the cores.
     """
 
     compute_device: ComputeDevice = ComputeDevice.cpu
@@ -55,6 +58,7 @@ class HardwareConfig:
     inter_host_bw: float | None = None
     hbm_mem_bw: float | None = None
     collective_timeout_s: float = 600.0
+    threads_per_rank: int | None = None
 
     def __post_init__(self) -> None:
         require_positive(
@@ -72,6 +76,7 @@ class HardwareConfig:
                 "hardware.intra_host_bw": self.intra_host_bw,
                 "hardware.inter_host_bw": self.inter_host_bw,
                 "hardware.hbm_mem_bw": self.hbm_mem_bw,
+                "hardware.threads_per_rank": self.threads_per_rank,
             },
             nullable=True,
         )

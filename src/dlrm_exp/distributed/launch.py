@@ -27,6 +27,8 @@ class DistContext:
     local_rank: int
     local_world_size: int
     device: torch.device
+    #: intra-op CPU threads of this rank (:func:`rank_threads`; 0: not set here)
+    threads: int = 0
 
     @property
     def is_main(self) -> bool:
@@ -147,6 +149,21 @@ def _device(cfg: HardwareConfig, local_rank: int) -> torch.device:
     return torch.device("cpu")
 
 
+def rank_threads(cfg: HardwareConfig, local_world_size: int) -> int:
+    """Set this rank's intra-op thread count and return it: ``hardware.threads_per_rank``,
+    else ``OMP_NUM_THREADS`` when set, else the cores this process may run on divided by the
+    ranks on this host (at least 1). torch's own default, every core for every rank, makes
+    ranks of one host compete for the same cores."""
+    if cfg.threads_per_rank is not None:
+        threads = cfg.threads_per_rank
+    elif os.environ.get("OMP_NUM_THREADS", "").isdigit():
+        threads = int(os.environ["OMP_NUM_THREADS"])
+    else:
+        threads = max(1, len(os.sched_getaffinity(0)) // max(1, local_world_size))
+    torch.set_num_threads(threads)
+    return threads
+
+
 @contextmanager
 def process_group(cfg: HardwareConfig) -> Iterator[DistContext]:
     """Join (or create) the default process group for the job and tear it down at exit.
@@ -182,13 +199,15 @@ def process_group(cfg: HardwareConfig) -> Iterator[DistContext]:
                 timeout=timeout,
             )
         created = True
+    local_world_size = int(os.environ.get("LOCAL_WORLD_SIZE", dist.get_world_size()))
     try:
         yield DistContext(
             rank=dist.get_rank(),
             world_size=dist.get_world_size(),
             local_rank=local_rank,
-            local_world_size=int(os.environ.get("LOCAL_WORLD_SIZE", dist.get_world_size())),
+            local_world_size=local_world_size,
             device=device,
+            threads=rank_threads(cfg, local_world_size),
         )
     finally:
         if created:

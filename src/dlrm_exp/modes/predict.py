@@ -14,14 +14,19 @@ column     type    meaning
 file       string  the input file
 line       int64   the row's 1-based line number in that file
 probability float32 the predicted click probability, sigmoid(logit), in (0, 1)
-label      int8    the row's label (Criteo TSV rows carry one: 0 or 1)
+label      int8    the row's label (0 or 1), only for labeled input
 ========== ======= ============================================================
 
+Rows to score usually carry no label (Criteo's ``test.txt`` layout: 13 integer and 26
+categorical fields); ``predict.has_label`` says which layout the files have, or (null) it is
+detected per file from the widest of its first lines (39 fields: unlabeled, 40: labeled).
 Rows that cannot be parsed are skipped and reported (counts by reason, first line numbers)
-in ``predict_report.json`` and the summary, as ``data=criteo_tsv`` reports them.
+in ``predict_report.json`` and the summary, as ``data=criteo_tsv`` reports them; when more than
+``predict.max_skipped_fraction`` (1 %) of the rows are skipped the run fails with the counts.
 """
 
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -34,7 +39,12 @@ from dlrm_exp.config import Config, CriteoTsvDataConfig
 from dlrm_exp.data import ClickData
 from dlrm_exp.data.batches import make_batch
 from dlrm_exp.data.criteo_tsv import ReadReport, resolve_paths
-from dlrm_exp.data.preprocess.tsv_parse import convert_block, iter_blocks
+from dlrm_exp.data.preprocess.tsv_parse import (
+    convert_block,
+    iter_blocks,
+    iter_line_chunks,
+    parse_pieces,
+)
 from dlrm_exp.distributed.launch import check_devices, process_group
 from dlrm_exp.errors import ConfigError, DataError
 from dlrm_exp.factories.experiment import build_experiment
@@ -43,7 +53,8 @@ from dlrm_exp.modes.job import Job, ModeResult
 from dlrm_exp.planning.tables import table_shapes
 from dlrm_exp.util.files import check_writable, write_json_atomic
 
-#: The Parquet schema of the predictions (see the module docstring).
+#: The Parquet schema of the predictions (see the module docstring); unlabeled input has no
+#: ``label`` column.
 SCHEMA = pa.schema(
     [
         ("file", pa.string()),
@@ -52,6 +63,34 @@ SCHEMA = pa.schema(
         ("label", pa.int8()),
     ]
 )
+UNLABELED_SCHEMA = SCHEMA.remove(SCHEMA.get_field_index("label"))
+#: Fields of a labeled Criteo row (label, 13 integer, 26 categorical).
+LABELED_FIELDS = 40
+#: Lines looked at to detect whether a file is labeled.
+_SNIFF_LINES = 1000
+
+
+def has_label(file: Path, setting: bool | None) -> bool:
+    """Whether ``file``'s rows start with a label: ``setting`` when given, else whether its
+    widest line among the first ones has 40 fields (39: Criteo's unlabeled ``test.txt``).
+
+    Raises:
+        DataError: the file cannot be read.
+    """
+    if setting is not None:
+        return setting
+    data, _ = next(iter_line_chunks(file), (b"", 1))
+    lines = data.split(b"\n", _SNIFF_LINES)[:_SNIFF_LINES]
+    return max((line.count(b"\t") + 1 for line in lines), default=LABELED_FIELDS) >= (
+        LABELED_FIELDS
+    )
+
+
+def _with_label_column(data: bytes) -> bytes:
+    """Whole unlabeled lines with a ``0`` label field put in front, so the Criteo parser reads
+    them (the label is not written)."""
+    labeled = b"0\t" + data.replace(b"\n", b"\n0\t")
+    return labeled[:-2] if labeled.endswith(b"\n0\t") else labeled
 
 
 def run(cfg: Config, job: Job) -> ModeResult:
@@ -78,6 +117,14 @@ def run_predict(cfg: Config, job: Job) -> dict:
     output = Path(cfg.predict.output) if cfg.predict.output else job.run_dir / "predictions.parquet"
     partial = output.with_name(output.name + ".partial")
     report = ReadReport()
+    labeled = {file: has_label(file, cfg.predict.has_label) for file in files}
+    if len(set(labeled.values())) > 1:
+        raise DataError(
+            "data.path: some files have a label column and some do not "
+            f"({', '.join(f'{f.name}: {has}' for f, has in labeled.items())}); score them "
+            "separately or set predict.has_label"
+        )
+    schema = SCHEMA if all(labeled.values()) else UNLABELED_SCHEMA
     with process_group(cfg.hardware) as ctx:
         experiment = build_experiment(cfg, ctx)
         saved = load_model_weights(path, experiment.model, table_shapes(cfg.model))
@@ -85,9 +132,9 @@ def run_predict(cfg: Config, job: Job) -> dict:
         model.eval()
         output.parent.mkdir(parents=True, exist_ok=True)
         try:
-            with pq.ParquetWriter(partial, SCHEMA) as writer, torch.no_grad():
+            with pq.ParquetWriter(partial, schema) as writer, torch.no_grad():
                 for file in files:
-                    _predict_file(cfg, file, model, writer, report)
+                    _predict_file(cfg, file, labeled[file], model, writer, report)
         except BaseException:
             partial.unlink(missing_ok=True)
             raise
@@ -100,6 +147,7 @@ def run_predict(cfg: Config, job: Job) -> dict:
             f"first: {', '.join(report.first_bad_lines[:3])}): a Criteo row is a label, "
             "13 integer and 26 hex fields, tab-separated"
         )
+    _check_skipped(report, cfg.predict.max_skipped_fraction, partial)
     partial.replace(output)  # a crash never leaves a partial file under the final name
     result = {
         "checkpoint": str(path),
@@ -112,9 +160,43 @@ def run_predict(cfg: Config, job: Job) -> dict:
     return result
 
 
+def _check_skipped(report: ReadReport, limit: float | None, partial: Path) -> None:
+    """Fail when more than ``limit`` of the rows read were skipped (nothing is written).
+
+    Raises:
+        DataError: the counts, the reasons and the first skipped lines.
+    """
+    if limit is None or report.rows_read == 0:
+        return
+    skipped = report.rows_read - report.rows_valid
+    if skipped / report.rows_read <= limit:
+        return
+    partial.unlink(missing_ok=True)
+    reasons = ", ".join(f"{k} {v}" for k, v in report.skipped_by_reason.items() if v)
+    raise DataError(
+        f"data.path: {skipped:,} of {report.rows_read:,} rows could not be scored "
+        f"({skipped / report.rows_read:.1%} > predict.max_skipped_fraction={limit}; {reasons}; "
+        f"first: {', '.join(report.first_bad_lines[:3])}); no predictions written. Unlabeled "
+        "rows? set predict.has_label=false; to score the valid rows anyway, raise "
+        "predict.max_skipped_fraction"
+    )
+
+
+def _blocks(file: Path, labeled: bool) -> Iterator[tuple[np.ndarray, int]]:
+    """:func:`iter_blocks` of ``file``, with a label field put in front of unlabeled rows."""
+    if labeled:
+        yield from iter_blocks(file)
+        return
+    for data, line in iter_line_chunks(file):
+        for piece in parse_pieces(_with_label_column(data), file):
+            yield piece, line
+            line += int(np.count_nonzero(piece[:-8] == 10))
+
+
 def _predict_file(
     cfg: Config,
     file: Path,
+    labeled: bool,
     model: torch.nn.Module,
     writer: pq.ParquetWriter,
     report: ReadReport,
@@ -133,7 +215,7 @@ def _predict_file(
     )
     file_report = ReadReport(files=[str(file)])
     with bar:
-        for buf, first_line in iter_blocks(file):
+        for buf, first_line in _blocks(file, labeled):
             block = convert_block(buf, log1p=True, table_sizes=sizes)
             file_report.add_block(block, first_line, str(file), cfg.data.max_reported_bad_lines)
             bar.update(len(buf) - 8)
@@ -145,17 +227,14 @@ def _predict_file(
                 torch.sigmoid(model(make_batch(data, start, start + step, keys))[1][1]).float()
                 for start, step in _chunks(len(data), cfg.predict.batch_size)
             ]
-            writer.write_table(
-                pa.table(
-                    {
-                        "file": pa.array([str(file)] * len(lines), pa.string()),
-                        "line": pa.array(lines.astype(np.int64)),
-                        "probability": pa.array(torch.cat(probabilities).numpy()),
-                        "label": pa.array(block.labels.astype(np.int8)),
-                    },
-                    schema=SCHEMA,
-                )
-            )
+            columns = {
+                "file": pa.array([str(file)] * len(lines), pa.string()),
+                "line": pa.array(lines.astype(np.int64)),
+                "probability": pa.array(torch.cat(probabilities).numpy()),
+            }
+            if labeled:
+                columns["label"] = pa.array(block.labels.astype(np.int8))
+            writer.write_table(pa.table(columns, schema=writer.schema))
     report.merge(file_report, cfg.data.max_reported_bad_lines)
 
 

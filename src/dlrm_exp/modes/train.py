@@ -234,6 +234,7 @@ def _run_metrics(
         final_train_loss=state.final_train_loss,
         skipped_steps=state.skipped_steps,
         world_size=run.ctx.world_size,
+        threads_per_rank=run.ctx.threads,
         embedding_bytes_per_rank=run.plan_data.embedding_bytes_per_rank,
         bayes_auroc=info.bayes_auroc,
         data=info.to_json(),
@@ -270,6 +271,24 @@ def _final_scalars(metrics: RunMetrics) -> dict[str, float | None]:
     }
 
 
+#: A p90 step time this many times the median marks a run whose steps were starved of CPU.
+CONTENTION_RATIO = 5.0
+
+
+def _contention_warning(metrics: RunMetrics) -> list[str]:
+    """A line when step times vary wildly (p90 > 5x p50): most often another process competing
+    for the cores, or more threads than cores (``OMP_NUM_THREADS``, ``threads_per_rank``)."""
+    p50, p90 = metrics.step_time_ms.get("p50"), metrics.step_time_ms.get("p90")
+    if not p50 or not p90 or p90 <= CONTENTION_RATIO * p50:
+        return []
+    return [
+        f"warning: step times vary {p90 / p50:.0f}x (p50 {p50:.1f} ms, p90 {p90:.1f} ms): "
+        "likely another process competing for the cores, or more threads than cores "
+        f"({metrics.threads_per_rank} threads per rank x {metrics.world_size} ranks; see "
+        "hardware.threads_per_rank and OMP_NUM_THREADS); throughput is not representative"
+    ]
+
+
 def summary(metrics: RunMetrics, run_dir: Path, logdir: str = "outputs") -> str:
     """The lines printed at the end of a training run."""
     bayes = metrics.bayes_auroc or {}
@@ -284,6 +303,7 @@ def summary(metrics: RunMetrics, run_dir: Path, logdir: str = "outputs") -> str:
         f"train {metrics.steps} steps | {throughput} samples/s "
         f"| peak memory {metrics.peak_memory_gib:.2f} GiB | {metrics.wall_seconds:.1f} s"
     )
+    lines += _contention_warning(metrics)
     util = metrics.utilization
     if util.get("dense_flops_per_sec"):
         lines.append(

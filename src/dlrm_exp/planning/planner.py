@@ -15,7 +15,7 @@ from torchrec.distributed.types import ShardingPlan
 
 from dlrm_exp.config import SparseOptimizer
 from dlrm_exp.errors import InsufficientMemoryError, PlanError
-from dlrm_exp.planning.storage import GIB, EmbeddingStorage, largest_fitting_cap
+from dlrm_exp.planning.storage import GIB, EmbeddingStorage, capped_bytes, largest_fitting_cap
 from dlrm_exp.planning.topology import MemoryCapacity
 
 #: Share of each rank's memory the planner keeps free for dense parameters, activations and
@@ -40,6 +40,12 @@ def build_planner(
     )
 
 
+#: The suggested cap keeps the tables within this fraction of the offered memory.
+HEADROOM_FRACTION = 0.6
+#: The quick-try cap keeps the tables within this many bytes.
+QUICK_TRY_BYTES = 2**30
+
+
 def insufficient_memory_message(
     storage: EmbeddingStorage,
     optimizer: SparseOptimizer,
@@ -51,17 +57,20 @@ def insufficient_memory_message(
     replicated: EmbeddingStorage | None = None,
     copies: list[int] | None = None,
 ) -> str:
-    """One message with what the tables need, what the hardware offers, and a cap that fits.
+    """One message with what the tables need, what the hardware offers, and two caps to try.
 
-    The suggested ``model.num_embeddings_cap`` keeps the tables within 80 % of the usable
-    memory (offered minus the planner's reservation), leaving room for the dense part.
+    The suggested ``model.num_embeddings_cap`` values: the largest whose tables (weights and
+    optimizer state) take at most 60 % of the offered memory, leaving headroom for the dense
+    part, activations, data and the process itself; and a quick-try cap whose tables take at
+    most 1 GiB (a run of a minute on a laptop). Each is given with the GiB it needs.
     """
     on_hbm = device_kind == "HBM" and bool(capacity.hbm_bytes)
     per_rank = capacity.hbm_bytes if on_hbm and capacity.hbm_bytes else capacity.ddr_bytes
     source = capacity.hbm_source if on_hbm else capacity.source
     offered = per_rank * world_size
-    usable = offered * (1 - STORAGE_RESERVATION)
-    cap = largest_fitting_cap(table_sizes, embedding_dim, optimizer, usable * 0.8, copies)
+    shape = (table_sizes, embedding_dim, optimizer)
+    cap = largest_fitting_cap(*shape, offered * HEADROOM_FRACTION, copies)
+    quick = largest_fitting_cap(*shape, min(QUICK_TRY_BYTES, offered * HEADROOM_FRACTION), copies)
     lines: list[str] = [
         f"Not enough memory for the embedding tables ({len(table_sizes)} tables, "
         f"{storage.rows:,} rows x embedding_dim {embedding_dim}):",
@@ -83,10 +92,13 @@ def insufficient_memory_message(
     ]
     ranks_needed = math.ceil(storage.total_bytes / (per_rank * (1 - STORAGE_RESERVATION)))
     more = f"at least {ranks_needed} ranks of {per_rank / GIB:.2f} GiB (hardware.nnodes=...)"
-    if cap is not None:
+    if cap is not None and quick is not None:
+        gib = {c: capped_bytes(*shape, c, copies) / GIB for c in (cap, quick)}
         lines.append(
-            f"Fix: cap the tables with model.num_embeddings_cap={cap}, or add ranks / memory: "
-            f"{more}."
+            f"Fix: cap the tables with model.num_embeddings_cap={cap} ({gib[cap]:.2f} GiB, at "
+            f"most {HEADROOM_FRACTION:.0%} of the offered memory), or try "
+            f"model.num_embeddings_cap={quick} first ({gib[quick]:.2f} GiB, quick to train); "
+            f"or add ranks / memory: {more}."
         )
     else:
         lines.append(f"Fix: add ranks or memory: {more}; no table cap makes this fit.")

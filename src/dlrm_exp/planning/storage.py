@@ -59,6 +59,20 @@ def embedding_storage(
     )
 
 
+def capped_bytes(
+    table_sizes: list[int],
+    embedding_dim: int,
+    optimizer: SparseOptimizer,
+    cap: int,
+    copies: list[int] | None = None,
+) -> int:
+    """Bytes of fp32 weights and optimizer state of the tables capped at ``cap`` rows each
+    (``copies`` as in :func:`largest_fitting_cap`)."""
+    per_row = (embedding_dim + optimizer_floats_per_row(optimizer, embedding_dim)) * FP32_BYTES
+    copies = copies or [1] * len(table_sizes)
+    return sum(min(n, cap) * k for n, k in zip(table_sizes, copies, strict=True)) * per_row
+
+
 def largest_fitting_cap(
     table_sizes: list[int],
     embedding_dim: int,
@@ -71,12 +85,9 @@ def largest_fitting_cap(
 
     ``copies[i]`` is how many copies of table i the job holds (data_parallel: one per rank;
     default one each)."""
-    per_row = (embedding_dim + optimizer_floats_per_row(optimizer, embedding_dim)) * FP32_BYTES
-    copies = copies or [1] * len(table_sizes)
 
     def fits(cap: int) -> bool:
-        rows = sum(min(n, cap) * k for n, k in zip(table_sizes, copies, strict=True))
-        return rows * per_row <= budget_bytes
+        return capped_bytes(table_sizes, embedding_dim, optimizer, cap, copies) <= budget_bytes
 
     if not fits(1):
         return None

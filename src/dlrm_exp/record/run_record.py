@@ -39,6 +39,8 @@ class RunMetrics:
         final_train_loss: mean BCE of the last logged step on rank 0.
         skipped_steps: steps skipped for a non-finite loss (``train.on_nonfinite=skip``).
         world_size: ranks in the job.
+        threads_per_rank: intra-op CPU threads of each rank (rank 0's; ``hardware.threads_per_rank``
+            or its default, the host's cores divided by its ranks).
         embedding_bytes_per_rank: fp32 table bytes each rank holds under the plan.
         bayes_auroc: the Bayes-optimal AUROC per split (synthetic data only).
         data: what the data source reported (row counts, skipped rows, ...).
@@ -71,6 +73,7 @@ class RunMetrics:
     final_train_loss: float | None = None
     skipped_steps: list[int] = field(default_factory=list)
     world_size: int = 1
+    threads_per_rank: int | None = None
     embedding_bytes_per_rank: list[int] = field(default_factory=list)
     bayes_auroc: dict[str, float] | None = None
     data: dict[str, Any] = field(default_factory=dict)
