@@ -122,4 +122,12 @@ def main() -> None:
     except UserError as err:
         print(f"Error: {err}", file=sys.stderr)
         sys.exit(1)
-    hydra_main()
+    try:
+        hydra_main()
+    except KeyboardInterrupt:  # Ctrl-C: one line, not a traceback per frame that was running
+        print(
+            "Interrupted: the run folder keeps what was written (complete checkpoints; "
+            "no metrics.json for an unfinished run)",
+            file=sys.stderr,
+        )
+        sys.exit(130)

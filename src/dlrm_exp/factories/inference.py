@@ -14,6 +14,7 @@ float32 click probabilities.
 """
 
 import copy
+import warnings
 
 import torch
 from torchrec.inference.modules import quantize_inference_model
@@ -91,4 +92,9 @@ def script(module: InferenceDLRM) -> torch.jit.ScriptModule:
 
     for parameter in module.parameters():
         parameter.requires_grad_(False)  # a serving model: no autograd graph per call
-    return torch.jit.script(symbolic_trace(module))
+    with warnings.catch_warnings():
+        # Harmless for this model, printed on every export: TorchScript notes that it ignores
+        # instance annotations and dtype-specific Tensor subtypes in TorchRec's modules.
+        warnings.filterwarnings("ignore", message=r"The TorchScript type system doesn't support")
+        warnings.filterwarnings("ignore", message=r"TorchScript will treat type annotations")
+        return torch.jit.script(symbolic_trace(module))

@@ -30,6 +30,7 @@ import json
 import pickle
 import re
 import shutil
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -307,7 +308,11 @@ def _dcp_load(path: Path, state: dict[str, Any]) -> None:
         CheckpointError: files DCP cannot read (truncated, missing).
     """
     try:
-        dcp.load(state, storage_reader=SafeFileSystemReader(str(path)))
+        with warnings.catch_warnings():
+            # Loading without a process group (evaluate / predict / export on one process) is
+            # what DCP then assumes; it says so on every load.
+            warnings.filterwarnings("ignore", message=r"torch.distributed is disabled")
+            dcp.load(state, storage_reader=SafeFileSystemReader(str(path)))
     except (Exception, CheckpointException) as err:  # CheckpointException is a BaseException
         lines = [line for line in str(err).strip().splitlines() if line.strip()]
         first = lines[-1][:300] if lines else type(err).__name__
