@@ -95,7 +95,7 @@ def test_predict_writes_one_probability_per_valid_row_in_order(trained, tmp_path
 def test_predict_scores_unlabeled_rows_and_refuses_a_mostly_malformed_file(trained, tmp_path):
     """Rows to score in Criteo's test.txt layout (no label: 39 fields) are detected and all
     scored, with the same probabilities as the labeled rows and no label column; a file whose
-    rows are mostly malformed fails with the counts (more than 1 % skipped)."""
+    rows are mostly malformed fails predict and evaluate with the counts (over 1 % skipped)."""
     run_dir, _ = trained
     labeled = write_criteo_tsv(tmp_path / "day.tsv", 300, seed=6, strip_trailing_rate=0.0)
     unlabeled = tmp_path / "test.tsv"
@@ -121,9 +121,12 @@ def test_predict_scores_unlabeled_rows_and_refuses_a_mostly_malformed_file(train
     cfg = compose_cfg(
         ["mode=predict", f"checkpoint={run_dir}", "data=criteo_tsv", f"data.path={malformed}"]
     )
-    with pytest.raises(DataError, match=r"75 of 100 rows could not be scored \(75.0% > "):
+    with pytest.raises(DataError, match=r"75 of 100 rows could not be scored \(75.0% > data.max"):
         run_predict(cfg, Job(tmp_path / "malformed"))
     assert not list((tmp_path / "malformed").glob("*.parquet*"))
+    evaluate = [f"checkpoint={run_dir}", "data=criteo_tsv", f"data.path={malformed}"]
+    with pytest.raises(DataError, match=r"75 of 100 rows could not be evaluated \(75.0% > "):
+        run_evaluate(compose_cfg(["mode=evaluate", *evaluate]), Job(tmp_path / "evaluate"))
 
 
 def test_predict_refuses_a_file_of_another_feature_count(trained, tmp_path):

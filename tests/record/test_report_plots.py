@@ -66,6 +66,8 @@ def test_bars_have_no_error_bar_for_one_run_and_a_failed_pair_is_labelled(nine_j
     report._grouped_bars(ax, runs, "sharding", "qcomms", lambda m: m.samples_per_sec)
     assert len(ax.collections) == 0  # errorbar lines would be LineCollections
     assert [t.get_text() for t in ax.texts] == ["failed"]
+    labels = [t.get_text() for t in ax.get_xticklabels()]
+    assert labels == ["sharding=tablewise", "sharding=rowwise", "sharding=columnwise"]
     plt.close(fig)
     repeated = runs + runs  # every pair twice: now each has n=2 and an interval
     fig, ax = plt.subplots()

@@ -93,6 +93,9 @@ class CriteoTsvDataConfig(DataConfig):
             off: validation first, then test.
         val_fraction / test_fraction: row fractions in [0, 1).
         max_reported_bad_lines: how many malformed line numbers are kept in the report.
+        max_skipped_fraction: ``mode=evaluate`` and ``mode=predict`` fail (exit 1, with the
+            counts) when more than this fraction of the rows read are skipped; null: never.
+            Training reports skipped rows and goes on.
     """
 
     path: Any = MISSING
@@ -101,6 +104,7 @@ class CriteoTsvDataConfig(DataConfig):
     val_fraction: float = 0.1
     test_fraction: float = 0.1
     max_reported_bad_lines: int = 5
+    max_skipped_fraction: float | None = 0.01
 
     def input_paths(self) -> dict[str, list[str]]:
         keys = {

@@ -120,22 +120,14 @@ class PredictConfig:
         has_label: whether the rows start with a label (Criteo ``train.txt``: 40 fields) or
             not (``test.txt``: 13 integer and 26 categorical fields); null: detected per file
             from its widest line among the first ones.
-        max_skipped_fraction: the run fails (exit 1, with the counts) when more than this
-            fraction of the rows read cannot be scored; null: never.
     """
 
     output: str | None = None
     batch_size: int = 4096
     has_label: bool | None = None
-    max_skipped_fraction: float | None = 0.01
 
     def __post_init__(self) -> None:
         require(self.batch_size > 0, f"predict.batch_size must be positive, got {self.batch_size}")
-        fraction = self.max_skipped_fraction
-        require(
-            fraction is None or 0 <= fraction <= 1,
-            f"predict.max_skipped_fraction must lie in [0, 1] or be null, got {fraction}",
-        )
 
 
 @dataclass

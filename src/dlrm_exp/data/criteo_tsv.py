@@ -20,6 +20,7 @@ import os
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -107,6 +108,25 @@ class ReadReport:
             "skipped_by_reason": dict(self.skipped_by_reason),
             "first_bad_lines": self.first_bad_lines,
         }
+
+
+def check_skipped_rows(read: dict[str, Any], limit: float | None, what: str) -> None:
+    """Refuse a read (``ReadReport.as_dict()``) that skipped more than ``limit`` of its rows
+    (``data.max_skipped_fraction``; None: never).
+
+    Raises:
+        DataError: the counts, the reasons and the first skipped lines, and the fixes.
+    """
+    rows, skipped = int(read["rows_read"]), int(read["rows_skipped"])
+    if limit is None or rows == 0 or skipped / rows <= limit:
+        return
+    reasons = ", ".join(f"{k} {v}" for k, v in read["skipped_by_reason"].items() if v)
+    raise DataError(
+        f"data.path: {skipped:,} of {rows:,} rows could not be {what} ({skipped / rows:.1%} > "
+        f"data.max_skipped_fraction={limit}; {reasons}; first: "
+        f"{', '.join(read['first_bad_lines'][:3])}). Unlabeled rows? predict with "
+        "predict.has_label=false; to go on with the valid rows, raise data.max_skipped_fraction"
+    )
 
 
 def resolve_paths(paths: Iterable[str], key: str) -> list[Path]:

@@ -14,7 +14,8 @@ from pathlib import Path
 
 from torchrec.distributed.types import ShardingPlan
 
-from dlrm_exp.config import Config, EvalSplit
+from dlrm_exp.config import Config, CriteoTsvDataConfig, EvalSplit
+from dlrm_exp.data.criteo_tsv import check_skipped_rows
 from dlrm_exp.distributed.launch import (
     check_devices,
     env_rank,
@@ -61,6 +62,8 @@ def evaluate_worker(
     started = time.perf_counter()
     with process_group(cfg.hardware) as ctx:
         splits, experiment = prepare(cfg, ctx, plan)
+        if isinstance(cfg.data, CriteoTsvDataConfig) and splits.info.read:
+            check_skipped_rows(splits.info.read, cfg.data.max_skipped_fraction, "evaluated")
         saved = load_model_weights(path, experiment.model, table_shapes(cfg.model))
         step = int(saved["step"])
         names = ("val", "test") if cfg.split is EvalSplit.all else (cfg.split.value,)

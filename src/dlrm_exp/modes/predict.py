@@ -22,7 +22,7 @@ categorical fields); ``predict.has_label`` says which layout the files have, or 
 detected per file from the widest of its first lines (39 fields: unlabeled, 40: labeled).
 Rows that cannot be parsed are skipped and reported (counts by reason, first line numbers)
 in ``predict_report.json`` and the summary, as ``data=criteo_tsv`` reports them; when more than
-``predict.max_skipped_fraction`` (1 %) of the rows are skipped the run fails with the counts.
+``data.max_skipped_fraction`` (1 %) of the rows are skipped the run fails with the counts.
 """
 
 import sys
@@ -38,7 +38,7 @@ from tqdm import tqdm
 from dlrm_exp.config import Config, CriteoTsvDataConfig
 from dlrm_exp.data import ClickData
 from dlrm_exp.data.batches import make_batch
-from dlrm_exp.data.criteo_tsv import ReadReport, resolve_paths
+from dlrm_exp.data.criteo_tsv import ReadReport, check_skipped_rows, resolve_paths
 from dlrm_exp.data.preprocess.tsv_parse import (
     convert_block,
     iter_blocks,
@@ -147,7 +147,11 @@ def run_predict(cfg: Config, job: Job) -> dict:
             f"first: {', '.join(report.first_bad_lines[:3])}): a Criteo row is a label, "
             "13 integer and 26 hex fields, tab-separated"
         )
-    _check_skipped(report, cfg.predict.max_skipped_fraction, partial)
+    try:
+        check_skipped_rows(report.as_dict(), cfg.data.max_skipped_fraction, "scored")
+    except DataError:
+        partial.unlink(missing_ok=True)  # nothing is written
+        raise
     partial.replace(output)  # a crash never leaves a partial file under the final name
     result = {
         "checkpoint": str(path),
@@ -158,28 +162,6 @@ def run_predict(cfg: Config, job: Job) -> dict:
     }
     write_json_atomic(job.run_dir / "predict_report.json", result)
     return result
-
-
-def _check_skipped(report: ReadReport, limit: float | None, partial: Path) -> None:
-    """Fail when more than ``limit`` of the rows read were skipped (nothing is written).
-
-    Raises:
-        DataError: the counts, the reasons and the first skipped lines.
-    """
-    if limit is None or report.rows_read == 0:
-        return
-    skipped = report.rows_read - report.rows_valid
-    if skipped / report.rows_read <= limit:
-        return
-    partial.unlink(missing_ok=True)
-    reasons = ", ".join(f"{k} {v}" for k, v in report.skipped_by_reason.items() if v)
-    raise DataError(
-        f"data.path: {skipped:,} of {report.rows_read:,} rows could not be scored "
-        f"({skipped / report.rows_read:.1%} > predict.max_skipped_fraction={limit}; {reasons}; "
-        f"first: {', '.join(report.first_bad_lines[:3])}); no predictions written. Unlabeled "
-        "rows? set predict.has_label=false; to score the valid rows anyway, raise "
-        "predict.max_skipped_fraction"
-    )
 
 
 def _blocks(file: Path, labeled: bool) -> Iterator[tuple[np.ndarray, int]]:

@@ -45,7 +45,7 @@ from dlrm_exp.record.compare import (  # noqa: E402
     stats_markdown,
 )
 from dlrm_exp.record.run_record import COMPLETED, RunMetrics  # noqa: E402
-from dlrm_exp.record.runs import RunRecord, load_runs  # noqa: E402
+from dlrm_exp.record.runs import RunRecord, load_runs, override_values  # noqa: E402
 from dlrm_exp.record.stats import estimate  # noqa: E402
 from dlrm_exp.record.sweep import markdown_table, write_summary  # noqa: E402
 
@@ -53,7 +53,10 @@ PLOTS = ("throughput.png", "val_auroc.png", "comm_bytes.png", "auroc_diff.png")
 
 
 def _choice(run: RunRecord, group: str) -> str:
-    return str(run.metrics.choices.get(group, "?"))
+    """The run's option of ``group``: as recorded, else as overridden (a failed job records no
+    choices), else ``?``."""
+    recorded = run.metrics.choices.get(group)
+    return str(recorded or override_values(run.overrides).get(group, "?"))
 
 
 def _grouped_bars(
