@@ -117,13 +117,7 @@ def run_predict(cfg: Config, job: Job) -> dict:
     output = Path(cfg.predict.output) if cfg.predict.output else job.run_dir / "predictions.parquet"
     partial = output.with_name(output.name + ".partial")
     report = ReadReport()
-    labeled = {file: has_label(file, cfg.predict.has_label) for file in files}
-    if len(set(labeled.values())) > 1:
-        raise DataError(
-            "data.path: some files have a label column and some do not "
-            f"({', '.join(f'{f.name}: {has}' for f, has in labeled.items())}); score them "
-            "separately or set predict.has_label"
-        )
+    labeled = _labeled_files(files, cfg.predict.has_label)
     schema = SCHEMA if all(labeled.values()) else UNLABELED_SCHEMA
     with process_group(cfg.hardware) as ctx:
         experiment = build_experiment(cfg, ctx)
@@ -162,6 +156,22 @@ def run_predict(cfg: Config, job: Job) -> dict:
     }
     write_json_atomic(job.run_dir / "predict_report.json", result)
     return result
+
+
+def _labeled_files(files: list[Path], setting: bool | None) -> dict[Path, bool]:
+    """Whether each file is labeled (:func:`has_label`).
+
+    Raises:
+        DataError: some files are labeled and some are not.
+    """
+    labeled = {file: has_label(file, setting) for file in files}
+    if len(set(labeled.values())) > 1:
+        raise DataError(
+            "data.path: some files have a label column and some do not "
+            f"({', '.join(f'{f.name}: {has}' for f, has in labeled.items())}); score them "
+            "separately or set predict.has_label"
+        )
+    return labeled
 
 
 def _blocks(file: Path, labeled: bool) -> Iterator[tuple[np.ndarray, int]]:
