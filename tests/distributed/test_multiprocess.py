@@ -7,6 +7,8 @@ import os
 import shutil
 import subprocess
 import sys
+import tempfile
+from pathlib import Path
 
 import pytest
 
@@ -99,7 +101,11 @@ def test_two_process_run_folder_and_a_mixed_plan_json(tmp_path):
             "+sharding.per_table_sharding_type.t_cat_1=column_wise",
         ]
     )
+    tmp = Path(tempfile.gettempdir())
+    before = set(tmp.glob("torchelastic_*")) | set(tmp.glob("dlrm_exp_elastic_*"))
     metrics = run_train(cfg, tmp_path, {"sharding": "rowwise"})
+    # the launch leaves no elastic log folder behind in the temp dir
+    assert set(tmp.glob("torchelastic_*")) | set(tmp.glob("dlrm_exp_elastic_*")) == before
     assert metrics.world_size == 2
     assert metrics.val["samples"] == 1024  # both ranks' halves, synced
     plan = json.loads((tmp_path / "plan.json").read_text())

@@ -2,6 +2,7 @@
 
 import os
 import socket
+import tempfile
 import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -115,6 +116,7 @@ def launch_workers(fn: Callable[..., Any], args: tuple, cfg: HardwareConfig) -> 
         ConfigError: ``nnodes > 1`` (start multi-host jobs with torchrun on every host).
         WorkerFailedError: a worker failed; the message names each failed rank and its cause.
     """
+    from torch.distributed.elastic.multiprocessing.api import DefaultLogsSpecs
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
     from torch.distributed.launcher.api import LaunchConfig, elastic_launch
 
@@ -123,21 +125,26 @@ def launch_workers(fn: Callable[..., Any], args: tuple, cfg: HardwareConfig) -> 
             f"hardware.nnodes={cfg.nnodes}: start multi-host jobs with torchrun on every host "
             "(torchrun --nnodes N --nproc_per_node P --rdzv_endpoint HOST:PORT -m dlrm_exp ...)"
         )
-    config = LaunchConfig(
-        min_nodes=1,
-        max_nodes=1,
-        nproc_per_node=cfg.nproc_per_node,
-        run_id=f"dlrm_exp-{uuid.uuid4().hex[:8]}",
-        rdzv_backend="c10d",
-        rdzv_endpoint=f"127.0.0.1:{free_port()}",
-        max_restarts=0,
-        monitor_interval=0.5,
-        start_method="spawn",
-    )
-    try:
-        results = elastic_launch(config, fn)(*args)
-    except ChildFailedError as err:
-        raise WorkerFailedError(_describe_failures(err)) from None
+    # The agent's per-launch log folder (error files of failed workers) is read into the
+    # failure before it is raised; without a folder of our own, every launch would leave a
+    # /tmp/torchelastic_* folder behind.
+    with tempfile.TemporaryDirectory(prefix="dlrm_exp_elastic_") as log_dir:
+        config = LaunchConfig(
+            min_nodes=1,
+            max_nodes=1,
+            nproc_per_node=cfg.nproc_per_node,
+            run_id=f"dlrm_exp-{uuid.uuid4().hex[:8]}",
+            rdzv_backend="c10d",
+            rdzv_endpoint=f"127.0.0.1:{free_port()}",
+            max_restarts=0,
+            monitor_interval=0.5,
+            start_method="spawn",
+            logs_specs=DefaultLogsSpecs(log_dir=log_dir),
+        )
+        try:
+            results = elastic_launch(config, fn)(*args)
+        except ChildFailedError as err:
+            raise WorkerFailedError(_describe_failures(err)) from None
     return results[0]
 
 
