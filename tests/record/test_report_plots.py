@@ -89,3 +89,9 @@ def test_identical_validation_curves_share_a_labelled_line(tmp_path):
     ]
     report.plot_val_auroc(runs, tmp_path / "v.png")
     assert (tmp_path / "v.png").stat().st_size > 10_000
+
+
+def test_many_identical_curves_get_a_short_legend_entry():
+    assert report._curve_label(["a"]) == "a"
+    assert report._curve_label(["a", "b"]) == "a = b (identical)"
+    assert report._curve_label(["a", "b", "c"]) == "a and 2 more runs (identical)"

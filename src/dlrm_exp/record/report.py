@@ -117,6 +117,14 @@ def val_auroc_curves(runs: Sequence[RunRecord]) -> dict[tuple, list[str]]:
     return curves
 
 
+def _curve_label(names: Sequence[str]) -> str:
+    """The legend entry of runs sharing one curve: every name up to two, then a count (a legend
+    of eight names runs off the figure)."""
+    if len(names) <= 2:
+        return " = ".join(names) + (" (identical)" if len(names) == 2 else "")
+    return f"{names[0]} and {len(names) - 1} more runs (identical)"
+
+
 def plot_val_auroc(runs: Sequence[RunRecord], path: Path) -> None:
     """Validation AUROC against training step, one line per run (``val_history``), PNG.
     Runs whose curves are identical share one line, labelled with all their names; lines
@@ -126,7 +134,7 @@ def plot_val_auroc(runs: Sequence[RunRecord], path: Path) -> None:
     markers, dashes = "os^Dvx*P", ("-", "--", ":", "-.")
     for k, (points, names) in enumerate(curves.items()):
         steps, aurocs = zip(*points, strict=True)
-        label = names[0] if len(names) == 1 else f"{' = '.join(names)} (identical)"
+        label = _curve_label(names)
         ax.plot(steps, aurocs, marker=markers[k % len(markers)],
                 linestyle=dashes[k // len(markers) % len(dashes)], label=label)  # fmt: skip
     ax.set_xlabel("training step")
