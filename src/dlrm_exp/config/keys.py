@@ -18,6 +18,8 @@ import difflib
 import typing
 from collections.abc import Iterable, Iterator, Sequence
 
+from hydra.core.override_parser.overrides_parser import OverridesParser
+from hydra.errors import HydraException
 from omegaconf import DictConfig, OmegaConf
 
 from dlrm_exp.errors import ConfigError
@@ -108,9 +110,6 @@ def check_override_keys(overrides: Sequence[str], root: type) -> None:
     Raises:
         ConfigError: an unknown key, naming the closest known one.
     """
-    from hydra.core.override_parser.overrides_parser import OverridesParser
-    from hydra.errors import HydraException
-
     parser = OverridesParser.create()
     known, open_maps = schema_keys(root)
     for text in overrides:

@@ -159,8 +159,8 @@ def _device(cfg: HardwareConfig, local_rank: int) -> torch.device:
 def rank_threads(cfg: HardwareConfig, local_world_size: int) -> int:
     """Set this rank's intra-op thread count and return it: ``hardware.threads_per_rank``,
     else ``OMP_NUM_THREADS`` when set, else the cores this process may run on divided by the
-    ranks on this host (at least 1). torch's own default, every core for every rank, makes
-    ranks of one host compete for the same cores."""
+    ranks on this host (at least 1); returns what torch then uses. torch's own default, every
+    core for every rank, makes ranks of one host compete for the same cores."""
     if cfg.threads_per_rank is not None:
         threads = cfg.threads_per_rank
     elif os.environ.get("OMP_NUM_THREADS", "").isdigit():
@@ -168,7 +168,7 @@ def rank_threads(cfg: HardwareConfig, local_world_size: int) -> int:
     else:
         threads = max(1, len(os.sched_getaffinity(0)) // max(1, local_world_size))
     torch.set_num_threads(threads)
-    return threads
+    return torch.get_num_threads()
 
 
 @contextmanager

@@ -323,11 +323,8 @@ class Trainer:
         step, rate = state.step, self.throughput.samples_per_sec
         epoch = step / self.steps_per_epoch
         eta = "n/a"
-        if rate:
-            left = sum(
-                self.samples_per_step[s % self.steps_per_epoch]
-                for s in range(step, self.total_steps)
-            )
+        if rate:  # the remaining steps at this run's mean samples per step
+            left = (self.total_steps - step) * state.samples / step
             eta = str(timedelta(seconds=round(left / rate)))
         speed = f"{rate:,.0f}" if rate else "n/a"
         return (

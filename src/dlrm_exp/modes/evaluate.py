@@ -26,6 +26,7 @@ from dlrm_exp.loop.evaluate import evaluate, quality
 from dlrm_exp.modes.job import Job, ModeResult
 from dlrm_exp.modes.setup import prepare, rank_batches, run_on_ranks
 from dlrm_exp.planning.tables import table_shapes
+from dlrm_exp.record.metric_table import split_line
 from dlrm_exp.record.run_record import EvalMetrics
 from dlrm_exp.record.tracking import Tracker
 from dlrm_exp.util.files import check_writable
@@ -101,10 +102,6 @@ def summary(result: EvalMetrics, run_dir: Path) -> str:
     lines = [f"evaluated {result.checkpoint} (step {result.step}) on {result.world_size} rank(s)"]
     for name, values in (("val", result.val), ("test", result.test)):
         if values:
-            lines.append(
-                f"{name:<4} AUROC {values['auroc']:.4f} | log loss {values['logloss']:.4f} | "
-                f"NE {values['ne']:.4f} | calibration {values['calibration']:.3f} | "
-                f"{int(values['samples']):,} samples"
-            )
+            lines.append(split_line(name, values))
     lines.append(f"run folder: {run_dir}")
     return "\n".join(lines)

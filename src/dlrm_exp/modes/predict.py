@@ -26,7 +26,6 @@ in ``predict_report.json`` and the summary, as ``data=criteo_tsv`` reports them;
 """
 
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -43,7 +42,6 @@ from dlrm_exp.data.preprocess.tsv_parse import (
     convert_block,
     iter_blocks,
     iter_line_chunks,
-    parse_pieces,
 )
 from dlrm_exp.distributed.launch import check_devices, process_group
 from dlrm_exp.errors import ConfigError, DataError
@@ -174,17 +172,6 @@ def _labeled_files(files: list[Path], setting: bool | None) -> dict[Path, bool]:
     return labeled
 
 
-def _blocks(file: Path, labeled: bool) -> Iterator[tuple[np.ndarray, int]]:
-    """:func:`iter_blocks` of ``file``, with a label field put in front of unlabeled rows."""
-    if labeled:
-        yield from iter_blocks(file)
-        return
-    for data, line in iter_line_chunks(file):
-        for piece in parse_pieces(_with_label_column(data), file):
-            yield piece, line
-            line += int(np.count_nonzero(piece[:-8] == 10))
-
-
 def _predict_file(
     cfg: Config,
     file: Path,
@@ -207,7 +194,8 @@ def _predict_file(
     )
     file_report = ReadReport(files=[str(file)])
     with bar:
-        for buf, first_line in _blocks(file, labeled):
+        transform = None if labeled else _with_label_column
+        for buf, first_line in iter_blocks(file, transform=transform):
             block = convert_block(buf, log1p=True, table_sizes=sizes)
             file_report.add_block(block, first_line, str(file), cfg.data.max_reported_bad_lines)
             bar.update(len(buf) - 8)

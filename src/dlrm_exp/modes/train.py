@@ -47,7 +47,7 @@ from dlrm_exp.perf.profile import PROFILE_DIR, StepProfiler, profile_files
 from dlrm_exp.perf.utilization import rank_peak, utilization
 from dlrm_exp.planning.plan_record import PlanRecord, plan_record, plan_text
 from dlrm_exp.planning.tables import table_configs, table_shapes
-from dlrm_exp.record.metric_table import METRICS, QUALITY, fmt
+from dlrm_exp.record.metric_table import METRICS, QUALITY, split_line
 from dlrm_exp.record.run_record import RunMetrics
 from dlrm_exp.record.tracking import Tracker, run_hparams
 from dlrm_exp.util.files import check_writable, write_json_atomic, write_text_atomic
@@ -294,10 +294,7 @@ def summary(metrics: RunMetrics, run_dir: Path, logdir: str = "outputs") -> str:
     bayes = metrics.bayes_auroc or {}
     lines = []
     for split, m in (("val", metrics.val), ("test", metrics.test)):
-        cells = [f"{q.label} {fmt(m.get(q.key), q.spec)}" for q in QUALITY]
-        if split in bayes:
-            cells[0] += f" (Bayes-optimal {fmt(bayes[split], '.4f')})"
-        lines.append(f"{split:<4} " + " | ".join(cells) + f" | {int(m['samples']):,} samples")
+        lines.append(split_line(split, m, bayes.get(split)))
     throughput = METRICS["samples_per_sec"].format(metrics.samples_per_sec)
     lines.append(
         f"train {metrics.steps} steps | {throughput} samples/s "

@@ -70,6 +70,15 @@ QUALITY: tuple[Quality, ...] = (
 SPLITS = ("val", "test")
 
 
+def split_line(split: str, values: dict[str, float], bayes: float | None = None) -> str:
+    """One split's quality as the summaries print it: ``val  AUROC 0.8104 (Bayes-optimal
+    0.8219) | log loss 0.4430 | NE 0.7757 | calibration 0.997 | 32,768 samples``."""
+    cells = [f"{q.label} {fmt(values.get(q.key), q.spec)}" for q in QUALITY]
+    if bayes is not None:
+        cells[0] += f" (Bayes-optimal {fmt(bayes, '.4f')})"
+    return f"{split:<4} " + " | ".join(cells) + f" | {int(values['samples']):,} samples"
+
+
 def _split_metric(split: str, q: Quality) -> Metric:
     return Metric(
         f"{split}_{q.key}",

@@ -15,7 +15,7 @@ Row rules (shared by ``data=criteo_tsv`` and ``mode=preprocess``):
 """
 
 import gzip
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import BinaryIO
@@ -363,14 +363,22 @@ def iter_line_chunks(path: Path, block_bytes: int = BLOCK_BYTES) -> Iterator[tup
         raise DataError(f"{path}: cannot read ({err})") from None
 
 
-def iter_blocks(path: Path, block_bytes: int = BLOCK_BYTES) -> Iterator[tuple[np.ndarray, int]]:
-    """:func:`iter_line_chunks` as padded uint8 blocks for :func:`parse_block`.
+def iter_blocks(
+    path: Path,
+    block_bytes: int = BLOCK_BYTES,
+    transform: Callable[[bytes], bytes] | None = None,
+) -> Iterator[tuple[np.ndarray, int]]:
+    """:func:`iter_line_chunks` as padded uint8 blocks for :func:`parse_block`, each chunk of
+    whole lines passed through ``transform`` first when given (it must keep the lines, e.g.
+    put a field in front of each).
 
     Raises:
         DataError: the file holds NUL bytes (binary, not TSV), cannot be read or is not valid
             gzip.
     """
     for data, line in iter_line_chunks(path, block_bytes):
+        if transform is not None:
+            data = transform(data)
         for piece in parse_pieces(data, path):
             yield piece, line
             line += int(np.count_nonzero(piece[:-8] == 10))
