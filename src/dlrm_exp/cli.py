@@ -24,7 +24,7 @@ from omegaconf.errors import MissingMandatoryValue, OmegaConfBaseException
 
 from dlrm_exp.config import Config, Mode, conf_dir, register_configs
 from dlrm_exp.config.keys import check_composed_keys, check_override_keys
-from dlrm_exp.distributed.launch import env_rank
+from dlrm_exp.distributed.env import env_rank
 from dlrm_exp.distributed.submitit_env import adopt_submitit_environment, in_submitit_task
 from dlrm_exp.errors import ConfigError, UserError
 from dlrm_exp.modes import Job, run_mode

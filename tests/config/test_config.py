@@ -1,5 +1,8 @@
 """Every option of every group composes; every validation rule fails with its message."""
 
+import subprocess
+import sys
+
 import pytest
 from hydra.errors import ConfigCompositionException, MissingConfigException
 from omegaconf.errors import ConfigAttributeError, ConfigKeyError, ValidationError
@@ -230,3 +233,22 @@ def test_cli_cross_field_error_is_one_message(tmp_path):
     )
     assert full.returncode == 1
     assert "Traceback" in full.stderr and "ConfigError" in full.stderr
+
+
+def test_a_bad_config_is_refused_before_torch_is_imported(tmp_path):
+    """Composition and the cross-field rules need no torch: a mistake costs a fraction of a
+    second, not the seconds torch and TorchRec take to import."""
+    probe = (
+        "import sys\n"
+        "from dlrm_exp import cli\n"
+        "sys.argv = ['dlrm_exp', 'model.dense_arch_layer_sizes=[64,8]', 'hydra.run.dir=.']\n"
+        "try:\n"
+        "    cli.main()\n"
+        "except SystemExit as exit:\n"
+        "    print('exit', exit.code, 'torch' in sys.modules)\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", probe], cwd=tmp_path, capture_output=True, text=True, timeout=60
+    )
+    assert result.stdout.strip() == "exit 1 False", result.stdout + result.stderr
+    assert result.stderr.startswith("Error: model.dense_arch_layer_sizes[-1] (8) must equal")

@@ -15,6 +15,7 @@ import torch
 import torch.distributed as dist
 
 from dlrm_exp.config import ComputeDevice, HardwareConfig
+from dlrm_exp.distributed.env import env_rank, launched_by_torchrun
 from dlrm_exp.errors import ConfigError, WorkerFailedError
 from dlrm_exp.util.logs import configure_worker_logging
 
@@ -37,22 +38,12 @@ class DistContext:
         return self.rank == 0
 
 
-def env_rank() -> int:
-    """This process's global rank as its launcher set it (``RANK``; 0 when not launched)."""
-    return int(os.environ.get("RANK", "0"))
-
-
 def init_worker(log_file: Path | None) -> int:
     """Set up a spawned worker (a fresh interpreter): rank 0 logs INFO to stderr and appends
     to ``log_file``, other ranks log warnings only. Returns the rank."""
     rank = env_rank()
     configure_worker_logging(log_file if rank == 0 else None)
     return rank
-
-
-def launched_by_torchrun() -> bool:
-    """True inside a worker started by torchrun / the elastic agent."""
-    return all(k in os.environ for k in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"))
 
 
 def needs_launch(cfg: HardwareConfig) -> bool:
