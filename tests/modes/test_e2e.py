@@ -203,6 +203,7 @@ def test_mlperf_does_not_fit_and_says_so_before_allocating(tmp_path):
     assert not (tmp_path / "metrics.json").exists()
     peak = re.search(r"peak", result.stdout)
     assert peak is None  # no training summary
+    assert "data rows" not in result.stderr  # refused before its 1M synthetic rows were made
 
 
 def test_missing_data_file_is_one_line(tmp_path):

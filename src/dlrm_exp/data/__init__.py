@@ -24,7 +24,18 @@ from dlrm_exp.data.multi_hot import MultiHot
 from dlrm_exp.data.splits import DataInfo, DataSplits
 from dlrm_exp.data.synthetic import generate
 
-__all__ = ["ClickData", "DataInfo", "DataSplits", "iter_batches", "load_splits", "per_rank_sizes"]
+__all__ = [
+    "ClickData", "DataInfo", "DataSplits", "is_generated", "iter_batches", "load_splits",
+    "per_rank_sizes",
+]  # fmt: skip
+
+
+def is_generated(cfg: DataConfig) -> bool:
+    """Whether ``cfg``'s rows are generated (synthetic, or multi-hot without a ``path``) rather
+    than read from files: generating cannot fail, reading can."""
+    if isinstance(cfg, CriteoMultiHotDataConfig):
+        return not cfg.path
+    return isinstance(cfg, SyntheticDataConfig)
 
 
 def load_splits(cfg: DataConfig, table_sizes: list[int], num_dense: int, seed: int) -> DataSplits:

@@ -11,7 +11,7 @@ from torchrec.datasets.utils import Batch
 from torchrec.distributed.types import ShardingPlan
 
 from dlrm_exp.config import Config
-from dlrm_exp.data import ClickData, DataSplits, iter_batches, load_splits
+from dlrm_exp.data import ClickData, DataSplits, is_generated, iter_batches, load_splits
 from dlrm_exp.data.criteo_tsv import resolve_paths
 from dlrm_exp.distributed.launch import DistContext, init_worker, launch_workers, needs_launch
 from dlrm_exp.factories.experiment import Experiment, TrainWrapper, build_experiment, build_module
@@ -60,16 +60,29 @@ def prepare(
     plan: ShardingPlan | None = None,
     wrap: TrainWrapper | None = None,
 ) -> tuple[DataSplits, Experiment]:
-    """Load (or generate) the data splits, then build the experiment on this rank (planning it
-    unless ``plan`` is given; see :func:`~dlrm_exp.factories.experiment.build_experiment`).
+    """The data splits and the experiment built on this rank (planned unless ``plan`` is
+    given; see :func:`~dlrm_exp.factories.experiment.build_experiment`).
+
+    Data read from files come first, so a missing or malformed file is refused before any
+    table is allocated; generated data come after planning, so a model that cannot fit is
+    refused before its rows are generated (a million for ``model=mlperf``).
 
     Raises:
         DataError: the data cannot be read.
         InsufficientMemoryError, PlanError, ConfigError: from planning.
     """
+    generated = is_generated(cfg.data)
+    splits = None if generated else _load(cfg)
+    experiment = build_experiment(cfg, ctx, plan, wrap)
+    if splits is None:
+        splits = _load(cfg)
+    return splits, experiment
+
+
+def _load(cfg: Config) -> DataSplits:
     splits = load_splits(cfg.data, cfg.model.table_sizes, cfg.model.num_dense_features, cfg.seed)
     log.info("data rows: %s", splits.info.rows)
-    return splits, build_experiment(cfg, ctx, plan, wrap)
+    return splits
 
 
 def rank_batches(
