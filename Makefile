@@ -54,13 +54,24 @@ format: $(STAMP) ## ruff format and autofix
 	$(PY) -m ruff format src tests
 	$(PY) -m ruff check --fix src tests
 
-bench: $(STAMP) ## framework vs TorchRec loop, preprocessing, loaders, quality bars, inference, utilization
-	$(PY) -m dlrm_exp.bench.training $(ARGS)
-	$(PY) -m dlrm_exp.bench.preprocess
-	$(PY) -m dlrm_exp.bench.loader
-	$(PY) -m dlrm_exp.bench.quality
-	$(PY) -m dlrm_exp.bench.inference
-	$(PY) -m dlrm_exp.bench.utilization
+# Every benchmark runs, also past one that misses a target or fails; each appends its targets
+# to $(BENCH_TARGETS), and the last step prints them as one table and fails if one is missed
+# or a benchmark recorded none.
+BENCHES := training preprocess loader quality inference utilization
+BENCH_TARGETS ?= outputs/bench_targets.jsonl
+comma := ,
+empty :=
+space := $(empty) $(empty)
+bench: $(STAMP) ## framework vs TorchRec loop, preprocessing, loaders, quality bars, inference, utilization; a table of targets, exit 1 if one is missed
+	@mkdir -p $(dir $(BENCH_TARGETS)) && rm -f $(BENCH_TARGETS); status=0; \
+	for bench in $(BENCHES); do \
+		args=$$([ $$bench = training ] && echo "$(ARGS)"); \
+		echo "== python -m dlrm_exp.bench.$$bench $$args"; \
+		DLRM_EXP_BENCH_TARGETS=$(BENCH_TARGETS) $(PY) -m dlrm_exp.bench.$$bench $$args || status=1; \
+	done; \
+	$(PY) -m dlrm_exp.bench.targets $(BENCH_TARGETS) --expect $(subst $(space),$(comma),$(BENCHES)) \
+		|| status=1; \
+	exit $$status
 
 # On a CUDA machine, install the CUDA stack first: make install TORCH=<cuda torch> FBGEMM=fbgemm-gpu==1.8.0
 gpu-check: $(STAMP) ## the CUDA-marked tests: every sharding type with fused_uvm_caching + NCCL, CUDA pipelines (skips without CUDA)

@@ -21,6 +21,7 @@ import numpy as np
 import torch
 from torchmetrics.functional.classification import binary_auroc
 
+from dlrm_exp.bench.targets import Target, report
 from dlrm_exp.bench.training import compose_config
 from dlrm_exp.config import ExportQuantization
 from dlrm_exp.data import load_splits
@@ -31,6 +32,9 @@ from dlrm_exp.modes.train import run_train
 from dlrm_exp.util.logs import quiet_libraries
 
 BATCHES = (1, 64, 512)
+#: Issue 15's targets: ``none`` agrees to 1e-5, int8 loses at most 0.002 val AUROC, int8
+#: tables take at most 0.3x the fp32 bytes.
+MAX_NONE_DIFFERENCE, MAX_INT8_AUROC_DROP, MAX_INT8_TABLE_RATIO = 1e-5, 0.002, 0.3
 
 
 def _predict(model: torch.nn.Module, dense: torch.Tensor, sparse: torch.Tensor) -> torch.Tensor:
@@ -90,6 +94,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             f"{'tables':<6} {'max |dp|':>9} {'dAUROC':>9} {'table MiB':>10} {'x fp32':>7} "
             + " ".join(f"{f'b={b} p50/p99 ms':>20} {'samples/s':>10}" for b in BATCHES)
         )
+        measured = {}
         for quantization in ExportQuantization:
             cfg = compose_config(
                 [
@@ -105,6 +110,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             diff = float((got - expected).abs().max())
             delta = float(binary_auroc(got, labels)) - base_auroc
             ratio = record["table_bytes"] / record["table_bytes_fp32"]
+            measured[quantization.value] = (diff, delta, ratio)
             cells = []
             for batch in BATCHES:
                 p50, p99, rate = _latency(model, dense, sparse, batch, args.calls)
@@ -113,7 +119,18 @@ def main(argv: Sequence[str] | None = None) -> int:
                 f"{quantization.value:<6} {diff:>9.2e} {delta:>+9.5f} "
                 f"{record['table_bytes'] / 2**20:>10.2f} {ratio:>7.2f} " + " ".join(cells)
             )
-    return 0
+    return report(inference_targets(measured))
+
+
+def inference_targets(measured: dict[str, tuple[float, float, float]]) -> list[Target]:
+    """Issue 15's targets from ``measured[quantization] = (max |dp|, val AUROC delta, table
+    bytes / fp32)``."""
+    none, int8 = measured["none"], measured["int8"]
+    return [
+        Target("inference", "none: max |dp| vs trained", none[0], "<=", MAX_NONE_DIFFERENCE),
+        Target("inference", "int8: val AUROC drop", -int8[1], "<=", MAX_INT8_AUROC_DROP),
+        Target("inference", "int8: table bytes / fp32", int8[2], "<=", MAX_INT8_TABLE_RATIO),
+    ]
 
 
 if __name__ == "__main__":

@@ -15,6 +15,7 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
+from dlrm_exp.bench.targets import Target, report
 from dlrm_exp.bench.training import compose_config, framework_run
 from dlrm_exp.config import Config, feature_names
 from dlrm_exp.data import iter_batches, load_splits
@@ -82,9 +83,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             rate = batches_per_sec(option_cfg, args.batches)
             worst = min(worst, rate / train_steps)
             print(f"  data={name}: {rate:,.0f} batches/s = {rate / train_steps:.1f}x training")
-    verdict = "meets" if worst >= TARGET_RATIO else "BELOW"
-    print(f"  slowest loader / training: {worst:.1f}x ({verdict} target {TARGET_RATIO:.0f}x)")
-    return 0
+    return report(
+        [Target("loader", "slowest loader batches/s / training steps/s", worst, ">=", TARGET_RATIO)]
+    )
 
 
 if __name__ == "__main__":

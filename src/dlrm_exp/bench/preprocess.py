@@ -21,6 +21,7 @@ from pathlib import Path
 import numpy as np
 from torchrec.datasets.criteo import BinaryCriteoUtils
 
+from dlrm_exp.bench.targets import Target, report
 from dlrm_exp.config import DenseTransform, PreprocessConfig
 from dlrm_exp.data.criteo_format import write_criteo_tsv
 from dlrm_exp.data.preprocess.convert import preprocess_files
@@ -83,12 +84,13 @@ def main(argv: Sequence[str] | None = None) -> int:
             + f" rows/s; best {best:,.0f} rows/s ({best * size_mb / args.rows:,.1f} MB/s)"
         )
         ratio = best / theirs
-        verdict = "meets" if ratio >= TARGET_RATIO else "BELOW"
-        print(
-            f"  ratio mode=preprocess / TorchRec: {ratio:.1f}x "
-            f"({verdict} target {TARGET_RATIO:.0f}x)"
-        )
-    return 0 if agree else 1
+        print(f"  ratio mode=preprocess / TorchRec: {ratio:.1f}x")
+    return report(
+        [
+            Target("preprocess", "outputs equal to TorchRec's (1 = yes)", float(agree), ">=", 1),
+            Target("preprocess", "mode=preprocess / TorchRec rows/s", ratio, ">=", TARGET_RATIO),
+        ]
+    )
 
 
 if __name__ == "__main__":

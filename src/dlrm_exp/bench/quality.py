@@ -15,6 +15,7 @@ import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 
+from dlrm_exp.bench.targets import Target, report
 from dlrm_exp.bench.training import compose_config
 from dlrm_exp.errors import NonFiniteLossError
 from dlrm_exp.modes.train import run_train
@@ -31,40 +32,41 @@ MLPERF_ON_THIS_MACHINE = [
 ]
 
 
-def _verdict(ok: bool) -> str:
-    return "meets" if ok else "MISSES"
-
-
-def default_gap(run_dir: Path) -> bool:
-    """Train the default experiment; print val AUROC, Bayes-optimal AUROC, gap, seconds."""
+def default_gap(run_dir: Path) -> list[Target]:
+    """Train the default experiment; print val AUROC, Bayes-optimal AUROC, gap, seconds;
+    targets: gap <= 0.015 AUROC, training <= 30 s."""
     cfg = compose_config(["train.progress_bar=false"])
     metrics = run_train(cfg, run_dir, {})
     val, bayes = metrics.val["auroc"], (metrics.bayes_auroc or {})["val"]
-    ok = bayes - val <= MAX_GAP and metrics.train_seconds <= MAX_TRAIN_SECONDS
     print(
         f"default experiment: val AUROC {val:.4f}, Bayes-optimal {bayes:.4f}, gap "
-        f"{bayes - val:.4f} in {metrics.train_seconds:.1f} s of training ({metrics.steps} steps); "
-        f"{_verdict(ok)} target gap <= {MAX_GAP} within {MAX_TRAIN_SECONDS:.0f} s"
+        f"{bayes - val:.4f} in {metrics.train_seconds:.1f} s of training ({metrics.steps} steps)"
     )
-    return ok
+    return [
+        Target("quality", "default: Bayes-optimal - val AUROC", bayes - val, "<=", MAX_GAP),
+        Target("quality", "default: training s", metrics.train_seconds, "<=", MAX_TRAIN_SECONDS),
+    ]
 
 
-def mlperf_ne(run_dir: Path) -> bool:
-    """Train the MLPerf DLRM-DCNv2 recipe, capped, on synthetic multi-hot; print val NE."""
+def mlperf_ne(run_dir: Path) -> list[Target]:
+    """Train the MLPerf DLRM-DCNv2 recipe, capped, on synthetic multi-hot; print val NE;
+    targets: NE < 1.0, no step skipped for a non-finite loss (a run stopped by one has NE
+    NaN, which misses)."""
     cfg = compose_config([*MLPERF_ON_THIS_MACHINE, "train.progress_bar=false"])
     try:
         metrics = run_train(cfg, run_dir, {})
+        ne, skipped = metrics.val["ne"], len(metrics.skipped_steps)
+        print(
+            f"mlperf_dcnv2 (capped, synthetic multi-hot): val NE {ne:.4f}, AUROC "
+            f"{metrics.val['auroc']:.4f} after {metrics.steps} steps"
+        )
     except NonFiniteLossError as err:
-        print(f"mlperf_dcnv2 (capped, synthetic multi-hot): MISSES, {err}")
-        return False
-    ne = metrics.val["ne"]
-    ok = ne < 1.0 and not metrics.skipped_steps
-    print(
-        f"mlperf_dcnv2 (capped, synthetic multi-hot): val NE {ne:.4f}, AUROC "
-        f"{metrics.val['auroc']:.4f} after {metrics.steps} steps, no non-finite loss; "
-        f"{_verdict(ok)} target NE < 1.0"
-    )
-    return ok
+        print(f"mlperf_dcnv2 (capped, synthetic multi-hot): {err}")
+        ne, skipped = float("nan"), 1
+    return [
+        Target("quality", "mlperf_dcnv2: val NE", ne, "<", 1.0),
+        Target("quality", "mlperf_dcnv2: steps with a non-finite loss", skipped, "<=", 0),
+    ]
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -73,10 +75,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     quiet_libraries()
     with tempfile.TemporaryDirectory() as tmp:
-        default_gap(Path(tmp) / "default")
+        targets = default_gap(Path(tmp) / "default")
         if not args.skip_mlperf:
-            mlperf_ne(Path(tmp) / "mlperf")
-    return 0
+            targets += mlperf_ne(Path(tmp) / "mlperf")
+    return report(targets)
 
 
 if __name__ == "__main__":

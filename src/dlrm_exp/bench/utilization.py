@@ -18,6 +18,7 @@ import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 
+from dlrm_exp.bench.targets import Target, report
 from dlrm_exp.bench.training import compose_config
 from dlrm_exp.modes.train import run_train
 from dlrm_exp.record.run_record import RunMetrics
@@ -60,7 +61,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--skip-default", action="store_true", help="only the quickstart model")
     args = parser.parse_args(argv)
     quiet_libraries()
-    ok = True
+    targets = []
     with tempfile.TemporaryDirectory() as tmp:
         runs = [] if args.skip_default else [("default", [])]
         runs.append(
@@ -74,12 +75,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(bf16_effect(fp32, bf16))
             if name.startswith("quickstart"):
                 fraction = fp32.utilization["fraction_of_matmul_peak"]
-                ok = fraction >= QUICKSTART_TARGET
-                print(
-                    f"  quickstart fp32 at {fraction:.1%} of the fp32 matmul peak: "
-                    f"{'meets' if ok else 'MISSES'} target >= {QUICKSTART_TARGET:.0%}"
-                )
-    return 0
+                label = "quickstart fp32: fraction of the fp32 matmul peak"
+                targets.append(Target("utilization", label, fraction, ">=", QUICKSTART_TARGET))
+    return report(targets)
 
 
 if __name__ == "__main__":
