@@ -5,14 +5,12 @@ import json
 import os
 import pickle
 import shutil
-import signal
 import subprocess
 import sys
 import time
 from pathlib import Path
 
 import numpy as np
-import psutil
 import pytest
 
 from conftest import REPO, compose_cfg, run_cli
@@ -190,25 +188,34 @@ def test_on_nonfinite_skip_agrees_across_two_processes(tmp_path):
     assert np.isfinite(skipped.val["logloss"]) and np.isfinite(skipped.final_train_loss)
 
 
+#: A 2-process row-wise job with a data_parallel table: 16 steps, checkpoints at steps 8 and 16.
+TWO_ROWWISE = [
+    *SMALL,
+    "+sharding.per_table_sharding_type.t_cat_0=data_parallel",
+    "+sharding.per_table_compute_kernel.t_cat_0=dense",
+    "train.val_every_n_steps=null",
+    "hardware.nproc_per_node=2",
+    "sharding=rowwise",
+]
+
+
+@pytest.fixture(scope="module")
+def uninterrupted(tmp_path_factory) -> tuple[Path, RunMetrics]:
+    """``TWO_ROWWISE`` run from start to end: (its run folder, its record)."""
+    run_dir = tmp_path_factory.mktemp("uninterrupted")
+    return run_dir, run_train(compose_cfg(TWO_ROWWISE), run_dir, {})
+
+
 @pytest.mark.slow
-def test_resume_under_another_sharding_type_or_world_size(tmp_path):
+def test_resume_under_another_sharding_type_or_world_size(uninterrupted, tmp_path):
     """DCP reshards: a 2-process row-wise checkpoint resumes table-wise on 2 processes
     (bitwise the uninterrupted run) and on 1 process (at the same sample position); moving a
     table into or out of data_parallel is refused before anything is read."""
-    dp = [
-        "+sharding.per_table_sharding_type.t_cat_0=data_parallel",
-        "+sharding.per_table_compute_kernel.t_cat_0=dense",
-    ]
-    base = [*SMALL, *dp, "train.val_every_n_steps=null"]
-    full = run_train(
-        compose_cfg([*base, "hardware.nproc_per_node=2", "sharding=rowwise"]), tmp_path / "a", {}
-    )
-    step_8 = tmp_path / "a" / "checkpoints" / "step_8"
-    other = compose_cfg(
-        [*base, "hardware.nproc_per_node=2", "sharding=tablewise", f"train.resume={step_8}"]
-    )
+    full_dir, full = uninterrupted
+    step_8 = full_dir / "checkpoints" / "step_8"
+    other = compose_cfg([*TWO_ROWWISE, "sharding=tablewise", f"train.resume={step_8}"])
     _same_results(run_train(other, tmp_path / "b", {}), full)
-    one = compose_cfg([*base, "sharding=rowwise", f"train.resume={step_8}"])
+    one = compose_cfg([*TWO_ROWWISE, "hardware.nproc_per_node=1", f"train.resume={step_8}"])
     single = run_train(one, tmp_path / "c", {})  # 8 steps x 2 ranks = 16 steps x 1 rank
     assert single.steps == 32 and single.train_samples == full.train_samples
     assert [p.name for p in complete_checkpoints(tmp_path / "c")] == ["step_24", "step_32"]
@@ -231,10 +238,12 @@ def test_an_unwritable_run_folder_is_refused_at_start():
 
 
 # Loaded by every process of the job through PYTHONPATH; only the worker of rank 1 acts: it
-# writes its part of the second checkpoint, then dies before the save is committed.
+# writes its part of the second checkpoint, notes the time, then dies (kill -9) before the save
+# is committed.
 KILL_IN_SECOND_SAVE = """
 import os
 import signal
+import time
 
 import torch.distributed.checkpoint as dcp
 
@@ -245,6 +254,8 @@ def save(*args, **kwargs):
     result = _save(*args, **kwargs)
     _calls.append(1)
     if len(_calls) == 2 and os.environ.get("RANK") == "1":  # (set after start in workers)
+        with open(os.environ["KILLED_AT_FILE"], "w") as f:
+            f.write(str(time.time()))
         os.kill(os.getpid(), signal.SIGKILL)
     return result
 
@@ -254,86 +265,36 @@ dcp.save = save
 
 
 @pytest.mark.slow
-def test_a_save_interrupted_by_a_killed_rank_leaves_the_previous_checkpoint(tmp_path):
-    """Rank 1 is killed inside the second save, after writing its shards: the job fails, the
-    save stays a .partial folder, and train.resume=auto continues from the first checkpoint."""
+def test_a_rank_killed_inside_a_save_then_resume_matches_an_uninterrupted_run(
+    uninterrupted, tmp_path
+):
+    """Rank 1 is killed with SIGKILL inside the second save, after writing its shards: the job
+    ends within 60 s, non-zero, naming the signal, without metrics.json; the save stays a
+    .partial folder beside the intact first checkpoint, and train.resume=auto finishes with the
+    uninterrupted run's metrics, bitwise."""
     (tmp_path / "inject").mkdir()
     (tmp_path / "inject" / "sitecustomize.py").write_text(KILL_IN_SECOND_SAVE)
-    job_args = [*SMALL, "hardware.nproc_per_node=2"]  # 16 steps, checkpoints at 8 and 16
     run_dir = tmp_path / "run"
     env = {k: v for k, v in os.environ.items() if k != "HYDRA_FULL_ERROR"}
     env["PYTHONPATH"] = str(tmp_path / "inject")
+    env["KILLED_AT_FILE"] = str(tmp_path / "killed_at")
     job = subprocess.run(
-        [sys.executable, "-m", "dlrm_exp", *job_args, f"hydra.run.dir={run_dir}"],
+        [sys.executable, "-m", "dlrm_exp", *TWO_ROWWISE, f"hydra.run.dir={run_dir}"],
         cwd=REPO,
         env=env,
         capture_output=True,
         text=True,
         timeout=300,
     )
+    assert time.time() - float((tmp_path / "killed_at").read_text()) < 60
     assert job.returncode != 0 and "killed by signal SIGKILL" in job.stderr
+    assert not (run_dir / "metrics.json").exists()
     assert sorted(p.name for p in (run_dir / "checkpoints").iterdir()) == [
         "step_16.partial",
         "step_8",
     ]
     assert [p.name for p in complete_checkpoints(run_dir)] == ["step_8"]
-    # resumed on 1 process (cheaper here): 8 steps x 2 ranks = step 16 of 32 on 1 rank
-    one = [*SMALL, "train.resume=auto"]
-    resumed = run_train(compose_cfg(one), run_dir, {})
-    assert resumed.steps == 32 and resumed.train_samples == 4096
-    assert [p.name for p in complete_checkpoints(run_dir)] == ["step_8", "step_24", "step_32"]
-
-
-@pytest.mark.slow
-def test_kill_9_then_resume_matches_an_uninterrupted_run(tmp_path):
-    """One worker of a 2-process job is killed with SIGKILL after the first checkpoint: the
-    job ends within 60 s, non-zero, naming the signal; the newest complete checkpoint is
-    intact and train.resume=auto finishes with the uninterrupted run's metrics."""
-    job_args = [
-        "hardware.nproc_per_node=2",
-        "sharding=rowwise",
-        "data.num_train_samples=16384",
-        "data.num_val_samples=1024",
-        "data.num_test_samples=1024",
-        "train.batch_size=128",
-        "train.progress_bar=false",
-        "train.checkpoint_every_n_steps=8",
-        "train.keep_last_checkpoints=2",
-    ]
-    killed_dir = tmp_path / "killed"
-    env = {k: v for k, v in os.environ.items() if k != "HYDRA_FULL_ERROR"}
-    job = subprocess.Popen(
-        [sys.executable, "-m", "dlrm_exp", *job_args, f"hydra.run.dir={killed_dir}"],
-        cwd=REPO,
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    try:
-        deadline = time.monotonic() + 180
-        while not complete_checkpoints(killed_dir):
-            assert job.poll() is None and time.monotonic() < deadline, "no checkpoint written"
-            time.sleep(0.1)
-        workers = [
-            p
-            for p in psutil.Process(job.pid).children(recursive=True)
-            if "spawn_main" in " ".join(p.cmdline())
-        ]
-        assert len(workers) == 2
-        killed_at = time.monotonic()
-        os.kill(workers[1].pid, signal.SIGKILL)
-        _, stderr = job.communicate(timeout=60)
-        assert time.monotonic() - killed_at < 60
-    finally:
-        if job.poll() is None:
-            job.kill()
-    assert job.returncode != 0
-    assert "killed by signal SIGKILL" in stderr
-    assert not (killed_dir / "metrics.json").exists()
-    assert complete_checkpoints(killed_dir)[-1].name.startswith("step_")
-
-    resumed = run_train(compose_cfg([*job_args, "train.resume=auto"]), killed_dir, {})
-    uninterrupted = run_train(compose_cfg(job_args), tmp_path / "whole", {})
-    _same_results(resumed, uninterrupted)
-    assert json.loads((killed_dir / "metrics.json").read_text())["val"] == resumed.val
+    resumed = run_train(compose_cfg([*TWO_ROWWISE, "train.resume=auto"]), run_dir, {})
+    _same_results(resumed, uninterrupted[1])
+    assert json.loads((run_dir / "metrics.json").read_text())["val"] == resumed.val
+    assert [p.name for p in complete_checkpoints(run_dir)] == ["step_8", "step_16"]
