@@ -60,12 +60,13 @@ def test_what_cannot_be_compared_is_missed(tmp_path, capsys, targets, expect, mi
     assert [row[3] for name, row in rows.items() if name.startswith(missed_row)] == ["missed"]
 
 
-@pytest.mark.parametrize(("fraction", "status"), [(0.45, 0), (0.30, 1)])
+@pytest.mark.parametrize(("fraction", "status"), [(0.45, 0), (0.30, 1), (None, 1)])
 def test_the_utilization_benchmark_exits_1_below_its_target(
     monkeypatch, tmp_path, fraction, status
 ):
     """``python -m dlrm_exp.bench.utilization`` exits with its target's verdict (training
-    replaced by a stub run whose fp32 reaches ``fraction`` of the matmul peak) and records it."""
+    replaced by a stub run whose fp32 reaches ``fraction`` of the matmul peak) and records it.
+    None, a measurement error (a rate above the peak), misses the target."""
     u = {
         "dense_flops_per_sample": 1e6,
         "dense_flops_per_sec": 1e9,

@@ -1,53 +1,194 @@
-"""The measured peaks: probed once per machine and setting, then read from the cache."""
+"""The measured peaks: probed over several sizes, cached with their time, re-measured when old
+or contradicted by a spot check; bounded by a theoretical peak; impossible fractions flagged."""
 
 import json
+from datetime import UTC, datetime, timedelta
 
+import pytest
 import torch
 
+from conftest import compose_cfg
+from dlrm_exp.modes.train import _utilization_lines
 from dlrm_exp.perf import peak as peak_module
-from dlrm_exp.perf.peak import Peak, measured_peak, probe
+from dlrm_exp.perf.peak import CPU_SIZES, Peak, measured_peak, probe
+from dlrm_exp.perf.theoretical_peak import TheoreticalPeak, cpu_peak, cuda_peak
 from dlrm_exp.perf.utilization import utilization
 
+CPU = torch.device("cpu")
+NOW = datetime(2025, 6, 1, 12, 0, tzinfo=UTC)
 
-def test_the_probe_measures_positive_rates_quickly(monkeypatch):
-    monkeypatch.setattr(peak_module, "PROBE_SECONDS", 0.05)
-    result = probe(torch.device("cpu"))
+
+def _peak(rate=1e11, at=NOW, key="k"):
+    return Peak(rate, 5e10, "float32", key, at.isoformat(), {"512": rate / 2, "1024": rate})
+
+
+def test_the_probe_takes_the_best_of_several_sizes_quickly(monkeypatch):
+    monkeypatch.setattr(peak_module, "PROBE_SECONDS", 0.02)
+    result = probe(CPU)
     assert result.matmul_flops_per_sec > 1e8 and result.copy_bytes_per_sec > 1e8
     assert result.dtype == "float32" and "threads" in result.key
+    assert result.matmul_by_size and {int(n) for n in result.matmul_by_size} <= set(CPU_SIZES)
+    assert result.matmul_flops_per_sec == max(result.matmul_by_size.values())
+    assert datetime.fromisoformat(result.measured_at).utcoffset() == timedelta(0)
 
 
-def test_the_peak_is_probed_once_then_cached(tmp_path, monkeypatch):
+def test_the_probe_skips_sizes_that_would_take_longer_than_its_budget(monkeypatch):
+    monkeypatch.setattr(peak_module, "COPY_BYTES", 2**20)
+    sizes = []
+
+    def slow(device, dtype, n, seconds, warm_up=True):
+        sizes.append(n)
+        # 1024 fits in twice the budget, 2048 (8x the work) does not
+        return 2.0 * 1024**3 / (1.5 * seconds) * (1.2 if n == 1024 else 1.0)
+
+    monkeypatch.setattr(peak_module, "matmul_rate", slow)
+    result = probe(CPU)
+    assert list(result.matmul_by_size) == ["512", "1024"] and sizes == [512, 1024]
+    assert result.matmul_flops_per_sec == result.matmul_by_size["1024"]  # the best
+
+
+@pytest.fixture
+def fake_machine(tmp_path, monkeypatch):
+    """A cache in ``tmp_path``, a clock at :data:`NOW`, a probe that counts its calls and a
+    spot check that reads ``spot["factor"]`` times the cached rate."""
     monkeypatch.setenv("DLRM_EXP_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(peak_module, "_now", lambda: NOW)
     calls = []
+    spot = {"factor": 1.0, "sizes": []}
 
     def fake_probe(device, dtype):
         calls.append(dtype)
-        return Peak(1e11, 5e10, "float32", peak_module.machine_key(device, dtype))
+        return _peak(1e11, key=peak_module.machine_key(device, dtype))
+
+    def fake_rate(device, dtype, n, seconds, warm_up=True):
+        spot["sizes"].append(n)
+        return spot["factor"] * (1e11 if n == 1024 else 5e10)
 
     monkeypatch.setattr(peak_module, "probe", fake_probe)
-    first = measured_peak(torch.device("cpu"))
-    second = measured_peak(torch.device("cpu"))
-    assert first == second and len(calls) == 1
-    assert (
-        json.loads((tmp_path / "peak.json").read_text())[first.key]["matmul_flops_per_sec"] == 1e11
-    )
-    measured_peak(torch.device("cpu"), torch.bfloat16)  # another setting: probed
+    monkeypatch.setattr(peak_module, "matmul_rate", fake_rate)
+    return tmp_path / "peak.json", calls, spot
+
+
+def _cache(path, measured_at):
+    key = peak_module.machine_key(CPU, torch.float32)
+    path.write_text(json.dumps({key: _peak(1e11, measured_at, key).cache_entry()}))
+
+
+def test_the_peak_is_probed_once_then_cached(fake_machine):
+    path, calls, _ = fake_machine
+    first = measured_peak(CPU)
+    second = measured_peak(CPU)
+    assert (first.source, second.source) == ("probed", "cached") and len(calls) == 1
+    assert first.reason == "no cached reading" and "spot check n=1024" in second.reason
+    assert second.measured_at == first.measured_at == NOW.isoformat()
+    entry = json.loads(path.read_text())[first.key]
+    assert entry["matmul_flops_per_sec"] == 1e11 and entry["measured_at"] == NOW.isoformat()
+    assert "source" not in entry
+    measured_peak(CPU, torch.bfloat16)  # another setting: probed
     assert len(calls) == 2
 
 
-def test_a_corrupt_cache_is_probed_again(tmp_path, monkeypatch):
-    monkeypatch.setenv("DLRM_EXP_CACHE_DIR", str(tmp_path))
-    (tmp_path / "peak.json").write_text("{not json")
-    monkeypatch.setattr(peak_module, "probe", lambda device, dtype: Peak(2.0, 3.0, "float32", "k"))
-    assert measured_peak(torch.device("cpu")).matmul_flops_per_sec == 2.0
+def test_a_reading_older_than_a_day_is_measured_again(fake_machine):
+    path, calls, _ = fake_machine
+    _cache(path, NOW - timedelta(hours=23))
+    assert measured_peak(CPU).source == "cached" and calls == []
+    _cache(path, NOW - timedelta(hours=25))
+    again = measured_peak(CPU)
+    assert again.source == "probed" and len(calls) == 1 and "1 day, 1:00:00 old" in again.reason
+    assert json.loads(path.read_text())[again.key]["measured_at"] == NOW.isoformat()
 
 
-def test_utilization_is_per_rank_against_the_peak():
-    from conftest import compose_cfg
+@pytest.mark.parametrize(
+    ("factor", "source"), [(1.15, "cached"), (0.85, "cached"), (1.25, "probed"), (0.75, "probed")]
+)
+def test_a_spot_check_that_disagrees_by_more_than_20_percent_measures_again(
+    fake_machine, factor, source
+):
+    path, calls, spot = fake_machine
+    _cache(path, NOW - timedelta(hours=1))
+    spot["factor"] = factor
+    result = measured_peak(CPU)
+    assert result.source == source and len(calls) == (source == "probed")
+    assert spot["sizes"] == [1024]  # one size, compared with the cached rate of that size
+    assert f"{factor - 1:+.0%}" in result.reason
 
+
+def test_an_old_format_or_corrupt_cache_is_probed_again(fake_machine):
+    path, calls, _ = fake_machine
+    key = peak_module.machine_key(CPU, torch.float32)
+    path.write_text(json.dumps({key: {"matmul_flops_per_sec": 1.0, "copy_bytes_per_sec": 1.0}}))
+    assert measured_peak(CPU).source == "probed"
+    path.write_text("{not json")
+    assert measured_peak(CPU).source == "probed" and len(calls) == 2
+
+
+#: Two cores with two hyper-threads each, AVX-512 with BF16, reporting 2.0 GHz.
+CPUINFO = "\n\n".join(
+    f"processor\t: {cpu}\nmodel name\t: Test Xeon\nphysical id\t: 0\ncore id\t\t: {cpu // 2}\n"
+    "cpu MHz\t\t: 2000.000\nflags\t\t: fpu sse sse2 avx fma avx2 avx512f avx512_bf16\n"
+    for cpu in range(4)
+)
+
+
+def test_the_theoretical_peak_is_cores_times_clock_times_flops_per_cycle():
+    fp32 = cpu_peak(8, "float32", CPUINFO, "3500000\n", {0, 1, 2, 3})
+    assert fp32.flops_per_sec == 2 * 3.5e9 * 64  # 2 physical cores, 16 lanes x 2 FMA x 2 ports
+    assert "2 cores x 3.50 GHz (cpuinfo_max_freq) x 64 FLOP/cycle" in fp32.basis
+    assert (
+        cpu_peak(8, "bfloat16", CPUINFO, "3500000", {0, 1, 2, 3}).flops_per_sec == 2 * 3.5e9 * 128
+    )
+    assert cpu_peak(1, "float32", CPUINFO, "3500000", {0, 1, 2, 3}).flops_per_sec == 3.5e9 * 64
+    assert cpu_peak(8, "float32", CPUINFO, "3500000", {0, 1}).flops_per_sec == 3.5e9 * 64
+    no_max = cpu_peak(8, "float32", CPUINFO, None, {0, 1, 2, 3})
+    assert no_max.flops_per_sec == 2 * 2.0e9 * 2 * 64 and "turbo allowance" in no_max.basis
+    avx2 = CPUINFO.replace(" avx512f avx512_bf16", "")
+    assert cpu_peak(2, "bfloat16", avx2, "3000000", {0, 2}).flops_per_sec == 2 * 3e9 * 32
+    amx = CPUINFO.replace("avx512_bf16", "avx512_bf16 amx_bf16")
+    assert cpu_peak(2, "bfloat16", amx, "3000000", {0, 2}).flops_per_sec == 2 * 3e9 * 1024
+    assert cpu_peak(2, "float64", CPUINFO, "3000000", {0}) is None
+    assert cpu_peak(2, "float32", "processor\t: 0\nFeatures\t: asimd\n", "3000000", {0}) is None
+
+
+def test_the_gpu_bound_comes_from_its_data_sheet():
+    assert cuda_peak("NVIDIA H100 80GB HBM3", "bfloat16", tf32=False).flops_per_sec == 989.5e12
+    assert cuda_peak("NVIDIA H100 PCIe", "bfloat16", tf32=False).flops_per_sec == 756.5e12
+    assert cuda_peak("NVIDIA A100-SXM4-80GB", "float32", tf32=False).flops_per_sec == 19.5e12
+    assert cuda_peak("NVIDIA A100-SXM4-80GB", "float32", tf32=True).flops_per_sec == 156e12
+    assert cuda_peak("Some Future GPU", "bfloat16", tf32=False) is None
+
+
+def test_utilization_is_per_rank_against_the_peak_and_its_bound():
     cfg = compose_cfg([])
-    util = utilization(cfg, samples_per_sec=2000.0, world_size=2, peak=Peak(1e9, 1e10, "f", "k"))
+    bound = TheoreticalPeak(4e9, "test bound")
+    util = utilization(cfg, 2000.0, 2, _peak(1e9), bound)
     assert util.dense_flops_per_sec == util.dense_flops_per_sample * 1000.0
     assert util.fraction_of_matmul_peak == util.dense_flops_per_sec / 1e9
-    assert util.fraction_of_copy_peak == util.embedding_bytes_per_sample * 1000.0 / 1e10
-    assert utilization(cfg, None, 1, Peak(1e9, 1e10, "f", "k")).fraction_of_matmul_peak is None
+    assert util.fraction_of_theoretical_peak == util.dense_flops_per_sec / 4e9
+    assert util.fraction_of_copy_peak == util.embedding_bytes_per_sample * 1000.0 / 5e10
+    assert util.measurement_errors == [] and util.peak_measured_at == NOW.isoformat()
+    assert util.theoretical_basis == "test bound"
+    assert utilization(cfg, None, 1, _peak(1e9)).fraction_of_matmul_peak is None
+
+
+def test_a_fraction_above_1_is_flagged_as_a_measurement_error():
+    cfg = compose_cfg([])
+    samples = 1e6  # far more FLOP/s than the 1 GFLOP/s peak
+    util = utilization(cfg, samples, 1, _peak(1e9), TheoreticalPeak(1e12, "b"))
+    assert util.fraction_of_matmul_peak is None and 0 < util.fraction_of_theoretical_peak <= 1
+    (error,) = [e for e in util.measurement_errors if "measured matmul peak" in e]
+    assert error.startswith("dense FLOP/s vs measured matmul peak: achieved") and "x)" in error
+    above_bound = utilization(cfg, 1.0, 1, _peak(1e9), TheoreticalPeak(5e8, "b"))
+    assert any("vs theoretical (b)" in e for e in above_bound.measurement_errors)
+    lines = _utilization_lines(util.to_json())
+    assert "n/a (measurement error) of the measured float32 matmul peak 1 GFLOP/s" in lines[0]
+    assert all(line.startswith("warning: ") for line in lines[1:]) and len(lines) >= 2
+    for line in lines:
+        for number in line.split():
+            assert not (number.endswith("%") and float(number.rstrip("%;),")) > 100)
+
+
+def test_the_summary_names_the_peak_it_used():
+    util = utilization(compose_cfg([]), 1000.0, 1, _peak(1e11), TheoreticalPeak(2e11, "b"))
+    (line,) = _utilization_lines(util.to_json())
+    assert f"of the measured float32 matmul peak 100 GFLOP/s (probed {NOW.isoformat()}; " in line
+    assert "theoretical 200 GFLOP/s: " in line

@@ -44,7 +44,7 @@ from dlrm_exp.loop.trainer import BatchSources, FitResult, Trainer, TrainerState
 from dlrm_exp.modes.job import Job, ModeResult
 from dlrm_exp.modes.setup import prepare, rank_batches, run_on_ranks
 from dlrm_exp.perf.profile import PROFILE_DIR, StepProfiler, profile_files
-from dlrm_exp.perf.utilization import rank_peak, utilization
+from dlrm_exp.perf.utilization import rank_bound, rank_peak, utilization
 from dlrm_exp.planning.plan_record import PlanRecord, plan_record, plan_text
 from dlrm_exp.planning.tables import table_configs, table_shapes
 from dlrm_exp.record.metric_table import METRICS, QUALITY, split_line
@@ -254,7 +254,11 @@ def _utilization(run: _Run, result: FitResult) -> dict[str, Any]:
     if not run.ctx.is_main:
         return {}
     peak = rank_peak(run.cfg, run.ctx.device)
-    return utilization(run.cfg, result.samples_per_sec, run.ctx.world_size, peak).to_json()
+    bound = rank_bound(run.cfg, run.ctx.device)
+    util = utilization(run.cfg, result.samples_per_sec, run.ctx.world_size, peak, bound)
+    for error in util.measurement_errors:
+        log.warning("utilization: %s", error)
+    return util.to_json()
 
 
 def _final_scalars(metrics: RunMetrics) -> dict[str, float | None]:
@@ -289,6 +293,35 @@ def _contention_warning(metrics: RunMetrics) -> list[str]:
     ]
 
 
+def _fraction(value: float | None) -> str:
+    return "n/a (measurement error)" if value is None else f"{value:.1%}"
+
+
+def _utilization_lines(util: Mapping[str, Any]) -> list[str]:
+    """The summary's utilization line, naming the peak it compares with (dtype, rate, when it
+    was measured, probed or cached) and the theoretical bound; then one warning line per
+    measurement error."""
+    if not util.get("dense_flops_per_sec"):
+        return []
+    bound = util.get("theoretical_matmul_flops_per_sec")
+    bound_text = (
+        f"theoretical {bound / 1e9:.0f} GFLOP/s: {_fraction(util['fraction_of_theoretical_peak'])}"
+        if bound
+        else "no theoretical bound known"
+    )
+    lines = [
+        f"dense {util['dense_flops_per_sample'] / 1e6:.2f} MFLOP/sample, "
+        f"{util['dense_flops_per_sec'] / 1e9:.1f} GFLOP/s per rank = "
+        f"{_fraction(util['fraction_of_matmul_peak'])} of the measured {util['peak_dtype']} "
+        f"matmul peak {util['peak_matmul_flops_per_sec'] / 1e9:.0f} GFLOP/s "
+        f"({util.get('peak_source')} {util.get('peak_measured_at')}; {bound_text}); embeddings "
+        f"{util['embedding_bytes_per_sec'] / 1e9:.2f} GB/s = "
+        f"{_fraction(util['fraction_of_copy_peak'])} of copy bandwidth",
+    ]
+    lines += [f"warning: {e}" for e in util.get("measurement_errors", [])]
+    return lines
+
+
 def summary(metrics: RunMetrics, run_dir: Path, logdir: str = "outputs") -> str:
     """The lines printed at the end of a training run."""
     bayes = metrics.bayes_auroc or {}
@@ -301,16 +334,7 @@ def summary(metrics: RunMetrics, run_dir: Path, logdir: str = "outputs") -> str:
         f"| peak memory {metrics.peak_memory_gib:.2f} GiB | {metrics.wall_seconds:.1f} s"
     )
     lines += _contention_warning(metrics)
-    util = metrics.utilization
-    if util.get("dense_flops_per_sec"):
-        lines.append(
-            f"dense {util['dense_flops_per_sample'] / 1e6:.2f} MFLOP/sample, "
-            f"{util['dense_flops_per_sec'] / 1e9:.1f} GFLOP/s per rank = "
-            f"{util['fraction_of_matmul_peak']:.1%} of the measured {util['peak_dtype']} matmul "
-            f"peak ({util['peak_matmul_flops_per_sec'] / 1e9:.0f} GFLOP/s); embeddings "
-            f"{util['embedding_bytes_per_sec'] / 1e9:.2f} GB/s = "
-            f"{util['fraction_of_copy_peak']:.1%} of copy bandwidth"
-        )
+    lines += _utilization_lines(metrics.utilization)
     read = metrics.data.get("read")
     if read:
         lines.append(

@@ -1,53 +1,96 @@
 """The machine's measured peaks: dense matmul FLOP/s and copy bandwidth, cached per machine.
 
 A short probe in the calling process (its device, its torch thread count, the dense
-precision's dtype): the best of repeated ``torch.mm`` of two n x n matrices (2 n^3 FLOPs each;
-n = 1024 on CPU, 8192 on CUDA) and of ``Tensor.copy_`` of a 64 MiB buffer (read + write: 2 x
-64 MiB each), for about 0.3 s each. On CUDA the probe runs on the device after a
-synchronize, so it measures what this GPU reaches, not its data-sheet number.
+precision's dtype): the best rate of repeated ``torch.mm`` of two n x n matrices (2 n^3 FLOPs
+each) over several sizes (:data:`CPU_SIZES`, :data:`CUDA_SIZES`; a size is skipped once one
+product would take longer than twice :data:`PROBE_SECONDS` at the best rate so far), and of
+``Tensor.copy_`` of a 64 MiB buffer (read + write: 2 x 64 MiB each), about
+:data:`PROBE_SECONDS` each: well under a second on CPU. On CUDA the probe runs on the device
+after a synchronize, so it measures what this GPU reaches, not its data-sheet number
+(:mod:`dlrm_exp.perf.theoretical_peak` has that).
 
 The result is cached in ``$DLRM_EXP_CACHE_DIR/peak.json`` (default
 ``~/.cache/dlrm_exp/peak.json``) under a key of host, processor or GPU name, torch version,
-thread count and dtype, so the probe runs once per machine and setting.
+thread count and dtype, with the UTC time it was measured. A cached reading is used only while
+it is younger than :data:`MAX_AGE` and a spot check (one size, about :data:`SPOT_SECONDS`)
+agrees with its rate at that size within :data:`SPOT_TOLERANCE`; otherwise it is measured
+again. The returned :class:`Peak` says which happened and why.
 """
 
 import json
+import logging
 import os
 import platform
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field, replace
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 import torch
 
 from dlrm_exp.util.files import write_json_atomic
 
-PROBE_SECONDS = 0.3
+log = logging.getLogger(__name__)
+
+#: Matrix sizes n of the matmul probe, smallest first.
+CPU_SIZES = (512, 1024, 2048)
+CUDA_SIZES = (4096, 8192, 16384)
+#: Seconds spent on each matmul size and on the copy (after one warm-up run of the first size
+#: and of the copy).
+PROBE_SECONDS = 0.15
 COPY_BYTES = 64 * 2**20
+#: A cached reading older than this is measured again.
+MAX_AGE = timedelta(days=1)
+#: Seconds of the spot check of a cached reading, and the relative disagreement with the
+#: cached rate beyond which the peak is measured again.
+SPOT_SECONDS = 0.1
+SPOT_TOLERANCE = 0.2
+PROBED = "probed"
+CACHED = "cached"
 
 
 @dataclass(frozen=True)
 class Peak:
-    """Measured peaks of one process on one device.
+    """Measured peaks of one process on one device, with their provenance.
 
     Attributes:
-        matmul_flops_per_sec: best ``torch.mm`` rate, FLOP/s.
+        matmul_flops_per_sec: best ``torch.mm`` rate over the sizes, FLOP/s.
         copy_bytes_per_sec: best ``copy_`` rate, bytes read + written per second.
         dtype: the matmul dtype (``float32`` / ``bfloat16``).
         key: the cache key (host, processor or GPU, torch, threads, dtype).
+        measured_at: when the probe ran, ISO 8601 in UTC (``2025-01-31T12:00:00+00:00``).
+        matmul_by_size: the best rate of each size probed, FLOP/s, by n (as a string).
+        source: ``probed`` (measured in this process) or ``cached`` (read from the cache and
+            confirmed by a spot check); not stored in the cache.
+        reason: why it was probed, or the spot check that confirmed the cached reading.
     """
 
     matmul_flops_per_sec: float
     copy_bytes_per_sec: float
     dtype: str
     key: str
+    measured_at: str
+    matmul_by_size: dict[str, float] = field(default_factory=dict)
+    source: str = PROBED
+    reason: str = ""
+
+    def cache_entry(self) -> dict[str, Any]:
+        """What the cache stores of it: the measurement, not how this process got it."""
+        entry = asdict(self)
+        del entry["source"], entry["reason"]
+        return entry
 
 
 def cache_file() -> Path:
     """Where measured peaks are cached."""
     root = os.environ.get("DLRM_EXP_CACHE_DIR") or Path.home() / ".cache" / "dlrm_exp"
     return Path(root) / "peak.json"
+
+
+def _now() -> datetime:
+    return datetime.now(UTC)
 
 
 def _processor(device: torch.device) -> str:
@@ -75,12 +118,26 @@ def machine_key(device: torch.device, dtype: torch.dtype) -> str:
     )
 
 
-def _best_rate(work: float, run: Callable[[], None], sync: Callable[[], None]) -> float:
-    """The best ``work`` per second of ``run`` over about :data:`PROBE_SECONDS`."""
-    run()  # warm-up
-    sync()
+def _sync(device: torch.device) -> Callable[[], None]:
+    if device.type == "cuda":
+        return lambda: torch.cuda.synchronize(device)
+    return lambda: None
+
+
+def _best_rate(
+    work: float,
+    run: Callable[[], None],
+    sync: Callable[[], None],
+    seconds: float,
+    warm_up: bool = True,
+) -> float:
+    """The best ``work`` per second of ``run`` over about ``seconds`` (at least one timed run,
+    after one untimed run when ``warm_up``)."""
+    if warm_up:
+        run()
+        sync()
     best, spent = 0.0, 0.0
-    while spent < PROBE_SECONDS:
+    while spent < seconds:
         start = time.perf_counter()
         run()
         sync()
@@ -90,39 +147,94 @@ def _best_rate(work: float, run: Callable[[], None], sync: Callable[[], None]) -
     return best
 
 
-def probe(device: torch.device, dtype: torch.dtype = torch.float32) -> Peak:
-    """Measure the matmul and copy peaks on ``device`` now (no cache)."""
-    n = 8192 if device.type == "cuda" else 1024
+def matmul_rate(
+    device: torch.device, dtype: torch.dtype, n: int, seconds: float, warm_up: bool = True
+) -> float:
+    """The best FLOP/s of ``torch.mm`` of two n x n ``dtype`` matrices over about ``seconds``."""
     a = torch.randn(n, n, device=device).to(dtype)
     b = torch.randn(n, n, device=device).to(dtype)
+    return _best_rate(2.0 * n**3, lambda: torch.mm(a, b), _sync(device), seconds, warm_up)
+
+
+def probe(device: torch.device, dtype: torch.dtype = torch.float32) -> Peak:
+    """Measure the matmul and copy peaks on ``device`` now (no cache)."""
+    measured_at = _now().isoformat(timespec="seconds")
+    rates: dict[str, float] = {}
+    for n in CUDA_SIZES if device.type == "cuda" else CPU_SIZES:
+        if rates and 2.0 * n**3 / max(rates.values()) > 2 * PROBE_SECONDS:
+            break  # one product would take longer than twice the budget (slow dtype)
+        rates[str(n)] = matmul_rate(device, dtype, n, PROBE_SECONDS, warm_up=not rates)
     src = torch.empty(COPY_BYTES // 4, device=device)
     dst = torch.empty_like(src)
+    copy = _best_rate(2.0 * COPY_BYTES, lambda: dst.copy_(src), _sync(device), PROBE_SECONDS)
+    return Peak(
+        max(rates.values()),
+        copy,
+        _dtype_name(dtype),
+        machine_key(device, dtype),
+        measured_at,
+        rates,
+    )
 
-    def sync() -> None:
-        if device.type == "cuda":
-            torch.cuda.synchronize(device)
 
-    matmul = _best_rate(2.0 * n**3, lambda: torch.mm(a, b), sync)
-    copy = _best_rate(2.0 * COPY_BYTES, lambda: dst.copy_(src), sync)
-    return Peak(matmul, copy, _dtype_name(dtype), machine_key(device, dtype))
+def spot_size(cached: Peak) -> int:
+    """The size the spot check of ``cached`` uses: the largest probed size of which one product
+    takes at most a quarter of :data:`SPOT_SECONDS` at its cached rate, else the smallest."""
+    sizes = sorted(int(n) for n in cached.matmul_by_size)
+    fits = [n for n in sizes if 2.0 * n**3 / cached.matmul_by_size[str(n)] <= SPOT_SECONDS / 4]
+    return max(fits, default=sizes[0])
+
+
+def check_cached(cached: Peak, device: torch.device, dtype: torch.dtype) -> tuple[bool, str]:
+    """Whether ``cached`` can still be used, and why (its age, then a spot check of one size)."""
+    age = _now() - datetime.fromisoformat(cached.measured_at)
+    if not timedelta(0) <= age <= MAX_AGE:
+        return False, f"cached reading of {cached.measured_at} is {age} old (limit {MAX_AGE})"
+    n = spot_size(cached)
+    rate = matmul_rate(device, dtype, n, SPOT_SECONDS)
+    ref = cached.matmul_by_size[str(n)]
+    change = rate / ref - 1
+    return abs(change) <= SPOT_TOLERANCE, (
+        f"spot check n={n}: {rate / 1e9:.1f} GFLOP/s against the cached {ref / 1e9:.1f} "
+        f"GFLOP/s of {cached.measured_at} ({change:+.0%}; limit +-{SPOT_TOLERANCE:.0%})"
+    )
+
+
+def _cached_peak(entry: Any) -> Peak | None:
+    """A cache entry as a :class:`Peak`; None when it is missing or malformed (older format)."""
+    if not isinstance(entry, dict):
+        return None
+    try:
+        peak = Peak(**entry)
+        datetime.fromisoformat(peak.measured_at)
+        if not peak.matmul_by_size or not all(str(int(n)) == n for n in peak.matmul_by_size):
+            return None
+    except (TypeError, ValueError):
+        return None
+    return peak
 
 
 def measured_peak(device: torch.device, dtype: torch.dtype = torch.float32) -> Peak:
-    """The cached peak of this machine and setting, probing (and caching) it the first time.
-    An unreadable cache is probed again; one that cannot be written is left as it is."""
+    """The peak of this machine and setting: the cached one when young enough and confirmed by
+    a spot check, else probed now (and cached). An unreadable cache is probed again; one that
+    cannot be written is left as it is."""
     key = machine_key(device, dtype)
     path = cache_file()
     try:
         cached = json.loads(path.read_text())
     except (OSError, ValueError):
         cached = {}
-    if isinstance(cached.get(key), dict):
-        try:
-            return Peak(**cached[key])
-        except TypeError:
-            pass
-    peak = probe(device, dtype)
-    cached[key] = asdict(peak)
+    if not isinstance(cached, dict):
+        cached = {}
+    entry = _cached_peak(cached.get(key))
+    reason = "no cached reading"
+    if entry is not None:
+        usable, reason = check_cached(entry, device, dtype)
+        if usable:
+            return replace(entry, source=CACHED, reason=reason)
+    log.info("measuring the %s matmul peak: %s", _dtype_name(dtype), reason)
+    peak = replace(probe(device, dtype), source=PROBED, reason=reason)
+    cached[key] = peak.cache_entry()
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         write_json_atomic(path, cached)

@@ -51,8 +51,11 @@ class RunMetrics:
         target_step / target_epoch: the step, and the epochs trained (a fraction), of the
             first validation that reached it.
         utilization: dense FLOPs and embedding bytes per sample, their achieved rates per
-            rank and the fractions of the measured peaks
-            (:class:`dlrm_exp.perf.utilization.Utilization`; rank 0's).
+            rank, the measured peaks they are compared with (FLOP/s, copy bytes/s, dtype, when
+            measured, probed or cached), the theoretical matmul bound and the fractions of
+            each; a fraction above 1 is None and listed in ``measurement_errors``
+            (:class:`dlrm_exp.perf.utilization.Utilization`; rank 0's, at its
+            ``threads_per_rank``).
         profile: the files ``train.profile`` wrote, relative to the run folder (traces per
             rank, RSS timelines, CUDA memory snapshots); empty without profiling.
         error / error_type: the failure of a failed job.
