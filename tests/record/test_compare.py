@@ -8,6 +8,7 @@ import shutil
 import pytest
 
 from conftest import SWEEP_CONFIGS as CONFIGS
+from conftest import SWEEP_REFUSED, SWEEP_RUNS
 from dlrm_exp.record import report
 
 pytestmark = pytest.mark.slow
@@ -25,12 +26,22 @@ def test_the_sweep_summary_has_statistics_per_configuration(record_sweep):
     assert float(other["val_auroc"]["ci_low"]) < float(other["val_auroc"]["mean"])
 
 
-def test_report_draws_the_difference_plot_and_passes_against_itself(record_sweep, tmp_path):
+def _completed_jobs(folder, tmp_path):
+    """A copy of the shared sweep holding only its completed (table-wise) jobs, reported."""
+    copy = tmp_path / "completed"
+    copy.mkdir()
+    shutil.copy(folder / "multirun.yaml", copy / "multirun.yaml")
+    for job in range(len(SWEEP_RUNS) - len(SWEEP_REFUSED)):
+        shutil.copytree(folder / str(job), copy / str(job))
+    assert report.main([str(copy)]) == 0
+    return copy
+
+
+def test_report_draws_the_difference_plot_and_the_gate_passes_a_rerun(record_sweep, tmp_path):
     folder, _ = record_sweep
-    saved = tmp_path / "baseline_stats.csv"
-    shutil.copy(folder / "summary_stats.csv", saved)
+    completed = _completed_jobs(folder, tmp_path)
     out = tmp_path / "report"
-    assert report.main([str(folder), "--out", str(out), "--compare-to", str(saved)]) == 0
+    assert report.main([str(completed), "--out", str(out), "--compare-to", str(completed)]) == 0
     assert (out / "auroc_diff.png").stat().st_size > 0 and (out / "summary_stats.csv").exists()
     flipped = report.main(
         [str(folder), "--out", str(out), "--baseline", "optimizer.learning_rate=0.02"]
@@ -39,19 +50,29 @@ def test_report_draws_the_difference_plot_and_passes_against_itself(record_sweep
     assert report.main([str(folder), "--baseline", "qcomms=fp8"]) == 2
 
 
+def test_the_gate_fails_on_the_refused_configurations(record_sweep, tmp_path, capsys):
+    """The whole sweep against itself: its row-wise configurations never completed."""
+    folder, _ = record_sweep
+    saved = tmp_path / "saved"
+    shutil.copytree(folder, saved)
+    assert report.main([str(folder), "--out", str(tmp_path / "r"), "--compare-to", str(saved)]) == 1
+    failures = capsys.readouterr().out.split("gate FAILED")[1]
+    assert "sharding=rowwise,optimizer.learning_rate=0.1: 3 of 3 runs did not complete" in failures
+
+
 def test_compare_to_fails_on_a_planted_regression(record_sweep, tmp_path, capsys):
     folder, _ = record_sweep
-    rows = list(csv.DictReader(open(folder / "summary_stats.csv")))
-    for row in rows:  # the saved run was 0.2 better, and sure of it: today's is a regression
+    completed = _completed_jobs(folder, tmp_path)
+    path = completed / "summary_runs.csv"
+    rows = list(csv.DictReader(open(path)))
+    for row in rows:  # the saved runs were 0.2 better on every seed: today's is a regression
         if row["metric"] == "val_auroc" and row["config"] == CONFIGS[1]:
-            row["mean"] = str(float(row["mean"]) + 0.2)
-            row["ci_high"] = str(float(row["mean"]) + 0.001)
-    planted = tmp_path / "planted.csv"
-    with open(planted, "w", newline="") as f:
+            row["value"] = str(float(row["value"]) + 0.2)
+    with open(path, "w", newline="") as f:
         writer = csv.DictWriter(f, fieldnames=list(rows[0]))
         writer.writeheader()
         writer.writerows(rows)
-    args = [str(folder), "--out", str(tmp_path / "r"), "--compare-to", str(planted)]
+    args = [str(completed), "--out", str(tmp_path / "r"), "--compare-to", str(path)]
     assert report.main(args) == 1
-    assert f"{CONFIGS[1]} val AUROC" in capsys.readouterr().out
+    assert f"{CONFIGS[1]} val AUROC" in capsys.readouterr().out.split("gate FAILED")[1]
     assert report.main([*args, "--tolerance", "0.3"]) == 0

@@ -4,7 +4,7 @@ configuration (:attr:`dlrm_exp.record.runs.RunRecord.config`).
 Per configuration and metric: mean, sample sd, n and the 95 % Student t interval; against a
 baseline configuration, the paired difference per seed with its 95 % interval and the paired
 t-test's p-value (:mod:`dlrm_exp.record.stats`). ``summary_stats.csv`` holds the same numbers
-in long form; :func:`compare_to` checks a new set against a saved one (a CI gate).
+in long form; the gate that checks a new set against a saved one is :mod:`dlrm_exp.record.gate`.
 """
 
 import csv
@@ -15,8 +15,8 @@ from pathlib import Path
 
 from dlrm_exp.record.metric_table import METRICS, Metric, fmt
 from dlrm_exp.record.run_record import COMPLETED
-from dlrm_exp.record.runs import RunRecord
-from dlrm_exp.record.stats import Estimate, PairedDifference, estimate, paired_difference
+from dlrm_exp.record.runs import RunRecord, check_distinct_seeds
+from dlrm_exp.record.stats import Difference, Estimate, estimate, paired_difference
 
 STATS_FILE = "summary_stats.csv"
 
@@ -36,8 +36,9 @@ class ConfigStats:
 
     config: str
     seeds: list[int]
+    failed: list[str] = field(default_factory=list)
     estimates: dict[str, Estimate] = field(default_factory=dict)
-    vs_baseline: dict[str, PairedDifference] = field(default_factory=dict)
+    vs_baseline: dict[str, Difference] = field(default_factory=dict)
 
 
 def _values(runs: Sequence[RunRecord], metric: Metric) -> dict[int, float]:
@@ -50,17 +51,19 @@ def _values(runs: Sequence[RunRecord], metric: Metric) -> dict[int, float]:
 
 
 def config_stats(runs: Sequence[RunRecord], baseline: str | None = None) -> list[ConfigStats]:
-    """Statistics per configuration of the completed ``runs``, in first-seen order; the
-    baseline (``baseline``: overrides such as ``qcomms=none``, else the first configuration)
-    comes first.
+    """Statistics per configuration (by identity, ``RunRecord.config_id``) of the completed
+    ``runs``, in first-seen order; a configuration whose runs all failed is kept, with its
+    failed runs and no estimates. The baseline (``baseline``: overrides such as
+    ``qcomms=none``, else the first configuration) comes first.
 
     Raises:
-        ValueError: no configuration matches ``baseline``.
+        ValueError: no configuration matches ``baseline``, or two runs of one configuration
+            have the same seed.
     """
+    check_distinct_seeds(runs)
     groups: dict[str, list[RunRecord]] = {}
     for run in runs:
-        if run.status == COMPLETED:
-            groups.setdefault(run.config, []).append(run)
+        groups.setdefault(run.config_id, []).append(run)
     if not groups:
         return []
     names = list(groups)
@@ -70,26 +73,28 @@ def config_stats(runs: Sequence[RunRecord], baseline: str | None = None) -> list
             raise ValueError(f"--baseline {baseline}: no configuration has these overrides")
         names.remove(matching[0])
         names.insert(0, matching[0])
-    base_runs = groups[names[0]]
-    result = []
-    for name in names:
-        config_runs = sorted(groups[name], key=lambda r: r.seed)
-        stats = ConfigStats(name, [r.seed for r in config_runs])
-        for key in COMPARED:
-            metric = METRICS[key]
-            values = _values(config_runs, metric)
-            if not values:
-                continue
-            stats.estimates[key] = estimate(list(values.values()))
-            if name != names[0]:
-                base = _values(base_runs, metric)
-                common = sorted(set(values) & set(base))
-                if common:
-                    stats.vs_baseline[key] = paired_difference(
-                        [values[s] for s in common], [base[s] for s in common]
-                    )
-        result.append(stats)
-    return result
+    base_runs = [r for r in groups[names[0]] if r.status == COMPLETED]
+    return [_stats(groups[name], base_runs if i else None) for i, name in enumerate(names)]
+
+
+def _stats(runs: list[RunRecord], base_runs: list[RunRecord] | None) -> ConfigStats:
+    completed = sorted((r for r in runs if r.status == COMPLETED), key=lambda r: r.seed)
+    failed = [r.name for r in runs if r.status != COMPLETED]
+    stats = ConfigStats(runs[0].config, [r.seed for r in completed], failed)
+    for key in COMPARED:
+        metric = METRICS[key]
+        values = _values(completed, metric)
+        if not values:
+            continue
+        stats.estimates[key] = estimate(list(values.values()))
+        if base_runs is not None:
+            base = _values(base_runs, metric)
+            common = sorted(set(values) & set(base))
+            if common:
+                stats.vs_baseline[key] = paired_difference(
+                    [values[s] for s in common], [base[s] for s in common]
+                )
+    return stats
 
 
 def has_repeats(stats: Sequence[ConfigStats]) -> bool:
@@ -112,7 +117,8 @@ def stats_markdown(stats: Sequence[ConfigStats]) -> str:
     header += ["val AUROC - baseline [95% CI]", "p (paired t)"]
     lines = ["| " + " | ".join(header) + " |", "| " + " | ".join("---" for _ in header) + " |"]
     for i, s in enumerate(stats):
-        cells = [s.config + (" (baseline)" if i == 0 else ""), str(len(s.seeds))]
+        failed = f" ({len(s.failed)} failed)" if s.failed else ""
+        cells = [s.config + (" (baseline)" if i == 0 else ""), f"{len(s.seeds)}{failed}"]
         for key in keys:
             e, spec = s.estimates.get(key), METRICS[key].spec
             if e is None:
@@ -131,8 +137,10 @@ def stats_markdown(stats: Sequence[ConfigStats]) -> str:
         lines.append("| " + " | ".join(cells) + " |")
     lines.append("")
     lines.append(
-        "Mean +- half-width of the 95 % Student t interval over seeds; differences are paired "
-        "by seed (paired t-test); * marks an interval that excludes 0."
+        "Mean +- half-width of the 95 % Student t interval over the completed seeds (n; failed "
+        "runs are counted beside it, never averaged); differences are paired by seed (paired "
+        "t-test), and the half-width of their interval is the smallest difference these "
+        "repeats can detect; * marks an interval that excludes 0."
     )
     return "\n".join(lines)
 
@@ -163,61 +171,3 @@ def write_stats(out_dir: Path, stats: Sequence[ConfigStats]) -> Path:
                     }
                 )  # fmt: skip
     return path
-
-
-def _half_width(mean: float, high: str | float | None) -> float:
-    return 0.0 if high in (None, "") else float(high) - mean
-
-
-def compare_to(
-    stats: Sequence[ConfigStats],
-    baseline_csv: Path,
-    tolerance: float = 0.0,
-    gate: Sequence[str] = DEFAULT_GATE,
-) -> tuple[list[str], list[str]]:
-    """Compare ``stats`` with a saved ``summary_stats.csv``: a metric *moved* when its means
-    differ by more than the combined half-width ``sqrt(h_new^2 + h_saved^2)`` of the two 95 %
-    intervals; a moved ``gate`` metric is a *regression* when it moved the wrong way by more
-    than ``tolerance``. Returns (one line per compared metric, the regressions).
-
-    Raises:
-        FileNotFoundError / ValueError: no such file, or not a summary_stats.csv.
-    """
-    with open(baseline_csv, newline="") as f:
-        rows = list(csv.DictReader(f))
-    if not rows or set(STATS_COLUMNS) - set(rows[0]):
-        raise ValueError(f"{baseline_csv} is not a {STATS_FILE}")
-    saved = {(r["config"], r["metric"]): r for r in rows}
-    lines, regressions = [], []
-    for s in stats:
-        for key, e in s.estimates.items():
-            old = saved.get((s.config, key))
-            if old is None:
-                continue
-            metric, old_mean = METRICS[key], float(old["mean"])
-            diff = e.mean - old_mean
-            noise = math.hypot(
-                _half_width(e.mean, e.ci_high), _half_width(old_mean, old["ci_high"])
-            )
-            moved = abs(diff) > noise
-            worse = metric.higher_is_better is not None and (
-                (diff < 0) if metric.higher_is_better else (diff > 0)
-            )
-            verdict = "within noise"
-            if moved:
-                verdict = (
-                    "worse"
-                    if worse
-                    else "better"
-                    if metric.higher_is_better is not None
-                    else "moved"
-                )
-            line = (
-                f"{s.config} {metric.label}: {metric.format(old_mean)} -> "
-                f"{metric.format(e.mean)} ({diff:+.3g}, noise +-{noise:.3g}): {verdict}"
-            )
-            if moved and worse and key in gate and abs(diff) > tolerance:
-                line += "  REGRESSION"
-                regressions.append(line)
-            lines.append(line)
-    return lines, regressions

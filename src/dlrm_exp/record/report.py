@@ -16,12 +16,16 @@ only by ``seed`` are its repeats), the statistics of :mod:`dlrm_exp.record.compa
   baseline's (paired by seed), with its 95 % interval and the zero line.
 
 ``--baseline 'qcomms=none'`` picks the reference configuration (default: the first).
-``--compare-to OLD/summary_stats.csv`` flags every metric that moved beyond the combined 95 %
-intervals and exits 1 on a regression (worse by more than ``--tolerance``) of a ``--gate``
-metric (default: val/test AUROC, val NE, val log loss): a gate for CI pipelines.
+``--compare-to OLD`` (a saved sweep or report folder, its ``summary_runs.csv``, or the
+``summary_stats.csv`` beside it) is the regression gate of :mod:`dlrm_exp.record.gate`:
+configurations matched by their canonical overrides, runs paired by seed, a regression is a
+``--gate`` metric (default: val/test AUROC, val NE, val log loss) worse by more than
+``--tolerance`` with its whole 95 % interval on the worse side; a missing or failed
+configuration, a NaN, or nothing compared fails it too. A gate for CI pipelines.
 
-Exit status: 0; 1 on a regression with ``--compare-to``; 2 when a PATH does not exist or holds
-no runs, or a flag's file or configuration is not there.
+Exit status: 0; 1 when the ``--compare-to`` gate fails; 2 when a PATH does not exist or holds
+no runs, two runs of a configuration share a seed, or a flag's file or configuration is not
+there.
 """
 
 import argparse
@@ -39,12 +43,13 @@ from dlrm_exp.record.compare import (  # noqa: E402
     COMPARED,
     DEFAULT_GATE,
     ConfigStats,
-    compare_to,
     config_stats,
     has_repeats,
     stats_markdown,
 )
+from dlrm_exp.record.gate import GateResult, compare_runs  # noqa: E402
 from dlrm_exp.record.run_record import COMPLETED, RunMetrics  # noqa: E402
+from dlrm_exp.record.run_values import baseline_file, read_run_values, run_values  # noqa: E402
 from dlrm_exp.record.runs import RunRecord, load_runs, override_values  # noqa: E402
 from dlrm_exp.record.stats import estimate  # noqa: E402
 from dlrm_exp.record.sweep import markdown_table, write_summary  # noqa: E402
@@ -202,12 +207,13 @@ def expand(paths: Sequence[str]) -> list[Path]:
 
 def report(
     paths: Sequence[str], out: Path | None = None, baseline: str | None = None
-) -> tuple[str, Path, list[ConfigStats]]:
-    """Build the tables and plots; returns (markdown, output folder, configuration stats).
+) -> tuple[str, Path, list[RunRecord]]:
+    """Build the tables and plots; returns (markdown, output folder, the runs).
 
     Raises:
         FileNotFoundError: a path does not exist or no runs were found.
-        ValueError: no configuration matches ``baseline``.
+        ValueError: no configuration matches ``baseline``, or two runs of one configuration
+            share a seed.
     """
     folders = expand(paths)
     runs = load_runs(folders)
@@ -231,11 +237,10 @@ def report(
     else:
         diff_plot.unlink(missing_ok=True)  # from an earlier report with repeats
         text += f"\n\n(no {PLOTS[3]}: no configuration has repeats; sweep seed=0,1,2 for them)"
-    return text, out, stats
+    return text, out, runs
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """Command line (see the module docstring); returns the exit status."""
+def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python -m dlrm_exp.report", description=__doc__.split("\n")[0]
     )
@@ -245,35 +250,51 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--baseline", default=None, help="overrides naming the reference, e.g. qcomms=none"
     )
     parser.add_argument(
-        "--compare-to", type=Path, default=None, help="an earlier summary_stats.csv"
+        "--compare-to",
+        type=Path,
+        default=None,
+        help="a saved sweep or report folder (its summary_runs.csv): the regression gate",
     )
     parser.add_argument(
-        "--tolerance", type=float, default=0.0, help="ignore regressions up to this"
+        "--tolerance",
+        type=float,
+        default=0.0,
+        help="a gated metric worse by at most this never fails the gate",
     )
     parser.add_argument(
         "--gate", nargs="+", default=list(DEFAULT_GATE), choices=list(COMPARED),
         help="metrics whose regression fails --compare-to",
     )  # fmt: skip
-    args = parser.parse_args(argv)
+    return parser
+
+
+def _print_gate(result: GateResult, saved: Path, tolerance: float) -> int:
+    print(f"\ncompared with {saved}:")
+    print("\n".join(result.lines))
+    if result.passed:
+        print(f"gate passed: {result.compared} comparisons, none worse beyond {tolerance:g}")
+        return 0
+    print(f"gate FAILED ({len(result.failures)}):")
+    print("\n".join(f"  {line}" for line in result.failures))
+    return 1
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Command line (see the module docstring); returns the exit status."""
+    args = _parser().parse_args(argv)
     try:
-        table, out, stats = report(args.paths, args.out, args.baseline)
-        lines, regressions = (
-            compare_to(stats, args.compare_to, args.tolerance, args.gate)
-            if args.compare_to
-            else ([], [])
-        )
+        saved = baseline_file(args.compare_to) if args.compare_to else None
+        saved_runs = read_run_values(saved) if saved else []
+        table, out, runs = report(args.paths, args.out, args.baseline)
     except (FileNotFoundError, ValueError) as err:
         print(f"Error: {err}", file=sys.stderr)
         return 2
     print(table)
     print(f"plots: {', '.join(str(out / p) for p in PLOTS if (out / p).exists())}")
-    if args.compare_to:
-        print(f"\ncompared with {args.compare_to}:")
-        print("\n".join(lines))
-        if regressions:
-            print(f"{len(regressions)} regression(s) beyond tolerance {args.tolerance}")
-            return 1
-    return 0
+    if saved is None:
+        return 0
+    result = compare_runs(run_values(runs), saved_runs, args.tolerance, args.gate)
+    return _print_gate(result, saved, args.tolerance)
 
 
 if __name__ == "__main__":

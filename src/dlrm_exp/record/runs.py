@@ -5,7 +5,10 @@ A job folder (``outputs/multirun/<date>/<time>/<n>/``) holds ``.hydra/overrides.
 ``metrics.json``, whose ``status`` is ``completed`` or ``failed`` (with ``error``); a job that
 left no ``metrics.json`` (killed outright) is ``missing``. The run name of a job is its value of
 every swept key, in command-line order, e.g. ``sharding=rowwise,qcomms=fp16``; its
-configuration is the same without ``seed``, which names the repeat.
+configuration is the same without ``seed``, which names the repeat. A configuration's identity
+(``config_id``, what a comparison matches on) is the canonical form of those overrides: keys
+sorted, values normalized (``0.10`` and ``1e-1`` are ``0.1``), so the order in which the swept
+keys were typed does not matter.
 """
 
 import json
@@ -37,6 +40,26 @@ def parse_overrides(overrides: Sequence[str]) -> list[Any]:
 def override_values(overrides: Sequence[str]) -> dict[str, str]:
     """``{key: value as typed}`` of overrides, e.g. ``["qcomms=fp16"] -> {"qcomms": "fp16"}``."""
     return {o.key_or_group: o.get_value_element_as_str() for o in parse_overrides(overrides)}
+
+
+def _normalized(value: Any) -> str:
+    if isinstance(value, bool) or value is None:
+        return json.dumps(value)
+    if isinstance(value, float):
+        return repr(value)
+    if isinstance(value, (list, dict)):
+        return json.dumps(value, sort_keys=True, separators=(",", ":"))
+    return str(value)
+
+
+def canonical_overrides(overrides: Sequence[str], keys: Sequence[str] | None = None) -> str:
+    """``key=value,...`` of ``overrides`` (only ``keys`` if given) with the keys sorted and
+    the values normalized: Hydra's parsed value, floats by ``repr`` (``0.10``, ``1e-1`` ->
+    ``0.1``), booleans and null in lower case, lists as compact JSON. The identity of a
+    configuration, independent of typing order."""
+    parsed = {o.key_or_group: o.value() for o in parse_overrides(overrides)}
+    chosen = parsed if keys is None else {k: parsed[k] for k in keys if k in parsed}
+    return ",".join(f"{k}={_normalized(chosen[k])}" for k in sorted(chosen))
 
 
 def swept_keys(sweep_overrides: Sequence[str]) -> list[str]:
@@ -80,6 +103,7 @@ class RunRecord:
     metrics: RunMetrics = field(default_factory=lambda: RunMetrics(status=MISSING))
     config: str = ""
     seed: int = 0
+    config_id: str = ""
 
     @property
     def status(self) -> str:
@@ -132,5 +156,30 @@ def _record(run_dir: Path, swept: Sequence[str], overrides: list[str]) -> RunRec
     config = run_name(overrides, others) if others else ""
     if not others and SEED not in swept:  # a single run, or a sweep without seeds
         config = name or run_dir.name
-    seed = int(override_values(overrides).get(SEED, 0))
-    return RunRecord(run_dir, name or run_dir.name, overrides, metrics, config or ALL, seed)
+    values = override_values(overrides)
+    seed = int(values.get(SEED, 0))
+    config = config or ALL
+    if others:
+        identity = canonical_overrides(overrides, others)
+    elif SEED in swept:  # repeats of one configuration
+        identity = ALL
+    else:  # a single run: every override but the seed
+        identity = canonical_overrides(overrides, [k for k in values if k != SEED]) or config
+    return RunRecord(run_dir, name or run_dir.name, overrides, metrics, config, seed, identity)
+
+
+def check_distinct_seeds(runs: Iterable[RunRecord]) -> None:
+    """Refuse two runs of one configuration with the same seed: they would be counted as two
+    repeats of what is one measurement.
+
+    Raises:
+        ValueError: naming the configuration, the seed and both run folders.
+    """
+    seen: dict[tuple[str, int], Path] = {}
+    for run in runs:
+        first = seen.setdefault((run.config_id, run.seed), run.path)
+        if first != run.path:
+            raise ValueError(
+                f"two runs of {run.config} with seed={run.seed}: {first} and {run.path} "
+                "(repeats of a configuration need distinct seeds; report them separately)"
+            )

@@ -1,4 +1,5 @@
-"""Statistics that separate an effect from noise: Student t intervals and the paired t-test.
+"""Statistics that separate an effect from noise: Student t intervals, the paired t-test and
+Welch's unpaired t-test.
 
 Only the standard library: the Student t distribution function comes from the regularized
 incomplete beta function (``I_x(a, b)``, evaluated with Lentz's continued fraction as in
@@ -102,36 +103,76 @@ def estimate(values: Sequence[float]) -> Estimate:
 
 
 @dataclass(frozen=True)
-class PairedDifference:
-    """``treatment - baseline`` over repeats paired by seed: the mean difference with its 95 %
-    Student t interval, and the two-sided p-value of the paired t-test (H0: no difference;
-    ``t = mean / (sd / sqrt(n))``, ``n - 1`` degrees of freedom). With ``n < 2`` there is no
-    interval and no p-value; with identical differences (sd 0) the p-value is 0 unless the
-    difference is 0 (then 1)."""
+class Difference:
+    """``treatment - baseline``: the mean difference with its 95 % Student t interval and the
+    two-sided p-value of its t-test (H0: no difference).
+
+    ``method`` is ``paired`` (repeats paired by seed: ``t = mean / (sd / sqrt(n))`` of the
+    per-seed differences, ``n - 1`` degrees of freedom) or ``welch`` (unpaired: Welch's t with
+    the Welch-Satterthwaite degrees of freedom). Without enough repeats for an interval
+    (fewer than 2 pairs, or fewer than 2 runs on a side) ``ci_low``, ``ci_high`` and
+    ``p_value`` are None; with zero spread the interval is the point ``mean`` and the p-value
+    is 0 unless the difference is 0 (then 1)."""
 
     n: int
     mean: float
     ci_low: float | None
     ci_high: float | None
     p_value: float | None
+    method: str = "paired"
+    df: float | None = None
 
     @property
     def significant(self) -> bool:
         """The 95 % interval excludes 0 (equivalently p < 0.05)."""
         return self.p_value is not None and self.p_value < 1 - CONFIDENCE
 
+    @property
+    def half_width(self) -> float | None:
+        """Half the interval's width: the smallest mean difference these repeats can tell
+        from 0 at 95 % (None without an interval)."""
+        return None if self.ci_high is None else self.ci_high - self.mean
 
-def paired_difference(treatment: Sequence[float], baseline: Sequence[float]) -> PairedDifference:
-    """Paired t-test of ``treatment[i] - baseline[i]`` (same seed at the same index)."""
+
+def _difference(mean: float, se: float, df: float, n: int, method: str) -> Difference:
+    if se == 0.0:
+        return Difference(n, mean, mean, mean, 1.0 if mean == 0.0 else 0.0, method, df)
+    half = student_t_ppf(0.5 + CONFIDENCE / 2, df) * se
+    p = 2.0 * (1.0 - student_t_cdf(abs(mean / se), df))
+    return Difference(n, mean, mean - half, mean + half, p, method, df)
+
+
+def paired_difference(treatment: Sequence[float], baseline: Sequence[float]) -> Difference:
+    """Paired t-test of ``treatment[i] - baseline[i]`` (same seed at the same index).
+
+    Raises:
+        ValueError: the two sequences differ in length, or are empty.
+    """
     if len(treatment) != len(baseline):
         raise ValueError("paired samples must have the same length")
     diffs = [t - b for t, b in zip(treatment, baseline, strict=True)]
     summary = estimate(diffs)
     if summary.n < 2 or summary.sd is None:
-        return PairedDifference(summary.n, summary.mean, None, None, None)
-    if summary.sd == 0.0:
-        p = 1.0 if summary.mean == 0.0 else 0.0
-        return PairedDifference(summary.n, summary.mean, summary.mean, summary.mean, p)
-    t = summary.mean / (summary.sd / math.sqrt(summary.n))
-    p = 2.0 * (1.0 - student_t_cdf(abs(t), summary.n - 1))
-    return PairedDifference(summary.n, summary.mean, summary.ci_low, summary.ci_high, p)
+        return Difference(summary.n, summary.mean, None, None, None)
+    se = summary.sd / math.sqrt(summary.n)
+    return _difference(summary.mean, se, summary.n - 1, summary.n, "paired")
+
+
+def welch_difference(treatment: Sequence[float], baseline: Sequence[float]) -> Difference:
+    """Welch's unpaired t-test of ``mean(treatment) - mean(baseline)`` (Welch, Biometrika 1947):
+    ``se = sqrt(s1^2/n1 + s2^2/n2)``, degrees of freedom by Welch-Satterthwaite,
+    ``se^4 / ((s1^2/n1)^2/(n1-1) + (s2^2/n2)^2/(n2-1))``. ``n`` is the smaller side's count.
+
+    Raises:
+        ValueError: either sequence is empty.
+    """
+    new, old = estimate(treatment), estimate(baseline)
+    mean, n = new.mean - old.mean, min(new.n, old.n)
+    if new.sd is None or old.sd is None:
+        return Difference(n, mean, None, None, None, "welch")
+    v_new, v_old = new.sd**2 / new.n, old.sd**2 / old.n
+    se = math.sqrt(v_new + v_old)
+    if se == 0.0:
+        return _difference(mean, 0.0, new.n + old.n - 2, n, "welch")
+    df = se**4 / (v_new**2 / (new.n - 1) + v_old**2 / (old.n - 1))
+    return _difference(mean, se, df, n, "welch")

@@ -21,6 +21,7 @@ from dlrm_exp.record.compare import (
 )
 from dlrm_exp.record.metric_table import METRICS, fmt
 from dlrm_exp.record.run_record import COMPLETED
+from dlrm_exp.record.run_values import write_run_values
 from dlrm_exp.record.runs import RunRecord, load_runs
 
 #: The metric columns of ``summary.csv``, in order (keys of the metric table).
@@ -77,15 +78,18 @@ def markdown_table(rows: Sequence[dict[str, Any]]) -> str:
 def write_summary(
     out_dir: Path, runs: Sequence[RunRecord], stats: Sequence[ConfigStats] = ()
 ) -> list[dict[str, Any]]:
-    """Write ``summary.csv`` and ``summary.md`` (with ``stats``, the per-configuration
-    statistics of :mod:`dlrm_exp.record.compare`, also ``summary_stats.csv`` and their table)
-    into ``out_dir``; return the per-run rows."""
+    """Write ``summary.csv``, ``summary.md`` and ``summary_runs.csv`` (every run's values, what
+    a later ``--compare-to`` pairs by seed; :mod:`dlrm_exp.record.run_values`) into
+    ``out_dir``, with ``stats`` (the per-configuration statistics of
+    :mod:`dlrm_exp.record.compare`) also ``summary_stats.csv`` and their table; return the
+    per-run rows."""
     rows = [summary_row(run) for run in runs]
     out_dir.mkdir(parents=True, exist_ok=True)
     with open(out_dir / "summary.csv", "w", newline="") as f:
         writer = csv.DictWriter(f, fieldnames=list(rows[0]) if rows else [])
         writer.writeheader()
         writer.writerows(rows)
+    write_run_values(out_dir, runs)
     text = markdown_table(rows) + "\n"
     if stats:
         write_stats(out_dir, stats)
@@ -103,7 +107,11 @@ class SweepSummary(Callback):
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
         sweep_dir = Path(config.hydra.sweep.dir)
         runs = load_runs([sweep_dir])
-        stats = config_stats(runs)
+        try:
+            stats = config_stats(runs)
+        except ValueError as err:  # two runs of one configuration with one seed
+            print(f"Error: {err}")
+            stats = []
         rows = write_summary(sweep_dir, runs, stats)
         print(markdown_table(rows))
         if has_repeats(stats):

@@ -1,0 +1,172 @@
+"""The regression gate of ``python -m dlrm_exp.report NEW --compare-to OLD``: a new set of runs
+against a saved one (its ``summary_runs.csv``, :mod:`dlrm_exp.record.run_values`), per
+configuration and metric.
+
+Configurations are matched by identity (canonical overrides), runs within one by seed. The
+difference ``new - saved`` is paired by seed when the two sides share seeds (Student t on the
+per-seed differences, ``n - 1`` degrees of freedom) and otherwise unpaired (Welch's t with
+Welch-Satterthwaite degrees of freedom; the line says so). A gated metric *regressed* when
+the mean difference is worse than ``tolerance`` and its whole 95 % interval lies on the worse
+side of zero; with a single pair (no interval) the tolerance alone decides.
+
+The gate also fails, with one line naming what is wrong, when a saved configuration has no
+completed run in the new set, a run of a compared configuration did not complete (counted as
+failed, never dropped), a gated metric is NaN or infinite, or nothing at all was compared
+(a metric that neither side has is skipped). A configuration only in the new set is listed as new.
+"""
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from dlrm_exp.record.compare import COMPARED, DEFAULT_GATE
+from dlrm_exp.record.metric_table import METRICS, Metric
+from dlrm_exp.record.run_record import COMPLETED
+from dlrm_exp.record.run_values import RunValues, is_finite
+from dlrm_exp.record.stats import Difference, paired_difference, welch_difference
+
+
+@dataclass
+class GateResult:
+    """What the gate printed: ``lines`` (one per compared metric, plus notes) and
+    ``failures`` (each a reason to fail, regressions included)."""
+
+    lines: list[str] = field(default_factory=list)
+    failures: list[str] = field(default_factory=list)
+    compared: int = 0
+
+    @property
+    def passed(self) -> bool:
+        """No failure and at least one metric compared."""
+        return not self.failures and self.compared > 0
+
+
+def _by_config(runs: Sequence[RunValues]) -> dict[str, list[RunValues]]:
+    groups: dict[str, list[RunValues]] = {}
+    for run in runs:
+        groups.setdefault(run.config_id, []).append(run)
+    return groups
+
+
+def _seed_values(runs: Sequence[RunValues], key: str) -> dict[int, float | None]:
+    return {run.seed: run.values.get(key) for run in runs if run.status == COMPLETED}
+
+
+def worse_by(metric: Metric, diff: float) -> float:
+    """How much worse ``diff = new - saved`` is (negative: better; 0 without a direction)."""
+    if metric.higher_is_better is None:
+        return 0.0
+    return -diff if metric.higher_is_better else diff
+
+
+def difference(new: dict[int, float], saved: dict[int, float]) -> Difference:
+    """``new - saved``: paired by the seeds both sides have, else Welch's unpaired t."""
+    common = sorted(set(new) & set(saved))
+    if common:
+        return paired_difference([new[s] for s in common], [saved[s] for s in common])
+    return welch_difference(list(new.values()), list(saved.values()))
+
+
+def is_regression(metric: Metric, d: Difference, tolerance: float) -> bool:
+    """Worse than ``tolerance`` and, when there is an interval, all of it on the worse side
+    of zero."""
+    if metric.higher_is_better is None or worse_by(metric, d.mean) <= tolerance:
+        return False
+    if d.ci_low is None or d.ci_high is None:
+        return True
+    return d.ci_high < 0 if metric.higher_is_better else d.ci_low > 0
+
+
+def _verdict(metric: Metric, d: Difference) -> str:
+    if d.ci_low is None:
+        return "no interval (one run a side)"
+    if not d.significant:
+        return "within noise"
+    if metric.higher_is_better is None:
+        return "moved"
+    return "worse" if worse_by(metric, d.mean) > 0 else "better"
+
+
+def _describe(label: str, metric: Metric, d: Difference, old: float, new: float) -> str:
+    how = f"paired by seed, n={d.n}" if d.method == "paired" else "unpaired (Welch), no common seed"
+    interval = "" if d.ci_low is None else f" [{d.ci_low:+.3g}, {d.ci_high:+.3g}]"
+    detect = "" if d.half_width is None else f"; detectable +-{d.half_width:.2g}"
+    return (
+        f"{label} {metric.label}: {metric.format(old)} -> {metric.format(new)} "
+        f"({d.mean:+.3g}{interval}, {how}{detect}): {_verdict(metric, d)}"
+    )
+
+
+def _compare_metric(
+    label: str, key: str, new_runs: list[RunValues], saved_runs: list[RunValues], gated: bool,
+    tolerance: float, result: GateResult,
+) -> None:  # fmt: skip
+    metric = METRICS[key]
+    new, saved = _seed_values(new_runs, key), _seed_values(saved_runs, key)
+    bad = [f"seed={s} ({v})" for s, v in new.items() if v is not None and not is_finite(v)]
+    bad += [f"saved seed={s} ({v})" for s, v in saved.items() if v is not None and not is_finite(v)]
+    if bad:
+        if gated:
+            result.failures.append(
+                f"{label} {metric.label}: not a finite number in {', '.join(bad)}"
+            )
+        return
+    new_f = {s: float(v) for s, v in new.items() if v is not None}
+    saved_f = {s: float(v) for s, v in saved.items() if v is not None}
+    if not new_f or not saved_f:
+        if gated and (new_f or saved_f):
+            side = "the baseline" if new_f else "the new set"
+            result.lines.append(f"{label} {metric.label}: not compared ({side} has no value)")
+        return
+    d = difference(new_f, saved_f)
+    old_mean = sum(saved_f.values()) / len(saved_f)
+    new_mean = sum(new_f.values()) / len(new_f)
+    line = _describe(label, metric, d, old_mean, new_mean)
+    if gated and is_regression(metric, d, tolerance):
+        line += f"  REGRESSION (worse by more than {tolerance:g})"
+        result.failures.append(line)
+    result.lines.append(line)
+    result.compared += 1
+
+
+def _config_failures(label: str, runs: list[RunValues]) -> str | None:
+    failed = [r for r in runs if r.status != COMPLETED]
+    if not failed:
+        return None
+    which = ", ".join(f"seed={r.seed} {r.status} ({r.path})" for r in failed)
+    return f"{label}: {len(failed)} of {len(runs)} runs did not complete: {which}"
+
+
+def compare_runs(
+    new: Sequence[RunValues],
+    saved: Sequence[RunValues],
+    tolerance: float = 0.0,
+    gate: Sequence[str] = DEFAULT_GATE,
+) -> GateResult:
+    """Check ``new`` against ``saved`` (see the module docstring); every metric of
+    :data:`~dlrm_exp.record.compare.COMPARED` is compared, those in ``gate`` can fail."""
+    result = GateResult()
+    new_groups, saved_groups = _by_config(new), _by_config(saved)
+    for config_id, saved_runs in saved_groups.items():
+        if config_id not in new_groups:
+            result.failures.append(
+                f"{saved_runs[0].config}: in the baseline, but no run of it in the new set"
+            )
+    for config_id, new_runs in new_groups.items():
+        label = new_runs[0].config
+        problem = _config_failures(label, new_runs)
+        if problem:
+            result.failures.append(problem)
+        if config_id not in saved_groups:
+            result.lines.append(f"{label}: new (not in the baseline)")
+            continue
+        for key in COMPARED:
+            _compare_metric(
+                label, key, new_runs, saved_groups[config_id], key in gate, tolerance, result
+            )
+    if result.compared == 0:
+        result.failures.append(
+            "nothing was compared: no configuration has completed runs on both sides "
+            f"(new: {', '.join(sorted(new_groups)) or 'none'}; "
+            f"baseline: {', '.join(sorted(saved_groups)) or 'none'})"
+        )
+    return result

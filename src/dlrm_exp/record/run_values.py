@@ -1,0 +1,117 @@
+"""``summary_runs.csv``: every run's value of every compared metric, in long form, so that a
+later comparison can pair runs by seed (``summary_stats.csv`` keeps only aggregates).
+
+One row per run and metric: ``config_id`` (the canonical overrides,
+:func:`dlrm_exp.record.runs.canonical_overrides`), ``config`` (as typed), ``seed``, ``status``
+(``completed`` / ``failed`` / ``missing``), ``metric`` (a key of the metric table), ``value``
+(empty where the run has none; ``nan`` / ``inf`` as measured) and the run folder. A run that did
+not complete keeps its rows, so a baseline records its failures too.
+"""
+
+import csv
+import math
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from dlrm_exp.record.compare import COMPARED
+from dlrm_exp.record.metric_table import METRICS
+from dlrm_exp.record.runs import RunRecord
+
+RUNS_FILE = "summary_runs.csv"
+COLUMNS = ["config_id", "config", "seed", "status", "metric", "value", "path"]
+
+
+@dataclass
+class RunValues:
+    """One run's compared metrics (``None``: the run has no value for it)."""
+
+    config_id: str
+    config: str
+    seed: int
+    status: str
+    path: str
+    values: dict[str, float | None] = field(default_factory=dict)
+
+
+def _number(value: object) -> float | None:
+    return float(value) if isinstance(value, (int, float)) and value is not True else None
+
+
+def run_values(runs: Iterable[RunRecord]) -> list[RunValues]:
+    """The :class:`RunValues` of run records (every status)."""
+    return [
+        RunValues(
+            run.config_id,
+            run.config,
+            run.seed,
+            run.status,
+            str(run.path),
+            {key: _number(METRICS[key].read(run.metrics)) for key in COMPARED},
+        )
+        for run in runs
+    ]
+
+
+def write_run_values(out_dir: Path, runs: Sequence[RunRecord]) -> Path:
+    """Write ``summary_runs.csv`` into ``out_dir``; return its path."""
+    path = out_dir / RUNS_FILE
+    with open(path, "w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=COLUMNS)
+        writer.writeheader()
+        for run in run_values(runs):
+            for metric, value in run.values.items():
+                writer.writerow(
+                    {
+                        "config_id": run.config_id, "config": run.config, "seed": run.seed,
+                        "status": run.status, "metric": metric,
+                        "value": "" if value is None else repr(value), "path": run.path,
+                    }
+                )  # fmt: skip
+    return path
+
+
+def baseline_file(path: Path) -> Path:
+    """The ``summary_runs.csv`` that ``--compare-to PATH`` names: the file itself, the one in
+    a sweep or report folder, or the one beside a ``summary_stats.csv``.
+
+    Raises:
+        FileNotFoundError: there is none (a baseline saved before per-run values were kept:
+            run the report on its sweep folder once to write it).
+    """
+    candidate = path / RUNS_FILE if path.is_dir() else path
+    if candidate.name != RUNS_FILE:
+        candidate = candidate.parent / RUNS_FILE
+    if not candidate.is_file():
+        raise FileNotFoundError(
+            f"--compare-to {path}: no {RUNS_FILE} there (the per-run values the gate pairs by "
+            f"seed); write it with: python -m dlrm_exp.report <the baseline's sweep folder>"
+        )
+    return candidate
+
+
+def read_run_values(path: Path) -> list[RunValues]:
+    """The runs saved in a ``summary_runs.csv``, in file order.
+
+    Raises:
+        ValueError: the file lacks the columns of a ``summary_runs.csv``.
+    """
+    with open(path, newline="") as f:
+        rows = list(csv.DictReader(f))
+    if rows and set(COLUMNS) - set(rows[0]):
+        raise ValueError(f"{path} is not a {RUNS_FILE} (columns {', '.join(COLUMNS)})")
+    runs: dict[str, RunValues] = {}
+    for row in rows:
+        run = runs.setdefault(
+            row["path"],
+            RunValues(
+                row["config_id"], row["config"], int(row["seed"]), row["status"], row["path"]
+            ),
+        )
+        run.values[row["metric"]] = float(row["value"]) if row["value"] else None
+    return list(runs.values())
+
+
+def is_finite(value: float | None) -> bool:
+    """A value that can be compared (not missing, NaN or infinite)."""
+    return value is not None and math.isfinite(value)

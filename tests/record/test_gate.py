@@ -1,0 +1,189 @@
+"""The regression gate (``report --compare-to``) on sweep folders written as Hydra and the
+runs write them, with realistic numbers: seeds spread val AUROC by +-0.009 while a change
+moves every seed alike (paired spread +-0.0005)."""
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+import yaml
+
+from dlrm_exp.record import report
+from dlrm_exp.record.gate import compare_runs, is_regression
+from dlrm_exp.record.metric_table import METRICS
+from dlrm_exp.record.run_values import RunValues
+from dlrm_exp.record.stats import paired_difference, welch_difference
+
+#: Between-seed spread of val AUROC (README: +-0.0090 at n=5), per seed.
+SEED_AUROC = {0: 0.7900, 1: 0.7990, 2: 0.7810}
+#: The per-seed jitter of a rerun or a change: a paired spread of about +-0.0005.
+JITTER = {0: 0.0002, 1: -0.0002, 2: 0.0000}
+
+
+def write_sweep(folder: Path, typed: list[str], jobs: list[tuple[dict, float | None]]) -> Path:
+    """A multirun folder: ``multirun.yaml`` with the overrides as ``typed``, one job folder per
+    (overrides, val AUROC) with ``.hydra/overrides.yaml`` and ``metrics.json`` (a failed job
+    when the AUROC is None)."""
+    folder.mkdir(parents=True)
+    (folder / "multirun.yaml").write_text(yaml.safe_dump({"hydra": {"overrides": {"task": typed}}}))
+    for number, (overrides, auroc) in enumerate(jobs):
+        job = folder / str(number)
+        (job / ".hydra").mkdir(parents=True)
+        (job / ".hydra" / "overrides.yaml").write_text(
+            yaml.safe_dump([f"{k}={v}" for k, v in overrides.items()])
+        )
+        if auroc is None:
+            metrics = {"status": "failed", "error": "NonFiniteLossError: loss is nan at step 3"}
+        else:
+            metrics = {"status": "completed", "val": {"auroc": auroc, "logloss": 0.45 + auroc / 10}}
+        (job / "metrics.json").write_text(json.dumps(metrics))
+    return folder
+
+
+def sweep(folder: Path, shift: dict[str, float], seeds=(0, 1, 2), order=("optimizer", "seed"),
+          failed: tuple[str, ...] = ()) -> Path:  # fmt: skip
+    """``-m optimizer=rowwise_adagrad,sgd seed=...`` with val AUROC = seed effect + jitter +
+    ``shift[optimizer]``; ``failed`` optimizers' jobs fail."""
+    typed = {
+        "optimizer": "optimizer=rowwise_adagrad,sgd",
+        "seed": f"seed={','.join(map(str, seeds))}",
+    }
+    jobs = []
+    for optimizer in ("rowwise_adagrad", "sgd"):
+        for seed in seeds:
+            auroc = SEED_AUROC.get(seed, 0.79) + JITTER.get(seed, 0.0) + shift.get(optimizer, 0.0)
+            overrides = {"optimizer": optimizer, "seed": seed}
+            overrides = {k: overrides[k] for k in order}
+            jobs.append((overrides, None if optimizer in failed else auroc))
+    return write_sweep(folder, [typed[k] for k in order], jobs)
+
+
+def gate(tmp_path: Path, new: Path, saved: Path, *extra: str) -> int:
+    return report.main(
+        [str(new), "--out", str(tmp_path / "out"), "--compare-to", str(saved), *extra]
+    )
+
+
+@pytest.fixture
+def baseline(tmp_path) -> Path:
+    """A baseline sweep, reported once (which writes its summary_runs.csv)."""
+    folder = sweep(tmp_path / "baseline", {})
+    assert report.main([str(folder)]) == 0
+    return folder
+
+
+def test_a_consistent_drop_of_0_005_on_three_seeds_is_caught(tmp_path, baseline, capsys):
+    new = sweep(tmp_path / "new", {"sgd": -0.005}, order=("optimizer", "seed"))
+    JITTER_NEW = {0: -0.0003, 1: 0.0003, 2: 0.0001}  # noqa: N806
+    for seed, job in zip((0, 1, 2), (3, 4, 5), strict=True):  # sgd's jobs: another jitter
+        path = new / str(job) / "metrics.json"
+        metrics = json.loads(path.read_text())
+        metrics["val"]["auroc"] += JITTER_NEW[seed] - JITTER[seed]
+        path.write_text(json.dumps(metrics))
+    capsys.readouterr()
+    assert gate(tmp_path, new, baseline, "--tolerance", "0.002") == 1
+    out = capsys.readouterr().out
+    assert "optimizer=sgd val AUROC" in out and "REGRESSION" in out and "paired by seed, n=3" in out
+    assert gate(tmp_path, new, baseline, "--tolerance", "0.006") == 0  # within the tolerance
+
+
+def test_an_identical_rerun_passes_and_so_does_one_typed_in_another_key_order(
+    tmp_path, baseline, capsys
+):
+    assert gate(tmp_path, sweep(tmp_path / "same", {}), baseline) == 0
+    reordered = sweep(tmp_path / "reordered", {}, order=("seed", "optimizer"))
+    assert gate(tmp_path, reordered, baseline) == 0
+    out = capsys.readouterr().out
+    assert "gate passed: 4 comparisons" in out  # 2 configurations x (val AUROC, val log loss)
+    assert "new (not in the baseline)" not in out
+
+
+def test_a_crashed_configuration_fails_the_gate_naming_it(tmp_path, baseline, capsys):
+    new = sweep(tmp_path / "new", {}, failed=("sgd",))
+    assert gate(tmp_path, new, baseline) == 1
+    out = capsys.readouterr().out
+    assert "gate FAILED" in out and "optimizer=sgd: 3 of 3 runs did not complete" in out
+
+
+def test_a_nan_fails_the_gate(tmp_path, baseline, capsys):
+    new = sweep(tmp_path / "new", {})
+    path = new / "4" / "metrics.json"
+    metrics = json.loads(path.read_text())
+    metrics["val"]["auroc"] = math.nan
+    path.write_text(json.dumps(metrics))
+    assert gate(tmp_path, new, baseline) == 1
+    assert "optimizer=sgd val AUROC: not a finite number in seed=1 (nan)" in capsys.readouterr().out
+
+
+def test_a_baseline_with_other_seeds_is_compared_unpaired_and_says_so(tmp_path, capsys):
+    saved = sweep(tmp_path / "saved", {}, seeds=(3, 4, 5))
+    assert report.main([str(saved)]) == 0
+    new = sweep(tmp_path / "new", {}, seeds=(0, 1, 2))
+    assert gate(tmp_path, new, saved) == 0
+    assert "unpaired (Welch), no common seed" in capsys.readouterr().out
+
+
+def test_missing_or_new_configurations_and_nothing_compared(tmp_path, baseline, capsys):
+    only_adagrad = write_sweep(
+        tmp_path / "one", ["seed=0,1,2"], [({"seed": s}, SEED_AUROC[s]) for s in (0, 1, 2)]
+    )
+    assert gate(tmp_path, only_adagrad, baseline) == 1
+    out = capsys.readouterr().out
+    assert "optimizer=sgd: in the baseline, but no run of it in the new set" in out
+    assert "nothing was compared" in out
+    other = write_sweep(
+        tmp_path / "other",
+        ["optimizer=rowwise_adagrad,adam", "seed=0"],
+        [
+            ({"optimizer": o, "seed": 0}, SEED_AUROC[0] + JITTER[0])
+            for o in ("rowwise_adagrad", "adam")
+        ],
+    )
+    assert gate(tmp_path, other, baseline) == 1  # sgd is missing; adam is new, not a failure
+    out = capsys.readouterr().out
+    assert "optimizer=adam: new (not in the baseline)" in out
+    assert "optimizer=adam" not in out.split("gate FAILED")[1]
+
+
+def test_duplicate_seeds_are_refused_naming_both_folders(tmp_path, capsys):
+    twice = write_sweep(
+        tmp_path / "twice",
+        ["optimizer=sgd,adam", "seed=0,0"],
+        [({"optimizer": "sgd", "seed": 0}, 0.79), ({"optimizer": "sgd", "seed": 0}, 0.78)],
+    )
+    assert report.main([str(twice)]) == 2
+    err = capsys.readouterr().err
+    assert "two runs of optimizer=sgd with seed=0" in err
+    assert str(twice / "0") in err and str(twice / "1") in err
+
+
+def test_a_baseline_without_per_run_values_is_refused(tmp_path, baseline, capsys):
+    (baseline / "summary_runs.csv").unlink()
+    assert gate(tmp_path, baseline, baseline / "summary_stats.csv") == 2
+    assert "no summary_runs.csv there" in capsys.readouterr().err
+
+
+def test_the_rule_needs_the_whole_interval_on_the_worse_side():
+    auroc = METRICS["val_auroc"]
+    consistent = paired_difference([0.7850, 0.7940, 0.7760], [0.79, 0.799, 0.781])
+    assert is_regression(auroc, consistent, tolerance=0.002)
+    assert not is_regression(auroc, consistent, tolerance=0.006)  # not worse than tolerance
+    noisy = paired_difference([0.7750, 0.8010, 0.7710], [0.79, 0.799, 0.781])  # one seed better
+    assert noisy.mean < -0.002 and not is_regression(auroc, noisy, tolerance=0.002)
+    # the consistent drop judged unpaired: the between-seed spread (+-0.009) hides it
+    unpaired = welch_difference([0.7850, 0.7940, 0.7760], [0.79, 0.799, 0.781])
+    assert not is_regression(auroc, unpaired, tolerance=0.002)
+    logloss = METRICS["val_logloss"]
+    assert is_regression(logloss, paired_difference([0.46, 0.47], [0.45, 0.46]), 0.0)
+
+
+def test_runs_of_one_side_alone_are_paired_by_seed_not_by_position():
+    def run(seed: int, auroc: float) -> RunValues:
+        return RunValues("optimizer=sgd", "optimizer=sgd", seed, "completed", f"/{seed}",
+                         {"val_auroc": auroc})  # fmt: skip
+
+    saved = [run(0, 0.79), run(1, 0.80)]
+    new = [run(1, 0.80), run(0, 0.79)]  # the other job order
+    result = compare_runs(new, saved, gate=["val_auroc"])
+    assert result.passed and "+0 [+0, +0], paired by seed, n=2" in result.lines[0]
