@@ -41,21 +41,35 @@ def write_sweep(folder: Path, typed: list[str], jobs: list[tuple[dict, float | N
     return folder
 
 
-def sweep(folder: Path, shift: dict[str, float], seeds=(0, 1, 2), order=("optimizer", "seed"),
-          failed: tuple[str, ...] = ()) -> Path:  # fmt: skip
-    """``-m optimizer=rowwise_adagrad,sgd seed=...`` with val AUROC = seed effect + jitter +
+#: The two configurations of the sweeps below: both keys swept.
+CONFIGS = ({"optimizer": "rowwise_adagrad", "sharding": "tablewise"},
+           {"optimizer": "sgd", "sharding": "rowwise"})  # fmt: skip
+SGD = "optimizer=sgd,sharding=rowwise"
+
+
+def sweep(
+    folder: Path,
+    shift: dict[str, float],
+    seeds=(0, 1, 2),
+    order=("optimizer", "sharding", "seed"),
+    failed: tuple[str, ...] = (),
+) -> Path:
+    """``-m optimizer=rowwise_adagrad,sgd sharding=tablewise,rowwise seed=...`` (two of its
+    configurations), keys typed in ``order``, with val AUROC = seed effect + jitter +
     ``shift[optimizer]``; ``failed`` optimizers' jobs fail."""
     typed = {
         "optimizer": "optimizer=rowwise_adagrad,sgd",
+        "sharding": "sharding=tablewise,rowwise",
         "seed": f"seed={','.join(map(str, seeds))}",
     }
     jobs = []
-    for optimizer in ("rowwise_adagrad", "sgd"):
+    for config in CONFIGS:
         for seed in seeds:
-            auroc = SEED_AUROC.get(seed, 0.79) + JITTER.get(seed, 0.0) + shift.get(optimizer, 0.0)
-            overrides = {"optimizer": optimizer, "seed": seed}
+            auroc = SEED_AUROC.get(seed, 0.79) + JITTER.get(seed, 0.0)
+            auroc += shift.get(config["optimizer"], 0.0)
+            overrides = {**config, "seed": seed}
             overrides = {k: overrides[k] for k in order}
-            jobs.append((overrides, None if optimizer in failed else auroc))
+            jobs.append((overrides, None if config["optimizer"] in failed else auroc))
     return write_sweep(folder, [typed[k] for k in order], jobs)
 
 
@@ -74,7 +88,7 @@ def baseline(tmp_path) -> Path:
 
 
 def test_a_consistent_drop_of_0_005_on_three_seeds_is_caught(tmp_path, baseline, capsys):
-    new = sweep(tmp_path / "new", {"sgd": -0.005}, order=("optimizer", "seed"))
+    new = sweep(tmp_path / "new", {"sgd": -0.005})
     JITTER_NEW = {0: -0.0003, 1: 0.0003, 2: 0.0001}  # noqa: N806
     for seed, job in zip((0, 1, 2), (3, 4, 5), strict=True):  # sgd's jobs: another jitter
         path = new / str(job) / "metrics.json"
@@ -84,7 +98,7 @@ def test_a_consistent_drop_of_0_005_on_three_seeds_is_caught(tmp_path, baseline,
     capsys.readouterr()
     assert gate(tmp_path, new, baseline, "--tolerance", "0.002") == 1
     out = capsys.readouterr().out
-    assert "optimizer=sgd val AUROC" in out and "REGRESSION" in out and "paired by seed, n=3" in out
+    assert f"{SGD} val AUROC" in out and "REGRESSION" in out and "paired by seed, n=3" in out
     assert gate(tmp_path, new, baseline, "--tolerance", "0.006") == 0  # within the tolerance
 
 
@@ -92,7 +106,7 @@ def test_an_identical_rerun_passes_and_so_does_one_typed_in_another_key_order(
     tmp_path, baseline, capsys
 ):
     assert gate(tmp_path, sweep(tmp_path / "same", {}), baseline) == 0
-    reordered = sweep(tmp_path / "reordered", {}, order=("seed", "optimizer"))
+    reordered = sweep(tmp_path / "reordered", {}, order=("seed", "sharding", "optimizer"))
     assert gate(tmp_path, reordered, baseline) == 0
     out = capsys.readouterr().out
     assert "gate passed: 4 comparisons" in out  # 2 configurations x (val AUROC, val log loss)
@@ -103,7 +117,7 @@ def test_a_crashed_configuration_fails_the_gate_naming_it(tmp_path, baseline, ca
     new = sweep(tmp_path / "new", {}, failed=("sgd",))
     assert gate(tmp_path, new, baseline) == 1
     out = capsys.readouterr().out
-    assert "gate FAILED" in out and "optimizer=sgd: 3 of 3 runs did not complete" in out
+    assert "gate FAILED" in out and f"{SGD}: 3 of 3 runs did not complete" in out
 
 
 def test_a_nan_fails_the_gate(tmp_path, baseline, capsys):
@@ -113,7 +127,7 @@ def test_a_nan_fails_the_gate(tmp_path, baseline, capsys):
     metrics["val"]["auroc"] = math.nan
     path.write_text(json.dumps(metrics))
     assert gate(tmp_path, new, baseline) == 1
-    assert "optimizer=sgd val AUROC: not a finite number in seed=1 (nan)" in capsys.readouterr().out
+    assert f"{SGD} val AUROC: not a finite number in seed=1 (nan)" in capsys.readouterr().out
 
 
 def test_a_baseline_with_other_seeds_is_compared_unpaired_and_says_so(tmp_path, capsys):
@@ -130,19 +144,19 @@ def test_missing_or_new_configurations_and_nothing_compared(tmp_path, baseline, 
     )
     assert gate(tmp_path, only_adagrad, baseline) == 1
     out = capsys.readouterr().out
-    assert "optimizer=sgd: in the baseline, but no run of it in the new set" in out
+    assert f"{SGD}: in the baseline, but no run of it in the new set" in out
     assert "nothing was compared" in out
     other = write_sweep(
         tmp_path / "other",
-        ["optimizer=rowwise_adagrad,adam", "seed=0"],
+        ["optimizer=rowwise_adagrad,adam", "sharding=tablewise,rowwise", "seed=0"],
         [
-            ({"optimizer": o, "seed": 0}, SEED_AUROC[0] + JITTER[0])
+            ({"optimizer": o, "sharding": "tablewise", "seed": 0}, SEED_AUROC[0] + JITTER[0])
             for o in ("rowwise_adagrad", "adam")
         ],
     )
     assert gate(tmp_path, other, baseline) == 1  # sgd is missing; adam is new, not a failure
     out = capsys.readouterr().out
-    assert "optimizer=adam: new (not in the baseline)" in out
+    assert "optimizer=adam,sharding=tablewise: new (not in the baseline)" in out
     assert "optimizer=adam" not in out.split("gate FAILED")[1]
 
 
