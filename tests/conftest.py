@@ -170,3 +170,33 @@ def default_run(tmp_path_factory) -> DefaultRun:
     )
     runs = sorted(elsewhere.glob("outputs/*/*"))
     return DefaultRun(site, elsewhere, env, result, runs[0] if runs else elsewhere / "missing")
+
+
+def _train_each(cfgs: list, jobs: list, plans: list) -> list:
+    """Worker entry of :func:`train_in_one_launch`: one process group, the jobs in turn."""
+    from dlrm_exp.distributed.launch import init_worker, process_group
+    from dlrm_exp.modes.train import train_worker
+
+    init_worker(jobs[0].run_dir / "dlrm_exp.log")
+    with process_group(cfgs[0].hardware):
+        return [
+            train_worker(cfg, job, plan=plan)
+            for cfg, job, plan in zip(cfgs, jobs, plans, strict=True)
+        ]
+
+
+def train_in_one_launch(cfgs: Sequence[Config], run_dirs: Sequence[Path]) -> list:
+    """Train several multi-process jobs of one hardware configuration with one start of the
+    workers (what ``run_train`` does per job, with the same pre-flight plan): each job writes
+    its own run folder; returns rank 0's records. Starting the workers (a fresh interpreter
+    that imports torch and TorchRec per rank) costs more than a small job's training."""
+    from dlrm_exp.distributed.launch import launch_workers
+    from dlrm_exp.modes.job import Job
+    from dlrm_exp.modes.setup import preflight
+
+    assert all(cfg.hardware == cfgs[0].hardware for cfg in cfgs), "one hardware config"
+    jobs = [Job(run_dir, {}, None) for run_dir in run_dirs]
+    for job in jobs:
+        job.run_dir.mkdir(parents=True, exist_ok=True)
+    plans = [preflight(cfg) for cfg in cfgs]
+    return launch_workers(_train_each, (list(cfgs), jobs, plans), cfgs[0].hardware)
