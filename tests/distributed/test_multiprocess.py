@@ -127,20 +127,56 @@ def test_two_process_run_folder_and_a_mixed_plan_json(tmp_path):
     assert (tmp_path / "metrics.json").exists() and (tmp_path / "plan.txt").exists()
 
 
+#: fp32 bytes of one step's embedding collectives, all ranks, forward and backward: (global
+#: batch 256) x 26 tables x 16 dims x 4 bytes, forward twice for row-wise (each of the 2 ranks
+#: reduce-scatters partial sums of every table).
+FP32_BYTES = {
+    "tablewise": {"forward": 256 * 26 * 16 * 4, "backward": 256 * 26 * 16 * 4},
+    "rowwise": {"forward": 2 * 256 * 26 * 16 * 4, "backward": 256 * 26 * 16 * 4},
+}
+
+
 @pytest.mark.parametrize(
-    ("sharding", "qcomms"),
+    ("sharding", "qcomms", "effective", "bytes_ratio"),
     [
-        ("tablewise", "fp8"),
-        ("columnwise", "int8"),
+        ("tablewise", "fp8", {"pooled_all_to_all": {"forward": "FP8", "backward": "FP8"}}, 0.25),
+        (
+            "columnwise",
+            "int8",
+            {"pooled_all_to_all": {"forward": "INT8", "backward": "INT8"}},
+            None,
+        ),
+        ("rowwise", "fp8", {"reduce_scatter": {"forward": "FP16", "backward": "BF16"}}, 0.5),
     ],
 )
-def test_precisions_train(tmp_path, sharding, qcomms):
-    """fp8 table-wise runs only through dlrm_exp.distributed.qcomms.TwoDimensionalCodec."""
+def test_precisions_train(tmp_path, sharding, qcomms, effective, bytes_ratio):
+    """fp8 table-wise runs only through dlrm_exp.distributed.qcomms.TwoDimensionalCodec and
+    sends a quarter of the fp32 bytes; fp8 row-wise runs TorchRec's FP16/BF16 reduce-scatter
+    (half the bytes), which the run records, logs once and prints in its summary."""
+    from dlrm_exp.modes.train import summary
+
     cfg = compose_cfg(
         [*TWO, *SMALL, f"sharding={sharding}", f"qcomms={qcomms}", "train.max_steps=6"]
     )
     metrics = run_train(cfg, tmp_path, {})
     assert metrics.steps == 6 and metrics.val["logloss"] < 1.0
+    saved = json.loads((tmp_path / "metrics.json").read_text())
+    assert saved["effective_qcomms"] == effective
+    if bytes_ratio is not None:
+        for phase in ("forward", "backward"):
+            ratio = metrics.comm_bytes_per_step[phase] / FP32_BYTES[sharding][phase]
+            assert ratio == pytest.approx(bytes_ratio, abs=0.02), phase
+    log = (tmp_path / "dlrm_exp.log").read_text()
+    assert "falling back" not in log  # TorchRec's own lines are replaced by the run's one
+    if sharding != "rowwise":
+        assert saved["substitutions"] == [] and "instead" not in log
+        return
+    assert [s["ran"] for s in saved["substitutions"]] == ["reduce_scatter FP16/BF16"]
+    line = "qcomms fp8: ran reduce_scatter FP16/BF16 instead (TorchRec has no FP8 reduce_scatter"
+    assert log.count(line) == 1
+    text = summary(metrics, tmp_path)
+    assert "qcomms ran reduce_scatter FP16/BF16 (forward/backward)" in text
+    assert f"warning: {line}" in text
 
 
 def test_fp16_halves_the_measured_embedding_bytes_and_the_fp32_run_is_profiled(
@@ -167,10 +203,13 @@ def test_fp16_halves_the_measured_embedding_bytes_and_the_fp32_run_is_profiled(
             _check_profile_and_utilization(metrics, tmp_path / qcomms)
         assert metrics.steps == 6 and metrics.val["logloss"] < 1.0
         measured[qcomms] = metrics.comm_bytes_per_step
+        assert metrics.effective_qcomms == (
+            {"reduce_scatter": {"forward": "FP16", "backward": "FP16"}} if qcomms == "fp16" else {}
+        )
+        assert metrics.substitutions == []
         assert len(metrics.peak_memory_gib_per_rank) == 2
         assert metrics.step_time_ms["p50"] > 0
-    # row-wise: forward reduce-scatter of (global batch x 26 x 16) floats from each rank
-    assert measured["fp32"]["forward"] == 2 * 256 * 26 * 16 * 4
+    assert {k: measured["fp32"][k] for k in ("forward", "backward")} == FP32_BYTES["rowwise"]
     assert measured["fp16"]["forward"] / measured["fp32"]["forward"] == pytest.approx(0.5, abs=0.05)
     assert measured["fp16"]["backward"] / measured["fp32"]["backward"] == pytest.approx(
         0.5, abs=0.05

@@ -36,6 +36,8 @@ def test_failed_job_is_recorded_and_the_sweep_goes_on(record_sweep):
     assert [r["status"] for r in rows] == ["completed"] * 6 + ["failed"] * 6
     assert "not supported on gloo" in rows[6]["error"]
     assert all(0.5 < float(r["val_auroc"]) < 1 for r in rows[:6])
+    assert {r["qcomms_ran"] for r in rows[:6]} == {"pooled_all_to_all INT8/INT8"}
+    assert {r["substituted"] for r in rows} == {""}
     failed = json.loads((sweep_dir / "6" / "metrics.json").read_text())
     assert failed["status"] == "failed" and failed["error_type"] == "ConfigError"
     table = (sweep_dir / "summary.md").read_text()
@@ -57,6 +59,7 @@ def test_tensorboard_runs_are_named_by_overrides_with_readable_hparams(record_sw
         assert start.hparams["sharding"].string_value == sharding
         assert start.hparams["qcomms"].string_value == "int8"
         assert start.hparams["learning_rate"].number_value == float(lr)
+        assert start.hparams["qcomms_ran"].string_value == "pooled_all_to_all INT8/INT8"
         assert "val/auroc" in events.Tags()["scalars"]
         assert "summary/fraction_of_matmul_peak" in events.Tags()["scalars"]
     assert not any((sweep_dir / name).exists() for name in REFUSED)  # refused jobs never trained
@@ -136,3 +139,31 @@ def test_the_table_shows_the_matmul_peak_and_links_profiles(tmp_path):
     assert "| % matmul peak |" in table.splitlines()[0] and "| 54.6 |" in table
     trace = tmp_path / "run" / "profile" / "rank0.pt.trace.json"
     assert f"- sharding=rowwise: [rank0.pt.trace.json]({trace})" in table
+
+
+def test_a_substituted_run_is_labelled_by_what_ran(tmp_path):
+    """The summary names what ran instead of what was asked (no training run)."""
+    from dlrm_exp.record.run_record import RunMetrics
+    from dlrm_exp.record.runs import RunRecord
+    from dlrm_exp.record.sweep import markdown_table, summary_row
+
+    ran = {"reduce_scatter": {"forward": "FP16", "backward": "BF16"}}
+    substituted = RunMetrics(
+        val={"auroc": 0.8},
+        effective_qcomms=ran,
+        substitutions=[{"setting": "qcomms", "asked": "fp8", "ran": "reduce_scatter FP16/BF16",
+                        "reason": "TorchRec has no FP8 reduce_scatter"}],
+    )  # fmt: skip
+    as_asked = RunMetrics(val={"auroc": 0.8}, effective_qcomms=ran)
+    rows = [
+        summary_row(RunRecord(tmp_path / "a", "qcomms=fp8", [], substituted)),
+        summary_row(RunRecord(tmp_path / "b", "qcomms=fp16_bf16", [], as_asked)),
+    ]
+    assert rows[0]["qcomms_ran"] == rows[1]["qcomms_ran"] == "reduce_scatter FP16/BF16"
+    assert (rows[0]["substituted"], rows[1]["substituted"]) == (
+        "qcomms: reduce_scatter FP16/BF16",
+        "",
+    )
+    table = markdown_table(rows)
+    assert "| qcomms=fp8 (ran qcomms: reduce_scatter FP16/BF16) | completed |" in table
+    assert "| qcomms=fp16_bf16 | completed |" in table

@@ -1,14 +1,16 @@
-"""Quantized-communication codecs for the embedding all-to-all, from the ``qcomms`` group."""
+"""Quantized-communication codecs for the embedding collectives, from the ``qcomms`` group,
+and the precisions they actually run in, read back from the built sharded model."""
 
 from typing import Any
 
 import torch
 from torchrec.distributed.fbgemm_qcomm_codec import CommType, get_qcomm_codecs_registry
 from torchrec.distributed.fbgemm_qcomm_codec import QCommsConfig as TorchRecQCommsConfig
-from torchrec.distributed.types import QuantizedCommCodecs
+from torchrec.distributed.types import CommOp, QuantizedCommCodecs
 
 from dlrm_exp.config import CommPrecision, QCommsConfig
 from dlrm_exp.errors import ConfigError
+from dlrm_exp.util.substitution import Substitution, precisions_text
 
 
 def torchrec_qcomms_config(cfg: QCommsConfig) -> TorchRecQCommsConfig | None:
@@ -104,3 +106,93 @@ def check_supported(cfg: QCommsConfig, sharding_types: set[str], backend: str) -
                     f"qcomms {precision} with {kind} sharding is not supported on gloo: "
                     f"{reason}; use qcomms=fp16 / bf16 / fp8, or sharding=tablewise / columnwise"
                 )
+
+
+#: The name ``metrics.json`` gives each collective of TorchRec's codec registry (keyed by
+#: ``CommOp`` name): the pooled all-to-all of table-, column- and table-row-wise layouts, the
+#: reduce-scatter of row-wise layouts, the sequence all-to-all of sequence embeddings.
+COLLECTIVES = {
+    CommOp.POOLED_EMBEDDINGS_ALL_TO_ALL.name: "pooled_all_to_all",
+    CommOp.POOLED_EMBEDDINGS_REDUCE_SCATTER.name: "reduce_scatter",
+    CommOp.SEQUENCE_EMBEDDINGS_ALL_TO_ALL.name: "sequence_all_to_all",
+}
+
+
+def codec_precision(codec: Any) -> str:
+    """The precision one FBGEMM codec sends in, e.g. ``FP16``. FBGEMM keeps it only as the
+    private ``_comm_precision`` (a ``SparseType``); its public ``quantized_dtype`` is uint8 for
+    FP8 and INT8 alike, so it is the fallback only."""
+    precision = getattr(codec, "_comm_precision", None)
+    return precision.name if precision is not None else str(codec.quantized_dtype)
+
+
+def _output_dists(sharded: torch.nn.Module) -> list[torch.nn.Module]:
+    """The output-dist modules of one sharded embedding collection, as its shardings create them
+    (TorchRec creates its own lazily at the first batch, from the same shardings and codec
+    registry, so these hold the codecs it will use)."""
+    device = getattr(sharded, "_device", None)
+    return [s.create_output_dist(device=device) for s in sharded._embedding_shardings]
+
+
+def effective_qcomms(model: torch.nn.Module) -> dict[str, dict[str, str]]:
+    """The precision each embedding collective of this rank's sharded model runs in:
+    ``{collective: {"forward": "FP16", "backward": "BF16"}}``, collectives named as in
+    :data:`COLLECTIVES`, only those the plan uses (none for data-parallel tables).
+
+    Read from the codecs held by the output-dist modules that the sharded collections'
+    ``_embedding_shardings`` create (TorchRec 1.8 has no public accessor), matched by identity
+    to the sharded module's ``qcomm_codecs_registry``; so a precision TorchRec substituted
+    when building the registry (``get_qcomm_codecs_registry`` runs FP8 and MX4
+    reduce-scatters in FP16 forward / BF16 backward) is what is returned. Empty when the model
+    has no codecs (``qcomms=none`` / ``fp32``: every collective in FP32).
+    """
+    found: dict[str, dict[str, str]] = {}
+    for module in model.modules():
+        registry = getattr(module, "qcomm_codecs_registry", None)
+        if not registry or not hasattr(module, "_embedding_shardings"):
+            continue
+        owner = {id(codecs): COLLECTIVES.get(op, op.lower()) for op, codecs in registry.items()}
+        for dist in _output_dists(module):
+            for part in dist.modules():
+                for value in vars(part).values():
+                    if isinstance(value, QuantizedCommCodecs) and id(value) in owner:
+                        found[owner[id(value)]] = {
+                            "forward": codec_precision(value.forward),
+                            "backward": codec_precision(value.backward),
+                        }
+    return dict(sorted(found.items()))
+
+
+def requested_precisions(cfg: QCommsConfig) -> dict[str, str]:
+    """``{"forward": ..., "backward": ...}`` as the ``qcomms`` group asks (a null direction:
+    FP32), in the names of :func:`codec_precision`."""
+    return {
+        "forward": (cfg.forward_precision or CommPrecision.fp32).name.upper(),
+        "backward": (cfg.backward_precision or CommPrecision.fp32).name.upper(),
+    }
+
+
+def qcomms_substitution(
+    cfg: QCommsConfig, effective: dict[str, dict[str, str]]
+) -> Substitution | None:
+    """The substitution when a collective runs in another precision than ``cfg`` asks
+    (``effective`` from :func:`effective_qcomms`), or when qcomms were asked and the plan has
+    no collective to apply them to (every table data-parallel); None when everything ran as
+    asked or nothing but FP32 was asked (``qcomms=none`` / ``fp32``: no codecs)."""
+    asked = requested_precisions(cfg)
+    if set(asked.values()) == {"FP32"}:  # no codecs asked: TorchRec builds none
+        return None
+    wanted = "/".join(dict.fromkeys(asked.values()))
+    if not effective:
+        return Substitution(
+            "qcomms", wanted.lower(), "no embedding collective", "every table is data_parallel"
+        )
+    differ = {name: p for name, p in effective.items() if p != asked}
+    if not differ:
+        return None
+    return Substitution(
+        "qcomms",
+        wanted.lower(),
+        precisions_text(differ),
+        f"TorchRec has no {wanted} {' or '.join(differ)}; precisions are forward/backward",
+    )

@@ -7,7 +7,7 @@ sparse optimizer in backward -> plan (:func:`dlrm_exp.planning.job.plan_job`) ->
 """
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 from fbgemm_gpu.split_table_batched_embeddings_ops_training import (
@@ -21,6 +21,7 @@ from torchrec.optim.keyed import CombinedOptimizer
 
 from dlrm_exp.config import Config, OnNonFinite
 from dlrm_exp.distributed.launch import DistContext
+from dlrm_exp.distributed.qcomms import effective_qcomms, qcomms_substitution
 from dlrm_exp.distributed.sharder import job_sharder
 from dlrm_exp.factories.lr_schedule import LRSchedule
 from dlrm_exp.factories.model import build_model
@@ -29,19 +30,24 @@ from dlrm_exp.factories.optim import apply_sparse_optimizer, build_optimizer, de
 from dlrm_exp.factories.pipeline import build_pipeline
 from dlrm_exp.factories.precision import apply_dense_precision
 from dlrm_exp.factories.table_init import init_tables
-from dlrm_exp.planning.job import plan_job
+from dlrm_exp.planning.job import optimizer_substitution, plan_job
 from dlrm_exp.planning.tables import META, table_configs
+from dlrm_exp.util.substitution import Substitution
 
 
 @dataclass
 class Experiment:
-    """The built objects of one run."""
+    """The built objects of one run, with what runs other than the config asked:
+    ``effective_qcomms`` (:func:`~dlrm_exp.distributed.qcomms.effective_qcomms`, read from
+    ``model``) and ``substitutions``."""
 
     model: DistributedModelParallel
     optimizer: CombinedOptimizer
     pipeline: TrainPipeline
     plan: ShardingPlan
     lr_schedule: LRSchedule
+    effective_qcomms: dict[str, dict[str, str]] = field(default_factory=dict)
+    substitutions: list[Substitution] = field(default_factory=list)
 
     def learning_rate(self) -> float:
         """The dense optimizer's learning rate, as it applies now (the ``lr`` scalar)."""
@@ -123,4 +129,8 @@ def build_experiment(
     pipeline = build_pipeline(cfg.train, model, optimizer, ctx.device)
     opt = cfg.optimizer
     schedule = LRSchedule(optimizer, opt.lr_warmup_steps, opt.lr_decay_start, opt.lr_decay_steps)
-    return Experiment(model, optimizer, pipeline, plan, schedule)
+    effective = effective_qcomms(model)
+    substituted = (qcomms_substitution(cfg.qcomms, effective), optimizer_substitution(cfg))
+    return Experiment(
+        model, optimizer, pipeline, plan, schedule, effective, [s for s in substituted if s]
+    )

@@ -51,6 +51,7 @@ from dlrm_exp.record.metric_table import METRICS, QUALITY, split_line
 from dlrm_exp.record.run_record import RunMetrics
 from dlrm_exp.record.tracking import Tracker, run_hparams
 from dlrm_exp.util.files import check_writable, write_json_atomic, write_text_atomic
+from dlrm_exp.util.substitution import Substitution
 
 log = logging.getLogger(__name__)
 
@@ -106,6 +107,8 @@ def train_worker(cfg: Config, job: Job, plan: ShardingPlan | None = None) -> Run
         plan_data = plan_record(experiment.plan, table_configs(cfg.model), ctx.world_size)
         run = _Run(cfg, job, ctx, splits, experiment, plan_data)
         if ctx.is_main:
+            for substitution in experiment.substitutions:
+                log.warning(substitution.line())
             write_text_atomic(job.run_dir / "plan.txt", plan_text(experiment.plan) + "\n")
             write_json_atomic(job.run_dir / "plan.json", plan_data.to_json())
         sizes = per_rank_sizes(len(splits.train), cfg.train.batch_size, ctx.world_size)
@@ -133,7 +136,7 @@ def train_worker(cfg: Config, job: Job, plan: ShardingPlan | None = None) -> Run
                 result = trainer.fit(_batch_sources(run), start)
             metrics = _run_metrics(run, result, comm, time.perf_counter() - started)
             tracker.hparams(
-                run_hparams(cfg, job.choices, ctx.world_size),
+                run_hparams(cfg, job.choices, ctx.world_size, metrics.qcomms_ran),
                 _final_scalars(metrics),
                 metrics.steps,
             )
@@ -246,6 +249,8 @@ def _run_metrics(
         target_epoch=result.target_epoch,
         utilization=_utilization(run, result),
         profile=profile_files(run.job.run_dir) if run.cfg.train.profile and run.ctx.is_main else [],
+        effective_qcomms=run.experiment.effective_qcomms,
+        substitutions=[s.to_json() for s in run.experiment.substitutions],
     )
 
 
@@ -333,6 +338,9 @@ def summary(metrics: RunMetrics, run_dir: Path, logdir: str = "outputs") -> str:
         f"train {metrics.steps} steps | {throughput} samples/s "
         f"| peak memory {metrics.peak_memory_gib:.2f} GiB | {metrics.wall_seconds:.1f} s"
     )
+    if metrics.effective_qcomms:
+        lines.append(f"qcomms ran {metrics.qcomms_ran} (forward/backward)")
+    lines += [f"warning: {Substitution(**s).line()}" for s in metrics.substitutions]
     lines += _contention_warning(metrics)
     lines += _utilization_lines(metrics.utilization)
     read = metrics.data.get("read")

@@ -24,6 +24,7 @@ from dlrm_exp.planning.planner import build_planner, insufficient_memory_message
 from dlrm_exp.planning.storage import EmbeddingStorage, embedding_storage
 from dlrm_exp.planning.tables import table_configs
 from dlrm_exp.planning.topology import MemoryCapacity, build_topology, memory_capacity
+from dlrm_exp.util.substitution import Substitution
 
 
 def planning_context(hardware: HardwareConfig, ctx: DistContext | None = None) -> DistContext:
@@ -130,6 +131,32 @@ def plan_job(
     return result
 
 
+def _fuses_sparse_optimizer(cfg: Config) -> bool:
+    """Whether FBGEMM fuses the sparse optimizer into backward on the compute device (on CPU
+    only those of :data:`~dlrm_exp.config.optimizer.CPU_FUSED`)."""
+    on_cpu = cfg.hardware.compute_device is ComputeDevice.cpu
+    return not on_cpu or cfg.optimizer.sparse_optimizer in CPU_FUSED
+
+
+def optimizer_substitution(cfg: Config) -> Substitution | None:
+    """The substitution when the planner replicates ``auto`` tables because FBGEMM cannot fuse
+    the sparse optimizer on this device (Adam on CPU: ``data_parallel`` with the dense kernel,
+    stepped by ``torch.optim`` after DDP, see
+    :func:`~dlrm_exp.planning.constraints.build_constraints`); None otherwise."""
+    if _fuses_sparse_optimizer(cfg) or cfg.sharding.sharding_type is ShardingStrategy.from_file:
+        return None
+    tables = table_configs(cfg.model)
+    if all(cfg.sharding.table_choice(t.name)[0] is not ShardingStrategy.auto for t in tables):
+        return None
+    name = cfg.optimizer.sparse_optimizer.value
+    return Substitution(
+        "optimizer",
+        name,
+        "torch.optim on data_parallel tables (dense kernel)",
+        f"FBGEMM's CPU kernels cannot fuse {name} into backward",
+    )
+
+
 def _plan_from_file(cfg: Config, target: DistContext) -> PlanResult:
     """``sharding=from_file``: the plan of ``sharding.plan_path``, checked against the job."""
     assert cfg.sharding.plan_path is not None  # checked by ShardingConfig
@@ -153,8 +180,7 @@ def _plan_with_planner(
     capacity = memory_capacity(cfg.hardware, target.local_world_size)
     topology = build_topology(cfg.hardware, target.world_size, target.local_world_size, capacity)
     offered = sharder.sharding_types(cfg.hardware.compute_device.value)
-    on_cpu = cfg.hardware.compute_device is ComputeDevice.cpu
-    fused = not on_cpu or cfg.optimizer.sparse_optimizer in CPU_FUSED
+    fused = _fuses_sparse_optimizer(cfg)
     tables = table_configs(cfg.model)
     constraints = build_constraints(
         cfg.sharding, tables, offered, cfg.data.pooling_factors(), fused_optimizer=fused

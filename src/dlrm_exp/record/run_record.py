@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from dlrm_exp.util.files import write_json_atomic
+from dlrm_exp.util.substitution import precisions_text
 
 COMPLETED = "completed"
 _TARGET_KEYS = ("target_auroc", "reached_target", "target_step", "target_epoch")
@@ -58,6 +59,14 @@ class RunMetrics:
             ``threads_per_rank``).
         profile: the files ``train.profile`` wrote, relative to the run folder (traces per
             rank, RSS timelines, CUDA memory snapshots); empty without profiling.
+        effective_qcomms: the precision each embedding collective the plan uses ran in,
+            ``{collective: {"forward": "FP16", "backward": "BF16"}}`` (``pooled_all_to_all``,
+            ``reduce_scatter``, ``sequence_all_to_all``), read back from rank 0's sharded
+            model (:func:`dlrm_exp.distributed.qcomms.effective_qcomms`); empty without codecs
+            (every collective FP32).
+        substitutions: each setting that ran other than asked, ``{"setting", "asked", "ran",
+            "reason"}`` (:class:`dlrm_exp.util.substitution.Substitution`), e.g. TorchRec's
+            FP16/BF16 reduce-scatter for ``qcomms=fp8``.
         error / error_type: the failure of a failed job.
     """
 
@@ -88,6 +97,8 @@ class RunMetrics:
     target_epoch: float | None = None
     utilization: dict[str, Any] = field(default_factory=dict)
     profile: list[str] = field(default_factory=list)
+    effective_qcomms: dict[str, dict[str, str]] = field(default_factory=dict)
+    substitutions: list[dict[str, str]] = field(default_factory=list)
     error: str | None = None
     error_type: str | None = None
 
@@ -95,6 +106,18 @@ class RunMetrics:
     def failed(cls, error: str, error_type: str) -> "RunMetrics":
         """The record of a job that failed with ``error`` (an exception of ``error_type``)."""
         return cls(status=FAILED, error=error, error_type=error_type)
+
+    @property
+    def qcomms_ran(self) -> str:
+        """The effective precisions in one cell: ``reduce_scatter FP16/BF16`` (forward /
+        backward; collectives comma-separated), ``FP32`` without codecs."""
+        return precisions_text(self.effective_qcomms) or "FP32"
+
+    @property
+    def substituted(self) -> str:
+        """What ran instead of what was asked, in one cell (``""`` when everything ran as
+        asked): ``qcomms: reduce_scatter FP16/BF16``, ``; ``-separated."""
+        return "; ".join(f"{s['setting']}: {s['ran']}" for s in self.substitutions)
 
     @property
     def peak_rss_gib_max_rank(self) -> float | None:

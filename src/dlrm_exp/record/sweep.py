@@ -34,12 +34,17 @@ TABLE_METRICS = tuple(k for k in CSV_METRICS if k != "test_ne")
 
 
 def summary_row(run: RunRecord) -> dict[str, Any]:
-    """One summary row: run name, status, quality, speed, bytes/step, memory, wall time."""
+    """One summary row: run name, status, quality, speed, bytes/step, memory, wall time; the
+    precision each collective ran in (``qcomms_ran``) and what ran instead of what the run
+    asked (``substituted``, empty when nothing was substituted)."""
     m = run.metrics
+    completed = m.status == COMPLETED
     return {
         "run": run.name,
         "status": run.status,
         **{key: METRICS[key].read(m) for key in CSV_METRICS},
+        "qcomms_ran": m.qcomms_ran if completed else "",
+        "substituted": m.substituted,
         "error": m.error or "",
         "path": str(run.path),
         "profile": ";".join(str(run.path / name) for name in m.profile),
@@ -48,14 +53,16 @@ def summary_row(run: RunRecord) -> dict[str, Any]:
 
 def markdown_table(rows: Sequence[dict[str, Any]]) -> str:
     """The summary as a GitHub markdown table, with the failed jobs' errors and the profiled
-    runs' trace files (``train.profile``) listed below."""
+    runs' trace files (``train.profile``) listed below. A run in which something ran other
+    than asked is labelled by what ran: ``qcomms=fp8 (ran qcomms: reduce_scatter FP16/BF16)``."""
     headers = ["run", "status"] + [METRICS[k].label for k in TABLE_METRICS]
     lines = [
         "| " + " | ".join(headers) + " |",
         "| " + " | ".join("---" for _ in headers) + " |",
     ]
     for row in rows:
-        cells = [row["run"], row["status"]]
+        label = row["run"] + (f" (ran {row['substituted']})" if row.get("substituted") else "")
+        cells = [label, row["status"]]
         cells += [fmt(row[k], METRICS[k].spec) for k in TABLE_METRICS]
         lines.append("| " + " | ".join(cells) + " |")
     errors = [f"- {row['run']}: {row['error']}" for row in rows if row["error"]]

@@ -15,8 +15,13 @@ Scalar = int | float | str | bool
 GROUPS = ("model", "sharding", "optimizer", "qcomms", "data", "hardware")
 
 
-def run_hparams(cfg: Config, choices: Mapping[str, str], world_size: int) -> dict[str, Scalar]:
-    """The run's HParams: each group's choice and the key fields, as TensorBoard scalars."""
+def run_hparams(
+    cfg: Config, choices: Mapping[str, str], world_size: int, qcomms_ran: str
+) -> dict[str, Scalar]:
+    """The run's HParams: each group's choice and the key fields, as TensorBoard scalars;
+    ``qcomms_ran`` is the precision each embedding collective ran in
+    (:attr:`~dlrm_exp.record.run_record.RunMetrics.qcomms_ran`, e.g.
+    ``reduce_scatter FP16/BF16``), which TorchRec may have substituted for the asked one."""
     q = cfg.qcomms
     return {
         **{group: str(choices.get(group, "?")) for group in GROUPS},
@@ -28,6 +33,7 @@ def run_hparams(cfg: Config, choices: Mapping[str, str], world_size: int) -> dic
         "compute_kernel": cfg.sharding.compute_kernel.value,
         "forward_precision": q.forward_precision.value if q.forward_precision else "fp32",
         "backward_precision": q.backward_precision.value if q.backward_precision else "fp32",
+        "qcomms_ran": qcomms_ran,
         "sparse_optimizer": cfg.optimizer.sparse_optimizer.value,
         "learning_rate": cfg.optimizer.learning_rate,
         "dense_learning_rate": cfg.optimizer.dense_learning_rate,

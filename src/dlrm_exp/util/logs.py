@@ -8,13 +8,21 @@ from pathlib import Path
 
 _NOISY_LOGGERS = ("torchrec", "fbgemm_gpu", "torch.fx", "torch.distributed", "torch.nn.parallel")
 _NOISY_PATHS = ("/fbgemm_gpu/", "/torchrec/")
+#: Sources whose warnings a run replaces by its own line: TorchRec's codec registry warns, on
+#: every rank and whether or not the plan uses a reduce-scatter, that it runs FP8 reduce-scatters
+#: in FP16/BF16; the run reads the codecs back from the built model and says so once, only when
+#: it happened (:mod:`dlrm_exp.util.substitution`).
+_REPLACED_PATHS = ("/torchrec/distributed/fbgemm_qcomm_codec.py",)
 
 
 class _LibraryInfoFilter(logging.Filter):
     """Drops records below WARNING emitted from FBGEMM or TorchRec source files (FBGEMM logs
-    its kernel arguments through the root logger, so logger names cannot catch them)."""
+    its kernel arguments through the root logger, so logger names cannot catch them), and every
+    record of the sources in ``_REPLACED_PATHS``."""
 
     def filter(self, record: logging.LogRecord) -> bool:
+        if any(record.pathname.endswith(p) for p in _REPLACED_PATHS):
+            return False
         if record.levelno >= logging.WARNING:
             return True
         return not any(p in record.pathname for p in _NOISY_PATHS)
