@@ -177,12 +177,12 @@ def _train_each(cfgs: list, jobs: list, plans: list) -> list:
     from dlrm_exp.distributed.launch import init_worker, process_group
     from dlrm_exp.modes.train import train_worker
 
-    init_worker(jobs[0].run_dir / "dlrm_exp.log")
+    records = []
     with process_group(cfgs[0].hardware):
-        return [
-            train_worker(cfg, job, plan=plan)
-            for cfg, job, plan in zip(cfgs, jobs, plans, strict=True)
-        ]
+        for cfg, job, plan in zip(cfgs, jobs, plans, strict=True):
+            init_worker(job.run_dir / "dlrm_exp.log")  # each job logs into its own folder
+            records.append(train_worker(cfg, job, plan=plan))
+    return records
 
 
 def train_in_one_launch(cfgs: Sequence[Config], run_dirs: Sequence[Path]) -> list:

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import compose_cfg, run_cli
+from conftest import compose_cfg, run_cli, train_in_one_launch
 from dlrm_exp.errors import ConfigError
 from dlrm_exp.modes.train import run_train
 from dlrm_exp.modes.verify import run_verify_many
@@ -88,27 +88,65 @@ def test_two_processes_match_one_unsharded_process(verify_runs):
     assert exact["rowwise+base_pipeline"][1]["pipeline"] == "base"  # TrainPipelineBase: exact
 
 
-def test_two_process_run_folder_and_a_mixed_plan_json(tmp_path):
-    """Row-wise with per-table overrides (data_parallel, column_wise) and FP16/BF16 comms."""
-    cfg = compose_cfg(
-        [
-            *TWO,
-            *SMALL,
-            "sharding=rowwise",
-            "qcomms=fp16_bf16",
-            "+sharding.per_table_sharding_type.t_cat_0=data_parallel",
-            "+sharding.per_table_compute_kernel.t_cat_0=dense",
-            "+sharding.per_table_sharding_type.t_cat_1=column_wise",
-        ]
-    )
+#: fp32 bytes of one step's embedding collectives, all ranks, forward and backward: (global
+#: batch 256) x 26 tables x 16 dims x 4 bytes, forward twice for row-wise (each of the 2 ranks
+#: reduce-scatters partial sums of every table).
+FP32_BYTES = {
+    "tablewise": {"forward": 256 * 26 * 16 * 4, "backward": 256 * 26 * 16 * 4},
+    "rowwise": {"forward": 2 * 256 * 26 * 16 * 4, "backward": 256 * 26 * 16 * 4},
+}
+SIX_STEPS = ["train.max_steps=6"]
+PROFILE = [
+    "train.profile=true",
+    "train.profile_steps.wait=1",
+    "train.profile_steps.warmup=1",
+    "train.profile_steps.active=3",
+]
+#: The 2-process training jobs of this file, all run by one start of the workers (``trained``).
+TRAINED = {
+    "mixed": [
+        "sharding=rowwise",
+        "qcomms=fp16_bf16",
+        "+sharding.per_table_sharding_type.t_cat_0=data_parallel",
+        "+sharding.per_table_compute_kernel.t_cat_0=dense",
+        "+sharding.per_table_sharding_type.t_cat_1=column_wise",
+    ],
+    "tablewise-fp8": ["sharding=tablewise", "qcomms=fp8", *SIX_STEPS],
+    "columnwise-int8": ["sharding=columnwise", "qcomms=int8", *SIX_STEPS],
+    "rowwise-fp8": ["sharding=rowwise", "qcomms=fp8", *SIX_STEPS],
+    "rowwise-fp32": ["sharding=rowwise", "qcomms=fp32", *SIX_STEPS, *PROFILE],
+    "rowwise-fp16": ["sharding=rowwise", "qcomms=fp16", *SIX_STEPS],
+}
+
+
+def _elastic_folders() -> set[Path]:
     tmp = Path(tempfile.gettempdir())
-    before = set(tmp.glob("torchelastic_*")) | set(tmp.glob("dlrm_exp_elastic_*"))
-    metrics = run_train(cfg, tmp_path, {"sharding": "rowwise"})
-    # the launch leaves no elastic log folder behind in the temp dir
-    assert set(tmp.glob("torchelastic_*")) | set(tmp.glob("dlrm_exp_elastic_*")) == before
+    return set(tmp.glob("torchelastic_*")) | set(tmp.glob("dlrm_exp_elastic_*"))
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory):
+    """{job: (its run folder, its record, its config)} of every TRAINED job, one launch of the
+    workers, with a fresh peak cache; and the elastic log folders the launch left behind."""
+    root = tmp_path_factory.mktemp("trained")
+    cfgs = [compose_cfg([*TWO, *SMALL, *args]) for args in TRAINED.values()]
+    dirs = [root / name for name in TRAINED]
+    before = _elastic_folders()
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("DLRM_EXP_CACHE_DIR", str(root / "cache"))
+        records = train_in_one_launch(cfgs, dirs)
+    runs = dict(zip(TRAINED, zip(dirs, records, cfgs, strict=True), strict=True))
+    return runs, _elastic_folders() - before
+
+
+def test_two_process_run_folder_and_a_mixed_plan_json(trained):
+    """Row-wise with per-table overrides (data_parallel, column_wise) and FP16/BF16 comms."""
+    runs, left_behind = trained
+    run_dir, metrics, cfg = runs["mixed"]
+    assert left_behind == set()  # the launch leaves no elastic log folder in the temp dir
     assert metrics.world_size == 2
     assert metrics.val["samples"] == 1024  # both ranks' halves, synced
-    plan = json.loads((tmp_path / "plan.json").read_text())
+    plan = json.loads((run_dir / "plan.json").read_text())
     assert plan["world_size"] == 2 and len(plan["tables"]) == 26
     tables = plan["tables"]
     assert tables["t_cat_0"]["sharding_type"] == "data_parallel"
@@ -124,49 +162,33 @@ def test_two_process_run_folder_and_a_mixed_plan_json(tmp_path):
     assert metrics.embedding_bytes_per_rank == plan["embedding_bytes_per_rank"]
     threads = int(os.environ.get("OMP_NUM_THREADS") or max(1, len(os.sched_getaffinity(0)) // 2))
     assert metrics.threads_per_rank == threads  # the cores shared by the 2 ranks
-    assert (tmp_path / "metrics.json").exists() and (tmp_path / "plan.txt").exists()
-
-
-#: fp32 bytes of one step's embedding collectives, all ranks, forward and backward: (global
-#: batch 256) x 26 tables x 16 dims x 4 bytes, forward twice for row-wise (each of the 2 ranks
-#: reduce-scatters partial sums of every table).
-FP32_BYTES = {
-    "tablewise": {"forward": 256 * 26 * 16 * 4, "backward": 256 * 26 * 16 * 4},
-    "rowwise": {"forward": 2 * 256 * 26 * 16 * 4, "backward": 256 * 26 * 16 * 4},
-}
+    assert (run_dir / "metrics.json").exists() and (run_dir / "plan.txt").exists()
 
 
 @pytest.mark.parametrize(
-    ("sharding", "qcomms", "effective", "bytes_ratio"),
+    ("job", "effective", "bytes_ratio"),
     [
-        ("tablewise", "fp8", {"pooled_all_to_all": {"forward": "FP8", "backward": "FP8"}}, 0.25),
-        (
-            "columnwise",
-            "int8",
-            {"pooled_all_to_all": {"forward": "INT8", "backward": "INT8"}},
-            None,
-        ),
-        ("rowwise", "fp8", {"reduce_scatter": {"forward": "FP16", "backward": "BF16"}}, 0.5),
+        ("tablewise-fp8", {"pooled_all_to_all": {"forward": "FP8", "backward": "FP8"}}, 0.25),
+        ("columnwise-int8", {"pooled_all_to_all": {"forward": "INT8", "backward": "INT8"}}, None),
+        ("rowwise-fp8", {"reduce_scatter": {"forward": "FP16", "backward": "BF16"}}, 0.5),
     ],
 )
-def test_precisions_train(tmp_path, sharding, qcomms, effective, bytes_ratio):
+def test_precisions_train(trained, job, effective, bytes_ratio):
     """fp8 table-wise runs only through dlrm_exp.distributed.qcomms.TwoDimensionalCodec and
     sends a quarter of the fp32 bytes; fp8 row-wise runs TorchRec's FP16/BF16 reduce-scatter
     (half the bytes), which the run records, logs once and prints in its summary."""
     from dlrm_exp.modes.train import summary
 
-    cfg = compose_cfg(
-        [*TWO, *SMALL, f"sharding={sharding}", f"qcomms={qcomms}", "train.max_steps=6"]
-    )
-    metrics = run_train(cfg, tmp_path, {})
+    run_dir, metrics, _ = trained[0][job]
+    sharding = job.split("-")[0]
     assert metrics.steps == 6 and metrics.val["logloss"] < 1.0
-    saved = json.loads((tmp_path / "metrics.json").read_text())
+    saved = json.loads((run_dir / "metrics.json").read_text())
     assert saved["effective_qcomms"] == effective
     if bytes_ratio is not None:
         for phase in ("forward", "backward"):
             ratio = metrics.comm_bytes_per_step[phase] / FP32_BYTES[sharding][phase]
             assert ratio == pytest.approx(bytes_ratio, abs=0.02), phase
-    log = (tmp_path / "dlrm_exp.log").read_text()
+    log = (run_dir / "dlrm_exp.log").read_text()
     assert "falling back" not in log  # TorchRec's own lines are replaced by the run's one
     if sharding != "rowwise":
         assert saved["substitutions"] == [] and "instead" not in log
@@ -174,33 +196,21 @@ def test_precisions_train(tmp_path, sharding, qcomms, effective, bytes_ratio):
     assert [s["ran"] for s in saved["substitutions"]] == ["reduce_scatter FP16/BF16"]
     line = "qcomms fp8: ran reduce_scatter FP16/BF16 instead (TorchRec has no FP8 reduce_scatter"
     assert log.count(line) == 1
-    text = summary(metrics, tmp_path)
+    text = summary(metrics, run_dir)
     assert "qcomms ran reduce_scatter FP16/BF16 (forward/backward)" in text
     assert f"warning: {line}" in text
 
 
-def test_fp16_halves_the_measured_embedding_bytes_and_the_fp32_run_is_profiled(
-    tmp_path, monkeypatch
-):
+def test_fp16_halves_the_measured_embedding_bytes_and_the_fp32_run_is_profiled(trained):
     """Bytes per step are measured at torch.distributed from the tensors TorchRec sends. The
     fp32 run also records ``train.profile`` (steps 3-5 of 6): see
     :func:`_check_profile_and_utilization`."""
-    monkeypatch.setenv("DLRM_EXP_CACHE_DIR", str(tmp_path / "cache"))
+    runs, _ = trained
     measured = {}
     for qcomms in ("fp32", "fp16"):
-        profile = [
-            "train.profile=true",
-            "train.profile_steps.wait=1",
-            "train.profile_steps.warmup=1",
-            "train.profile_steps.active=3",
-        ]
-        cfg = compose_cfg(
-            [*TWO, *SMALL, "sharding=rowwise", f"qcomms={qcomms}", "train.max_steps=6"]
-            + (profile if qcomms == "fp32" else [])
-        )
-        metrics = run_train(cfg, tmp_path / qcomms, {})
+        run_dir, metrics, _ = runs[f"rowwise-{qcomms}"]
         if qcomms == "fp32":
-            _check_profile_and_utilization(metrics, tmp_path / qcomms)
+            _check_profile_and_utilization(metrics, run_dir)
         assert metrics.steps == 6 and metrics.val["logloss"] < 1.0
         measured[qcomms] = metrics.comm_bytes_per_step
         assert metrics.effective_qcomms == (
