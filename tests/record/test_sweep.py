@@ -167,3 +167,12 @@ def test_a_substituted_run_is_labelled_by_what_ran(tmp_path):
     table = markdown_table(rows)
     assert "| qcomms=fp8 (ran qcomms: reduce_scatter FP16/BF16) | completed |" in table
     assert "| qcomms=fp16_bf16 | completed |" in table
+    from dlrm_exp.record.compare import config_stats
+
+    records = [
+        RunRecord(tmp_path / f"{name}{seed}", f"{name},seed={seed}", [], metrics, name, seed, name)
+        for name, metrics in (("qcomms=fp8", substituted), ("qcomms=fp16_bf16", as_asked))
+        for seed in (0, 1)
+    ]
+    labels = [s.config for s in config_stats(records)]
+    assert labels == ["qcomms=fp8 (ran qcomms: reduce_scatter FP16/BF16)", "qcomms=fp16_bf16"]

@@ -53,8 +53,10 @@ def _values(runs: Sequence[RunRecord], metric: Metric) -> dict[int, float]:
 def config_stats(runs: Sequence[RunRecord], baseline: str | None = None) -> list[ConfigStats]:
     """Statistics per configuration (by identity, ``RunRecord.config_id``) of the completed
     ``runs``, in first-seen order; a configuration whose runs all failed is kept, with its
-    failed runs and no estimates. The baseline (``baseline``: overrides such as
-    ``qcomms=none``, else the first configuration) comes first.
+    failed runs and no estimates. A configuration whose repeats all ran something else than
+    asked is labelled by what ran (``qcomms=fp8 (ran qcomms: reduce_scatter FP16/BF16)``).
+    The baseline (``baseline``: overrides such as ``qcomms=none``, else the first
+    configuration) comes first.
 
     Raises:
         ValueError: no configuration matches ``baseline``, or two runs of one configuration
@@ -80,7 +82,11 @@ def config_stats(runs: Sequence[RunRecord], baseline: str | None = None) -> list
 def _stats(runs: list[RunRecord], base_runs: list[RunRecord] | None) -> ConfigStats:
     completed = sorted((r for r in runs if r.status == COMPLETED), key=lambda r: r.seed)
     failed = [r.name for r in runs if r.status != COMPLETED]
-    stats = ConfigStats(runs[0].config, [r.seed for r in completed], failed)
+    ran = {r.metrics.substituted for r in completed}
+    label = runs[0].config
+    if len(ran) == 1 and "" not in ran:  # every repeat ran something else than asked
+        label += f" (ran {ran.pop()})"
+    stats = ConfigStats(label, [r.seed for r in completed], failed)
     for key in COMPARED:
         metric = METRICS[key]
         values = _values(completed, metric)
