@@ -109,7 +109,7 @@ def test_an_identical_rerun_passes_and_so_does_one_typed_in_another_key_order(
     reordered = sweep(tmp_path / "reordered", {}, order=("seed", "sharding", "optimizer"))
     assert gate(tmp_path, reordered, baseline) == 0
     out = capsys.readouterr().out
-    assert "gate passed: 4 comparisons" in out  # 2 configurations x (val AUROC, val log loss)
+    assert "gate passed: 4 gated comparisons" in out  # 2 configurations x (val AUROC, val log loss)
     assert "new (not in the baseline)" not in out
 
 
@@ -201,3 +201,5 @@ def test_runs_of_one_side_alone_are_paired_by_seed_not_by_position():
     new = [run(1, 0.80), run(0, 0.79)]  # the other job order
     result = compare_runs(new, saved, gate=["val_auroc"])
     assert result.passed and "+0 [+0, +0], paired by seed, n=2" in result.lines[0]
+    ungated = compare_runs(new, saved, gate=["test_auroc"])  # shown, but nothing gated
+    assert not ungated.passed and "nothing was compared" in ungated.failures[0]

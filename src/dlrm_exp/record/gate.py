@@ -27,8 +27,9 @@ from dlrm_exp.record.stats import Difference, paired_difference, welch_differenc
 
 @dataclass
 class GateResult:
-    """What the gate printed: ``lines`` (one per compared metric, plus notes) and
-    ``failures`` (each a reason to fail, regressions included)."""
+    """What the gate printed: ``lines`` (one per compared metric, plus notes),
+    ``failures`` (each a reason to fail, regressions included) and ``compared``, the number of
+    gated metrics compared (the others are shown, not counted)."""
 
     lines: list[str] = field(default_factory=list)
     failures: list[str] = field(default_factory=list)
@@ -36,7 +37,7 @@ class GateResult:
 
     @property
     def passed(self) -> bool:
-        """No failure and at least one metric compared."""
+        """No failure and at least one gated metric compared."""
         return not self.failures and self.compared > 0
 
 
@@ -125,7 +126,7 @@ def _compare_metric(
         line += f"  REGRESSION (worse by more than {tolerance:g})"
         result.failures.append(line)
     result.lines.append(line)
-    result.compared += 1
+    result.compared += gated
 
 
 def _config_failures(label: str, runs: list[RunValues]) -> str | None:
@@ -165,7 +166,8 @@ def compare_runs(
             )
     if result.compared == 0:
         result.failures.append(
-            "nothing was compared: no configuration has completed runs on both sides "
+            "nothing was compared: no gated metric of a configuration with completed runs on "
+            "both sides "
             f"(new: {', '.join(sorted(new_groups)) or 'none'}; "
             f"baseline: {', '.join(sorted(saved_groups)) or 'none'})"
         )

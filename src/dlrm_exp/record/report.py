@@ -272,7 +272,7 @@ def _print_gate(result: GateResult, saved: Path, tolerance: float) -> int:
     print(f"\ncompared with {saved}:")
     print("\n".join(result.lines))
     if result.passed:
-        print(f"gate passed: {result.compared} comparisons, none worse beyond {tolerance:g}")
+        print(f"gate passed: {result.compared} gated comparisons, none worse beyond {tolerance:g}")
         return 0
     print(f"gate FAILED ({len(result.failures)}):")
     print("\n".join(f"  {line}" for line in result.failures))
