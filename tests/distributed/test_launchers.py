@@ -24,7 +24,9 @@ def _free_port() -> int:
 
 def test_two_torchrun_nodes_on_localhost_train_one_job(tmp_path):
     """``torchrun --nnodes 2 --node_rank {0,1} --nproc_per_node 1 --rdzv-backend c10d``: two
-    "hosts" on this machine form one 2-rank job; global rank 0 writes the one run folder."""
+    "hosts" on this machine form one 2-rank job; no rank launches workers again, global rank 0
+    writes the one run folder and prints the summary, the other writes nothing (no ``.hydra``
+    or log file in its working directory)."""
     endpoint = f"localhost:{_free_port()}"
     run_dir = tmp_path / "run"
     nodes = [
@@ -59,6 +61,7 @@ def test_two_torchrun_nodes_on_localhost_train_one_job(tmp_path):
     metrics = json.loads((run_dir / "metrics.json").read_text())
     assert metrics["world_size"] == 2 and metrics["steps"] == 16  # 16,384 rows / (2 x 512)
     assert sum(output.count("val  AUROC") for output in outputs) == 1
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["run"]
 
 
 def test_torchx_builtin_ddp_runs_locally_and_leaves_one_run_folder(tmp_path):
@@ -142,11 +145,11 @@ def _submitit_rank0_task(launcher: subprocess.Popen, job_dir: Path):
 
 def test_submitit_local_sweep_runs_two_task_jobs_and_requeues_a_preempted_one(tmp_path):
     """``-m hydra/launcher=local``: both jobs run through submitit's local executor, each as 2
-    tasks that form its process group from submitit's environment. Once each job has a
+    tasks that form its process group from submitit's environment. Once job 0 has a
     checkpoint, its rank-0 task gets submitit's preemption signal (USR2, what Slurm sends
     before a timeout): submitit calls the launcher's checkpoint hook, requeues the job, and
     the requeued job resumes from its newest checkpoint (``train.resume`` is ``auto`` in a
-    submitit task) and completes; the summary is written."""
+    submitit task) and completes; job 1 runs through once; the summary is written."""
     pytest.importorskip("hydra_plugins.hydra_submitit_launcher")
     import signal
     import time
@@ -175,30 +178,28 @@ def test_submitit_local_sweep_runs_two_task_jobs_and_requeues_a_preempted_one(tm
     )
     try:
         deadline = time.monotonic() + 240
-        preempted: set[str] = set()
-        while len(preempted) < 2:
-            assert launcher.poll() is None and time.monotonic() < deadline, "no checkpoints"
-            for job in {"0", "1"} - preempted:
-                task = complete_checkpoints(tmp_path / job) and _submitit_rank0_task(
-                    launcher, tmp_path / job
-                )
-                if task:
-                    task.send_signal(signal.SIGUSR2)
-                    preempted.add(job)
+        task = None
+        while not task:
+            assert launcher.poll() is None and time.monotonic() < deadline, "no checkpoint"
+            task = complete_checkpoints(tmp_path / "0") and _submitit_rank0_task(
+                launcher, tmp_path / "0"
+            )
             time.sleep(0.2)
+        task.send_signal(signal.SIGUSR2)
         _out, err = launcher.communicate(timeout=300)
     finally:
         launcher.kill()
     assert launcher.returncode == 0, err[-3000:]
     assert (tmp_path / "summary.csv").is_file()
     rank0_logs = [p.read_text() for p in (tmp_path / ".submitit").rglob("*_0_log.out")]
-    assert len(rank0_logs) == 2 and all("Requeued job" in log for log in rank0_logs)
+    assert len(rank0_logs) == 2 and sum("Requeued job" in log for log in rank0_logs) == 1
     for job in ("0", "1"):
         metrics = json.loads((tmp_path / job / "metrics.json").read_text())
         assert metrics["status"] == "completed" and metrics["world_size"] == 2
         assert metrics["steps"] == 40
-        job_log = "".join(p.read_text() for p in (tmp_path / job).glob("*.log"))
-        assert "resumed from" in job_log and "at step 0" not in job_log
+    job_log = "".join(p.read_text() for p in (tmp_path / "0").glob("*.log"))
+    assert "resumed from" in job_log and "at step 0" not in job_log
+    assert "resumed from" not in "".join(p.read_text() for p in (tmp_path / "1").glob("*.log"))
 
 
 def test_a_submitit_job_whose_hardware_disagrees_is_refused_with_the_fix(monkeypatch):

@@ -1,18 +1,15 @@
 """Two gloo processes: every sharding type proven equal to one unsharded process, the qcomms
-precisions (trained or refused), plan.json, torchrun, and a killed worker ending the job."""
+precisions (trained or refused) and plan.json (torchrun: tests/distributed/test_launchers.py)."""
 
 import csv
 import json
 import os
-import shutil
-import subprocess
-import sys
 import tempfile
 from pathlib import Path
 
 import pytest
 
-from conftest import compose_cfg, run_cli, train_in_one_launch
+from conftest import compose_cfg, train_in_one_launch
 from dlrm_exp.errors import ConfigError
 from dlrm_exp.modes.train import run_train
 from dlrm_exp.modes.verify import run_verify_many
@@ -273,46 +270,16 @@ def test_int8_row_wise_layouts_are_refused_before_training(tmp_path, option):
     assert not (tmp_path / "metrics.json").exists()
 
 
-def test_int8_refusal_is_one_line_on_the_cli(tmp_path):
-    result = run_cli([*TWO, *SMALL, "sharding=rowwise", "qcomms=int8", f"hydra.run.dir={tmp_path}"])
+def test_int8_refusal_is_one_line_on_the_cli(tmp_path, cli_here):
+    result = cli_here(
+        [*TWO, *SMALL, "sharding=rowwise", "qcomms=int8", f"hydra.run.dir={tmp_path}"]
+    )
     assert result.returncode == 1
     lines = result.stderr.strip().splitlines()
     assert lines[-1].startswith(
         "Error: qcomms int8 with row_wise sharding is not supported on gloo"
     )
     assert "Traceback" not in result.stderr
-
-
-def test_torchrun_launched_job_does_not_launch_again(tmp_path):
-    torchrun = shutil.which("torchrun", path=os.path.dirname(sys.executable))
-    assert torchrun is not None
-    run_dir = tmp_path / "run"
-    result = subprocess.run(
-        [
-            torchrun,
-            "--nproc_per_node",
-            "2",
-            "--rdzv-backend",
-            "c10d",
-            "--rdzv-endpoint",
-            "127.0.0.1:0",
-            "-m",
-            "dlrm_exp",
-            "sharding=rowwise",
-            *SMALL,
-            "train.progress_bar=false",
-            f"hydra.run.dir={run_dir}",
-        ],
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert result.returncode == 0, result.stderr[-3000:]
-    assert result.stdout.count("val  AUROC") == 1  # rank 0 prints the summary
-    metrics = json.loads((run_dir / "metrics.json").read_text())
-    assert metrics["world_size"] == 2
-    assert not (tmp_path / ".hydra").exists() and not list(tmp_path.glob("*.log"))
 
 
 # A worker killed with SIGKILL ends the job: tests/test_checkpoint.py (kill -9, then resume).
