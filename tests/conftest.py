@@ -1,5 +1,6 @@
 """Shared helpers: compose the real config with Hydra's compose API, run the CLI."""
 
+import logging
 import os
 import shutil
 import subprocess
@@ -54,6 +55,38 @@ def run_cli(
         text=True,
         timeout=timeout,
     )
+
+
+@pytest.fixture
+def cli_here(capfd, monkeypatch):
+    """``python -m dlrm_exp ARGS`` through the same entry point (:func:`dlrm_exp.cli.main`) in
+    this process: for refusals and runs that start no workers, which in a subprocess would spend
+    most of their time importing torch and TorchRec again. Returns a CompletedProcess: the exit
+    code from ``SystemExit`` (0 when main returns), the output read at the file descriptors.
+    ``HYDRA_FULL_ERROR`` is unset; the root logger's handlers (which Hydra replaces) are put
+    back afterwards."""
+    from dlrm_exp import cli
+
+    monkeypatch.delenv("HYDRA_FULL_ERROR", raising=False)
+
+    def run(args: Sequence[str], cwd: Path = REPO) -> subprocess.CompletedProcess:
+        monkeypatch.setattr(sys, "argv", ["dlrm_exp", *args])
+        monkeypatch.chdir(cwd)
+        root = logging.getLogger()
+        handlers, level = root.handlers[:], root.level
+        capfd.readouterr()
+        code = 0
+        try:
+            cli.main()
+        except SystemExit as exit_:
+            code = exit_.code if isinstance(exit_.code, int) else int(exit_.code is not None)
+        finally:
+            root.handlers[:] = handlers
+            root.setLevel(level)
+        out, err = capfd.readouterr()
+        return subprocess.CompletedProcess(list(args), code, out, err)
+
+    return run
 
 
 def torchrec_criteo_rows(folder: Path, day: int, stage: str, batch_size: int, **kwargs):

@@ -210,20 +210,20 @@ def test_validation_rule(overrides, match):
         compose_cfg(overrides)
 
 
-def test_cli_misspelt_key_and_bad_choice_without_traceback(tmp_path):
-    misspelt = run_cli(["model.embedding_dimm=3", f"hydra.run.dir={tmp_path}"])
+def test_cli_misspelt_key_and_bad_choice_without_traceback(tmp_path, cli_here):
+    misspelt = cli_here(["model.embedding_dimm=3", f"hydra.run.dir={tmp_path}"])
     assert misspelt.returncode != 0
     assert misspelt.stderr.strip() == (
         "Error: unknown config key model.embedding_dimm: did you mean model.embedding_dim?"
     )
-    choice = run_cli(["sharding=colwise", f"hydra.run.dir={tmp_path}"])
+    choice = cli_here(["sharding=colwise", f"hydra.run.dir={tmp_path}"])
     assert choice.returncode != 0
     assert "Could not find 'sharding/colwise'" in choice.stderr
     assert "rowwise" in choice.stderr and "Traceback" not in choice.stderr
 
 
-def test_cli_cross_field_error_is_one_message(tmp_path):
-    result = run_cli(["model.dense_arch_layer_sizes=[64,8]", f"hydra.run.dir={tmp_path}"])
+def test_cli_cross_field_error_is_one_message(tmp_path, cli_here):
+    result = cli_here(["model.dense_arch_layer_sizes=[64,8]", f"hydra.run.dir={tmp_path}"])
     assert result.returncode == 1
     assert result.stderr.startswith("Error: model.dense_arch_layer_sizes[-1] (8) must equal")
     assert "Traceback" not in result.stderr

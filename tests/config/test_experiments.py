@@ -4,7 +4,7 @@ import re
 
 import pytest
 
-from conftest import REPO, compose_cfg, run_cli
+from conftest import REPO, compose_cfg
 from dlrm_exp.config import (
     ComputeDevice,
     CriteoMultiHotDataConfig,
@@ -77,12 +77,12 @@ def test_mlperf_dcnv2_recipe():
 
 
 @pytest.mark.slow
-def test_dlrm_main_mlperf_plans_and_shows_its_flags(tmp_path):
+def test_dlrm_main_mlperf_plans_and_shows_its_flags(tmp_path, cli_here):
     """The acceptance commands: ``mode=plan`` prints 97.36 GiB, ``--cfg job`` the flags."""
-    plan = run_cli(["experiment=dlrm_main_mlperf", "mode=plan", f"hydra.run.dir={tmp_path}"])
+    plan = cli_here(["experiment=dlrm_main_mlperf", "mode=plan", f"hydra.run.dir={tmp_path}"])
     assert plan.returncode == 0, plan.stderr[-2000:]
     assert "97.36 GiB fp32 weights + 0.00 GiB optimizer state = 97.36 GiB" in plan.stdout
-    shown = run_cli(["experiment=dlrm_main_mlperf", "--cfg", "job"])
+    shown = cli_here(["experiment=dlrm_main_mlperf", "--cfg", "job"])
     assert shown.returncode == 0, shown.stderr[-2000:]
     for line in (
         "batch_size: 8192",

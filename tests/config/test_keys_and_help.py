@@ -6,7 +6,7 @@ import re
 
 import pytest
 
-from conftest import GROUPS, REPO, compose_raw, run_cli
+from conftest import GROUPS, REPO, compose_raw
 from dlrm_exp.config import Config, Mode
 from dlrm_exp.config.keys import check_composed_keys, check_override_keys, suggest
 from dlrm_exp.errors import ConfigError
@@ -48,23 +48,23 @@ def test_known_keys_and_open_maps_pass():
         check_override_keys(["seed=1", "opt.lr=3"], Config)
 
 
-def test_cli_refuses_unknown_keys_with_a_suggestion_and_names_a_missing_value(tmp_path):
+def test_cli_refuses_unknown_keys_with_a_suggestion_and_names_a_missing_value(tmp_path, cli_here):
     for override in ("train.lr=0.1", "+train.lr=0.1"):
-        result = run_cli([override, f"hydra.run.dir={tmp_path}"])
+        result = cli_here([override, f"hydra.run.dir={tmp_path}"])
         assert result.returncode == 1, override
         assert result.stderr.strip() == (
             "Error: unknown config key train.lr: did you mean optimizer.learning_rate?"
         )
     assert not (tmp_path / "metrics.json").exists()
-    missing = run_cli(["data=criteo_tsv", f"hydra.run.dir={tmp_path}"])
+    missing = cli_here(["data=criteo_tsv", f"hydra.run.dir={tmp_path}"])
     assert missing.returncode == 1
     assert missing.stderr.strip() == (
         "Error: data.path is required here: set data.path=... on the command line"
     )
 
 
-def test_help_lists_the_modes_and_every_real_option():
-    result = run_cli(["--help"])
+def test_help_lists_the_modes_and_every_real_option(cli_here):
+    result = cli_here(["--help"])
     assert result.returncode == 0
     text = result.stdout
     assert "base_" not in text and "schema" not in text

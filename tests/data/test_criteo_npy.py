@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 import torch
 
-from conftest import run_cli, torchrec_criteo_rows
+from conftest import torchrec_criteo_rows
 from dlrm_exp.config import CriteoNpyDataConfig, NpyDataset, OutOfRange
 from dlrm_exp.data.criteo_npy import KAGGLE_PARTS, load_criteo_npy, split_bounds
 from dlrm_exp.errors import DataError
@@ -106,12 +106,12 @@ def test_bad_folders(tmp_path):
 
 
 @pytest.mark.slow
-def test_preprocess_then_train_on_three_1tb_days(tmp_path):
+def test_preprocess_then_train_on_three_1tb_days(tmp_path, cli_here):
     from dlrm_exp.data.criteo_format import write_criteo_tsv
 
     for day in (0, 1, 23):
         write_criteo_tsv(tmp_path / "tsv" / f"day_{day}.gz", 3000, seed=day)
-    pre = run_cli(
+    pre = cli_here(
         [
             "mode=preprocess",
             "data=criteo_tsv",
@@ -121,7 +121,7 @@ def test_preprocess_then_train_on_three_1tb_days(tmp_path):
         ]
     )
     assert pre.returncode == 0, pre.stderr
-    done = run_cli(
+    done = cli_here(
         [
             "data=criteo_npy",
             f"data.path={tmp_path / 'npy'}",

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from torchrec.datasets.criteo import BinaryCriteoUtils
 
-from conftest import run_cli, torchrec_criteo_rows
+from conftest import torchrec_criteo_rows
 from dlrm_exp.config import CategoricalTransform, DenseTransform, PreprocessConfig
 from dlrm_exp.data.criteo_format import criteo_lines, write_criteo_tsv
 from dlrm_exp.data.preprocess.convert import preprocess_files
@@ -147,9 +147,9 @@ def test_npy_writer_abort_leaves_nothing(tmp_path):
     assert list(tmp_path.iterdir()) == []
 
 
-def test_cli_preprocess_and_its_errors(tmp_path):
+def test_cli_preprocess_and_its_errors(tmp_path, cli_here):
     tsv = write_criteo_tsv(tmp_path / "train.txt", 40, seed=1)
-    done = run_cli(
+    done = cli_here(
         [
             "mode=preprocess",  # data=criteo_tsv is implied
             f"data.path={tsv}",
@@ -161,7 +161,7 @@ def test_cli_preprocess_and_its_errors(tmp_path):
     assert "40 rows written" in done.stdout
     assert (tmp_path / "npy" / "day_0_dense.npy").is_file()
     assert (tmp_path / "run" / "preprocess_report.json").is_file()
-    no_out = run_cli(
+    no_out = cli_here(
         [
             "mode=preprocess",
             "data=criteo_tsv",
@@ -171,7 +171,7 @@ def test_cli_preprocess_and_its_errors(tmp_path):
     )
     assert no_out.returncode == 1 and "preprocess.output_dir" in no_out.stderr
     assert "Traceback" not in no_out.stderr
-    no_tsv = run_cli(
+    no_tsv = cli_here(
         [
             "mode=preprocess",
             "data=synthetic",

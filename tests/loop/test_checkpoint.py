@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from conftest import REPO, compose_cfg, run_cli
+from conftest import REPO, compose_cfg
 from conftest import SMALL as QUICK
 from dlrm_exp.errors import ConfigError, NonFiniteLossError
 from dlrm_exp.loop.checkpoint import CheckpointError, complete_checkpoints, resume_step
@@ -115,8 +115,8 @@ def test_a_folder_that_is_not_a_checkpoint_is_refused(tmp_path, what):
         run_train(cfg, tmp_path / "run", {})
 
 
-def test_a_non_finite_loss_stops_the_run_naming_the_step(tmp_path):
-    result = run_cli(
+def test_a_non_finite_loss_stops_the_run_naming_the_step(tmp_path, cli_here):
+    result = cli_here(
         [
             *SMALL,
             "optimizer=sgd",

@@ -9,7 +9,7 @@ import pytest
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 from tensorboard.plugins.hparams import plugin_data_pb2
 
-from conftest import REPO, SMALL, compose_cfg, run_cli
+from conftest import REPO, SMALL, compose_cfg
 from dlrm_exp.data.synthetic import generate
 from dlrm_exp.modes.train import run_train
 
@@ -186,8 +186,8 @@ def test_mlperf_capped_trains(tmp_path):
     assert set(plan_types(tmp_path).values()) == {("row_wise", "fused")}
 
 
-def test_mlperf_does_not_fit_and_says_so_before_allocating(tmp_path):
-    result = run_cli(
+def test_mlperf_does_not_fit_and_says_so_before_allocating(tmp_path, cli_here):
+    result = cli_here(
         [
             "model=mlperf",
             "sharding=rowwise",
@@ -206,8 +206,8 @@ def test_mlperf_does_not_fit_and_says_so_before_allocating(tmp_path):
     assert "data rows" not in result.stderr  # refused before its 1M synthetic rows were made
 
 
-def test_missing_data_file_is_one_line(tmp_path):
-    result = run_cli(
+def test_missing_data_file_is_one_line(tmp_path, cli_here):
+    result = cli_here(
         ["data=criteo_tsv", f"data.path={tmp_path}/missing.tsv", f"hydra.run.dir={tmp_path}"]
     )
     assert result.returncode == 1

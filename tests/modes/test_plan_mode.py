@@ -5,7 +5,7 @@ import json
 import pytest
 import torch
 
-from conftest import compose_cfg, run_cli
+from conftest import compose_cfg
 from dlrm_exp.errors import ConfigError, InsufficientMemoryError
 from dlrm_exp.modes.plan import run_plan, summary
 from dlrm_exp.modes.train import run_train
@@ -60,17 +60,17 @@ def test_an_impossible_plan_is_explained_with_numbers(tmp_path):
     assert not (tmp_path / "plan.json").exists()
 
 
-def test_plan_mode_cli_prints_the_plan(tmp_path):
-    result = run_cli(["mode=plan", "hardware=h100_80gb_x8", f"hydra.run.dir={tmp_path}"])
+def test_plan_mode_cli_prints_the_plan(tmp_path, cli_here):
+    result = cli_here(["mode=plan", "hardware=h100_80gb_x8", f"hydra.run.dir={tmp_path}"])
     assert result.returncode == 0, result.stderr[-2000:]
     assert "plan for 8 x cuda rank(s) on 1 host(s), 80 GiB HBM + 256 GiB DDR each" in result.stdout
     assert (tmp_path / "plan.txt").is_file()
 
 
-def test_a_gpu_preset_does_not_train_on_this_cpu_machine(tmp_path):
+def test_a_gpu_preset_does_not_train_on_this_cpu_machine(tmp_path, cli_here):
     if torch.cuda.is_available():
         pytest.skip("this machine has a GPU")
-    result = run_cli(["hardware=a100_40gb_x8", f"hydra.run.dir={tmp_path}"])
+    result = cli_here(["hardware=a100_40gb_x8", f"hydra.run.dir={tmp_path}"])
     assert result.returncode == 1
     assert "use mode=plan" in result.stderr and "Traceback" not in result.stderr
 
