@@ -5,9 +5,11 @@ import os
 import shutil
 import subprocess
 import sys
-from collections.abc import Sequence
+import tempfile
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 from hydra import compose, initialize_config_dir
@@ -218,18 +220,100 @@ def _train_each(cfgs: list, jobs: list, plans: list) -> list:
     return records
 
 
-def train_in_one_launch(cfgs: Sequence[Config], run_dirs: Sequence[Path]) -> list:
+def train_in_one_launch(
+    cfgs: Sequence[Config], run_dirs: Sequence[Path], choices: Sequence[dict] | None = None
+) -> list:
     """Train several multi-process jobs of one hardware configuration with one start of the
-    workers (what ``run_train`` does per job, with the same pre-flight plan): each job writes
-    its own run folder; returns rank 0's records. Starting the workers (a fresh interpreter
-    that imports torch and TorchRec per rank) costs more than a small job's training."""
+    workers (what ``run_train`` does per job, with the same pre-flight plan), in order: each
+    job writes its own run folder (a later job may resume from an earlier one's checkpoint);
+    returns rank 0's records. Starting the workers (a fresh interpreter that imports torch and
+    TorchRec per rank) costs more than a small job's training."""
     from dlrm_exp.distributed.launch import launch_workers
     from dlrm_exp.modes.job import Job
     from dlrm_exp.modes.setup import preflight
 
     assert all(cfg.hardware == cfgs[0].hardware for cfg in cfgs), "one hardware config"
-    jobs = [Job(run_dir, {}, None) for run_dir in run_dirs]
+    choices = choices or [{} for _ in cfgs]
+    jobs = [Job(run_dir, dict(c), None) for run_dir, c in zip(run_dirs, choices, strict=True)]
     for job in jobs:
         job.run_dir.mkdir(parents=True, exist_ok=True)
     plans = [preflight(cfg) for cfg in cfgs]
     return launch_workers(_train_each, (list(cfgs), jobs, plans), cfgs[0].hardware)
+
+
+@dataclass(frozen=True)
+class TwoProcessJob:
+    overrides: list[str]
+    #: ``prepare(root)`` writes the job's inputs under ``root`` (the folder of all the runs,
+    #: where ``root / name`` is each job's run folder) and returns overrides naming them.
+    prepare: Callable[[Path], list[str]] | None
+    choices: dict
+
+
+@dataclass(frozen=True)
+class TwoProcessRun:
+    run_dir: Path
+    metrics: Any  # dlrm_exp.record.run_record.RunMetrics
+    cfg: Config
+
+
+#: Every 2-process training job of the suite, registered by its test module at import
+#: (:func:`two_process_job`) and trained, in registration order, by one start of the workers
+#: (``two_process_runs``): collection imports every module before the first test runs.
+TWO_PROCESS_JOBS: dict[str, TwoProcessJob] = {}
+
+
+def two_process_job(
+    name: str,
+    overrides: Sequence[str],
+    prepare: Callable[[Path], list[str]] | None = None,
+    choices: dict | None = None,
+) -> str:
+    """Register a training job on ``hardware.nproc_per_node=2`` for ``two_process_runs``;
+    returns ``name`` (its key there and its run folder's name)."""
+    assert name not in TWO_PROCESS_JOBS, name
+    TWO_PROCESS_JOBS[name] = TwoProcessJob(
+        ["hardware.nproc_per_node=2", "train.progress_bar=false", *overrides],
+        prepare,
+        choices or {},
+    )
+    return name
+
+
+def elastic_folders() -> set[Path]:
+    """The log folders torch's elastic launcher may leave in the temp dir."""
+    tmp = Path(tempfile.gettempdir())
+    return set(tmp.glob("torchelastic_*")) | set(tmp.glob("dlrm_exp_elastic_*"))
+
+
+@dataclass(frozen=True)
+class TwoProcessRuns:
+    runs: dict[str, TwoProcessRun]
+    #: elastic log folders the launch left behind in the temp dir (none expected)
+    left_behind: set[Path]
+
+    def __getitem__(self, name: str) -> TwoProcessRun:
+        return self.runs[name]
+
+
+@pytest.fixture(scope="session")
+def two_process_runs(tmp_path_factory) -> TwoProcessRuns:
+    """Every registered :data:`TWO_PROCESS_JOBS` job trained by one launch of 2 workers, with a
+    fresh peak cache."""
+    root = tmp_path_factory.mktemp("two_process")
+    names = list(TWO_PROCESS_JOBS)
+    cfgs = []
+    for name in names:
+        job = TWO_PROCESS_JOBS[name]
+        extra = job.prepare(root) if job.prepare else []
+        cfgs.append(compose_cfg([*job.overrides, *extra]))
+    dirs = [root / name for name in names]
+    before = elastic_folders()
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("DLRM_EXP_CACHE_DIR", str(root / "cache"))
+        records = train_in_one_launch(cfgs, dirs, [TWO_PROCESS_JOBS[n].choices for n in names])
+    runs = {
+        name: TwoProcessRun(run_dir, record, cfg)
+        for name, run_dir, record, cfg in zip(names, dirs, records, cfgs, strict=True)
+    }
+    return TwoProcessRuns(runs, elastic_folders() - before)

@@ -4,12 +4,10 @@ precisions (trained or refused) and plan.json (torchrun: tests/distributed/test_
 import csv
 import json
 import os
-import tempfile
-from pathlib import Path
 
 import pytest
 
-from conftest import compose_cfg, train_in_one_launch
+from conftest import compose_cfg, two_process_job
 from dlrm_exp.errors import ConfigError
 from dlrm_exp.modes.train import run_train
 from dlrm_exp.modes.verify import run_verify_many
@@ -99,7 +97,7 @@ PROFILE = [
     "train.profile_steps.warmup=1",
     "train.profile_steps.active=3",
 ]
-#: The 2-process training jobs of this file, all run by one start of the workers (``trained``).
+#: The 2-process training jobs of this file, trained with the suite's others (``trained``).
 TRAINED = {
     "mixed": [
         "sharding=rowwise",
@@ -116,24 +114,17 @@ TRAINED = {
 }
 
 
-def _elastic_folders() -> set[Path]:
-    tmp = Path(tempfile.gettempdir())
-    return set(tmp.glob("torchelastic_*")) | set(tmp.glob("dlrm_exp_elastic_*"))
+for _name, _args in TRAINED.items():
+    two_process_job(f"multiprocess-{_name}", [*SMALL, *_args])
 
 
-@pytest.fixture(scope="module")
-def trained(tmp_path_factory):
-    """{job: (its run folder, its record, its config)} of every TRAINED job, one launch of the
-    workers, with a fresh peak cache; and the elastic log folders the launch left behind."""
-    root = tmp_path_factory.mktemp("trained")
-    cfgs = [compose_cfg([*TWO, *SMALL, *args]) for args in TRAINED.values()]
-    dirs = [root / name for name in TRAINED]
-    before = _elastic_folders()
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setenv("DLRM_EXP_CACHE_DIR", str(root / "cache"))
-        records = train_in_one_launch(cfgs, dirs)
-    runs = dict(zip(TRAINED, zip(dirs, records, cfgs, strict=True), strict=True))
-    return runs, _elastic_folders() - before
+@pytest.fixture
+def trained(two_process_runs):
+    """{job: (its run folder, its record, its config)} of every TRAINED job (one launch of the
+    workers for the suite's 2-process jobs, with a fresh peak cache); and the elastic log
+    folders that launch left behind."""
+    runs = {name: two_process_runs[f"multiprocess-{name}"] for name in TRAINED}
+    return {n: (r.run_dir, r.metrics, r.cfg) for n, r in runs.items()}, two_process_runs.left_behind
 
 
 def test_two_process_run_folder_and_a_mixed_plan_json(trained):

@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from conftest import REPO, compose_cfg
+from conftest import REPO, compose_cfg, two_process_job
 from conftest import SMALL as QUICK
 from dlrm_exp.errors import ConfigError, NonFiniteLossError
 from dlrm_exp.loop.checkpoint import CheckpointError, complete_checkpoints, resume_step
@@ -178,12 +178,19 @@ def test_on_nonfinite_stop_names_the_step_and_skip_equals_training_without_the_b
         run_train(compose_cfg(stop), tmp_path / "stop", {})
 
 
+def _skip_two_processes(root: Path) -> list[str]:
+    (root / "skip-data").mkdir()
+    return [*_skip_args(root / "skip-data", 2), f"data.path={root / 'skip-data' / 'bad'}"]
+
+
+SKIP_TWO = two_process_job("checkpoint-skip", [], _skip_two_processes)
+
+
 @pytest.mark.slow
-def test_on_nonfinite_skip_agrees_across_two_processes(tmp_path):
+def test_on_nonfinite_skip_agrees_across_two_processes(two_process_runs):
     """Only rank 0's half of step 3 is bad: both ranks skip it (one all-reduced flag), and
     the run finishes with finite metrics (the 1-process test shows a skip is exact)."""
-    args = _skip_args(tmp_path, 2)
-    skipped = run_train(compose_cfg([*args, f"data.path={tmp_path / 'bad'}"]), tmp_path / "a", {})
+    skipped = two_process_runs[SKIP_TWO].metrics
     assert skipped.skipped_steps == [3] and skipped.steps == 8
     assert np.isfinite(skipped.val["logloss"]) and np.isfinite(skipped.final_train_loss)
 
@@ -199,22 +206,32 @@ TWO_ROWWISE = [
 ]
 
 
-@pytest.fixture(scope="module")
-def uninterrupted(tmp_path_factory) -> tuple[Path, RunMetrics]:
+UNINTERRUPTED = two_process_job("checkpoint-uninterrupted", TWO_ROWWISE)
+#: The same job resumed table-wise from the uninterrupted run's first checkpoint.
+RESUMED_TABLEWISE = two_process_job(
+    "checkpoint-resumed-tablewise",
+    [*TWO_ROWWISE, "sharding=tablewise"],
+    lambda root: [f"train.resume={root / UNINTERRUPTED / 'checkpoints' / 'step_8'}"],
+)
+
+
+@pytest.fixture
+def uninterrupted(two_process_runs) -> tuple[Path, RunMetrics]:
     """``TWO_ROWWISE`` run from start to end: (its run folder, its record)."""
-    run_dir = tmp_path_factory.mktemp("uninterrupted")
-    return run_dir, run_train(compose_cfg(TWO_ROWWISE), run_dir, {})
+    run = two_process_runs[UNINTERRUPTED]
+    return run.run_dir, run.metrics
 
 
 @pytest.mark.slow
-def test_resume_under_another_sharding_type_or_world_size(uninterrupted, tmp_path):
+def test_resume_under_another_sharding_type_or_world_size(
+    uninterrupted, two_process_runs, tmp_path
+):
     """DCP reshards: a 2-process row-wise checkpoint resumes table-wise on 2 processes
     (bitwise the uninterrupted run) and on 1 process (at the same sample position); moving a
     table into or out of data_parallel is refused before anything is read."""
     full_dir, full = uninterrupted
     step_8 = full_dir / "checkpoints" / "step_8"
-    other = compose_cfg([*TWO_ROWWISE, "sharding=tablewise", f"train.resume={step_8}"])
-    _same_results(run_train(other, tmp_path / "b", {}), full)
+    _same_results(two_process_runs[RESUMED_TABLEWISE].metrics, full)
     one = compose_cfg([*TWO_ROWWISE, "hardware.nproc_per_node=1", f"train.resume={step_8}"])
     single = run_train(one, tmp_path / "c", {})  # 8 steps x 2 ranks = 16 steps x 1 rank
     assert single.steps == 32 and single.train_samples == full.train_samples

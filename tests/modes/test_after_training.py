@@ -12,7 +12,7 @@ import pyarrow.parquet as pq
 import pytest
 import torch
 
-from conftest import compose_cfg
+from conftest import compose_cfg, two_process_job
 from dlrm_exp.data.criteo_format import write_criteo_tsv
 from dlrm_exp.errors import DataError
 from dlrm_exp.factories.inference import InferenceDLRM
@@ -21,7 +21,6 @@ from dlrm_exp.modes.evaluate import run_evaluate
 from dlrm_exp.modes.export import load_trained, run_export
 from dlrm_exp.modes.job import Job
 from dlrm_exp.modes.predict import run_predict
-from dlrm_exp.modes.train import run_train
 
 pytestmark = pytest.mark.slow
 
@@ -34,19 +33,19 @@ DATA = [
 ]
 
 
+#: The acceptance run, small: 2 processes, row-wise, a checkpoint at the end.
+TRAINED = two_process_job(
+    "after-training",
+    [*DATA, "sharding=rowwise", "train.checkpoint_every_n_steps=100"],
+    choices={"sharding": "rowwise"},
+)
+
+
 @pytest.fixture(scope="module")
-def trained(tmp_path_factory):
-    """The acceptance run, small: 2 processes, row-wise, a checkpoint at the end."""
-    run_dir = tmp_path_factory.mktemp("train")
-    cfg = compose_cfg(
-        [
-            *DATA,
-            "hardware.nproc_per_node=2",
-            "sharding=rowwise",
-            "train.checkpoint_every_n_steps=100",
-        ]
-    )
-    return run_dir, run_train(cfg, run_dir, {"sharding": "rowwise"})
+def trained(two_process_runs):
+    """(run folder, record) of ``TRAINED``."""
+    run = two_process_runs[TRAINED]
+    return run.run_dir, run.metrics
 
 
 def test_evaluate_on_one_process_gives_the_training_runs_final_numbers(trained, tmp_path):

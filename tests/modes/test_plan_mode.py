@@ -1,11 +1,12 @@
 """mode=plan for hardware that is not here, the published table sizes, and plans as files."""
 
 import json
+from pathlib import Path
 
 import pytest
 import torch
 
-from conftest import compose_cfg
+from conftest import compose_cfg, two_process_job
 from dlrm_exp.errors import ConfigError, InsufficientMemoryError
 from dlrm_exp.modes.plan import run_plan, summary
 from dlrm_exp.modes.train import run_train
@@ -120,24 +121,33 @@ def test_a_file_that_is_not_a_plan_is_refused(tmp_path):
         run_train(cfg, tmp_path / "run", {})
 
 
-@pytest.mark.slow
-def test_a_saved_plan_is_reused_exactly_by_a_two_process_run(tmp_path):
-    """A 2-rank CPU plan (``auto``: TorchRec picks table_row_wise here) saved by mode=plan,
-    fed to a 2-process run with sharding=from_file: the run's plan.json is the same plan.
-    (tests/test_multiprocess.py checks that a run's plan.json describes the plan it ran.)"""
-    saved = _tiny_plan(tmp_path / "planned")
-    small = [
-        "hardware.nproc_per_node=2",
+def _saved_plan(root: Path) -> list[str]:
+    return ["sharding=from_file", f"sharding.plan_path={_tiny_plan(root / 'planned')}"]
+
+
+#: A 4-step 2-process run fed the plan ``mode=plan`` saved (trained with the suite's other
+#: 2-process jobs).
+FROM_FILE = two_process_job(
+    "plan-from-file",
+    [
         "data.num_train_samples=4096",
         "data.num_val_samples=1024",
         "data.num_test_samples=1024",
         "train.batch_size=128",
         "train.max_steps=4",
-        "train.progress_bar=false",
-    ]
-    cfg = compose_cfg([*small, "sharding=from_file", f"sharding.plan_path={saved}"])
-    run_train(cfg, tmp_path / "again", {})
-    again = json.loads((tmp_path / "again" / "plan.json").read_text())
-    planned = json.loads(saved.read_text())
+    ],
+    _saved_plan,
+)
+
+
+@pytest.mark.slow
+def test_a_saved_plan_is_reused_exactly_by_a_two_process_run(two_process_runs):
+    """A 2-rank CPU plan (``auto``: TorchRec picks table_row_wise here) saved by mode=plan,
+    fed to a 2-process run with sharding=from_file: the run's plan.json is the same plan.
+    (tests/test_multiprocess.py checks that a run's plan.json describes the plan it ran.)"""
+    run = two_process_runs[FROM_FILE]
+    again = json.loads((run.run_dir / "plan.json").read_text())
+    planned = json.loads(Path(run.cfg.sharding.plan_path).read_text())
+    assert run.metrics.steps == 4
     assert again["tables"] == planned["tables"] and again["world_size"] == 2
     assert {t["sharding_type"] for t in again["tables"].values()} != {"table_wise"}
