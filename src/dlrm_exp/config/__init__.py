@@ -52,6 +52,8 @@ from dlrm_exp.config.sharding import ComputeKernel, ShardingConfig, ShardingStra
 from dlrm_exp.config.store import conf_dir, register_configs
 from dlrm_exp.config.train import (
     DensePrecision,
+    EarlyStopping,
+    Monitor,
     OnNonFinite,
     Pipeline,
     ProfileSteps,
@@ -60,6 +62,8 @@ from dlrm_exp.config.train import (
 
 __all__ = [
     "DensePrecision",
+    "EarlyStopping",
+    "Monitor",
     "Pipeline",
     "ProfileSteps",
     "CHECKPOINT_MODES",

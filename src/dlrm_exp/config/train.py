@@ -56,6 +56,45 @@ class DensePrecision(Enum):
     fp16 = "fp16"
 
 
+class Monitor(Enum):
+    """The validation metric early stopping and ``train.keep_best`` watch: ``auroc`` (higher is
+    better), ``logloss`` or ``ne`` (lower is better)."""
+
+    auroc = "auroc"
+    logloss = "logloss"
+    ne = "ne"
+
+    @property
+    def higher_is_better(self) -> bool:
+        return self is Monitor.auroc
+
+
+@dataclass
+class EarlyStopping:
+    """Stop training at the first validation after ``patience`` validations in a row that did
+    not improve the monitored metric by more than ``min_delta`` (PyTorch Lightning's
+    ``EarlyStopping`` rule and defaults: patience 3, min_delta 0). ``patience: null`` turns it
+    off; the MLPerf presets do (their rule: train to the target AUROC or the end of the epoch).
+
+    Attributes:
+        monitor: see :class:`Monitor`.
+        patience: validations without improvement before the stop (null: never stop early).
+        min_delta: the smallest change that counts as an improvement (in the metric's units).
+    """
+
+    monitor: Monitor = Monitor.auroc
+    patience: int | None = 3
+    min_delta: float = 0.0
+
+    def __post_init__(self) -> None:
+        require_positive(
+            {"train.early_stopping.patience": self.patience},
+            nullable=True,
+            message="{key} must be positive or null",
+        )
+        require(self.min_delta >= 0, "train.early_stopping.min_delta must be >= 0")
+
+
 @dataclass
 class ProfileSteps:
     """``torch.profiler.schedule`` of ``train.profile``: skip ``wait`` steps, trace
@@ -78,11 +117,18 @@ class TrainConfig:
         batch_size: samples per rank per step.
         epochs: passes over the training split (ignored when ``max_steps`` stops earlier).
         max_steps: stop after this many steps (null: run ``epochs``).
-        val_every_n_steps: validate every N steps as well as at the end (null: only at the end).
+        val_every_n_steps: validate every N steps as well as at the end (null: only at the end;
+            with more than one epoch, every epoch ends with a validation in any case).
         val_per_epoch: validate N times per epoch, every ``steps_per_epoch // N`` steps
             (MLPerf DLRM-DCNv2: 20), besides ``val_every_n_steps`` (null: not).
         target_auroc: stop training at the first validation whose AUROC reaches this value,
             then run the test split (MLPerf DLRM-DCNv2: 0.80275); null: train to the end.
+        early_stopping: see :class:`EarlyStopping`.
+        keep_best: keep the weights of the best validation (the monitored metric) in
+            ``<run>/checkpoints/best/`` and report them: the test split, ``metrics.json``'s
+            ``val`` / ``test`` and ``checkpoint=<run folder>`` use them, and the final weights'
+            numbers are recorded beside them (``final_weights``). A save happens only at a
+            validation that improves and is not the last one.
         log_every_n_steps: TensorBoard scalar interval, steps.
         throughput_warmup_steps: first steps left out of ``samples_per_sec``.
         progress_bar: tqdm bar on rank 0 when stderr is a terminal.
@@ -107,6 +153,8 @@ class TrainConfig:
     val_every_n_steps: int | None = None
     val_per_epoch: int | None = None
     target_auroc: float | None = None
+    early_stopping: EarlyStopping = field(default_factory=EarlyStopping)
+    keep_best: bool = True
     log_every_n_steps: int = 20
     throughput_warmup_steps: int = 10
     progress_bar: bool = True

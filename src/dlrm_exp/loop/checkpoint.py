@@ -7,6 +7,9 @@ validation history, model shape). Every rank writes into ``step_<n>.partial/``; 
 them finished, rank 0 writes ``trainer_state.json`` and renames the folder to ``step_<n>``. A
 crash during a save therefore leaves only a ``.partial`` folder, never a visible half
 checkpoint, and the previous ``step_<m>`` stays usable. ``keep_last`` prunes older ones.
+``train.keep_best`` keeps the best validation's weights as one more checkpoint,
+``<run>/checkpoints/best/`` (written the same way, replaced at each better validation, never
+pruned, never picked by ``train.resume=auto``).
 
 Loading goes through DCP, which reads tensors into the model's and optimizer's own (sharded)
 tensors with ``torch.load(weights_only=True)``: only tensors are saved (optimizer
@@ -47,6 +50,8 @@ from dlrm_exp.util.files import write_json_atomic
 
 CHECKPOINTS = "checkpoints"
 STATE_FILE = "trainer_state.json"
+#: The folder of the best validation's checkpoint under ``checkpoints/``.
+BEST = "best"
 _STEP_DIR = re.compile(r"^step_(\d+)$")
 
 
@@ -134,6 +139,12 @@ def checkpoint_path(run_dir: Path, step: int) -> Path:
     return run_dir / CHECKPOINTS / f"step_{step}"
 
 
+def best_checkpoint(run_dir: Path) -> Path | None:
+    """``<run_dir>/checkpoints/best`` if it is a complete checkpoint, else None."""
+    path = run_dir / CHECKPOINTS / BEST
+    return path if (path / ".metadata").is_file() and (path / STATE_FILE).is_file() else None
+
+
 def complete_checkpoints(run_dir: Path) -> list[Path]:
     """The run's complete checkpoints (``step_<n>`` with DCP metadata and trainer state),
     oldest first."""
@@ -162,10 +173,12 @@ def save_checkpoint(
     trainer_state: dict[str, Any],
     is_main: bool,
     keep_last: int | None = None,
+    name: str | None = None,
 ) -> Path:
     """Save the model, the optimizers' state and ``trainer_state`` as checkpoint ``step``
-    (a collective: every rank calls it). Returns the checkpoint folder."""
-    final = checkpoint_path(run_dir, step)
+    (a collective: every rank calls it), in ``checkpoints/step_<step>`` or, if given,
+    ``checkpoints/<name>`` (which replaces an earlier one of that name). Returns the folder."""
+    final = checkpoint_path(run_dir, step) if name is None else run_dir / CHECKPOINTS / name
     partial = final.with_name(final.name + ".partial")
     if is_main:
         shutil.rmtree(partial, ignore_errors=True)
@@ -320,8 +333,9 @@ def _dcp_load(path: Path, state: dict[str, Any]) -> None:
 
 
 def find_checkpoint(location: str) -> Path:
-    """The checkpoint folder ``checkpoint=`` names: a ``checkpoints/step_<n>`` folder, or a
-    run folder (its newest complete checkpoint).
+    """The checkpoint folder ``checkpoint=`` names: a ``checkpoints/step_<n>`` (or ``best``)
+    folder, or a run folder: its best validation's checkpoint (``train.keep_best``) if it has
+    one, else its newest complete checkpoint.
 
     Raises:
         CheckpointError: nothing there, a run folder without a complete checkpoint, or an
@@ -330,6 +344,9 @@ def find_checkpoint(location: str) -> Path:
     path = Path(location).expanduser()
     if path.is_dir() and not (path / STATE_FILE).is_file() and not path.name.endswith(".partial"):
         run_dir = path.parent if path.name == CHECKPOINTS else path
+        best = best_checkpoint(run_dir)
+        if best is not None:
+            return best
         found = complete_checkpoints(run_dir)
         if not found:
             raise CheckpointError(

@@ -1,10 +1,14 @@
 """The training loop: ``TrainPipeline`` over the train split, validation every
 ``train.val_every_n_steps`` and at the end, test at the end.
 
-The loop's own state (step, samples seen, validation history, last loss, skipped steps) is one
-object, :class:`TrainerState`, which checkpoints save next to the model and optimizer and
-resume restores. Training runs in segments that end at validation and checkpoint steps, where
-the pipeline is drained (no batch in flight), see :mod:`dlrm_exp.loop.evaluate`.
+The loop's own state (step, samples seen, validation history, last loss, skipped steps, the best
+validation and the early-stopping count) is one object, :class:`TrainerState`, which checkpoints
+save next to the model and optimizer and resume restores. Training stops at the end of its
+steps, at ``train.target_auroc`` or by early stopping (:mod:`dlrm_exp.loop.early_stopping`),
+whichever comes first; with ``train.keep_best`` the test split is scored on the best
+validation's weights, and the final weights' numbers are kept beside them. Training runs in
+segments that end at validation and checkpoint steps, where the pipeline is drained (no batch
+in flight), see :mod:`dlrm_exp.loop.evaluate`.
 """
 
 import itertools
@@ -25,6 +29,7 @@ from tqdm import tqdm
 from dlrm_exp.config import OnNonFinite, TrainConfig
 from dlrm_exp.distributed.comm_stats import CollectiveBytes
 from dlrm_exp.errors import NonFiniteLossError
+from dlrm_exp.loop.early_stopping import EARLY_STOPPING, END, TARGET, BestValidation
 from dlrm_exp.loop.evaluate import drain, evaluate, quality
 from dlrm_exp.loop.metrics import Throughput
 from dlrm_exp.perf.profile import StepProfiler
@@ -61,6 +66,18 @@ class Trainable(Protocol):
         ...
 
 
+class BestWeights(Protocol):
+    """Keeps the weights of the best validation (``train.keep_best``), e.g. as a checkpoint."""
+
+    def save(self, step: int, state: "TrainerState") -> str:
+        """Save the weights now (a collective, the pipeline drained); returns where."""
+        ...
+
+    def restore(self, location: str) -> None:
+        """Load the weights saved at ``location`` into the model (a collective)."""
+        ...
+
+
 @dataclass
 class BatchSources:
     """The three splits' batch sources."""
@@ -82,6 +99,10 @@ class TrainerState:
         skipped_steps: steps whose batch was skipped for a non-finite loss.
         target_step: the step whose validation first reached ``train.target_auroc`` (None:
             not reached, or no target).
+        best: the best validation of ``train.early_stopping.monitor`` and the patience count.
+        best_checkpoint: where the best validation's weights were saved (None: not saved).
+        stop_reason: why training stopped before its last step (``target_auroc``,
+            ``early_stopping``), None while it runs on.
     """
 
     step: int = 0
@@ -90,6 +111,9 @@ class TrainerState:
     final_train_loss: float | None = None
     skipped_steps: list[int] = field(default_factory=list)
     target_step: int | None = None
+    best: BestValidation = field(default_factory=BestValidation)
+    best_checkpoint: str | None = None
+    stop_reason: str | None = None
 
     def state_dict(self) -> dict[str, Any]:
         """The JSON-able state a checkpoint stores (its ``step`` is the checkpoint's own)."""
@@ -99,6 +123,9 @@ class TrainerState:
             "final_train_loss": self.final_train_loss,
             "skipped_steps": list(self.skipped_steps),
             "target_step": self.target_step,
+            "best": self.best.to_json(),
+            "best_checkpoint": self.best_checkpoint,
+            "stop_reason": self.stop_reason,
         }
 
     @classmethod
@@ -112,6 +139,9 @@ class TrainerState:
             final_train_loss=saved.get("final_train_loss"),
             skipped_steps=list(saved.get("skipped_steps", [])),
             target_step=saved.get("target_step"),
+            best=BestValidation.from_json(saved.get("best")),
+            best_checkpoint=saved.get("best_checkpoint"),
+            stop_reason=saved.get("stop_reason"),
         )
 
 
@@ -125,12 +155,18 @@ class FitResult:
         samples_per_sec: steady-state global samples/s (warm-up steps and evaluation excluded),
             None if no step followed the warm-up.
         train_seconds: wall seconds inside counted training steps.
-        val: final validation metrics (auroc, logloss, ne, samples).
-        test: test metrics.
+        val: validation metrics of the weights kept (auroc, logloss, ne, samples): the best
+            validation's with ``train.keep_best``, else the final weights'.
+        test: test metrics of the same weights.
         step_seconds: wall seconds of each training step after the throughput warm-up (from
             one step's output to the next; on CUDA after a synchronize).
         target_epoch: epochs trained (a fraction) when the target AUROC was reached (None:
             not reached, or no target).
+        stop_reason: ``end``, ``target_auroc`` or ``early_stopping``.
+        final_weights: ``{"val": ..., "test": ...}`` of the final weights when the best
+            validation's weights were restored instead (empty otherwise: val / test are the
+            final weights').
+        steps_per_epoch: training steps of one epoch.
     """
 
     state: TrainerState
@@ -140,6 +176,9 @@ class FitResult:
     test: dict[str, float]
     step_seconds: list[float] = field(default_factory=list)
     target_epoch: float | None = None
+    stop_reason: str = END
+    final_weights: dict[str, dict[str, float]] = field(default_factory=dict)
+    steps_per_epoch: int = 1
 
 
 #: Called as ``checkpoint(step, state)`` with the pipeline drained.
@@ -163,6 +202,8 @@ class Trainer:
         checkpoint: called every ``cfg.checkpoint_every_n_steps`` steps and after the last.
         profiler: started before the first step, told of every training step, stopped when
             training ends (``train.profile``, :class:`dlrm_exp.perf.profile.StepProfiler`).
+        best_weights: with ``train.keep_best``, keeps the best validation's weights
+            (:class:`BestWeights`).
     """
 
     def __init__(
@@ -177,6 +218,7 @@ class Trainer:
         comm: CollectiveBytes | None = None,
         checkpoint: CheckpointHook | None = None,
         profiler: StepProfiler | None = None,
+        best_weights: BestWeights | None = None,
     ) -> None:
         self.experiment = experiment
         self.cfg = cfg
@@ -188,6 +230,7 @@ class Trainer:
         self.comm = comm
         self.checkpoint = checkpoint
         self.profiler = profiler
+        self.best_weights = best_weights if cfg.keep_best else None
         self.steps_per_epoch = len(samples_per_step)
         total = self.steps_per_epoch * cfg.epochs
         self.total_steps = total if cfg.max_steps is None else min(total, cfg.max_steps)
@@ -211,17 +254,16 @@ class Trainer:
         self.experiment.model.train()
         if self.profiler is not None:
             self.profiler.start()
-        while state.step < self.total_steps and state.target_step is None:
+        while state.step < self.total_steps and state.stop_reason is None:
             segment = _next_boundary(state.step, self.total_steps, self._intervals()) - state.step
             self._train_segment(itertools.islice(train_iter, segment), state, bar)
             self._after_segment(sources, state)
         if self.profiler is not None:
             self.profiler.stop()
         bar.close()
-        if state.target_step != state.step:  # else the stopping validation is the last one
-            self._validate(sources, state)
-        val = {k: v for k, v in state.val_history[-1].items() if k != "step"}
-        test = self._evaluate(sources.test)
+        if not state.val_history or state.val_history[-1]["step"] != state.step:
+            self._validate(sources, state)  # else the stopping validation is the last one
+        val, test, final_weights = self._kept_weights_metrics(sources, state)
         return FitResult(
             state=state,
             samples_per_sec=self.throughput.samples_per_sec,
@@ -230,14 +272,37 @@ class Trainer:
             test=test,
             step_seconds=self.step_seconds,
             target_epoch=self.target_epoch(state),
+            stop_reason=state.stop_reason or END,
+            final_weights=final_weights,
+            steps_per_epoch=self.steps_per_epoch,
         )
 
+    def _kept_weights_metrics(
+        self, sources: BatchSources, state: TrainerState
+    ) -> tuple[dict[str, float], dict[str, float], dict[str, dict[str, float]]]:
+        """(val, test, final_weights) of the weights the run keeps: the final weights', or,
+        with ``train.keep_best`` and a best validation before the last, the best one's (then
+        restored into the model), with the final weights' numbers as ``final_weights``."""
+        last = {k: v for k, v in state.val_history[-1].items() if k != "step"}
+        test = self._evaluate(sources.test)
+        best_step = state.best.step
+        if self.best_weights is None or best_step in (None, state.step):
+            return last, test, {}
+        if state.best_checkpoint is None:
+            raise AssertionError(f"the best validation (step {best_step}) was not saved")
+        self.best_weights.restore(state.best_checkpoint)
+        log.info("restored the best validation's weights (step %d)", best_step)
+        (best,) = [h for h in state.val_history if h["step"] == best_step]
+        val = {k: v for k, v in best.items() if k != "step"}
+        return val, self._evaluate(sources.test), {"val": last, "test": test}
+
     def _val_intervals(self) -> tuple[int | None, ...]:
-        """Validation intervals in steps: ``val_every_n_steps`` and, for ``val_per_epoch=N``,
-        ``steps_per_epoch // N`` (at least 1)."""
+        """Validation intervals in steps: ``val_every_n_steps``, for ``val_per_epoch=N``
+        ``steps_per_epoch // N`` (at least 1), and with more than one epoch the epoch."""
         per_epoch = self.cfg.val_per_epoch
         every_per_epoch = max(1, self.steps_per_epoch // per_epoch) if per_epoch else None
-        return (self.cfg.val_every_n_steps, every_per_epoch)
+        epoch = self.steps_per_epoch if self.cfg.epochs > 1 else None
+        return (self.cfg.val_every_n_steps, every_per_epoch, epoch)
 
     def _intervals(self) -> tuple[int | None, ...]:
         return (*self._val_intervals(), self.cfg.checkpoint_every_n_steps)
@@ -339,20 +404,25 @@ class Trainer:
         due_val = any(n and step % n == 0 for n in self._val_intervals())
         if step < self.total_steps and due_val:
             self._validate(sources, state)
+        stopping = state.stop_reason is not None
+        if self.best_weights is not None and state.best.step == step and not stopping:
+            if step < self.total_steps:  # a later validation follows: keep these weights
+                state.best_checkpoint = self.best_weights.save(step, state)
         every = self.cfg.checkpoint_every_n_steps
-        last = step == self.total_steps or state.target_step == step
+        last = step == self.total_steps or stopping
         if self.checkpoint is not None and every and (step % every == 0 or last):
             self.checkpoint(step, state)
 
     def _validate(self, sources: BatchSources, state: TrainerState) -> None:
         """Evaluate the validation split into the history; mark the step that first reaches
-        ``train.target_auroc`` (the loop then stops)."""
+        ``train.target_auroc`` or that ends training by early stopping (the loop then stops)."""
         step = state.step
         state.val_history.append({"step": float(step), **self._evaluate(sources.val)})
         self.tracker.scalars("val", quality(state.val_history[-1]), step)
         target, auroc = self.cfg.target_auroc, state.val_history[-1]["auroc"]
+        self._track_best(state)
         if target is not None and state.target_step is None and auroc >= target:
-            state.target_step = step
+            state.target_step, state.stop_reason = step, TARGET
             epoch = step / self.steps_per_epoch
             self.tracker.scalar("val/reached_target_auroc", target, step)
             self.tracker.text(
@@ -362,6 +432,23 @@ class Trainer:
                 step,
             )
             log.info("target AUROC %s reached at step %d (epoch %.3f)", target, step, epoch)
+
+    def _track_best(self, state: TrainerState) -> None:
+        """Update the best validation; stop by early stopping after ``patience`` validations
+        without improvement (unless the target stops first)."""
+        cfg, step = self.cfg.early_stopping, state.step
+        if state.best.update(step, state.val_history[-1], cfg):
+            self.tracker.scalar(f"val/best_{cfg.monitor.value}", state.best.value, step)
+        if state.stop_reason is None and state.best.should_stop(cfg) and step < self.total_steps:
+            state.stop_reason = EARLY_STOPPING
+            line = (
+                f"early stopping at step {step} (epoch {step / self.steps_per_epoch:.3f}): val "
+                f"{cfg.monitor.value} did not improve by more than {cfg.min_delta} for "
+                f"{cfg.patience} validations; the best was {state.best.value:.5f} at step "
+                f"{state.best.step}"
+            )
+            self.tracker.text("early_stopping", line, step)
+            log.info(line)
 
     def target_epoch(self, state: TrainerState) -> float | None:
         """The epoch fraction at which the target AUROC was reached (None: not reached)."""

@@ -21,7 +21,7 @@ from dlrm_exp.distributed.launch import (
     env_rank,
     process_group,
 )
-from dlrm_exp.loop.checkpoint import find_checkpoint, load_model_weights
+from dlrm_exp.loop.checkpoint import BEST, find_checkpoint, load_model_weights
 from dlrm_exp.loop.evaluate import evaluate, quality
 from dlrm_exp.modes.job import Job, ModeResult
 from dlrm_exp.modes.setup import prepare, rank_batches, run_on_ranks
@@ -99,7 +99,11 @@ def evaluate_worker(
 
 def summary(result: EvalMetrics, run_dir: Path) -> str:
     """The lines ``mode=evaluate`` prints."""
-    lines = [f"evaluated {result.checkpoint} (step {result.step}) on {result.world_size} rank(s)"]
+    weights = " (the best validation's weights)" if Path(result.checkpoint).name == BEST else ""
+    lines = [
+        f"evaluated {result.checkpoint} (step {result.step}){weights} on {result.world_size} "
+        "rank(s)"
+    ]
     for name, values in (("val", result.val), ("test", result.test)):
         if values:
             lines.append(split_line(name, values))

@@ -33,8 +33,11 @@ from dlrm_exp.distributed.launch import (
 )
 from dlrm_exp.factories.experiment import Experiment
 from dlrm_exp.loop.checkpoint import (
+    BEST,
     CheckpointLayout,
+    best_checkpoint,
     load_checkpoint,
+    load_model_weights,
     resolve_resume,
     resume_step,
     save_checkpoint,
@@ -130,6 +133,7 @@ def train_worker(cfg: Config, job: Job, plan: ShardingPlan | None = None) -> Run
                 profiler=StepProfiler(
                     job.run_dir, ctx.rank, cfg.train.profile_steps, ctx.device, cfg.train.profile
                 ),
+                best_weights=_BestCheckpoint(run, layout),
             )
             start = _resume(run, layout, samples_per_step)
             with comm.installed():
@@ -196,7 +200,9 @@ def _resume(
     return state
 
 
-def _save(run: _Run, layout: CheckpointLayout, step: int, state: TrainerState) -> None:
+def _save(
+    run: _Run, layout: CheckpointLayout, step: int, state: TrainerState, name: str | None = None
+) -> Path:
     path = save_checkpoint(
         run.job.run_dir,
         step,
@@ -205,8 +211,27 @@ def _save(run: _Run, layout: CheckpointLayout, step: int, state: TrainerState) -
         {**state.state_dict(), **layout.state_dict()},
         run.ctx.is_main,
         run.cfg.train.keep_last_checkpoints,
+        name,
     )
     log.info("checkpoint: %s", path)
+    return path
+
+
+@dataclass(frozen=True)
+class _BestCheckpoint:
+    """``train.keep_best``: the best validation's weights as ``checkpoints/best``."""
+
+    run: _Run
+    layout: CheckpointLayout
+
+    def save(self, step: int, state: TrainerState) -> str:
+        return str(_save(self.run, self.layout, step, state, BEST))
+
+    def restore(self, location: str) -> None:
+        """This run folder's ``checkpoints/best`` (a copied or moved folder keeps working),
+        else ``location`` (a run resumed from another run's checkpoint)."""
+        path = best_checkpoint(self.run.job.run_dir) or Path(location)
+        load_model_weights(path, self.run.experiment.model, self.layout.tables)
 
 
 def _run_metrics(
@@ -247,6 +272,13 @@ def _run_metrics(
         reached_target=state.target_step is not None,
         target_step=state.target_step,
         target_epoch=result.target_epoch,
+        stop_reason=result.stop_reason,
+        monitor=run.cfg.train.early_stopping.monitor.value,
+        best_step=state.best.step,
+        best_epoch=None if state.best.step is None else state.best.step / result.steps_per_epoch,
+        best_value=state.best.value,
+        weights="best" if result.final_weights else "final",
+        final_weights=result.final_weights,
         utilization=_utilization(run, result),
         profile=profile_files(run.job.run_dir) if run.cfg.train.profile and run.ctx.is_main else [],
         effective_qcomms=run.experiment.effective_qcomms,
@@ -327,6 +359,26 @@ def _utilization_lines(util: Mapping[str, Any]) -> list[str]:
     return lines
 
 
+def _best_lines(metrics: RunMetrics) -> list[str]:
+    """Why training stopped early, and whose weights the val / test lines are."""
+    lines = []
+    epoch = metrics.best_epoch or 0.0
+    if metrics.stop_reason == "early_stopping":
+        lines.append(
+            f"early stopping at step {metrics.steps}: val {metrics.monitor} stopped improving "
+            f"after step {metrics.best_step} (epoch {epoch:.2f}; train.early_stopping)"
+        )
+    if metrics.weights == "best":
+        final = metrics.final_weights
+        lines.append(
+            f"val / test are the best validation's weights (step {metrics.best_step}, epoch "
+            f"{epoch:.2f}, val {metrics.monitor} {metrics.best_value:.4f}; checkpoints/best); "
+            f"the final weights (step {metrics.steps}): val AUROC {final['val']['auroc']:.4f}, "
+            f"test AUROC {final['test']['auroc']:.4f}"
+        )
+    return lines
+
+
 def summary(metrics: RunMetrics, run_dir: Path, logdir: str = "outputs") -> str:
     """The lines printed at the end of a training run."""
     bayes = metrics.bayes_auroc or {}
@@ -356,6 +408,7 @@ def summary(metrics: RunMetrics, run_dir: Path, logdir: str = "outputs") -> str:
             if metrics.reached_target
             else f"target AUROC {metrics.target_auroc} not reached in {metrics.steps} steps"
         )
+    lines += _best_lines(metrics)
     if metrics.profile:
         lines.append(
             f"profile: {run_dir / PROFILE_DIR} ({len(metrics.profile)} files; traces open in "

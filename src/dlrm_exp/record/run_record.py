@@ -24,7 +24,8 @@ class RunMetrics:
 
     Attributes:
         status: ``completed`` or ``failed`` (``missing`` when read from a folder without one).
-        val / test: final ``auroc``, ``logloss`` (nats), ``ne`` and ``samples`` of the split.
+        val / test: ``auroc``, ``logloss`` (nats), ``ne`` and ``samples`` of the split, for the
+            weights the run keeps (see ``weights``).
         samples_per_sec: steady-state global training throughput, samples/s (warm-up and
             evaluation excluded); None if no step followed the warm-up.
         steps: optimizer steps taken.
@@ -51,6 +52,16 @@ class RunMetrics:
         reached_target: whether a validation reached it.
         target_step / target_epoch: the step, and the epochs trained (a fraction), of the
             first validation that reached it.
+        stop_reason: why training ended: ``end`` (its steps ran out), ``target_auroc`` or
+            ``early_stopping``.
+        monitor: the validation metric of the best validation and early stopping (``auroc``,
+            ``logloss``, ``ne``).
+        best_step / best_epoch / best_value: the best validation's step, epochs trained then
+            (a fraction) and monitored value.
+        weights: whose numbers ``val`` and ``test`` are: ``best`` (``train.keep_best`` restored
+            the best validation's weights) or ``final``.
+        final_weights: with ``weights: best``, the final weights' ``val`` and ``test`` (the
+            cost of training past the best validation); empty otherwise.
         utilization: dense FLOPs and embedding bytes per sample, their achieved rates per
             rank, the measured peaks they are compared with (FLOP/s, copy bytes/s, dtype, when
             measured, probed or cached), the theoretical matmul bound and the fractions of
@@ -95,6 +106,13 @@ class RunMetrics:
     reached_target: bool = False
     target_step: int | None = None
     target_epoch: float | None = None
+    stop_reason: str = "end"
+    monitor: str | None = None
+    best_step: int | None = None
+    best_epoch: float | None = None
+    best_value: float | None = None
+    weights: str = "final"
+    final_weights: dict[str, dict[str, float]] = field(default_factory=dict)
     utilization: dict[str, Any] = field(default_factory=dict)
     profile: list[str] = field(default_factory=list)
     effective_qcomms: dict[str, dict[str, str]] = field(default_factory=dict)

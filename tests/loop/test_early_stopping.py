@@ -1,0 +1,161 @@
+"""Early stopping's rule (PyTorch Lightning's): improvement beyond min_delta in the monitored
+metric's direction, a stop after ``patience`` validations in a row without one; and on a run
+made to overfit: the stop, the best weights kept and reported, resume, evaluate."""
+
+import json
+import shutil
+
+import pytest
+from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+from conftest import compose_cfg, two_process_job
+from dlrm_exp.config import EarlyStopping, Monitor
+from dlrm_exp.errors import ConfigError
+from dlrm_exp.loop.early_stopping import BestValidation
+from dlrm_exp.modes.evaluate import run_evaluate
+from dlrm_exp.modes.evaluate import summary as evaluate_summary
+from dlrm_exp.modes.job import Job
+from dlrm_exp.modes.train import run_train
+
+
+def _run(values, cfg: EarlyStopping) -> tuple[BestValidation, int | None]:
+    """Feed validations at steps 10, 20, ...; returns the state and the step that stops."""
+    best = BestValidation()
+    for i, value in enumerate(values, start=1):
+        best.update(10 * i, {cfg.monitor.value: value}, cfg)
+        if best.should_stop(cfg):
+            return best, 10 * i
+    return best, None
+
+
+def test_auroc_stops_after_patience_validations_without_improvement():
+    best, stop = _run([0.70, 0.72, 0.71, 0.72, 0.715, 0.73], EarlyStopping(patience=3))
+    assert (best.step, best.value, stop) == (20, 0.72, 50)  # 0.72 again is no improvement
+
+
+def test_loss_like_metrics_improve_downwards_and_min_delta_counts():
+    cfg = EarlyStopping(monitor=Monitor.logloss, patience=2, min_delta=0.01)
+    best, stop = _run([0.50, 0.45, 0.445, 0.44, 0.43], cfg)
+    assert (best.step, best.value, stop) == (20, 0.45, 40)  # 0.445 and 0.44: within 0.01
+
+
+def test_patience_null_never_stops_and_an_improvement_resets_the_count():
+    best, stop = _run([0.7, 0.6, 0.6, 0.6, 0.6], EarlyStopping(patience=None))
+    assert stop is None and best.bad_validations == 4
+    best, stop = _run([0.7, 0.6, 0.6, 0.8, 0.6, 0.6], EarlyStopping(patience=3))
+    assert stop is None and (best.step, best.bad_validations) == (40, 2)
+
+
+def test_the_state_survives_a_checkpoint():
+    best, _ = _run([0.7, 0.6], EarlyStopping())
+    assert BestValidation.from_json(best.to_json()) == best
+    assert BestValidation.from_json(None) == BestValidation()
+
+
+@pytest.mark.parametrize(("patience", "min_delta"), [(0, 0.0), (-1, 0.0), (3, -0.1)])
+def test_bad_settings_are_refused(patience, min_delta):
+    with pytest.raises(ConfigError, match="train.early_stopping"):
+        EarlyStopping(patience=patience, min_delta=min_delta)
+
+
+#: Made to overfit (the issue's acceptance shape, smaller splits): 32 steps per epoch, a
+#: validation per epoch, a checkpoint per epoch; early stopping and keep_best at their defaults.
+OVERFIT = [
+    "data.num_train_samples=16384",
+    "data.num_val_samples=4096",
+    "data.num_test_samples=4096",
+    "train.epochs=10",
+    "train.checkpoint_every_n_steps=32",
+    "train.progress_bar=false",
+]
+
+
+@pytest.fixture(scope="module")
+def overfit(tmp_path_factory):
+    """(run folder, record) of ``OVERFIT``."""
+    run_dir = tmp_path_factory.mktemp("overfit")
+    return run_dir, run_train(compose_cfg(OVERFIT), run_dir, {})
+
+
+def test_an_overfitting_run_stops_early_and_reports_its_best_weights(overfit):
+    """It stops before epoch 10 at the first validation after 3 without improvement; val and
+    test are the best validation's weights (restored from checkpoints/best), and the final
+    weights' worse numbers are recorded beside them."""
+    run_dir, metrics = overfit
+    saved = json.loads((run_dir / "metrics.json").read_text())
+    history = [(int(h["step"]), h["auroc"]) for h in metrics.val_history]
+    best_step, best_auroc = max(history, key=lambda h: h[1])
+    assert saved["stop_reason"] == "early_stopping" and metrics.steps < 320
+    assert saved["best_step"] == best_step and metrics.steps == best_step + 3 * 32
+    assert saved["best_epoch"] == best_step / 32 and saved["best_value"] == best_auroc
+    assert saved["weights"] == "best" and saved["val"]["auroc"] == best_auroc
+    final = saved["final_weights"]
+    assert final["val"]["auroc"] == history[-1][1]
+    assert saved["test"]["auroc"] > final["test"]["auroc"]  # the cost of overfitting
+    assert (run_dir / "checkpoints" / "best").is_dir()
+    events = EventAccumulator(str(run_dir))
+    events.Reload()
+    assert [s.step for s in events.Scalars("val/best_auroc")] == [best_step]
+
+
+def test_a_run_resumed_after_the_best_checkpoint_stops_at_the_same_step_bitwise(overfit, tmp_path):
+    """As if killed after the checkpoint of the validation after the best: resume=auto
+    continues the patience count, stops at the same step and restores the same weights."""
+    run_dir, metrics = overfit
+    again = tmp_path / "run"
+    shutil.copytree(run_dir, again)
+    (again / "metrics.json").unlink()
+    after_best = metrics.best_step + 32
+    for path in (again / "checkpoints").glob("step_*"):
+        if int(path.name.removeprefix("step_")) > after_best:
+            shutil.rmtree(path)
+    resumed = run_train(compose_cfg([*OVERFIT, "train.resume=auto"]), again, {})
+    assert resumed.steps == metrics.steps and resumed.best_step == metrics.best_step
+    assert resumed.val == metrics.val and resumed.test == metrics.test
+    assert resumed.final_weights == metrics.final_weights
+
+
+def test_evaluate_on_the_run_folder_uses_the_best_weights_and_says_so(overfit, tmp_path):
+    run_dir, metrics = overfit
+    cfg = compose_cfg([*OVERFIT, "mode=evaluate", f"checkpoint={run_dir}"])
+    result = run_evaluate(cfg, Job(tmp_path))
+    assert result.step == metrics.best_step and result.test["auroc"] == metrics.test["auroc"]
+    assert "(the best validation's weights)" in evaluate_summary(result, tmp_path)
+
+
+def test_without_keep_best_the_final_weights_are_reported(overfit, tmp_path):
+    """keep_best=false: no best checkpoint, val / test are the final weights' (the same
+    numbers as the kept run's final_weights), the stop is the same."""
+    _, kept = overfit
+    cfg = compose_cfg([*OVERFIT, "train.keep_best=false", "train.checkpoint_every_n_steps=null"])
+    final = run_train(cfg, tmp_path, {})
+    assert final.weights == "final" and final.final_weights == {}
+    assert final.steps == kept.steps and final.best_step == kept.best_step
+    assert final.val == kept.final_weights["val"] and final.test == kept.final_weights["test"]
+    assert not (tmp_path / "checkpoints").exists()
+
+
+#: Two processes, row-wise, made to overfit: 32 steps of 2 x 128 per epoch, at most 6 epochs.
+TWO_ROWWISE = two_process_job(
+    "early-stopping-rowwise",
+    [
+        "sharding=rowwise",
+        "data.num_train_samples=8192",
+        "data.num_val_samples=2048",
+        "data.num_test_samples=2048",
+        "train.batch_size=128",
+        "train.epochs=6",
+    ],
+)
+
+
+@pytest.mark.slow
+def test_two_row_wise_processes_stop_early_and_keep_the_best_weights(two_process_runs):
+    run = two_process_runs[TWO_ROWWISE]
+    metrics, history = run.metrics, run.metrics.val_history
+    best = max(history, key=lambda h: h["auroc"])
+    assert metrics.world_size == 2 and metrics.stop_reason == "early_stopping"
+    assert metrics.best_step == best["step"] and metrics.steps == best["step"] + 3 * 32 < 192
+    assert metrics.weights == "best" and metrics.val["auroc"] == best["auroc"]
+    assert metrics.test["auroc"] > metrics.final_weights["test"]["auroc"]
+    assert (run.run_dir / "checkpoints" / "best" / ".metadata").is_file()
