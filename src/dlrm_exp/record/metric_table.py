@@ -93,7 +93,17 @@ def _percent(fraction: float | None) -> float | None:
     return None if fraction is None else 100 * fraction
 
 
+def _final_weights(split: str, key: str) -> Callable[[RunMetrics], Any]:
+    """A split's metric of the run's final weights: ``final_weights`` when ``train.keep_best``
+    restored the best validation's weights, else the reported split itself."""
+    return lambda m: (m.final_weights.get(split) or getattr(m, split)).get(key)
+
+
 _RUN_METRICS = (
+    Metric(
+        "final_test_auroc", "test AUROC final weights", ".4f", True, _final_weights("test", "auroc")
+    ),
+    Metric("best_epoch", "best epoch", ".2f", None, lambda m: m.best_epoch),
     Metric("samples_per_sec", "samples/s", ",.0f", True, lambda m: m.samples_per_sec),
     Metric(
         "fwd_bytes_per_step",

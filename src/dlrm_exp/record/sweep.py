@@ -26,8 +26,9 @@ from dlrm_exp.record.runs import RunRecord, load_runs
 
 #: The metric columns of ``summary.csv``, in order (keys of the metric table).
 CSV_METRICS = (
-    "val_auroc", "test_auroc", "val_ne", "test_ne", "samples_per_sec", "fwd_bytes_per_step",
-    "bwd_bytes_per_step", "step_ms_p50", "matmul_peak_pct", "peak_rss_gib", "wall_seconds",
+    "val_auroc", "test_auroc", "final_test_auroc", "best_epoch", "val_ne", "test_ne",
+    "samples_per_sec", "fwd_bytes_per_step", "bwd_bytes_per_step", "step_ms_p50",
+    "matmul_peak_pct", "peak_rss_gib", "wall_seconds",
 )  # fmt: skip
 #: The metric columns of ``summary.md``.
 TABLE_METRICS = tuple(k for k in CSV_METRICS if k != "test_ne")
