@@ -6,12 +6,14 @@ import json
 import shutil
 
 import pytest
+import torch
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 from conftest import compose_cfg, two_process_job
 from dlrm_exp.config import EarlyStopping, Monitor
 from dlrm_exp.errors import ConfigError
 from dlrm_exp.loop.early_stopping import BestValidation
+from dlrm_exp.loop.train_window import TrainWindow
 from dlrm_exp.modes.evaluate import run_evaluate
 from dlrm_exp.modes.evaluate import summary as evaluate_summary
 from dlrm_exp.modes.job import Job
@@ -96,6 +98,26 @@ def test_an_overfitting_run_stops_early_and_reports_its_best_weights(overfit):
     events = EventAccumulator(str(run_dir))
     events.Reload()
     assert [s.step for s in events.Scalars("val/best_auroc")] == [best_step]
+    # overfitting made visible: the training window's log loss falls while validation's rises
+    assert [w["step"] for w in saved["train_windows"]] == [h[0] for h in history]
+    assert metrics.generalization_gap(metrics.steps) > metrics.generalization_gap(best_step) + 0.5
+    assert len(events.Scalars("train_window/logloss")) == metrics.steps // 20
+
+
+def test_the_training_window_scores_its_last_batches():
+    window = TrainWindow(2)
+    window.add(torch.tensor([9.0, -9.0]), torch.tensor([0, 1]))  # wrong, then pushed out
+    assert window.metrics()["auroc"] == 0.0
+    window.add(torch.tensor([2.0, -2.0]), torch.tensor([1, 0]))
+    window.add(torch.tensor([1.0, -1.0]), torch.tensor([1, 0]))
+    assert window.metrics()["auroc"] == 1.0
+    assert window.metrics()["logloss"] == pytest.approx((0.126928 + 0.313262) / 2, abs=1e-5)
+    off = TrainWindow(0)
+    off.add(torch.tensor([1.0, -1.0]), torch.tensor([1, 0]))
+    assert off.metrics() == {}
+    one_class = TrainWindow(1)
+    one_class.add(torch.tensor([1.0]), torch.tensor([1]))
+    assert one_class.metrics() == {}
 
 
 def test_a_run_resumed_after_the_best_checkpoint_stops_at_the_same_step_bitwise(overfit, tmp_path):

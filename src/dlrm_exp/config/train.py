@@ -129,6 +129,9 @@ class TrainConfig:
             ``val`` / ``test`` and ``checkpoint=<run folder>`` use them, and the final weights'
             numbers are recorded beside them (``final_weights``). A save happens only at a
             validation that improves and is not the last one.
+        train_window_batches: the running window of training batches whose log loss and AUROC
+            are logged every ``log_every_n_steps`` (``train_window/*``) and recorded at each
+            validation, for the generalization gap (0: off).
         log_every_n_steps: TensorBoard scalar interval, steps.
         throughput_warmup_steps: first steps left out of ``samples_per_sec``.
         progress_bar: tqdm bar on rank 0 when stderr is a terminal.
@@ -155,6 +158,7 @@ class TrainConfig:
     target_auroc: float | None = None
     early_stopping: EarlyStopping = field(default_factory=EarlyStopping)
     keep_best: bool = True
+    train_window_batches: int = 50
     log_every_n_steps: int = 20
     throughput_warmup_steps: int = 10
     progress_bar: bool = True
@@ -182,6 +186,7 @@ class TrainConfig:
             message="{key} must be positive or null",
         )
         require(self.log_every_n_steps > 0, "train.log_every_n_steps must be positive")
+        require(self.train_window_batches >= 0, "train.train_window_batches must be >= 0")
         require(self.throughput_warmup_steps >= 0, "train.throughput_warmup_steps must be >= 0")
         require(self.semi_sync_start_step >= 0, "train.semi_sync_start_step must be >= 0")
         require(

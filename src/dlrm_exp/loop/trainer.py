@@ -32,6 +32,7 @@ from dlrm_exp.errors import NonFiniteLossError
 from dlrm_exp.loop.early_stopping import EARLY_STOPPING, END, TARGET, BestValidation
 from dlrm_exp.loop.evaluate import drain, evaluate, quality
 from dlrm_exp.loop.metrics import Throughput
+from dlrm_exp.loop.train_window import TrainWindow
 from dlrm_exp.perf.profile import StepProfiler
 from dlrm_exp.record.tracking import Tracker
 
@@ -103,6 +104,8 @@ class TrainerState:
         best_checkpoint: where the best validation's weights were saved (None: not saved).
         stop_reason: why training stopped before its last step (``target_auroc``,
             ``early_stopping``), None while it runs on.
+        train_windows: rank 0's training window (:mod:`dlrm_exp.loop.train_window`) at each
+            validation, ``{"step", "logloss", "auroc"}``: the train side of the gap.
     """
 
     step: int = 0
@@ -114,6 +117,7 @@ class TrainerState:
     best: BestValidation = field(default_factory=BestValidation)
     best_checkpoint: str | None = None
     stop_reason: str | None = None
+    train_windows: list[dict[str, float]] = field(default_factory=list)
 
     def state_dict(self) -> dict[str, Any]:
         """The JSON-able state a checkpoint stores (its ``step`` is the checkpoint's own)."""
@@ -126,6 +130,7 @@ class TrainerState:
             "best": self.best.to_json(),
             "best_checkpoint": self.best_checkpoint,
             "stop_reason": self.stop_reason,
+            "train_windows": list(self.train_windows),
         }
 
     @classmethod
@@ -142,6 +147,7 @@ class TrainerState:
             best=BestValidation.from_json(saved.get("best")),
             best_checkpoint=saved.get("best_checkpoint"),
             stop_reason=saved.get("stop_reason"),
+            train_windows=list(saved.get("train_windows", [])),
         )
 
 
@@ -237,6 +243,7 @@ class Trainer:
         self.warmup_steps = min(cfg.throughput_warmup_steps, self.total_steps // 2)
         self.throughput = Throughput(warmup_steps=self.warmup_steps)
         self.step_seconds: list[float] = []
+        self.window = TrainWindow(cfg.train_window_batches)
 
     def fit(self, sources: BatchSources, state: TrainerState | None = None) -> FitResult:
         """Train from ``state`` (a resumed checkpoint's; its batches are skipped) or from the
@@ -326,7 +333,7 @@ class Trainer:
         schedule = self.experiment.lr_schedule
         schedule.apply(state.step + 1)
         last = time.perf_counter()
-        for loss, _logits, _labels in drain(self.experiment.pipeline, batches):
+        for loss, logits, labels in drain(self.experiment.pipeline, batches):
             if self.device.type == "cuda":
                 torch.cuda.synchronize(self.device)
             now = time.perf_counter()
@@ -338,6 +345,8 @@ class Trainer:
             state.samples += step_samples
             step_loss = float(loss)
             self._check_finite(step_loss, state)
+            if math.isfinite(step_loss):
+                self.window.add(logits, labels)
             self.throughput.step(step_samples)
             bar.update(1)
             self._log_step(step_loss, state, bar)
@@ -378,6 +387,7 @@ class Trainer:
         self.tracker.scalar("train/samples_per_sec", self.throughput.samples_per_sec, step)
         self.tracker.scalar("lr", self.experiment.learning_rate(), step)
         self.tracker.scalar("lr/embedding", self.experiment.embedding_learning_rate(), step)
+        self.tracker.scalars("train_window", self.window.metrics(), step)
         bar.set_postfix(loss=f"{step_loss:.4f}")
         if self.log_progress and bar.disable:
             log.info(self._progress_line(step_loss, state))
@@ -419,6 +429,9 @@ class Trainer:
         step = state.step
         state.val_history.append({"step": float(step), **self._evaluate(sources.val)})
         self.tracker.scalars("val", quality(state.val_history[-1]), step)
+        window = self.window.metrics()
+        if window:
+            state.train_windows.append({"step": float(step), **window})
         target, auroc = self.cfg.target_auroc, state.val_history[-1]["auroc"]
         self._track_best(state)
         if target is not None and state.target_step is None and auroc >= target:

@@ -279,6 +279,7 @@ def _run_metrics(
         best_value=state.best.value,
         weights="best" if result.final_weights else "final",
         final_weights=result.final_weights,
+        train_windows=state.train_windows,
         utilization=_utilization(run, result),
         profile=profile_files(run.job.run_dir) if run.cfg.train.profile and run.ctx.is_main else [],
         effective_qcomms=run.experiment.effective_qcomms,
@@ -367,6 +368,13 @@ def _best_lines(metrics: RunMetrics) -> list[str]:
         lines.append(
             f"early stopping at step {metrics.steps}: val {metrics.monitor} stopped improving "
             f"after step {metrics.best_step} (epoch {epoch:.2f}; train.early_stopping)"
+        )
+    gaps = [(s, metrics.generalization_gap(s)) for s in (metrics.best_step, metrics.steps)]
+    gaps = [(s, g) for s, g in dict(gaps).items() if g is not None]
+    if gaps:
+        lines.append(
+            "generalization gap (val log loss - train window log loss): "
+            + ", ".join(f"{g:+.4f} at step {s}" for s, g in gaps)
         )
     if metrics.weights == "best":
         final = metrics.final_weights

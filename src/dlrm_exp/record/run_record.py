@@ -62,6 +62,8 @@ class RunMetrics:
             the best validation's weights) or ``final``.
         final_weights: with ``weights: best``, the final weights' ``val`` and ``test`` (the
             cost of training past the best validation); empty otherwise.
+        train_windows: the training window's ``logloss`` / ``auroc`` (the last
+            ``train.train_window_batches`` batches of rank 0) at each validation's ``step``.
         utilization: dense FLOPs and embedding bytes per sample, their achieved rates per
             rank, the measured peaks they are compared with (FLOP/s, copy bytes/s, dtype, when
             measured, probed or cached), the theoretical matmul bound and the fractions of
@@ -113,6 +115,7 @@ class RunMetrics:
     best_value: float | None = None
     weights: str = "final"
     final_weights: dict[str, dict[str, float]] = field(default_factory=dict)
+    train_windows: list[dict[str, float]] = field(default_factory=list)
     utilization: dict[str, Any] = field(default_factory=dict)
     profile: list[str] = field(default_factory=list)
     effective_qcomms: dict[str, dict[str, str]] = field(default_factory=dict)
@@ -136,6 +139,15 @@ class RunMetrics:
         """What ran instead of what was asked, in one cell (``""`` when everything ran as
         asked): ``qcomms: reduce_scatter FP16/BF16``, ``; ``-separated."""
         return "; ".join(f"{s['setting']}: {s['ran']}" for s in self.substitutions)
+
+    def generalization_gap(self, step: int | None) -> float | None:
+        """Validation log loss minus the training window's at validation ``step`` (nats; None
+        without both)."""
+        val = [h for h in self.val_history if h.get("step") == step]
+        train = [w for w in self.train_windows if w.get("step") == step]
+        if step is None or not val or not train:
+            return None
+        return val[0]["logloss"] - train[0]["logloss"]
 
     @property
     def peak_rss_gib_max_rank(self) -> float | None:

@@ -1,0 +1,46 @@
+"""Training-side quality over a running window: log loss and AUROC of the last N training
+batches, from the logits the training steps already computed (no extra forward pass).
+
+Set against validation (TensorBoard's ``train_window/*`` beside ``val/*``), it shows
+overfitting as it happens: train log loss keeps falling while validation's rises. The window
+is this rank's batches (rank 0 logs it), scored as they were trained on, so each batch's
+logits come from weights one update older than the next batch's; it is an estimate, not an
+evaluation. A resumed run refills its window from the resume step.
+"""
+
+from collections import deque
+
+import torch
+import torch.nn.functional as F
+from torchmetrics.functional.classification import binary_auroc
+
+
+class TrainWindow:
+    """The last ``batches`` training batches' logits and labels.
+
+    Args:
+        batches: the window's length in batches (0: off; nothing is kept).
+    """
+
+    def __init__(self, batches: int) -> None:
+        self.batches = batches
+        self._logits: deque[torch.Tensor] = deque(maxlen=max(batches, 1))
+        self._labels: deque[torch.Tensor] = deque(maxlen=max(batches, 1))
+
+    def add(self, logits: torch.Tensor, labels: torch.Tensor) -> None:
+        """Keep one step's ``logits`` (B,) and ``labels`` (B,) (copied to the CPU, detached)."""
+        if self.batches:
+            self._logits.append(logits.detach().float().reshape(-1).cpu())
+            self._labels.append(labels.detach().reshape(-1).cpu())
+
+    def metrics(self) -> dict[str, float]:
+        """``{"logloss": nats per sample, "auroc": ...}`` of the window (empty when it holds
+        nothing or only one class: AUROC is undefined then)."""
+        if not self._logits:
+            return {}
+        logits, labels = torch.cat(list(self._logits)), torch.cat(list(self._labels)).float()
+        if labels.min() == labels.max():
+            return {}
+        logloss = F.binary_cross_entropy_with_logits(logits, labels).item()
+        auroc = binary_auroc(torch.sigmoid(logits), labels.long()).item()
+        return {"logloss": logloss, "auroc": auroc}
