@@ -24,6 +24,7 @@ def test_target_auroc_stops_training_then_tests(tmp_path):
     metrics = run_train(cfg, tmp_path, {})
     saved = json.loads((tmp_path / "metrics.json").read_text())
     assert saved["reached_target"] is True and saved["target_auroc"] == 0.75
+    assert saved["stop_reason"] == "target_auroc" and saved["weights"] == "final"
     assert saved["target_step"] == metrics.steps < 512 and metrics.steps % 32 == 0
     assert saved["target_epoch"] == metrics.steps / 2048  # 1,048,576 rows / 512 per step
     history = metrics.val_history
