@@ -2,12 +2,14 @@
 non-finite losses, determinism."""
 
 import json
+import math
 import os
 import pickle
 import shutil
 import subprocess
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -281,20 +283,31 @@ dcp.save = save
 """
 
 
-@pytest.mark.slow
-def test_a_rank_killed_inside_a_save_then_resume_matches_an_uninterrupted_run(
-    uninterrupted, tmp_path
-):
-    """Rank 1 is killed with SIGKILL inside the second save, after writing its shards: the job
-    ends within 60 s, non-zero, naming the signal, without metrics.json; the save stays a
-    .partial folder beside the intact first checkpoint, and train.resume=auto finishes with the
-    uninterrupted run's metrics, bitwise."""
-    (tmp_path / "inject").mkdir()
-    (tmp_path / "inject" / "sitecustomize.py").write_text(KILL_IN_SECOND_SAVE)
-    run_dir = tmp_path / "run"
+@dataclass
+class Killed:
+    """What the killed job left: its process, how long after the kill it ended (s), the
+    checkpoint folders and whether a metrics.json was there before the resume."""
+
+    job: subprocess.CompletedProcess
+    ended_after_kill: float
+    checkpoints: list[str]
+    metrics_written: bool
+
+
+KILLED: dict[str, Killed] = {}
+
+
+def _killed_job(root: Path) -> list[str]:
+    """Run ``TWO_ROWWISE`` through the CLI into the run folder of ``RESUMED_AFTER_KILL``, rank 1
+    killed with SIGKILL inside the second save (``KILL_IN_SECOND_SAVE``); keep its outcome in
+    ``KILLED`` for the test (nothing is asserted here: this runs in the session fixture) and
+    resume it with ``train.resume=auto`` in the suite's launch of 2-process jobs."""
+    (root / "inject").mkdir()
+    (root / "inject" / "sitecustomize.py").write_text(KILL_IN_SECOND_SAVE)
+    run_dir = root / RESUMED_AFTER_KILL
     env = {k: v for k, v in os.environ.items() if k != "HYDRA_FULL_ERROR"}
-    env["PYTHONPATH"] = str(tmp_path / "inject")
-    env["KILLED_AT_FILE"] = str(tmp_path / "killed_at")
+    env["PYTHONPATH"] = str(root / "inject")
+    env["KILLED_AT_FILE"] = str(root / "killed_at")
     job = subprocess.run(
         [sys.executable, "-m", "dlrm_exp", *TWO_ROWWISE, f"hydra.run.dir={run_dir}"],
         cwd=REPO,
@@ -303,15 +316,32 @@ def test_a_rank_killed_inside_a_save_then_resume_matches_an_uninterrupted_run(
         text=True,
         timeout=300,
     )
-    assert time.time() - float((tmp_path / "killed_at").read_text()) < 60
-    assert job.returncode != 0 and "killed by signal SIGKILL" in job.stderr
-    assert not (run_dir / "metrics.json").exists()
-    assert sorted(p.name for p in (run_dir / "checkpoints").iterdir()) == [
-        "step_16.partial",
-        "step_8",
-    ]
-    assert [p.name for p in complete_checkpoints(run_dir)] == ["step_8"]
-    resumed = run_train(compose_cfg([*TWO_ROWWISE, "train.resume=auto"]), run_dir, {})
-    _same_results(resumed, uninterrupted[1])
-    assert json.loads((run_dir / "metrics.json").read_text())["val"] == resumed.val
-    assert [p.name for p in complete_checkpoints(run_dir)] == ["step_8", "step_16"]
+    killed_at = root / "killed_at"
+    ended = time.time() - float(killed_at.read_text()) if killed_at.exists() else math.inf
+    folder = run_dir / "checkpoints"
+    found = sorted(p.name for p in folder.iterdir()) if folder.is_dir() else []
+    KILLED["job"] = Killed(job, ended, found, (run_dir / "metrics.json").exists())
+    return ["train.resume=auto"]
+
+
+RESUMED_AFTER_KILL = two_process_job("checkpoint-killed-then-resumed", TWO_ROWWISE, _killed_job)
+
+
+@pytest.mark.slow
+def test_a_rank_killed_inside_a_save_then_resume_matches_an_uninterrupted_run(
+    uninterrupted, two_process_runs
+):
+    """Rank 1 is killed with SIGKILL inside the second save, after writing its shards: the job
+    ends within 60 s, non-zero, naming the signal, without metrics.json; the save stays a
+    .partial folder beside the intact first checkpoint, and train.resume=auto finishes with the
+    uninterrupted run's metrics, bitwise."""
+    killed = KILLED["job"]
+    assert killed.ended_after_kill < 60
+    assert killed.job.returncode != 0 and "killed by signal SIGKILL" in killed.job.stderr
+    assert not killed.metrics_written
+    assert killed.checkpoints == ["step_16.partial", "step_8"]
+    resumed = two_process_runs[RESUMED_AFTER_KILL]
+    assert "resumed from" in (resumed.run_dir / "dlrm_exp.log").read_text()
+    _same_results(resumed.metrics, uninterrupted[1])
+    assert json.loads((resumed.run_dir / "metrics.json").read_text())["val"] == resumed.metrics.val
+    assert [p.name for p in complete_checkpoints(resumed.run_dir)] == ["step_8", "step_16"]
