@@ -66,6 +66,7 @@ class Monitor(Enum):
 
     @property
     def higher_is_better(self) -> bool:
+        """AUROC improves upwards; log loss and NE (nats, normalized) downwards."""
         return self is Monitor.auroc
 
 

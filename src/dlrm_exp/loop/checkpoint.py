@@ -139,10 +139,15 @@ def checkpoint_path(run_dir: Path, step: int) -> Path:
     return run_dir / CHECKPOINTS / f"step_{step}"
 
 
+def _is_complete(path: Path) -> bool:
+    """A committed save: DCP's ``.metadata`` and the trainer state are both there."""
+    return (path / ".metadata").is_file() and (path / STATE_FILE).is_file()
+
+
 def best_checkpoint(run_dir: Path) -> Path | None:
     """``<run_dir>/checkpoints/best`` if it is a complete checkpoint, else None."""
     path = run_dir / CHECKPOINTS / BEST
-    return path if (path / ".metadata").is_file() and (path / STATE_FILE).is_file() else None
+    return path if _is_complete(path) else None
 
 
 def complete_checkpoints(run_dir: Path) -> list[Path]:
@@ -154,7 +159,7 @@ def complete_checkpoints(run_dir: Path) -> list[Path]:
     found = []
     for path in folder.iterdir():
         match = _STEP_DIR.match(path.name)
-        if match and (path / ".metadata").is_file() and (path / STATE_FILE).is_file():
+        if match and _is_complete(path):
             found.append((int(match.group(1)), path))
     return [path for _, path in sorted(found)]
 
@@ -218,7 +223,7 @@ def _complete_checkpoint(path: Path, key: str) -> Path:
     """
     if not path.is_dir():
         raise CheckpointError(f"{key}: no checkpoint folder at {path} (no such folder)")
-    if not (path / ".metadata").is_file() or not (path / STATE_FILE).is_file():
+    if not _is_complete(path):
         raise CheckpointError(
             f"{key}: {path} is not a complete checkpoint (it needs DCP's .metadata and "
             f"{STATE_FILE}; a .partial folder is a save that did not finish)"

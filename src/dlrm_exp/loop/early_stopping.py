@@ -10,7 +10,7 @@ continues the count and stops at the same step.
 
 from dataclasses import dataclass
 
-from dlrm_exp.config import EarlyStopping, Monitor
+from dlrm_exp.config import EarlyStopping
 
 #: ``stop_reason`` values: the steps ran out, a validation reached ``train.target_auroc``, or
 #: early stopping ended training.
@@ -35,7 +35,7 @@ class BestValidation:
         """Whether ``value`` beats the best by more than ``cfg.min_delta``."""
         if self.value is None:
             return True
-        if cfg.monitor is Monitor.auroc:
+        if cfg.monitor.higher_is_better:
             return value > self.value + cfg.min_delta
         return value < self.value - cfg.min_delta
 
@@ -54,6 +54,7 @@ class BestValidation:
         return cfg.patience is not None and self.bad_validations >= cfg.patience
 
     def to_json(self) -> dict[str, float | int | None]:
+        """The state as a checkpoint's ``trainer_state.json`` stores it."""
         return {"step": self.step, "value": self.value, "bad_validations": self.bad_validations}
 
     @classmethod

@@ -415,9 +415,9 @@ class Trainer:
         if step < self.total_steps and due_val:
             self._validate(sources, state)
         stopping = state.stop_reason is not None
-        if self.best_weights is not None and state.best.step == step and not stopping:
-            if step < self.total_steps:  # a later validation follows: keep these weights
-                state.best_checkpoint = self.best_weights.save(step, state)
+        later_validation = not stopping and step < self.total_steps
+        if self.best_weights is not None and state.best.step == step and later_validation:
+            state.best_checkpoint = self.best_weights.save(step, state)  # keep these weights
         every = self.cfg.checkpoint_every_n_steps
         last = step == self.total_steps or stopping
         if self.checkpoint is not None and every and (step % every == 0 or last):

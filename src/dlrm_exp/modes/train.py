@@ -42,6 +42,7 @@ from dlrm_exp.loop.checkpoint import (
     resume_step,
     save_checkpoint,
 )
+from dlrm_exp.loop.early_stopping import EARLY_STOPPING
 from dlrm_exp.loop.metrics import peak_memory_gib, rank_memory_gib, step_time_ms
 from dlrm_exp.loop.trainer import BatchSources, FitResult, Trainer, TrainerState
 from dlrm_exp.modes.job import Job, ModeResult
@@ -364,7 +365,7 @@ def _best_lines(metrics: RunMetrics) -> list[str]:
     """Why training stopped early, and whose weights the val / test lines are."""
     lines = []
     epoch = metrics.best_epoch or 0.0
-    if metrics.stop_reason == "early_stopping":
+    if metrics.stop_reason == EARLY_STOPPING:
         lines.append(
             f"early stopping at step {metrics.steps}: val {metrics.monitor} stopped improving "
             f"after step {metrics.best_step} (epoch {epoch:.2f}; train.early_stopping)"
