@@ -5,7 +5,8 @@ Set against validation (TensorBoard's ``train_window/*`` beside ``val/*``), it s
 overfitting as it happens: train log loss keeps falling while validation's rises. The window
 is this rank's batches (rank 0 logs it), scored as they were trained on, so each batch's
 logits come from weights one update older than the next batch's; it is an estimate, not an
-evaluation. A resumed run refills its window from the resume step.
+evaluation. A resumed run refills its window from the resume step. The batches stay on their
+device: nothing is copied per step, only when the window is scored.
 """
 
 from collections import deque
@@ -28,17 +29,18 @@ class TrainWindow:
         self._labels: deque[torch.Tensor] = deque(maxlen=max(batches, 1))
 
     def add(self, logits: torch.Tensor, labels: torch.Tensor) -> None:
-        """Keep one step's ``logits`` (B,) and ``labels`` (B,) (copied to the CPU, detached)."""
+        """Keep one step's ``logits`` (B,) and ``labels`` (B,) (detached, on their device)."""
         if self.batches:
-            self._logits.append(logits.detach().float().reshape(-1).cpu())
-            self._labels.append(labels.detach().reshape(-1).cpu())
+            self._logits.append(logits.detach().reshape(-1))
+            self._labels.append(labels.detach().reshape(-1))
 
     def metrics(self) -> dict[str, float]:
         """``{"logloss": nats per sample, "auroc": ...}`` of the window (empty when it holds
         nothing or only one class: AUROC is undefined then)."""
         if not self._logits:
             return {}
-        logits, labels = torch.cat(list(self._logits)), torch.cat(list(self._labels)).float()
+        logits = torch.cat(list(self._logits)).float()
+        labels = torch.cat(list(self._labels)).float()
         if labels.min() == labels.max():
             return {}
         logloss = F.binary_cross_entropy_with_logits(logits, labels).item()
