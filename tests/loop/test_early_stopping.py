@@ -145,16 +145,21 @@ def test_evaluate_on_the_run_folder_uses_the_best_weights_and_says_so(overfit, t
     assert "(the best validation's weights)" in evaluate_summary(result, tmp_path)
 
 
-def test_without_keep_best_the_final_weights_are_reported(overfit, tmp_path):
+def test_without_keep_best_the_final_weights_are_reported(overfit, tmp_path, caplog):
     """keep_best=false: no best checkpoint, val / test are the final weights' (the same
-    numbers as the kept run's final_weights), the stop is the same."""
+    numbers as the kept run's final_weights), the stop is the same. Resumed with keep_best
+    from one of its checkpoints, there are no best weights to restore: it says so and
+    reports the final weights."""
     _, kept = overfit
-    cfg = compose_cfg([*OVERFIT, "train.keep_best=false", "train.checkpoint_every_n_steps=null"])
-    final = run_train(cfg, tmp_path, {})
+    final = run_train(compose_cfg([*OVERFIT, "train.keep_best=false"]), tmp_path / "a", {})
     assert final.weights == "final" and final.final_weights == {}
     assert final.steps == kept.steps and final.best_step == kept.best_step
     assert final.val == kept.final_weights["val"] and final.test == kept.final_weights["test"]
-    assert not (tmp_path / "checkpoints").exists()
+    assert not (tmp_path / "a" / "checkpoints" / "best").exists()
+    step_64 = tmp_path / "a" / "checkpoints" / "step_64"
+    resumed = run_train(compose_cfg([*OVERFIT, f"train.resume={step_64}"]), tmp_path / "b", {})
+    assert resumed.weights == "final" and resumed.test == final.test
+    assert "has no saved weights" in caplog.text
 
 
 #: Two processes, row-wise, made to overfit: 32 steps of 2 x 128 per epoch, at most 6 epochs.

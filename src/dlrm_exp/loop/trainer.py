@@ -295,8 +295,14 @@ class Trainer:
         best_step = state.best.step
         if self.best_weights is None or best_step in (None, state.step):
             return last, test, {}
-        if state.best_checkpoint is None:
-            raise AssertionError(f"the best validation (step {best_step}) was not saved")
+        if state.best_checkpoint is None:  # resumed with keep_best from a run without it
+            log.warning(
+                "train.keep_best: the best validation (step %d) has no saved weights (the run "
+                "was resumed with keep_best from a checkpoint written without it); val and "
+                "test are the final weights'",
+                best_step,
+            )
+            return last, test, {}
         self.best_weights.restore(state.best_checkpoint)
         log.info("restored the best validation's weights (step %d)", best_step)
         (best,) = [h for h in state.val_history if h["step"] == best_step]
