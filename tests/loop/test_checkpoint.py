@@ -251,6 +251,38 @@ def test_resume_step_maps_the_sample_position_to_another_world_size():
         resume_step(state, [512] * 5, 4)
 
 
+def test_a_preemption_signal_during_a_save_is_handled_once_the_save_is_committed(
+    tmp_path, monkeypatch
+):
+    """submitit's USR2 handler requeues and calls ``sys.exit`` (code 144 on its local
+    executor). Arriving inside DCP's save, the ``SystemExit`` used to abort the save (DCP
+    wrapped it in a ``CheckpointException``: exit 1, no requeue, a ``.partial`` folder)."""
+    import signal
+
+    import torch.distributed.checkpoint as dcp
+
+    def requeue(signum, frame):
+        raise SystemExit(144)
+
+    real_save = dcp.save
+
+    def save_then_preempted(*args, **kwargs):
+        result = real_save(*args, **kwargs)
+        os.kill(os.getpid(), signal.SIGUSR2)  # the handler would run at the next bytecode
+        return result
+
+    monkeypatch.setattr(dcp, "save", save_then_preempted)
+    previous = signal.signal(signal.SIGUSR2, requeue)
+    try:
+        with pytest.raises(SystemExit) as exited:
+            run_train(compose_cfg(SMALL), tmp_path, {})
+    finally:
+        signal.signal(signal.SIGUSR2, previous)
+    assert exited.value.code == 144
+    assert [p.name for p in (tmp_path / "checkpoints").iterdir()] == ["step_8"]
+    assert complete_checkpoints(tmp_path) == [tmp_path / "checkpoints" / "step_8"]
+
+
 def test_an_unwritable_run_folder_is_refused_at_start():
     with pytest.raises(ConfigError, match="cannot write the run folder /proc/dlrm_exp_run"):
         run_train(compose_cfg(SMALL), Path("/proc/dlrm_exp_run"), {})

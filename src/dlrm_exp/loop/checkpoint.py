@@ -45,6 +45,7 @@ from torch.distributed.checkpoint import FileSystemReader
 from torch.distributed.checkpoint.api import CheckpointException
 from torch.distributed.checkpoint.metadata import Metadata, StorageMeta, TensorStorageMetadata
 
+from dlrm_exp.distributed.preemption import preemption_held
 from dlrm_exp.errors import UserError
 from dlrm_exp.util.files import write_json_atomic
 
@@ -182,23 +183,27 @@ def save_checkpoint(
 ) -> Path:
     """Save the model, the optimizers' state and ``trainer_state`` as checkpoint ``step``
     (a collective: every rank calls it), in ``checkpoints/step_<step>`` or, if given,
-    ``checkpoints/<name>`` (which replaces an earlier one of that name). Returns the folder."""
+    ``checkpoints/<name>`` (which replaces an earlier one of that name). Returns the folder.
+
+    A preemption signal arriving meanwhile is handled after the save is committed
+    (:func:`dlrm_exp.distributed.preemption.preemption_held`)."""
     final = checkpoint_path(run_dir, step) if name is None else run_dir / CHECKPOINTS / name
     partial = final.with_name(final.name + ".partial")
-    if is_main:
-        shutil.rmtree(partial, ignore_errors=True)
-        partial.mkdir(parents=True)
-    dist.barrier()
-    dcp.save(_state(model, optimizer.state_dict()), checkpoint_id=str(partial))
-    dist.barrier()
-    if is_main:
-        write_json_atomic(partial / STATE_FILE, {**trainer_state, "step": step})
-        shutil.rmtree(final, ignore_errors=True)
-        partial.rename(final)
-        if keep_last:
-            for old in complete_checkpoints(run_dir)[:-keep_last]:
-                shutil.rmtree(old, ignore_errors=True)
-    dist.barrier()
+    with preemption_held():
+        if is_main:
+            shutil.rmtree(partial, ignore_errors=True)
+            partial.mkdir(parents=True)
+        dist.barrier()
+        dcp.save(_state(model, optimizer.state_dict()), checkpoint_id=str(partial))
+        dist.barrier()
+        if is_main:
+            write_json_atomic(partial / STATE_FILE, {**trainer_state, "step": step})
+            shutil.rmtree(final, ignore_errors=True)
+            partial.rename(final)
+            if keep_last:
+                for old in complete_checkpoints(run_dir)[:-keep_last]:
+                    shutil.rmtree(old, ignore_errors=True)
+        dist.barrier()
     return final
 
 

@@ -1,0 +1,45 @@
+"""submitit's preemption signal is held back inside :func:`preemption_held` and handed to the
+handler that was installed once the block ends."""
+
+import os
+import signal
+
+import pytest
+
+from dlrm_exp.distributed.preemption import preemption_held, preemption_signal
+
+
+@pytest.fixture
+def recorded(monkeypatch):
+    """SIGUSR1 as the preemption signal (``SUBMITIT_PREEMPT_SIGNAL=USR1``) with a handler that
+    records what it got; the earlier handler is restored afterwards."""
+    monkeypatch.setenv("SUBMITIT_PREEMPT_SIGNAL", "USR1")
+    got: list[int] = []
+    previous = signal.signal(signal.SIGUSR1, lambda signum, frame: got.append(signum))
+    yield got
+    signal.signal(signal.SIGUSR1, previous)
+
+
+def test_the_signal_is_handled_after_the_block_not_inside_it(recorded):
+    assert preemption_signal() == signal.SIGUSR1
+    with preemption_held():
+        os.kill(os.getpid(), signal.SIGUSR1)
+        os.kill(os.getpid(), signal.SIGUSR1)
+        assert recorded == []
+    assert recorded == [signal.SIGUSR1]  # once, however often it came
+    os.kill(os.getpid(), signal.SIGUSR1)  # the handler is back in place
+    assert recorded == [signal.SIGUSR1, signal.SIGUSR1]
+
+
+def test_the_signal_is_handled_after_a_block_that_raised(recorded):
+    with pytest.raises(RuntimeError), preemption_held():
+        os.kill(os.getpid(), signal.SIGUSR1)
+        raise RuntimeError("the save failed")
+    assert recorded == [signal.SIGUSR1]
+
+
+def test_an_unknown_signal_name_holds_nothing_back(monkeypatch):
+    monkeypatch.setenv("SUBMITIT_PREEMPT_SIGNAL", "NOSUCH")
+    assert preemption_signal() is None
+    with preemption_held():
+        pass
