@@ -189,6 +189,19 @@ RULES = [
     (["train.pipeline=fused_sparse_dist"], r"fused_sparse_dist needs hardware.compute_device=cuda"),
     (["train.pipeline=prefetch_sparse_dist"], r"prefetch_sparse_dist needs .*fused_uvm_caching"),
     (["train.dense_precision=fp16"], r"dense_precision=fp16 needs a gradient scaler.*=bf16"),
+    (
+        ["model.embedding_data_type=bf16"],
+        r"bf16 embedding tables \(model.embedding_data_type\) cannot be sharded by TorchRec yet "
+        r"\(pytorch/torchrec#3187.*use fp16",
+    ),
+    (
+        ["+model.embedding_data_type_per_table.t_cat_2=bf16"],
+        r"bf16 embedding tables \(t_cat_2\)",
+    ),
+    (
+        ["+model.embedding_data_type_per_table.t_cat_99=fp16"],
+        r"model.embedding_data_type_per_table names no table of this model: \['t_cat_99'\]",
+    ),
     (["train.profile_steps.active=0"], r"train.profile_steps.active must be positive"),
     (["train.semi_sync_start_step=-1"], r"semi_sync_start_step must be >= 0"),
     (

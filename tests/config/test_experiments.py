@@ -1,5 +1,6 @@
 """``experiment=`` presets: every one composes, cites its source, and says what it reproduces."""
 
+import json
 import re
 
 import pytest
@@ -78,10 +79,23 @@ def test_mlperf_dcnv2_recipe():
 
 @pytest.mark.slow
 def test_dlrm_main_mlperf_plans_and_shows_its_flags(tmp_path, cli_here):
-    """The acceptance commands: ``mode=plan`` prints 97.36 GiB, ``--cfg job`` the flags."""
+    """The acceptance commands: ``mode=plan`` prints 97.36 GiB (48.68 GiB with fp16 tables),
+    ``--cfg job`` the flags."""
     plan = cli_here(["experiment=dlrm_main_mlperf", "mode=plan", f"hydra.run.dir={tmp_path}"])
     assert plan.returncode == 0, plan.stderr[-2000:]
     assert "97.36 GiB fp32 weights + 0.00 GiB optimizer state = 97.36 GiB" in plan.stdout
+    half = cli_here(
+        [
+            "experiment=dlrm_main_mlperf",
+            "model.embedding_data_type=fp16",
+            "mode=plan",
+            f"hydra.run.dir={tmp_path / 'fp16'}",
+        ]
+    )
+    assert half.returncode == 0, half.stderr[-2000:]
+    assert "48.68 GiB fp16 weights + 0.00 GiB optimizer state = 48.68 GiB" in half.stdout
+    tables = json.loads((tmp_path / "fp16" / "plan.json").read_text())["tables"]
+    assert {t["data_type"] for t in tables.values()} == {"fp16"}
     shown = cli_here(["experiment=dlrm_main_mlperf", "--cfg", "job"])
     assert shown.returncode == 0, shown.stderr[-2000:]
     for line in (

@@ -97,6 +97,15 @@ PROFILE = [
     "train.profile_steps.warmup=1",
     "train.profile_steps.active=3",
 ]
+#: Every sharding type but row-wise (the job's default) on one table each of the fp16 job.
+FP16_TABLE_TYPES = [
+    (0, "data_parallel"),
+    (1, "column_wise"),
+    (2, "table_wise"),
+    (3, "table_row_wise"),
+    (4, "table_column_wise"),
+    (7, "grid_shard"),
+]
 #: The 2-process training jobs of this file, trained with the suite's others (``trained``).
 TRAINED = {
     "mixed": [
@@ -111,6 +120,14 @@ TRAINED = {
     "rowwise-fp8": ["sharding=rowwise", "qcomms=fp8", *SIX_STEPS],
     "rowwise-fp32": ["sharding=rowwise", "qcomms=fp32", *SIX_STEPS, *PROFILE],
     "rowwise-fp16": ["sharding=rowwise", "qcomms=fp16", *SIX_STEPS],
+    "fp16-tables": [
+        "sharding=rowwise",
+        "model.embedding_data_type=fp16",
+        "+model.embedding_data_type_per_table.t_cat_6=fp32",
+        *(f"+sharding.per_table_sharding_type.t_cat_{i}={t}" for i, t in FP16_TABLE_TYPES),
+        "+sharding.per_table_compute_kernel.t_cat_0=dense",
+        *SIX_STEPS,
+    ],
 }
 
 
@@ -213,6 +230,26 @@ def test_fp16_halves_the_measured_embedding_bytes_and_the_fp32_run_is_profiled(t
         0.5, abs=0.05
     )
     assert measured["fp16"]["input_dist"] == measured["fp32"]["input_dist"] > 0
+
+
+def test_fp16_tables_train_under_every_sharding_type(trained):
+    """``model.embedding_data_type=fp16`` with one fp32 table, on 2 processes, every sharding
+    type in one plan (data_parallel replicas stepped by FBGEMM's fp16 kernel): the weights that
+    ran, the plan and the bytes per rank are fp16's."""
+    run_dir, metrics, cfg = trained[0]["fp16-tables"]
+    assert metrics.steps == 6 and metrics.val["logloss"] < 1.0
+    ran = dict(metrics.table_data_types)
+    assert ran.pop("t_cat_6") == "fp32" and set(ran.values()) == {"fp16"}
+    assert metrics.tables_ran == "fp16 x 25, fp32 x 1"
+    plan = json.loads((run_dir / "plan.json").read_text())
+    types = {name: (t["sharding_type"], t["data_type"]) for name, t in plan["tables"].items()}
+    for i, sharding_type in [*FP16_TABLE_TYPES, (5, "row_wise")]:
+        assert types[f"t_cat_{i}"] == (sharding_type, "fp16")
+    assert types["t_cat_6"] == ("row_wise", "fp32")
+    fp32_bytes = sum(cfg.model.table_sizes) * 16 * 4
+    expected = fp32_bytes / 2 + cfg.model.table_sizes[6] * 16 * 2
+    held = sum(metrics.embedding_bytes_per_rank) - cfg.model.table_sizes[0] * 16 * 2  # replica
+    assert held == expected
 
 
 def _check_profile_and_utilization(metrics, run_dir) -> None:

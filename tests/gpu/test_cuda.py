@@ -1,8 +1,9 @@
 """The CUDA path, for ``make gpu-check`` on a machine with a GPU (skipped elsewhere).
 
 Every sharding type trains 2 steps with the ``fused_uvm_caching`` kernel over NCCL, the
-CUDA-only pipelines train, ``train.profile`` writes the CUDA memory snapshot, and bf16 trains
-on the GPU. Needs a CUDA build of torch and ``fbgemm-gpu`` (``make install
+CUDA-only pipelines train, ``train.profile`` writes the CUDA memory snapshot, bf16 trains, and
+fp16 tables train with stochastic rounding, resume and export
+(on the GPU). Needs a CUDA build of torch and ``fbgemm-gpu`` (``make install
 FBGEMM=fbgemm-gpu==1.8.0`` with a CUDA torch). None of this was run on a GPU by the project yet.
 """
 
@@ -64,3 +65,26 @@ def test_profile_writes_the_cuda_memory_snapshot_and_bf16_trains(tmp_path):
     assert "profile/cuda_memory_rank0.pickle" in metrics["profile"]
     assert (tmp_path / "profile" / "rank0.pt.trace.json").is_file()
     assert metrics["utilization"]["peak_dtype"] == "bfloat16"
+
+
+def test_fp16_tables_train_with_stochastic_rounding_resume_and_export(tmp_path):
+    """fp16 tables on the GPU: stochastic rounding runs (no substitution recorded, unlike on
+    CPU), a resumed run ends close to the uninterrupted one (not bitwise: FBGEMM draws the
+    rounding from torch's CUDA generator, whose state checkpoints do not hold), and the export
+    keeps fp16 tables."""
+    fp16 = [*_gpu(), "sharding=rowwise", "model.embedding_data_type=fp16",
+            "train.max_steps=16", "train.checkpoint_every_n_steps=8"]  # fmt: skip
+    full = _train(tmp_path / "a", fp16)
+    assert set(full["table_data_types"].values()) == {"fp16"} and full["substitutions"] == []
+    (tmp_path / "b" / "checkpoints").mkdir(parents=True)
+    (tmp_path / "a" / "checkpoints" / "step_8").rename(tmp_path / "b" / "checkpoints" / "step_8")
+    resumed = _train(tmp_path / "b", [*fp16, "train.resume=auto"])
+    assert resumed["val"]["auroc"] == pytest.approx(full["val"]["auroc"], abs=0.01)
+    out = tmp_path / "export"
+    result = run_cli(
+        ["mode=export", f"checkpoint={tmp_path / 'a'}", "model.embedding_data_type=fp16",
+         f"hydra.run.dir={out}"]
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr[-3000:]
+    record = json.loads((out / "export.json").read_text())
+    assert record["table_bytes"] * 2 == record["table_bytes_fp32"]

@@ -1,7 +1,7 @@
-"""``mode=verify`` says whether the job trains the reference's maths."""
+"""``mode=verify`` says whether the job trains the reference's maths, and why not."""
 
 from conftest import compose_cfg
-from dlrm_exp.modes.verify import Trace, compare, exact_training, reference_config, summary
+from dlrm_exp.modes.verify import Trace, compare, inexact_because, reference_config, summary
 
 
 def _trace(losses):
@@ -9,18 +9,40 @@ def _trace(losses):
 
 
 def test_exact_pipelines_in_fp32_are_judged_and_the_others_reported():
-    assert exact_training(compose_cfg(["train.pipeline=base"]))
-    assert not exact_training(compose_cfg(["train.dense_precision=bf16"]))
-    reference = reference_config(compose_cfg(["train.pipeline=base", "train.dense_precision=bf16"]))
+    assert inexact_because(compose_cfg(["train.pipeline=base"])) == []
+    assert inexact_because(compose_cfg(["train.dense_precision=bf16"])) == [
+        "the dense part computes in bf16"
+    ]
+    fp16 = ["+model.embedding_data_type_per_table.t_cat_3=fp16", "train.dense_precision=bf16"]
+    assert inexact_because(compose_cfg(fp16)) == [
+        "the dense part computes in bf16",
+        "fp16 tables against the reference's fp32 ones",
+    ]
+    reference = reference_config(
+        compose_cfg(
+            ["train.pipeline=base", "train.dense_precision=bf16", "model.embedding_data_type=fp16"]
+        )
+    )
     assert reference.train.pipeline.value == "sparse_dist"
     assert reference.train.dense_precision.value == "fp32"
+    assert {t.value for t in reference.model.table_data_types} == {"fp32"}
 
     result = compare(_trace([0.5, 0.6]), _trace([0.5, 0.5]), "fp32", exact=False)
     assert result["passed"] is None
     result |= {"world_size": 2, "sharding_type": "row_wise", "pipeline": "sparse_dist"}
-    text = summary({**result, "dense_precision": "bf16"})
-    assert "the dense part computes in bf16" in text and "not judged" in text
+    text = summary(
+        {
+            **result,
+            "dense_precision": "fp32",
+            "table_data_types": ["fp32", "fp16"],
+            "inexact_because": ["fp16 tables against the reference's fp32 ones"],
+        }
+    )
+    assert "tables fp32/fp16: changes the numerics on purpose (fp16 tables" in text
+    assert "not judged" in text
     exact = compare(_trace([0.5]), _trace([0.5]), "fp32", exact=True)
     exact |= {"world_size": 2, "sharding_type": "row_wise", "pipeline": "base"}
-    text = summary({**exact, "dense_precision": "fp32"})
+    text = summary(
+        {**exact, "dense_precision": "fp32", "table_data_types": ["fp32"], "inexact_because": []}
+    )
     assert "exact, same maths as the reference" in text and "PASS" in text

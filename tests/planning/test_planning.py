@@ -9,7 +9,13 @@ from torchrec.distributed.embeddingbag import EmbeddingBagCollectionSharder
 from torchrec.distributed.types import ShardingType
 
 from conftest import compose_cfg
-from dlrm_exp.config import HardwareConfig, ShardingConfig, ShardingStrategy, SparseOptimizer
+from dlrm_exp.config import (
+    EmbeddingDataType,
+    HardwareConfig,
+    ShardingConfig,
+    ShardingStrategy,
+    SparseOptimizer,
+)
 from dlrm_exp.distributed.launch import DistContext
 from dlrm_exp.distributed.sharder import CpuEmbeddingBagCollectionSharder
 from dlrm_exp.errors import InsufficientMemoryError
@@ -69,6 +75,22 @@ def test_mlperf_storage_is_97_36_gib():
     assert round(storage.weight_bytes / GIB, 2) == 97.36
     assert storage.optimizer_bytes == storage.rows * 4
     assert embedding_storage(sizes, 128, SparseOptimizer.sgd).optimizer_bytes == 0
+
+
+def test_fp16_tables_halve_the_weights_and_double_the_cap_that_fits():
+    """``model.embedding_data_type=fp16``: 2 bytes per weight, optimizer state still fp32."""
+    sizes = compose_cfg(["model=mlperf"]).model.table_sizes
+    fp16 = embedding_storage(
+        sizes, 128, SparseOptimizer.rowwise_adagrad, [EmbeddingDataType.fp16] * len(sizes)
+    )
+    assert round(fp16.weight_bytes / GIB, 2) == 48.68 and fp16.weight_precision == "fp16"
+    assert fp16.optimizer_bytes == fp16.rows * 4
+    mixed = embedding_storage([10, 10], 4, SparseOptimizer.sgd, list(EmbeddingDataType)[:2])
+    assert mixed.weight_bytes == 10 * 4 * 4 + 10 * 4 * 2 and mixed.weight_precision == "fp32/fp16"
+    budget = 300_000 * 16 * 4  # sgd: no state; fp32 16 floats per row
+    args = ([1_000_000, 1_000_000], 16, SparseOptimizer.sgd, budget)
+    assert largest_fitting_cap(*args) == 150_000
+    assert largest_fitting_cap(*args, data_types=[EmbeddingDataType.fp16] * 2) == 300_000
 
 
 def test_largest_fitting_cap_fits_and_is_rounded():

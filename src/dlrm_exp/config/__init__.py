@@ -32,7 +32,13 @@ from dlrm_exp.config.data import (
     SyntheticDataConfig,
 )
 from dlrm_exp.config.hardware import Backend, ComputeDevice, HardwareConfig
-from dlrm_exp.config.model import InteractionType, ModelConfig, feature_names, table_name
+from dlrm_exp.config.model import (
+    EmbeddingDataType,
+    InteractionType,
+    ModelConfig,
+    feature_names,
+    table_name,
+)
 from dlrm_exp.config.modes import (
     CHECKPOINT_MODES,
     CategoricalTransform,
@@ -87,6 +93,7 @@ __all__ = [
     "DenseOptimizer",
     "DenseTransform",
     "HardwareConfig",
+    "EmbeddingDataType",
     "InteractionType",
     "Mode",
     "ModelConfig",

@@ -20,6 +20,23 @@ def table_name(feature: str) -> str:
     return f"t_{feature}"
 
 
+class EmbeddingDataType(Enum):
+    """Precision of the embedding table weights (TorchRec's ``DataType`` of an
+    ``EmbeddingBagConfig``; FBGEMM's ``weights_precision``). Optimizer state stays fp32.
+
+    ``bf16`` is refused: TorchRec cannot shard BF16 tables yet (pytorch/torchrec#3187).
+    """
+
+    fp32 = "fp32"
+    fp16 = "fp16"
+    bf16 = "bf16"
+
+    @property
+    def element_bytes(self) -> int:
+        """Bytes per weight element: 4 for fp32, 2 for fp16 / bf16."""
+        return 4 if self is EmbeddingDataType.fp32 else 2
+
+
 class InteractionType(Enum):
     """DLRM feature interaction (TorchRec ``DLRM`` / ``DLRM_DCN`` / ``DLRM_Projection``)."""
 
@@ -48,6 +65,11 @@ class ModelConfig:
         interaction_branch1_layer_sizes: first projection MLP for ``projection``; the last
             size must be a multiple of D.
         interaction_branch2_layer_sizes: second projection MLP for ``projection``.
+        embedding_data_type: precision of every table's weights (``fp32`` or ``fp16``: half
+            the bytes per row; FBGEMM updates fp16 rows with stochastic rounding, see
+            ``optimizer.stochastic_rounding``).
+        embedding_data_type_per_table: ``{table name: data type}`` for tables that differ from
+            ``embedding_data_type``, e.g. ``{t_cat_20: fp32}``.
     """
 
     embedding_dim: int = MISSING
@@ -61,6 +83,8 @@ class ModelConfig:
     dcn_low_rank_dim: int = 512
     interaction_branch1_layer_sizes: list[int] = field(default_factory=lambda: [2048, 2048])
     interaction_branch2_layer_sizes: list[int] = field(default_factory=lambda: [2048, 2048])
+    embedding_data_type: EmbeddingDataType = EmbeddingDataType.fp32
+    embedding_data_type_per_table: dict[str, EmbeddingDataType] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         d = self.embedding_dim
@@ -101,6 +125,7 @@ class ModelConfig:
             f"model.over_arch_layer_sizes[-1] ({last_over}) must be 1 (one click logit per "
             "sample): set model.over_arch_layer_sizes=[...,1]",
         )
+        self._check_data_types()
         if self.interaction_type is InteractionType.dcn:
             require(
                 self.dcn_num_layers > 0 and self.dcn_low_rank_dim > 0,
@@ -116,6 +141,34 @@ class ModelConfig:
                     f"model.{name}[-1] ({sizes[-1]}) must be a multiple of model.embedding_dim "
                     f"({d}) for interaction_type=projection",
                 )
+
+    def _check_data_types(self) -> None:
+        unknown = sorted(set(self.embedding_data_type_per_table) - set(self.table_names))
+        require(
+            not unknown,
+            f"model.embedding_data_type_per_table names no table of this model: {unknown} "
+            f"(tables are {self.table_names[0]} .. {self.table_names[-1]})",
+        )
+        bf16 = [
+            key
+            for key, data_type in [
+                ("model.embedding_data_type", self.embedding_data_type),
+                *self.embedding_data_type_per_table.items(),
+            ]
+            if data_type is EmbeddingDataType.bf16
+        ]
+        require(
+            not bf16,
+            f"bf16 embedding tables ({', '.join(bf16)}) cannot be sharded by TorchRec yet "
+            "(pytorch/torchrec#3187: sharding fails for BF16 tables); use fp16, which halves "
+            "the table bytes the same way",
+        )
+
+    @property
+    def table_data_types(self) -> list[EmbeddingDataType]:
+        """The weight precision of each table, in table order."""
+        per_table = self.embedding_data_type_per_table
+        return [per_table.get(name, self.embedding_data_type) for name in self.table_names]
 
     @property
     def table_sizes(self) -> list[int]:

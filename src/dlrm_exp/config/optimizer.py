@@ -48,6 +48,10 @@ class OptimizerConfig:
         learning_rate: sparse learning rate (0.1 in TorchRec's golden training example).
         dense_learning_rate: dense learning rate.
         eps: Adagrad's / Adam's denominator epsilon (both optimizers).
+        stochastic_rounding: FBGEMM's ``stochastic_rounding`` for tables whose weights are
+            not fp32 (``model.embedding_data_type=fp16``): each updated weight is rounded to
+            one of its two nearest fp16 neighbours with probability by distance, so small
+            updates are not lost on average (FBGEMM's default; false rounds to nearest).
         lr_warmup_steps: W; the rate rises linearly from base/W at step 1 (0: no warm-up).
         lr_decay_start: the step at which the polynomial decay begins (>= W).
         lr_decay_steps: N; over N steps the rate falls as ``base * ((N - k) / N) ** 2`` (never
@@ -59,6 +63,7 @@ class OptimizerConfig:
     learning_rate: float = 0.1
     dense_learning_rate: float = 0.01
     eps: float = 1e-8
+    stochastic_rounding: bool = True
     lr_warmup_steps: int = 0
     lr_decay_start: int = 0
     lr_decay_steps: int = 0

@@ -27,11 +27,20 @@ class CpuEmbeddingBagCollectionSharder(EmbeddingBagCollectionSharder):
 
 def build_sharder(
     qcomm_codecs_registry: dict[str, QuantizedCommCodecs] | None,
+    stochastic_rounding: bool = True,
 ) -> CpuEmbeddingBagCollectionSharder:
-    """The EBC sharder, with the quantized-communication codecs (None: fp32 collectives)."""
-    return CpuEmbeddingBagCollectionSharder(qcomm_codecs_registry=qcomm_codecs_registry)
+    """The EBC sharder, with the quantized-communication codecs (None: fp32 collectives) and
+    FBGEMM's ``stochastic_rounding`` for the fused update of tables that are not fp32 (a fused
+    parameter of every sharded table; FBGEMM's default is true)."""
+    return CpuEmbeddingBagCollectionSharder(
+        fused_params={"stochastic_rounding": stochastic_rounding},
+        qcomm_codecs_registry=qcomm_codecs_registry,
+    )
 
 
-def job_sharder(qcomms: QCommsConfig) -> CpuEmbeddingBagCollectionSharder:
-    """The EBC sharder with the codecs of the ``qcomms`` group."""
-    return build_sharder(build_qcomm_codecs_registry(qcomms))
+def job_sharder(
+    qcomms: QCommsConfig, stochastic_rounding: bool
+) -> CpuEmbeddingBagCollectionSharder:
+    """The EBC sharder with the codecs of the ``qcomms`` group and
+    ``optimizer.stochastic_rounding``."""
+    return build_sharder(build_qcomm_codecs_registry(qcomms), stochastic_rounding)

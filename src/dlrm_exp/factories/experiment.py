@@ -26,12 +26,17 @@ from dlrm_exp.distributed.sharder import job_sharder
 from dlrm_exp.factories.lr_schedule import LRSchedule
 from dlrm_exp.factories.model import build_model
 from dlrm_exp.factories.nonfinite import SkipNonFiniteDLRMTrain, install_gradient_guards
-from dlrm_exp.factories.optim import apply_sparse_optimizer, build_optimizer, dense_learning_rate
+from dlrm_exp.factories.optim import (
+    apply_sparse_optimizer,
+    build_optimizer,
+    dense_learning_rate,
+    rounding_substitution,
+)
 from dlrm_exp.factories.pipeline import build_pipeline
 from dlrm_exp.factories.precision import apply_dense_precision
 from dlrm_exp.factories.table_init import init_tables
 from dlrm_exp.planning.job import optimizer_substitution, plan_job
-from dlrm_exp.planning.tables import META, table_configs
+from dlrm_exp.planning.tables import META, table_configs, table_weight_dtypes
 from dlrm_exp.util.substitution import Substitution
 
 
@@ -39,7 +44,8 @@ from dlrm_exp.util.substitution import Substitution
 class Experiment:
     """The built objects of one run, with what runs other than the config asked:
     ``effective_qcomms`` (:func:`~dlrm_exp.distributed.qcomms.effective_qcomms`, read from
-    ``model``) and ``substitutions``."""
+    ``model``), the table weights' dtypes (``table_data_types``, read from ``model``) and
+    ``substitutions``."""
 
     model: DistributedModelParallel
     optimizer: CombinedOptimizer
@@ -48,6 +54,7 @@ class Experiment:
     lr_schedule: LRSchedule
     effective_qcomms: dict[str, dict[str, str]] = field(default_factory=dict)
     substitutions: list[Substitution] = field(default_factory=list)
+    table_data_types: dict[str, str] = field(default_factory=dict)
 
     def learning_rate(self) -> float:
         """The dense optimizer's learning rate, as it applies now (the ``lr`` scalar)."""
@@ -116,7 +123,7 @@ def build_experiment(
     if skip_nonfinite:
         wrap = SkipNonFiniteDLRMTrain.around
     module = build_module(cfg, ctx.device, wrap)
-    sharder = job_sharder(cfg.qcomms)
+    sharder = job_sharder(cfg.qcomms, cfg.optimizer.stochastic_rounding)
     if plan is None:
         plan = plan_job(cfg, module, ctx, sharder).plan
     model = DistributedModelParallel(
@@ -130,7 +137,18 @@ def build_experiment(
     opt = cfg.optimizer
     schedule = LRSchedule(optimizer, opt.lr_warmup_steps, opt.lr_decay_start, opt.lr_decay_steps)
     effective = effective_qcomms(model)
-    substituted = (qcomms_substitution(cfg.qcomms, effective), optimizer_substitution(cfg))
+    substituted = (
+        qcomms_substitution(cfg.qcomms, effective),
+        optimizer_substitution(cfg),
+        rounding_substitution(cfg.model, cfg.optimizer, cfg.hardware.compute_device),
+    )
     return Experiment(
-        model, optimizer, pipeline, plan, schedule, effective, [s for s in substituted if s]
+        model,
+        optimizer,
+        pipeline,
+        plan,
+        schedule,
+        effective,
+        [s for s in substituted if s],
+        table_weight_dtypes(model),
     )

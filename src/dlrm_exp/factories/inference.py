@@ -21,11 +21,13 @@ from torchrec.inference.modules import quantize_inference_model
 from torchrec.models.dlrm import DLRM
 from torchrec.sparse.jagged_tensor import KeyedJaggedTensor
 
-from dlrm_exp.config import ExportQuantization
+from dlrm_exp.config import EmbeddingDataType, ExportQuantization
 from dlrm_exp.planning.tables import is_table_key
 
 #: Table weight dtype of each quantization (``none`` keeps TorchRec's fp32 tables).
 WEIGHT_DTYPE = {ExportQuantization.fp16: torch.float16, ExportQuantization.int8: torch.qint8}
+#: Table weight dtype of ``none`` for a table trained in each precision.
+_TRAINED_DTYPE = {EmbeddingDataType.fp32: torch.float32, EmbeddingDataType.fp16: torch.float16}
 
 
 class InferenceDLRM(torch.nn.Module):
@@ -49,17 +51,27 @@ class InferenceDLRM(torch.nn.Module):
         return torch.sigmoid(self.dlrm(dense, sparse).squeeze(-1))
 
 
-def quantize_tables(dlrm: DLRM, quantization: ExportQuantization, tables: list[str]) -> DLRM:
-    """A copy of ``dlrm`` whose ``EmbeddingBagCollection`` is TorchRec's
+def quantize_tables(
+    dlrm: DLRM, quantization: ExportQuantization, trained: dict[str, EmbeddingDataType]
+) -> DLRM:
+    """A copy of ``dlrm`` (fp32 tables) whose ``EmbeddingBagCollection`` is TorchRec's
     ``QuantEmbeddingBagCollection`` with ``quantization``'s weight dtype on every table
     (``torchrec.inference.modules.quantize_inference_model``; int8 is row-wise with an fp16
-    scale and bias per row); ``none`` returns ``dlrm`` itself."""
-    if quantization is ExportQuantization.none:
+    scale and bias per row). ``none`` keeps each table in the precision it was ``trained``
+    in ({table: data type}): ``dlrm`` itself when all are fp32; otherwise the fp16 ones become
+    fp16 in the quantized collection (exactly their trained values) and the others stay fp32.
+    """
+    if quantization is not ExportQuantization.none:
+        dtype = WEIGHT_DTYPE[quantization]
+        per_table = dict.fromkeys(trained, dtype)
+    elif set(trained.values()) == {EmbeddingDataType.fp32}:
         return dlrm
-    dtype = WEIGHT_DTYPE[quantization]
+    else:
+        dtype = torch.float16
+        per_table = {name: _TRAINED_DTYPE[data_type] for name, data_type in trained.items()}
     return quantize_inference_model(
         copy.deepcopy(dlrm),
-        per_table_weight_dtype=dict.fromkeys(tables, dtype),
+        per_table_weight_dtype=per_table,
         quantization_dtype=dtype,
         output_dtype=torch.float,
     )

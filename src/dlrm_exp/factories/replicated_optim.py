@@ -18,7 +18,7 @@ CPU only (:func:`dlrm_exp.factories.optim.build_optimizer` uses TorchRec's optim
 from typing import Any
 
 import torch
-from fbgemm_gpu.split_embedding_configs import EmbOptimType
+from fbgemm_gpu.split_embedding_configs import EmbOptimType, SparseType
 from fbgemm_gpu.split_table_batched_embeddings_ops_common import EmbeddingLocation
 from fbgemm_gpu.split_table_batched_embeddings_ops_training import (
     ComputeDevice,
@@ -26,6 +26,9 @@ from fbgemm_gpu.split_table_batched_embeddings_ops_training import (
 )
 
 from dlrm_exp.config import SparseOptimizer
+
+#: FBGEMM's ``weights_precision`` of each table dtype the replicas may have.
+_WEIGHTS_PRECISION = {torch.float32: SparseType.FP32, torch.float16: SparseType.FP16}
 
 _FBGEMM_TYPE = {
     SparseOptimizer.rowwise_adagrad: EmbOptimType.EXACT_ROWWISE_ADAGRAD,
@@ -38,9 +41,10 @@ class FbgemmReplicaOptimizer(torch.optim.Optimizer):
     """Apply FBGEMM's fused TBE optimizer to whole-table parameters with dense gradients.
 
     Args:
-        params: (num_embeddings, embedding_dim) float32 CPU tables, contiguous; their ``grad``
-            the same shape (rows never looked up are all zero and are left untouched, as the
-            fused kernel leaves rows outside the batch).
+        params: (num_embeddings, embedding_dim) float32 or float16 CPU tables (the TBE's
+            ``weights_precision`` follows), contiguous; their ``grad`` the same shape (rows
+            never looked up are all zero and are left untouched, as the fused kernel leaves
+            rows outside the batch).
         optimizer: which FBGEMM optimizer.
         lr: learning rate.
         eps: Adagrad's denominator term (ignored by SGD).
@@ -49,7 +53,7 @@ class FbgemmReplicaOptimizer(torch.optim.Optimizer):
     TBE's own accumulator tensor.
 
     Raises:
-        ValueError: a parameter that is not a contiguous 2-D float32 CPU tensor.
+        ValueError: a parameter that is not a contiguous 2-D float32 / float16 CPU tensor.
     """
 
     def __init__(
@@ -60,9 +64,10 @@ class FbgemmReplicaOptimizer(torch.optim.Optimizer):
         self._kernels: dict[torch.Tensor, SplitTableBatchedEmbeddingBagsCodegen] = {}
         for group in self.param_groups:
             for p in group["params"]:
-                if p.dim() != 2 or p.dtype != torch.float32 or p.is_cuda or not p.is_contiguous():
+                supported = p.dtype in _WEIGHTS_PRECISION
+                if p.dim() != 2 or not supported or p.is_cuda or not p.is_contiguous():
                     raise ValueError(
-                        "FbgemmReplicaOptimizer takes contiguous 2-D float32 CPU tables, "
+                        "FbgemmReplicaOptimizer takes contiguous 2-D float32 / float16 CPU tables, "
                         f"got {tuple(p.shape)} {p.dtype} on {p.device}"
                     )
 
@@ -75,6 +80,7 @@ class FbgemmReplicaOptimizer(torch.optim.Optimizer):
             tbe = SplitTableBatchedEmbeddingBagsCodegen(
                 [(rows, dim, EmbeddingLocation.HOST, ComputeDevice.CPU)],
                 optimizer=self._kind,
+                weights_precision=_WEIGHTS_PRECISION[p.dtype],
                 learning_rate=group["lr"],
                 eps=group["eps"],
             )
@@ -102,4 +108,4 @@ class FbgemmReplicaOptimizer(torch.optim.Optimizer):
                     continue
                 offsets = torch.arange(rows.numel() + 1, dtype=rows.dtype)
                 with torch.enable_grad():
-                    tbe(rows, offsets).backward(p.grad.index_select(0, rows))
+                    tbe(rows, offsets).backward(p.grad.index_select(0, rows).float())

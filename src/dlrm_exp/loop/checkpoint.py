@@ -26,7 +26,9 @@ The data position is the step: batches are a pure function of (seed, step), so r
 the batches already trained on (with another world size: the step at the same sample count,
 :func:`resume_step`). Nothing in training draws random numbers after the weights are
 initialized (no dropout, no shuffling between epochs), so no RNG state is needed to continue
-bitwise.
+bitwise. One exception: fp16 tables on CUDA update with FBGEMM's stochastic rounding, drawn from
+torch's CUDA generator, which is not saved: such a resume continues closely, not bitwise (on
+CPU FBGEMM rounds to nearest, and resume stays bitwise).
 """
 
 import json

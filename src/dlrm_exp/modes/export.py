@@ -15,11 +15,12 @@ whole model (:func:`dlrm_exp.factories.inference.script`) and writes, into the r
 """
 
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import torch
 
-from dlrm_exp.config import Config
+from dlrm_exp.config import Config, EmbeddingDataType
 from dlrm_exp.factories.inference import InferenceDLRM, quantize_tables, script, table_bytes
 from dlrm_exp.factories.model import build_model
 from dlrm_exp.loop.checkpoint import find_checkpoint, load_model_weights
@@ -38,11 +39,18 @@ def run(cfg: Config, job: Job) -> ModeResult:
 
 def load_trained(cfg: Config, path: Path) -> tuple[torch.nn.Module, int]:
     """The unsharded DLRM with the weights of checkpoint ``path`` (eval mode) and its step.
+    Its tables are fp32 whatever ``model.embedding_data_type`` trained (DCP widens fp16
+    weights exactly), so the quantization starts from the trained values.
 
     Raises:
         CheckpointError: missing, partial or unreadable checkpoint, or another model shape.
     """
-    module = build_model(cfg.model, dense_device=CPU, table_device=CPU)
+    fp32 = replace(
+        cfg.model,
+        embedding_data_type=EmbeddingDataType.fp32,
+        embedding_data_type_per_table={},
+    )
+    module = build_model(fp32, dense_device=CPU, table_device=CPU)
     saved = load_model_weights(path, module, table_shapes(cfg.model))
     return module.model.eval(), int(saved["step"])
 
@@ -60,7 +68,8 @@ def run_export(cfg: Config, job: Job) -> dict:
     path = find_checkpoint(cfg.checkpoint)
     dlrm, step = load_trained(cfg, path)
     tables = table_shapes(cfg.model)
-    quantized = quantize_tables(dlrm, cfg.export.quantization, list(tables))
+    trained = dict(zip(cfg.model.table_names, cfg.model.table_data_types, strict=True))
+    quantized = quantize_tables(dlrm, cfg.export.quantization, trained)
     scripted = script(InferenceDLRM(quantized, cfg.model.feature_names))
     partial = out / "model.pt.partial"
     scripted.save(str(partial))
@@ -68,6 +77,7 @@ def run_export(cfg: Config, job: Job) -> dict:
     record = {
         "artifact": str(out / "model.pt"),
         "quantization": cfg.export.quantization.value,
+        "trained_table_data_types": sorted({t.value for t in trained.values()}),
         "checkpoint": str(path),
         "step": step,
         "table_bytes_fp32": table_bytes(dlrm),

@@ -52,6 +52,7 @@ def run_plan(cfg: Config, run_dir: Path) -> dict[str, Any]:
     }
     record["storage"] = {
         "embedding_weights_gib": storage.weight_bytes / GIB,
+        "embedding_weight_precision": storage.weight_precision,
         "optimizer_state_gib": storage.optimizer_bytes / GIB,
         "total_gib": storage.total_bytes / GIB,
     }
@@ -111,7 +112,8 @@ def summary(record: dict[str, Any], run_dir: Path) -> str:
             f"{ratio['ddr']:.2f}, perf {ratio['perf']:.2f}",
         ]
     lines += [
-        f"total embedding storage: {storage['embedding_weights_gib']:.2f} GiB fp32 weights + "
+        f"total embedding storage: {storage['embedding_weights_gib']:.2f} GiB "
+        f"{storage['embedding_weight_precision']} weights + "
         f"{storage['optimizer_state_gib']:.2f} GiB optimizer state = "
         f"{storage['total_gib']:.2f} GiB",
         f"plan files: {run_dir / 'plan.txt'}, {run_dir / 'plan.json'}",

@@ -284,6 +284,7 @@ def _run_metrics(
         utilization=_utilization(run, result),
         profile=profile_files(run.job.run_dir) if run.cfg.train.profile and run.ctx.is_main else [],
         effective_qcomms=run.experiment.effective_qcomms,
+        table_data_types=run.experiment.table_data_types,
         substitutions=[s.to_json() for s in run.experiment.substitutions],
     )
 

@@ -49,6 +49,7 @@ from dlrm_exp.config import (
     ComputeKernel,
     Config,
     DensePrecision,
+    EmbeddingDataType,
     Pipeline,
     ShardingStrategy,
     SyntheticDataConfig,
@@ -138,7 +139,8 @@ def _precision(cfg: Config) -> str:
 
 def reference_config(cfg: Config) -> Config:
     """The unsharded one-process twin of ``cfg``: table_wise on one rank, fused kernel, no
-    qcomms, ``TrainPipelineSparseDist``, fp32, per-rank batch times the world size. A sparse
+    qcomms, ``TrainPipelineSparseDist``, fp32 dense part and tables, per-rank batch times the
+    world size. A sparse
     optimizer FBGEMM cannot fuse on CPU (Adam) keeps its tables data_parallel (dense kernel),
     the only placement it runs in."""
     ref = copy.deepcopy(cfg)
@@ -158,6 +160,8 @@ def reference_config(cfg: Config) -> Config:
     ref.hardware.nnodes = 1
     ref.train.pipeline = Pipeline.sparse_dist
     ref.train.dense_precision = DensePrecision.fp32
+    ref.model.embedding_data_type = EmbeddingDataType.fp32
+    ref.model.embedding_data_type_per_table = {}
     ref.train.batch_size = cfg.train.batch_size * cfg.hardware.world_size
     return ref
 
@@ -226,14 +230,24 @@ def _max_abs(a: dict[str, np.ndarray], b: dict[str, np.ndarray]) -> float:
     return max((float(np.max(np.abs(a[k] - b[k]))) for k in a), default=0.0)
 
 
+def inexact_because(cfg: Config) -> list[str]:
+    """Why ``cfg`` does not train the reference's maths (empty: it does). An exact pipeline
+    (:data:`~dlrm_exp.factories.pipeline.EXACT_PIPELINES`) in fp32, dense part and tables, is
+    exact; ``semi_sync`` (stale embeddings), a bf16 dense part and fp16 tables change the
+    numerics on purpose: their deviation is reported, not judged."""
+    reasons = []
+    if cfg.train.pipeline not in EXACT_PIPELINES:
+        reasons.append("one-update-stale embeddings")
+    if cfg.train.dense_precision is not DensePrecision.fp32:
+        reasons.append(f"the dense part computes in {cfg.train.dense_precision.value}")
+    if set(cfg.model.table_data_types) != {EmbeddingDataType.fp32}:
+        reasons.append("fp16 tables against the reference's fp32 ones")
+    return reasons
+
+
 def exact_training(cfg: Config) -> bool:
-    """Whether ``cfg`` trains the reference's maths: an exact pipeline
-    (:data:`~dlrm_exp.factories.pipeline.EXACT_PIPELINES`) in fp32. ``semi_sync`` (stale
-    embeddings) and bf16 change the numerics on purpose: their deviation is reported, not
-    judged."""
-    return (
-        cfg.train.pipeline in EXACT_PIPELINES and cfg.train.dense_precision is DensePrecision.fp32
-    )
+    """Whether ``cfg`` trains the reference's maths (:func:`inexact_because` is empty)."""
+    return not inexact_because(cfg)
 
 
 def compare(sharded: Trace, reference: Trace, precision: str, exact: bool = True) -> dict[str, Any]:
@@ -302,6 +316,8 @@ def run_verify_many(cfgs: list[Config], run_dirs: list[Path]) -> list[dict[str, 
         result["sharding_type"] = cfg.sharding.sharding_type.value
         result["pipeline"] = cfg.train.pipeline.value
         result["dense_precision"] = cfg.train.dense_precision.value
+        result["table_data_types"] = sorted({t.value for t in cfg.model.table_data_types})
+        result["inexact_because"] = inexact_because(cfg)
         write_json_atomic(run_dir / "verify.json", result)
         results.append(result)
     return results
@@ -335,17 +351,13 @@ def summary(result: dict[str, Any]) -> str:
             f"verify {result['sharding_type']} (plan: {', '.join(result['plan_sharding_types'])}) "
             f"on {result['world_size']} process(es), "
             f"{result['precision']} comms, {result['steps']} steps, against one unsharded process",
-            f"pipeline {result['pipeline']}, dense {result['dense_precision']}: "
+            f"pipeline {result['pipeline']}, dense {result['dense_precision']}, tables "
+            f"{'/'.join(result['table_data_types'])}: "
             + (
                 "exact, same maths as the reference"
                 if result["exact"]
-                else "changes the numerics on purpose ("
-                + (
-                    "one-update-stale embeddings"
-                    if result["pipeline"] == Pipeline.semi_sync.value
-                    else "the dense part computes in bf16"
-                )
-                + "), so the deviation is reported, not judged"
+                else f"changes the numerics on purpose ({'; '.join(result['inexact_because'])}), "
+                "so the deviation is reported, not judged"
             ),
             f"max relative loss deviation {result['max_rel_loss_deviation']:.3e} "
             f"(tolerance {result['loss_tolerance']:.0e}): "

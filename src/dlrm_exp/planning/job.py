@@ -67,7 +67,10 @@ class PlanResult:
 
 def _storage(cfg: Config) -> EmbeddingStorage:
     return embedding_storage(
-        cfg.model.table_sizes, cfg.model.embedding_dim, cfg.optimizer.sparse_optimizer
+        cfg.model.table_sizes,
+        cfg.model.embedding_dim,
+        cfg.optimizer.sparse_optimizer,
+        cfg.model.table_data_types,
     )
 
 
@@ -79,7 +82,8 @@ def _memory_message(cfg: Config, capacity: MemoryCapacity, world_size: int) -> s
     replicated = [
         cfg.sharding.table_choice(t.name)[0] is ShardingStrategy.data_parallel for t in tables
     ]
-    dp_sizes = [t.num_embeddings for t, dp in zip(tables, replicated, strict=True) if dp]
+    dp = [i for i, is_dp in enumerate(replicated) if is_dp]
+    data_types = cfg.model.table_data_types
     return insufficient_memory_message(
         _storage(cfg),
         opt,
@@ -88,8 +92,11 @@ def _memory_message(cfg: Config, capacity: MemoryCapacity, world_size: int) -> s
         capacity,
         world_size,
         "HBM" if capacity.hbm_bytes else "DDR",
-        replicated=embedding_storage(dp_sizes, dim, opt),
-        copies=[world_size if dp else 1 for dp in replicated],
+        replicated=embedding_storage(
+            [tables[i].num_embeddings for i in dp], dim, opt, [data_types[i] for i in dp]
+        ),
+        copies=[world_size if is_dp else 1 for is_dp in replicated],
+        data_types=data_types,
     )
 
 
@@ -126,7 +133,12 @@ def plan_job(
     if cfg.sharding.sharding_type is ShardingStrategy.from_file:
         result = _plan_from_file(cfg, target)
     else:
-        result = _plan_with_planner(cfg, module, target, sharder or job_sharder(cfg.qcomms))
+        result = _plan_with_planner(
+            cfg,
+            module,
+            target,
+            sharder or job_sharder(cfg.qcomms, cfg.optimizer.stochastic_rounding),
+        )
     check_supported(cfg.qcomms, plan_sharding_types(result.plan), cfg.hardware.backend.value)
     return result
 

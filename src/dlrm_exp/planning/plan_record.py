@@ -4,9 +4,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from torchrec.distributed.types import ShardingPlan
-from torchrec.modules.embedding_configs import EmbeddingBagConfig
-
-from dlrm_exp.planning.storage import FP32_BYTES
+from torchrec.modules.embedding_configs import DATA_TYPE_NUM_BITS, EmbeddingBagConfig
 
 
 def plan_sharding_types(plan: ShardingPlan) -> set[str]:
@@ -30,7 +28,7 @@ class ShardRecord:
 @dataclass(frozen=True)
 class TablePlan:
     """Where one table went: sharding type and compute kernel (TorchRec's strings), the ranks
-    and shards, and the table's shape."""
+    and shards, and the table's shape and weight precision (``fp32`` or ``fp16``)."""
 
     module: str
     sharding_type: str
@@ -39,12 +37,13 @@ class TablePlan:
     num_embeddings: int
     embedding_dim: int
     shards: list[ShardRecord]
+    data_type: str = "fp32"
 
 
 @dataclass(frozen=True)
 class PlanRecord:
-    """The plan as data (``plan.json``): per table its :class:`TablePlan`, and the fp32
-    embedding bytes each rank holds."""
+    """The plan as data (``plan.json``): per table its :class:`TablePlan`, and the embedding
+    weight bytes each rank holds."""
 
     world_size: int
     tables: dict[str, TablePlan]
@@ -71,7 +70,8 @@ def plan_record(
     plan: ShardingPlan, tables: list[EmbeddingBagConfig], world_size: int
 ) -> PlanRecord:
     """The plan as data: per table its sharding type, compute kernel, ranks and shards (rank,
-    row/column offsets, sizes), and the fp32 embedding bytes held by each rank."""
+    row/column offsets, sizes), and the embedding weight bytes held by each rank (at each table's
+    ``data_type``)."""
     by_name = {t.name: t for t in tables}
     per_rank = [0] * world_size
     records: dict[str, TablePlan] = {}
@@ -79,8 +79,9 @@ def plan_record(
         for name, ps in module_plan.items():  # type: ignore[union-attr]
             table = by_name[name]
             shards = _shards(ps, table)
+            element_bytes = DATA_TYPE_NUM_BITS[table.data_type] // 8
             for shard in shards:
-                per_rank[shard.rank] += shard.sizes[0] * shard.sizes[1] * FP32_BYTES
+                per_rank[shard.rank] += shard.sizes[0] * shard.sizes[1] * element_bytes
             records[name] = TablePlan(
                 module_path,
                 ps.sharding_type,
@@ -89,6 +90,7 @@ def plan_record(
                 table.num_embeddings,
                 table.embedding_dim,
                 shards,
+                table.data_type.value.lower(),
             )
     return PlanRecord(world_size, records, per_rank)
 

@@ -13,7 +13,7 @@ from torchrec.distributed.planner.storage_reservations import FixedPercentageSto
 from torchrec.distributed.planner.types import PlannerError, PlannerErrorType, Stats, Topology
 from torchrec.distributed.types import ShardingPlan
 
-from dlrm_exp.config import SparseOptimizer
+from dlrm_exp.config import EmbeddingDataType, SparseOptimizer
 from dlrm_exp.errors import InsufficientMemoryError, PlanError
 from dlrm_exp.planning.storage import GIB, EmbeddingStorage, capped_bytes, largest_fitting_cap
 from dlrm_exp.planning.topology import MemoryCapacity
@@ -56,6 +56,7 @@ def insufficient_memory_message(
     device_kind: str,
     replicated: EmbeddingStorage | None = None,
     copies: list[int] | None = None,
+    data_types: list[EmbeddingDataType] | None = None,
 ) -> str:
     """One message with what the tables need, what the hardware offers, and two caps to try.
 
@@ -69,12 +70,14 @@ def insufficient_memory_message(
     source = capacity.hbm_source if on_hbm else capacity.source
     offered = per_rank * world_size
     shape = (table_sizes, embedding_dim, optimizer)
-    cap = largest_fitting_cap(*shape, offered * HEADROOM_FRACTION, copies)
-    quick = largest_fitting_cap(*shape, min(QUICK_TRY_BYTES, offered * HEADROOM_FRACTION), copies)
+    cap = largest_fitting_cap(*shape, offered * HEADROOM_FRACTION, copies, data_types)
+    quick = largest_fitting_cap(
+        *shape, min(QUICK_TRY_BYTES, offered * HEADROOM_FRACTION), copies, data_types
+    )
     lines: list[str] = [
         f"Not enough memory for the embedding tables ({len(table_sizes)} tables, "
         f"{storage.rows:,} rows x embedding_dim {embedding_dim}):",
-        f"  needed:  {storage.weight_bytes / GIB:.2f} GiB fp32 weights + "
+        f"  needed:  {storage.weight_bytes / GIB:.2f} GiB {storage.weight_precision} weights + "
         f"{storage.optimizer_bytes / GIB:.2f} GiB {optimizer.value} state = "
         f"{storage.total_bytes / GIB:.2f} GiB",
     ]
@@ -93,7 +96,7 @@ def insufficient_memory_message(
     ranks_needed = math.ceil(storage.total_bytes / (per_rank * (1 - STORAGE_RESERVATION)))
     more = f"at least {ranks_needed} ranks of {per_rank / GIB:.2f} GiB (hardware.nnodes=...)"
     if cap is not None and quick is not None:
-        gib = {c: capped_bytes(*shape, c, copies) / GIB for c in (cap, quick)}
+        gib = {c: capped_bytes(*shape, c, copies, data_types) / GIB for c in (cap, quick)}
         lines.append(
             f"Fix: cap the tables with model.num_embeddings_cap={cap} ({gib[cap]:.2f} GiB, at "
             f"most {HEADROOM_FRACTION:.0%} of the offered memory), or try "

@@ -6,7 +6,7 @@ embedding storage agrees. Sizes are in bytes; GiB = 2**30 bytes.
 
 from dataclasses import dataclass
 
-from dlrm_exp.config import SparseOptimizer
+from dlrm_exp.config import EmbeddingDataType, SparseOptimizer
 
 GIB = 2**30
 FP32_BYTES = 4
@@ -18,7 +18,8 @@ class EmbeddingStorage:
 
     Attributes:
         rows: total rows over all tables.
-        weight_bytes: fp32 table weights, rows x embedding_dim x 4 bytes.
+        weight_bytes: table weights, rows x embedding_dim x bytes per element (4 for fp32
+            tables, 2 for fp16 ones).
         optimizer_bytes: sparse optimizer state (RowWiseAdagrad: one fp32 per row; Adagrad:
             one per weight; Adam: two per weight; SGD: none), as FBGEMM's fused kernels
             allocate it.
@@ -27,6 +28,7 @@ class EmbeddingStorage:
     rows: int
     weight_bytes: int
     optimizer_bytes: int
+    weight_precision: str = "fp32"
 
     @property
     def total_bytes(self) -> int:
@@ -45,17 +47,27 @@ def optimizer_floats_per_row(optimizer: SparseOptimizer, embedding_dim: int) -> 
 
 
 def embedding_storage(
-    table_sizes: list[int], embedding_dim: int, optimizer: SparseOptimizer
+    table_sizes: list[int],
+    embedding_dim: int,
+    optimizer: SparseOptimizer,
+    data_types: list[EmbeddingDataType] | None = None,
 ) -> EmbeddingStorage:
-    """Bytes needed by tables of ``table_sizes`` rows each, ``embedding_dim`` fp32 wide.
+    """Bytes needed by tables of ``table_sizes`` rows each, ``embedding_dim`` wide, whose
+    weights have ``data_types`` (default fp32; optimizer state is fp32 in every case).
 
-    Example: the MLPerf DLRM-DCNv2 tables (204,184,588 rows x 128) need 97.36 GiB of weights.
+    Example: the MLPerf DLRM-DCNv2 tables (204,184,588 rows x 128) need 97.36 GiB of fp32
+    weights, 48.68 GiB of fp16 ones.
     """
+    data_types = data_types or [EmbeddingDataType.fp32] * len(table_sizes)
     rows = sum(table_sizes)
     return EmbeddingStorage(
         rows=rows,
-        weight_bytes=rows * embedding_dim * FP32_BYTES,
+        weight_bytes=sum(
+            n * embedding_dim * t.element_bytes
+            for n, t in zip(table_sizes, data_types, strict=True)
+        ),
         optimizer_bytes=rows * optimizer_floats_per_row(optimizer, embedding_dim) * FP32_BYTES,
+        weight_precision="/".join(sorted({t.value for t in data_types}, reverse=True)) or "fp32",
     )
 
 
@@ -65,12 +77,17 @@ def capped_bytes(
     optimizer: SparseOptimizer,
     cap: int,
     copies: list[int] | None = None,
+    data_types: list[EmbeddingDataType] | None = None,
 ) -> int:
-    """Bytes of fp32 weights and optimizer state of the tables capped at ``cap`` rows each
-    (``copies`` as in :func:`largest_fitting_cap`)."""
-    per_row = (embedding_dim + optimizer_floats_per_row(optimizer, embedding_dim)) * FP32_BYTES
+    """Bytes of weights (``data_types``, default fp32) and fp32 optimizer state of the tables
+    capped at ``cap`` rows each (``copies`` as in :func:`largest_fitting_cap`)."""
+    state_bytes = optimizer_floats_per_row(optimizer, embedding_dim) * FP32_BYTES
     copies = copies or [1] * len(table_sizes)
-    return sum(min(n, cap) * k for n, k in zip(table_sizes, copies, strict=True)) * per_row
+    data_types = data_types or [EmbeddingDataType.fp32] * len(table_sizes)
+    return sum(
+        min(n, cap) * k * (embedding_dim * t.element_bytes + state_bytes)
+        for n, k, t in zip(table_sizes, copies, data_types, strict=True)
+    )
 
 
 def largest_fitting_cap(
@@ -79,15 +96,17 @@ def largest_fitting_cap(
     optimizer: SparseOptimizer,
     budget_bytes: float,
     copies: list[int] | None = None,
+    data_types: list[EmbeddingDataType] | None = None,
 ) -> int | None:
     """The largest ``num_embeddings_cap`` (rounded down to two significant digits) whose tables
     fit in ``budget_bytes``, or None when not even one row per table fits.
 
     ``copies[i]`` is how many copies of table i the job holds (data_parallel: one per rank;
-    default one each)."""
+    default one each); ``data_types`` as in :func:`capped_bytes`."""
 
     def fits(cap: int) -> bool:
-        return capped_bytes(table_sizes, embedding_dim, optimizer, cap, copies) <= budget_bytes
+        used = capped_bytes(table_sizes, embedding_dim, optimizer, cap, copies, data_types)
+        return used <= budget_bytes
 
     if not fits(1):
         return None

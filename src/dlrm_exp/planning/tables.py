@@ -1,9 +1,9 @@
 """The embedding tables of a model: the planner's (and the model's) ``EmbeddingBagConfig``s."""
 
 import torch
-from torchrec.modules.embedding_configs import EmbeddingBagConfig
+from torchrec.modules.embedding_configs import DataType, EmbeddingBagConfig
 
-from dlrm_exp.config import ModelConfig, table_name
+from dlrm_exp.config import EmbeddingDataType, ModelConfig, table_name
 
 #: Where tables are built before sharding: no storage, only shapes.
 META = torch.device("meta")
@@ -12,16 +12,25 @@ META = torch.device("meta")
 def table_configs(cfg: ModelConfig) -> list[EmbeddingBagConfig]:
     """One ``EmbeddingBagConfig`` per sparse feature ``cat_<i>``, named ``t_cat_<i>`` as in
     TorchRec's DLRM example (:func:`dlrm_exp.config.table_name`), ``embedding_dim`` D wide, with
-    ``num_embeddings`` capped by ``cfg.num_embeddings_cap``."""
+    ``num_embeddings`` capped by ``cfg.num_embeddings_cap`` and the weight precision of
+    ``cfg.embedding_data_type`` / ``embedding_data_type_per_table`` (TorchRec's ``data_type``)."""
     return [
         EmbeddingBagConfig(
             name=table_name(feature),
             embedding_dim=cfg.embedding_dim,
             num_embeddings=rows,
             feature_names=[feature],
+            data_type=torchrec_data_type(data_type),
         )
-        for feature, rows in zip(cfg.feature_names, cfg.table_sizes, strict=True)
+        for feature, rows, data_type in zip(
+            cfg.feature_names, cfg.table_sizes, cfg.table_data_types, strict=True
+        )
     ]
+
+
+def torchrec_data_type(data_type: EmbeddingDataType) -> DataType:
+    """TorchRec's ``DataType`` of a table precision (``fp16`` -> ``DataType.FP16``)."""
+    return DataType[data_type.value.upper()]
 
 
 def table_shapes(cfg: ModelConfig) -> dict[str, list[int]]:
@@ -42,3 +51,14 @@ def is_table_key(key: str) -> bool:
 def table_of_key(key: str) -> str:
     """The table name in a table's key (``...embedding_bags.t_cat_0.weight`` -> ``t_cat_0``)."""
     return key.split(_TABLE_KEY_PART, 1)[1].split(".")[0]
+
+
+def table_weight_dtypes(model: torch.nn.Module) -> dict[str, str]:
+    """``{table name: dtype}`` of the table weights ``model`` holds (``"fp32"``, ``"fp16"``),
+    read from its state dict: what TorchRec and FBGEMM allocated, not what was asked."""
+    names = {torch.float32: "fp32", torch.float16: "fp16", torch.bfloat16: "bf16"}
+    return {
+        table_of_key(key): names.get(tensor.dtype, str(tensor.dtype))
+        for key, tensor in model.state_dict().items()
+        if is_table_key(key) and key.endswith(".weight")
+    }

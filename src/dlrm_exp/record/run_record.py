@@ -4,6 +4,7 @@ A completed run holds every field; a failed job of a sweep holds only ``status: 
 ``error`` and ``error_type``. JSON keys equal the field names, in this order.
 """
 
+from collections import Counter
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
@@ -77,6 +78,8 @@ class RunMetrics:
             ``reduce_scatter``, ``sequence_all_to_all``), read back from rank 0's sharded
             model (:func:`dlrm_exp.distributed.qcomms.effective_qcomms`); empty without codecs
             (every collective FP32).
+        table_data_types: each table's weight dtype as allocated (``{table: "fp16"}``), read
+            back from rank 0's sharded model (``model.embedding_data_type``).
         substitutions: each setting that ran other than asked, ``{"setting", "asked", "ran",
             "reason"}`` (:class:`dlrm_exp.util.substitution.Substitution`), e.g. TorchRec's
             FP16/BF16 reduce-scatter for ``qcomms=fp8``.
@@ -119,6 +122,7 @@ class RunMetrics:
     utilization: dict[str, Any] = field(default_factory=dict)
     profile: list[str] = field(default_factory=list)
     effective_qcomms: dict[str, dict[str, str]] = field(default_factory=dict)
+    table_data_types: dict[str, str] = field(default_factory=dict)
     substitutions: list[dict[str, str]] = field(default_factory=list)
     error: str | None = None
     error_type: str | None = None
@@ -133,6 +137,15 @@ class RunMetrics:
         """The effective precisions in one cell: ``reduce_scatter FP16/BF16`` (forward /
         backward; collectives comma-separated), ``FP32`` without codecs."""
         return precisions_text(self.effective_qcomms) or "FP32"
+
+    @property
+    def tables_ran(self) -> str:
+        """The table weight dtypes in one cell: ``fp16``, or ``fp16 x 25, fp32 x 1`` when they
+        differ; ``""`` for a record without them."""
+        counts = sorted(Counter(self.table_data_types.values()).items(), key=lambda kv: -kv[1])
+        if len(counts) == 1:
+            return counts[0][0]
+        return ", ".join(f"{dtype} x {n}" for dtype, n in counts)
 
     @property
     def substituted(self) -> str:

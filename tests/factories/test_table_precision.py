@@ -1,0 +1,66 @@
+"""``model.embedding_data_type=fp16``: tables train, are saved and resumed in fp16, say what ran,
+and export as fp16 or quantized further (two processes, every sharding type:
+tests/distributed/test_multiprocess.py)."""
+
+import json
+import shutil
+
+import pytest
+import torch
+from torch.distributed.checkpoint import FileSystemReader
+
+from conftest import SMALL, compose_cfg
+from dlrm_exp.factories.inference import InferenceDLRM
+from dlrm_exp.loop.checkpoint import complete_checkpoints
+from dlrm_exp.modes.export import load_trained, run_export
+from dlrm_exp.modes.job import Job
+from dlrm_exp.modes.train import run_train
+
+FP16 = [*SMALL, "model.embedding_data_type=fp16", "train.checkpoint_every_n_steps=16"]
+
+
+def _saved_table_dtypes(checkpoint) -> set[torch.dtype]:
+    metadata = FileSystemReader(str(checkpoint)).read_metadata().state_dict_metadata
+    return {
+        meta.properties.dtype
+        for key, meta in metadata.items()
+        if key.startswith("model.") and ".embedding_bags." in key
+    }
+
+
+@pytest.mark.slow
+def test_fp16_tables_train_save_fp16_resume_bitwise_and_export(tmp_path):
+    full = run_train(compose_cfg(FP16), tmp_path / "a", {})
+    assert set(full.table_data_types.values()) == {"fp16"} and full.tables_ran == "fp16"
+    assert full.embedding_bytes_per_rank == [sum(compose_cfg(SMALL).model.table_sizes) * 16 * 2]
+    (rounding,) = full.substitutions  # FBGEMM's CPU kernels round to nearest
+    assert rounding["setting"] == "optimizer.stochastic_rounding"
+    assert rounding["ran"] == "round to nearest"
+    first, last = complete_checkpoints(tmp_path / "a")
+    assert _saved_table_dtypes(last) == {torch.float16}
+
+    # resumed from step 16 in another run folder: the same numbers, bitwise
+    (tmp_path / "b" / "checkpoints").mkdir(parents=True)
+    shutil.copytree(first, tmp_path / "b" / "checkpoints" / first.name)
+    resumed = run_train(compose_cfg([*FP16, "train.resume=auto"]), tmp_path / "b", {})
+    assert (resumed.val, resumed.test, resumed.final_train_loss) == (
+        full.val,
+        full.test,
+        full.final_train_loss,
+    )
+
+    # export: `none` keeps the trained fp16 tables (half the fp32 bytes, the same outputs)
+    cfg = compose_cfg(["mode=export", f"checkpoint={tmp_path / 'a'}", *FP16])
+    record = run_export(cfg, Job(tmp_path / "export"))
+    assert record["trained_table_data_types"] == ["fp16"]
+    assert record["table_bytes"] * 2 == record["table_bytes_fp32"]
+    assert json.loads((tmp_path / "export" / "export.json").read_text()) == record
+    dlrm, _ = load_trained(cfg, last)
+    assert {p.dtype for n, p in dlrm.named_parameters() if "embedding_bags" in n} == {torch.float32}
+    dense = torch.rand(8, 13, generator=torch.Generator().manual_seed(0))
+    values = torch.zeros(26 * 8, dtype=torch.long)
+    inputs = (dense, values, torch.ones(26 * 8, dtype=torch.int32))
+    with torch.no_grad():
+        expected = InferenceDLRM(dlrm, cfg.model.feature_names)(*inputs)
+        exported = torch.jit.load(record["artifact"])(*inputs)
+    assert torch.allclose(exported, expected, atol=1e-6)
