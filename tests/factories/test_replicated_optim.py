@@ -64,5 +64,5 @@ def test_state_survives_a_state_dict_round_trip():
 
 
 def test_rejects_non_table_parameters():
-    with pytest.raises(ValueError, match="2-D float32 CPU"):
+    with pytest.raises(ValueError, match="2-D float32 / float16 CPU"):
         FbgemmReplicaOptimizer([torch.nn.Parameter(torch.zeros(4))], SparseOptimizer.sgd, lr=0.1)
