@@ -23,7 +23,8 @@ STATS_FILE = "summary_stats.csv"
 #: The metrics compared per configuration (keys of the metric table).
 COMPARED = (
     "val_auroc", "test_auroc", "final_test_auroc", "val_ne", "val_logloss", "val_calibration",
-    "samples_per_sec", "step_ms_p50",
+    "samples_per_sec", "step_ms_p50", "fwd_bytes_per_step", "bwd_bytes_per_step", "peak_rss_gib",
+    "table_bytes_per_rank",
 )  # fmt: skip
 #: What :func:`compare_to` gates on unless told otherwise: the quality metrics, which a rerun
 #: with the same seeds reproduces; speed moves with the machine (opt in with ``--gate``).
@@ -109,8 +110,9 @@ def has_repeats(stats: Sequence[ConfigStats]) -> bool:
 
 
 def stats_markdown(stats: Sequence[ConfigStats]) -> str:
-    """Mean +- 95 % CI half-width (n) per configuration, and the paired difference of val
-    AUROC to the baseline (the first row) with its interval and p-value."""
+    """Mean +- 95 % CI half-width (n) per configuration (quality, speed, bytes per step,
+    memory), and the paired differences of val and test AUROC to the baseline (the first row)
+    with their intervals and p-values."""
     keys = [
         "val_auroc",
         "test_auroc",
@@ -119,9 +121,13 @@ def stats_markdown(stats: Sequence[ConfigStats]) -> str:
         "val_calibration",
         "samples_per_sec",
         "step_ms_p50",
+        "fwd_bytes_per_step",
+        "bwd_bytes_per_step",
+        "peak_rss_gib",
+        "table_bytes_per_rank",
     ]
     header = ["configuration", "n"] + [METRICS[k].label for k in keys]
-    header += ["val AUROC - baseline [95% CI]", "p (paired t)"]
+    header += [f"{split} AUROC - baseline [95% CI]" for split in ("val", "test")]
     lines = ["| " + " | ".join(header) + " |", "| " + " | ".join("---" for _ in header) + " |"]
     for i, s in enumerate(stats):
         failed = f" ({len(s.failed)} failed)" if s.failed else ""
@@ -134,13 +140,9 @@ def stats_markdown(stats: Sequence[ConfigStats]) -> str:
                 cells.append(fmt(e.mean, spec))
             else:
                 cells.append(f"{fmt(e.mean, spec)} +- {fmt(e.half_width, spec)}")
-        d = s.vs_baseline.get("val_auroc")
-        if d is None:
-            cells += ["", ""]
-        else:
-            interval = "" if d.ci_low is None else f" [{d.ci_low:+.5f}, {d.ci_high:+.5f}]"
-            mark = " *" if d.significant else ""
-            cells += [f"{d.mean:+.5f}{interval}{mark}", fmt(d.p_value, ".3g")]
+        cells += [
+            _difference_cell(s.vs_baseline.get(f"{split}_auroc")) for split in ("val", "test")
+        ]
         lines.append("| " + " | ".join(cells) + " |")
     lines.append("")
     lines.append(
@@ -150,6 +152,15 @@ def stats_markdown(stats: Sequence[ConfigStats]) -> str:
         "repeats can detect; * marks an interval that excludes 0."
     )
     return "\n".join(lines)
+
+
+def _difference_cell(d: Difference | None) -> str:
+    """``+0.00123 [-0.00010, +0.00256] (p 0.07)``, `` *`` when the interval excludes 0."""
+    if d is None:
+        return ""
+    interval = "" if d.ci_low is None else f" [{d.ci_low:+.5f}, {d.ci_high:+.5f}]"
+    mark = " *" if d.significant else ""
+    return f"{d.mean:+.5f}{interval}{mark} (p {fmt(d.p_value, '.3g')})"
 
 
 STATS_COLUMNS = [

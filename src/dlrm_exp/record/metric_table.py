@@ -129,6 +129,13 @@ _RUN_METRICS = (
     ),
     Metric("peak_rss_gib", "peak RSS GiB", ".2f", False, lambda m: m.peak_rss_gib_max_rank),
     Metric(
+        "table_bytes_per_rank",
+        "table bytes/rank",
+        ",.0f",
+        False,
+        lambda m: max(m.embedding_bytes_per_rank, default=None),
+    ),
+    Metric(
         "wall_seconds",
         "wall s",
         ".1f",

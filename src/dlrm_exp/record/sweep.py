@@ -28,7 +28,7 @@ from dlrm_exp.record.runs import RunRecord, load_runs
 CSV_METRICS = (
     "val_auroc", "test_auroc", "final_test_auroc", "best_epoch", "val_ne", "test_ne",
     "samples_per_sec", "fwd_bytes_per_step", "bwd_bytes_per_step", "step_ms_p50",
-    "matmul_peak_pct", "peak_rss_gib", "wall_seconds",
+    "matmul_peak_pct", "peak_rss_gib", "table_bytes_per_rank", "wall_seconds",
 )  # fmt: skip
 #: The metric columns of ``summary.md``.
 TABLE_METRICS = tuple(k for k in CSV_METRICS if k != "test_ne")
@@ -36,7 +36,8 @@ TABLE_METRICS = tuple(k for k in CSV_METRICS if k != "test_ne")
 
 def summary_row(run: RunRecord) -> dict[str, Any]:
     """One summary row: run name, status, quality, speed, bytes/step, memory, wall time; the
-    precision each collective ran in (``qcomms_ran``) and what ran instead of what the run
+    precision each collective ran in (``qcomms_ran``), the tables' weight dtypes
+    (``tables_ran``) and what ran instead of what the run
     asked (``substituted``, empty when nothing was substituted)."""
     m = run.metrics
     completed = m.status == COMPLETED
@@ -45,6 +46,7 @@ def summary_row(run: RunRecord) -> dict[str, Any]:
         "status": run.status,
         **{key: METRICS[key].read(m) for key in CSV_METRICS},
         "qcomms_ran": m.qcomms_ran if completed else "",
+        "tables_ran": m.tables_ran if completed else "",
         "substituted": m.substituted,
         "error": m.error or "",
         "path": str(run.path),
