@@ -47,6 +47,9 @@ def quiet_libraries() -> None:
     warnings.filterwarnings("ignore", category=DeprecationWarning)
     warnings.filterwarnings("ignore", category=FutureWarning, module=r"torch\.distributed")
     warnings.filterwarnings("ignore", message=r".*is_fx_tracing.*")
+    # Raised with the caller's location whenever a sharded model's state dict is read (TorchRec
+    # still returns ShardedTensors); nothing a user of this framework can act on.
+    warnings.filterwarnings("ignore", message=r".*deprecating ShardedTensor.*")
 
 
 def configure_worker_logging(log_file: Path | None) -> None:
