@@ -1,8 +1,15 @@
 """The benchmarks compose their configs on their own (they run outside Hydra's entry point)."""
 
+from dlrm_exp.bench import fast
 from dlrm_exp.bench.quality import MLPERF_ON_THIS_MACHINE
 from dlrm_exp.bench.training import compose_config
-from dlrm_exp.config import Config, CriteoMultiHotDataConfig
+from dlrm_exp.config import (
+    Config,
+    CriteoMultiHotDataConfig,
+    DensePrecision,
+    EmbeddingDataType,
+    SparseOptimizer,
+)
 
 
 def test_benchmarks_compose_the_default_and_the_mlperf_recipe():
@@ -10,3 +17,28 @@ def test_benchmarks_compose_the_default_and_the_mlperf_recipe():
     mlperf = compose_config(MLPERF_ON_THIS_MACHINE)
     assert isinstance(mlperf.data, CriteoMultiHotDataConfig) and mlperf.data.path is None
     assert mlperf.model.num_embeddings_cap == 100000 and mlperf.train.batch_size == 2048
+
+
+def test_the_fast_bench_composes_its_recipe_levers_and_preset():
+    recipe = compose_config(fast.RECIPE)
+    assert recipe.model.embedding_dim == 64 and len(recipe.model.table_sizes) == 26
+    assert recipe.optimizer.sparse_optimizer is SparseOptimizer.sgd
+    assert recipe.train.dense_precision is DensePrecision.fp32
+    preset = compose_config([*fast.RECIPE, *fast.FAST])
+    assert preset.train.dense_precision is DensePrecision.bf16
+    assert preset.model.embedding_data_type is EmbeddingDataType.fp16
+    assert preset.model.table_sizes == recipe.model.table_sizes  # the preset sets no model
+    for _, overrides, _ in fast.LEVERS:
+        compose_config([*fast.RECIPE, *overrides])
+
+
+def test_the_fast_bench_table_gives_each_lever_its_median_ratio_to_the_reference():
+    results = {
+        "reference": [100.0, 200.0, 100.0],
+        "fp32": [100.0, 200.0, 110.0],
+        **{name: [150.0, 200.0, 100.0] for name, _, _ in fast.LEVERS},
+        "fast": [210.0, 380.0, 190.0],
+    }
+    table, speedup = fast.speed_table(results)
+    assert speedup == 1.9  # ratios 2.1, 1.9, 1.9: the median, not the ratio of medians
+    assert "x1.90" in table and "x1.00" in table and "train.pipeline=base alone" in table

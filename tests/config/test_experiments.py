@@ -27,6 +27,8 @@ def test_the_issue_presets_exist():
         "dlrm_main_mlperf_x2",
         "dlrm_main_full_size",
         "mlperf_dcnv2",
+        "precision_sweep",
+        "fast",
     }
 
 

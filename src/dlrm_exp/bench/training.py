@@ -15,11 +15,12 @@ import argparse
 import gc
 import statistics
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import torch
 from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
+from torch.optim import SGD, Adagrad
 from torchrec.datasets.utils import Batch
 from torchrec.distributed import TrainPipelineSparseDist
 from torchrec.distributed.model_parallel import DistributedModelParallel
@@ -37,6 +38,7 @@ from dlrm_exp.config import (
     Config,
     DenseOptimizer,
     InteractionType,
+    OptimizerConfig,
     SparseOptimizer,
     conf_dir,
     feature_names,
@@ -45,7 +47,7 @@ from dlrm_exp.config import (
 from dlrm_exp.data import iter_batches, load_splits
 from dlrm_exp.distributed.launch import DistContext, process_group
 from dlrm_exp.distributed.sharder import build_sharder
-from dlrm_exp.factories.experiment import build_experiment
+from dlrm_exp.factories.experiment import TrainWrapper, build_experiment
 from dlrm_exp.loop.trainer import BatchSources, Trainer
 from dlrm_exp.record.tracking import Tracker
 from dlrm_exp.util.logs import quiet_libraries
@@ -63,10 +65,17 @@ def compose_config(overrides: Sequence[str]) -> Config:
     return cfg
 
 
-def framework_run(cfg: Config, ctx: DistContext, batches: list[Batch], warmup: int) -> tuple:
-    """Steady-state samples/s of the framework's training loop, and the plan it used."""
+def framework_run(
+    cfg: Config,
+    ctx: DistContext,
+    batches: list[Batch],
+    warmup: int,
+    wrap: TrainWrapper | None = None,
+) -> tuple:
+    """Steady-state samples/s of the framework's training loop, and the plan it used
+    (``wrap``: see :func:`~dlrm_exp.factories.experiment.build_experiment`)."""
     torch.manual_seed(cfg.seed)
-    experiment = build_experiment(cfg, ctx)
+    experiment = build_experiment(cfg, ctx, wrap=wrap)
     cfg.train.throughput_warmup_steps = warmup
     cfg.train.max_steps = None
     cfg.train.epochs = 1
@@ -81,12 +90,33 @@ def framework_run(cfg: Config, ctx: DistContext, batches: list[Batch], warmup: i
     return trainer.fit(sources).samples_per_sec, experiment.plan
 
 
+def _dlrm_main_optimizers(
+    opt: OptimizerConfig,
+) -> tuple[type, dict, Callable[[list], torch.optim.Optimizer]]:
+    """``dlrm_main.py``'s two recipes, written out: RowWiseAdagrad on tables and Adagrad on the
+    dense part (``--adagrad``), or SGD on both. Returns the sparse optimizer class and its
+    arguments (for ``apply_optimizer_in_backward``) and the dense optimizer factory."""
+    sparse_class = {SparseOptimizer.rowwise_adagrad: RowWiseAdagrad, SparseOptimizer.sgd: SGD}
+    dense_class = {DenseOptimizer.adagrad: Adagrad, DenseOptimizer.sgd: SGD}
+    assert opt.sparse_optimizer in sparse_class and opt.dense_optimizer in dense_class
+    with_eps = {RowWiseAdagrad: {"eps": opt.eps}, Adagrad: {"eps": opt.eps}}
+    sparse = sparse_class[opt.sparse_optimizer]
+    dense = dense_class[opt.dense_optimizer]
+    dense_kwargs = {"lr": opt.dense_learning_rate, **with_eps.get(dense, {})}
+    return (
+        sparse,
+        {"lr": opt.learning_rate, **with_eps.get(sparse, {})},
+        lambda params: dense(params, **dense_kwargs),
+    )
+
+
 def plain_torchrec_run(cfg: Config, plan: ShardingPlan, batches: list[Batch], warmup: int) -> float:
-    """Steady-state samples/s of a plain TorchRec loop (TorchRec golden-example style)."""
+    """Steady-state samples/s of a plain TorchRec loop (TorchRec golden-example style) with
+    ``dlrm_main.py``'s optimizers: RowWiseAdagrad fused into backward and Adagrad on the dense
+    part, or SGD for both (its default)."""
     m = cfg.model
     assert m.interaction_type is InteractionType.original, "the plain loop builds DLRM"
-    assert cfg.optimizer.sparse_optimizer is SparseOptimizer.rowwise_adagrad
-    assert cfg.optimizer.dense_optimizer is DenseOptimizer.adagrad
+    sparse, sparse_kwargs, dense_optimizer = _dlrm_main_optimizers(cfg.optimizer)
     torch.manual_seed(cfg.seed)
     tables = [  # written out as a TorchRec user would, not with the framework's helpers
         EmbeddingBagConfig(
@@ -107,19 +137,14 @@ def plain_torchrec_run(cfg: Config, plan: ShardingPlan, batches: list[Batch], wa
             dense_device=meta,
         )
     )
-    opt = cfg.optimizer
-    apply_optimizer_in_backward(
-        RowWiseAdagrad,
-        module.model.sparse_arch.parameters(),
-        {"lr": opt.learning_rate, "eps": opt.eps},
-    )
+    apply_optimizer_in_backward(sparse, module.model.sparse_arch.parameters(), sparse_kwargs)
     device = torch.device("cpu")
     model = DistributedModelParallel(
         module=module, device=device, plan=plan, sharders=[build_sharder(None)]
     )
     dense = KeyedOptimizerWrapper(
         dict(in_backward_optimizer_filter(model.named_parameters())),
-        lambda params: torch.optim.Adagrad(params, lr=opt.dense_learning_rate, eps=opt.eps),
+        dense_optimizer,
     )
     pipeline = TrainPipelineSparseDist(
         model, CombinedOptimizer([model.fused_optimizer, dense]), device

@@ -1,0 +1,210 @@
+"""``make bench`` (part 7): dlrm_exp's fast setting against ``dlrm_main.py``'s recipe (issue 27).
+
+TorchRec's quickstart shapes (``model=quickstart``: 26 tables x 100,000 rows x 64, dense arch
+512,256,64, over arch 512,512,256,1, dot interaction) at batch 2048 on one process, with
+``dlrm_main.py``'s default optimizer (SGD on tables, fused into backward, and on the dense part):
+
+1. **Speed**, on the same in-memory batches, rounds alternating (the order reversed every
+   other round), steady-state samples/s (warm-up steps excluded):
+
+   - the reference: the plain TorchRec loop of :mod:`dlrm_exp.bench.training` with
+     ``dlrm_main.py``'s recipe (fp32 tables and dense part, ``TrainPipelineSparseDist``);
+   - dlrm_exp with the same recipe, then each lever on its own: ``train.dense_precision=bf16``,
+     ``model.embedding_data_type=fp16``, ``train.pipeline=base``, and ``torch.compile`` of the
+     dense, interaction and over arch (``nn.Module.compile``; measured here only: the framework
+     has no switch for it while it does not help on CPU);
+   - ``experiment=fast`` (``conf/experiment/fast.yaml``): the levers that help, together.
+
+   Each line gives the median samples/s and the median of its per-round ratios to the
+   reference. Target: ``experiment=fast`` / reference >= 2.0.
+2. **Quality**: seeds 0, 1, 2 of whole runs (training, validation) of dlrm_exp's fp32 recipe and
+   of ``experiment=fast``; the paired 95 % interval of the val AUROC difference (fast - fp32).
+   Target: its upper end >= 0 (fast is not worse beyond the noise of 3 seeds).
+3. **Dense part**: the fast runs' dense FLOP/s as a fraction of the measured matmul peak of
+   their dense dtype (bf16; ``metrics.json`` utilization, :mod:`dlrm_exp.perf.utilization`),
+   median of the 3 seeds. Target >= 0.5.
+
+    python -m dlrm_exp.bench.fast [--rounds 3] [--steps 60] [--train-samples 262144]
+"""
+
+import argparse
+import gc
+import statistics
+import tempfile
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+import torch
+from torchrec.models.dlrm import DLRMTrain
+
+from dlrm_exp.bench.targets import Target, report
+from dlrm_exp.bench.training import compose_config, framework_run, plain_torchrec_run
+from dlrm_exp.config import feature_names
+from dlrm_exp.data import iter_batches, load_splits
+from dlrm_exp.distributed.launch import process_group
+from dlrm_exp.modes.train import run_train
+from dlrm_exp.record.run_record import RunMetrics
+from dlrm_exp.record.stats import paired_difference
+from dlrm_exp.util.logs import quiet_libraries
+
+#: dlrm_main.py's recipe on TorchRec's quickstart shapes at batch 2048 (issue 27).
+RECIPE = ["model=quickstart", "optimizer=sgd", "train.batch_size=2048"]
+FAST = ["experiment=fast"]
+#: Each lever on its own, on top of RECIPE (name, overrides, compiled).
+LEVERS = (
+    ("train.dense_precision=bf16", ["train.dense_precision=bf16"], False),
+    ("model.embedding_data_type=fp16", ["model.embedding_data_type=fp16"], False),
+    ("train.pipeline=base", ["train.pipeline=base"], False),
+    ("torch.compile dense/inter/over arch", [], True),
+)
+TARGET_SPEEDUP = 2.0
+TARGET_PEAK_FRACTION = 0.5
+SEEDS = (0, 1, 2)
+
+
+def compiled(module: DLRMTrain) -> DLRMTrain:
+    """``module`` with its dense, interaction and over arch compiled in place
+    (``nn.Module.compile``: parameter names and checkpoints unchanged)."""
+    for arch in (module.model.dense_arch, module.model.inter_arch, module.model.over_arch):
+        arch.compile()
+    return module
+
+
+def speed(rounds: int, steps: int, warmup: int) -> dict[str, list[float]]:
+    """Samples/s per configuration and round: ``reference``, ``fp32``, each lever, ``fast``."""
+    configs: dict[str, tuple[list[str], bool]] = {"fp32": ([], False)}
+    configs.update({name: (overrides, c) for name, overrides, c in LEVERS})
+    configs["fast"] = (FAST, False)
+    reference_cfg = compose_config(RECIPE)
+    reference_cfg.data.num_train_samples = steps * reference_cfg.train.batch_size  # type: ignore[attr-defined]
+    results: dict[str, list[float]] = {"reference": [], **{name: [] for name in configs}}
+    with process_group(reference_cfg.hardware) as ctx:
+        m = reference_cfg.model
+        splits = load_splits(reference_cfg.data, m.table_sizes, m.num_dense_features, 0)
+        keys = feature_names(len(m.table_sizes))
+        batches = list(iter_batches(splits.train, reference_cfg.train.batch_size, 0, 1, keys))
+        threads = ctx.threads or torch.get_num_threads()
+        print(
+            f"speed: {len(batches)} steps of {reference_cfg.train.batch_size} per round "
+            f"(warm-up {warmup} excluded), {rounds} rounds, {threads}"
+            " threads (hardware.threads_per_rank defaults to cores / local ranks: on one process "
+            "that is torch's own default, so threads are no lever here)"
+        )
+        _, plan = framework_run(reference_cfg, ctx, batches[: warmup + 2], warmup)
+        runs: dict[str, Callable[[], float]] = {
+            "reference": lambda: plain_torchrec_run(reference_cfg, plan, batches, warmup)
+        }
+        for name, (overrides, c) in configs.items():
+            cfg = compose_config([*RECIPE, *overrides])
+            wrap = compiled if c else None
+            runs[name] = lambda cfg=cfg, wrap=wrap: framework_run(cfg, ctx, batches, warmup, wrap)[
+                0
+            ]
+        runs[LEVERS[-1][0]]()  # untimed: the first compilation fills inductor's caches
+        order = list(runs)
+        for i in range(rounds):
+            for name in order if i % 2 == 0 else reversed(order):
+                gc.collect()
+                results[name].append(runs[name]())
+    return results
+
+
+def speed_table(results: dict[str, list[float]]) -> tuple[str, float]:
+    """The printed per-lever table and the fast setting's speed-up over the reference (median
+    of its per-round ratios)."""
+    reference = results["reference"]
+    labels = {"reference": "plain TorchRec loop, dlrm_main.py recipe (fp32, SGD, sparse_dist)"}
+    labels["fp32"] = "dlrm_exp, same recipe"
+    labels.update({name: f"dlrm_exp + {name} alone" for name, _, _ in LEVERS})
+    labels["fast"] = "dlrm_exp experiment=fast"
+    lines, speedup = [], float("nan")
+    for name, values in results.items():
+        ratios = [v / r for v, r in zip(values, reference, strict=True)]
+        ratio = statistics.median(ratios)
+        if name == "fast":
+            speedup = ratio
+        rounds = ", ".join(f"{v:,.0f}" for v in values)
+        lines.append(
+            f"{labels[name]:<66} {statistics.median(values):>8,.0f} samples/s  "
+            f"x{ratio:.2f}  (rounds: {rounds})"
+        )
+    return "\n".join(lines), speedup
+
+
+def quality(run_root: Path, train_samples: int) -> tuple[list[RunMetrics], list[RunMetrics]]:
+    """Whole runs (train, validate) of the fp32 recipe and of ``experiment=fast``, one per seed."""
+    common = [
+        *RECIPE,
+        f"data.num_train_samples={train_samples}",
+        "data.num_val_samples=65536",
+        "data.num_test_samples=2048",
+        "train.progress_bar=false",
+    ]
+    fp32, fast = [], []
+    for seed in SEEDS:
+        for name, extra, out in (("fp32", [], fp32), ("fast", FAST, fast)):
+            cfg = compose_config([*common, *extra, f"seed={seed}"])
+            out.append(run_train(cfg, run_root / f"{name}_{seed}", {}))
+    return fp32, fast
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--steps", type=int, default=60, help="timed steps per round")
+    parser.add_argument("--warmup", type=int, default=15, help="steps excluded from samples/s")
+    parser.add_argument("--train-samples", type=int, default=262144, help="per quality run")
+    args = parser.parse_args(argv)
+    quiet_libraries()
+    table, speedup = speed_table(speed(args.rounds, args.steps + args.warmup, args.warmup))
+    print(table)
+    with tempfile.TemporaryDirectory() as tmp:
+        fp32, fast = quality(Path(tmp), args.train_samples)
+    diff = paired_difference([m.val["auroc"] for m in fast], [m.val["auroc"] for m in fp32])
+    print(
+        "quality: val AUROC fp32 "
+        + ", ".join(f"{m.val['auroc']:.4f}" for m in fp32)
+        + "; fast "
+        + ", ".join(f"{m.val['auroc']:.4f}" for m in fast)
+        + f" (seeds {', '.join(map(str, SEEDS))}); fast - fp32 {diff.mean:+.5f} "
+        f"[{diff.ci_low:+.5f}, {diff.ci_high:+.5f}] (paired 95 %, p {diff.p_value:.3g})"
+    )
+    fractions = [m.utilization.get("fraction_of_matmul_peak") for m in fast]
+    measured = [f for f in fractions if f is not None]
+    fraction = statistics.median(measured) if measured else float("nan")
+    peak = fast[0].utilization
+    print(
+        f"dense part of the fast runs: {', '.join(f'{f:.1%}' for f in measured) or 'n/a'} of the "
+        f"measured {peak.get('peak_dtype')} matmul peak "
+        f"({(peak.get('peak_matmul_flops_per_sec') or 0) / 1e9:.0f} GFLOP/s)"
+        + (" (a measurement error: see metrics.json)" if len(measured) < len(fractions) else "")
+    )
+    return report(
+        [
+            Target(
+                "fast",
+                "experiment=fast / dlrm_main.py recipe samples/s",
+                speedup,
+                ">=",
+                TARGET_SPEEDUP,
+            ),  # fmt: skip
+            Target(
+                "fast",
+                "val AUROC fast - fp32, upper end of the paired 95 % CI",
+                diff.ci_high,
+                ">=",
+                0.0,
+            ),  # fmt: skip
+            Target(
+                "fast",
+                "fast dense part: fraction of the bf16 matmul peak",
+                fraction,
+                ">=",
+                TARGET_PEAK_FRACTION,
+            ),  # fmt: skip
+        ]
+    )
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
