@@ -8,10 +8,13 @@ import pytest
 import torch
 
 from conftest import compose_cfg
+from dlrm_exp.config import DensePrecision
+from dlrm_exp.factories.precision import slow_precision_warning
 from dlrm_exp.modes.train import _utilization_lines
 from dlrm_exp.perf import peak as peak_module
+from dlrm_exp.perf import theoretical_peak
 from dlrm_exp.perf.peak import CPU_SIZES, Peak, measured_peak, probe
-from dlrm_exp.perf.theoretical_peak import TheoreticalPeak, cpu_peak, cuda_peak
+from dlrm_exp.perf.theoretical_peak import TheoreticalPeak, cpu_flags, cpu_peak, cuda_peak
 from dlrm_exp.perf.utilization import utilization
 
 CPU = torch.device("cpu")
@@ -192,3 +195,23 @@ def test_the_summary_names_the_peak_it_used():
     (line,) = _utilization_lines(util.to_json())
     assert f"of the measured float32 matmul peak 100 GFLOP/s (probed {NOW.isoformat()}; " in line
     assert "theoretical 200 GFLOP/s: " in line
+
+
+def test_bf16_on_a_cpu_without_bf16_instructions_is_warned_about():
+    avx2 = {"fpu", "avx2", "fma"}
+    line = slow_precision_warning(DensePrecision.bf16, "cpu", avx2)
+    assert line and "amx_bf16 or avx512_bf16 not in /proc/cpuinfo" in line
+    assert slow_precision_warning(DensePrecision.bf16, "cpu", avx2 | {"avx512_bf16"}) is None
+    assert slow_precision_warning(DensePrecision.bf16, "cpu", avx2 | {"amx_bf16"}) is None
+    assert slow_precision_warning(DensePrecision.fp32, "cpu", avx2) is None
+    assert slow_precision_warning(DensePrecision.bf16, "cuda", avx2) is None
+    assert slow_precision_warning(DensePrecision.bf16, "cpu", None) is None  # unknown: silent
+
+
+def test_cpu_flags_are_read_from_cpuinfo(tmp_path, monkeypatch):
+    cpuinfo = tmp_path / "cpuinfo"
+    cpuinfo.write_text("processor\t: 0\nflags\t\t: fpu avx2 avx512_bf16\n\nprocessor\t: 1\n")
+    monkeypatch.setattr(theoretical_peak, "CPUINFO", cpuinfo)
+    assert cpu_flags() == {"fpu", "avx2", "avx512_bf16"}
+    monkeypatch.setattr(theoretical_peak, "CPUINFO", tmp_path / "absent")
+    assert cpu_flags() is None

@@ -20,6 +20,7 @@ import torch
 from torchrec.models.dlrm import DLRMTrain
 
 from dlrm_exp.config import DensePrecision
+from dlrm_exp.perf.theoretical_peak import MATRIX_UNITS, has_matmul_unit
 from dlrm_exp.perf.utilization import DENSE_DTYPES
 
 
@@ -40,3 +41,25 @@ def apply_dense_precision(module: DLRMTrain, precision: DensePrecision, device_t
         return logits.float()
 
     dlrm.forward = autocast_forward
+
+
+def slow_precision_warning(
+    precision: DensePrecision, device_type: str, flags: set[str] | None
+) -> str | None:
+    """The line to log when ``precision`` will run slower than fp32: on a CPU whose ``flags``
+    (``/proc/cpuinfo``, :func:`~dlrm_exp.perf.theoretical_peak.cpu_flags`) name no matmul
+    instructions for its dtype (bf16: AVX512-BF16 or AMX-BF16), where torch converts to fp32
+    and back around every product (measured 3-20x slower than fp32 on an AVX2 CPU,
+    docs/results.md "Dense precision"). None for fp32, on CUDA, or when the flags are unknown."""
+    if precision is DensePrecision.fp32 or device_type != "cpu" or flags is None:
+        return None
+    dtype = str(DENSE_DTYPES[precision]).removeprefix("torch.")
+    if has_matmul_unit(flags, dtype):
+        return None
+    wanted = " or ".join(flag for flag, _, _ in MATRIX_UNITS.get(dtype, ()))
+    return (
+        f"train.dense_precision={precision.value}: this CPU has no {dtype} matmul instructions "
+        f"({wanted} not in /proc/cpuinfo), so torch converts every product to fp32 and back: "
+        "expect it slower than fp32 here (3-20x on an AVX2 CPU; docs/results.md, "
+        '"Dense precision")'
+    )

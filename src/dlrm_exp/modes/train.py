@@ -32,6 +32,7 @@ from dlrm_exp.distributed.launch import (
     process_group,
 )
 from dlrm_exp.factories.experiment import Experiment
+from dlrm_exp.factories.precision import slow_precision_warning
 from dlrm_exp.loop.checkpoint import (
     BEST,
     CheckpointLayout,
@@ -48,6 +49,7 @@ from dlrm_exp.loop.trainer import BatchSources, FitResult, Trainer, TrainerState
 from dlrm_exp.modes.job import Job, ModeResult
 from dlrm_exp.modes.setup import prepare, rank_batches, run_on_ranks
 from dlrm_exp.perf.profile import PROFILE_DIR, StepProfiler, profile_files
+from dlrm_exp.perf.theoretical_peak import cpu_flags
 from dlrm_exp.perf.utilization import rank_bound, rank_peak, utilization
 from dlrm_exp.planning.plan_record import PlanRecord, plan_record, plan_text
 from dlrm_exp.planning.tables import table_configs, table_shapes
@@ -113,6 +115,9 @@ def train_worker(cfg: Config, job: Job, plan: ShardingPlan | None = None) -> Run
         if ctx.is_main:
             for substitution in experiment.substitutions:
                 log.warning(substitution.line())
+            slow = slow_precision_warning(cfg.train.dense_precision, ctx.device.type, cpu_flags())
+            if slow:
+                log.warning(slow)
             write_text_atomic(job.run_dir / "plan.txt", plan_text(experiment.plan) + "\n")
             write_json_atomic(job.run_dir / "plan.json", plan_data.to_json())
         sizes = per_rank_sizes(len(splits.train), cfg.train.batch_size, ctx.world_size)

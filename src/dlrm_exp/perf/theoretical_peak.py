@@ -114,6 +114,22 @@ def flops_per_cycle(flags: Iterable[str], dtype: str) -> tuple[int, str] | None:
     return None
 
 
+def cpu_flags() -> set[str] | None:
+    """The ``flags`` of this machine's first CPU in ``/proc/cpuinfo``; None where it cannot be
+    read (not Linux) or names none."""
+    text = _read(CPUINFO)
+    if text is None:
+        return None
+    flags = next((b["flags"].split() for b in parse_cpuinfo(text) if "flags" in b), None)
+    return set(flags) if flags else None
+
+
+def has_matmul_unit(flags: Iterable[str], dtype: str) -> bool:
+    """Whether a CPU with ``flags`` multiplies ``dtype`` (``bfloat16``, ``float16``) in its own
+    instructions (:data:`MATRIX_UNITS`), rather than in fp32 after converting."""
+    return any(flag in set(flags) for flag, _, _ in MATRIX_UNITS.get(dtype, ()))
+
+
 def physical_cores(blocks: list[dict[str, str]], allowed: set[int]) -> int:
     """Distinct physical cores (``physical id``, ``core id``) among the ``allowed`` CPUs; the
     number of allowed CPUs when cpuinfo does not say."""
