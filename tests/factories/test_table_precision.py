@@ -3,6 +3,7 @@ and export as fp16 or quantized further (two processes, every sharding type:
 tests/distributed/test_multiprocess.py)."""
 
 import json
+import logging
 import shutil
 
 import pytest
@@ -29,7 +30,7 @@ def _saved_table_dtypes(checkpoint) -> set[torch.dtype]:
 
 
 @pytest.mark.slow
-def test_fp16_tables_train_save_fp16_resume_bitwise_and_export(tmp_path):
+def test_fp16_tables_train_save_fp16_resume_bitwise_and_export(tmp_path, caplog):
     full = run_train(compose_cfg(FP16), tmp_path / "a", {})
     assert set(full.table_data_types.values()) == {"fp16"} and full.tables_ran == "fp16"
     assert full.embedding_bytes_per_rank == [sum(compose_cfg(SMALL).model.table_sizes) * 16 * 2]
@@ -49,8 +50,18 @@ def test_fp16_tables_train_save_fp16_resume_bitwise_and_export(tmp_path):
         full.final_train_loss,
     )
 
-    # export: `none` keeps the trained fp16 tables (half the fp32 bytes, the same outputs)
-    cfg = compose_cfg(["mode=export", f"checkpoint={tmp_path / 'a'}", *FP16])
+    # resumed with fp32 tables: DCP casts the fp16 weights, and the run says so in one line
+    (tmp_path / "c" / "checkpoints").mkdir(parents=True)
+    shutil.copytree(first, tmp_path / "c" / "checkpoints" / first.name)
+    fp32 = [*SMALL, "train.resume=auto", "train.max_steps=17"]
+    with caplog.at_level(logging.WARNING, logger="dlrm_exp.modes.train"):
+        run_train(compose_cfg(fp32), tmp_path / "c", {})
+    assert "resuming 26 table(s) in another dtype than checkpoint" in caplog.text
+    assert "t_cat_0 fp16 -> fp32" in caplog.text
+
+    # export: `none` keeps the trained fp16 tables (half the fp32 bytes, the same outputs),
+    # read from the checkpoint: the command need not repeat model.embedding_data_type
+    cfg = compose_cfg(["mode=export", f"checkpoint={tmp_path / 'a'}", *SMALL])
     record = run_export(cfg, Job(tmp_path / "export"))
     assert record["trained_table_data_types"] == ["fp16"]
     assert record["table_bytes"] * 2 == record["table_bytes_fp32"]

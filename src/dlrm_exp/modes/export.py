@@ -23,9 +23,14 @@ import torch
 from dlrm_exp.config import Config, EmbeddingDataType
 from dlrm_exp.factories.inference import InferenceDLRM, quantize_tables, script, table_bytes
 from dlrm_exp.factories.model import build_model
-from dlrm_exp.loop.checkpoint import find_checkpoint, load_model_weights
+from dlrm_exp.loop.checkpoint import (
+    CheckpointError,
+    SafeFileSystemReader,
+    find_checkpoint,
+    load_model_weights,
+)
 from dlrm_exp.modes.job import Job, ModeResult
-from dlrm_exp.planning.tables import table_shapes
+from dlrm_exp.planning.tables import DTYPE_NAMES, is_table_key, table_of_key, table_shapes
 from dlrm_exp.util.files import check_writable, write_json_atomic
 
 CPU = torch.device("cpu")
@@ -55,6 +60,29 @@ def load_trained(cfg: Config, path: Path) -> tuple[torch.nn.Module, int]:
     return module.model.eval(), int(saved["step"])
 
 
+def saved_table_data_types(path: Path) -> dict[str, EmbeddingDataType]:
+    """``{table: dtype}`` of the table weights checkpoint ``path`` holds, read from DCP's
+    metadata (with :class:`~dlrm_exp.loop.checkpoint.SafeFileSystemReader`): what trained,
+    whatever ``model.embedding_data_type`` says now.
+
+    Raises:
+        CheckpointError: unreadable metadata, or a table dtype this framework does not train.
+    """
+    try:
+        metadata = SafeFileSystemReader(str(path)).read_metadata().state_dict_metadata
+    except OSError as err:  # the reader's own refusals are CheckpointErrors already
+        raise CheckpointError(f"checkpoint {path} metadata cannot be read: {err}") from None
+    found = {}
+    for key, item in metadata.items():
+        dtype = getattr(getattr(item, "properties", None), "dtype", None)
+        if key.startswith("model.") and is_table_key(key) and key.endswith(".weight") and dtype:
+            name = DTYPE_NAMES.get(dtype)
+            if name is None or name not in {e.value for e in EmbeddingDataType}:
+                raise CheckpointError(f"checkpoint {path}: table weights {key} are {dtype}")
+            found[table_of_key(key)] = EmbeddingDataType(name)
+    return found
+
+
 def run_export(cfg: Config, job: Job) -> dict:
     """Export ``cfg.checkpoint``; returns the ``export.json`` record.
 
@@ -68,7 +96,11 @@ def run_export(cfg: Config, job: Job) -> dict:
     path = find_checkpoint(cfg.checkpoint)
     dlrm, step = load_trained(cfg, path)
     tables = table_shapes(cfg.model)
-    trained = dict(zip(cfg.model.table_names, cfg.model.table_data_types, strict=True))
+    # the dtypes the checkpoint holds, not the ones the export command repeats (or forgets)
+    trained = {
+        **dict(zip(cfg.model.table_names, cfg.model.table_data_types, strict=True)),
+        **saved_table_data_types(path),
+    }
     quantized = quantize_tables(dlrm, cfg.export.quantization, trained)
     scripted = script(InferenceDLRM(quantized, cfg.model.feature_names))
     partial = out / "model.pt.partial"

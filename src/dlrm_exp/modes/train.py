@@ -46,6 +46,7 @@ from dlrm_exp.loop.checkpoint import (
 from dlrm_exp.loop.early_stopping import EARLY_STOPPING
 from dlrm_exp.loop.metrics import peak_memory_gib, rank_memory_gib, step_time_ms
 from dlrm_exp.loop.trainer import BatchSources, FitResult, Trainer, TrainerState
+from dlrm_exp.modes.export import saved_table_data_types
 from dlrm_exp.modes.job import Job, ModeResult
 from dlrm_exp.modes.setup import prepare, rank_batches, run_on_ranks
 from dlrm_exp.perf.profile import PROFILE_DIR, StepProfiler, profile_files
@@ -198,12 +199,34 @@ def _resume(
     if path is None:
         log.info("train.resume=auto: no complete checkpoint in %s, starting fresh", run.job.run_dir)
         return None
+    if run.ctx.is_main:
+        _warn_dtype_change(path, run.experiment.table_data_types)
     saved = load_checkpoint(path, run.experiment.model, run.experiment.optimizer, layout)
     state = TrainerState.from_checkpoint(
         saved, resume_step(saved, samples_per_step, run.ctx.world_size)
     )
     log.info("resumed from %s at step %d", path, state.step)
     return state
+
+
+def _warn_dtype_change(path: Path, job_dtypes: Mapping[str, str]) -> None:
+    """One warning line when this job's table dtypes differ from those checkpoint ``path``
+    holds: DCP casts the saved weights on load (fp16 -> fp32 exactly, fp32 -> fp16 rounded)."""
+    saved = {table: dtype.value for table, dtype in saved_table_data_types(path).items()}
+    changed = sorted(
+        f"{table} {saved[table]} -> {dtype}"
+        for table, dtype in job_dtypes.items()
+        if table in saved and saved[table] != dtype
+    )
+    if changed:
+        log.warning(
+            "resuming %d table(s) in another dtype than checkpoint %s holds (%s%s): the saved "
+            "weights are cast on load",
+            len(changed),
+            path,
+            ", ".join(changed[:3]),
+            ", ..." if len(changed) > 3 else "",
+        )
 
 
 def _save(

@@ -53,12 +53,15 @@ def table_of_key(key: str) -> str:
     return key.split(_TABLE_KEY_PART, 1)[1].split(".")[0]
 
 
+#: The short names of table weight dtypes (``model.embedding_data_type`` values).
+DTYPE_NAMES = {torch.float32: "fp32", torch.float16: "fp16", torch.bfloat16: "bf16"}
+
+
 def table_weight_dtypes(model: torch.nn.Module) -> dict[str, str]:
     """``{table name: dtype}`` of the table weights ``model`` holds (``"fp32"``, ``"fp16"``),
     read from its state dict: what TorchRec and FBGEMM allocated, not what was asked."""
-    names = {torch.float32: "fp32", torch.float16: "fp16", torch.bfloat16: "bf16"}
     return {
-        table_of_key(key): names.get(tensor.dtype, str(tensor.dtype))
+        table_of_key(key): DTYPE_NAMES.get(tensor.dtype, str(tensor.dtype))
         for key, tensor in model.state_dict().items()
         if is_table_key(key) and key.endswith(".weight")
     }
