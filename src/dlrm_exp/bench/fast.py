@@ -10,7 +10,8 @@ TorchRec's quickstart shapes (``model=quickstart``: 26 tables x 100,000 rows x 6
    - the reference: the plain TorchRec loop of :mod:`dlrm_exp.bench.training` with
      ``dlrm_main.py``'s recipe (fp32 tables and dense part, ``TrainPipelineSparseDist``);
    - dlrm_exp with the same recipe, then each lever on its own: ``train.dense_precision=bf16``,
-     ``model.embedding_data_type=fp16``, ``train.pipeline=base``, and ``torch.compile`` of the
+     ``model.embedding_data_type=fp16``, ``train.symmetric_interaction=true``,
+     ``train.pipeline=base``, and ``torch.compile`` of the
      dense, interaction and over arch (``nn.Module.compile``; measured here only: the framework
      has no switch for it while it does not help on CPU);
    - ``experiment=fast`` (``conf/experiment/fast.yaml``): the levers that help, together.
@@ -54,6 +55,7 @@ FAST = ["experiment=fast"]
 LEVERS = (
     ("train.dense_precision=bf16", ["train.dense_precision=bf16"], False),
     ("model.embedding_data_type=fp16", ["model.embedding_data_type=fp16"], False),
+    ("train.symmetric_interaction=true", ["train.symmetric_interaction=true"], False),
     ("train.pipeline=base", ["train.pipeline=base"], False),
     ("torch.compile dense/inter/over arch", [], True),
 )

@@ -147,6 +147,10 @@ class TrainConfig:
         semi_sync_start_step: with ``pipeline=semi_sync``, the steps before it train
             synchronously (TorchRec's ``start_batch``; its default is 900).
         dense_precision: see :class:`DensePrecision`.
+        symmetric_interaction: compute the dot interaction's pairwise products once, with a
+            backward that uses the symmetry of C C^T (one ``bmm`` instead of two); forward
+            values as TorchRec's ``InteractionArch``, gradients equal up to float rounding
+            (:mod:`dlrm_exp.factories.interaction`). Dot interaction only.
         profile: record ``torch.profiler`` traces of every rank into ``<run>/profile/``.
         profile_steps: the profiler's wait / warm-up / active schedule, in training steps.
     """
@@ -170,6 +174,7 @@ class TrainConfig:
     pipeline: Pipeline = Pipeline.sparse_dist
     semi_sync_start_step: int = 900
     dense_precision: DensePrecision = DensePrecision.fp32
+    symmetric_interaction: bool = False
     profile: bool = False
     profile_steps: ProfileSteps = field(default_factory=ProfileSteps)
 

@@ -23,6 +23,7 @@ from dlrm_exp.config import Config, OnNonFinite
 from dlrm_exp.distributed.launch import DistContext
 from dlrm_exp.distributed.qcomms import effective_qcomms, qcomms_substitution
 from dlrm_exp.distributed.sharder import job_sharder
+from dlrm_exp.factories.interaction import apply_symmetric_interaction, interaction_substitution
 from dlrm_exp.factories.lr_schedule import LRSchedule
 from dlrm_exp.factories.model import build_model
 from dlrm_exp.factories.nonfinite import SkipNonFiniteDLRMTrain, install_gradient_guards
@@ -93,6 +94,8 @@ def build_module(
     the input of planning and sharding."""
     module = build_model(cfg.model, dense_device=dense_device)
     apply_dense_precision(module, cfg.train.dense_precision, cfg.hardware.compute_device.value)
+    if cfg.train.symmetric_interaction:
+        apply_symmetric_interaction(module)
     if wrap is not None:
         module = wrap(module)
     apply_sparse_optimizer(module, cfg.optimizer)
@@ -141,6 +144,7 @@ def build_experiment(
         qcomms_substitution(cfg.qcomms, effective),
         optimizer_substitution(cfg),
         rounding_substitution(cfg.model, cfg.optimizer, cfg.hardware.compute_device),
+        interaction_substitution(cfg.model, cfg.train.symmetric_interaction),
     )
     return Experiment(
         model,
