@@ -32,8 +32,10 @@ def test_every_group_has_options():
 @pytest.mark.parametrize(("group", "option"), OPTIONS, ids=[f"{g}={o}" for g, o in OPTIONS])
 def test_every_option_composes(group, option):
     overrides = [f"{group}={option}"]
-    if (group, option) in (("data", "criteo_tsv"), ("data", "criteo_npy")):
+    if (group, option) in (("data", "criteo_tsv"), ("data", "criteo_npy"), ("data", "parquet")):
         overrides.append("data.path=some_path")
+    if (group, option) == ("data", "parquet"):
+        overrides.append("data/schema=criteo")  # Criteo is the schema shipped
     if (group, option) == ("sharding", "from_file"):
         overrides.append("sharding.plan_path=some_plan.json")
     cfg = compose_cfg(overrides)

@@ -29,11 +29,13 @@ from dlrm_exp.config.data import (
     MultiHotDistribution,
     NpyDataset,
     OutOfRange,
+    ParquetDataConfig,
     SyntheticDataConfig,
 )
 from dlrm_exp.config.hardware import Backend, ComputeDevice, HardwareConfig
 from dlrm_exp.config.model import (
     EmbeddingDataType,
+    EmbeddingTable,
     InteractionType,
     ModelConfig,
     feature_names,
@@ -54,6 +56,7 @@ from dlrm_exp.config.modes import (
 from dlrm_exp.config.optimizer import DenseOptimizer, OptimizerConfig, SparseOptimizer
 from dlrm_exp.config.qcomms import CommPrecision, QCommsConfig
 from dlrm_exp.config.root import Config
+from dlrm_exp.config.schema import DenseColumn, FeatureSchema, IdPolicy, SparseFeature
 from dlrm_exp.config.sharding import ComputeKernel, ShardingConfig, ShardingStrategy
 from dlrm_exp.config.store import conf_dir, register_configs
 from dlrm_exp.config.train import (
@@ -94,6 +97,12 @@ __all__ = [
     "DenseTransform",
     "HardwareConfig",
     "EmbeddingDataType",
+    "EmbeddingTable",
+    "DenseColumn",
+    "FeatureSchema",
+    "IdPolicy",
+    "SparseFeature",
+    "ParquetDataConfig",
     "InteractionType",
     "Mode",
     "ModelConfig",

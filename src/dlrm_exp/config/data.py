@@ -9,6 +9,7 @@ from omegaconf import MISSING
 
 from dlrm_exp.config.checks import require, require_positive
 from dlrm_exp.config.criteo import MLPERF_MULTI_HOT_SIZES
+from dlrm_exp.config.schema import FeatureSchema
 from dlrm_exp.errors import ConfigError
 
 
@@ -32,6 +33,11 @@ class DataConfig:
     def shuffles_batches(self) -> bool:
         """Whether the training batches are visited in a new seeded order every epoch."""
         return False
+
+    def feature_schema(self) -> FeatureSchema | None:
+        """The feature schema the model's tables come from (None: Criteo-shaped data, whose
+        tables come from ``model.num_embeddings_per_feature``)."""
+        return None
 
 
 @dataclass
@@ -119,14 +125,18 @@ class CriteoTsvDataConfig(DataConfig):
         require(len(self.path) > 0, "data.path is required: set data.path=<tsv file or folder>")
         self.val_path = _as_path_list("data.val_path", self.val_path)
         self.test_path = _as_path_list("data.test_path", self.test_path)
-        for name in ("val_fraction", "test_fraction"):
-            value = getattr(self, name)
-            require(0 <= value < 1, f"data.{name} must be in [0, 1), got {value}")
-        require(
-            self.val_fraction + self.test_fraction < 1,
-            "data.val_fraction + data.test_fraction must leave rows to train on, got "
-            f"{self.val_fraction} + {self.test_fraction}",
-        )
+        _check_fractions(self.val_fraction, self.test_fraction)
+
+
+def _check_fractions(val_fraction: float, test_fraction: float) -> None:
+    """``data.val_fraction`` and ``data.test_fraction`` in [0, 1), leaving rows to train on."""
+    for name, value in (("val_fraction", val_fraction), ("test_fraction", test_fraction)):
+        require(0 <= value < 1, f"data.{name} must be in [0, 1), got {value}")
+    require(
+        val_fraction + test_fraction < 1,
+        "data.val_fraction + data.test_fraction must leave rows to train on, got "
+        f"{val_fraction} + {test_fraction}",
+    )
 
 
 class NpyDataset(Enum):
@@ -230,3 +240,52 @@ class CriteoMultiHotDataConfig(SyntheticDataConfig):
             f"data.multi_hot_sizes must all be >= 1, got {list(self.multi_hot_sizes)}",
         )
         require(self.max_lookup_gib > 0, "data.max_lookup_gib must be positive")
+
+
+@dataclass
+class ParquetDataConfig(DataConfig):
+    """A user's click log in Parquet files, described by a feature schema (``data=parquet``).
+
+    Row groups are streamed with pyarrow (memory holds one row group per split at a time, not
+    the file); the model's tables and dense input are built from ``schema``.
+
+    Attributes:
+        path: a file, a folder (its ``*.parquet`` files, sorted), a glob, or a list of those.
+        val_path / test_path: optional explicit validation / test files; when absent, the last
+            ``val_fraction + test_fraction`` of the rows of ``path`` (in file order) are split
+            off: validation first, then test.
+        val_fraction / test_fraction: row fractions in [0, 1).
+        shuffle_row_groups: visit the training row groups in another order every epoch
+            (seeded by ``seed`` and the epoch, the same on every rank).
+        schema: the feature schema (``data/schema=<name>``; see
+            :class:`~dlrm_exp.config.schema.FeatureSchema`).
+    """
+
+    path: Any = MISSING
+    val_path: Any = None
+    test_path: Any = None
+    val_fraction: float = 0.1
+    test_fraction: float = 0.1
+    shuffle_row_groups: bool = True
+    schema: FeatureSchema = MISSING
+
+    def input_paths(self) -> dict[str, list[str]]:
+        keys = {
+            "data.path": self.path,
+            "data.val_path": self.val_path,
+            "data.test_path": self.test_path,
+        }
+        return {k: v for k, v in keys.items() if v}
+
+    def feature_schema(self) -> FeatureSchema | None:
+        return self.schema
+
+    def shuffles_batches(self) -> bool:
+        return self.shuffle_row_groups
+
+    def __post_init__(self) -> None:
+        self.path = _as_path_list("data.path", self.path)
+        require(len(self.path) > 0, "data.path is required: set data.path=<parquet files>")
+        self.val_path = _as_path_list("data.val_path", self.val_path)
+        self.test_path = _as_path_list("data.test_path", self.test_path)
+        _check_fractions(self.val_fraction, self.test_fraction)

@@ -37,6 +37,21 @@ class EmbeddingDataType(Enum):
         return 4 if self is EmbeddingDataType.fp32 else 2
 
 
+@dataclass
+class EmbeddingTable:
+    """One embedding table of a model built from a feature schema (``data.schema``).
+
+    Attributes:
+        name: the table name (TorchRec's ``EmbeddingBagConfig.name``).
+        num_embeddings: rows.
+        feature_names: the sparse features that look it up (several share one table).
+    """
+
+    name: str = MISSING
+    num_embeddings: int = MISSING
+    feature_names: list[str] = MISSING
+
+
 class InteractionType(Enum):
     """DLRM feature interaction (TorchRec ``DLRM`` / ``DLRM_DCN`` / ``DLRM_Projection``)."""
 
@@ -70,6 +85,9 @@ class ModelConfig:
             ``optimizer.stochastic_rounding``).
         embedding_data_type_per_table: ``{table name: data type}`` for tables that differ from
             ``embedding_data_type``, e.g. ``{t_cat_20: fp32}``.
+        tables: the tables of a feature schema: filled from ``data.schema`` (``data=parquet``),
+            when they replace ``num_embeddings_per_feature`` and ``num_dense_features``; empty
+            for Criteo-shaped data (one table ``t_cat_<i>`` per feature ``cat_<i>``).
     """
 
     embedding_dim: int = MISSING
@@ -85,6 +103,7 @@ class ModelConfig:
     interaction_branch2_layer_sizes: list[int] = field(default_factory=lambda: [2048, 2048])
     embedding_data_type: EmbeddingDataType = EmbeddingDataType.fp32
     embedding_data_type_per_table: dict[str, EmbeddingDataType] = field(default_factory=dict)
+    tables: list[EmbeddingTable] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         d = self.embedding_dim
@@ -172,16 +191,29 @@ class ModelConfig:
 
     @property
     def table_sizes(self) -> list[int]:
-        """Rows per table after ``num_embeddings_cap``, one entry per sparse feature."""
+        """Rows per table after ``num_embeddings_cap``, in table order."""
         cap = self.num_embeddings_cap
-        return [n if cap is None else min(n, cap) for n in self.num_embeddings_per_feature]
+        rows = [t.num_embeddings for t in self.tables] or self.num_embeddings_per_feature
+        return [n if cap is None else min(n, cap) for n in rows]
 
     @property
     def feature_names(self) -> list[str]:
-        """The sparse feature keys, one per table: ``cat_0 .. cat_{F-1}``."""
+        """The sparse feature keys, in table order: the schema's features, else
+        ``cat_0 .. cat_{F-1}`` (one per table)."""
+        if self.tables:
+            return [f for t in self.tables for f in t.feature_names]
         return feature_names(len(self.num_embeddings_per_feature))
 
     @property
+    def table_features(self) -> list[list[str]]:
+        """The features of each table, in table order."""
+        if self.tables:
+            return [list(t.feature_names) for t in self.tables]
+        return [[f] for f in self.feature_names]
+
+    @property
     def table_names(self) -> list[str]:
-        """The embedding table names, one per sparse feature: ``t_cat_0 .. t_cat_{F-1}``."""
+        """The embedding table names: the schema's, else ``t_cat_0 .. t_cat_{F-1}``."""
+        if self.tables:
+            return [t.name for t in self.tables]
         return [table_name(f) for f in self.feature_names]

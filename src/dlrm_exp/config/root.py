@@ -1,7 +1,7 @@
 """The root config: the six groups plus ``train``, ``verify`` and ``preprocess``, and the rules
 that cross groups (checked in ``Config.__post_init__``)."""
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from omegaconf import MISSING
 
@@ -14,7 +14,7 @@ from dlrm_exp.config.data import (
     DataConfig,
 )
 from dlrm_exp.config.hardware import ComputeDevice, HardwareConfig
-from dlrm_exp.config.model import ModelConfig
+from dlrm_exp.config.model import EmbeddingTable, ModelConfig
 from dlrm_exp.config.modes import (
     CHECKPOINT_MODES,
     EvalSplit,
@@ -59,6 +59,7 @@ class Config:
     def __post_init__(self) -> None:
         """The rules that cross groups, in this order (the first broken one raises
         :class:`~dlrm_exp.errors.ConfigError`)."""
+        self._apply_feature_schema()
         self._check_checkpoint_given()
         self._check_predict_data()
         self._check_preprocess_inputs()
@@ -70,6 +71,21 @@ class Config:
         self._check_pipeline_on_device()
         self._check_multi_hot_sizes()
         self._check_criteo_feature_counts()
+
+    def _apply_feature_schema(self) -> None:
+        """Data with a feature schema (``data=parquet``) decide the model's tables and dense
+        input width: ``model.tables`` and ``model.num_dense_features`` are taken from
+        ``data.schema`` (``model.num_embeddings_per_feature`` is then unused)."""
+        schema = self.data.feature_schema()
+        if schema is None:
+            return
+        self.model = replace(
+            self.model,
+            tables=[
+                EmbeddingTable(name, rows, features) for name, rows, features in schema.tables()
+            ],
+            num_dense_features=schema.num_dense,
+        )
 
     def _check_checkpoint_given(self) -> None:
         """``mode=evaluate|predict|export`` start from ``checkpoint=<run folder>``."""
@@ -194,7 +210,7 @@ class Config:
 
     def _check_criteo_feature_counts(self) -> None:
         """A model read from Criteo files has Criteo's 26 tables and 13 dense features."""
-        if not self.data.input_paths():
+        if not self.data.input_paths() or self.data.feature_schema() is not None:
             return
         n_sparse = len(self.model.num_embeddings_per_feature)
         require(

@@ -8,6 +8,7 @@ from dlrm_exp.config.data import (
     CriteoMultiHotDataConfig,
     CriteoNpyDataConfig,
     CriteoTsvDataConfig,
+    ParquetDataConfig,
     SyntheticDataConfig,
 )
 from dlrm_exp.config.hardware import HardwareConfig
@@ -35,6 +36,7 @@ def register_configs() -> None:
         ("data_criteo_tsv", CriteoTsvDataConfig),
         ("data_criteo_npy", CriteoNpyDataConfig),
         ("data_criteo_multihot", CriteoMultiHotDataConfig),
+        ("data_parquet", ParquetDataConfig),
     ):
         cs.store(group="schema", name=name, node=node)
 

@@ -1,32 +1,39 @@
 """Data room: each source turns its own ``data`` config into train / val / test
 :class:`ClickData`, and batches are dealt to ranks from them.
 
-Owns: the sources (``synthetic``, ``criteo_tsv``, ``criteo_npy``, ``multi_hot``), batches
+Owns: the sources (``synthetic``, ``criteo_tsv``, ``criteo_npy``, ``multi_hot``, ``parquet``
+with ``parquet_files`` and the id policies of its feature schema, ``id_policy``), batches
 (``batches``, ``row_span``), the Criteo text format (``criteo_format``) and preprocessing with
 the TSV parser (``preprocess/``), the splits and their record (``splits``).
 
 May import: config, util, errors.
 """
 
+from collections.abc import Iterator
 from dataclasses import replace
+
+from torchrec.datasets.utils import Batch
 
 from dlrm_exp.config import (
     CriteoMultiHotDataConfig,
     CriteoNpyDataConfig,
     CriteoTsvDataConfig,
     DataConfig,
+    ParquetDataConfig,
     SyntheticDataConfig,
 )
 from dlrm_exp.data.batches import ClickData, iter_batches, per_rank_sizes
 from dlrm_exp.data.criteo_npy import load_criteo_npy
-from dlrm_exp.data.criteo_tsv import load_criteo_tsv
+from dlrm_exp.data.criteo_tsv import load_criteo_tsv, resolve_paths
 from dlrm_exp.data.multi_hot import MultiHot
+from dlrm_exp.data.parquet import ParquetSplit, load_parquet
+from dlrm_exp.data.parquet_files import resolve_parquet_paths
 from dlrm_exp.data.splits import DataInfo, DataSplits
 from dlrm_exp.data.synthetic import generate
 
 __all__ = [
-    "ClickData", "DataInfo", "DataSplits", "is_generated", "iter_batches", "load_splits",
-    "per_rank_sizes",
+    "ClickData", "DataInfo", "DataSplits", "ParquetSplit", "check_input_paths", "is_generated",
+    "iter_batches", "load_splits", "per_rank_sizes", "split_batches",
 ]  # fmt: skip
 
 
@@ -36,6 +43,38 @@ def is_generated(cfg: DataConfig) -> bool:
     if isinstance(cfg, CriteoMultiHotDataConfig):
         return not cfg.path
     return isinstance(cfg, SyntheticDataConfig)
+
+
+def check_input_paths(cfg: DataConfig) -> None:
+    """Every input path of ``cfg`` names at least one file (before any worker starts).
+
+    Raises:
+        DataError: a path names nothing (the config key and the path).
+    """
+    resolve = resolve_parquet_paths if isinstance(cfg, ParquetDataConfig) else resolve_paths
+    for key, paths in cfg.input_paths().items():
+        resolve(paths, key)
+
+
+def split_batches(
+    data: "ClickData | ParquetSplit",
+    batch_size: int,
+    rank: int,
+    world_size: int,
+    keys: list[str],
+    shuffle_seed: tuple[int, ...] | None = None,
+    slices: int = 1,
+) -> Iterator[Batch]:
+    """This rank's batches of a split, in memory (:func:`iter_batches`) or streamed from
+    Parquet (:meth:`ParquetSplit.batches`); see those for the order and the rank's rows.
+
+    ``slices``: the batches ``world_size * slices`` ranks of ``batch_size / slices`` rows
+    would take, this rank's ``slices`` of them concatenated per step (``iter_batches`` deals
+    that way already; Parquet shares are contiguous per rank, so it must be asked).
+    """
+    if isinstance(data, ParquetSplit):
+        return data.batches(batch_size, rank, world_size, keys, shuffle_seed, slices)
+    return iter_batches(data, batch_size, rank, world_size, keys, shuffle_seed)
 
 
 def load_splits(cfg: DataConfig, table_sizes: list[int], num_dense: int, seed: int) -> DataSplits:
@@ -57,6 +96,8 @@ def load_splits(cfg: DataConfig, table_sizes: list[int], num_dense: int, seed: i
     if isinstance(cfg, CriteoNpyDataConfig):
         train, val, test, info = load_criteo_npy(cfg, table_sizes, seed)
         return DataSplits(train, val, test, info)
+    if isinstance(cfg, ParquetDataConfig):
+        return load_parquet(cfg)
     raise TypeError(f"unknown data config {type(cfg).__name__}")
 
 

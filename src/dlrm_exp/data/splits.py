@@ -53,3 +53,19 @@ class DataSplits:
     val: ClickData
     test: ClickData
     info: DataInfo = field(default_factory=DataInfo)
+
+
+def read_summary(read: dict[str, Any]) -> str:
+    """One line of a source's read report (``DataInfo.read``) for the run summary."""
+    if "skipped_null_label" in read:  # data=parquet
+        nulls = read["nulls"]
+        filled = ", ".join(f"{c} {n:,}" for c, n in nulls.items()) if nulls else "none"
+        return (
+            f"data {read['rows_read']:,} rows read in {read['row_groups']} row groups, "
+            f"{read['skipped_null_label']:,} skipped (null label); nulls read as 0 / empty "
+            f"bags: {filled}"
+        )
+    return (
+        f"data {read['rows_read']:,} rows read, {read['rows_valid']:,} valid, "
+        f"{read['rows_padded']:,} padded, {read['rows_skipped']:,} skipped"
+    )

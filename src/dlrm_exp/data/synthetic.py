@@ -77,7 +77,7 @@ def generate(
     dense = np.log1p(counts)
     # The planted dense weights and standardization constants depend on the seed only.
     w = np.random.default_rng([seed, 99]).standard_normal(num_dense)
-    z = (dense - _DENSE_MEAN) / _DENSE_STD
+    z = (dense - DENSE_MEAN) / DENSE_STD
     logit = (
         cfg.base_logit
         + cfg.categorical_signal * categorical / np.sqrt(num_features)
@@ -90,5 +90,5 @@ def generate(
 
 # Moments of log(1 + floor(X)), X ~ LogNormal(1, 1.5), measured over 10^7 draws; used to
 # standardize the dense features in the planted model (any fixed constants would do).
-_DENSE_MEAN = 1.337
-_DENSE_STD = 1.154
+DENSE_MEAN = 1.337
+DENSE_STD = 1.154

@@ -115,10 +115,16 @@ def run_export(cfg: Config, job: Job) -> dict:
         "table_bytes_fp32": table_bytes(dlrm),
         "table_bytes": table_bytes(quantized),
         "inputs": {
-            "dense": f"(B, {cfg.model.num_dense_features}) float32, log(1 + x) of the counts",
-            "values": "(N,) int64: the ids of each feature for the B samples, feature-major",
-            "lengths": f"({len(tables)} * B,) int32: ids per (feature, sample), same order",
+            "dense": f"(B, {cfg.model.num_dense_features}) float32, transformed as in training "
+            "(log(1 + x) of the counts for Criteo; data.schema's log1p columns for parquet)",
+            "values": "(N,) int64: the table rows of each feature for the B samples, "
+            "feature-major (after the id policy for data=parquet)",
+            "lengths": f"({len(cfg.model.feature_names)} * B,) int32: ids per (feature, sample), "
+            "same order",
             "feature_names": cfg.model.feature_names,
+            "table_features": dict(
+                zip(cfg.model.table_names, cfg.model.table_features, strict=True)
+            ),
             "num_embeddings": [rows for rows, _dim in tables.values()],
             "num_dense_features": cfg.model.num_dense_features,
         },

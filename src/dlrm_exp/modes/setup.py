@@ -11,8 +11,15 @@ from torchrec.datasets.utils import Batch
 from torchrec.distributed.types import ShardingPlan
 
 from dlrm_exp.config import Config
-from dlrm_exp.data import ClickData, DataSplits, is_generated, iter_batches, load_splits
-from dlrm_exp.data.criteo_tsv import resolve_paths
+from dlrm_exp.data import (
+    ClickData,
+    DataSplits,
+    ParquetSplit,
+    check_input_paths,
+    is_generated,
+    load_splits,
+    split_batches,
+)
 from dlrm_exp.distributed.launch import DistContext, init_worker, launch_workers, needs_launch
 from dlrm_exp.factories.experiment import Experiment, TrainWrapper, build_experiment, build_module
 from dlrm_exp.modes.job import Job
@@ -27,8 +34,7 @@ def preflight(cfg: Config) -> ShardingPlan:
     """What the parent can check before starting workers: data paths and the sharding plan
     (on the meta device, for the whole job, exactly as ``mode=plan`` plans it). Returns the
     plan, which the workers then use."""
-    for key, paths in cfg.data.input_paths().items():
-        resolve_paths(paths, key)
+    check_input_paths(cfg.data)
     return plan_job(cfg, build_module(cfg)).plan
 
 
@@ -86,10 +92,14 @@ def _load(cfg: Config) -> DataSplits:
 
 
 def rank_batches(
-    cfg: Config, ctx: DistContext, data: ClickData, seed: tuple[int, int] | None = None
+    cfg: Config,
+    ctx: DistContext,
+    data: ClickData | ParquetSplit,
+    seed: tuple[int, int] | None = None,
+    slices: int = 1,
 ) -> Iterator[Batch]:
     """This rank's batches of ``data`` (``train.batch_size`` rows each); ``seed`` (seed, epoch)
-    shuffles the order of full batches."""
-    return iter_batches(
-        data, cfg.train.batch_size, ctx.rank, ctx.world_size, cfg.model.feature_names, seed
-    )
+    shuffles the order of full batches; ``slices``: see
+    :func:`~dlrm_exp.data.split_batches` (``mode=verify``'s reference)."""
+    keys = cfg.model.feature_names
+    return split_batches(data, cfg.train.batch_size, ctx.rank, ctx.world_size, keys, seed, slices)

@@ -24,6 +24,7 @@ from torchrec.distributed.types import ShardingPlan
 
 from dlrm_exp.config import Config
 from dlrm_exp.data import DataSplits, per_rank_sizes
+from dlrm_exp.data.splits import read_summary
 from dlrm_exp.distributed.comm_stats import CollectiveBytes
 from dlrm_exp.distributed.launch import (
     DistContext,
@@ -435,10 +436,7 @@ def summary(metrics: RunMetrics, run_dir: Path, logdir: str = "outputs") -> str:
     lines += _utilization_lines(metrics.utilization)
     read = metrics.data.get("read")
     if read:
-        lines.append(
-            f"data {read['rows_read']:,} rows read, {read['rows_valid']:,} valid, "
-            f"{read['rows_padded']:,} padded, {read['rows_skipped']:,} skipped"
-        )
+        lines.append(read_summary(read))
     if metrics.target_auroc is not None:
         lines.append(
             f"target AUROC {metrics.target_auroc} reached at step {metrics.target_step} "

@@ -198,7 +198,7 @@ def trace(cfg: Config, steps: int, slices: int = 1) -> Trace | None:
                 return RankSlicedDLRMTrain(module, slices, rows)
 
         splits, experiment = prepare(cfg, ctx, wrap=wrap)
-        batches = itertools.islice(rank_batches(cfg, ctx, splits.train), steps)
+        batches = itertools.islice(rank_batches(cfg, ctx, splits.train, slices=slices), steps)
         losses = []
         experiment.model.train()
         for loss, _logits, _labels in drain(experiment.pipeline, batches):

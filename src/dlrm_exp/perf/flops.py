@@ -71,7 +71,7 @@ class DenseFlops:
 
 def dense_flops(cfg: ModelConfig) -> DenseFlops:
     """The dense FLOPs per sample of ``cfg`` (formulas in the module docstring)."""
-    d, f = cfg.embedding_dim, len(cfg.num_embeddings_per_feature)
+    d, f = cfg.embedding_dim, len(cfg.feature_names)
     dense = mlp_flops(cfg.num_dense_features, list(cfg.dense_arch_layer_sizes))
     n = (f + 1) * d
     if cfg.interaction_type is InteractionType.dcn:
@@ -93,7 +93,7 @@ def embedding_bytes_per_sample(
     read-modify-write of rows and optimizer state, for ``pooling_factors[i]`` ids of feature
     i (None: one id each, Criteo one-hot)."""
     d = cfg.embedding_dim
-    ids = sum(pooling_factors) if pooling_factors else len(cfg.num_embeddings_per_feature)
+    ids = sum(pooling_factors) if pooling_factors else len(cfg.feature_names)
     state = STATE_FLOATS_PER_ROW[optimizer](d)
     per_id = FP32_BYTES * (d + 2 * d + 2 * state)
     return ids * per_id

@@ -3,27 +3,28 @@
 import torch
 from torchrec.modules.embedding_configs import DataType, EmbeddingBagConfig
 
-from dlrm_exp.config import EmbeddingDataType, ModelConfig, table_name
+from dlrm_exp.config import EmbeddingDataType, ModelConfig
 
 #: Where tables are built before sharding: no storage, only shapes.
 META = torch.device("meta")
 
 
 def table_configs(cfg: ModelConfig) -> list[EmbeddingBagConfig]:
-    """One ``EmbeddingBagConfig`` per sparse feature ``cat_<i>``, named ``t_cat_<i>`` as in
-    TorchRec's DLRM example (:func:`dlrm_exp.config.table_name`), ``embedding_dim`` D wide, with
+    """One ``EmbeddingBagConfig`` per table: per sparse feature ``cat_<i>``, named ``t_cat_<i>``
+    as in TorchRec's DLRM example (:func:`dlrm_exp.config.table_name`), or the tables of the
+    feature schema (``model.tables``, features may share one), ``embedding_dim`` D wide, with
     ``num_embeddings`` capped by ``cfg.num_embeddings_cap`` and the weight precision of
     ``cfg.embedding_data_type`` / ``embedding_data_type_per_table`` (TorchRec's ``data_type``)."""
     return [
         EmbeddingBagConfig(
-            name=table_name(feature),
+            name=name,
             embedding_dim=cfg.embedding_dim,
             num_embeddings=rows,
-            feature_names=[feature],
+            feature_names=features,
             data_type=torchrec_data_type(data_type),
         )
-        for feature, rows, data_type in zip(
-            cfg.feature_names, cfg.table_sizes, cfg.table_data_types, strict=True
+        for name, features, rows, data_type in zip(
+            cfg.table_names, cfg.table_features, cfg.table_sizes, cfg.table_data_types, strict=True
         )
     ]
 

@@ -1,0 +1,146 @@
+"""The feature schema (``data.schema``): which columns of a user's click log are the label,
+the dense features and the sparse features, which embedding table each sparse feature looks up
+and how its raw ids become rows of that table.
+
+The layout follows NVIDIA DLRM's ``FeatureSpec`` and TorchEasyRec's feature configs, with
+TorchRec's terms: a sparse feature is a key of the ``KeyedJaggedTensor``; several features may
+share one table (TorchRec's ``EmbeddingBagConfig(feature_names=[...])``).
+"""
+
+from collections import Counter
+from dataclasses import dataclass, field
+from enum import Enum
+
+from omegaconf import MISSING
+
+from dlrm_exp.config.checks import require
+
+
+class IdPolicy(Enum):
+    """How a sparse column's raw ids become rows of a table of ``num_embeddings`` rows.
+
+    - ``strict``: ids are already rows, integers in ``[0, num_embeddings)``; any other value is
+      counted and the data refused.
+    - ``modulo``: a stable 64-bit hash of the id (integers by SplitMix64, strings by the first 8
+      bytes of their BLAKE2b digest; the same on every process, run and machine) modulo
+      ``num_embeddings``: the hashing trick of TorchRec's Criteo pipeline.
+    - ``managed_collision``: TorchRec's managed-collision module (MCH), which gives frequent
+      raw ids their own rows. Not implemented yet: refused at compose time.
+    """
+
+    strict = "strict"
+    modulo = "modulo"
+    managed_collision = "managed_collision"
+
+
+@dataclass
+class DenseColumn:
+    """One dense input column (float; nulls read as 0 and counted).
+
+    Attributes:
+        column: the column name in the file.
+        log1p: feed ``log(1 + max(x, 0))`` instead of x (Criteo's transform of counts).
+    """
+
+    column: str = MISSING
+    log1p: bool = False
+
+
+@dataclass
+class SparseFeature:
+    """One sparse feature: a key of the batch's ``KeyedJaggedTensor``, pooled by its table.
+
+    Attributes:
+        column: the column in the file: one id per row (integer or string), or a list of ids
+            (``multi_hot: true``).
+        table: the embedding table it looks up; features naming the same table share its rows
+            (default: ``t_<feature>``).
+        num_embeddings: rows of the table (features sharing a table must agree).
+        multi_hot: the column holds a list of ids per row (sum-pooled like any
+            ``EmbeddingBag`` feature); null entries are empty bags.
+        id_policy: see :class:`IdPolicy`.
+    """
+
+    column: str = MISSING
+    num_embeddings: int = MISSING
+    table: str | None = None
+    multi_hot: bool = False
+    id_policy: IdPolicy = IdPolicy.modulo
+
+
+@dataclass
+class FeatureSchema:
+    """Label, dense columns and sparse features of a click log (``data.schema``).
+
+    Attributes:
+        label: the click column (0 / 1, or a boolean); rows with a null label are skipped and
+            counted.
+        dense: the dense columns, in the order of the model's dense input (B, num_dense).
+        sparse: ``{feature name: SparseFeature}``, in the order of the batch's keys.
+
+    Raises:
+        ConfigError: (at compose time) a column named twice, no sparse feature, a table whose
+            features disagree on ``num_embeddings``, a non-positive ``num_embeddings``, or
+            ``id_policy=managed_collision``.
+    """
+
+    label: str = MISSING
+    dense: list[DenseColumn] = field(default_factory=list)
+    sparse: dict[str, SparseFeature] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        require(len(self.sparse) > 0, "data.schema.sparse must name at least one feature")
+        require(
+            len(self.dense) > 0,
+            "data.schema.dense must name at least one column: DLRM's dense arch turns the dense "
+            "input into the vector that joins the embeddings in the interaction",
+        )
+        columns = [self.label, *(d.column for d in self.dense)]
+        columns += [f.column for f in self.sparse.values()]
+        twice = sorted(c for c, n in Counter(columns).items() if n > 1)
+        require(
+            not twice,
+            f"data.schema names column(s) {twice} more than once: each column is the label, "
+            "one dense column or one sparse feature",
+        )
+        sizes: dict[str, int] = {}
+        for name, feature in self.sparse.items():
+            key = f"data.schema.sparse.{name}"
+            require(
+                feature.num_embeddings > 0,
+                f"{key}.num_embeddings must be positive, got {feature.num_embeddings}",
+            )
+            require(
+                feature.id_policy is not IdPolicy.managed_collision,
+                f"{key}.id_policy=managed_collision is not implemented yet: use modulo "
+                "(hashed ids) or strict (ids already in [0, num_embeddings))",
+            )
+            table = self.table_of(name)
+            known = sizes.setdefault(table, feature.num_embeddings)
+            require(
+                known == feature.num_embeddings,
+                f"features sharing table {table} disagree on num_embeddings ({known} and "
+                f"{feature.num_embeddings} at {key}.num_embeddings): give them the same rows",
+            )
+
+    def table_of(self, feature: str) -> str:
+        """The table ``feature`` looks up: its ``table``, else ``t_<feature>``."""
+        return self.sparse[feature].table or f"t_{feature}"
+
+    @property
+    def num_dense(self) -> int:
+        """Width of the dense input."""
+        return len(self.dense)
+
+    @property
+    def feature_names(self) -> list[str]:
+        """The sparse feature keys, in order."""
+        return list(self.sparse)
+
+    def tables(self) -> list[tuple[str, int, list[str]]]:
+        """``(table, num_embeddings, [feature, ...])`` per table, in the order of each table's
+        first feature."""
+        out: dict[str, tuple[int, list[str]]] = {}
+        for name, feature in self.sparse.items():
+            out.setdefault(self.table_of(name), (feature.num_embeddings, []))[1].append(name)
+        return [(table, rows, features) for table, (rows, features) in out.items()]

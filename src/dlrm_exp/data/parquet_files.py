@@ -1,0 +1,206 @@
+"""Parquet inputs of ``data=parquet``: finding the files, checking them against the feature
+schema from their metadata, and cutting them into row-group segments.
+
+Only the label column is read here (to find null labels, which drop their rows); every other
+check uses the file footer: column names, types, row counts and null counts from the column
+statistics. Rows are read later, a row group at a time (:mod:`dlrm_exp.data.parquet`).
+"""
+
+import glob
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from dlrm_exp.config import FeatureSchema
+from dlrm_exp.data.id_policy import is_id_type
+from dlrm_exp.errors import DataError
+
+
+@dataclass(frozen=True)
+class Segment:
+    """Rows ``[start, stop)`` of the valid rows (non-null label) of one row group.
+
+    Attributes:
+        path: the file.
+        row_group: the row group's index in the file.
+        start / stop: the slice, counted in valid rows.
+        valid: the valid rows' positions in the row group, or None when every row is valid.
+    """
+
+    path: Path
+    row_group: int
+    start: int
+    stop: int
+    valid: np.ndarray | None = field(default=None, compare=False)
+
+    def __len__(self) -> int:
+        return self.stop - self.start
+
+    def positions(self) -> np.ndarray:
+        """Positions in the row group of this segment's rows, (n,) int64."""
+        if self.valid is None:
+            return np.arange(self.start, self.stop, dtype=np.int64)
+        return self.valid[self.start : self.stop]
+
+
+@dataclass
+class ParquetScan:
+    """What the footers and label columns of a list of files say.
+
+    Attributes:
+        segments: one segment per row group with valid rows, in file order.
+        rows: rows in the files.
+        null_labels: rows skipped for a null label.
+        nulls: ``{column: null count}`` of the dense and sparse columns (filled with 0 /
+            read as empty bags).
+    """
+
+    segments: list[Segment] = field(default_factory=list)
+    rows: int = 0
+    null_labels: int = 0
+    nulls: dict[str, int] = field(default_factory=dict)
+
+
+def resolve_parquet_paths(paths: list[str], key: str) -> list[Path]:
+    """Files named by ``paths``: a file, a folder (its ``*.parquet`` files, sorted) or a glob.
+
+    Raises:
+        DataError: a path that matches nothing, or a folder without ``*.parquet`` files.
+    """
+    files: list[Path] = []
+    for raw in paths:
+        path = Path(raw).expanduser()
+        if path.is_dir():
+            found = sorted(path.glob("*.parquet"))
+            if not found:
+                raise DataError(f"{key}: folder {raw} holds no *.parquet file")
+            files += found
+        elif path.is_file():
+            files.append(path)
+        else:
+            matched = sorted(Path(p) for p in glob.glob(str(path)) if Path(p).is_file())
+            if not matched:
+                raise DataError(f"{key}: no such file, folder or glob match: {raw}")
+            files += matched
+    return files
+
+
+def scan_files(files: list[Path], schema: FeatureSchema) -> ParquetScan:
+    """Check ``files`` against ``schema`` and cut them into segments of valid rows.
+
+    Raises:
+        DataError: a file that is not Parquet or is truncated, has no rows, lacks a schema
+            column or holds one of the wrong type, or has no row with a label; each names the
+            file and column.
+    """
+    scan = ParquetScan()
+    for path in files:
+        parquet = open_parquet(path)
+        check_columns(path, parquet.schema_arrow, schema)
+        if parquet.metadata.num_rows == 0:
+            raise DataError(f"{path}: the file holds no rows")
+        _count_nulls(parquet, schema, scan.nulls)
+        for group in range(parquet.num_row_groups):
+            labels = _read(parquet, path, group, [schema.label]).column(0)
+            scan.rows += len(labels)
+            valid = None
+            if labels.null_count:
+                scan.null_labels += labels.null_count
+                valid = np.flatnonzero(labels.is_valid().to_numpy(zero_copy_only=False))
+            n = len(labels) - labels.null_count
+            if n:
+                scan.segments.append(Segment(path, group, 0, n, valid))
+    if not scan.segments:
+        raise DataError(f"{files[0]}...: no row has a label ({scan.rows} rows read)")
+    return scan
+
+
+def open_parquet(path: Path) -> pq.ParquetFile:
+    """``pyarrow.parquet.ParquetFile`` of ``path``.
+
+    Raises:
+        DataError: the file is not Parquet or is truncated (pyarrow's reason, with the file).
+    """
+    try:
+        return pq.ParquetFile(path)
+    except (pa.ArrowException, OSError) as err:
+        raise DataError(f"{path}: not a readable Parquet file ({err})") from None
+
+
+def _read(parquet: pq.ParquetFile, path: Path, group: int, columns: list[str]) -> pa.Table:
+    try:
+        return parquet.read_row_group(group, columns=columns)
+    except (pa.ArrowException, OSError) as err:
+        raise DataError(f"{path}: row group {group} cannot be read ({err})") from None
+
+
+def read_row_group(path: Path, group: int, columns: list[str]) -> pa.Table:
+    """``columns`` of row group ``group`` of ``path``.
+
+    Raises:
+        DataError: the file cannot be read (with the file and row group).
+    """
+    return _read(open_parquet(path), path, group, columns)
+
+
+def check_columns(path: Path, arrow: pa.Schema, schema: FeatureSchema) -> None:
+    """Every schema column exists in ``arrow`` (a file's schema) with a usable type.
+
+    Raises:
+        DataError: ``<file>: column <c> (<role>) ...`` for the first missing or mistyped one.
+    """
+    wanted = [(schema.label, "label", _is_number)]
+    wanted += [(d.column, "dense", _is_number) for d in schema.dense]
+    wanted += [
+        (f.column, f"sparse feature {name}", _is_id_list if f.multi_hot else is_id_type)
+        for name, f in schema.sparse.items()
+    ]
+    for column, role, accepts in wanted:
+        index = arrow.get_field_index(column)
+        if index < 0:
+            raise DataError(
+                f"{path}: no column {column!r} ({role} in data.schema); the file has "
+                f"{', '.join(arrow.names[:12])}{' ...' if len(arrow.names) > 12 else ''}"
+            )
+        kind = arrow.field(index).type
+        if not accepts(kind):
+            expected = {
+                _is_number: "numbers (int, float or bool)",
+                is_id_type: "one id per row (int or string)",
+                _is_id_list: "a list of ids per row (list<int> or list<string>)",
+            }[accepts]
+            raise DataError(
+                f"{path}: column {column!r} ({role}) is {kind}, data.schema expects {expected}"
+            )
+
+
+def _is_number(kind: pa.DataType) -> bool:
+    return pa.types.is_integer(kind) or pa.types.is_floating(kind) or pa.types.is_boolean(kind)
+
+
+def _is_id_list(kind: pa.DataType) -> bool:
+    return (pa.types.is_list(kind) or pa.types.is_large_list(kind)) and is_id_type(kind.value_type)
+
+
+def _count_nulls(parquet: pq.ParquetFile, schema: FeatureSchema, nulls: dict[str, int]) -> None:
+    """Add the null counts of the dense and sparse columns: from the footer statistics of
+    flat columns, from the data of list columns and of columns written without statistics."""
+    columns = [d.column for d in schema.dense] + [f.column for f in schema.sparse.values()]
+    meta = parquet.metadata
+    leaves = {meta.schema.column(j).path: j for j in range(meta.num_columns)}
+    for column in columns:
+        total = 0
+        for group in range(meta.num_row_groups):
+            stats = (
+                meta.row_group(group).column(leaves[column]).statistics
+                if column in leaves
+                else None
+            )
+            if stats is not None and stats.has_null_count:
+                total += stats.null_count
+            else:
+                total += parquet.read_row_group(group, columns=[column]).column(0).null_count
+        nulls[column] = nulls.get(column, 0) + total

@@ -1,0 +1,263 @@
+"""data=parquet on files the tests write: the feature schema's rules, id policies, nulls,
+rank shares and row-group shuffling, and every bad input named with its file and column."""
+
+import hashlib
+import math
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from dlrm_exp.config import (
+    DenseColumn,
+    FeatureSchema,
+    IdPolicy,
+    ParquetDataConfig,
+    SparseFeature,
+)
+from dlrm_exp.data import load_splits, split_batches
+from dlrm_exp.data.id_policy import blake2b64, to_rows
+from dlrm_exp.errors import ConfigError, DataError
+
+
+def schema(**sparse_overrides) -> FeatureSchema:
+    sparse = {
+        "user": SparseFeature(column="user", num_embeddings=100),
+        "item": SparseFeature("item", 100, table="t_item", id_policy=IdPolicy.strict),
+        "recent": SparseFeature(
+            "recent", 100, table="t_item", multi_hot=True, id_policy=IdPolicy.strict
+        ),
+    }
+    sparse.update(sparse_overrides)
+    return FeatureSchema(
+        label="click",
+        dense=[DenseColumn(column="price", log1p=True), DenseColumn(column="age")],
+        sparse=sparse,
+    )
+
+
+def table(n: int = 12, **columns) -> pa.Table:
+    """n rows: clicks alternate, price = row, age = -row, user "u<row>", item row,
+    recent [row, row + 1]."""
+    data = {
+        "click": pa.array([i % 2 for i in range(n)], pa.int64()),
+        "price": pa.array([float(i) for i in range(n)]),
+        "age": pa.array([-float(i) for i in range(n)]),
+        "user": pa.array([f"u{i}" for i in range(n)]),
+        "item": pa.array(list(range(n)), pa.int64()),
+        "recent": pa.array([[i, i + 1] for i in range(n)], pa.list_(pa.int64())),
+    }
+    data.update(columns)
+    return pa.table(data)
+
+
+def write(path, tbl, row_group_size=4):
+    pq.write_table(tbl, path, row_group_size=row_group_size)
+    return path
+
+
+def config(path, sch=None, **kwargs) -> ParquetDataConfig:
+    kwargs.setdefault("val_fraction", 0.0)
+    kwargs.setdefault("test_fraction", 0.0)
+    return ParquetDataConfig(path=str(path), schema=sch or schema(), **kwargs)
+
+
+def all_rows(split, keys, world_size=1, rank=0, seed=None, batch_size=100):
+    return list(split_batches(split, batch_size, rank, world_size, keys, seed))
+
+
+def test_schema_tables_shared_and_rules():
+    s = schema()
+    assert s.tables() == [("t_user", 100, ["user"]), ("t_item", 100, ["item", "recent"])]
+    with pytest.raises(ConfigError, match="disagree on num_embeddings"):
+        schema(recent=SparseFeature(column="recent", num_embeddings=7, table="t_item"))
+    with pytest.raises(ConfigError, match=r"column\(s\) \['item'\] more than once"):
+        schema(other=SparseFeature(column="item", num_embeddings=5))
+    with pytest.raises(ConfigError, match="managed_collision is not implemented yet"):
+        schema(user=SparseFeature("user", 100, id_policy=IdPolicy.managed_collision))
+    with pytest.raises(ConfigError, match="at least one column"):
+        FeatureSchema(label="click", sparse={"u": SparseFeature("u", 3)})
+
+
+def splitmix64_reference(x: int) -> int:
+    mask = 2**64 - 1
+    z = (x + 0x9E3779B97F4A7C15) & mask
+    z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & mask
+    z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & mask
+    return z ^ (z >> 31)
+
+
+def test_modulo_hash_is_stable_and_strict_refuses_with_counts():
+    # The same ids must map to the same rows on every machine and release: strings by
+    # BLAKE2b (hashlib), integers by SplitMix64, checked against a plain-Python reference
+    # and the published first output of SplitMix64 seeded with 0.
+    assert blake2b64("u1") == int.from_bytes(
+        hashlib.blake2b(b"u1", digest_size=8).digest(), "little"
+    )
+    strings = to_rows(pa.array(["u1", "u2", "u1"]), IdPolicy.modulo, 1000, "f")
+    assert strings[0] == strings[2] and strings.tolist() == [
+        blake2b64("u1") % 1000,
+        blake2b64("u2") % 1000,
+        blake2b64("u1") % 1000,
+    ]
+    assert splitmix64_reference(0) == 0xE220A8397B1DCDAF
+    raw = [0, 1, -1, 2**62]
+    ints = to_rows(pa.array(raw, pa.int64()), IdPolicy.modulo, 97, "f")
+    assert ints.tolist() == [splitmix64_reference(x % 2**64) % 97 for x in raw]
+    assert to_rows(pa.array([3, 0]), IdPolicy.strict, 4, "f").tolist() == [3, 0]
+    with pytest.raises(DataError, match=r"a.parquet: column 'x': 2 of 4 ids outside \[0, 4\)"):
+        to_rows(pa.array([3, 4, -1, 0]), IdPolicy.strict, 4, "a.parquet: column 'x'")
+    with pytest.raises(DataError, match="holds strings, but id_policy=strict"):
+        to_rows(pa.array(["a"]), IdPolicy.strict, 4, "f")
+
+
+def test_values_lists_shared_table_and_nulls(tmp_path):
+    n = 12
+    tbl = table(
+        n,
+        click=pa.array([1, None, *[i % 2 for i in range(2, n)]], pa.int64()),
+        price=pa.array([None, *[float(i) for i in range(1, n)]]),
+        item=pa.array([None, *range(1, n)], pa.int64()),
+        recent=pa.array([None, [1, None], *[[i, i + 1] for i in range(2, n)]]),
+    )
+    sch = schema()
+    splits = load_splits(config(write(tmp_path / "a.parquet", tbl), sch), [], 2, 0)
+    read = splits.info.read
+    assert read["rows_read"] == n and read["skipped_null_label"] == 1
+    assert read["nulls"] == {"price": 1, "item": 1, "recent": 1}
+    assert len(splits.train) == n - 1
+    (batch,) = all_rows(splits.train, sch.feature_names)
+    assert batch.labels.tolist() == [1.0, *[i % 2 for i in range(2, n)]]
+    assert batch.dense_features[:2, 0].tolist() == pytest.approx([0.0, math.log(3)])
+    assert batch.dense_features[:2, 1].tolist() == [0.0, -2.0]  # no log1p on age
+    kjt = batch.sparse_features.to_dict()
+    assert kjt["item"].lengths().tolist() == [0, *[1] * (n - 2)]  # null -> empty bag
+    assert kjt["item"].values().tolist() == list(range(2, n))
+    # the null row (row 1) is gone; row 0's list is null -> empty bag
+    assert kjt["recent"].lengths().tolist() == [0, *[2] * (n - 2)]
+    user = kjt["user"].values().tolist()
+    assert user[0] == blake2b64("u0") % 100 and user[1] == blake2b64("u2") % 100
+
+
+def test_null_ids_inside_a_list_are_dropped_from_their_bag(tmp_path):
+    tbl = table(4, recent=pa.array([[1, None, 2], None, [None], [3]]))
+    splits = load_splits(config(write(tmp_path / "a.parquet", tbl)), [], 2, 0)
+    (batch,) = all_rows(splits.train, schema().feature_names)
+    recent = batch.sparse_features.to_dict()["recent"]
+    assert recent.lengths().tolist() == [2, 0, 0, 1]
+    assert recent.values().tolist() == [1, 2, 3]
+
+
+def test_ranks_take_disjoint_contiguous_shares_and_shuffle_moves_row_groups(tmp_path):
+    n = 40  # 10 row groups of 4; 2 ranks x 20 rows, batches of 6
+    path = write(tmp_path / "a.parquet", table(n))
+    split = load_splits(config(path), [], 2, 0).train
+    keys = schema().feature_names
+
+    def items(rank, seed=None):
+        batches = all_rows(split, keys, world_size=2, rank=rank, seed=seed, batch_size=6)
+        assert [len(b.labels) for b in batches] == [6, 6, 6, 2]
+        return [v for b in batches for v in b.sparse_features.to_dict()["item"].values().tolist()]
+
+    assert items(0) == list(range(20)) and items(1) == list(range(20, 40))
+    shuffled = items(0, (0, 1)) + items(1, (0, 1))
+    assert sorted(shuffled) == list(range(40)) and shuffled != list(range(40))
+    groups = [shuffled[i : i + 4] for i in range(0, 40, 4)]
+    assert all(g == list(range(g[0], g[0] + 4)) for g in groups)  # whole row groups move
+    assert shuffled == items(0, (0, 1)) + items(1, (0, 1))  # the same order on every call
+    # mode=verify's reference: 1 process with slices=2 sees each step as both ranks together
+    ranks = [all_rows(split, keys, world_size=2, rank=r, batch_size=6) for r in (0, 1)]
+    together = list(split.batches(12, 0, 1, keys, slices=2))
+    assert len(together) == 4
+    for joint, first, second in zip(together, *ranks, strict=True):
+        assert joint.labels.tolist() == first.labels.tolist() + second.labels.tolist()
+        for key in ("item", "recent"):
+            parts = [b.sparse_features.to_dict()[key].values().tolist() for b in (first, second)]
+            assert joint.sparse_features.to_dict()[key].values().tolist() == sum(parts, [])
+
+
+def test_fractions_cut_rows_in_file_order_and_explicit_val_file(tmp_path):
+    path = write(tmp_path / "a.parquet", table(20))
+    splits = load_splits(config(path, val_fraction=0.2, test_fraction=0.1), [], 2, 0)
+    assert splits.info.rows == {"train": 14, "val": 4, "test": 2}
+    keys = schema().feature_names
+    val = all_rows(splits.val, keys)[0].sparse_features.to_dict()["item"].values().tolist()
+    assert val == [14, 15, 16, 17]
+    extra = write(tmp_path / "v.parquet", table(5))
+    splits = load_splits(config(path, val_path=str(extra), test_fraction=0.5), [], 2, 0)
+    assert splits.info.rows == {"train": 10, "val": 5, "test": 10}
+
+
+def test_folder_and_glob_inputs(tmp_path):
+    write(tmp_path / "b.parquet", table(4))
+    write(tmp_path / "a.parquet", table(6))
+    (tmp_path / "notes.txt").write_text("not data")
+    assert len(load_splits(config(tmp_path), [], 2, 0).train) == 10
+    assert len(load_splits(config(tmp_path / "a*.parquet"), [], 2, 0).train) == 6
+    with pytest.raises(DataError, match="no such file, folder or glob match"):
+        load_splits(config(tmp_path / "z*.parquet"), [], 2, 0)
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        (lambda t: t.drop(["age"]), r"a.parquet: no column 'age' \(dense in data.schema\)"),
+        (
+            lambda t: t.set_column(5, "recent", pa.array([1.5] * len(t))),
+            r"a.parquet: column 'recent' \(sparse feature recent\) is double, "
+            r"data.schema expects a list of ids",
+        ),
+        (
+            lambda t: t.set_column(1, "price", pa.array(["x"] * len(t))),
+            r"a.parquet: column 'price' \(dense\) is string, data.schema expects numbers",
+        ),
+        (lambda t: t.slice(0, 0), r"a.parquet: the file holds no rows"),
+        (
+            lambda t: t.set_column(0, "click", pa.array([None] * len(t), pa.int64())),
+            r"a.parquet...: no row has a label \(4 rows read\)",
+        ),
+    ],
+)
+def test_bad_files_are_refused_naming_file_and_column(tmp_path, change, message):
+    path = write(tmp_path / "a.parquet", change(table(4)))
+    with pytest.raises(DataError, match=message):
+        load_splits(config(path), [], 2, 0)
+
+
+def test_not_parquet_and_truncated_files_are_refused_with_the_file(tmp_path):
+    text = tmp_path / "a.parquet"
+    text.write_text("label,price\n1,2\n")
+    with pytest.raises(DataError, match=r"a.parquet: not a readable Parquet file"):
+        load_splits(config(text), [], 2, 0)
+    good = write(tmp_path / "b.parquet", table(8)).read_bytes()
+    cut = tmp_path / "c.parquet"
+    cut.write_bytes(good[: len(good) // 2])
+    with pytest.raises(DataError, match=r"c.parquet: not a readable Parquet file"):
+        load_splits(config(cut), [], 2, 0)
+
+
+def test_strict_ids_out_of_range_stop_the_stream_with_file_and_count(tmp_path):
+    sch = schema()
+    tbl = table(8, item=pa.array([1, 2, 3, 160, 170, 5, 6, 7], pa.int64()))
+    split = load_splits(config(write(tmp_path / "a.parquet", tbl), sch), [], 2, 0).train
+    with pytest.raises(DataError, match=r"a.parquet row group 0: column 'item' .*: 1 of 4 ids"):
+        all_rows(split, sch.feature_names)
+
+
+def test_streaming_holds_one_row_group_not_the_file(tmp_path, monkeypatch):
+    from dlrm_exp.data import parquet
+
+    path = write(tmp_path / "a.parquet", table(64), row_group_size=8)
+    split = load_splits(config(path), [], 2, 0).train
+    largest = []
+    original = parquet.decode
+
+    def spy(tbl, sch, where):
+        largest.append(tbl.num_rows)
+        return original(tbl, sch, where)
+
+    monkeypatch.setattr(parquet, "decode", spy)
+    assert sum(len(b.labels) for b in all_rows(split, schema().feature_names, batch_size=5)) == 64
+    assert max(largest) == 8 and len(largest) == 8
+    assert np.sum(largest) == 64
