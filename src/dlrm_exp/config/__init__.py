@@ -56,7 +56,13 @@ from dlrm_exp.config.modes import (
 from dlrm_exp.config.optimizer import DenseOptimizer, OptimizerConfig, SparseOptimizer
 from dlrm_exp.config.qcomms import CommPrecision, QCommsConfig
 from dlrm_exp.config.root import Config
-from dlrm_exp.config.schema import DenseColumn, FeatureSchema, IdPolicy, SparseFeature
+from dlrm_exp.config.schema import (
+    DenseColumn,
+    FeatureSchema,
+    IdPolicy,
+    SparseFeature,
+    load_schema_file,
+)
 from dlrm_exp.config.sharding import ComputeKernel, ShardingConfig, ShardingStrategy
 from dlrm_exp.config.store import conf_dir, register_configs
 from dlrm_exp.config.train import (
@@ -102,6 +108,7 @@ __all__ = [
     "FeatureSchema",
     "IdPolicy",
     "SparseFeature",
+    "load_schema_file",
     "ParquetDataConfig",
     "InteractionType",
     "Mode",

@@ -10,8 +10,9 @@ share one table (TorchRec's ``EmbeddingBagConfig(feature_names=[...])``).
 from collections import Counter
 from dataclasses import dataclass, field
 from enum import Enum
+from pathlib import Path
 
-from omegaconf import MISSING
+from omegaconf import MISSING, OmegaConf
 
 from dlrm_exp.config.checks import require
 
@@ -144,3 +145,17 @@ class FeatureSchema:
         for name, feature in self.sparse.items():
             out.setdefault(self.table_of(name), (feature.num_embeddings, []))[1].append(name)
         return [(table, rows, features) for table, (rows, features) in out.items()]
+
+
+def load_schema_file(path: str | Path) -> FeatureSchema:
+    """A feature schema from a YAML file (the layout of ``conf/data/schema/*.yaml``), checked
+    as at compose time.
+
+    Raises:
+        ConfigError: a rule of :class:`FeatureSchema` is broken.
+        omegaconf.errors.ValidationError: a key is unknown or has the wrong type.
+    """
+    node = OmegaConf.merge(OmegaConf.structured(FeatureSchema), OmegaConf.load(path))
+    schema = OmegaConf.to_object(node)
+    assert isinstance(schema, FeatureSchema)
+    return schema

@@ -3,7 +3,8 @@ layout can be tried (and tested) before real data exists.
 
 As :mod:`dlrm_exp.data.synthetic`: every (feature, raw id) has a fixed N(0, 1) effect
 (:func:`~dlrm_exp.data.synthetic.id_effects`), raw ids follow a bounded power law over
-``num_embeddings`` values, a list feature contributes the mean effect of its ids, dense columns
+``num_embeddings`` values (or a smaller vocabulary), a list feature contributes the sum of its
+ids' effects over sqrt(mean list length) (what a sum-pooled bag can represent), dense columns
 are log-normal counts, and
 
     p = sigmoid(base_logit + categorical_signal * sum_f e_f / sqrt(F)
@@ -33,12 +34,15 @@ class SyntheticLayout:
     Attributes:
         string_features: features whose ids are written as strings (``"id_<n>"``), the others
             as int64.
+        vocabulary: ``{feature: distinct raw ids}`` (default: the feature's ``num_embeddings``;
+            fewer than the table's rows leaves fewer hash collisions under ``modulo``).
         mean_list_length: mean ids per row of a list feature (1 + Poisson(mean - 1)).
         zipf_exponent: power-law exponent of id frequencies.
         categorical_signal / dense_signal / base_logit: the planted model (see the module).
     """
 
     string_features: list[str] = field(default_factory=list)
+    vocabulary: dict[str, int] = field(default_factory=dict)
     mean_list_length: float = 4.0
     zipf_exponent: float = 1.1
     categorical_signal: float = 1.5
@@ -53,32 +57,35 @@ def write_synthetic_parquet(
     seed: int = 0,
     row_group_size: int = 65536,
     layout: SyntheticLayout | None = None,
+    stream: int = 0,
 ) -> float:
     """Write ``num_rows`` rows with ``schema``'s columns to ``path`` (atomically: a temporary
     file renamed into place) and return their Bayes-optimal AUROC.
 
-    The planted effects depend on ``seed`` only; another ``stream`` of rows (e.g. a test file)
-    comes from another ``seed`` with the same effects only if the seeds match, so write splits
-    as row ranges of one file, or files from one seed cut with ``data.val_fraction``.
+    The planted model (effects, dense weights) depends on ``seed`` only; ``stream`` draws other
+    rows from it, so train / val / test files are streams 0, 1, 2 of one seed (used with
+    ``data.val_path`` / ``data.test_path``, each file's Bayes AUROC is that split's).
     """
     layout = layout or SyntheticLayout()
-    rng = np.random.default_rng([seed, 7])
+    rng = np.random.default_rng([seed, 7, stream])
     columns: dict[str, pa.Array] = {}
     categorical = np.zeros(num_rows)
     for f, (name, feature) in enumerate(schema.sparse.items()):
         as_string = name in layout.string_features
+        vocabulary = layout.vocabulary.get(name, feature.num_embeddings)
         if feature.multi_hot:
             lengths = 1 + rng.poisson(max(layout.mean_list_length - 1, 0), num_rows)
             ids = powerlaw_ids(
                 rng, feature.num_embeddings, int(lengths.sum()), layout.zipf_exponent
             )
             offsets = np.concatenate([[0], np.cumsum(lengths)])
-            effects = np.add.reduceat(id_effects(seed, f, ids), offsets[:-1]) / lengths
+            sums = np.add.reduceat(id_effects(seed, f, ids), offsets[:-1])
+            effects = sums / np.sqrt(layout.mean_list_length)
             columns[feature.column] = pa.ListArray.from_arrays(
                 pa.array(offsets, pa.int32()), _id_array(ids, as_string)
             )
         else:
-            ids = powerlaw_ids(rng, feature.num_embeddings, num_rows, layout.zipf_exponent)
+            ids = powerlaw_ids(rng, vocabulary, num_rows, layout.zipf_exponent)
             effects = id_effects(seed, f, ids)
             columns[feature.column] = _id_array(ids, as_string)
         categorical += effects
