@@ -51,6 +51,7 @@ from dlrm_exp.config.modes import (
     Mode,
     PredictConfig,
     PreprocessConfig,
+    SchemaScanConfig,
     VerifyConfig,
 )
 from dlrm_exp.config.optimizer import DenseOptimizer, OptimizerConfig, SparseOptimizer
@@ -119,6 +120,7 @@ __all__ = [
     "OptimizerConfig",
     "OutOfRange",
     "PreprocessConfig",
+    "SchemaScanConfig",
     "QCommsConfig",
     "ShardingConfig",
     "ShardingStrategy",

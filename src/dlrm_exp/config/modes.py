@@ -2,6 +2,7 @@
 
 from dataclasses import dataclass
 from enum import Enum
+from typing import Any
 
 from dlrm_exp.config.checks import require
 
@@ -13,7 +14,8 @@ class Mode(Enum):
     configured hardware without it, see :mod:`dlrm_exp.modes.plan`), or, from a checkpoint
     (``checkpoint=PATH``), ``evaluate`` (AUROC, log loss, NE of the splits), ``predict``
     (click probabilities of an input file, as Parquet) or ``export`` (a TorchScript inference
-    model)."""
+    model); ``schema`` writes a feature schema for Parquet files (see
+    :mod:`dlrm_exp.modes.schema`)."""
 
     train = "train"
     verify = "verify"
@@ -22,6 +24,7 @@ class Mode(Enum):
     evaluate = "evaluate"
     predict = "predict"
     export = "export"
+    schema = "schema"
 
 
 #: The modes that start from a trained checkpoint (``checkpoint=PATH``).
@@ -141,3 +144,34 @@ class ExportConfig:
 
     quantization: ExportQuantization = ExportQuantization.none
     output_dir: str | None = None
+
+
+@dataclass
+class SchemaScanConfig:
+    """``mode=schema``: read a sample of Parquet files and write a feature schema to edit.
+
+    Attributes:
+        path: Parquet files, a folder or a glob (as ``data.path`` of ``data=parquet``).
+        label: the click column (null: the one column named ``label``, ``click``,
+            ``clicked``, ``is_click`` or ``y``).
+        name: the schema's name: ``data/schema=<name>`` (and its file name).
+        sample_rows: rows read (whole row groups, in file order) for the statistics.
+        max_num_embeddings: the largest table suggested; features with more distinct ids are
+            hashed into it.
+    """
+
+    path: Any = None
+    label: str | None = None
+    name: str = "my_schema"
+    sample_rows: int = 1_000_000
+    max_num_embeddings: int = 10_000_000
+
+    def __post_init__(self) -> None:
+        require(
+            self.sample_rows > 0 and self.max_num_embeddings > 0,
+            "schema_scan.sample_rows and schema_scan.max_num_embeddings must be positive",
+        )
+        require(
+            bool(self.name) and self.name.replace("_", "").replace("-", "").isalnum(),
+            f"schema_scan.name must be letters, digits, _ or -, got {self.name!r}",
+        )

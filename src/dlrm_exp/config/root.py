@@ -22,6 +22,7 @@ from dlrm_exp.config.modes import (
     Mode,
     PredictConfig,
     PreprocessConfig,
+    SchemaScanConfig,
     VerifyConfig,
 )
 from dlrm_exp.config.optimizer import CPU_FUSED, OptimizerConfig
@@ -51,6 +52,7 @@ class Config:
     train: TrainConfig = field(default_factory=TrainConfig)
     verify: VerifyConfig = field(default_factory=VerifyConfig)
     preprocess: PreprocessConfig = field(default_factory=PreprocessConfig)
+    schema_scan: SchemaScanConfig = field(default_factory=SchemaScanConfig)
     checkpoint: str | None = None
     split: EvalSplit = EvalSplit.all
     predict: PredictConfig = field(default_factory=PredictConfig)
@@ -63,6 +65,7 @@ class Config:
         self._check_checkpoint_given()
         self._check_predict_data()
         self._check_preprocess_inputs()
+        self._check_schema_scan_path()
         self._check_npy_path()
         self._check_overridden_tables_exist()
         self._check_uvm_caching_on_device()
@@ -117,6 +120,14 @@ class Config:
         require(
             bool(self.preprocess.output_dir),
             "mode=preprocess needs preprocess.output_dir=<folder for the npy files>",
+        )
+
+    def _check_schema_scan_path(self) -> None:
+        """``mode=schema`` reads ``schema_scan.path``."""
+        require(
+            self.mode is not Mode.schema or bool(self.schema_scan.path),
+            "mode=schema reads Parquet files: add schema_scan.path=<files, folder or glob> "
+            "(and schema_scan.label=<click column> unless it is named label / click / clicked)",
         )
 
     def _check_npy_path(self) -> None:

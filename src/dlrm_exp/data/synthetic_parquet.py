@@ -75,9 +75,7 @@ def write_synthetic_parquet(
         vocabulary = layout.vocabulary.get(name, feature.num_embeddings)
         if feature.multi_hot:
             lengths = 1 + rng.poisson(max(layout.mean_list_length - 1, 0), num_rows)
-            ids = powerlaw_ids(
-                rng, feature.num_embeddings, int(lengths.sum()), layout.zipf_exponent
-            )
+            ids = powerlaw_ids(rng, vocabulary, int(lengths.sum()), layout.zipf_exponent)
             offsets = np.concatenate([[0], np.cumsum(lengths)])
             sums = np.add.reduceat(id_effects(seed, f, ids), offsets[:-1])
             effects = sums / np.sqrt(layout.mean_list_length)

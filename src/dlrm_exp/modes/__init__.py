@@ -2,6 +2,7 @@
 calls with a ``run(cfg, job) -> ModeResult`` function (``job``: :class:`~dlrm_exp.modes.job.Job`).
 
 Owns: ``train``, ``verify``, ``plan``, ``preprocess``, ``evaluate``, ``predict``, ``export``,
+``schema``,
 what they share (``setup``, ``job``), and the registry below that the entry point dispatches
 through.
 
@@ -24,6 +25,7 @@ MODES: dict[Mode, str] = {
     Mode.evaluate: "dlrm_exp.modes.evaluate",
     Mode.predict: "dlrm_exp.modes.predict",
     Mode.export: "dlrm_exp.modes.export",
+    Mode.schema: "dlrm_exp.modes.schema",
 }
 
 

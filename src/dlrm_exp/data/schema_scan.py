@@ -1,0 +1,199 @@
+"""What a sample of Parquet files says about each column, and the feature schema it suggests
+(``mode=schema``).
+
+Roles: the label is named (or found by its usual names); strings, dictionaries and lists of
+ids are sparse features; floats and booleans are dense; integers are sparse when their name
+says id (``id``, ``*_id``, ``*Id``) and dense counts otherwise. Distinct ids of the whole input
+are estimated from the sample with the GEE estimator (Charikar, Chaudhuri, Motwani and
+Narasayya, "Towards estimation error guarantees for distinct values", PODS 2000):
+``d + (sqrt(N / n) - 1) * f1`` for ``d`` distinct ids in a sample of ``n`` of ``N`` values,
+``f1`` of them seen once (exact when the sample is everything).
+"""
+
+import math
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from dlrm_exp.data.id_policy import is_id_type
+from dlrm_exp.data.parquet_files import open_parquet
+from dlrm_exp.errors import DataError
+
+#: Column names taken as the label when ``schema_scan.label`` is not given.
+LABEL_NAMES = ("label", "click", "clicked", "is_click", "y")
+_ID_NAME = re.compile(r"(^id$|_id$|[a-z]Id$|^id_)")
+
+
+@dataclass
+class ColumnStats:
+    """One column of the sample.
+
+    Attributes:
+        name / type: the column and its Arrow type.
+        role: ``label``, ``dense``, ``sparse`` or ``skip`` (a type no role takes).
+        nulls: null entries in the sample.
+        rows: rows in the sample.
+        distinct: distinct ids in the sample (sparse).
+        distinct_estimate: estimated distinct ids of the whole input (sparse, GEE).
+        min / max: of the values (numeric columns and integer ids).
+        mean_length / p99_length: ids per row (list features).
+        multi_hot: a list feature.
+        log1p: suggested for a dense column of non-negative, skewed values (max > 10 x p99).
+        num_embeddings / id_policy: the suggestion for a sparse feature.
+    """
+
+    name: str
+    type: str
+    role: str
+    nulls: int
+    rows: int
+    distinct: int | None = None
+    distinct_estimate: int | None = None
+    min: float | None = None
+    max: float | None = None
+    mean_length: float | None = None
+    p99_length: float | None = None
+    multi_hot: bool = False
+    log1p: bool = False
+    num_embeddings: int | None = None
+    id_policy: str | None = None
+
+
+@dataclass
+class ScanResult:
+    """The sample and its columns, in file order."""
+
+    files: list[str]
+    total_rows: int
+    sample_rows: int
+    columns: list[ColumnStats] = field(default_factory=list)
+
+    @property
+    def label(self) -> ColumnStats:
+        return next(c for c in self.columns if c.role == "label")
+
+
+def read_sample(files: list[Path], sample_rows: int) -> tuple[pa.Table, int]:
+    """Whole row groups from the start of ``files`` until ``sample_rows`` rows, and the total
+    row count of the files (from their footers).
+
+    Raises:
+        DataError: a file is not Parquet, or the files' columns differ.
+    """
+    parts: list[pa.Table] = []
+    taken = total = 0
+    first_schema = None
+    for path in files:
+        parquet = open_parquet(path)
+        total += parquet.metadata.num_rows
+        if first_schema is None:
+            first_schema = parquet.schema_arrow
+        elif parquet.schema_arrow.names != first_schema.names:
+            raise DataError(f"{path}: its columns differ from {files[0]}'s")
+        for group in range(parquet.num_row_groups):
+            if taken >= sample_rows:
+                break
+            part = parquet.read_row_group(group)
+            parts.append(part)
+            taken += part.num_rows
+    if not taken:
+        raise DataError(f"{files[0]}: the files hold no rows")
+    return pa.concat_tables(parts).slice(0, sample_rows), total
+
+
+def scan_table(
+    table: pa.Table, total_rows: int, label: str | None, max_num_embeddings: int
+) -> list[ColumnStats]:
+    """Statistics, role and suggestion of every column of ``table`` (a sample of
+    ``total_rows`` rows).
+
+    Raises:
+        DataError: ``label`` is not a column, or none (or several) of :data:`LABEL_NAMES` is.
+    """
+    label = _find_label(table.column_names, label)
+    out = []
+    for name in table.column_names:
+        column = table.column(name).combine_chunks()
+        stats = ColumnStats(name, str(column.type), _role(name, column.type, label),
+                            column.null_count, len(column))  # fmt: skip
+        if stats.role in ("label", "dense"):
+            _numeric(stats, column)
+        elif stats.role == "sparse":
+            _sparse(stats, column, total_rows, max_num_embeddings)
+        out.append(stats)
+    return out
+
+
+def _find_label(names: list[str], label: str | None) -> str:
+    if label is not None:
+        if label not in names:
+            raise DataError(f"schema_scan.label={label}: no such column (columns: {names})")
+        return label
+    found = [n for n in names if n.lower() in LABEL_NAMES]
+    if len(found) != 1:
+        raise DataError(
+            f"cannot tell the label column ({found or 'none'} of {names} has a label's name): "
+            "set schema_scan.label=<click column>"
+        )
+    return found[0]
+
+
+def _role(name: str, kind: pa.DataType, label: str) -> str:
+    if name == label:
+        return "label"
+    if pa.types.is_list(kind) or pa.types.is_large_list(kind):
+        return "sparse" if is_id_type(kind.value_type) else "skip"
+    if pa.types.is_integer(kind):
+        return "sparse" if _ID_NAME.search(name) else "dense"
+    if pa.types.is_floating(kind) or pa.types.is_boolean(kind):
+        return "dense"
+    return "sparse" if is_id_type(kind) else "skip"
+
+
+def _numeric(stats: ColumnStats, column: pa.Array) -> None:
+    values = column.drop_null()
+    if pa.types.is_boolean(values.type):
+        values = values.cast(pa.int8())
+    if not len(values):
+        return
+    x = values.to_numpy(zero_copy_only=False).astype(np.float64)
+    stats.min, stats.max = float(x.min()), float(x.max())
+    p99 = float(np.quantile(x, 0.99))
+    stats.log1p = stats.role == "dense" and stats.min >= 0 and stats.max > 10 * max(p99, 1.0)
+
+
+def _sparse(stats: ColumnStats, column: pa.Array, total_rows: int, cap: int) -> None:
+    ids = column
+    if pa.types.is_list(column.type) or pa.types.is_large_list(column.type):
+        stats.multi_hot = True
+        lengths = pc.list_value_length(column).fill_null(0).to_numpy(zero_copy_only=False)
+        stats.mean_length = float(lengths.mean()) if len(lengths) else 0.0
+        stats.p99_length = float(np.quantile(lengths, 0.99)) if len(lengths) else 0.0
+        ids = pc.list_flatten(column)
+    ids = ids.drop_null()
+    if pa.types.is_dictionary(ids.type):
+        ids = ids.cast(ids.type.value_type)
+    counts = pc.value_counts(ids).field("counts").to_numpy(zero_copy_only=False)
+    n, d, f1 = len(ids), len(counts), int((counts == 1).sum())
+    scale = total_rows / stats.rows if stats.rows else 1.0
+    estimate = d if scale <= 1 else d + (math.sqrt(scale) - 1) * f1
+    stats.distinct, stats.distinct_estimate = d, int(round(estimate))
+    integer = pa.types.is_integer(ids.type)
+    if integer and n:
+        stats.min, stats.max = float(pc.min(ids).as_py()), float(pc.max(ids).as_py())
+    wanted = _round_up(max(1.25 * stats.distinct_estimate, 1))
+    if integer and n and stats.min >= 0 and stats.max + 1 <= min(wanted, cap) and scale <= 1:
+        stats.num_embeddings, stats.id_policy = int(stats.max) + 1, "strict"
+    else:
+        stats.num_embeddings, stats.id_policy = min(wanted, cap), "modulo"
+
+
+def _round_up(x: float) -> int:
+    """``x`` rounded up to two significant digits (1234 -> 1300)."""
+    digits = max(int(math.floor(math.log10(x))) - 1, 0)
+    step = 10**digits
+    return int(math.ceil(x / step) * step)

@@ -1,0 +1,103 @@
+"""``mode=schema``: read a sample of Parquet files and write a feature schema the user edits,
+``<run folder>/conf/data/schema/<name>.yaml``, used with
+``--config-dir <run folder>/conf data=parquet data/schema=<name>``.
+
+Each entry carries what was seen as a comment (type, nulls, distinct ids and their estimate for
+the whole input, list lengths, value range). ``schema_report.json`` holds the same numbers.
+The file is checked by loading it back as :class:`~dlrm_exp.config.FeatureSchema` before the
+mode ends; it is written to a temporary name and renamed, so a failure leaves no half file.
+"""
+
+import json
+import os
+from dataclasses import asdict
+
+from dlrm_exp.config import Config, load_schema_file
+from dlrm_exp.data.parquet_files import resolve_parquet_paths
+from dlrm_exp.data.schema_scan import ColumnStats, read_sample, scan_table
+from dlrm_exp.errors import DataError
+from dlrm_exp.modes.job import Job, ModeResult
+from dlrm_exp.util.files import write_json_atomic
+
+
+def run(cfg: Config, job: Job) -> ModeResult:
+    """Scan ``schema_scan.path`` and write the schema and ``schema_report.json``.
+
+    Raises:
+        DataError: no file, a file that is not Parquet, no label column, or no column that
+            can be a dense or a sparse feature.
+    """
+    scan = cfg.schema_scan
+    paths = scan.path if isinstance(scan.path, list) else [scan.path]
+    files = resolve_parquet_paths([str(p) for p in paths], "schema_scan.path")
+    table, total = read_sample(files, scan.sample_rows)
+    columns = scan_table(table, total, scan.label, scan.max_num_embeddings)
+    roles = {c.role for c in columns}
+    if not {"dense", "sparse"} <= roles:
+        missing = " and ".join(r for r in ("dense", "sparse") if r not in roles)
+        raise DataError(f"{files[0]}: no {missing} column found; a DLRM needs both")
+    folder = job.run_dir / "conf" / "data" / "schema"
+    folder.mkdir(parents=True, exist_ok=True)
+    target = folder / f"{scan.name}.yaml"
+    partial = folder / f".{scan.name}.yaml.partial"
+    partial.write_text(render_yaml(columns, files[0].name, table.num_rows, total))
+    load_schema_file(partial)  # what data=parquet will compose must load
+    os.replace(partial, target)
+    report = {
+        "files": [str(f) for f in files],
+        "total_rows": total,
+        "sample_rows": table.num_rows,
+        "schema": str(target),
+        "columns": [asdict(c) for c in columns],
+    }
+    write_json_atomic(job.run_dir / "schema_report.json", report)
+    return ModeResult(summary="\n".join(_summary(columns, target, job, paths, scan.name)))
+
+
+def render_yaml(columns: list[ColumnStats], source: str, sample: int, total: int) -> str:
+    """The schema as YAML, each entry with what was seen as a comment."""
+    q = json.dumps  # a JSON string is a YAML string, whatever the column name holds
+    label = next(c for c in columns if c.role == "label")
+    lines = [
+        f"# Feature schema suggested by mode=schema from {sample:,} of {total:,} rows "
+        f"({source}...).",
+        "# Edit it: roles, num_embeddings, id_policy (strict | modulo), log1p.",
+        f"label: {q(label.name)}  # {label.type}, {label.nulls} null in the sample",
+        "dense:",
+    ]
+    for c in (c for c in columns if c.role == "dense"):
+        seen = f"{c.type}, range [{_num(c.min)}, {_num(c.max)}], {c.nulls} null"
+        lines.append(f"  - {{column: {q(c.name)}, log1p: {str(c.log1p).lower()}}}  # {seen}")
+    lines.append("sparse:")
+    for c in (c for c in columns if c.role == "sparse"):
+        entry = f"column: {q(c.name)}, num_embeddings: {c.num_embeddings}, id_policy: {c.id_policy}"
+        if c.multi_hot:
+            entry += ", multi_hot: true"
+        seen = f"{c.type}, {c.distinct:,} distinct in the sample, ~{c.distinct_estimate:,} in all"
+        if c.multi_hot:
+            seen += f", {c.mean_length:.1f} ids per row (p99 {c.p99_length:.0f})"
+        lines.append(f"  {q(c.name)}: {{{entry}}}  # {seen}, {c.nulls} null")
+    skipped = [c for c in columns if c.role == "skip"]
+    if skipped:
+        lines.append("# not used (no role takes their type): ")
+        lines += [f"#   {c.name}: {c.type}" for c in skipped]
+    return "\n".join(lines) + "\n"
+
+
+def _num(x: float | None) -> str:
+    return "n/a" if x is None else f"{x:g}"
+
+
+def _summary(
+    columns: list[ColumnStats], target: object, job: Job, paths: list, name: str
+) -> list[str]:
+    count = {r: sum(c.role == r for c in columns) for r in ("dense", "sparse", "skip")}
+    data_path = paths[0] if len(paths) == 1 else "[" + ",".join(map(str, paths)) + "]"
+    return [
+        f"schema: {count['dense']} dense columns, {count['sparse']} sparse features, label "
+        f"{next(c.name for c in columns if c.role == 'label')}"
+        + (f", {count['skip']} columns not used" if count["skip"] else ""),
+        f"written: {target} (edit it; details in schema_report.json)",
+        f"train with: python -m dlrm_exp --config-dir {job.run_dir / 'conf'} data=parquet "
+        f"data/schema={name} data.path={data_path}",
+    ]

@@ -1,0 +1,96 @@
+"""mode=schema: a schema suggested from Parquet files, written where --config-dir finds it,
+loadable as it stands, and its refusals."""
+
+import json
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from conftest import compose_cfg
+from dlrm_exp.config import IdPolicy, load_schema_file
+from dlrm_exp.data.schema_scan import scan_table
+
+
+def log_table(n=400):
+    rng = np.random.default_rng(0)
+    return pa.table(
+        {
+            "clicked": pa.array(rng.integers(0, 2, n), pa.int8()),
+            "price": pa.array(np.r_[rng.random(n - 1), 5000.0]),  # one huge value: log1p
+            "hour": pa.array(rng.integers(0, 24, n).astype(np.float64)),
+            "visits": pa.array(rng.integers(0, 5, n), pa.int64()),  # an int count: dense
+            "user_id": pa.array(np.arange(n) % 50, pa.int64()),  # ids 0..49: strict
+            "city": pa.array([f"c{i % 7}" if i % 10 else None for i in range(n)]),
+            "recent": pa.array([[i % 30, (i + 1) % 30] for i in range(n)]),
+            "meta": pa.array([{"a": 1}] * n),  # a struct: no role
+        }
+    )
+
+
+def test_mode_schema_writes_a_schema_that_composes(tmp_path, cli_here):
+    pq.write_table(log_table(), tmp_path / "log.parquet", row_group_size=100)
+    run_dir = tmp_path / "run"
+    result = cli_here(
+        [
+            "mode=schema",
+            f"schema_scan.path={tmp_path / 'log.parquet'}",
+            "schema_scan.name=shop",
+            f"hydra.run.dir={run_dir}",
+        ]
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+    target = run_dir / "conf" / "data" / "schema" / "shop.yaml"
+    assert f"train with: python -m dlrm_exp --config-dir {run_dir / 'conf'}" in result.stdout
+    schema = load_schema_file(target)
+    assert schema.label == "clicked"
+    assert [(d.column, d.log1p) for d in schema.dense] == [
+        ("price", True),
+        ("hour", False),
+        ("visits", False),
+    ]
+    assert list(schema.sparse) == ["user_id", "city", "recent"]
+    user, city, recent = schema.sparse.values()
+    assert (user.id_policy, user.num_embeddings) == (IdPolicy.strict, 50)  # the whole file
+    assert city.id_policy is IdPolicy.modulo and city.num_embeddings == 9  # 7 x 1.25 -> 9
+    assert recent.multi_hot and recent.num_embeddings == 30
+    text = target.read_text()
+    assert "# not used (no role takes their type)" in text and "meta: struct" in text
+    assert "2.0 ids per row" in text and "40 null" in text  # city's nulls
+    report = json.loads((run_dir / "schema_report.json").read_text())
+    assert report["total_rows"] == 400 and report["sample_rows"] == 400
+    cfg = compose_cfg(
+        [
+            f"hydra.searchpath=[file://{run_dir / 'conf'}]",
+            "data=parquet",
+            "data/schema=shop",
+            f"data.path={tmp_path / 'log.parquet'}",
+        ]
+    )
+    assert cfg.model.table_names == ["t_user_id", "t_city", "t_recent"]
+
+
+def test_a_sample_estimates_distinct_ids_and_never_suggests_strict():
+    table = log_table(400).slice(0, 100)
+    columns = {c.name: c for c in scan_table(table, 400, None, 10_000_000)}
+    user = columns["user_id"]
+    assert user.distinct == 50 and user.distinct_estimate == 50  # every id seen twice: f1 = 0
+    assert user.id_policy == "modulo"  # unseen ids may lie beyond the sample's max
+    once = pa.table({"clicked": pa.array([0, 1] * 50), "x": pa.array(np.arange(100.0)),
+                     "item_id": pa.array(np.arange(100))})  # fmt: skip
+    item = {c.name: c for c in scan_table(once, 400, None, 300)}["item_id"]
+    assert item.distinct == 100 and item.distinct_estimate == 200  # 100 + (sqrt(4) - 1) * 100
+    assert item.num_embeddings == 250
+
+
+def test_refusals_are_one_line(tmp_path, cli_here):
+    table = log_table().rename_columns(["outcome", *log_table().column_names[1:]])
+    pq.write_table(table, tmp_path / "log.parquet")
+    no_label = cli_here(["mode=schema", f"schema_scan.path={tmp_path / 'log.parquet'}"])
+    assert no_label.returncode == 1 and "set schema_scan.label=<click column>" in no_label.stderr
+    assert "Traceback" not in no_label.stderr
+    no_path = cli_here(["mode=schema"])
+    assert no_path.returncode == 1 and "schema_scan.path=" in no_path.stderr
+    with pytest.raises(Exception, match="must be letters"):
+        compose_cfg(["mode=schema", "schema_scan.path=x", "schema_scan.name=a/b"])
