@@ -51,6 +51,7 @@ from dlrm_exp.config.modes import (
     Mode,
     PredictConfig,
     PreprocessConfig,
+    PreprocessFormat,
     SchemaScanConfig,
     VerifyConfig,
 )
@@ -120,6 +121,7 @@ __all__ = [
     "OptimizerConfig",
     "OutOfRange",
     "PreprocessConfig",
+    "PreprocessFormat",
     "SchemaScanConfig",
     "QCommsConfig",
     "ShardingConfig",

@@ -82,6 +82,15 @@ class VerifyConfig:
         require(self.steps > 0, f"verify.steps must be positive, got {self.steps}")
 
 
+class PreprocessFormat(Enum):
+    """What ``mode=preprocess`` writes: ``npy`` (TorchRec's binary layout, ``data=criteo_npy``)
+    or ``parquet`` (the rows ``data=criteo_tsv`` trains on, with their feature schema, for
+    ``data=parquet``)."""
+
+    npy = "npy"
+    parquet = "parquet"
+
+
 @dataclass
 class PreprocessConfig:
     """``mode=preprocess``: Criteo TSV (``data=criteo_tsv data.path=...``) to TorchRec's binary
@@ -89,7 +98,11 @@ class PreprocessConfig:
     ``day_<n>_labels.npy`` int32 (N, 1)).
 
     Attributes:
-        output_dir: folder for the npy files and ``preprocess_report.json`` (created).
+        output_dir: folder for the npy (or Parquet) files and ``preprocess_report.json``
+            (created).
+        format: see :class:`PreprocessFormat`; with ``parquet`` the transforms are
+            ``data=criteo_tsv``'s and the options below do not apply.
+        row_group_size: rows per Parquet row group (``format=parquet``).
         dense_transform: see :class:`DenseTransform`.
         categorical: see :class:`CategoricalTransform`.
         frequency_threshold: with ``categorical=contiguous``, ids seen fewer times than this
@@ -99,6 +112,8 @@ class PreprocessConfig:
     """
 
     output_dir: str | None = None
+    format: PreprocessFormat = PreprocessFormat.npy
+    row_group_size: int = 65536
     dense_transform: DenseTransform = DenseTransform.log1p
     categorical: CategoricalTransform = CategoricalTransform.raw
     frequency_threshold: int = 3
@@ -107,6 +122,7 @@ class PreprocessConfig:
 
     def __post_init__(self) -> None:
         require(self.num_workers > 0, "preprocess.num_workers must be positive")
+        require(self.row_group_size > 0, "preprocess.row_group_size must be positive")
         require(
             self.frequency_threshold >= 0,
             f"preprocess.frequency_threshold must be >= 0, got {self.frequency_threshold}",
