@@ -57,7 +57,7 @@ format: $(STAMP) ## ruff format and autofix
 # Every benchmark runs, also past one that misses a target or fails; each appends its targets
 # to $(BENCH_TARGETS), and the last step prints them as one table and fails if one is missed
 # or a benchmark recorded none.
-BENCHES := training preprocess loader quality inference utilization fast
+BENCHES := training preprocess loader parquet quality inference utilization fast
 BENCH_TARGETS ?= outputs/bench_targets.jsonl
 comma := ,
 empty :=

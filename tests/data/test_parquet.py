@@ -1,7 +1,6 @@
 """data=parquet on files the tests write: the feature schema's rules, id policies, nulls,
 rank shares and row-group shuffling, and every bad input named with its file and column."""
 
-import hashlib
 import math
 
 import numpy as np
@@ -17,7 +16,7 @@ from dlrm_exp.config import (
     SparseFeature,
 )
 from dlrm_exp.data import load_splits, split_batches
-from dlrm_exp.data.id_policy import blake2b64, to_rows
+from dlrm_exp.data.id_policy import string_hash64, to_rows
 from dlrm_exp.errors import ConfigError, DataError
 
 
@@ -80,6 +79,13 @@ def test_schema_tables_shared_and_rules():
         FeatureSchema(label="click", sparse={"u": SparseFeature("u", 3)})
 
 
+def string_hash_reference(text: str) -> int:
+    """The documented string hash in plain Python integers."""
+    mask = 2**64 - 1
+    poly = sum(b * pow(0x100000001B3, i, 2**64) for i, b in enumerate(text.encode())) & mask
+    return splitmix64_reference(poly ^ splitmix64_reference(len(text.encode())))
+
+
 def splitmix64_reference(x: int) -> int:
     mask = 2**64 - 1
     z = (x + 0x9E3779B97F4A7C15) & mask
@@ -89,17 +95,22 @@ def splitmix64_reference(x: int) -> int:
 
 
 def test_modulo_hash_is_stable_and_strict_refuses_with_counts():
-    # The same ids must map to the same rows on every machine and release: strings by
-    # BLAKE2b (hashlib), integers by SplitMix64, checked against a plain-Python reference
-    # and the published first output of SplitMix64 seeded with 0.
-    assert blake2b64("u1") == int.from_bytes(
-        hashlib.blake2b(b"u1", digest_size=8).digest(), "little"
-    )
+    # The same ids must map to the same rows on every machine and release: strings by the
+    # polynomial hash, integers by SplitMix64, checked against plain-Python references and
+    # the published first output of SplitMix64 seeded with 0.
+    texts = ["u1", "", "héllo wörld", "a" * 40, "0068fd1e"]
+    hashed = string_hash64(pa.array(texts).slice(0))
+    assert hashed.tolist() == [string_hash_reference(t) for t in texts]
+    sliced = pa.array(["x", *texts, "y"]).slice(1, len(texts))  # an array with an offset
+    assert string_hash64(sliced).tolist() == hashed.tolist()
+    large = pa.array(texts, pa.large_string())
+    assert string_hash64(large).tolist() == hashed.tolist()
+    assert len(set(string_hash64(pa.array([f"{i:08x}" for i in range(10000)])).tolist())) == 10000
     strings = to_rows(pa.array(["u1", "u2", "u1"]), IdPolicy.modulo, 1000, "f")
     assert strings[0] == strings[2] and strings.tolist() == [
-        blake2b64("u1") % 1000,
-        blake2b64("u2") % 1000,
-        blake2b64("u1") % 1000,
+        string_hash_reference("u1") % 1000,
+        string_hash_reference("u2") % 1000,
+        string_hash_reference("u1") % 1000,
     ]
     assert splitmix64_reference(0) == 0xE220A8397B1DCDAF
     raw = [0, 1, -1, 2**62]
@@ -137,7 +148,10 @@ def test_values_lists_shared_table_and_nulls(tmp_path):
     # the null row (row 1) is gone; row 0's list is null -> empty bag
     assert kjt["recent"].lengths().tolist() == [0, *[2] * (n - 2)]
     user = kjt["user"].values().tolist()
-    assert user[0] == blake2b64("u0") % 100 and user[1] == blake2b64("u2") % 100
+    assert (
+        user[0] == string_hash_reference("u0") % 100
+        and user[1] == string_hash_reference("u2") % 100
+    )
 
 
 def test_null_ids_inside_a_list_are_dropped_from_their_bag(tmp_path):
@@ -261,3 +275,25 @@ def test_streaming_holds_one_row_group_not_the_file(tmp_path, monkeypatch):
     assert sum(len(b.labels) for b in all_rows(split, schema().feature_names, batch_size=5)) == 64
     assert max(largest) == 8 and len(largest) == 8
     assert np.sum(largest) == 64
+
+
+def test_the_shipped_criteo_schema_reads_raw_criteo_columns(tmp_path):
+    """conf/data/schema/criteo.yaml on the raw layout (nullable counts, hex string ids), as
+    make bench's Parquet benchmark converts a Criteo TSV."""
+    from dlrm_exp.bench.parquet import criteo_parquet
+    from dlrm_exp.config import conf_dir, load_schema_file
+    from dlrm_exp.data.criteo_format import write_criteo_tsv
+
+    tsv = write_criteo_tsv(tmp_path / "day_0.tsv", 300, seed=0, empty_rate=0.2)
+    path = criteo_parquet(tsv, tmp_path / "day_0.parquet", 128)
+    sch = load_schema_file(conf_dir() / "data" / "schema" / "criteo.yaml")
+    splits = load_splits(config(path, sch), [], 13, 0)
+    assert splits.info.read["rows_read"] == 300 and splits.info.read["nulls"]["I1"] > 0
+    (batch,) = all_rows(splits.train, sch.feature_names, batch_size=300)
+    assert batch.dense_features.shape == (300, 13) and batch.dense_features.min() >= 0
+    kjt = batch.sparse_features.to_dict()
+    lengths = kjt["cat_0"].lengths()
+    assert 0 < int((lengths == 0).sum()) < 300  # empty ids are empty bags
+    # the first row's C1 that is not empty, hashed as a string, is cat_0's first value
+    first = next(c for line in tsv.read_text().splitlines() if (c := line.split("\t")[14]))
+    assert kjt["cat_0"].values()[0].item() == string_hash_reference(first) % 100000

@@ -55,11 +55,15 @@ def test_parquet_from_preprocess_trains_exactly_like_the_tsv(tmp_path, cli_here)
         run_train(compose_cfg([*overrides, *TRAIN]), run_dir, {**CHOICES, "data": name})
         runs[name] = json.loads((run_dir / "metrics.json").read_text())
     tsv_run, parquet_run = runs["tsv"], runs["parquet"]
-    assert parquet_run["data"]["rows"] == tsv_run["data"]["rows"] == {
-        "train": 960,
-        "val": 120,
-        "test": 120,
-    }
+    assert (
+        parquet_run["data"]["rows"]
+        == tsv_run["data"]["rows"]
+        == {
+            "train": 960,
+            "val": 120,
+            "test": 120,
+        }
+    )
     for split in ("val", "test"):  # exactly: same rows, same values, same batches
         assert parquet_run[split] == tsv_run[split]
     assert parquet_run["val_history"] == tsv_run["val_history"]

@@ -22,8 +22,9 @@ class IdPolicy(Enum):
 
     - ``strict``: ids are already rows, integers in ``[0, num_embeddings)``; any other value is
       counted and the data refused.
-    - ``modulo``: a stable 64-bit hash of the id (integers by SplitMix64, strings by the first 8
-      bytes of their BLAKE2b digest; the same on every process, run and machine) modulo
+    - ``modulo``: a stable 64-bit hash of the id (integers by SplitMix64, strings by a
+      polynomial hash of their UTF-8 bytes finished by SplitMix64, see
+      :mod:`dlrm_exp.data.id_policy`; the same on every process, run and machine) modulo
       ``num_embeddings``: the hashing trick of TorchRec's Criteo pipeline.
     - ``managed_collision``: TorchRec's managed-collision module (MCH), which gives frequent
       raw ids their own rows. Not implemented yet: refused at compose time.

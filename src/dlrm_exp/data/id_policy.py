@@ -2,25 +2,52 @@
 
 ``modulo`` hashes with a stable 64-bit function, never Python's ``hash`` (salted per process):
 integers (their two's-complement bits) by SplitMix64's finalizer (Steele, Lea and Flood, "Fast
-splittable pseudorandom number generators", OOPSLA 2014), strings by the first 8 bytes of their
-BLAKE2b digest (hashlib), read little-endian. The same id gives the same row on every rank,
-run and machine.
+splittable pseudorandom number generators", OOPSLA 2014); strings by a polynomial hash of their
+UTF-8 bytes, ``sum(b_i * P**i) mod 2**64`` with ``P`` the 64-bit FNV prime, mixed with the
+length and finished by SplitMix64 (see :func:`string_hash64`), vectorized over Arrow's buffers.
+The same id gives the same row on every rank, run and machine.
 """
-
-import hashlib
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from dlrm_exp.config import IdPolicy
 from dlrm_exp.errors import DataError
 from dlrm_exp.util.hashing import splitmix64
 
+#: The 64-bit FNV prime: the base of the polynomial string hash.
+FNV_PRIME = np.uint64(0x100000001B3)
 
-def blake2b64(text: str) -> int:
-    """The first 8 bytes of BLAKE2b(text as UTF-8), as an unsigned little-endian integer."""
-    return int.from_bytes(hashlib.blake2b(text.encode(), digest_size=8).digest(), "little")
+
+def string_hash64(strings: pa.Array) -> np.ndarray:
+    """Stable 64-bit hashes (N,) uint64 of a string array without nulls:
+    ``splitmix64(poly ^ splitmix64(length))`` with ``poly = sum(b_i * FNV_PRIME**i) mod 2**64``
+    over the UTF-8 bytes ``b_i``."""
+    offset_type = np.int64 if pa.types.is_large_string(strings.type) else np.int32
+    n = len(strings)
+    if n == 0:
+        return np.zeros(0, dtype=np.uint64)
+    _, offsets_buffer, data_buffer = strings.buffers()
+    offsets = np.frombuffer(offsets_buffer, dtype=offset_type)[
+        strings.offset : strings.offset + n + 1
+    ]
+    offsets = offsets.astype(np.int64)
+    lengths = np.diff(offsets)
+    first, last = int(offsets[0]), int(offsets[-1])
+    data = (
+        np.frombuffer(data_buffer, dtype=np.uint8)[first:last]
+        if data_buffer
+        else np.zeros(0, np.uint8)
+    )
+    position = np.arange(last - first) - np.repeat(offsets[:-1] - first, lengths)
+    longest = int(lengths.max()) if n else 0
+    with np.errstate(over="ignore"):
+        steps = np.full(max(longest - 1, 0), FNV_PRIME, dtype=np.uint64)
+        powers = np.concatenate([np.ones(1, np.uint64), np.cumprod(steps, dtype=np.uint64)])
+        terms = data.astype(np.uint64) * powers[position]
+        sums = np.concatenate([np.zeros(1, np.uint64), np.cumsum(terms, dtype=np.uint64)])
+        poly = sums[offsets[1:] - first] - sums[offsets[:-1] - first]
+    return splitmix64(poly ^ splitmix64(lengths.astype(np.uint64)))
 
 
 def is_id_type(arrow_type: pa.DataType) -> bool:
@@ -73,13 +100,7 @@ def to_rows(ids: pa.Array, policy: IdPolicy, num_embeddings: int, where: str) ->
             )
         return rows
     if strings:
-        encoded = pc.dictionary_encode(ids)
-        unique = np.fromiter(
-            (blake2b64(s) for s in encoded.dictionary.to_pylist()),
-            dtype=np.uint64,
-            count=len(encoded.dictionary),
-        )
-        hashed = unique[encoded.indices.to_numpy(zero_copy_only=False)]
+        hashed = string_hash64(ids)
     else:
         raw = ids.to_numpy(zero_copy_only=False).astype(np.int64, copy=False)
         hashed = splitmix64(raw.view(np.uint64))

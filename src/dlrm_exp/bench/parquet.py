@@ -1,0 +1,140 @@
+"""``make bench`` (part 8): does the Parquet loader keep up with training, and does a streamed
+epoch's memory stay flat as the file grows?
+
+1. Rows/s of ``data=parquet`` with the shipped Criteo schema (``data/schema=criteo``: 13
+   counts with ``log1p``, 26 hexadecimal string ids hashed by ``modulo``, the slowest policy),
+   from a Parquet copy of a generated Criteo TSV, against the training samples/s of the default
+   experiment (``model=tiny``) on the same machine. Target (issue 28): at least 2x.
+2. Peak RSS of a process that scans and streams one epoch of a file of 24 row groups and of
+   one of 48 (both at least 20x a row group), each in a fresh interpreter. Target: the larger
+   file's peak within 10 % of the smaller one's (memory does not grow with the file).
+
+    python -m dlrm_exp.bench.parquet [--batches 300]
+"""
+
+import argparse
+import json
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.csv as pacsv
+import pyarrow.parquet as pq
+
+from dlrm_exp.bench.targets import Target, report
+from dlrm_exp.bench.training import compose_config, framework_run
+from dlrm_exp.config import CRITEO_NUM_DENSE, CRITEO_NUM_SPARSE, Config, conf_dir
+from dlrm_exp.data import iter_batches, load_splits, split_batches
+from dlrm_exp.data.criteo_format import write_criteo_tsv
+from dlrm_exp.distributed.launch import process_group
+from dlrm_exp.util.logs import quiet_libraries
+
+TARGET_RATIO = 2.0
+TARGET_MEMORY_GROWTH = 1.10
+ROW_GROUP = 16384
+
+_STREAM_EPOCH = """
+import json, sys
+from dlrm_exp.config import ParquetDataConfig, load_schema_file
+from dlrm_exp.data import load_splits, split_batches
+cfg = ParquetDataConfig(path=sys.argv[1], schema=load_schema_file(sys.argv[2]),
+                        val_fraction=0.0, test_fraction=0.0)
+split = load_splits(cfg, [], 13, 0).train
+rows = sum(len(b.labels) for b in split_batches(split, 2048, 0, 1, cfg.schema.feature_names))
+# VmHWM: this interpreter's peak (ru_maxrss would keep the forking parent's across exec)
+hwm = next(l for l in open("/proc/self/status") if l.startswith("VmHWM:")).split()[1]
+print(json.dumps({"rows": rows, "peak_kib": int(hwm)}))
+"""
+
+
+def criteo_parquet(tsv: Path, out: Path, row_group_size: int) -> Path:
+    """The raw Criteo columns of ``tsv`` (label, I1..I13 nullable int64, C1..C26 nullable hex
+    strings) as Parquet, read with pyarrow's CSV reader."""
+    names = ["label"] + [f"I{i}" for i in range(1, 14)] + [f"C{i}" for i in range(1, 27)]
+    table = pacsv.read_csv(
+        tsv,
+        read_options=pacsv.ReadOptions(column_names=names),
+        parse_options=pacsv.ParseOptions(delimiter="\t"),
+        convert_options=pacsv.ConvertOptions(
+            column_types={**{f"I{i}": pa.int64() for i in range(1, CRITEO_NUM_DENSE + 1)},
+                          **{f"C{i}": pa.string() for i in range(1, CRITEO_NUM_SPARSE + 1)}},
+            strings_can_be_null=True,
+        ),
+    )  # fmt: skip
+    pq.write_table(table, out, row_group_size=row_group_size)
+    return out
+
+
+def rows_per_sec(cfg: Config, max_batches: int) -> float:
+    splits = load_splits(cfg.data, cfg.model.table_sizes, cfg.model.num_dense_features, cfg.seed)
+    keys = cfg.model.feature_names
+    start = time.perf_counter()
+    rows = 0
+    for count, batch in enumerate(split_batches(splits.train, cfg.train.batch_size, 0, 1, keys)):
+        rows += len(batch.labels)
+        if count + 1 == max_batches:
+            break
+    return rows / (time.perf_counter() - start)
+
+
+def stream_peak_gib(path: Path, schema: Path) -> tuple[int, float]:
+    """Rows streamed and peak RSS (GiB) of a fresh interpreter that streams ``path``."""
+    out = subprocess.run(
+        [sys.executable, "-c", _STREAM_EPOCH, str(path), str(schema)],
+        capture_output=True, text=True, check=True,
+    )  # fmt: skip
+    result = json.loads(out.stdout.strip().splitlines()[-1])
+    return result["rows"], result["peak_kib"] / 2**20
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--batches", type=int, default=300)
+    args = parser.parse_args(argv)
+    quiet_libraries()
+    base = compose_config([])
+    base.data.num_train_samples = 300 * base.train.batch_size  # type: ignore[attr-defined]
+    with process_group(base.hardware) as ctx:
+        splits = load_splits(base.data, base.model.table_sizes, base.model.num_dense_features, 0)
+        keys = base.model.feature_names
+        batches = list(iter_batches(splits.train, base.train.batch_size, 0, 1, keys))
+        train_rate = framework_run(base, ctx, batches, 20)[0]
+    print(f"Parquet benchmark: batch_size {base.train.batch_size}, row groups of {ROW_GROUP:,}")
+    print(f"  training (default experiment, model=tiny): {train_rate:,.0f} samples/s")
+    with tempfile.TemporaryDirectory() as tmp:
+        folder = Path(tmp)
+        rows = args.batches * base.train.batch_size
+        tsv = write_criteo_tsv(folder / "day_0.tsv", rows * 2, seed=0, strip_trailing_rate=0.0)
+        small = criteo_parquet(tsv, folder / "small.parquet", ROW_GROUP // 2)
+        cfg = compose_config(["data=parquet", "data/schema=criteo", f"data.path={small}"])
+        rate = rows_per_sec(cfg, args.batches)
+        print(f"  data=parquet data/schema=criteo (hex strings, modulo): {rate:,.0f} rows/s "
+              f"= {rate / train_rate:.1f}x training")  # fmt: skip
+        schema = conf_dir() / "data" / "schema" / "criteo.yaml"
+        sizes = {}
+        for groups in (24, 48):
+            big = write_criteo_tsv(folder / f"big_{groups}.tsv", groups * ROW_GROUP, seed=groups)
+            path = criteo_parquet(big, folder / f"big_{groups}.parquet", ROW_GROUP)
+            big.unlink()
+            sizes[groups] = stream_peak_gib(path, schema)
+            print(f"  streamed epoch of {sizes[groups][0]:,} rows ({groups} row groups, "
+                  f"{path.stat().st_size / 2**20:.0f} MiB on disk): peak RSS "
+                  f"{sizes[groups][1]:.2f} GiB")  # fmt: skip
+    growth = sizes[48][1] / sizes[24][1]
+    print(f"  peak RSS at 2x the file: x{growth:.3f}")
+    return report(
+        [
+            Target("parquet", "Parquet loader rows/s / training samples/s", rate / train_rate,
+                   ">=", TARGET_RATIO),
+            Target("parquet", "peak RSS, 48 / 24 row groups streamed", growth, "<=",
+                   TARGET_MEMORY_GROWTH),
+        ]
+    )  # fmt: skip
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
