@@ -4,7 +4,10 @@
 import json
 import re
 
+import pyarrow.parquet as pq
 import pytest
+import torch
+from torchmetrics.functional.classification import binary_auroc
 
 from conftest import compose_cfg, run_cli
 from dlrm_exp.data.synthetic_parquet import SyntheticLayout, write_synthetic_parquet
@@ -52,9 +55,9 @@ def overrides(root, *extra):
     ]
 
 
-def test_schema_builds_the_model_and_trains(toy, tmp_path):
+def test_schema_builds_the_model_trains_and_predicts(toy, tmp_path, cli_here):
     root, bayes = toy
-    cfg = compose_cfg(overrides(root))
+    cfg = compose_cfg(overrides(root, "train.checkpoint_every_n_steps=1000"))
     assert cfg.model.table_names == ["t_user_id", "t_item", "t_tags"]
     assert cfg.model.feature_names == ["user_id", "item", "recent_items", "tags"]
     assert cfg.model.num_dense_features == 2
@@ -65,6 +68,25 @@ def test_schema_builds_the_model_and_trains(toy, tmp_path):
     tables = set(re.findall(r"^(t_\w+)\s*\|", (tmp_path / "plan.txt").read_text(), re.M))
     assert tables == {"t_user_id", "t_item", "t_tags"}
     assert metrics.val["auroc"] > 0.6, (metrics.val, bayes)  # learned (Bayes ~0.8)
+
+    # mode=predict: one probability per row, in order; on the validation rows they give the
+    # run's val AUROC. Rows to score may lack the label column.
+    table = pq.read_table(root / "toy.parquet")
+    unlabeled = tmp_path / "unlabeled.parquet"
+    pq.write_table(table.drop(["clicked"]), unlabeled, row_group_size=1000)
+    result = cli_here(
+        overrides(root, "mode=predict", f"checkpoint={tmp_path}", f"data.path={unlabeled}")
+        + [f"hydra.run.dir={tmp_path / 'predict'}"]
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert "predicted 8,192 rows of 1 file(s)" in result.stdout
+    predicted = pq.read_table(tmp_path / "predict" / "predictions.parquet")
+    assert predicted.column_names == ["file", "row", "probability"]
+    assert predicted.column("row").to_pylist() == list(range(8192))
+    val = slice(6554, 6554 + 819)
+    probability = torch.tensor(predicted.column("probability").to_numpy()[val])
+    labels = torch.tensor(table.column("clicked").to_numpy()[val]).long()
+    assert float(binary_auroc(probability, labels)) == pytest.approx(metrics.val["auroc"], abs=1e-6)
 
 
 def test_two_processes_rowwise_from_the_command_line(toy, tmp_path):
@@ -102,3 +124,26 @@ def test_verify_two_processes_matches_the_unsharded_reference(toy, tmp_path):
     assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
     verdict = json.loads((tmp_path / "verify.json").read_text())
     assert verdict["max_rel_loss_deviation"] < 1e-6
+
+
+def test_resume_with_shuffled_row_groups_is_exact(toy, tmp_path):
+    """Row groups are reshuffled every epoch (seed, epoch): a run stopped at step 15 of 26
+    and resumed ends with the uninterrupted run's metrics."""
+    root, _ = toy
+    extra = [
+        "train.batch_size=512",
+        "train.epochs=2",
+        "train.checkpoint_every_n_steps=10",
+        "train.early_stopping.patience=100",
+    ]
+    choices = {"model": "tiny", "sharding": "auto", "optimizer": "rowwise_adagrad",
+               "qcomms": "none", "data": "parquet"}  # fmt: skip
+    (tmp_path / "whole").mkdir()
+    (tmp_path / "cut").mkdir()
+    whole = run_train(compose_cfg(overrides(root, *extra)), tmp_path / "whole", choices)
+    run_train(compose_cfg(overrides(root, *extra, "train.max_steps=15")), tmp_path / "cut", choices)
+    resumed = run_train(
+        compose_cfg(overrides(root, *extra, "train.resume=auto")), tmp_path / "cut", choices
+    )
+    assert whole.steps == resumed.steps == 26
+    assert resumed.val == whole.val and resumed.test == whole.test

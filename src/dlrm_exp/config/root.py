@@ -12,6 +12,7 @@ from dlrm_exp.config.data import (
     CriteoNpyDataConfig,
     CriteoTsvDataConfig,
     DataConfig,
+    ParquetDataConfig,
 )
 from dlrm_exp.config.hardware import ComputeDevice, HardwareConfig
 from dlrm_exp.config.model import EmbeddingTable, ModelConfig
@@ -101,12 +102,13 @@ class Config:
         )
 
     def _check_predict_data(self) -> None:
-        """``mode=predict`` scores the rows of ``data=criteo_tsv``."""
+        """``mode=predict`` scores the rows of ``data=criteo_tsv`` or ``data=parquet``."""
         if self.mode is not Mode.predict:
             return
         require(
-            isinstance(self.data, CriteoTsvDataConfig),
-            "mode=predict scores Criteo TSV rows: add data=criteo_tsv data.path=<file>",
+            isinstance(self.data, CriteoTsvDataConfig | ParquetDataConfig),
+            "mode=predict scores Criteo TSV or Parquet rows: add data=criteo_tsv "
+            "data.path=<file>, or data=parquet data/schema=<schema> data.path=<files>",
         )
 
     def _check_preprocess_inputs(self) -> None:

@@ -146,13 +146,18 @@ def read_row_group(path: Path, group: int, columns: list[str]) -> pa.Table:
     return _read(open_parquet(path), path, group, columns)
 
 
-def check_columns(path: Path, arrow: pa.Schema, schema: FeatureSchema) -> None:
-    """Every schema column exists in ``arrow`` (a file's schema) with a usable type.
+def check_columns(
+    path: Path, arrow: pa.Schema, schema: FeatureSchema, require_label: bool = True
+) -> None:
+    """Every schema column exists in ``arrow`` (a file's schema) with a usable type (the
+    label may be absent unless ``require_label``: rows to score have none).
 
     Raises:
         DataError: ``<file>: column <c> (<role>) ...`` for the first missing or mistyped one.
     """
-    wanted = [(schema.label, "label", _is_number)]
+    wanted = []
+    if require_label or arrow.get_field_index(schema.label) >= 0:
+        wanted.append((schema.label, "label", _is_number))
     wanted += [(d.column, "dense", _is_number) for d in schema.dense]
     wanted += [
         (f.column, f"sparse feature {name}", _is_id_list if f.multi_hot else is_id_type)

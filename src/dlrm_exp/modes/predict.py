@@ -1,4 +1,5 @@
-"""``mode=predict``: click probabilities of every valid row of a Criteo TSV file, as Parquet.
+"""``mode=predict``: click probabilities of every valid row of a Criteo TSV file, as Parquet
+(``data=parquet`` input: :mod:`dlrm_exp.modes.predict_parquet`).
 
 ``python -m dlrm_exp mode=predict checkpoint=PATH data=criteo_tsv data.path=FILE`` loads the
 checkpoint's weights onto a one-process model and streams the input: blocks of lines are
@@ -34,7 +35,7 @@ import pyarrow.parquet as pq
 import torch
 from tqdm import tqdm
 
-from dlrm_exp.config import Config, CriteoTsvDataConfig
+from dlrm_exp.config import Config, CriteoTsvDataConfig, ParquetDataConfig
 from dlrm_exp.data import ClickData
 from dlrm_exp.data.batches import make_batch
 from dlrm_exp.data.criteo_tsv import ReadReport, check_skipped_rows, resolve_paths
@@ -48,6 +49,7 @@ from dlrm_exp.errors import ConfigError, DataError
 from dlrm_exp.factories.experiment import build_experiment
 from dlrm_exp.loop.checkpoint import find_checkpoint, load_model_weights
 from dlrm_exp.modes.job import Job, ModeResult
+from dlrm_exp.modes.predict_parquet import predict_parquet
 from dlrm_exp.planning.tables import table_shapes
 from dlrm_exp.util.files import check_writable, write_json_atomic
 
@@ -109,11 +111,14 @@ def run_predict(cfg: Config, job: Job) -> dict:
         raise ConfigError("mode=predict runs on one process: set hardware.nproc_per_node=1")
     check_devices(cfg.hardware)
     check_writable(job.run_dir)
-    assert isinstance(cfg.data, CriteoTsvDataConfig) and cfg.checkpoint is not None
-    files = resolve_paths(cfg.data.path, "data.path")
+    assert cfg.checkpoint is not None
     path = find_checkpoint(cfg.checkpoint)
     output = Path(cfg.predict.output) if cfg.predict.output else job.run_dir / "predictions.parquet"
     partial = output.with_name(output.name + ".partial")
+    if isinstance(cfg.data, ParquetDataConfig):
+        return _run_parquet(cfg, job, path, output, partial)
+    assert isinstance(cfg.data, CriteoTsvDataConfig)
+    files = resolve_paths(cfg.data.path, "data.path")
     report = ReadReport()
     labeled = _labeled_files(files, cfg.predict.has_label)
     schema = SCHEMA if all(labeled.values()) else UNLABELED_SCHEMA
@@ -152,6 +157,25 @@ def run_predict(cfg: Config, job: Job) -> dict:
         "rows_written": report.rows_valid,
         "read": report.as_dict(),
     }
+    write_json_atomic(job.run_dir / "predict_report.json", result)
+    return result
+
+
+def _run_parquet(cfg: Config, job: Job, path: Path, output: Path, partial: Path) -> dict:
+    """``data=parquet``: every row scored (:mod:`dlrm_exp.modes.predict_parquet`)."""
+    with process_group(cfg.hardware) as ctx:
+        experiment = build_experiment(cfg, ctx)
+        saved = load_model_weights(path, experiment.model, table_shapes(cfg.model))
+        experiment.model.eval()
+        output.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            written = predict_parquet(cfg, experiment.model, partial)
+        except BaseException:
+            partial.unlink(missing_ok=True)
+            raise
+    partial.replace(output)
+    result = {"checkpoint": str(path), "step": int(saved["step"]), "output": str(output)}
+    result |= written
     write_json_atomic(job.run_dir / "predict_report.json", result)
     return result
 
@@ -225,6 +249,11 @@ def _chunks(rows: int, size: int) -> list[tuple[int, int]]:
 
 def summary(report: dict) -> str:
     """The lines ``mode=predict`` prints."""
+    if "read" not in report:  # data=parquet: every row is scored
+        return (
+            f"predicted {report['rows_written']:,} rows of {report['files']} file(s) with "
+            f"{report['checkpoint']} (step {report['step']}): {report['output']}"
+        )
     read = report["read"]
     return "\n".join(
         [

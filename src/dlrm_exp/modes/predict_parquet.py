@@ -1,0 +1,92 @@
+"""``mode=predict`` on ``data=parquet``: one click probability per input row, streamed a row
+group at a time into Parquet.
+
+Every row is scored, whatever its label (a null or missing label is fine: rows to score
+usually have none); features go through the schema as in training (nulls read as 0 / empty
+bags, the id policies). Output (``predictions.parquet`` in the run folder, or
+``predict.output``), in input order:
+
+=========== ======= ======================================================
+column      type    meaning
+=========== ======= ======================================================
+file        string  the input file
+row         int64   the row's 0-based index in that file
+probability float32 the predicted click probability, sigmoid(logit)
+label       int8    the row's label where the files have the label column
+=========== ======= ======================================================
+
+The file is written under a temporary name and renamed when complete.
+"""
+
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import torch
+
+from dlrm_exp.config import Config, ParquetDataConfig
+from dlrm_exp.data.parquet import decode
+from dlrm_exp.data.parquet_files import check_columns, open_parquet, resolve_parquet_paths
+
+OUTPUT = pa.schema(
+    [
+        ("file", pa.string()),
+        ("row", pa.int64()),
+        ("probability", pa.float32()),
+        ("label", pa.int8()),
+    ]
+)
+
+
+def predict_parquet(cfg: Config, model: torch.nn.Module, output: Path) -> dict[str, int]:
+    """Score every row of ``data.path`` with ``model`` into ``output`` (a ``.partial`` file the
+    caller renames); returns ``{"files": n, "rows_written": n}``.
+
+    Raises:
+        DataError: a file is not Parquet or lacks a feature column (the label may be absent).
+    """
+    assert isinstance(cfg.data, ParquetDataConfig)
+    schema = cfg.data.schema
+    files = resolve_parquet_paths(cfg.data.path, "data.path")
+    labeled = {}
+    for path in files:
+        arrow = open_parquet(path).schema_arrow
+        check_columns(path, arrow, schema, require_label=False)
+        labeled[path] = arrow.get_field_index(schema.label) >= 0
+    out_schema = OUTPUT if all(labeled.values()) else OUTPUT.remove(3)
+    keys = cfg.model.feature_names
+    rows = 0
+    with pq.ParquetWriter(output, out_schema) as writer, torch.no_grad():
+        for path in files:
+            parquet = open_parquet(path)
+            columns = [c for c in _feature_columns(cfg.data) if c != schema.label]
+            start = 0
+            for group in range(parquet.num_row_groups):
+                table = parquet.read_row_group(
+                    group, columns=columns + [schema.label] * labeled[path]
+                )
+                if not labeled[path]:
+                    table = table.append_column(schema.label, pa.nulls(table.num_rows, pa.int8()))
+                decoded = decode(table, schema, f"{path} row group {group}")
+                size = cfg.predict.batch_size
+                probability = [
+                    torch.sigmoid(model(decoded.slice(lo, lo + size).batch(keys))[1][1]).float()
+                    for lo in range(0, len(decoded), size)
+                ]
+                out = {
+                    "file": pa.array([str(path)] * table.num_rows, pa.string()),
+                    "row": pa.array(np.arange(start, start + table.num_rows, dtype=np.int64)),
+                    "probability": pa.array(torch.cat(probability).numpy()),
+                }
+                if len(out_schema) == 4:
+                    out["label"] = table.column(schema.label).cast(pa.int8())
+                writer.write_table(pa.table(out, schema=out_schema))
+                start += table.num_rows
+            rows += start
+    return {"files": len(files), "rows_written": rows}
+
+
+def _feature_columns(cfg: ParquetDataConfig) -> list[str]:
+    schema = cfg.schema
+    return [*(d.column for d in schema.dense), *(f.column for f in schema.sparse.values())]
