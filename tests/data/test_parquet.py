@@ -297,3 +297,74 @@ def test_the_shipped_criteo_schema_reads_raw_criteo_columns(tmp_path):
     # the first row's C1 that is not empty, hashed as a string, is cat_0's first value
     first = next(c for line in tsv.read_text().splitlines() if (c := line.split("\t")[14]))
     assert kjt["cat_0"].values()[0].item() == string_hash_reference(first) % 100000
+
+
+def test_features_of_one_table_apart_in_the_schema_keep_their_own_ids(tmp_path):
+    """Keys are grouped by table (TorchRec's order); decoding follows the keys, so a feature
+    between two that share a table does not get their ids."""
+    sch = FeatureSchema(
+        label="click",
+        dense=[DenseColumn(column="price")],
+        sparse={
+            "a": SparseFeature("item", 100, table="w", id_policy=IdPolicy.strict),
+            "b": SparseFeature("user", 1000),
+            "c": SparseFeature("recent", 100, table="w", multi_hot=True, id_policy=IdPolicy.strict),
+        },
+    )
+    assert sch.feature_names == ["a", "c", "b"]
+    splits = load_splits(config(write(tmp_path / "a.parquet", table(4)), sch), [], 1, 0)
+    (batch,) = all_rows(splits.train, sch.feature_names)
+    kjt = batch.sparse_features.to_dict()
+    assert kjt["a"].values().tolist() == [0, 1, 2, 3]
+    assert kjt["c"].values().tolist() == [0, 1, 1, 2, 2, 3, 3, 4]
+    assert kjt["b"].values().tolist() == [string_hash_reference(f"u{i}") % 1000 for i in range(4)]
+
+
+def test_nan_is_missing_and_labels_must_be_clicks(tmp_path):
+    nan = float("nan")
+    tbl = table(
+        4,
+        click=pa.array([1.0, nan, 0.0, 1.0]),
+        price=pa.array([nan, 1.0, float("inf"), 3.0]),
+    )
+    splits = load_splits(config(write(tmp_path / "a.parquet", tbl)), [], 2, 0)
+    assert splits.info.read["skipped_null_label"] == 1 and len(splits.train) == 3
+    (batch,) = all_rows(splits.train, schema().feature_names)
+    assert batch.dense_features[:, 0].tolist() == pytest.approx([0.0, 0.0, math.log(4)])
+    bad = table(4, click=pa.array([1, 0, 2, -1], pa.int64()))
+    split = load_splits(config(write(tmp_path / "b.parquet", bad)), [], 2, 0).train
+    with pytest.raises(DataError, match=r"b.parquet row group 0: 2 of 4 labels are not 0 or 1"):
+        all_rows(split, schema().feature_names)
+
+
+def test_strict_dictionary_ids_check_the_values_used(tmp_path):
+    ids = pa.DictionaryArray.from_arrays(pa.array([0, 1, 0], pa.int32()), pa.array([3, 7, 900]))
+    assert to_rows(ids, IdPolicy.strict, 10, "f").tolist() == [3, 7, 3]  # 900 is never used
+
+
+def test_names_torchrec_cannot_take_are_refused():
+    with pytest.raises(ConfigError, match=r"feature name 'user.id' must be letters"):
+        schema(**{"user.id": SparseFeature("user.id", 10)})
+    with pytest.raises(ConfigError, match=r"table name 't-x' must be letters"):
+        schema(x=SparseFeature("x", 10, table="t-x"))
+
+
+def test_a_cap_applies_to_the_schema_ids(tmp_path):
+    from conftest import compose_cfg
+
+    cfg = compose_cfg(
+        ["data=parquet", "data/schema=criteo", "data.path=x", "model.num_embeddings_cap=1000"]
+    )
+    assert cfg.model.table_sizes == [1000] * 26
+    assert {f.num_embeddings for f in cfg.data.schema.sparse.values()} == {1000}
+
+
+def test_preprocess_refuses_two_inputs_with_one_output_name(tmp_path):
+    from dlrm_exp.data.criteo_format import write_criteo_tsv
+    from dlrm_exp.data.criteo_parquet import write_criteo_parquet
+
+    first = write_criteo_tsv(tmp_path / "a" / "train.txt", 10, seed=0)
+    second = write_criteo_tsv(tmp_path / "b" / "train.txt", 10, seed=1)
+    with pytest.raises(DataError, match="same Parquet file"):
+        write_criteo_parquet([first, second], tmp_path / "out", [100] * 26, 64)
+    assert not (tmp_path / "out").exists()  # nothing written

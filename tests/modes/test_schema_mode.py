@@ -94,3 +94,19 @@ def test_refusals_are_one_line(tmp_path, cli_here):
     assert no_path.returncode == 1 and "schema_scan.path=" in no_path.stderr
     with pytest.raises(Exception, match="must be letters"):
         compose_cfg(["mode=schema", "schema_scan.path=x", "schema_scan.name=a/b"])
+
+
+def test_files_that_differ_in_int_width_and_dotted_names(tmp_path, cli_here):
+    """Spark-style inputs: one file's id column int32, the other's int64; a flattened
+    ``user.id`` column gets the feature name ``user_id`` (its column stays exact)."""
+    base = log_table(200).rename_columns(
+        ["clicked", "price", "hour", "visits", "user.id", "city", "recent", "meta"]
+    )
+    pq.write_table(base, tmp_path / "a.parquet")
+    narrow = base.set_column(4, "user.id", base.column("user.id").cast(pa.int32()))
+    pq.write_table(narrow, tmp_path / "b.parquet")
+    run_dir = tmp_path / "run"
+    result = cli_here(["mode=schema", f"schema_scan.path={tmp_path}", f"hydra.run.dir={run_dir}"])
+    assert result.returncode == 0, result.stderr[-2000:]
+    schema = load_schema_file(run_dir / "conf" / "data" / "schema" / "my_schema.yaml")
+    assert schema.sparse["user_id"].column == "user.id"

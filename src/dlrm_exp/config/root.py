@@ -79,10 +79,18 @@ class Config:
     def _apply_feature_schema(self) -> None:
         """Data with a feature schema (``data=parquet``) decide the model's tables and dense
         input width: ``model.tables`` and ``model.num_dense_features`` are taken from
-        ``data.schema`` (``model.num_embeddings_per_feature`` is then unused)."""
+        ``data.schema`` (``model.num_embeddings_per_feature`` is then unused);
+        ``model.num_embeddings_cap`` caps the schema's ``num_embeddings`` too, so ids are
+        hashed (or checked) into the rows the tables have."""
         schema = self.data.feature_schema()
         if schema is None:
             return
+        cap = self.model.num_embeddings_cap
+        if cap is not None:  # the id policies must map into the capped tables
+            for name, feature in schema.sparse.items():
+                schema.sparse[name] = replace(
+                    feature, num_embeddings=min(feature.num_embeddings, cap)
+                )
         self.model = replace(
             self.model,
             tables=[

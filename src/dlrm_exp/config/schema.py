@@ -7,6 +7,7 @@ TorchRec's terms: a sparse feature is a key of the ``KeyedJaggedTensor``; severa
 share one table (TorchRec's ``EmbeddingBagConfig(feature_names=[...])``).
 """
 
+import re
 from collections import Counter
 from dataclasses import dataclass, field
 from enum import Enum
@@ -15,6 +16,9 @@ from pathlib import Path
 from omegaconf import MISSING, OmegaConf
 
 from dlrm_exp.config.checks import require
+
+#: Feature and table names: TorchRec makes module and parameter names of them.
+_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
 class IdPolicy(Enum):
@@ -108,6 +112,12 @@ class FeatureSchema:
         sizes: dict[str, int] = {}
         for name, feature in self.sparse.items():
             key = f"data.schema.sparse.{name}"
+            for what, value in (("feature", name), ("table", self.table_of(name))):
+                require(
+                    _NAME.fullmatch(value) is not None,
+                    f"{key}: {what} name {value!r} must be letters, digits and _ (TorchRec "
+                    "names modules after it); the column name may be anything",
+                )
             require(
                 feature.num_embeddings > 0,
                 f"{key}.num_embeddings must be positive, got {feature.num_embeddings}",
@@ -136,8 +146,10 @@ class FeatureSchema:
 
     @property
     def feature_names(self) -> list[str]:
-        """The sparse feature keys, in order."""
-        return list(self.sparse)
+        """The sparse feature keys in the model's order: table by table (in the order of each
+        table's first feature), a table's features in schema order; the order of the batch's
+        ``KeyedJaggedTensor`` keys and of ``model.feature_names``."""
+        return [f for _, _, features in self.tables() for f in features]
 
     def tables(self) -> list[tuple[str, int, list[str]]]:
         """``(table, num_embeddings, [feature, ...])`` per table, in the order of each table's

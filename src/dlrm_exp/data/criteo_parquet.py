@@ -22,6 +22,7 @@ import pyarrow.parquet as pq
 
 from dlrm_exp.config import CRITEO_NUM_DENSE, CRITEO_NUM_SPARSE
 from dlrm_exp.data.criteo_tsv import ReadReport, read_files
+from dlrm_exp.errors import DataError
 
 #: The schema's name: ``data/schema=criteo_preprocessed`` with ``--config-dir <out>/conf``.
 SCHEMA_NAME = "criteo_preprocessed"
@@ -38,19 +39,26 @@ def write_criteo_parquet(
     (``files``: input -> output and rows; ``read``: the merged read report; ``schema``).
 
     Raises:
-        DataError: a file cannot be read or holds no valid row (see ``read_files``).
+        DataError: a file cannot be read or holds no valid row (see ``read_files``), or two
+            files would get the same output name.
     """
+    targets = [output_dir / f"{source.name.split('.')[0]}.parquet" for source in files]
+    if len(set(targets)) < len(targets):
+        raise DataError(
+            "data.path: several input files would be written to the same Parquet file ("
+            + ", ".join(f"{s} -> {t.name}" for s, t in zip(files, targets, strict=True))
+            + "): give files whose names differ before the first dot"
+        )
     output_dir.mkdir(parents=True, exist_ok=True)
     report = ReadReport()
     outputs = []
-    for source in files:
+    for source, target in zip(files, targets, strict=True):
         data, file_report = read_files([source], table_sizes, max_bad_lines)
         report.merge(file_report, max_bad_lines)
         columns = {"label": pa.array(data.labels.numpy().astype("int8"))}
         dense, sparse = data.dense.numpy(), data.sparse.numpy()
         columns |= {f"I{j + 1}": pa.array(dense[:, j]) for j in range(CRITEO_NUM_DENSE)}
         columns |= {f"C{j + 1}": pa.array(sparse[:, j]) for j in range(CRITEO_NUM_SPARSE)}
-        target = output_dir / f"{source.name.split('.')[0]}.parquet"
         partial = target.with_name(f".{target.name}.partial")
         pq.write_table(pa.table(columns), partial, row_group_size=row_group_size)
         os.replace(partial, target)

@@ -75,14 +75,8 @@ def to_rows(ids: pa.Array, policy: IdPolicy, num_embeddings: int, where: str) ->
         DataError: ``strict`` ids that are strings or outside ``[0, num_embeddings)``, with
             their count and the first such value.
     """
-    if pa.types.is_dictionary(ids.type):
-        return (
-            to_rows(ids.dictionary, policy, num_embeddings, where)[
-                ids.indices.to_numpy(zero_copy_only=False)
-            ]
-            if len(ids)
-            else np.zeros(0, dtype=np.int64)
-        )
+    if pa.types.is_dictionary(ids.type):  # the values used, not unused dictionary entries
+        ids = ids.dictionary_decode()
     strings = not pa.types.is_integer(ids.type)
     if policy is IdPolicy.strict:
         if strings:

@@ -31,6 +31,7 @@ from dlrm_exp.data.parquet_files import (
     scan_files,
 )
 from dlrm_exp.data.splits import DataInfo, DataSplits
+from dlrm_exp.errors import DataError
 
 log = logging.getLogger(__name__)
 
@@ -91,21 +92,28 @@ class Rows:
 def decode(table: pa.Table, schema: FeatureSchema, where: str) -> Rows:
     """The rows of ``table`` (a row group's schema columns, label nulls already dropped).
 
-    Null dense values read as 0, null sparse entries (and null ids inside a list) as empty
+    Null (and NaN) dense values read as 0, null sparse entries (and null ids inside a list) as empty
     bags; ``log1p`` dense columns become ``log(1 + max(x, 0))``.
 
     Raises:
-        DataError: ids the feature's id policy refuses (see
+        DataError: a label other than 0 / 1; ids the feature's id policy refuses (see
             :func:`~dlrm_exp.data.id_policy.to_rows`).
     """
     n = table.num_rows
     labels = _numbers(table.column(schema.label)).astype(np.float32)
+    bad = (labels != 0) & (labels != 1)
+    if bad.any():
+        raise DataError(
+            f"{where}: {int(bad.sum())} of {n} labels are not 0 or 1 (first: "
+            f"{labels[bad][0]:g}) in column {schema.label!r}: a click label is 0 / 1 or boolean"
+        )
     dense = np.zeros((n, schema.num_dense), dtype=np.float32)
     for j, spec in enumerate(schema.dense):
         x = _numbers(table.column(spec.column))
         dense[:, j] = np.log1p(np.maximum(x, 0)) if spec.log1p else x
     values, lengths = [], []
-    for name, feature in schema.sparse.items():
+    for name in schema.feature_names:  # the batch's key order (tables grouped)
+        feature = schema.sparse[name]
         column = table.column(feature.column).combine_chunks()
         if feature.multi_hot:
             counts = pc.list_value_length(column).fill_null(0)
@@ -127,10 +135,11 @@ def decode(table: pa.Table, schema: FeatureSchema, where: str) -> Rows:
 
 
 def _numbers(column: pa.ChunkedArray) -> np.ndarray:
-    """A numeric or boolean column as float64, nulls as 0."""
+    """A numeric or boolean column as float64, nulls and NaN as 0."""
     if pa.types.is_boolean(column.type):
         column = column.cast(pa.int8())
-    return column.fill_null(0).to_numpy().astype(np.float64, copy=False)
+    values = column.fill_null(0).to_numpy().astype(np.float64, copy=False)
+    return np.nan_to_num(values, nan=0.0, posinf=0.0, neginf=0.0)
 
 
 class ParquetSplit:

@@ -1,7 +1,7 @@
 """Parquet inputs of ``data=parquet``: finding the files, checking them against the feature
 schema from their metadata, and cutting them into row-group segments.
 
-Only the label column is read here (to find null labels, which drop their rows); every other
+Only the label column is read here (to find null or NaN labels, which drop their rows); every other
 check uses the file footer: column names, types, row counts and null counts from the column
 statistics. Rows are read later, a row group at a time (:mod:`dlrm_exp.data.parquet`).
 """
@@ -12,6 +12,7 @@ from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from dlrm_exp.config import FeatureSchema
@@ -106,11 +107,14 @@ def scan_files(files: list[Path], schema: FeatureSchema) -> ParquetScan:
         for group in range(parquet.num_row_groups):
             labels = _read(parquet, path, group, [schema.label]).column(0)
             scan.rows += len(labels)
+            has = labels.is_valid()
+            if pa.types.is_floating(labels.type):  # NaN is no label either
+                has = pc.and_(has, pc.invert(pc.is_nan(labels).fill_null(True)))
+            n = pc.sum(has.cast(pa.int64())).as_py() or 0
             valid = None
-            if labels.null_count:
-                scan.null_labels += labels.null_count
-                valid = np.flatnonzero(labels.is_valid().to_numpy(zero_copy_only=False))
-            n = len(labels) - labels.null_count
+            if n < len(labels):
+                scan.null_labels += len(labels) - n
+                valid = np.flatnonzero(has.to_numpy(zero_copy_only=False))
             if n:
                 scan.segments.append(Segment(path, group, 0, n, valid))
     if not scan.segments:

@@ -3,8 +3,8 @@
 
 Roles: the label is named (or found by its usual names); strings, dictionaries and lists of
 ids are sparse features; floats and booleans are dense; integers are sparse when their name
-says id (``id``, ``*_id``, ``*Id``) and dense counts otherwise. Distinct ids of the whole input
-are estimated from the sample with the GEE estimator (Charikar, Chaudhuri, Motwani and
+says id (``id``, ``*_id``, ``*.id``, ``*Id``) and dense counts otherwise. Distinct ids of the
+whole input are estimated from the sample with the GEE estimator (Charikar, Chaudhuri, Motwani and
 Narasayya, "Towards estimation error guarantees for distinct values", PODS 2000):
 ``d + (sqrt(N / n) - 1) * f1`` for ``d`` distinct ids in a sample of ``n`` of ``N`` values,
 ``f1`` of them seen once (exact when the sample is everything).
@@ -25,7 +25,7 @@ from dlrm_exp.errors import DataError
 
 #: Column names taken as the label when ``schema_scan.label`` is not given.
 LABEL_NAMES = ("label", "click", "clicked", "is_click", "y")
-_ID_NAME = re.compile(r"(^id$|_id$|[a-z]Id$|^id_)")
+_ID_NAME = re.compile(r"(^id$|[_.]id$|[a-z]Id$|^id_)")
 
 
 @dataclass
@@ -102,7 +102,11 @@ def read_sample(files: list[Path], sample_rows: int) -> tuple[pa.Table, int]:
             taken += part.num_rows
     if not taken:
         raise DataError(f"{files[0]}: the files hold no rows")
-    return pa.concat_tables(parts).slice(0, sample_rows), total
+    try:
+        table = pa.concat_tables(parts, promote_options="permissive")
+    except (pa.ArrowInvalid, pa.ArrowTypeError) as err:
+        raise DataError(f"{files[0]}...: the files' column types differ ({err})") from None
+    return table.slice(0, sample_rows), total
 
 
 def scan_table(
@@ -155,6 +159,9 @@ def _role(name: str, kind: pa.DataType, label: str) -> str:
 
 
 def _numeric(stats: ColumnStats, column: pa.Array) -> None:
+    kind = column.type
+    if not (pa.types.is_integer(kind) or pa.types.is_floating(kind) or pa.types.is_boolean(kind)):
+        raise DataError(f"label column {stats.name!r} is {kind}: a click label is 0 / 1 or boolean")
     values = column.drop_null()
     if pa.types.is_boolean(values.type):
         values = values.cast(pa.int8())

@@ -66,6 +66,8 @@ def predict_parquet(cfg: Config, model: torch.nn.Module, output: Path) -> dict[s
                 table = parquet.read_row_group(
                     group, columns=columns + [schema.label] * labeled[path]
                 )
+                if table.num_rows == 0:
+                    continue
                 if not labeled[path]:
                     table = table.append_column(schema.label, pa.nulls(table.num_rows, pa.int8()))
                 decoded = decode(table, schema, f"{path} row group {group}")

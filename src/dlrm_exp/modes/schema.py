@@ -10,6 +10,7 @@ mode ends; it is written to a temporary name and renamed, so a failure leaves no
 
 import json
 import os
+import re
 from dataclasses import asdict
 
 from dlrm_exp.config import Config, load_schema_file
@@ -76,12 +77,19 @@ def render_yaml(columns: list[ColumnStats], source: str, sample: int, total: int
         seen = f"{c.type}, {c.distinct:,} distinct in the sample, ~{c.distinct_estimate:,} in all"
         if c.multi_hot:
             seen += f", {c.mean_length:.1f} ids per row (p99 {c.p99_length:.0f})"
-        lines.append(f"  {q(c.name)}: {{{entry}}}  # {seen}, {c.nulls} null")
+        lines.append(f"  {_feature_key(c.name)}: {{{entry}}}  # {seen}, {c.nulls} null")
     skipped = [c for c in columns if c.role == "skip"]
     if skipped:
-        lines.append("# not used (no role takes their type): ")
+        lines.append("# not used (no role takes their type):")
         lines += [f"#   {c.name}: {c.type}" for c in skipped]
     return "\n".join(lines) + "\n"
+
+
+def _feature_key(column: str) -> str:
+    """A feature name for ``column``: letters, digits and _ (TorchRec names modules after
+    it), the column's own name where it already is one."""
+    key = re.sub(r"\W", "_", column)
+    return key if re.match(r"[A-Za-z_]", key) else f"f_{key}"
 
 
 def _num(x: float | None) -> str:
