@@ -368,3 +368,28 @@ def test_preprocess_refuses_two_inputs_with_one_output_name(tmp_path):
     with pytest.raises(DataError, match="same Parquet file"):
         write_criteo_parquet([first, second], tmp_path / "out", [100] * 26, 64)
     assert not (tmp_path / "out").exists()  # nothing written
+
+
+def test_pooling_factors_reach_the_planner_per_feature_of_each_table():
+    from conftest import compose_cfg
+    from dlrm_exp.planning.constraints import build_constraints
+    from dlrm_exp.planning.tables import table_configs
+
+    cfg = compose_cfg(
+        [
+            "data=parquet",
+            "data/schema=criteo",
+            "data.path=x",
+            "data.schema.sparse.cat_1.pooling_factor=3.5",
+            "data.schema.sparse.cat_2.table=t_cat_1",
+            "data.schema.sparse.cat_2.pooling_factor=2",
+        ]
+    )
+    tables = table_configs(cfg.model)
+    assert [t.feature_names for t in tables[:3]] == [["cat_0"], ["cat_1", "cat_2"], ["cat_3"]]
+    constraints = build_constraints(
+        cfg.sharding, tables, ["table_wise"], cfg.data.pooling_factors()
+    )
+    assert constraints["t_cat_0"].pooling_factors == [1.0]
+    assert constraints["t_cat_1"].pooling_factors == [3.5, 2.0]
+    assert constraints["t_cat_3"].pooling_factors == [1.0]

@@ -54,7 +54,7 @@ def test_mode_schema_writes_a_schema_that_composes(tmp_path, cli_here):
     user, city, recent = schema.sparse.values()
     assert (user.id_policy, user.num_embeddings) == (IdPolicy.strict, 50)  # the whole file
     assert city.id_policy is IdPolicy.modulo and city.num_embeddings == 9  # 7 x 1.25 -> 9
-    assert recent.multi_hot and recent.num_embeddings == 30
+    assert recent.multi_hot and recent.num_embeddings == 30 and recent.pooling_factor == 2.0
     text = target.read_text()
     assert "# not used (no role takes their type)" in text and "meta: struct" in text
     assert "2.0 ids per row" in text and "40 null" in text  # city's nulls

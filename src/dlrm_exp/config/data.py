@@ -26,8 +26,9 @@ class DataConfig:
         data."""
         return {}
 
-    def pooling_factors(self) -> list[int] | None:
-        """Ids per sample of each feature for the planner's cost model (None: one-hot)."""
+    def pooling_factors(self) -> list[float] | None:
+        """Ids per sample of each feature, in the model's feature order, for the planner's
+        cost model (None: one-hot)."""
         return None
 
     def shuffles_batches(self) -> bool:
@@ -230,8 +231,8 @@ class CriteoMultiHotDataConfig(SyntheticDataConfig):
     def input_paths(self) -> dict[str, list[str]]:
         return {"data.path": [self.path]} if self.path else {}
 
-    def pooling_factors(self) -> list[int] | None:
-        return list(self.multi_hot_sizes)
+    def pooling_factors(self) -> list[float] | None:
+        return [float(m) for m in self.multi_hot_sizes]
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -279,6 +280,9 @@ class ParquetDataConfig(DataConfig):
 
     def feature_schema(self) -> FeatureSchema | None:
         return self.schema
+
+    def pooling_factors(self) -> list[float] | None:
+        return [self.schema.sparse[f].pooling for f in self.schema.feature_names]
 
     def shuffles_batches(self) -> bool:
         return self.shuffle_row_groups

@@ -65,6 +65,8 @@ class SparseFeature:
         multi_hot: the column holds a list of ids per row (sum-pooled like any
             ``EmbeddingBag`` feature); null entries are empty bags.
         id_policy: see :class:`IdPolicy`.
+        pooling_factor: mean ids per row, for the planner's cost estimates (null: 1;
+            ``mode=schema`` writes the measured mean of a list feature).
     """
 
     column: str = MISSING
@@ -72,6 +74,12 @@ class SparseFeature:
     table: str | None = None
     multi_hot: bool = False
     id_policy: IdPolicy = IdPolicy.modulo
+    pooling_factor: float | None = None
+
+    @property
+    def pooling(self) -> float:
+        """Ids per row the planner assumes: ``pooling_factor``, else 1."""
+        return 1.0 if self.pooling_factor is None else float(self.pooling_factor)
 
 
 @dataclass
@@ -121,6 +129,10 @@ class FeatureSchema:
             require(
                 feature.num_embeddings > 0,
                 f"{key}.num_embeddings must be positive, got {feature.num_embeddings}",
+            )
+            require(
+                feature.pooling_factor is None or feature.pooling_factor > 0,
+                f"{key}.pooling_factor must be positive or null, got {feature.pooling_factor}",
             )
             require(
                 feature.id_policy is not IdPolicy.managed_collision,

@@ -73,7 +73,7 @@ def render_yaml(columns: list[ColumnStats], source: str, sample: int, total: int
     for c in (c for c in columns if c.role == "sparse"):
         entry = f"column: {q(c.name)}, num_embeddings: {c.num_embeddings}, id_policy: {c.id_policy}"
         if c.multi_hot:
-            entry += ", multi_hot: true"
+            entry += f", multi_hot: true, pooling_factor: {max(c.mean_length or 0, 0.01):.2f}"
         seen = f"{c.type}, {c.distinct:,} distinct in the sample, ~{c.distinct_estimate:,} in all"
         if c.multi_hot:
             seen += f", {c.mean_length:.1f} ids per row (p99 {c.p99_length:.0f})"

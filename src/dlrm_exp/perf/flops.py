@@ -87,7 +87,7 @@ def dense_flops(cfg: ModelConfig) -> DenseFlops:
 
 
 def embedding_bytes_per_sample(
-    cfg: ModelConfig, optimizer: SparseOptimizer, pooling_factors: list[int] | None = None
+    cfg: ModelConfig, optimizer: SparseOptimizer, pooling_factors: list[float] | None = None
 ) -> int:
     """Embedding bytes one training sample moves: lookup reads plus the fused update's
     read-modify-write of rows and optimizer state, for ``pooling_factors[i]`` ids of feature
@@ -96,4 +96,4 @@ def embedding_bytes_per_sample(
     ids = sum(pooling_factors) if pooling_factors else len(cfg.feature_names)
     state = STATE_FLOATS_PER_ROW[optimizer](d)
     per_id = FP32_BYTES * (d + 2 * d + 2 * state)
-    return ids * per_id
+    return int(round(ids * per_id))

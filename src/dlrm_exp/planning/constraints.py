@@ -11,13 +11,14 @@ def build_constraints(
     cfg: ShardingConfig,
     tables: list[EmbeddingBagConfig],
     offered_types: list[str],
-    pooling_factors: list[int] | None = None,
+    pooling_factors: list[float] | None = None,
     fused_optimizer: bool = True,
 ) -> dict[str, ParameterConstraints]:
     """``ParameterConstraints`` for every table: its sharding type and compute kernel (the
-    group's, or its ``per_table_*`` override), and its ids per sample (``pooling_factors``,
-    default 1: one-hot; the multi-hot sizes with ``data=criteo_multihot``) for the planner's
-    cost estimates.
+    group's, or its ``per_table_*`` override), and the ids per sample of each of its features
+    (``pooling_factors``, one per feature in the tables' feature order; default 1: one-hot;
+    the multi-hot sizes with ``data=criteo_multihot``, the schema's ``pooling_factor`` with
+    ``data=parquet``) for the planner's cost estimates.
 
     For ``auto`` the planner may pick any type the sharder offers (``offered_types``) that
     works with the compute kernel: data_parallel only goes with the dense kernel. Without a
@@ -27,7 +28,8 @@ def build_constraints(
     ``fused_uvm_caching`` gets ``CacheParams(load_factor=cache_load_factor)``.
     """
     constraints = {}
-    for index, table in enumerate(tables):
+    position = 0
+    for table in tables:
         kind, kernel = cfg.table_choice(table.name)
         if kind is ShardingStrategy.auto and not fused_optimizer:
             kind, kernel = ShardingStrategy.data_parallel, ComputeKernel.dense
@@ -39,11 +41,13 @@ def build_constraints(
         cache = None
         if kernel is ComputeKernel.fused_uvm_caching and cfg.cache_load_factor is not None:
             cache = CacheParams(load_factor=cfg.cache_load_factor)
-        pooling = float(pooling_factors[index]) if pooling_factors else 1.0
+        count = len(table.feature_names)
+        pooling = pooling_factors[position : position + count] if pooling_factors else []
+        position += count
         constraints[table.name] = ParameterConstraints(
             sharding_types=types,
             compute_kernels=[kernel.value],
             cache_params=cache,
-            pooling_factors=[pooling],
+            pooling_factors=[float(p) for p in pooling] or [1.0] * count,
         )
     return constraints
