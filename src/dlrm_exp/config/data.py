@@ -90,19 +90,17 @@ def _as_path_list(key: str, value: Any) -> list[str]:
 
 
 @dataclass
-class CriteoTsvDataConfig(DataConfig):
-    """Criteo Kaggle / Terabyte click-log TSV files (``data=criteo_tsv``).
+class FileSplitsConfig(DataConfig):
+    """Data read from files, split into train / val / test by explicit files or by fractions
+    (the base of ``data=criteo_tsv`` and ``data=parquet``).
 
     Attributes:
-        path: a file, a folder (every file in it, sorted) or a list of those.
+        path: the training files (a file, a folder, or a list of those; Parquet also takes
+            globs).
         val_path / test_path: optional explicit validation / test files; when absent, the last
             ``val_fraction + test_fraction`` of the rows of ``path`` (in file order) are split
             off: validation first, then test.
         val_fraction / test_fraction: row fractions in [0, 1).
-        max_reported_bad_lines: how many malformed line numbers are kept in the report.
-        max_skipped_fraction: ``mode=evaluate`` and ``mode=predict`` fail (exit 1, with the
-            counts) when more than this fraction of the rows read are skipped; null: never.
-            Training reports skipped rows and goes on.
     """
 
     path: Any = MISSING
@@ -110,8 +108,6 @@ class CriteoTsvDataConfig(DataConfig):
     test_path: Any = None
     val_fraction: float = 0.1
     test_fraction: float = 0.1
-    max_reported_bad_lines: int = 5
-    max_skipped_fraction: float | None = 0.01
 
     def input_paths(self) -> dict[str, list[str]]:
         keys = {
@@ -121,12 +117,33 @@ class CriteoTsvDataConfig(DataConfig):
         }
         return {k: v for k, v in keys.items() if v}
 
-    def __post_init__(self) -> None:
+    def _check_files(self, what: str) -> None:
+        """Paths as lists, ``data.path`` given (``what`` names the files in the message), the
+        fractions in range."""
         self.path = _as_path_list("data.path", self.path)
-        require(len(self.path) > 0, "data.path is required: set data.path=<tsv file or folder>")
+        require(len(self.path) > 0, f"data.path is required: set data.path=<{what}>")
         self.val_path = _as_path_list("data.val_path", self.val_path)
         self.test_path = _as_path_list("data.test_path", self.test_path)
         _check_fractions(self.val_fraction, self.test_fraction)
+
+
+@dataclass
+class CriteoTsvDataConfig(FileSplitsConfig):
+    """Criteo Kaggle / Terabyte click-log TSV files (``data=criteo_tsv``).
+
+    Attributes (besides :class:`FileSplitsConfig`'s; ``path``: a file, a folder, every file in
+    it sorted, or a list of those):
+        max_reported_bad_lines: how many malformed line numbers are kept in the report.
+        max_skipped_fraction: ``mode=evaluate`` and ``mode=predict`` fail (exit 1, with the
+            counts) when more than this fraction of the rows read are skipped; null: never.
+            Training reports skipped rows and goes on.
+    """
+
+    max_reported_bad_lines: int = 5
+    max_skipped_fraction: float | None = 0.01
+
+    def __post_init__(self) -> None:
+        self._check_files("tsv file or folder")
 
 
 def _check_fractions(val_fraction: float, test_fraction: float) -> None:
@@ -244,39 +261,22 @@ class CriteoMultiHotDataConfig(SyntheticDataConfig):
 
 
 @dataclass
-class ParquetDataConfig(DataConfig):
+class ParquetDataConfig(FileSplitsConfig):
     """A user's click log in Parquet files, described by a feature schema (``data=parquet``).
 
     Row groups are streamed with pyarrow (memory holds one row group per split at a time, not
     the file); the model's tables and dense input are built from ``schema``.
 
-    Attributes:
-        path: a file, a folder (its ``*.parquet`` files, sorted), a glob, or a list of those.
-        val_path / test_path: optional explicit validation / test files; when absent, the last
-            ``val_fraction + test_fraction`` of the rows of ``path`` (in file order) are split
-            off: validation first, then test.
-        val_fraction / test_fraction: row fractions in [0, 1).
+    Attributes (besides :class:`FileSplitsConfig`'s; ``path``: a file, a folder, its
+    ``*.parquet`` files sorted, a glob, or a list of those):
         shuffle_row_groups: visit the training row groups in another order every epoch
             (seeded by ``seed`` and the epoch, the same on every rank).
         schema: the feature schema (``data/schema=<name>``; see
             :class:`~dlrm_exp.config.schema.FeatureSchema`).
     """
 
-    path: Any = MISSING
-    val_path: Any = None
-    test_path: Any = None
-    val_fraction: float = 0.1
-    test_fraction: float = 0.1
     shuffle_row_groups: bool = True
     schema: FeatureSchema = MISSING
-
-    def input_paths(self) -> dict[str, list[str]]:
-        keys = {
-            "data.path": self.path,
-            "data.val_path": self.val_path,
-            "data.test_path": self.test_path,
-        }
-        return {k: v for k, v in keys.items() if v}
 
     def feature_schema(self) -> FeatureSchema | None:
         return self.schema
@@ -288,8 +288,4 @@ class ParquetDataConfig(DataConfig):
         return self.shuffle_row_groups
 
     def __post_init__(self) -> None:
-        self.path = _as_path_list("data.path", self.path)
-        require(len(self.path) > 0, "data.path is required: set data.path=<parquet files>")
-        self.val_path = _as_path_list("data.val_path", self.val_path)
-        self.test_path = _as_path_list("data.test_path", self.test_path)
-        _check_fractions(self.val_fraction, self.test_fraction)
+        self._check_files("parquet files")
