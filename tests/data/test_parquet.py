@@ -393,3 +393,23 @@ def test_pooling_factors_reach_the_planner_per_feature_of_each_table():
     assert constraints["t_cat_0"].pooling_factors == [1.0]
     assert constraints["t_cat_1"].pooling_factors == [3.5, 2.0]
     assert constraints["t_cat_3"].pooling_factors == [1.0]
+
+
+def test_verify_names_the_tables_that_sum_several_ids():
+    from conftest import compose_cfg
+    from dlrm_exp.modes.verify import pooled_tables
+
+    cfg = compose_cfg(
+        [
+            "data=parquet",
+            "data/schema=criteo",
+            "data.path=x",
+            "data.schema.sparse.cat_2.table=t_cat_1",
+            "data.schema.sparse.cat_5.multi_hot=true",
+        ]
+    )
+    assert pooled_tables(cfg) == ["t_cat_1", "t_cat_5"]
+    assert pooled_tables(compose_cfg()) == []
+    multi_hot = compose_cfg(["data=criteo_multihot"])
+    sizes = multi_hot.data.multi_hot_sizes
+    assert pooled_tables(multi_hot) == [f"t_cat_{i}" for i, m in enumerate(sizes) if m > 1]

@@ -333,6 +333,7 @@ def run_verify(cfg: Config, run_dir: Path) -> dict[str, Any]:
     """
     result = run_verify_many([cfg], [run_dir])[0]
     if result["passed"] is False:
+        pooled = pooled_tables(cfg)
         raise VerificationFailed(
             f"max relative loss deviation {result['max_rel_loss_deviation']:.3e} exceeds "
             f"{result['loss_tolerance']:.0e} for {result['precision']} over "
@@ -340,8 +341,30 @@ def run_verify(cfg: Config, run_dir: Path) -> dict[str, Any]:
             "level (~1e-7) for many steps and then jumps, Adagrad's scale-free update is "
             "amplifying a rounding-level gradient, whatever the sharding: rerun with "
             "optimizer.eps=1e-6 to tell the two apart"
+            + (
+                f". Expected here: {', '.join(pooled[:4])}{' ...' if len(pooled) > 4 else ''} "
+                "sum several ids per row (shared or multi-hot), and sharded and unsharded add "
+                "a row's gradients in another order; optimizer=sgd checks the maths exactly"
+                if pooled
+                else ""
+            )
         )
     return result
+
+
+def pooled_tables(cfg: Config) -> list[str]:
+    """Tables that sum several ids per sample: looked up by several features (a feature
+    schema's shared tables), or by a multi-hot feature (``data=criteo_multihot``, a schema's
+    ``multi_hot`` features)."""
+    schema = cfg.data.feature_schema()
+    multi = {f for f in cfg.model.feature_names if schema and schema.sparse[f].multi_hot}
+    pooling = cfg.data.pooling_factors() or []
+    multi |= {f for f, p in zip(cfg.model.feature_names, pooling, strict=False) if p > 1}
+    return [
+        name
+        for name, features in zip(cfg.model.table_names, cfg.model.table_features, strict=True)
+        if len(features) > 1 or multi & set(features)
+    ]
 
 
 def summary(result: dict[str, Any]) -> str:
