@@ -9,7 +9,8 @@ import pytest
 import torch
 from torchmetrics.functional.classification import binary_auroc
 
-from conftest import compose_cfg, run_cli
+from conftest import compose_cfg, run_cli, two_process_job
+from dlrm_exp.config import load_schema_file
 from dlrm_exp.data.synthetic_parquet import SyntheticLayout, write_synthetic_parquet
 from dlrm_exp.modes.train import run_train
 
@@ -32,14 +33,7 @@ sparse:
 def toy(tmp_path_factory):
     """A config dir holding ``data/schema/toy.yaml`` and 8,192 planted-signal rows."""
     root = tmp_path_factory.mktemp("parquet")
-    (root / "conf" / "data" / "schema").mkdir(parents=True)
-    (root / "conf" / "data" / "schema" / "toy.yaml").write_text(SCHEMA)
-    cfg = compose_cfg(overrides(root))
-    layout = SyntheticLayout(string_features=["user_id"])
-    bayes = write_synthetic_parquet(
-        cfg.data.schema, root / "toy.parquet", 8192, row_group_size=1024, layout=layout
-    )
-    return root, bayes
+    return root, _write_toy(root)
 
 
 def overrides(root, *extra):
@@ -89,14 +83,35 @@ def test_schema_builds_the_model_trains_and_predicts(toy, tmp_path, cli_here):
     assert float(binary_auroc(probability, labels)) == pytest.approx(metrics.val["auroc"], abs=1e-6)
 
 
-def test_two_processes_rowwise_from_the_command_line(toy, tmp_path):
-    root, _ = toy
-    args = overrides(root, "hardware.nproc_per_node=2", "sharding=rowwise")
-    result = run_cli(["-cd", str(root / "conf"), *args[1:], f"hydra.run.dir={tmp_path}"])
-    assert result.returncode == 0, result.stderr[-3000:]
-    assert "data 8,192 rows read in 8 row groups, 0 skipped (null label)" in result.stdout
-    metrics = json.loads((tmp_path / "metrics.json").read_text())
-    assert metrics["world_size"] == 2 and metrics["val"]["auroc"] > 0.55
+def _write_toy(root):
+    """The toy schema under ``root / "conf"`` and 8,192 planted rows as ``root / "toy.parquet"``;
+    returns the planted rows' Bayes AUROC."""
+    (root / "conf" / "data" / "schema").mkdir(parents=True, exist_ok=True)
+    (root / "conf" / "data" / "schema" / "toy.yaml").write_text(SCHEMA)
+    schema = load_schema_file(root / "conf" / "data" / "schema" / "toy.yaml")
+    layout = SyntheticLayout(string_features=["user_id"])
+    return write_synthetic_parquet(
+        schema, root / "toy.parquet", 8192, row_group_size=1024, layout=layout
+    )
+
+
+def _prepare_two_process(root):
+    data = root / "parquet_toy"
+    _write_toy(data)
+    return overrides(data)
+
+
+#: Trained with the suite's other 2-process jobs, in one launch.
+ROWWISE = two_process_job("parquet-rowwise", ["sharding=rowwise"], prepare=_prepare_two_process)
+
+
+def test_two_processes_rowwise(two_process_runs):
+    run = two_process_runs[ROWWISE]
+    assert run.metrics.world_size == 2 and run.metrics.val["auroc"] > 0.55
+    assert run.metrics.data["read"] == {
+        "rows_read": 8192, "skipped_null_label": 0, "row_groups": 8, "nulls": {}
+    }  # fmt: skip
+    assert run.cfg.model.table_names == ["t_user_id", "t_item", "t_tags"]
 
 
 def test_plan_mode_and_refusals_at_compose_time(toy, cli_here):
