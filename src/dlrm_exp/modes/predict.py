@@ -27,7 +27,9 @@ in ``predict_report.json`` and the summary, as ``data=criteo_tsv`` reports them;
 """
 
 import sys
+from collections.abc import Callable
 from pathlib import Path
+from typing import TypeVar
 
 import numpy as np
 import pyarrow as pa
@@ -63,6 +65,7 @@ SCHEMA = pa.schema(
         ("label", pa.int8()),
     ]
 )
+Result = TypeVar("Result")
 UNLABELED_SCHEMA = SCHEMA.remove(SCHEMA.get_field_index("label"))
 #: Fields of a labeled Criteo row (label, 13 integer, 26 categorical).
 LABELED_FIELDS = 40
@@ -122,19 +125,13 @@ def run_predict(cfg: Config, job: Job) -> dict:
     report = ReadReport()
     labeled = _labeled_files(files, cfg.predict.has_label)
     schema = SCHEMA if all(labeled.values()) else UNLABELED_SCHEMA
-    with process_group(cfg.hardware) as ctx:
-        experiment = build_experiment(cfg, ctx)
-        saved = load_model_weights(path, experiment.model, table_shapes(cfg.model))
-        model = experiment.model
-        model.eval()
-        output.parent.mkdir(parents=True, exist_ok=True)
-        try:
-            with pq.ParquetWriter(partial, schema) as writer, torch.no_grad():
-                for file in files:
-                    _predict_file(cfg, file, labeled[file], model, writer, report)
-        except BaseException:
-            partial.unlink(missing_ok=True)
-            raise
+
+    def write(model: torch.nn.Module) -> None:
+        with pq.ParquetWriter(partial, schema) as writer:
+            for file in files:
+                _predict_file(cfg, file, labeled[file], model, writer, report)
+
+    step, _ = _score(cfg, path, partial, write)
     if report.rows_valid == 0:
         partial.unlink(missing_ok=True)
         reasons = ", ".join(f"{k} {v}" for k, v in report.skipped_by_reason.items() if v)
@@ -152,7 +149,7 @@ def run_predict(cfg: Config, job: Job) -> dict:
     partial.replace(output)  # a crash never leaves a partial file under the final name
     result = {
         "checkpoint": str(path),
-        "step": int(saved["step"]),
+        "step": step,
         "output": str(output),
         "rows_written": report.rows_valid,
         "read": report.as_dict(),
@@ -161,20 +158,30 @@ def run_predict(cfg: Config, job: Job) -> dict:
     return result
 
 
-def _run_parquet(cfg: Config, job: Job, path: Path, output: Path, partial: Path) -> dict:
-    """``data=parquet``: every row scored (:mod:`dlrm_exp.modes.predict_parquet`)."""
+def _score(
+    cfg: Config, path: Path, partial: Path, write: Callable[[torch.nn.Module], Result]
+) -> tuple[int, Result]:
+    """The checkpoint at ``path`` loaded onto a one-process model in eval mode, and
+    ``write(model)`` run under ``torch.no_grad()`` to fill ``partial`` (removed if it fails);
+    returns the checkpoint's step and what ``write`` returned."""
     with process_group(cfg.hardware) as ctx:
         experiment = build_experiment(cfg, ctx)
         saved = load_model_weights(path, experiment.model, table_shapes(cfg.model))
         experiment.model.eval()
-        output.parent.mkdir(parents=True, exist_ok=True)
+        partial.parent.mkdir(parents=True, exist_ok=True)
         try:
-            written = predict_parquet(cfg, experiment.model, partial)
+            with torch.no_grad():
+                return int(saved["step"]), write(experiment.model)
         except BaseException:
             partial.unlink(missing_ok=True)
             raise
+
+
+def _run_parquet(cfg: Config, job: Job, path: Path, output: Path, partial: Path) -> dict:
+    """``data=parquet``: every row scored (:mod:`dlrm_exp.modes.predict_parquet`)."""
+    step, written = _score(cfg, path, partial, lambda model: predict_parquet(cfg, model, partial))
     partial.replace(output)
-    result = {"checkpoint": str(path), "step": int(saved["step"]), "output": str(output)}
+    result = {"checkpoint": str(path), "step": step, "output": str(output)}
     result |= written
     write_json_atomic(job.run_dir / "predict_report.json", result)
     return result

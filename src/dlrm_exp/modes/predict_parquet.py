@@ -40,8 +40,9 @@ OUTPUT = pa.schema(
 
 
 def predict_parquet(cfg: Config, model: torch.nn.Module, output: Path) -> dict[str, int]:
-    """Score every row of ``data.path`` with ``model`` into ``output`` (a ``.partial`` file the
-    caller renames); returns ``{"files": n, "rows_written": n}``.
+    """Score every row of ``data.path`` with ``model`` (in eval mode, under ``no_grad``) into
+    ``output`` (a ``.partial`` file the caller renames); returns
+    ``{"files": n, "rows_written": n}``.
 
     Raises:
         DataError: a file is not Parquet or lacks a feature column (the label may be absent).
@@ -57,7 +58,7 @@ def predict_parquet(cfg: Config, model: torch.nn.Module, output: Path) -> dict[s
     out_schema = OUTPUT if all(labeled.values()) else OUTPUT.remove(3)
     keys = cfg.model.feature_names
     rows = 0
-    with pq.ParquetWriter(output, out_schema) as writer, torch.no_grad():
+    with pq.ParquetWriter(output, out_schema) as writer:
         for path in files:
             parquet = open_parquet(path)
             columns = [c for c in _feature_columns(cfg.data) if c != schema.label]
