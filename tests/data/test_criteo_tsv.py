@@ -7,7 +7,8 @@ import numpy as np
 import pytest
 
 from dlrm_exp.config import CriteoTsvDataConfig
-from dlrm_exp.data.criteo_tsv import load_criteo_tsv, read_files, resolve_paths
+from dlrm_exp.data.criteo_tsv import load_criteo_tsv, read_files
+from dlrm_exp.data.paths import resolve_paths
 from dlrm_exp.errors import DataError
 
 SIZES = [1000] * 26

@@ -2,7 +2,8 @@
 :class:`ClickData`, and batches are dealt to ranks from them.
 
 Owns: the sources (``synthetic``, ``criteo_tsv``, ``criteo_npy``, ``multi_hot``, ``parquet``
-with ``parquet_files`` and the id policies of its feature schema, ``id_policy``), batches
+with ``parquet_files`` and the id policies of its feature schema, ``id_policy``), input
+paths (``paths``), batches
 (``batches``, ``row_span``), the Criteo text format (``criteo_format``) and preprocessing with
 the TSV parser (``preprocess/``), the splits and their record (``splits``).
 
@@ -24,10 +25,11 @@ from dlrm_exp.config import (
 )
 from dlrm_exp.data.batches import ClickData, iter_batches, per_rank_sizes
 from dlrm_exp.data.criteo_npy import load_criteo_npy
-from dlrm_exp.data.criteo_tsv import load_criteo_tsv, resolve_paths
+from dlrm_exp.data.criteo_tsv import load_criteo_tsv
 from dlrm_exp.data.multi_hot import MultiHot
 from dlrm_exp.data.parquet import ParquetSplit, load_parquet
 from dlrm_exp.data.parquet_files import resolve_parquet_paths
+from dlrm_exp.data.paths import resolve_paths
 from dlrm_exp.data.splits import DataInfo, DataSplits
 from dlrm_exp.data.synthetic import generate
 

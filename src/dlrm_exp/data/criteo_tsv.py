@@ -16,8 +16,6 @@ Row handling:
     (not an integer), ``categorical`` (not hex of at most 8 digits).
 """
 
-import os
-from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -26,6 +24,7 @@ import numpy as np
 
 from dlrm_exp.config import CriteoTsvDataConfig
 from dlrm_exp.data.batches import ClickData
+from dlrm_exp.data.paths import resolve_paths
 from dlrm_exp.data.preprocess.tsv_parse import (
     REASONS,
     ParsedBlock,
@@ -127,27 +126,6 @@ def check_skipped_rows(read: dict[str, Any], limit: float | None, what: str) -> 
         f"{', '.join(read['first_bad_lines'][:3])}). Unlabeled rows? predict with "
         "predict.has_label=false; to go on with the valid rows, raise data.max_skipped_fraction"
     )
-
-
-def resolve_paths(paths: Iterable[str], key: str) -> list[Path]:
-    """Files named by ``paths``: a folder stands for its non-hidden files, sorted by name.
-
-    Raises:
-        DataError: a path does not exist, or a folder holds no file.
-    """
-    files: list[Path] = []
-    for raw in paths:
-        path = Path(raw).expanduser()
-        if path.is_dir():
-            found = sorted(p for p in path.iterdir() if p.is_file() and not p.name.startswith("."))
-            if not found:
-                raise DataError(f"{key}: folder {raw} holds no data file")
-            files += found
-        elif path.is_file():
-            files.append(path)
-        else:
-            raise DataError(f"{key}: no such file or folder: {raw} (from {os.getcwd()})")
-    return files
 
 
 def read_files(

@@ -6,7 +6,6 @@ check uses the file footer: column names, types, row counts and null counts from
 statistics. Rows are read later, a row group at a time (:mod:`dlrm_exp.data.parquet`).
 """
 
-import glob
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -17,6 +16,7 @@ import pyarrow.parquet as pq
 
 from dlrm_exp.config import FeatureSchema
 from dlrm_exp.data.id_policy import is_id_type
+from dlrm_exp.data.paths import resolve_paths
 from dlrm_exp.errors import DataError
 
 
@@ -71,22 +71,7 @@ def resolve_parquet_paths(paths: list[str], key: str) -> list[Path]:
     Raises:
         DataError: a path that matches nothing, or a folder without ``*.parquet`` files.
     """
-    files: list[Path] = []
-    for raw in paths:
-        path = Path(raw).expanduser()
-        if path.is_dir():
-            found = sorted(path.glob("*.parquet"))
-            if not found:
-                raise DataError(f"{key}: folder {raw} holds no *.parquet file")
-            files += found
-        elif path.is_file():
-            files.append(path)
-        else:
-            matched = sorted(Path(p) for p in glob.glob(str(path)) if Path(p).is_file())
-            if not matched:
-                raise DataError(f"{key}: no such file, folder or glob match: {raw}")
-            files += matched
-    return files
+    return resolve_paths(paths, key, folder_files="*.parquet", globs=True)
 
 
 def scan_files(files: list[Path], schema: FeatureSchema) -> ParquetScan:

@@ -40,7 +40,8 @@ from tqdm import tqdm
 from dlrm_exp.config import Config, CriteoTsvDataConfig, ParquetDataConfig
 from dlrm_exp.data import ClickData
 from dlrm_exp.data.batches import make_batch
-from dlrm_exp.data.criteo_tsv import ReadReport, check_skipped_rows, resolve_paths
+from dlrm_exp.data.criteo_tsv import ReadReport, check_skipped_rows
+from dlrm_exp.data.paths import resolve_paths
 from dlrm_exp.data.preprocess.tsv_parse import (
     convert_block,
     iter_blocks,

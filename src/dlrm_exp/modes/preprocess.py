@@ -6,7 +6,7 @@ from pathlib import Path
 
 from dlrm_exp.config import Config, CriteoTsvDataConfig, PreprocessFormat
 from dlrm_exp.data.criteo_parquet import SCHEMA_NAME, write_criteo_parquet
-from dlrm_exp.data.criteo_tsv import resolve_paths
+from dlrm_exp.data.paths import resolve_paths
 from dlrm_exp.data.preprocess.convert import run_preprocess, summary_lines
 from dlrm_exp.modes.job import Job, ModeResult
 from dlrm_exp.util.files import write_json_atomic

@@ -34,7 +34,8 @@ import numpy as np
 from tqdm import tqdm
 
 from dlrm_exp.config import CategoricalTransform, DenseTransform, PreprocessConfig
-from dlrm_exp.data.criteo_tsv import ReadReport, resolve_paths
+from dlrm_exp.data.criteo_tsv import ReadReport
+from dlrm_exp.data.paths import resolve_paths
 from dlrm_exp.data.preprocess.contiguous import contiguous_ids
 from dlrm_exp.data.preprocess.npy_stream import NpyRowFile, NpyRowWriter
 from dlrm_exp.data.preprocess.parse_blocks import (

@@ -1,0 +1,47 @@
+"""Input paths to files: what ``data.path`` (and ``val_path`` / ``test_path``) name."""
+
+import glob
+import os
+from collections.abc import Iterable
+from pathlib import Path
+
+from dlrm_exp.errors import DataError
+
+
+def resolve_paths(
+    paths: Iterable[str], key: str, folder_files: str | None = None, globs: bool = False
+) -> list[Path]:
+    """Files named by ``paths``, in the order given.
+
+    Args:
+        paths: files, folders (and, with ``globs``, glob patterns).
+        key: the config key, for the error (``data.path``).
+        folder_files: the pattern a folder's files must match (``*.parquet``); None: every
+            non-hidden file. A folder's files are sorted by name.
+        globs: a path that is neither a file nor a folder is a glob pattern (sorted matches).
+
+    Raises:
+        DataError: a path names nothing, or a folder holds no matching file.
+    """
+    files: list[Path] = []
+    for raw in paths:
+        path = Path(raw).expanduser()
+        if path.is_dir():
+            found = sorted(
+                p
+                for p in (path.glob(folder_files) if folder_files else path.iterdir())
+                if p.is_file() and not p.name.startswith(".")
+            )
+            if not found:
+                raise DataError(f"{key}: folder {raw} holds no {folder_files or 'data'} file")
+            files += found
+        elif path.is_file():
+            files.append(path)
+        elif globs and (
+            matched := sorted(Path(p) for p in glob.glob(str(path)) if Path(p).is_file())
+        ):
+            files += matched
+        else:
+            what = "file, folder or glob match" if globs else "file or folder"
+            raise DataError(f"{key}: no such {what}: {raw} (from {os.getcwd()})")
+    return files
