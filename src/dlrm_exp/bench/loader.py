@@ -17,8 +17,8 @@ from pathlib import Path
 
 from dlrm_exp.bench.targets import Target, report
 from dlrm_exp.bench.training import compose_config, framework_run
-from dlrm_exp.config import Config, feature_names
-from dlrm_exp.data import iter_batches, load_splits
+from dlrm_exp.config import Config
+from dlrm_exp.data import iter_batches, load_splits, split_batches
 from dlrm_exp.data.criteo_format import write_criteo_tsv
 from dlrm_exp.data.preprocess.convert import preprocess_files
 from dlrm_exp.distributed.launch import process_group
@@ -28,15 +28,29 @@ TARGET_RATIO = 3.0
 
 
 def batches_per_sec(cfg: Config, max_batches: int) -> float:
+    """Training batches/s of ``cfg``'s data option on one rank, at most ``max_batches`` of
+    them, from splits already loaded (in memory or, for Parquet, streamed)."""
     splits = load_splits(cfg.data, cfg.model.table_sizes, cfg.model.num_dense_features, cfg.seed)
-    keys = feature_names(len(cfg.model.table_sizes))
+    keys = cfg.model.feature_names
     start = time.perf_counter()
     count = 0
-    for _ in iter_batches(splits.train, cfg.train.batch_size, 0, 1, keys):
+    for _ in split_batches(splits.train, cfg.train.batch_size, 0, 1, keys):
         count += 1
         if count == max_batches:
             break
     return count / (time.perf_counter() - start)
+
+
+def training_samples_per_sec(cfg: Config, steps: int = 300) -> float:
+    """Steady-state training samples/s of the framework's loop with ``cfg`` on one process,
+    over its first ``steps`` batches (20 of them warm-up)."""
+    with process_group(cfg.hardware) as ctx:
+        splits = load_splits(
+            cfg.data, cfg.model.table_sizes, cfg.model.num_dense_features, cfg.seed
+        )
+        keys = cfg.model.feature_names
+        batches = list(iter_batches(splits.train, cfg.train.batch_size, 0, 1, keys))[:steps]
+        return framework_run(cfg, ctx, batches, 20)[0]
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -47,13 +61,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     base = compose_config([])
     rows = args.batches * base.train.batch_size
     base.data.num_train_samples = rows  # type: ignore[attr-defined]
-    with process_group(base.hardware) as ctx:
-        splits = load_splits(
-            base.data, base.model.table_sizes, base.model.num_dense_features, base.seed
-        )
-        keys = feature_names(len(base.model.table_sizes))
-        batches = list(iter_batches(splits.train, base.train.batch_size, 0, 1, keys))[:300]
-        train_steps = framework_run(base, ctx, batches, 20)[0] / base.train.batch_size
+    train_steps = training_samples_per_sec(base) / base.train.batch_size
     print(f"loader benchmark: batch_size {base.train.batch_size}")
     print(f"  training model=tiny: {train_steps:,.0f} steps/s")
     with tempfile.TemporaryDirectory() as tmp:

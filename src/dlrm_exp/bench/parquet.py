@@ -17,7 +17,6 @@ import json
 import subprocess
 import sys
 import tempfile
-import time
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -25,12 +24,11 @@ import pyarrow as pa
 import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 
+from dlrm_exp.bench.loader import batches_per_sec, training_samples_per_sec
 from dlrm_exp.bench.targets import Target, report
-from dlrm_exp.bench.training import compose_config, framework_run
-from dlrm_exp.config import CRITEO_NUM_DENSE, CRITEO_NUM_SPARSE, Config, conf_dir
-from dlrm_exp.data import iter_batches, load_splits, split_batches
+from dlrm_exp.bench.training import compose_config
+from dlrm_exp.config import CRITEO_NUM_DENSE, CRITEO_NUM_SPARSE, conf_dir
 from dlrm_exp.data.criteo_format import write_criteo_tsv
-from dlrm_exp.distributed.launch import process_group
 from dlrm_exp.util.logs import quiet_libraries
 
 TARGET_RATIO = 2.0
@@ -69,18 +67,6 @@ def criteo_parquet(tsv: Path, out: Path, row_group_size: int) -> Path:
     return out
 
 
-def rows_per_sec(cfg: Config, max_batches: int) -> float:
-    splits = load_splits(cfg.data, cfg.model.table_sizes, cfg.model.num_dense_features, cfg.seed)
-    keys = cfg.model.feature_names
-    start = time.perf_counter()
-    rows = 0
-    for count, batch in enumerate(split_batches(splits.train, cfg.train.batch_size, 0, 1, keys)):
-        rows += len(batch.labels)
-        if count + 1 == max_batches:
-            break
-    return rows / (time.perf_counter() - start)
-
-
 def stream_peak_gib(path: Path, schema: Path) -> tuple[int, float]:
     """Rows streamed and peak RSS (GiB) of a fresh interpreter that streams ``path``."""
     out = subprocess.run(
@@ -98,11 +84,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     quiet_libraries()
     base = compose_config([])
     base.data.num_train_samples = 300 * base.train.batch_size  # type: ignore[attr-defined]
-    with process_group(base.hardware) as ctx:
-        splits = load_splits(base.data, base.model.table_sizes, base.model.num_dense_features, 0)
-        keys = base.model.feature_names
-        batches = list(iter_batches(splits.train, base.train.batch_size, 0, 1, keys))
-        train_rate = framework_run(base, ctx, batches, 20)[0]
+    train_rate = training_samples_per_sec(base)
     print(f"Parquet benchmark: batch_size {base.train.batch_size}, row groups of {ROW_GROUP:,}")
     print(f"  training (default experiment, model=tiny): {train_rate:,.0f} samples/s")
     with tempfile.TemporaryDirectory() as tmp:
@@ -111,7 +93,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         tsv = write_criteo_tsv(folder / "day_0.tsv", rows * 2, seed=0, strip_trailing_rate=0.0)
         small = criteo_parquet(tsv, folder / "small.parquet", ROW_GROUP // 2)
         cfg = compose_config(["data=parquet", "data/schema=criteo", f"data.path={small}"])
-        rate = rows_per_sec(cfg, args.batches)
+        rate = batches_per_sec(cfg, args.batches) * cfg.train.batch_size
         print(f"  data=parquet data/schema=criteo (hex strings, modulo): {rate:,.0f} rows/s "
               f"= {rate / train_rate:.1f}x training")  # fmt: skip
         schema = conf_dir() / "data" / "schema" / "criteo.yaml"
