@@ -64,6 +64,7 @@ from dlrm_exp.config.schema import (
     IdPolicy,
     SparseFeature,
     load_schema_file,
+    parse_schema,
 )
 from dlrm_exp.config.sharding import ComputeKernel, ShardingConfig, ShardingStrategy
 from dlrm_exp.config.store import conf_dir, register_configs
@@ -111,6 +112,7 @@ __all__ = [
     "IdPolicy",
     "SparseFeature",
     "load_schema_file",
+    "parse_schema",
     "ParquetDataConfig",
     "InteractionType",
     "Mode",

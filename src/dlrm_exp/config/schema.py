@@ -109,9 +109,7 @@ class FeatureSchema:
             "data.schema.dense must name at least one column: DLRM's dense arch turns the dense "
             "input into the vector that joins the embeddings in the interaction",
         )
-        columns = [self.label, *(d.column for d in self.dense)]
-        columns += [f.column for f in self.sparse.values()]
-        twice = sorted(c for c, n in Counter(columns).items() if n > 1)
+        twice = sorted(c for c, n in Counter([self.label, *self.feature_columns]).items() if n > 1)
         require(
             not twice,
             f"data.schema names column(s) {twice} more than once: each column is the label, "
@@ -152,6 +150,11 @@ class FeatureSchema:
         return self.sparse[feature].table or f"t_{feature}"
 
     @property
+    def feature_columns(self) -> list[str]:
+        """The columns read besides the label: the dense ones, then the sparse ones."""
+        return [d.column for d in self.dense] + [f.column for f in self.sparse.values()]
+
+    @property
     def num_dense(self) -> int:
         """Width of the dense input."""
         return len(self.dense)
@@ -174,13 +177,18 @@ class FeatureSchema:
 
 def load_schema_file(path: str | Path) -> FeatureSchema:
     """A feature schema from a YAML file (the layout of ``conf/data/schema/*.yaml``), checked
-    as at compose time.
+    as at compose time (see :func:`parse_schema`)."""
+    return parse_schema(Path(path).read_text())
+
+
+def parse_schema(text: str) -> FeatureSchema:
+    """A feature schema from YAML text, checked as at compose time.
 
     Raises:
         ConfigError: a rule of :class:`FeatureSchema` is broken.
         omegaconf.errors.ValidationError: a key is unknown or has the wrong type.
     """
-    node = OmegaConf.merge(OmegaConf.structured(FeatureSchema), OmegaConf.load(path))
+    node = OmegaConf.merge(OmegaConf.structured(FeatureSchema), OmegaConf.create(text))
     schema = OmegaConf.to_object(node)
     assert isinstance(schema, FeatureSchema)
     return schema

@@ -13,16 +13,16 @@ trains to the same AUROC. A file is read whole (as ``data=criteo_tsv`` reads it)
 temporary name and renamed.
 """
 
-import os
 from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
-import pyarrow.parquet as pq
 
 from dlrm_exp.config import CRITEO_NUM_DENSE, CRITEO_NUM_SPARSE
 from dlrm_exp.data.criteo_tsv import ReadReport, read_files
+from dlrm_exp.data.parquet_files import write_parquet_atomic
 from dlrm_exp.errors import DataError
+from dlrm_exp.util.files import write_text_atomic
 
 #: The schema's name: ``data/schema=criteo_preprocessed`` with ``--config-dir <out>/conf``.
 SCHEMA_NAME = "criteo_preprocessed"
@@ -59,9 +59,7 @@ def write_criteo_parquet(
         dense, sparse = data.dense.numpy(), data.sparse.numpy()
         columns |= {f"I{j + 1}": pa.array(dense[:, j]) for j in range(CRITEO_NUM_DENSE)}
         columns |= {f"C{j + 1}": pa.array(sparse[:, j]) for j in range(CRITEO_NUM_SPARSE)}
-        partial = target.with_name(f".{target.name}.partial")
-        pq.write_table(pa.table(columns), partial, row_group_size=row_group_size)
-        os.replace(partial, target)
+        write_parquet_atomic(pa.table(columns), target, row_group_size)
         outputs.append({"input": str(source), "output": str(target), "rows": len(data)})
     schema = write_schema(output_dir / "conf" / "data" / "schema", table_sizes)
     return {"files": outputs, "read": report.as_dict(), "schema": str(schema)}
@@ -83,7 +81,5 @@ def write_schema(folder: Path, table_sizes: list[int]) -> Path:
     ]
     folder.mkdir(parents=True, exist_ok=True)
     target = folder / f"{SCHEMA_NAME}.yaml"
-    partial = folder / f".{SCHEMA_NAME}.yaml.partial"
-    partial.write_text("\n".join(lines) + "\n")
-    os.replace(partial, target)
+    write_text_atomic(target, "\n".join(lines) + "\n")
     return target

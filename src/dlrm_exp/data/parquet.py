@@ -12,10 +12,12 @@ plus less than one batch carried over, whatever the file size.
 import logging
 from collections.abc import Iterator
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
+import pyarrow.parquet as pq
 import torch
 from torchrec.datasets.utils import Batch
 from torchrec.sparse.jagged_tensor import KeyedJaggedTensor
@@ -26,6 +28,7 @@ from dlrm_exp.data.id_policy import to_rows
 from dlrm_exp.data.parquet_files import (
     ParquetScan,
     Segment,
+    open_parquet,
     read_row_group,
     resolve_parquet_paths,
     scan_files,
@@ -151,8 +154,7 @@ class ParquetSplit:
     def __init__(self, segments: list[Segment], schema: FeatureSchema) -> None:
         self.segments = segments
         self.schema = schema
-        self._columns = [schema.label, *(d.column for d in schema.dense)]
-        self._columns += [f.column for f in schema.sparse.values()]
+        self._columns = [schema.label, *schema.feature_columns]
 
     def __len__(self) -> int:
         return sum(len(s) for s in self.segments)
@@ -207,7 +209,9 @@ class ParquetSplit:
                 held -= size
 
     def _rank_rows(self, segments: list[Segment], lo: int, hi: int) -> Iterator[Rows]:
-        """The decoded rows ``[lo, hi)`` of ``segments`` taken in order, a row group at a time."""
+        """The decoded rows ``[lo, hi)`` of ``segments`` taken in order, a row group at a time
+        (each file's footer read once)."""
+        files: dict[Path, pq.ParquetFile] = {}
         offset = 0
         for segment in segments:
             first, last = max(lo, offset), min(hi, offset + len(segment))
@@ -218,7 +222,9 @@ class ParquetSplit:
             part = Segment(
                 segment.path, segment.row_group, start, start + last - first, segment.valid
             )
-            table = read_row_group(part.path, part.row_group, self._columns)
+            if part.path not in files:
+                files[part.path] = open_parquet(part.path)
+            table = read_row_group(files[part.path], part.path, part.row_group, self._columns)
             table = table.take(pa.array(part.positions()))
             yield decode(table, self.schema, f"{part.path} row group {part.row_group}")
             if offset >= hi:

@@ -6,6 +6,7 @@ check uses the file footer: column names, types, row counts and null counts from
 statistics. Rows are read later, a row group at a time (:mod:`dlrm_exp.data.parquet`).
 """
 
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -90,7 +91,7 @@ def scan_files(files: list[Path], schema: FeatureSchema) -> ParquetScan:
             raise DataError(f"{path}: the file holds no rows")
         _count_nulls(parquet, schema, scan.nulls)
         for group in range(parquet.num_row_groups):
-            labels = _read(parquet, path, group, [schema.label]).column(0)
+            labels = read_row_group(parquet, path, group, [schema.label]).column(0)
             scan.rows += len(labels)
             has = labels.is_valid()
             if pa.types.is_floating(labels.type):  # NaN is no label either
@@ -119,20 +120,25 @@ def open_parquet(path: Path) -> pq.ParquetFile:
         raise DataError(f"{path}: not a readable Parquet file ({err})") from None
 
 
-def _read(parquet: pq.ParquetFile, path: Path, group: int, columns: list[str]) -> pa.Table:
+def read_row_group(parquet: pq.ParquetFile, path: Path, group: int, columns: list[str]) -> pa.Table:
+    """``columns`` of row group ``group`` of ``parquet`` (opened from ``path``).
+
+    Raises:
+        DataError: the file cannot be read (with the file and row group).
+    """
     try:
         return parquet.read_row_group(group, columns=columns)
     except (pa.ArrowException, OSError) as err:
         raise DataError(f"{path}: row group {group} cannot be read ({err})") from None
 
 
-def read_row_group(path: Path, group: int, columns: list[str]) -> pa.Table:
-    """``columns`` of row group ``group`` of ``path``.
-
-    Raises:
-        DataError: the file cannot be read (with the file and row group).
-    """
-    return _read(open_parquet(path), path, group, columns)
+def write_parquet_atomic(table: pa.Table, path: Path, row_group_size: int) -> None:
+    """``table`` as ``path`` in row groups of ``row_group_size`` rows, written to a hidden
+    temporary name (which folder inputs skip) and renamed, so a crash leaves no half file."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    partial = path.with_name(f".{path.name}.partial")
+    pq.write_table(table, partial, row_group_size=row_group_size)
+    os.replace(partial, path)
 
 
 def check_columns(
@@ -182,10 +188,9 @@ def _is_id_list(kind: pa.DataType) -> bool:
 def _count_nulls(parquet: pq.ParquetFile, schema: FeatureSchema, nulls: dict[str, int]) -> None:
     """Add the null counts of the dense and sparse columns: from the footer statistics of
     flat columns, from the data of list columns and of columns written without statistics."""
-    columns = [d.column for d in schema.dense] + [f.column for f in schema.sparse.values()]
     meta = parquet.metadata
     leaves = {meta.schema.column(j).path: j for j in range(meta.num_columns)}
-    for column in columns:
+    for column in schema.feature_columns:
         total = 0
         for group in range(meta.num_row_groups):
             stats = (

@@ -13,17 +13,16 @@ are log-normal counts, and
 Labels are Bernoulli(p); the AUROC of p is the Bayes-optimal AUROC of the rows written.
 """
 
-import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.parquet as pq
 import torch
 from torchmetrics.functional.classification import binary_auroc
 
 from dlrm_exp.config import FeatureSchema
+from dlrm_exp.data.parquet_files import write_parquet_atomic
 from dlrm_exp.data.synthetic import DENSE_MEAN, DENSE_STD, id_effects, powerlaw_ids
 
 
@@ -100,10 +99,7 @@ def write_synthetic_parquet(
     for j, dense in enumerate(schema.dense):
         columns[dense.column] = pa.array(counts[:, j] if dense.log1p else np.log1p(counts[:, j]))
     table = pa.table({schema.label: pa.array(labels), **columns})
-    path.parent.mkdir(parents=True, exist_ok=True)
-    partial = path.with_name(f".{path.name}.partial")
-    pq.write_table(table, partial, row_group_size=row_group_size)
-    os.replace(partial, path)
+    write_parquet_atomic(table, path, row_group_size)
     return float(binary_auroc(torch.from_numpy(p), torch.from_numpy(labels).long()))
 
 

@@ -27,7 +27,12 @@ import torch
 
 from dlrm_exp.config import Config, ParquetDataConfig
 from dlrm_exp.data.parquet import decode
-from dlrm_exp.data.parquet_files import check_columns, open_parquet, resolve_parquet_paths
+from dlrm_exp.data.parquet_files import (
+    check_columns,
+    open_parquet,
+    read_row_group,
+    resolve_parquet_paths,
+)
 
 OUTPUT = pa.schema(
     [
@@ -61,12 +66,10 @@ def predict_parquet(cfg: Config, model: torch.nn.Module, output: Path) -> dict[s
     with pq.ParquetWriter(output, out_schema) as writer:
         for path in files:
             parquet = open_parquet(path)
-            columns = [c for c in _feature_columns(cfg.data) if c != schema.label]
+            columns = schema.feature_columns + [schema.label] * labeled[path]
             start = 0
             for group in range(parquet.num_row_groups):
-                table = parquet.read_row_group(
-                    group, columns=columns + [schema.label] * labeled[path]
-                )
+                table = read_row_group(parquet, path, group, columns)
                 if table.num_rows == 0:
                     continue
                 if not labeled[path]:
@@ -88,8 +91,3 @@ def predict_parquet(cfg: Config, model: torch.nn.Module, output: Path) -> dict[s
                 start += table.num_rows
             rows += start
     return {"files": len(files), "rows_written": rows}
-
-
-def _feature_columns(cfg: ParquetDataConfig) -> list[str]:
-    schema = cfg.schema
-    return [*(d.column for d in schema.dense), *(f.column for f in schema.sparse.values())]

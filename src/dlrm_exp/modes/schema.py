@@ -4,21 +4,20 @@
 
 Each entry carries what was seen as a comment (type, nulls, distinct ids and their estimate for
 the whole input, list lengths, value range). ``schema_report.json`` holds the same numbers.
-The file is checked by loading it back as :class:`~dlrm_exp.config.FeatureSchema` before the
-mode ends; it is written to a temporary name and renamed, so a failure leaves no half file.
+The text is checked by parsing it as :class:`~dlrm_exp.config.FeatureSchema` before it is
+written (to a temporary name, renamed), so a failure leaves no file, half or invalid.
 """
 
 import json
-import os
 import re
 from dataclasses import asdict
 
-from dlrm_exp.config import Config, load_schema_file
+from dlrm_exp.config import Config, parse_schema
 from dlrm_exp.data.parquet_files import resolve_parquet_paths
 from dlrm_exp.data.schema_scan import ColumnStats, read_sample, scan_table
 from dlrm_exp.errors import DataError
 from dlrm_exp.modes.job import Job, ModeResult
-from dlrm_exp.util.files import write_json_atomic
+from dlrm_exp.util.files import write_json_atomic, write_text_atomic
 
 
 def run(cfg: Config, job: Job) -> ModeResult:
@@ -37,13 +36,11 @@ def run(cfg: Config, job: Job) -> ModeResult:
     if not {"dense", "sparse"} <= roles:
         missing = " and ".join(r for r in ("dense", "sparse") if r not in roles)
         raise DataError(f"{files[0]}: no {missing} column found; a DLRM needs both")
-    folder = job.run_dir / "conf" / "data" / "schema"
-    folder.mkdir(parents=True, exist_ok=True)
-    target = folder / f"{scan.name}.yaml"
-    partial = folder / f".{scan.name}.yaml.partial"
-    partial.write_text(render_yaml(columns, files[0].name, table.num_rows, total))
-    load_schema_file(partial)  # what data=parquet will compose must load
-    os.replace(partial, target)
+    text = render_yaml(columns, files[0].name, table.num_rows, total)
+    parse_schema(text)  # what data=parquet will compose must load
+    target = job.run_dir / "conf" / "data" / "schema" / f"{scan.name}.yaml"
+    target.parent.mkdir(parents=True, exist_ok=True)
+    write_text_atomic(target, text)
     report = {
         "files": [str(f) for f in files],
         "total_rows": total,
