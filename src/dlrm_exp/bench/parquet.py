@@ -78,6 +78,7 @@ def stream_peak_gib(path: Path, schema: Path) -> tuple[int, float]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    """Run both measurements, print them and report the targets (exit 1 if one is missed)."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--batches", type=int, default=300)
     args = parser.parse_args(argv)

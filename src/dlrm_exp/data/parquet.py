@@ -54,6 +54,7 @@ class Rows:
 
     @staticmethod
     def concat(parts: list["Rows"]) -> "Rows":
+        """The rows of ``parts`` one after the other (``parts[0]`` itself when alone)."""
         if len(parts) == 1:
             return parts[0]
         features = range(len(parts[0].values))
@@ -65,6 +66,8 @@ class Rows:
         )
 
     def slice(self, start: int, stop: int) -> "Rows":
+        """Rows ``[start, stop)`` (``stop`` past the end: to the end), views of the arrays;
+        each feature's values cut at the summed lengths before ``start`` and ``stop``."""
         values = []
         for v, lengths in zip(self.values, self.lengths, strict=True):
             lo = int(lengths[:start].sum())

@@ -12,7 +12,7 @@ Narasayya, "Towards estimation error guarantees for distinct values", PODS 2000)
 
 import math
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -61,20 +61,6 @@ class ColumnStats:
     log1p: bool = False
     num_embeddings: int | None = None
     id_policy: str | None = None
-
-
-@dataclass
-class ScanResult:
-    """The sample and its columns, in file order."""
-
-    files: list[str]
-    total_rows: int
-    sample_rows: int
-    columns: list[ColumnStats] = field(default_factory=list)
-
-    @property
-    def label(self) -> ColumnStats:
-        return next(c for c in self.columns if c.role == "label")
 
 
 def read_sample(files: list[Path], sample_rows: int) -> tuple[pa.Table, int]:
