@@ -15,7 +15,7 @@ from dlrm_exp.config import (
     ParquetDataConfig,
     SparseFeature,
 )
-from dlrm_exp.data import load_splits, split_batches
+from dlrm_exp.data import load_splits
 from dlrm_exp.data.id_policy import string_hash64, to_rows
 from dlrm_exp.errors import ConfigError, DataError
 
@@ -63,7 +63,7 @@ def config(path, sch=None, **kwargs) -> ParquetDataConfig:
 
 
 def all_rows(split, keys, world_size=1, rank=0, seed=None, batch_size=100):
-    return list(split_batches(split, batch_size, rank, world_size, keys, seed))
+    return list(split.batches(batch_size, rank, world_size, keys, seed))
 
 
 def test_schema_tables_shared_and_rules():

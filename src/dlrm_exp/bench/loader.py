@@ -18,7 +18,7 @@ from pathlib import Path
 from dlrm_exp.bench.targets import Target, report
 from dlrm_exp.bench.training import compose_config, framework_run
 from dlrm_exp.config import Config
-from dlrm_exp.data import iter_batches, load_splits, split_batches
+from dlrm_exp.data import iter_batches, load_splits
 from dlrm_exp.data.criteo_format import write_criteo_tsv
 from dlrm_exp.data.preprocess.convert import preprocess_files
 from dlrm_exp.distributed.launch import process_group
@@ -34,7 +34,7 @@ def batches_per_sec(cfg: Config, max_batches: int) -> float:
     keys = cfg.model.feature_names
     start = time.perf_counter()
     count = 0
-    for _ in split_batches(splits.train, cfg.train.batch_size, 0, 1, keys):
+    for _ in splits.train.batches(cfg.train.batch_size, 0, 1, keys):
         count += 1
         if count == max_batches:
             break

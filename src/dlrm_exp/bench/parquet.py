@@ -38,11 +38,11 @@ ROW_GROUP = 16384
 _STREAM_EPOCH = """
 import json, sys
 from dlrm_exp.config import ParquetDataConfig, load_schema_file
-from dlrm_exp.data import load_splits, split_batches
+from dlrm_exp.data import load_splits
 cfg = ParquetDataConfig(path=sys.argv[1], schema=load_schema_file(sys.argv[2]),
                         val_fraction=0.0, test_fraction=0.0)
 split = load_splits(cfg, [], 13, 0).train
-rows = sum(len(b.labels) for b in split_batches(split, 2048, 0, 1, cfg.schema.feature_names))
+rows = sum(len(b.labels) for b in split.batches(2048, 0, 1, cfg.schema.feature_names))
 # VmHWM: this interpreter's peak (ru_maxrss would keep the forking parent's across exec)
 hwm = next(l for l in open("/proc/self/status") if l.startswith("VmHWM:")).split()[1]
 print(json.dumps({"rows": rows, "peak_kib": int(hwm)}))

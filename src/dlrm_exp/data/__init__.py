@@ -10,10 +10,7 @@ the TSV parser (``preprocess/``), the splits and their record (``splits``).
 May import: config, util, errors.
 """
 
-from collections.abc import Iterator
 from dataclasses import replace
-
-from torchrec.datasets.utils import Batch
 
 from dlrm_exp.config import (
     CriteoMultiHotDataConfig,
@@ -35,7 +32,7 @@ from dlrm_exp.data.synthetic import generate
 
 __all__ = [
     "ClickData", "DataInfo", "DataSplits", "ParquetSplit", "check_input_paths", "is_generated",
-    "iter_batches", "load_splits", "per_rank_sizes", "split_batches",
+    "iter_batches", "load_splits", "per_rank_sizes",
 ]  # fmt: skip
 
 
@@ -56,27 +53,6 @@ def check_input_paths(cfg: DataConfig) -> None:
     resolve = resolve_parquet_paths if isinstance(cfg, ParquetDataConfig) else resolve_paths
     for key, paths in cfg.input_paths().items():
         resolve(paths, key)
-
-
-def split_batches(
-    data: "ClickData | ParquetSplit",
-    batch_size: int,
-    rank: int,
-    world_size: int,
-    keys: list[str],
-    shuffle_seed: tuple[int, ...] | None = None,
-    slices: int = 1,
-) -> Iterator[Batch]:
-    """This rank's batches of a split, in memory (:func:`iter_batches`) or streamed from
-    Parquet (:meth:`ParquetSplit.batches`); see those for the order and the rank's rows.
-
-    ``slices``: the batches ``world_size * slices`` ranks of ``batch_size / slices`` rows
-    would take, this rank's ``slices`` of them concatenated per step (``iter_batches`` deals
-    that way already; Parquet shares are contiguous per rank, so it must be asked).
-    """
-    if isinstance(data, ParquetSplit):
-        return data.batches(batch_size, rank, world_size, keys, shuffle_seed, slices)
-    return iter_batches(data, batch_size, rank, world_size, keys, shuffle_seed)
 
 
 def load_splits(cfg: DataConfig, table_sizes: list[int], num_dense: int, seed: int) -> DataSplits:

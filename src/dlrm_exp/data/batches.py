@@ -43,6 +43,21 @@ class ClickData:
     def __len__(self) -> int:
         return int(self.labels.shape[0])
 
+    def batches(
+        self,
+        batch_size: int,
+        rank: int,
+        world_size: int,
+        keys: list[str],
+        shuffle_seed: tuple[int, ...] | None = None,
+        slices: int = 1,
+    ) -> Iterator[Batch]:
+        """This rank's batches (:func:`iter_batches`). The interface every split has
+        (:class:`~dlrm_exp.data.parquet.ParquetSplit` too); ``slices`` needs nothing here:
+        a rank's batch of ``world_size * slices`` parts is already its ``slices`` parts one
+        after the other."""
+        return iter_batches(self, batch_size, rank, world_size, keys, shuffle_seed)
+
     def rows(self, start: int, stop: int) -> "ClickData":
         """Rows ``[start, stop)`` as a view (of the tensors, or of memory-mapped days)."""
 

@@ -18,7 +18,6 @@ from dlrm_exp.data import (
     check_input_paths,
     is_generated,
     load_splits,
-    split_batches,
 )
 from dlrm_exp.distributed.launch import DistContext, init_worker, launch_workers, needs_launch
 from dlrm_exp.factories.experiment import Experiment, TrainWrapper, build_experiment, build_module
@@ -100,6 +99,6 @@ def rank_batches(
 ) -> Iterator[Batch]:
     """This rank's batches of ``data`` (``train.batch_size`` rows each); ``seed`` (seed, epoch)
     shuffles the order of full batches; ``slices``: see
-    :func:`~dlrm_exp.data.split_batches` (``mode=verify``'s reference)."""
+    :meth:`~dlrm_exp.data.parquet.ParquetSplit.batches` (``mode=verify``'s reference)."""
     keys = cfg.model.feature_names
-    return split_batches(data, cfg.train.batch_size, ctx.rank, ctx.world_size, keys, seed, slices)
+    return data.batches(cfg.train.batch_size, ctx.rank, ctx.world_size, keys, seed, slices)
