@@ -10,8 +10,10 @@ import pytest
 
 from dlrm_exp.config import (
     DenseColumn,
+    EvictionPolicy,
     FeatureSchema,
     IdPolicy,
+    ManagedCollision,
     ParquetDataConfig,
     SparseFeature,
 )
@@ -68,13 +70,24 @@ def all_rows(split, keys, world_size=1, rank=0, seed=None, batch_size=100):
 
 def test_schema_tables_shared_and_rules():
     s = schema()
-    assert s.tables() == [("t_user", 100, ["user"]), ("t_item", 100, ["item", "recent"])]
+    assert [(t.name, t.num_embeddings, t.feature_names) for t in s.tables()] == [
+        ("t_user", 100, ["user"]),
+        ("t_item", 100, ["item", "recent"]),
+    ]
     with pytest.raises(ConfigError, match="disagree on num_embeddings"):
         schema(recent=SparseFeature(column="recent", num_embeddings=7, table="t_item"))
     with pytest.raises(ConfigError, match=r"column\(s\) \['item'\] more than once"):
         schema(other=SparseFeature(column="item", num_embeddings=5))
-    with pytest.raises(ConfigError, match="managed_collision is not implemented yet"):
-        schema(user=SparseFeature("user", 100, id_policy=IdPolicy.managed_collision))
+    mc = IdPolicy.managed_collision
+    with pytest.raises(ConfigError, match="t_item disagree on managed collision"):
+        schema(recent=SparseFeature("recent", 100, table="t_item", id_policy=mc))
+    with pytest.raises(ConfigError, match="user.num_embeddings must be at least 2"):
+        schema(user=SparseFeature("user", 1, id_policy=mc))
+    with pytest.raises(ConfigError, match="user.eviction_interval must be positive"):
+        schema(user=SparseFeature("user", 100, id_policy=mc, eviction_interval=0))
+    managed = schema(user=SparseFeature("user", 100, id_policy=mc, eviction_interval=4))
+    assert managed.tables()[0].managed_collision == ManagedCollision(EvictionPolicy.lfu, 4)
+    assert managed.tables()[1].managed_collision is None
     with pytest.raises(ConfigError, match="at least one column"):
         FeatureSchema(label="click", sparse={"u": SparseFeature("u", 3)})
 
@@ -121,6 +134,12 @@ def test_modulo_hash_is_stable_and_strict_refuses_with_counts():
         to_rows(pa.array([3, 4, -1, 0]), IdPolicy.strict, 4, "a.parquet: column 'x'")
     with pytest.raises(DataError, match="holds strings, but id_policy=strict"):
         to_rows(pa.array(["a"]), IdPolicy.strict, 4, "f")
+    # managed_collision: the same hash, kept to 63 bits (the managed-collision module's raw
+    # ids), not reduced to the table's rows.
+    managed = to_rows(pa.array(raw, pa.int64()), IdPolicy.managed_collision, 97, "f")
+    assert managed.tolist() == [splitmix64_reference(x % 2**64) % (2**63 - 1) for x in raw]
+    named = to_rows(pa.array(["u1"]), IdPolicy.managed_collision, 97, "f")
+    assert named.tolist() == [string_hash_reference("u1") % (2**63 - 1)]
 
 
 def test_values_lists_shared_table_and_nulls(tmp_path):

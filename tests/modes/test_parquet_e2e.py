@@ -124,6 +124,13 @@ def test_plan_mode_and_refusals_at_compose_time(toy, cli_here):
     assert "Traceback" not in missing.stderr
     mismatch = cli_here(overrides(root, "data.schema.sparse.item.num_embeddings=7"))
     assert mismatch.returncode != 0 and "disagree on num_embeddings" in mismatch.stderr
+    managed = "data.schema.sparse.user_id.id_policy=managed_collision"
+    planned = cli_here(overrides(root, "mode=plan", "hardware.nproc_per_node=2", managed))
+    assert planned.returncode == 0, planned.stderr[-2000:]
+    assert re.search(r"^t_user_id\s*\|\s*row_wise", planned.stdout, re.M), planned.stdout
+    verify = cli_here(overrides(root, "mode=verify", managed))
+    assert verify.returncode != 0 and "Traceback" not in verify.stderr
+    assert "mode=verify cannot check managed-collision tables (t_user_id)" in verify.stderr
 
 
 def test_verify_two_processes_matches_the_unsharded_reference(toy, tmp_path):
@@ -162,3 +169,85 @@ def test_resume_with_shuffled_row_groups_is_exact(toy, tmp_path):
     )
     assert whole.steps == resumed.steps == 26
     assert resumed.val == whole.val and resumed.test == whole.test
+
+
+#: ``user_id`` under managed collision: 256 rows for the toy's 2,000 raw ids, so its module
+#: evicts every step; asked table-wise (the table runs row-wise, recorded), checkpoints every
+#: 8 steps.
+MANAGED = [
+    "data.schema.sparse.user_id.id_policy=managed_collision",
+    "data.schema.sparse.user_id.num_embeddings=256",
+    "sharding=tablewise",
+    "train.checkpoint_every_n_steps=8",
+]
+MANAGED_RUN = two_process_job("parquet-managed", MANAGED, prepare=_prepare_two_process)
+#: The same job resumed from the first one's step 8 checkpoint.
+MANAGED_RESUMED = two_process_job(
+    "parquet-managed-resumed",
+    MANAGED,
+    prepare=lambda root: [
+        *_prepare_two_process(root),
+        f"train.resume={root / MANAGED_RUN / 'checkpoints' / 'step_8'}",
+    ],
+)
+
+
+def _id_rows(checkpoint, raw_ids):
+    """The rows ``t_user_id``'s managed-collision module (as saved in ``checkpoint``, both
+    ranks' shares) gives ``raw_ids``: an id without a row of its own gets -1."""
+    from torch.distributed.checkpoint.format_utils import dcp_to_torch_save
+
+    saved = checkpoint.parent / (checkpoint.name + ".pt")
+    dcp_to_torch_save(str(checkpoint), str(saved))
+    state = torch.load(saved, weights_only=True)["model"]
+    prefix = next(k for k in state if k.endswith("t_user_id._mch_sorted_raw_ids"))[
+        : -len("_mch_sorted_raw_ids")
+    ]
+    raw, rows = state[prefix + "_mch_sorted_raw_ids"], state[prefix + "_mch_remapped_ids_mapping"]
+    held = raw != torch.iinfo(torch.int64).max
+    lookup = dict(zip(raw[held].tolist(), rows[held].tolist(), strict=True))
+    return [lookup.get(i, -1) for i in raw_ids.tolist()]
+
+
+def test_managed_collision_resumes_with_its_id_mapping(two_process_runs):
+    """Two ranks, one managed-collision table: each rank keeps 127 raw ids (its last row is
+    shared by the rest); resumed from step 8, the run ends bitwise where the uninterrupted
+    one did, and the same raw ids hit the same rows."""
+    from dlrm_exp.config import IdPolicy
+    from dlrm_exp.data.id_policy import to_rows
+
+    whole, resumed = two_process_runs[MANAGED_RUN], two_process_runs[MANAGED_RESUMED]
+    assert whole.metrics.managed_rows_held == {"t_user_id": 254}
+    assert whole.metrics.table_rows == {"t_user_id": 256, "t_item": 1000, "t_tags": 500}
+    assert [s["ran"] for s in whole.metrics.substitutions] == ["row_wise/fused"]
+    assert whole.metrics.val["auroc"] > 0.55
+    assert resumed.metrics.steps == whole.metrics.steps == 26
+    assert resumed.metrics.val == whole.metrics.val and resumed.metrics.test == whole.metrics.test
+    data = pq.read_table(whole.run_dir.parent / "parquet_toy" / "toy.parquet", columns=["user_id"])
+    raw = to_rows(data.column("user_id").combine_chunks(), IdPolicy.managed_collision, 256, "")
+    final = "checkpoints/step_26"
+    rows = _id_rows(whole.run_dir / final, raw)
+    assert rows == _id_rows(resumed.run_dir / final, raw)
+    hits = [r for r in rows if r >= 0]
+    assert len(set(hits)) == 254 and len(hits) > len(rows) // 4  # frequent ids hold rows
+    assert rows != _id_rows(whole.run_dir / "checkpoints/step_8", raw)  # the mapping moved
+
+
+def test_a_sweep_over_id_policies_reports_table_rows(toy, tmp_path, cli_here):
+    """``sharding=auto`` may place the managed-collision table row-wise: nothing substituted."""
+    root, _ = toy
+    args = overrides(root, "data.schema.sparse.user_id.num_embeddings=256", "train.max_steps=8")
+    result = cli_here(
+        ["-m", *args, "data.schema.sparse.user_id.id_policy=modulo,managed_collision",
+         f"hydra.sweep.dir={tmp_path}"]
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr[-2000:]
+    table = (tmp_path / "summary.md").read_text().splitlines()
+    header = [c.strip() for c in table[0].split("|")]
+    rows = {line.split("|")[1].strip(): [c.strip() for c in line.split("|")] for line in table[2:4]}
+    modulo = rows["data.schema.sparse.user_id.id_policy=modulo"]
+    managed = rows["data.schema.sparse.user_id.id_policy=managed_collision"]
+    at = header.index("table rows"), header.index("MC rows held"), header.index("val AUROC")
+    assert modulo[at[0]] == managed[at[0]] == "1,756"
+    assert modulo[at[1]] == "n/a" and managed[at[1]] == "255"
+    assert float(modulo[at[2]]) > 0.5 and float(managed[at[2]]) > 0.5

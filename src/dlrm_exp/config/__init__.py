@@ -36,7 +36,9 @@ from dlrm_exp.config.hardware import Backend, ComputeDevice, HardwareConfig
 from dlrm_exp.config.model import (
     EmbeddingDataType,
     EmbeddingTable,
+    EvictionPolicy,
     InteractionType,
+    ManagedCollision,
     ModelConfig,
     feature_names,
     table_name,
@@ -107,6 +109,8 @@ __all__ = [
     "HardwareConfig",
     "EmbeddingDataType",
     "EmbeddingTable",
+    "EvictionPolicy",
+    "ManagedCollision",
     "DenseColumn",
     "FeatureSchema",
     "IdPolicy",

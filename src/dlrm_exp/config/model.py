@@ -37,6 +37,40 @@ class EmbeddingDataType(Enum):
         return 4 if self is EmbeddingDataType.fp32 else 2
 
 
+class EvictionPolicy(Enum):
+    """Which raw ids keep their rows when a managed-collision table is full: TorchRec's
+    ``LFU_EvictionPolicy`` (most frequent), ``LRU_EvictionPolicy`` (most recent) or
+    ``DistanceLFU_EvictionPolicy`` (frequency discounted by the steps since last seen)."""
+
+    lfu = "lfu"
+    lru = "lru"
+    distance_lfu = "distance_lfu"
+
+
+#: Raw ids handed to a managed-collision table lie in ``[0, MANAGED_ID_RANGE)``: TorchRec's
+#: ``MCHManagedCollisionModule`` default ``input_hash_size`` (2**63 - 1), which keeps clear of
+#: its empty-slot marker ``torch.iinfo(torch.int64).max``.
+MANAGED_ID_RANGE = 2**63 - 1
+
+
+@dataclass
+class ManagedCollision:
+    """A table whose raw ids are mapped to rows by TorchRec's ``MCHManagedCollisionModule``
+    (``id_policy=managed_collision``): its ``num_embeddings - 1`` rows belong to the raw ids
+    the eviction policy keeps, the last row is shared by every other id.
+
+    Attributes:
+        eviction_policy: see :class:`EvictionPolicy`.
+        eviction_interval: training steps between evictions (TorchRec's ``eviction_interval``):
+            the ids seen since the last one compete for rows. Resume is exact when
+            ``train.checkpoint_every_n_steps`` is a multiple of it (the ids seen since the last
+            eviction are not checkpointed; TorchRec keeps them in a non-persistent buffer).
+    """
+
+    eviction_policy: EvictionPolicy = EvictionPolicy.lfu
+    eviction_interval: int = 1
+
+
 @dataclass
 class EmbeddingTable:
     """One embedding table of a model built from a feature schema (``data.schema``).
@@ -45,11 +79,13 @@ class EmbeddingTable:
         name: the table name (TorchRec's ``EmbeddingBagConfig.name``).
         num_embeddings: rows.
         feature_names: the sparse features that look it up (several share one table).
+        managed_collision: set when its features use ``id_policy=managed_collision``.
     """
 
     name: str = MISSING
     num_embeddings: int = MISSING
     feature_names: list[str] = MISSING
+    managed_collision: ManagedCollision | None = None
 
 
 class InteractionType(Enum):
@@ -210,6 +246,12 @@ class ModelConfig:
         if self.tables:
             return [list(t.feature_names) for t in self.tables]
         return [[f] for f in self.feature_names]
+
+    @property
+    def managed_tables(self) -> dict[str, ManagedCollision]:
+        """``{table: its managed-collision settings}`` for the tables whose ids
+        ``MCHManagedCollisionModule`` maps (``id_policy=managed_collision``); empty otherwise."""
+        return {t.name: t.managed_collision for t in self.tables if t.managed_collision}
 
     @property
     def table_names(self) -> list[str]:

@@ -15,7 +15,7 @@ from dlrm_exp.config.data import (
     ParquetDataConfig,
 )
 from dlrm_exp.config.hardware import ComputeDevice, HardwareConfig
-from dlrm_exp.config.model import EmbeddingTable, ModelConfig
+from dlrm_exp.config.model import ModelConfig
 from dlrm_exp.config.modes import (
     CHECKPOINT_MODES,
     EvalSplit,
@@ -64,6 +64,7 @@ class Config:
         :class:`~dlrm_exp.errors.ConfigError`)."""
         self._apply_feature_schema()
         self._check_checkpoint_given()
+        self._check_managed_collision_mode()
         self._check_predict_data()
         self._check_preprocess_inputs()
         self._check_schema_scan_path()
@@ -93,10 +94,20 @@ class Config:
                 )
         self.model = replace(
             self.model,
-            tables=[
-                EmbeddingTable(name, rows, features) for name, rows, features in schema.tables()
-            ],
+            tables=schema.tables(),
             num_dense_features=schema.num_dense,
+        )
+
+    def _check_managed_collision_mode(self) -> None:
+        """``mode=verify`` compares the sharded model with an unsharded reference step by step;
+        a managed-collision table maps ids per rank (each rank keeps its own share of the
+        ids), so no unsharded model computes the same rows."""
+        managed = sorted(self.model.managed_tables)
+        require(
+            not (managed and self.mode is Mode.verify),
+            f"mode=verify cannot check managed-collision tables ({', '.join(managed)}): each "
+            "rank maps its own share of the raw ids, which an unsharded reference does not; "
+            "verify the layout with id_policy=modulo",
         )
 
     def _check_checkpoint_given(self) -> None:

@@ -16,6 +16,7 @@ from pathlib import Path
 from omegaconf import MISSING, OmegaConf
 
 from dlrm_exp.config.checks import require
+from dlrm_exp.config.model import EmbeddingTable, EvictionPolicy, ManagedCollision
 
 #: Feature and table names: TorchRec makes module and parameter names of them.
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
@@ -30,8 +31,11 @@ class IdPolicy(Enum):
       polynomial hash of their UTF-8 bytes finished by SplitMix64, see
       :mod:`dlrm_exp.data.id_policy`; the same on every process, run and machine) modulo
       ``num_embeddings``: the hashing trick of TorchRec's Criteo pipeline.
-    - ``managed_collision``: TorchRec's managed-collision module (MCH), which gives frequent
-      raw ids their own rows. Not implemented yet: refused at compose time.
+    - ``managed_collision``: TorchRec's ``MCHManagedCollisionModule`` maps the ids (hashed to
+      63 bits as under ``modulo``, so raw ids spread evenly over the ranks) to rows: the ids
+      its eviction policy keeps get a row each, all others share the table's last row. The
+      mapping is part of the model's state (checkpoints, resume, export); the table is sharded
+      ``row_wise`` (the only type TorchRec's managed-collision sharder offers).
     """
 
     strict = "strict"
@@ -67,6 +71,9 @@ class SparseFeature:
         id_policy: see :class:`IdPolicy`.
         pooling_factor: mean ids per row, for the planner's cost estimates (null: 1;
             ``mode=schema`` writes the measured mean of a list feature).
+        eviction_policy / eviction_interval: with ``id_policy=managed_collision``, see
+            :class:`~dlrm_exp.config.model.ManagedCollision` (features sharing a table must
+            agree).
     """
 
     column: str = MISSING
@@ -75,6 +82,15 @@ class SparseFeature:
     multi_hot: bool = False
     id_policy: IdPolicy = IdPolicy.modulo
     pooling_factor: float | None = None
+    eviction_policy: EvictionPolicy = EvictionPolicy.lfu
+    eviction_interval: int = 1
+
+    @property
+    def managed_collision(self) -> ManagedCollision | None:
+        """The managed-collision settings under ``id_policy=managed_collision``, else None."""
+        if self.id_policy is not IdPolicy.managed_collision:
+            return None
+        return ManagedCollision(self.eviction_policy, self.eviction_interval)
 
     @property
     def pooling(self) -> float:
@@ -94,8 +110,9 @@ class FeatureSchema:
 
     Raises:
         ConfigError: (at compose time) a column named twice, no sparse feature, a table whose
-            features disagree on ``num_embeddings``, a non-positive ``num_embeddings``, or
-            ``id_policy=managed_collision``.
+            features disagree on ``num_embeddings`` or on managed collision, a non-positive
+            ``num_embeddings`` or ``eviction_interval``, or a managed-collision table of fewer
+            than 2 rows.
     """
 
     label: str = MISSING
@@ -133,9 +150,13 @@ class FeatureSchema:
                 f"{key}.pooling_factor must be positive or null, got {feature.pooling_factor}",
             )
             require(
-                feature.id_policy is not IdPolicy.managed_collision,
-                f"{key}.id_policy=managed_collision is not implemented yet: use modulo "
-                "(hashed ids) or strict (ids already in [0, num_embeddings))",
+                feature.eviction_interval > 0,
+                f"{key}.eviction_interval must be positive, got {feature.eviction_interval}",
+            )
+            require(
+                feature.managed_collision is None or feature.num_embeddings >= 2,
+                f"{key}.num_embeddings must be at least 2 under id_policy=managed_collision "
+                "(the last row is shared by the ids without a row of their own)",
             )
             table = self.table_of(name)
             known = sizes.setdefault(table, feature.num_embeddings)
@@ -144,6 +165,17 @@ class FeatureSchema:
                 f"features sharing table {table} disagree on num_embeddings ({known} and "
                 f"{feature.num_embeddings} at {key}.num_embeddings): give them the same rows",
             )
+            first = self.sparse[self.table_features(table)[0]]
+            require(
+                first.managed_collision == feature.managed_collision,
+                f"features sharing table {table} disagree on managed collision (at {key}: "
+                "id_policy, eviction_policy, eviction_interval): one module maps a table's "
+                "ids, so give them the same settings",
+            )
+
+    def table_features(self, table: str) -> list[str]:
+        """The features that look up ``table``, in schema order."""
+        return [name for name in self.sparse if self.table_of(name) == table]
 
     def table_of(self, feature: str) -> str:
         """The table ``feature`` looks up: its ``table``, else ``t_<feature>``."""
@@ -164,15 +196,19 @@ class FeatureSchema:
         """The sparse feature keys in the model's order: table by table (in the order of each
         table's first feature), a table's features in schema order; the order of the batch's
         ``KeyedJaggedTensor`` keys and of ``model.feature_names``."""
-        return [f for _, _, features in self.tables() for f in features]
+        return [f for table in self.tables() for f in table.feature_names]
 
-    def tables(self) -> list[tuple[str, int, list[str]]]:
-        """``(table, num_embeddings, [feature, ...])`` per table, in the order of each table's
-        first feature."""
-        out: dict[str, tuple[int, list[str]]] = {}
+    def tables(self) -> list[EmbeddingTable]:
+        """The model's tables, in the order of each table's first feature."""
+        out: dict[str, EmbeddingTable] = {}
         for name, feature in self.sparse.items():
-            out.setdefault(self.table_of(name), (feature.num_embeddings, []))[1].append(name)
-        return [(table, rows, features) for table, (rows, features) in out.items()]
+            table = self.table_of(name)
+            if table not in out:
+                out[table] = EmbeddingTable(
+                    table, feature.num_embeddings, [], feature.managed_collision
+                )
+            out[table].feature_names.append(name)
+        return list(out.values())
 
 
 def load_schema_file(path: str | Path) -> FeatureSchema:

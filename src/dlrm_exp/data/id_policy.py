@@ -6,12 +6,18 @@ splittable pseudorandom number generators", OOPSLA 2014); strings by a polynomia
 UTF-8 bytes, ``sum(b_i * P**i) mod 2**64`` with ``P`` the 64-bit FNV prime, mixed with the
 length and finished by SplitMix64 (see :func:`string_hash64`), vectorized over Arrow's buffers.
 The same id gives the same row on every rank, run and machine.
+
+``managed_collision`` hashes the same way but keeps 63 bits
+(:data:`~dlrm_exp.config.model.MANAGED_ID_RANGE`) instead of taking the modulo: those are the
+raw ids TorchRec's ``MCHManagedCollisionModule`` maps to rows, spread evenly over its input
+range, which row-wise sharding splits between the ranks.
 """
 
 import numpy as np
 import pyarrow as pa
 
 from dlrm_exp.config import IdPolicy
+from dlrm_exp.config.model import MANAGED_ID_RANGE
 from dlrm_exp.errors import DataError
 from dlrm_exp.util.hashing import splitmix64
 
@@ -62,12 +68,15 @@ def is_id_type(arrow_type: pa.DataType) -> bool:
 
 
 def to_rows(ids: pa.Array, policy: IdPolicy, num_embeddings: int, where: str) -> np.ndarray:
-    """Table rows (N,) int64 of non-null ``ids`` (integers or strings) under ``policy``.
+    """Table rows (N,) int64 of non-null ``ids`` (integers or strings) under ``policy`` (raw
+    ids under ``managed_collision``).
 
     Args:
         ids: the ids, without nulls.
-        policy: ``strict`` (integer ids in ``[0, num_embeddings)``) or ``modulo`` (stable hash
-            modulo ``num_embeddings``).
+        policy: ``strict`` (integer ids in ``[0, num_embeddings)``), ``modulo`` (stable hash
+            modulo ``num_embeddings``) or ``managed_collision`` (the stable hash modulo
+            :data:`~dlrm_exp.config.model.MANAGED_ID_RANGE`: raw ids for the table's
+            managed-collision module, which maps them to rows).
         num_embeddings: rows of the table.
         where: ``"<file>: column <c>"``, for the error.
 
@@ -98,4 +107,6 @@ def to_rows(ids: pa.Array, policy: IdPolicy, num_embeddings: int, where: str) ->
     else:
         raw = ids.to_numpy(zero_copy_only=False).astype(np.int64, copy=False)
         hashed = splitmix64(raw.view(np.uint64))
+    if policy is IdPolicy.managed_collision:
+        return (hashed % np.uint64(MANAGED_ID_RANGE)).astype(np.int64)
     return (hashed % np.uint64(num_embeddings)).astype(np.int64)

@@ -6,9 +6,10 @@ TorchRec's stock ``EmbeddingBagCollectionSharder`` offers ``row_wise``, ``table_
 """
 
 from torchrec.distributed.embeddingbag import EmbeddingBagCollectionSharder
-from torchrec.distributed.types import QuantizedCommCodecs, ShardingType
+from torchrec.distributed.types import ModuleSharder, QuantizedCommCodecs, ShardingType
 
 from dlrm_exp.config import QCommsConfig
+from dlrm_exp.distributed.managed_collision import managed_collision_sharder
 from dlrm_exp.distributed.qcomms import build_qcomm_codecs_registry
 
 _CPU_EXTRA_TYPES = (ShardingType.ROW_WISE, ShardingType.TABLE_ROW_WISE, ShardingType.GRID_SHARD)
@@ -38,9 +39,11 @@ def build_sharder(
     )
 
 
-def job_sharder(
-    qcomms: QCommsConfig, stochastic_rounding: bool
-) -> CpuEmbeddingBagCollectionSharder:
-    """The EBC sharder with the codecs of the ``qcomms`` group and
-    ``optimizer.stochastic_rounding``."""
-    return build_sharder(build_qcomm_codecs_registry(qcomms), stochastic_rounding)
+def job_sharders(qcomms: QCommsConfig, stochastic_rounding: bool) -> list[ModuleSharder]:
+    """The job's sharders, with the codecs of the ``qcomms`` group and
+    ``optimizer.stochastic_rounding``: the EBC sharder first (its ``sharding_types`` are what
+    the planner offers), then the managed-collision EBC sharder of ``id_policy=
+    managed_collision`` tables (:mod:`dlrm_exp.distributed.managed_collision`), which shards
+    their tables with it."""
+    ebc = build_sharder(build_qcomm_codecs_registry(qcomms), stochastic_rounding)
+    return [ebc, managed_collision_sharder(ebc)]

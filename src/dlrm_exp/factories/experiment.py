@@ -22,7 +22,7 @@ from torchrec.optim.keyed import CombinedOptimizer
 from dlrm_exp.config import Config, OnNonFinite
 from dlrm_exp.distributed.launch import DistContext
 from dlrm_exp.distributed.qcomms import effective_qcomms, qcomms_substitution
-from dlrm_exp.distributed.sharder import job_sharder
+from dlrm_exp.distributed.sharder import job_sharders
 from dlrm_exp.factories.interaction import apply_symmetric_interaction, interaction_substitution
 from dlrm_exp.factories.lr_schedule import LRSchedule
 from dlrm_exp.factories.model import build_model
@@ -36,6 +36,7 @@ from dlrm_exp.factories.optim import (
 from dlrm_exp.factories.pipeline import build_pipeline
 from dlrm_exp.factories.precision import apply_dense_precision
 from dlrm_exp.factories.table_init import init_tables
+from dlrm_exp.planning.constraints import managed_collision_substitution
 from dlrm_exp.planning.job import optimizer_substitution, plan_job
 from dlrm_exp.planning.tables import META, table_configs, table_weight_dtypes
 from dlrm_exp.util.substitution import Substitution
@@ -92,7 +93,7 @@ def build_module(
     """The unsharded DLRM (tables on meta, dense part on ``dense_device``, computing in
     ``train.dense_precision``) with the sparse optimizer attached for fusion into backward:
     the input of planning and sharding."""
-    module = build_model(cfg.model, dense_device=dense_device)
+    module = build_model(cfg.model, dense_device=dense_device, world_size=cfg.hardware.world_size)
     apply_dense_precision(module, cfg.train.dense_precision, cfg.hardware.compute_device.value)
     if cfg.train.symmetric_interaction:
         apply_symmetric_interaction(module)
@@ -126,12 +127,10 @@ def build_experiment(
     if skip_nonfinite:
         wrap = SkipNonFiniteDLRMTrain.around
     module = build_module(cfg, ctx.device, wrap)
-    sharder = job_sharder(cfg.qcomms, cfg.optimizer.stochastic_rounding)
+    sharders = job_sharders(cfg.qcomms, cfg.optimizer.stochastic_rounding)
     if plan is None:
-        plan = plan_job(cfg, module, ctx, sharder).plan
-    model = DistributedModelParallel(
-        module=module, device=ctx.device, plan=plan, sharders=[sharder]
-    )
+        plan = plan_job(cfg, module, ctx, sharders).plan
+    model = DistributedModelParallel(module=module, device=ctx.device, plan=plan, sharders=sharders)
     init_tables(model, table_configs(cfg.model), cfg.seed)
     if skip_nonfinite:
         install_gradient_guards(model)
@@ -145,6 +144,7 @@ def build_experiment(
         optimizer_substitution(cfg),
         rounding_substitution(cfg.model, cfg.optimizer, cfg.hardware.compute_device),
         interaction_substitution(cfg.model, cfg.train.symmetric_interaction),
+        managed_collision_substitution(cfg.sharding, set(cfg.model.managed_tables)),
     )
     return Experiment(
         model,

@@ -13,11 +13,15 @@ from torchrec.models.dlrm import DLRM, DLRM_DCN, DLRM_Projection, DLRMTrain
 from torchrec.modules.embedding_modules import EmbeddingBagCollection
 
 from dlrm_exp.config import InteractionType, ModelConfig
+from dlrm_exp.factories.managed_collision import managed_sparse_arch
 from dlrm_exp.planning.tables import META, table_configs
 
 
 def build_model(
-    cfg: ModelConfig, dense_device: torch.device, table_device: torch.device = META
+    cfg: ModelConfig,
+    dense_device: torch.device,
+    table_device: torch.device = META,
+    world_size: int = 1,
 ) -> DLRMTrain:
     """Build ``DLRMTrain(DLRM | DLRM_DCN | DLRM_Projection)`` with its tables on meta.
 
@@ -27,10 +31,13 @@ def build_model(
             build nothing at all, e.g. for planning only).
         table_device: where the tables are built: meta (default; sharding materializes the
             shards), or a real device for one unsharded model (``mode=export``).
+        world_size: the ranks the model will be sharded over (managed-collision tables split
+            their raw-id range into one bucket per rank).
 
     The module's input is a TorchRec ``Batch``: ``dense_features`` (B, num_dense_features)
     float32, ``sparse_features`` a ``KeyedJaggedTensor`` over ``cat_0..cat_{F-1}`` and
-    ``labels`` (B,) float32.
+    ``labels`` (B,) float32. Managed-collision tables get the sparse arch of
+    :mod:`dlrm_exp.factories.managed_collision`.
 
     Returns:
         ``DLRMTrain``, whose forward returns ``(loss, (loss, logits (B,), labels (B,)))`` with
@@ -65,4 +72,8 @@ def build_model(
             )
         else:
             dlrm = DLRM(**common)
+        if cfg.managed_tables:
+            dlrm.sparse_arch = managed_sparse_arch(
+                table_configs(cfg), cfg.managed_tables, cfg.feature_names, table_device, world_size
+            )
         return DLRMTrain(dlrm)

@@ -24,11 +24,14 @@ loading (:func:`load_checkpoint`).
 
 The data position is the step: batches are a pure function of (seed, step), so resuming skips
 the batches already trained on (with another world size: the step at the same sample count,
-:func:`resume_step`). Nothing in training draws random numbers after the weights are
-initialized (no dropout, no shuffling between epochs), so no RNG state is needed to continue
-bitwise. One exception: fp16 tables on CUDA update with FBGEMM's stochastic rounding, drawn from
-torch's CUDA generator, which is not saved: such a resume continues closely, not bitwise (on
-CPU FBGEMM rounds to nearest, and resume stays bitwise).
+:func:`resume_step`). Training draws no random numbers after the weights are initialized (no
+dropout; row groups are shuffled by a seeded generator of their own) except when a
+managed-collision table evicts ids: TorchRec re-initializes the evicted rows with the table's
+``init_fn``, from torch's CPU generator, whose state each rank therefore saves
+(``rng_rank<r>.pt``) and restores on a resume with the same world size. One exception: fp16
+tables on CUDA update with FBGEMM's stochastic rounding, drawn from torch's CUDA generator,
+which is not saved: such a resume continues closely, not bitwise (on CPU FBGEMM rounds to
+nearest, and resume stays bitwise).
 """
 
 import json
@@ -197,6 +200,7 @@ def save_checkpoint(
             partial.mkdir(parents=True)
         dist.barrier()
         dcp.save(_state(model, optimizer.state_dict()), checkpoint_id=str(partial))
+        torch.save(torch.get_rng_state(), _rng_file(partial, dist.get_rank()))
         dist.barrier()
         if is_main:
             write_json_atomic(partial / STATE_FILE, {**trainer_state, "step": step})
@@ -207,6 +211,20 @@ def save_checkpoint(
                     shutil.rmtree(old, ignore_errors=True)
         dist.barrier()
     return final
+
+
+def _rng_file(path: Path, rank: int) -> Path:
+    """Where rank ``rank`` keeps torch's CPU generator state in checkpoint ``path``."""
+    return path / f"rng_rank{rank}.pt"
+
+
+def _restore_rng(path: Path, trainer_state: dict[str, Any]) -> None:
+    """Restore this rank's torch CPU generator from checkpoint ``path`` when it was written by
+    as many ranks as run now (checkpoints of earlier versions have no such file)."""
+    rank, world_size = dist.get_rank(), dist.get_world_size()
+    saved = _rng_file(path, rank)
+    if trainer_state.get("world_size") == world_size and saved.exists():
+        torch.set_rng_state(torch.load(saved, weights_only=True))
 
 
 def resolve_resume(resume: str, run_dir: Path) -> Path | None:
@@ -298,6 +316,7 @@ def load_checkpoint(
     _dcp_load(path, state)
     model.load_state_dict(state["model"])
     optimizer.load_state_dict(optim_state)  # its "state" is what DCP just filled in
+    _restore_rng(path, trainer_state)
     return trainer_state
 
 

@@ -33,6 +33,7 @@ from dlrm_exp.distributed.launch import (
     process_group,
 )
 from dlrm_exp.factories.experiment import Experiment
+from dlrm_exp.factories.managed_collision import managed_rows_held
 from dlrm_exp.factories.precision import slow_precision_warning
 from dlrm_exp.loop.checkpoint import (
     BEST,
@@ -276,6 +277,9 @@ def _run_metrics(
     memory: list[Any] = [None] * dist.get_world_size()
     dist.all_reduce(totals)
     dist.all_gather_object(memory, rank_memory_gib(run.ctx.device))
+    held = managed_rows_held(run.experiment.model)
+    held_total = torch.tensor([held[t] for t in sorted(held)], dtype=torch.int64)
+    dist.all_reduce(held_total)
     info = run.splits.info
     return RunMetrics(
         val=result.val,
@@ -314,6 +318,8 @@ def _run_metrics(
         profile=profile_files(run.job.run_dir) if run.cfg.train.profile and run.ctx.is_main else [],
         effective_qcomms=run.experiment.effective_qcomms,
         table_data_types=run.experiment.table_data_types,
+        table_rows={t.name: t.num_embeddings for t in table_configs(run.cfg.model)},
+        managed_rows_held=dict(zip(sorted(held), held_total.tolist(), strict=True)),
         substitutions=[s.to_json() for s in run.experiment.substitutions],
     )
 

@@ -5,6 +5,7 @@ from torchrec.distributed.types import CacheParams, ShardingType
 from torchrec.modules.embedding_configs import EmbeddingBagConfig
 
 from dlrm_exp.config import ComputeKernel, ShardingConfig, ShardingStrategy
+from dlrm_exp.util.substitution import Substitution
 
 
 def build_constraints(
@@ -13,6 +14,7 @@ def build_constraints(
     offered_types: list[str],
     pooling_factors: list[float] | None = None,
     fused_optimizer: bool = True,
+    managed: set[str] | None = None,
 ) -> dict[str, ParameterConstraints]:
     """``ParameterConstraints`` for every table: its sharding type and compute kernel (the
     group's, or its ``per_table_*`` override), and the ids per sample of each of its features
@@ -25,12 +27,17 @@ def build_constraints(
     fused sparse optimizer on this device (``fused_optimizer=False``: Adam on CPU, see
     :data:`dlrm_exp.config.optimizer.CPU_FUSED`), ``auto`` tables are data_parallel with the
     dense kernel, the only placement whose update does not need FBGEMM's fused kernel.
-    ``fused_uvm_caching`` gets ``CacheParams(load_factor=cache_load_factor)``.
+    ``fused_uvm_caching`` gets ``CacheParams(load_factor=cache_load_factor)``. The
+    managed-collision tables (``managed``) are ``row_wise`` with the fused kernel whatever the
+    group says: the only placement TorchRec's managed-collision sharder offers (recorded as a
+    substitution, :func:`managed_collision_substitution`).
     """
     constraints = {}
     position = 0
     for table in tables:
         kind, kernel = cfg.table_choice(table.name)
+        if table.name in (managed or set()):
+            kind, kernel = ShardingStrategy.row_wise, ComputeKernel.fused
         if kind is ShardingStrategy.auto and not fused_optimizer:
             kind, kernel = ShardingStrategy.data_parallel, ComputeKernel.dense
         if kind is ShardingStrategy.auto:
@@ -51,3 +58,23 @@ def build_constraints(
             pooling_factors=[float(p) for p in pooling] or [1.0] * count,
         )
     return constraints
+
+
+def managed_collision_substitution(cfg: ShardingConfig, managed: set[str]) -> Substitution | None:
+    """The substitution when managed-collision tables run ``row_wise`` / ``fused`` although the
+    ``sharding`` group asked another placement for them (see :func:`build_constraints`;
+    ``auto`` with the fused kernel lets the planner pick ``row_wise``: no substitution)."""
+    placed = {
+        (ShardingStrategy.row_wise, ComputeKernel.fused),
+        (ShardingStrategy.auto, ComputeKernel.fused),
+    }
+    moved = sorted(t for t in managed if cfg.table_choice(t) not in placed)
+    if not moved or cfg.sharding_type is ShardingStrategy.from_file:
+        return None
+    kind, kernel = cfg.table_choice(moved[0])
+    return Substitution(
+        "sharding",
+        f"{kind.value}/{kernel.value} for {', '.join(moved)}",
+        "row_wise/fused",
+        "TorchRec's managed-collision sharder offers only row_wise",
+    )

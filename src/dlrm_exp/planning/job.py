@@ -9,13 +9,13 @@ capacity it was planned against and, from the planner, the per-rank estimates).
 from dataclasses import dataclass, field
 
 import torch
-from torchrec.distributed.types import ShardingPlan
+from torchrec.distributed.types import ModuleSharder, ShardingPlan
 
 from dlrm_exp.config import ComputeDevice, Config, HardwareConfig, ShardingStrategy
 from dlrm_exp.config.optimizer import CPU_FUSED
 from dlrm_exp.distributed.launch import DistContext
 from dlrm_exp.distributed.qcomms import check_supported
-from dlrm_exp.distributed.sharder import CpuEmbeddingBagCollectionSharder, job_sharder
+from dlrm_exp.distributed.sharder import job_sharders
 from dlrm_exp.planning.constraints import build_constraints
 from dlrm_exp.planning.estimates import EstimateCollector, RankEstimate, rank_estimates
 from dlrm_exp.planning.plan_file import load_plan
@@ -104,7 +104,7 @@ def plan_job(
     cfg: Config,
     module: torch.nn.Module,
     ctx: DistContext | None = None,
-    sharder: CpuEmbeddingBagCollectionSharder | None = None,
+    sharders: list[ModuleSharder] | None = None,
 ) -> PlanResult:
     """Shard ``module`` (tables on the meta device) for this job with TorchRec's planner, or
     take the plan of ``sharding.plan_path`` (``sharding=from_file``).
@@ -114,7 +114,7 @@ def plan_job(
         module: the unsharded model with its sparse optimizer attached.
         ctx: the running job's place (None: plan for ``cfg.hardware`` without a process group,
             as ``mode=plan`` and the training parent do); see :func:`planning_context`.
-        sharder: the job's sharder (default: :func:`job_sharder`).
+        sharders: the job's sharders, the EBC sharder first (default: :func:`job_sharders`).
 
     Returns:
         :class:`PlanResult`: the plan and its context and storage; from the planner also the
@@ -137,7 +137,7 @@ def plan_job(
             cfg,
             module,
             target,
-            sharder or job_sharder(cfg.qcomms, cfg.optimizer.stochastic_rounding),
+            sharders or job_sharders(cfg.qcomms, cfg.optimizer.stochastic_rounding),
         )
     check_supported(cfg.qcomms, plan_sharding_types(result.plan), cfg.hardware.backend.value)
     return result
@@ -186,23 +186,28 @@ def _plan_with_planner(
     cfg: Config,
     module: torch.nn.Module,
     target: DistContext,
-    sharder: CpuEmbeddingBagCollectionSharder,
+    sharders: list[ModuleSharder],
 ) -> PlanResult:
     """TorchRec's planner over ``module`` for ``target``, with the per-rank estimates."""
     capacity = memory_capacity(cfg.hardware, target.local_world_size)
     topology = build_topology(cfg.hardware, target.world_size, target.local_world_size, capacity)
-    offered = sharder.sharding_types(cfg.hardware.compute_device.value)
+    offered = sharders[0].sharding_types(cfg.hardware.compute_device.value)
     fused = _fuses_sparse_optimizer(cfg)
     tables = table_configs(cfg.model)
     constraints = build_constraints(
-        cfg.sharding, tables, offered, cfg.data.pooling_factors(), fused_optimizer=fused
+        cfg.sharding,
+        tables,
+        offered,
+        cfg.data.pooling_factors(),
+        fused_optimizer=fused,
+        managed=set(cfg.model.managed_tables),
     )
     collector = EstimateCollector()
     planner = build_planner(topology, constraints, cfg.train.batch_size, [collector])
     plan = plan_or_explain(
         planner,
         module,
-        sharder,
+        sharders,
         lambda: _memory_message(cfg, capacity, target.world_size),
         _planner_summary(cfg, target.world_size),
     )

@@ -6,12 +6,11 @@ from collections.abc import Callable
 
 import torch
 import torch.distributed as dist
-from torchrec.distributed.embeddingbag import EmbeddingBagCollectionSharder
 from torchrec.distributed.planner import EmbeddingShardingPlanner, ParameterConstraints
 from torchrec.distributed.planner.stats import EmbeddingStats
 from torchrec.distributed.planner.storage_reservations import FixedPercentageStorageReservation
 from torchrec.distributed.planner.types import PlannerError, PlannerErrorType, Stats, Topology
-from torchrec.distributed.types import ShardingPlan
+from torchrec.distributed.types import ModuleSharder, ShardingPlan
 
 from dlrm_exp.config import EmbeddingDataType, SparseOptimizer
 from dlrm_exp.errors import InsufficientMemoryError, PlanError
@@ -111,7 +110,7 @@ def insufficient_memory_message(
 def plan_or_explain(
     planner: EmbeddingShardingPlanner,
     module: torch.nn.Module,
-    sharder: EmbeddingBagCollectionSharder,
+    sharders: list[ModuleSharder],
     explain_memory: Callable[[], str],
     constraints_summary: str = "",
 ) -> ShardingPlan:
@@ -131,7 +130,7 @@ def plan_or_explain(
     outcome: list[object] = [None]
     if not distributed or dist.get_rank() == 0:
         try:
-            outcome[0] = planner.plan(module, [sharder])
+            outcome[0] = planner.plan(module, sharders)
         except PlannerError as err:
             if err.error_type is PlannerErrorType.INSUFFICIENT_STORAGE:
                 outcome[0] = InsufficientMemoryError(explain_memory())

@@ -135,6 +135,14 @@ _RUN_METRICS = (
         False,
         lambda m: max(m.embedding_bytes_per_rank, default=None),
     ),
+    Metric("table_rows", "table rows", ",.0f", None, lambda m: sum(m.table_rows.values()) or None),
+    Metric(
+        "managed_rows_held",
+        "MC rows held",
+        ",.0f",
+        None,
+        lambda m: sum(m.managed_rows_held.values()) if m.managed_rows_held else None,
+    ),
     Metric(
         "wall_seconds",
         "wall s",

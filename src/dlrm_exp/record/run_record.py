@@ -80,6 +80,9 @@ class RunMetrics:
             (every collective FP32).
         table_data_types: each table's weight dtype as allocated (``{table: "fp16"}``), read
             back from rank 0's sharded model (``model.embedding_data_type``).
+        table_rows: each table's rows (``{table: num_embeddings}``, after the cap).
+        managed_rows_held: for each managed-collision table (``id_policy=managed_collision``),
+            the rows holding a raw id of their own at the end of training, all ranks.
         substitutions: each setting that ran other than asked, ``{"setting", "asked", "ran",
             "reason"}`` (:class:`dlrm_exp.util.substitution.Substitution`), e.g. TorchRec's
             FP16/BF16 reduce-scatter for ``qcomms=fp8``.
@@ -123,6 +126,8 @@ class RunMetrics:
     profile: list[str] = field(default_factory=list)
     effective_qcomms: dict[str, dict[str, str]] = field(default_factory=dict)
     table_data_types: dict[str, str] = field(default_factory=dict)
+    table_rows: dict[str, int] = field(default_factory=dict)
+    managed_rows_held: dict[str, int] = field(default_factory=dict)
     substitutions: list[dict[str, str]] = field(default_factory=list)
     error: str | None = None
     error_type: str | None = None

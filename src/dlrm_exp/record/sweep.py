@@ -28,7 +28,8 @@ from dlrm_exp.record.runs import RunRecord, load_runs
 CSV_METRICS = (
     "val_auroc", "test_auroc", "final_test_auroc", "best_epoch", "val_ne", "test_ne",
     "samples_per_sec", "fwd_bytes_per_step", "bwd_bytes_per_step", "step_ms_p50",
-    "matmul_peak_pct", "peak_rss_gib", "table_bytes_per_rank", "wall_seconds",
+    "matmul_peak_pct", "peak_rss_gib", "table_bytes_per_rank", "table_rows", "managed_rows_held",
+    "wall_seconds",
 )  # fmt: skip
 #: The metric columns of ``summary.md``.
 TABLE_METRICS = tuple(k for k in CSV_METRICS if k != "test_ne")
