@@ -133,6 +133,7 @@ class FeatureSchema:
             "one dense column or one sparse feature",
         )
         sizes: dict[str, int] = {}
+        managed: dict[str, ManagedCollision | None] = {}
         for name, feature in self.sparse.items():
             key = f"data.schema.sparse.{name}"
             for what, value in (("feature", name), ("table", self.table_of(name))):
@@ -165,17 +166,13 @@ class FeatureSchema:
                 f"features sharing table {table} disagree on num_embeddings ({known} and "
                 f"{feature.num_embeddings} at {key}.num_embeddings): give them the same rows",
             )
-            first = self.sparse[self.table_features(table)[0]]
+            first = managed.setdefault(table, feature.managed_collision)
             require(
-                first.managed_collision == feature.managed_collision,
+                first == feature.managed_collision,
                 f"features sharing table {table} disagree on managed collision (at {key}: "
                 "id_policy, eviction_policy, eviction_interval): one module maps a table's "
                 "ids, so give them the same settings",
             )
-
-    def table_features(self, table: str) -> list[str]:
-        """The features that look up ``table``, in schema order."""
-        return [name for name in self.sparse if self.table_of(name) == table]
 
     def table_of(self, feature: str) -> str:
         """The table ``feature`` looks up: its ``table``, else ``t_<feature>``."""

@@ -128,8 +128,9 @@ _EMPTY_SLOT = torch.iinfo(torch.int64).max
 def managed_rows_held(model: torch.nn.Module) -> dict[str, int]:
     """``{table: rows holding a raw id of their own}`` of this rank's managed-collision
     modules (sharded: this rank's share of each table; sum over the ranks for the table),
-    counted from the modules' raw-id slots (``_mch_sorted_raw_ids``, a buffer every TorchRec
-    release since 0.6 keeps). The shared miss row of each module is not counted."""
+    counted from the modules' raw-id slots (``_mch_sorted_raw_ids``, the buffer TorchRec's
+    module searches; empty slots hold ``torch.iinfo(torch.int64).max``). Each module's last
+    slot, that of its shared row, stays empty, so the shared rows are not counted."""
     held: dict[str, int] = {}
     for name, module in model.named_modules():
         if isinstance(module, MCHManagedCollisionModule):

@@ -277,9 +277,7 @@ def _run_metrics(
     memory: list[Any] = [None] * dist.get_world_size()
     dist.all_reduce(totals)
     dist.all_gather_object(memory, rank_memory_gib(run.ctx.device))
-    held = managed_rows_held(run.experiment.model)
-    held_total = torch.tensor([held[t] for t in sorted(held)], dtype=torch.int64)
-    dist.all_reduce(held_total)
+    held = _managed_rows_held(run)
     info = run.splits.info
     return RunMetrics(
         val=result.val,
@@ -319,9 +317,21 @@ def _run_metrics(
         effective_qcomms=run.experiment.effective_qcomms,
         table_data_types=run.experiment.table_data_types,
         table_rows={t.name: t.num_embeddings for t in table_configs(run.cfg.model)},
-        managed_rows_held=dict(zip(sorted(held), held_total.tolist(), strict=True)),
+        managed_rows_held=held,
         substitutions=[s.to_json() for s in run.experiment.substitutions],
     )
+
+
+def _managed_rows_held(run: _Run) -> dict[str, int]:
+    """Rows holding a raw id of their own per managed-collision table, all ranks (a collective
+    when the model has such tables; every rank has the same config)."""
+    if not run.cfg.model.managed_tables:
+        return {}
+    held = managed_rows_held(run.experiment.model)
+    tables = sorted(held)
+    total = torch.tensor([held[t] for t in tables], dtype=torch.int64)
+    dist.all_reduce(total)
+    return dict(zip(tables, total.tolist(), strict=True))
 
 
 def _utilization(run: _Run, result: FitResult) -> dict[str, Any]:
