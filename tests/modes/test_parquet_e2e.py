@@ -251,3 +251,38 @@ def test_a_sweep_over_id_policies_reports_table_rows(toy, tmp_path, cli_here):
     assert modulo[at[0]] == managed[at[0]] == "1,756"
     assert modulo[at[1]] == "n/a" and managed[at[1]] == "255"
     assert float(modulo[at[2]]) > 0.5 and float(managed[at[2]]) > 0.5
+
+
+def test_a_managed_collision_model_exports_with_its_id_map(toy, tmp_path, cli_here):
+    """The exported model maps the 63-bit hashed raw ids itself: on every row of the file its
+    probabilities are mode=predict's, and on the validation rows they give the run's val
+    AUROC."""
+    import fbgemm_gpu  # noqa: F401  (the exported model's ops)
+
+    from dlrm_exp.data.parquet import decode
+
+    root, _ = toy
+    managed = ["data.schema.sparse.user_id.id_policy=managed_collision",
+               "data.schema.sparse.user_id.num_embeddings=256"]  # fmt: skip
+    cfg = compose_cfg(overrides(root, *managed, "train.max_steps=12",
+                                "train.checkpoint_every_n_steps=1000"))  # fmt: skip
+    metrics = run_train(cfg, tmp_path, {"data": "parquet"})
+    for mode in ("export", "predict"):
+        done = cli_here(
+            overrides(root, *managed, f"mode={mode}", f"checkpoint={tmp_path}")
+            + [f"hydra.run.dir={tmp_path / mode}"]
+        )
+        assert done.returncode == 0, done.stderr[-2000:]
+    record = json.loads((tmp_path / "export" / "export.json").read_text())
+    assert record["inputs"]["managed_tables"] == ["t_user_id"]
+    rows = decode(pq.read_table(root / "toy.parquet"), cfg.data.schema, "toy")
+    batch = rows.batch(cfg.model.feature_names)
+    exported = torch.jit.load(str(tmp_path / "export" / "model.pt"))
+    with torch.no_grad():
+        kjt = batch.sparse_features
+        probability = exported(batch.dense_features, kjt.values(), kjt.lengths().int())
+    predicted = pq.read_table(tmp_path / "predict" / "predictions.parquet").column("probability")
+    assert torch.equal(probability, torch.tensor(predicted.to_numpy()))
+    val = slice(6554, 6554 + 819)  # and they are the trained model's: its val AUROC
+    auroc = binary_auroc(probability[val], batch.labels[val].long())
+    assert float(auroc) == pytest.approx(metrics.val["auroc"], abs=1e-6)

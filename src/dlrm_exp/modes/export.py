@@ -118,7 +118,8 @@ def run_export(cfg: Config, job: Job) -> dict:
             "dense": f"(B, {cfg.model.num_dense_features}) float32, transformed as in training "
             "(log(1 + x) of the counts for Criteo; data.schema's log1p columns for parquet)",
             "values": "(N,) int64: the table rows of each feature for the B samples, "
-            "feature-major (after the id policy for data=parquet)",
+            "feature-major (after the id policy for data=parquet; for the managed_tables, "
+            "the 63-bit hashed raw ids, which the model maps to rows itself)",
             "lengths": f"({len(cfg.model.feature_names)} * B,) int32: ids per (feature, sample), "
             "same order",
             "feature_names": cfg.model.feature_names,
@@ -126,6 +127,7 @@ def run_export(cfg: Config, job: Job) -> dict:
                 zip(cfg.model.table_names, cfg.model.table_features, strict=True)
             ),
             "num_embeddings": [rows for rows, _dim in tables.values()],
+            "managed_tables": sorted(cfg.model.managed_tables),
             "num_dense_features": cfg.model.num_dense_features,
         },
         "output": "(B,) float32 click probabilities",
