@@ -60,9 +60,10 @@ def check_writable(run_dir: Path) -> None:
     """
     try:
         run_dir.mkdir(parents=True, exist_ok=True)
-        probe = run_dir / ".write_test"
-        probe.write_bytes(b"0" * 4096)
-        probe.unlink()
+        # a file of this process's own: ranks probing one folder at once do not race
+        with tempfile.TemporaryFile(dir=run_dir, prefix=".write_test") as probe:
+            probe.write(b"0" * 4096)
+            probe.flush()
     except OSError as err:
         raise ConfigError(
             f"cannot write the run folder {run_dir}: {err.strerror or err} (choose another "
