@@ -177,6 +177,35 @@ RULES = [
     (["train.batch_size=0"], r"train.batch_size must be positive"),
     (["mode=preprocess", "preprocess.output_dir=x"], r"data=criteo_tsv data.path=<files>"),
     (["mode=preprocess", "data=criteo_tsv", "data.path=a"], r"needs preprocess.output_dir"),
+    (
+        [
+            "mode=preprocess",
+            "data=criteo_tsv",
+            "data.path=a",
+            "preprocess.output_dir=x",
+            "data.schema.sparse.cat_2.id_policy=modulo",
+        ],
+        r"preprocess.format=npy writes TorchRec's Criteo layout .* not data.schema's",
+    ),
+    (
+        [
+            "mode=preprocess",
+            "data=criteo_tsv",
+            "data.path=a",
+            "preprocess.output_dir=x",
+            "preprocess.format=parquet",
+            "data.schema.sparse.cat_2.id_policy=managed_collision",
+        ],
+        r"the rows of t_cat_2 are mapped by the model \(id_policy=managed_collision\)",
+    ),
+    (
+        ["data=criteo_tsv", "data.path=a", "data.schema.sparse.cat_0.column=user"],
+        r"data=criteo_tsv reads the columns label, I1..I13, C1..C26 .* names \['user'\]",
+    ),
+    (
+        ["data=criteo_tsv", "data.path=a", "data.schema.sparse.cat_0.multi_hot=true"],
+        r"makes \['cat_0'\] multi_hot",
+    ),
     (["preprocess.num_workers=0"], r"preprocess.num_workers must be positive"),
     (["train.epochs=0"], r"train.epochs must be positive"),
     (["train.max_steps=0"], r"train.max_steps must be positive or null"),
@@ -208,11 +237,11 @@ RULES = [
     (["train.semi_sync_start_step=-1"], r"semi_sync_start_step must be >= 0"),
     (
         ["data=criteo_tsv", "data.path=a", "model.num_embeddings_per_feature=[10,10]"],
-        r"Criteo data has 26 categorical features but model.num_embeddings_per_feature lists 2",
+        r"data.schema has 26 sparse features but model.num_embeddings_per_feature lists 2",
     ),
     (
         ["data=criteo_tsv", "data.path=a", "model.num_dense_features=4"],
-        r"set model.num_dense_features=13",
+        r"data.schema reads 13 dense columns: set model.num_dense_features=13",
     ),
 ]
 

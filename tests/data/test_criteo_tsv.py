@@ -6,12 +6,13 @@ import math
 import numpy as np
 import pytest
 
-from dlrm_exp.config import CriteoTsvDataConfig
+from dlrm_exp.config import CriteoTsvDataConfig, criteo_schema
 from dlrm_exp.data.criteo_tsv import load_criteo_tsv, read_files
 from dlrm_exp.data.paths import resolve_paths
 from dlrm_exp.errors import DataError
 
 SIZES = [1000] * 26
+SCHEMA = criteo_schema(SIZES)
 
 
 def row(label="0", dense=None, cats=None, strip=0):
@@ -36,7 +37,7 @@ def test_values_padding_and_missing(tmp_path):
         row("1", dense=["1", "", "-5", *["0"] * 10], cats=cats),
         row("0", cats=short_cats, strip=2),  # 38 fields: right-padded
     ]
-    data, report = read_files([write(tmp_path / "a.tsv", lines, final_newline=False)], SIZES, 5)
+    data, report = read_files([write(tmp_path / "a.tsv", lines, final_newline=False)], SCHEMA, 5)
     assert report.rows_read == 2 and report.rows_valid == 2 and report.rows_padded == 1
     assert data.labels.tolist() == [1.0, 0.0]
     # log(1 + max(x, 0)); empty -> 0; negative -> 0
@@ -65,7 +66,7 @@ def test_malformed_rows_are_counted_with_line_numbers(tmp_path):
         good,
     ]
     path = write(tmp_path / "bad.tsv", lines)
-    data, report = read_files([path], SIZES, max_bad_lines=3)
+    data, report = read_files([path], SCHEMA, max_bad_lines=3)
     assert report.rows_read == 10
     assert report.rows_valid == 3 == len(data)
     assert report.skipped_by_reason == {"field_count": 3, "label": 1, "dense": 1, "categorical": 2}
@@ -80,7 +81,7 @@ def test_malformed_rows_are_counted_with_line_numbers(tmp_path):
 def test_line_numbers_continue_across_files(tmp_path):
     a = write(tmp_path / "a.tsv", [row(), row()])
     b = write(tmp_path / "b.tsv", [row(), "bad"])
-    _, report = read_files([a, b], SIZES, 5)
+    _, report = read_files([a, b], SCHEMA, 5)
     assert report.first_bad_lines == [f"{b}:2 (field_count)"]
     assert report.rows_read == 4 and report.rows_valid == 3
 
@@ -91,7 +92,7 @@ def test_folder_is_its_files_sorted(tmp_path):
     (tmp_path / ".hidden").write_text("ignored")
     files = resolve_paths([str(tmp_path)], "data.path")
     assert [f.name for f in files] == ["day_0.tsv", "day_1.tsv"]
-    data, _ = read_files(files, SIZES, 5)
+    data, _ = read_files(files, SCHEMA, 5)
     assert data.labels.tolist() == [0.0, 1.0]
 
 
@@ -107,32 +108,32 @@ def test_missing_path_and_empty_folder(tmp_path):
 def test_no_valid_row_is_one_error_with_advice(tmp_path):
     path = write(tmp_path / "bad.tsv", ["x\t" + row()[2:], "a\tb"])
     with pytest.raises(DataError, match=r"read 2 line\(s\).*bad.tsv:1 \(label\).*click logs"):
-        read_files([path], SIZES, 5)
+        read_files([path], SCHEMA, 5)
     commas = write(tmp_path / "commas.csv", [row().replace("\t", ",")] * 3)
     with pytest.raises(DataError, match=r"wrong number of fields: .* is the file tab-separated"):
-        read_files([commas], SIZES, 5)
+        read_files([commas], SCHEMA, 5)
     empty = tmp_path / "empty.tsv"
     empty.write_text("")
     with pytest.raises(
         DataError, match=r"no valid Criteo row in .*empty.tsv: the file\(s\) are empty"
     ):
-        read_files([empty], SIZES, 5)
+        read_files([empty], SCHEMA, 5)
 
 
 def test_gzip_named_tsv_is_read_and_binary_or_broken_files_are_refused(tmp_path):
     plain = write(tmp_path / "plain.tsv", [row("1"), row("0", cats=[""] * 26, strip=3)])
     disguised = tmp_path / "day_0.tsv"  # gzip data under a .tsv name
     disguised.write_bytes(gzip.compress(plain.read_bytes()))
-    a, b = read_files([plain], SIZES, 5)[0], read_files([disguised], SIZES, 5)[0]
+    a, b = read_files([plain], SCHEMA, 5)[0], read_files([disguised], SCHEMA, 5)[0]
     assert np.array_equal(a.sparse.numpy(), b.sparse.numpy()) and len(b) == 2
     truncated = tmp_path / "cut.tsv"
     truncated.write_bytes(disguised.read_bytes()[:-12])
     with pytest.raises(DataError, match=r"cut.tsv: cannot read"):
-        read_files([truncated], SIZES, 5)
+        read_files([truncated], SCHEMA, 5)
     binary = tmp_path / "weights.tsv"
     binary.write_bytes(np.arange(100, dtype=np.float32).tobytes())
     with pytest.raises(DataError, match=r"weights.tsv: not a Criteo TSV text file .*NUL bytes"):
-        read_files([binary], SIZES, 5)
+        read_files([binary], SCHEMA, 5)
 
 
 def test_counts_beyond_int32_are_exact_and_beyond_18_digits_skipped(tmp_path):
@@ -140,7 +141,7 @@ def test_counts_beyond_int32_are_exact_and_beyond_18_digits_skipped(tmp_path):
     of 2**40 keeps its value, and one of more than 18 digits is a counted ``dense`` skip."""
     big, huge = str(2**40), "1" * 20
     path = write(tmp_path / "big.tsv", [row(dense=[big] + ["0"] * 12), row(dense=[huge] * 13)])
-    data, report = read_files([path], SIZES, 5)
+    data, report = read_files([path], SCHEMA, 5)
     assert len(data) == 1 and report.skipped_by_reason["dense"] == 1
     assert data.dense[0, 0].item() == pytest.approx(math.log1p(2**40), rel=1e-7)
     assert report.first_bad_lines == [f"{path}:2 (dense)"]
@@ -149,9 +150,12 @@ def test_counts_beyond_int32_are_exact_and_beyond_18_digits_skipped(tmp_path):
 def test_fraction_split_in_file_order(tmp_path):
     lines = [row(str(i % 2), dense=[str(i)] + ["0"] * 12) for i in range(20)]
     cfg = CriteoTsvDataConfig(
-        path=str(write(tmp_path / "a.tsv", lines)), val_fraction=0.1, test_fraction=0.2
+        path=str(write(tmp_path / "a.tsv", lines)),
+        val_fraction=0.1,
+        test_fraction=0.2,
+        schema=SCHEMA,
     )
-    train, val, test, report = load_criteo_tsv(cfg, SIZES)
+    train, val, test, report = load_criteo_tsv(cfg)
     assert (len(train), len(val), len(test)) == (14, 2, 4)
     first_dense = lambda d: np.round(np.expm1(d.dense[:, 0].numpy())).astype(int).tolist()  # noqa: E731
     assert first_dense(val) == [14, 15] and first_dense(test) == [16, 17, 18, 19]
@@ -162,8 +166,10 @@ def test_explicit_val_and_test_paths(tmp_path):
     main = write(tmp_path / "train.tsv", [row()] * 10)
     val = write(tmp_path / "val.tsv", [row("1")] * 3 + ["bad"])
     test = write(tmp_path / "test.tsv", [row("0")] * 4)
-    cfg = CriteoTsvDataConfig(path=str(main), val_path=str(val), test_path=[str(test)])
-    train, v, t, report = load_criteo_tsv(cfg, SIZES)
+    cfg = CriteoTsvDataConfig(
+        path=str(main), val_path=str(val), test_path=[str(test)], schema=SCHEMA
+    )
+    train, v, t, report = load_criteo_tsv(cfg)
     assert (len(train), len(v), len(t)) == (10, 3, 4)
     assert v.labels.tolist() == [1.0] * 3
     assert report.rows_read == 18 and report.rows_skipped == 1
@@ -173,7 +179,7 @@ def test_explicit_val_and_test_paths(tmp_path):
 def test_only_valid_rows_count_as_padded(tmp_path):
     short = [f"{i:x}" for i in range(24)] + ["", ""]
     lines = [row("1", cats=short, strip=2), row("7", cats=short, strip=2), row("0")]
-    _, report = read_files([write(tmp_path / "a.tsv", lines)], SIZES, 5)
+    _, report = read_files([write(tmp_path / "a.tsv", lines)], SCHEMA, 5)
     assert report.rows_valid == 2 and report.rows_padded == 1
     assert report.skipped_by_reason["label"] == 1
 
@@ -186,7 +192,7 @@ def test_windows_line_endings_are_read_as_line_endings(tmp_path):
     lf = write(tmp_path / "lf.tsv", lines)
     crlf = tmp_path / "crlf.tsv"
     crlf.write_bytes("".join(line + "\r\n" for line in lines).encode())
-    (a, a_report), (b, b_report) = read_files([lf], SIZES, 5), read_files([crlf], SIZES, 5)
+    (a, a_report), (b, b_report) = read_files([lf], SCHEMA, 5), read_files([crlf], SCHEMA, 5)
     assert len(b) == len(a) == 3
     for field in ("dense", "sparse", "labels"):
         assert np.array_equal(np.asarray(getattr(a, field)), np.asarray(getattr(b, field)))

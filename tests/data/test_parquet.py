@@ -313,9 +313,9 @@ def test_the_shipped_criteo_schema_reads_raw_criteo_columns(tmp_path):
     kjt = batch.sparse_features.to_dict()
     lengths = kjt["cat_0"].lengths()
     assert 0 < int((lengths == 0).sum()) < 300  # empty ids are empty bags
-    # the first row's C1 that is not empty, hashed as a string, is cat_0's first value
-    first = next(c for line in tsv.read_text().splitlines() if (c := line.split("\t")[14]))
-    assert kjt["cat_0"].values()[0].item() == string_hash_reference(first) % 100000
+    # C1 read as TorchRec reads it: int(C1, 16) % num_embeddings (hex_modulo)
+    c1 = [c for line in tsv.read_text().splitlines() if (c := line.split("\t")[14])]
+    assert kjt["cat_0"].values().tolist() == [int(c, 16) % 100000 for c in c1]
 
 
 def test_features_of_one_table_apart_in_the_schema_keep_their_own_ids(tmp_path):

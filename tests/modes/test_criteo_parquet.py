@@ -67,3 +67,23 @@ def test_parquet_from_preprocess_trains_exactly_like_the_tsv(tmp_path, cli_here)
     for split in ("val", "test"):  # exactly: same rows, same values, same batches
         assert parquet_run[split] == tsv_run[split]
     assert parquet_run["val_history"] == tsv_run["val_history"]
+
+
+def test_tsv_features_take_any_id_policy_of_the_schema(tmp_path):
+    """data=criteo_tsv reads through data.schema, so its features take the schema's id
+    policies: cat_0 under managed collision trains with a managed-collision table."""
+    tsv = write_criteo_tsv(tmp_path / "day_0.tsv", 600, seed=3)
+    overrides = [
+        "data=criteo_tsv",
+        f"data.path={tsv}",
+        "data.schema.sparse.cat_0.id_policy=managed_collision",
+        "data.schema.sparse.cat_1.id_policy=modulo",
+        *TRAIN,
+    ]
+    cfg = compose_cfg(overrides)
+    assert list(cfg.model.managed_tables) == ["t_cat_0"]
+    run_train(cfg, tmp_path, {**CHOICES, "data": "criteo_tsv"})
+    metrics = json.loads((tmp_path / "metrics.json").read_text())
+    held = metrics["managed_rows_held"]["t_cat_0"]
+    assert metrics["table_rows"]["t_cat_0"] == 1000 and 0 < held <= 1000
+    assert 0 < metrics["val"]["auroc"] < 1

@@ -259,7 +259,7 @@ def test_a_managed_collision_model_exports_with_its_id_map(toy, tmp_path, cli_he
     AUROC."""
     import fbgemm_gpu  # noqa: F401  (the exported model's ops)
 
-    from dlrm_exp.data.parquet import decode
+    from dlrm_exp.data.decode import decode
 
     root, _ = toy
     managed = ["data.schema.sparse.user_id.id_policy=managed_collision",

@@ -27,7 +27,7 @@ import pyarrow.parquet as pq
 from dlrm_exp.bench.loader import batches_per_sec, training_samples_per_sec
 from dlrm_exp.bench.targets import Target, report
 from dlrm_exp.bench.training import compose_config
-from dlrm_exp.config import CRITEO_NUM_DENSE, CRITEO_NUM_SPARSE, conf_dir
+from dlrm_exp.config import CRITEO_COLUMNS, CRITEO_DENSE_COLUMNS, CRITEO_SPARSE_COLUMNS, conf_dir
 from dlrm_exp.data.criteo_format import write_criteo_tsv
 from dlrm_exp.util.logs import quiet_libraries
 
@@ -49,18 +49,18 @@ print(json.dumps({"rows": rows, "peak_kib": int(hwm)}))
 """
 
 
-def criteo_parquet(tsv: Path, out: Path, row_group_size: int) -> Path:
-    """The raw Criteo columns of ``tsv`` (label, I1..I13 nullable int64, C1..C26 nullable hex
-    strings) as Parquet, read with pyarrow's CSV reader."""
-    names = ["label"] + [f"I{i}" for i in range(1, 14)] + [f"C{i}" for i in range(1, 27)]
+def criteo_parquet(tsv: Path, out: Path, row_group_size: int, empty_ids_null: bool = True) -> Path:
+    """The raw Criteo columns of ``tsv`` (label, I1..I13 nullable int64, C1..C26 hex strings:
+    an empty one null, an empty bag, or with ``empty_ids_null=False`` the empty string, id 0
+    as in TorchRec's reader) as Parquet, read with pyarrow's CSV reader."""
     table = pacsv.read_csv(
         tsv,
-        read_options=pacsv.ReadOptions(column_names=names),
+        read_options=pacsv.ReadOptions(column_names=CRITEO_COLUMNS),
         parse_options=pacsv.ParseOptions(delimiter="\t"),
         convert_options=pacsv.ConvertOptions(
-            column_types={**{f"I{i}": pa.int64() for i in range(1, CRITEO_NUM_DENSE + 1)},
-                          **{f"C{i}": pa.string() for i in range(1, CRITEO_NUM_SPARSE + 1)}},
-            strings_can_be_null=True,
+            column_types={**{c: pa.int64() for c in CRITEO_DENSE_COLUMNS},
+                          **{c: pa.string() for c in CRITEO_SPARSE_COLUMNS}},
+            strings_can_be_null=empty_ids_null,
         ),
     )  # fmt: skip
     pq.write_table(table, out, row_group_size=row_group_size)

@@ -3,8 +3,9 @@ registration in Hydra's ConfigStore.
 
 Owns: one schema module per ``conf/`` group (``model``, ``sharding``, ``optimizer``,
 ``qcomms``, ``data``, ``hardware``), the loop's and the other modes' settings (``train``,
-``modes``), the root :class:`Config` (``root``) and :func:`register_configs` / :func:`conf_dir`
-(``store``).
+``modes``), the feature schema (``schema``), the root :class:`Config` (``root``),
+:func:`register_configs` (``store``), :func:`conf_dir` and the shipped Criteo schema
+:func:`criteo_schema` (``conf_tree``).
 
 May import: util, errors.
 
@@ -20,7 +21,16 @@ config with ``OmegaConf.to_object``, before any process group exists. They raise
 :class:`~dlrm_exp.errors.ConfigError` whose message names the override that fixes it.
 """
 
-from dlrm_exp.config.criteo import CRITEO_NUM_DENSE, CRITEO_NUM_SPARSE, MLPERF_MULTI_HOT_SIZES
+from dlrm_exp.config.conf_tree import conf_dir, criteo_schema
+from dlrm_exp.config.criteo import (
+    CRITEO_COLUMNS,
+    CRITEO_DENSE_COLUMNS,
+    CRITEO_LABEL,
+    CRITEO_NUM_DENSE,
+    CRITEO_NUM_SPARSE,
+    CRITEO_SPARSE_COLUMNS,
+    MLPERF_MULTI_HOT_SIZES,
+)
 from dlrm_exp.config.data import (
     CriteoMultiHotDataConfig,
     CriteoNpyDataConfig,
@@ -69,7 +79,7 @@ from dlrm_exp.config.schema import (
     parse_schema,
 )
 from dlrm_exp.config.sharding import ComputeKernel, ShardingConfig, ShardingStrategy
-from dlrm_exp.config.store import conf_dir, register_configs
+from dlrm_exp.config.store import register_configs
 from dlrm_exp.config.train import (
     DensePrecision,
     EarlyStopping,
@@ -91,8 +101,12 @@ __all__ = [
     "ExportConfig",
     "ExportQuantization",
     "PredictConfig",
+    "CRITEO_COLUMNS",
+    "CRITEO_DENSE_COLUMNS",
+    "CRITEO_LABEL",
     "CRITEO_NUM_DENSE",
     "CRITEO_NUM_SPARSE",
+    "CRITEO_SPARSE_COLUMNS",
     "MLPERF_MULTI_HOT_SIZES",
     "Backend",
     "CategoricalTransform",
@@ -137,6 +151,7 @@ __all__ = [
     "TrainConfig",
     "VerifyConfig",
     "conf_dir",
+    "criteo_schema",
     "feature_names",
     "register_configs",
     "table_name",

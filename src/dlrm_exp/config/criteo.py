@@ -3,6 +3,11 @@
 #: Criteo click logs: 13 integer ("dense") and 26 categorical features per row.
 CRITEO_NUM_DENSE = 13
 CRITEO_NUM_SPARSE = 26
+#: The columns of a Criteo TSV line, in order (the names of the shipped ``criteo`` schema).
+CRITEO_LABEL = "label"
+CRITEO_DENSE_COLUMNS = [f"I{j + 1}" for j in range(CRITEO_NUM_DENSE)]
+CRITEO_SPARSE_COLUMNS = [f"C{j + 1}" for j in range(CRITEO_NUM_SPARSE)]
+CRITEO_COLUMNS = [CRITEO_LABEL, *CRITEO_DENSE_COLUMNS, *CRITEO_SPARSE_COLUMNS]
 
 
 #: Ids per sample of each of the 26 Criteo features in MLPerf DLRM-DCNv2 (MLCommons training

@@ -8,7 +8,13 @@ from typing import Any
 from omegaconf import MISSING
 
 from dlrm_exp.config.checks import require, require_positive
-from dlrm_exp.config.criteo import MLPERF_MULTI_HOT_SIZES
+from dlrm_exp.config.criteo import (
+    CRITEO_COLUMNS,
+    CRITEO_LABEL,
+    CRITEO_NUM_DENSE,
+    CRITEO_NUM_SPARSE,
+    MLPERF_MULTI_HOT_SIZES,
+)
 from dlrm_exp.config.schema import FeatureSchema
 from dlrm_exp.errors import ConfigError
 
@@ -36,9 +42,15 @@ class DataConfig:
         return False
 
     def feature_schema(self) -> FeatureSchema | None:
-        """The feature schema the model's tables come from (None: Criteo-shaped data, whose
-        tables come from ``model.num_embeddings_per_feature``)."""
+        """The feature schema the model's tables and dense input come from (None: Criteo-shaped
+        arrays, whose tables come from ``model.num_embeddings_per_feature``)."""
         return None
+
+    def tables_sized_by_model(self) -> bool:
+        """Whether ``model.num_embeddings_per_feature`` (one per schema feature, in order)
+        replaces the schema's ``num_embeddings``: Criteo files, whose table sizes are the
+        model presets' (tiny, MLPerf), not the data's."""
+        return False
 
 
 @dataclass
@@ -129,7 +141,8 @@ class FileSplitsConfig(DataConfig):
 
 @dataclass
 class CriteoTsvDataConfig(FileSplitsConfig):
-    """Criteo Kaggle / Terabyte click-log TSV files (``data=criteo_tsv``).
+    """Criteo Kaggle / Terabyte click-log TSV files (``data=criteo_tsv``), read through a
+    feature schema as ``data=parquet`` reads its files.
 
     Attributes (besides :class:`FileSplitsConfig`'s; ``path``: a file, a folder, every file in
     it sorted, or a list of those):
@@ -137,13 +150,41 @@ class CriteoTsvDataConfig(FileSplitsConfig):
         max_skipped_fraction: ``mode=evaluate`` and ``mode=predict`` fail (exit 1, with the
             counts) when more than this fraction of the rows read are skipped; null: never.
             Training reports skipped rows and goes on.
+        schema: the feature schema over the line's columns ``label, I1..I13, C1..C26``
+            (default ``data/schema=criteo``: TorchRec's transform and id rule); its
+            ``num_embeddings`` are replaced by ``model.num_embeddings_per_feature``.
+
+    Raises:
+        ConfigError: (at compose time) the schema names a column a Criteo line does not have,
+            or a list-valued (``multi_hot``) feature.
     """
 
     max_reported_bad_lines: int = 5
     max_skipped_fraction: float | None = 0.01
+    schema: FeatureSchema = MISSING
+
+    def feature_schema(self) -> FeatureSchema | None:
+        return self.schema
+
+    def tables_sized_by_model(self) -> bool:
+        return True
 
     def __post_init__(self) -> None:
         self._check_files("tsv file or folder")
+        unknown = [c for c in (self.schema.label, *self.schema.feature_columns)
+                   if c not in CRITEO_COLUMNS]  # fmt: skip
+        require(
+            not unknown,
+            f"data=criteo_tsv reads the columns {CRITEO_LABEL}, I1..I{CRITEO_NUM_DENSE}, "
+            f"C1..C{CRITEO_NUM_SPARSE} of a Criteo line, but data.schema names {unknown}: "
+            "other columns are read with data=parquet",
+        )
+        listed = [name for name, f in self.schema.sparse.items() if f.multi_hot]
+        require(
+            not listed,
+            f"data=criteo_tsv holds one id per field, but data.schema.sparse makes {listed} "
+            "multi_hot: set multi_hot=false (multi-hot Criteo inputs are data=criteo_multihot)",
+        )
 
 
 def _check_fractions(val_fraction: float, test_fraction: float) -> None:

@@ -6,6 +6,7 @@ from dataclasses import dataclass, field, replace
 from omegaconf import MISSING
 
 from dlrm_exp.config.checks import require
+from dlrm_exp.config.conf_tree import criteo_schema
 from dlrm_exp.config.criteo import CRITEO_NUM_DENSE, CRITEO_NUM_SPARSE
 from dlrm_exp.config.data import (
     CriteoMultiHotDataConfig,
@@ -23,6 +24,7 @@ from dlrm_exp.config.modes import (
     Mode,
     PredictConfig,
     PreprocessConfig,
+    PreprocessFormat,
     SchemaScanConfig,
     VerifyConfig,
 )
@@ -78,14 +80,25 @@ class Config:
         self._check_criteo_feature_counts()
 
     def _apply_feature_schema(self) -> None:
-        """Data with a feature schema (``data=parquet``) decide the model's tables and dense
-        input width: ``model.tables`` and ``model.num_dense_features`` are taken from
-        ``data.schema`` (``model.num_embeddings_per_feature`` is then unused);
+        """Data with a feature schema (``data=parquet``, ``data=criteo_tsv``) decide the model's
+        tables and dense input width: ``model.tables`` and ``model.num_dense_features`` are
+        taken from ``data.schema``; ``model.num_embeddings_per_feature`` sizes the tables of
+        Criteo files (``tables_sized_by_model``) and is unused otherwise;
         ``model.num_embeddings_cap`` caps the schema's ``num_embeddings`` too, so ids are
         hashed (or checked) into the rows the tables have."""
         schema = self.data.feature_schema()
         if schema is None:
             return
+        if self.data.tables_sized_by_model():
+            require(
+                self.model.num_dense_features == schema.num_dense,
+                f"data.schema reads {schema.num_dense} dense columns: set "
+                f"model.num_dense_features={schema.num_dense}",
+            )
+            schema = schema.sized(
+                self.model.num_embeddings_per_feature, "model.num_embeddings_per_feature"
+            )
+            self.data = replace(self.data, schema=schema)  # type: ignore[call-arg]
         cap = self.model.num_embeddings_cap
         if cap is not None:  # the id policies must map into the capped tables
             for name, feature in schema.sparse.items():
@@ -141,6 +154,31 @@ class Config:
         require(
             bool(self.preprocess.output_dir),
             "mode=preprocess needs preprocess.output_dir=<folder for the npy files>",
+        )
+        managed = sorted(self.model.managed_tables)
+        require(
+            not managed,
+            f"mode=preprocess writes table rows, but the rows of {', '.join(managed)} are "
+            "mapped by the model (id_policy=managed_collision): train on the TSV files, or "
+            "convert with another id_policy",
+        )
+        if self.preprocess.format is PreprocessFormat.npy:
+            self._check_npy_preprocess_schema()
+
+    def _check_npy_preprocess_schema(self) -> None:
+        """``preprocess.format=npy`` writes TorchRec's Criteo layout by its own options
+        (``preprocess.dense_transform``, ``preprocess.categorical``): ``data.schema`` must be
+        the shipped Criteo schema, or its overrides would be silently ignored."""
+        assert isinstance(self.data, CriteoTsvDataConfig)
+        schema = self.data.schema
+        shipped = criteo_schema()
+        if list(schema.sparse) == list(shipped.sparse):
+            shipped = shipped.sized([f.num_embeddings for f in schema.sparse.values()], "")
+        require(
+            schema == shipped,
+            "mode=preprocess preprocess.format=npy writes TorchRec's Criteo layout with its own "
+            "transforms (preprocess.dense_transform, preprocess.categorical), not data.schema's: "
+            "drop the data.schema overrides, or write preprocess.format=parquet",
         )
 
     def _check_schema_scan_path(self) -> None:

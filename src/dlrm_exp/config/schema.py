@@ -9,7 +9,7 @@ share one table (TorchRec's ``EmbeddingBagConfig(feature_names=[...])``).
 
 import re
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from enum import Enum
 from pathlib import Path
 
@@ -30,7 +30,12 @@ class IdPolicy(Enum):
     - ``modulo``: a stable 64-bit hash of the id (integers by SplitMix64, strings by a
       polynomial hash of their UTF-8 bytes finished by SplitMix64, see
       :mod:`dlrm_exp.data.id_policy`; the same on every process, run and machine) modulo
-      ``num_embeddings``: the hashing trick of TorchRec's Criteo pipeline.
+      ``num_embeddings``: the hashing trick, for ids of any type and range.
+    - ``hex_modulo``: TorchRec's Criteo rule ``int(id, 16) % num_embeddings``: strings are
+      read as hexadecimal (at most 16 digits; empty reads as 0, as ``int(x or "0", 16)`` in
+      TorchRec's Criteo reader), integers are taken as they are (non-negative rows, Python's
+      ``%``). The shipped ``criteo`` schema's categorical features use it, so Criteo TSV and
+      Parquet give the rows TorchRec's DLRM example trains on.
     - ``managed_collision``: TorchRec's ``MCHManagedCollisionModule`` maps the ids (hashed to
       63 bits as under ``modulo``, so raw ids spread evenly over the ranks) to rows: the ids
       its eviction policy keeps get a row each, all others share the table's last row. The
@@ -40,6 +45,7 @@ class IdPolicy(Enum):
 
     strict = "strict"
     modulo = "modulo"
+    hex_modulo = "hex_modulo"
     managed_collision = "managed_collision"
 
 
@@ -173,6 +179,26 @@ class FeatureSchema:
                 "id_policy, eviction_policy, eviction_interval): one module maps a table's "
                 "ids, so give them the same settings",
             )
+
+    def sized(self, rows: list[int], key: str) -> "FeatureSchema":
+        """This schema with ``num_embeddings`` ``rows[i]`` for its ``i``-th sparse feature (in
+        schema order), checked again.
+
+        Raises:
+            ConfigError: ``rows`` (the config key ``key``) does not list one size per feature,
+                or the new sizes break a rule (features sharing a table disagree).
+        """
+        names = list(self.sparse)
+        require(
+            len(rows) == len(names),
+            f"data.schema has {len(names)} sparse features but {key} lists {len(rows)} "
+            f"tables: give one row count per feature, in order ({', '.join(names[:3])}, ...)",
+        )
+        sparse = {
+            name: replace(self.sparse[name], num_embeddings=int(n))
+            for name, n in zip(names, rows, strict=True)
+        }
+        return FeatureSchema(self.label, list(self.dense), sparse)
 
     def table_of(self, feature: str) -> str:
         """The table ``feature`` looks up: its ``table``, else ``t_<feature>``."""

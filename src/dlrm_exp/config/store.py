@@ -1,6 +1,4 @@
-"""Where the YAML tree is and how the schemas reach Hydra's ConfigStore."""
-
-from pathlib import Path
+"""How the schemas reach Hydra's ConfigStore (the YAML tree itself: :mod:`.conf_tree`)."""
 
 from hydra.core.config_store import ConfigStore
 
@@ -39,21 +37,3 @@ def register_configs() -> None:
         ("data_parquet", ParquetDataConfig),
     ):
         cs.store(group="schema", name=name, node=node)
-
-
-def conf_dir() -> Path:
-    """The ``conf/`` tree Hydra composes from.
-
-    In a source checkout (and an editable install) it is the repository's top-level ``conf/``;
-    a wheel carries the same files as the package data ``dlrm_exp/conf/`` (``pyproject.toml``
-    maps ``dlrm_exp.conf`` to ``conf/``), so ``python -m dlrm_exp`` finds its config wherever
-    the package is installed.
-
-    Raises:
-        FileNotFoundError: neither place holds ``config.yaml`` (a broken install).
-    """
-    package = Path(__file__).resolve().parents[1]
-    for candidate in (package / "conf", package.parents[1] / "conf"):
-        if (candidate / "config.yaml").is_file():
-            return candidate
-    raise FileNotFoundError(f"no conf/config.yaml next to {package} or in its source checkout")

@@ -2,8 +2,9 @@
 :class:`ClickData`, and batches are dealt to ranks from them.
 
 Owns: the sources (``synthetic``, ``criteo_tsv``, ``criteo_npy``, ``multi_hot``, ``parquet``
-with ``parquet_files`` and the id policies of its feature schema, ``id_policy``), input
-paths (``paths``), batches
+with ``parquet_files``), the feature schema's decoding of raw columns shared by ``parquet`` and
+``criteo_tsv`` (``decode``, with the id policies, ``id_policy``), input paths (``paths``),
+batches
 (``batches``, ``row_span``), the Criteo text format (``criteo_format``) and preprocessing with
 the TSV parser (``preprocess/``), the splits and their record (``splits``).
 
@@ -67,7 +68,7 @@ def load_splits(cfg: DataConfig, table_sizes: list[int], num_dense: int, seed: i
     if isinstance(cfg, SyntheticDataConfig):
         return _synthetic_splits(cfg, table_sizes, num_dense, seed)
     if isinstance(cfg, CriteoTsvDataConfig):
-        train, val, test, report = load_criteo_tsv(cfg, table_sizes)
+        train, val, test, report = load_criteo_tsv(cfg)
         return DataSplits(
             train, val, test, DataInfo.of_splits(train, val, test, read=report.as_dict())
         )

@@ -40,6 +40,17 @@ class ClickData:
             labels=torch.from_numpy(np.ascontiguousarray(labels, dtype=np.float32)),
         )
 
+    @classmethod
+    def concat(cls, parts: list["ClickData"]) -> "ClickData":
+        """The rows of in-memory ``parts`` one after the other (``parts[0]`` when alone)."""
+        if len(parts) == 1:
+            return parts[0]
+        return cls(
+            dense=torch.cat([p.dense for p in parts]),
+            sparse=torch.cat([p.sparse for p in parts]),
+            labels=torch.cat([p.labels for p in parts]),
+        )
+
     def __len__(self) -> int:
         return int(self.labels.shape[0])
 

@@ -18,8 +18,8 @@ from dlrm_exp.config import CRITEO_NUM_DENSE, CRITEO_NUM_SPARSE
 _HEX = np.frombuffer(b"0123456789abcdef", dtype=np.uint8)
 
 
-def _hex8(values: np.ndarray) -> np.ndarray:
-    """uint32 (N,) -> (N, 8) uint8 ASCII lower-case hex digits."""
+def hex_digits(values: np.ndarray) -> np.ndarray:
+    """uint32 (N,) -> (N, 8) uint8 ASCII lower-case hex digits: Criteo's spelling of an id."""
     shifts = np.arange(28, -1, -4, dtype=np.uint32)
     return _HEX[(values[:, None] >> shifts) & 0xF]
 
@@ -49,7 +49,7 @@ def criteo_lines(
     ids = rng.zipf(1.2, size=(num_rows, CRITEO_NUM_SPARSE)) % vocab_size
     feature_salt = rng.integers(0, 2**32, size=CRITEO_NUM_SPARSE, dtype=np.uint64)
     hashes = ((ids.astype(np.uint64) * 2654435761 + feature_salt) % 2**32).astype(np.uint32)
-    hex_rows = _hex8(hashes.reshape(-1)).reshape(num_rows, CRITEO_NUM_SPARSE, 8)
+    hex_rows = hex_digits(hashes.reshape(-1)).reshape(num_rows, CRITEO_NUM_SPARSE, 8)
     dense_empty = rng.random((num_rows, CRITEO_NUM_DENSE)) < empty_rate
     sparse_empty = rng.random((num_rows, CRITEO_NUM_SPARSE)) < empty_rate
     strip = rng.random(num_rows) < strip_trailing_rate

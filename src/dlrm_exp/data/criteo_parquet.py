@@ -2,12 +2,14 @@
 schema that reads it back.
 
 Each TSV file becomes ``<stem>.parquet`` holding exactly the rows ``data=criteo_tsv`` trains
-on, as that reader makes them (:func:`~dlrm_exp.data.criteo_tsv.read_files`: malformed rows
-skipped and counted, dense ``log(1 + max(x, 0))`` as float32, categoricals
-``int(C, 16) % num_embeddings`` of the model's tables): columns ``label`` (int8), ``I1..I13``
-(float32), ``C1..C26`` (int64). The schema written beside them,
-``<output_dir>/conf/data/schema/criteo_preprocessed.yaml``, takes the dense columns as they are
-(no second ``log1p``) and the ids with ``id_policy=strict``, so ``data=parquet`` with
+on, as that reader makes them through ``data.schema``
+(:func:`~dlrm_exp.data.criteo_tsv.read_files`: malformed rows skipped and counted; with the
+shipped schema, dense ``log(1 + max(x, 0))`` as float32 and categoricals
+``int(C, 16) % num_embeddings`` of the model's tables): columns ``label`` (int8), the schema's
+dense columns (float32) and its sparse columns (int64 table rows). The schema written beside
+them, ``<output_dir>/conf/data/schema/criteo_preprocessed.yaml``, keeps the feature and table
+names and sizes, takes the dense columns as they are (no second ``log1p``) and the rows with
+``id_policy=strict``, so ``data=parquet`` with
 ``data.shuffle_row_groups=false`` on 1 process sees the same batches as ``data=criteo_tsv`` and
 trains to the same AUROC. A file is read whole (as ``data=criteo_tsv`` reads it), written to a
 temporary name and renamed.
@@ -18,7 +20,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from dlrm_exp.config import CRITEO_NUM_DENSE, CRITEO_NUM_SPARSE
+from dlrm_exp.config import FeatureSchema
 from dlrm_exp.data.criteo_tsv import ReadReport, read_files
 from dlrm_exp.data.parquet_files import write_parquet_atomic
 from dlrm_exp.errors import DataError
@@ -31,11 +33,13 @@ SCHEMA_NAME = "criteo_preprocessed"
 def write_criteo_parquet(
     files: list[Path],
     output_dir: Path,
-    table_sizes: list[int],
+    schema: FeatureSchema,
     row_group_size: int,
     max_bad_lines: int = 5,
 ) -> dict[str, Any]:
-    """Convert ``files`` into ``output_dir`` and write the schema; returns the report
+    """Convert ``files`` into ``output_dir`` through ``schema`` (``data.schema``, its tables
+    sized; no managed-collision feature: those ids are mapped by the model, not the reader)
+    and write the schema; returns the report
     (``files``: input -> output and rows; ``read``: the merged read report; ``schema``).
 
     Raises:
@@ -53,30 +57,35 @@ def write_criteo_parquet(
     report = ReadReport()
     outputs = []
     for source, target in zip(files, targets, strict=True):
-        data, file_report = read_files([source], table_sizes, max_bad_lines)
+        data, file_report = read_files([source], schema, max_bad_lines)
         report.merge(file_report, max_bad_lines)
-        columns = {"label": pa.array(data.labels.numpy().astype("int8"))}
+        columns = {schema.label: pa.array(data.labels.numpy().astype("int8"))}
         dense, sparse = data.dense.numpy(), data.sparse.numpy()
-        columns |= {f"I{j + 1}": pa.array(dense[:, j]) for j in range(CRITEO_NUM_DENSE)}
-        columns |= {f"C{j + 1}": pa.array(sparse[:, j]) for j in range(CRITEO_NUM_SPARSE)}
+        columns |= {d.column: pa.array(dense[:, j]) for j, d in enumerate(schema.dense)}
+        columns |= {
+            schema.sparse[name].column: pa.array(sparse[:, j])
+            for j, name in enumerate(schema.feature_names)
+        }
         write_parquet_atomic(pa.table(columns), target, row_group_size)
         outputs.append({"input": str(source), "output": str(target), "rows": len(data)})
-    schema = write_schema(output_dir / "conf" / "data" / "schema", table_sizes)
-    return {"files": outputs, "read": report.as_dict(), "schema": str(schema)}
+    written = write_schema(output_dir / "conf" / "data" / "schema", schema)
+    return {"files": outputs, "read": report.as_dict(), "schema": str(written)}
 
 
-def write_schema(folder: Path, table_sizes: list[int]) -> Path:
-    """``criteo_preprocessed.yaml`` for the converted files, atomically."""
+def write_schema(folder: Path, schema: FeatureSchema) -> Path:
+    """``criteo_preprocessed.yaml`` for the converted files, atomically: ``schema`` with its
+    transforms done (no ``log1p``, ``id_policy=strict``)."""
     lines = [
         "# Criteo rows converted by mode=preprocess preprocess.format=parquet: dense values",
-        "# already log(1 + max(x, 0)), ids already int(C, 16) % num_embeddings of the model.",
-        "label: label",
+        "# and table rows as data=criteo_tsv's schema made them.",
+        f"label: {schema.label}",
         "dense:",
-        *(f"  - {{column: I{j + 1}, log1p: false}}" for j in range(CRITEO_NUM_DENSE)),
+        *(f"  - {{column: {d.column}, log1p: false}}" for d in schema.dense),
         "sparse:",
         *(
-            f"  cat_{j}: {{column: C{j + 1}, num_embeddings: {rows}, id_policy: strict}}"
-            for j, rows in enumerate(table_sizes)
+            f"  {name}: {{column: {f.column}, table: {schema.table_of(name)}, "
+            f"num_embeddings: {f.num_embeddings}, id_policy: strict}}"
+            for name, f in schema.sparse.items()
         ),
     ]
     folder.mkdir(parents=True, exist_ok=True)

@@ -1,4 +1,7 @@
-"""Criteo Kaggle / Terabyte click-log TSV reader (vectorized: see :mod:`.tsv_parse`).
+"""Criteo Kaggle / Terabyte click-log TSV reader: lines parsed into raw columns (vectorized:
+see :mod:`.preprocess.tsv_parse`), then decoded by the feature schema ``data.schema`` as
+``data=parquet`` decodes its row groups (:func:`~dlrm_exp.data.decode.decode`): one code path
+from columns to batches.
 
 Format (Criteo Display Advertising Challenge): one impression per line, tab-separated,
 ``label I1..I13 C1..C26`` = 40 fields; ``label`` is 0 or 1, ``I*`` integer counts (may be
@@ -7,10 +10,11 @@ negative or empty), ``C*`` 32-bit hashes as up to 8 hex digits (may be empty).
 Row handling:
   * rows with 14..39 fields lost their trailing empty fields and are right-padded to 40
     (valid ones are counted as ``rows_padded``);
-  * empty fields are missing values: dense 0, categorical hash 0 (as facebookresearch/dlrm);
-  * dense transform: ``log(1 + max(x, 0))`` (facebookresearch/dlrm ``data_utils``: negative
-    counts clipped to 0);
-  * categoricals: ``int(C, 16) % num_embeddings`` of the feature's table;
+  * empty fields are missing values: count 0, categorical hash 0 (as facebookresearch/dlrm and
+    TorchRec's ``int(x or "0", 16)``); ``C*`` columns reach the schema as those integers;
+  * then the schema: with the shipped ``criteo`` schema, dense ``log(1 + max(x, 0))``
+    (facebookresearch/dlrm ``data_utils``: negative counts clipped to 0) and categoricals
+    ``int(C, 16) % num_embeddings`` (``id_policy=hex_modulo``);
   * malformed rows are skipped and counted by reason, with the first line numbers kept:
     ``field_count`` (fewer than 14 or more than 40 fields), ``label`` (not 0/1), ``dense``
     (not an integer), ``categorical`` (not hex of at most 8 digits).
@@ -21,9 +25,19 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pyarrow as pa
 
-from dlrm_exp.config import CriteoTsvDataConfig
+from dlrm_exp.config import (
+    CRITEO_DENSE_COLUMNS,
+    CRITEO_LABEL,
+    CRITEO_SPARSE_COLUMNS,
+    CriteoTsvDataConfig,
+    FeatureSchema,
+    IdPolicy,
+)
 from dlrm_exp.data.batches import ClickData
+from dlrm_exp.data.criteo_format import hex_digits
+from dlrm_exp.data.decode import decode
 from dlrm_exp.data.paths import resolve_paths
 from dlrm_exp.data.preprocess.tsv_parse import (
     REASONS,
@@ -129,34 +143,108 @@ def check_skipped_rows(read: dict[str, Any], limit: float | None, what: str) -> 
 
 
 def read_files(
-    files: list[Path], table_sizes: list[int], max_bad_lines: int
+    files: list[Path], schema: FeatureSchema, max_bad_lines: int
 ) -> tuple[ClickData, ReadReport]:
-    """Read Criteo TSV ``files`` in order into one :class:`ClickData`.
+    """Read Criteo TSV ``files`` in order into one :class:`ClickData`, decoded by ``schema``.
 
     Args:
         files: TSV files (see :func:`resolve_paths`).
-        table_sizes: rows of each of the 26 tables; categorical hashes are taken modulo these.
+        schema: the feature schema over the columns ``label, I1..I13, C1..C26``, its tables
+            sized (``data.schema`` once composed; :func:`~dlrm_exp.config.criteo_schema`).
         max_bad_lines: how many malformed line numbers to keep in the report.
 
     Raises:
-        DataError: a file is not line-oriented text, or no valid row was found.
+        DataError: a file is not line-oriented text, no valid row was found, or the schema's
+            id policy refuses ids (``strict``).
     """
     report = ReadReport()
-    parts: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
-    sizes = tuple(table_sizes)
+    parts: list[ClickData] = []
     for path in files:
         file_report = ReadReport(files=[str(path)])
+        pending: list[ParsedBlock] = []
+        first = held = 0
         for buf, first_line in iter_blocks(path):
-            block = convert_block(buf, log1p=True, table_sizes=sizes)
+            block = convert_block(buf, log1p=False, table_sizes=None)
             file_report.add_block(block, first_line, str(path), max_bad_lines)
-            parts.append((block.dense, block.sparse, block.labels))
+            first = first if pending else first_line
+            pending.append(block)
+            held += len(block.labels)
+            if held >= DECODE_ROWS:
+                last = first_line + block.num_lines - 1
+                parts.append(
+                    decode_block(merge_blocks(pending), schema, f"{path} lines {first}..{last}")
+                )
+                pending, held = [], 0
+        if pending:
+            parts.append(decode_block(merge_blocks(pending), schema, f"{path} lines {first}.."))
         report.merge(file_report, max_bad_lines)
     if report.rows_valid == 0:
         raise DataError(_no_valid_row_message(files, report))
-    dense = np.concatenate([p[0] for p in parts])
-    sparse = np.concatenate([p[1] for p in parts])
-    labels = np.concatenate([p[2] for p in parts]).astype(np.float32)
-    return ClickData.from_numpy(dense, sparse, labels), report
+    return ClickData.concat(parts), report
+
+
+#: Rows decoded by the schema at a time: parsing goes in cache-sized pieces, decoding in
+#: larger ones, so the schema's per-column calls cost little per row.
+DECODE_ROWS = 1 << 16
+
+
+def merge_blocks(blocks: list[ParsedBlock]) -> ParsedBlock:
+    """The valid rows of ``blocks`` as one block (``blocks[0]`` when alone); line counts
+    summed, reasons concatenated."""
+    if len(blocks) == 1:
+        return blocks[0]
+    return ParsedBlock(
+        dense=np.concatenate([b.dense for b in blocks]),
+        sparse=np.concatenate([b.sparse for b in blocks]),
+        labels=np.concatenate([b.labels for b in blocks]),
+        sparse_empty=np.concatenate([b.sparse_empty for b in blocks]),
+        num_lines=sum(b.num_lines for b in blocks),
+        num_padded=sum(b.num_padded for b in blocks),
+        reasons=np.concatenate([b.reasons for b in blocks]),
+    )
+
+
+#: Id policies that hash the id as a string: they see a TSV id spelled as Criteo writes it.
+_HASHED_POLICIES = (IdPolicy.modulo, IdPolicy.managed_collision)
+
+
+def decode_block(block: ParsedBlock, schema: FeatureSchema, where: str) -> ClickData:
+    """The valid rows of a parsed block (raw counts and hashes) decoded by ``schema``: dense
+    (N, num_dense) float32, sparse (N, F) int64 in the schema's feature order.
+
+    ``C*`` columns reach the schema as the integers they spell (empty: 0) for ``hex_modulo``
+    and ``strict``, and as Criteo's spelling (8 lower-case hex digits, empty: ``""``) for the
+    policies that hash strings, so a TSV line and the same line in Parquet (hex strings) give
+    the same rows under every policy.
+
+    Raises:
+        DataError: ids the schema's id policy refuses (``where`` names the lines).
+    """
+    raw = {CRITEO_LABEL: block.labels}
+    raw |= {c: block.dense[:, j] for j, c in enumerate(CRITEO_DENSE_COLUMNS)}
+    raw |= {c: block.sparse[:, j] for j, c in enumerate(CRITEO_SPARSE_COLUMNS)}
+    columns = {
+        c: pa.array(np.ascontiguousarray(raw[c])) for c in [schema.label, *schema.feature_columns]
+    }
+    for feature in schema.sparse.values():
+        if feature.id_policy in _HASHED_POLICIES:  # hash the id as written, as in Parquet
+            j = CRITEO_SPARSE_COLUMNS.index(feature.column)
+            columns[feature.column] = _criteo_spelling(block.sparse[:, j], block.sparse_empty[:, j])
+    rows = decode(pa.table(columns), schema, where)
+    sparse = np.stack(rows.values, axis=1) if len(rows) else np.zeros((0, len(rows.values)))
+    return ClickData.from_numpy(rows.dense, sparse, rows.labels)
+
+
+def _criteo_spelling(values: np.ndarray, empty: np.ndarray) -> pa.Array:
+    """Ids (N,) in [0, 2**32) as Criteo writes them: 8 lower-case hex digits, ``""`` where
+    ``empty``."""
+    keep = ~empty
+    digits = hex_digits(values[keep].astype(np.uint32)).reshape(-1)
+    offsets = np.zeros(len(values) + 1, dtype=np.int32)
+    np.cumsum(keep * 8, out=offsets[1:])
+    return pa.StringArray.from_buffers(
+        len(values), pa.py_buffer(offsets), pa.py_buffer(np.ascontiguousarray(digits))
+    )
 
 
 def _no_valid_row_message(files: list[Path], report: ReadReport) -> str:
@@ -181,10 +269,9 @@ def _no_valid_row_message(files: list[Path], report: ReadReport) -> str:
     )
 
 
-def load_criteo_tsv(
-    cfg: CriteoTsvDataConfig, table_sizes: list[int]
-) -> tuple[ClickData, ClickData, ClickData, ReadReport]:
-    """Train, validation and test splits from ``cfg`` (see :class:`CriteoTsvDataConfig`).
+def load_criteo_tsv(cfg: CriteoTsvDataConfig) -> tuple[ClickData, ClickData, ClickData, ReadReport]:
+    """Train, validation and test splits from ``cfg`` (see :class:`CriteoTsvDataConfig`),
+    decoded by ``cfg.schema``.
 
     Without ``val_path`` / ``test_path``, the rows of ``path`` are split in file order:
     the first ``1 - val_fraction - test_fraction`` train, then validation, then test.
@@ -193,7 +280,7 @@ def load_criteo_tsv(
         DataError: missing path, empty folder, unreadable file, or no valid row.
     """
     max_bad = cfg.max_reported_bad_lines
-    main, report = read_files(resolve_paths(cfg.path, "data.path"), table_sizes, max_bad)
+    main, report = read_files(resolve_paths(cfg.path, "data.path"), cfg.schema, max_bad)
     n = len(main)
     n_val = 0 if cfg.val_path else int(n * cfg.val_fraction)
     n_test = 0 if cfg.test_path else int(n * cfg.test_fraction)
@@ -203,7 +290,7 @@ def load_criteo_tsv(
     test = main.rows(n_train + n_val, n)
     for key, paths in (("data.val_path", cfg.val_path), ("data.test_path", cfg.test_path)):
         if paths:
-            split, split_report = read_files(resolve_paths(paths, key), table_sizes, max_bad)
+            split, split_report = read_files(resolve_paths(paths, key), cfg.schema, max_bad)
             report.merge(split_report, max_bad)
             if key == "data.val_path":
                 val = split

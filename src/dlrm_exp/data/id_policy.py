@@ -7,6 +7,10 @@ UTF-8 bytes, ``sum(b_i * P**i) mod 2**64`` with ``P`` the 64-bit FNV prime, mixe
 length and finished by SplitMix64 (see :func:`string_hash64`), vectorized over Arrow's buffers.
 The same id gives the same row on every rank, run and machine.
 
+``hex_modulo`` is TorchRec's Criteo rule ``int(id, 16) % num_embeddings``: strings are read
+as hexadecimal digits (vectorized over Arrow's buffers, see :func:`hex_values`), integers as
+they are.
+
 ``managed_collision`` hashes the same way but keeps 63 bits
 (:data:`~dlrm_exp.config.model.MANAGED_ID_RANGE`) instead of taking the modulo: those are the
 raw ids TorchRec's ``MCHManagedCollisionModule`` maps to rows, spread evenly over its input
@@ -25,34 +29,80 @@ from dlrm_exp.util.hashing import splitmix64
 FNV_PRIME = np.uint64(0x100000001B3)
 
 
-def string_hash64(strings: pa.Array) -> np.ndarray:
-    """Stable 64-bit hashes (N,) uint64 of a string array without nulls:
-    ``splitmix64(poly ^ splitmix64(length))`` with ``poly = sum(b_i * FNV_PRIME**i) mod 2**64``
-    over the UTF-8 bytes ``b_i``."""
+#: Hexadecimal digit values by ASCII code; 255 marks a byte that is not a digit.
+_HEX_DIGITS = np.full(256, 255, dtype=np.uint8)
+for _i, _c in enumerate(b"0123456789abcdef"):
+    _HEX_DIGITS[_c] = _i
+    _HEX_DIGITS[ord(chr(_c).upper())] = _i
+#: Most hexadecimal digits of an id: 16 (64 bits).
+MAX_HEX_DIGITS = 16
+
+
+def _string_bytes(strings: pa.Array) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """The UTF-8 bytes of a string array without nulls: ``(data, offsets, lengths, position)``:
+    all bytes (M,) uint8, each string's start (N + 1,) int64 into them, its length (N,) and each
+    byte's position (M,) within its string."""
     offset_type = np.int64 if pa.types.is_large_string(strings.type) else np.int32
     n = len(strings)
-    if n == 0:
-        return np.zeros(0, dtype=np.uint64)
     _, offsets_buffer, data_buffer = strings.buffers()
     offsets = np.frombuffer(offsets_buffer, dtype=offset_type)[
         strings.offset : strings.offset + n + 1
-    ]
-    offsets = offsets.astype(np.int64)
-    lengths = np.diff(offsets)
+    ].astype(np.int64)
     first, last = int(offsets[0]), int(offsets[-1])
     data = (
         np.frombuffer(data_buffer, dtype=np.uint8)[first:last]
         if data_buffer
         else np.zeros(0, np.uint8)
     )
-    position = np.arange(last - first) - np.repeat(offsets[:-1] - first, lengths)
+    offsets -= first
+    lengths = np.diff(offsets)
+    position = np.arange(last - first) - np.repeat(offsets[:-1], lengths)
+    return data, offsets, lengths, position
+
+
+def hex_values(strings: pa.Array, where: str) -> np.ndarray:
+    """The hexadecimal strings (without nulls) as integers (N,) uint64, as Python's
+    ``int(s or "0", 16)`` (upper or lower case; no sign, prefix or spaces).
+
+    Raises:
+        DataError: strings that are not 1 to 16 hexadecimal digits (or empty), with their
+            count and the first one.
+    """
+    n = len(strings)
+    if n == 0:
+        return np.zeros(0, dtype=np.uint64)
+    data, offsets, lengths, position = _string_bytes(strings)
+    digits = _HEX_DIGITS[data]
+    owner = np.repeat(np.arange(n), lengths)
+    bad = (np.bincount(owner[digits == 255], minlength=n) > 0) | (lengths > MAX_HEX_DIGITS)
+    if bad.any():
+        first = strings[int(np.flatnonzero(bad)[0])].as_py()
+        raise DataError(
+            f"{where}: {int(bad.sum())} of {n} ids are not hexadecimal numbers of at most "
+            f"{MAX_HEX_DIGITS} digits (first: {first!r}) under id_policy=hex_modulo; use "
+            "id_policy=modulo to hash them as strings"
+        )
+    shift = (4 * (np.repeat(lengths, lengths) - 1 - position)).astype(np.uint64)
+    terms = digits.astype(np.uint64) << shift
+    sums = np.concatenate([np.zeros(1, np.uint64), np.cumsum(terms, dtype=np.uint64)])
+    return sums[offsets[1:]] - sums[offsets[:-1]]
+
+
+def string_hash64(strings: pa.Array) -> np.ndarray:
+    """Stable 64-bit hashes (N,) uint64 of a string array without nulls:
+    ``splitmix64(poly ^ splitmix64(length))`` with ``poly = sum(b_i * FNV_PRIME**i) mod 2**64``
+    over the UTF-8 bytes ``b_i``."""
+    n = len(strings)
+    if n == 0:
+        return np.zeros(0, dtype=np.uint64)
+    data, offsets, lengths, position = _string_bytes(strings)
     longest = int(lengths.max()) if n else 0
     with np.errstate(over="ignore"):
         steps = np.full(max(longest - 1, 0), FNV_PRIME, dtype=np.uint64)
         powers = np.concatenate([np.ones(1, np.uint64), np.cumprod(steps, dtype=np.uint64)])
         terms = data.astype(np.uint64) * powers[position]
         sums = np.concatenate([np.zeros(1, np.uint64), np.cumsum(terms, dtype=np.uint64)])
-        poly = sums[offsets[1:] - first] - sums[offsets[:-1] - first]
+        poly = sums[offsets[1:]] - sums[offsets[:-1]]
     return splitmix64(poly ^ splitmix64(lengths.astype(np.uint64)))
 
 
@@ -74,7 +124,8 @@ def to_rows(ids: pa.Array, policy: IdPolicy, num_embeddings: int, where: str) ->
     Args:
         ids: the ids, without nulls.
         policy: ``strict`` (integer ids in ``[0, num_embeddings)``), ``modulo`` (stable hash
-            modulo ``num_embeddings``) or ``managed_collision`` (the stable hash modulo
+            modulo ``num_embeddings``), ``hex_modulo`` (``int(id, 16) % num_embeddings``,
+            integers as they are) or ``managed_collision`` (the stable hash modulo
             :data:`~dlrm_exp.config.model.MANAGED_ID_RANGE`: raw ids for the table's
             managed-collision module, which maps them to rows).
         num_embeddings: rows of the table.
@@ -82,7 +133,8 @@ def to_rows(ids: pa.Array, policy: IdPolicy, num_embeddings: int, where: str) ->
 
     Raises:
         DataError: ``strict`` ids that are strings or outside ``[0, num_embeddings)``, with
-            their count and the first such value.
+            their count and the first such value; ``hex_modulo`` strings that are not
+            hexadecimal (see :func:`hex_values`).
     """
     if pa.types.is_dictionary(ids.type):  # the values used, not unused dictionary entries
         ids = ids.dictionary_decode()
@@ -102,6 +154,11 @@ def to_rows(ids: pa.Array, policy: IdPolicy, num_embeddings: int, where: str) ->
                 "use id_policy=modulo"
             )
         return rows
+    if policy is IdPolicy.hex_modulo:
+        if strings:
+            return (hex_values(ids, where) % np.uint64(num_embeddings)).astype(np.int64)
+        raw = ids.to_numpy(zero_copy_only=False).astype(np.int64, copy=False)
+        return np.mod(raw, num_embeddings)
     if strings:
         hashed = string_hash64(ids)
     else:

@@ -11,20 +11,16 @@ plus less than one batch carried over, whatever the file size.
 
 import logging
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 import pyarrow.parquet as pq
-import torch
 from torchrec.datasets.utils import Batch
-from torchrec.sparse.jagged_tensor import KeyedJaggedTensor
 
 from dlrm_exp.config import FeatureSchema, ParquetDataConfig
 from dlrm_exp.data.batches import per_rank_sizes
-from dlrm_exp.data.id_policy import to_rows
+from dlrm_exp.data.decode import Rows, decode
 from dlrm_exp.data.parquet_files import (
     ParquetScan,
     Segment,
@@ -34,118 +30,8 @@ from dlrm_exp.data.parquet_files import (
     scan_files,
 )
 from dlrm_exp.data.splits import DataInfo, DataSplits
-from dlrm_exp.errors import DataError
 
 log = logging.getLogger(__name__)
-
-
-@dataclass
-class Rows:
-    """Decoded rows: dense (n, num_dense) float32, labels (n,) float32 and, per sparse feature,
-    its ids as table rows (values (sum of lengths,) int64, lengths (n,) int32)."""
-
-    dense: np.ndarray
-    labels: np.ndarray
-    values: list[np.ndarray]
-    lengths: list[np.ndarray]
-
-    def __len__(self) -> int:
-        return len(self.labels)
-
-    @staticmethod
-    def concat(parts: list["Rows"]) -> "Rows":
-        """The rows of ``parts`` one after the other (``parts[0]`` itself when alone)."""
-        if len(parts) == 1:
-            return parts[0]
-        features = range(len(parts[0].values))
-        return Rows(
-            np.concatenate([p.dense for p in parts]),
-            np.concatenate([p.labels for p in parts]),
-            [np.concatenate([p.values[f] for p in parts]) for f in features],
-            [np.concatenate([p.lengths[f] for p in parts]) for f in features],
-        )
-
-    def slice(self, start: int, stop: int) -> "Rows":
-        """Rows ``[start, stop)`` (``stop`` past the end: to the end), views of the arrays;
-        each feature's values cut at the summed lengths before ``start`` and ``stop``."""
-        values = []
-        for v, lengths in zip(self.values, self.lengths, strict=True):
-            lo = int(lengths[:start].sum())
-            hi = len(v) if stop >= len(self) else lo + int(lengths[start:stop].sum())
-            values.append(v[lo:hi])
-        return Rows(
-            self.dense[start:stop],
-            self.labels[start:stop],
-            values,
-            [lengths[start:stop] for lengths in self.lengths],
-        )
-
-    def batch(self, keys: list[str]) -> Batch:
-        """These rows as one TorchRec ``Batch`` (KJT values key-major, as TorchRec's)."""
-        kjt = KeyedJaggedTensor(
-            keys=keys,
-            values=torch.from_numpy(np.concatenate(self.values)),
-            lengths=torch.from_numpy(np.concatenate(self.lengths)),
-            stride=len(self),
-        )
-        return Batch(
-            dense_features=torch.from_numpy(self.dense),
-            sparse_features=kjt,
-            labels=torch.from_numpy(self.labels),
-        )
-
-
-def decode(table: pa.Table, schema: FeatureSchema, where: str) -> Rows:
-    """The rows of ``table`` (a row group's schema columns, label nulls already dropped).
-
-    Null (and NaN) dense values read as 0, null sparse entries (and null ids inside a list) as empty
-    bags; ``log1p`` dense columns become ``log(1 + max(x, 0))``.
-
-    Raises:
-        DataError: a label other than 0 / 1; ids the feature's id policy refuses (see
-            :func:`~dlrm_exp.data.id_policy.to_rows`).
-    """
-    n = table.num_rows
-    labels = _numbers(table.column(schema.label)).astype(np.float32)
-    bad = (labels != 0) & (labels != 1)
-    if bad.any():
-        raise DataError(
-            f"{where}: {int(bad.sum())} of {n} labels are not 0 or 1 (first: "
-            f"{labels[bad][0]:g}) in column {schema.label!r}: a click label is 0 / 1 or boolean"
-        )
-    dense = np.zeros((n, schema.num_dense), dtype=np.float32)
-    for j, spec in enumerate(schema.dense):
-        x = _numbers(table.column(spec.column))
-        dense[:, j] = np.log1p(np.maximum(x, 0)) if spec.log1p else x
-    values, lengths = [], []
-    for name in schema.feature_names:  # the batch's key order (tables grouped)
-        feature = schema.sparse[name]
-        column = table.column(feature.column).combine_chunks()
-        if feature.multi_hot:
-            counts = pc.list_value_length(column).fill_null(0)
-            flat = pc.list_flatten(column)
-            keep = flat.is_valid()
-            if flat.null_count:  # drop null ids inside lists from their bags
-                owner = np.repeat(np.arange(n), counts.to_numpy(zero_copy_only=False))
-                counts = pa.array(
-                    np.bincount(owner[keep.to_numpy(zero_copy_only=False)], minlength=n)
-                )
-                flat = flat.filter(keep)
-        else:
-            counts = column.is_valid().cast(pa.int32())
-            flat = column.drop_null()
-        where_column = f"{where}: column {feature.column!r} (sparse feature {name})"
-        values.append(to_rows(flat, feature.id_policy, feature.num_embeddings, where_column))
-        lengths.append(counts.to_numpy(zero_copy_only=False).astype(np.int32))
-    return Rows(dense, labels, values, lengths)
-
-
-def _numbers(column: pa.ChunkedArray) -> np.ndarray:
-    """A numeric or boolean column as float64, nulls and NaN as 0."""
-    if pa.types.is_boolean(column.type):
-        column = column.cast(pa.int8())
-    values = column.fill_null(0).to_numpy().astype(np.float64, copy=False)
-    return np.nan_to_num(values, nan=0.0, posinf=0.0, neginf=0.0)
 
 
 class ParquetSplit:
@@ -301,4 +187,4 @@ def _report(scans: dict[str, ParquetScan]) -> dict[str, object]:
     }
 
 
-__all__ = ["ParquetSplit", "Rows", "decode", "load_parquet"]
+__all__ = ["ParquetSplit", "load_parquet"]

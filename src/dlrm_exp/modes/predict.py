@@ -38,9 +38,8 @@ import torch
 from tqdm import tqdm
 
 from dlrm_exp.config import Config, CriteoTsvDataConfig, ParquetDataConfig
-from dlrm_exp.data import ClickData
 from dlrm_exp.data.batches import make_batch
-from dlrm_exp.data.criteo_tsv import ReadReport, check_skipped_rows
+from dlrm_exp.data.criteo_tsv import ReadReport, check_skipped_rows, decode_block
 from dlrm_exp.data.paths import resolve_paths
 from dlrm_exp.data.preprocess.tsv_parse import (
     convert_block,
@@ -214,7 +213,6 @@ def _predict_file(
 ) -> None:
     """Stream one file through the model into ``writer``."""
     assert isinstance(cfg.data, CriteoTsvDataConfig)
-    sizes = tuple(cfg.model.table_sizes)
     keys = cfg.model.feature_names
     bar = tqdm(
         total=file.stat().st_size,
@@ -228,13 +226,14 @@ def _predict_file(
     with bar:
         transform = None if labeled else _with_label_column
         for buf, first_line in iter_blocks(file, transform=transform):
-            block = convert_block(buf, log1p=True, table_sizes=sizes)
+            block = convert_block(buf, log1p=False, table_sizes=None)
             file_report.add_block(block, first_line, str(file), cfg.data.max_reported_bad_lines)
             bar.update(len(buf) - 8)
             if not len(block.labels):
                 continue
             lines = first_line + np.flatnonzero(block.reasons < 0)
-            data = ClickData.from_numpy(block.dense, block.sparse, block.labels)
+            where = f"{file} lines {first_line}..{first_line + block.num_lines - 1}"
+            data = decode_block(block, cfg.data.schema, where)
             probabilities = [
                 torch.sigmoid(model(make_batch(data, start, start + step, keys))[1][1]).float()
                 for start, step in _chunks(len(data), cfg.predict.batch_size)

@@ -26,7 +26,7 @@ import pyarrow.parquet as pq
 import torch
 
 from dlrm_exp.config import Config, ParquetDataConfig
-from dlrm_exp.data.parquet import decode
+from dlrm_exp.data.decode import decode
 from dlrm_exp.data.parquet_files import (
     check_columns,
     open_parquet,

@@ -35,7 +35,7 @@ def _to_parquet(cfg: Config, job: Job) -> ModeResult:
     report = write_criteo_parquet(
         resolve_paths(cfg.data.path, "data.path"),
         out,
-        cfg.model.table_sizes,
+        cfg.data.schema,
         cfg.preprocess.row_group_size,
         cfg.data.max_reported_bad_lines,
     )
