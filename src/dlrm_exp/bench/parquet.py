@@ -2,7 +2,7 @@
 epoch's memory stay flat as the file grows?
 
 1. Rows/s of ``data=parquet`` with the shipped Criteo schema (``data/schema=criteo``: 13
-   counts with ``log1p``, 26 hexadecimal string ids hashed by ``modulo``, the slowest policy),
+   counts with ``log1p``, 26 hexadecimal string ids read by ``hex_modulo``, TorchRec's rule),
    from a Parquet copy of a generated Criteo TSV, against the training samples/s of the default
    experiment (``model=tiny``) on the same machine. Target (issue 28): at least 2x.
 2. Peak RSS of a process that scans and streams one epoch of a file of 24 row groups and of
@@ -95,7 +95,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         small = criteo_parquet(tsv, folder / "small.parquet", ROW_GROUP // 2)
         cfg = compose_config(["data=parquet", "data/schema=criteo", f"data.path={small}"])
         rate = batches_per_sec(cfg, args.batches) * cfg.train.batch_size
-        print(f"  data=parquet data/schema=criteo (hex strings, modulo): {rate:,.0f} rows/s "
+        print(f"  data=parquet data/schema=criteo (hex strings, hex_modulo): {rate:,.0f} rows/s "
               f"= {rate / train_rate:.1f}x training")  # fmt: skip
         schema = conf_dir() / "data" / "schema" / "criteo.yaml"
         sizes = {}
