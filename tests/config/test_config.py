@@ -203,6 +203,16 @@ RULES = [
         r"data=criteo_tsv reads the columns label, I1..I13, C1..C26 .* names \['user'\]",
     ),
     (
+        [
+            "data=criteo_tsv",
+            "data.path=a",
+            "train.checkpoint_every_n_steps=10",
+            "data.schema.sparse.cat_0.id_policy=managed_collision",
+            "data.schema.sparse.cat_0.eviction_interval=4",
+        ],
+        r"checkpoint_every_n_steps=10 is not a multiple of the eviction_interval of t_cat_0 \(4\)",
+    ),
+    (
         ["data=criteo_tsv", "data.path=a", "data.schema.sparse.cat_0.multi_hot=true"],
         r"makes \['cat_0'\] multi_hot",
     ),

@@ -114,13 +114,27 @@ class Config:
     def _check_managed_collision_mode(self) -> None:
         """``mode=verify`` compares the sharded model with an unsharded reference step by step;
         a managed-collision table maps ids per rank (each rank keeps its own share of the
-        ids), so no unsharded model computes the same rows."""
+        ids), so no unsharded model computes the same rows. Periodic checkpoints fall on
+        evictions, so each resumes exactly."""
         managed = sorted(self.model.managed_tables)
         require(
             not (managed and self.mode is Mode.verify),
             f"mode=verify cannot check managed-collision tables ({', '.join(managed)}): each "
             "rank maps its own share of the raw ids, which an unsharded reference does not; "
             "verify the layout with id_policy=modulo",
+        )
+        every = self.train.checkpoint_every_n_steps
+        uneven = {
+            name: mc.eviction_interval
+            for name, mc in self.model.managed_tables.items()
+            if every and every % mc.eviction_interval
+        }
+        require(
+            not uneven,
+            f"train.checkpoint_every_n_steps={every} is not a multiple of the eviction_interval "
+            f"of {', '.join(f'{t} ({k})' for t, k in sorted(uneven.items()))}: TorchRec keeps "
+            "the ids seen since the last eviction outside the checkpoint, so a run resumed "
+            "between evictions would differ; checkpoint every multiple of the interval",
         )
 
     def _check_checkpoint_given(self) -> None:
