@@ -116,10 +116,11 @@ def run_export(cfg: Config, job: Job) -> dict:
         "table_bytes": table_bytes(quantized),
         "inputs": {
             "dense": f"(B, {cfg.model.num_dense_features}) float32, transformed as in training "
-            "(log(1 + x) of the counts for Criteo; data.schema's log1p columns for parquet)",
+            "(log(1 + max(x, 0)) of Criteo's counts; in general data.schema's log1p columns)",
             "values": "(N,) int64: the table rows of each feature for the B samples, "
-            "feature-major (after the id policy for data=parquet; for the managed_tables, "
-            "the 63-bit hashed raw ids, which the model maps to rows itself)",
+            "feature-major (Criteo's int(C, 16) % num_embeddings; in general after "
+            "data.schema's id policy; for the managed_tables, the 63-bit hashed raw ids, "
+            "which the model maps to rows itself)",
             "lengths": f"({len(cfg.model.feature_names)} * B,) int32: ids per (feature, sample), "
             "same order",
             "feature_names": cfg.model.feature_names,
