@@ -213,6 +213,10 @@ RULES = [
         r"checkpoint_every_n_steps=10 is not a multiple of the eviction_interval of t_cat_0 \(4\)",
     ),
     (
+        ["data=criteo_tsv", "data.path=a", "+data.schema.sparse.cat_5.table=t_cat_4"],
+        r"model.num_embeddings_per_feature: features sharing table t_cat_4 disagree",
+    ),
+    (
         ["data=criteo_tsv", "data.path=a", "data.schema.sparse.cat_0.multi_hot=true"],
         r"makes \['cat_0'\] multi_hot",
     ),

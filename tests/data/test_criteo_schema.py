@@ -26,6 +26,8 @@ def test_hex_modulo_is_torchrecs_criteo_rule():
     assert to_rows(large, IdPolicy.hex_modulo, 1000, "f").tolist() == rows.tolist()
     ints = to_rows(pa.array([5, 1234, -3], pa.int64()), IdPolicy.hex_modulo, 1000, "f")
     assert ints.tolist() == [5, 234, 997]  # integers as they are, Python's %
+    big = to_rows(pa.array([2**64 - 1, 2**63], pa.uint64()), IdPolicy.hex_modulo, 7, "f")
+    assert big.tolist() == [(2**64 - 1) % 7, 2**63 % 7]  # unsigned 64-bit ids, not wrapped
     where = "a.parquet: column 'C1'"
     with pytest.raises(DataError, match=rf"{where}: 2 of 4 ids are not hex.*'0x1'"):
         to_rows(pa.array(["0x1", "1", "g", "ff"]), IdPolicy.hex_modulo, 10, where)
@@ -79,6 +81,12 @@ def test_blocks_decode_alike_merged_or_alone_and_strict_names_the_lines(tmp_path
     whole = decode_block(parse("\n".join(lines) + "\n"), schema, "x")
     for column in ("dense", "sparse", "labels"):
         assert torch.equal(getattr(merged, column), getattr(whole, column))
+    counts = replace(schema, dense=schema.dense[1:])  # I1, a count, as a hashed feature
+    counts.sparse["cat_9"] = replace(schema.sparse["cat_9"], column="I1", id_policy=IdPolicy.modulo)
+    block = halves[0]
+    ids = decode_block(block, counts, "x").sparse[:, counts.feature_names.index("cat_9")]
+    expected = to_rows(pa.array(block.dense[:, 0]), IdPolicy.modulo, 1000, "x")
+    assert ids.tolist() == expected.tolist()  # hashed as the integer it is
     path = tmp_path / "day_0.tsv"
     path.write_text("\n".join(lines) + "\n")
     schema.sparse["cat_0"] = replace(schema.sparse["cat_0"], id_policy=IdPolicy.strict)

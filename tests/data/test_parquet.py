@@ -16,6 +16,7 @@ from dlrm_exp.config import (
     ManagedCollision,
     ParquetDataConfig,
     SparseFeature,
+    criteo_schema,
 )
 from dlrm_exp.data import load_splits
 from dlrm_exp.data.id_policy import string_hash64, to_rows
@@ -385,7 +386,7 @@ def test_preprocess_refuses_two_inputs_with_one_output_name(tmp_path):
     first = write_criteo_tsv(tmp_path / "a" / "train.txt", 10, seed=0)
     second = write_criteo_tsv(tmp_path / "b" / "train.txt", 10, seed=1)
     with pytest.raises(DataError, match="same Parquet file"):
-        write_criteo_parquet([first, second], tmp_path / "out", [100] * 26, 64)
+        write_criteo_parquet([first, second], tmp_path / "out", criteo_schema([100] * 26), 64)
     assert not (tmp_path / "out").exists()  # nothing written
 
 

@@ -127,7 +127,7 @@ class Config:
         uneven = {
             name: mc.eviction_interval
             for name, mc in self.model.managed_tables.items()
-            if every and every % mc.eviction_interval
+            if every and every % mc.eviction_interval and self.mode is Mode.train
         }
         require(
             not uneven,

@@ -17,6 +17,7 @@ from omegaconf import MISSING, OmegaConf
 
 from dlrm_exp.config.checks import require
 from dlrm_exp.config.model import EmbeddingTable, EvictionPolicy, ManagedCollision
+from dlrm_exp.errors import ConfigError
 
 #: Feature and table names: TorchRec makes module and parameter names of them.
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
@@ -198,7 +199,10 @@ class FeatureSchema:
             name: replace(self.sparse[name], num_embeddings=int(n))
             for name, n in zip(names, rows, strict=True)
         }
-        return FeatureSchema(self.label, list(self.dense), sparse)
+        try:
+            return FeatureSchema(self.label, list(self.dense), sparse)
+        except ConfigError as err:
+            raise ConfigError(f"{key}: {err}") from None
 
     def table_of(self, feature: str) -> str:
         """The table ``feature`` looks up: its ``table``, else ``t_<feature>``."""

@@ -214,8 +214,9 @@ def decode_block(block: ParsedBlock, schema: FeatureSchema, where: str) -> Click
 
     ``C*`` columns reach the schema as the integers they spell (empty: 0) for ``hex_modulo``
     and ``strict``, and as Criteo's spelling (8 lower-case hex digits, empty: ``""``) for the
-    policies that hash strings, so a TSV line and the same line in Parquet (hex strings) give
-    the same rows under every policy.
+    policies that hash strings, so a TSV line and the same line in Parquet (hex strings in
+    that spelling, empty ones ``""``) give the same rows under every policy; ``I`` columns
+    stay integers.
 
     Raises:
         DataError: ids the schema's id policy refuses (``where`` names the lines).
@@ -227,7 +228,8 @@ def decode_block(block: ParsedBlock, schema: FeatureSchema, where: str) -> Click
         c: pa.array(np.ascontiguousarray(raw[c])) for c in [schema.label, *schema.feature_columns]
     }
     for feature in schema.sparse.values():
-        if feature.id_policy in _HASHED_POLICIES:  # hash the id as written, as in Parquet
+        if feature.id_policy in _HASHED_POLICIES and feature.column in CRITEO_SPARSE_COLUMNS:
+            # hash a C id as Criteo writes it, as in Parquet (I columns stay integers)
             j = CRITEO_SPARSE_COLUMNS.index(feature.column)
             columns[feature.column] = _criteo_spelling(block.sparse[:, j], block.sparse_empty[:, j])
     rows = decode(pa.table(columns), schema, where)

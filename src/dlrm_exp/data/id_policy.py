@@ -157,8 +157,10 @@ def to_rows(ids: pa.Array, policy: IdPolicy, num_embeddings: int, where: str) ->
     if policy is IdPolicy.hex_modulo:
         if strings:
             return (hex_values(ids, where) % np.uint64(num_embeddings)).astype(np.int64)
-        raw = ids.to_numpy(zero_copy_only=False).astype(np.int64, copy=False)
-        return np.mod(raw, num_embeddings)
+        raw = ids.to_numpy(zero_copy_only=False)
+        if raw.dtype == np.uint64:  # Python's % on values beyond int64
+            return (raw % np.uint64(num_embeddings)).astype(np.int64)
+        return np.mod(raw.astype(np.int64, copy=False), num_embeddings)
     if strings:
         hashed = string_hash64(ids)
     else:
