@@ -310,3 +310,11 @@ def test_a_bad_config_is_refused_before_torch_is_imported(tmp_path):
     )
     assert result.stdout.strip() == "exit 1 False", result.stdout + result.stderr
     assert result.stderr.startswith("Error: model.dense_arch_layer_sizes[-1] (8) must equal")
+
+
+def test_criteo_tsv_schema_takes_the_model_groups_table_sizes():
+    """The reader's schema (its id policies map into these rows) and the model agree."""
+    cfg = compose_cfg(["data=criteo_tsv", "data.path=a", "model=tiny"])
+    sizes = [f.num_embeddings for f in cfg.data.schema.sparse.values()]
+    assert sizes == cfg.model.num_embeddings_per_feature == cfg.model.table_sizes
+    assert sizes[5] == 3
