@@ -377,3 +377,42 @@ def test_a_rank_killed_inside_a_save_then_resume_matches_an_uninterrupted_run(
     _same_results(resumed.metrics, uninterrupted[1])
     assert json.loads((resumed.run_dir / "metrics.json").read_text())["val"] == resumed.metrics.val
     assert [p.name for p in complete_checkpoints(resumed.run_dir)] == ["step_8", "step_16"]
+
+
+def _fake_checkpoint(path: Path, step: int) -> Path:
+    """A folder :func:`best_checkpoint` counts as complete (DCP metadata and trainer state)."""
+    path.mkdir(parents=True)
+    (path / ".metadata").write_bytes(b"")
+    (path / "trainer_state.json").write_text(json.dumps({"step": step}))
+    return path
+
+
+def test_a_crash_while_a_better_best_replaces_the_old_one_keeps_a_complete_best(
+    tmp_path, monkeypatch
+):
+    from dlrm_exp.loop import checkpoint
+
+    run = tmp_path / "run"
+    folder = run / checkpoint.CHECKPOINTS
+    _fake_checkpoint(folder / checkpoint.BEST, 10)
+    new = _fake_checkpoint(folder / "best.partial", 20)
+    rename = Path.rename
+
+    def crash_on_the_second_rename(self, target):  # the old best is aside, the new one not in
+        if self == new:
+            raise KeyboardInterrupt
+        return rename(self, target)
+
+    monkeypatch.setattr(Path, "rename", crash_on_the_second_rename)
+    with pytest.raises(KeyboardInterrupt):
+        checkpoint._replace_folder(new, folder / checkpoint.BEST)
+    monkeypatch.undo()
+    survivor = checkpoint.best_checkpoint(run)
+    assert survivor is not None and json.loads((survivor / "trainer_state.json").read_text()) == {
+        "step": 10
+    }
+    # the next better validation puts its folder in place and only then drops the old one
+    checkpoint._replace_folder(new, folder / checkpoint.BEST)
+    assert checkpoint.best_checkpoint(run) == folder / checkpoint.BEST
+    assert sorted(p.name for p in folder.iterdir()) == [checkpoint.BEST]
+    assert json.loads((folder / "best" / "trainer_state.json").read_text()) == {"step": 20}

@@ -8,8 +8,9 @@ them finished, rank 0 writes ``trainer_state.json`` and renames the folder to ``
 crash during a save therefore leaves only a ``.partial`` folder, never a visible half
 checkpoint, and the previous ``step_<m>`` stays usable. ``keep_last`` prunes older ones.
 ``train.keep_best`` keeps the best validation's weights as one more checkpoint,
-``<run>/checkpoints/best/`` (written the same way, replaced at each better validation, never
-pruned, never picked by ``train.resume=auto``).
+``<run>/checkpoints/best/`` (written the same way, replaced at each better validation, the
+old one renamed aside until the new one is in place; never pruned, never picked by
+``train.resume=auto``).
 
 Loading goes through DCP, which reads tensors into the model's and optimizer's own (sharded)
 tensors with ``torch.load(weights_only=True)``: only tensors are saved (optimizer
@@ -151,9 +152,13 @@ def _is_complete(path: Path) -> bool:
 
 
 def best_checkpoint(run_dir: Path) -> Path | None:
-    """``<run_dir>/checkpoints/best`` if it is a complete checkpoint, else None."""
+    """``<run_dir>/checkpoints/best`` if it is a complete checkpoint (or, after a crash while
+    a better one replaced it, the earlier one set aside as ``best.replaced``), else None."""
     path = run_dir / CHECKPOINTS / BEST
-    return path if _is_complete(path) else None
+    for candidate in (path, _replaced(path)):
+        if _is_complete(candidate):
+            return candidate
+    return None
 
 
 def complete_checkpoints(run_dir: Path) -> list[Path]:
@@ -204,13 +209,31 @@ def save_checkpoint(
         dist.barrier()
         if is_main:
             write_json_atomic(partial / STATE_FILE, {**trainer_state, "step": step})
-            shutil.rmtree(final, ignore_errors=True)
-            partial.rename(final)
+            _replace_folder(partial, final)
             if keep_last:
                 for old in complete_checkpoints(run_dir)[:-keep_last]:
                     shutil.rmtree(old, ignore_errors=True)
         dist.barrier()
     return final
+
+
+def _replaced(path: Path) -> Path:
+    """Where :func:`_replace_folder` keeps the folder it replaces until the new one is in place."""
+    return path.with_name(path.name + ".replaced")
+
+
+def _replace_folder(new: Path, final: Path) -> None:
+    """Put the complete folder ``new`` at ``final``, replacing an earlier ``final`` (``best``).
+
+    The earlier folder is renamed aside before ``new`` takes its place and deleted only after,
+    so a crash at any point leaves a complete checkpoint: ``final``, or, between the two
+    renames, ``final.replaced`` (which :func:`best_checkpoint` falls back to)."""
+    aside = _replaced(final)
+    if final.exists():  # else an earlier crash left only ``aside``: keep it until ``new`` is in
+        shutil.rmtree(aside, ignore_errors=True)
+        final.rename(aside)
+    new.rename(final)
+    shutil.rmtree(aside, ignore_errors=True)
 
 
 def _rng_file(path: Path, rank: int) -> Path:
