@@ -12,6 +12,10 @@ from torchmetrics.functional.classification import binary_auroc
 from conftest import compose_cfg, run_cli, two_process_job
 from dlrm_exp.config import load_schema_file
 from dlrm_exp.data.synthetic_parquet import SyntheticLayout, write_synthetic_parquet
+from dlrm_exp.loop.checkpoint import CheckpointError
+from dlrm_exp.modes.evaluate import run_evaluate
+from dlrm_exp.modes.job import Job
+from dlrm_exp.modes.predict import run_predict
 from dlrm_exp.modes.train import run_train
 
 pytestmark = pytest.mark.slow
@@ -170,6 +174,33 @@ def test_resume_with_shuffled_row_groups_is_exact(toy, tmp_path):
     assert whole.steps == resumed.steps == 26
     assert resumed.val == whole.val and resumed.test == whole.test
 
+    # The checkpoint records how ids became rows; a job with another rule is refused, naming
+    # the key, before it looks up other rows with the same weights.
+    state = json.loads(
+        (tmp_path / "cut" / "checkpoints" / "step_10" / "trainer_state.json").read_text()
+    )
+    assert state["id_policies"] == dict.fromkeys(
+        ["user_id", "item", "recent_items", "tags"], "modulo"
+    )
+    other = ["data.schema.sparse.item.id_policy=strict", f"checkpoint={tmp_path / 'cut'}"]
+    with pytest.raises(
+        CheckpointError,
+        match=r"data\.schema\.sparse\.item\.id_policy: checkpoint modulo, this job strict",
+    ):
+        run_evaluate(
+            compose_cfg(overrides(root, *extra, "mode=evaluate", *other)), Job(tmp_path / "ev")
+        )
+    with pytest.raises(CheckpointError, match="other id policies"):
+        run_predict(
+            compose_cfg(overrides(root, *extra, "mode=predict", *other)), Job(tmp_path / "p")
+        )
+    with pytest.raises(CheckpointError, match="other id policies"):
+        run_train(
+            compose_cfg(overrides(root, *extra, "train.resume=auto", other[0])),
+            tmp_path / "cut",
+            choices,
+        )
+
 
 #: ``user_id`` under managed collision: 256 rows for the toy's 2,000 raw ids, so its module
 #: evicts every step; asked table-wise (the table runs row-wise, recorded), checkpoints every
@@ -275,6 +306,8 @@ def test_a_managed_collision_model_exports_with_its_id_map(toy, tmp_path, cli_he
         assert done.returncode == 0, done.stderr[-2000:]
     record = json.loads((tmp_path / "export" / "export.json").read_text())
     assert record["inputs"]["managed_tables"] == ["t_user_id"]
+    assert record["inputs"]["id_policies"]["user_id"] == "managed_collision"
+    assert record["inputs"]["id_policies"]["tags"] == "modulo"
     rows = decode(pq.read_table(root / "toy.parquet"), cfg.data.schema, "toy")
     batch = rows.batch(cfg.model.feature_names)
     exported = torch.jit.load(str(tmp_path / "export" / "model.pt"))

@@ -81,13 +81,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         splits = load_splits(train_cfg.data, train_cfg.model.table_sizes, 13, train_cfg.seed)
         dense, sparse, labels = splits.val.dense, splits.val.sparse, splits.val.labels.long()
         checkpoint = next((run_dir / "checkpoints").iterdir())
-        dlrm, step = load_trained(train_cfg, checkpoint)
+        dlrm, saved = load_trained(train_cfg, checkpoint)
         reference = InferenceDLRM(dlrm, train_cfg.model.feature_names)
         expected = _predict(reference, dense, sparse)
         base_auroc = float(binary_auroc(expected, labels))
         print(
             f"inference benchmark: model {train_cfg.model.embedding_dim}-dim tables, trained "
-            f"{step} steps, val AUROC {base_auroc:.5f} ({len(labels):,} rows), "
+            f"{saved['step']} steps, val AUROC {base_auroc:.5f} ({len(labels):,} rows), "
             f"{torch.get_num_threads()} threads"
         )
         print(

@@ -46,6 +46,14 @@ class DataConfig:
         arrays, whose tables come from ``model.num_embeddings_per_feature``)."""
         return None
 
+    def id_policies(self) -> dict[str, str] | None:
+        """``{feature: id policy}`` of the feature schema: how raw ids become rows, which a
+        checkpoint records and its users must share (None: no schema, ids are rows)."""
+        schema = self.feature_schema()
+        if schema is None:
+            return None
+        return {name: f.id_policy.value for name, f in schema.sparse.items()}
+
     def tables_sized_by_model(self) -> bool:
         """Whether ``model.num_embeddings_per_feature`` (one per schema feature, in order)
         replaces the schema's ``num_embeddings``: Criteo files, whose table sizes are the

@@ -126,11 +126,14 @@ class CheckpointLayout:
         tables: ``{table name: [num_embeddings, embedding_dim]}``.
         data_parallel_tables: names of the tables replicated on every rank (sorted).
         world_size: ranks of the job that writes (or resumes) the checkpoint.
+        id_policies: ``{feature: data.schema id policy}``, how raw ids became the tables'
+            rows (None: data without a schema, whose ids are rows already).
     """
 
     tables: dict[str, list[int]]
     data_parallel_tables: list[str]
     world_size: int
+    id_policies: dict[str, str] | None = None
 
     def state_dict(self) -> dict[str, Any]:
         """The entries of ``trainer_state.json`` that describe the layout."""
@@ -138,6 +141,7 @@ class CheckpointLayout:
             "tables": self.tables,
             "data_parallel_tables": self.data_parallel_tables,
             "world_size": self.world_size,
+            "id_policies": self.id_policies,
         }
 
 
@@ -319,10 +323,10 @@ def load_checkpoint(
     other keys, which DCP cannot map onto a sharded table's.
 
     Raises:
-        CheckpointError: another model shape, other data-parallel tables, or files DCP cannot
-            read (truncated, missing).
+        CheckpointError: another model shape, other id policies, other data-parallel tables,
+            or files DCP cannot read (truncated, missing).
     """
-    trainer_state = _trainer_state_matching(path, expected.tables)
+    trainer_state = _trainer_state_matching(path, expected.tables, expected.id_policies)
     saved_dp = trainer_state.get("data_parallel_tables")
     wanted_dp = expected.data_parallel_tables
     if saved_dp is not None and saved_dp != wanted_dp:
@@ -343,12 +347,16 @@ def load_checkpoint(
     return trainer_state
 
 
-def _trainer_state_matching(path: Path, tables: dict[str, list[int]]) -> dict[str, Any]:
+def _trainer_state_matching(
+    path: Path, tables: dict[str, list[int]], id_policies: dict[str, str] | None = None
+) -> dict[str, Any]:
     """The checkpoint's ``trainer_state.json``, after checking that it holds ``tables``
-    ({name: [rows, dim]}).
+    ({name: [rows, dim]}) and, where both the checkpoint (written since id policies are
+    recorded) and this job name them, that its features took their rows by ``id_policies``.
 
     Raises:
-        CheckpointError: unreadable state, or another model shape (naming the tables).
+        CheckpointError: unreadable state, another model shape (naming the tables), or a
+            feature whose id policy differs (naming its ``data.schema`` key).
     """
     try:
         trainer_state = json.loads((path / STATE_FILE).read_text())
@@ -365,7 +373,32 @@ def _trainer_state_matching(path: Path, tables: dict[str, list[int]]) -> dict[st
             f"checkpoint {path} is from another model shape ({'; '.join(diff[:3])}): use "
             "the model config it was trained with (model=..., model.num_embeddings_cap=...)"
         )
+    _check_id_policies(path, trainer_state.get("id_policies"), id_policies)
     return trainer_state
+
+
+def _check_id_policies(
+    path: Path, saved: dict[str, str] | None, wanted: dict[str, str] | None
+) -> None:
+    """Refuse a checkpoint whose features mapped raw ids to rows by another rule than this
+    job's: its tables would load (same shapes) and then look up other rows for the same ids.
+
+    Raises:
+        CheckpointError: a feature both name whose policy differs (up to three named).
+    """
+    if saved is None or wanted is None:
+        return
+    differ = sorted(f for f in saved.keys() & wanted.keys() if saved[f] != wanted[f])
+    if differ:
+        keys = "; ".join(
+            f"data.schema.sparse.{f}.id_policy: checkpoint {saved[f]}, this job {wanted[f]}"
+            for f in differ[:3]
+        )
+        more = f" and {len(differ) - 3} more" if len(differ) > 3 else ""
+        raise CheckpointError(
+            f"checkpoint {path} was trained with other id policies ({keys}{more}): the same raw "
+            "ids would look up other rows of its tables; set the policies it was trained with"
+        )
 
 
 def _dcp_load(path: Path, state: dict[str, Any]) -> None:
@@ -412,17 +445,22 @@ def find_checkpoint(location: str) -> Path:
 
 
 def load_model_weights(
-    path: Path, model: torch.nn.Module, tables: dict[str, list[int]]
+    path: Path,
+    model: torch.nn.Module,
+    tables: dict[str, list[int]],
+    id_policies: dict[str, str] | None = None,
 ) -> dict[str, Any]:
     """Load only the model's weights of checkpoint ``path`` into ``model`` (a collective when a
     process group exists) and return its trainer state. Any sharding type and world size, on
     either side, data_parallel included: DCP reshards the tables to this model's placement;
     optimizer state is not read.
 
+    ``id_policies``: this job's ``{feature: id policy}`` (None: not checked).
+
     Raises:
-        CheckpointError: another model shape, or files DCP cannot read.
+        CheckpointError: another model shape, other id policies, or files DCP cannot read.
     """
-    trainer_state = _trainer_state_matching(path, tables)
+    trainer_state = _trainer_state_matching(path, tables, id_policies)
     state = {"model": model.state_dict()}
     _dcp_load(path, state)
     model.load_state_dict(state["model"])

@@ -65,7 +65,9 @@ def evaluate_worker(
         splits, experiment = prepare(cfg, ctx, plan)
         if isinstance(cfg.data, CriteoTsvDataConfig) and splits.info.read:
             check_skipped_rows(splits.info.read, cfg.data.max_skipped_fraction, "evaluated")
-        saved = load_model_weights(path, experiment.model, table_shapes(cfg.model))
+        saved = load_model_weights(
+            path, experiment.model, table_shapes(cfg.model), cfg.data.id_policies()
+        )
         step = int(saved["step"])
         names = ("val", "test") if cfg.split is EvalSplit.all else (cfg.split.value,)
         scores = {

@@ -42,8 +42,9 @@ def run(cfg: Config, job: Job) -> ModeResult:
     return ModeResult(summary=summary(record))
 
 
-def load_trained(cfg: Config, path: Path) -> tuple[torch.nn.Module, int]:
-    """The unsharded DLRM with the weights of checkpoint ``path`` (eval mode) and its step.
+def load_trained(cfg: Config, path: Path) -> tuple[torch.nn.Module, dict]:
+    """The unsharded DLRM with the weights of checkpoint ``path`` (eval mode) and its
+    ``trainer_state.json``.
     Its tables are fp32 whatever ``model.embedding_data_type`` trained (DCP widens fp16
     weights exactly), so the quantization starts from the trained values.
 
@@ -57,7 +58,7 @@ def load_trained(cfg: Config, path: Path) -> tuple[torch.nn.Module, int]:
     )
     module = build_model(fp32, dense_device=CPU, table_device=CPU)
     saved = load_model_weights(path, module, table_shapes(cfg.model))
-    return module.model.eval(), int(saved["step"])
+    return module.model.eval(), saved
 
 
 def saved_table_data_types(path: Path) -> dict[str, EmbeddingDataType]:
@@ -94,7 +95,7 @@ def run_export(cfg: Config, job: Job) -> dict:
     check_writable(out)
     assert cfg.checkpoint is not None  # Config.__post_init__ requires it
     path = find_checkpoint(cfg.checkpoint)
-    dlrm, step = load_trained(cfg, path)
+    dlrm, saved = load_trained(cfg, path)
     tables = table_shapes(cfg.model)
     # the dtypes the checkpoint holds, not the ones the export command repeats (or forgets)
     trained = {
@@ -111,7 +112,7 @@ def run_export(cfg: Config, job: Job) -> dict:
         "quantization": cfg.export.quantization.value,
         "trained_table_data_types": sorted({t.value for t in trained.values()}),
         "checkpoint": str(path),
-        "step": step,
+        "step": int(saved["step"]),
         "table_bytes_fp32": table_bytes(dlrm),
         "table_bytes": table_bytes(quantized),
         "inputs": {
@@ -129,6 +130,9 @@ def run_export(cfg: Config, job: Job) -> dict:
             ),
             "num_embeddings": [rows for rows, _dim in tables.values()],
             "managed_tables": sorted(cfg.model.managed_tables),
+            # as the checkpoint recorded them (null: data without a schema, or a checkpoint
+            # written before id policies were recorded)
+            "id_policies": saved.get("id_policies"),
             "num_dense_features": cfg.model.num_dense_features,
         },
         "output": "(B,) float32 click probabilities",

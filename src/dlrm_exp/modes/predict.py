@@ -166,7 +166,9 @@ def _score(
     returns the checkpoint's step and what ``write`` returned."""
     with process_group(cfg.hardware) as ctx:
         experiment = build_experiment(cfg, ctx)
-        saved = load_model_weights(path, experiment.model, table_shapes(cfg.model))
+        saved = load_model_weights(
+            path, experiment.model, table_shapes(cfg.model), cfg.data.id_policies()
+        )
         experiment.model.eval()
         partial.parent.mkdir(parents=True, exist_ok=True)
         try:

@@ -187,6 +187,7 @@ def _layout(run: _Run) -> CheckpointLayout:
             name for name, t in tables.items() if t.sharding_type == "data_parallel"
         ),
         world_size=run.ctx.world_size,
+        id_policies=run.cfg.data.id_policies(),
     )
 
 
@@ -262,7 +263,9 @@ class _BestCheckpoint:
         """This run folder's ``checkpoints/best`` (a copied or moved folder keeps working),
         else ``location`` (a run resumed from another run's checkpoint)."""
         path = best_checkpoint(self.run.job.run_dir) or Path(location)
-        load_model_weights(path, self.run.experiment.model, self.layout.tables)
+        load_model_weights(
+            path, self.run.experiment.model, self.layout.tables, self.layout.id_policies
+        )
 
 
 def _run_metrics(
