@@ -220,6 +220,11 @@ RULES = [
         ["data=criteo_tsv", "data.path=a", "data.schema.sparse.cat_0.multi_hot=true"],
         r"makes \['cat_0'\] multi_hot",
     ),
+    (
+        ["data=criteo_tsv", "data.path=a", "data.schema.sparse.cat_3.num_embeddings=500"],
+        r"data=criteo_tsv sizes its tables from model.num_embeddings_per_feature .* so "
+        r"data.schema.sparse.cat_3.num_embeddings=500 would be ignored",
+    ),
     (["preprocess.num_workers=0"], r"preprocess.num_workers must be positive"),
     (["train.epochs=0"], r"train.epochs must be positive"),
     (["train.max_steps=0"], r"train.max_steps must be positive or null"),

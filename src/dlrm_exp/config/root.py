@@ -30,6 +30,7 @@ from dlrm_exp.config.modes import (
 )
 from dlrm_exp.config.optimizer import CPU_FUSED, OptimizerConfig
 from dlrm_exp.config.qcomms import QCommsConfig
+from dlrm_exp.config.schema import FeatureSchema
 from dlrm_exp.config.sharding import ComputeKernel, ShardingConfig, ShardingStrategy
 from dlrm_exp.config.train import CUDA_PIPELINES, DensePrecision, TrainConfig
 
@@ -95,9 +96,11 @@ class Config:
                 f"data.schema reads {schema.num_dense} dense columns: set "
                 f"model.num_dense_features={schema.num_dense}",
             )
-            schema = schema.sized(
+            sized = schema.sized(
                 self.model.num_embeddings_per_feature, "model.num_embeddings_per_feature"
             )
+            _refuse_ignored_sizes(schema, sized)
+            schema = sized
             self.data = replace(self.data, schema=schema)  # type: ignore[call-arg]
         cap = self.model.num_embeddings_cap
         if cap is not None:  # the id policies must map into the capped tables
@@ -308,3 +311,27 @@ class Config:
             f"Criteo data has {CRITEO_NUM_DENSE} dense features: set "
             f"model.num_dense_features={CRITEO_NUM_DENSE}",
         )
+
+
+def _refuse_ignored_sizes(schema: FeatureSchema, sized: FeatureSchema) -> None:
+    """Under data the model group sizes (``data=criteo_tsv``), a feature's ``num_embeddings``
+    other than the shipped Criteo schema's and the model's would be silently replaced.
+
+    Raises:
+        ConfigError: such a feature, naming its key and the key that sizes it.
+    """
+    shipped = criteo_schema().sparse
+    ignored = [
+        (name, feature.num_embeddings, sized.sparse[name].num_embeddings)
+        for name, feature in schema.sparse.items()
+        if feature.num_embeddings != sized.sparse[name].num_embeddings
+        and (name not in shipped or feature.num_embeddings != shipped[name].num_embeddings)
+    ]
+    require(
+        not ignored,
+        "data=criteo_tsv sizes its tables from model.num_embeddings_per_feature (one per "
+        "feature, in order), so "
+        + ", ".join(f"data.schema.sparse.{n}.num_embeddings={v}" for n, v, _ in ignored[:3])
+        + f" would be ignored (the model gives {', '.join(str(m) for _, _, m in ignored[:3])}"
+        + " rows): set model.num_embeddings_per_feature instead",
+    )
