@@ -11,6 +11,7 @@ from conftest import compose_cfg, two_process_job
 from dlrm_exp.errors import ConfigError
 from dlrm_exp.modes.train import run_train
 from dlrm_exp.modes.verify import run_verify_many
+from dlrm_exp.modes.verify import summary as summary_of_verify
 
 pytestmark = pytest.mark.slow
 
@@ -48,6 +49,9 @@ VERIFY_CASES |= {
 }
 VERIFY_CASES["rowwise+base_pipeline"] = ["sharding=rowwise", "train.pipeline=base", "qcomms=none"]
 VERIFY_CASES["rowwise+fp16_bf16"] = ["sharding=rowwise", "qcomms=fp16_bf16"]
+#: Data-parallel tables have no embedding collective, so asked-for qcomms never run: verify
+#: judges the run as the fp32 it is (and it still trains the reference's maths exactly).
+VERIFY_CASES["dataparallel"] = ["sharding=dataparallel", "qcomms=fp16_bf16"]
 
 
 @pytest.fixture(scope="module")
@@ -284,8 +288,19 @@ def _check_profile_and_utilization(metrics, run_dir) -> None:
 
 def test_fp16_bf16_stays_within_documented_tolerance(verify_runs):
     _, result = verify_runs["rowwise+fp16_bf16"]
-    assert result["precision"] == "bf16" and result["passed"]
+    assert result["precision"] == result["requested_precision"] == "bf16" and result["passed"]
+    assert result["effective_qcomms"]["reduce_scatter"] == {
+        "forward": "FP16",
+        "backward": "BF16",
+    }
     assert 0 < result["max_rel_loss_deviation"] <= result["loss_tolerance"]
+
+
+def test_verify_reports_the_precision_that_ran_not_the_one_asked(verify_runs):
+    _, result = verify_runs["dataparallel"]
+    assert result["requested_precision"] == "bf16" and result["effective_qcomms"] == {}
+    assert result["precision"] == "fp32" and result["loss_tolerance"] == 1e-5
+    assert "fp32 comms (bf16 asked; it did not run)" in summary_of_verify(result)
 
 
 @pytest.mark.parametrize("option", ["rowwise", "tablerowwise", "grid"])

@@ -16,7 +16,10 @@ Trains ``verify.steps`` steps twice from identical initial weights (tables from
 It reports the largest relative difference of the per-step global loss (the mean of the
 per-rank losses), and the largest absolute differences of the final embedding tables and
 dense parameters. With ``qcomms=none`` the loss must agree to ``1e-5``; quantized precisions
-have the measured tolerances of :data:`LOSS_TOLERANCE`. Results go to ``verify.json``.
+have the measured tolerances of :data:`LOSS_TOLERANCE`, chosen by the precision the
+collectives ran in (``precision`` in ``verify.json``, read from the sharded model's codecs;
+``requested_precision`` is what ``qcomms`` asked: they differ when every table is
+data_parallel, so no codec runs). Results go to ``verify.json``.
 
 Why rank-sized slices: Adagrad-type optimizers move a parameter by about
 ``lr * g / (|g| + eps)``, so a gradient at rounding level, whose sign the summation order
@@ -32,7 +35,7 @@ before DDP averages the halves (about 1e-7).
 
 import copy
 import itertools
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -94,12 +97,15 @@ class VerificationFailed(UserError):
 
 @dataclass
 class Trace:
-    """What one training run left: per-step global losses and the final parameters."""
+    """What one training run left: per-step global losses, the final parameters, the plan's
+    sharding types and the precision each embedding collective ran in (rank 0's,
+    :func:`~dlrm_exp.distributed.qcomms.effective_qcomms`)."""
 
     losses: list[float]
     tables: dict[str, np.ndarray]
     dense: dict[str, np.ndarray]
     sharding_types: list[str]
+    effective_qcomms: dict[str, dict[str, str]] = field(default_factory=dict)
 
 
 class RankSlicedDLRMTrain(DLRMTrain):
@@ -133,8 +139,16 @@ class RankSlicedDLRMTrain(DLRMTrain):
 
 
 def _precision(cfg: Config) -> str:
+    """The lowest precision the ``qcomms`` group asks for (``fp32``: none)."""
     used = [p.value for p in (cfg.qcomms.forward_precision, cfg.qcomms.backward_precision) if p]
     return max(used or ["fp32"], key=_PRECISION_ORDER.index)
+
+
+def _effective_precision(effective: dict[str, dict[str, str]]) -> str:
+    """The lowest precision an embedding collective ran in (``fp32``: no codec ran, e.g. every
+    table data_parallel), which the loss tolerance follows."""
+    ran = {name.lower() for p in effective.values() for name in p.values()}
+    return max([r for r in ran if r in _PRECISION_ORDER] or ["fp32"], key=_PRECISION_ORDER.index)
 
 
 def reference_config(cfg: Config) -> Config:
@@ -207,7 +221,8 @@ def trace(cfg: Config, steps: int, slices: int = 1) -> Trace | None:
             losses.append(float(total) / ctx.world_size)
         tables, dense = _gather_parameters(experiment.model, ctx.rank)
         types = sorted(plan_sharding_types(experiment.plan))
-        return Trace(losses, tables, dense, types) if ctx.is_main else None
+        ran = experiment.effective_qcomms
+        return Trace(losses, tables, dense, types, ran) if ctx.is_main else None
 
 
 @record
@@ -311,7 +326,10 @@ def run_verify_many(cfgs: list[Config], run_dirs: list[Path]) -> list[dict[str, 
         world = cfg.hardware.world_size
         reference = trace(reference_config(cfg), cfg.verify.steps, slices=world)
         assert job is not None and reference is not None
-        result = compare(job, reference, _precision(cfg), exact_training(cfg))
+        result = compare(job, reference, _effective_precision(job.effective_qcomms),
+                         exact_training(cfg))  # fmt: skip
+        result["requested_precision"] = _precision(cfg)
+        result["effective_qcomms"] = job.effective_qcomms
         result["world_size"] = world
         result["sharding_type"] = cfg.sharding.sharding_type.value
         result["pipeline"] = cfg.train.pipeline.value
@@ -367,13 +385,19 @@ def pooled_tables(cfg: Config) -> list[str]:
     ]
 
 
+def _comms(result: dict[str, Any]) -> str:
+    """The precision the collectives ran in, and the one asked for where it differs."""
+    ran, asked = result["precision"], result.get("requested_precision", result["precision"])
+    return f"{ran} comms" if ran == asked else f"{ran} comms ({asked} asked; it did not run)"
+
+
 def summary(result: dict[str, Any]) -> str:
     """The lines printed at the end of ``mode=verify``."""
     return "\n".join(
         [
             f"verify {result['sharding_type']} (plan: {', '.join(result['plan_sharding_types'])}) "
             f"on {result['world_size']} process(es), "
-            f"{result['precision']} comms, {result['steps']} steps, against one unsharded process",
+            f"{_comms(result)}, {result['steps']} steps, against one unsharded process",
             f"pipeline {result['pipeline']}, dense {result['dense_precision']}, tables "
             f"{'/'.join(result['table_data_types'])}: "
             + (
