@@ -67,14 +67,14 @@ def test_tsv_and_parquet_of_the_same_rows_give_the_same_batches(tmp_path):
 def test_blocks_decode_alike_merged_or_alone_and_strict_names_the_lines(tmp_path):
     from dlrm_exp.data.criteo_format import criteo_lines
     from dlrm_exp.data.criteo_tsv import decode_block, merge_blocks, read_files
-    from dlrm_exp.data.preprocess.tsv_parse import convert_block, padded_block
+    from dlrm_exp.data.preprocess.tsv_parse import padded_block, parse_block
 
     lines = criteo_lines(300, seed=2, empty_rate=0.1)
     schema = criteo_schema([1000] * 26)
     schema.sparse["cat_2"] = replace(schema.sparse["cat_2"], id_policy=IdPolicy.modulo)
 
     def parse(text):
-        return convert_block(padded_block(text.encode(), "x"), log1p=False, table_sizes=None)
+        return parse_block(padded_block(text.encode(), "x"))
 
     halves = [parse("\n".join(lines[:100]) + "\n"), parse("\n".join(lines[100:]) + "\n")]
     merged = decode_block(merge_blocks(halves), schema, "x")
@@ -90,5 +90,5 @@ def test_blocks_decode_alike_merged_or_alone_and_strict_names_the_lines(tmp_path
     path = tmp_path / "day_0.tsv"
     path.write_text("\n".join(lines) + "\n")
     schema.sparse["cat_0"] = replace(schema.sparse["cat_0"], id_policy=IdPolicy.strict)
-    with pytest.raises(DataError, match=rf"{path} lines 1\.\.: column 'C1' .* ids outside"):
+    with pytest.raises(DataError, match=rf"{path} lines 1\.\.300: column 'C1' .* ids outside"):
         read_files([path], schema, 5)

@@ -159,8 +159,9 @@ class CriteoTsvDataConfig(FileSplitsConfig):
             counts) when more than this fraction of the rows read are skipped; null: never.
             Training reports skipped rows and goes on.
         schema: the feature schema over the line's columns ``label, I1..I13, C1..C26``
-            (default ``data/schema=criteo``: TorchRec's transform and id rule); its
-            ``num_embeddings`` are replaced by ``model.num_embeddings_per_feature``.
+            (default ``data/schema=criteo``: TorchRec's id rule, facebookresearch/dlrm's
+            dense transform); its ``num_embeddings`` are replaced by
+            ``model.num_embeddings_per_feature``.
 
     Raises:
         ConfigError: (at compose time) the schema names a column a Criteo line does not have,

@@ -121,9 +121,10 @@ class ModelConfig:
             ``optimizer.stochastic_rounding``).
         embedding_data_type_per_table: ``{table name: data type}`` for tables that differ from
             ``embedding_data_type``, e.g. ``{t_cat_20: fp32}``.
-        tables: the tables of a feature schema: filled from ``data.schema`` (``data=parquet``),
-            when they replace ``num_embeddings_per_feature`` and ``num_dense_features``; empty
-            for Criteo-shaped data (one table ``t_cat_<i>`` per feature ``cat_<i>``).
+        tables: the tables of a feature schema: filled from ``data.schema`` (``data=parquet``,
+            ``data=criteo_tsv``, whose schema ``num_embeddings_per_feature`` sizes); empty for
+            Criteo-shaped arrays (``criteo_npy``, ``synthetic``: one table ``t_cat_<i>`` per
+            feature ``cat_<i>``).
     """
 
     embedding_dim: int = MISSING

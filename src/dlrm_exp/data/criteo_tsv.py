@@ -11,7 +11,9 @@ Row handling:
   * rows with 14..39 fields lost their trailing empty fields and are right-padded to 40
     (valid ones are counted as ``rows_padded``);
   * empty fields are missing values: count 0, categorical hash 0 (as facebookresearch/dlrm and
-    TorchRec's ``int(x or "0", 16)``); ``C*`` columns reach the schema as those integers;
+    TorchRec's ``int(x or "0", 16)``); ``C*`` columns reach the schema as those integers (as
+    Criteo's 8-digit spelling, ``""`` when empty, for the policies that hash strings:
+    :func:`decode_block`);
   * then the schema: with the shipped ``criteo`` schema, dense ``log(1 + max(x, 0))``
     (facebookresearch/dlrm ``data_utils``: negative counts clipped to 0) and categoricals
     ``int(C, 16) % num_embeddings`` (``id_policy=hex_modulo``);
@@ -42,8 +44,8 @@ from dlrm_exp.data.paths import resolve_paths
 from dlrm_exp.data.preprocess.tsv_parse import (
     REASONS,
     ParsedBlock,
-    convert_block,
     iter_blocks,
+    parse_block,
 )
 from dlrm_exp.errors import DataError
 
@@ -162,21 +164,23 @@ def read_files(
     for path in files:
         file_report = ReadReport(files=[str(path)])
         pending: list[ParsedBlock] = []
-        first = held = 0
+        first = last = held = 0
         for buf, first_line in iter_blocks(path):
-            block = convert_block(buf, log1p=False, table_sizes=None)
+            block = parse_block(buf)
             file_report.add_block(block, first_line, str(path), max_bad_lines)
             first = first if pending else first_line
             pending.append(block)
             held += len(block.labels)
+            last = first_line + block.num_lines - 1
             if held >= DECODE_ROWS:
-                last = first_line + block.num_lines - 1
                 parts.append(
                     decode_block(merge_blocks(pending), schema, f"{path} lines {first}..{last}")
                 )
                 pending, held = [], 0
         if pending:
-            parts.append(decode_block(merge_blocks(pending), schema, f"{path} lines {first}.."))
+            parts.append(
+                decode_block(merge_blocks(pending), schema, f"{path} lines {first}..{last}")
+            )
         report.merge(file_report, max_bad_lines)
     if report.rows_valid == 0:
         raise DataError(_no_valid_row_message(files, report))
@@ -215,8 +219,8 @@ def decode_block(block: ParsedBlock, schema: FeatureSchema, where: str) -> Click
     ``C*`` columns reach the schema as the integers they spell (empty: 0) for ``hex_modulo``
     and ``strict``, and as Criteo's spelling (8 lower-case hex digits, empty: ``""``) for the
     policies that hash strings, so a TSV line and the same line in Parquet (hex strings in
-    that spelling, empty ones ``""``) give the same rows under every policy; ``I`` columns
-    stay integers.
+    that spelling, empty ones ``""``) give the same rows under every policy but ``strict``
+    (which takes integer rows: Parquet hex strings are refused); ``I`` columns stay integers.
 
     Raises:
         DataError: ids the schema's id policy refuses (``where`` names the lines).

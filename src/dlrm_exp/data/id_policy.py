@@ -150,8 +150,9 @@ def to_rows(ids: pa.Array, policy: IdPolicy, num_embeddings: int, where: str) ->
         if bad.any():
             raise DataError(
                 f"{where}: {int(bad.sum())} of {len(rows)} ids outside [0, {num_embeddings}) "
-                f"under id_policy=strict (first: {int(rows[bad][0])}); raise num_embeddings or "
-                "use id_policy=modulo"
+                f"under id_policy=strict (first: {int(rows[bad][0])}); give the table more rows "
+                "(data.schema's num_embeddings; for Criteo files model.num_embeddings_per_feature) "
+                "or hash the ids (id_policy=modulo; hex_modulo for Criteo's hexadecimal ids)"
             )
         return rows
     if policy is IdPolicy.hex_modulo:

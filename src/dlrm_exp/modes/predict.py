@@ -42,9 +42,9 @@ from dlrm_exp.data.batches import make_batch
 from dlrm_exp.data.criteo_tsv import ReadReport, check_skipped_rows, decode_block
 from dlrm_exp.data.paths import resolve_paths
 from dlrm_exp.data.preprocess.tsv_parse import (
-    convert_block,
     iter_blocks,
     iter_line_chunks,
+    parse_block,
 )
 from dlrm_exp.distributed.launch import check_devices, process_group
 from dlrm_exp.errors import ConfigError, DataError
@@ -228,7 +228,7 @@ def _predict_file(
     with bar:
         transform = None if labeled else _with_label_column
         for buf, first_line in iter_blocks(file, transform=transform):
-            block = convert_block(buf, log1p=False, table_sizes=None)
+            block = parse_block(buf)
             file_report.add_block(block, first_line, str(file), cfg.data.max_reported_bad_lines)
             bar.update(len(buf) - 8)
             if not len(block.labels):
