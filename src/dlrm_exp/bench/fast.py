@@ -40,10 +40,12 @@ from torchrec.models.dlrm import DLRMTrain
 
 from dlrm_exp.bench.targets import Target, report
 from dlrm_exp.bench.training import compose_config, framework_run, plain_torchrec_run
-from dlrm_exp.config import feature_names
+from dlrm_exp.config import DensePrecision, feature_names
 from dlrm_exp.data import iter_batches, load_splits
 from dlrm_exp.distributed.launch import process_group
+from dlrm_exp.factories.precision import slow_precision_warning
 from dlrm_exp.modes.train import run_train
+from dlrm_exp.perf.theoretical_peak import cpu_flags
 from dlrm_exp.record.run_record import RunMetrics
 from dlrm_exp.record.stats import paired_difference
 from dlrm_exp.util.logs import quiet_libraries
@@ -158,6 +160,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--train-samples", type=int, default=262144, help="per quality run")
     args = parser.parse_args(argv)
     quiet_libraries()
+    slow = slow_precision_warning(DensePrecision.bf16, "cpu", cpu_flags())
+    if slow:  # the fast setting is bf16 dense: its targets need bf16 matmul instructions
+        print(f"note: {slow}; the speed and dense-part targets assume such a CPU (or a GPU)")
     table, speedup = speed_table(speed(args.rounds, args.steps + args.warmup, args.warmup))
     print(table)
     with tempfile.TemporaryDirectory() as tmp:
