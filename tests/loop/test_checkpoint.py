@@ -416,3 +416,17 @@ def test_a_crash_while_a_better_best_replaces_the_old_one_keeps_a_complete_best(
     assert checkpoint.best_checkpoint(run) == folder / checkpoint.BEST
     assert sorted(p.name for p in folder.iterdir()) == [checkpoint.BEST]
     assert json.loads((folder / "best" / "trainer_state.json").read_text()) == {"step": 20}
+
+
+def test_a_resume_between_managed_collision_evictions_is_named():
+    from dlrm_exp.config.model import EvictionPolicy, ManagedCollision
+    from dlrm_exp.modes.train import between_evictions
+
+    managed = {
+        "t_a": ManagedCollision(EvictionPolicy.lfu, 4),
+        "t_b": ManagedCollision(EvictionPolicy.lru, 2),
+    }
+    assert between_evictions(8, managed) is None and between_evictions(7, {}) is None
+    line = between_evictions(6, managed)
+    assert line is not None and "step 6" in line and "t_a (every 4)" in line
+    assert "t_b" not in line and "not bitwise" in line
