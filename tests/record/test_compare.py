@@ -79,3 +79,15 @@ def test_compare_to_fails_on_a_planted_regression(record_sweep, tmp_path, capsys
     assert report.main(args) == 1
     assert f"{CONFIGS[1]} val AUROC" in capsys.readouterr().out.split("gate FAILED")[1]
     assert report.main([*args, "--tolerance", "0.3"]) == 0
+
+
+def test_a_metric_with_a_non_finite_seed_says_how_many_it_averaged():
+    from dlrm_exp.record.compare import ConfigStats, stats_markdown
+    from dlrm_exp.record.stats import estimate
+
+    stats = [
+        ConfigStats("qcomms=none", [0, 1, 2], estimates={"val_auroc": estimate([0.8, 0.81, 0.79])}),
+        ConfigStats("qcomms=fp16", [0, 1, 2], estimates={"val_auroc": estimate([0.8, 0.81])}),
+    ]
+    rows = stats_markdown(stats).splitlines()
+    assert "(n=2: non-finite left out)" in rows[3] and "left out" not in rows[2]

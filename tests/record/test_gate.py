@@ -203,3 +203,35 @@ def test_runs_of_one_side_alone_are_paired_by_seed_not_by_position():
     assert result.passed and "+0 [+0, +0], paired by seed, n=2" in result.lines[0]
     ungated = compare_runs(new, saved, gate=["test_auroc"])  # shown, but nothing gated
     assert not ungated.passed and "nothing was compared" in ungated.failures[0]
+
+
+def test_seeds_or_values_missing_from_the_new_set_fail_the_gate(tmp_path, baseline, capsys):
+    fewer = sweep(tmp_path / "fewer", {}, seeds=(0, 1))  # seed 2's jobs never launched
+    assert gate(tmp_path, fewer, baseline) == 1
+    out = capsys.readouterr().out
+    assert f"{SGD}: seed(s) 2 of the baseline have no run in the new set" in out
+    assert "0.7945 -> 0.7945" in out  # both means over the paired seeds 0 and 1
+
+    def run(seed: int, values: dict) -> RunValues:
+        return RunValues("optimizer=sgd", "optimizer=sgd", seed, "completed", f"/{seed}", values)
+
+    saved = [run(s, {"val_auroc": 0.79, "val_ne": 0.9}) for s in (0, 1)]
+    renamed = [run(s, {"val_auroc": 0.79}) for s in (0, 1)]  # val NE no longer recorded
+    result = compare_runs(renamed, saved, gate=["val_auroc", "val_ne"])
+    assert not result.passed and result.compared == 1
+    assert "val NE: the baseline has it, the new set has none" in result.failures[0]
+    one_lost = [run(0, {"val_auroc": 0.79, "val_ne": 0.9}), run(1, {"val_auroc": 0.79})]
+    result = compare_runs(one_lost, saved, gate=["val_auroc", "val_ne"])
+    assert not result.passed and "val NE: the baseline has it" in result.failures[0]
+    assert "no value for seed=1" in result.failures[0]
+
+
+def test_the_gate_cannot_overwrite_its_baseline_or_gate_on_calibration(tmp_path, baseline, capsys):
+    saved = (baseline / "summary_runs.csv").read_bytes()
+    other = sweep(tmp_path / "other", {"sgd": -0.01})
+    argv = [str(other), str(other), "--out", str(baseline), "--compare-to", str(baseline)]
+    assert report.main(argv) == 2
+    assert "is the report's output folder" in capsys.readouterr().err
+    assert (baseline / "summary_runs.csv").read_bytes() == saved
+    with pytest.raises(SystemExit):  # argparse: not a choice (calibration has no better side)
+        gate(tmp_path, other, baseline, "--gate", "val_calibration")

@@ -26,6 +26,9 @@ COMPARED = (
     "samples_per_sec", "step_ms_p50", "fwd_bytes_per_step", "bwd_bytes_per_step", "peak_rss_gib",
     "table_bytes_per_rank",
 )  # fmt: skip
+#: What ``--gate`` may name: the compared metrics with a better direction (calibration moves
+#: either way, so no difference of it is a regression).
+GATEABLE = tuple(k for k in COMPARED if METRICS[k].higher_is_better is not None)
 #: What :func:`compare_to` gates on unless told otherwise: the quality metrics, which a rerun
 #: with the same seeds reproduces; speed moves with the machine (opt in with ``--gate``).
 DEFAULT_GATE = ("val_auroc", "test_auroc", "val_ne", "val_logloss")
@@ -134,12 +137,14 @@ def stats_markdown(stats: Sequence[ConfigStats]) -> str:
         cells = [s.config + (" (baseline)" if i == 0 else ""), f"{len(s.seeds)}{failed}"]
         for key in keys:
             e, spec = s.estimates.get(key), METRICS[key].spec
+            # a seed whose value is NaN or infinite is left out: say so, or n misleads
+            fewer = "" if e is None or e.n == len(s.seeds) else f" (n={e.n}: non-finite left out)"
             if e is None:
                 cells.append("n/a")
             elif e.half_width is None:
-                cells.append(fmt(e.mean, spec))
+                cells.append(fmt(e.mean, spec) + fewer)
             else:
-                cells.append(f"{fmt(e.mean, spec)} +- {fmt(e.half_width, spec)}")
+                cells.append(f"{fmt(e.mean, spec)} +- {fmt(e.half_width, spec)}{fewer}")
         cells += [
             _difference_cell(s.vs_baseline.get(f"{split}_auroc")) for split in ("val", "test")
         ]

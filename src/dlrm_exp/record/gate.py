@@ -10,9 +10,12 @@ the mean difference is worse than ``tolerance`` and its whole 95 % interval lies
 side of zero; with a single pair (no interval) the tolerance alone decides.
 
 The gate also fails, with one line naming what is wrong, when a saved configuration has no
-completed run in the new set, a run of a compared configuration did not complete (counted as
-failed, never dropped), a gated metric is NaN or infinite, or nothing at all was compared
-(a metric that neither side has is skipped). A configuration only in the new set is listed as new.
+completed run in the new set, a seed of the baseline has no run in the new set while other
+seeds pair (jobs not launched), a run of a compared configuration did not complete (counted as
+failed, never dropped), a gated metric is NaN or infinite, a gated metric the baseline has is
+missing from a completed new run, or nothing at all was compared (a metric that neither side
+has is skipped). A configuration only in the new set is listed as new. Only metrics with a
+better direction can be gated (calibration cannot: it moves either way).
 """
 
 from collections.abc import Sequence
@@ -113,20 +116,51 @@ def _compare_metric(
         return
     new_f = {s: float(v) for s, v in new.items() if v is not None}
     saved_f = {s: float(v) for s, v in saved.items() if v is not None}
+    lost = sorted(s for s in saved_f if s in new and s not in new_f)
+    if gated and saved_f and not new_f:
+        result.failures.append(f"{label} {metric.label}: the baseline has it, the new set has none")
+    elif gated and lost:  # a completed new run without a value the baseline has
+        result.failures.append(
+            f"{label} {metric.label}: the baseline has it, the new set has no value for "
+            + ", ".join(f"seed={s}" for s in lost)
+        )
     if not new_f or not saved_f:
-        if gated and (new_f or saved_f):
-            side = "the baseline" if new_f else "the new set"
-            result.lines.append(f"{label} {metric.label}: not compared ({side} has no value)")
+        if gated and new_f:
+            result.lines.append(f"{label} {metric.label}: not compared (the baseline has no value)")
         return
     d = difference(new_f, saved_f)
-    old_mean = sum(saved_f.values()) / len(saved_f)
-    new_mean = sum(new_f.values()) / len(new_f)
+    common = sorted(set(new_f) & set(saved_f)) if d.method == "paired" else None
+    old_mean = _mean(saved_f, common)
+    new_mean = _mean(new_f, common)
     line = _describe(label, metric, d, old_mean, new_mean)
     if gated and is_regression(metric, d, tolerance):
         line += f"  REGRESSION (worse by more than {tolerance:g})"
         result.failures.append(line)
     result.lines.append(line)
     result.compared += gated
+
+
+def _mean(values: dict[int, float], seeds: list[int] | None) -> float:
+    """The mean over ``seeds`` (the paired ones, so both sides' means match the difference),
+    else over all."""
+    picked = list(values.values()) if seeds is None else [values[s] for s in seeds]
+    return sum(picked) / len(picked)
+
+
+def _missing_seeds(
+    label: str, new_runs: list[RunValues], saved_runs: list[RunValues]
+) -> str | None:
+    """The failure line when seeds of the baseline have no run in the new set while others
+    pair (with no common seed at all the sides are compared unpaired, by design)."""
+    new_seeds = {r.seed for r in new_runs}
+    saved_seeds = {r.seed for r in saved_runs if r.status == COMPLETED}
+    missing = sorted(saved_seeds - new_seeds)
+    if not missing or not saved_seeds & new_seeds:
+        return None
+    return (
+        f"{label}: seed(s) {', '.join(map(str, missing))} of the baseline have no run in the "
+        "new set (jobs not launched?): the comparison would rest on fewer seeds"
+    )
 
 
 def _config_failures(label: str, runs: list[RunValues]) -> str | None:
@@ -160,6 +194,9 @@ def compare_runs(
         if config_id not in saved_groups:
             result.lines.append(f"{label}: new (not in the baseline)")
             continue
+        missing = _missing_seeds(label, new_runs, saved_groups[config_id])
+        if missing:
+            result.failures.append(missing)
         for key in COMPARED:
             _compare_metric(
                 label, key, new_runs, saved_groups[config_id], key in gate, tolerance, result

@@ -40,8 +40,8 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
 from dlrm_exp.record.compare import (  # noqa: E402
-    COMPARED,
     DEFAULT_GATE,
+    GATEABLE,
     ConfigStats,
     config_stats,
     has_repeats,
@@ -206,14 +206,18 @@ def expand(paths: Sequence[str]) -> list[Path]:
 
 
 def report(
-    paths: Sequence[str], out: Path | None = None, baseline: str | None = None
+    paths: Sequence[str],
+    out: Path | None = None,
+    baseline: str | None = None,
+    keep: Path | None = None,
 ) -> tuple[str, Path, list[RunRecord]]:
-    """Build the tables and plots; returns (markdown, output folder, the runs).
+    """Build the tables and plots; returns (markdown, output folder, the runs). ``keep``: a
+    file the report must not overwrite (the ``--compare-to`` baseline's ``summary_runs.csv``).
 
     Raises:
         FileNotFoundError: a path does not exist or no runs were found.
-        ValueError: no configuration matches ``baseline``, or two runs of one configuration
-            share a seed.
+        ValueError: no configuration matches ``baseline``, two runs of one configuration
+            share a seed, or the output folder holds ``keep``.
     """
     folders = expand(paths)
     runs = load_runs(folders)
@@ -223,6 +227,12 @@ def report(
             "sweep folders with multirun.yaml)"
         )
     out = out or (folders[0] if len(folders) == 1 else Path("report"))
+    if keep is not None and keep.parent.resolve() == out.resolve():
+        raise ValueError(
+            f"--compare-to {keep.parent} is the report's output folder: writing the new "
+            "summary there would replace the baseline it is compared with (a second run would "
+            "compare the new set with itself); give --out another folder"
+        )
     stats = config_stats(runs, baseline)
     rows = write_summary(out, runs, stats)
     completed = [r for r in runs if r.status == COMPLETED]
@@ -262,7 +272,7 @@ def _parser() -> argparse.ArgumentParser:
         help="a gated metric worse by at most this never fails the gate",
     )
     parser.add_argument(
-        "--gate", nargs="+", default=list(DEFAULT_GATE), choices=list(COMPARED),
+        "--gate", nargs="+", default=list(DEFAULT_GATE), choices=list(GATEABLE),
         help="metrics whose regression fails --compare-to",
     )  # fmt: skip
     return parser
@@ -285,7 +295,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         saved = baseline_file(args.compare_to) if args.compare_to else None
         saved_runs = read_run_values(saved) if saved else []
-        table, out, runs = report(args.paths, args.out, args.baseline)
+        table, out, runs = report(args.paths, args.out, args.baseline, keep=saved)
     except (FileNotFoundError, ValueError) as err:
         print(f"Error: {err}", file=sys.stderr)
         return 2
