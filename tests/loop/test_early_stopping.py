@@ -186,3 +186,19 @@ def test_two_row_wise_processes_stop_early_and_keep_the_best_weights(two_process
     assert metrics.weights == "best" and metrics.val["auroc"] == best["auroc"]
     assert metrics.test["auroc"] > metrics.final_weights["test"]["auroc"]
     assert (run.run_dir / "checkpoints" / "best" / ".metadata").is_file()
+
+
+def test_when_the_last_validation_is_the_best_the_run_folder_gives_its_weights(tmp_path):
+    """checkpoints/best was written at an earlier improving validation; the last one is better
+    still, so ``checkpoint=<run folder>`` (evaluate, predict, export) must give the final
+    weights, not that earlier best."""
+    from dlrm_exp.loop.checkpoint import find_checkpoint
+
+    rising = ["data.num_train_samples=4096", "data.num_val_samples=1024",
+              "data.num_test_samples=1024", "train.batch_size=256", "train.val_every_n_steps=4",
+              "train.progress_bar=false"]  # fmt: skip
+    metrics = run_train(compose_cfg(rising), tmp_path, {})
+    aurocs = [h["auroc"] for h in metrics.val_history]
+    assert metrics.steps == 16 and aurocs[-1] == max(aurocs) and aurocs[0] < aurocs[-1]
+    saved = json.loads((find_checkpoint(str(tmp_path)) / "trainer_state.json").read_text())
+    assert saved["step"] == 16 and saved["best"]["step"] == 16

@@ -128,8 +128,10 @@ class TrainConfig:
         keep_best: keep the weights of the best validation (the monitored metric) in
             ``<run>/checkpoints/best/`` and report them: the test split, ``metrics.json``'s
             ``val`` / ``test`` and ``checkpoint=<run folder>`` use them, and the final weights'
-            numbers are recorded beside them (``final_weights``). A save happens only at a
-            validation that improves and is not the last one.
+            numbers are recorded beside them (``final_weights``). A save happens at a
+            validation that improves and is not the last one, and at the last one when it
+            improves on a saved best (so ``best/`` never holds an earlier validation's weights
+            than the best).
         train_window_batches: the running window of training batches whose log loss and AUROC
             are logged every ``log_every_n_steps`` (``train_window/*``) and recorded at each
             validation, for the generalization gap (0: off).

@@ -270,6 +270,11 @@ class Trainer:
         bar.close()
         if not state.val_history or state.val_history[-1]["step"] != state.step:
             self._validate(sources, state)  # else the stopping validation is the last one
+        stale = state.best_checkpoint is not None  # None: no best saved, nothing is stale
+        if self.best_weights is not None and state.best.step == state.step and stale:
+            # the last validation is the best: checkpoints/best, which evaluate, predict and
+            # export take for the run folder, must not keep an earlier validation's weights
+            state.best_checkpoint = self.best_weights.save(state.step, state)
         val, test, final_weights = self._kept_weights_metrics(sources, state)
         return FitResult(
             state=state,
