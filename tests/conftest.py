@@ -124,9 +124,9 @@ SWEEP_TINY = [
     "train.progress_bar=false",
 ]
 #: The record sweep: 2 sharding types x 2 learning rates x 3 seeds with INT8 qcomms, one process
-#: per job. Table-wise trains (no collective on one process); every row-wise job is refused
-#: (FBGEMM's INT8 row-wise codec fails on gloo). Run names, in job order (Hydra's basic sweeper:
-#: the last key varies fastest).
+#: per job. Table-wise trains (no collective on one process: INT8 never encodes, and the runs
+#: say so, ``SWEEP_RAN``); every row-wise job is refused (FBGEMM's INT8 row-wise codec fails on
+#: gloo). Run names, in job order (Hydra's basic sweeper: the last key varies fastest).
 SWEEP_RUNS = [
     f"sharding={s},optimizer.learning_rate={lr},seed={seed}"
     for s in ("tablewise", "rowwise")
@@ -134,6 +134,8 @@ SWEEP_RUNS = [
     for seed in (0, 1, 2)
 ]
 SWEEP_REFUSED = SWEEP_RUNS[6:]
+#: What the completed runs' labels add: on one process TorchRec runs no collective.
+SWEEP_RAN = " (ran qcomms: no embedding collective)"
 #: The configurations (every swept key but seed) that completed, in first-seen order.
 SWEEP_CONFIGS = [
     "sharding=tablewise,optimizer.learning_rate=0.1",

@@ -6,6 +6,7 @@ import pytest
 
 from conftest import compose_cfg
 from dlrm_exp.distributed.launch import process_group
+from dlrm_exp.distributed.qcomms import effective_qcomms, qcomms_substitution
 from dlrm_exp.factories.experiment import build_experiment
 
 FP16_BF16 = {"forward": "FP16", "backward": "BF16"}
@@ -36,14 +37,29 @@ def _built(*overrides: str):
     ],
 )
 def test_effective_precisions_are_read_from_the_built_model(sharding, qcomms, effective, ran):
+    """The codecs a model built on one process holds are those 2+ ranks run with (the plan
+    is the same); the substitution is judged as on 2 ranks."""
+    cfg = compose_cfg([f"sharding={sharding}", f"qcomms={qcomms}"])
     experiment = _built(f"sharding={sharding}", f"qcomms={qcomms}")
-    assert experiment.effective_qcomms == effective
-    assert [s.ran for s in experiment.substitutions] == ([ran] if ran else [])
+    assert effective_qcomms(experiment.model) == effective
+    substitution = qcomms_substitution(cfg.qcomms, effective, world_size=2)
+    assert (substitution and substitution.ran) == ran
     if ran and ran.startswith("reduce_scatter"):
-        assert experiment.substitutions[0].line() == (
+        assert substitution.line() == (
             "qcomms fp8: ran reduce_scatter FP16/BF16 instead (TorchRec has no FP8 "
             "reduce_scatter; precisions are forward/backward); recorded in metrics.json"
         )
+
+
+def test_on_one_rank_no_precision_is_recorded_as_run():
+    """TorchRec skips the collectives of a one-rank group, codecs and all: qcomms=fp16 on one
+    process trains bitwise like qcomms=none, so nothing may say FP16 ran."""
+    experiment = _built("sharding=tablewise", "qcomms=fp16")
+    assert effective_qcomms(experiment.model)  # the codecs exist, but never encode
+    assert experiment.effective_qcomms == {}
+    (substitution,) = experiment.substitutions
+    assert substitution.ran == "no embedding collective" and "one rank" in substitution.line()
+    assert not _built("sharding=tablewise", "qcomms=none").substitutions
 
 
 def test_adam_on_cpu_with_auto_sharding_is_named_as_a_substitution():

@@ -8,7 +8,7 @@ import shutil
 import pytest
 
 from conftest import SWEEP_CONFIGS as CONFIGS
-from conftest import SWEEP_REFUSED, SWEEP_RUNS
+from conftest import SWEEP_RAN, SWEEP_REFUSED, SWEEP_RUNS
 from dlrm_exp.record import report
 
 pytestmark = pytest.mark.slow
@@ -17,12 +17,12 @@ pytestmark = pytest.mark.slow
 def test_the_sweep_summary_has_statistics_per_configuration(record_sweep):
     folder, result = record_sweep
     text = (folder / "summary.md").read_text()
-    assert f"{CONFIGS[0]} (baseline) | 3 | 0." in text
+    assert f"{CONFIGS[0]}{SWEEP_RAN} (baseline) | 3 | 0." in text
     assert "+-" in text and "val AUROC - baseline [95% CI]" in result.stdout
     for column in ("test AUROC - baseline [95% CI]", "table bytes/rank", "peak RSS GiB"):
         assert column in result.stdout, column
     rows = list(csv.DictReader(open(folder / "summary_stats.csv")))
-    other = {r["metric"]: r for r in rows if r["config"] == CONFIGS[1]}
+    other = {r["metric"]: r for r in rows if r["config"] == CONFIGS[1] + SWEEP_RAN}
     assert other["val_auroc"]["n"] == "3" and other["val_auroc"]["p_value"] != ""
     assert float(other["val_auroc"]["diff_vs_baseline"]) != 0  # the rates train differently
     assert float(other["val_auroc"]["ci_low"]) < float(other["val_auroc"]["mean"])

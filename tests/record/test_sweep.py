@@ -8,10 +8,10 @@ import pytest
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 from tensorboard.plugins.hparams import plugin_data_pb2
 
+from conftest import SWEEP_RAN, run_cli
 from conftest import SWEEP_REFUSED as REFUSED
 from conftest import SWEEP_RUNS as RUNS
 from conftest import SWEEP_TINY as TINY
-from conftest import run_cli
 from dlrm_exp.record import report
 from dlrm_exp.record.runs import run_name, swept_keys
 
@@ -36,12 +36,12 @@ def test_failed_job_is_recorded_and_the_sweep_goes_on(record_sweep):
     assert [r["status"] for r in rows] == ["completed"] * 6 + ["failed"] * 6
     assert "not supported on gloo" in rows[6]["error"]
     assert all(0.5 < float(r["val_auroc"]) < 1 for r in rows[:6])
-    assert {r["qcomms_ran"] for r in rows[:6]} == {"pooled_all_to_all INT8/INT8"}
-    assert {r["substituted"] for r in rows} == {""}
+    assert {r["qcomms_ran"] for r in rows[:6]} == {"FP32"}  # one process: nothing quantized
+    assert [r["substituted"] for r in rows] == ["qcomms: no embedding collective"] * 6 + [""] * 6
     failed = json.loads((sweep_dir / "6" / "metrics.json").read_text())
     assert failed["status"] == "failed" and failed["error_type"] == "ConfigError"
     table = (sweep_dir / "summary.md").read_text()
-    assert f"| {RUNS[3]} | completed |" in table and f"| {RUNS[6]} | failed |" in table
+    assert f"| {RUNS[3]}{SWEEP_RAN} | completed |" in table and f"| {RUNS[6]} | failed |" in table
     assert "| val AUROC |" in table and table in result.stdout + "\n"
 
 
@@ -59,7 +59,7 @@ def test_tensorboard_runs_are_named_by_overrides_with_readable_hparams(record_sw
         assert start.hparams["sharding"].string_value == sharding
         assert start.hparams["qcomms"].string_value == "int8"
         assert start.hparams["learning_rate"].number_value == float(lr)
-        assert start.hparams["qcomms_ran"].string_value == "pooled_all_to_all INT8/INT8"
+        assert start.hparams["qcomms_ran"].string_value == "FP32"
         assert "val/auroc" in events.Tags()["scalars"]
         assert "summary/fraction_of_matmul_peak" in events.Tags()["scalars"]
     assert not any((sweep_dir / name).exists() for name in REFUSED)  # refused jobs never trained
@@ -70,8 +70,8 @@ def test_report_writes_plots_and_the_table(record_sweep, tmp_path, capsys):
     sweep_dir, _ = record_sweep
     assert report.main([str(sweep_dir), "--out", str(tmp_path)]) == 0
     printed = capsys.readouterr().out
-    for name in RUNS:
-        assert f"| {name} |" in printed
+    for i, name in enumerate(RUNS):
+        assert f"| {name}{SWEEP_RAN if i < 6 else ''} |" in printed
     for plot in report.PLOTS:
         png = (tmp_path / plot).read_bytes()
         assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 10_000

@@ -173,16 +173,26 @@ def requested_precisions(cfg: QCommsConfig) -> dict[str, str]:
 
 
 def qcomms_substitution(
-    cfg: QCommsConfig, effective: dict[str, dict[str, str]]
+    cfg: QCommsConfig, effective: dict[str, dict[str, str]], world_size: int = 2
 ) -> Substitution | None:
     """The substitution when a collective runs in another precision than ``cfg`` asks
-    (``effective`` from :func:`effective_qcomms`), or when qcomms were asked and the plan has
-    no collective to apply them to (every table data-parallel); None when everything ran as
-    asked or nothing but FP32 was asked (``qcomms=none`` / ``fp32``: no codecs)."""
+    (``effective`` from :func:`effective_qcomms`), or when qcomms were asked and no collective
+    runs to apply them to: on one rank (TorchRec's collectives return their input unchanged
+    when the group has one rank, ``comm_ops``' ``group.size() <= 1``, so no codec encodes
+    anything) or when every table is data-parallel; None when everything ran as asked or
+    nothing but FP32 was asked (``qcomms=none`` / ``fp32``: no codecs)."""
     asked = requested_precisions(cfg)
     if set(asked.values()) == {"FP32"}:  # no codecs asked: TorchRec builds none
         return None
     wanted = "/".join(dict.fromkeys(asked.values()))
+    if world_size <= 1:
+        return Substitution(
+            "qcomms",
+            wanted.lower(),
+            "no embedding collective",
+            "one rank: TorchRec skips the collectives and their codecs "
+            "(run hardware.nproc_per_node >= 2 to quantize)",
+        )
     if not effective:
         return Substitution(
             "qcomms", wanted.lower(), "no embedding collective", "every table is data_parallel"

@@ -138,9 +138,10 @@ def build_experiment(
     pipeline = build_pipeline(cfg.train, model, optimizer, ctx.device)
     opt = cfg.optimizer
     schedule = LRSchedule(optimizer, opt.lr_warmup_steps, opt.lr_decay_start, opt.lr_decay_steps)
-    effective = effective_qcomms(model)
+    # on one rank TorchRec skips every collective (and so its codecs): nothing is quantized
+    effective = effective_qcomms(model) if ctx.world_size > 1 else {}
     substituted = (
-        qcomms_substitution(cfg.qcomms, effective),
+        qcomms_substitution(cfg.qcomms, effective, ctx.world_size),
         optimizer_substitution(cfg),
         rounding_substitution(cfg.model, cfg.optimizer, cfg.hardware.compute_device),
         interaction_substitution(cfg.model, cfg.train.symmetric_interaction),
