@@ -1,6 +1,7 @@
 """Per-rank batching into TorchRec Batches, and the metric definitions."""
 
 import math
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -98,3 +99,18 @@ def test_calibration_is_mean_predicted_over_observed_ctr():
     metrics = ClickMetrics(torch.device("cpu"))
     metrics.update(torch.full((4,), math.log(0.6 / 0.4)), labels)
     assert metrics.compute()["calibration"] == pytest.approx(1.2)
+
+
+def test_the_peak_memory_restarts_for_each_run_in_one_process():
+    """A sweep's one-process jobs share a process: each must report its own peak."""
+    from dlrm_exp.loop.metrics import peak_memory_gib, reset_peak_memory
+
+    reset_peak_memory(torch.device("cpu"))
+    big = np.ones(2**28 // 8)  # 256 MiB, touched
+    with_big = peak_memory_gib()
+    del big
+    reset_peak_memory(torch.device("cpu"))
+    if Path("/proc/self/clear_refs").exists():
+        assert peak_memory_gib() < with_big - 0.2  # the earlier 256 MiB no longer counts
+    else:  # not Linux: the peak over the process's life
+        assert peak_memory_gib() >= with_big

@@ -12,9 +12,11 @@ All metrics sync across ranks through torchmetrics when a process group exists.
 """
 
 import math
+import re
 import resource
 import sys
 import time
+from pathlib import Path
 
 import numpy as np
 import torch
@@ -136,8 +138,35 @@ class Throughput:
         return self.samples / self.seconds if self.seconds > 0 else None
 
 
+#: Linux's per-process peak resident set (``VmHWM``), which ``clear_refs`` can reset.
+_STATUS, _CLEAR_REFS = Path("/proc/self/status"), Path("/proc/self/clear_refs")
+
+
+def reset_peak_memory(device: torch.device) -> None:
+    """Start this process's peak memory afresh, so a run reports its own peak and not an
+    earlier run's in the same process (Hydra's basic launcher runs a sweep's one-process jobs
+    one after another in one process): Linux's ``VmHWM`` (``5`` written to
+    ``/proc/self/clear_refs``) and, on CUDA, torch's peak statistics. Where ``VmHWM`` cannot
+    be reset (not Linux), :func:`peak_memory_gib` falls back to ``getrusage``, a peak over the
+    process's whole life."""
+    try:
+        _CLEAR_REFS.write_text("5")
+    except OSError:
+        pass
+    if device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(device)
+
+
 def peak_memory_gib() -> float:
-    """Peak resident set size of this process, GiB (``getrusage``; KiB on Linux)."""
+    """Peak resident set size of this process since :func:`reset_peak_memory`, GiB (Linux's
+    ``VmHWM``, in KiB), else over the process's life (``getrusage``; KiB on Linux, bytes on
+    macOS)."""
+    try:
+        match = re.search(r"^VmHWM:\s+(\d+) kB", _STATUS.read_text(), re.MULTILINE)
+    except OSError:
+        match = None
+    if match:
+        return int(match.group(1)) / 2**20
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     return peak / (2**30 if sys.platform == "darwin" else 2**20)
 

@@ -47,7 +47,12 @@ from dlrm_exp.loop.checkpoint import (
     save_checkpoint,
 )
 from dlrm_exp.loop.early_stopping import EARLY_STOPPING
-from dlrm_exp.loop.metrics import peak_memory_gib, rank_memory_gib, step_time_ms
+from dlrm_exp.loop.metrics import (
+    peak_memory_gib,
+    rank_memory_gib,
+    reset_peak_memory,
+    step_time_ms,
+)
 from dlrm_exp.loop.trainer import BatchSources, FitResult, Trainer, TrainerState
 from dlrm_exp.modes.export import saved_table_data_types
 from dlrm_exp.modes.job import Job, ModeResult
@@ -113,6 +118,7 @@ def train_worker(cfg: Config, job: Job, plan: ShardingPlan | None = None) -> Run
     folder. Every rank returns the run's record (rank 0's is the one written)."""
     started = time.perf_counter()
     with process_group(cfg.hardware) as ctx:
+        reset_peak_memory(ctx.device)  # this run's peak, not an earlier job's in this process
         splits, experiment = prepare(cfg, ctx, plan)
         plan_data = plan_record(experiment.plan, table_configs(cfg.model), ctx.world_size)
         run = _Run(cfg, job, ctx, splits, experiment, plan_data)
