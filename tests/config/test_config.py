@@ -221,6 +221,16 @@ RULES = [
         r"makes \['cat_0'\] multi_hot",
     ),
     (
+        [
+            "data=criteo_tsv",
+            "data.path=a",
+            "optimizer=adam",
+            "data.schema.sparse.cat_1.id_policy=managed_collision",
+        ],
+        r"optimizer.sparse_optimizer=adam on CPU: the managed-collision tables t_cat_1 are "
+        r"always row_wise-sharded",
+    ),
+    (
         ["data=criteo_tsv", "data.path=a", "data.schema.sparse.cat_3.num_embeddings=500"],
         r"data=criteo_tsv sizes its tables from model.num_embeddings_per_feature .* so "
         r"data.schema.sparse.cat_3.num_embeddings=500 would be ignored",

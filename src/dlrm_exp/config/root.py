@@ -264,6 +264,15 @@ class Config:
             "sharding=dataparallel (tables replicated and stepped by torch.optim after DDP), "
             "or train on CUDA (hardware=gpu)",
         )
+        managed = sorted(self.model.managed_tables)
+        require(
+            not managed,
+            f"optimizer.sparse_optimizer={opt.value} on CPU: the managed-collision tables "
+            f"{', '.join(managed[:3])} are always row_wise-sharded with the fused kernel "
+            "(TorchRec's managed-collision sharder), which FBGEMM's CPU kernels cannot run with "
+            f"{opt.value}; use optimizer=rowwise_adagrad or sgd, another id_policy for them, or "
+            "train on CUDA (hardware=gpu)",
+        )
 
     def _check_dense_precision(self) -> None:
         """fp16 is refused (see :mod:`dlrm_exp.factories.precision`)."""

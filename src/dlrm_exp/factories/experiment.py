@@ -88,12 +88,18 @@ TrainWrapper = Callable[[DLRMTrain], DLRMTrain]
 
 
 def build_module(
-    cfg: Config, dense_device: torch.device = META, wrap: TrainWrapper | None = None
+    cfg: Config,
+    dense_device: torch.device = META,
+    wrap: TrainWrapper | None = None,
+    world_size: int | None = None,
 ) -> DLRMTrain:
     """The unsharded DLRM (tables on meta, dense part on ``dense_device``, computing in
     ``train.dense_precision``) with the sparse optimizer attached for fusion into backward:
-    the input of planning and sharding."""
-    module = build_model(cfg.model, dense_device=dense_device, world_size=cfg.hardware.world_size)
+    the input of planning and sharding. ``world_size``: the ranks that will train it (a
+    managed-collision table gets one id bucket per rank; default ``hardware.world_size``, which
+    a torchrun job may not have set)."""
+    ranks = cfg.hardware.world_size if world_size is None else world_size
+    module = build_model(cfg.model, dense_device=dense_device, world_size=ranks)
     apply_dense_precision(module, cfg.train.dense_precision, cfg.hardware.compute_device.value)
     if cfg.train.symmetric_interaction:
         apply_symmetric_interaction(module)
@@ -126,7 +132,7 @@ def build_experiment(
     skip_nonfinite = wrap is None and cfg.train.on_nonfinite is OnNonFinite.skip
     if skip_nonfinite:
         wrap = SkipNonFiniteDLRMTrain.around
-    module = build_module(cfg, ctx.device, wrap)
+    module = build_module(cfg, ctx.device, wrap, ctx.world_size)
     sharders = job_sharders(cfg.qcomms, cfg.optimizer.stochastic_rounding)
     if plan is None:
         plan = plan_job(cfg, module, ctx, sharders).plan
