@@ -3,10 +3,12 @@ vary wildly says so in its summary."""
 
 import os
 
+import pytest
 import torch
 
 from conftest import compose_cfg
 from dlrm_exp.distributed.launch import rank_threads
+from dlrm_exp.errors import ConfigError
 from dlrm_exp.modes.train import _contention_warning
 from dlrm_exp.record.run_record import RunMetrics
 
@@ -23,6 +25,26 @@ def test_threads_default_to_the_cores_shared_by_the_ranks(monkeypatch):
         assert rank_threads(hardware, 2) == 3
         pinned = compose_cfg(["hardware.threads_per_rank=2"]).hardware
         assert rank_threads(pinned, 2) == 2 == torch.get_num_threads()
+    finally:
+        torch.set_num_threads(before)
+
+
+def test_torchruns_one_thread_default_is_named_and_a_bad_value_refused(monkeypatch, caplog):
+    before = torch.get_num_threads()
+    try:
+        for key, value in (("RANK", "0"), ("LOCAL_RANK", "0"), ("WORLD_SIZE", "2"),
+                           ("MASTER_ADDR", "127.0.0.1"), ("MASTER_PORT", "1")):  # fmt: skip
+            monkeypatch.setenv(key, value)
+        monkeypatch.setenv("OMP_NUM_THREADS", "1")
+        hardware = compose_cfg().hardware
+        share = len(os.sched_getaffinity(0))  # one local rank: every core
+        assert rank_threads(hardware, 1) == 1  # the environment's choice is kept
+        named = [r.message for r in caplog.records if "torchrun sets it" in r.message]
+        assert bool(named) == (share > 1)
+        for bad in ("0", "two"):
+            monkeypatch.setenv("OMP_NUM_THREADS", bad)
+            with pytest.raises(ConfigError, match=f"OMP_NUM_THREADS='{bad}': give a positive"):
+                rank_threads(hardware, 1)
     finally:
         torch.set_num_threads(before)
 

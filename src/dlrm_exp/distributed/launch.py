@@ -1,5 +1,6 @@
 """Process-group set-up: torchrun / elastic workers, or one in-process rank."""
 
+import logging
 import os
 import socket
 import tempfile
@@ -18,6 +19,8 @@ from dlrm_exp.config import ComputeDevice, HardwareConfig
 from dlrm_exp.distributed.env import env_rank, launched_by_torchrun
 from dlrm_exp.errors import ConfigError, WorkerFailedError
 from dlrm_exp.util.logs import configure_worker_logging
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -151,13 +154,36 @@ def rank_threads(cfg: HardwareConfig, local_world_size: int) -> int:
     """Set this rank's intra-op thread count and return it: ``hardware.threads_per_rank``,
     else ``OMP_NUM_THREADS`` when set, else the cores this process may run on divided by the
     ranks on this host (at least 1); returns what torch then uses. torch's own default, every
-    core for every rank, makes ranks of one host compete for the same cores."""
+    core for every rank, makes ranks of one host compete for the same cores.
+
+    torchrun sets ``OMP_NUM_THREADS=1`` for its workers when it was not set and more than one
+    runs per host; such a rank says once (local rank 0) how many threads its share would be.
+
+    Raises:
+        ConfigError: ``OMP_NUM_THREADS`` is set but not a positive integer.
+    """
+    share = max(1, len(os.sched_getaffinity(0)) // max(1, local_world_size))
+    omp = os.environ.get("OMP_NUM_THREADS")
     if cfg.threads_per_rank is not None:
         threads = cfg.threads_per_rank
-    elif os.environ.get("OMP_NUM_THREADS", "").isdigit():
-        threads = int(os.environ["OMP_NUM_THREADS"])
+    elif omp is not None:
+        if not omp.isdigit() or int(omp) < 1:
+            raise ConfigError(
+                f"OMP_NUM_THREADS={omp!r}: give a positive integer, or unset it (each rank "
+                "then takes cores / local ranks), or set hardware.threads_per_rank"
+            )
+        threads = int(omp)
+        if threads == 1 < share and launched_by_torchrun() and os.environ.get("LOCAL_RANK") == "0":
+            log.warning(
+                "OMP_NUM_THREADS=1 (torchrun sets it when it is not set): each of the %d "
+                "local ranks uses 1 thread, though its share of the cores is %d; set "
+                "hardware.threads_per_rank=%d (or OMP_NUM_THREADS) to use them",
+                local_world_size,
+                share,
+                share,
+            )
     else:
-        threads = max(1, len(os.sched_getaffinity(0)) // max(1, local_world_size))
+        threads = share
     torch.set_num_threads(threads)
     return torch.get_num_threads()
 
