@@ -1,7 +1,7 @@
 """Dense FLOPs and embedding bytes per sample, against hand counts."""
 
 from conftest import compose_cfg
-from dlrm_exp.config import InteractionType, ModelConfig, SparseOptimizer
+from dlrm_exp.config import EmbeddingDataType, InteractionType, ModelConfig, SparseOptimizer
 from dlrm_exp.perf.flops import dense_flops, embedding_bytes_per_sample
 
 
@@ -53,6 +53,11 @@ def test_embedding_bytes_count_lookup_update_and_optimizer_state():
     assert embedding_bytes_per_sample(model, SparseOptimizer.rowwise_adagrad) == 2 * 4 * (12 + 2)
     assert embedding_bytes_per_sample(model, SparseOptimizer.sgd) == 2 * 4 * 12
     assert embedding_bytes_per_sample(model, SparseOptimizer.adagrad, [3, 1]) == 4 * 4 * (12 + 8)
+    # fp16 rows: 2 bytes an element; the optimizer state stays fp32 (FBGEMM's)
+    half = _model(embedding_data_type=EmbeddingDataType.fp16)
+    assert embedding_bytes_per_sample(half, SparseOptimizer.rowwise_adagrad) == 2 * (2 * 12 + 4 * 2)
+    mixed = _model(embedding_data_type_per_table={"t_cat_1": EmbeddingDataType.fp16})
+    assert embedding_bytes_per_sample(mixed, SparseOptimizer.sgd, [3, 1]) == 3 * 4 * 12 + 2 * 12
 
 
 def test_the_shipped_quickstart_model():

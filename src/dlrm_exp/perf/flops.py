@@ -90,10 +90,19 @@ def embedding_bytes_per_sample(
     cfg: ModelConfig, optimizer: SparseOptimizer, pooling_factors: list[float] | None = None
 ) -> int:
     """Embedding bytes one training sample moves: lookup reads plus the fused update's
-    read-modify-write of rows and optimizer state, for ``pooling_factors[i]`` ids of feature
-    i (None: one id each, Criteo one-hot)."""
+    read-modify-write of rows (in each table's ``embedding_data_type``: 2 bytes an element for
+    fp16) and of optimizer state (fp32 whatever the table's dtype, as FBGEMM keeps it), for
+    ``pooling_factors[i]`` ids of feature i (None: one id each, Criteo one-hot)."""
     d = cfg.embedding_dim
-    ids = sum(pooling_factors) if pooling_factors else len(cfg.feature_names)
-    state = STATE_FLOATS_PER_ROW[optimizer](d)
-    per_id = FP32_BYTES * (d + 2 * d + 2 * state)
-    return int(round(ids * per_id))
+    state_bytes = FP32_BYTES * 2 * STATE_FLOATS_PER_ROW[optimizer](d)
+    dtype_of = {
+        feature: dtype
+        for dtype, features in zip(cfg.table_data_types, cfg.table_features, strict=True)
+        for feature in features
+    }
+    ids = pooling_factors or [1.0] * len(cfg.feature_names)
+    total = sum(
+        n * (dtype_of[feature].element_bytes * 3 * d + state_bytes)
+        for feature, n in zip(cfg.feature_names, ids, strict=True)
+    )
+    return int(round(total))
