@@ -48,6 +48,20 @@ def test_patience_null_never_stops_and_an_improvement_resets_the_count():
     assert stop is None and (best.step, best.bad_validations) == (40, 2)
 
 
+def test_a_non_finite_validation_never_becomes_the_best():
+    nan = float("nan")
+    best, stop = _run([nan, 0.6, nan, nan, nan], EarlyStopping(patience=3))
+    assert (best.step, best.value, stop) == (20, 0.6, 50)  # 0.6 improved on "nothing yet"
+    best, stop = _run([nan, nan, nan], EarlyStopping(patience=3))
+    assert (best.step, best.value, stop) == (None, None, 30)
+    from dlrm_exp.loop.early_stopping import EARLY_STOPPING
+    from dlrm_exp.modes.train import _best_lines
+    from dlrm_exp.record.run_record import RunMetrics
+
+    stopped = RunMetrics(stop_reason=EARLY_STOPPING, steps=30, monitor="auroc", best_step=None)
+    assert "val auroc was never a finite number" in _best_lines(stopped)[0]
+
+
 def test_the_state_survives_a_checkpoint():
     best, _ = _run([0.7, 0.6], EarlyStopping())
     assert BestValidation.from_json(best.to_json()) == best

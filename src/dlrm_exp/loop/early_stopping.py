@@ -8,6 +8,7 @@ is a few numbers of the loop's :class:`~dlrm_exp.loop.trainer.TrainerState`, so 
 continues the count and stops at the same step.
 """
 
+import math
 from dataclasses import dataclass
 
 from dlrm_exp.config import EarlyStopping
@@ -32,7 +33,11 @@ class BestValidation:
     bad_validations: int = 0
 
     def improves(self, value: float, cfg: EarlyStopping) -> bool:
-        """Whether ``value`` beats the best by more than ``cfg.min_delta``."""
+        """Whether ``value`` beats the best by more than ``cfg.min_delta``. A NaN or infinite
+        value (AUROC of a one-class split, a diverged model) never improves, so it never
+        becomes the best that later validations would have to beat."""
+        if not math.isfinite(value):
+            return False
         if self.value is None:
             return True
         if cfg.monitor.higher_is_better:

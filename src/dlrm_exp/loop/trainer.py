@@ -468,8 +468,12 @@ class Trainer:
             line = (
                 f"early stopping at step {step} (epoch {step / self.steps_per_epoch:.3f}): val "
                 f"{cfg.monitor.value} did not improve by more than {cfg.min_delta} for "
-                f"{cfg.patience} validations; the best was {state.best.value:.5f} at step "
-                f"{state.best.step}"
+                + (
+                    f"{cfg.patience} validations; the best was {state.best.value:.5f} at step "
+                    f"{state.best.step}"
+                    if state.best.value is not None
+                    else f"{cfg.patience} validations; none gave a finite value"
+                )
             )
             self.tracker.text("early_stopping", line, step)
             log.info(line)

@@ -442,9 +442,14 @@ def _best_lines(metrics: RunMetrics) -> list[str]:
     lines = []
     epoch = metrics.best_epoch or 0.0
     if metrics.stop_reason == EARLY_STOPPING:
+        after = (
+            f"stopped improving after step {metrics.best_step} (epoch {epoch:.2f}"
+            if metrics.best_step is not None
+            else "was never a finite number (a one-class validation split? a diverged model?"
+        )
         lines.append(
-            f"early stopping at step {metrics.steps}: val {metrics.monitor} stopped improving "
-            f"after step {metrics.best_step} (epoch {epoch:.2f}; train.early_stopping)"
+            f"early stopping at step {metrics.steps}: val {metrics.monitor} {after}; "
+            "train.early_stopping)"
         )
     gaps = [(s, metrics.generalization_gap(s)) for s in (metrics.best_step, metrics.steps)]
     gaps = [(s, g) for s, g in dict(gaps).items() if g is not None]
