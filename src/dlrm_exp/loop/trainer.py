@@ -255,6 +255,11 @@ class Trainer:
                 before stay). With ``skip`` the step is counted in ``skipped_steps`` instead.
         """
         state = state or TrainerState()
+        # warm-up counts this process's steps: a resumed run warms up again, over what is left
+        self.warmup_steps = min(
+            self.cfg.throughput_warmup_steps, (self.total_steps - state.step) // 2
+        )
+        self.throughput = Throughput(warmup_steps=self.warmup_steps)
         epochs = itertools.chain.from_iterable(sources.train() for _ in range(self.cfg.epochs))
         train_iter = itertools.islice(epochs, state.step, self.total_steps)
         bar = self._progress_bar(state.step)
@@ -348,7 +353,7 @@ class Trainer:
             if self.device.type == "cuda":
                 torch.cuda.synchronize(self.device)
             now = time.perf_counter()
-            if state.step >= self.warmup_steps:
+            if self.throughput.steps >= self.warmup_steps:  # this process's steps so far
                 self.step_seconds.append(now - last)
             last = now
             step_samples = self.samples_per_step[state.step % len(self.samples_per_step)]
