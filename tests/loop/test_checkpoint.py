@@ -434,3 +434,30 @@ def test_a_resume_between_managed_collision_evictions_is_named():
     line = between_evictions(6, managed)
     assert line is not None and "step 6" in line and "t_a (every 4)" in line
     assert "t_b" not in line and "not bitwise" in line
+
+
+def test_a_resume_on_another_world_size_counts_the_checkpoints_steps_in_its_own(tmp_path):
+    """2 ranks checkpointed at step 100 (validations at 50 and 100), resumed on 4 ranks at
+    step 50: the saved steps become this job's, so its next validation (step 100) is not
+    mistaken for the old step-100 one, and the checkpoints order by data position."""
+    from dlrm_exp.loop import checkpoint
+    from dlrm_exp.loop.trainer import TrainerState
+
+    saved = {
+        "step": 100, "samples": 25600, "val_history": [{"step": 50.0, "auroc": 0.6},
+        {"step": 100.0, "auroc": 0.7}], "best": {"step": 100, "value": 0.7, "bad_validations": 0},
+        "target_step": None, "skipped_steps": [75], "train_windows": [{"step": 50.0, "auroc": 0.6}],
+    }  # fmt: skip
+    state = TrainerState.from_checkpoint(saved, 50)
+    assert [h["step"] for h in state.val_history] == [25.0, 50.0]
+    assert state.best.step == 50 and state.skipped_steps == [37.5]
+    assert state.train_windows[0]["step"] == 25.0 and state.samples == 25600
+    same = TrainerState.from_checkpoint(saved, 100)  # the same world size: unchanged
+    assert [h["step"] for h in same.val_history] == [50.0, 100.0] and same.best.step == 100
+
+    for name, samples in (("step_300", 76800), ("step_250", 128000)):  # 2 ranks, then 4
+        path = tmp_path / checkpoint.CHECKPOINTS / name
+        path.mkdir(parents=True)
+        (path / ".metadata").write_bytes(b"")
+        (path / "trainer_state.json").write_text(json.dumps({"samples": samples}))
+    assert [p.name for p in complete_checkpoints(tmp_path)] == ["step_300", "step_250"]

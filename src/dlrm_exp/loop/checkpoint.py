@@ -167,7 +167,9 @@ def best_checkpoint(run_dir: Path) -> Path | None:
 
 def complete_checkpoints(run_dir: Path) -> list[Path]:
     """The run's complete checkpoints (``step_<n>`` with DCP metadata and trainer state),
-    oldest first."""
+    oldest first: by the samples trained (their data position), then the step. After a resume
+    with another world size the folder names count other global batches, so a newer
+    ``step_250`` (4 ranks) is after an older ``step_300`` (2 ranks)."""
     folder = run_dir / CHECKPOINTS
     if not folder.is_dir():
         return []
@@ -175,8 +177,16 @@ def complete_checkpoints(run_dir: Path) -> list[Path]:
     for path in folder.iterdir():
         match = _STEP_DIR.match(path.name)
         if match and _is_complete(path):
-            found.append((int(match.group(1)), path))
-    return [path for _, path in sorted(found)]
+            found.append((_samples(path), int(match.group(1)), path))
+    return [path for _, _, path in sorted(found)]
+
+
+def _samples(path: Path) -> int:
+    """The samples checkpoint ``path`` had trained on (-1 when its state cannot tell)."""
+    try:
+        return int(json.loads((path / STATE_FILE).read_text()).get("samples", -1))
+    except (OSError, ValueError, TypeError, AttributeError):
+        return -1
 
 
 def _state(model: torch.nn.Module, optim_state: dict[str, Any]) -> dict[str, Any]:

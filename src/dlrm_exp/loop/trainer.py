@@ -136,18 +136,36 @@ class TrainerState:
     @classmethod
     def from_checkpoint(cls, saved: dict[str, Any], step: int) -> "TrainerState":
         """The state of a checkpoint's ``trainer_state.json``, continuing at ``step`` (this
-        job's step at the checkpoint's data position)."""
+        job's step at the checkpoint's data position).
+
+        With another world size the checkpoint's steps count other global batches: its step
+        fields (validations, training windows, the best and target steps, skipped steps) are
+        rescaled to this job's steps at the same sample position, ``s * step / saved step``
+        (an integer where it divides, else a fraction), so they compare with this job's."""
+        saved_step = int(saved["step"])
+
+        def rescale(s: float | None) -> float | int | None:
+            if s is None or saved_step in (0, step):
+                return s
+            moved = s * step / saved_step
+            return int(moved) if float(moved).is_integer() else moved
+
+        def at(entries: list[dict[str, float]]) -> list[dict[str, float]]:
+            return [{**e, "step": float(rescale(e["step"]))} for e in entries]  # type: ignore[arg-type]
+
+        best = BestValidation.from_json(saved.get("best"))
+        best.step = rescale(best.step)  # type: ignore[assignment]
         return cls(
             step=step,
             samples=int(saved["samples"]),
-            val_history=list(saved["val_history"]),
+            val_history=at(list(saved["val_history"])),
             final_train_loss=saved.get("final_train_loss"),
-            skipped_steps=list(saved.get("skipped_steps", [])),
-            target_step=saved.get("target_step"),
-            best=BestValidation.from_json(saved.get("best")),
+            skipped_steps=[rescale(s) for s in saved.get("skipped_steps", [])],  # type: ignore[misc]
+            target_step=rescale(saved.get("target_step")),  # type: ignore[arg-type]
+            best=best,
             best_checkpoint=saved.get("best_checkpoint"),
             stop_reason=saved.get("stop_reason"),
-            train_windows=list(saved.get("train_windows", [])),
+            train_windows=at(list(saved.get("train_windows", []))),
         )
 
 
