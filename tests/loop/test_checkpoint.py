@@ -37,6 +37,12 @@ def test_resume_continues_bitwise_and_prunes(tmp_path):
     assert [p.name for p in kept] == ["step_24", "step_32"]  # 32 steps; older ones pruned
     state = json.loads((kept[0] / "trainer_state.json").read_text())
     assert state["step"] == 24 and state["tables"]["t_cat_0"] == [1000, 16]
+    final = json.loads((kept[1] / "trainer_state.json").read_text())  # written after validating
+    assert (
+        [h["step"] for h in final["val_history"]]
+        == [16, 32]
+        == [h["step"] for h in full.val_history]
+    )
     # a later run folder holding only step 24, plus a save that never finished
     resumed_dir = tmp_path / "b" / "checkpoints"
     resumed_dir.mkdir(parents=True)

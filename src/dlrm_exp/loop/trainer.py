@@ -273,6 +273,7 @@ class Trainer:
                 before stay). With ``skip`` the step is counted in ``skipped_steps`` instead.
         """
         state = state or TrainerState()
+        start = state.step
         # warm-up counts this process's steps: a resumed run warms up again, over what is left
         self.warmup_steps = min(
             self.cfg.throughput_warmup_steps, (self.total_steps - state.step) // 2
@@ -298,6 +299,9 @@ class Trainer:
             # the last validation is the best: checkpoints/best, which evaluate, predict and
             # export take for the run folder, must not keep an earlier validation's weights
             state.best_checkpoint = self.best_weights.save(state.step, state)
+        ended = state.stop_reason is None and state.step > start  # a stop checkpointed already
+        if self.checkpoint is not None and self.cfg.checkpoint_every_n_steps and ended:
+            self.checkpoint(state.step, state)  # after the final validation: it is in the state
         val, test, final_weights = self._kept_weights_metrics(sources, state)
         return FitResult(
             state=state,
@@ -453,8 +457,8 @@ class Trainer:
         if self.best_weights is not None and state.best.step == step and later_validation:
             state.best_checkpoint = self.best_weights.save(step, state)  # keep these weights
         every = self.cfg.checkpoint_every_n_steps
-        last = step == self.total_steps or stopping
-        if self.checkpoint is not None and every and (step % every == 0 or last):
+        due = (step % every == 0 and step < self.total_steps) or stopping if every else False
+        if self.checkpoint is not None and due:  # the last step's waits for its validation
             self.checkpoint(step, state)
 
     def _validate(self, sources: BatchSources, state: TrainerState) -> None:
