@@ -159,6 +159,18 @@ def test_replicated_tables_count_once_per_rank_and_the_cap_accounts_for_it():
     cap = int(re.search(r"model\.num_embeddings_cap=(\d+)", message).group(1))
     capped = compose_cfg([*overrides, f"model.num_embeddings_cap={cap}"])
     plan_job(capped, _meta_model(capped), ctx)  # the suggestion fits
+    assert "more ranks cannot help" in message  # every rank holds the 6.33 GiB table whole
+
+    # Adam on CPU: FBGEMM cannot fuse it, so sharding=auto tables are planned data_parallel
+    adam = [o.replace("sharding=dataparallel", "optimizer=adam") for o in overrides]
+    cfg = compose_cfg(adam)
+    with pytest.raises(InsufficientMemoryError) as info:
+        plan_job(cfg, _meta_model(cfg), ctx)
+    message = str(info.value)
+    assert "are data_parallel tables, held whole by each of the 2 ranks" in message
+    cap = int(re.search(r"model\.num_embeddings_cap=(\d+)", message).group(1))
+    capped = compose_cfg([*adam, f"model.num_embeddings_cap={cap}"])
+    plan_job(capped, _meta_model(capped), ctx)  # the suggestion fits here too
 
 
 def test_plan_mode_and_training_choose_the_same_plan_with_local_world_size(tmp_path, monkeypatch):

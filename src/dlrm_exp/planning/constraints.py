@@ -8,6 +8,20 @@ from dlrm_exp.config import ComputeKernel, ShardingConfig, ShardingStrategy
 from dlrm_exp.util.substitution import Substitution
 
 
+def table_placement(
+    cfg: ShardingConfig, table: str, fused_optimizer: bool = True, managed: set[str] | None = None
+) -> tuple[ShardingStrategy, ComputeKernel]:
+    """The sharding type and kernel ``table`` is planned with (see :func:`build_constraints`):
+    the group's choice, except ``row_wise`` / ``fused`` for a managed-collision table and
+    ``data_parallel`` / ``dense`` for ``auto`` without a fused sparse optimizer."""
+    kind, kernel = cfg.table_choice(table)
+    if table in (managed or set()):
+        return ShardingStrategy.row_wise, ComputeKernel.fused
+    if kind is ShardingStrategy.auto and not fused_optimizer:
+        return ShardingStrategy.data_parallel, ComputeKernel.dense
+    return kind, kernel
+
+
 def build_constraints(
     cfg: ShardingConfig,
     tables: list[EmbeddingBagConfig],
@@ -35,11 +49,7 @@ def build_constraints(
     constraints = {}
     position = 0
     for table in tables:
-        kind, kernel = cfg.table_choice(table.name)
-        if table.name in (managed or set()):
-            kind, kernel = ShardingStrategy.row_wise, ComputeKernel.fused
-        if kind is ShardingStrategy.auto and not fused_optimizer:
-            kind, kernel = ShardingStrategy.data_parallel, ComputeKernel.dense
+        kind, kernel = table_placement(cfg, table.name, fused_optimizer, managed)
         if kind is ShardingStrategy.auto:
             dp = ShardingType.DATA_PARALLEL.value
             types = [t for t in offered_types if (kernel is ComputeKernel.dense) == (t == dp)]

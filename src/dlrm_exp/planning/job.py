@@ -16,7 +16,7 @@ from dlrm_exp.config.optimizer import CPU_FUSED
 from dlrm_exp.distributed.launch import DistContext
 from dlrm_exp.distributed.qcomms import check_supported
 from dlrm_exp.distributed.sharder import job_sharders
-from dlrm_exp.planning.constraints import build_constraints
+from dlrm_exp.planning.constraints import build_constraints, table_placement
 from dlrm_exp.planning.estimates import EstimateCollector, RankEstimate, rank_estimates
 from dlrm_exp.planning.plan_file import load_plan
 from dlrm_exp.planning.plan_record import plan_sharding_types
@@ -75,12 +75,14 @@ def _storage(cfg: Config) -> EmbeddingStorage:
 
 
 def _memory_message(cfg: Config, capacity: MemoryCapacity, world_size: int) -> str:
-    """The insufficient-memory explanation for this job (data_parallel tables counted once
-    per rank)."""
+    """The insufficient-memory explanation for this job (data_parallel tables, as planned:
+    ``auto`` ones too when the sparse optimizer is not fused, counted once per rank)."""
     dim, opt = cfg.model.embedding_dim, cfg.optimizer.sparse_optimizer
     tables = table_configs(cfg.model)
+    fused, managed = _fuses_sparse_optimizer(cfg), set(cfg.model.managed_tables)
     replicated = [
-        cfg.sharding.table_choice(t.name)[0] is ShardingStrategy.data_parallel for t in tables
+        table_placement(cfg.sharding, t.name, fused, managed)[0] is ShardingStrategy.data_parallel
+        for t in tables
     ]
     dp = [i for i, is_dp in enumerate(replicated) if is_dp]
     data_types = cfg.model.table_data_types

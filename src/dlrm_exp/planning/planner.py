@@ -92,8 +92,17 @@ def insufficient_memory_message(
         f"({per_rank / GIB:.2f} GiB each, {source}; "
         f"{STORAGE_RESERVATION:.0%} kept for dense parameters and activations)",
     ]
-    ranks_needed = math.ceil(storage.total_bytes / (per_rank * (1 - STORAGE_RESERVATION)))
-    more = f"at least {ranks_needed} ranks of {per_rank / GIB:.2f} GiB (hardware.nnodes=...)"
+    usable = per_rank * (1 - STORAGE_RESERVATION)
+    whole = replicated.total_bytes if replicated is not None else 0  # on every rank
+    if whole >= usable:
+        more = (
+            f"more memory per rank (the data_parallel tables alone, {whole / GIB:.2f} GiB, "
+            f"exceed a rank's {usable / GIB:.2f} GiB, and every rank holds them whole, so more "
+            "ranks cannot help)"
+        )
+    else:  # each rank holds the data_parallel tables and its share of the others
+        ranks_needed = math.ceil((storage.total_bytes - whole) / (usable - whole))
+        more = f"at least {ranks_needed} ranks of {per_rank / GIB:.2f} GiB (hardware.nnodes=...)"
     if cap is not None and quick is not None:
         gib = {c: capped_bytes(*shape, c, copies, data_types) / GIB for c in (cap, quick)}
         lines.append(
