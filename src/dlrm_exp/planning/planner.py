@@ -92,17 +92,7 @@ def insufficient_memory_message(
         f"({per_rank / GIB:.2f} GiB each, {source}; "
         f"{STORAGE_RESERVATION:.0%} kept for dense parameters and activations)",
     ]
-    usable = per_rank * (1 - STORAGE_RESERVATION)
-    whole = replicated.total_bytes if replicated is not None else 0  # on every rank
-    if whole >= usable:
-        more = (
-            f"more memory per rank (the data_parallel tables alone, {whole / GIB:.2f} GiB, "
-            f"exceed a rank's {usable / GIB:.2f} GiB, and every rank holds them whole, so more "
-            "ranks cannot help)"
-        )
-    else:  # each rank holds the data_parallel tables and its share of the others
-        ranks_needed = math.ceil((storage.total_bytes - whole) / (usable - whole))
-        more = f"at least {ranks_needed} ranks of {per_rank / GIB:.2f} GiB (hardware.nnodes=...)"
+    more = _more_ranks(storage, replicated, per_rank)
     if cap is not None and quick is not None:
         gib = {c: capped_bytes(*shape, c, copies, data_types) / GIB for c in (cap, quick)}
         lines.append(
@@ -114,6 +104,24 @@ def insufficient_memory_message(
     else:
         lines.append(f"Fix: add ranks or memory: {more}; no table cap makes this fit.")
     return "\n".join(lines)
+
+
+def _more_ranks(
+    storage: EmbeddingStorage, replicated: EmbeddingStorage | None, per_rank: int
+) -> str:
+    """How many ranks of ``per_rank`` bytes would hold the tables: each holds the
+    data_parallel ones (``replicated``) whole and its share of the others; none when the
+    data_parallel ones alone exceed a rank."""
+    usable = per_rank * (1 - STORAGE_RESERVATION)
+    whole = replicated.total_bytes if replicated is not None else 0
+    if whole >= usable:
+        return (
+            f"more memory per rank (the data_parallel tables alone, {whole / GIB:.2f} GiB, "
+            f"exceed a rank's {usable / GIB:.2f} GiB, and every rank holds them whole, so more "
+            "ranks cannot help)"
+        )
+    ranks_needed = math.ceil((storage.total_bytes - whole) / (usable - whole))
+    return f"at least {ranks_needed} ranks of {per_rank / GIB:.2f} GiB (hardware.nnodes=...)"
 
 
 def plan_or_explain(
