@@ -216,3 +216,18 @@ def test_when_the_last_validation_is_the_best_the_run_folder_gives_its_weights(t
     assert metrics.steps == 16 and aurocs[-1] == max(aurocs) and aurocs[0] < aurocs[-1]
     saved = json.loads((find_checkpoint(str(tmp_path)) / "trainer_state.json").read_text())
     assert saved["step"] == 16 and saved["best"]["step"] == 16
+
+
+def test_best_weights_of_another_validation_are_not_restored(tmp_path):
+    """A resume that did not continue bitwise can leave checkpoints/best holding a later
+    validation's weights than the best the state names: they are not loaded as its weights."""
+    from types import SimpleNamespace
+
+    from dlrm_exp.modes.train import _BestCheckpoint
+
+    best = tmp_path / "checkpoints" / "best"
+    best.mkdir(parents=True)
+    (best / ".metadata").write_bytes(b"")
+    (best / "trainer_state.json").write_text(json.dumps({"step": 300, "best": {"value": 0.71}}))
+    keeper = _BestCheckpoint(SimpleNamespace(job=SimpleNamespace(run_dir=tmp_path)), None)
+    assert not keeper.restore(str(best), BestValidation(step=200, value=0.70))

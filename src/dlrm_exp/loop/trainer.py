@@ -74,8 +74,10 @@ class BestWeights(Protocol):
         """Save the weights now (a collective, the pipeline drained); returns where."""
         ...
 
-    def restore(self, location: str) -> None:
-        """Load the weights saved at ``location`` into the model (a collective)."""
+    def restore(self, location: str, best: BestValidation) -> bool:
+        """Load the weights saved at ``location`` into the model (a collective) if they are
+        those of the validation ``best`` names (its monitored value, which a resume on another
+        world size keeps while its step is rescaled); False, loading nothing, otherwise."""
         ...
 
 
@@ -335,7 +337,15 @@ class Trainer:
                 best_step,
             )
             return last, test, {}
-        self.best_weights.restore(state.best_checkpoint)
+        if not self.best_weights.restore(state.best_checkpoint, state.best):
+            log.warning(
+                "train.keep_best: %s holds another validation's weights than the best (step "
+                "%d; a resume that did not continue bitwise validated differently after it was "
+                "saved); val and test are the final weights'",
+                state.best_checkpoint,
+                best_step,
+            )
+            return last, test, {}
         log.info("restored the best validation's weights (step %d)", best_step)
         (best,) = [h for h in state.val_history if h["step"] == best_step]
         val = {k: v for k, v in best.items() if k != "step"}

@@ -11,6 +11,7 @@ launcher; under torchrun the process is already a worker and trains directly.
 """
 
 import itertools
+import json
 import logging
 import time
 from collections.abc import Mapping
@@ -38,6 +39,7 @@ from dlrm_exp.factories.managed_collision import managed_rows_held
 from dlrm_exp.factories.precision import slow_precision_warning
 from dlrm_exp.loop.checkpoint import (
     BEST,
+    STATE_FILE,
     CheckpointLayout,
     best_checkpoint,
     load_checkpoint,
@@ -46,7 +48,7 @@ from dlrm_exp.loop.checkpoint import (
     resume_step,
     save_checkpoint,
 )
-from dlrm_exp.loop.early_stopping import EARLY_STOPPING
+from dlrm_exp.loop.early_stopping import EARLY_STOPPING, BestValidation
 from dlrm_exp.loop.metrics import (
     peak_memory_gib,
     rank_memory_gib,
@@ -286,13 +288,22 @@ class _BestCheckpoint:
     def save(self, step: int, state: TrainerState) -> str:
         return str(_save(self.run, self.layout, step, state, BEST))
 
-    def restore(self, location: str) -> None:
+    def restore(self, location: str, best: BestValidation) -> bool:
         """This run folder's ``checkpoints/best`` (a copied or moved folder keeps working),
-        else ``location`` (a run resumed from another run's checkpoint)."""
+        else ``location`` (a run resumed from another run's checkpoint), if it holds the
+        weights of the validation ``best`` names: the best it recorded when saved has the same
+        value (every rank reads the same ``trainer_state.json``, so all decide alike)."""
         path = best_checkpoint(self.run.job.run_dir) or Path(location)
+        try:
+            saved = json.loads((path / STATE_FILE).read_text())
+        except (OSError, ValueError):
+            return False
+        if (saved.get("best") or {}).get("value") != best.value:
+            return False
         load_model_weights(
             path, self.run.experiment.model, self.layout.tables, self.layout.id_policies
         )
+        return True
 
 
 def _run_metrics(
