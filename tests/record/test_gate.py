@@ -235,3 +235,19 @@ def test_the_gate_cannot_overwrite_its_baseline_or_gate_on_calibration(tmp_path,
     assert (baseline / "summary_runs.csv").read_bytes() == saved
     with pytest.raises(SystemExit):  # argparse: not a choice (calibration has no better side)
         gate(tmp_path, other, baseline, "--gate", "val_calibration")
+
+
+def test_a_baseline_that_names_several_configurations_is_refused(tmp_path, capsys):
+    grid = write_sweep(
+        tmp_path / "grid",
+        ["optimizer=sgd,adam", "sharding=tablewise,rowwise", "seed=0"],
+        [
+            ({"optimizer": o, "sharding": s, "seed": 0}, 0.79)
+            for o in ("sgd", "adam")
+            for s in ("tablewise", "rowwise")
+        ],
+    )
+    assert report.main([str(grid), "--baseline", "optimizer=sgd"]) == 2
+    err = capsys.readouterr().err
+    assert "--baseline optimizer=sgd: 2 configurations have these overrides" in err
+    assert report.main([str(grid), "--baseline", "optimizer=sgd,sharding=rowwise"]) == 0

@@ -63,8 +63,8 @@ def config_stats(runs: Sequence[RunRecord], baseline: str | None = None) -> list
     configuration) comes first.
 
     Raises:
-        ValueError: no configuration matches ``baseline``, or two runs of one configuration
-            have the same seed.
+        ValueError: no configuration or several match ``baseline``, or two runs of one
+            configuration have the same seed.
     """
     check_distinct_seeds(runs)
     groups: dict[str, list[RunRecord]] = {}
@@ -77,6 +77,12 @@ def config_stats(runs: Sequence[RunRecord], baseline: str | None = None) -> list
         matching = [name for name in names if groups[name][0].matches(baseline)]
         if not matching:
             raise ValueError(f"--baseline {baseline}: no configuration has these overrides")
+        if len(matching) > 1:
+            which = "; ".join(groups[name][0].config for name in matching[:3])
+            raise ValueError(
+                f"--baseline {baseline}: {len(matching)} configurations have these overrides "
+                f"({which}): name one, e.g. with every swept key"
+            )
         names.remove(matching[0])
         names.insert(0, matching[0])
     base_runs = [r for r in groups[names[0]] if r.status == COMPLETED]
