@@ -1,6 +1,7 @@
 """mode=plan for hardware that is not here, the published table sizes, and plans as files."""
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -65,7 +66,13 @@ def test_plan_mode_cli_prints_the_plan(tmp_path, cli_here):
     result = cli_here(["mode=plan", "hardware=h100_80gb_x8", f"hydra.run.dir={tmp_path}"])
     assert result.returncode == 0, result.stderr[-2000:]
     assert "plan for 8 x cuda rank(s) on 1 host(s), 80 GiB HBM + 256 GiB DDR each" in result.stdout
+    assert re.search(r"largest rank: \d+\.\d\d of 80\.00 GiB HBM", result.stdout)
     assert (tmp_path / "plan.txt").is_file()
+
+
+def test_a_cpu_plan_names_the_ddr_its_tables_use(tmp_path):
+    cfg = compose_cfg(["mode=plan", "hardware.ddr_cap=2"])
+    assert "largest rank: 0.00 of 2.00 GiB DDR" in summary(run_plan(cfg, tmp_path), tmp_path)
 
 
 def test_a_gpu_preset_does_not_train_on_this_cpu_machine(tmp_path, cli_here):

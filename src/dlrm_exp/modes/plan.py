@@ -103,11 +103,12 @@ def summary(record: dict[str, Any], run_dir: Path) -> str:
             f"{e['bwd_comms_ms']:>9.3f} {e['total_ms']:>9.3f}"
         )
     if estimates:
-        used_hbm = max(e["hbm_bytes"] for e in estimates) / GIB
+        kind = "hbm" if hw["hbm_cap_gib_per_rank"] else "ddr"  # a CPU job's tables are in DDR
+        used = max(e[f"{kind}_bytes"] for e in estimates) / GIB
         ratio = record["imbalance"]
         lines += [
-            f"largest rank: {used_hbm:.2f} of {hw['hbm_cap_gib_per_rank']:.2f} GiB HBM "
-            "(planner estimate: tables, optimizer state, kernel buffers)",
+            f"largest rank: {used:.2f} of {hw[f'{kind}_cap_gib_per_rank']:.2f} GiB "
+            f"{kind.upper()} (planner estimate: tables, optimizer state, kernel buffers)",
             f"imbalance (max / mean over ranks): HBM {ratio['hbm']:.2f}, DDR "
             f"{ratio['ddr']:.2f}, perf {ratio['perf']:.2f}",
         ]
