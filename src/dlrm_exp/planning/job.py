@@ -205,7 +205,9 @@ def _plan_with_planner(
         managed=set(cfg.model.managed_tables),
     )
     collector = EstimateCollector()
-    planner = build_planner(topology, constraints, cfg.train.batch_size, [collector])
+    planner = build_planner(
+        topology, constraints, cfg.train.batch_size, [collector], cfg.optimizer.sparse_optimizer
+    )
     plan = plan_or_explain(
         planner,
         module,

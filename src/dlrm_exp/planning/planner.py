@@ -7,6 +7,11 @@ from collections.abc import Callable
 import torch
 import torch.distributed as dist
 from torchrec.distributed.planner import EmbeddingShardingPlanner, ParameterConstraints
+from torchrec.distributed.planner.enumerators import EmbeddingEnumerator
+from torchrec.distributed.planner.shard_estimators import (
+    EmbeddingPerfEstimator,
+    EmbeddingStorageEstimator,
+)
 from torchrec.distributed.planner.stats import EmbeddingStats
 from torchrec.distributed.planner.storage_reservations import FixedPercentageStorageReservation
 from torchrec.distributed.planner.types import PlannerError, PlannerErrorType, Stats, Topology
@@ -14,6 +19,7 @@ from torchrec.distributed.types import ModuleSharder, ShardingPlan
 
 from dlrm_exp.config import EmbeddingDataType, SparseOptimizer
 from dlrm_exp.errors import InsufficientMemoryError, PlanError
+from dlrm_exp.planning.fused_state import FusedStateStorage
 from dlrm_exp.planning.storage import GIB, EmbeddingStorage, capped_bytes, largest_fitting_cap
 from dlrm_exp.planning.topology import MemoryCapacity
 
@@ -27,12 +33,23 @@ def build_planner(
     constraints: dict[str, ParameterConstraints],
     batch_size: int,
     stats: list[Stats] | None = None,
+    optimizer: SparseOptimizer = SparseOptimizer.rowwise_adagrad,
 ) -> EmbeddingShardingPlanner:
-    """TorchRec's ``EmbeddingShardingPlanner`` with a fixed storage reservation; ``stats``
+    """TorchRec's ``EmbeddingShardingPlanner`` with a fixed storage reservation and TorchRec's
+    perf and storage estimators, the latter corrected for the fused ``optimizer``'s fp32 state
+    on narrower tables (:class:`~dlrm_exp.planning.fused_state.FusedStateStorage`); ``stats``
     reporters are added to TorchRec's own ``EmbeddingStats``."""
+    estimators = [
+        EmbeddingPerfEstimator(topology=topology, constraints=constraints),
+        EmbeddingStorageEstimator(topology=topology, constraints=constraints),
+        FusedStateStorage(topology, constraints, optimizer),
+    ]
     return EmbeddingShardingPlanner(
         topology=topology,
         batch_size=batch_size,
+        enumerator=EmbeddingEnumerator(
+            topology=topology, batch_size=batch_size, constraints=constraints, estimator=estimators
+        ),
         constraints=constraints,
         storage_reservation=FixedPercentageStorageReservation(STORAGE_RESERVATION),
         stats=[EmbeddingStats(), *(stats or [])],

@@ -1,0 +1,79 @@
+"""The fused sparse optimizer's state in the planner's storage estimate, at FBGEMM's width.
+
+TorchRec's ``EmbeddingStorageEstimator`` sizes a shard's optimizer state as the weights' bytes
+times a multiplier (Adam 2, Adagrad 1, RowWiseAdagrad ``1 / embedding_dim``), so at the
+*weights'* element size. FBGEMM's fused kernels keep that state in fp32 whatever the weights'
+precision (``SplitTableBatchedEmbeddingBagsCodegen`` allocates ``momentum1`` / ``momentum2``
+as float32), so for fp16 tables TorchRec counts half of it: with Adam, fp16 weights of
+``2 D`` bytes a row carry ``8 D`` bytes of state, not ``4 D``. A plan could then pass the
+planner and fail to allocate. :class:`FusedStateStorage` runs after TorchRec's estimator and
+adds the missing bytes to each shard, where the kernel keeps them (HBM for ``fused`` on a GPU,
+DDR for the UVM kernels and on CPU), so the planner places, and refuses, by the real size.
+"""
+
+import dataclasses
+from typing import Any
+
+from torchrec.distributed.planner.types import (
+    ParameterConstraints,
+    ShardEstimator,
+    ShardingOption,
+    Topology,
+)
+
+from dlrm_exp.config import SparseOptimizer
+from dlrm_exp.planning.storage import FP32_BYTES, optimizer_floats_per_row
+
+#: The compute kernels whose optimizer is FBGEMM's fused one (state in fp32).
+FUSED_KERNELS = ("fused", "fused_uvm", "fused_uvm_caching")
+#: Of those, the one whose rows (and state) live in device memory on a GPU.
+DEVICE_KERNEL = "fused"
+
+
+def missing_state_bytes(
+    rows: int, cols: int, element_bytes: int, optimizer: SparseOptimizer
+) -> int:
+    """The optimizer-state bytes TorchRec leaves out for a ``rows x cols`` shard whose weights
+    take ``element_bytes`` each: FBGEMM's fp32 state less TorchRec's count at the weights'
+    width (0 for fp32 weights and for SGD)."""
+    floats = optimizer_floats_per_row(optimizer, cols)
+    return max(0, rows * floats * (FP32_BYTES - element_bytes))
+
+
+class FusedStateStorage(ShardEstimator):
+    """Adds :func:`missing_state_bytes` to every shard's storage estimate of a fused table
+    (run after TorchRec's ``EmbeddingStorageEstimator``, which sets ``shard.storage``).
+
+    Args:
+        topology: the planner's topology (its ``compute_device``).
+        constraints: unused; TorchRec's estimator interface.
+        optimizer: the job's sparse optimizer (``optimizer.sparse_optimizer``).
+    """
+
+    def __init__(
+        self,
+        topology: Topology,
+        constraints: dict[str, ParameterConstraints] | None = None,
+        optimizer: SparseOptimizer = SparseOptimizer.rowwise_adagrad,
+    ) -> None:
+        self._on_gpu = topology.compute_device in ("cuda", "mtia")
+        self._optimizer = optimizer
+
+    def estimate(self, sharding_options: list[ShardingOption], *_: Any, **__: Any) -> None:
+        """Update ``sharding_options``' shard storage in place (TorchRec's interface; the
+        sharder map TorchRec passes is not needed)."""
+        for option in sharding_options:
+            element_bytes = option.tensor.element_size()
+            if element_bytes >= FP32_BYTES or option.compute_kernel not in FUSED_KERNELS:
+                continue
+            on_device = self._on_gpu and option.compute_kernel == DEVICE_KERNEL
+            for shard in option.shards:
+                if shard.storage is None:
+                    continue
+                rows, cols = shard.size
+                extra = missing_state_bytes(rows, cols, element_bytes, self._optimizer)
+                shard.storage = dataclasses.replace(
+                    shard.storage,
+                    hbm=shard.storage.hbm + (extra if on_device else 0),
+                    ddr=shard.storage.ddr + (0 if on_device else extra),
+                )
