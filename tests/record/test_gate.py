@@ -251,3 +251,21 @@ def test_a_baseline_that_names_several_configurations_is_refused(tmp_path, capsy
     err = capsys.readouterr().err
     assert "--baseline optimizer=sgd: 2 configurations have these overrides" in err
     assert report.main([str(grid), "--baseline", "optimizer=sgd,sharding=rowwise"]) == 0
+
+
+def test_a_summary_interrupted_while_written_leaves_the_earlier_one(tmp_path):
+    """The report's CSVs are written atomically: rows that fail half-way (an interrupt, a full
+    disk) leave the earlier ``summary_runs.csv`` whole, which a later --compare-to reads."""
+    from dlrm_exp.util.files import write_csv_atomic
+
+    path = tmp_path / "summary_runs.csv"
+    write_csv_atomic(path, ["seed", "value"], [{"seed": 0, "value": 0.79}])
+    before = path.read_bytes()
+
+    def interrupted():
+        yield {"seed": 0, "value": 0.5}
+        raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        write_csv_atomic(path, ["seed", "value"], interrupted())
+    assert path.read_bytes() == before and sorted(p.name for p in tmp_path.iterdir()) == [path.name]

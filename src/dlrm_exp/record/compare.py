@@ -7,7 +7,6 @@ t-test's p-value (:mod:`dlrm_exp.record.stats`). ``summary_stats.csv`` holds the
 in long form; the gate that checks a new set against a saved one is :mod:`dlrm_exp.record.gate`.
 """
 
-import csv
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -17,6 +16,7 @@ from dlrm_exp.record.metric_table import METRICS, Metric, fmt
 from dlrm_exp.record.run_record import COMPLETED
 from dlrm_exp.record.runs import RunRecord, check_distinct_seeds
 from dlrm_exp.record.stats import Difference, Estimate, estimate, paired_difference
+from dlrm_exp.util.files import write_csv_atomic
 
 STATS_FILE = "summary_stats.csv"
 
@@ -186,20 +186,18 @@ STATS_COLUMNS = [
 def write_stats(out_dir: Path, stats: Sequence[ConfigStats]) -> Path:
     """``summary_stats.csv``: one row per configuration and metric (long form)."""
     path = out_dir / STATS_FILE
-    with open(path, "w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=STATS_COLUMNS)
-        writer.writeheader()
-        for s in stats:
-            for key, e in s.estimates.items():
-                d = s.vs_baseline.get(key)
-                writer.writerow(
-                    {
-                        "config": s.config, "metric": key, "n": e.n, "mean": e.mean,
-                        "sd": e.sd, "ci_low": e.ci_low, "ci_high": e.ci_high,
-                        "diff_vs_baseline": d.mean if d else None,
-                        "diff_ci_low": d.ci_low if d else None,
-                        "diff_ci_high": d.ci_high if d else None,
-                        "p_value": d.p_value if d else None,
-                    }
-                )  # fmt: skip
+    rows = [
+        {
+            "config": s.config, "metric": key, "n": e.n, "mean": e.mean,
+            "sd": e.sd, "ci_low": e.ci_low, "ci_high": e.ci_high,
+            "diff_vs_baseline": d.mean if d else None,
+            "diff_ci_low": d.ci_low if d else None,
+            "diff_ci_high": d.ci_high if d else None,
+            "p_value": d.p_value if d else None,
+        }
+        for s in stats
+        for key, e in s.estimates.items()
+        for d in [s.vs_baseline.get(key)]
+    ]  # fmt: skip
+    write_csv_atomic(path, STATS_COLUMNS, rows)
     return path

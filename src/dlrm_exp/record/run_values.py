@@ -17,6 +17,7 @@ from pathlib import Path
 from dlrm_exp.record.compare import COMPARED
 from dlrm_exp.record.metric_table import METRICS
 from dlrm_exp.record.runs import RunRecord
+from dlrm_exp.util.files import write_csv_atomic
 
 RUNS_FILE = "summary_runs.csv"
 COLUMNS = ["config_id", "config", "seed", "status", "metric", "value", "path"]
@@ -56,18 +57,16 @@ def run_values(runs: Iterable[RunRecord]) -> list[RunValues]:
 def write_run_values(out_dir: Path, runs: Sequence[RunRecord]) -> Path:
     """Write ``summary_runs.csv`` into ``out_dir``; return its path."""
     path = out_dir / RUNS_FILE
-    with open(path, "w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=COLUMNS)
-        writer.writeheader()
-        for run in run_values(runs):
-            for metric, value in run.values.items():
-                writer.writerow(
-                    {
-                        "config_id": run.config_id, "config": run.config, "seed": run.seed,
-                        "status": run.status, "metric": metric,
-                        "value": "" if value is None else repr(value), "path": run.path,
-                    }
-                )  # fmt: skip
+    rows = [
+        {
+            "config_id": run.config_id, "config": run.config, "seed": run.seed,
+            "status": run.status, "metric": metric,
+            "value": "" if value is None else repr(value), "path": run.path,
+        }
+        for run in run_values(runs)
+        for metric, value in run.values.items()
+    ]  # fmt: skip
+    write_csv_atomic(path, COLUMNS, rows)
     return path
 
 

@@ -4,7 +4,6 @@ records (:mod:`dlrm_exp.record.runs`), written by a Hydra callback when the swee
 Columns, labels and number formats come from :mod:`dlrm_exp.record.metric_table`.
 """
 
-import csv
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -23,6 +22,7 @@ from dlrm_exp.record.metric_table import METRICS, fmt
 from dlrm_exp.record.run_record import COMPLETED
 from dlrm_exp.record.run_values import write_run_values
 from dlrm_exp.record.runs import RunRecord, load_runs
+from dlrm_exp.util.files import write_csv_atomic, write_text_atomic
 
 #: The metric columns of ``summary.csv``, in order (keys of the metric table).
 CSV_METRICS = (
@@ -96,17 +96,14 @@ def write_summary(
     per-run rows."""
     rows = [summary_row(run) for run in runs]
     out_dir.mkdir(parents=True, exist_ok=True)
-    with open(out_dir / "summary.csv", "w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=list(rows[0]) if rows else [])
-        writer.writeheader()
-        writer.writerows(rows)
+    write_csv_atomic(out_dir / "summary.csv", list(rows[0]) if rows else [], rows)
     write_run_values(out_dir, runs)
     text = markdown_table(rows) + "\n"
     if stats:
         write_stats(out_dir, stats)
     if has_repeats(stats):
         text += "\n" + stats_markdown(stats) + "\n"
-    (out_dir / "summary.md").write_text(text)
+    write_text_atomic(out_dir / "summary.md", text)
     return rows
 
 

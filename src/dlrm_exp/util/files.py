@@ -1,10 +1,12 @@
 """Atomic file writes: a crash never leaves a half-written JSON or text file."""
 
+import csv
+import io
 import json
 import math
 import os
 import tempfile
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from enum import Enum
 from pathlib import Path
 from typing import Any
@@ -44,6 +46,18 @@ def write_text_atomic(path: Path, text: str) -> None:
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+def write_csv_atomic(
+    path: Path, fieldnames: Sequence[str], rows: Iterable[Mapping[str, Any]]
+) -> None:
+    """Write ``rows`` as CSV (a header of ``fieldnames``, ``csv.DictWriter``'s format) to
+    ``path`` atomically (:func:`write_text_atomic`)."""
+    buffer = io.StringIO(newline="")
+    writer = csv.DictWriter(buffer, fieldnames=list(fieldnames))
+    writer.writeheader()
+    writer.writerows(rows)
+    write_text_atomic(path, buffer.getvalue())
 
 
 def write_json_atomic(path: Path, data: Mapping[str, Any]) -> None:
