@@ -120,6 +120,17 @@ def test_mismatched_plans_are_refused(tmp_path, overrides, message):
     assert not (tmp_path / "run" / "metrics.json").exists()
 
 
+def test_a_plan_file_that_does_not_fit_this_hardware_is_refused(tmp_path):
+    """A plan is made for some hardware: read under smaller ranks it is refused before
+    anything is allocated, naming the rank and both sizes."""
+    plan = _tiny_plan(tmp_path, "sharding=rowwise")
+    job = ["hardware.nproc_per_node=2", "sharding=from_file", f"sharding.plan_path={plan}"]
+    small = compose_cfg([*job, "hardware.ddr_cap=0.0005"])  # 0.5 MiB; a rank holds 0.8 MiB
+    with pytest.raises(InsufficientMemoryError, match=r"rank \d holds 0.00 GiB of tables .* more"):
+        run_train(small, tmp_path / "run", {})
+    assert not (tmp_path / "run" / "metrics.json").exists()
+
+
 def test_a_file_that_is_not_a_plan_is_refused(tmp_path):
     bogus = tmp_path / "plan.json"
     bogus.write_text('{"tables": {}}')

@@ -16,12 +16,23 @@ from dlrm_exp.config.optimizer import CPU_FUSED
 from dlrm_exp.distributed.launch import DistContext
 from dlrm_exp.distributed.qcomms import check_supported
 from dlrm_exp.distributed.sharder import job_sharders
+from dlrm_exp.errors import InsufficientMemoryError
 from dlrm_exp.planning.constraints import build_constraints, table_placement
 from dlrm_exp.planning.estimates import EstimateCollector, RankEstimate, rank_estimates
 from dlrm_exp.planning.plan_file import load_plan
-from dlrm_exp.planning.plan_record import plan_sharding_types
-from dlrm_exp.planning.planner import build_planner, insufficient_memory_message, plan_or_explain
-from dlrm_exp.planning.storage import EmbeddingStorage, embedding_storage
+from dlrm_exp.planning.plan_record import plan_record, plan_sharding_types
+from dlrm_exp.planning.planner import (
+    STORAGE_RESERVATION,
+    build_planner,
+    insufficient_memory_message,
+    plan_or_explain,
+)
+from dlrm_exp.planning.storage import (
+    GIB,
+    EmbeddingStorage,
+    embedding_storage,
+    optimizer_floats_per_row,
+)
 from dlrm_exp.planning.tables import table_configs
 from dlrm_exp.planning.topology import MemoryCapacity, build_topology, memory_capacity
 from dlrm_exp.util.substitution import Substitution
@@ -172,7 +183,8 @@ def optimizer_substitution(cfg: Config) -> Substitution | None:
 
 
 def _plan_from_file(cfg: Config, target: DistContext) -> PlanResult:
-    """``sharding=from_file``: the plan of ``sharding.plan_path``, checked against the job."""
+    """``sharding=from_file``: the plan of ``sharding.plan_path``, checked against the job
+    (tables, ranks, device) and against this hardware's memory (:func:`_check_plan_fits`)."""
     assert cfg.sharding.plan_path is not None  # checked by ShardingConfig
     plan = load_plan(
         cfg.sharding.plan_path,
@@ -181,7 +193,45 @@ def _plan_from_file(cfg: Config, target: DistContext) -> PlanResult:
         target.local_world_size,
         cfg.hardware.compute_device.value,
     )
+    _check_plan_fits(cfg, plan, target)
     return PlanResult(plan=plan, context=target, storage=_storage(cfg))
+
+
+def _check_plan_fits(cfg: Config, plan: ShardingPlan, target: DistContext) -> None:
+    """A plan file was made for some hardware; refuse it before anything is allocated when a
+    rank's shards (weights at their dtype, the fused optimizer's state in fp32) exceed what
+    this job's rank offers (HBM on a GPU, for the tables in device memory; DDR on CPU), less
+    the planner's reservation for the dense part and activations.
+
+    Raises:
+        InsufficientMemoryError: naming the rank, the GiB it needs and the GiB it offers.
+    """
+    capacity = memory_capacity(cfg.hardware, target.local_world_size)
+    on_gpu = cfg.hardware.compute_device is ComputeDevice.cuda
+    per_rank = capacity.hbm_bytes if on_gpu else capacity.ddr_bytes
+    if not per_rank:  # a GPU job planned without hbm_cap on a machine without a GPU
+        return
+    record = plan_record(plan, table_configs(cfg.model), target.world_size)
+    need = [0] * target.world_size
+    for table in record.tables.values():
+        if on_gpu and table.compute_kernel not in ("fused", "dense"):
+            continue  # the UVM kernels keep the rows in host memory
+        element = 2 if table.data_type in ("fp16", "bf16") else 4
+        for shard in table.shards:
+            rows, cols = shard.sizes
+            state = optimizer_floats_per_row(cfg.optimizer.sparse_optimizer, cols)
+            need[shard.rank] += rows * (cols * element + state * 4)
+    rank = max(range(target.world_size), key=need.__getitem__)
+    usable = per_rank * (1 - STORAGE_RESERVATION)
+    if need[rank] > usable:
+        kind, source = ("HBM", capacity.hbm_source) if on_gpu else ("DDR", capacity.source)
+        raise InsufficientMemoryError(
+            f"sharding.plan_path={cfg.sharding.plan_path}: rank {rank} holds "
+            f"{need[rank] / GIB:.2f} GiB of tables and optimizer state, more than the "
+            f"{usable / GIB:.2f} GiB its {per_rank / GIB:.2f} GiB {kind} ({source}) leaves "
+            f"after {STORAGE_RESERVATION:.0%} for the dense part and activations: plan again "
+            "for this hardware (sharding=auto, mode=plan) or use hardware with more memory"
+        )
 
 
 def _plan_with_planner(
