@@ -269,3 +269,18 @@ def test_a_summary_interrupted_while_written_leaves_the_earlier_one(tmp_path):
     with pytest.raises(KeyboardInterrupt):
         write_csv_atomic(path, ["seed", "value"], interrupted())
     assert path.read_bytes() == before and sorted(p.name for p in tmp_path.iterdir()) == [path.name]
+
+
+def test_configurations_run_with_other_fixed_overrides_are_noted(tmp_path, capsys):
+    def swept(folder: str, model: str) -> Path:
+        jobs = [({"optimizer": "sgd", "seed": s, "model": model}, SEED_AUROC[s]) for s in (0, 1)]
+        return write_sweep(tmp_path / folder, ["optimizer=sgd,adam", "seed=0,1"], jobs)
+
+    saved = swept("saved", "tiny")
+    assert report.main([str(saved)]) == 0
+    assert gate(tmp_path, swept("same", "tiny"), saved) == 0
+    assert "note:" not in capsys.readouterr().out
+    assert gate(tmp_path, swept("other", "mlperf"), saved) == 0  # noted, not failed
+    out = capsys.readouterr().out
+    assert "optimizer=sgd: note: the baseline ran it with model=tiny, the new set with " in out
+    assert "model=mlperf (overrides that were not swept)" in out

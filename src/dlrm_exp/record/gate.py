@@ -163,6 +163,24 @@ def _missing_seeds(
     )
 
 
+def _fixed_differ(label: str, new_runs: list[RunValues], saved_runs: list[RunValues]) -> str | None:
+    """A note when the two sides ran this configuration with other overrides that were not
+    swept (``model=tiny`` against ``model=mlperf``): the same name, maybe not the same
+    experiment. None when they agree or a side does not record them (older baselines)."""
+    new = {r.fixed for r in new_runs if r.fixed is not None}
+    saved = {r.fixed for r in saved_runs if r.fixed is not None}
+    if not new or not saved or new == saved:
+        return None
+
+    def said(sets: set[str]) -> str:
+        return " / ".join(sorted(sets)) or "no other overrides"
+
+    return (
+        f"{label}: note: the baseline ran it with {said(saved)}, the new set with {said(new)} "
+        "(overrides that were not swept): the comparison may be of different experiments"
+    )
+
+
 def _config_failures(label: str, runs: list[RunValues]) -> str | None:
     failed = [r for r in runs if r.status != COMPLETED]
     if not failed:
@@ -197,6 +215,9 @@ def compare_runs(
         missing = _missing_seeds(label, new_runs, saved_groups[config_id])
         if missing:
             result.failures.append(missing)
+        differ = _fixed_differ(label, new_runs, saved_groups[config_id])
+        if differ:
+            result.lines.append(differ)
         for key in COMPARED:
             _compare_metric(
                 label, key, new_runs, saved_groups[config_id], key in gate, tolerance, result

@@ -21,6 +21,9 @@ from dlrm_exp.util.files import write_csv_atomic
 
 RUNS_FILE = "summary_runs.csv"
 COLUMNS = ["config_id", "config", "seed", "status", "metric", "value", "path"]
+#: Written since the gate notes runs whose fixed (not swept) overrides differ; optional when
+#: read (older files lack it).
+FIXED = "fixed"
 
 
 @dataclass
@@ -33,6 +36,7 @@ class RunValues:
     status: str
     path: str
     values: dict[str, float | None] = field(default_factory=dict)
+    fixed: str | None = None
 
 
 def _number(value: object) -> float | None:
@@ -49,6 +53,7 @@ def run_values(runs: Iterable[RunRecord]) -> list[RunValues]:
             run.status,
             str(run.path),
             {key: _number(METRICS[key].read(run.metrics)) for key in COMPARED},
+            run.fixed,
         )
         for run in runs
     ]
@@ -62,11 +67,12 @@ def write_run_values(out_dir: Path, runs: Sequence[RunRecord]) -> Path:
             "config_id": run.config_id, "config": run.config, "seed": run.seed,
             "status": run.status, "metric": metric,
             "value": "" if value is None else repr(value), "path": run.path,
+            FIXED: run.fixed or "",
         }
         for run in run_values(runs)
         for metric, value in run.values.items()
     ]  # fmt: skip
-    write_csv_atomic(path, COLUMNS, rows)
+    write_csv_atomic(path, [*COLUMNS, FIXED], rows)
     return path
 
 
@@ -104,7 +110,12 @@ def read_run_values(path: Path) -> list[RunValues]:
         run = runs.setdefault(
             row["path"],
             RunValues(
-                row["config_id"], row["config"], int(row["seed"]), row["status"], row["path"]
+                row["config_id"],
+                row["config"],
+                int(row["seed"]),
+                row["status"],
+                row["path"],
+                fixed=row.get(FIXED),
             ),
         )
         run.values[row["metric"]] = float(row["value"]) if row["value"] else None

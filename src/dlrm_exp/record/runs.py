@@ -104,7 +104,7 @@ def varying_keys(jobs_overrides: Sequence[Sequence[str]]) -> list[str]:
 class RunRecord:
     """One run folder: its name, overrides and ``metrics.json`` (status ``missing`` if the
     folder has none); ``config`` names its configuration (every swept key but ``seed``) and
-    ``seed`` the repeat."""
+    ``seed`` the repeat; ``fixed`` its overrides that were not swept (canonical form)."""
 
     path: Path
     name: str
@@ -113,6 +113,7 @@ class RunRecord:
     config: str = ""
     seed: int = 0
     config_id: str = ""
+    fixed: str = ""
 
     @property
     def status(self) -> str:
@@ -174,7 +175,11 @@ def _record(run_dir: Path, swept: Sequence[str], overrides: list[str]) -> RunRec
         identity = ALL
     else:  # a single run: every override but the seed
         identity = canonical_overrides(overrides, [k for k in values if k != SEED]) or config
-    return RunRecord(run_dir, name or run_dir.name, overrides, metrics, config, seed, identity)
+    # the overrides every job of the sweep shared (not swept): what a comparison assumes equal
+    fixed = canonical_overrides(overrides, [k for k in values if k not in swept and k != SEED])
+    return RunRecord(
+        run_dir, name or run_dir.name, overrides, metrics, config, seed, identity, fixed
+    )
 
 
 def check_distinct_seeds(runs: Iterable[RunRecord]) -> None:
