@@ -174,6 +174,9 @@ def test_explicit_val_and_test_paths(tmp_path):
     assert v.labels.tolist() == [1.0] * 3
     assert report.rows_read == 18 and report.rows_skipped == 1
     assert report.files == [str(main), str(val), str(test)]
+    leaked = CriteoTsvDataConfig(path=str(tmp_path), test_path=str(test), schema=SCHEMA)
+    with pytest.raises(DataError, match=r"test.tsv is named by data.path and data.test_path"):
+        load_criteo_tsv(leaked)  # the folder holds the test file: its rows would be trained on
 
 
 def test_only_valid_rows_count_as_padded(tmp_path):

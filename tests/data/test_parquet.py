@@ -433,3 +433,20 @@ def test_verify_names_the_tables_that_sum_several_ids():
     multi_hot = compose_cfg(["data=criteo_multihot"])
     sizes = multi_hot.data.multi_hot_sizes
     assert pooled_tables(multi_hot) == [f"t_cat_{i}" for i, m in enumerate(sizes) if m > 1]
+
+
+def test_a_file_named_by_two_splits_or_twice_is_refused(tmp_path):
+    """Its rows would be trained and validated on (or trained on twice): refused before
+    reading, naming the file and the keys."""
+    from dlrm_exp.data import check_input_paths
+
+    (tmp_path / "data").mkdir()
+    write(tmp_path / "data" / "a.parquet", table())
+    write(tmp_path / "data" / "b.parquet", table())
+    folder, b = str(tmp_path / "data"), str(tmp_path / "data" / "b.parquet")
+    both = config(folder, val_path=[b])
+    for check in (lambda: load_splits(both, [], 2, 0), lambda: check_input_paths(both)):
+        with pytest.raises(DataError, match=r"b.parquet is named by data.path and data.val_path"):
+            check()
+    with pytest.raises(DataError, match=r"b.parquet is named twice by data.path"):
+        load_splits(ParquetDataConfig(path=[folder, b], schema=schema()), [], 2, 0)

@@ -27,7 +27,7 @@ from dlrm_exp.data.criteo_tsv import load_criteo_tsv
 from dlrm_exp.data.multi_hot import MultiHot
 from dlrm_exp.data.parquet import ParquetSplit, load_parquet
 from dlrm_exp.data.parquet_files import resolve_parquet_paths
-from dlrm_exp.data.paths import resolve_paths
+from dlrm_exp.data.paths import refuse_repeated, resolve_paths
 from dlrm_exp.data.splits import DataInfo, DataSplits
 from dlrm_exp.data.synthetic import generate
 
@@ -46,14 +46,16 @@ def is_generated(cfg: DataConfig) -> bool:
 
 
 def check_input_paths(cfg: DataConfig) -> None:
-    """Every input path of ``cfg`` names at least one file (before any worker starts).
+    """Every input path of ``cfg`` names at least one file, and no file is named twice (before
+    any worker starts): a file under ``data.path`` and ``data.val_path`` would have its rows
+    trained on and validated on, one listed twice trained on twice.
 
     Raises:
-        DataError: a path names nothing (the config key and the path).
+        DataError: a path names nothing (the config key and the path), or a file is named
+            twice (the file and both keys).
     """
     resolve = resolve_parquet_paths if isinstance(cfg, ParquetDataConfig) else resolve_paths
-    for key, paths in cfg.input_paths().items():
-        resolve(paths, key)
+    refuse_repeated({key: resolve(paths, key) for key, paths in cfg.input_paths().items()})
 
 
 def load_splits(cfg: DataConfig, table_sizes: list[int], num_dense: int, seed: int) -> DataSplits:

@@ -40,7 +40,7 @@ from dlrm_exp.config import (
 from dlrm_exp.data.batches import ClickData
 from dlrm_exp.data.criteo_format import hex_digits
 from dlrm_exp.data.decode import decode
-from dlrm_exp.data.paths import resolve_paths
+from dlrm_exp.data.paths import refuse_repeated, resolve_paths
 from dlrm_exp.data.preprocess.tsv_parse import (
     REASONS,
     ParsedBlock,
@@ -286,7 +286,9 @@ def load_criteo_tsv(cfg: CriteoTsvDataConfig) -> tuple[ClickData, ClickData, Cli
         DataError: missing path, empty folder, unreadable file, or no valid row.
     """
     max_bad = cfg.max_reported_bad_lines
-    main, report = read_files(resolve_paths(cfg.path, "data.path"), cfg.schema, max_bad)
+    files = {key: resolve_paths(paths, key) for key, paths in cfg.input_paths().items()}
+    refuse_repeated(files)
+    main, report = read_files(files["data.path"], cfg.schema, max_bad)
     n = len(main)
     n_val = 0 if cfg.val_path else int(n * cfg.val_fraction)
     n_test = 0 if cfg.test_path else int(n * cfg.test_fraction)
@@ -296,7 +298,7 @@ def load_criteo_tsv(cfg: CriteoTsvDataConfig) -> tuple[ClickData, ClickData, Cli
     test = main.rows(n_train + n_val, n)
     for key, paths in (("data.val_path", cfg.val_path), ("data.test_path", cfg.test_path)):
         if paths:
-            split, split_report = read_files(resolve_paths(paths, key), cfg.schema, max_bad)
+            split, split_report = read_files(files[key], cfg.schema, max_bad)
             report.merge(split_report, max_bad)
             if key == "data.val_path":
                 val = split

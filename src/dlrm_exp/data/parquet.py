@@ -29,6 +29,7 @@ from dlrm_exp.data.parquet_files import (
     resolve_parquet_paths,
     scan_files,
 )
+from dlrm_exp.data.paths import refuse_repeated
 from dlrm_exp.data.splits import DataInfo, DataSplits
 
 log = logging.getLogger(__name__)
@@ -128,7 +129,9 @@ def load_parquet(cfg: ParquetDataConfig) -> DataSplits:
         DataError: see :func:`~dlrm_exp.data.parquet_files.scan_files`.
     """
     schema = cfg.schema
-    scans = {key: _scan(paths, key, schema) for key, paths in cfg.input_paths().items()}
+    files = {key: resolve_parquet_paths(paths, key) for key, paths in cfg.input_paths().items()}
+    refuse_repeated(files)
+    scans = {key: _scan(named, key, schema) for key, named in files.items()}
     train_scan = scans["data.path"]
     segments = train_scan.segments
     total = sum(len(s) for s in segments)
@@ -145,8 +148,7 @@ def load_parquet(cfg: ParquetDataConfig) -> DataSplits:
     return DataSplits(*splits, info=info)
 
 
-def _scan(paths: list[str], key: str, schema: FeatureSchema) -> ParquetScan:
-    files = resolve_parquet_paths(paths, key)
+def _scan(files: list[Path], key: str, schema: FeatureSchema) -> ParquetScan:
     scan = scan_files(files, schema)
     log.info(
         "%s: %d file(s), %d row groups, %d rows (%d without label, skipped)",

@@ -2,7 +2,7 @@
 
 import glob
 import os
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 
 from dlrm_exp.errors import DataError
@@ -45,3 +45,24 @@ def resolve_paths(
             what = "file, folder or glob match" if globs else "file or folder"
             raise DataError(f"{key}: no such {what}: {raw} (from {os.getcwd()})")
     return files
+
+
+def refuse_repeated(files_by_key: Mapping[str, Sequence[Path]]) -> None:
+    """No file named twice, under one key or two: a file under ``data.path`` and
+    ``data.val_path`` would have its rows trained and validated on, one listed twice trained
+    on twice.
+
+    Raises:
+        DataError: naming the file and the key(s).
+    """
+    seen: dict[Path, str] = {}
+    for key, files in files_by_key.items():
+        for file in files:
+            real = file.resolve()
+            if real in seen:
+                twice = f"twice by {key}" if seen[real] == key else f"by {seen[real]} and {key}"
+                raise DataError(
+                    f"{file} is named {twice}: its rows would be read twice (or both trained "
+                    "and evaluated on); name each file once"
+                )
+            seen[real] = key
