@@ -352,9 +352,8 @@ def test_nan_is_missing_and_labels_must_be_clicks(tmp_path):
     (batch,) = all_rows(splits.train, schema().feature_names)
     assert batch.dense_features[:, 0].tolist() == pytest.approx([0.0, 0.0, math.log(4)])
     bad = table(4, click=pa.array([1, 0, 2, -1], pa.int64()))
-    split = load_splits(config(write(tmp_path / "b.parquet", bad)), [], 2, 0).train
     with pytest.raises(DataError, match=r"b.parquet row group 0: 2 of 4 labels are not 0 or 1"):
-        all_rows(split, schema().feature_names)
+        load_splits(config(write(tmp_path / "b.parquet", bad)), [], 2, 0)  # while scanning
 
 
 def test_strict_dictionary_ids_check_the_values_used(tmp_path):
@@ -450,3 +449,20 @@ def test_a_file_named_by_two_splits_or_twice_is_refused(tmp_path):
             check()
     with pytest.raises(DataError, match=r"b.parquet is named twice by data.path"):
         load_splits(ParquetDataConfig(path=[folder, b], schema=schema()), [], 2, 0)
+
+
+def test_ids_of_another_type_in_another_split_and_bad_labels_are_refused_before_training(
+    tmp_path,
+):
+    """``user`` (modulo) as strings in training and integers in validation would hash the same
+    id to different rows; a label of 2 in the test file would stop the run only after training.
+    Both are found while scanning, naming the files."""
+    train = write(tmp_path / "train.parquet", table())
+    ints = write(tmp_path / "val.parquet", table(user=pa.array(list(range(12)), pa.int64())))
+    with pytest.raises(DataError, match=r"val.parquet: column 'user' holds integer ids, .*"
+                       r"train.parquet holds string ones"):  # fmt: skip
+        load_splits(config(train, val_path=str(ints)), [], 2, 0)
+    clicks = pa.array([0, 1, 2] + [0] * 9, pa.int64())
+    bad = write(tmp_path / "test.parquet", table(click=clicks))
+    with pytest.raises(DataError, match=r"test.parquet row group 0: 1 of 4 labels are not 0 or 1"):
+        load_splits(config(train, test_path=str(bad)), [], 2, 0)

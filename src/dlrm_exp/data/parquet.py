@@ -131,7 +131,8 @@ def load_parquet(cfg: ParquetDataConfig) -> DataSplits:
     schema = cfg.schema
     files = {key: resolve_parquet_paths(paths, key) for key, paths in cfg.input_paths().items()}
     refuse_repeated(files)
-    scans = {key: _scan(named, key, schema) for key, named in files.items()}
+    kinds: dict[str, tuple[str, Path]] = {}  # one id type per column over every split
+    scans = {key: _scan(named, key, schema, kinds) for key, named in files.items()}
     train_scan = scans["data.path"]
     segments = train_scan.segments
     total = sum(len(s) for s in segments)
@@ -148,8 +149,10 @@ def load_parquet(cfg: ParquetDataConfig) -> DataSplits:
     return DataSplits(*splits, info=info)
 
 
-def _scan(files: list[Path], key: str, schema: FeatureSchema) -> ParquetScan:
-    scan = scan_files(files, schema)
+def _scan(
+    files: list[Path], key: str, schema: FeatureSchema, kinds: dict[str, tuple[str, Path]]
+) -> ParquetScan:
+    scan = scan_files(files, schema, kinds)
     log.info(
         "%s: %d file(s), %d row groups, %d rows (%d without label, skipped)",
         key, len(files), len(scan.segments), scan.rows, scan.null_labels,

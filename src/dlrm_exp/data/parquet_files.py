@@ -15,7 +15,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from dlrm_exp.config import FeatureSchema
+from dlrm_exp.config import FeatureSchema, IdPolicy
 from dlrm_exp.data.id_policy import is_id_type
 from dlrm_exp.data.paths import resolve_paths
 from dlrm_exp.errors import DataError
@@ -75,18 +75,27 @@ def resolve_parquet_paths(paths: list[str], key: str) -> list[Path]:
     return resolve_paths(paths, key, folder_files="*.parquet", globs=True)
 
 
-def scan_files(files: list[Path], schema: FeatureSchema) -> ParquetScan:
+def scan_files(
+    files: list[Path], schema: FeatureSchema, id_kinds: dict[str, tuple[str, Path]] | None = None
+) -> ParquetScan:
     """Check ``files`` against ``schema`` and cut them into segments of valid rows.
+
+    ``id_kinds`` (shared by the scans of one job's splits) records, per sparse column, whether
+    the first file holding it stores integers or strings: a hashing policy maps ``123`` and
+    ``"123"`` to different rows, so a later file storing the other kind is refused.
 
     Raises:
         DataError: a file that is not Parquet or is truncated, has no rows, lacks a schema
-            column or holds one of the wrong type, or has no row with a label; each names the
-            file and column.
+            column or holds one of the wrong type (or another id kind than an earlier file),
+            has a label other than 0 / 1, or has no row with a label; each names the file and
+            column.
     """
     scan = ParquetScan()
+    kinds = {} if id_kinds is None else id_kinds
     for path in files:
         parquet = open_parquet(path)
         check_columns(path, parquet.schema_arrow, schema)
+        _check_id_kinds(path, parquet.schema_arrow, schema, kinds)
         if parquet.metadata.num_rows == 0:
             raise DataError(f"{path}: the file holds no rows")
         _count_nulls(parquet, schema, scan.nulls)
@@ -96,6 +105,7 @@ def scan_files(files: list[Path], schema: FeatureSchema) -> ParquetScan:
             has = labels.is_valid()
             if pa.types.is_floating(labels.type):  # NaN is no label either
                 has = pc.and_(has, pc.invert(pc.is_nan(labels).fill_null(True)))
+            _check_labels(path, group, labels.filter(has), schema.label)
             n = pc.sum(has.cast(pa.int64())).as_py() or 0
             valid = None
             if n < len(labels):
@@ -106,6 +116,57 @@ def scan_files(files: list[Path], schema: FeatureSchema) -> ParquetScan:
     if not scan.segments:
         raise DataError(f"{files[0]}...: no row has a label ({scan.rows} rows read)")
     return scan
+
+
+def _check_labels(path: Path, group: int, labels: pa.Array, column: str) -> None:
+    """Refuse labels other than 0 / 1 while scanning, before any training (decoding would find
+    them only when their row group is read, for the test split after training).
+
+    Raises:
+        DataError: naming the file, row group, count and first bad value.
+    """
+    if pa.types.is_boolean(labels.type):
+        return
+    values = labels.to_numpy(zero_copy_only=False)
+    bad = (values != 0) & (values != 1)
+    if bad.any():
+        raise DataError(
+            f"{path} row group {group}: {int(bad.sum())} of {len(values)} labels are not 0 or "
+            f"1 (first: {values[bad][0]:g}) in column {column!r}: a click label is 0 / 1 or "
+            "boolean"
+        )
+
+
+def _id_kind(arrow_type: pa.DataType) -> str:
+    """``integer`` or ``string``: how a sparse column (or its list's items) stores ids."""
+    if pa.types.is_list(arrow_type) or pa.types.is_large_list(arrow_type):
+        return _id_kind(arrow_type.value_type)
+    if pa.types.is_dictionary(arrow_type):
+        return _id_kind(arrow_type.value_type)
+    return "integer" if pa.types.is_integer(arrow_type) else "string"
+
+
+def _check_id_kinds(
+    path: Path, arrow: pa.Schema, schema: FeatureSchema, kinds: dict[str, tuple[str, Path]]
+) -> None:
+    """Record the id kind of each sparse column (all policies but ``strict``, which refuses
+    strings anyway) and refuse a file that stores another than an earlier one.
+
+    Raises:
+        DataError: naming the column, both files and both kinds.
+    """
+    for feature in schema.sparse.values():
+        if feature.id_policy is IdPolicy.strict:
+            continue
+        kind = _id_kind(arrow.field(feature.column).type)
+        first = kinds.setdefault(feature.column, (kind, path))
+        if first[0] != kind:
+            raise DataError(
+                f"{path}: column {feature.column!r} holds {kind} ids, {first[1]} holds "
+                f"{first[0]} ones: under id_policy={feature.id_policy.value} the id 123 and the "
+                "string '123' look up different rows; write the column with one type in every "
+                "file"
+            )
 
 
 def open_parquet(path: Path) -> pq.ParquetFile:
