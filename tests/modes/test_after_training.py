@@ -14,7 +14,7 @@ import torch
 
 from conftest import compose_cfg, two_process_job
 from dlrm_exp.data.criteo_format import write_criteo_tsv
-from dlrm_exp.errors import DataError
+from dlrm_exp.errors import ConfigError, DataError
 from dlrm_exp.factories.inference import InferenceDLRM
 from dlrm_exp.loop.checkpoint import CheckpointError
 from dlrm_exp.modes.evaluate import run_evaluate
@@ -71,16 +71,14 @@ def test_predict_writes_one_probability_per_valid_row_in_order(trained, tmp_path
     tsv = write_criteo_tsv(tmp_path / "day.tsv", 1000, seed=5, strip_trailing_rate=0.3)
     with open(tsv, "a") as f:
         f.write("1\tnot\ta\trow\n")  # line 1001: skipped and reported
-    cfg = compose_cfg(
-        [
-            "mode=predict",
-            f"checkpoint={run_dir}",
-            "data=criteo_tsv",
-            f"data.path={tsv}",
-            "predict.batch_size=300",
-        ]
-    )
-    report = run_predict(cfg, Job(tmp_path))
+    overrides = [
+        "mode=predict",
+        f"checkpoint={run_dir}",
+        "data=criteo_tsv",
+        f"data.path={tsv}",
+        "predict.batch_size=300",
+    ]
+    report = run_predict(compose_cfg(overrides), Job(tmp_path))
     table = pq.read_table(tmp_path / "predictions.parquet")
     assert table.num_rows == report["rows_written"] == 1000
     assert table.column("line").to_pylist() == list(range(1, 1001))
@@ -90,6 +88,10 @@ def test_predict_writes_one_probability_per_valid_row_in_order(trained, tmp_path
     assert table.column("label").to_pylist() == labels
     assert report["read"]["rows_skipped"] == 1
     assert report["read"]["first_bad_lines"][0].endswith(":1001 (field_count)")
+    folder = compose_cfg([*overrides, f"predict.output={tmp_path}"])
+    with pytest.raises(ConfigError, match=r"predict.output=.* is a folder: name the file"):
+        run_predict(folder, Job(tmp_path / "again"))  # before loading or scoring anything
+    assert not list(tmp_path.glob("*.partial"))
 
 
 def test_predict_scores_unlabeled_rows_and_refuses_a_mostly_malformed_file(trained, tmp_path):

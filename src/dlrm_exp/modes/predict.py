@@ -35,6 +35,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import torch
+from torchrec.datasets.utils import Batch
 from tqdm import tqdm
 
 from dlrm_exp.config import Config, CriteoTsvDataConfig, ParquetDataConfig
@@ -117,6 +118,12 @@ def run_predict(cfg: Config, job: Job) -> dict:
     assert cfg.checkpoint is not None
     path = find_checkpoint(cfg.checkpoint)
     output = Path(cfg.predict.output) if cfg.predict.output else job.run_dir / "predictions.parquet"
+    if output.is_dir():  # found now, not after scoring every row
+        raise ConfigError(
+            f"predict.output={output} is a folder: name the file to write, e.g. "
+            f"predict.output={output / 'predictions.parquet'}"
+        )
+    check_writable(output.parent)
     partial = output.with_name(output.name + ".partial")
     if isinstance(cfg.data, ParquetDataConfig):
         return _run_parquet(cfg, job, path, output, partial)
@@ -126,7 +133,7 @@ def run_predict(cfg: Config, job: Job) -> dict:
     labeled = _labeled_files(files, cfg.predict.has_label)
     schema = SCHEMA if all(labeled.values()) else UNLABELED_SCHEMA
 
-    def write(model: torch.nn.Module) -> None:
+    def write(model: Logits) -> None:
         with pq.ParquetWriter(partial, schema) as writer:
             for file in files:
                 _predict_file(cfg, file, labeled[file], model, writer, report)
@@ -158,8 +165,22 @@ def run_predict(cfg: Config, job: Job) -> dict:
     return result
 
 
+#: A trained model as prediction uses it: a CPU batch in, its (B,) click logits on the CPU out.
+Logits = Callable[[Batch], torch.Tensor]
+
+
+def _logits_on(model: torch.nn.Module, device: torch.device) -> Logits:
+    """``model``'s (B,) float32 click logits of a CPU batch, the batch moved to ``device``
+    (a GPU job's model is there) and the logits back to the CPU for the output file."""
+
+    def logits(batch: Batch) -> torch.Tensor:
+        return model(batch.to(device))[1][1].float().cpu()
+
+    return logits
+
+
 def _score(
-    cfg: Config, path: Path, partial: Path, write: Callable[[torch.nn.Module], Result]
+    cfg: Config, path: Path, partial: Path, write: Callable[[Logits], Result]
 ) -> tuple[int, Result]:
     """The checkpoint at ``path`` loaded onto a one-process model in eval mode, and
     ``write(model)`` run under ``torch.no_grad()`` to fill ``partial`` (removed if it fails);
@@ -173,7 +194,7 @@ def _score(
         partial.parent.mkdir(parents=True, exist_ok=True)
         try:
             with torch.no_grad():
-                return int(saved["step"]), write(experiment.model)
+                return int(saved["step"]), write(_logits_on(experiment.model, ctx.device))
         except BaseException:
             partial.unlink(missing_ok=True)
             raise
@@ -209,7 +230,7 @@ def _predict_file(
     cfg: Config,
     file: Path,
     labeled: bool,
-    model: torch.nn.Module,
+    model: Logits,
     writer: pq.ParquetWriter,
     report: ReadReport,
 ) -> None:
@@ -237,7 +258,7 @@ def _predict_file(
             where = f"{file} lines {first_line}..{first_line + block.num_lines - 1}"
             data = decode_block(block, cfg.data.schema, where)
             probabilities = [
-                torch.sigmoid(model(make_batch(data, start, start + step, keys))[1][1]).float()
+                torch.sigmoid(model(make_batch(data, start, start + step, keys)))
                 for start, step in _chunks(len(data), cfg.predict.batch_size)
             ]
             columns = {

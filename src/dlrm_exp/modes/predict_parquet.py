@@ -18,12 +18,14 @@ label       int8    the row's label where the files have the label column
 The file is written under a temporary name and renamed when complete.
 """
 
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import torch
+from torchrec.datasets.utils import Batch
 
 from dlrm_exp.config import Config, ParquetDataConfig
 from dlrm_exp.data.decode import decode
@@ -44,7 +46,9 @@ OUTPUT = pa.schema(
 )
 
 
-def predict_parquet(cfg: Config, model: torch.nn.Module, output: Path) -> dict[str, int]:
+def predict_parquet(
+    cfg: Config, model: Callable[[Batch], torch.Tensor], output: Path
+) -> dict[str, int]:
     """Score every row of ``data.path`` with ``model`` (in eval mode, under ``no_grad``) into
     ``output`` (a ``.partial`` file the caller renames); returns
     ``{"files": n, "rows_written": n}``.
@@ -77,7 +81,7 @@ def predict_parquet(cfg: Config, model: torch.nn.Module, output: Path) -> dict[s
                 decoded = decode(table, schema, f"{path} row group {group}")
                 size = cfg.predict.batch_size
                 probability = [
-                    torch.sigmoid(model(decoded.slice(lo, lo + size).batch(keys))[1][1]).float()
+                    torch.sigmoid(model(decoded.slice(lo, lo + size).batch(keys)))
                     for lo in range(0, len(decoded), size)
                 ]
                 out = {
