@@ -109,6 +109,20 @@ def test_rerun_skips_finished_days_and_redoes_changed_ones(tmp_path):
     assert np.load(out / "day_0_sparse.npy").max() < 1000
 
 
+def test_another_input_for_a_converted_day_is_refused_not_written_over(tmp_path):
+    """train.tsv then test.tsv into one folder would both be day_0: the second run would
+    silently replace the first's files."""
+    out = tmp_path / "o"
+    train = write_criteo_tsv(tmp_path / "train.tsv", 20, seed=1)
+    convert([train], out)
+    before = (out / "day_0_labels.npy").read_bytes()
+    test = write_criteo_tsv(tmp_path / "test.tsv", 10, seed=2)
+    with pytest.raises(DataError, match=r"already holds day_0 converted from .*train.tsv"):
+        convert([test], out)
+    assert (out / "day_0_labels.npy").read_bytes() == before
+    assert convert([test], out, overwrite=True)["days_converted"] == [0]  # when asked
+
+
 def test_parallel_workers_give_the_same_files(tmp_path):
     tsv = write_criteo_tsv(tmp_path / "day_0", 3000, seed=8, strip_trailing_rate=0.5)
     cfg = PreprocessConfig(output_dir="x", num_workers=2)

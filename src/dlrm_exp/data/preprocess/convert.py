@@ -124,6 +124,16 @@ def is_finished(out_dir: Path, day: int, path: Path, options: Options) -> bool:
     )
 
 
+def _other_source(out_dir: Path, day: int, path: Path) -> str | None:
+    """The input another conversion made ``day`` of (its marker's ``source``), when it is
+    not ``path``: converting ``path`` would silently replace that day's files."""
+    try:
+        source = json.loads(_marker(out_dir, day).read_text()).get("source")
+    except (OSError, json.JSONDecodeError, AttributeError):
+        return None
+    return source if source and source != str(path.resolve()) else None
+
+
 def _torchrec_dense(raw_path: Path, out_path: Path, minimum: int) -> None:
     """TorchRec's transform ``log(x - min + 2)`` in float32, ``min`` over the whole file,
     streamed from the raw counts in chunks."""
@@ -352,6 +362,13 @@ def _convert_days(
             if not cfg.overwrite and is_finished(out_dir, day, path, options):
                 skipped.append(day)
                 continue
+            other = None if cfg.overwrite else _other_source(out_dir, day, path)
+            if other is not None:
+                raise DataError(
+                    f"preprocess.output_dir={out_dir} already holds day_{day} converted from "
+                    f"{other}; {path} would replace it: use another preprocess.output_dir, name "
+                    "the file day_<n> for a free day, or preprocess.overwrite=true"
+                )
             bar.set_postfix_str(f"day_{day} <- {path.name}")
             reports.append(
                 convert_file(path, day, out_dir, options, pool, cfg.num_workers, bar, sequence)
