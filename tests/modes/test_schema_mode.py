@@ -110,3 +110,17 @@ def test_files_that_differ_in_int_width_and_dotted_names(tmp_path, cli_here):
     assert result.returncode == 0, result.stderr[-2000:]
     schema = load_schema_file(run_dir / "conf" / "data" / "schema" / "my_schema.yaml")
     assert schema.sparse["user_id"].column == "user.id"
+
+
+def test_columns_whose_feature_names_collide_get_distinct_keys():
+    """``user-id`` and ``user_id`` both make the key ``user_id``: YAML refused the duplicate
+    key with a traceback; the second gets ``user_id_2``."""
+    from dlrm_exp.config.schema import parse_schema
+    from dlrm_exp.modes.schema import render_yaml
+
+    table = pa.table({"clicked": pa.array([0, 1] * 20), "x": pa.array(np.arange(40.0)),
+                      "user-id": pa.array([f"u{i % 5}" for i in range(40)]),
+                      "user_id": pa.array([f"v{i % 7}" for i in range(40)])})  # fmt: skip
+    text = render_yaml(scan_table(table, 40, None, 1000), "t.parquet", 40, 40)
+    sparse = parse_schema(text).sparse
+    assert sparse["user_id"].column == "user-id" and sparse["user_id_2"].column == "user_id"

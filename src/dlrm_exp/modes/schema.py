@@ -67,6 +67,7 @@ def render_yaml(columns: list[ColumnStats], source: str, sample: int, total: int
         seen = f"{c.type}, range [{_num(c.min)}, {_num(c.max)}], {c.nulls} null"
         lines.append(f"  - {{column: {q(c.name)}, log1p: {str(c.log1p).lower()}}}  # {seen}")
     lines.append("sparse:")
+    used: set[str] = set()
     for c in (c for c in columns if c.role == "sparse"):
         entry = f"column: {q(c.name)}, num_embeddings: {c.num_embeddings}, id_policy: {c.id_policy}"
         if c.multi_hot:
@@ -74,7 +75,7 @@ def render_yaml(columns: list[ColumnStats], source: str, sample: int, total: int
         seen = f"{c.type}, {c.distinct:,} distinct in the sample, ~{c.distinct_estimate:,} in all"
         if c.multi_hot:
             seen += f", {c.mean_length:.1f} ids per row (p99 {c.p99_length:.0f})"
-        lines.append(f"  {_feature_key(c.name)}: {{{entry}}}  # {seen}, {c.nulls} null")
+        lines.append(f"  {_feature_key(c.name, used)}: {{{entry}}}  # {seen}, {c.nulls} null")
     skipped = [c for c in columns if c.role == "skip"]
     if skipped:
         lines.append("# not used (no role takes their type):")
@@ -82,11 +83,17 @@ def render_yaml(columns: list[ColumnStats], source: str, sample: int, total: int
     return "\n".join(lines) + "\n"
 
 
-def _feature_key(column: str) -> str:
+def _feature_key(column: str, used: set[str]) -> str:
     """A feature name for ``column``: letters, digits and _ (TorchRec names modules after
-    it), the column's own name where it already is one."""
+    it), the column's own name where it already is one; ``_2``, ``_3``, ... when another
+    column already took it (``a-b`` and ``a_b``), recorded in ``used``."""
     key = re.sub(r"\W", "_", column)
-    return key if re.match(r"[A-Za-z_]", key) else f"f_{key}"
+    key = key if re.match(r"[A-Za-z_]", key) else f"f_{key}"
+    unique, n = key, 2
+    while unique in used:
+        unique, n = f"{key}_{n}", n + 1
+    used.add(unique)
+    return unique
 
 
 def _num(x: float | None) -> str:
