@@ -466,3 +466,34 @@ def test_ids_of_another_type_in_another_split_and_bad_labels_are_refused_before_
     bad = write(tmp_path / "test.parquet", table(click=clicks))
     with pytest.raises(DataError, match=r"test.parquet row group 0: 1 of 4 labels are not 0 or 1"):
         load_splits(config(train, test_path=str(bad)), [], 2, 0)
+
+
+def test_a_reader_keeps_a_bounded_number_of_files_open(tmp_path, monkeypatch):
+    """Shuffled row groups visit every file: with more files than the open-file limit a reader
+    that kept each one open failed ('Too many open files'). It keeps the most recent open,
+    and gives the same rows."""
+    from dlrm_exp.data import parquet
+
+    folder = tmp_path / "many"
+    folder.mkdir()
+    for i in range(6):
+        write(folder / f"part-{i}.parquet", table(8), row_group_size=4)
+    cfg = config(folder)
+    keys = schema().feature_names
+    wide = all_rows(load_splits(cfg, [], 2, 0).train, keys, seed=(0, 1))
+    open_now, most = set(), [0]
+    real = parquet.open_parquet
+
+    def counted(path):
+        handle = real(path)
+        open_now.add(id(handle))
+        most[0] = max(most[0], len(open_now))
+        close = handle.close
+        handle.close = lambda: (open_now.discard(id(handle)), close())
+        return handle
+
+    monkeypatch.setattr(parquet, "open_parquet", counted)
+    monkeypatch.setattr(parquet, "OPEN_FILES", 2)
+    narrow = all_rows(load_splits(cfg, [], 2, 0).train, keys, seed=(0, 1))
+    assert most[0] == 3 and not open_now  # 2 kept + the one opening; all closed at the end
+    assert [b.labels.tolist() for b in narrow] == [b.labels.tolist() for b in wide]

@@ -10,6 +10,7 @@ plus less than one batch carried over, whatever the file size.
 """
 
 import logging
+from collections import OrderedDict
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -100,25 +101,47 @@ class ParquetSplit:
 
     def _rank_rows(self, segments: list[Segment], lo: int, hi: int) -> Iterator[Rows]:
         """The decoded rows ``[lo, hi)`` of ``segments`` taken in order, a row group at a time
-        (each file's footer read once)."""
-        files: dict[Path, pq.ParquetFile] = {}
+        (the :data:`OPEN_FILES` most recently used files kept open, so footers are read once
+        per file while the descriptors stay bounded: shuffled row groups visit every file)."""
+        files: OrderedDict[Path, pq.ParquetFile] = OrderedDict()
         offset = 0
-        for segment in segments:
-            first, last = max(lo, offset), min(hi, offset + len(segment))
-            offset += len(segment)
-            if first >= last:
-                continue
-            start = segment.start + first - (offset - len(segment))
-            part = Segment(
-                segment.path, segment.row_group, start, start + last - first, segment.valid
-            )
-            if part.path not in files:
-                files[part.path] = open_parquet(part.path)
-            table = read_row_group(files[part.path], part.path, part.row_group, self._columns)
-            table = table.take(pa.array(part.positions()))
-            yield decode(table, self.schema, f"{part.path} row group {part.row_group}")
-            if offset >= hi:
-                return
+        try:
+            for segment in segments:
+                first, last = max(lo, offset), min(hi, offset + len(segment))
+                offset += len(segment)
+                if first >= last:
+                    continue
+                start = segment.start + first - (offset - len(segment))
+                part = Segment(
+                    segment.path, segment.row_group, start, start + last - first, segment.valid
+                )
+                parquet = _opened(files, part.path)
+                table = read_row_group(parquet, part.path, part.row_group, self._columns)
+                table = table.take(pa.array(part.positions()))
+                yield decode(table, self.schema, f"{part.path} row group {part.row_group}")
+                if offset >= hi:
+                    return
+        finally:
+            for parquet in files.values():
+                parquet.close()
+
+
+#: Parquet files a reader keeps open at once (each holds a file descriptor; the usual soft
+#: limit is 1,024 per process).
+OPEN_FILES = 64
+
+
+def _opened(files: "OrderedDict[Path, pq.ParquetFile]", path: Path) -> pq.ParquetFile:
+    """``path``'s open file from ``files`` (most recently used last), opening it and closing
+    the least recently used one beyond :data:`OPEN_FILES`."""
+    if path in files:
+        files.move_to_end(path)
+        return files[path]
+    files[path] = open_parquet(path)
+    if len(files) > OPEN_FILES:
+        _, oldest = files.popitem(last=False)
+        oldest.close()
+    return files[path]
 
 
 def load_parquet(cfg: ParquetDataConfig) -> DataSplits:
