@@ -222,6 +222,23 @@ def test_contiguous_ids_equal_torchrec_sparse_to_contiguous(tmp_path):
     assert again["contiguous"]["frequency_threshold"] == 1
 
 
+def test_a_day_converted_later_shares_the_contiguous_ids_of_the_earlier_days(tmp_path):
+    """Days 0-1 converted, then day 2 alone: every day is re-indexed together, so an id has
+    one row on every day (as converting all three at once gives)."""
+    files = [
+        write_criteo_tsv(tmp_path / "tsv" / f"day_{d}", 200, seed=d, vocab_size=30)
+        for d in range(3)
+    ]
+    at_once, later = tmp_path / "once", tmp_path / "later"
+    convert(files, at_once, categorical=CategoricalTransform.contiguous)
+    convert(files[:2], later, categorical=CategoricalTransform.contiguous)
+    report = convert(files[2:], later, categorical=CategoricalTransform.contiguous)
+    assert report["contiguous"]["days"] == [0, 1, 2]
+    for d in range(3):
+        name = f"day_{d}_sparse.npy"
+        assert np.array_equal(np.load(later / name), np.load(at_once / name)), name
+
+
 def test_windows_line_endings_convert_like_unix_ones(tmp_path):
     lines = criteo_lines(400, seed=12, strip_trailing_rate=0.5)
     (tmp_path / "lf").mkdir()

@@ -403,11 +403,23 @@ def _summary(
     }
 
 
+#: A day's raw ids kept for re-indexing: ``day_<n>_sparse_raw.npy``.
+_RAW_DAY = re.compile(r"day_(\d+)_sparse_raw\.npy$")
+
+
 def _reindex(out_dir: Path, days: list[int], threshold: int, changed: bool) -> dict[str, Any]:
     """``categorical=contiguous``: re-index every day's raw ids into ``day_<n>_sparse.npy``
     unless ``contiguous.json`` records this very pass (same days and threshold, no day
-    converted again). Returns the marker's content."""
+    converted again). Returns the marker's content.
+
+    The days are this run's and every other day whose raw ids ``out_dir`` holds: converting
+    day 23 alone after days 0-22 must map an id to the row it has on those days (TorchRec's
+    ``sparse_to_contiguous`` maps over all days at once), so the earlier days are re-indexed
+    with it."""
     marker = out_dir / "contiguous.json"
+    present = {int(m.group(1)) for f in out_dir.glob("day_*_sparse_raw.npy")
+               if (m := _RAW_DAY.match(f.name))}  # fmt: skip
+    days = sorted(present | set(days))
     wanted = {"days": days, "frequency_threshold": threshold}
     if not changed and marker.is_file():
         try:
