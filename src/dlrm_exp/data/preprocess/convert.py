@@ -194,6 +194,9 @@ def convert_file(
         DataError: the file cannot be read as text (binary, broken gzip).
     """
     started = time.perf_counter()
+    # the day's files are about to change: an interrupted run must not leave a marker that
+    # says the old ones are finished beside some of the new ones
+    _marker(out_dir, day).unlink(missing_ok=True)
     tally = _DayTally(path, ReadReport(files=[str(path)]))
     torchrec = options.dense_transform is DenseTransform.torchrec
     dense_path = out_dir / (f"day_{day}_dense_raw.npy" if torchrec else f"day_{day}_dense.npy")
