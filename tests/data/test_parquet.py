@@ -359,6 +359,11 @@ def test_nan_is_missing_and_labels_must_be_clicks(tmp_path):
 def test_strict_dictionary_ids_check_the_values_used(tmp_path):
     ids = pa.DictionaryArray.from_arrays(pa.array([0, 1, 0], pa.int32()), pa.array([3, 7, 900]))
     assert to_rows(ids, IdPolicy.strict, 10, "f").tolist() == [3, 7, 3]  # 900 is never used
+    huge = pa.array([3, 2**63], pa.uint64())  # reported as it is, not wrapped negative
+    with pytest.raises(
+        DataError, match=r"1 of 2 ids outside \[0, 10\) .* \(first: 9223372036854775808\)"
+    ):
+        to_rows(huge, IdPolicy.strict, 10, "f")
 
 
 def test_names_torchrec_cannot_take_are_refused():

@@ -145,12 +145,15 @@ def to_rows(ids: pa.Array, policy: IdPolicy, num_embeddings: int, where: str) ->
                 f"{where} holds strings, but id_policy=strict takes integer rows in "
                 f"[0, {num_embeddings}): use id_policy=modulo to hash them"
             )
-        rows = ids.to_numpy(zero_copy_only=False).astype(np.int64, copy=False)
+        raw = ids.to_numpy(zero_copy_only=False)
+        rows = raw.astype(np.int64, copy=False)
         bad = (rows < 0) | (rows >= num_embeddings)
+        if pa.types.is_unsigned_integer(ids.type):  # ids of 2**63 and more would wrap negative
+            bad = raw >= num_embeddings
         if bad.any():
             raise DataError(
                 f"{where}: {int(bad.sum())} of {len(rows)} ids outside [0, {num_embeddings}) "
-                f"under id_policy=strict (first: {int(rows[bad][0])}); give the table more rows "
+                f"under id_policy=strict (first: {int(raw[bad][0])}); give the table more rows "
                 "(data.schema's num_embeddings; for Criteo files model.num_embeddings_per_feature) "
                 "or hash the ids (id_policy=modulo; hex_modulo for Criteo's hexadecimal ids)"
             )

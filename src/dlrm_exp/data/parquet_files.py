@@ -98,7 +98,7 @@ def scan_files(
         _check_id_kinds(path, parquet.schema_arrow, schema, kinds)
         if parquet.metadata.num_rows == 0:
             raise DataError(f"{path}: the file holds no rows")
-        _count_nulls(parquet, schema, scan.nulls)
+        _count_nulls(parquet, path, schema, scan.nulls)
         for group in range(parquet.num_row_groups):
             labels = read_row_group(parquet, path, group, [schema.label]).column(0)
             scan.rows += len(labels)
@@ -246,9 +246,15 @@ def _is_id_list(kind: pa.DataType) -> bool:
     return (pa.types.is_list(kind) or pa.types.is_large_list(kind)) and is_id_type(kind.value_type)
 
 
-def _count_nulls(parquet: pq.ParquetFile, schema: FeatureSchema, nulls: dict[str, int]) -> None:
+def _count_nulls(
+    parquet: pq.ParquetFile, path: Path, schema: FeatureSchema, nulls: dict[str, int]
+) -> None:
     """Add the null counts of the dense and sparse columns: from the footer statistics of
-    flat columns, from the data of list columns and of columns written without statistics."""
+    flat columns, from the data of list columns and of columns written without statistics.
+
+    Raises:
+        DataError: a column that must be read cannot be (the file and row group).
+    """
     meta = parquet.metadata
     leaves = {meta.schema.column(j).path: j for j in range(meta.num_columns)}
     for column in schema.feature_columns:
@@ -262,5 +268,5 @@ def _count_nulls(parquet: pq.ParquetFile, schema: FeatureSchema, nulls: dict[str
             if stats is not None and stats.has_null_count:
                 total += stats.null_count
             else:
-                total += parquet.read_row_group(group, columns=[column]).column(0).null_count
+                total += read_row_group(parquet, path, group, [column]).column(0).null_count
         nulls[column] = nulls.get(column, 0) + total
