@@ -173,7 +173,7 @@ def requested_precisions(cfg: QCommsConfig) -> dict[str, str]:
 
 
 def qcomms_substitution(
-    cfg: QCommsConfig, effective: dict[str, dict[str, str]], world_size: int = 2
+    cfg: QCommsConfig, effective: dict[str, dict[str, str]], world_size: int
 ) -> Substitution | None:
     """The substitution when a collective runs in another precision than ``cfg`` asks
     (``effective`` from :func:`effective_qcomms`), or when qcomms were asked and no collective

@@ -184,9 +184,24 @@ def complete_checkpoints(run_dir: Path) -> list[Path]:
 def _samples(path: Path) -> int:
     """The samples checkpoint ``path`` had trained on (-1 when its state cannot tell)."""
     try:
-        return int(json.loads((path / STATE_FILE).read_text()).get("samples", -1))
-    except (OSError, ValueError, TypeError, AttributeError):
+        return int(read_trainer_state(path).get("samples", -1))
+    except (CheckpointError, ValueError, TypeError):
         return -1
+
+
+def read_trainer_state(path: Path) -> dict[str, Any]:
+    """Checkpoint ``path``'s ``trainer_state.json``.
+
+    Raises:
+        CheckpointError: it cannot be read or is not a JSON object.
+    """
+    try:
+        state = json.loads((path / STATE_FILE).read_text())
+    except (OSError, ValueError) as err:
+        raise CheckpointError(f"{path / STATE_FILE} is unreadable: {err}") from None
+    if not isinstance(state, dict):
+        raise CheckpointError(f"{path / STATE_FILE} is unreadable: not a JSON object")
+    return state
 
 
 def _state(model: torch.nn.Module, optim_state: dict[str, Any]) -> dict[str, Any]:
@@ -368,10 +383,7 @@ def _trainer_state_matching(
         CheckpointError: unreadable state, another model shape (naming the tables), or a
             feature whose id policy differs (naming its ``data.schema`` key).
     """
-    try:
-        trainer_state = json.loads((path / STATE_FILE).read_text())
-    except (OSError, ValueError) as err:
-        raise CheckpointError(f"{path / STATE_FILE} is unreadable: {err}") from None
+    trainer_state = read_trainer_state(path)
     saved = trainer_state.get("tables")
     if saved != tables:
         diff = sorted(

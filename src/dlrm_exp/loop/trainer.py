@@ -260,8 +260,6 @@ class Trainer:
         self.steps_per_epoch = len(samples_per_step)
         total = self.steps_per_epoch * cfg.epochs
         self.total_steps = total if cfg.max_steps is None else min(total, cfg.max_steps)
-        self.warmup_steps = min(cfg.throughput_warmup_steps, self.total_steps // 2)
-        self.throughput = Throughput(warmup_steps=self.warmup_steps)
         self.step_seconds: list[float] = []
         self.window = TrainWindow(cfg.train_window_batches)
 
@@ -277,10 +275,8 @@ class Trainer:
         state = state or TrainerState()
         start = state.step
         # warm-up counts this process's steps: a resumed run warms up again, over what is left
-        self.warmup_steps = min(
-            self.cfg.throughput_warmup_steps, (self.total_steps - state.step) // 2
-        )
-        self.throughput = Throughput(warmup_steps=self.warmup_steps)
+        warmup = min(self.cfg.throughput_warmup_steps, (self.total_steps - state.step) // 2)
+        self.throughput = Throughput(warmup_steps=warmup)
         epochs = itertools.chain.from_iterable(sources.train() for _ in range(self.cfg.epochs))
         train_iter = itertools.islice(epochs, state.step, self.total_steps)
         bar = self._progress_bar(state.step)
@@ -385,7 +381,7 @@ class Trainer:
             if self.device.type == "cuda":
                 torch.cuda.synchronize(self.device)
             now = time.perf_counter()
-            if self.throughput.steps >= self.warmup_steps:  # this process's steps so far
+            if self.throughput.steps >= self.throughput.warmup_steps:  # this process's steps
                 self.step_seconds.append(now - last)
             last = now
             step_samples = self.samples_per_step[state.step % len(self.samples_per_step)]
@@ -467,7 +463,7 @@ class Trainer:
         if self.best_weights is not None and state.best.step == step and later_validation:
             state.best_checkpoint = self.best_weights.save(step, state)  # keep these weights
         every = self.cfg.checkpoint_every_n_steps
-        due = (step % every == 0 and step < self.total_steps) or stopping if every else False
+        due = bool(every) and (stopping or (step % every == 0 and step < self.total_steps))
         if self.checkpoint is not None and due:  # the last step's waits for its validation
             self.checkpoint(step, state)
 

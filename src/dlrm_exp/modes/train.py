@@ -11,7 +11,6 @@ launcher; under torchrun the process is already a worker and trains directly.
 """
 
 import itertools
-import json
 import logging
 import time
 from collections.abc import Mapping
@@ -39,11 +38,12 @@ from dlrm_exp.factories.managed_collision import managed_rows_held
 from dlrm_exp.factories.precision import slow_precision_warning
 from dlrm_exp.loop.checkpoint import (
     BEST,
-    STATE_FILE,
+    CheckpointError,
     CheckpointLayout,
     best_checkpoint,
     load_checkpoint,
     load_model_weights,
+    read_trainer_state,
     resolve_resume,
     resume_step,
     save_checkpoint,
@@ -295,8 +295,8 @@ class _BestCheckpoint:
         value (every rank reads the same ``trainer_state.json``, so all decide alike)."""
         path = best_checkpoint(self.run.job.run_dir) or Path(location)
         try:
-            saved = json.loads((path / STATE_FILE).read_text())
-        except (OSError, ValueError):
+            saved = read_trainer_state(path)
+        except CheckpointError:
             return False
         if (saved.get("best") or {}).get("value") != best.value:
             return False

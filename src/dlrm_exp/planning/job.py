@@ -11,7 +11,13 @@ from dataclasses import dataclass, field
 import torch
 from torchrec.distributed.types import ModuleSharder, ShardingPlan
 
-from dlrm_exp.config import ComputeDevice, Config, HardwareConfig, ShardingStrategy
+from dlrm_exp.config import (
+    ComputeDevice,
+    Config,
+    EmbeddingDataType,
+    HardwareConfig,
+    ShardingStrategy,
+)
 from dlrm_exp.config.optimizer import CPU_FUSED
 from dlrm_exp.distributed.launch import DistContext
 from dlrm_exp.distributed.qcomms import check_supported
@@ -31,7 +37,7 @@ from dlrm_exp.planning.storage import (
     GIB,
     EmbeddingStorage,
     embedding_storage,
-    optimizer_floats_per_row,
+    row_bytes,
 )
 from dlrm_exp.planning.tables import table_configs
 from dlrm_exp.planning.topology import MemoryCapacity, build_topology, memory_capacity
@@ -216,11 +222,10 @@ def _check_plan_fits(cfg: Config, plan: ShardingPlan, target: DistContext) -> No
     for table in record.tables.values():
         if on_gpu and table.compute_kernel not in ("fused", "dense"):
             continue  # the UVM kernels keep the rows in host memory
-        element = 2 if table.data_type in ("fp16", "bf16") else 4
+        data_type = EmbeddingDataType(table.data_type)
         for shard in table.shards:
             rows, cols = shard.sizes
-            state = optimizer_floats_per_row(cfg.optimizer.sparse_optimizer, cols)
-            need[shard.rank] += rows * (cols * element + state * 4)
+            need[shard.rank] += rows * row_bytes(cols, data_type, cfg.optimizer.sparse_optimizer)
     rank = max(range(target.world_size), key=need.__getitem__)
     usable = per_rank * (1 - STORAGE_RESERVATION)
     if need[rank] > usable:

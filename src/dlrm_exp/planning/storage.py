@@ -71,6 +71,12 @@ def embedding_storage(
     )
 
 
+def row_bytes(cols: int, data_type: EmbeddingDataType, optimizer: SparseOptimizer) -> int:
+    """Bytes one row of ``cols`` columns takes: its weights in ``data_type`` and the fused
+    ``optimizer``'s state, fp32 whatever the weights' dtype (FBGEMM's)."""
+    return cols * data_type.element_bytes + optimizer_floats_per_row(optimizer, cols) * FP32_BYTES
+
+
 def capped_bytes(
     table_sizes: list[int],
     embedding_dim: int,
@@ -81,11 +87,10 @@ def capped_bytes(
 ) -> int:
     """Bytes of weights (``data_types``, default fp32) and fp32 optimizer state of the tables
     capped at ``cap`` rows each (``copies`` as in :func:`largest_fitting_cap`)."""
-    state_bytes = optimizer_floats_per_row(optimizer, embedding_dim) * FP32_BYTES
     copies = copies or [1] * len(table_sizes)
     data_types = data_types or [EmbeddingDataType.fp32] * len(table_sizes)
     return sum(
-        min(n, cap) * k * (embedding_dim * t.element_bytes + state_bytes)
+        min(n, cap) * k * row_bytes(embedding_dim, t, optimizer)
         for n, k, t in zip(table_sizes, copies, data_types, strict=True)
     )
 
