@@ -87,12 +87,7 @@ def decode(table: pa.Table, schema: FeatureSchema, where: str) -> Rows:
     """
     n = table.num_rows
     labels = _numbers(table.column(schema.label)).astype(np.float32)
-    bad = (labels != 0) & (labels != 1)
-    if bad.any():
-        raise DataError(
-            f"{where}: {int(bad.sum())} of {n} labels are not 0 or 1 (first: "
-            f"{labels[bad][0]:g}) in column {schema.label!r}: a click label is 0 / 1 or boolean"
-        )
+    refuse_non_clicks(labels, where, schema.label)
     dense = np.zeros((n, schema.num_dense), dtype=np.float32)
     for j, spec in enumerate(schema.dense):
         x = _numbers(table.column(spec.column))
@@ -120,6 +115,21 @@ def decode(table: pa.Table, schema: FeatureSchema, where: str) -> Rows:
     return Rows(dense, labels, values, lengths)
 
 
+def refuse_non_clicks(labels: np.ndarray, where: str, column: str) -> None:
+    """Refuse click labels (N,) other than 0 / 1.
+
+    Raises:
+        DataError: ``where`` (file and row group or lines), the count, the first bad value
+            and ``column``.
+    """
+    bad = (labels != 0) & (labels != 1)
+    if bad.any():
+        raise DataError(
+            f"{where}: {int(bad.sum())} of {len(labels)} labels are not 0 or 1 (first: "
+            f"{labels[bad][0]:g}) in column {column!r}: a click label is 0 / 1 or boolean"
+        )
+
+
 def _numbers(column: pa.ChunkedArray) -> np.ndarray:
     """A numeric or boolean column as float64, nulls and NaN as 0."""
     if pa.types.is_boolean(column.type):
@@ -128,4 +138,4 @@ def _numbers(column: pa.ChunkedArray) -> np.ndarray:
     return np.nan_to_num(values, nan=0.0, posinf=0.0, neginf=0.0)
 
 
-__all__ = ["Rows", "decode"]
+__all__ = ["Rows", "decode", "refuse_non_clicks"]

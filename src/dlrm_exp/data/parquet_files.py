@@ -16,6 +16,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from dlrm_exp.config import FeatureSchema, IdPolicy
+from dlrm_exp.data.decode import refuse_non_clicks
 from dlrm_exp.data.id_policy import is_id_type
 from dlrm_exp.data.paths import resolve_paths
 from dlrm_exp.errors import DataError
@@ -125,16 +126,9 @@ def _check_labels(path: Path, group: int, labels: pa.Array, column: str) -> None
     Raises:
         DataError: naming the file, row group, count and first bad value.
     """
-    if pa.types.is_boolean(labels.type):
-        return
-    values = labels.to_numpy(zero_copy_only=False)
-    bad = (values != 0) & (values != 1)
-    if bad.any():
-        raise DataError(
-            f"{path} row group {group}: {int(bad.sum())} of {len(values)} labels are not 0 or "
-            f"1 (first: {values[bad][0]:g}) in column {column!r}: a click label is 0 / 1 or "
-            "boolean"
-        )
+    if not pa.types.is_boolean(labels.type):
+        where = f"{path} row group {group}"
+        refuse_non_clicks(labels.to_numpy(zero_copy_only=False), where, column)
 
 
 def _id_kind(arrow_type: pa.DataType) -> str:
