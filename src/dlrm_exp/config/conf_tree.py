@@ -1,6 +1,7 @@
 """Where the YAML tree is, and the files of it that code reads directly (the shipped Criteo
 feature schema)."""
 
+from functools import cache
 from pathlib import Path
 
 from dlrm_exp.config.schema import FeatureSchema, load_schema_file
@@ -34,3 +35,14 @@ def criteo_schema(table_sizes: list[int] | None = None) -> FeatureSchema:
     """
     schema = load_schema_file(conf_dir() / "data" / "schema" / "criteo.yaml")
     return schema if table_sizes is None else schema.sized(table_sizes, "table_sizes")
+
+
+def criteo_num_embeddings() -> dict[str, int]:
+    """``{feature: num_embeddings}`` of the shipped Criteo schema file (read once a process:
+    every compose of ``data=criteo_tsv`` compares against it)."""
+    return dict(_criteo_num_embeddings())
+
+
+@cache
+def _criteo_num_embeddings() -> dict[str, int]:
+    return {name: f.num_embeddings for name, f in criteo_schema().sparse.items()}

@@ -16,6 +16,17 @@ class SparseOptimizer(Enum):
     sgd = "sgd"
     adam = "adam"
 
+    def state_floats_per_row(self, embedding_dim: int) -> int:
+        """fp32 optimizer-state values FBGEMM's fused kernel keeps per table row of
+        ``embedding_dim`` columns: row-wise Adagrad 1, Adagrad ``D``, Adam ``2 D`` (first and
+        second moments), SGD none."""
+        per_row = {
+            SparseOptimizer.rowwise_adagrad: 1,
+            SparseOptimizer.adagrad: embedding_dim,
+            SparseOptimizer.adam: 2 * embedding_dim,
+        }
+        return per_row.get(self, 0)
+
 
 #: Sparse optimizers that FBGEMM's CPU kernels fuse into backward (fbgemm-gpu 1.8: EXACT_ADAGRAD,
 #: EXACT_ROWWISE_ADAGRAD, EXACT_SGD; its CPU TBE asserts "Optimizer adam is not supported in CPU

@@ -6,7 +6,7 @@ from dataclasses import dataclass, field, replace
 from omegaconf import MISSING
 
 from dlrm_exp.config.checks import require
-from dlrm_exp.config.conf_tree import criteo_schema
+from dlrm_exp.config.conf_tree import criteo_num_embeddings, criteo_schema
 from dlrm_exp.config.criteo import CRITEO_NUM_DENSE, CRITEO_NUM_SPARSE
 from dlrm_exp.config.data import (
     CriteoMultiHotDataConfig,
@@ -329,12 +329,11 @@ def _refuse_ignored_sizes(schema: FeatureSchema, sized: FeatureSchema) -> None:
     Raises:
         ConfigError: such a feature, naming its key and the key that sizes it.
     """
-    shipped = criteo_schema().sparse
+    shipped = criteo_num_embeddings()
     ignored = [
         (name, feature.num_embeddings, sized.sparse[name].num_embeddings)
         for name, feature in schema.sparse.items()
-        if feature.num_embeddings != sized.sparse[name].num_embeddings
-        and (name not in shipped or feature.num_embeddings != shipped[name].num_embeddings)
+        if feature.num_embeddings not in (sized.sparse[name].num_embeddings, shipped.get(name))
     ]
     require(
         not ignored,

@@ -27,7 +27,7 @@ from dlrm_exp.data.criteo_tsv import load_criteo_tsv
 from dlrm_exp.data.multi_hot import MultiHot
 from dlrm_exp.data.parquet import ParquetSplit, load_parquet
 from dlrm_exp.data.parquet_files import resolve_parquet_paths
-from dlrm_exp.data.paths import refuse_repeated, resolve_paths
+from dlrm_exp.data.paths import resolve_inputs, resolve_paths
 from dlrm_exp.data.splits import DataInfo, DataSplits
 from dlrm_exp.data.synthetic import generate
 
@@ -55,7 +55,7 @@ def check_input_paths(cfg: DataConfig) -> None:
             twice (the file and both keys).
     """
     resolve = resolve_parquet_paths if isinstance(cfg, ParquetDataConfig) else resolve_paths
-    refuse_repeated({key: resolve(paths, key) for key, paths in cfg.input_paths().items()})
+    resolve_inputs(cfg.input_paths(), resolve)
 
 
 def load_splits(cfg: DataConfig, table_sizes: list[int], num_dense: int, seed: int) -> DataSplits:

@@ -40,7 +40,7 @@ from dlrm_exp.config import (
 from dlrm_exp.data.batches import ClickData
 from dlrm_exp.data.criteo_format import hex_digits
 from dlrm_exp.data.decode import decode
-from dlrm_exp.data.paths import refuse_repeated, resolve_paths
+from dlrm_exp.data.paths import resolve_inputs
 from dlrm_exp.data.preprocess.tsv_parse import (
     REASONS,
     ParsedBlock,
@@ -286,8 +286,7 @@ def load_criteo_tsv(cfg: CriteoTsvDataConfig) -> tuple[ClickData, ClickData, Cli
         DataError: missing path, empty folder, unreadable file, or no valid row.
     """
     max_bad = cfg.max_reported_bad_lines
-    files = {key: resolve_paths(paths, key) for key, paths in cfg.input_paths().items()}
-    refuse_repeated(files)
+    files = resolve_inputs(cfg.input_paths())
     main, report = read_files(files["data.path"], cfg.schema, max_bad)
     n = len(main)
     n_val = 0 if cfg.val_path else int(n * cfg.val_fraction)

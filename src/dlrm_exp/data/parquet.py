@@ -30,7 +30,7 @@ from dlrm_exp.data.parquet_files import (
     resolve_parquet_paths,
     scan_files,
 )
-from dlrm_exp.data.paths import refuse_repeated
+from dlrm_exp.data.paths import resolve_inputs
 from dlrm_exp.data.splits import DataInfo, DataSplits
 
 log = logging.getLogger(__name__)
@@ -152,8 +152,7 @@ def load_parquet(cfg: ParquetDataConfig) -> DataSplits:
         DataError: see :func:`~dlrm_exp.data.parquet_files.scan_files`.
     """
     schema = cfg.schema
-    files = {key: resolve_parquet_paths(paths, key) for key, paths in cfg.input_paths().items()}
-    refuse_repeated(files)
+    files = resolve_inputs(cfg.input_paths(), resolve_parquet_paths)
     kinds: dict[str, tuple[str, Path]] = {}  # one id type per column over every split
     scans = {key: _scan(named, key, schema, kinds) for key, named in files.items()}
     train_scan = scans["data.path"]

@@ -2,7 +2,7 @@
 
 import glob
 import os
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 
 from dlrm_exp.errors import DataError
@@ -66,3 +66,18 @@ def refuse_repeated(files_by_key: Mapping[str, Sequence[Path]]) -> None:
                     "and evaluated on); name each file once"
                 )
             seen[real] = key
+
+
+def resolve_inputs(
+    paths_by_key: Mapping[str, list[str]],
+    resolve: Callable[[list[str], str], list[Path]] = resolve_paths,
+) -> dict[str, list[Path]]:
+    """The files of each config key's paths (``cfg.input_paths()``) by ``resolve``, none of
+    them named twice (:func:`refuse_repeated`).
+
+    Raises:
+        DataError: a path names nothing, or a file is named twice.
+    """
+    files = {key: resolve(paths, key) for key, paths in paths_by_key.items()}
+    refuse_repeated(files)
+    return files

@@ -50,7 +50,6 @@ from dlrm_exp.loop.checkpoint import (
 )
 from dlrm_exp.loop.early_stopping import EARLY_STOPPING, BestValidation
 from dlrm_exp.loop.metrics import (
-    peak_memory_gib,
     rank_memory_gib,
     reset_peak_memory,
     step_time_ms,
@@ -328,7 +327,7 @@ def _run_metrics(
         train_samples=state.samples,
         train_seconds=result.train_seconds,
         wall_seconds=wall_seconds,
-        peak_memory_gib=peak_memory_gib(),
+        peak_memory_gib=memory[run.ctx.rank]["rss"],  # this rank's, as gathered
         comm_bytes_per_step=dict(zip(phases, totals.tolist(), strict=True)),
         peak_memory_gib_per_rank=memory,
         step_time_ms=step_time_ms(result.step_seconds),

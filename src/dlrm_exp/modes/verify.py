@@ -35,6 +35,7 @@ before DDP averages the halves (about 1e-7).
 
 import copy
 import itertools
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -66,6 +67,7 @@ from dlrm_exp.distributed.launch import (
     needs_launch,
     process_group,
 )
+from dlrm_exp.distributed.qcomms import requested_precisions
 from dlrm_exp.errors import ConfigError, UserError
 from dlrm_exp.factories.pipeline import EXACT_PIPELINES
 from dlrm_exp.loop.evaluate import drain
@@ -138,17 +140,22 @@ class RankSlicedDLRMTrain(DLRMTrain):
         return loss, (loss.detach(), torch.cat(logits).detach(), batch.labels.detach())
 
 
+def _lowest(names: Iterable[str]) -> str:
+    """The lowest of the precisions ``names`` (any case; unknown ones ignored), ``fp32`` for
+    none."""
+    known = [n.lower() for n in names if n.lower() in _PRECISION_ORDER]
+    return max(known or ["fp32"], key=_PRECISION_ORDER.index)
+
+
 def _precision(cfg: Config) -> str:
     """The lowest precision the ``qcomms`` group asks for (``fp32``: none)."""
-    used = [p.value for p in (cfg.qcomms.forward_precision, cfg.qcomms.backward_precision) if p]
-    return max(used or ["fp32"], key=_PRECISION_ORDER.index)
+    return _lowest(requested_precisions(cfg.qcomms).values())
 
 
 def _effective_precision(effective: dict[str, dict[str, str]]) -> str:
     """The lowest precision an embedding collective ran in (``fp32``: no codec ran, e.g. every
     table data_parallel), which the loss tolerance follows."""
-    ran = {name.lower() for p in effective.values() for name in p.values()}
-    return max([r for r in ran if r in _PRECISION_ORDER] or ["fp32"], key=_PRECISION_ORDER.index)
+    return _lowest(name for p in effective.values() for name in p.values())
 
 
 def reference_config(cfg: Config) -> Config:

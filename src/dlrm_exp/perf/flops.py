@@ -21,7 +21,7 @@ left out (under 1 % of the dense FLOPs for the configs shipped here).
 Embedding bytes count fp32 rows of D floats (4 bytes each) per sample, for every looked-up
 id, duplicates included (an upper bound: FBGEMM updates a row once per batch): the lookup
 reads each row (``4 D``), the fused update reads and writes it (``8 D``) and its optimizer
-state (see :data:`STATE_FLOATS_PER_ROW`).
+state (:meth:`~dlrm_exp.config.SparseOptimizer.state_floats_per_row`).
 """
 
 from dataclasses import dataclass
@@ -31,14 +31,6 @@ from dlrm_exp.config import InteractionType, ModelConfig, SparseOptimizer
 FP32_BYTES = 4
 #: Forward + backward = 3 x forward.
 TRAINING_FLOPS_PER_FORWARD = 3
-#: Optimizer-state floats per row of D floats, read and written by the fused update
-#: (FBGEMM: row-wise Adagrad keeps one float per row, Adagrad D, Adam 2 D, SGD none).
-STATE_FLOATS_PER_ROW = {
-    SparseOptimizer.rowwise_adagrad: lambda d: 1,
-    SparseOptimizer.adagrad: lambda d: d,
-    SparseOptimizer.adam: lambda d: 2 * d,
-    SparseOptimizer.sgd: lambda d: 0,
-}
 
 
 def mlp_flops(in_features: int, layer_sizes: list[int]) -> int:
@@ -94,7 +86,7 @@ def embedding_bytes_per_sample(
     fp16) and of optimizer state (fp32 whatever the table's dtype, as FBGEMM keeps it), for
     ``pooling_factors[i]`` ids of feature i (None: one id each, Criteo one-hot)."""
     d = cfg.embedding_dim
-    state_bytes = FP32_BYTES * 2 * STATE_FLOATS_PER_ROW[optimizer](d)
+    state_bytes = FP32_BYTES * 2 * optimizer.state_floats_per_row(d)
     dtype_of = {
         feature: dtype
         for dtype, features in zip(cfg.table_data_types, cfg.table_features, strict=True)

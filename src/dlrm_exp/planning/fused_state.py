@@ -22,7 +22,7 @@ from torchrec.distributed.planner.types import (
 )
 
 from dlrm_exp.config import SparseOptimizer
-from dlrm_exp.planning.storage import FP32_BYTES, optimizer_floats_per_row
+from dlrm_exp.planning.storage import FP32_BYTES
 
 #: The compute kernels whose optimizer is FBGEMM's fused one (state in fp32).
 FUSED_KERNELS = ("fused", "fused_uvm", "fused_uvm_caching")
@@ -36,8 +36,7 @@ def missing_state_bytes(
     """The optimizer-state bytes TorchRec leaves out for a ``rows x cols`` shard whose weights
     take ``element_bytes`` each: FBGEMM's fp32 state less TorchRec's count at the weights'
     width (0 for fp32 weights and for SGD)."""
-    floats = optimizer_floats_per_row(optimizer, cols)
-    return max(0, rows * floats * (FP32_BYTES - element_bytes))
+    return rows * optimizer.state_floats_per_row(cols) * (FP32_BYTES - element_bytes)
 
 
 class FusedStateStorage(ShardEstimator):
@@ -53,8 +52,8 @@ class FusedStateStorage(ShardEstimator):
     def __init__(
         self,
         topology: Topology,
-        constraints: dict[str, ParameterConstraints] | None = None,
-        optimizer: SparseOptimizer = SparseOptimizer.rowwise_adagrad,
+        constraints: dict[str, ParameterConstraints] | None,
+        optimizer: SparseOptimizer,
     ) -> None:
         self._on_gpu = topology.compute_device in ("cuda", "mtia")
         self._optimizer = optimizer

@@ -261,7 +261,11 @@ def _plan_with_planner(
     )
     collector = EstimateCollector()
     planner = build_planner(
-        topology, constraints, cfg.train.batch_size, [collector], cfg.optimizer.sparse_optimizer
+        topology,
+        constraints,
+        cfg.train.batch_size,
+        [collector],
+        optimizer=cfg.optimizer.sparse_optimizer,
     )
     plan = plan_or_explain(
         planner,

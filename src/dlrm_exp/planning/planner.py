@@ -33,7 +33,8 @@ def build_planner(
     constraints: dict[str, ParameterConstraints],
     batch_size: int,
     stats: list[Stats] | None = None,
-    optimizer: SparseOptimizer = SparseOptimizer.rowwise_adagrad,
+    *,
+    optimizer: SparseOptimizer,
 ) -> EmbeddingShardingPlanner:
     """TorchRec's ``EmbeddingShardingPlanner`` with a fixed storage reservation and TorchRec's
     perf and storage estimators, the latter corrected for the fused ``optimizer``'s fp32 state

@@ -35,17 +35,6 @@ class EmbeddingStorage:
         return self.weight_bytes + self.optimizer_bytes
 
 
-def optimizer_floats_per_row(optimizer: SparseOptimizer, embedding_dim: int) -> int:
-    """fp32 optimizer-state values per table row for the fused sparse optimizer."""
-    if optimizer is SparseOptimizer.rowwise_adagrad:
-        return 1
-    if optimizer is SparseOptimizer.adagrad:
-        return embedding_dim
-    if optimizer is SparseOptimizer.adam:  # first and second moments
-        return 2 * embedding_dim
-    return 0
-
-
 def embedding_storage(
     table_sizes: list[int],
     embedding_dim: int,
@@ -66,7 +55,7 @@ def embedding_storage(
             n * embedding_dim * t.element_bytes
             for n, t in zip(table_sizes, data_types, strict=True)
         ),
-        optimizer_bytes=rows * optimizer_floats_per_row(optimizer, embedding_dim) * FP32_BYTES,
+        optimizer_bytes=rows * optimizer.state_floats_per_row(embedding_dim) * FP32_BYTES,
         weight_precision="/".join(sorted({t.value for t in data_types}, reverse=True)) or "fp32",
     )
 
@@ -74,7 +63,7 @@ def embedding_storage(
 def row_bytes(cols: int, data_type: EmbeddingDataType, optimizer: SparseOptimizer) -> int:
     """Bytes one row of ``cols`` columns takes: its weights in ``data_type`` and the fused
     ``optimizer``'s state, fp32 whatever the weights' dtype (FBGEMM's)."""
-    return cols * data_type.element_bytes + optimizer_floats_per_row(optimizer, cols) * FP32_BYTES
+    return cols * data_type.element_bytes + optimizer.state_floats_per_row(cols) * FP32_BYTES
 
 
 def capped_bytes(
