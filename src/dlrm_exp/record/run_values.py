@@ -28,7 +28,9 @@ FIXED = "fixed"
 
 @dataclass
 class RunValues:
-    """One run's compared metrics (``None``: the run has no value for it)."""
+    """One run's compared metrics (``None``: the run has no value for it) and, in ``fixed``,
+    its overrides that were not swept (canonical ``key=value,...``; None: a baseline written
+    before they were recorded), which the gate compares between the two sides."""
 
     config_id: str
     config: str
