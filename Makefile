@@ -43,8 +43,12 @@ install: $(STAMP) ## create .venv and install the pinned stack (torch, fbgemm, t
 run: $(STAMP) ## run the default experiment (tiny DLRM, synthetic data, CPU)
 	$(PY) -m dlrm_exp $(ARGS)
 
+# Two pytest-xdist workers: about a third of the suite's time is one-core Python (composing,
+# planning, asserting) that a second worker overlaps with the other's runs; tests/parallel.py
+# keeps the tests that share a run on one worker. TEST_WORKERS=0 runs in this process.
+TEST_WORKERS ?= 2
 test: $(STAMP) ## run the test suite (fast and end-to-end; under 8 minutes on 2 cores)
-	$(PY) -m pytest -q $(PYTEST_ARGS)
+	$(PY) -m pytest -q $(if $(filter-out 0,$(TEST_WORKERS)),-n $(TEST_WORKERS)) $(PYTEST_ARGS)
 
 lint: $(STAMP) ## ruff lint and format check
 	$(PY) -m ruff check src tests

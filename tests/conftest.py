@@ -16,6 +16,7 @@ from hydra import compose, initialize_config_dir
 from omegaconf import DictConfig, OmegaConf
 
 from dlrm_exp.config import Config, conf_dir, register_configs
+from parallel import check_groups, make_scheduler, remove_temp_dir, set_up_worker
 
 REPO = Path(__file__).resolve().parents[1]
 #: A quick synthetic run: 32 steps of 128 rows on 1 process.
@@ -29,6 +30,28 @@ SMALL = [
 GROUPS = ("model", "sharding", "optimizer", "qcomms", "data", "hardware")
 
 register_configs()
+#: The temp dir of this xdist worker (tests/parallel.py).
+_TEMP_DIR = pytest.StashKey[Path]()
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    worker = os.environ.get("PYTEST_XDIST_WORKER")
+    if worker:
+        config.stash[_TEMP_DIR] = set_up_worker(worker)
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    if _TEMP_DIR in config.stash:
+        remove_temp_dir(config.stash[_TEMP_DIR])
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    check_groups(items)
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log):
+    return make_scheduler(config, log)
 
 
 def compose_raw(overrides: Sequence[str] = ()) -> DictConfig:
@@ -60,18 +83,19 @@ def run_cli(
 
 
 @pytest.fixture
-def cli_here(capfd, monkeypatch):
+def cli_here(capfd, monkeypatch, tmp_path):
     """``python -m dlrm_exp ARGS`` through the same entry point (:func:`dlrm_exp.cli.main`) in
     this process: for refusals and runs that start no workers, which in a subprocess would spend
     most of their time importing torch and TorchRec again. Returns a CompletedProcess: the exit
     code from ``SystemExit`` (0 when main returns), the output read at the file descriptors.
     ``HYDRA_FULL_ERROR`` is unset; the root logger's handlers (which Hydra replaces) are put
-    back afterwards."""
+    back afterwards. It runs in the test's ``tmp_path`` unless told otherwise, so a run folder
+    (``outputs/<date>/<time>``) never lands in the checkout."""
     from dlrm_exp import cli
 
     monkeypatch.delenv("HYDRA_FULL_ERROR", raising=False)
 
-    def run(args: Sequence[str], cwd: Path = REPO) -> subprocess.CompletedProcess:
+    def run(args: Sequence[str], cwd: Path = tmp_path) -> subprocess.CompletedProcess:
         monkeypatch.setattr(sys, "argv", ["dlrm_exp", *args])
         monkeypatch.chdir(cwd)
         root = logging.getLogger()
@@ -197,6 +221,8 @@ def default_run(tmp_path_factory) -> DefaultRun:
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
     env = {"PYTHONPATH": str(site), "PATH": "/usr/bin:/bin", "HOME": str(tmp_path)}
+    if "OMP_NUM_THREADS" in os.environ:  # a test worker's share of the cores (tests/parallel.py)
+        env["OMP_NUM_THREADS"] = os.environ["OMP_NUM_THREADS"]
     result = subprocess.run(
         [sys.executable, "-m", "dlrm_exp"],
         cwd=elsewhere,

@@ -9,7 +9,7 @@ import pytest
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 from tensorboard.plugins.hparams import plugin_data_pb2
 
-from conftest import REPO, SMALL, compose_cfg
+from conftest import SMALL, compose_cfg
 from dlrm_exp.data.synthetic import generate
 from dlrm_exp.modes.train import run_train
 
@@ -212,5 +212,5 @@ def test_missing_data_file_is_one_line(tmp_path, cli_here):
     )
     assert result.returncode == 1
     assert result.stderr.strip().splitlines() == [
-        f"Error: data.path: no such file or folder: {tmp_path}/missing.tsv (from {REPO})"
+        f"Error: data.path: no such file or folder: {tmp_path}/missing.tsv (from {tmp_path})"
     ]

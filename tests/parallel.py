@@ -1,0 +1,89 @@
+"""Running the suite on pytest-xdist workers (``make test``: ``pytest -n 2``).
+
+A session fixture that trains (:data:`SHARED`) runs once in every worker that asks for it, so the
+modules using one run on one worker (:data:`GROUPS`, checked against what the tests use at every
+collection); every other module stays whole on one worker for its module-scoped fixtures.
+The grouping is this suite's own xdist scheduler: xdist's ``--dist loadgroup`` marks its groups
+in ``item._nodeid``, which pytest 9.2 no longer reads. Each worker has its own temp dir: a test
+that looks for what a launch left there (elastic log folders) sees only its own worker's.
+"""
+
+import os
+import shutil
+import tempfile
+from collections.abc import Iterable
+from pathlib import Path
+
+import pytest
+import torch
+
+#: The session fixtures that train or sweep (tests/conftest.py).
+SHARED = ("two_process_runs", "default_run", "record_sweep")
+#: The modules that use each of them, directly or through another fixture.
+GROUPS = {
+    "two_process_runs": (
+        "tests/distributed/test_multiprocess.py",
+        "tests/loop/test_checkpoint.py",
+        "tests/loop/test_early_stopping.py",
+        "tests/modes/test_after_training.py",
+        "tests/modes/test_parquet_e2e.py",
+        "tests/modes/test_plan_mode.py",
+    ),
+    "default_run": ("tests/modes/test_e2e.py", "tests/test_install.py"),
+    "record_sweep": ("tests/record/test_compare.py", "tests/record/test_sweep.py"),
+}
+_GROUP_OF = {module: group for group, modules in GROUPS.items() for module in modules}
+
+
+def group_of(nodeid: str) -> str:
+    """The worker group of a test (its ``nodeid``): its shared fixture's, or its module."""
+    module = nodeid.split("::")[0]
+    return _GROUP_OF.get(module, module)
+
+
+def check_groups(items: Iterable) -> None:
+    """Raise ``pytest.UsageError`` naming each test module that uses a :data:`SHARED` fixture
+    (directly or through another fixture) outside that fixture's :data:`GROUPS` entry; read of
+    the pytest ``items``: ``nodeid`` and ``fixturenames``. (A listed module whose tests use
+    none only makes the grouping coarser, and a run of one of its tests uses none.)"""
+    wrong = sorted(
+        {
+            f"{item.nodeid.split('::')[0]} (uses {shared})"
+            for item in items
+            for shared in SHARED
+            if shared in item.fixturenames and group_of(item.nodeid) != shared
+        }
+    )
+    if wrong:
+        raise pytest.UsageError(f"tests/parallel.py GROUPS is out of date: {', '.join(wrong)}")
+
+
+def make_scheduler(config: pytest.Config, log):
+    """xdist's scope scheduling with :func:`group_of` as the scope (xdist imported here: a
+    plain ``pytest`` run needs none)."""
+    from xdist.scheduler import LoadScopeScheduling
+
+    class SharedRunScheduling(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return group_of(nodeid)
+
+    return SharedRunScheduling(config, log)
+
+
+def set_up_worker(worker: str) -> Path:
+    """Set up the xdist ``worker`` (``gw0``, ...) process: ``TMPDIR`` (here and in what it
+    starts) and :mod:`tempfile` point at a new folder, returned; and one OpenMP thread unless
+    ``OMP_NUM_THREADS`` says otherwise, so the workers' runs share the cores instead of each
+    taking all of them (spinning OpenMP threads of two runs on the same cores take several
+    times as long)."""
+    folder = Path(tempfile.mkdtemp(prefix=f"dlrm_exp_tests_{worker}_"))
+    os.environ["TMPDIR"] = str(folder)
+    tempfile.tempdir = str(folder)
+    if "OMP_NUM_THREADS" not in os.environ:
+        os.environ["OMP_NUM_THREADS"] = "1"
+        torch.set_num_threads(1)
+    return folder
+
+
+def remove_temp_dir(folder: Path) -> None:
+    shutil.rmtree(folder, ignore_errors=True)

@@ -1,0 +1,27 @@
+"""The suite's xdist grouping (tests/parallel.py): what shares a run goes to one worker."""
+
+from types import SimpleNamespace
+
+import pytest
+
+from parallel import GROUPS, check_groups, group_of
+
+
+def _item(nodeid, *fixtures):
+    return SimpleNamespace(nodeid=nodeid, fixturenames=["tmp_path", *fixtures])
+
+
+def test_a_test_goes_to_its_shared_fixtures_group_or_its_modules():
+    listed = GROUPS["record_sweep"][0]
+    assert group_of(f"{listed}::test_x") == "record_sweep"
+    assert group_of("tests/new.py::test_x") == "tests/new.py"
+
+
+def test_a_module_using_a_shared_fixture_outside_its_group_is_named():
+    listed = GROUPS["record_sweep"][0]
+    check_groups([_item(f"{listed}::test_x", "record_sweep"), _item("tests/new.py::test_x")])
+    check_groups([_item(f"{listed}::test_y")])  # a listed module's test that uses none
+    with pytest.raises(pytest.UsageError, match=r"tests/new\.py \(uses record_sweep\)"):
+        check_groups([_item("tests/new.py::test_x", "record_sweep")])
+    with pytest.raises(pytest.UsageError, match=rf"{listed} \(uses default_run\)"):
+        check_groups([_item(f"{listed}::test_x", "record_sweep", "default_run")])
