@@ -4,6 +4,7 @@
 import json
 import re
 
+import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 import torch
@@ -201,6 +202,23 @@ def test_resume_with_shuffled_row_groups_is_exact(toy, tmp_path):
             choices,
         )
 
+    # ... and how the data stored the ids it hashed: the same digits as a string hash to
+    # another row, so data with item ids as strings is refused by every user of the checkpoint.
+    assert state["id_kinds"]["user_id"] == "string" and state["id_kinds"]["item"] == "integer"
+    table = pq.read_table(root / "toy.parquet")
+    strings = table.set_column(
+        table.column_names.index("item"), "item", table.column("item").cast(pa.string())
+    )
+    pq.write_table(strings, tmp_path / "item_strings.parquet")
+    kinds = [f"data.path={tmp_path / 'item_strings.parquet'}", f"checkpoint={tmp_path / 'cut'}"]
+    refused = r"item: trained on integer ids, this data holds string ones"
+    for mode, job in (("evaluate", run_evaluate), ("predict", run_predict)):
+        with pytest.raises(CheckpointError, match=refused):
+            job(compose_cfg(overrides(root, *extra, f"mode={mode}", *kinds)), Job(tmp_path / mode))
+    with pytest.raises(CheckpointError, match=refused):
+        resume = overrides(root, *extra, "train.resume=auto", kinds[0])
+        run_train(compose_cfg(resume), tmp_path / "cut", choices)
+
 
 #: ``user_id`` under managed collision: 256 rows for the toy's 2,000 raw ids, so its module
 #: evicts every step; asked table-wise (the table runs row-wise, recorded), checkpoints every
@@ -308,6 +326,7 @@ def test_a_managed_collision_model_exports_with_its_id_map(toy, tmp_path, cli_he
     assert record["inputs"]["managed_tables"] == ["t_user_id"]
     assert record["inputs"]["id_policies"]["user_id"] == "managed_collision"
     assert record["inputs"]["id_policies"]["tags"] == "modulo"
+    assert record["inputs"]["id_kinds"]["user_id"] == "string"  # the toy's user ids
     rows = decode(pq.read_table(root / "toy.parquet"), cfg.data.schema, "toy")
     batch = rows.batch(cfg.model.feature_names)
     exported = torch.jit.load(str(tmp_path / "export" / "model.pt"))

@@ -20,7 +20,7 @@ range, which row-wise sharding splits between the ranks.
 import numpy as np
 import pyarrow as pa
 
-from dlrm_exp.config import IdPolicy
+from dlrm_exp.config import FeatureSchema, IdPolicy
 from dlrm_exp.config.model import MANAGED_ID_RANGE
 from dlrm_exp.errors import DataError
 from dlrm_exp.util.hashing import splitmix64
@@ -104,6 +104,18 @@ def string_hash64(strings: pa.Array) -> np.ndarray:
         sums = np.concatenate([np.zeros(1, np.uint64), np.cumsum(terms, dtype=np.uint64)])
         poly = sums[offsets[1:]] - sums[offsets[:-1]]
     return splitmix64(poly ^ splitmix64(lengths.astype(np.uint64)))
+
+
+#: The policies that hash an integer id and the same digits as a string to different rows
+#: (``hex_modulo`` takes integers as the decoded value of the hexadecimal string, so
+#: preprocessed integer days and raw TSV strings agree; ``strict`` refuses strings).
+KIND_SENSITIVE = (IdPolicy.modulo, IdPolicy.managed_collision)
+
+
+def string_id_kinds(schema: FeatureSchema) -> dict[str, str]:
+    """``{feature: "string"}`` for the :data:`KIND_SENSITIVE` features of text input (Criteo
+    TSV), whose ids are always strings."""
+    return {n: "string" for n, f in schema.sparse.items() if f.id_policy in KIND_SENSITIVE}
 
 
 def is_id_type(arrow_type: pa.DataType) -> bool:

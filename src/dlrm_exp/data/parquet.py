@@ -25,6 +25,7 @@ from dlrm_exp.data.decode import Rows, decode
 from dlrm_exp.data.parquet_files import (
     ParquetScan,
     Segment,
+    feature_id_kinds,
     open_parquet,
     read_row_group,
     resolve_parquet_paths,
@@ -167,7 +168,9 @@ def load_parquet(cfg: ParquetDataConfig) -> DataSplits:
     if cfg.test_path:
         test = scans["data.test_path"].segments
     splits = [ParquetSplit(s, schema) for s in (train, val, test)]
-    info = DataInfo.of_splits(*splits, read=_report(scans))
+    info = DataInfo.of_splits(
+        *splits, read=_report(scans), id_kinds=feature_id_kinds(kinds, schema)
+    )
     return DataSplits(*splits, info=info)
 
 

@@ -17,7 +17,7 @@ import pyarrow.parquet as pq
 
 from dlrm_exp.config import FeatureSchema, IdPolicy
 from dlrm_exp.data.decode import refuse_non_clicks
-from dlrm_exp.data.id_policy import is_id_type
+from dlrm_exp.data.id_policy import KIND_SENSITIVE, is_id_type
 from dlrm_exp.data.paths import resolve_paths
 from dlrm_exp.errors import DataError
 
@@ -161,6 +161,33 @@ def _check_id_kinds(
                 "string '123' look up different rows; write the column with one type in every "
                 "file"
             )
+
+
+def feature_id_kinds(kinds: dict[str, tuple[str, Path]], schema: FeatureSchema) -> dict[str, str]:
+    """``{feature: "integer" | "string"}`` of the :data:`KIND_SENSITIVE` features, from the
+    per-column record of :func:`scan_files`: what a checkpoint records and its users must
+    share (under a hashing policy the two kinds give other rows for the same digits)."""
+    return {
+        name: kinds[f.column][0]
+        for name, f in schema.sparse.items()
+        if f.id_policy in KIND_SENSITIVE and f.column in kinds
+    }
+
+
+def read_id_kinds(files: list[Path], schema: FeatureSchema) -> dict[str, str]:
+    """:func:`feature_id_kinds` of ``files`` (rows to score: the label may be missing) read
+    from their footers alone.
+
+    Raises:
+        DataError: a file that is not Parquet or lacks a feature column, or two files storing
+            a column's ids as different kinds.
+    """
+    kinds: dict[str, tuple[str, Path]] = {}
+    for path in files:
+        arrow = open_parquet(path).schema_arrow
+        check_columns(path, arrow, schema, require_label=False)
+        _check_id_kinds(path, arrow, schema, kinds)
+    return feature_id_kinds(kinds, schema)
 
 
 def open_parquet(path: Path) -> pq.ParquetFile:

@@ -22,6 +22,9 @@ class DataInfo:
         mmap_mode: ``data=criteo_npy``: whether the days are memory-mapped.
         multi_hot_sizes: ``data=criteo_multihot``: ids per table and sample.
         multi_hot_distribution: ``data=criteo_multihot``: how the extra ids are drawn.
+        id_kinds: ``{feature: "integer" | "string"}``, how the data stores the ids of each
+            feature whose id policy hashes the two kinds differently (``modulo``,
+            ``managed_collision``); a checkpoint records it (None: no schema).
     """
 
     rows: dict[str, int] = field(default_factory=dict)
@@ -32,6 +35,7 @@ class DataInfo:
     mmap_mode: bool | None = None
     multi_hot_sizes: list[int] | None = None
     multi_hot_distribution: str | None = None
+    id_kinds: dict[str, str] | None = None
 
     @classmethod
     def of_splits(

@@ -128,12 +128,16 @@ class CheckpointLayout:
         world_size: ranks of the job that writes (or resumes) the checkpoint.
         id_policies: ``{feature: data.schema id policy}``, how raw ids became the tables'
             rows (None: data without a schema, whose ids are rows already).
+        id_kinds: ``{feature: "integer" | "string"}``, how the training data stored the ids
+            of the features whose policy hashes the two differently
+            (:class:`~dlrm_exp.data.splits.DataInfo`'s ``id_kinds``).
     """
 
     tables: dict[str, list[int]]
     data_parallel_tables: list[str]
     world_size: int
     id_policies: dict[str, str] | None = None
+    id_kinds: dict[str, str] | None = None
 
     def state_dict(self) -> dict[str, Any]:
         """The entries of ``trainer_state.json`` that describe the layout."""
@@ -142,6 +146,7 @@ class CheckpointLayout:
             "data_parallel_tables": self.data_parallel_tables,
             "world_size": self.world_size,
             "id_policies": self.id_policies,
+            "id_kinds": self.id_kinds,
         }
 
 
@@ -348,10 +353,12 @@ def load_checkpoint(
     other keys, which DCP cannot map onto a sharded table's.
 
     Raises:
-        CheckpointError: another model shape, other id policies, other data-parallel tables,
-            or files DCP cannot read (truncated, missing).
+        CheckpointError: another model shape, other id policies or id kinds, other
+            data-parallel tables, or files DCP cannot read (truncated, missing).
     """
-    trainer_state = _trainer_state_matching(path, expected.tables, expected.id_policies)
+    trainer_state = _trainer_state_matching(
+        path, expected.tables, expected.id_policies, expected.id_kinds
+    )
     saved_dp = trainer_state.get("data_parallel_tables")
     wanted_dp = expected.data_parallel_tables
     if saved_dp is not None and saved_dp != wanted_dp:
@@ -373,15 +380,20 @@ def load_checkpoint(
 
 
 def _trainer_state_matching(
-    path: Path, tables: dict[str, list[int]], id_policies: dict[str, str] | None = None
+    path: Path,
+    tables: dict[str, list[int]],
+    id_policies: dict[str, str] | None = None,
+    id_kinds: dict[str, str] | None = None,
 ) -> dict[str, Any]:
     """The checkpoint's ``trainer_state.json``, after checking that it holds ``tables``
-    ({name: [rows, dim]}) and, where both the checkpoint (written since id policies are
-    recorded) and this job name them, that its features took their rows by ``id_policies``.
+    ({name: [rows, dim]}) and, where both the checkpoint (written since they are recorded)
+    and this job name them, that its features took their rows by ``id_policies`` from ids
+    stored as ``id_kinds``.
 
     Raises:
-        CheckpointError: unreadable state, another model shape (naming the tables), or a
-            feature whose id policy differs (naming its ``data.schema`` key).
+        CheckpointError: unreadable state, another model shape (naming the tables), a
+            feature whose id policy differs (naming its ``data.schema`` key) or whose ids
+            this job's data stores as the other kind (naming the feature and both kinds).
     """
     trainer_state = read_trainer_state(path)
     saved = trainer_state.get("tables")
@@ -396,6 +408,7 @@ def _trainer_state_matching(
             "the model config it was trained with (model=..., model.num_embeddings_cap=...)"
         )
     _check_id_policies(path, trainer_state.get("id_policies"), id_policies)
+    _check_id_kinds(path, trainer_state.get("id_kinds"), id_kinds)
     return trainer_state
 
 
@@ -408,19 +421,41 @@ def _check_id_policies(
     Raises:
         CheckpointError: a feature both name whose policy differs (up to three named).
     """
-    if saved is None or wanted is None:
-        return
-    differ = sorted(f for f in saved.keys() & wanted.keys() if saved[f] != wanted[f])
-    if differ:
-        keys = "; ".join(
-            f"data.schema.sparse.{f}.id_policy: checkpoint {saved[f]}, this job {wanted[f]}"
-            for f in differ[:3]
-        )
-        more = f" and {len(differ) - 3} more" if len(differ) > 3 else ""
+    keys = _differing(saved, wanted, "data.schema.sparse.{}.id_policy: checkpoint {}, this job {}")
+    if keys:
         raise CheckpointError(
-            f"checkpoint {path} was trained with other id policies ({keys}{more}): the same raw "
+            f"checkpoint {path} was trained with other id policies ({keys}): the same raw "
             "ids would look up other rows of its tables; set the policies it was trained with"
         )
+
+
+def _check_id_kinds(
+    path: Path, saved: dict[str, str] | None, wanted: dict[str, str] | None
+) -> None:
+    """Refuse data that stores a hashed feature's ids as the other kind (integer or string)
+    than the checkpoint's training data did: ``modulo`` and ``managed_collision`` hash ``123``
+    and ``"123"`` to different rows, so every id would look up a row trained for another.
+
+    Raises:
+        CheckpointError: a feature both name whose kind differs (up to three named).
+    """
+    keys = _differing(saved, wanted, "{}: trained on {} ids, this data holds {} ones")
+    if keys:
+        raise CheckpointError(
+            f"checkpoint {path} was trained on ids of another type ({keys}): its id policy "
+            "hashes an integer and the same digits as a string to different rows; write "
+            "those columns with the type the training data had"
+        )
+
+
+def _differing(saved: dict[str, str] | None, wanted: dict[str, str] | None, line: str) -> str:
+    """``line.format(feature, saved, wanted)`` for up to three features whose values differ,
+    joined by "; " (then "and N more"); empty when they agree or either side is None."""
+    if saved is None or wanted is None:
+        return ""
+    differ = sorted(f for f in saved.keys() & wanted.keys() if saved[f] != wanted[f])
+    more = f" and {len(differ) - 3} more" if len(differ) > 3 else ""
+    return "; ".join(line.format(f, saved[f], wanted[f]) for f in differ[:3]) + more
 
 
 def _dcp_load(path: Path, state: dict[str, Any]) -> None:
@@ -471,18 +506,21 @@ def load_model_weights(
     model: torch.nn.Module,
     tables: dict[str, list[int]],
     id_policies: dict[str, str] | None = None,
+    id_kinds: dict[str, str] | None = None,
 ) -> dict[str, Any]:
     """Load only the model's weights of checkpoint ``path`` into ``model`` (a collective when a
     process group exists) and return its trainer state. Any sharding type and world size, on
     either side, data_parallel included: DCP reshards the tables to this model's placement;
     optimizer state is not read.
 
-    ``id_policies``: this job's ``{feature: id policy}`` (None: not checked).
+    ``id_policies``: this job's ``{feature: id policy}``; ``id_kinds``: how this job's data
+    stores the ids of its hashed features (``DataInfo.id_kinds``); None: not checked.
 
     Raises:
-        CheckpointError: another model shape, other id policies, or files DCP cannot read.
+        CheckpointError: another model shape, other id policies or id kinds, or files DCP
+            cannot read.
     """
-    trainer_state = _trainer_state_matching(path, tables, id_policies)
+    trainer_state = _trainer_state_matching(path, tables, id_policies, id_kinds)
     state = {"model": model.state_dict()}
     _dcp_load(path, state)
     model.load_state_dict(state["model"])

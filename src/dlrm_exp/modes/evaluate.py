@@ -66,7 +66,11 @@ def evaluate_worker(
         if isinstance(cfg.data, CriteoTsvDataConfig) and splits.info.read:
             check_skipped_rows(splits.info.read, cfg.data.max_skipped_fraction, "evaluated")
         saved = load_model_weights(
-            path, experiment.model, table_shapes(cfg.model), cfg.data.id_policies()
+            path,
+            experiment.model,
+            table_shapes(cfg.model),
+            cfg.data.id_policies(),
+            splits.info.id_kinds,
         )
         step = int(saved["step"])
         names = ("val", "test") if cfg.split is EvalSplit.all else (cfg.split.value,)

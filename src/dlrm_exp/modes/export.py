@@ -131,8 +131,10 @@ def run_export(cfg: Config, job: Job) -> dict:
             "num_embeddings": [rows for rows, _dim in tables.values()],
             "managed_tables": sorted(cfg.model.managed_tables),
             # as the checkpoint recorded them (null: data without a schema, or a checkpoint
-            # written before id policies were recorded)
+            # written before they were recorded); id_kinds: integer or string ids per hashed
+            # feature, as the training data stored them
             "id_policies": saved.get("id_policies"),
+            "id_kinds": saved.get("id_kinds"),
             "num_dense_features": cfg.model.num_dense_features,
         },
         "output": "(B,) float32 click probabilities",

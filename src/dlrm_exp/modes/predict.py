@@ -41,6 +41,8 @@ from tqdm import tqdm
 from dlrm_exp.config import Config, CriteoTsvDataConfig, ParquetDataConfig
 from dlrm_exp.data.batches import make_batch
 from dlrm_exp.data.criteo_tsv import ReadReport, check_skipped_rows, decode_block
+from dlrm_exp.data.id_policy import string_id_kinds
+from dlrm_exp.data.parquet_files import read_id_kinds, resolve_parquet_paths
 from dlrm_exp.data.paths import resolve_paths
 from dlrm_exp.data.preprocess.tsv_parse import (
     iter_blocks,
@@ -108,7 +110,7 @@ def run_predict(cfg: Config, job: Job) -> dict:
 
     Raises:
         ConfigError: more than one process asked for (prediction runs on one).
-        CheckpointError: the checkpoint is missing, partial or of another model shape.
+        CheckpointError: missing, partial, another model shape, other id policies or id types.
         DataError: an input cannot be read, or no row of it is valid.
     """
     if cfg.hardware.world_size != 1:
@@ -138,7 +140,7 @@ def run_predict(cfg: Config, job: Job) -> dict:
             for file in files:
                 _predict_file(cfg, file, labeled[file], model, writer, report)
 
-    step, _ = _score(cfg, path, partial, write)
+    step, _ = _score(cfg, path, partial, write, string_id_kinds(cfg.data.feature_schema()))
     if report.rows_valid == 0:
         partial.unlink(missing_ok=True)
         reasons = ", ".join(f"{k} {v}" for k, v in report.skipped_by_reason.items() if v)
@@ -180,15 +182,20 @@ def _logits_on(model: torch.nn.Module, device: torch.device) -> Logits:
 
 
 def _score(
-    cfg: Config, path: Path, partial: Path, write: Callable[[Logits], Result]
+    cfg: Config,
+    path: Path,
+    partial: Path,
+    write: Callable[[Logits], Result],
+    id_kinds: dict[str, str],
 ) -> tuple[int, Result]:
-    """The checkpoint at ``path`` loaded onto a one-process model in eval mode, and
+    """The checkpoint at ``path`` loaded onto a one-process model in eval mode (refused if
+    it was trained on other id policies or, for ``id_kinds``, ids of another type), and
     ``write(model)`` run under ``torch.no_grad()`` to fill ``partial`` (removed if it fails);
     returns the checkpoint's step and what ``write`` returned."""
     with process_group(cfg.hardware) as ctx:
         experiment = build_experiment(cfg, ctx)
         saved = load_model_weights(
-            path, experiment.model, table_shapes(cfg.model), cfg.data.id_policies()
+            path, experiment.model, table_shapes(cfg.model), cfg.data.id_policies(), id_kinds
         )
         experiment.model.eval()
         partial.parent.mkdir(parents=True, exist_ok=True)
@@ -202,7 +209,11 @@ def _score(
 
 def _run_parquet(cfg: Config, job: Job, path: Path, output: Path, partial: Path) -> dict:
     """``data=parquet``: every row scored (:mod:`dlrm_exp.modes.predict_parquet`)."""
-    step, written = _score(cfg, path, partial, lambda model: predict_parquet(cfg, model, partial))
+    assert isinstance(cfg.data, ParquetDataConfig)
+    kinds = read_id_kinds(resolve_parquet_paths(cfg.data.path, "data.path"), cfg.data.schema)
+    step, written = _score(
+        cfg, path, partial, lambda model: predict_parquet(cfg, model, partial), kinds
+    )
     partial.replace(output)
     result = {"checkpoint": str(path), "step": step, "output": str(output)}
     result |= written

@@ -196,6 +196,7 @@ def _layout(run: _Run) -> CheckpointLayout:
         ),
         world_size=run.ctx.world_size,
         id_policies=run.cfg.data.id_policies(),
+        id_kinds=run.splits.info.id_kinds,
     )
 
 
@@ -299,8 +300,9 @@ class _BestCheckpoint:
             return False
         if (saved.get("best") or {}).get("value") != best.value:
             return False
+        layout = self.layout
         load_model_weights(
-            path, self.run.experiment.model, self.layout.tables, self.layout.id_policies
+            path, self.run.experiment.model, layout.tables, layout.id_policies, layout.id_kinds
         )
         return True
 
