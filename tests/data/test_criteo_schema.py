@@ -12,6 +12,7 @@ from dlrm_exp.bench.parquet import criteo_parquet
 from dlrm_exp.config import CriteoTsvDataConfig, IdPolicy, ParquetDataConfig, criteo_schema
 from dlrm_exp.data import load_splits
 from dlrm_exp.data.criteo_format import write_criteo_tsv
+from dlrm_exp.data.criteo_tsv import criteo_id_kinds
 from dlrm_exp.data.id_policy import to_rows
 from dlrm_exp.errors import DataError
 
@@ -87,6 +88,9 @@ def test_blocks_decode_alike_merged_or_alone_and_strict_names_the_lines(tmp_path
     ids = decode_block(block, counts, "x").sparse[:, counts.feature_names.index("cat_9")]
     expected = to_rows(pa.array(block.dense[:, 0]), IdPolicy.modulo, 1000, "x")
     assert ids.tolist() == expected.tolist()  # hashed as the integer it is
+    # what a checkpoint records of it: hashed C columns as strings, the count as an integer
+    counts.sparse["cat_2"] = replace(schema.sparse["cat_2"], id_policy=IdPolicy.modulo)
+    assert criteo_id_kinds(counts) == {"cat_2": "string", "cat_9": "integer"}
     path = tmp_path / "day_0.tsv"
     path.write_text("\n".join(lines) + "\n")
     schema.sparse["cat_0"] = replace(schema.sparse["cat_0"], id_policy=IdPolicy.strict)

@@ -23,8 +23,7 @@ from dlrm_exp.config import (
 )
 from dlrm_exp.data.batches import ClickData, iter_batches, per_rank_sizes
 from dlrm_exp.data.criteo_npy import load_criteo_npy
-from dlrm_exp.data.criteo_tsv import load_criteo_tsv
-from dlrm_exp.data.id_policy import string_id_kinds
+from dlrm_exp.data.criteo_tsv import criteo_id_kinds, load_criteo_tsv
 from dlrm_exp.data.multi_hot import MultiHot
 from dlrm_exp.data.parquet import ParquetSplit, load_parquet
 from dlrm_exp.data.parquet_files import resolve_parquet_paths
@@ -72,7 +71,7 @@ def load_splits(cfg: DataConfig, table_sizes: list[int], num_dense: int, seed: i
         return _synthetic_splits(cfg, table_sizes, num_dense, seed)
     if isinstance(cfg, CriteoTsvDataConfig):
         train, val, test, report = load_criteo_tsv(cfg)
-        kinds = string_id_kinds(cfg.feature_schema())
+        kinds = criteo_id_kinds(cfg.feature_schema())
         info = DataInfo.of_splits(train, val, test, read=report.as_dict(), id_kinds=kinds)
         return DataSplits(train, val, test, info)
     if isinstance(cfg, CriteoNpyDataConfig):

@@ -35,11 +35,11 @@ from dlrm_exp.config import (
     CRITEO_SPARSE_COLUMNS,
     CriteoTsvDataConfig,
     FeatureSchema,
-    IdPolicy,
 )
 from dlrm_exp.data.batches import ClickData
 from dlrm_exp.data.criteo_format import hex_digits
 from dlrm_exp.data.decode import decode
+from dlrm_exp.data.id_policy import KIND_SENSITIVE
 from dlrm_exp.data.paths import resolve_inputs
 from dlrm_exp.data.preprocess.tsv_parse import (
     REASONS,
@@ -209,7 +209,17 @@ def merge_blocks(blocks: list[ParsedBlock]) -> ParsedBlock:
 
 
 #: Id policies that hash the id as a string: they see a TSV id spelled as Criteo writes it.
-_HASHED_POLICIES = (IdPolicy.modulo, IdPolicy.managed_collision)
+
+
+def criteo_id_kinds(schema: FeatureSchema) -> dict[str, str]:
+    """``{feature: "string" | "integer"}`` of the :data:`KIND_SENSITIVE` features as
+    :func:`decode_block` hands their ids to the policy: ``C`` columns as Criteo's hexadecimal
+    strings, ``I`` columns (a count used as a feature) as integers."""
+    return {
+        name: "string" if f.column in CRITEO_SPARSE_COLUMNS else "integer"
+        for name, f in schema.sparse.items()
+        if f.id_policy in KIND_SENSITIVE
+    }
 
 
 def decode_block(block: ParsedBlock, schema: FeatureSchema, where: str) -> ClickData:
@@ -232,7 +242,7 @@ def decode_block(block: ParsedBlock, schema: FeatureSchema, where: str) -> Click
         c: pa.array(np.ascontiguousarray(raw[c])) for c in [schema.label, *schema.feature_columns]
     }
     for feature in schema.sparse.values():
-        if feature.id_policy in _HASHED_POLICIES and feature.column in CRITEO_SPARSE_COLUMNS:
+        if feature.id_policy in KIND_SENSITIVE and feature.column in CRITEO_SPARSE_COLUMNS:
             # hash a C id as Criteo writes it, as in Parquet (I columns stay integers)
             j = CRITEO_SPARSE_COLUMNS.index(feature.column)
             columns[feature.column] = _criteo_spelling(block.sparse[:, j], block.sparse_empty[:, j])

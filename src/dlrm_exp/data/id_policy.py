@@ -20,7 +20,7 @@ range, which row-wise sharding splits between the ranks.
 import numpy as np
 import pyarrow as pa
 
-from dlrm_exp.config import FeatureSchema, IdPolicy
+from dlrm_exp.config import IdPolicy
 from dlrm_exp.config.model import MANAGED_ID_RANGE
 from dlrm_exp.errors import DataError
 from dlrm_exp.util.hashing import splitmix64
@@ -110,12 +110,6 @@ def string_hash64(strings: pa.Array) -> np.ndarray:
 #: (``hex_modulo`` takes integers as the decoded value of the hexadecimal string, so
 #: preprocessed integer days and raw TSV strings agree; ``strict`` refuses strings).
 KIND_SENSITIVE = (IdPolicy.modulo, IdPolicy.managed_collision)
-
-
-def string_id_kinds(schema: FeatureSchema) -> dict[str, str]:
-    """``{feature: "string"}`` for the :data:`KIND_SENSITIVE` features of text input (Criteo
-    TSV), whose ids are always strings."""
-    return {n: "string" for n, f in schema.sparse.items() if f.id_policy in KIND_SENSITIVE}
 
 
 def is_id_type(arrow_type: pa.DataType) -> bool:

@@ -443,8 +443,9 @@ def _check_id_kinds(
     if keys:
         raise CheckpointError(
             f"checkpoint {path} was trained on ids of another type ({keys}): its id policy "
-            "hashes an integer and the same digits as a string to different rows; write "
-            "those columns with the type the training data had"
+            "hashes an integer and the same digits as a string to different rows; give those "
+            "columns the training data's type (Parquet: cast them; Criteo TSV's C columns are "
+            "always strings: convert it to data=parquet)"
         )
 
 

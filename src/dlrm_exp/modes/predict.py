@@ -40,8 +40,12 @@ from tqdm import tqdm
 
 from dlrm_exp.config import Config, CriteoTsvDataConfig, ParquetDataConfig
 from dlrm_exp.data.batches import make_batch
-from dlrm_exp.data.criteo_tsv import ReadReport, check_skipped_rows, decode_block
-from dlrm_exp.data.id_policy import string_id_kinds
+from dlrm_exp.data.criteo_tsv import (
+    ReadReport,
+    check_skipped_rows,
+    criteo_id_kinds,
+    decode_block,
+)
 from dlrm_exp.data.parquet_files import read_id_kinds, resolve_parquet_paths
 from dlrm_exp.data.paths import resolve_paths
 from dlrm_exp.data.preprocess.tsv_parse import (
@@ -140,7 +144,7 @@ def run_predict(cfg: Config, job: Job) -> dict:
             for file in files:
                 _predict_file(cfg, file, labeled[file], model, writer, report)
 
-    step, _ = _score(cfg, path, partial, write, string_id_kinds(cfg.data.feature_schema()))
+    step, _ = _score(cfg, path, partial, write, criteo_id_kinds(cfg.data.feature_schema()))
     if report.rows_valid == 0:
         partial.unlink(missing_ok=True)
         reasons = ", ".join(f"{k} {v}" for k, v in report.skipped_by_reason.items() if v)
