@@ -45,7 +45,8 @@ def check_groups(items: Iterable) -> None:
     """Raise ``pytest.UsageError`` naming each test module that uses a :data:`SHARED` fixture
     (directly or through another fixture) outside that fixture's :data:`GROUPS` entry; read of
     the pytest ``items``: ``nodeid`` and ``fixturenames``. (A listed module whose tests use
-    none only makes the grouping coarser, and a run of one of its tests uses none.)"""
+    none only makes the grouping coarser, and a run of one of its tests uses none.) A fixture
+    asked for at run time (``request.getfixturevalue``) is not seen: name it as an argument."""
     wrong = sorted(
         {
             f"{item.nodeid.split('::')[0]} (uses {shared})"
@@ -59,8 +60,11 @@ def check_groups(items: Iterable) -> None:
 
 
 def make_scheduler(config: pytest.Config, log):
-    """xdist's scope scheduling with :func:`group_of` as the scope (xdist imported here: a
-    plain ``pytest`` run needs none)."""
+    """xdist's scope scheduling with :func:`group_of` as the scope for ``-n N`` (xdist's
+    default ``--dist load``); None (xdist's own) for another ``--dist`` asked for. xdist is
+    imported here: a plain ``pytest`` run needs none."""
+    if config.getvalue("dist") != "load":
+        return None
     from xdist.scheduler import LoadScopeScheduling
 
     class SharedRunScheduling(LoadScopeScheduling):

@@ -4,7 +4,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from parallel import GROUPS, check_groups, group_of
+from parallel import GROUPS, check_groups, group_of, make_scheduler
 
 
 def _item(nodeid, *fixtures):
@@ -25,3 +25,8 @@ def test_a_module_using_a_shared_fixture_outside_its_group_is_named():
         check_groups([_item("tests/new.py::test_x", "record_sweep")])
     with pytest.raises(pytest.UsageError, match=rf"{listed} \(uses default_run\)"):
         check_groups([_item(f"{listed}::test_x", "record_sweep", "default_run")])
+
+
+def test_another_dist_mode_asked_for_keeps_xdists_scheduler():
+    asked = SimpleNamespace(getvalue=lambda name: {"dist": "worksteal"}[name])
+    assert make_scheduler(asked, None) is None
