@@ -407,46 +407,43 @@ def _trainer_state_matching(
             f"checkpoint {path} is from another model shape ({'; '.join(diff[:3])}): use "
             "the model config it was trained with (model=..., model.num_embeddings_cap=...)"
         )
-    _check_id_policies(path, trainer_state.get("id_policies"), id_policies)
-    _check_id_kinds(path, trainer_state.get("id_kinds"), id_kinds)
+    _check_id_records(path, trainer_state, {"id_policies": id_policies, "id_kinds": id_kinds})
     return trainer_state
 
 
-def _check_id_policies(
-    path: Path, saved: dict[str, str] | None, wanted: dict[str, str] | None
+#: The id records a checkpoint keeps and its users must share, with one line per differing
+#: feature and the refusal around them. Other id policies: the tables load (same shapes) and
+#: then look up other rows for the same ids. Other id kinds: ``modulo`` and
+#: ``managed_collision`` hash ``123`` and ``"123"`` to different rows.
+_ID_RECORDS = {
+    "id_policies": (
+        "data.schema.sparse.{}.id_policy: checkpoint {}, this job {}",
+        "was trained with other id policies ({}): the same raw ids would look up other rows "
+        "of its tables; set the policies it was trained with",
+    ),
+    "id_kinds": (
+        "{}: trained on {} ids, this data holds {} ones",
+        "was trained on ids of another type ({}): its id policy hashes an integer and the "
+        "same digits as a string to different rows; give those columns the training data's "
+        "type (Parquet: cast them; Criteo TSV's C columns are always strings: convert it to "
+        "data=parquet)",
+    ),
+}
+
+
+def _check_id_records(
+    path: Path, trainer_state: dict[str, Any], wanted: dict[str, dict[str, str] | None]
 ) -> None:
-    """Refuse a checkpoint whose features mapped raw ids to rows by another rule than this
-    job's: its tables would load (same shapes) and then look up other rows for the same ids.
+    """Refuse a checkpoint whose :data:`_ID_RECORDS` differ from this job's ``wanted`` ones
+    (``{record: {feature: value}}``; None, or a checkpoint without the record: not checked).
 
     Raises:
-        CheckpointError: a feature both name whose policy differs (up to three named).
+        CheckpointError: naming up to three features of the first record that differs.
     """
-    keys = _differing(saved, wanted, "data.schema.sparse.{}.id_policy: checkpoint {}, this job {}")
-    if keys:
-        raise CheckpointError(
-            f"checkpoint {path} was trained with other id policies ({keys}): the same raw "
-            "ids would look up other rows of its tables; set the policies it was trained with"
-        )
-
-
-def _check_id_kinds(
-    path: Path, saved: dict[str, str] | None, wanted: dict[str, str] | None
-) -> None:
-    """Refuse data that stores a hashed feature's ids as the other kind (integer or string)
-    than the checkpoint's training data did: ``modulo`` and ``managed_collision`` hash ``123``
-    and ``"123"`` to different rows, so every id would look up a row trained for another.
-
-    Raises:
-        CheckpointError: a feature both name whose kind differs (up to three named).
-    """
-    keys = _differing(saved, wanted, "{}: trained on {} ids, this data holds {} ones")
-    if keys:
-        raise CheckpointError(
-            f"checkpoint {path} was trained on ids of another type ({keys}): its id policy "
-            "hashes an integer and the same digits as a string to different rows; give those "
-            "columns the training data's type (Parquet: cast them; Criteo TSV's C columns are "
-            "always strings: convert it to data=parquet)"
-        )
+    for record, (line, refusal) in _ID_RECORDS.items():
+        keys = _differing(trainer_state.get(record), wanted[record], line)
+        if keys:
+            raise CheckpointError(f"checkpoint {path} {refusal.format(keys)}")
 
 
 def _differing(saved: dict[str, str] | None, wanted: dict[str, str] | None, line: str) -> str:
