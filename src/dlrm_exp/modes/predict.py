@@ -58,7 +58,7 @@ from dlrm_exp.errors import ConfigError, DataError
 from dlrm_exp.factories.experiment import build_experiment
 from dlrm_exp.loop.checkpoint import find_checkpoint, load_model_weights
 from dlrm_exp.modes.job import Job, ModeResult
-from dlrm_exp.modes.predict_parquet import predict_parquet
+from dlrm_exp.modes.predict_parquet import Logits, predict_parquet
 from dlrm_exp.planning.tables import table_shapes
 from dlrm_exp.util.files import check_writable, write_json_atomic
 
@@ -169,10 +169,6 @@ def run_predict(cfg: Config, job: Job) -> dict:
     }
     write_json_atomic(job.run_dir / "predict_report.json", result)
     return result
-
-
-#: A trained model as prediction uses it: a CPU batch in, its (B,) click logits on the CPU out.
-Logits = Callable[[Batch], torch.Tensor]
 
 
 def _logits_on(model: torch.nn.Module, device: torch.device) -> Logits:

@@ -46,9 +46,11 @@ OUTPUT = pa.schema(
 )
 
 
-def predict_parquet(
-    cfg: Config, model: Callable[[Batch], torch.Tensor], output: Path
-) -> dict[str, int]:
+#: A trained model as prediction uses it: a CPU batch in, its (B,) click logits on the CPU out.
+Logits = Callable[[Batch], torch.Tensor]
+
+
+def predict_parquet(cfg: Config, model: Logits, output: Path) -> dict[str, int]:
     """Score every row of ``data.path`` with ``model`` (in eval mode, under ``no_grad``) into
     ``output`` (a ``.partial`` file the caller renames); returns
     ``{"files": n, "rows_written": n}``.
