@@ -208,9 +208,6 @@ def merge_blocks(blocks: list[ParsedBlock]) -> ParsedBlock:
     )
 
 
-#: Id policies that hash the id as a string: they see a TSV id spelled as Criteo writes it.
-
-
 def criteo_id_kinds(schema: FeatureSchema) -> dict[str, str]:
     """``{feature: "string" | "integer"}`` of the :data:`KIND_SENSITIVE` features as
     :func:`decode_block` hands their ids to the policy: ``C`` columns as Criteo's hexadecimal
@@ -241,9 +238,9 @@ def decode_block(block: ParsedBlock, schema: FeatureSchema, where: str) -> Click
     columns = {
         c: pa.array(np.ascontiguousarray(raw[c])) for c in [schema.label, *schema.feature_columns]
     }
-    for feature in schema.sparse.values():
-        if feature.id_policy in KIND_SENSITIVE and feature.column in CRITEO_SPARSE_COLUMNS:
-            # hash a C id as Criteo writes it, as in Parquet (I columns stay integers)
+    for name, kind in criteo_id_kinds(schema).items():
+        feature = schema.sparse[name]
+        if kind == "string":  # hash a C id as Criteo writes it, as in Parquet
             j = CRITEO_SPARSE_COLUMNS.index(feature.column)
             columns[feature.column] = _criteo_spelling(block.sparse[:, j], block.sparse_empty[:, j])
     rows = decode(pa.table(columns), schema, where)

@@ -96,7 +96,7 @@ def scan_files(
     for path in files:
         parquet = open_parquet(path)
         check_columns(path, parquet.schema_arrow, schema)
-        _check_id_kinds(path, parquet.schema_arrow, schema, kinds)
+        check_id_kinds(path, parquet.schema_arrow, schema, kinds)
         if parquet.metadata.num_rows == 0:
             raise DataError(f"{path}: the file holds no rows")
         _count_nulls(parquet, path, schema, scan.nulls)
@@ -140,7 +140,7 @@ def _id_kind(arrow_type: pa.DataType) -> str:
     return "integer" if pa.types.is_integer(arrow_type) else "string"
 
 
-def _check_id_kinds(
+def check_id_kinds(
     path: Path, arrow: pa.Schema, schema: FeatureSchema, kinds: dict[str, tuple[str, Path]]
 ) -> None:
     """Record the id kind of each sparse column (all policies but ``strict``, which refuses
@@ -172,22 +172,6 @@ def feature_id_kinds(kinds: dict[str, tuple[str, Path]], schema: FeatureSchema) 
         for name, f in schema.sparse.items()
         if f.id_policy in KIND_SENSITIVE and f.column in kinds
     }
-
-
-def read_id_kinds(files: list[Path], schema: FeatureSchema) -> dict[str, str]:
-    """:func:`feature_id_kinds` of ``files`` (rows to score: the label may be missing) read
-    from their footers alone.
-
-    Raises:
-        DataError: a file that is not Parquet or lacks a feature column, or two files storing
-            a column's ids as different kinds.
-    """
-    kinds: dict[str, tuple[str, Path]] = {}
-    for path in files:
-        arrow = open_parquet(path).schema_arrow
-        check_columns(path, arrow, schema, require_label=False)
-        _check_id_kinds(path, arrow, schema, kinds)
-    return feature_id_kinds(kinds, schema)
 
 
 def open_parquet(path: Path) -> pq.ParquetFile:

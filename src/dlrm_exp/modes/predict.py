@@ -46,7 +46,6 @@ from dlrm_exp.data.criteo_tsv import (
     criteo_id_kinds,
     decode_block,
 )
-from dlrm_exp.data.parquet_files import read_id_kinds, resolve_parquet_paths
 from dlrm_exp.data.paths import resolve_paths
 from dlrm_exp.data.preprocess.tsv_parse import (
     iter_blocks,
@@ -58,7 +57,7 @@ from dlrm_exp.errors import ConfigError, DataError
 from dlrm_exp.factories.experiment import build_experiment
 from dlrm_exp.loop.checkpoint import find_checkpoint, load_model_weights
 from dlrm_exp.modes.job import Job, ModeResult
-from dlrm_exp.modes.predict_parquet import Logits, predict_parquet
+from dlrm_exp.modes.predict_parquet import Logits, predict_parquet, read_inputs
 from dlrm_exp.planning.tables import table_shapes
 from dlrm_exp.util.files import check_writable, write_json_atomic
 
@@ -209,10 +208,13 @@ def _score(
 
 def _run_parquet(cfg: Config, job: Job, path: Path, output: Path, partial: Path) -> dict:
     """``data=parquet``: every row scored (:mod:`dlrm_exp.modes.predict_parquet`)."""
-    assert isinstance(cfg.data, ParquetDataConfig)
-    kinds = read_id_kinds(resolve_parquet_paths(cfg.data.path, "data.path"), cfg.data.schema)
+    inputs = read_inputs(cfg)
     step, written = _score(
-        cfg, path, partial, lambda model: predict_parquet(cfg, model, partial), kinds
+        cfg,
+        path,
+        partial,
+        lambda model: predict_parquet(cfg, inputs, model, partial),
+        inputs.id_kinds,
     )
     partial.replace(output)
     result = {"checkpoint": str(path), "step": step, "output": str(output)}

@@ -19,6 +19,7 @@ The file is written under a temporary name and renamed when complete.
 """
 
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -31,6 +32,8 @@ from dlrm_exp.config import Config, ParquetDataConfig
 from dlrm_exp.data.decode import decode
 from dlrm_exp.data.parquet_files import (
     check_columns,
+    check_id_kinds,
+    feature_id_kinds,
     open_parquet,
     read_row_group,
     resolve_parquet_paths,
@@ -50,22 +53,55 @@ OUTPUT = pa.schema(
 Logits = Callable[[Batch], torch.Tensor]
 
 
-def predict_parquet(cfg: Config, model: Logits, output: Path) -> dict[str, int]:
-    """Score every row of ``data.path`` with ``model`` (in eval mode, under ``no_grad``) into
-    ``output`` (a ``.partial`` file the caller renames); returns
-    ``{"files": n, "rows_written": n}``.
+@dataclass(frozen=True)
+class PredictInputs:
+    """The files to score, checked from their footers before the model is loaded.
+
+    Attributes:
+        files: ``data.path``'s files, in order.
+        labeled: whether each file has the schema's label column.
+        id_kinds: ``{feature: "integer" | "string"}`` of the hashed features
+            (:func:`~dlrm_exp.data.parquet_files.feature_id_kinds`), which the checkpoint's
+            record must match.
+    """
+
+    files: list[Path]
+    labeled: dict[Path, bool]
+    id_kinds: dict[str, str]
+
+
+def read_inputs(cfg: Config) -> PredictInputs:
+    """Resolve ``data.path`` and check every file's footer against the schema.
 
     Raises:
-        DataError: a file is not Parquet or lacks a feature column (the label may be absent).
+        DataError: a file is not Parquet, lacks a feature column (the label may be absent),
+            or stores a column's ids as another kind than an earlier file.
     """
     assert isinstance(cfg.data, ParquetDataConfig)
     schema = cfg.data.schema
     files = resolve_parquet_paths(cfg.data.path, "data.path")
-    labeled = {}
+    labeled, kinds = {}, {}
     for path in files:
         arrow = open_parquet(path).schema_arrow
         check_columns(path, arrow, schema, require_label=False)
+        check_id_kinds(path, arrow, schema, kinds)
         labeled[path] = arrow.get_field_index(schema.label) >= 0
+    return PredictInputs(files, labeled, feature_id_kinds(kinds, schema))
+
+
+def predict_parquet(
+    cfg: Config, inputs: PredictInputs, model: Logits, output: Path
+) -> dict[str, int]:
+    """Score every row of ``inputs`` (from :func:`read_inputs`) with ``model`` (in eval mode,
+    under ``no_grad``) into ``output`` (a ``.partial`` file the caller renames); returns
+    ``{"files": n, "rows_written": n}``.
+
+    Raises:
+        DataError: a row group cannot be read or decoded.
+    """
+    assert isinstance(cfg.data, ParquetDataConfig)
+    schema = cfg.data.schema
+    files, labeled = inputs.files, inputs.labeled
     out_schema = OUTPUT if all(labeled.values()) else OUTPUT.remove(3)
     keys = cfg.model.feature_names
     rows = 0
