@@ -16,7 +16,7 @@ from hydra import compose, initialize_config_dir
 from omegaconf import DictConfig, OmegaConf
 
 from dlrm_exp.config import Config, conf_dir, register_configs
-from parallel import check_groups, make_scheduler, remove_temp_dir, set_up_worker
+from parallel import check_groups, make_scheduler, set_up_worker
 
 REPO = Path(__file__).resolve().parents[1]
 #: A quick synthetic run: 32 steps of 128 rows on 1 process.
@@ -42,7 +42,7 @@ def pytest_configure(config: pytest.Config) -> None:
 
 def pytest_unconfigure(config: pytest.Config) -> None:
     if _TEMP_DIR in config.stash:
-        remove_temp_dir(config.stash[_TEMP_DIR])
+        shutil.rmtree(config.stash[_TEMP_DIR], ignore_errors=True)
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

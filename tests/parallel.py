@@ -9,17 +9,14 @@ that looks for what a launch left there (elastic log folders) sees only its own 
 """
 
 import os
-import shutil
 import tempfile
 from collections.abc import Iterable
 from pathlib import Path
 
 import pytest
-import torch
 
-#: The session fixtures that train or sweep (tests/conftest.py).
-SHARED = ("two_process_runs", "default_run", "record_sweep")
-#: The modules that use each of them, directly or through another fixture.
+#: The session fixtures that train or sweep (tests/conftest.py), with the modules that use
+#: each of them, directly or through another fixture.
 GROUPS = {
     "two_process_runs": (
         "tests/distributed/test_multiprocess.py",
@@ -32,6 +29,7 @@ GROUPS = {
     "default_run": ("tests/modes/test_e2e.py", "tests/test_install.py"),
     "record_sweep": ("tests/record/test_compare.py", "tests/record/test_sweep.py"),
 }
+SHARED = tuple(GROUPS)
 _GROUP_OF = {module: group for group, modules in GROUPS.items() for module in modules}
 
 
@@ -84,10 +82,8 @@ def set_up_worker(worker: str) -> Path:
     os.environ["TMPDIR"] = str(folder)
     tempfile.tempdir = str(folder)
     if "OMP_NUM_THREADS" not in os.environ:
+        import torch  # the worker's own (conftest imports this module in the controller too)
+
         os.environ["OMP_NUM_THREADS"] = "1"
         torch.set_num_threads(1)
     return folder
-
-
-def remove_temp_dir(folder: Path) -> None:
-    shutil.rmtree(folder, ignore_errors=True)
