@@ -19,12 +19,12 @@ def test_threads_default_to_the_cores_shared_by_the_ranks(monkeypatch):
         monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
         cores = len(os.sched_getaffinity(0))
         hardware = compose_cfg().hardware
-        assert rank_threads(hardware, 2) == max(1, cores // 2) == torch.get_num_threads()
-        assert rank_threads(hardware, 4 * cores) == 1
+        assert rank_threads(hardware, 0, 2) == max(1, cores // 2) == torch.get_num_threads()
+        assert rank_threads(hardware, 0, 4 * cores) == 1
         monkeypatch.setenv("OMP_NUM_THREADS", "3")
-        assert rank_threads(hardware, 2) == 3
+        assert rank_threads(hardware, 0, 2) == 3
         pinned = compose_cfg(["hardware.threads_per_rank=2"]).hardware
-        assert rank_threads(pinned, 2) == 2 == torch.get_num_threads()
+        assert rank_threads(pinned, 0, 2) == 2 == torch.get_num_threads()
     finally:
         torch.set_num_threads(before)
 
@@ -38,13 +38,13 @@ def test_torchruns_one_thread_default_is_named_and_a_bad_value_refused(monkeypat
         monkeypatch.setenv("OMP_NUM_THREADS", "1")
         hardware = compose_cfg().hardware
         share = len(os.sched_getaffinity(0))  # one local rank: every core
-        assert rank_threads(hardware, 1) == 1  # the environment's choice is kept
+        assert rank_threads(hardware, 0, 1) == 1  # the environment's choice is kept
         named = [r.message for r in caplog.records if "torchrun sets it" in r.message]
         assert bool(named) == (share > 1)
         for bad in ("0", "two"):
             monkeypatch.setenv("OMP_NUM_THREADS", bad)
             with pytest.raises(ConfigError, match=f"OMP_NUM_THREADS='{bad}': give a positive"):
-                rank_threads(hardware, 1)
+                rank_threads(hardware, 0, 1)
     finally:
         torch.set_num_threads(before)
 

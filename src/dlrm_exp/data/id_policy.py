@@ -153,9 +153,10 @@ def to_rows(ids: pa.Array, policy: IdPolicy, num_embeddings: int, where: str) ->
             )
         raw = ids.to_numpy(zero_copy_only=False)
         rows = raw.astype(np.int64, copy=False)
-        bad = (rows < 0) | (rows >= num_embeddings)
         if pa.types.is_unsigned_integer(ids.type):  # ids of 2**63 and more would wrap negative
             bad = raw >= num_embeddings
+        else:
+            bad = (rows < 0) | (rows >= num_embeddings)
         if bad.any():
             raise DataError(
                 f"{where}: {int(bad.sum())} of {len(rows)} ids outside [0, {num_embeddings}) "

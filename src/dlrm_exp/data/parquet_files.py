@@ -77,7 +77,7 @@ def resolve_parquet_paths(paths: list[str], key: str) -> list[Path]:
 
 
 def scan_files(
-    files: list[Path], schema: FeatureSchema, id_kinds: dict[str, tuple[str, Path]] | None = None
+    files: list[Path], schema: FeatureSchema, id_kinds: dict[str, tuple[str, Path]]
 ) -> ParquetScan:
     """Check ``files`` against ``schema`` and cut them into segments of valid rows.
 
@@ -92,11 +92,10 @@ def scan_files(
             column.
     """
     scan = ParquetScan()
-    kinds = {} if id_kinds is None else id_kinds
     for path in files:
         parquet = open_parquet(path)
         check_columns(path, parquet.schema_arrow, schema)
-        check_id_kinds(path, parquet.schema_arrow, schema, kinds)
+        check_id_kinds(path, parquet.schema_arrow, schema, id_kinds)
         if parquet.metadata.num_rows == 0:
             raise DataError(f"{path}: the file holds no rows")
         _count_nulls(parquet, path, schema, scan.nulls)

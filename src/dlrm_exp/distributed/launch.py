@@ -150,7 +150,7 @@ def _device(cfg: HardwareConfig, local_rank: int) -> torch.device:
     return torch.device("cpu")
 
 
-def rank_threads(cfg: HardwareConfig, local_world_size: int) -> int:
+def rank_threads(cfg: HardwareConfig, local_rank: int, local_world_size: int) -> int:
     """Set this rank's intra-op thread count and return it: ``hardware.threads_per_rank``,
     else ``OMP_NUM_THREADS`` when set, else the cores this process may run on divided by the
     ranks on this host (at least 1); returns what torch then uses. torch's own default, every
@@ -173,7 +173,7 @@ def rank_threads(cfg: HardwareConfig, local_world_size: int) -> int:
                 "then takes cores / local ranks), or set hardware.threads_per_rank"
             )
         threads = int(omp)
-        if threads == 1 < share and launched_by_torchrun() and os.environ.get("LOCAL_RANK") == "0":
+        if threads == 1 < share and launched_by_torchrun() and local_rank == 0:
             log.warning(
                 "OMP_NUM_THREADS=1 (torchrun sets it when it is not set): each of the %d "
                 "local ranks uses 1 thread, though its share of the cores is %d; set "
@@ -231,7 +231,7 @@ def process_group(cfg: HardwareConfig) -> Iterator[DistContext]:
             local_rank=local_rank,
             local_world_size=local_world_size,
             device=device,
-            threads=rank_threads(cfg, local_world_size),
+            threads=rank_threads(cfg, local_rank, local_world_size),
         )
     finally:
         if created:

@@ -15,7 +15,6 @@ import dataclasses
 from typing import Any
 
 from torchrec.distributed.planner.types import (
-    ParameterConstraints,
     ShardEstimator,
     ShardingOption,
     Topology,
@@ -45,16 +44,10 @@ class FusedStateStorage(ShardEstimator):
 
     Args:
         topology: the planner's topology (its ``compute_device``).
-        constraints: unused; TorchRec's estimator interface.
         optimizer: the job's sparse optimizer (``optimizer.sparse_optimizer``).
     """
 
-    def __init__(
-        self,
-        topology: Topology,
-        constraints: dict[str, ParameterConstraints] | None,
-        optimizer: SparseOptimizer,
-    ) -> None:
+    def __init__(self, topology: Topology, optimizer: SparseOptimizer) -> None:
         self._on_gpu = topology.compute_device in ("cuda", "mtia")
         self._optimizer = optimizer
 

@@ -43,7 +43,7 @@ def build_planner(
     estimators = [
         EmbeddingPerfEstimator(topology=topology, constraints=constraints),
         EmbeddingStorageEstimator(topology=topology, constraints=constraints),
-        FusedStateStorage(topology, constraints, optimizer),
+        FusedStateStorage(topology, optimizer),
     ]
     return EmbeddingShardingPlanner(
         topology=topology,

@@ -77,9 +77,9 @@ def config_stats(runs: Sequence[RunRecord], baseline: str | None = None) -> list
         matching = [name for name in names if groups[name][0].matches(baseline)]
         if not matching:
             raise ValueError(f"--baseline {baseline}: no configuration has these overrides")
-        if len(matching) > 1:  # one whose runs all failed cannot be the reference
-            ran = [n for n in matching if any(r.status == COMPLETED for r in groups[n])]
-            matching = ran or matching
+        # one whose runs all failed cannot be the reference
+        ran = [n for n in matching if any(r.status == COMPLETED for r in groups[n])]
+        matching = ran or matching
         if len(matching) > 1:
             which = "; ".join(groups[name][0].config for name in matching[:3])
             raise ValueError(
