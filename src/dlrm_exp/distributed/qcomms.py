@@ -185,18 +185,14 @@ def qcomms_substitution(
     if set(asked.values()) == {"FP32"}:  # no codecs asked: TorchRec builds none
         return None
     wanted = "/".join(dict.fromkeys(asked.values()))
-    if world_size <= 1:
-        return Substitution(
-            "qcomms",
-            wanted.lower(),
-            "no embedding collective",
+    if world_size <= 1 or not effective:
+        why = (
             "one rank: TorchRec skips the collectives and their codecs "
-            "(run hardware.nproc_per_node >= 2 to quantize)",
+            "(run hardware.nproc_per_node >= 2 to quantize)"
+            if world_size <= 1
+            else "every table is data_parallel"
         )
-    if not effective:
-        return Substitution(
-            "qcomms", wanted.lower(), "no embedding collective", "every table is data_parallel"
-        )
+        return Substitution("qcomms", wanted.lower(), "no embedding collective", why)
     differ = {name: p for name, p in effective.items() if p != asked}
     if not differ:
         return None
