@@ -152,11 +152,21 @@ def test_a_run_resumed_after_the_best_checkpoint_stops_at_the_same_step_bitwise(
 
 
 def test_evaluate_on_the_run_folder_uses_the_best_weights_and_says_so(overfit, tmp_path):
+    """Also: the periodic checkpoint of the best validation's step holds the same files,
+    hard-linked, not written twice, and evaluates to the same numbers."""
     run_dir, metrics = overfit
     cfg = compose_cfg([*OVERFIT, "mode=evaluate", f"checkpoint={run_dir}"])
     result = run_evaluate(cfg, Job(tmp_path))
     assert result.step == metrics.best_step and result.test["auroc"] == metrics.test["auroc"]
     assert "(the best validation's weights)" in evaluate_summary(result, tmp_path)
+    best, step = run_dir / "checkpoints" / "best", run_dir / f"checkpoints/step_{result.step}"
+    written = sorted(p.name for p in best.iterdir() if p.suffix == ".distcp")
+    assert written and [p.name for p in sorted(step.glob("*.distcp"))] == written
+    for name in [*written, ".metadata"]:
+        assert (best / name).stat().st_ino == (step / name).stat().st_ino, name
+    cfg = compose_cfg([*OVERFIT, "mode=evaluate", f"checkpoint={step}"])
+    linked = run_evaluate(cfg, Job(tmp_path / "step"))
+    assert (linked.step, linked.test, linked.val) == (result.step, result.test, result.val)
 
 
 def test_without_keep_best_the_final_weights_are_reported(overfit, tmp_path, caplog):
@@ -229,5 +239,5 @@ def test_best_weights_of_another_validation_are_not_restored(tmp_path):
     best.mkdir(parents=True)
     (best / ".metadata").write_bytes(b"")
     (best / "trainer_state.json").write_text(json.dumps({"step": 300, "best": {"value": 0.71}}))
-    keeper = _BestCheckpoint(SimpleNamespace(job=SimpleNamespace(run_dir=tmp_path)), None)
+    keeper = _BestCheckpoint(SimpleNamespace(job=SimpleNamespace(run_dir=tmp_path)), None, None)
     assert not keeper.restore(str(best), BestValidation(step=200, value=0.70))

@@ -10,7 +10,8 @@ checkpoint, and the previous ``step_<m>`` stays usable. ``keep_last`` prunes old
 ``train.keep_best`` keeps the best validation's weights as one more checkpoint,
 ``<run>/checkpoints/best/`` (written the same way, replaced at each better validation, the
 old one renamed aside until the new one is in place; never pruned, never picked by
-``train.resume=auto``).
+``train.resume=auto``). When the best validation and a periodic checkpoint fall on one step,
+the second save hard-links the first's DCP files (``same_as``) instead of writing them again.
 
 Loading goes through DCP, which reads tensors into the model's and optimizer's own (sharded)
 tensors with ``torch.load(weights_only=True)``: only tensors are saved (optimizer
@@ -60,6 +61,7 @@ STATE_FILE = "trainer_state.json"
 #: The folder of the best validation's checkpoint under ``checkpoints/``.
 BEST = "best"
 _STEP_DIR = re.compile(r"^step_(\d+)$")
+_RNG_FILE = re.compile(r"^rng_rank\d+\.pt$")
 
 
 class CheckpointError(UserError):
@@ -224,10 +226,17 @@ def save_checkpoint(
     is_main: bool,
     keep_last: int | None = None,
     name: str | None = None,
+    same_as: Path | None = None,
 ) -> Path:
     """Save the model, the optimizers' state and ``trainer_state`` as checkpoint ``step``
     (a collective: every rank calls it), in ``checkpoints/step_<step>`` or, if given,
     ``checkpoints/<name>`` (which replaces an earlier one of that name). Returns the folder.
+
+    ``same_as``: a complete checkpoint that this run saved from these same weights and
+    optimizer state (the best validation's and a periodic checkpoint falling on one step). Its
+    DCP files are hard-linked rather than written again (copied where the file system cannot
+    link; rank 0 links them, so every rank's files must be visible to it, as a resume needs);
+    the RNG files and ``trainer_state`` are written as in any save.
 
     A preemption signal arriving meanwhile is handled after the save is committed
     (:func:`dlrm_exp.distributed.preemption.preemption_held`)."""
@@ -237,8 +246,11 @@ def save_checkpoint(
         if is_main:
             shutil.rmtree(partial, ignore_errors=True)
             partial.mkdir(parents=True)
+            if same_as is not None:
+                _link_dcp_files(same_as, partial)
         dist.barrier()
-        dcp.save(_state(model, optimizer.state_dict()), checkpoint_id=str(partial))
+        if same_as is None:
+            dcp.save(_state(model, optimizer.state_dict()), checkpoint_id=str(partial))
         torch.save(torch.get_rng_state(), _rng_file(partial, dist.get_rank()))
         dist.barrier()
         if is_main:
@@ -249,6 +261,18 @@ def save_checkpoint(
                     shutil.rmtree(old, ignore_errors=True)
         dist.barrier()
     return final
+
+
+def _link_dcp_files(source: Path, target: Path) -> None:
+    """Hard-link (else copy) checkpoint ``source``'s DCP files, ``.metadata`` included, into
+    the folder ``target``: what DCP wrote, not the RNG files or the trainer state."""
+    for path in source.iterdir():
+        if path.name == STATE_FILE or _RNG_FILE.match(path.name) or not path.is_file():
+            continue
+        try:
+            (target / path.name).hardlink_to(path)
+        except OSError:  # another file system, or one without hard links
+            shutil.copy2(path, target / path.name)
 
 
 def _replaced(path: Path) -> Path:

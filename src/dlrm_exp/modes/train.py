@@ -134,6 +134,7 @@ def train_worker(cfg: Config, job: Job, plan: ShardingPlan | None = None) -> Run
         sizes = per_rank_sizes(len(splits.train), cfg.train.batch_size, ctx.world_size)
         samples_per_step = [s * ctx.world_size for s in sizes]
         layout = _layout(run)
+        saver = _Saver(run, layout)
         tracker = Tracker(job.tensorboard_dir or job.run_dir, enabled=ctx.is_main)
         comm = CollectiveBytes()
         try:
@@ -146,11 +147,11 @@ def train_worker(cfg: Config, job: Job, plan: ShardingPlan | None = None) -> Run
                 show_progress=ctx.is_main and cfg.train.progress_bar,
                 log_progress=ctx.is_main,
                 comm=comm,
-                checkpoint=lambda step, state: _save(run, layout, step, state),
+                checkpoint=saver,
                 profiler=StepProfiler(
                     job.run_dir, ctx.rank, cfg.train.profile_steps, ctx.device, cfg.train.profile
                 ),
-                best_weights=_BestCheckpoint(run, layout),
+                best_weights=_BestCheckpoint(run, layout, saver),
             )
             start = _resume(run, layout, samples_per_step)
             with comm.installed():
@@ -261,21 +262,34 @@ def _warn_dtype_change(path: Path, job_dtypes: Mapping[str, str]) -> None:
         )
 
 
-def _save(
-    run: _Run, layout: CheckpointLayout, step: int, state: TrainerState, name: str | None = None
-) -> Path:
-    path = save_checkpoint(
-        run.job.run_dir,
-        step,
-        run.experiment.model,
-        run.experiment.optimizer,
-        {**state.state_dict(), **layout.state_dict()},
-        run.ctx.is_main,
-        run.cfg.train.keep_last_checkpoints,
-        name,
-    )
-    log.info("checkpoint: %s", path)
-    return path
+@dataclass
+class _Saver:
+    """Writes this run's checkpoints. A save at the step of the one before it (the best
+    validation's weights and a periodic checkpoint falling on one step) links that one's files
+    instead of writing them again: weights and optimizer state change only by a training step,
+    which moves the step on, and every rank makes the same calls, so all agree."""
+
+    run: _Run
+    layout: CheckpointLayout
+    last: tuple[int, Path] | None = None
+
+    def __call__(self, step: int, state: TrainerState, name: str | None = None) -> Path:
+        same_as = self.last[1] if self.last is not None and self.last[0] == step else None
+        path = save_checkpoint(
+            self.run.job.run_dir,
+            step,
+            self.run.experiment.model,
+            self.run.experiment.optimizer,
+            {**state.state_dict(), **self.layout.state_dict()},
+            self.run.ctx.is_main,
+            self.run.cfg.train.keep_last_checkpoints,
+            name,
+            same_as,
+        )
+        self.last = (step, path)
+        linked = f" (DCP files linked from {same_as.name})" if same_as else ""
+        log.info("checkpoint: %s%s", path, linked)
+        return path
 
 
 @dataclass(frozen=True)
@@ -284,9 +298,10 @@ class _BestCheckpoint:
 
     run: _Run
     layout: CheckpointLayout
+    saver: _Saver
 
     def save(self, step: int, state: TrainerState) -> str:
-        return str(_save(self.run, self.layout, step, state, BEST))
+        return str(self.saver(step, state, BEST))
 
     def restore(self, location: str, best: BestValidation) -> bool:
         """This run folder's ``checkpoints/best`` (a copied or moved folder keeps working),
