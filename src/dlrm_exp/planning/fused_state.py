@@ -27,6 +27,9 @@ from dlrm_exp.planning.storage import FP32_BYTES
 FUSED_KERNELS = ("fused", "fused_uvm", "fused_uvm_caching")
 #: Of those, the one whose rows (and state) live in device memory on a GPU.
 DEVICE_KERNEL = "fused"
+#: The kernels whose rows live in device memory on a GPU: the fused one and ``dense``
+#: (data_parallel); the UVM kernels keep theirs in host memory.
+DEVICE_RESIDENT_KERNELS = (DEVICE_KERNEL, "dense")
 
 
 def missing_state_bytes(

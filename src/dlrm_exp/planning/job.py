@@ -25,6 +25,7 @@ from dlrm_exp.distributed.sharder import job_sharders
 from dlrm_exp.errors import InsufficientMemoryError
 from dlrm_exp.planning.constraints import build_constraints, table_placement
 from dlrm_exp.planning.estimates import EstimateCollector, RankEstimate, rank_estimates
+from dlrm_exp.planning.fused_state import DEVICE_RESIDENT_KERNELS
 from dlrm_exp.planning.plan_file import load_plan
 from dlrm_exp.planning.plan_record import plan_record, plan_sharding_types
 from dlrm_exp.planning.planner import (
@@ -32,6 +33,7 @@ from dlrm_exp.planning.planner import (
     build_planner,
     insufficient_memory_message,
     plan_or_explain,
+    usable_bytes,
 )
 from dlrm_exp.planning.storage import (
     GIB,
@@ -214,22 +216,21 @@ def _check_plan_fits(cfg: Config, plan: ShardingPlan, target: DistContext) -> No
     """
     capacity = memory_capacity(cfg.hardware, target.local_world_size)
     on_gpu = cfg.hardware.compute_device is ComputeDevice.cuda
-    per_rank = capacity.hbm_bytes if on_gpu else capacity.ddr_bytes
-    if not per_rank:  # a GPU job planned without hbm_cap on a machine without a GPU
+    per_rank, kind, source = capacity.for_tables(on_gpu)
+    if on_gpu and kind != "HBM":  # a GPU job planned without hbm_cap on a machine without one
         return
     record = plan_record(plan, table_configs(cfg.model), target.world_size)
     need = [0] * target.world_size
     for table in record.tables.values():
-        if on_gpu and table.compute_kernel not in ("fused", "dense"):
+        if on_gpu and table.compute_kernel not in DEVICE_RESIDENT_KERNELS:
             continue  # the UVM kernels keep the rows in host memory
         data_type = EmbeddingDataType(table.data_type)
         for shard in table.shards:
             rows, cols = shard.sizes
             need[shard.rank] += rows * row_bytes(cols, data_type, cfg.optimizer.sparse_optimizer)
     rank = max(range(target.world_size), key=need.__getitem__)
-    usable = per_rank * (1 - STORAGE_RESERVATION)
+    usable = usable_bytes(per_rank)
     if need[rank] > usable:
-        kind, source = ("HBM", capacity.hbm_source) if on_gpu else ("DDR", capacity.source)
         raise InsufficientMemoryError(
             f"sharding.plan_path={cfg.sharding.plan_path}: rank {rank} holds "
             f"{need[rank] / GIB:.2f} GiB of tables and optimizer state, more than the "

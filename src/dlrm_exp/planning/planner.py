@@ -28,6 +28,11 @@ from dlrm_exp.planning.topology import MemoryCapacity
 STORAGE_RESERVATION = 0.15
 
 
+def usable_bytes(per_rank: int) -> float:
+    """What a rank of ``per_rank`` bytes leaves the tables after the planner's reservation."""
+    return per_rank * (1 - STORAGE_RESERVATION)
+
+
 def build_planner(
     topology: Topology,
     constraints: dict[str, ParameterConstraints],
@@ -82,9 +87,7 @@ def insufficient_memory_message(
     part, activations, data and the process itself; and a quick-try cap whose tables take at
     most 1 GiB (a run of a minute on a laptop). Each is given with the GiB it needs.
     """
-    on_hbm = device_kind == "HBM" and bool(capacity.hbm_bytes)
-    per_rank = capacity.hbm_bytes if on_hbm and capacity.hbm_bytes else capacity.ddr_bytes
-    source = capacity.hbm_source if on_hbm else capacity.source
+    per_rank, _, source = capacity.for_tables(device_kind == "HBM")
     offered = per_rank * world_size
     shape = (table_sizes, embedding_dim, optimizer)
     cap = largest_fitting_cap(*shape, offered * HEADROOM_FRACTION, copies, data_types)
@@ -130,7 +133,7 @@ def _more_ranks(
     """How many ranks of ``per_rank`` bytes would hold the tables: each holds the
     data_parallel ones (``replicated``) whole and its share of the others; none when the
     data_parallel ones alone exceed a rank."""
-    usable = per_rank * (1 - STORAGE_RESERVATION)
+    usable = usable_bytes(per_rank)
     whole = replicated.total_bytes if replicated is not None else 0
     if whole >= usable:
         return (

@@ -31,6 +31,13 @@ class MemoryCapacity:
     source: str
     hbm_source: str = ""
 
+    def for_tables(self, on_hbm: bool) -> tuple[int, str, str]:
+        """``(bytes, kind, source)`` one rank offers the embedding tables: its HBM when
+        ``on_hbm`` and the HBM is known, else its DDR (kind ``"HBM"`` or ``"DDR"``)."""
+        if on_hbm and self.hbm_bytes:
+            return self.hbm_bytes, "HBM", self.hbm_source
+        return self.ddr_bytes, "DDR", self.source
+
 
 def memory_capacity(cfg: HardwareConfig, local_world_size: int) -> MemoryCapacity:
     """Per-rank DDR (and HBM) capacity: the config's values, else measured on this machine.
