@@ -38,6 +38,10 @@ def test_1tb_split_matches_torchrec_val_and_test(tmp_path):
         assert torch.equal(dense, split.dense)
         assert torch.equal(labels.float(), split.labels)
         assert torch.equal(values, split.sparse)
+    for column in ("dense", "sparse", "labels"):  # held once: the splits are consecutive views
+        first, second, third = (getattr(split, column) for split in (train, val, test))
+        assert first.data_ptr() + first.nbytes == second.data_ptr(), column
+        assert second.data_ptr() + second.nbytes == third.data_ptr(), column
 
 
 def test_kaggle_split_in_sevenths():

@@ -19,6 +19,7 @@ import re
 from pathlib import Path
 
 import numpy as np
+import torch
 
 from dlrm_exp.config import CriteoNpyDataConfig, NpyDataset, OutOfRange
 from dlrm_exp.data.batches import ClickData
@@ -70,16 +71,6 @@ def _load_day(folder: Path, day: int, mmap: bool) -> tuple[np.ndarray, np.ndarra
     return arrays[0], arrays[1], arrays[2]
 
 
-def _check_ids(sparse: np.ndarray, table_sizes: list[int], policy: OutOfRange) -> np.ndarray:
-    sizes = np.asarray(table_sizes, dtype=np.int64)
-    if policy is OutOfRange.hash:
-        return np.asarray(sparse, dtype=np.int64) % sizes
-    if len(sparse) == 0:
-        return np.asarray(sparse, dtype=np.int64)
-    _check_range(sparse.max(axis=0), sparse.min(axis=0), sizes)
-    return np.asarray(sparse, dtype=np.int64)
-
-
 def _check_range(high: np.ndarray, low: np.ndarray, sizes: np.ndarray) -> None:
     bad = np.flatnonzero((high >= sizes) | (low < 0))
     if len(bad):
@@ -91,8 +82,41 @@ def _check_range(high: np.ndarray, low: np.ndarray, sizes: np.ndarray) -> None:
         )
 
 
-def _click_data(dense: np.ndarray, sparse: np.ndarray, labels: np.ndarray) -> ClickData:
-    return ClickData.from_numpy(dense, sparse, np.asarray(labels, dtype=np.float32).reshape(-1))
+def _read_days(
+    folder: Path, days: list[int], table_sizes: list[int], policy: OutOfRange
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:
+    """The days' rows one after the other as the model reads them: dense (N, 13) float32,
+    table rows (N, 26) int64 (ids hashed modulo the table sizes, or range-checked, by
+    ``policy``), labels (N,) float32, and the last day's row count.
+
+    The result is allocated once and filled day by day from the mapped files, so besides it
+    at most one day's pages are held (not every day, then their concatenation, then the
+    int64 ids and the hashed copy).
+
+    Raises:
+        DataError: a file is unreadable or has the wrong shape, the days' files disagree on
+            the row count, or (``out_of_range=error``) ids are out of range.
+    """
+    rows = [len(_load_day(folder, d, mmap=True)[2]) for d in days]
+    total = sum(rows)
+    dense = np.empty((total, NUM_DENSE), dtype=np.float32)
+    sparse = np.empty((total, NUM_SPARSE), dtype=np.int64)
+    labels = np.empty(total, dtype=np.float32)
+    sizes = np.asarray(table_sizes, dtype=np.int64)
+    start = 0
+    for day, count in zip(days, rows, strict=True):
+        day_dense, day_sparse, day_labels = _load_day(folder, day, mmap=True)
+        stop = start + count
+        if policy is OutOfRange.error and count:
+            _check_range(day_sparse.max(axis=0), day_sparse.min(axis=0), sizes)
+        dense[start:stop] = day_dense
+        sparse[start:stop] = day_sparse
+        labels[start:stop] = day_labels[:, 0]
+        if policy is OutOfRange.hash:
+            np.remainder(sparse[start:stop], sizes, out=sparse[start:stop])
+        del day_dense, day_sparse, day_labels  # unmap this day before the next
+        start = stop
+    return dense, sparse, labels, rows[-1]
 
 
 def split_bounds(num_rows: int, dataset: NpyDataset, last_day_rows: int) -> tuple[int, int]:
@@ -123,23 +147,19 @@ def load_criteo_npy(
             f"validation/test), found {[f'day_{d}' for d in days]} in {folder}: use "
             "data.dataset=criteo_kaggle to split one file"
         )
-    loaded = [_load_day(folder, d, cfg.mmap_mode) for d in days]
     if cfg.mmap_mode:
+        loaded = [_load_day(folder, d, mmap=True) for d in days]
         return _mapped_splits(loaded, cfg, table_sizes, days)
-    dense, sparse, labels = (
-        loaded[0][i] if len(loaded) == 1 else np.concatenate([day[i] for day in loaded])
-        for i in range(3)
-    )
-    sparse = _check_ids(sparse, table_sizes, cfg.out_of_range)
-    train_end, val_end = split_bounds(len(labels), cfg.dataset, len(loaded[-1][2]))
-    order = np.arange(train_end)
-    if cfg.shuffle_training_set:
+    dense, sparse, labels, last_day_rows = _read_days(folder, days, table_sizes, cfg.out_of_range)
+    train_end, val_end = split_bounds(len(labels), cfg.dataset, last_day_rows)
+    if cfg.shuffle_training_set:  # in place: one column's training rows copied at a time
         order = np.random.default_rng(seed).permutation(train_end)
-    train = _click_data(dense[order], sparse[order], labels[order])
-    val = _click_data(
-        dense[train_end:val_end], sparse[train_end:val_end], labels[train_end:val_end]
+        for column in (dense, sparse, labels):
+            column[:train_end] = column[order]
+    train, val, test = (
+        ClickData(*(torch.from_numpy(column[lo:hi]) for column in (dense, sparse, labels)))
+        for lo, hi in ((0, train_end), (train_end, val_end), (val_end, len(labels)))
     )
-    test = _click_data(dense[val_end:], sparse[val_end:], labels[val_end:])
     info = DataInfo.of_splits(train, val, test, days=days, dataset=cfg.dataset.value)
     return train, val, test, info
 
