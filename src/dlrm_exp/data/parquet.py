@@ -33,6 +33,7 @@ from dlrm_exp.data.parquet_files import (
 )
 from dlrm_exp.data.paths import resolve_inputs
 from dlrm_exp.data.splits import DataInfo, DataSplits
+from dlrm_exp.util.rank_zero import on_rank_zero
 
 log = logging.getLogger(__name__)
 
@@ -147,15 +148,21 @@ def _opened(files: "OrderedDict[Path, pq.ParquetFile]", path: Path) -> pq.Parque
 
 def load_parquet(cfg: ParquetDataConfig) -> DataSplits:
     """The train / val / test splits of ``cfg`` (explicit files, or the last fractions of
-    ``data.path``'s valid rows, validation first), checked against the schema.
+    ``data.path``'s valid rows, validation first), checked against the schema. In a process
+    group of several ranks, rank 0 reads the footers and labels for all (a collective: every
+    rank calls it).
 
     Raises:
-        DataError: see :func:`~dlrm_exp.data.parquet_files.scan_files`.
+        DataError: see :func:`~dlrm_exp.data.parquet_files.scan_files` (on every rank).
     """
     schema = cfg.schema
-    files = resolve_inputs(cfg.input_paths(), resolve_parquet_paths)
-    kinds: dict[str, tuple[str, Path]] = {}  # one id type per column over every split
-    scans = {key: _scan(named, key, schema, kinds) for key, named in files.items()}
+
+    def scan_splits() -> tuple[dict[str, ParquetScan], dict[str, tuple[str, Path]]]:
+        files = resolve_inputs(cfg.input_paths(), resolve_parquet_paths)
+        kinds: dict[str, tuple[str, Path]] = {}  # one id type per column over every split
+        return {key: _scan(named, key, schema, kinds) for key, named in files.items()}, kinds
+
+    scans, kinds = on_rank_zero(scan_splits)  # every label read once, not once per rank
     train_scan = scans["data.path"]
     segments = train_scan.segments
     total = sum(len(s) for s in segments)

@@ -5,7 +5,6 @@ import math
 from collections.abc import Callable
 
 import torch
-import torch.distributed as dist
 from torchrec.distributed.planner import EmbeddingShardingPlanner, ParameterConstraints
 from torchrec.distributed.planner.enumerators import EmbeddingEnumerator
 from torchrec.distributed.planner.shard_estimators import (
@@ -22,6 +21,7 @@ from dlrm_exp.errors import InsufficientMemoryError, PlanError
 from dlrm_exp.planning.fused_state import FusedStateStorage
 from dlrm_exp.planning.storage import GIB, EmbeddingStorage, capped_bytes, largest_fitting_cap
 from dlrm_exp.planning.topology import MemoryCapacity
+from dlrm_exp.util.rank_zero import on_rank_zero
 
 #: Share of each rank's memory the planner keeps free for dense parameters, activations and
 #: input batches (TorchRec's ``FixedPercentageStorageReservation``).
@@ -164,23 +164,17 @@ def plan_or_explain(
         PlanError: any other planner failure, with the planner's last reason and
             ``constraints_summary``.
     """
-    distributed = dist.is_initialized() and dist.get_world_size() > 1
-    outcome: list[object] = [None]
-    if not distributed or dist.get_rank() == 0:
+
+    def plan() -> ShardingPlan:
         try:
-            outcome[0] = planner.plan(module, sharders)
+            return planner.plan(module, sharders)
         except PlannerError as err:
             if err.error_type is PlannerErrorType.INSUFFICIENT_STORAGE:
-                outcome[0] = InsufficientMemoryError(explain_memory())
-            else:
-                reason = [line.strip() for line in str(err).splitlines() if line.strip()][-1]
-                outcome[0] = PlanError(
-                    f"TorchRec's planner found no placement ({err.error_type.value}) for "
-                    f"{constraints_summary}: {reason[:300]}"
-                )
-    if distributed:
-        dist.broadcast_object_list(outcome, src=0)
-    if isinstance(outcome[0], Exception):
-        raise outcome[0]
-    assert isinstance(outcome[0], ShardingPlan)
-    return outcome[0]
+                raise InsufficientMemoryError(explain_memory()) from None
+            reason = [line.strip() for line in str(err).splitlines() if line.strip()][-1]
+            raise PlanError(
+                f"TorchRec's planner found no placement ({err.error_type.value}) for "
+                f"{constraints_summary}: {reason[:300]}"
+            ) from None
+
+    return on_rank_zero(plan)
