@@ -22,13 +22,21 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def test_two_torchrun_nodes_on_localhost_train_one_job(tmp_path):
+def _elastic_env(tmp_path_factory) -> dict[str, str]:
+    """The environment for torchrun and torchx: their agents' ``torchelastic_*`` folders go to
+    a test folder, not the machine's ``/tmp`` (they are not removed after a run)."""
+    scratch = tmp_path_factory.mktemp("elastic")
+    return {**os.environ, "PATH": f"{BIN}:{os.environ.get('PATH', '')}", "TMPDIR": str(scratch)}
+
+
+def test_two_torchrun_nodes_on_localhost_train_one_job(tmp_path, tmp_path_factory):
     """``torchrun --nnodes 2 --node_rank {0,1} --nproc_per_node 1 --rdzv-backend c10d``: two
     "hosts" on this machine form one 2-rank job; no rank launches workers again, global rank 0
     writes the one run folder and prints the summary, the other writes nothing (no ``.hydra``
     or log file in its working directory)."""
     endpoint = f"localhost:{_free_port()}"
     run_dir = tmp_path / "run"
+    env = _elastic_env(tmp_path_factory)
     nodes = [
         subprocess.Popen(
             [
@@ -50,6 +58,7 @@ def test_two_torchrun_nodes_on_localhost_train_one_job(tmp_path):
                 f"hydra.run.dir={run_dir}",
             ],
             cwd=tmp_path,
+            env=env,
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             text=True,
@@ -64,9 +73,9 @@ def test_two_torchrun_nodes_on_localhost_train_one_job(tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["run"]
 
 
-def test_torchx_builtin_ddp_runs_locally_and_leaves_one_run_folder(tmp_path):
+def test_torchx_builtin_ddp_runs_locally_and_leaves_one_run_folder(tmp_path, tmp_path_factory):
     """The README's command: ``torchx run -s local_cwd dist.ddp -j 1x2 -m dlrm_exp -- ...``."""
-    env = {**os.environ, "PATH": f"{BIN}:{os.environ.get('PATH', '')}"}
+    env = _elastic_env(tmp_path_factory)
     result = subprocess.run(
         [
             str(BIN / "torchx"),
