@@ -339,6 +339,9 @@ def two_process_runs(tmp_path_factory) -> TwoProcessRuns:
     before = elastic_folders()
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("DLRM_EXP_CACHE_DIR", str(root / "cache"))
+        # the ranks take their default share of the cores (cores // 2), not a test worker's
+        # OMP_NUM_THREADS (tests/parallel.py): that rule is checked end to end here
+        patch.delenv("OMP_NUM_THREADS", raising=False)
         records = train_in_one_launch(cfgs, dirs, [TWO_PROCESS_JOBS[n].choices for n in names])
     runs = {
         name: TwoProcessRun(run_dir, record, cfg)
