@@ -12,24 +12,29 @@ import pytest
 from dlrm_exp.errors import DataError
 from dlrm_exp.util.rank_zero import on_rank_zero
 
-#: One rank of a 2-rank gloo group: computes twice through on_rank_zero, the second time
-#: failing on rank 0 with a user error; prints what it received and leaves a file per compute.
+#: One rank of a 2-rank gloo group whose collectives time out after 2 s: computes through
+#: on_rank_zero three times (once failing on rank 0 with a user error, once for 4 s with a
+#: longer ``wait``); prints what it received and leaves a file per computation.
 RANK = textwrap.dedent(
     """
-    import json, sys
+    import json, sys, time
+    from datetime import timedelta
     from pathlib import Path
     import torch.distributed as dist
     from dlrm_exp.errors import DataError
     from dlrm_exp.util.rank_zero import on_rank_zero
 
     port, rank, folder = int(sys.argv[1]), int(sys.argv[2]), Path(sys.argv[3])
-    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank,
-                            world_size=2)
+    store = dist.TCPStore("127.0.0.1", port, 2, rank == 0, timeout=timedelta(seconds=60))
+    dist.init_process_group("gloo", store=store, rank=rank, world_size=2,
+                            timeout=timedelta(seconds=2))
 
     def compute(what):
         (folder / f"{what}_computed_by_{rank}").touch()
         if what == "fail":
             raise DataError(f"bad file (seen by rank {rank})")
+        if what == "slow":
+            time.sleep(4)
         return {"from": rank, "rows": [1, 2, 3]}
 
     got = {"result": on_rank_zero(lambda: compute("ok"))}
@@ -37,6 +42,7 @@ RANK = textwrap.dedent(
         on_rank_zero(lambda: compute("fail"))
     except DataError as err:
         got["error"] = str(err)
+    got["waited"] = on_rank_zero(lambda: compute("slow"), wait=timedelta(seconds=60))
     print(json.dumps(got))
     dist.destroy_process_group()
     """
@@ -59,14 +65,20 @@ def test_rank_zero_computes_once_and_every_rank_gets_its_result_or_error(tmp_pat
         )
         for rank in (0, 1)
     ]
-    outputs = [json.loads(p.communicate(timeout=120)[0]) for p in ranks]
-    assert [p.returncode for p in ranks] == [0, 0]
-    for got in outputs:
-        assert got == {
-            "result": {"from": 0, "rows": [1, 2, 3]},
-            "error": "bad file (seen by rank 0)",
-        }
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["fail_computed_by_0", "ok_computed_by_0"]
+    try:
+        outputs = [p.communicate(timeout=120)[0] for p in ranks]
+    finally:
+        for p in ranks:
+            p.kill()
+    assert [p.returncode for p in ranks] == [0, 0], outputs
+    result = {"from": 0, "rows": [1, 2, 3]}
+    for got in map(json.loads, outputs):  # the slow one outlasted the 2 s collective timeout
+        assert got == {"result": result, "error": "bad file (seen by rank 0)", "waited": result}
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        "fail_computed_by_0",
+        "ok_computed_by_0",
+        "slow_computed_by_0",
+    ]
 
 
 def test_without_a_process_group_it_simply_computes():

@@ -186,22 +186,24 @@ def test_without_keep_best_the_final_weights_are_reported(overfit, tmp_path, cap
     assert "has no saved weights" in caplog.text
 
 
-#: Two processes, row-wise, made to overfit: 32 steps of 2 x 128 per epoch, at most 6 epochs.
+#: Two processes, row-wise, made to overfit: 32 steps of 2 x 128 per epoch, at most 6 epochs,
+#: a checkpoint per epoch (so the best validation's and a periodic one fall on one step).
+TWO_DATA = [
+    "data.num_train_samples=8192",
+    "data.num_val_samples=2048",
+    "data.num_test_samples=2048",
+    "train.batch_size=128",
+]
 TWO_ROWWISE = two_process_job(
     "early-stopping-rowwise",
-    [
-        "sharding=rowwise",
-        "data.num_train_samples=8192",
-        "data.num_val_samples=2048",
-        "data.num_test_samples=2048",
-        "train.batch_size=128",
-        "train.epochs=6",
-    ],
+    ["sharding=rowwise", *TWO_DATA, "train.epochs=6", "train.checkpoint_every_n_steps=32"],
 )
 
 
 @pytest.mark.slow
-def test_two_row_wise_processes_stop_early_and_keep_the_best_weights(two_process_runs):
+def test_two_row_wise_processes_stop_early_and_keep_the_best_weights(two_process_runs, tmp_path):
+    """Also: rank 0 linked both ranks' DCP files of ``best`` into ``step_<best>``, which one
+    process then evaluates to the run's numbers."""
     run = two_process_runs[TWO_ROWWISE]
     metrics, history = run.metrics, run.metrics.val_history
     best = max(history, key=lambda h: h["auroc"])
@@ -209,7 +211,13 @@ def test_two_row_wise_processes_stop_early_and_keep_the_best_weights(two_process
     assert metrics.best_step == best["step"] and metrics.steps == best["step"] + 3 * 32 < 192
     assert metrics.weights == "best" and metrics.val["auroc"] == best["auroc"]
     assert metrics.test["auroc"] > metrics.final_weights["test"]["auroc"]
-    assert (run.run_dir / "checkpoints" / "best" / ".metadata").is_file()
+    folder = run.run_dir / "checkpoints"
+    linked = folder / f"step_{metrics.best_step}"
+    for name in (".metadata", "__0_0.distcp", "__1_0.distcp"):
+        assert (folder / "best" / name).stat().st_ino == (linked / name).stat().st_ino, name
+    cfg = compose_cfg([*TWO_DATA, "mode=evaluate", f"checkpoint={linked}"])
+    result = run_evaluate(cfg, Job(tmp_path))
+    assert result.test["auroc"] == metrics.test["auroc"]
 
 
 def test_when_the_last_validation_is_the_best_the_run_folder_gives_its_weights(tmp_path):

@@ -12,6 +12,7 @@ plus less than one batch carried over, whatever the file size.
 import logging
 from collections import OrderedDict
 from collections.abc import Iterator
+from datetime import timedelta
 from pathlib import Path
 
 import numpy as np
@@ -36,6 +37,10 @@ from dlrm_exp.data.splits import DataInfo, DataSplits
 from dlrm_exp.util.rank_zero import on_rank_zero
 
 log = logging.getLogger(__name__)
+
+#: How long the other ranks wait for rank 0's scan of the footers and labels (a large click log
+#: on a shared file system may take longer than ``hardware.collective_timeout_s``).
+SCAN_WAIT = timedelta(hours=24)
 
 
 class ParquetSplit:
@@ -162,7 +167,7 @@ def load_parquet(cfg: ParquetDataConfig) -> DataSplits:
         kinds: dict[str, tuple[str, Path]] = {}  # one id type per column over every split
         return {key: _scan(named, key, schema, kinds) for key, named in files.items()}, kinds
 
-    scans, kinds = on_rank_zero(scan_splits)  # every label read once, not once per rank
+    scans, kinds = on_rank_zero(scan_splits, SCAN_WAIT)  # every label read once, not per rank
     train_scan = scans["data.path"]
     segments = train_scan.segments
     total = sum(len(s) for s in segments)
