@@ -77,9 +77,18 @@ def run(cfg: Config, job: Job) -> ModeResult:
     metrics = run_train(cfg, job.run_dir, job.choices, job.tensorboard_dir)
     lines = None
     if env_rank() == 0:
-        logdir = str(job.tensorboard_dir.parent) if job.tensorboard_dir else "outputs"
-        lines = summary(metrics, job.run_dir, logdir)
+        lines = summary(metrics, job.run_dir, tensorboard_logdir(job))
     return ModeResult(summary=lines, value=metrics.val["auroc"])
+
+
+def tensorboard_logdir(job: Job) -> str:
+    """The folder the summary's ``tensorboard --logdir`` names: a sweep's events folder, else
+    ``outputs`` for a run folder under ``./outputs`` (where every run of this checkout goes),
+    else the run folder itself (``hydra.run.dir`` elsewhere: its parent may be ``/tmp``)."""
+    if job.tensorboard_dir is not None:
+        return str(job.tensorboard_dir.parent)
+    under_outputs = job.run_dir.resolve().is_relative_to((Path.cwd() / "outputs").resolve())
+    return "outputs" if under_outputs else str(job.run_dir)
 
 
 def run_train(
