@@ -3,11 +3,13 @@ metric's direction, a stop after ``patience`` validations in a row without one; 
 made to overfit: the stop, the best weights kept and reported, resume, evaluate."""
 
 import json
+import re
 import shutil
 
 import pytest
 import torch
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+from tensorboard.plugins.custom_scalar import layout_pb2
 
 from conftest import compose_cfg, two_process_job
 from dlrm_exp.config import EarlyStopping, Monitor
@@ -116,6 +118,15 @@ def test_an_overfitting_run_stops_early_and_reports_its_best_weights(overfit):
     assert [w["step"] for w in saved["train_windows"]] == [h[0] for h in history]
     assert metrics.generalization_gap(metrics.steps) > metrics.generalization_gap(best_step) + 0.5
     assert len(events.Scalars("train_window/logloss")) == metrics.steps // 20
+    # the Custom Scalars charts name tags the run wrote, every one of them
+    tensors = EventAccumulator(str(run_dir), size_guidance={"tensors": 0})
+    tensors.Reload()
+    (config,) = tensors.Tensors("custom_scalars__config__")
+    layout = layout_pb2.Layout.FromString(config.tensor_proto.string_val[0])
+    (category,) = layout.category
+    regexes = [r for chart in category.chart for r in chart.multiline.tag]
+    scalars = events.Tags()["scalars"]
+    assert len(regexes) == 9 and all(any(re.match(r, t) for t in scalars) for r in regexes)
 
 
 def test_the_training_window_scores_its_last_batches():

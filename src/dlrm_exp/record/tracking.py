@@ -43,6 +43,27 @@ def run_hparams(
     }
 
 
+#: TensorBoard's Custom Scalars tab: the charts a DLRM run is read by, each over every run of
+#: the log folder, ahead of the alphabetical Time Series (where ``lr`` and ``summary`` come
+#: first). Validation beside the last training batches (``train_window``) shows overfitting as
+#: it happens. ``{chart: ["Multiline", [tag regex, ...]]}`` as ``add_custom_scalars`` takes it.
+CUSTOM_SCALARS = {
+    "dlrm_exp": {
+        "AUROC: validation and the last training batches": [
+            "Multiline",
+            [r"^val/auroc$", r"^train_window/auroc$"],
+        ],
+        "log loss: validation, the last training batches, each step": [
+            "Multiline",
+            [r"^val/logloss$", r"^train_window/logloss$", r"^train/loss$"],
+        ],
+        "NE (normalized entropy), validation": ["Multiline", [r"^val/ne$"]],
+        "samples/s": ["Multiline", [r"^train/samples_per_sec$"]],
+        "learning rate: dense and embedding": ["Multiline", [r"^lr$", r"^lr/embedding$"]],
+    }
+}
+
+
 def _event_file_writer(writer: SummaryWriter) -> object:
     """The event-file writer behind ``writer``. ``SummaryWriter`` exposes it only as the private
     ``_get_file_writer()``; its public ``add_hparams`` would write the HParams entry into a new
@@ -56,12 +77,15 @@ class Tracker:
 
     Scalars: ``train/loss``, ``train/samples_per_sec``, ``lr``, ``val/*``, ``test/*``.
     HParams: the group choices and key fields, with the final metrics as HParams metrics.
+    Custom Scalars: the :data:`CUSTOM_SCALARS` charts.
     """
 
     def __init__(self, run_dir: Path | None, enabled: bool) -> None:
         self.writer: SummaryWriter | None = (
             SummaryWriter(str(run_dir)) if enabled and run_dir is not None else None
         )
+        if self.writer is not None:
+            self.writer.add_custom_scalars(CUSTOM_SCALARS)
 
     def scalar(self, tag: str, value: float | None, step: int) -> None:
         if self.writer is not None and value is not None and math.isfinite(value):
