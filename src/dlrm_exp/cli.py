@@ -29,7 +29,7 @@ from dlrm_exp.distributed.submitit_env import adopt_submitit_environment, in_sub
 from dlrm_exp.errors import ConfigError, UserError
 from dlrm_exp.modes import Job, run_mode
 from dlrm_exp.record.run_record import RunMetrics
-from dlrm_exp.record.runs import run_name, sweep_overrides, swept_keys
+from dlrm_exp.record.runs import override_values, run_name, sweep_overrides, swept_keys
 from dlrm_exp.util.logs import configure_worker_logging, quiet_libraries, to_log_files
 
 log = logging.getLogger("dlrm_exp")
@@ -55,8 +55,10 @@ def hydra_main(raw: DictConfig) -> float | None:
     sweep_dir = Path(hydra_cfg.sweep.dir)
     swept = swept_keys(sweep_overrides(sweep_dir)) + list(hydra_cfg.sweeper.get("params") or {})
     name = run_name(list(hydra_cfg.overrides.task), swept)
+    values = override_values(list(hydra_cfg.overrides.task))
+    job_swept = {key: values[key] for key in swept if key in values}
     try:
-        return _run(raw, run_dir, sweep_dir / name if swept else None)
+        return _run(raw, run_dir, sweep_dir / name if swept else None, job_swept)
     except Exception as err:  # one job's failure must not end the sweep
         user_error = isinstance(err, (UserError, OmegaConfBaseException))
         if not user_error:
@@ -67,7 +69,12 @@ def hydra_main(raw: DictConfig) -> float | None:
         return math.nan
 
 
-def _run(raw: DictConfig, run_dir: Path, tensorboard_dir: Path | None) -> float | None:
+def _run(
+    raw: DictConfig,
+    run_dir: Path,
+    tensorboard_dir: Path | None,
+    swept: dict[str, str] | None = None,
+) -> float | None:
     """Convert the config, run its mode and print the summary; returns the mode's value."""
     check_composed_keys(raw, Config)
     try:
@@ -85,7 +92,7 @@ def _run(raw: DictConfig, run_dir: Path, tensorboard_dir: Path | None) -> float 
     choices = {
         k: None if v is None else str(v) for k, v in HydraConfig.get().runtime.choices.items()
     }
-    result = run_mode(cfg, Job(run_dir, choices, tensorboard_dir))
+    result = run_mode(cfg, Job(run_dir, choices, tensorboard_dir, swept or {}))
     if result.summary is not None:
         print(result.summary, flush=True)
         to_log_files(result.summary)

@@ -85,6 +85,7 @@ def test_default_run_is_close_to_bayes_optimal(default_run):
     assert hparams["batch_size"].number_value == 512
     experiment = plugin_data_pb2.HParamsPluginData.FromString(content["_hparams_/experiment"])
     assert "val/auroc" in {m.name.tag for m in experiment.experiment.metric_infos}
+    assert not any(info.differs for info in experiment.experiment.hparam_infos)  # no sweep
 
 
 @pytest.mark.parametrize(

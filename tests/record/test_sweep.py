@@ -60,6 +60,13 @@ def test_tensorboard_runs_are_named_by_overrides_with_readable_hparams(record_sw
         assert start.hparams["qcomms"].string_value == "int8"
         assert start.hparams["learning_rate"].number_value == float(lr)
         assert start.hparams["qcomms_ran"].string_value == "FP32"
+        assert start.hparams["optimizer.learning_rate"].string_value == lr  # as typed
+        experiment = plugin_data_pb2.HParamsPluginData.FromString(
+            content["_hparams_/experiment"]
+        ).experiment
+        # the swept ones differ: TensorBoard's table shows them among its first 5 columns
+        differs = {info.name for info in experiment.hparam_infos if info.differs}
+        assert differs == {"sharding", "optimizer.learning_rate", "seed"}
         assert "val/auroc" in events.Tags()["scalars"]
         assert "summary/fraction_of_matmul_peak" in events.Tags()["scalars"]
     assert not any((sweep_dir / name).exists() for name in REFUSED)  # refused jobs never trained

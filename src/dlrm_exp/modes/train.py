@@ -74,7 +74,7 @@ log = logging.getLogger(__name__)
 
 def run(cfg: Config, job: Job) -> ModeResult:
     """``mode=train``: train, and on rank 0 summarise; the task's value is the val AUROC."""
-    metrics = run_train(cfg, job.run_dir, job.choices, job.tensorboard_dir)
+    metrics = run_train(cfg, job.run_dir, job.choices, job.tensorboard_dir, job.swept)
     lines = None
     if env_rank() == 0:
         lines = summary(metrics, job.run_dir, tensorboard_logdir(job))
@@ -96,9 +96,11 @@ def run_train(
     run_dir: Path,
     choices: Mapping[str, str],
     tensorboard_dir: Path | None = None,
+    swept: Mapping[str, str] | None = None,
 ) -> RunMetrics:
     """Train as configured and return the run's record (written as ``metrics.json`` on rank
-    0). TensorBoard events go to ``tensorboard_dir`` (default: ``run_dir``).
+    0). TensorBoard events go to ``tensorboard_dir`` (default: ``run_dir``); ``swept``: see
+    :class:`~dlrm_exp.modes.job.Job`.
 
     Raises:
         DataError, InsufficientMemoryError, ConfigError: user-fixable problems, before
@@ -107,7 +109,7 @@ def run_train(
     """
     check_devices(cfg.hardware)
     check_writable(run_dir)
-    job = Job(run_dir, dict(choices), tensorboard_dir)
+    job = Job(run_dir, dict(choices), tensorboard_dir, dict(swept or {}))
     return run_on_ranks(train_worker, cfg, job)
 
 
@@ -170,6 +172,7 @@ def train_worker(cfg: Config, job: Job, plan: ShardingPlan | None = None) -> Run
                 run_hparams(cfg, job.choices, ctx.world_size, metrics.qcomms_ran),
                 _final_scalars(metrics),
                 metrics.steps,
+                job.swept,
             )
         finally:
             tracker.close()

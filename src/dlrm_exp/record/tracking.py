@@ -4,6 +4,8 @@ import math
 from collections.abc import Mapping
 from pathlib import Path
 
+from tensorboard.compat.proto.summary_pb2 import Summary
+from tensorboard.plugins.hparams import plugin_data_pb2
 from torch.utils.tensorboard import SummaryWriter
 from torch.utils.tensorboard.summary import hparams as hparams_summary
 
@@ -72,6 +74,17 @@ def _event_file_writer(writer: SummaryWriter) -> object:
     return writer._get_file_writer()
 
 
+def _mark_differing(experiment: Summary, differs: set[str]) -> Summary:
+    """Torch's HParams ``experiment`` summary with ``differs`` set on the HParams named in
+    ``differs`` (torch's ``hparams()`` leaves it unset for all)."""
+    value = experiment.value[0]
+    data = plugin_data_pb2.HParamsPluginData.FromString(value.metadata.plugin_data.content)
+    for info in data.experiment.hparam_infos:
+        info.differs = info.name in differs
+    value.metadata.plugin_data.content = data.SerializeToString()
+    return experiment
+
+
 class Tracker:
     """TensorBoard event writer for one run folder; a no-op on ranks other than 0.
 
@@ -101,16 +114,29 @@ class Tracker:
             self.writer.add_text(tag, text, step)
 
     def hparams(
-        self, hparams: Mapping[str, Scalar], metrics: Mapping[str, float], step: int
+        self,
+        hparams: Mapping[str, Scalar],
+        metrics: Mapping[str, float],
+        step: int,
+        swept: Mapping[str, str] | None = None,
     ) -> None:
         """Write one HParams entry (TensorBoard's HParams plugin) into this run's event file,
-        with each metric also logged as a scalar of the same tag at ``step``."""
+        with each metric also logged as a scalar of the same tag at ``step``.
+
+        ``swept`` (a sweep's swept keys and this job's values): marked as the HParams that
+        differ between runs, which TensorBoard's table shows first (it shows 5 of them at
+        first, else in name order: ``sharding`` would be hidden behind ``backward_precision``
+        and the like); a key that is no HParam name (``optimizer.learning_rate``) is added as
+        one, with its value as typed. TensorBoard takes one run's experiment for all, so it
+        names no value domains (one run knows only its own values)."""
         if self.writer is None:
             return
+        swept = dict(swept or {})
+        values = {**hparams, **{k: v for k, v in swept.items() if k not in hparams}}
         finite = {k: v for k, v in metrics.items() if v is not None and math.isfinite(v)}
-        exp, ssi, sei = hparams_summary(dict(hparams), finite)
+        exp, ssi, sei = hparams_summary(values, finite)
         file_writer = _event_file_writer(self.writer)
-        for summary in (exp, ssi, sei):
+        for summary in (_mark_differing(exp, set(swept)), ssi, sei):
             file_writer.add_summary(summary)  # type: ignore[attr-defined]
         for tag, value in finite.items():
             self.writer.add_scalar(tag, value, step)
