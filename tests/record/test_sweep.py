@@ -80,9 +80,30 @@ def test_report_writes_plots_and_the_table(record_sweep, tmp_path, capsys):
     for i, name in enumerate(RUNS):
         assert f"| {name}{SWEEP_RAN if i < 6 else ''} |" in printed
     for plot in report.PLOTS:
+        if plot == "comm_bytes.png":  # one process per job: nothing sent, nothing drawn
+            assert not (tmp_path / plot).exists() and f"(no {plot}: no run sent" in printed
+            continue
         png = (tmp_path / plot).read_bytes()
         assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 10_000
     assert (tmp_path / "summary.csv").is_file()
+
+
+def test_report_draws_the_bytes_that_collectives_sent(tmp_path, capsys):
+    """Two 2-process runs (their folders written here) that sent bytes: comm_bytes.png."""
+    sweep = tmp_path / "sweep"
+    sweep.mkdir()
+    (sweep / "multirun.yaml").write_text(
+        json.dumps({"hydra": {"overrides": {"task": ["qcomms=none,fp16"]}}})
+    )
+    for number, (qcomms, sent) in enumerate((("none", 4.0e6), ("fp16", 2.0e6))):
+        (sweep / str(number) / ".hydra").mkdir(parents=True)
+        (sweep / str(number) / ".hydra" / "overrides.yaml").write_text(f"- qcomms={qcomms}\n")
+        metrics = {"status": "completed", "val": {"auroc": 0.7}, "samples_per_sec": 1000.0,
+                   "comm_bytes_per_step": {"forward": sent, "backward": sent}}  # fmt: skip
+        (sweep / str(number) / "metrics.json").write_text(json.dumps(metrics))
+    assert report.main([str(sweep), "--out", str(tmp_path / "out")]) == 0
+    assert "(no comm_bytes.png" not in capsys.readouterr().out
+    assert (tmp_path / "out" / "comm_bytes.png").read_bytes()[:4] == b"\x89PNG"
 
 
 def test_report_refuses_a_path_without_runs(tmp_path, capsys):

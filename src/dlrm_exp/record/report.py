@@ -11,7 +11,8 @@ only by ``seed`` are its repeats), the statistics of :mod:`dlrm_exp.record.compa
   all failed is marked "failed");
 * ``val_auroc.png``: validation AUROC against training step, one line per run;
 * ``comm_bytes.png``: embedding collective bytes per training step (all ranks), forward and
-  backward, grouped by precision, one bar per sharding;
+  backward, grouped by precision, one bar per sharding (not drawn when no run sent any: one
+  process each);
 * ``auroc_diff.png``, only for sweeps with repeats: each configuration's val AUROC minus the
   baseline's (paired by seed), with its 95 % interval and the zero line.
 
@@ -153,6 +154,11 @@ def plot_val_auroc(runs: Sequence[RunRecord], path: Path) -> None:
     plt.close(fig)
 
 
+def _sent_embedding_bytes(metrics: RunMetrics) -> bool:
+    """Whether a run's embedding collectives sent any bytes forward or backward."""
+    return any(metrics.comm_bytes_per_step.get(phase) for phase in ("forward", "backward"))
+
+
 def plot_comm_bytes(runs: Sequence[RunRecord], path: Path) -> None:
     """Measured embedding collective MiB per training step (all ranks), forward and backward
     panels: x = qcomms, one bar per sharding; PNG."""
@@ -238,8 +244,15 @@ def report(
     completed = [r for r in runs if r.status == COMPLETED]
     plot_throughput(runs, out / PLOTS[0])
     plot_val_auroc(completed, out / PLOTS[1])
-    plot_comm_bytes(runs, out / PLOTS[2])
     text = markdown_table(rows)
+    if any(_sent_embedding_bytes(run.metrics) for run in completed):
+        plot_comm_bytes(runs, out / PLOTS[2])
+    else:  # one process (or data_parallel tables only): bars of zero bytes say nothing
+        (out / PLOTS[2]).unlink(missing_ok=True)
+        text += (
+            f"\n\n(no {PLOTS[2]}: no run sent embedding collective bytes, as with one process "
+            "each; sweep with hardware.nproc_per_node=2 to measure them)"
+        )
     diff_plot = out / PLOTS[3]
     if has_repeats(stats):
         plot_auroc_diff(stats, diff_plot)
