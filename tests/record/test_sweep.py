@@ -13,7 +13,7 @@ from conftest import SWEEP_REFUSED as REFUSED
 from conftest import SWEEP_RUNS as RUNS
 from conftest import SWEEP_TINY as TINY
 from dlrm_exp.record import report
-from dlrm_exp.record.runs import run_name, swept_keys
+from dlrm_exp.record.runs import load_runs, run_name, swept_keys
 
 
 def test_run_names_use_the_swept_keys_in_command_order():
@@ -88,22 +88,56 @@ def test_report_writes_plots_and_the_table(record_sweep, tmp_path, capsys):
     assert (tmp_path / "summary.csv").is_file()
 
 
+def _written_sweep(folder, typed: list[str], jobs: list[tuple[list[str], dict]]):
+    """A sweep folder as ``python -m dlrm_exp -m <typed>`` leaves it: one job folder per
+    (overrides, metrics.json content)."""
+    folder.mkdir()
+    (folder / "multirun.yaml").write_text(json.dumps({"hydra": {"overrides": {"task": typed}}}))
+    for number, (overrides, metrics) in enumerate(jobs):
+        (folder / str(number) / ".hydra").mkdir(parents=True)
+        (folder / str(number) / ".hydra" / "overrides.yaml").write_text(json.dumps(overrides))
+        (folder / str(number) / "metrics.json").write_text(json.dumps(metrics))
+    return folder
+
+
+def _completed(**extra):
+    return {"status": "completed", "val": {"auroc": 0.7}, "samples_per_sec": 1000.0, **extra}
+
+
 def test_report_draws_the_bytes_that_collectives_sent(tmp_path, capsys):
-    """Two 2-process runs (their folders written here) that sent bytes: comm_bytes.png."""
-    sweep = tmp_path / "sweep"
-    sweep.mkdir()
-    (sweep / "multirun.yaml").write_text(
-        json.dumps({"hydra": {"overrides": {"task": ["qcomms=none,fp16"]}}})
-    )
-    for number, (qcomms, sent) in enumerate((("none", 4.0e6), ("fp16", 2.0e6))):
-        (sweep / str(number) / ".hydra").mkdir(parents=True)
-        (sweep / str(number) / ".hydra" / "overrides.yaml").write_text(f"- qcomms={qcomms}\n")
-        metrics = {"status": "completed", "val": {"auroc": 0.7}, "samples_per_sec": 1000.0,
-                   "comm_bytes_per_step": {"forward": sent, "backward": sent}}  # fmt: skip
-        (sweep / str(number) / "metrics.json").write_text(json.dumps(metrics))
+    """Two 2-process runs that sent bytes: comm_bytes.png."""
+    jobs = [([f"qcomms={q}"], _completed(comm_bytes_per_step={"forward": b, "backward": b}))
+            for q, b in (("none", 4.0e6), ("fp16", 2.0e6))]  # fmt: skip
+    sweep = _written_sweep(tmp_path / "sweep", ["qcomms=none,fp16"], jobs)
     assert report.main([str(sweep), "--out", str(tmp_path / "out")]) == 0
     assert "(no comm_bytes.png" not in capsys.readouterr().out
     assert (tmp_path / "out" / "comm_bytes.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_bars_pool_only_the_repeats_of_a_configuration(tmp_path):
+    """sharding x learning rate x seed: a throughput bar per (sharding, learning rate), each
+    pooling its two seeds, not the two learning rates."""
+    typed = ["sharding=tablewise,rowwise", "optimizer.learning_rate=0.1,0.02", "seed=0,1"]
+    jobs = [
+        ([f"sharding={s}", f"optimizer.learning_rate={lr}", f"seed={seed}"], _completed())
+        for s in ("tablewise", "rowwise")
+        for lr in ("0.1", "0.02")
+        for seed in (0, 1)
+    ]
+    runs = load_runs([_written_sweep(tmp_path / "sweep", typed, jobs)])
+    pairs = report.bar_pairs(runs, "sharding", "qcomms")
+    assert {group: len(pooled) for (group, _), pooled in pairs.items()} == {
+        "sharding=tablewise,optimizer.learning_rate=0.1": 2,
+        "sharding=tablewise,optimizer.learning_rate=0.02": 2,
+        "sharding=rowwise,optimizer.learning_rate=0.1": 2,
+        "sharding=rowwise,optimizer.learning_rate=0.02": 2,
+    }
+    assert all(len({r.seed for r in pooled}) == 2 for pooled in pairs.values())
+    by_sharding = report.bar_pairs(runs, "qcomms", "sharding")  # the bytes plot's bars
+    assert {group for group, _ in by_sharding} == {
+        "optimizer.learning_rate=0.1",
+        "optimizer.learning_rate=0.02",
+    }
 
 
 def test_report_refuses_a_path_without_runs(tmp_path, capsys):

@@ -6,9 +6,10 @@ only by ``seed`` are its repeats), the statistics of :mod:`dlrm_exp.record.compa
 ``summary.md`` / ``summary.csv`` / ``summary_stats.csv`` and, with matplotlib, the plots into
 ``--out`` (default: the one PATH given, else ``./report``):
 
-* ``throughput.png``: training samples/s, grouped by sharding, one bar per qcomms precision,
-  with 95 % Student t error bars over the repeats (none for a single run; a pair whose runs
-  all failed is marked "failed");
+* ``throughput.png``: training samples/s, grouped by sharding (by the configuration without
+  qcomms when the sweep varied more), one bar per qcomms precision, with 95 % Student t error
+  bars over the repeats (runs that differ only by seed; none for a single run; a pair whose
+  runs all failed is marked "failed");
 * ``val_auroc.png``: validation AUROC against training step, one line per run;
 * ``comm_bytes.png``: embedding collective bytes per training step (all ranks), forward and
   backward, grouped by precision, one bar per sharding (not drawn when no run sent any: one
@@ -65,6 +66,25 @@ def _choice(run: RunRecord, group: str) -> str:
     return str(recorded or override_values(run.overrides).get(group, "?"))
 
 
+def _group(run: RunRecord, group_by: str, bar_by: str) -> str:
+    """A run's x-axis group: its configuration (every swept key but ``seed``) without
+    ``bar_by``, so runs that differ in anything else swept (``optimizer.learning_rate``) are not
+    pooled; for a sweep of ``bar_by`` alone (or a single run), ``group_by=<its option>``."""
+    parts = [p for p in run.config.split(",") if "=" in p and not p.startswith(f"{bar_by}=")]
+    return ",".join(parts) or f"{group_by}={_choice(run, group_by)}"
+
+
+def bar_pairs(
+    runs: Sequence[RunRecord], group_by: str, bar_by: str
+) -> dict[tuple[str, str], list[RunRecord]]:
+    """``{(group, bar option): runs}`` in first-seen order: the runs a bar pools (its repeats,
+    which differ only by ``seed``); groups as :func:`_group` names them."""
+    pairs: dict[tuple[str, str], list[RunRecord]] = {}
+    for run in runs:
+        pairs.setdefault((_group(run, group_by, bar_by), _choice(run, bar_by)), []).append(run)
+    return pairs
+
+
 def _grouped_bars(
     ax: plt.Axes,
     runs: Sequence[RunRecord],
@@ -73,15 +93,16 @@ def _grouped_bars(
     value: Callable[[RunMetrics], float | None],
     scale: float = 1.0,
 ) -> None:
-    """One bar per (group, bar) pair: the mean over its completed runs, with a 95 % Student t
-    error bar only when it has 2 or more; a pair whose runs all failed is an empty hatched
-    bar labelled "failed"; a pair with no run is left out."""
-    groups = list(dict.fromkeys(_choice(r, group_by) for r in runs))
-    bars = list(dict.fromkeys(_choice(r, bar_by) for r in runs))
+    """One bar per (group, bar) pair of :func:`bar_pairs`: the mean over its completed runs,
+    with a 95 % Student t error bar only when it has 2 or more; a pair whose runs all failed
+    is an empty hatched bar labelled "failed"."""
+    pairs = bar_pairs(runs, group_by, bar_by)
+    groups = list(dict.fromkeys(group for group, _ in pairs))
+    bars = list(dict.fromkeys(bar for _, bar in pairs))
     width = 0.8 / max(len(bars), 1)
     for j, bar in enumerate(bars):
         for i, group in enumerate(groups):
-            match = [r for r in runs if _choice(r, group_by) == group and _choice(r, bar_by) == bar]
+            match = pairs.get((group, bar), [])
             x = i + (j - (len(bars) - 1) / 2) * width
             label = f"{bar_by}={bar}" if i == 0 else None
             numbers = [value(r.metrics) for r in match if r.status == COMPLETED]
@@ -94,15 +115,16 @@ def _grouped_bars(
                 ax.bar(x, 0, width, color=f"C{j}", label=label)
                 ax.annotate("failed", (x, 0), ha="center", va="bottom", rotation=90,
                             fontsize="small", color="tab:red")  # fmt: skip
-    ax.set_xticks(range(len(groups)), [f"{group_by}={g}" for g in groups])
+    ax.set_xticks(range(len(groups)), groups)
     plt.setp(ax.get_xticklabels(), rotation=25, ha="right", fontsize="small")
     ax.legend(fontsize="small")
     ax.grid(axis="y", alpha=0.3)
 
 
 def plot_throughput(runs: Sequence[RunRecord], path: Path) -> None:
-    """Grouped bars of training samples/s (all ranks): x = sharding, one bar per qcomms
-    (runs with the same pair averaged), written as PNG to ``path``."""
+    """Grouped bars of training samples/s (all ranks): x = sharding (or the configuration
+    without qcomms, :func:`bar_pairs`), one bar per qcomms (its repeats averaged), written as
+    PNG to ``path``."""
     fig, ax = plt.subplots(figsize=(8, 4.5))
     _grouped_bars(ax, runs, "sharding", "qcomms", lambda m: m.samples_per_sec)
     ax.set_ylabel("training throughput (samples/s, all ranks)")
