@@ -14,6 +14,7 @@ from conftest import SWEEP_RUNS as RUNS
 from conftest import SWEEP_TINY as TINY
 from dlrm_exp.record import report
 from dlrm_exp.record.runs import load_runs, run_name, swept_keys
+from dlrm_exp.record.tracking import swept_hparams
 
 
 def test_run_names_use_the_swept_keys_in_command_order():
@@ -60,13 +61,12 @@ def test_tensorboard_runs_are_named_by_overrides_with_readable_hparams(record_sw
         assert start.hparams["qcomms"].string_value == "int8"
         assert start.hparams["learning_rate"].number_value == float(lr)
         assert start.hparams["qcomms_ran"].string_value == "FP32"
-        assert start.hparams["optimizer.learning_rate"].string_value == lr  # as typed
         experiment = plugin_data_pb2.HParamsPluginData.FromString(
             content["_hparams_/experiment"]
         ).experiment
         # the swept ones differ: TensorBoard's table shows them among its first 5 columns
         differs = {info.name for info in experiment.hparam_infos if info.differs}
-        assert differs == {"sharding", "optimizer.learning_rate", "seed"}
+        assert differs == {"sharding", "learning_rate", "seed"}  # optimizer.learning_rate's
         assert "val/auroc" in events.Tags()["scalars"]
         assert "summary/fraction_of_matmul_peak" in events.Tags()["scalars"]
     assert not any((sweep_dir / name).exists() for name in REFUSED)  # refused jobs never trained
@@ -138,6 +138,45 @@ def test_bars_pool_only_the_repeats_of_a_configuration(tmp_path):
         "optimizer.learning_rate=0.1",
         "optimizer.learning_rate=0.02",
     }
+
+
+def test_bars_of_separate_run_folders_pool_seeds_and_keep_list_values(tmp_path):
+    folders = []
+    for name, overrides in {
+        "a": ["qcomms=fp16", "seed=0"],
+        "b": ["qcomms=fp16", "seed=1"],
+        "c": ["model.table_sizes=[10,20]"],
+        "d": ["model.table_sizes=[10,30]"],
+    }.items():
+        (tmp_path / name / ".hydra").mkdir(parents=True)
+        (tmp_path / name / ".hydra" / "overrides.yaml").write_text(json.dumps(overrides))
+        (tmp_path / name / "metrics.json").write_text(json.dumps(_completed()))
+        folders.append(tmp_path / name)
+    pairs = report.bar_pairs(load_runs(folders), "sharding", "qcomms")
+    assert {pair: len(pooled) for pair, pooled in pairs.items()} == {
+        ("sharding=?", "fp16"): 2,  # seeds 0 and 1: repeats
+        ("model.table_sizes=[10,20]", "?"): 1,
+        ("model.table_sizes=[10,30]", "?"): 1,
+    }
+
+
+def test_a_report_without_sent_bytes_removes_an_earlier_bytes_plot(tmp_path, capsys):
+    jobs = [([f"sharding={s}"], _completed()) for s in ("tablewise", "rowwise")]
+    sweep = _written_sweep(tmp_path / "sweep", ["sharding=tablewise,rowwise"], jobs)
+    (tmp_path / "out").mkdir()
+    (tmp_path / "out" / "comm_bytes.png").write_bytes(b"an earlier report's")
+    assert report.main([str(sweep), "--out", str(tmp_path / "out")]) == 0
+    assert "(no comm_bytes.png: no run sent" in capsys.readouterr().out
+    assert not (tmp_path / "out" / "comm_bytes.png").exists()
+
+
+def test_a_swept_key_marks_its_hparam_or_becomes_one():
+    hparams = {"sharding": "tablewise", "learning_rate": 0.1, "seed": 0, "world_size": 2}
+    swept = {"sharding": "rowwise", "optimizer.learning_rate": "0.1", "seed": "0",
+             "hardware.nproc_per_node": "2"}  # fmt: skip
+    values, differs = swept_hparams(hparams, swept)
+    assert differs == {"sharding", "learning_rate", "seed", "hardware.nproc_per_node"}
+    assert values == {**hparams, "hardware.nproc_per_node": "2"}  # the others keep their type
 
 
 def test_report_refuses_a_path_without_runs(tmp_path, capsys):

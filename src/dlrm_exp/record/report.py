@@ -12,8 +12,8 @@ only by ``seed`` are its repeats), the statistics of :mod:`dlrm_exp.record.compa
   runs all failed is marked "failed");
 * ``val_auroc.png``: validation AUROC against training step, one line per run;
 * ``comm_bytes.png``: embedding collective bytes per training step (all ranks), forward and
-  backward, grouped by precision, one bar per sharding (not drawn when no run sent any: one
-  process each);
+  backward, grouped by precision (by the configuration without sharding when the sweep varied
+  more), one bar per sharding (not drawn when no run sent any: one process each);
 * ``auroc_diff.png``, only for sweeps with repeats: each configuration's val AUROC minus the
   baseline's (paired by seed), with its 95 % interval and the zero line.
 
@@ -67,11 +67,13 @@ def _choice(run: RunRecord, group: str) -> str:
 
 
 def _group(run: RunRecord, group_by: str, bar_by: str) -> str:
-    """A run's x-axis group: its configuration (every swept key but ``seed``) without
-    ``bar_by``, so runs that differ in anything else swept (``optimizer.learning_rate``) are not
-    pooled; for a sweep of ``bar_by`` alone (or a single run), ``group_by=<its option>``."""
-    parts = [p for p in run.config.split(",") if "=" in p and not p.startswith(f"{bar_by}=")]
-    return ",".join(parts) or f"{group_by}={_choice(run, group_by)}"
+    """A run's x-axis group: its configuration (every swept key but ``seed``; a single run's
+    overrides but ``seed``) without ``bar_by``, so runs that differ in anything else
+    (``optimizer.learning_rate``) are not pooled; when nothing else is left (a sweep of
+    ``bar_by`` and seeds), ``group_by=<its option>``."""
+    values = override_values(run.overrides)
+    keys = [k for k in run.config_keys if k != bar_by and k in values]
+    return ",".join(f"{k}={values[k]}" for k in keys) or f"{group_by}={_choice(run, group_by)}"
 
 
 def bar_pairs(
@@ -101,10 +103,11 @@ def _grouped_bars(
     bars = list(dict.fromkeys(bar for _, bar in pairs))
     width = 0.8 / max(len(bars), 1)
     for j, bar in enumerate(bars):
+        first = next(group for group, option in pairs if option == bar)  # its legend entry
         for i, group in enumerate(groups):
             match = pairs.get((group, bar), [])
             x = i + (j - (len(bars) - 1) / 2) * width
-            label = f"{bar_by}={bar}" if i == 0 else None
+            label = f"{bar_by}={bar}" if group == first else None
             numbers = [value(r.metrics) for r in match if r.status == COMPLETED]
             numbers = [n / scale for n in numbers if n is not None]
             if numbers:
@@ -183,7 +186,8 @@ def _sent_embedding_bytes(metrics: RunMetrics) -> bool:
 
 def plot_comm_bytes(runs: Sequence[RunRecord], path: Path) -> None:
     """Measured embedding collective MiB per training step (all ranks), forward and backward
-    panels: x = qcomms, one bar per sharding; PNG."""
+    panels: x = qcomms (or the configuration without sharding, :func:`bar_pairs`), one bar
+    per sharding; PNG."""
     fig, axes = plt.subplots(1, 2, figsize=(11, 4.5), sharey=True)
     for ax, phase in zip(axes, ("forward", "backward"), strict=True):
         _grouped_bars(
@@ -272,8 +276,9 @@ def report(
     else:  # one process (or data_parallel tables only): bars of zero bytes say nothing
         (out / PLOTS[2]).unlink(missing_ok=True)
         text += (
-            f"\n\n(no {PLOTS[2]}: no run sent embedding collective bytes, as with one process "
-            "each; sweep with hardware.nproc_per_node=2 to measure them)"
+            f"\n\n(no {PLOTS[2]}: no run sent embedding collective bytes: one process each, "
+            "or data_parallel tables only; sweep with hardware.nproc_per_node=2 and sharded "
+            "tables to measure them)"
         )
     diff_plot = out / PLOTS[3]
     if has_repeats(stats):

@@ -104,7 +104,9 @@ def varying_keys(jobs_overrides: Sequence[Sequence[str]]) -> list[str]:
 class RunRecord:
     """One run folder: its name, overrides and ``metrics.json`` (status ``missing`` if the
     folder has none); ``config`` names its configuration (every swept key but ``seed``) and
-    ``seed`` the repeat; ``fixed`` its overrides that were not swept (canonical form)."""
+    ``seed`` the repeat; ``fixed`` its overrides that were not swept (canonical form);
+    ``config_keys`` the override keys its configuration is made of (a single run: every
+    override but ``seed``)."""
 
     path: Path
     name: str
@@ -114,6 +116,7 @@ class RunRecord:
     seed: int = 0
     config_id: str = ""
     fixed: str = ""
+    config_keys: tuple[str, ...] = ()
 
     @property
     def status(self) -> str:
@@ -177,9 +180,11 @@ def _record(run_dir: Path, swept: Sequence[str], overrides: list[str]) -> RunRec
         identity = canonical_overrides(overrides, [k for k in values if k != SEED]) or config
     # the overrides every job of the sweep shared (not swept): what a comparison assumes equal
     fixed = canonical_overrides(overrides, [k for k in values if k not in swept and k != SEED])
+    keys = others or ([] if SEED in swept else [k for k in values if k != SEED])
     return RunRecord(
-        run_dir, name or run_dir.name, overrides, metrics, config, seed, identity, fixed
-    )
+        run_dir, name or run_dir.name, overrides, metrics, config, seed, identity, fixed,
+        tuple(keys),
+    )  # fmt: skip
 
 
 def check_distinct_seeds(runs: Iterable[RunRecord]) -> None:

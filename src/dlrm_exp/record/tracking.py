@@ -74,6 +74,25 @@ def _event_file_writer(writer: SummaryWriter) -> object:
     return writer._get_file_writer()
 
 
+def swept_hparams(
+    hparams: Mapping[str, Scalar], swept: Mapping[str, str]
+) -> tuple[dict[str, Scalar], set[str]]:
+    """``hparams`` with a sweep's swept keys (``{key: this job's value as typed}``), and the
+    names of the HParams they make differ: a key is the HParam of its name (``sharding``,
+    ``seed``), else of its last part (``optimizer.learning_rate`` -> ``learning_rate``, typed
+    as the config has it), else an HParam of its own with the value as typed
+    (``hardware.nproc_per_node``)."""
+    values = dict(hparams)
+    differs = set()
+    for key, value in swept.items():
+        name = key if key in hparams else key.rsplit(".", 1)[-1]
+        if name not in hparams:
+            name = key
+            values[key] = value
+        differs.add(name)
+    return values, differs
+
+
 def _mark_differing(experiment: Summary, differs: set[str]) -> Summary:
     """Torch's HParams ``experiment`` summary with ``differs`` set on the HParams named in
     ``differs`` (torch's ``hparams()`` leaves it unset for all)."""
@@ -124,19 +143,18 @@ class Tracker:
         with each metric also logged as a scalar of the same tag at ``step``.
 
         ``swept`` (a sweep's swept keys and this job's values): marked as the HParams that
-        differ between runs, which TensorBoard's table shows first (it shows 5 of them at
-        first, else in name order: ``sharding`` would be hidden behind ``backward_precision``
-        and the like); a key that is no HParam name (``optimizer.learning_rate``) is added as
-        one, with its value as typed. TensorBoard takes one run's experiment for all, so it
-        names no value domains (one run knows only its own values)."""
+        differ between runs (:func:`swept_hparams`), which TensorBoard's table shows first (it
+        shows 5 of them at first, else in name order: ``sharding`` would be hidden behind
+        ``backward_precision`` and the like). TensorBoard takes one run's experiment for all
+        (with ``--logdir`` at one sweep's folder, they all agree), so it names no value
+        domains: one run knows only its own values."""
         if self.writer is None:
             return
-        swept = dict(swept or {})
-        values = {**hparams, **{k: v for k, v in swept.items() if k not in hparams}}
+        values, differs = swept_hparams(hparams, swept or {})
         finite = {k: v for k, v in metrics.items() if v is not None and math.isfinite(v)}
         exp, ssi, sei = hparams_summary(values, finite)
         file_writer = _event_file_writer(self.writer)
-        for summary in (_mark_differing(exp, set(swept)), ssi, sei):
+        for summary in (_mark_differing(exp, differs), ssi, sei):
             file_writer.add_summary(summary)  # type: ignore[attr-defined]
         for tag, value in finite.items():
             self.writer.add_scalar(tag, value, step)
