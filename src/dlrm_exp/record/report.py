@@ -120,7 +120,9 @@ def _grouped_bars(
                             fontsize="small", color="tab:red")  # fmt: skip
     ax.set_xticks(range(len(groups)), groups)
     plt.setp(ax.get_xticklabels(), rotation=25, ha="right", fontsize="small")
-    ax.legend(fontsize="small")
+    low, high = ax.get_ylim()
+    ax.set_ylim(low, high + 0.15 * (high - low))  # headroom: the legend above the bars
+    ax.legend(fontsize="small", loc="upper right")
     ax.grid(axis="y", alpha=0.3)
 
 
