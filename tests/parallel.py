@@ -8,7 +8,6 @@ in ``item._nodeid``, which pytest 9.2 no longer reads. Each worker has its own t
 that looks for what a launch left there (elastic log folders) sees only its own worker's.
 """
 
-import multiprocessing.util
 import os
 import tempfile
 from collections.abc import Iterable
@@ -80,9 +79,6 @@ def set_up_worker(worker: str) -> Path:
     taking all of them (spinning OpenMP threads of two runs on the same cores take several
     times as long)."""
     folder = Path(tempfile.mkdtemp(prefix=f"dlrm_exp_tests_{worker}_"))
-    # multiprocessing's own folder (the fork server's socket) stays outside: it is removed at
-    # interpreter exit, after this one is (at unconfigure)
-    multiprocessing.util.get_temp_dir()
     os.environ["TMPDIR"] = str(folder)
     tempfile.tempdir = str(folder)
     if "OMP_NUM_THREADS" not in os.environ:

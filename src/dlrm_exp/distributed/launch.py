@@ -4,7 +4,6 @@ import logging
 import os
 import socket
 import tempfile
-import time
 import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -18,11 +17,6 @@ import torch.distributed as dist
 
 from dlrm_exp.config import ComputeDevice, HardwareConfig
 from dlrm_exp.distributed.env import env_rank, launched_by_torchrun
-from dlrm_exp.distributed.worker_start import (
-    START_METHOD,
-    adopt_launch_environment,
-    preload_worker_modules,
-)
 from dlrm_exp.errors import ConfigError, WorkerFailedError
 from dlrm_exp.util.logs import configure_worker_logging
 
@@ -107,9 +101,7 @@ def _describe_failures(err: Exception) -> str:
 
 def launch_workers(fn: Callable[..., Any], args: tuple, cfg: HardwareConfig) -> Any:
     """Run ``fn(*args)`` in ``nproc_per_node`` local worker processes with torch.distributed's
-    elastic launcher (the machinery behind torchrun) and return rank 0's result. On CPU the
-    workers are forked from a server with ``fn``'s modules imported
-    (:mod:`~dlrm_exp.distributed.worker_start`), in this process's environment at the launch.
+    elastic launcher (the machinery behind torchrun) and return rank 0's result.
 
     No restarts: a worker that raises or dies (e.g. ``kill -9``) makes the agent stop the
     others, and this raises within seconds instead of hanging.
@@ -127,11 +119,6 @@ def launch_workers(fn: Callable[..., Any], args: tuple, cfg: HardwareConfig) -> 
             f"hardware.nnodes={cfg.nnodes}: start multi-host jobs with torchrun on every host "
             "(torchrun --nnodes N --nproc_per_node P --rdzv_endpoint HOST:PORT -m dlrm_exp ...)"
         )
-    # CPU jobs fork their workers from a server that imported the training code once; CUDA
-    # jobs keep fresh interpreters (nothing CUDA may be initialized before a fork)
-    start_method = START_METHOD if cfg.compute_device is ComputeDevice.cpu else "spawn"
-    if start_method == START_METHOD:
-        preload_worker_modules(fn, args)
     # The agent's per-launch log folder (error files of failed workers) is read into the
     # failure before it is raised; without a folder of our own, every launch would leave a
     # /tmp/torchelastic_* folder behind.
@@ -145,37 +132,14 @@ def launch_workers(fn: Callable[..., Any], args: tuple, cfg: HardwareConfig) -> 
             rdzv_endpoint=f"127.0.0.1:{free_port()}",
             max_restarts=0,
             monitor_interval=0.5,
-            start_method=start_method,
+            start_method="spawn",
             logs_specs=DefaultLogsSpecs(log_dir=log_dir),
         )
         try:
-            results = elastic_launch(config, _in_launch_environment)(fn, dict(os.environ), *args)
+            results = elastic_launch(config, fn)(*args)
         except ChildFailedError as err:
             raise WorkerFailedError(_describe_failures(err)) from None
     return results[0]
-
-
-#: What gloo says when a peer's connection vanished, e.g. because the peer was killed.
-_PEER_LOST = ("Connection closed by peer", "Connection reset by peer")
-#: How long a worker that lost a peer waits before failing (the agent looks every 0.5 s).
-PEER_LOST_GRACE_S = 2.0
-
-
-def _in_launch_environment(fn: Callable[..., Any], launch_env: dict[str, str], *args: Any) -> Any:
-    """A worker's entry point: ``fn(*args)`` in the environment of the launch
-    (:func:`~dlrm_exp.distributed.worker_start.adopt_launch_environment`).
-
-    A worker whose collective failed because a peer vanished waits
-    :data:`PEER_LOST_GRACE_S` before failing: the agent reports the first worker it finds
-    ended, and that should be the peer, whose death (``killed by signal SIGKILL``, as the
-    kernel's out-of-memory killer does) is the cause, not this worker's consequence."""
-    adopt_launch_environment(launch_env)
-    try:
-        return fn(*args)
-    except Exception as err:
-        if any(text in str(err) for text in _PEER_LOST):
-            time.sleep(PEER_LOST_GRACE_S)
-        raise
 
 
 def _device(cfg: HardwareConfig, local_rank: int) -> torch.device:
