@@ -17,6 +17,7 @@ next ``world_size x batch_size`` rows and rank ``r`` its ``r``-th slice, so rank
 
 import re
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
@@ -83,29 +84,30 @@ def _check_range(high: np.ndarray, low: np.ndarray, sizes: np.ndarray) -> None:
 
 
 def _read_days(
-    folder: Path, days: list[int], table_sizes: list[int], policy: OutOfRange
+    loaded: list[Any], table_sizes: list[int], policy: OutOfRange
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:
     """The days' rows one after the other as the model reads them: dense (N, 13) float32,
     table rows (N, 26) int64 (ids hashed modulo the table sizes, or range-checked, by
     ``policy``), labels (N,) float32, and the last day's row count.
 
-    The result is allocated once and filled day by day from the mapped files, so besides it
-    at most one day's pages are held (not every day, then their concatenation, then the
-    int64 ids and the hashed copy).
+    ``loaded``: the days' mapped ``(dense, sparse, labels)`` arrays (:func:`_load_day`), in
+    order; each entry is dropped once copied. The result is allocated once and filled day by
+    day, so besides it at most one day's pages are held (not every day, then their
+    concatenation, then the int64 ids and the hashed copy).
 
     Raises:
-        DataError: a file is unreadable or has the wrong shape, the days' files disagree on
-            the row count, or (``out_of_range=error``) ids are out of range.
+        DataError: (``out_of_range=error``) ids are out of range.
     """
-    rows = [len(_load_day(folder, d, mmap=True)[2]) for d in days]
+    rows = [len(day[2]) for day in loaded]
     total = sum(rows)
     dense = np.empty((total, NUM_DENSE), dtype=np.float32)
     sparse = np.empty((total, NUM_SPARSE), dtype=np.int64)
     labels = np.empty(total, dtype=np.float32)
     sizes = np.asarray(table_sizes, dtype=np.int64)
     start = 0
-    for day, count in zip(days, rows, strict=True):
-        day_dense, day_sparse, day_labels = _load_day(folder, day, mmap=True)
+    for i, count in enumerate(rows):
+        day_dense, day_sparse, day_labels = loaded[i]
+        loaded[i] = None
         stop = start + count
         if policy is OutOfRange.error and count:
             _check_range(day_sparse.max(axis=0), day_sparse.min(axis=0), sizes)
@@ -147,10 +149,10 @@ def load_criteo_npy(
             f"validation/test), found {[f'day_{d}' for d in days]} in {folder}: use "
             "data.dataset=criteo_kaggle to split one file"
         )
+    loaded: list[Any] = [_load_day(folder, d, mmap=True) for d in days]  # nothing read yet
     if cfg.mmap_mode:
-        loaded = [_load_day(folder, d, mmap=True) for d in days]
         return _mapped_splits(loaded, cfg, table_sizes, days)
-    dense, sparse, labels, last_day_rows = _read_days(folder, days, table_sizes, cfg.out_of_range)
+    dense, sparse, labels, last_day_rows = _read_days(loaded, table_sizes, cfg.out_of_range)
     train_end, val_end = split_bounds(len(labels), cfg.dataset, last_day_rows)
     if cfg.shuffle_training_set:  # in place: one column's training rows copied at a time
         order = np.random.default_rng(seed).permutation(train_end)

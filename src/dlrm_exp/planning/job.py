@@ -112,7 +112,6 @@ def _memory_message(cfg: Config, capacity: MemoryCapacity, world_size: int) -> s
         dim,
         capacity,
         world_size,
-        "HBM" if capacity.hbm_bytes else "DDR",
         replicated=embedding_storage(
             [tables[i].num_embeddings for i in dp], dim, opt, [data_types[i] for i in dp]
         ),

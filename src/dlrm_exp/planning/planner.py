@@ -75,7 +75,6 @@ def insufficient_memory_message(
     embedding_dim: int,
     capacity: MemoryCapacity,
     world_size: int,
-    device_kind: str,
     replicated: EmbeddingStorage | None = None,
     copies: list[int] | None = None,
     data_types: list[EmbeddingDataType] | None = None,
@@ -85,9 +84,10 @@ def insufficient_memory_message(
     The suggested ``model.num_embeddings_cap`` values: the largest whose tables (weights and
     optimizer state) take at most 60 % of the offered memory, leaving headroom for the dense
     part, activations, data and the process itself; and a quick-try cap whose tables take at
-    most 1 GiB (a run of a minute on a laptop). Each is given with the GiB it needs.
+    most 1 GiB (a run of a minute on a laptop). Each is given with the GiB it needs. The
+    memory offered is each rank's HBM where ``capacity`` knows it, else its DDR.
     """
-    per_rank, _, source = capacity.for_tables(device_kind == "HBM")
+    per_rank, device_kind, source = capacity.for_tables(on_hbm=True)
     offered = per_rank * world_size
     shape = (table_sizes, embedding_dim, optimizer)
     cap = largest_fitting_cap(*shape, offered * HEADROOM_FRACTION, copies, data_types)

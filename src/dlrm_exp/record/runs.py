@@ -173,14 +173,16 @@ def _record(run_dir: Path, swept: Sequence[str], overrides: list[str]) -> RunRec
     seed = int(values.get(SEED, 0))
     config = config or ALL
     if others:
-        identity = canonical_overrides(overrides, others)
+        keys = others
+        identity = canonical_overrides(overrides, keys)
     elif SEED in swept:  # repeats of one configuration
+        keys = []
         identity = ALL
     else:  # a single run: every override but the seed
-        identity = canonical_overrides(overrides, [k for k in values if k != SEED]) or config
+        keys = [k for k in values if k != SEED]
+        identity = canonical_overrides(overrides, keys) or config
     # the overrides every job of the sweep shared (not swept): what a comparison assumes equal
     fixed = canonical_overrides(overrides, [k for k in values if k not in swept and k != SEED])
-    keys = others or ([] if SEED in swept else [k for k in values if k != SEED])
     return RunRecord(
         run_dir, name or run_dir.name, overrides, metrics, config, seed, identity, fixed,
         tuple(keys),
