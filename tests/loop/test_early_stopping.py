@@ -258,5 +258,6 @@ def test_best_weights_of_another_validation_are_not_restored(tmp_path):
     best.mkdir(parents=True)
     (best / ".metadata").write_bytes(b"")
     (best / "trainer_state.json").write_text(json.dumps({"step": 300, "best": {"value": 0.71}}))
-    keeper = _BestCheckpoint(SimpleNamespace(job=SimpleNamespace(run_dir=tmp_path)), None, None)
+    saver = SimpleNamespace(run=SimpleNamespace(job=SimpleNamespace(run_dir=tmp_path)), layout=None)
+    keeper = _BestCheckpoint(saver)
     assert not keeper.restore(str(best), BestValidation(step=200, value=0.70))

@@ -162,12 +162,13 @@ def load_parquet(cfg: ParquetDataConfig) -> DataSplits:
     """
     schema = cfg.schema
 
-    def scan_splits() -> tuple[dict[str, ParquetScan], dict[str, tuple[str, Path]]]:
+    def scan_splits() -> tuple[dict[str, ParquetScan], dict[str, str]]:
         files = resolve_inputs(cfg.input_paths(), resolve_parquet_paths)
         kinds: dict[str, tuple[str, Path]] = {}  # one id type per column over every split
-        return {key: _scan(named, key, schema, kinds) for key, named in files.items()}, kinds
+        scans = {key: _scan(named, key, schema, kinds) for key, named in files.items()}
+        return scans, feature_id_kinds(kinds, schema)
 
-    scans, kinds = on_rank_zero(scan_splits, SCAN_WAIT)  # every label read once, not per rank
+    scans, id_kinds = on_rank_zero(scan_splits, SCAN_WAIT)  # labels read once, not per rank
     train_scan = scans["data.path"]
     segments = train_scan.segments
     total = sum(len(s) for s in segments)
@@ -180,9 +181,7 @@ def load_parquet(cfg: ParquetDataConfig) -> DataSplits:
     if cfg.test_path:
         test = scans["data.test_path"].segments
     splits = [ParquetSplit(s, schema) for s in (train, val, test)]
-    info = DataInfo.of_splits(
-        *splits, read=_report(scans), id_kinds=feature_id_kinds(kinds, schema)
-    )
+    info = DataInfo.of_splits(*splits, read=_report(scans), id_kinds=id_kinds)
     return DataSplits(*splits, info=info)
 
 

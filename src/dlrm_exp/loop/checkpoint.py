@@ -61,7 +61,6 @@ STATE_FILE = "trainer_state.json"
 #: The folder of the best validation's checkpoint under ``checkpoints/``.
 BEST = "best"
 _STEP_DIR = re.compile(r"^step_(\d+)$")
-_RNG_FILE = re.compile(r"^rng_rank\d+\.pt$")
 
 
 class CheckpointError(UserError):
@@ -264,11 +263,9 @@ def save_checkpoint(
 
 
 def _link_dcp_files(source: Path, target: Path) -> None:
-    """Hard-link (else copy) checkpoint ``source``'s DCP files, ``.metadata`` included, into
-    the folder ``target``: what DCP wrote, not the RNG files or the trainer state."""
-    for path in source.iterdir():
-        if path.name == STATE_FILE or _RNG_FILE.match(path.name) or not path.is_file():
-            continue
+    """Hard-link (else copy) what DCP wrote into checkpoint ``source`` (its ``.metadata`` and
+    every rank's ``*.distcp`` files, FileSystemWriter's names) into the folder ``target``."""
+    for path in [source / ".metadata", *source.glob("*.distcp")]:
         try:
             (target / path.name).hardlink_to(path)
         except OSError:  # another file system, or one without hard links

@@ -162,7 +162,7 @@ def train_worker(cfg: Config, job: Job, plan: ShardingPlan | None = None) -> Run
                 profiler=StepProfiler(
                     job.run_dir, ctx.rank, cfg.train.profile_steps, ctx.device, cfg.train.profile
                 ),
-                best_weights=_BestCheckpoint(run, layout, saver),
+                best_weights=_BestCheckpoint(saver),
             )
             start = _resume(run, layout, samples_per_step)
             with comm.installed():
@@ -308,8 +308,6 @@ class _Saver:
 class _BestCheckpoint:
     """``train.keep_best``: the best validation's weights as ``checkpoints/best``."""
 
-    run: _Run
-    layout: CheckpointLayout
     saver: _Saver
 
     def save(self, step: int, state: TrainerState) -> str:
@@ -320,17 +318,15 @@ class _BestCheckpoint:
         else ``location`` (a run resumed from another run's checkpoint), if it holds the
         weights of the validation ``best`` names: the best it recorded when saved has the same
         value (every rank reads the same ``trainer_state.json``, so all decide alike)."""
-        path = best_checkpoint(self.run.job.run_dir) or Path(location)
+        path = best_checkpoint(self.saver.run.job.run_dir) or Path(location)
         try:
             saved = read_trainer_state(path)
         except CheckpointError:
             return False
         if (saved.get("best") or {}).get("value") != best.value:
             return False
-        layout = self.layout
-        load_model_weights(
-            path, self.run.experiment.model, layout.tables, layout.id_policies, layout.id_kinds
-        )
+        layout, model = self.saver.layout, self.saver.run.experiment.model
+        load_model_weights(path, model, layout.tables, layout.id_policies, layout.id_kinds)
         return True
 
 
