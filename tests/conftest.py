@@ -1,5 +1,6 @@
 """Shared helpers: compose the real config with Hydra's compose API, run the CLI."""
 
+import json
 import logging
 import os
 import shutil
@@ -165,6 +166,16 @@ SWEEP_CONFIGS = [
     "sharding=tablewise,optimizer.learning_rate=0.1",
     "sharding=tablewise,optimizer.learning_rate=0.02",
 ]
+
+
+def write_job(folder: Path, name: str | int, overrides: list[str], metrics: dict) -> Path:
+    """A run folder ``folder/name`` as a job leaves it, for the report's tests:
+    ``.hydra/overrides.yaml`` (JSON is YAML) and ``metrics.json``."""
+    job = folder / str(name)
+    (job / ".hydra").mkdir(parents=True)
+    (job / ".hydra" / "overrides.yaml").write_text(json.dumps(overrides))
+    (job / "metrics.json").write_text(json.dumps(metrics))
+    return job
 
 
 @pytest.fixture(scope="session")

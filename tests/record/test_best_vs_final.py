@@ -3,18 +3,15 @@
 and the epoch of the best validation per run."""
 
 import csv
-import json
 
 import pytest
 import yaml
 
+from conftest import write_job
 from dlrm_exp.record import report
 
 
 def _job(folder, number: int, overrides: list[str], test: float, final_test: float, epoch):
-    job = folder / str(number)
-    (job / ".hydra").mkdir(parents=True)
-    (job / ".hydra" / "overrides.yaml").write_text(yaml.safe_dump(overrides))
     kept = test != final_test
     metrics = {
         "status": "completed",
@@ -26,7 +23,7 @@ def _job(folder, number: int, overrides: list[str], test: float, final_test: flo
         if kept
         else {},
     }
-    (job / "metrics.json").write_text(json.dumps(metrics))
+    write_job(folder, number, overrides, metrics)
 
 
 def test_the_report_gives_best_and_final_weights_per_configuration(tmp_path):

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from conftest import write_job
 from dlrm_exp.record import report
 from dlrm_exp.record.gate import compare_runs, is_regression
 from dlrm_exp.record.metric_table import METRICS
@@ -28,16 +29,11 @@ def write_sweep(folder: Path, typed: list[str], jobs: list[tuple[dict, float | N
     folder.mkdir(parents=True)
     (folder / "multirun.yaml").write_text(yaml.safe_dump({"hydra": {"overrides": {"task": typed}}}))
     for number, (overrides, auroc) in enumerate(jobs):
-        job = folder / str(number)
-        (job / ".hydra").mkdir(parents=True)
-        (job / ".hydra" / "overrides.yaml").write_text(
-            yaml.safe_dump([f"{k}={v}" for k, v in overrides.items()])
-        )
         if auroc is None:
             metrics = {"status": "failed", "error": "NonFiniteLossError: loss is nan at step 3"}
         else:
             metrics = {"status": "completed", "val": {"auroc": auroc, "logloss": 0.45 + auroc / 10}}
-        (job / "metrics.json").write_text(json.dumps(metrics))
+        write_job(folder, number, [f"{k}={v}" for k, v in overrides.items()], metrics)
     return folder
 
 

@@ -2,21 +2,12 @@
 gets no paired-difference plot and no n=1 error bars, a failed job is labelled, and identical
 validation curves are named together."""
 
-import json
-
 import matplotlib.pyplot as plt
 import pytest
-import yaml
 
+from conftest import write_job
 from dlrm_exp.record import report
 from dlrm_exp.record.runs import load_runs
-
-
-def _job(folder, number, overrides, metrics):
-    job = folder / str(number)
-    (job / ".hydra").mkdir(parents=True)
-    (job / ".hydra" / "overrides.yaml").write_text(yaml.safe_dump(overrides))
-    (job / "metrics.json").write_text(json.dumps(metrics))
 
 
 def _completed(sharding, qcomms, speed, seed=0):
@@ -44,7 +35,7 @@ def nine_jobs(tmp_path):
                 metrics = {"status": "failed", "error": "boom", "error_type": "RuntimeError"}
             else:
                 metrics = _completed(sharding, qcomms, 1000.0 * (number + 1))
-            _job(folder, number, overrides, metrics)
+            write_job(folder, number, overrides, metrics)
             number += 1
     return folder
 
@@ -80,8 +71,8 @@ def test_identical_validation_curves_share_a_labelled_line(tmp_path):
     folder = tmp_path / "sweep"
     for number, qcomms in enumerate(("none", "fp16")):
         metrics = _completed("tablewise", qcomms, 5000.0)
-        _job(folder, number, [f"qcomms={qcomms}"], metrics)
-    _job(folder, 2, ["qcomms=bf16"], _completed("tablewise", "bf16", 9000.0))
+        write_job(folder, number, [f"qcomms={qcomms}"], metrics)
+    write_job(folder, 2, ["qcomms=bf16"], _completed("tablewise", "bf16", 9000.0))
     runs = load_runs([folder])
     assert sorted(report.val_auroc_curves(runs).values()) == [
         ["qcomms=bf16"],

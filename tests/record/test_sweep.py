@@ -8,7 +8,7 @@ import pytest
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 from tensorboard.plugins.hparams import plugin_data_pb2
 
-from conftest import SWEEP_RAN, run_cli
+from conftest import SWEEP_RAN, run_cli, write_job
 from conftest import SWEEP_REFUSED as REFUSED
 from conftest import SWEEP_RUNS as RUNS
 from conftest import SWEEP_TINY as TINY
@@ -94,9 +94,7 @@ def _written_sweep(folder, typed: list[str], jobs: list[tuple[list[str], dict]])
     folder.mkdir()
     (folder / "multirun.yaml").write_text(json.dumps({"hydra": {"overrides": {"task": typed}}}))
     for number, (overrides, metrics) in enumerate(jobs):
-        (folder / str(number) / ".hydra").mkdir(parents=True)
-        (folder / str(number) / ".hydra" / "overrides.yaml").write_text(json.dumps(overrides))
-        (folder / str(number) / "metrics.json").write_text(json.dumps(metrics))
+        write_job(folder, number, overrides, metrics)
     return folder
 
 
@@ -148,10 +146,7 @@ def test_bars_of_separate_run_folders_pool_seeds_and_keep_list_values(tmp_path):
         "c": ["model.table_sizes=[10,20]"],
         "d": ["model.table_sizes=[10,30]"],
     }.items():
-        (tmp_path / name / ".hydra").mkdir(parents=True)
-        (tmp_path / name / ".hydra" / "overrides.yaml").write_text(json.dumps(overrides))
-        (tmp_path / name / "metrics.json").write_text(json.dumps(_completed()))
-        folders.append(tmp_path / name)
+        folders.append(write_job(tmp_path, name, overrides, _completed()))
     pairs = report.bar_pairs(load_runs(folders), "sharding", "qcomms")
     assert {pair: len(pooled) for pair, pooled in pairs.items()} == {
         ("sharding=?", "fp16"): 2,  # seeds 0 and 1: repeats
