@@ -359,3 +359,24 @@ def two_process_runs(tmp_path_factory) -> TwoProcessRuns:
         for name, run_dir, record, cfg in zip(names, dirs, records, cfgs, strict=True)
     }
     return TwoProcessRuns(runs, elastic_folders() - before)
+
+
+def tensorboard_experiment(logdir: Path) -> Any:
+    """The HParams experiment TensorBoard's own HParams backend serves for ``--logdir
+    logdir`` (an ``api_pb2.Experiment``: ``hparam_infos`` differing first, then by name;
+    ``metric_infos``), as its dashboard's first request gets it."""
+    from tensorboard import context
+    from tensorboard.backend.event_processing import data_provider, plugin_event_multiplexer
+    from tensorboard.plugins import base_plugin
+    from tensorboard.plugins.hparams import api_pb2, backend_context, get_experiment
+
+    events = plugin_event_multiplexer.EventMultiplexer()
+    events.AddRunsFromDirectory(str(logdir))
+    events.Reload()
+    provider = data_provider.MultiplexerDataProvider(events, str(logdir))
+    tb = base_plugin.TBContext(data_provider=provider, logdir=str(logdir), multiplexer=events)
+    request = api_pb2.GetExperimentRequest()
+    handler = get_experiment.Handler(
+        context.RequestContext(), backend_context.Context(tb), "", request
+    )
+    return handler.run()

@@ -15,6 +15,7 @@ import math
 import os
 import sys
 from pathlib import Path
+from typing import Any
 
 import hydra
 from hydra.core.hydra_config import HydraConfig
@@ -29,7 +30,12 @@ from dlrm_exp.distributed.submitit_env import adopt_submitit_environment, in_sub
 from dlrm_exp.errors import ConfigError, UserError
 from dlrm_exp.modes import Job, run_mode
 from dlrm_exp.record.run_record import RunMetrics
-from dlrm_exp.record.runs import override_values, run_name, sweep_overrides, swept_keys
+from dlrm_exp.record.runs import (
+    parsed_override_values,
+    run_name,
+    sweep_overrides,
+    swept_keys,
+)
 from dlrm_exp.util.logs import configure_worker_logging, quiet_libraries, to_log_files
 
 log = logging.getLogger("dlrm_exp")
@@ -55,8 +61,7 @@ def hydra_main(raw: DictConfig) -> float | None:
     sweep_dir = Path(hydra_cfg.sweep.dir)
     swept = swept_keys(sweep_overrides(sweep_dir)) + list(hydra_cfg.sweeper.get("params") or {})
     name = run_name(list(hydra_cfg.overrides.task), swept)
-    values = override_values(list(hydra_cfg.overrides.task))
-    job_swept = {key: values[key] for key in swept if key in values}
+    job_swept = parsed_override_values(list(hydra_cfg.overrides.task), swept)
     try:
         return _run(raw, run_dir, sweep_dir / name if swept else None, job_swept)
     except Exception as err:  # one job's failure must not end the sweep
@@ -73,7 +78,7 @@ def _run(
     raw: DictConfig,
     run_dir: Path,
     tensorboard_dir: Path | None,
-    swept: dict[str, str] | None = None,
+    swept: dict[str, Any] | None = None,
 ) -> float | None:
     """Convert the config, run its mode and print the summary; returns the mode's value."""
     check_composed_keys(raw, Config)

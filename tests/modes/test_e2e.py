@@ -9,7 +9,7 @@ import pytest
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 from tensorboard.plugins.hparams import plugin_data_pb2
 
-from conftest import SMALL, compose_cfg
+from conftest import SMALL, compose_cfg, tensorboard_experiment
 from dlrm_exp.data.synthetic import generate
 from dlrm_exp.modes.train import run_train
 
@@ -83,9 +83,10 @@ def test_default_run_is_close_to_bayes_optimal(default_run):
     hparams = start.session_start_info.hparams
     assert hparams["model"].string_value == "tiny" and hparams["sharding"].string_value == "auto"
     assert hparams["batch_size"].number_value == 512
-    experiment = plugin_data_pb2.HParamsPluginData.FromString(content["_hparams_/experiment"])
-    assert "val/auroc" in {m.name.tag for m in experiment.experiment.metric_infos}
-    assert not any(info.differs for info in experiment.experiment.hparam_infos)  # no sweep
+    assert "_hparams_/experiment" not in content  # TensorBoard infers it over --logdir's runs
+    experiment = tensorboard_experiment(tmp_path)
+    assert "val/auroc" in {m.name.tag for m in experiment.metric_infos}
+    assert not any(info.differs for info in experiment.hparam_infos)  # one run
 
 
 @pytest.mark.parametrize(

@@ -10,7 +10,7 @@ import pytest
 import torch
 from torchmetrics.functional.classification import binary_auroc
 
-from conftest import compose_cfg, run_cli, two_process_job
+from conftest import compose_cfg, run_cli, tensorboard_experiment, two_process_job
 from dlrm_exp.config import load_schema_file
 from dlrm_exp.data.synthetic_parquet import SyntheticLayout, write_synthetic_parquet
 from dlrm_exp.loop.checkpoint import CheckpointError
@@ -300,6 +300,9 @@ def test_a_sweep_over_id_policies_reports_table_rows(toy, tmp_path, cli_here):
     assert modulo[at[0]] == managed[at[0]] == "1,756"
     assert modulo[at[1]] == "n/a" and managed[at[1]] == "255"
     assert float(modulo[at[2]]) > 0.5 and float(managed[at[2]]) > 0.5
+    experiment = tensorboard_experiment(tmp_path)  # the swept key: an HParam of its own
+    policy = "data.schema.sparse.user_id.id_policy"
+    assert [info.name for info in experiment.hparam_infos if info.differs] == [policy]
 
 
 def test_a_managed_collision_model_exports_with_its_id_map(toy, tmp_path, cli_here):

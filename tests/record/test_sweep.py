@@ -8,22 +8,28 @@ import pytest
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 from tensorboard.plugins.hparams import plugin_data_pb2
 
-from conftest import SWEEP_RAN, run_cli, write_job
+from conftest import SWEEP_RAN, run_cli, tensorboard_experiment, write_job
 from conftest import SWEEP_REFUSED as REFUSED
 from conftest import SWEEP_RUNS as RUNS
 from conftest import SWEEP_TINY as TINY
 from dlrm_exp.record import report
-from dlrm_exp.record.runs import load_runs, run_name, swept_keys
-from dlrm_exp.record.tracking import swept_hparams
+from dlrm_exp.record.runs import load_runs, parsed_override_values, run_name, swept_keys
+from dlrm_exp.record.tracking import Tracker, swept_hparams
 
 
-def test_run_names_use_the_swept_keys_in_command_order():
+def test_run_names_use_the_swept_keys_in_command_order_and_values_as_parsed():
     swept = swept_keys(["sharding=tablewise,rowwise", "qcomms=none,fp16", "seed=3"])
     assert swept == ["sharding", "qcomms"]
     assert run_name(["seed=3", "qcomms=fp16", "sharding=rowwise"], swept) == (
         "sharding=rowwise,qcomms=fp16"
     )
     assert run_name(["seed=3"], []) == "seed=3"
+    job = ["seed=3", "hardware.nproc_per_node=2", "sharding=rowwise", "train.lr=0.10"]
+    assert parsed_override_values(job, ["sharding", "hardware.nproc_per_node", "train.lr"]) == {
+        "sharding": "rowwise",
+        "hardware.nproc_per_node": 2,  # what a job's HParams get (typed)
+        "train.lr": 0.1,
+    }
 
 
 @pytest.mark.slow
@@ -61,15 +67,13 @@ def test_tensorboard_runs_are_named_by_overrides_with_readable_hparams(record_sw
         assert start.hparams["qcomms"].string_value == "int8"
         assert start.hparams["learning_rate"].number_value == float(lr)
         assert start.hparams["qcomms_ran"].string_value == "FP32"
-        experiment = plugin_data_pb2.HParamsPluginData.FromString(
-            content["_hparams_/experiment"]
-        ).experiment
-        # the swept ones differ: TensorBoard's table shows them among its first 5 columns
-        differs = {info.name for info in experiment.hparam_infos if info.differs}
-        assert differs == {"sharding", "learning_rate", "seed"}  # optimizer.learning_rate's
+        assert "_hparams_/experiment" not in content  # TensorBoard infers it over the runs
         assert "val/auroc" in events.Tags()["scalars"]
         assert "summary/fraction_of_matmul_peak" in events.Tags()["scalars"]
     assert not any((sweep_dir / name).exists() for name in REFUSED)  # refused jobs never trained
+    experiment = tensorboard_experiment(sweep_dir)  # what its HParams table shows first
+    differing = [info.name for info in experiment.hparam_infos if info.differs]
+    assert differing == ["learning_rate", "seed"]  # every row-wise job was refused
 
 
 @pytest.mark.slow
@@ -165,13 +169,48 @@ def test_a_report_without_sent_bytes_removes_an_earlier_bytes_plot(tmp_path, cap
     assert not (tmp_path / "out" / "comm_bytes.png").exists()
 
 
-def test_a_swept_key_marks_its_hparam_or_becomes_one():
+def test_a_swept_key_without_an_hparam_becomes_one_as_parsed():
     hparams = {"sharding": "tablewise", "learning_rate": 0.1, "seed": 0, "world_size": 2}
-    swept = {"sharding": "rowwise", "optimizer.learning_rate": "0.1", "seed": "0",
-             "hardware.nproc_per_node": "2"}  # fmt: skip
-    values, differs = swept_hparams(hparams, swept)
-    assert differs == {"sharding", "learning_rate", "seed", "hardware.nproc_per_node"}
-    assert values == {**hparams, "hardware.nproc_per_node": "2"}  # the others keep their type
+    swept = {"sharding": "rowwise", "optimizer.learning_rate": 0.02, "seed": 1,
+             "hardware.nproc_per_node": 2, "data.paths": ["a", "b"], "x.y": None}  # fmt: skip
+    assert swept_hparams(hparams, swept) == {
+        **hparams,  # their own HParams: the run's values, typed as the config has them
+        "hardware.nproc_per_node": 2,
+        "data.paths": '["a","b"]',
+        "x.y": "null",
+    }
+
+
+def test_tensorboard_infers_one_experiment_over_sweeps_and_single_runs(tmp_path):
+    """No run writes an experiment entry, so TensorBoard's table over a folder of several
+    sweeps and single runs lists every run's HParams, differing ones first, with numeric
+    ranges: not one arbitrary run's list."""
+    base = {"sharding": "tablewise", "learning_rate": 0.1, "seed": 0, "world_size": 1}
+    runs = {
+        "sweep_a/nproc=1": ({**base}, {"hardware.nproc_per_node": 1}),
+        "sweep_a/nproc=2": ({**base, "world_size": 2}, {"hardware.nproc_per_node": 2}),
+        "sweep_b/lr=0.02": ({**base, "learning_rate": 0.02}, {"optimizer.learning_rate": 0.02}),
+        "single": ({**base, "sharding": "rowwise"}, {}),
+    }
+    for name, (hparams, swept) in runs.items():
+        tracker = Tracker(tmp_path / name, enabled=True)
+        tracker.hparams(hparams, {"val/auroc": 0.7}, step=4, swept=swept)
+        tracker.close()
+        events = EventAccumulator(str(tmp_path / name))
+        events.Reload()
+        assert "_hparams_/experiment" not in events.PluginTagToContent("hparams")
+    experiment = tensorboard_experiment(tmp_path)
+    infos = {info.name: info for info in experiment.hparam_infos}
+    differing = [info.name for info in experiment.hparam_infos if info.differs]
+    assert differing == ["hardware.nproc_per_node", "learning_rate", "sharding", "world_size"]
+    assert not infos["seed"].differs
+    nproc = infos["hardware.nproc_per_node"]  # a number: TensorBoard offers a range filter
+    assert (nproc.domain_interval.min_value, nproc.domain_interval.max_value) == (1, 2)
+    assert set(infos["sharding"].domain_discrete.values[i].string_value for i in range(2)) == {
+        "tablewise",
+        "rowwise",
+    }
+    assert "val/auroc" in {m.name.tag for m in experiment.metric_infos}
 
 
 def test_report_refuses_a_path_without_runs(tmp_path, capsys):

@@ -3,6 +3,7 @@
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 
 @dataclass(frozen=True)
@@ -14,14 +15,14 @@ class Job:
         choices: each config group's chosen option (``{"sharding": "rowwise", ...}``).
         tensorboard_dir: where TensorBoard events go (None: ``run_dir``); in a sweep, a folder
             named after the swept overrides so TensorBoard names runs by them.
-        swept: in a sweep, the swept keys and this job's values as typed
-            (``{"sharding": "rowwise", "optimizer.learning_rate": "0.1"}``); empty otherwise.
+        swept: in a sweep, the swept keys and this job's values as Hydra parsed them
+            (``{"sharding": "rowwise", "optimizer.learning_rate": 0.1}``); empty otherwise.
     """
 
     run_dir: Path
     choices: Mapping[str, str | None] = field(default_factory=dict)
     tensorboard_dir: Path | None = None
-    swept: Mapping[str, str] = field(default_factory=dict)
+    swept: Mapping[str, Any] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

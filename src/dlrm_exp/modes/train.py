@@ -96,7 +96,7 @@ def run_train(
     run_dir: Path,
     choices: Mapping[str, str],
     tensorboard_dir: Path | None = None,
-    swept: Mapping[str, str] | None = None,
+    swept: Mapping[str, Any] | None = None,
 ) -> RunMetrics:
     """Train as configured and return the run's record (written as ``metrics.json`` on rank
     0). TensorBoard events go to ``tensorboard_dir`` (default: ``run_dir``); ``swept``: see

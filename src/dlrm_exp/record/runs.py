@@ -51,7 +51,19 @@ def override_values(overrides: Sequence[str]) -> dict[str, str]:
     return {o.key_or_group: o.get_value_element_as_str() for o in parse_overrides(overrides)}
 
 
-def _normalized(value: Any) -> str:
+def parsed_override_values(
+    overrides: Sequence[str], keys: Sequence[str] | None = None
+) -> dict[str, Any]:
+    """``{key: Hydra's parsed value}`` of overrides (only ``keys``, in their order, if given):
+    ``["seed=2", "train.lr=0.10"] -> {"seed": 2, "train.lr": 0.1}`` (int, float, bool, None,
+    str, list or dict)."""
+    parsed = {o.key_or_group: o.value() for o in parse_overrides(overrides)}
+    return parsed if keys is None else {k: parsed[k] for k in keys if k in parsed}
+
+
+def normalized_value(value: Any) -> str:
+    """A parsed override value as canonical text: floats by ``repr`` (``0.10``, ``1e-1`` ->
+    ``0.1``), booleans and null in lower case, lists and dicts as compact sorted JSON."""
     if isinstance(value, bool) or value is None:
         return json.dumps(value)
     if isinstance(value, float):
@@ -66,9 +78,8 @@ def canonical_overrides(overrides: Sequence[str], keys: Sequence[str] | None = N
     the values normalized: Hydra's parsed value, floats by ``repr`` (``0.10``, ``1e-1`` ->
     ``0.1``), booleans and null in lower case, lists as compact JSON. The identity of a
     configuration, independent of typing order."""
-    parsed = {o.key_or_group: o.value() for o in parse_overrides(overrides)}
-    chosen = parsed if keys is None else {k: parsed[k] for k in keys if k in parsed}
-    return ",".join(f"{k}={_normalized(chosen[k])}" for k in sorted(chosen))
+    chosen = parsed_override_values(overrides, keys)
+    return ",".join(f"{k}={normalized_value(chosen[k])}" for k in sorted(chosen))
 
 
 def swept_keys(sweep_overrides: Sequence[str]) -> list[str]:

@@ -1,15 +1,16 @@
-"""TensorBoard: scalars and one HParams entry per run, written with TensorBoard's own writer."""
+"""TensorBoard: scalars, the run's HParams and the Custom Scalars charts, written with
+TensorBoard's own writer."""
 
 import math
 from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
-from tensorboard.compat.proto.summary_pb2 import Summary
-from tensorboard.plugins.hparams import plugin_data_pb2
 from torch.utils.tensorboard import SummaryWriter
 from torch.utils.tensorboard.summary import hparams as hparams_summary
 
 from dlrm_exp.config import Config
+from dlrm_exp.record.runs import normalized_value
 
 Scalar = int | float | str | bool
 
@@ -74,41 +75,27 @@ def _event_file_writer(writer: SummaryWriter) -> object:
     return writer._get_file_writer()
 
 
-def swept_hparams(
-    hparams: Mapping[str, Scalar], swept: Mapping[str, str]
-) -> tuple[dict[str, Scalar], set[str]]:
-    """``hparams`` with a sweep's swept keys (``{key: this job's value as typed}``), and the
-    names of the HParams they make differ: a key is the HParam of its name (``sharding``,
-    ``seed``), else of its last part (``optimizer.learning_rate`` -> ``learning_rate``, typed
-    as the config has it), else an HParam of its own with the value as typed
-    (``hardware.nproc_per_node``)."""
+def swept_hparams(hparams: Mapping[str, Scalar], swept: Mapping[str, Any]) -> dict[str, Scalar]:
+    """``hparams`` with each of a sweep's swept keys (``{key: this job's parsed value}``) that
+    has no HParam added as one of its own: a key is the HParam of its name (``sharding``,
+    ``seed``), else of its last part (``optimizer.learning_rate`` -> ``learning_rate``), else
+    it is added under its key with its value as parsed (``hardware.nproc_per_node=2`` -> 2, a
+    number, so TensorBoard offers a range filter); lists, dicts and null as canonical text."""
     values = dict(hparams)
-    differs = set()
     for key, value in swept.items():
-        name = key if key in hparams else key.rsplit(".", 1)[-1]
-        if name not in hparams:
-            name = key
-            values[key] = value
-        differs.add(name)
-    return values, differs
-
-
-def _mark_differing(experiment: Summary, differs: set[str]) -> Summary:
-    """Torch's HParams ``experiment`` summary with ``differs`` set on the HParams named in
-    ``differs`` (torch's ``hparams()`` leaves it unset for all)."""
-    value = experiment.value[0]
-    data = plugin_data_pb2.HParamsPluginData.FromString(value.metadata.plugin_data.content)
-    for info in data.experiment.hparam_infos:
-        info.differs = info.name in differs
-    value.metadata.plugin_data.content = data.SerializeToString()
-    return experiment
+        if key in hparams or key.rsplit(".", 1)[-1] in hparams:
+            continue
+        scalar = isinstance(value, (bool, int, float, str))
+        values[key] = value if scalar else normalized_value(value)
+    return values
 
 
 class Tracker:
     """TensorBoard event writer for one run folder; a no-op on ranks other than 0.
 
     Scalars: ``train/loss``, ``train/samples_per_sec``, ``lr``, ``val/*``, ``test/*``.
-    HParams: the group choices and key fields, with the final metrics as HParams metrics.
+    HParams: the group choices and key fields (TensorBoard infers the experiment over the
+    runs of ``--logdir``); the final metrics are also scalars (``val/*``, ``summary/*``).
     Custom Scalars: the :data:`CUSTOM_SCALARS` charts.
     """
 
@@ -137,24 +124,24 @@ class Tracker:
         hparams: Mapping[str, Scalar],
         metrics: Mapping[str, float],
         step: int,
-        swept: Mapping[str, str] | None = None,
+        swept: Mapping[str, Any] | None = None,
     ) -> None:
-        """Write one HParams entry (TensorBoard's HParams plugin) into this run's event file,
-        with each metric also logged as a scalar of the same tag at ``step``.
+        """Write this run's HParams (TensorBoard's HParams plugin: the session start and end
+        entries) into its event file, with each metric also logged as a scalar of the same tag
+        at ``step``; ``swept`` (a sweep's swept keys and this job's parsed values) adds the
+        swept keys that have no HParam (:func:`swept_hparams`).
 
-        ``swept`` (a sweep's swept keys and this job's values): marked as the HParams that
-        differ between runs (:func:`swept_hparams`), which TensorBoard's table shows first (it
-        shows 5 of them at first, else in name order: ``sharding`` would be hidden behind
-        ``backward_precision`` and the like). TensorBoard takes one run's experiment for all
-        (with ``--logdir`` at one sweep's folder, they all agree), so it names no value
-        domains: one run knows only its own values."""
+        No experiment entry is written: TensorBoard then infers the experiment from every run
+        under ``--logdir`` (each HParam's type, its values or range, and whether it differs
+        between the runs, which its table shows first), whatever mix of sweeps and single runs
+        the folder holds. A per-run experiment entry would be taken from one arbitrary run for
+        all. The table's metric columns are then the runs' scalar tags."""
         if self.writer is None:
             return
-        values, differs = swept_hparams(hparams, swept or {})
         finite = {k: v for k, v in metrics.items() if v is not None and math.isfinite(v)}
-        exp, ssi, sei = hparams_summary(values, finite)
+        _, start, end = hparams_summary(swept_hparams(hparams, swept or {}), finite)
         file_writer = _event_file_writer(self.writer)
-        for summary in (_mark_differing(exp, differs), ssi, sei):
+        for summary in (start, end):
             file_writer.add_summary(summary)  # type: ignore[attr-defined]
         for tag, value in finite.items():
             self.writer.add_scalar(tag, value, step)
