@@ -91,6 +91,25 @@ def test_ids_hashed_or_refused(tmp_path):
     load_criteo_npy(config(tmp_path, out_of_range=OutOfRange.error), SIZES, 0)
 
 
+@pytest.mark.parametrize("mmap_mode", [False, True])
+def test_out_of_range_ids_are_reported_over_every_day(tmp_path, mmap_mode):
+    for day in range(3):
+        _, sparse, _ = write_day(tmp_path, day, 20, day)
+        sparse %= 100
+        if day == 1:
+            sparse[5, 3] = 150  # cat_3 too high on day 1
+        if day == 2:
+            sparse[7, 3], sparse[0, 9] = -1, 100  # cat_3 negative and cat_9 too high on day 2
+        np.save(tmp_path / f"day_{day}_sparse.npy", sparse)
+    cfg = config(tmp_path, mmap_mode=mmap_mode, out_of_range=OutOfRange.error)
+    with pytest.raises(DataError) as err:
+        load_criteo_npy(cfg, SIZES, 0)
+    assert str(err.value).startswith(
+        "data.path: feature cat_3 has ids in [-1, 150] but its table has 100 rows (out of range "
+        "in 2 of 3 day(s): day_1, day_2; 2 of 26 features out of range)"
+    )
+
+
 def test_bad_folders(tmp_path):
     with pytest.raises(DataError, match="no such folder"):
         load_criteo_npy(config(tmp_path / "nope"), SIZES, 0)

@@ -72,19 +72,42 @@ def _load_day(folder: Path, day: int, mmap: bool) -> tuple[np.ndarray, np.ndarra
     return arrays[0], arrays[1], arrays[2]
 
 
-def _check_range(high: np.ndarray, low: np.ndarray, sizes: np.ndarray) -> None:
+def _id_range(sparse: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
+    """One day's ``(max, min)`` id of each feature, each (26,); None for an empty day."""
+    return (sparse.max(axis=0), sparse.min(axis=0)) if len(sparse) else None
+
+
+def _check_ranges(
+    ranges: list[tuple[np.ndarray, np.ndarray] | None], sizes: np.ndarray, days: list[int]
+) -> None:
+    """Refuse ids outside ``[0, table rows)`` over every day (``ranges``: :func:`_id_range`
+    of each of ``days``), naming the first bad feature's id range over all days, the days
+    that hold its bad ids, and how many features are out of range.
+
+    Raises:
+        DataError: some feature has an id below 0 or at least its table's row count.
+    """
+    held = [(day, r) for day, r in zip(days, ranges, strict=True) if r is not None]
+    if not held:
+        return
+    high = np.max([r[0] for _, r in held], axis=0)
+    low = np.min([r[1] for _, r in held], axis=0)
     bad = np.flatnonzero((high >= sizes) | (low < 0))
-    if len(bad):
-        f = int(bad[0])
-        raise DataError(
-            f"data.path: feature cat_{f} has ids in [{low[f]}, {high[f]}] but its table has "
-            f"{sizes[f]} rows ({len(bad)} feature(s) out of range): set data.out_of_range=hash, "
-            "or preprocess with preprocess.categorical=hash for this model"
-        )
+    if not len(bad):
+        return
+    f = int(bad[0])
+    where = [day for day, (h, lo) in held if h[f] >= sizes[f] or lo[f] < 0]
+    raise DataError(
+        f"data.path: feature cat_{f} has ids in [{low[f]}, {high[f]}] but its table has "
+        f"{sizes[f]} rows (out of range in {len(where)} of {len(held)} day(s): "
+        f"{', '.join(f'day_{d}' for d in where)}; {len(bad)} of {len(sizes)} features out of "
+        "range): set data.out_of_range=hash, or preprocess with preprocess.categorical=hash "
+        "for this model"
+    )
 
 
 def _read_days(
-    loaded: list[Any], table_sizes: list[int], policy: OutOfRange
+    loaded: list[Any], days: list[int], table_sizes: list[int], policy: OutOfRange
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:
     """The days' rows one after the other as the model reads them: dense (N, 13) float32,
     table rows (N, 26) int64 (ids hashed modulo the table sizes, or range-checked, by
@@ -96,9 +119,11 @@ def _read_days(
     concatenation, then the int64 ids and the hashed copy).
 
     Raises:
-        DataError: (``out_of_range=error``) ids are out of range.
+        DataError: (``out_of_range=error``) ids are out of range (checked over every day
+            once all are read: :func:`_check_ranges`).
     """
     rows = [len(day[2]) for day in loaded]
+    ranges = []
     total = sum(rows)
     dense = np.empty((total, NUM_DENSE), dtype=np.float32)
     sparse = np.empty((total, NUM_SPARSE), dtype=np.int64)
@@ -109,8 +134,8 @@ def _read_days(
         day_dense, day_sparse, day_labels = loaded[i]
         loaded[i] = None
         stop = start + count
-        if policy is OutOfRange.error and count:
-            _check_range(day_sparse.max(axis=0), day_sparse.min(axis=0), sizes)
+        if policy is OutOfRange.error:
+            ranges.append(_id_range(day_sparse))
         dense[start:stop] = day_dense
         sparse[start:stop] = day_sparse
         labels[start:stop] = day_labels[:, 0]
@@ -118,6 +143,8 @@ def _read_days(
             np.remainder(sparse[start:stop], sizes, out=sparse[start:stop])
         del day_dense, day_sparse, day_labels  # unmap this day before the next
         start = stop
+    if policy is OutOfRange.error:
+        _check_ranges(ranges, sizes, days)
     return dense, sparse, labels, rows[-1]
 
 
@@ -152,7 +179,7 @@ def load_criteo_npy(
     loaded: list[Any] = [_load_day(folder, d, mmap=True) for d in days]  # nothing read yet
     if cfg.mmap_mode:
         return _mapped_splits(loaded, cfg, table_sizes, days)
-    dense, sparse, labels, last_day_rows = _read_days(loaded, table_sizes, cfg.out_of_range)
+    dense, sparse, labels, last_day_rows = _read_days(loaded, days, table_sizes, cfg.out_of_range)
     train_end, val_end = split_bounds(len(labels), cfg.dataset, last_day_rows)
     if cfg.shuffle_training_set:  # in place: one column's training rows copied at a time
         order = np.random.default_rng(seed).permutation(train_end)
@@ -176,9 +203,7 @@ def _mapped_splits(
     ids are hashed per batch, or their range is checked day by day first."""
     sizes = np.asarray(table_sizes, dtype=np.int64)
     if cfg.out_of_range is OutOfRange.error:
-        for _, sparse, _ in loaded:
-            if len(sparse):
-                _check_range(sparse.max(axis=0), sparse.min(axis=0), sizes)
+        _check_ranges([_id_range(sparse) for _, sparse, _ in loaded], sizes, days)
 
     def ids(rows: np.ndarray) -> np.ndarray:
         return np.asarray(rows, dtype=np.int64) % sizes
