@@ -130,6 +130,13 @@ def test_gzip_named_tsv_is_read_and_binary_or_broken_files_are_refused(tmp_path)
     truncated.write_bytes(disguised.read_bytes()[:-12])
     with pytest.raises(DataError, match=r"cut.tsv: cannot read"):
         read_files([truncated], SCHEMA, 5)
+    damaged = bytearray(
+        gzip.compress(b"".join(row(str(i % 2)).encode() + b"\n" for i in range(200)))
+    )
+    damaged[60:70] = bytes(b ^ 0x55 for b in damaged[60:70])  # zlib.error inside the stream
+    (tmp_path / "damaged.tsv.gz").write_bytes(damaged)
+    with pytest.raises(DataError, match=r"damaged.tsv.gz: cannot read \(Error -3 while decomp"):
+        read_files([tmp_path / "damaged.tsv.gz"], SCHEMA, 5)
     binary = tmp_path / "weights.tsv"
     binary.write_bytes(np.arange(100, dtype=np.float32).tobytes())
     with pytest.raises(DataError, match=r"weights.tsv: not a Criteo TSV text file .*NUL bytes"):
@@ -138,13 +145,18 @@ def test_gzip_named_tsv_is_read_and_binary_or_broken_files_are_refused(tmp_path)
 
 def test_counts_beyond_int32_are_exact_and_beyond_18_digits_skipped(tmp_path):
     """TorchRec's reader parses counts as int32; here they are int64 before log1p, so a count
-    of 2**40 keeps its value, and one of more than 18 digits is a counted ``dense`` skip."""
-    big, huge = str(2**40), "1" * 20
-    path = write(tmp_path / "big.tsv", [row(dense=[big] + ["0"] * 12), row(dense=[huge] * 13)])
+    of 2**40 keeps its value, and one of more than 18 digits (19 may not fit int64) is a
+    counted ``dense`` skip."""
+    big, most = str(2**40), "-" + "9" * 18
+    huge, past_int64 = "1" * 20, "9" * 19  # 19 digits: above int64's 9223372036854775807
+    rows = [row(dense=[big, most] + ["0"] * 11), row(dense=[huge] * 13)]
+    rows += [row(dense=[past_int64] + ["0"] * 12), row(dense=["1" * 19] + ["0"] * 12)]
+    path = write(tmp_path / "big.tsv", rows)
     data, report = read_files([path], SCHEMA, 5)
-    assert len(data) == 1 and report.skipped_by_reason["dense"] == 1
+    assert len(data) == 1 and report.skipped_by_reason["dense"] == 3
     assert data.dense[0, 0].item() == pytest.approx(math.log1p(2**40), rel=1e-7)
-    assert report.first_bad_lines == [f"{path}:2 (dense)"]
+    assert data.dense[0, 1].item() == 0.0  # negative counts clip to 0: parsed, not skipped
+    assert report.first_bad_lines == [f"{path}:{n} (dense)" for n in (2, 3, 4)]
 
 
 def test_fraction_split_in_file_order(tmp_path):

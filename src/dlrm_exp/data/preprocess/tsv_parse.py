@@ -15,6 +15,7 @@ Row rules (shared by ``data=criteo_tsv`` and ``mode=preprocess``):
 """
 
 import gzip
+import zlib
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -137,7 +138,8 @@ def _decimal_slow(buf: np.ndarray, starts: np.ndarray, lengths: np.ndarray) -> t
     digits = chars.astype(np.int64) - ord("0")
     is_digit = (digits >= 0) & (digits <= 9)
     ok = np.all(~inside | is_sign | is_digit, axis=1)
-    ok &= (lengths <= width) & (lengths > negative.astype(lengths.dtype))
+    digit_count = lengths - negative.astype(lengths.dtype)
+    ok &= (digit_count <= width - 1) & (digit_count > 0)  # 18 digits at most: fits int64
     value = np.zeros(len(starts), dtype=np.int64)
     for j in range(width):
         use = inside[:, j] & ~is_sign[:, j]
@@ -351,7 +353,7 @@ def iter_line_chunks(path: Path, block_bytes: int = BLOCK_BYTES) -> Iterator[tup
                 carry = data[cut:]
                 yield data[:cut], line
                 line += data.count(b"\n", 0, cut)
-    except (OSError, EOFError, gzip.BadGzipFile) as err:
+    except (OSError, EOFError, gzip.BadGzipFile, zlib.error) as err:
         raise DataError(f"{path}: cannot read ({err})") from None
 
 
