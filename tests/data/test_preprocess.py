@@ -194,6 +194,19 @@ def test_cli_preprocess_and_its_errors(tmp_path, cli_here):
         ]
     )
     assert no_tsv.returncode == 1 and "data=criteo_tsv" in no_tsv.stderr
+    into_input = cli_here(  # a re-run would read the outputs as TSV input
+        [
+            "mode=preprocess",
+            f"data.path={tmp_path}",
+            f"preprocess.output_dir={tmp_path}/.",
+            f"hydra.run.dir={tmp_path / 'run4'}",
+        ]
+    )
+    assert into_input.returncode == 1 and "Traceback" not in into_input.stderr
+    assert f"preprocess.output_dir={tmp_path}/. is the folder data.path reads" in (
+        into_input.stderr
+    )
+    assert not (tmp_path / "day_0.json").exists()  # refused before writing
 
 
 def test_contiguous_ids_equal_torchrec_sparse_to_contiguous(tmp_path):
