@@ -64,6 +64,13 @@ def test_evaluate_on_one_process_gives_the_training_runs_final_numbers(trained, 
         Job(tmp_path / "t"),
     )
     assert only_test.val == {} and only_test.test["auroc"] == metrics.test["auroc"]
+    record = (run_dir / "metrics.json").read_bytes()  # the training run's
+    into_training = compose_cfg([*DATA, "mode=evaluate", f"checkpoint={run_dir}"])
+    with pytest.raises(ConfigError, match=r"holds another run's metrics.json \(a training"):
+        run_evaluate(into_training, Job(run_dir))
+    assert (run_dir / "metrics.json").read_bytes() == record
+    again = run_evaluate(cfg, Job(tmp_path))  # an earlier evaluation's folder: replaced
+    assert json.loads((tmp_path / "metrics.json").read_text())["val"] == again.val
 
 
 def test_predict_writes_one_probability_per_valid_row_in_order(trained, tmp_path):
@@ -91,6 +98,11 @@ def test_predict_writes_one_probability_per_valid_row_in_order(trained, tmp_path
     folder = compose_cfg([*overrides, f"predict.output={tmp_path}"])
     with pytest.raises(ConfigError, match=r"predict.output=.* is a folder: name the file"):
         run_predict(folder, Job(tmp_path / "again"))  # before loading or scoring anything
+    record = (run_dir / "metrics.json").read_bytes()
+    other_file = compose_cfg([*overrides, f"predict.output={run_dir / 'metrics.json'}"])
+    with pytest.raises(ConfigError, match=r"metrics.json exists and holds no predictions"):
+        run_predict(other_file, Job(tmp_path / "again"))
+    assert (run_dir / "metrics.json").read_bytes() == record
     assert not list(tmp_path.glob("*.partial"))
 
 

@@ -9,6 +9,7 @@ the checkpoint's step). On the data it was trained with, the numbers are the tra
 final ones: the same weights see the same batches.
 """
 
+import json
 import time
 from pathlib import Path
 
@@ -21,6 +22,7 @@ from dlrm_exp.distributed.launch import (
     env_rank,
     process_group,
 )
+from dlrm_exp.errors import ConfigError
 from dlrm_exp.loop.checkpoint import BEST, find_checkpoint, load_model_weights
 from dlrm_exp.loop.evaluate import evaluate, quality
 from dlrm_exp.modes.job import Job, ModeResult
@@ -46,13 +48,38 @@ def run_evaluate(cfg: Config, job: Job) -> EvalMetrics:
 
     Raises:
         CheckpointError: the checkpoint is missing, partial, unreadable or of another model.
+        ConfigError: the run folder holds another mode's ``metrics.json`` (a training run's).
         DataError, InsufficientMemoryError, ConfigError: as in training.
     """
     check_devices(cfg.hardware)
     check_writable(job.run_dir)
+    _keep_other_records(job.run_dir)
     assert cfg.checkpoint is not None  # Config.__post_init__ requires it
     path = find_checkpoint(cfg.checkpoint)
     return run_on_ranks(evaluate_worker, cfg, job, path)
+
+
+def _keep_other_records(run_dir: Path) -> None:
+    """An evaluation writes ``metrics.json`` in its run folder: refuse a folder whose
+    ``metrics.json`` is another mode's record (``hydra.run.dir`` set to the training run's
+    folder), which it would replace.
+
+    Raises:
+        ConfigError: ``run_dir/metrics.json`` exists and is not an evaluation's.
+    """
+    record = run_dir / "metrics.json"
+    if not record.is_file():
+        return
+    try:
+        mode = json.loads(record.read_text()).get("mode")
+    except (ValueError, OSError, AttributeError):
+        mode = None
+    if mode != EvalMetrics.mode:
+        raise ConfigError(
+            f"hydra.run.dir={run_dir} holds another run's metrics.json (a training record): "
+            "mode=evaluate would replace it; leave hydra.run.dir unset (a new folder under "
+            "outputs/) or name another folder"
+        )
 
 
 def evaluate_worker(

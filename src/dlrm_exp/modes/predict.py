@@ -108,11 +108,41 @@ def run(cfg: Config, job: Job) -> ModeResult:
     return ModeResult(summary=summary(report))
 
 
+def _is_predictions(path: Path) -> bool:
+    """Whether ``path`` is a Parquet file with a ``probability`` column (earlier predictions)."""
+    try:
+        return "probability" in pq.read_schema(path).names
+    except (pa.ArrowException, OSError):
+        return False
+
+
+def _check_output(output: Path) -> None:
+    """``predict.output`` is a file this run may write: a new file, or earlier predictions
+    (which it replaces); never a folder, or another file (a run's ``metrics.json``, the input
+    Parquet file) that would be lost.
+
+    Raises:
+        ConfigError: ``output`` is a folder, or an existing file that holds no predictions.
+    """
+    if output.is_dir():
+        raise ConfigError(
+            f"predict.output={output} is a folder: name the file to write, e.g. "
+            f"predict.output={output / 'predictions.parquet'}"
+        )
+    if output.exists() and not _is_predictions(output):
+        raise ConfigError(
+            f"predict.output={output} exists and holds no predictions (a Parquet file with a "
+            "probability column): it would be replaced; name a new file"
+        )
+    check_writable(output.parent)
+
+
 def run_predict(cfg: Config, job: Job) -> dict:
     """Score every valid row of ``data.path`` with ``cfg.checkpoint``; returns the report.
 
     Raises:
-        ConfigError: more than one process asked for (prediction runs on one).
+        ConfigError: more than one process asked for (prediction runs on one), or
+            ``predict.output`` names a folder or a file other than earlier predictions.
         CheckpointError: missing, partial, another model shape, other id policies or id types.
         DataError: an input cannot be read, or no row of it is valid.
     """
@@ -121,14 +151,9 @@ def run_predict(cfg: Config, job: Job) -> dict:
     check_devices(cfg.hardware)
     check_writable(job.run_dir)
     assert cfg.checkpoint is not None
-    path = find_checkpoint(cfg.checkpoint)
     output = Path(cfg.predict.output) if cfg.predict.output else job.run_dir / "predictions.parquet"
-    if output.is_dir():  # found now, not after scoring every row
-        raise ConfigError(
-            f"predict.output={output} is a folder: name the file to write, e.g. "
-            f"predict.output={output / 'predictions.parquet'}"
-        )
-    check_writable(output.parent)
+    _check_output(output)  # found now, not after scoring every row
+    path = find_checkpoint(cfg.checkpoint)
     partial = output.with_name(output.name + ".partial")
     if isinstance(cfg.data, ParquetDataConfig):
         return _run_parquet(cfg, job, path, output, partial)
