@@ -54,6 +54,20 @@ def test_resume_continues_bitwise_and_prunes(tmp_path):
     # 8 steps were left: the warm-up (10 by default) shrinks to half of them, so the resumed
     # job still measures its throughput, over its own steps after that warm-up
     assert resumed.samples_per_sec is not None and resumed.step_time_ms["p50"] is not None
+    # bytes per step over the 8 steps it trained (not over all 32: a quarter)
+    assert resumed.comm_bytes_per_step["input_dist"] == pytest.approx(
+        full.comm_bytes_per_step["input_dist"], rel=0.1
+    )
+    # resumed again where training ended: nothing to train, the measured record is kept
+    record = (tmp_path / "b" / "metrics.json").read_bytes()
+    again = run_train(cfg, tmp_path / "b", {})
+    assert (tmp_path / "b" / "metrics.json").read_bytes() == record
+    assert again.samples_per_sec == resumed.samples_per_sec
+    # from the end in another folder: a record of no trained step measures no bytes or speed
+    ended = compose_cfg([*SMALL, f"train.resume={kept[1]}"])
+    empty = run_train(ended, tmp_path / "c", {})
+    assert empty.steps == 32 and empty.comm_bytes_per_step == {}
+    assert empty.samples_per_sec is None and empty.val == full.val
 
 
 def test_two_identical_runs_give_identical_metrics(tmp_path):
@@ -386,6 +400,10 @@ def test_a_rank_killed_inside_a_save_then_resume_matches_an_uninterrupted_run(
     assert "resumed from" in (resumed.run_dir / "dlrm_exp.log").read_text()
     _same_results(resumed.metrics, uninterrupted[1])
     assert json.loads((resumed.run_dir / "metrics.json").read_text())["val"] == resumed.metrics.val
+    for phase in ("forward", "backward"):  # per step of the 8 steps the resumed job trained
+        assert resumed.metrics.comm_bytes_per_step[phase] == pytest.approx(
+            uninterrupted[1].comm_bytes_per_step[phase], rel=0.01
+        )
     assert [p.name for p in complete_checkpoints(resumed.run_dir)] == ["step_8", "step_16"]
 
 

@@ -193,6 +193,8 @@ class FitResult:
             validation's weights were restored instead (empty otherwise: val / test are the
             final weights').
         steps_per_epoch: training steps of one epoch.
+        steps_trained: the steps this job trained (after a resume, those after the
+            checkpoint's step): what collective bytes per step are counted over.
     """
 
     state: TrainerState
@@ -205,6 +207,7 @@ class FitResult:
     stop_reason: str = END
     final_weights: dict[str, dict[str, float]] = field(default_factory=dict)
     steps_per_epoch: int = 1
+    steps_trained: int = 0
 
 
 #: Called as ``checkpoint(step, state)`` with the pipeline drained.
@@ -312,6 +315,7 @@ class Trainer:
             stop_reason=state.stop_reason or END,
             final_weights=final_weights,
             steps_per_epoch=self.steps_per_epoch,
+            steps_trained=state.step - start,
         )
 
     def _kept_weights_metrics(

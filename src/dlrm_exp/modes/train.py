@@ -11,6 +11,7 @@ launcher; under torchrun the process is already a worker and trains directly.
 """
 
 import itertools
+import json
 import logging
 import time
 from collections.abc import Mapping
@@ -64,9 +65,10 @@ from dlrm_exp.perf.utilization import rank_bound, rank_peak, utilization
 from dlrm_exp.planning.plan_record import PlanRecord, plan_record, plan_text
 from dlrm_exp.planning.tables import table_configs, table_shapes
 from dlrm_exp.record.metric_table import METRICS, QUALITY, split_line
-from dlrm_exp.record.run_record import RunMetrics
+from dlrm_exp.record.run_record import COMPLETED, RunMetrics
 from dlrm_exp.record.tracking import Tracker, run_hparams
 from dlrm_exp.util.files import check_writable, write_json_atomic, write_text_atomic
+from dlrm_exp.util.rank_zero import on_rank_zero
 from dlrm_exp.util.substitution import Substitution
 
 log = logging.getLogger(__name__)
@@ -165,6 +167,9 @@ def train_worker(cfg: Config, job: Job, plan: ShardingPlan | None = None) -> Run
                 best_weights=_BestCheckpoint(saver),
             )
             start = _resume(run, layout, samples_per_step)
+            kept = _finished_record(run, start, trainer.total_steps)
+            if kept is not None:
+                return kept
             with comm.installed():
                 result = trainer.fit(_batch_sources(run), start)
             metrics = _run_metrics(run, result, comm, time.perf_counter() - started)
@@ -235,6 +240,35 @@ def _resume(
     if between and run.ctx.is_main:
         log.warning(between)
     return state
+
+
+def _finished_record(run: _Run, start: TrainerState | None, total_steps: int) -> RunMetrics | None:
+    """The run folder's completed ``metrics.json``, kept, when ``train.resume`` gives a
+    checkpoint where its training ended (the last step, or a stop) and that record is of the
+    same step: a job that trains no step measures no throughput, step time or collective
+    bytes, so it must not replace the record that did (a requeued job that finished after its
+    last checkpoint). None: train (and write a record) as usual."""
+    if start is None or (start.step < total_steps and start.stop_reason is None):
+        return None
+    path = run.job.run_dir / "metrics.json"
+    record = on_rank_zero(lambda: _completed_record(path, start.step))
+    if record is not None and run.ctx.is_main:
+        log.warning(
+            "train.resume: training ended at step %d in this run folder; nothing left to "
+            "train, %s kept (raise train.epochs or train.max_steps to train on)",
+            start.step,
+            path,
+        )
+    return record
+
+
+def _completed_record(path: Path, step: int) -> RunMetrics | None:
+    """The completed training record at ``path`` if it ended at ``step``, else None."""
+    try:
+        record = RunMetrics.from_json(json.loads(path.read_text()))
+    except (OSError, ValueError, TypeError):
+        return None
+    return record if record.status == COMPLETED and record.steps == step else None
 
 
 def between_evictions(step: int, managed: Mapping[str, ManagedCollision]) -> str | None:
@@ -336,7 +370,7 @@ def _run_metrics(
     """The run's record. Collective bytes and peak memory are gathered from every rank (a
     collective: every rank calls it)."""
     state = result.state
-    per_step = comm.per_step(state.step)
+    per_step = comm.per_step(result.steps_trained)  # the steps this job measured
     phases = ("forward", "backward", "input_dist")
     totals = torch.tensor([per_step[k] for k in phases])
     memory: list[Any] = [None] * dist.get_world_size()
@@ -353,7 +387,9 @@ def _run_metrics(
         train_seconds=result.train_seconds,
         wall_seconds=wall_seconds,
         peak_memory_gib=memory[run.ctx.rank]["rss"],  # this rank's, as gathered
-        comm_bytes_per_step=dict(zip(phases, totals.tolist(), strict=True)),
+        comm_bytes_per_step=(
+            dict(zip(phases, totals.tolist(), strict=True)) if result.steps_trained else {}
+        ),
         peak_memory_gib_per_rank=memory,
         step_time_ms=step_time_ms(result.step_seconds),
         final_train_loss=state.final_train_loss,
@@ -418,8 +454,8 @@ def _final_scalars(metrics: RunMetrics) -> dict[str, float | None]:
         **{f"val/{q.key}": metrics.val[q.key] for q in QUALITY},
         **{f"test/{q.key}": metrics.test[q.key] for q in QUALITY},
         "summary/samples_per_sec": metrics.samples_per_sec,
-        "summary/forward_comm_bytes_per_step": metrics.comm_bytes_per_step["forward"],
-        "summary/backward_comm_bytes_per_step": metrics.comm_bytes_per_step["backward"],
+        "summary/forward_comm_bytes_per_step": metrics.comm_bytes_per_step.get("forward"),
+        "summary/backward_comm_bytes_per_step": metrics.comm_bytes_per_step.get("backward"),
         "summary/peak_memory_gib_max_rank": metrics.peak_rss_gib_max_rank,
         "summary/fraction_of_matmul_peak": metrics.utilization.get("fraction_of_matmul_peak"),
     }

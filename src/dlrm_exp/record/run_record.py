@@ -35,7 +35,8 @@ class RunMetrics:
         wall_seconds: wall seconds of the whole run on rank 0 (data, build, train, evaluate).
         peak_memory_gib: rank 0's peak resident set, GiB.
         comm_bytes_per_step: embedding collective bytes per training step, all ranks summed,
-            by ``forward`` / ``backward`` / ``input_dist``.
+            by ``forward`` / ``backward`` / ``input_dist``, over the steps this job trained
+            (after a resume, those after the checkpoint); empty when it trained none.
         peak_memory_gib_per_rank: per rank ``rss`` (and on CUDA ``cuda_allocated`` /
             ``cuda_reserved``), GiB.
         step_time_ms: ``p50`` / ``p90`` / ``mean`` of per-step wall times after warm-up, ms.
