@@ -162,6 +162,31 @@ def test_a_run_resumed_after_the_best_checkpoint_stops_at_the_same_step_bitwise(
     assert resumed.final_weights == metrics.final_weights
 
 
+def test_a_run_resumed_from_another_runs_checkpoint_holds_the_best_weights_it_reports(
+    overfit, tmp_path
+):
+    """Resumed into a new folder from a checkpoint after the best validation, the run's best
+    weights are the other run's ``checkpoints/best``: linked into this folder, so evaluating
+    this folder scores the weights its record reports (not its final ones)."""
+    run_dir, metrics = overfit
+    after_best = run_dir / "checkpoints" / f"step_{metrics.best_step + 32}"
+    resumed_dir = tmp_path / "resumed"
+    cfg = compose_cfg([*OVERFIT, f"train.resume={after_best}"])
+    resumed = run_train(cfg, resumed_dir, {})
+    assert resumed.weights == "best" and resumed.test == metrics.test
+    best = resumed_dir / "checkpoints" / "best"
+    assert (best / ".metadata").stat().st_ino == (
+        run_dir / "checkpoints" / "best" / ".metadata"
+    ).stat().st_ino  # linked, not written again
+    state = json.loads((resumed_dir / "checkpoints" / f"step_{metrics.steps}" /
+                        "trainer_state.json").read_text())  # fmt: skip
+    assert state["best_checkpoint"] == str(best)
+    scored = run_evaluate(
+        compose_cfg([*OVERFIT, "mode=evaluate", f"checkpoint={resumed_dir}"]), Job(tmp_path)
+    )
+    assert scored.step == metrics.best_step and scored.test == resumed.test
+
+
 def test_evaluate_on_the_run_folder_uses_the_best_weights_and_says_so(overfit, tmp_path):
     """Also: the periodic checkpoint of the best validation's step holds the same files,
     hard-linked, not written twice, and evaluates to the same numbers."""

@@ -266,10 +266,38 @@ def _link_dcp_files(source: Path, target: Path) -> None:
     """Hard-link (else copy) what DCP wrote into checkpoint ``source`` (its ``.metadata`` and
     every rank's ``*.distcp`` files, FileSystemWriter's names) into the folder ``target``."""
     for path in [source / ".metadata", *source.glob("*.distcp")]:
-        try:
-            (target / path.name).hardlink_to(path)
-        except OSError:  # another file system, or one without hard links
-            shutil.copy2(path, target / path.name)
+        _link_or_copy(path, target / path.name)
+
+
+def adopt_best(source: Path, run_dir: Path, is_main: bool) -> Path:
+    """Make the best validation's checkpoint ``source`` this run's ``checkpoints/best`` (a
+    collective: every rank calls it). A run resumed from another run's checkpoint keeps that
+    run's best weights in that run's folder; linked (else copied) here, this folder holds the
+    weights its record reports, and ``checkpoint=<this run>`` (evaluate, predict, export)
+    takes them. Returns this run's ``best``; ``source`` unchanged when it is already this
+    run's, or not a complete checkpoint (the end of training then reports the final weights,
+    with a warning)."""
+    final = run_dir / CHECKPOINTS / BEST
+    own = {final.resolve(), _replaced(final).resolve()}
+    if source.resolve() in own or not _is_complete(source):
+        return source
+    if is_main:
+        partial = final.with_name(final.name + ".partial")
+        shutil.rmtree(partial, ignore_errors=True)
+        partial.mkdir(parents=True)
+        for path in source.iterdir():
+            if path.is_file():
+                _link_or_copy(path, partial / path.name)
+        _replace_folder(partial, final)
+    dist.barrier()
+    return final
+
+
+def _link_or_copy(path: Path, target: Path) -> None:
+    try:
+        target.hardlink_to(path)
+    except OSError:  # another file system, or one without hard links
+        shutil.copy2(path, target)
 
 
 def _replaced(path: Path) -> Path:

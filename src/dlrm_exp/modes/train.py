@@ -41,6 +41,7 @@ from dlrm_exp.loop.checkpoint import (
     BEST,
     CheckpointError,
     CheckpointLayout,
+    adopt_best,
     best_checkpoint,
     load_checkpoint,
     load_model_weights,
@@ -236,6 +237,9 @@ def _resume(
         saved, resume_step(saved, samples_per_step, run.ctx.world_size)
     )
     log.info("resumed from %s at step %d", path, state.step)
+    if run.cfg.train.keep_best and state.best_checkpoint:  # another run's best: held here too
+        best = adopt_best(Path(state.best_checkpoint), run.job.run_dir, run.ctx.is_main)
+        state.best_checkpoint = str(best)
     between = between_evictions(int(saved["step"]), run.cfg.model.managed_tables)
     if between and run.ctx.is_main:
         log.warning(between)
