@@ -33,8 +33,7 @@ from dlrm_exp.record.run_record import RunMetrics
 from dlrm_exp.record.runs import (
     parsed_override_values,
     run_name,
-    sweep_overrides,
-    swept_keys,
+    saved_swept_keys,
 )
 from dlrm_exp.util.logs import configure_worker_logging, quiet_libraries, to_log_files
 
@@ -59,7 +58,7 @@ def hydra_main(raw: DictConfig) -> float | None:
             print(f"Error: {err}", file=sys.stderr)
             sys.exit(1)
     sweep_dir = Path(hydra_cfg.sweep.dir)
-    swept = swept_keys(sweep_overrides(sweep_dir)) + list(hydra_cfg.sweeper.get("params") or {})
+    swept = saved_swept_keys(sweep_dir)
     name = run_name(list(hydra_cfg.overrides.task), swept)
     job_swept = parsed_override_values(list(hydra_cfg.overrides.task), swept)
     try:

@@ -13,6 +13,7 @@ from conftest import SWEEP_REFUSED as REFUSED
 from conftest import SWEEP_RUNS as RUNS
 from conftest import SWEEP_TINY as TINY
 from dlrm_exp.record import report
+from dlrm_exp.record.compare import config_stats
 from dlrm_exp.record.runs import load_runs, parsed_override_values, run_name, swept_keys
 from dlrm_exp.record.tracking import Tracker, swept_hparams
 
@@ -104,6 +105,29 @@ def _written_sweep(folder, typed: list[str], jobs: list[tuple[list[str], dict]])
 
 def _completed(**extra):
     return {"status": "completed", "val": {"auroc": 0.7}, "samples_per_sec": 1000.0, **extra}
+
+
+def test_a_presets_swept_keys_count_beside_the_command_lines(tmp_path):
+    """``-m experiment=<preset sweeping learning rates> seed=0,1``: runs are named, and
+    grouped into configurations, by the preset's ``hydra.sweeper.params`` keys too (with
+    only the command line's, four runs of two learning rates were two seeds of one)."""
+    jobs = [
+        ([f"optimizer.learning_rate={lr}", f"seed={seed}", "experiment=lrs"], _completed())
+        for lr in ("0.1", "0.2")
+        for seed in (0, 1)
+    ]
+    sweep = _written_sweep(tmp_path / "sweep", ["experiment=lrs", "seed=0,1"], jobs)
+    saved = json.loads((sweep / "multirun.yaml").read_text())
+    saved["hydra"]["sweeper"] = {"params": {"optimizer.learning_rate": "0.1,0.2"}}
+    (sweep / "multirun.yaml").write_text(json.dumps(saved))
+    runs = load_runs([sweep])
+    assert [r.name for r in runs] == [
+        f"seed={seed},optimizer.learning_rate={lr}" for lr in ("0.1", "0.2") for seed in (0, 1)
+    ]
+    assert [r.config for r in runs] == ["optimizer.learning_rate=0.1"] * 2 + [
+        "optimizer.learning_rate=0.2"
+    ] * 2
+    assert [len(s.seeds) for s in config_stats(runs)] == [2, 2]
 
 
 def test_report_draws_the_bytes_that_collectives_sent(tmp_path, capsys):

@@ -95,12 +95,17 @@ def run_name(job_overrides: Sequence[str], swept: Sequence[str]) -> str:
     return ",".join(f"{k}={values[k]}" for k in keys)
 
 
-def sweep_overrides(sweep_dir: Path) -> list[str]:
-    """The command-line overrides of the multirun saved in ``sweep_dir/multirun.yaml``."""
+def saved_swept_keys(sweep_dir: Path) -> list[str]:
+    """The keys a multirun swept, from its ``multirun.yaml``: those swept on the command line
+    (:func:`swept_keys`, in order), then those of the sweeper's ``params`` (an experiment
+    preset's ``hydra.sweeper.params``) not already named. Empty without the file."""
     saved = sweep_dir / "multirun.yaml"
     if not saved.is_file():
         return []
-    return list(OmegaConf.load(saved).hydra.overrides.task)
+    hydra_cfg = OmegaConf.load(saved).hydra
+    keys = swept_keys(list(hydra_cfg.overrides.task))
+    params = OmegaConf.select(hydra_cfg, "sweeper.params") or {}
+    return list(dict.fromkeys([*keys, *params]))
 
 
 def varying_keys(jobs_overrides: Sequence[Sequence[str]]) -> list[str]:
@@ -158,7 +163,7 @@ def load_runs(paths: Iterable[Path]) -> list[RunRecord]:
         jobs = sorted((p for p in path.iterdir() if (p / ".hydra").is_dir()), key=_job_number)
         if jobs:
             overrides = [_job_overrides(job) for job in jobs]
-            swept = swept_keys(sweep_overrides(path)) or varying_keys(overrides)
+            swept = saved_swept_keys(path) or varying_keys(overrides)
             runs.extend(
                 _record(job, swept, job_overrides)
                 for job, job_overrides in zip(jobs, overrides, strict=True)
