@@ -107,6 +107,16 @@ def _completed(**extra):
     return {"status": "completed", "val": {"auroc": 0.7}, "samples_per_sec": 1000.0, **extra}
 
 
+def test_a_plan_sweep_lists_its_jobs_and_succeeds(tmp_path, cli_here):
+    """mode=plan writes plan files, no metrics.json: its jobs are not "missing"."""
+    sweep = tmp_path / "plans"
+    done = cli_here(["-m", "mode=plan", "sharding=rowwise,tablewise", f"hydra.sweep.dir={sweep}"])
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    assert "mode=plan: 2 jobs, each one's files in its folder:" in done.stdout
+    assert f"- sharding=tablewise: {sweep / '1'}" in done.stdout
+    assert (sweep / "1" / "plan.json").is_file() and "missing" not in done.stdout
+
+
 def test_a_presets_swept_keys_count_beside_the_command_lines(tmp_path):
     """``-m experiment=<preset sweeping learning rates> seed=0,1``: runs are named, and
     grouped into configurations, by the preset's ``hydra.sweeper.params`` keys too (with

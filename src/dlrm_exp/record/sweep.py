@@ -19,7 +19,7 @@ from dlrm_exp.record.compare import (
     write_stats,
 )
 from dlrm_exp.record.metric_table import METRICS, fmt
-from dlrm_exp.record.run_record import COMPLETED
+from dlrm_exp.record.run_record import COMPLETED, FAILED
 from dlrm_exp.record.run_values import write_run_values
 from dlrm_exp.record.runs import RunRecord, load_runs
 from dlrm_exp.util.files import write_csv_atomic, write_text_atomic
@@ -107,14 +107,39 @@ def write_summary(
     return rows
 
 
+#: The modes whose jobs write a ``metrics.json`` of measurements, which the summary tabulates.
+#: The others (``plan``, ``verify``, ``predict``, ``export``, ``preprocess``) write their own
+#: files; only a failed job leaves a ``metrics.json`` (``status: failed``).
+RECORDING_MODES = ("train", "evaluate")
+
+
+def _list_outputs(runs: Sequence[RunRecord], mode: str) -> None:
+    """A sweep of a mode that records no measurements: each job's folder, or its error; ends
+    the process with exit status 1 if a job failed."""
+    failed = [run for run in runs if run.status == FAILED]
+    print(f"mode={mode}: {len(runs)} jobs, each one's files in its folder:")
+    for run in runs:
+        error = f" (failed: {run.metrics.error})" if run.status == FAILED else ""
+        print(f"- {run.name}: {run.path}{error}")
+    if failed:
+        print(f"{len(failed)} of {len(runs)} jobs failed: {', '.join(r.name for r in failed)}")
+        raise SystemExit(1)
+
+
 class SweepSummary(Callback):
     """Hydra callback: at the end of a multirun, summarise every job of the sweep folder and
     print the table; if a job did not complete, end the process with exit status 1 (after
-    Hydra finished the sweep, so every job ran)."""
+    Hydra finished the sweep, so every job ran). A sweep of a mode that records no
+    measurements (``mode=plan`` and the like) lists its jobs' folders instead."""
 
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
         sweep_dir = Path(config.hydra.sweep.dir)
         runs = load_runs([sweep_dir])
+        chosen = config.get("mode", "train")
+        mode = str(getattr(chosen, "value", chosen))  # the Mode enum of the structured config
+        if mode not in RECORDING_MODES:
+            _list_outputs(runs, mode)
+            return
         try:
             stats = config_stats(runs)
         except ValueError as err:  # two runs of one configuration with one seed
