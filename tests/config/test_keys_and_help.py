@@ -32,6 +32,10 @@ def test_an_appended_key_is_refused_after_compose():
         check_composed_keys(compose_raw(["+train.lr=0.1"]), Config)
     with pytest.raises(ConfigError, match="unknown config key data.nope"):
         check_composed_keys(compose_raw(["++data.nope=1"]), Config)
+    # a key of another data option: named as such, not suggested as its own fix
+    other_option = r"data.path does not apply to the chosen data option \(SyntheticDataConfig\)"
+    with pytest.raises(ConfigError, match=other_option):
+        check_composed_keys(compose_raw(["+data.path=foo"]), Config)
 
 
 def test_known_keys_and_open_maps_pass():

@@ -155,6 +155,16 @@ def check_composed_keys(raw: DictConfig, root: type) -> None:
         ConfigError: the first unknown key, naming the closest known one.
     """
     unknown = list(_node_keys(raw, ""))
-    if unknown:
-        known, _ = schema_keys(root)
-        raise unknown_key_error(unknown[0], known)
+    if not unknown:
+        return
+    known, _ = schema_keys(root)
+    key = unknown[0]
+    if key in known:  # a key of another option of its group (data.path with data=synthetic)
+        parent = key.rsplit(".", 1)[0]
+        chosen = OmegaConf.get_type(OmegaConf.select(raw, parent))
+        name = chosen.__name__ if chosen is not None else parent
+        raise ConfigError(
+            f"config key {key} does not apply to the chosen {parent} option ({name}): choose "
+            f"an option that has it ({parent}=<option>; python -m dlrm_exp --help lists them)"
+        )
+    raise unknown_key_error(key, known)
