@@ -22,6 +22,7 @@ def run(cfg: Config, job: Job) -> ModeResult:
             ``preprocess.output_dir`` is a folder ``data.path`` names.
     """
     assert isinstance(cfg.data, CriteoTsvDataConfig)  # Config.__post_init__ checked it
+    assert cfg.preprocess.output_dir  # Config.__post_init__ requires it for mode=preprocess
     _refuse_output_among_inputs(cfg.data.path, cfg.preprocess.output_dir)
     if cfg.preprocess.format is PreprocessFormat.parquet:
         return _to_parquet(cfg, job)
@@ -30,14 +31,14 @@ def run(cfg: Config, job: Job) -> ModeResult:
     return ModeResult(summary=summary_lines(report))
 
 
-def _refuse_output_among_inputs(data_paths: list[str], output_dir: str | None) -> None:
+def _refuse_output_among_inputs(data_paths: list[str], output_dir: str) -> None:
     """A folder named in ``data.path`` is read whole (every file in it), so outputs written
     there would be read as input by the next run.
 
     Raises:
         DataError: ``output_dir`` is one of the folders ``data_paths`` names.
     """
-    out = Path(output_dir or ".").expanduser().resolve()
+    out = Path(output_dir).expanduser().resolve()
     for raw in data_paths:
         if Path(raw).expanduser().resolve() == out:
             raise DataError(

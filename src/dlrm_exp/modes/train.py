@@ -11,7 +11,6 @@ launcher; under torchrun the process is already a worker and trains directly.
 """
 
 import itertools
-import json
 import logging
 import time
 from collections.abc import Mapping
@@ -269,7 +268,7 @@ def _finished_record(run: _Run, start: TrainerState | None, total_steps: int) ->
 def _completed_record(path: Path, step: int) -> RunMetrics | None:
     """The completed training record at ``path`` if it ended at ``step``, else None."""
     try:
-        record = RunMetrics.from_json(json.loads(path.read_text()))
+        record = RunMetrics.read(path)
     except (OSError, ValueError, TypeError):
         return None
     return record if record.status == COMPLETED and record.steps == step else None

@@ -4,6 +4,7 @@ A completed run holds every field; a failed job of a sweep holds only ``status: 
 ``error`` and ``error_type``. JSON keys equal the field names, in this order.
 """
 
+import json
 from collections import Counter
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
@@ -191,6 +192,15 @@ class RunMetrics:
         keys (from newer versions) are ignored."""
         known = {f.name for f in fields(cls)}
         return cls(**{k: v for k, v in content.items() if k in known})
+
+    @classmethod
+    def read(cls, path: Path) -> "RunMetrics":
+        """The record in the ``metrics.json`` at ``path`` (:meth:`from_json`).
+
+        Raises:
+            OSError: it cannot be read. ValueError: it is not JSON. TypeError: not an object.
+        """
+        return cls.from_json(json.loads(path.read_text()))
 
     def write(self, path: Path) -> None:
         """Write ``metrics.json`` atomically (a crash never leaves a partial file)."""

@@ -176,9 +176,7 @@ def load_runs(paths: Iterable[Path]) -> list[RunRecord]:
 def _record(run_dir: Path, swept: Sequence[str], overrides: list[str]) -> RunRecord:
     metrics_file = run_dir / "metrics.json"
     metrics = (
-        RunMetrics.from_json(json.loads(metrics_file.read_text()))
-        if metrics_file.is_file()
-        else RunMetrics(status=MISSING)
+        RunMetrics.read(metrics_file) if metrics_file.is_file() else RunMetrics(status=MISSING)
     )
     name = run_name(overrides, swept) if overrides else run_dir.name
     others = [k for k in swept if k != SEED]
