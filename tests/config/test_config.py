@@ -173,6 +173,20 @@ RULES = [
         r"must leave rows to train on",
     ),
     (["hardware.ddr_cap=0"], r"hardware.ddr_cap must be positive"),
+    (["qcomms=fp16", "qcomms.forward_loss_scale=0"], r"qcomms.forward_loss_scale must be positive"),
+    (
+        ["qcomms=fp16_bf16", "qcomms.backward_loss_scale=-2"],
+        r"qcomms.backward_loss_scale must be positive",
+    ),
+    (
+        ["qcomms=fp8", "qcomms.backward_loss_scale=128"],
+        r"qcomms.backward_loss_scale=128.0 applies only to an fp16 or bf16 codec .* but "
+        r"qcomms.backward_precision is fp8: set qcomms.backward_loss_scale=null",
+    ),
+    (
+        ["qcomms=none", "qcomms.forward_loss_scale=8"],
+        r"qcomms.forward_precision is fp32 \(null\)",
+    ),
     (["hardware.backend=nccl"], r"backend=nccl needs CUDA devices: set hardware.backend=gloo"),
     (["train.batch_size=0"], r"train.batch_size must be positive"),
     (["mode=preprocess", "preprocess.output_dir=x"], r"data=criteo_tsv data.path=<files>"),
