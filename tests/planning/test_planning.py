@@ -218,3 +218,29 @@ def test_fp16_tables_are_planned_with_the_fused_optimizers_fp32_state():
     result = plan_job(capped, _meta_model(capped))
     largest = max(e.hbm_bytes for e in result.estimates)
     assert largest >= result.storage.total_bytes / 8  # the state counted in full
+
+
+@pytest.mark.parametrize(
+    "order", [["row_wise", "table_row_wise"], ["table_row_wise", "row_wise"]], ids=["rw", "twrw"]
+)
+def test_a_tie_goes_to_the_sharding_type_listed_first(order):
+    """On one host ``row_wise`` and ``table_row_wise`` cost the same. TorchRec intersects the
+    listed types as sets, so the winner followed the hash seed (``sharding=auto`` planned
+    either, run to run); the planner now keeps the constraint's order in every process."""
+    from torchrec.distributed.planner import ParameterConstraints
+
+    from dlrm_exp.distributed.sharder import job_sharders
+    from dlrm_exp.planning.plan_record import plan_sharding_types
+    from dlrm_exp.planning.planner import build_planner
+    from dlrm_exp.planning.topology import build_topology
+
+    cfg = compose_cfg(["sharding=auto", "hardware.ddr_cap=1"])
+    capacity = memory_capacity(cfg.hardware, 2)
+    topology = build_topology(cfg.hardware, 2, 2, capacity)
+    constraints = {
+        table.name: ParameterConstraints(sharding_types=order, compute_kernels=["fused"])
+        for table in table_configs(cfg.model)
+    }
+    planner = build_planner(topology, constraints, 128, optimizer=SparseOptimizer.rowwise_adagrad)
+    sharders = job_sharders(cfg.qcomms, stochastic_rounding=True)
+    assert plan_sharding_types(planner.plan(_meta_model(cfg), sharders)) == {order[0]}

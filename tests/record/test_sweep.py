@@ -45,6 +45,7 @@ def test_failed_job_is_recorded_and_the_sweep_goes_on(record_sweep):
     assert "not supported on gloo" in rows[6]["error"]
     assert all(0.5 < float(r["val_auroc"]) < 1 for r in rows[:6])
     assert {r["qcomms_ran"] for r in rows[:6]} == {"FP32"}  # one process: nothing quantized
+    assert [r["sharding_ran"] for r in rows] == ["table_wise"] * 6 + [""] * 6
     assert [r["substituted"] for r in rows] == ["qcomms: no embedding collective"] * 6 + [""] * 6
     failed = json.loads((sweep_dir / "6" / "metrics.json").read_text())
     assert failed["status"] == "failed" and failed["error_type"] == "ConfigError"

@@ -420,6 +420,7 @@ def _run_metrics(
         profile=profile_files(run.job.run_dir) if run.cfg.train.profile and run.ctx.is_main else [],
         effective_qcomms=run.experiment.effective_qcomms,
         table_data_types=run.experiment.table_data_types,
+        table_sharding_types={name: t.sharding_type for name, t in run.plan_data.tables.items()},
         table_rows={t.name: t.num_embeddings for t in table_configs(run.cfg.model)},
         managed_rows_held=held,
         substitutions=[s.to_json() for s in run.experiment.substitutions],

@@ -13,7 +13,13 @@ from torchrec.distributed.planner.shard_estimators import (
 )
 from torchrec.distributed.planner.stats import EmbeddingStats
 from torchrec.distributed.planner.storage_reservations import FixedPercentageStorageReservation
-from torchrec.distributed.planner.types import PlannerError, PlannerErrorType, Stats, Topology
+from torchrec.distributed.planner.types import (
+    PlannerError,
+    PlannerErrorType,
+    ShardingOption,
+    Stats,
+    Topology,
+)
 from torchrec.distributed.types import ModuleSharder, ShardingPlan
 
 from dlrm_exp.config import EmbeddingDataType, SparseOptimizer
@@ -31,6 +37,44 @@ STORAGE_RESERVATION = 0.15
 def usable_bytes(per_rank: int) -> float:
     """What a rank of ``per_rank`` bytes leaves the tables after the planner's reservation."""
     return per_rank * (1 - STORAGE_RESERVATION)
+
+
+class OrderedEmbeddingEnumerator(EmbeddingEnumerator):
+    """TorchRec's ``EmbeddingEnumerator`` whose sharding options follow the order of each
+    table's constrained ``sharding_types``.
+
+    TorchRec intersects a table's constrained types with the sharder's as Python sets, so
+    their order, and with it the planner's choice between options of equal estimated cost
+    (``row_wise`` and ``table_row_wise`` on one host), followed the process's string hash
+    seed: ``sharding=auto`` gave ``row_wise`` with ``PYTHONHASHSEED=0`` and
+    ``table_row_wise`` with ``2``. Sorted, a tie goes to the type listed first (the
+    sharder's order), in every process.
+    """
+
+    def __init__(
+        self,
+        *,
+        topology: Topology,
+        batch_size: int,
+        constraints: dict[str, ParameterConstraints],
+        estimator: list,
+    ) -> None:
+        super().__init__(
+            topology=topology, batch_size=batch_size, constraints=constraints, estimator=estimator
+        )
+        self._type_order = {name: list(c.sharding_types or []) for name, c in constraints.items()}
+
+    def enumerate(
+        self, module: torch.nn.Module, sharders: list[ModuleSharder[torch.nn.Module]]
+    ) -> list[ShardingOption]:
+        options = super().enumerate(module, sharders)
+        tables = {option.fqn: i for i, option in reversed(list(enumerate(options)))}
+
+        def position(option: ShardingOption) -> tuple[int, int]:
+            order, kind = self._type_order.get(option.name, []), option.sharding_type
+            return tables[option.fqn], order.index(kind) if kind in order else len(order)
+
+        return sorted(options, key=position)
 
 
 def build_planner(
@@ -53,7 +97,7 @@ def build_planner(
     return EmbeddingShardingPlanner(
         topology=topology,
         batch_size=batch_size,
-        enumerator=EmbeddingEnumerator(
+        enumerator=OrderedEmbeddingEnumerator(
             topology=topology, batch_size=batch_size, constraints=constraints, estimator=estimators
         ),
         constraints=constraints,
@@ -154,10 +198,10 @@ def plan_or_explain(
 ) -> ShardingPlan:
     """Plan on rank 0 and broadcast the plan, or the planner's error, to every rank.
 
-    The planner is not guaranteed to give the same plan in every process (``auto`` was seen to
-    differ), so one rank decides. Broadcasting the error too means a plan that fails raises on
-    every rank instead of leaving peers waiting for a plan. Without a process group (the
-    parent's pre-flight, ``mode=plan``) it simply plans.
+    Its ties are ordered (:class:`OrderedEmbeddingEnumerator`), but nothing in TorchRec
+    promises the same plan in every process, so one rank decides. Broadcasting the error too
+    means a plan that fails raises on every rank instead of leaving peers waiting for a plan.
+    Without a process group (the parent's pre-flight, ``mode=plan``) it simply plans.
 
     Raises:
         InsufficientMemoryError: no placement fits; the message is ``explain_memory()``.

@@ -6,6 +6,7 @@ A completed run holds every field; a failed job of a sweep holds only ``status: 
 
 import json
 from collections import Counter
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
@@ -82,6 +83,9 @@ class RunMetrics:
             (every collective FP32).
         table_data_types: each table's weight dtype as allocated (``{table: "fp16"}``), read
             back from rank 0's sharded model (``model.embedding_data_type``).
+        table_sharding_types: each table's sharding type as planned and run
+            (``{table: "row_wise"}``, TorchRec's ``ShardingType`` strings; the planner's choice
+            with ``sharding=auto``).
         table_rows: each table's rows (``{table: num_embeddings}``, after the cap).
         managed_rows_held: for each managed-collision table (``id_policy=managed_collision``),
             the rows holding a raw id of their own at the end of training, all ranks.
@@ -128,6 +132,7 @@ class RunMetrics:
     profile: list[str] = field(default_factory=list)
     effective_qcomms: dict[str, dict[str, str]] = field(default_factory=dict)
     table_data_types: dict[str, str] = field(default_factory=dict)
+    table_sharding_types: dict[str, str] = field(default_factory=dict)
     table_rows: dict[str, int] = field(default_factory=dict)
     managed_rows_held: dict[str, int] = field(default_factory=dict)
     substitutions: list[dict[str, str]] = field(default_factory=list)
@@ -149,10 +154,13 @@ class RunMetrics:
     def tables_ran(self) -> str:
         """The table weight dtypes in one cell: ``fp16``, or ``fp16 x 25, fp32 x 1`` when they
         differ; ``""`` for a record without them."""
-        counts = sorted(Counter(self.table_data_types.values()).items(), key=lambda kv: -kv[1])
-        if len(counts) == 1:
-            return counts[0][0]
-        return ", ".join(f"{dtype} x {n}" for dtype, n in counts)
+        return _counted(self.table_data_types.values())
+
+    @property
+    def sharding_ran(self) -> str:
+        """The tables' sharding types in one cell: ``row_wise``, or ``table_column_wise x 25,
+        table_wise x 1`` when they differ; ``""`` for a record without them."""
+        return _counted(self.table_sharding_types.values())
 
     @property
     def substituted(self) -> str:
@@ -236,3 +244,12 @@ class EvalMetrics:
     def write(self, path: Path) -> None:
         """Write ``metrics.json`` atomically."""
         write_json_atomic(path, asdict(self))
+
+
+def _counted(values: Iterable[str]) -> str:
+    """``a`` when every value is ``a``; else ``a x 25, b x 1`` (most frequent first, ties in
+    name order); ``""`` for none."""
+    counts = sorted(Counter(values).items(), key=lambda kv: (-kv[1], kv[0]))
+    if len(counts) == 1:
+        return counts[0][0]
+    return ", ".join(f"{value} x {n}" for value, n in counts)

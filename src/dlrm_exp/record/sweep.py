@@ -38,7 +38,7 @@ TABLE_METRICS = tuple(k for k in CSV_METRICS if k != "test_ne")
 def summary_row(run: RunRecord) -> dict[str, Any]:
     """One summary row: run name, status, quality, speed, bytes/step, memory, wall time; the
     precision each collective ran in (``qcomms_ran``), the tables' weight dtypes
-    (``tables_ran``) and what ran instead of what the run
+    (``tables_ran``) and sharding types (``sharding_ran``), and what ran instead of what the run
     asked (``substituted``, empty when nothing was substituted)."""
     m = run.metrics
     completed = m.status == COMPLETED
@@ -48,6 +48,7 @@ def summary_row(run: RunRecord) -> dict[str, Any]:
         **{key: METRICS[key].read(m) for key in CSV_METRICS},
         "qcomms_ran": m.qcomms_ran if completed else "",
         "tables_ran": m.tables_ran if completed else "",
+        "sharding_ran": m.sharding_ran if completed else "",
         "substituted": m.substituted,
         "error": m.error or "",
         "path": str(run.path),
