@@ -139,6 +139,85 @@ def test_a_file_that_is_not_a_plan_is_refused(tmp_path):
         run_train(cfg, tmp_path / "run", {})
 
 
+def _edit_first_table(entry: dict, case: str) -> None:
+    """Break table t_cat_0's entry of a row-wise plan the way ``case`` says."""
+    if case == "module":
+        entry["module"] = "sparse_arch.embedding_bag_collection"
+    elif case == "type":
+        entry["sharding_type"] = "foo_wise"
+    elif case == "uvm":
+        entry["compute_kernel"] = "fused_uvm_caching"
+    elif case == "dp_fused":
+        entry["sharding_type"] = "data_parallel"
+    elif case == "rank":
+        entry["shards"][1]["rank"] = 5
+    elif case == "overlap":
+        entry["shards"][1]["offsets"] = [400, 0]
+    elif case == "outside":
+        entry["shards"][1]["sizes"] = [900, 16]
+    elif case == "missing":
+        del entry["module"]
+
+
+@pytest.mark.parametrize(
+    ("case", "message"),
+    [
+        ("module", r"t_cat_0 is planned in module 'sparse_arch.embedding_bag_collection', this "
+         r"model holds it in 'model.sparse_arch.embedding_bag_collection'"),
+        ("type", r"t_cat_0 is planned foo_wise, which this job cannot run on cpu; offered: "
+         r"data_parallel, table_wise, column_wise, table_column_wise, row_wise"),
+        ("uvm", r"row_wise with compute kernel fused_uvm_caching, which this job cannot run on "
+         r"cpu; offered with row_wise: fused"),
+        ("dp_fused", r"data_parallel with compute kernel fused, .* offered with data_parallel: "
+         r"dense"),
+        ("rank", r"a shard at offsets \[500, 0\] of sizes \[500, 16\] on rank 5, outside"),
+        ("overlap", r"shards of table t_cat_0 overlap \(at offsets \[0, 0\] and \[400, 0\]\)"),
+        ("outside", r"a shard at offsets \[500, 0\] of sizes \[900, 16\] on rank 1, outside its "
+         r"1000 x 16"),
+        ("missing", r"table t_cat_0 lacks \['module'\]: not a dlrm_exp plan.json"),
+    ],
+)  # fmt: skip
+def test_a_plan_file_the_job_cannot_run_is_refused_naming_the_table(tmp_path, case, message):
+    """A plan file is checked against what this job runs before TorchRec sees it: a table of
+    another module would stay unsharded while every record said row_wise; an unknown type, a
+    kernel this device lacks or a shard off the table failed deep inside sharding."""
+    plan = json.loads(_tiny_plan(tmp_path, "sharding=rowwise").read_text())
+    _edit_first_table(plan["tables"]["t_cat_0"], case)
+    edited = tmp_path / "edited.json"
+    edited.write_text(json.dumps(plan))
+    job = ["hardware.nproc_per_node=2", "sharding=from_file", f"sharding.plan_path={edited}"]
+    with pytest.raises(ConfigError, match=message):
+        run_plan(compose_cfg(["mode=plan", *job]), tmp_path / "again")
+
+
+def test_a_plan_file_is_checked_against_the_sparse_optimizer(tmp_path):
+    """Adam cannot be fused on CPU: a replicated plan (what ``auto`` makes for it) is taken
+    from its run folder; a row-wise one is refused, saying why."""
+    replicated = _tiny_plan(tmp_path / "dp", "optimizer=adam")
+    job = ["mode=plan", "hardware.nproc_per_node=2", "optimizer=adam", "sharding=from_file"]
+    record = run_plan(compose_cfg([*job, f"sharding.plan_path={replicated.parent}"]), tmp_path)
+    assert {t["sharding_type"] for t in record["tables"].values()} == {"data_parallel"}
+    row_wise = _tiny_plan(tmp_path / "rw", "sharding=rowwise")
+    with pytest.raises(
+        ConfigError,
+        match=r"row_wise, which this job cannot run on cpu "
+        r"\(optimizer.sparse_optimizer=adam: FBGEMM's cpu kernels cannot fuse it\)",
+    ):
+        run_plan(compose_cfg([*job, f"sharding.plan_path={row_wise}"]), tmp_path / "again")
+
+
+def test_a_plan_file_keeps_its_cache_load_factor(tmp_path):
+    """``fused_uvm_caching`` tables replay with the HBM cache share they were planned with."""
+    gpu = ["mode=plan", "hardware=a100_40gb_x8", "sharding=tablewise"]
+    cached = [*gpu, "sharding.compute_kernel=fused_uvm_caching", "sharding.cache_load_factor=0.5"]
+    run_plan(compose_cfg(cached), tmp_path / "planned")
+    replay = [*gpu[:2], "sharding=from_file", f"sharding.plan_path={tmp_path / 'planned'}"]
+    record = run_plan(compose_cfg(replay), tmp_path / "again")
+    assert {t["cache_load_factor"] for t in record["tables"].values()} == {0.5}
+    with pytest.raises(ConfigError, match=r"takes every table's cache_load_factor from the plan"):
+        compose_cfg([*replay, "sharding.cache_load_factor=0.2"])
+
+
 def _saved_plan(root: Path) -> list[str]:
     return ["sharding=from_file", f"sharding.plan_path={_tiny_plan(root / 'planned')}"]
 
@@ -160,7 +239,7 @@ FROM_FILE = two_process_job(
 
 @pytest.mark.slow
 def test_a_saved_plan_is_reused_exactly_by_a_two_process_run(two_process_runs):
-    """A 2-rank CPU plan (``auto``: TorchRec picks table_row_wise here) saved by mode=plan,
+    """A 2-rank CPU plan (``auto``: row_wise, the first of its ties) saved by mode=plan,
     fed to a 2-process run with sharding=from_file: the run's plan.json is the same plan.
     (tests/test_multiprocess.py checks that a run's plan.json describes the plan it ran.)"""
     run = two_process_runs[FROM_FILE]

@@ -254,8 +254,12 @@ class Config:
             table or "every table"
             for table in [None, *self.sharding.overridden_tables]
             if self.sharding.table_choice(table)[0]
-            not in (ShardingStrategy.auto, ShardingStrategy.data_parallel)
-        ]
+            not in (
+                ShardingStrategy.auto,
+                ShardingStrategy.data_parallel,
+                ShardingStrategy.from_file,
+            )
+        ]  # a plan file's placements are checked when it is read (planning.plan_file)
         require(
             not sharded,
             f"optimizer.sparse_optimizer={opt.value} on CPU: FBGEMM's CPU kernels cannot fuse "

@@ -53,7 +53,8 @@ class ShardingConfig:
         per_table_compute_kernel: compute kernel by table name, overriding ``compute_kernel``:
             ``+sharding.per_table_compute_kernel.t_cat_0=dense``.
         plan_path: with ``sharding_type=from_file``, the ``plan.json`` of an earlier run or
-            ``mode=plan`` to use exactly (world size, tables and shapes must match).
+            ``mode=plan`` (or the folder holding it) to use exactly (world size, tables, shapes
+            and modules must match; see :func:`dlrm_exp.planning.plan_file.load_plan`).
     """
 
     sharding_type: ShardingStrategy = ShardingStrategy.auto
@@ -74,6 +75,11 @@ class ShardingConfig:
                 not self.overridden_tables,
                 "sharding=from_file takes every table's placement from the plan: drop the "
                 "per_table_* overrides",
+            )
+            require(
+                self.cache_load_factor is None,
+                "sharding=from_file takes every table's cache_load_factor from the plan: drop "
+                "sharding.cache_load_factor (or plan again with it)",
             )
             return
         require(

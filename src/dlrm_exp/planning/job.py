@@ -26,7 +26,7 @@ from dlrm_exp.errors import InsufficientMemoryError
 from dlrm_exp.planning.constraints import build_constraints, table_placement
 from dlrm_exp.planning.estimates import EstimateCollector, RankEstimate, rank_estimates
 from dlrm_exp.planning.fused_state import DEVICE_RESIDENT_KERNELS
-from dlrm_exp.planning.plan_file import load_plan
+from dlrm_exp.planning.plan_file import load_plan, offered_placements
 from dlrm_exp.planning.plan_record import plan_record, plan_sharding_types
 from dlrm_exp.planning.planner import (
     STORAGE_RESERVATION,
@@ -150,15 +150,11 @@ def plan_job(
         PlanError: the planner found no placement under the constraints.
     """
     target = planning_context(cfg.hardware, ctx)
+    sharders = sharders or job_sharders(cfg.qcomms, cfg.optimizer.stochastic_rounding)
     if cfg.sharding.sharding_type is ShardingStrategy.from_file:
-        result = _plan_from_file(cfg, target)
+        result = _plan_from_file(cfg, module, target, sharders)
     else:
-        result = _plan_with_planner(
-            cfg,
-            module,
-            target,
-            sharders or job_sharders(cfg.qcomms, cfg.optimizer.stochastic_rounding),
-        )
+        result = _plan_with_planner(cfg, module, target, sharders)
     check_supported(cfg.qcomms, plan_sharding_types(result.plan), cfg.hardware.backend.value)
     return result
 
@@ -189,16 +185,24 @@ def optimizer_substitution(cfg: Config) -> Substitution | None:
     )
 
 
-def _plan_from_file(cfg: Config, target: DistContext) -> PlanResult:
+def _plan_from_file(
+    cfg: Config, module: torch.nn.Module, target: DistContext, sharders: list[ModuleSharder]
+) -> PlanResult:
     """``sharding=from_file``: the plan of ``sharding.plan_path``, checked against the job
-    (tables, ranks, device) and against this hardware's memory (:func:`_check_plan_fits`)."""
+    (tables and their modules, ranks, the placements the sharders offer on this device and
+    sparse optimizer) and against this hardware's memory (:func:`_check_plan_fits`)."""
     assert cfg.sharding.plan_path is not None  # checked by ShardingConfig
+    device = cfg.hardware.compute_device.value
+    restriction = None
+    if not _fuses_sparse_optimizer(cfg):
+        name = cfg.optimizer.sparse_optimizer.value
+        restriction = f"optimizer.sparse_optimizer={name}: FBGEMM's {device} kernels cannot fuse it"
     plan = load_plan(
         cfg.sharding.plan_path,
         table_configs(cfg.model),
         target.world_size,
         target.local_world_size,
-        cfg.hardware.compute_device.value,
+        offered_placements(module, sharders, device, restriction),
     )
     _check_plan_fits(cfg, plan, target)
     return PlanResult(plan=plan, context=target, storage=_storage(cfg))

@@ -28,7 +28,9 @@ class ShardRecord:
 @dataclass(frozen=True)
 class TablePlan:
     """Where one table went: sharding type and compute kernel (TorchRec's strings), the ranks
-    and shards, and the table's shape and weight precision (``fp32`` or ``fp16``)."""
+    and shards, the table's shape and weight precision (``fp32`` or ``fp16``), and the share of
+    its rows the ``fused_uvm_caching`` kernel caches in HBM (``CacheParams.load_factor``;
+    None: TorchRec's default, or no cache)."""
 
     module: str
     sharding_type: str
@@ -38,6 +40,7 @@ class TablePlan:
     embedding_dim: int
     shards: list[ShardRecord]
     data_type: str = "fp32"
+    cache_load_factor: float | None = None
 
 
 @dataclass(frozen=True)
@@ -91,6 +94,7 @@ def plan_record(
                 table.embedding_dim,
                 shards,
                 table.data_type.value.lower(),
+                ps.cache_params.load_factor if ps.cache_params is not None else None,
             )
     return PlanRecord(world_size, records, per_rank)
 
