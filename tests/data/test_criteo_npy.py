@@ -130,6 +130,57 @@ def test_bad_folders(tmp_path):
         load_criteo_npy(config(tmp_path), SIZES, 0)
 
 
+def _bad_day(folder, case):
+    """Day 1 of two, broken the way ``case`` says."""
+    write_day(folder, 0, 20, 1)
+    _, sparse, labels = write_day(folder, 1, 20, 2)
+    if case == "labels":
+        labels[[3, 9, 11], 0] = [2, -1, 2]
+        np.save(folder / "day_1_labels.npy", labels)
+    elif case == "half_labels":
+        np.save(folder / "day_1_labels.npy", labels.astype(np.float32) / 2)
+    elif case == "float_ids":
+        np.save(folder / "day_1_sparse.npy", sparse.astype(np.float64) + 0.7)
+    elif case == "string_ids":
+        np.save(folder / "day_1_sparse.npy", sparse.astype(str))
+    elif case == "empty_file":
+        (folder / "day_1_dense.npy").write_bytes(b"")
+    elif case == "padded":
+        for kind in ("dense", "sparse", "labels"):
+            (folder / f"day_1_{kind}.npy").rename(folder / f"day_01_{kind}.npy")
+    elif case == "rows":
+        np.save(folder / "day_1_dense.npy", np.zeros((19, 13), np.float32))
+    elif case == "empty_last_day":
+        for kind, width in (("dense", 13), ("sparse", 26), ("labels", 1)):
+            np.save(folder / f"day_1_{kind}.npy", np.zeros((0, width), np.int32))
+
+
+@pytest.mark.parametrize("mmap_mode", [False, True])
+@pytest.mark.parametrize(
+    ("case", "message"),
+    [
+        ("labels", r"day_1_labels.npy: 3 of 20 labels are neither 0 nor 1 \(first at row 3: 2\)"),
+        ("half_labels", r"day_1_labels.npy: \d+ of 20 labels are neither 0 nor 1 .*: 0.5\)"),
+        ("float_ids", r"day_1_sparse.npy: dtype float64, expected integer \(e.g. int64\)"),
+        ("string_ids", r"day_1_sparse.npy: dtype <U\d+, expected integer"),
+        ("empty_file", r"day_1_dense.npy: not a readable npy file"),
+        ("padded", r"holds day_01_dense.npy: day numbers are written without leading zeros "
+         r"\(day_1_\*.npy"),
+        ("rows", r"day_1 files disagree on the row count: day_1_dense.npy 19, day_1_sparse.npy "
+         r"20, day_1_labels.npy 20"),
+        ("empty_last_day", r"data.dataset=criteo_1tb splits 20 rows into train 20, val 0, test 0 "
+         r"\(every day but the last trains, the last \(0 rows\) is halved\): every split "),
+    ],
+)  # fmt: skip
+def test_bad_day_files_are_refused_naming_the_file(tmp_path, case, message, mmap_mode):
+    """Labels other than 0/1 trained and then crashed in evaluation (or scored AUROC 0.0);
+    float ids were truncated; an empty file gave a raw EOFError; day_01 was read as day_1;
+    an empty last day left validation and test empty, all without a word."""
+    _bad_day(tmp_path, case)
+    with pytest.raises(DataError, match=message):
+        load_criteo_npy(config(tmp_path, mmap_mode=mmap_mode), SIZES, 0)
+
+
 @pytest.mark.slow
 def test_preprocess_then_train_on_three_1tb_days(tmp_path, cli_here):
     from dlrm_exp.data.criteo_format import write_criteo_tsv

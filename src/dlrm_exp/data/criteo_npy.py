@@ -37,16 +37,26 @@ def find_days(folder: Path) -> list[int]:
     """Day numbers with a complete ``day_<n>_{dense,sparse,labels}.npy`` triple, sorted.
 
     Raises:
-        DataError: the folder is missing, holds no day, or a day lacks one of its files.
+        DataError: the folder is missing, holds no day, a day number is written with leading
+            zeros (``day_01``: ``mode=preprocess`` and TorchRec write ``day_1``), or a day
+            lacks one of its files.
     """
     if not folder.is_dir():
         raise DataError(f"data.path: no such folder: {folder}")
-    days = sorted(int(m.group(1)) for p in folder.iterdir() if (m := _DAY_FILE.match(p.name)))
-    if not days:
+    numbers = sorted(m.group(1) for p in folder.iterdir() if (m := _DAY_FILE.match(p.name)))
+    if not numbers:
         raise DataError(
             f"data.path: {folder} holds no day_<n>_dense.npy: convert TSV files first with "
             "mode=preprocess data=criteo_tsv data.path=<tsv> preprocess.output_dir=<folder>"
         )
+    padded = [n for n in numbers if n != str(int(n))]
+    if padded:
+        raise DataError(
+            f"data.path: {folder} holds day_{padded[0]}_dense.npy: day numbers are written "
+            f"without leading zeros (day_{int(padded[0])}_*.npy, as mode=preprocess and "
+            "TorchRec write them); rename the files"
+        )
+    days = sorted(int(n) for n in numbers)
     for day in days:
         for kind in ("sparse", "labels"):
             if not (folder / f"day_{day}_{kind}.npy").is_file():
@@ -54,22 +64,69 @@ def find_days(folder: Path) -> list[int]:
     return days
 
 
+#: The dtype kinds each file may hold (numpy ``dtype.kind``): dense counts as floats or
+#: integers, table ids as integers, labels as 0 / 1 in any of them (or booleans).
+_KINDS = {"dense": "fiu", "sparse": "iu", "labels": "fiub"}
+#: What ``mode=preprocess`` writes, named in the dtype refusal.
+_DTYPES = {"dense": "float32", "sparse": "int64", "labels": "int32"}
+#: Rows of a labels file checked at a time (bounds the temporary arrays of the check).
+_LABEL_CHUNK = 1 << 24
+
+
 def _load_day(folder: Path, day: int, mmap: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """One day's mapped (or read) dense, sparse and labels arrays, checked for shape, dtype,
+    row count and label values (:func:`_check_labels`).
+
+    Raises:
+        DataError: a file that is not a readable npy file, or has another shape or dtype, the
+            files disagreeing on the row count (each file's named), or labels other than 0/1.
+    """
     mode = "c" if mmap else None  # copy-on-write: writable for torch, nothing read up front
     arrays = []
     for kind, columns in (("dense", NUM_DENSE), ("sparse", NUM_SPARSE), ("labels", 1)):
         path = folder / f"day_{day}_{kind}.npy"
         try:
             array = np.load(path, mmap_mode=mode, allow_pickle=False)
-        except (ValueError, OSError) as err:
-            raise DataError(f"{path}: not a readable npy file ({err})") from None
+        except (ValueError, OSError, EOFError) as err:
+            raise DataError(f"{path}: not a readable npy file ({err or 'empty file'})") from None
         if array.ndim != 2 or array.shape[1] != columns:
             raise DataError(f"{path}: shape {array.shape}, expected (rows, {columns})")
+        if array.dtype.kind not in _KINDS[kind]:
+            wanted = "integer" if kind == "sparse" else "numeric"
+            raise DataError(
+                f"{path}: dtype {array.dtype}, expected {wanted} (e.g. {_DTYPES[kind]})"
+            )
         arrays.append(array)
-    rows = {a.shape[0] for a in arrays}
-    if len(rows) != 1:
-        raise DataError(f"{folder}: day_{day} files disagree on the row count: {sorted(rows)}")
+    rows = [a.shape[0] for a in arrays]
+    if len(set(rows)) != 1:
+        counts = ", ".join(
+            f"day_{day}_{kind}.npy {n:,}" for kind, n in zip(_KINDS, rows, strict=True)
+        )
+        raise DataError(f"{folder}: day_{day} files disagree on the row count: {counts}")
+    _check_labels(folder / f"day_{day}_labels.npy", arrays[2])
     return arrays[0], arrays[1], arrays[2]
+
+
+def _check_labels(path: Path, labels: np.ndarray) -> None:
+    """Every label is 0 or 1 (click / no click), read in chunks of :data:`_LABEL_CHUNK` rows
+    (with ``mmap_mode`` too: that reads the labels files, 4 bytes a row as int32).
+
+    Raises:
+        DataError: naming the file, how many labels are neither 0 nor 1, and the first one's
+            row and value.
+    """
+    bad, first = 0, None
+    for start in range(0, len(labels), _LABEL_CHUNK):
+        chunk = labels[start : start + _LABEL_CHUNK, 0]
+        wrong = np.flatnonzero((chunk != 0) & (chunk != 1))
+        if len(wrong) and first is None:
+            first = (start + int(wrong[0]), chunk[wrong[0]].item())
+        bad += len(wrong)
+    if first is not None:
+        raise DataError(
+            f"{path}: {bad:,} of {len(labels):,} labels are neither 0 nor 1 (first at row "
+            f"{first[0]:,}: {first[1]}); labels are clicks, 0 or 1"
+        )
 
 
 def _id_range(sparse: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
@@ -108,10 +165,10 @@ def _check_ranges(
 
 def _read_days(
     loaded: list[Any], days: list[int], table_sizes: list[int], policy: OutOfRange
-) -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """The days' rows one after the other as the model reads them: dense (N, 13) float32,
     table rows (N, 26) int64 (ids hashed modulo the table sizes, or range-checked, by
-    ``policy``), labels (N,) float32, and the last day's row count.
+    ``policy``) and labels (N,) float32.
 
     ``loaded``: the days' mapped ``(dense, sparse, labels)`` arrays (:func:`_load_day`), in
     order; each entry is dropped once copied. The result is allocated once and filled day by
@@ -145,18 +202,33 @@ def _read_days(
         start = stop
     if policy is OutOfRange.error:
         _check_ranges(ranges, sizes, days)
-    return dense, sparse, labels, rows[-1]
+    return dense, sparse, labels
 
 
 def split_bounds(num_rows: int, dataset: NpyDataset, last_day_rows: int) -> tuple[int, int]:
-    """``(train_end, val_end)`` row offsets into the concatenated days; test runs to the end."""
+    """``(train_end, val_end)`` row offsets into the concatenated days; test runs to the end.
+
+    Raises:
+        DataError: a split would hold no row (naming each split's count and the rule).
+    """
     if dataset is NpyDataset.criteo_1tb:
         train_end = num_rows - last_day_rows
-        return train_end, train_end + (last_day_rows + 1) // 2
-    part, extra = divmod(num_rows, KAGGLE_PARTS)
-    sizes = [part + (1 if i < extra else 0) for i in range(KAGGLE_PARTS)]
-    train_end = sum(sizes[:-1])
-    return train_end, train_end + (sizes[-1] + 1) // 2
+        val_end = train_end + (last_day_rows + 1) // 2
+        rule = f"every day but the last trains, the last ({last_day_rows:,} rows) is halved"
+    else:
+        part, extra = divmod(num_rows, KAGGLE_PARTS)
+        sizes = [part + (1 if i < extra else 0) for i in range(KAGGLE_PARTS)]
+        train_end = sum(sizes[:-1])
+        val_end = train_end + (sizes[-1] + 1) // 2
+        rule = f"6 of {KAGGLE_PARTS} parts train, the 7th is halved"
+    counts = {"train": train_end, "val": val_end - train_end, "test": num_rows - val_end}
+    if not all(counts.values()):
+        raise DataError(
+            f"data.path: data.dataset={dataset.value} splits {num_rows:,} rows into "
+            + ", ".join(f"{split} {n:,}" for split, n in counts.items())
+            + f" ({rule}): every split needs at least one row"
+        )
+    return train_end, val_end
 
 
 def load_criteo_npy(
@@ -176,11 +248,12 @@ def load_criteo_npy(
             f"validation/test), found {[f'day_{d}' for d in days]} in {folder}: use "
             "data.dataset=criteo_kaggle to split one file"
         )
-    loaded: list[Any] = [_load_day(folder, d, mmap=True) for d in days]  # nothing read yet
+    loaded: list[Any] = [_load_day(folder, d, mmap=True) for d in days]  # labels read only
+    rows = sum(len(day[2]) for day in loaded)
+    train_end, val_end = split_bounds(rows, cfg.dataset, len(loaded[-1][2]))
     if cfg.mmap_mode:
-        return _mapped_splits(loaded, cfg, table_sizes, days)
-    dense, sparse, labels, last_day_rows = _read_days(loaded, days, table_sizes, cfg.out_of_range)
-    train_end, val_end = split_bounds(len(labels), cfg.dataset, last_day_rows)
+        return _mapped_splits(loaded, cfg, table_sizes, days, (train_end, val_end))
+    dense, sparse, labels = _read_days(loaded, days, table_sizes, cfg.out_of_range)
     if cfg.shuffle_training_set:  # in place: one column's training rows copied at a time
         order = np.random.default_rng(seed).permutation(train_end)
         for column in (dense, sparse, labels):
@@ -198,9 +271,11 @@ def _mapped_splits(
     cfg: CriteoNpyDataConfig,
     table_sizes: list[int],
     days: list[int],
+    ends: tuple[int, int],
 ) -> tuple[ClickData, ClickData, ClickData, DataInfo]:
-    """``mmap_mode``: splits as :class:`RowSpan` views of the mapped days (nothing copied);
-    ids are hashed per batch, or their range is checked day by day first."""
+    """``mmap_mode``: splits as :class:`RowSpan` views of the mapped days (nothing copied), cut
+    at ``ends`` (:func:`split_bounds`); ids are hashed per batch, or their range is checked day
+    by day first."""
     sizes = np.asarray(table_sizes, dtype=np.int64)
     if cfg.out_of_range is OutOfRange.error:
         _check_ranges([_id_range(sparse) for _, sparse, _ in loaded], sizes, days)
@@ -216,7 +291,7 @@ def _mapped_splits(
             lambda rows: np.asarray(rows, dtype=np.float32).reshape(-1),
         ),
     ]
-    train_end, val_end = split_bounds(len(columns[2]), cfg.dataset, len(loaded[-1][2]))
+    train_end, val_end = ends
     bounds = ((0, train_end), (train_end, val_end), (val_end, len(columns[2])))
     train, val, test = (ClickData(*(c.span(lo, hi) for c in columns)) for lo, hi in bounds)
     info = DataInfo.of_splits(
