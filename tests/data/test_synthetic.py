@@ -56,3 +56,10 @@ def test_bayes_auroc_reflects_signal_strength():
     n = generate(none, SIZES, 13, seed=0, n=20_000, stream=1).bayes_auroc()
     assert s > 0.75
     assert n == 0.5  # constant probabilities: every ranking ties
+
+
+def test_bayes_auroc_of_a_split_with_one_class_is_undefined():
+    """It read 0.0 (torchmetrics' value for one class); like the model's AUROC it is n/a."""
+    cfg = SyntheticDataConfig(base_logit=-30.0)  # no click in a few rows
+    assert generate(cfg, SIZES, 13, seed=0, n=3, stream=1).bayes_auroc() is None
+    assert generate(cfg, SIZES, 13, seed=0, n=1, stream=2).bayes_auroc() is None

@@ -16,7 +16,8 @@ class DataInfo:
         rows: rows per split, ``{"train": n, "val": n, "test": n}``.
         read: ``data=criteo_tsv``'s read report (rows read / valid / padded / skipped, bad
             lines with their line numbers).
-        bayes_auroc: the Bayes-optimal AUROC per split (synthetic data only).
+        bayes_auroc: the Bayes-optimal AUROC per split (synthetic data only; None for a
+            split of one class).
         days: ``data=criteo_npy``: the day numbers read.
         dataset: ``data=criteo_npy``: the split rule (``criteo_1tb`` / ``criteo_kaggle``).
         mmap_mode: ``data=criteo_npy``: whether the days are memory-mapped.
@@ -29,7 +30,7 @@ class DataInfo:
 
     rows: dict[str, int] = field(default_factory=dict)
     read: dict[str, Any] | None = None
-    bayes_auroc: dict[str, float] | None = None
+    bayes_auroc: dict[str, float | None] | None = None
     days: list[int] | None = None
     dataset: str | None = None
     mmap_mode: bool | None = None

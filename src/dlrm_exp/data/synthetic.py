@@ -51,11 +51,20 @@ class SyntheticSplit:
     data: ClickData
     click_probability: np.ndarray
 
-    def bayes_auroc(self) -> float:
-        """AUROC of the true click probabilities: the best any model can expect here."""
-        return float(
-            binary_auroc(torch.from_numpy(self.click_probability), self.data.labels.long())
-        )
+    def bayes_auroc(self) -> float | None:
+        """AUROC of the true click probabilities: the best any model can expect here (None
+        when the split holds one class, see :func:`oracle_auroc`)."""
+        return oracle_auroc(self.click_probability, self.data.labels.numpy())
+
+
+def oracle_auroc(click_probability: np.ndarray, labels: np.ndarray) -> float | None:
+    """The AUROC of the true click probabilities (N,) against the labels (N,) drawn from them:
+    the Bayes-optimal AUROC. None when the labels hold one class (or none): AUROC is
+    undefined there, as for the model's own (torchmetrics would give 0.0)."""
+    positives = int(np.count_nonzero(labels))
+    if positives in (0, len(labels)):
+        return None
+    return float(binary_auroc(torch.from_numpy(click_probability), torch.from_numpy(labels).long()))
 
 
 def generate(

@@ -18,12 +18,10 @@ from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
-import torch
-from torchmetrics.functional.classification import binary_auroc
 
 from dlrm_exp.config import FeatureSchema
 from dlrm_exp.data.parquet_files import write_parquet_atomic
-from dlrm_exp.data.synthetic import DENSE_MEAN, DENSE_STD, id_effects, powerlaw_ids
+from dlrm_exp.data.synthetic import DENSE_MEAN, DENSE_STD, id_effects, oracle_auroc, powerlaw_ids
 
 
 @dataclass
@@ -57,9 +55,10 @@ def write_synthetic_parquet(
     row_group_size: int = 65536,
     layout: SyntheticLayout | None = None,
     stream: int = 0,
-) -> float:
+) -> float | None:
     """Write ``num_rows`` rows with ``schema``'s columns to ``path`` (atomically: a temporary
-    file renamed into place) and return their Bayes-optimal AUROC.
+    file renamed into place) and return their Bayes-optimal AUROC (None for one class,
+    :func:`~dlrm_exp.data.synthetic.oracle_auroc`).
 
     The planted model (effects, dense weights) depends on ``seed`` only; ``stream`` draws other
     rows from it, so train / val / test files are streams 0, 1, 2 of one seed (used with
@@ -100,7 +99,7 @@ def write_synthetic_parquet(
         columns[dense.column] = pa.array(counts[:, j] if dense.log1p else np.log1p(counts[:, j]))
     table = pa.table({schema.label: pa.array(labels), **columns})
     write_parquet_atomic(table, path, row_group_size)
-    return float(binary_auroc(torch.from_numpy(p), torch.from_numpy(labels).long()))
+    return oracle_auroc(p, labels)
 
 
 def _id_array(ids: np.ndarray, as_string: bool) -> pa.Array:

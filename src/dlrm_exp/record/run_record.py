@@ -112,7 +112,7 @@ class RunMetrics:
     world_size: int = 1
     threads_per_rank: int | None = None
     embedding_bytes_per_rank: list[int] = field(default_factory=list)
-    bayes_auroc: dict[str, float] | None = None
+    bayes_auroc: dict[str, float | None] | None = None
     data: dict[str, Any] = field(default_factory=dict)
     val_history: list[dict[str, float]] = field(default_factory=list)
     choices: dict[str, str] = field(default_factory=dict)
