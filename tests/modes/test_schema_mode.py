@@ -94,6 +94,8 @@ def test_refusals_are_one_line(tmp_path, cli_here):
     assert no_path.returncode == 1 and "schema_scan.path=" in no_path.stderr
     with pytest.raises(Exception, match="must be letters"):
         compose_cfg(["mode=schema", "schema_scan.path=x", "schema_scan.name=a/b"])
+    with pytest.raises(Exception, match=r"schema_scan.name=criteo is a schema dlrm_exp ships"):
+        compose_cfg(["mode=schema", "schema_scan.path=x", "schema_scan.name=criteo"])
 
 
 def test_files_that_differ_in_int_width_and_dotted_names(tmp_path, cli_here):

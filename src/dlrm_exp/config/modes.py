@@ -5,6 +5,7 @@ from enum import Enum
 from typing import Any
 
 from dlrm_exp.config.checks import require
+from dlrm_exp.config.conf_tree import conf_dir
 
 
 class Mode(Enum):
@@ -170,7 +171,8 @@ class SchemaScanConfig:
         path: Parquet files, a folder or a glob (as ``data.path`` of ``data=parquet``).
         label: the click column (null: the one column named ``label``, ``click``,
             ``clicked``, ``is_click`` or ``y``).
-        name: the schema's name: ``data/schema=<name>`` (and its file name).
+        name: the schema's name: ``data/schema=<name>`` (and its file name); not one that
+            ships with dlrm_exp (``criteo``), which Hydra would find first.
         sample_rows: rows read (whole row groups, in file order) for the statistics.
         max_num_embeddings: the largest table suggested; features with more distinct ids are
             hashed into it.
@@ -190,4 +192,10 @@ class SchemaScanConfig:
         require(
             bool(self.name) and self.name.replace("_", "").replace("-", "").isalnum(),
             f"schema_scan.name must be letters, digits, _ or -, got {self.name!r}",
+        )
+        shipped = sorted(p.stem for p in (conf_dir() / "data" / "schema").glob("*.yaml"))
+        require(
+            self.name not in shipped,
+            f"schema_scan.name={self.name} is a schema dlrm_exp ships (data/schema: "
+            f"{', '.join(shipped)}), which would win over the file written: choose another name",
         )
