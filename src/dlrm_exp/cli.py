@@ -123,12 +123,45 @@ def _default_data_for_preprocess(args: list[str]) -> list[str]:
     return args
 
 
+def _last_value(args: list[str], key: str) -> str | None:
+    values = [a.split("=", 1)[1] for a in args if a.lstrip("+").startswith(f"{key}=")]
+    return values[-1] if values else None
+
+
+def refuse_another_runs_folder(args: list[str]) -> None:
+    """Refuse ``hydra.run.dir=<folder>`` of a run of another mode, before Hydra starts: Hydra
+    would replace the ``.hydra/`` config that run records, and the mode its files (``mode=plan``
+    a training run's ``plan.json``, ``mode=evaluate`` its ``metrics.json``). The same mode
+    again (a training run resumed, an evaluation redone) is the folder's own business.
+
+    Raises:
+        ConfigError: naming the folder and both modes.
+    """
+    run_dir = _last_value(args, "hydra.run.dir")
+    if run_dir is None or "-m" in args or "--multirun" in args:
+        return
+    saved = Path(run_dir).expanduser() / ".hydra" / "config.yaml"
+    try:
+        recorded = str(OmegaConf.load(saved).get("mode", Mode.train.value))
+    except (OSError, OmegaConfBaseException, AttributeError):
+        return  # no run there (or nothing readable to keep)
+    mode = _last_value(args, "mode") or Mode.train.value
+    if recorded != mode:
+        raise ConfigError(
+            f"hydra.run.dir={run_dir} holds a mode={recorded} run, whose records (.hydra/ "
+            f"config, files) mode={mode} would overwrite: leave hydra.run.dir unset (a new "
+            "folder under outputs/) or name another folder"
+        )
+
+
 def main() -> None:
     """Console-script entry (``dlrm-exp``); a sweep with a failed job exits 1."""
     if env_rank() > 0 and "MASTER_ADDR" in os.environ:
         sys.argv += list(_QUIET_RANK_OVERRIDES)
     sys.argv = [sys.argv[0], *_default_data_for_preprocess(sys.argv[1:])]
     try:
+        if env_rank() == 0:  # other ranks write no run folder
+            refuse_another_runs_folder(sys.argv[1:])
         check_override_keys([a for a in sys.argv[1:] if not a.startswith("-")], Config)
     except UserError as err:
         print(f"Error: {err}", file=sys.stderr)

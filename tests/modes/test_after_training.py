@@ -372,3 +372,13 @@ def test_bad_checkpoints_are_one_clear_error_each(trained, tmp_path):
     )
     with pytest.raises(CheckpointError, match=r"another model shape \(t_cat_0: checkpoint"):
         run_evaluate(other, Job(tmp_path / "eval"))
+
+
+def test_export_into_a_folder_it_cannot_write_names_export_output_dir(trained, tmp_path):
+    run_dir, _ = trained
+    (tmp_path / "afile").write_text("")
+    out = tmp_path / "afile" / "sub"
+    cfg = compose_cfg([*DATA, "mode=export", f"checkpoint={run_dir}", f"export.output_dir={out}"])
+    with pytest.raises(ConfigError, match=r"cannot write export.output_dir: .*afile/sub: Not a "
+                       r"directory \(choose another with export.output_dir=\.\.\."):  # fmt: skip
+        run_export(cfg, Job(tmp_path / "job"))

@@ -248,3 +248,41 @@ def test_a_saved_plan_is_reused_exactly_by_a_two_process_run(two_process_runs):
     assert run.metrics.steps == 4
     assert again["tables"] == planned["tables"] and again["world_size"] == 2
     assert {t["sharding_type"] for t in again["tables"].values()} != {"table_wise"}
+
+
+def test_another_modes_run_folder_is_refused_before_hydra_writes(tmp_path, cli_here):
+    """``mode=plan hydra.run.dir=<a training run>`` replaced its plan.json and Hydra its
+    ``.hydra/config.yaml``; now both stay, and a plan folder takes mode=plan again."""
+    trained = tmp_path / "trained"
+    (trained / ".hydra").mkdir(parents=True)
+    (trained / ".hydra" / "config.yaml").write_text("mode: train\nseed: 3\n")
+    (trained / "plan.json").write_text('{"world_size": 1}')
+    before = {
+        p: p.read_bytes() for p in (trained / ".hydra" / "config.yaml", trained / "plan.json")
+    }
+    result = cli_here(["mode=plan", f"hydra.run.dir={trained}"])
+    assert result.returncode == 1 and "Traceback" not in result.stderr
+    assert (
+        f"hydra.run.dir={trained} holds a mode=train run, whose records (.hydra/ config, files) "
+        "mode=plan would overwrite" in result.stderr
+    )
+    assert {p: p.read_bytes() for p in before} == before
+    planned = tmp_path / "planned"
+    assert cli_here(["mode=plan", f"hydra.run.dir={planned}"]).returncode == 0
+    assert cli_here(["mode=plan", f"hydra.run.dir={planned}"]).returncode == 0  # its own again
+
+
+@pytest.mark.parametrize("mode", ["plan", "export", "preprocess", "schema", "predict"])
+def test_one_process_modes_refuse_torchrun(monkeypatch, mode):
+    """Every torchrun rank ran them, the ranks other than 0 writing into their working
+    directory."""
+    from dlrm_exp.config import Mode
+    from dlrm_exp.modes import Job, run_mode
+
+    for key, value in (("RANK", "1"), ("WORLD_SIZE", "2"), ("MASTER_ADDR", "127.0.0.1"),
+                       ("MASTER_PORT", "1")):  # fmt: skip
+        monkeypatch.setenv(key, value)
+    cfg = compose_cfg(["mode=plan"])
+    cfg.mode = Mode(mode)
+    with pytest.raises(ConfigError, match=f"mode={mode} runs in one process: start it with "):
+        run_mode(cfg, Job(Path("/nonexistent")))

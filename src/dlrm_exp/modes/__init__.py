@@ -13,6 +13,8 @@ Not the entry point (:mod:`dlrm_exp.cli`) or :mod:`dlrm_exp.bench`.
 import importlib
 
 from dlrm_exp.config import Config, Mode
+from dlrm_exp.distributed.env import launched_by_torchrun
+from dlrm_exp.errors import ConfigError
 from dlrm_exp.modes.job import Job, ModeResult
 
 #: The module that runs each mode, imported only when its mode is asked for (a mistyped config
@@ -29,9 +31,24 @@ MODES: dict[Mode, str] = {
 }
 
 
+#: The modes that run in the one process they are started in: under torchrun every rank would
+#: run them and write the same files (ranks other than 0 into their working directory).
+ONE_PROCESS = (Mode.plan, Mode.preprocess, Mode.predict, Mode.export, Mode.schema)
+
+
 def run_mode(cfg: Config, job: Job) -> ModeResult:
-    """Run ``cfg.mode`` through its module's ``run(cfg, job)``."""
+    """Run ``cfg.mode`` through its module's ``run(cfg, job)``.
+
+    Raises:
+        ConfigError: a :data:`ONE_PROCESS` mode started by torchrun (``mode=verify`` refuses
+            it itself: it starts its own processes).
+    """
+    if cfg.mode in ONE_PROCESS and launched_by_torchrun():
+        raise ConfigError(
+            f"mode={cfg.mode.value} runs in one process: start it with python -m dlrm_exp, "
+            "without torchrun"
+        )
     return importlib.import_module(MODES[cfg.mode]).run(cfg, job)
 
 
-__all__ = ["MODES", "Job", "ModeResult", "run_mode"]
+__all__ = ["MODES", "ONE_PROCESS", "Job", "ModeResult", "run_mode"]

@@ -134,7 +134,7 @@ def _check_output(output: Path) -> None:
             f"predict.output={output} exists and holds no predictions (a Parquet file with a "
             "probability column): it would be replaced; name a new file"
         )
-    check_writable(output.parent)
+    check_writable(output.parent, "predict.output")
 
 
 def run_predict(cfg: Config, job: Job) -> dict:

@@ -66,11 +66,13 @@ def write_json_atomic(path: Path, data: Mapping[str, Any]) -> None:
     write_text_atomic(path, json.dumps(_json_safe(data), indent=2, sort_keys=False) + "\n")
 
 
-def check_writable(run_dir: Path) -> None:
-    """Fail at start, not after training, when the run folder cannot be written.
+def check_writable(run_dir: Path, key: str = "hydra.run.dir") -> None:
+    """Fail at start, not after training, when the run folder (or the folder ``key`` names)
+    cannot be written.
 
     Raises:
-        ConfigError: the folder cannot be created or written (permissions, full disk).
+        ConfigError: the folder cannot be created or written (permissions, full disk), naming
+            ``key``.
     """
     try:
         run_dir.mkdir(parents=True, exist_ok=True)
@@ -79,7 +81,8 @@ def check_writable(run_dir: Path) -> None:
             probe.write(b"0" * 4096)
             probe.flush()
     except OSError as err:
+        what = "the run folder" if key == "hydra.run.dir" else f"{key}:"
         raise ConfigError(
-            f"cannot write the run folder {run_dir}: {err.strerror or err} (choose another "
-            "with hydra.run.dir=..., or free space)"
+            f"cannot write {what} {run_dir}: {err.strerror or err} (choose another "
+            f"with {key}=..., or free space)"
         ) from None
