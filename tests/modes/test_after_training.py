@@ -382,3 +382,24 @@ def test_export_into_a_folder_it_cannot_write_names_export_output_dir(trained, t
     with pytest.raises(ConfigError, match=r"cannot write export.output_dir: .*afile/sub: Not a "
                        r"directory \(choose another with export.output_dir=\.\.\."):  # fmt: skip
         run_export(cfg, Job(tmp_path / "job"))
+
+
+def test_a_failed_export_leaves_no_record_of_another_artifact(trained, tmp_path, monkeypatch):
+    """Exported again into one folder, a crash after the new model.pt replaced the old one
+    left the old export.json beside it, describing another artifact."""
+    from dlrm_exp.modes import export
+
+    run_dir, _ = trained
+    cfg = compose_cfg(["mode=export", f"checkpoint={run_dir}", f"export.output_dir={tmp_path}"])
+    run_export(cfg, Job(tmp_path / "job"))
+    assert (tmp_path / "export.json").is_file()
+
+    def crash(*_):
+        raise OSError("disk full")
+
+    monkeypatch.setattr(export, "write_json_atomic", crash)
+    int8 = compose_cfg([f"checkpoint={run_dir}", "mode=export", "export.quantization=int8",
+                        f"export.output_dir={tmp_path}"])  # fmt: skip
+    with pytest.raises(OSError, match="disk full"):
+        run_export(int8, Job(tmp_path / "job"))
+    assert (tmp_path / "model.pt").is_file() and not (tmp_path / "export.json").exists()

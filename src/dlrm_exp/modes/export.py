@@ -106,6 +106,9 @@ def run_export(cfg: Config, job: Job) -> dict:
     scripted = script(InferenceDLRM(quantized, cfg.model.feature_names))
     partial = out / "model.pt.partial"
     scripted.save(str(partial))
+    # an earlier export's record goes first: a crash before the new one is written leaves an
+    # artifact without a record, never one beside another artifact's record
+    (out / "export.json").unlink(missing_ok=True)
     partial.replace(out / "model.pt")
     record = {
         "artifact": str(out / "model.pt"),
