@@ -140,7 +140,7 @@ def refuse_another_runs_folder(args: list[str]) -> None:
     run_dir = _last_value(args, "hydra.run.dir")
     if run_dir is None or "-m" in args or "--multirun" in args:
         return
-    saved = Path(run_dir).expanduser() / ".hydra" / "config.yaml"
+    saved = Path(run_dir) / ".hydra" / "config.yaml"  # as Hydra takes it: no ~ expansion
     try:
         recorded = str(OmegaConf.load(saved).get("mode", Mode.train.value))
     except (OSError, OmegaConfBaseException, AttributeError):

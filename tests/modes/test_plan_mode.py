@@ -190,6 +190,17 @@ def test_a_plan_file_the_job_cannot_run_is_refused_naming_the_table(tmp_path, ca
         run_plan(compose_cfg(["mode=plan", *job]), tmp_path / "again")
 
 
+@pytest.mark.parametrize("sharding", ["rowwise", "tablerowwise", "grid"])
+def test_a_plan_with_more_ranks_than_a_table_has_rows_is_replayed(tmp_path, sharding):
+    """TorchRec gives the ranks beyond a table's rows empty shards (t_cat_5 has 3 rows): they
+    are part of the plan, not outside the table."""
+    four = ["mode=plan", "hardware.nproc_per_node=4"]
+    planned = run_plan(compose_cfg([*four, f"sharding={sharding}"]), tmp_path / "planned")
+    assert [0, 16] in [s["sizes"] for s in planned["tables"]["t_cat_5"]["shards"]]
+    replay = [*four, "sharding=from_file", f"sharding.plan_path={tmp_path / 'planned'}"]
+    assert run_plan(compose_cfg(replay), tmp_path / "again")["tables"] == planned["tables"]
+
+
 def test_a_plan_file_is_checked_against_the_sparse_optimizer(tmp_path):
     """Adam cannot be fused on CPU: a replicated plan (what ``auto`` makes for it) is taken
     from its run folder; a row-wise one is refused, saying why."""
@@ -284,5 +295,17 @@ def test_one_process_modes_refuse_torchrun(monkeypatch, mode):
         monkeypatch.setenv(key, value)
     cfg = compose_cfg(["mode=plan"])
     cfg.mode = Mode(mode)
-    with pytest.raises(ConfigError, match=f"mode={mode} runs in one process: start it with "):
+    with pytest.raises(ConfigError, match=f"mode={mode} runs in one process, but this job was "
+                       "started as 2 ranks"):  # fmt: skip
         run_mode(cfg, Job(Path("/nonexistent")))
+
+
+def test_a_one_process_mode_runs_as_the_one_rank_of_a_launcher(monkeypatch, tmp_path):
+    """A submitit task of one exports RANK, WORLD_SIZE=1, MASTER_ADDR and MASTER_PORT too."""
+    from dlrm_exp.modes import Job, run_mode
+
+    for key, value in (("RANK", "0"), ("WORLD_SIZE", "1"), ("MASTER_ADDR", "127.0.0.1"),
+                       ("MASTER_PORT", "1")):  # fmt: skip
+        monkeypatch.setenv(key, value)
+    run_mode(compose_cfg(["mode=plan"]), Job(tmp_path))
+    assert (tmp_path / "plan.json").is_file()

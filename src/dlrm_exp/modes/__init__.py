@@ -11,6 +11,7 @@ Not the entry point (:mod:`dlrm_exp.cli`) or :mod:`dlrm_exp.bench`.
 """
 
 import importlib
+import os
 
 from dlrm_exp.config import Config, Mode
 from dlrm_exp.distributed.env import launched_by_torchrun
@@ -31,8 +32,9 @@ MODES: dict[Mode, str] = {
 }
 
 
-#: The modes that run in the one process they are started in: under torchrun every rank would
-#: run them and write the same files (ranks other than 0 into their working directory).
+#: The modes that run in the one process they are started in: started as several ranks
+#: (torchrun), every rank would run them and write the same files (ranks other than 0 into
+#: their working directory).
 ONE_PROCESS = (Mode.plan, Mode.preprocess, Mode.predict, Mode.export, Mode.schema)
 
 
@@ -40,13 +42,15 @@ def run_mode(cfg: Config, job: Job) -> ModeResult:
     """Run ``cfg.mode`` through its module's ``run(cfg, job)``.
 
     Raises:
-        ConfigError: a :data:`ONE_PROCESS` mode started by torchrun (``mode=verify`` refuses
-            it itself: it starts its own processes).
+        ConfigError: a :data:`ONE_PROCESS` mode started as several ranks (torchrun, a
+            submitit job of several tasks; ``mode=verify`` refuses torchrun itself: it starts
+            its own processes).
     """
-    if cfg.mode in ONE_PROCESS and launched_by_torchrun():
+    ranks = int(os.environ.get("WORLD_SIZE", "1")) if launched_by_torchrun() else 1
+    if cfg.mode in ONE_PROCESS and ranks > 1:
         raise ConfigError(
-            f"mode={cfg.mode.value} runs in one process: start it with python -m dlrm_exp, "
-            "without torchrun"
+            f"mode={cfg.mode.value} runs in one process, but this job was started as {ranks} "
+            "ranks (torchrun, or a launcher's tasks): start it as one (python -m dlrm_exp)"
         )
     return importlib.import_module(MODES[cfg.mode]).run(cfg, job)
 

@@ -264,8 +264,8 @@ def _shard(
         raise ConfigError(
             f"{where}: table {name} has a malformed shard {shard!r} ({err})"
         ) from None
-    inside = len(offsets) == len(sizes) == 2 and all(
-        0 <= o and 0 < n and o + n <= limit
+    inside = len(offsets) == len(sizes) == 2 and all(  # empty shards: ranks beyond the rows
+        0 <= o and 0 <= n and o + n <= limit
         for o, n, limit in zip(offsets, sizes, shape, strict=True)
     )
     if not inside or not 0 <= rank < world_size:
@@ -279,9 +279,11 @@ def _shard(
 
 def _check_tiling(where: str, name: str, shards: list[ShardMetadata], shape: list[int]) -> None:
     """The shards (each inside the table) cover it exactly: none overlap, and their areas add
-    up to the table's."""
-    for i, a in enumerate(shards):
-        for b in shards[i + 1 :]:
+    up to the table's. Empty shards (TorchRec gives them to ranks beyond a table's rows)
+    cover nothing."""
+    held = [s for s in shards if s.shard_sizes[0] * s.shard_sizes[1]]
+    for i, a in enumerate(held):
+        for b in held[i + 1 :]:
             if all(
                 a.shard_offsets[d] < b.shard_offsets[d] + b.shard_sizes[d]
                 and b.shard_offsets[d] < a.shard_offsets[d] + a.shard_sizes[d]
