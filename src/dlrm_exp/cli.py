@@ -91,8 +91,10 @@ def _run(
         adopt_submitit_environment(cfg.hardware)
         if env_rank() > 0:  # like a torchrun rank > 0: warnings only, and not into the job's log
             configure_worker_logging(None)
-        if cfg.mode is Mode.train and cfg.train.resume is None:
-            cfg.train.resume = "auto"  # a requeued job continues from its newest checkpoint
+        if cfg.mode is Mode.train:  # a requeued job continues from its newest checkpoint
+            from dlrm_exp.loop.checkpoint import requeued_resume
+
+            cfg.train.resume = requeued_resume(cfg.train.resume, run_dir)
     choices = {
         k: None if v is None else str(v) for k, v in HydraConfig.get().runtime.choices.items()
     }

@@ -267,10 +267,25 @@ def test_resume_under_another_sharding_type_or_world_size(
         run_train(moved, tmp_path / "d", {})
 
 
-def test_resume_step_maps_the_sample_position_to_another_world_size():
+def test_a_requeued_job_resumes_from_its_own_checkpoint_over_the_path_it_started_from(tmp_path):
+    """An explicit ``train.resume`` path trained again from there on every requeue."""
+    from dlrm_exp.loop.checkpoint import requeued_resume
+
+    assert requeued_resume(None, tmp_path) == "auto"
+    assert requeued_resume("/runs/a/checkpoints/step_10", tmp_path) == "/runs/a/checkpoints/step_10"
+    own = tmp_path / "checkpoints" / "step_250"
+    own.mkdir(parents=True)
+    (own / ".metadata").write_bytes(b"")
+    (own / "trainer_state.json").write_text('{"step": 250, "samples": 128000}')
+    assert requeued_resume("/runs/a/checkpoints/step_10", tmp_path) == "auto"
+
+
+def test_resume_step_maps_the_sample_position_to_another_world_size_or_batch():
     state = {"step": 3, "samples": 768, "world_size": 2}  # 3 steps of 2 x 128
     assert resume_step(state, [256] * 10, 2) == 3
     assert resume_step(state, [128] * 20, 1) == 6
+    assert resume_step(state, [128] * 20, 2) == 6  # train.batch_size 64: it resumed at step 3
+    assert resume_step({"step": 3, "world_size": 2}, [128] * 20, 2) == 3  # no sample count
     with pytest.raises(CheckpointError, match="after 768 samples; 4 rank"):
         resume_step(state, [512] * 5, 4)
 

@@ -25,9 +25,9 @@ column-wise, grid, ...) or world size; a table cannot move into or out of ``data
 loading (:func:`load_checkpoint`).
 
 The data position is the step: batches are a pure function of (seed, step), so resuming skips
-the batches already trained on (with another world size: the step at the same sample count,
-:func:`resume_step`). Training draws no random numbers after the weights are initialized (no
-dropout; row groups are shuffled by a seeded generator of their own) except when a
+the batches already trained on (with another world size or batch size: the step at the same
+sample count, :func:`resume_step`). Training draws no random numbers after the weights are
+initialized (no dropout; row groups are shuffled by a seeded generator of their own) except when a
 managed-collision table evicts ids: TorchRec re-initializes the evicted rows with the table's
 ``init_fn``, from torch's CPU generator, whose state each rank therefore saves
 (``rng_rank<r>.pt``) and restores on a resume with the same world size. One exception: fp16
@@ -333,6 +333,16 @@ def _restore_rng(path: Path, trainer_state: dict[str, Any]) -> None:
         torch.set_rng_state(torch.load(saved, weights_only=True))
 
 
+def requeued_resume(resume: str | None, run_dir: Path) -> str:
+    """``train.resume`` of a job a cluster scheduler may requeue (a submitit task): ``auto``
+    when unset, and also when ``run_dir`` already holds a complete checkpoint (the job's own,
+    written before it was preempted), which an explicit checkpoint path would otherwise make
+    every requeue train again from; else the path given."""
+    if resume is None or complete_checkpoints(run_dir):
+        return "auto"
+    return resume
+
+
 def resolve_resume(resume: str, run_dir: Path) -> Path | None:
     """``auto``: the newest complete checkpoint of ``run_dir`` (None if there is none);
     otherwise the given checkpoint folder.
@@ -363,28 +373,29 @@ def _complete_checkpoint(path: Path, key: str) -> Path:
 
 
 def resume_step(trainer_state: dict[str, Any], samples_per_step: list[int], world_size: int) -> int:
-    """This job's step at the checkpoint's data position.
-
-    With the checkpoint's world size that is its step. With another world size the global
-    batch differs, so the position is the step after which this job has trained on exactly the
-    checkpoint's ``samples``.
+    """This job's step at the checkpoint's data position: the step after which this job has
+    trained on exactly the checkpoint's ``samples``. With the checkpoint's world size and
+    batch size that is its step; with another world size or ``train.batch_size`` the global
+    batch differs, and so does the step (a checkpoint without ``samples``: its step).
 
     Raises:
         CheckpointError: no step of this job ends at the checkpoint's sample count (e.g. 3 steps
             of 2 ranks resumed on 4 ranks): the data position cannot be continued.
     """
-    if trainer_state.get("world_size", world_size) == world_size:
+    if "samples" not in trainer_state:
         return int(trainer_state["step"])
     samples, step, seen = int(trainer_state["samples"]), 0, 0
     while seen < samples:
         seen += samples_per_step[step % len(samples_per_step)]
         step += 1
     if seen != samples:
+        ranks = trainer_state.get("world_size", world_size)
         raise CheckpointError(
-            f"the checkpoint was written by {trainer_state['world_size']} rank(s) after "
-            f"{samples} samples; {world_size} rank(s) step past that position (to {seen} "
+            f"the checkpoint was written by {ranks} rank(s) after {samples} samples; "
+            f"{world_size} rank(s) at this batch size step past that position (to {seen} "
             f"samples, {samples_per_step[0]} per step): resume a checkpoint whose sample count "
-            "is a multiple of the new global batch, or keep the world size"
+            "is a multiple of the new global batch, or keep the world size and "
+            "train.batch_size"
         )
     return step
 

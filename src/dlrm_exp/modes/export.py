@@ -104,12 +104,7 @@ def run_export(cfg: Config, job: Job) -> dict:
     }
     quantized = quantize_tables(dlrm, cfg.export.quantization, trained)
     scripted = script(InferenceDLRM(quantized, cfg.model.feature_names))
-    partial = out / "model.pt.partial"
-    scripted.save(str(partial))
-    # an earlier export's record goes first: a crash before the new one is written leaves an
-    # artifact without a record, never one beside another artifact's record
-    (out / "export.json").unlink(missing_ok=True)
-    partial.replace(out / "model.pt")
+    _save_artifact(scripted, out)
     record = {
         "artifact": str(out / "model.pt"),
         "quantization": cfg.export.quantization.value,
@@ -146,6 +141,16 @@ def run_export(cfg: Config, job: Job) -> dict:
     }
     write_json_atomic(out / "export.json", record)
     return record
+
+
+def _save_artifact(scripted: torch.jit.ScriptModule, out: Path) -> None:
+    """Save ``out/model.pt`` atomically (a ``.partial`` file renamed into place). An earlier
+    export's ``export.json`` goes first: a crash before the new record is written leaves an
+    artifact without a record, never one beside another artifact's record."""
+    partial = out / "model.pt.partial"
+    scripted.save(str(partial))
+    (out / "export.json").unlink(missing_ok=True)
+    partial.replace(out / "model.pt")
 
 
 def summary(record: dict) -> str:
