@@ -50,6 +50,30 @@ def test_patience_null_never_stops_and_an_improvement_resets_the_count():
     assert stop is None and (best.step, best.bad_validations) == (40, 2)
 
 
+def test_a_resumed_stop_holds_only_where_this_job_asks_for_it():
+    """A run stopped at its target and resumed with the target removed (or raised, or with
+    more patience) said "nothing left to train"; the same job requeued still stops."""
+    from dlrm_exp.config import TrainConfig
+    from dlrm_exp.loop.early_stopping import EARLY_STOPPING, TARGET
+    from dlrm_exp.loop.trainer import TrainerState
+
+    def resumed(stop, **train):
+        history = [{"step": 10.0, "auroc": 0.6}, {"step": 20.0, "auroc": 0.7}]
+        best, _ = _run([0.7, 0.6, 0.6], EarlyStopping(patience=2))
+        state = TrainerState(30, 0, history, target_step=20, best=best, stop_reason=stop)
+        state.reconsider_stop(TrainConfig(**train))
+        return state.stop_reason, state.target_step
+
+    assert resumed(TARGET, target_auroc=0.65) == (TARGET, 20)  # the same job: still stopped
+    assert resumed(TARGET, target_auroc=0.55) == (TARGET, 10)  # reached earlier in the history
+    assert resumed(TARGET) == (None, None)
+    assert resumed(TARGET, target_auroc=0.8) == (None, None)
+    stopped = EarlyStopping(patience=2)
+    assert resumed(EARLY_STOPPING, early_stopping=stopped) == (EARLY_STOPPING, None)
+    assert resumed(EARLY_STOPPING, early_stopping=EarlyStopping(patience=5)) == (None, None)
+    assert resumed(None, early_stopping=stopped) == (None, None)  # a stop is never added
+
+
 def test_a_non_finite_validation_never_becomes_the_best():
     nan = float("nan")
     best, stop = _run([nan, 0.6, nan, nan, nan], EarlyStopping(patience=3))

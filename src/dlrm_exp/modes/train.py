@@ -49,7 +49,7 @@ from dlrm_exp.loop.checkpoint import (
     resume_step,
     save_checkpoint,
 )
-from dlrm_exp.loop.early_stopping import EARLY_STOPPING, BestValidation
+from dlrm_exp.loop.early_stopping import EARLY_STOPPING, TARGET, BestValidation
 from dlrm_exp.loop.metrics import (
     rank_memory_gib,
     reset_peak_memory,
@@ -235,6 +235,7 @@ def _resume(
     state = TrainerState.from_checkpoint(
         saved, resume_step(saved, samples_per_step, run.ctx.world_size)
     )
+    state.reconsider_stop(run.cfg.train)
     log.info("resumed from %s at step %d", path, state.step)
     if run.cfg.train.keep_best and state.best_checkpoint:  # another run's best: held here too
         best = adopt_best(Path(state.best_checkpoint), run.job.run_dir, run.ctx.is_main)
@@ -256,11 +257,17 @@ def _finished_record(run: _Run, start: TrainerState | None, total_steps: int) ->
     path = run.job.run_dir / "metrics.json"
     record = on_rank_zero(lambda: _completed_record(path, start.step))
     if record is not None and run.ctx.is_main:
+        how = {
+            TARGET: "remove or raise train.target_auroc",
+            EARLY_STOPPING: "raise train.early_stopping.patience",
+        }.get(start.stop_reason or "", "raise train.epochs or train.max_steps")
         log.warning(
-            "train.resume: training ended at step %d in this run folder; nothing left to "
-            "train, %s kept (raise train.epochs or train.max_steps to train on)",
+            "train.resume: training ended at step %d (%s) in this run folder; nothing left to "
+            "train, %s kept (%s to train on)",
             start.step,
+            start.stop_reason or "its last step",
             path,
+            how,
         )
     return record
 
