@@ -13,6 +13,7 @@ process exits 1 at the end (:class:`dlrm_exp.record.sweep.SweepSummary`).
 import logging
 import math
 import os
+import signal
 import sys
 from pathlib import Path
 from typing import Any
@@ -27,7 +28,7 @@ from dlrm_exp.config import Config, Mode, conf_dir, register_configs
 from dlrm_exp.config.keys import check_composed_keys, check_override_keys
 from dlrm_exp.distributed.env import env_rank
 from dlrm_exp.distributed.submitit_env import adopt_submitit_environment, in_submitit_task
-from dlrm_exp.errors import ConfigError, UserError
+from dlrm_exp.errors import ConfigError, Terminated, UserError
 from dlrm_exp.modes import Job, run_mode
 from dlrm_exp.record.run_record import RunMetrics
 from dlrm_exp.record.runs import (
@@ -170,10 +171,12 @@ def main() -> None:
         sys.exit(1)
     try:
         hydra_main()
-    except KeyboardInterrupt:  # Ctrl-C: one line, not a traceback per frame that was running
+    except (KeyboardInterrupt, Terminated) as err:  # one line, not a traceback per frame
+        signum = err.signum if isinstance(err, Terminated) else signal.SIGINT
         print(
-            "Interrupted: the run folder keeps what was written (complete checkpoints; "
-            "no metrics.json for an unfinished run)",
+            f"Interrupted ({signal.Signals(signum).name}): the run folder keeps what was written "
+            "(complete checkpoints; no metrics.json for an unfinished run); train.resume=auto "
+            "continues from its newest checkpoint",
             file=sys.stderr,
         )
-        sys.exit(130)
+        sys.exit(128 + signum)

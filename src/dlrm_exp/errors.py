@@ -31,3 +31,17 @@ class WorkerFailedError(UserError):
 class NonFiniteLossError(UserError):
     """A training step produced a NaN or infinite loss; the message names the step and the
     settings that fix it (learning rates, ``train.on_nonfinite=skip``)."""
+
+
+class Terminated(BaseException):
+    """The job was told to stop by a signal (SIGTERM from a scheduler or ``kill``; SIGINT is
+    ``KeyboardInterrupt``) while its workers ran. Like ``KeyboardInterrupt`` it is not an
+    ``Exception``: a sweep stops rather than record it as one job's failure.
+
+    Attributes:
+        signum: the signal's number (the entry point exits with 128 + signum).
+    """
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(f"signal {signum}")
+        self.signum = signum

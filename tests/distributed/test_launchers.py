@@ -223,3 +223,37 @@ def test_a_submitit_job_whose_hardware_disagrees_is_refused_with_the_fix(monkeyp
     monkeypatch.setattr(submitit, "JobEnvironment", TwoTasksOnOneNode)
     with pytest.raises(ConfigError, match="set hardware.nnodes=1 hardware.nproc_per_node=2"):
         adopt_submitit_environment(compose_cfg([]).hardware)
+
+
+_SLEEPING_JOB = """
+import sys, time
+from dlrm_exp.config import HardwareConfig
+from dlrm_exp.distributed.launch import launch_workers
+from dlrm_exp.errors import Terminated
+print("launching", flush=True)
+try:
+    launch_workers(time.sleep, (120,), HardwareConfig(nproc_per_node=2))
+except Terminated as err:
+    print(f"terminated by {err.signum}", flush=True)
+    sys.exit(3)
+"""
+
+
+def test_sigterm_to_a_multi_process_job_ends_it_in_one_line(tmp_path):
+    """The elastic agent turns SIGTERM into its own SignalException, which reached the user as
+    a raw traceback; it is now ``Terminated`` (the entry point prints one line, exit 143),
+    after the agent stopped the workers."""
+    import signal
+    import time
+
+    job = subprocess.Popen(
+        [sys.executable, "-c", _SLEEPING_JOB], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        text=True, cwd=tmp_path,
+    )  # fmt: skip
+    assert job.stdout.readline().strip() == "launching"
+    time.sleep(4)  # the agent is up (its handler installed) and spawning the workers
+    job.send_signal(signal.SIGTERM)
+    out, err = job.communicate(timeout=60)
+    assert job.returncode == 3, err[-2000:]
+    assert out.strip() == f"terminated by {int(signal.SIGTERM)}"
+    assert "Traceback" not in err

@@ -2,6 +2,7 @@
 
 import logging
 import os
+import signal
 import socket
 import tempfile
 import uuid
@@ -17,7 +18,7 @@ import torch.distributed as dist
 
 from dlrm_exp.config import ComputeDevice, HardwareConfig
 from dlrm_exp.distributed.env import env_rank, launched_by_torchrun
-from dlrm_exp.errors import ConfigError, WorkerFailedError
+from dlrm_exp.errors import ConfigError, Terminated, WorkerFailedError
 from dlrm_exp.util.logs import configure_worker_logging
 
 log = logging.getLogger(__name__)
@@ -109,8 +110,10 @@ def launch_workers(fn: Callable[..., Any], args: tuple, cfg: HardwareConfig) -> 
     Raises:
         ConfigError: ``nnodes > 1`` (start multi-host jobs with torchrun on every host).
         WorkerFailedError: a worker failed; the message names each failed rank and its cause.
+        Terminated / KeyboardInterrupt: this process got SIGTERM (SIGHUP, SIGQUIT) / SIGINT;
+            the agent has stopped the workers.
     """
-    from torch.distributed.elastic.multiprocessing.api import DefaultLogsSpecs
+    from torch.distributed.elastic.multiprocessing.api import DefaultLogsSpecs, SignalException
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
     from torch.distributed.launcher.api import LaunchConfig, elastic_launch
 
@@ -139,6 +142,10 @@ def launch_workers(fn: Callable[..., Any], args: tuple, cfg: HardwareConfig) -> 
             results = elastic_launch(config, fn)(*args)
         except ChildFailedError as err:
             raise WorkerFailedError(_describe_failures(err)) from None
+        except SignalException as err:  # the agent stopped the workers first
+            if err.sigval == signal.SIGINT:
+                raise KeyboardInterrupt from None
+            raise Terminated(int(err.sigval)) from None
     return results[0]
 
 
