@@ -2,6 +2,7 @@
 non-finite losses, determinism."""
 
 import json
+import logging
 import math
 import os
 import pickle
@@ -31,7 +32,7 @@ def _same_results(a: RunMetrics, b: RunMetrics) -> None:
         assert getattr(a, key) == getattr(b, key), key
 
 
-def test_resume_continues_bitwise_and_prunes(tmp_path):
+def test_resume_continues_bitwise_and_prunes(tmp_path, caplog):
     full = run_train(compose_cfg([*SMALL, "train.keep_last_checkpoints=2"]), tmp_path / "a", {})
     kept = complete_checkpoints(tmp_path / "a")
     assert [p.name for p in kept] == ["step_24", "step_32"]  # 32 steps; older ones pruned
@@ -64,10 +65,14 @@ def test_resume_continues_bitwise_and_prunes(tmp_path):
     assert (tmp_path / "b" / "metrics.json").read_bytes() == record
     assert again.samples_per_sec == resumed.samples_per_sec
     # from the end in another folder: a record of no trained step measures no bytes or speed
-    ended = compose_cfg([*SMALL, f"train.resume={kept[1]}"])
-    empty = run_train(ended, tmp_path / "c", {})
+    ended = compose_cfg([*SMALL, f"train.resume={kept[1]}", "optimizer.learning_rate=0.05"])
+    with caplog.at_level(logging.WARNING, logger="dlrm_exp"):
+        empty = run_train(ended, tmp_path / "c", {})
     assert empty.steps == 32 and empty.comm_bytes_per_step == {}
     assert empty.samples_per_sec is None and empty.val == full.val
+    # a setting that changes the update was accepted without a word
+    assert "1 setting(s) differ from the run that wrote" in caplog.text
+    assert "(optimizer.learning_rate 0.1 -> 0.05)" in caplog.text
 
 
 def test_two_identical_runs_give_identical_metrics(tmp_path):

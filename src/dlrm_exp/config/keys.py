@@ -15,8 +15,11 @@ Maps meant to be open (``sharding.per_table_sharding_type``, ``per_table_compute
 
 import dataclasses
 import difflib
+import json
 import typing
 from collections.abc import Iterable, Iterator, Sequence
+from enum import Enum
+from typing import Any
 
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.errors import HydraException
@@ -168,3 +171,25 @@ def check_composed_keys(raw: DictConfig, root: type) -> None:
             f"an option that has it ({parent}=<option>; python -m dlrm_exp --help lists them)"
         )
     raise unknown_key_error(key, known)
+
+
+def flat_settings(prefix: str, node: Any) -> dict[str, Any]:
+    """A group's typed config (a dataclass instance) as ``{"<prefix>.<key>": value}`` with
+    JSON values: nested dataclasses and dicts become dotted keys, enums their values, lists
+    stay whole (``flat_settings("optimizer", cfg.optimizer)["optimizer.learning_rate"]``)."""
+
+    def plain(value: Any) -> Any:
+        return value.value if isinstance(value, Enum) else str(value)
+
+    content = json.loads(json.dumps(dataclasses.asdict(node), default=plain))
+    flat: dict[str, Any] = {}
+
+    def walk(key: str, value: Any) -> None:
+        if isinstance(value, dict) and value:
+            for name, child in value.items():
+                walk(f"{key}.{name}", child)
+        else:
+            flat[key] = value
+
+    walk(prefix, content)
+    return flat

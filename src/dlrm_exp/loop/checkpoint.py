@@ -132,6 +132,9 @@ class CheckpointLayout:
         id_kinds: ``{feature: "integer" | "string"}``, how the training data stored the ids
             of the features whose policy hashes the two differently
             (:class:`~dlrm_exp.data.splits.DataInfo`'s ``id_kinds``).
+        settings: ``{key: value}`` of the settings that decide the data stream and the update
+            (``seed``, ``train.batch_size``, every ``data.*`` and ``optimizer.*`` key), which
+            a resume compares (:func:`changed_settings`); None in older checkpoints.
     """
 
     tables: dict[str, list[int]]
@@ -139,6 +142,7 @@ class CheckpointLayout:
     world_size: int
     id_policies: dict[str, str] | None = None
     id_kinds: dict[str, str] | None = None
+    settings: dict[str, Any] | None = None
 
     def state_dict(self) -> dict[str, Any]:
         """The entries of ``trainer_state.json`` that describe the layout."""
@@ -148,7 +152,20 @@ class CheckpointLayout:
             "world_size": self.world_size,
             "id_policies": self.id_policies,
             "id_kinds": self.id_kinds,
+            "settings": self.settings,
         }
+
+
+def changed_settings(saved: dict[str, Any] | None, job: dict[str, Any] | None) -> list[str]:
+    """``key old -> new`` for each setting (:attr:`CheckpointLayout.settings`) this job
+    changes from the checkpoint's, sorted; none when either side has no record."""
+    if not saved or not job:
+        return []
+    return [
+        f"{key} {saved.get(key)} -> {job.get(key)}"
+        for key in sorted(set(saved) | set(job))
+        if saved.get(key) != job.get(key)
+    ]
 
 
 def checkpoint_path(run_dir: Path, step: int) -> Path:

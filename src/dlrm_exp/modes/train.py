@@ -23,6 +23,7 @@ import torch.distributed as dist
 from torchrec.distributed.types import ShardingPlan
 
 from dlrm_exp.config import Config
+from dlrm_exp.config.keys import flat_settings
 from dlrm_exp.config.model import ManagedCollision
 from dlrm_exp.data import DataSplits, per_rank_sizes
 from dlrm_exp.data.splits import read_summary
@@ -42,6 +43,7 @@ from dlrm_exp.loop.checkpoint import (
     CheckpointLayout,
     adopt_best,
     best_checkpoint,
+    changed_settings,
     load_checkpoint,
     load_model_weights,
     read_trainer_state,
@@ -215,6 +217,12 @@ def _layout(run: _Run) -> CheckpointLayout:
         world_size=run.ctx.world_size,
         id_policies=run.cfg.data.id_policies(),
         id_kinds=run.splits.info.id_kinds,
+        settings={
+            "seed": run.cfg.seed,
+            "train.batch_size": run.cfg.train.batch_size,
+            **flat_settings("data", run.cfg.data),
+            **flat_settings("optimizer", run.cfg.optimizer),
+        },
     )
 
 
@@ -232,6 +240,17 @@ def _resume(
     if run.ctx.is_main:
         _warn_dtype_change(path, run.experiment.table_data_types)
     saved = load_checkpoint(path, run.experiment.model, run.experiment.optimizer, layout)
+    changed = changed_settings(saved.get("settings"), layout.settings)
+    if changed and run.ctx.is_main:
+        log.warning(
+            "train.resume: %d setting(s) differ from the run that wrote %s (%s%s): this run "
+            "continues another data stream or update than that run's; its .hydra/config.yaml "
+            "has them",
+            len(changed),
+            path,
+            ", ".join(changed[:4]),
+            ", ..." if len(changed) > 4 else "",
+        )
     state = TrainerState.from_checkpoint(
         saved, resume_step(saved, samples_per_step, run.ctx.world_size)
     )
