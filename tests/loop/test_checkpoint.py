@@ -65,7 +65,9 @@ def test_resume_continues_bitwise_and_prunes(tmp_path, caplog):
     assert (tmp_path / "b" / "metrics.json").read_bytes() == record
     assert again.samples_per_sec == resumed.samples_per_sec
     # from the end in another folder: a record of no trained step measures no bytes or speed
-    ended = compose_cfg([*SMALL, f"train.resume={kept[1]}", "optimizer.learning_rate=0.05"])
+    ended = compose_cfg(
+        [*SMALL, f"train.resume={kept[1]}", "optimizer.learning_rate=0.05", "train.max_steps=24"]
+    )
     with caplog.at_level(logging.WARNING, logger="dlrm_exp"):
         empty = run_train(ended, tmp_path / "c", {})
     assert empty.steps == 32 and empty.comm_bytes_per_step == {}
@@ -73,6 +75,7 @@ def test_resume_continues_bitwise_and_prunes(tmp_path, caplog):
     # a setting that changes the update was accepted without a word
     assert "1 setting(s) differ from the run that wrote" in caplog.text
     assert "(optimizer.learning_rate 0.1 -> 0.05)" in caplog.text
+    assert "the checkpoint is at step 32, past this job's last step 24" in caplog.text
 
 
 def test_two_identical_runs_give_identical_metrics(tmp_path):

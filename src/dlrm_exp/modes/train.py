@@ -273,6 +273,15 @@ def _finished_record(run: _Run, start: TrainerState | None, total_steps: int) ->
     last checkpoint). None: train (and write a record) as usual."""
     if start is None or (start.step < total_steps and start.stop_reason is None):
         return None
+    if start.step > total_steps and run.ctx.is_main:
+        log.warning(
+            "train.resume: the checkpoint is at step %d, past this job's last step %d "
+            "(train.max_steps / train.epochs): nothing is trained, and the record is of the "
+            "checkpoint's weights at step %d",
+            start.step,
+            total_steps,
+            start.step,
+        )
     path = run.job.run_dir / "metrics.json"
     record = on_rank_zero(lambda: _completed_record(path, start.step))
     if record is not None and run.ctx.is_main:
