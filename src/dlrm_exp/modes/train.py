@@ -240,16 +240,12 @@ def _resume(
     if run.ctx.is_main:
         _warn_dtype_change(path, run.experiment.table_data_types)
     saved = load_checkpoint(path, run.experiment.model, run.experiment.optimizer, layout)
-    changed = changed_settings(saved.get("settings"), layout.settings)
-    if changed and run.ctx.is_main:
-        log.warning(
-            "train.resume: %d setting(s) differ from the run that wrote %s (%s%s): this run "
-            "continues another data stream or update than that run's; its .hydra/config.yaml "
-            "has them",
-            len(changed),
-            path,
-            ", ".join(changed[:4]),
-            ", ..." if len(changed) > 4 else "",
+    if run.ctx.is_main:
+        _warn_list(
+            f"train.resume: {{n}} setting(s) differ from the run that wrote {path}",
+            changed_settings(saved.get("settings"), layout.settings),
+            "this run continues another data stream or update than that run's; its "
+            ".hydra/config.yaml has them",
         )
     state = TrainerState.from_checkpoint(
         saved, resume_step(saved, samples_per_step, run.ctx.world_size)
@@ -335,15 +331,20 @@ def _warn_dtype_change(path: Path, job_dtypes: Mapping[str, str]) -> None:
         for table, dtype in job_dtypes.items()
         if table in saved and saved[table] != dtype
     )
+    _warn_list(
+        f"resuming {{n}} table(s) in another dtype than checkpoint {path} holds",
+        changed,
+        "the saved weights are cast on load",
+        shown=3,
+    )
+
+
+def _warn_list(lead: str, changed: list[str], tail: str, shown: int = 4) -> None:
+    """One warning ``lead (first shown items, ...): tail`` when ``changed`` is not empty;
+    ``{n}`` in ``lead`` becomes the count."""
     if changed:
-        log.warning(
-            "resuming %d table(s) in another dtype than checkpoint %s holds (%s%s): the saved "
-            "weights are cast on load",
-            len(changed),
-            path,
-            ", ".join(changed[:3]),
-            ", ..." if len(changed) > 3 else "",
-        )
+        listed = ", ".join(changed[:shown]) + (", ..." if len(changed) > shown else "")
+        log.warning("%s (%s): %s", lead.replace("{n}", str(len(changed))), listed, tail)
 
 
 @dataclass
