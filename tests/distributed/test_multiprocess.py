@@ -331,3 +331,15 @@ def test_int8_refusal_is_one_line_on_the_cli(tmp_path, cli_here):
 
 
 # A worker killed with SIGKILL ends the job: tests/test_checkpoint.py (kill -9, then resume).
+
+
+def test_the_elastic_agents_signal_handlers_are_put_back(trained):
+    """The agent installs handlers raising its SignalException and leaves them: a Ctrl-C
+    between two jobs of a sweep was then recorded as the next job's failure, and the sweep
+    went on. After the suite's launch of 2-process jobs (``trained``) they are this
+    process's own again."""
+    import signal
+
+    for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT):
+        handler = signal.getsignal(signum)
+        assert not getattr(handler, "__module__", "").startswith("torch.distributed"), signum

@@ -288,12 +288,19 @@ def test_a_requeued_job_resumes_from_its_own_checkpoint_over_the_path_it_started
     assert requeued_resume("/runs/a/checkpoints/step_10", tmp_path) == "auto"
 
 
+def test_only_settings_both_record_are_compared():
+    """A key a later version records (``c``) is no change; older checkpoints record none."""
+    from dlrm_exp.loop.checkpoint import changed_settings
+
+    assert changed_settings({"a": 1, "b": 2}, {"a": 1, "b": 3, "c": 4}) == ["b 2 -> 3"]
+    assert changed_settings(None, {"a": 1}) == []
+
+
 def test_resume_step_maps_the_sample_position_to_another_world_size_or_batch():
     state = {"step": 3, "samples": 768, "world_size": 2}  # 3 steps of 2 x 128
     assert resume_step(state, [256] * 10, 2) == 3
     assert resume_step(state, [128] * 20, 1) == 6
     assert resume_step(state, [128] * 20, 2) == 6  # train.batch_size 64: it resumed at step 3
-    assert resume_step({"step": 3, "world_size": 2}, [128] * 20, 2) == 3  # no sample count
     with pytest.raises(CheckpointError, match="after 768 samples; 4 rank"):
         resume_step(state, [512] * 5, 4)
 

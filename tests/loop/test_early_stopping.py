@@ -71,7 +71,8 @@ def test_a_resumed_stop_holds_only_where_this_job_asks_for_it():
     stopped = EarlyStopping(patience=2)
     assert resumed(EARLY_STOPPING, early_stopping=stopped) == (EARLY_STOPPING, None)
     assert resumed(EARLY_STOPPING, early_stopping=EarlyStopping(patience=5)) == (None, None)
-    assert resumed(None, early_stopping=stopped) == (None, None)  # a stop is never added
+    assert resumed(None, early_stopping=stopped) == (None, None)  # no early stop is added
+    assert resumed(None, target_auroc=0.65) == (TARGET, 20)  # a lower target, reached earlier
 
 
 def test_a_non_finite_validation_never_becomes_the_best():

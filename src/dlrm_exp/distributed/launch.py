@@ -100,6 +100,10 @@ def _describe_failures(err: Exception) -> str:
     return "\n".join(lines) or str(err)
 
 
+#: The signals torch's elastic agent handles (raising its ``SignalException``) while it runs.
+_AGENT_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT)
+
+
 def launch_workers(fn: Callable[..., Any], args: tuple, cfg: HardwareConfig) -> Any:
     """Run ``fn(*args)`` in ``nproc_per_node`` local worker processes with torch.distributed's
     elastic launcher (the machinery behind torchrun) and return rank 0's result.
@@ -138,6 +142,7 @@ def launch_workers(fn: Callable[..., Any], args: tuple, cfg: HardwareConfig) -> 
             start_method="spawn",
             logs_specs=DefaultLogsSpecs(log_dir=log_dir),
         )
+        handlers = {s: signal.getsignal(s) for s in _AGENT_SIGNALS}
         try:
             results = elastic_launch(config, fn)(*args)
         except ChildFailedError as err:
@@ -146,6 +151,9 @@ def launch_workers(fn: Callable[..., Any], args: tuple, cfg: HardwareConfig) -> 
             if err.sigval == signal.SIGINT:
                 raise KeyboardInterrupt from None
             raise Terminated(int(err.sigval)) from None
+        finally:  # the agent leaves its handlers, raising its SignalException, installed
+            for signum, handler in handlers.items():
+                signal.signal(signum, handler)
     return results[0]
 
 

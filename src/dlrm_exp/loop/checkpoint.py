@@ -37,6 +37,7 @@ nearest, and resume stays bitwise).
 """
 
 import json
+import logging
 import pickle
 import re
 import shutil
@@ -55,6 +56,8 @@ from torch.distributed.checkpoint.metadata import Metadata, StorageMeta, TensorS
 from dlrm_exp.distributed.preemption import preemption_held
 from dlrm_exp.errors import UserError
 from dlrm_exp.util.files import write_json_atomic
+
+log = logging.getLogger(__name__)
 
 CHECKPOINTS = "checkpoints"
 STATE_FILE = "trainer_state.json"
@@ -158,13 +161,14 @@ class CheckpointLayout:
 
 def changed_settings(saved: dict[str, Any] | None, job: dict[str, Any] | None) -> list[str]:
     """``key old -> new`` for each setting (:attr:`CheckpointLayout.settings`) this job
-    changes from the checkpoint's, sorted; none when either side has no record."""
+    changes from the checkpoint's, sorted; only keys both record (a key added by a later
+    version is no change); none when either side has no record."""
     if not saved or not job:
         return []
     return [
-        f"{key} {saved.get(key)} -> {job.get(key)}"
-        for key in sorted(set(saved) | set(job))
-        if saved.get(key) != job.get(key)
+        f"{key} {saved[key]} -> {job[key]}"
+        for key in sorted(set(saved) & set(job))
+        if saved[key] != job[key]
     ]
 
 
@@ -355,6 +359,13 @@ def requeued_resume(resume: str | None, run_dir: Path) -> str:
     when unset, and also when ``run_dir`` already holds a complete checkpoint (the job's own,
     written before it was preempted), which an explicit checkpoint path would otherwise make
     every requeue train again from; else the path given."""
+    if resume not in (None, "auto") and complete_checkpoints(run_dir):
+        log.warning(
+            "train.resume=%s: this (requeued) task's run folder %s holds checkpoints, so it "
+            "resumes from the newest of them (train.resume=auto)",
+            resume,
+            run_dir,
+        )
     if resume is None or complete_checkpoints(run_dir):
         return "auto"
     return resume
@@ -393,14 +404,12 @@ def resume_step(trainer_state: dict[str, Any], samples_per_step: list[int], worl
     """This job's step at the checkpoint's data position: the step after which this job has
     trained on exactly the checkpoint's ``samples``. With the checkpoint's world size and
     batch size that is its step; with another world size or ``train.batch_size`` the global
-    batch differs, and so does the step (a checkpoint without ``samples``: its step).
+    batch differs, and so does the step.
 
     Raises:
         CheckpointError: no step of this job ends at the checkpoint's sample count (e.g. 3 steps
             of 2 ranks resumed on 4 ranks): the data position cannot be continued.
     """
-    if "samples" not in trainer_state:
-        return int(trainer_state["step"])
     samples, step, seen = int(trainer_state["samples"]), 0, 0
     while seen < samples:
         seen += samples_per_step[step % len(samples_per_step)]

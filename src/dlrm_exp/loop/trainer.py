@@ -174,13 +174,16 @@ class TrainerState:
         """Keep a checkpoint's stop only where this job asks for it too, so a resume with
         ``train.target_auroc`` removed or raised, or more ``early_stopping.patience``, trains
         on (a requeue of the same job still stops). The target step becomes the first
-        validation that reached this job's target (None: no target, or not reached)."""
+        validation that reached this job's target (None: no target, or not reached); a target
+        the history already reached stops, as a fresh run of this job would have."""
         target = cfg.target_auroc
         reached = [
             h["step"] for h in self.val_history if target is not None and h["auroc"] >= target
         ]
         first = reached[0] if reached else None
         self.target_step = int(first) if first is not None and first.is_integer() else first  # type: ignore[assignment]
+        if self.target_step is not None and self.stop_reason is None:
+            self.stop_reason = TARGET  # a fresh run of this job would have stopped there
         if self.stop_reason == TARGET and self.target_step is None:
             self.stop_reason = None
         if self.stop_reason == EARLY_STOPPING and not self.best.should_stop(cfg.early_stopping):

@@ -206,6 +206,17 @@ def _batch_sources(run: _Run) -> BatchSources:
     )
 
 
+#: ``data`` keys that change how the data is read or reported, not which rows arrive.
+_HOW_NOT_WHAT = frozenset(
+    {
+        "data.mmap_mode",
+        "data.max_lookup_gib",
+        "data.max_skipped_fraction",
+        "data.max_reported_bad_lines",
+    }
+)
+
+
 def _layout(run: _Run) -> CheckpointLayout:
     """The model layout a checkpoint records and a resume checks."""
     tables = run.plan_data.tables
@@ -218,10 +229,14 @@ def _layout(run: _Run) -> CheckpointLayout:
         id_policies=run.cfg.data.id_policies(),
         id_kinds=run.splits.info.id_kinds,
         settings={
-            "seed": run.cfg.seed,
-            "train.batch_size": run.cfg.train.batch_size,
-            **flat_settings("data", run.cfg.data),
-            **flat_settings("optimizer", run.cfg.optimizer),
+            key: value
+            for key, value in {
+                "seed": run.cfg.seed,
+                "train.batch_size": run.cfg.train.batch_size,
+                **flat_settings("data", run.cfg.data),
+                **flat_settings("optimizer", run.cfg.optimizer),
+            }.items()
+            if key not in _HOW_NOT_WHAT
         },
     )
 
