@@ -91,3 +91,21 @@ def test_a_metric_with_a_non_finite_seed_says_how_many_it_averaged():
     ]
     rows = stats_markdown(stats).splitlines()
     assert "(n=2: non-finite left out)" in rows[3] and "left out" not in rows[2]
+
+
+def test_a_difference_says_how_many_seeds_it_paired():
+    """A NaN seed of the baseline left a difference over 2 pairs labelled like one over 3."""
+    from dlrm_exp.record.compare import ConfigStats, stats_markdown
+    from dlrm_exp.record.stats import estimate, paired_difference
+
+    stats = [
+        ConfigStats("qcomms=none", [0, 1, 2], estimates={"val_auroc": estimate([0.8, 0.81])}),
+        ConfigStats(
+            "qcomms=fp16",
+            [0, 1, 2],
+            estimates={"val_auroc": estimate([0.801, 0.811, 0.79])},
+            vs_baseline={"val_auroc": paired_difference([0.801, 0.811], [0.8, 0.81])},
+        ),
+    ]
+    rows = stats_markdown(stats).splitlines()
+    assert "; 2 of 3 seeds paired)" in rows[3]

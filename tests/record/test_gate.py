@@ -4,6 +4,7 @@ moves every seed alike (paired spread +-0.0005)."""
 
 import json
 import math
+import re
 from pathlib import Path
 
 import pytest
@@ -280,3 +281,79 @@ def test_configurations_run_with_other_fixed_overrides_are_noted(tmp_path, capsy
     out = capsys.readouterr().out
     assert "optimizer=sgd: note: the baseline ran it with model=tiny, the new set with " in out
     assert "model=mlperf (overrides that were not swept)" in out
+
+
+def test_run_folders_given_one_by_one_pool_their_seeds(tmp_path):
+    """Job folders named one by one (``report 'sweep/[0-9]*'``) were labelled by their first
+    seed (``qcomms=none,seed=0`` for seeds 0-2), runs whose only override is the seed were
+    two configurations, and every single run's identity was repeated as "overrides that were
+    not swept"."""
+    from dlrm_exp.record.runs import ALL, load_runs
+
+    metrics = {"status": "completed", "val": {"auroc": 0.79}}
+    jobs = [
+        write_job(tmp_path, f"{q}{seed}", [f"qcomms={q}", f"seed={seed}"], metrics)
+        for q in ("none", "fp16")
+        for seed in (0, 1, 2)
+    ]
+    runs = load_runs(jobs)
+    assert [r.config for r in runs] == ["qcomms=none"] * 3 + ["qcomms=fp16"] * 3
+    assert len({r.config_id for r in runs}) == 2 and all(r.fixed == "" for r in runs)
+    seeds_only = [write_job(tmp_path, f"s{seed}", [f"seed={seed}"], metrics) for seed in (1, 2)]
+    assert {(r.config, r.config_id, r.seed) for r in load_runs(seeds_only)} == {
+        (ALL, ALL, 1),
+        (ALL, ALL, 2),
+    }
+
+
+@pytest.mark.parametrize(
+    ("case", "message"),
+    [
+        ("list", r"0/metrics.json: not a dlrm_exp metrics.json"),
+        ("val_number", r"0/metrics.json: not a dlrm_exp metrics.json"),
+        ("no_status", r"0/metrics.json: not a dlrm_exp metrics.json"),
+        ("multirun_list", r"multirun.yaml: not a Hydra multirun.yaml"),
+        ("overrides", r"0/.hydra/overrides.yaml: not a list of Hydra overrides"),
+    ],
+)
+def test_a_folder_of_another_tool_is_an_error_naming_the_file(tmp_path, capsys, case, message):
+    """They crashed the report with a traceback and status 1, which a CI job reads as a
+    failed gate; now one line and status 2."""
+    folder = sweep(tmp_path / "s", {})
+    job = folder / "0"
+    if case == "list":
+        (job / "metrics.json").write_text("[1, 2]")
+    elif case == "val_number":
+        (job / "metrics.json").write_text('{"status": "completed", "val": 0.8}')
+    elif case == "no_status":
+        (job / "metrics.json").write_text('{"accuracy": 0.9}')
+    elif case == "multirun_list":
+        (folder / "multirun.yaml").write_text("[1, 2]")
+    else:
+        (job / ".hydra" / "overrides.yaml").write_text('["foo"]')
+    assert report.main([str(folder), "--out", str(tmp_path / "out")]) == 2
+    assert re.search(message, capsys.readouterr().err)
+
+
+def test_files_among_the_paths_are_passed_over(tmp_path, capsys):
+    """``report 'sweep/*'`` names the sweep's summary files and plots too."""
+    folder = sweep(tmp_path / "s", {})
+    assert report.main([str(folder)]) == 0
+    paths = sorted(str(p) for p in folder.iterdir())
+    assert any(p.endswith(".csv") for p in paths)
+    assert report.main([*paths, "--out", str(tmp_path / "out")]) == 0
+
+
+def test_a_baseline_holding_one_seed_twice_fails_the_gate():
+    """Keyed by seed, the last of the two stood for both without a word."""
+
+    def runs(aurocs):
+        return [
+            RunValues("a", "a", seed, "completed", f"r{i}", {"val_auroc": auroc})
+            for i, (seed, auroc) in enumerate(aurocs)
+        ]
+
+    result = compare_runs(runs([(0, 0.79), (1, 0.80)]), runs([(0, 0.79), (0, 0.70), (1, 0.80)]))
+    assert not result.passed
+    assert any("the baseline holds seed(s) 0 in two completed runs" in f for f in result.failures)
+    assert compare_runs(runs([(0, 0.79), (1, 0.80)]), runs([(0, 0.79), (1, 0.80)])).passed

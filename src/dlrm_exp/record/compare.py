@@ -155,7 +155,8 @@ def stats_markdown(stats: Sequence[ConfigStats]) -> str:
             else:
                 cells.append(f"{fmt(e.mean, spec)} +- {fmt(e.half_width, spec)}{fewer}")
         cells += [
-            _difference_cell(s.vs_baseline.get(f"{split}_auroc")) for split in ("val", "test")
+            _difference_cell(s.vs_baseline.get(f"{split}_auroc"), len(s.seeds))
+            for split in ("val", "test")
         ]
         lines.append("| " + " | ".join(cells) + " |")
     lines.append("")
@@ -168,18 +169,21 @@ def stats_markdown(stats: Sequence[ConfigStats]) -> str:
     return "\n".join(lines)
 
 
-def _difference_cell(d: Difference | None) -> str:
-    """``+0.00123 [-0.00010, +0.00256] (p 0.07)``, `` *`` when the interval excludes 0."""
+def _difference_cell(d: Difference | None, seeds: int) -> str:
+    """``+0.00123 [-0.00010, +0.00256] (p 0.07)``, `` *`` when the interval excludes 0; the
+    pairs it rests on when fewer than the configuration's ``seeds`` (a seed the baseline lacks
+    or whose value is not finite on either side)."""
     if d is None:
         return ""
     interval = "" if d.ci_low is None else f" [{d.ci_low:+.5f}, {d.ci_high:+.5f}]"
     mark = " *" if d.significant else ""
-    return f"{d.mean:+.5f}{interval}{mark} (p {fmt(d.p_value, '.3g')})"
+    pairs = f"; {d.n} of {seeds} seeds paired" if d.n != seeds else ""
+    return f"{d.mean:+.5f}{interval}{mark} (p {fmt(d.p_value, '.3g')}{pairs})"
 
 
 STATS_COLUMNS = [
     "config", "metric", "n", "mean", "sd", "ci_low", "ci_high",
-    "diff_vs_baseline", "diff_ci_low", "diff_ci_high", "p_value",
+    "diff_vs_baseline", "diff_ci_low", "diff_ci_high", "p_value", "diff_n",
 ]  # fmt: skip
 
 
@@ -194,6 +198,7 @@ def write_stats(out_dir: Path, stats: Sequence[ConfigStats]) -> Path:
             "diff_ci_low": d.ci_low if d else None,
             "diff_ci_high": d.ci_high if d else None,
             "p_value": d.p_value if d else None,
+            "diff_n": d.n if d else None,
         }
         for s in stats
         for key, e in s.estimates.items()

@@ -82,7 +82,11 @@ def is_regression(metric: Metric, d: Difference, tolerance: float) -> bool:
 
 def _verdict(metric: Metric, d: Difference) -> str:
     if d.ci_low is None:
-        return "no interval (one run a side)"
+        return (
+            "no interval (one seed paired)"
+            if d.method == "paired"
+            else "no interval (one run on a side)"
+        )
     if not d.significant:
         return "within noise"
     if metric.higher_is_better is None:
@@ -203,6 +207,13 @@ def compare_runs(
         if config_id not in new_groups:
             result.failures.append(
                 f"{saved_runs[0].config}: in the baseline, but no run of it in the new set"
+            )
+        seeds = [run.seed for run in saved_runs if run.status == COMPLETED]
+        twice = sorted({seed for seed in seeds if seeds.count(seed) > 1})
+        if twice:  # keyed by seed, the last would silently stand for both
+            result.failures.append(
+                f"{saved_runs[0].config}: the baseline holds seed(s) {', '.join(map(str, twice))} "
+                "in two completed runs: one measurement would count as two repeats"
             )
     for config_id, new_runs in new_groups.items():
         label = new_runs[0].config

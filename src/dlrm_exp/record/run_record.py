@@ -206,9 +206,21 @@ class RunMetrics:
         """The record in the ``metrics.json`` at ``path`` (:meth:`from_json`).
 
         Raises:
-            OSError: it cannot be read. ValueError: it is not JSON. TypeError: not an object.
+            OSError: it cannot be read.
+            ValueError: it is not JSON, or not a dlrm_exp record (not an object, no
+                ``status``, or ``val`` / ``test`` not objects); the message names the file.
         """
-        return cls.from_json(json.loads(path.read_text()))
+        try:
+            content = json.loads(path.read_text())
+        except ValueError as err:
+            raise ValueError(f"{path}: not JSON ({err})") from None
+        shaped = isinstance(content, dict) and isinstance(content.get("status"), str)
+        if not shaped or not all(isinstance(content.get(k, {}), dict) for k in ("val", "test")):
+            raise ValueError(
+                f"{path}: not a dlrm_exp metrics.json (an object with a status, and val / test "
+                "objects)"
+            )
+        return cls.from_json(content)
 
     def write(self, path: Path) -> None:
         """Write ``metrics.json`` atomically (a crash never leaves a partial file)."""

@@ -19,7 +19,9 @@ from pathlib import Path
 from typing import Any
 
 from hydra.core.override_parser.overrides_parser import OverridesParser
+from hydra.errors import HydraException
 from omegaconf import OmegaConf
+from omegaconf.errors import OmegaConfBaseException
 
 from dlrm_exp.record.run_record import MISSING, RunMetrics
 
@@ -98,13 +100,20 @@ def run_name(job_overrides: Sequence[str], swept: Sequence[str]) -> str:
 def saved_swept_keys(sweep_dir: Path) -> list[str]:
     """The keys a multirun swept, from its ``multirun.yaml``: those swept on the command line
     (:func:`swept_keys`, in order), then those of the sweeper's ``params`` (an experiment
-    preset's ``hydra.sweeper.params``) not already named. Empty without the file."""
+    preset's ``hydra.sweeper.params``) not already named. Empty without the file.
+
+    Raises:
+        ValueError: the file is not a Hydra multirun record; the message names it.
+    """
     saved = sweep_dir / "multirun.yaml"
     if not saved.is_file():
         return []
-    hydra_cfg = OmegaConf.load(saved).hydra
-    keys = swept_keys(list(hydra_cfg.overrides.task))
-    params = OmegaConf.select(hydra_cfg, "sweeper.params") or {}
+    try:
+        hydra_cfg = OmegaConf.load(saved).hydra  # type: ignore[union-attr]
+        keys = swept_keys(list(hydra_cfg.overrides.task))
+        params = OmegaConf.select(hydra_cfg, "sweeper.params") or {}
+    except (OmegaConfBaseException, HydraException, AttributeError, TypeError) as err:
+        raise ValueError(f"{saved}: not a Hydra multirun.yaml ({err})") from None
     return list(dict.fromkeys([*keys, *params]))
 
 
@@ -147,8 +156,20 @@ class RunRecord:
 
 
 def _job_overrides(run_dir: Path) -> list[str]:
+    """The job's command-line overrides (``.hydra/overrides.yaml``; none without it).
+
+    Raises:
+        ValueError: the file is not a list of Hydra overrides; the message names it.
+    """
     saved = run_dir / ".hydra" / "overrides.yaml"
-    return list(OmegaConf.load(saved)) if saved.is_file() else []
+    if not saved.is_file():
+        return []
+    try:
+        overrides = [str(o) for o in OmegaConf.to_container(OmegaConf.load(saved))]  # type: ignore[union-attr]
+        parse_overrides(overrides)
+    except (OmegaConfBaseException, HydraException, TypeError) as err:
+        raise ValueError(f"{saved}: not a list of Hydra overrides ({err})") from None
+    return overrides
 
 
 def _job_number(path: Path) -> tuple[int, str]:
@@ -160,6 +181,8 @@ def load_runs(paths: Iterable[Path]) -> list[RunRecord]:
     folders (holding job folders with ``.hydra/``: every job, by job number)."""
     runs: list[RunRecord] = []
     for path in paths:
+        if not path.is_dir():  # a file among a glob's matches (summary.csv, a plot)
+            continue
         jobs = sorted((p for p in path.iterdir() if (p / ".hydra").is_dir()), key=_job_number)
         if jobs:
             overrides = [_job_overrides(job) for job in jobs]
@@ -180,23 +203,23 @@ def _record(run_dir: Path, swept: Sequence[str], overrides: list[str]) -> RunRec
     )
     name = run_name(overrides, swept) if overrides else run_dir.name
     others = [k for k in swept if k != SEED]
-    config = run_name(overrides, others) if others else ""
-    if not others and SEED not in swept:  # a single run, or a sweep without seeds
-        config = name or run_dir.name
     values = override_values(overrides)
     seed = int(values.get(SEED, 0))
-    config = config or ALL
     if others:
         keys = others
+        config = run_name(overrides, others)
         identity = canonical_overrides(overrides, keys)
     elif SEED in swept:  # repeats of one configuration
-        keys = []
-        identity = ALL
-    else:  # a single run: every override but the seed
+        keys, config, identity = [], ALL, ALL
+    else:  # a single run: every override but the seed (only a seed: a repeat of all runs)
         keys = [k for k in values if k != SEED]
+        config = run_name(overrides, keys) if keys else ALL if SEED in values else run_dir.name
         identity = canonical_overrides(overrides, keys) or config
-    # the overrides every job of the sweep shared (not swept): what a comparison assumes equal
-    fixed = canonical_overrides(overrides, [k for k in values if k not in swept and k != SEED])
+    # the overrides every job of the sweep shared (neither swept nor the run's identity): what
+    # a comparison assumes equal
+    fixed = canonical_overrides(
+        overrides, [k for k in values if k not in swept and k not in keys and k != SEED]
+    )
     return RunRecord(
         run_dir, name or run_dir.name, overrides, metrics, config, seed, identity, fixed,
         tuple(keys),
