@@ -174,9 +174,10 @@ def main() -> None:
     except (KeyboardInterrupt, Terminated) as err:  # one line, not a traceback per frame
         signum = err.signum if isinstance(err, Terminated) else signal.SIGINT
         print(
-            f"Interrupted ({signal.Signals(signum).name}): the run folder keeps what was written "
-            "(complete checkpoints; no metrics.json for an unfinished run); train.resume=auto "
-            "continues from its newest checkpoint",
+            f"Interrupted ({signal.Signals(signum).name}): what was finished stays (complete "
+            "checkpoints, converted days; no metrics.json for an unfinished run): "
+            "train.resume=auto continues training from the newest checkpoint, and "
+            "mode=preprocess run again converts only the unfinished days",
             file=sys.stderr,
         )
         sys.exit(128 + signum)

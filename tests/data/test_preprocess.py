@@ -3,6 +3,7 @@ day names, resumable re-runs."""
 
 import gzip
 import json
+import os
 
 import numpy as np
 import pytest
@@ -266,3 +267,87 @@ def test_windows_line_endings_convert_like_unix_ones(tmp_path):
             np.load(tmp_path / "out_crlf" / f"day_0_{kind}.npy"),
             np.load(tmp_path / "out_lf" / f"day_0_{kind}.npy"),
         )
+
+
+def _load(out, dataset="criteo_kaggle"):
+    from dlrm_exp.config import CriteoNpyDataConfig, NpyDataset
+    from dlrm_exp.data.criteo_npy import load_criteo_npy
+
+    return load_criteo_npy(
+        CriteoNpyDataConfig(path=str(out), dataset=NpyDataset(dataset)), SIZES, 0
+    )
+
+
+def test_training_refuses_a_conversion_that_did_not_finish(tmp_path):
+    """A preprocess killed while redoing day 1 left day 1's old files without their marker,
+    and data=criteo_npy trained on them (rc 0); so it did on a contiguous folder whose
+    re-index over all days was cut off."""
+    files = [write_criteo_tsv(tmp_path / f"day_{d}", 30, seed=d) for d in range(3)]
+    out = tmp_path / "o"
+    convert(files, out)
+    _load(out)
+    (out / "day_1.json").unlink()  # what a kill in day 1's conversion leaves
+    with pytest.raises(DataError, match=r"the conversion of day_1 did not finish .* run the same"):
+        _load(out)
+    contiguous = tmp_path / "c"
+    convert(files, contiguous, categorical=CategoricalTransform.contiguous)
+    _load(contiguous)
+    (contiguous / "contiguous.json").unlink()
+    with pytest.raises(DataError, match=r"the re-index of contiguous ids over every day did not"):
+        _load(contiguous)
+
+
+def test_a_day_redone_then_cut_off_is_re_indexed_by_the_next_run(tmp_path, monkeypatch):
+    """Day 1's input changed; the re-run converted it, then was killed in day 2. The next run
+    found nothing to convert, trusted the earlier contiguous.json and left day 1's contiguous
+    ids those of its old rows."""
+    from dlrm_exp.data.preprocess import convert as conversion
+
+    files = [
+        write_criteo_tsv(tmp_path / "tsv" / f"day_{d}", 60, seed=d, vocab_size=30) for d in range(3)
+    ]
+    out, fresh = tmp_path / "o", tmp_path / "fresh"
+    contiguous = {"categorical": CategoricalTransform.contiguous}
+    convert(files, out, **contiguous)
+    write_criteo_tsv(files[1], 60, seed=7, vocab_size=30)
+    os.utime(files[2], ns=(1, 1))  # touched: day 2 is converted again too
+    real = conversion.convert_file
+
+    def killed_in_day_2(path, day, *args):
+        if day == 2:
+            raise KeyboardInterrupt
+        return real(path, day, *args)
+
+    monkeypatch.setattr(conversion, "convert_file", killed_in_day_2)
+    with pytest.raises(KeyboardInterrupt):
+        convert(files, out, **contiguous)
+    monkeypatch.undo()
+    assert convert(files[:2], out, **contiguous)["days_converted"] == []
+    convert(files, fresh, **contiguous)
+    for d in range(3):
+        name = f"day_{d}_sparse.npy"
+        assert np.array_equal(np.load(out / name), np.load(fresh / name)), name
+
+
+def test_a_hash_conversion_drops_the_raw_ids_of_an_earlier_contiguous_one(tmp_path, caplog):
+    """Left behind, they made a later contiguous run of day 0 alone rewrite day 1's hashed
+    ids as contiguous ones while day 1's marker still said hash."""
+    files = [write_criteo_tsv(tmp_path / f"day_{d}", 30, seed=d) for d in range(2)]
+    out = tmp_path / "o"
+    convert(files, out, categorical=CategoricalTransform.contiguous)
+    convert(files, out, categorical=CategoricalTransform.hash)
+    assert not list(out.glob("*_sparse_raw.npy")) and not (out / "contiguous.json").exists()
+    hashed = (out / "day_1_sparse.npy").read_bytes()
+    with caplog.at_level("WARNING"):
+        convert(files[:1], out, categorical=CategoricalTransform.contiguous)
+    assert (out / "day_1_sparse.npy").read_bytes() == hashed
+    assert "also holds day_1 from other inputs" in caplog.text
+
+
+def test_a_file_named_twice_is_refused(tmp_path):
+    from dlrm_exp.data.preprocess.convert import run_preprocess
+
+    tsv = write_criteo_tsv(tmp_path / "s.tsv", 10, seed=1)
+    cfg = PreprocessConfig(output_dir=str(tmp_path / "o"), num_workers=1)
+    with pytest.raises(DataError, match="s.tsv"):
+        run_preprocess([str(tsv), str(tsv)], cfg, SIZES)

@@ -15,6 +15,7 @@ Batches are then cut by :func:`~dlrm_exp.data.batches.iter_batches`: global step
 next ``world_size x batch_size`` rows and rank ``r`` its ``r``-th slice, so ranks never overlap.
 """
 
+import json
 import re
 from pathlib import Path
 from typing import Any
@@ -24,6 +25,7 @@ import torch
 
 from dlrm_exp.config import CriteoNpyDataConfig, NpyDataset, OutOfRange
 from dlrm_exp.data.batches import ClickData
+from dlrm_exp.data.preprocess.convert import CONTIGUOUS_MARKER, converted_days
 from dlrm_exp.data.preprocess.tsv_parse import NUM_DENSE, NUM_SPARSE
 from dlrm_exp.data.row_span import RowSpan
 from dlrm_exp.data.splits import DataInfo
@@ -61,7 +63,42 @@ def find_days(folder: Path) -> list[int]:
         for kind in ("sparse", "labels"):
             if not (folder / f"day_{day}_{kind}.npy").is_file():
                 raise DataError(f"data.path: day_{day}_{kind}.npy is missing in {folder}")
+    _check_conversions(folder, days)
     return days
+
+
+def _check_conversions(folder: Path, days: list[int]) -> None:
+    """In a folder ``mode=preprocess`` wrote (it holds its day markers), every day's
+    conversion finished (its ``day_<n>.json``, written last) and, with contiguous ids, so did
+    the re-index over all days (``contiguous.json``, listing them). A folder of TorchRec's own
+    scripts (no marker) is taken as it is.
+
+    Raises:
+        DataError: naming the unfinished days (or the re-index) and the fix.
+    """
+    done = converted_days(folder)
+    if not done and not (folder / "preprocess_report.json").is_file():
+        return
+    unfinished = [day for day in days if day not in done]
+    if unfinished:
+        raise DataError(
+            f"data.path: {folder}: the conversion of "
+            f"{', '.join(f'day_{d}' for d in unfinished)} did not finish (no day_<n>.json "
+            "beside its npy files; mode=preprocess writes it last): run the same "
+            "mode=preprocess again, which finishes it"
+        )
+    contiguous = [d for d in days if done[d].get("categorical") == "contiguous"]
+    try:
+        indexed = json.loads((folder / CONTIGUOUS_MARKER).read_text()).get("days", [])
+    except (OSError, ValueError, AttributeError):
+        indexed = []
+    missing = [f"day_{d}" for d in contiguous if d not in indexed]
+    if missing:
+        raise DataError(
+            f"data.path: {folder}: the re-index of contiguous ids over every day did not "
+            f"finish ({CONTIGUOUS_MARKER} does not list {', '.join(missing)}): run the same "
+            "mode=preprocess again, which finishes it"
+        )
 
 
 #: The dtype kinds each file may hold (numpy ``dtype.kind``): dense counts as floats or

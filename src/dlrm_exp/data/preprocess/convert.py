@@ -20,6 +20,7 @@ resumes with the first unfinished day, and a partly written day never looks fini
 import collections
 import itertools
 import json
+import logging
 import multiprocessing
 import re
 import sys
@@ -35,7 +36,7 @@ from tqdm import tqdm
 
 from dlrm_exp.config import CategoricalTransform, DenseTransform, PreprocessConfig
 from dlrm_exp.data.criteo_tsv import ReadReport
-from dlrm_exp.data.paths import resolve_paths
+from dlrm_exp.data.paths import refuse_repeated, resolve_paths
 from dlrm_exp.data.preprocess.contiguous import contiguous_ids
 from dlrm_exp.data.preprocess.npy_stream import NpyRowFile, NpyRowWriter
 from dlrm_exp.data.preprocess.parse_blocks import (
@@ -54,6 +55,8 @@ from dlrm_exp.data.preprocess.tsv_parse import (
 )
 from dlrm_exp.errors import DataError
 from dlrm_exp.util.files import write_json_atomic
+
+log = logging.getLogger(__name__)
 
 _DAY_NAME = re.compile(r"^day_(\d+)(\.[A-Za-z0-9.]*)?$")
 _MAX_BAD_LINES = 20
@@ -99,6 +102,10 @@ def day_numbers(files: list[Path]) -> dict[int, Path]:
     return dict(sorted(days.items()))
 
 
+#: The record of a finished re-index over every day (``categorical=contiguous``).
+CONTIGUOUS_MARKER = "contiguous.json"
+
+
 def _marker(out_dir: Path, day: int) -> Path:
     return out_dir / f"day_{day}.json"
 
@@ -106,6 +113,21 @@ def _marker(out_dir: Path, day: int) -> Path:
 def _source_facts(path: Path) -> dict[str, Any]:
     stat = path.stat()
     return {"source": str(path.resolve()), "bytes": stat.st_size, "mtime_ns": stat.st_mtime_ns}
+
+
+def converted_days(folder: Path) -> dict[int, dict[str, Any]]:
+    """The days ``mode=preprocess`` finished in ``folder``: ``{day: its marker's content}``
+    (a marker that cannot be read counts as none)."""
+    done = {}
+    for marker in folder.glob("day_*.json"):
+        match = re.fullmatch(r"day_(\d+)\.json", marker.name)
+        try:
+            content = json.loads(marker.read_text()) if match else None
+        except (OSError, ValueError):
+            content = None
+        if isinstance(content, dict) and match:
+            done[int(match.group(1))] = content
+    return done
 
 
 def is_finished(out_dir: Path, day: int, path: Path, options: Options) -> bool:
@@ -195,8 +217,13 @@ def convert_file(
     """
     started = time.perf_counter()
     # the day's files are about to change: an interrupted run must not leave a marker that
-    # says the old ones are finished beside some of the new ones
+    # says the old ones are finished beside some of the new ones; nor a re-index record that
+    # says every day's contiguous ids are current, nor (converting without contiguous ids)
+    # raw ids of an earlier contiguous run that a later one would re-index over these
     _marker(out_dir, day).unlink(missing_ok=True)
+    (out_dir / CONTIGUOUS_MARKER).unlink(missing_ok=True)
+    if options.categorical is not CategoricalTransform.contiguous:
+        (out_dir / f"day_{day}_sparse_raw.npy").unlink(missing_ok=True)
     tally = _DayTally(path, ReadReport(files=[str(path)]))
     torchrec = options.dense_transform is DenseTransform.torchrec
     dense_path = out_dir / (f"day_{day}_dense_raw.npy" if torchrec else f"day_{day}_dense.npy")
@@ -316,6 +343,14 @@ def preprocess_files(
     )
     days = day_numbers(files)
     _writable_folder(out_dir)
+    others = sorted(set(converted_days(out_dir)) - set(days))
+    if others:
+        log.warning(
+            "preprocess.output_dir=%s also holds %s from other inputs: data=criteo_npy reads "
+            "them with this run's days",
+            out_dir,
+            ", ".join(f"day_{d}" for d in others),
+        )
     started = time.perf_counter()
     pool = _worker_pool(cfg.num_workers, files)
     show = sys.stderr.isatty() if progress is None else progress
@@ -419,7 +454,7 @@ def _reindex(out_dir: Path, days: list[int], threshold: int, changed: bool) -> d
     day 23 alone after days 0-22 must map an id to the row it has on those days (TorchRec's
     ``sparse_to_contiguous`` maps over all days at once), so the earlier days are re-indexed
     with it."""
-    marker = out_dir / "contiguous.json"
+    marker = out_dir / CONTIGUOUS_MARKER
     present = {int(m.group(1)) for f in out_dir.glob("day_*_sparse_raw.npy")
                if (m := _RAW_DAY.match(f.name))}  # fmt: skip
     days = sorted(present | set(days))
@@ -479,4 +514,5 @@ def run_preprocess(data_paths: list[str], cfg: PreprocessConfig, table_sizes: li
     """The ``mode=preprocess`` entry: resolve ``data.path`` and convert."""
     assert cfg.output_dir is not None
     files = resolve_paths(data_paths, "data.path")
+    refuse_repeated({"data.path": files})
     return preprocess_files(files, Path(cfg.output_dir).expanduser(), cfg, table_sizes)
