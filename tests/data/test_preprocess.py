@@ -208,6 +208,24 @@ def test_cli_preprocess_and_its_errors(tmp_path, cli_here):
         into_input.stderr
     )
     assert not (tmp_path / "day_0.json").exists()  # refused before writing
+    refusals = {
+        f"preprocess.output_dir={tmp_path}": "is the folder of data.path's",  # beside its input
+        f"preprocess.output_dir={tsv}": "is a file: name a folder",
+        f"data.val_path=[{tsv}]": "converts the files of data.path only",
+    }
+    for i, (argument, message) in enumerate(refusals.items()):
+        out = [] if "output_dir" in argument else [f"preprocess.output_dir={tmp_path / 'o'}"]
+        refused = cli_here(
+            [
+                "mode=preprocess",
+                f"data.path={tsv}",
+                argument,
+                *out,
+                f"hydra.run.dir={tmp_path / f'r{i}'}",
+            ]
+        )
+        assert refused.returncode == 1 and message in refused.stderr, refused.stderr
+    assert not (tmp_path / "day_0.json").exists() and not (tmp_path / "o").exists()
 
 
 def test_contiguous_ids_equal_torchrec_sparse_to_contiguous(tmp_path):

@@ -8,7 +8,7 @@ from dlrm_exp.config import Config, CriteoTsvDataConfig, PreprocessFormat
 from dlrm_exp.data.criteo_parquet import SCHEMA_NAME, write_criteo_parquet
 from dlrm_exp.data.paths import resolve_paths
 from dlrm_exp.data.preprocess.convert import run_preprocess, summary_lines
-from dlrm_exp.errors import DataError
+from dlrm_exp.errors import ConfigError, DataError
 from dlrm_exp.modes.job import Job, ModeResult
 from dlrm_exp.util.files import write_json_atomic
 
@@ -19,10 +19,18 @@ def run(cfg: Config, job: Job) -> ModeResult:
 
     Raises:
         DataError: an input cannot be read (see :func:`run_preprocess`), or
-            ``preprocess.output_dir`` is a folder ``data.path`` names.
+            ``preprocess.output_dir`` is a file, a folder ``data.path`` names or the folder of
+            one of its files.
+        ConfigError: ``data.val_path`` / ``data.test_path`` are set (only ``data.path`` is
+            converted).
     """
     assert isinstance(cfg.data, CriteoTsvDataConfig)  # Config.__post_init__ checked it
     assert cfg.preprocess.output_dir  # Config.__post_init__ requires it for mode=preprocess
+    if cfg.data.val_path or cfg.data.test_path:
+        raise ConfigError(
+            "mode=preprocess converts the files of data.path only (each a day_<n>): name the "
+            "validation and test files there too and drop data.val_path / data.test_path"
+        )
     _refuse_output_among_inputs(cfg.data.path, cfg.preprocess.output_dir)
     if cfg.preprocess.format is PreprocessFormat.parquet:
         return _to_parquet(cfg, job)
@@ -33,18 +41,23 @@ def run(cfg: Config, job: Job) -> ModeResult:
 
 def _refuse_output_among_inputs(data_paths: list[str], output_dir: str) -> None:
     """A folder named in ``data.path`` is read whole (every file in it), so outputs written
-    there would be read as input by the next run.
+    there, or beside a file it names, would be read as input by a later run.
 
     Raises:
-        DataError: ``output_dir`` is one of the folders ``data_paths`` names.
+        DataError: ``output_dir`` is a file, one of the folders ``data_paths`` names, or the
+            folder of a file it names.
     """
     out = Path(output_dir).expanduser().resolve()
+    if out.is_file():
+        raise DataError(f"preprocess.output_dir={output_dir} is a file: name a folder")
     for raw in data_paths:
-        if Path(raw).expanduser().resolve() == out:
+        path = Path(raw).expanduser().resolve()
+        if path == out or (path.is_file() and path.parent == out):
+            where = "the folder data.path reads" if path == out else "the folder of data.path's"
             raise DataError(
-                f"preprocess.output_dir={output_dir} is the folder data.path reads ({raw}): "
-                "the next run would read this run's outputs as input files; write them to "
-                "another folder"
+                f"preprocess.output_dir={output_dir} is {where} {raw}: the outputs would sit "
+                "among the inputs, and a later data.path naming the folder would read them as "
+                "input files; write them to another folder"
             )
 
 
