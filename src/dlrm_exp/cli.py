@@ -177,7 +177,8 @@ def main() -> None:
             f"Interrupted ({signal.Signals(signum).name}): what was finished stays (complete "
             "checkpoints, converted days; no metrics.json for an unfinished run): "
             "train.resume=auto continues training from the newest checkpoint, and "
-            "mode=preprocess run again converts only the unfinished days",
+            "mode=preprocess run again converts only the unfinished days (and re-indexes "
+            "contiguous ids)",
             file=sys.stderr,
         )
         sys.exit(128 + signum)

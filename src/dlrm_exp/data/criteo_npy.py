@@ -82,10 +82,11 @@ def _check_conversions(folder: Path, days: list[int]) -> None:
     unfinished = [day for day in days if day not in done]
     if unfinished:
         raise DataError(
-            f"data.path: {folder}: the conversion of "
-            f"{', '.join(f'day_{d}' for d in unfinished)} did not finish (no day_<n>.json "
-            "beside its npy files; mode=preprocess writes it last): run the same "
-            "mode=preprocess again, which finishes it"
+            f"data.path: {folder}: mode=preprocess wrote this folder, but "
+            f"{', '.join(f'day_{d}' for d in unfinished)} has no day_<n>.json beside its npy "
+            "files (written last): if mode=preprocess was converting it, run that command "
+            "again, which finishes it; npy files from elsewhere (TorchRec's scripts) belong in "
+            "a folder of their own"
         )
     contiguous = [d for d in days if done[d].get("categorical") == "contiguous"]
     try:

@@ -10,12 +10,13 @@ the mean difference is worse than ``tolerance`` and its whole 95 % interval lies
 side of zero; with a single pair (no interval) the tolerance alone decides.
 
 The gate also fails, with one line naming what is wrong, when a saved configuration has no
-completed run in the new set, a seed of the baseline has no run in the new set while other
-seeds pair (jobs not launched), a run of a compared configuration did not complete (counted as
-failed, never dropped), a gated metric is NaN or infinite, a gated metric the baseline has is
-missing from a completed new run, or nothing at all was compared (a metric that neither side
-has is skipped). A configuration only in the new set is listed as new. Only metrics with a
-better direction can be gated (calibration cannot: it moves either way).
+completed run in the new set, a seed of the baseline has no run in the new set while other seeds
+pair (jobs not launched), a run of a compared configuration did not complete (counted as failed,
+never dropped), a gated metric is NaN or infinite, a gated metric the baseline has is missing
+from a completed new run, the baseline holds one seed of a configuration in two completed runs,
+or nothing at all was compared (a metric that neither side has is skipped). A configuration only
+in the new set is listed as new. Only metrics with a better direction can be gated (calibration
+cannot: it moves either way).
 """
 
 from collections.abc import Sequence

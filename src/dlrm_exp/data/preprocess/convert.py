@@ -221,8 +221,9 @@ def convert_file(
     # says every day's contiguous ids are current, nor (converting without contiguous ids)
     # raw ids of an earlier contiguous run that a later one would re-index over these
     _marker(out_dir, day).unlink(missing_ok=True)
-    (out_dir / CONTIGUOUS_MARKER).unlink(missing_ok=True)
-    if options.categorical is not CategoricalTransform.contiguous:
+    if options.categorical is CategoricalTransform.contiguous:
+        (out_dir / CONTIGUOUS_MARKER).unlink(missing_ok=True)
+    else:
         (out_dir / f"day_{day}_sparse_raw.npy").unlink(missing_ok=True)
     tally = _DayTally(path, ReadReport(files=[str(path)]))
     torchrec = options.dense_transform is DenseTransform.torchrec
