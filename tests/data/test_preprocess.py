@@ -369,3 +369,18 @@ def test_a_file_named_twice_is_refused(tmp_path):
     cfg = PreprocessConfig(output_dir=str(tmp_path / "o"), num_workers=1)
     with pytest.raises(DataError, match="s.tsv"):
         run_preprocess([str(tsv), str(tsv)], cfg, SIZES)
+
+
+def test_an_input_without_a_valid_row_is_refused_writing_nothing(tmp_path):
+    """It wrote a 0-row day (rc 0), where data=criteo_tsv says there is no valid row."""
+    empty = tmp_path / "day_0.tsv"
+    empty.write_text("")
+    with pytest.raises(
+        DataError, match=r"no valid Criteo row in .*day_0.tsv: the file\(s\) are empty"
+    ):
+        convert([empty], tmp_path / "o")
+    assert not list((tmp_path / "o").glob("day_0*"))
+    junk = tmp_path / "day_1.tsv"
+    junk.write_text("not\ta\tcriteo\tline\n" * 3)
+    with pytest.raises(DataError, match=r"read 3 line\(s\), skipped .*nothing written for day_1"):
+        convert([junk], tmp_path / "o")

@@ -183,7 +183,7 @@ def read_files(
             )
         report.merge(file_report, max_bad_lines)
     if report.rows_valid == 0:
-        raise DataError(_no_valid_row_message(files, report))
+        raise DataError(no_valid_row_message(files, report))
     return ClickData.concat(parts), report
 
 
@@ -260,7 +260,7 @@ def _criteo_spelling(values: np.ndarray, empty: np.ndarray) -> pa.Array:
     )
 
 
-def _no_valid_row_message(files: list[Path], report: ReadReport) -> str:
+def no_valid_row_message(files: list[Path], report: ReadReport) -> str:
     """One line: what was read, why every row was refused, and what to check."""
     names = ", ".join(str(f) for f in files)
     if report.rows_read == 0:

@@ -35,7 +35,7 @@ import numpy as np
 from tqdm import tqdm
 
 from dlrm_exp.config import CategoricalTransform, DenseTransform, PreprocessConfig
-from dlrm_exp.data.criteo_tsv import ReadReport
+from dlrm_exp.data.criteo_tsv import ReadReport, no_valid_row_message
 from dlrm_exp.data.paths import refuse_repeated, resolve_paths
 from dlrm_exp.data.preprocess.contiguous import contiguous_ids
 from dlrm_exp.data.preprocess.npy_stream import NpyRowFile, NpyRowWriter
@@ -213,7 +213,8 @@ def convert_file(
     blocks across files (:mod:`.parse_blocks`).
 
     Raises:
-        DataError: the file cannot be read as text (binary, broken gzip).
+        DataError: the file cannot be read as text (binary, broken gzip), or holds no valid
+            row (nothing is written for its day).
     """
     started = time.perf_counter()
     # the day's files are about to change: an interrupted run must not leave a marker that
@@ -235,6 +236,9 @@ def convert_file(
     )
     try:
         _run_blocks(path, outputs, options, pool, workers, bar, sequence, tally)
+        if tally.rows == 0:  # as data=criteo_tsv refuses it; the empty files go
+            message = no_valid_row_message([path], tally.report)
+            raise DataError(f"{message}; nothing written for day_{day}")
         for output in outputs:
             output.finish(tally.rows)
     except BaseException:
