@@ -25,7 +25,7 @@ import torch
 
 from dlrm_exp.config import CriteoNpyDataConfig, NpyDataset, OutOfRange
 from dlrm_exp.data.batches import ClickData
-from dlrm_exp.data.preprocess.convert import CONTIGUOUS_MARKER, converted_days
+from dlrm_exp.data.preprocess.convert import CONTIGUOUS_MARKER, REPORT_FILE, converted_days
 from dlrm_exp.data.preprocess.tsv_parse import NUM_DENSE, NUM_SPARSE
 from dlrm_exp.data.row_span import RowSpan
 from dlrm_exp.data.splits import DataInfo
@@ -77,7 +77,7 @@ def _check_conversions(folder: Path, days: list[int]) -> None:
         DataError: naming the unfinished days (or the re-index) and the fix.
     """
     done = converted_days(folder)
-    if not done and not (folder / "preprocess_report.json").is_file():
+    if not done and not (folder / REPORT_FILE).is_file():
         return
     unfinished = [day for day in days if day not in done]
     if unfinished:

@@ -359,16 +359,17 @@ def requeued_resume(resume: str | None, run_dir: Path) -> str:
     when unset, and also when ``run_dir`` already holds a complete checkpoint (the job's own,
     written before it was preempted), which an explicit checkpoint path would otherwise make
     every requeue train again from; else the path given."""
-    if resume not in (None, "auto") and complete_checkpoints(run_dir):
-        log.warning(
-            "train.resume=%s: this (requeued) task's run folder %s holds checkpoints, so it "
-            "resumes from the newest of them (train.resume=auto)",
-            resume,
-            run_dir,
-        )
-    if resume is None or complete_checkpoints(run_dir):
+    if resume in (None, "auto"):
         return "auto"
-    return resume
+    if not complete_checkpoints(run_dir):
+        return resume
+    log.warning(
+        "train.resume=%s: this (requeued) task's run folder %s holds checkpoints, so it "
+        "resumes from the newest of them (train.resume=auto)",
+        resume,
+        run_dir,
+    )
+    return "auto"
 
 
 def resolve_resume(resume: str, run_dir: Path) -> Path | None:

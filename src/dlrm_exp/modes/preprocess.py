@@ -7,7 +7,7 @@ from pathlib import Path
 from dlrm_exp.config import Config, CriteoTsvDataConfig, PreprocessFormat
 from dlrm_exp.data.criteo_parquet import SCHEMA_NAME, write_criteo_parquet
 from dlrm_exp.data.paths import resolve_paths
-from dlrm_exp.data.preprocess.convert import run_preprocess, summary_lines
+from dlrm_exp.data.preprocess.convert import REPORT_FILE, run_preprocess, summary_lines
 from dlrm_exp.errors import ConfigError, DataError
 from dlrm_exp.modes.job import Job, ModeResult
 from dlrm_exp.util.files import write_json_atomic
@@ -35,7 +35,7 @@ def run(cfg: Config, job: Job) -> ModeResult:
     if cfg.preprocess.format is PreprocessFormat.parquet:
         return _to_parquet(cfg, job)
     report = run_preprocess(cfg.data.path, cfg.preprocess, cfg.model.table_sizes)
-    write_json_atomic(job.run_dir / "preprocess_report.json", report)
+    write_json_atomic(job.run_dir / REPORT_FILE, report)
     return ModeResult(summary=summary_lines(report))
 
 
@@ -74,7 +74,7 @@ def _to_parquet(cfg: Config, job: Job) -> ModeResult:
         cfg.data.max_reported_bad_lines,
     )
     report["seconds"] = time.perf_counter() - started
-    write_json_atomic(job.run_dir / "preprocess_report.json", report)
+    write_json_atomic(job.run_dir / REPORT_FILE, report)
     read = report["read"]
     lines = [
         f"{Path(f['input']).name} -> {f['output']}: {f['rows']:,} rows" for f in report["files"]

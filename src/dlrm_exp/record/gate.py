@@ -19,6 +19,7 @@ in the new set is listed as new. Only metrics with a better direction can be gat
 cannot: it moves either way).
 """
 
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -209,8 +210,8 @@ def compare_runs(
             result.failures.append(
                 f"{saved_runs[0].config}: in the baseline, but no run of it in the new set"
             )
-        seeds = [run.seed for run in saved_runs if run.status == COMPLETED]
-        twice = sorted({seed for seed in seeds if seeds.count(seed) > 1})
+        seeds = Counter(run.seed for run in saved_runs if run.status == COMPLETED)
+        twice = sorted(seed for seed, runs in seeds.items() if runs > 1)
         if twice:  # keyed by seed, the last would silently stand for both
             result.failures.append(
                 f"{saved_runs[0].config}: the baseline holds seed(s) {', '.join(map(str, twice))} "

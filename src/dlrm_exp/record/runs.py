@@ -213,7 +213,10 @@ def _record(run_dir: Path, swept: Sequence[str], overrides: list[str]) -> RunRec
         keys, config, identity = [], ALL, ALL
     else:  # a single run: every override but the seed (only a seed: a repeat of all runs)
         keys = [k for k in values if k != SEED]
-        config = run_name(overrides, keys) if keys else ALL if SEED in values else run_dir.name
+        if keys:
+            config = run_name(overrides, keys)
+        else:
+            config = ALL if SEED in values else run_dir.name
         identity = canonical_overrides(overrides, keys) or config
     # the overrides every job of the sweep shared (neither swept nor the run's identity): what
     # a comparison assumes equal

@@ -36,7 +36,7 @@ from tqdm import tqdm
 
 from dlrm_exp.config import CategoricalTransform, DenseTransform, PreprocessConfig
 from dlrm_exp.data.criteo_tsv import ReadReport, no_valid_row_message
-from dlrm_exp.data.paths import refuse_repeated, resolve_paths
+from dlrm_exp.data.paths import resolve_inputs
 from dlrm_exp.data.preprocess.contiguous import contiguous_ids
 from dlrm_exp.data.preprocess.npy_stream import NpyRowFile, NpyRowWriter
 from dlrm_exp.data.preprocess.parse_blocks import (
@@ -102,8 +102,12 @@ def day_numbers(files: list[Path]) -> dict[int, Path]:
     return dict(sorted(days.items()))
 
 
+#: A day's marker, written last by its conversion.
+_MARKER_NAME = re.compile(r"day_(\d+)\.json")
 #: The record of a finished re-index over every day (``categorical=contiguous``).
 CONTIGUOUS_MARKER = "contiguous.json"
+#: The report of a conversion: in the output folder, and in the run folder of mode=preprocess.
+REPORT_FILE = "preprocess_report.json"
 
 
 def _marker(out_dir: Path, day: int) -> Path:
@@ -120,24 +124,24 @@ def converted_days(folder: Path) -> dict[int, dict[str, Any]]:
     (a marker that cannot be read counts as none)."""
     done = {}
     for marker in folder.glob("day_*.json"):
-        match = re.fullmatch(r"day_(\d+)\.json", marker.name)
+        match = _MARKER_NAME.fullmatch(marker.name)
+        if not match:
+            continue
         try:
-            content = json.loads(marker.read_text()) if match else None
+            content = json.loads(marker.read_text())
         except (OSError, ValueError):
-            content = None
-        if isinstance(content, dict) and match:
+            continue
+        if isinstance(content, dict):
             done[int(match.group(1))] = content
     return done
 
 
-def is_finished(out_dir: Path, day: int, path: Path, options: Options) -> bool:
-    """True when ``day``'s marker records this very input and these options."""
-    marker = _marker(out_dir, day)
-    if not marker.is_file():
-        return False
-    try:
-        done = json.loads(marker.read_text())
-    except (OSError, json.JSONDecodeError):
+def is_finished(
+    out_dir: Path, day: int, path: Path, options: Options, done: dict[str, Any] | None
+) -> bool:
+    """True when ``day``'s marker content ``done`` (:func:`converted_days`; None: no marker)
+    records this very input and these options, and its files are there."""
+    if done is None:
         return False
     expected = {**_source_facts(path), **options.as_dict()}
     names = (f"day_{day}_dense.npy", options.sparse_name(day), f"day_{day}_labels.npy")
@@ -146,13 +150,11 @@ def is_finished(out_dir: Path, day: int, path: Path, options: Options) -> bool:
     )
 
 
-def _other_source(out_dir: Path, day: int, path: Path) -> str | None:
-    """The input another conversion made ``day`` of (its marker's ``source``), when it is
-    not ``path``: converting ``path`` would silently replace that day's files."""
-    try:
-        source = json.loads(_marker(out_dir, day).read_text()).get("source")
-    except (OSError, json.JSONDecodeError, AttributeError):
-        return None
+def _other_source(done: dict[str, Any] | None, path: Path) -> str | None:
+    """The input another conversion made a day of (its marker content ``done``'s
+    ``source``), when it is not ``path``: converting ``path`` would silently replace that
+    day's files."""
+    source = (done or {}).get("source")
     return source if source and source != str(path.resolve()) else None
 
 
@@ -348,7 +350,8 @@ def preprocess_files(
     )
     days = day_numbers(files)
     _writable_folder(out_dir)
-    others = sorted(set(converted_days(out_dir)) - set(days))
+    done = converted_days(out_dir)
+    others = sorted(set(done) - set(days))
     if others:
         log.warning(
             "preprocess.output_dir=%s also holds %s from other inputs: data=criteo_npy reads "
@@ -360,7 +363,7 @@ def preprocess_files(
     pool = _worker_pool(cfg.num_workers, files)
     show = sys.stderr.isatty() if progress is None else progress
     try:
-        reports, skipped = _convert_days(days, out_dir, options, cfg, pool, show)
+        reports, skipped = _convert_days(days, done, out_dir, options, cfg, pool, show)
     finally:
         if pool is not None:
             pool.shutdown(cancel_futures=True)
@@ -368,7 +371,7 @@ def preprocess_files(
     if options.categorical is CategoricalTransform.contiguous:
         contiguous = _reindex(out_dir, list(days), cfg.frequency_threshold, bool(reports))
     summary = _summary(out_dir, options, reports, skipped, started, contiguous)
-    write_json_atomic(out_dir / "preprocess_report.json", summary)
+    write_json_atomic(out_dir / REPORT_FILE, summary)
     return summary
 
 
@@ -390,22 +393,24 @@ def _worker_pool(num_workers: int, files: list[Path]) -> ProcessPoolExecutor | N
 
 def _convert_days(
     days: dict[int, Path],
+    done: dict[int, dict[str, Any]],
     out_dir: Path,
     options: Options,
     cfg: PreprocessConfig,
     pool: Executor | None,
     show: bool,
 ) -> tuple[list[dict[str, Any]], list[int]]:
-    """Convert every day not already finished; returns their reports and the days skipped."""
+    """Convert every day not already finished (``done``: the markers found before, see
+    :func:`converted_days`); returns their reports and the days skipped."""
     reports: list[dict[str, Any]] = []
     skipped: list[int] = []
     sequence = itertools.count()
     with tqdm(unit="rows", unit_scale=True, disable=not show, desc="preprocess") as bar:
         for day, path in days.items():
-            if not cfg.overwrite and is_finished(out_dir, day, path, options):
+            if not cfg.overwrite and is_finished(out_dir, day, path, options, done.get(day)):
                 skipped.append(day)
                 continue
-            other = None if cfg.overwrite else _other_source(out_dir, day, path)
+            other = None if cfg.overwrite else _other_source(done.get(day), path)
             if other is not None:
                 raise DataError(
                     f"preprocess.output_dir={out_dir} already holds day_{day} converted from "
@@ -511,13 +516,12 @@ def summary_lines(summary: dict[str, Any]) -> str:
             f"{summary['contiguous']['frequency_threshold']}): train with "
             f"model.num_embeddings_per_feature=[{sizes}]"
         )
-    lines.append(f"report: {Path(summary['output_dir']) / 'preprocess_report.json'}")
+    lines.append(f"report: {Path(summary['output_dir']) / REPORT_FILE}")
     return "\n".join(lines)
 
 
 def run_preprocess(data_paths: list[str], cfg: PreprocessConfig, table_sizes: list[int]) -> dict:
     """The ``mode=preprocess`` entry: resolve ``data.path`` and convert."""
     assert cfg.output_dir is not None
-    files = resolve_paths(data_paths, "data.path")
-    refuse_repeated({"data.path": files})
+    files = resolve_inputs({"data.path": data_paths})["data.path"]
     return preprocess_files(files, Path(cfg.output_dir).expanduser(), cfg, table_sizes)
