@@ -4,10 +4,12 @@ precisions (trained or refused) and plan.json (torchrun: tests/distributed/test_
 import csv
 import json
 import os
+import platform
 
 import pytest
 
 from conftest import compose_cfg, two_process_job
+from dlrm_exp.distributed.host_memory import REUSED
 from dlrm_exp.errors import ConfigError
 from dlrm_exp.modes.train import run_train
 from dlrm_exp.modes.verify import run_verify_many
@@ -171,6 +173,8 @@ def test_two_process_run_folder_and_a_mixed_plan_json(trained):
     assert metrics.embedding_bytes_per_rank == plan["embedding_bytes_per_rank"]
     threads = max(1, len(os.sched_getaffinity(0)) // 2)  # launched without OMP_NUM_THREADS
     assert metrics.threads_per_rank == threads  # the cores shared by the 2 ranks
+    if platform.libc_ver()[0] == "glibc":  # each rank process sets its allocator
+        assert metrics.host_allocator == REUSED
     assert (run_dir / "metrics.json").exists() and (run_dir / "plan.txt").exists()
 
 

@@ -45,6 +45,10 @@ class HardwareConfig:
         threads_per_rank: intra-op CPU threads of each rank (``torch.set_num_threads``);
             null: ``OMP_NUM_THREADS`` when set, else this host's cores divided by its ranks,
             so ranks do not oversubscribe the cores.
+        reuse_host_memory: keep freed host buffers for the next step instead of returning
+            them to the kernel (glibc ``mallopt``: mmap threshold 32 MiB, trim threshold
+            64 MiB; :mod:`dlrm_exp.distributed.host_memory`); each process then holds up to
+            64 MiB of freed memory. False: glibc's defaults.
     """
 
     compute_device: ComputeDevice = ComputeDevice.cpu
@@ -59,6 +63,7 @@ class HardwareConfig:
     hbm_mem_bw: float | None = None
     collective_timeout_s: float = 600.0
     threads_per_rank: int | None = None
+    reuse_host_memory: bool = True
 
     def __post_init__(self) -> None:
         require_positive(

@@ -18,6 +18,7 @@ import torch.distributed as dist
 
 from dlrm_exp.config import ComputeDevice, HardwareConfig
 from dlrm_exp.distributed.env import env_rank, launched_by_torchrun
+from dlrm_exp.distributed.host_memory import apply_host_memory
 from dlrm_exp.errors import ConfigError, Terminated, WorkerFailedError
 from dlrm_exp.util.logs import configure_worker_logging
 
@@ -35,6 +36,8 @@ class DistContext:
     device: torch.device
     #: intra-op CPU threads of this rank (:func:`rank_threads`; 0: not set here)
     threads: int = 0
+    #: what this process's host allocator runs with (:mod:`dlrm_exp.distributed.host_memory`)
+    host_allocator: str = ""
 
     @property
     def is_main(self) -> bool:
@@ -247,6 +250,7 @@ def process_group(cfg: HardwareConfig) -> Iterator[DistContext]:
             local_world_size=local_world_size,
             device=device,
             threads=rank_threads(cfg, local_rank, local_world_size),
+            host_allocator=apply_host_memory(cfg.reuse_host_memory),
         )
     finally:
         if created:

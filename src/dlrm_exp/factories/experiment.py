@@ -35,6 +35,7 @@ from dlrm_exp.factories.optim import (
 )
 from dlrm_exp.factories.pipeline import build_pipeline
 from dlrm_exp.factories.precision import apply_dense_precision
+from dlrm_exp.factories.sparse_arch import apply_pooled_sparse_arch
 from dlrm_exp.factories.table_init import init_tables
 from dlrm_exp.planning.constraints import managed_collision_substitution
 from dlrm_exp.planning.job import optimizer_substitution, plan_job
@@ -101,6 +102,7 @@ def build_module(
     ranks = cfg.hardware.world_size if world_size is None else world_size
     module = build_model(cfg.model, dense_device=dense_device, world_size=ranks)
     apply_dense_precision(module, cfg.train.dense_precision, cfg.hardware.compute_device.value)
+    apply_pooled_sparse_arch(module)
     if cfg.train.symmetric_interaction:
         apply_symmetric_interaction(module)
     if wrap is not None:

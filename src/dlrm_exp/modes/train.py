@@ -450,6 +450,7 @@ def _run_metrics(
         skipped_steps=state.skipped_steps,
         world_size=run.ctx.world_size,
         threads_per_rank=run.ctx.threads,
+        host_allocator=run.ctx.host_allocator,
         embedding_bytes_per_rank=run.plan_data.embedding_bytes_per_rank,
         bayes_auroc=info.bayes_auroc,
         data=info.to_json(),

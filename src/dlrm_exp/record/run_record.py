@@ -47,6 +47,8 @@ class RunMetrics:
         world_size: ranks in the job.
         threads_per_rank: intra-op CPU threads of each rank (rank 0's; ``hardware.threads_per_rank``
             or its default, the host's cores divided by its ranks).
+        host_allocator: what rank 0's host allocator ran with (``hardware.reuse_host_memory``:
+            glibc's thresholds set, its defaults, or why it was left alone).
         embedding_bytes_per_rank: fp32 table bytes each rank holds under the plan.
         bayes_auroc: the Bayes-optimal AUROC per split (synthetic data only).
         data: what the data source reported (row counts, skipped rows, ...).
@@ -111,6 +113,7 @@ class RunMetrics:
     skipped_steps: list[int] = field(default_factory=list)
     world_size: int = 1
     threads_per_rank: int | None = None
+    host_allocator: str = ""
     embedding_bytes_per_rank: list[int] = field(default_factory=list)
     bayes_auroc: dict[str, float | None] | None = None
     data: dict[str, Any] = field(default_factory=dict)
