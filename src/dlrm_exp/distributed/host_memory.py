@@ -6,8 +6,8 @@ quickstart shapes). glibc's ``malloc`` serves a buffer above its mmap threshold 
 raised as such buffers are freed, up to 32 MiB) with a fresh ``mmap`` and unmaps it on
 ``free``, and hands free memory above 128 KiB at the top of its heap back to the kernel: the
 next step faults the same pages in again, each zeroed by the kernel. On a 2-core CPU that was
-about 4,000-8,000 page faults and 8-21 ms of system time per step of the fast setting
-(docs/results.md, "Host memory").
+about 3,800-10,100 page faults and 8-23 ms of system time per step of the fast setting
+(docs/results.md, "The fast setting", run 4).
 
 :func:`apply_host_memory` sets, with ``mallopt(3)``, the mmap threshold to 32 MiB (the largest
 value glibc's own dynamic threshold reaches on 64-bit, ``DEFAULT_MMAP_THRESHOLD_MAX``) and the
