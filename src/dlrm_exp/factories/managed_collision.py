@@ -28,6 +28,7 @@ from torchrec.sparse.jagged_tensor import KeyedJaggedTensor
 
 from dlrm_exp.config import EvictionPolicy, ManagedCollision
 from dlrm_exp.config.model import MANAGED_ID_RANGE
+from dlrm_exp.factories.sparse_arch import stack_features
 
 _POLICIES: dict[EvictionPolicy, type[MCHEvictionPolicy]] = {
     EvictionPolicy.lfu: LFU_EvictionPolicy,
@@ -66,8 +67,7 @@ class ManagedCollisionSparseArch(torch.nn.Module):
         by_feature = pooled.to_dict()
         if self.embedding_bag_collection is not None:
             by_feature.update(self.embedding_bag_collection(features).to_dict())
-        values = [by_feature[name] for name in self.sparse_feature_names]
-        return torch.cat(values, dim=1).reshape(-1, self.F, values[0].shape[1])
+        return stack_features(by_feature, self.sparse_feature_names)
 
 
 def mch_module(

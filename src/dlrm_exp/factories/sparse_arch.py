@@ -20,6 +20,13 @@ from torchrec.models.dlrm import DLRMTrain, SparseArch
 from torchrec.sparse.jagged_tensor import KeyedTensor
 
 
+def stack_features(by_feature: dict[str, torch.Tensor], names: list[str]) -> torch.Tensor:
+    """TorchRec's ``SparseArch`` concatenation: the (B, D) pooled embedding of each feature of
+    ``names``, in that order, as (B, F, D)."""
+    values = [by_feature[name] for name in names]
+    return torch.cat(values, dim=1).view(-1, len(names), values[0].shape[1])
+
+
 @torch.fx.wrap
 def pooled_embeddings(pooled: KeyedTensor, names: list[str], dim: int) -> torch.Tensor:
     """The (B, F, D) pooled embeddings of the F features ``names`` (each ``dim`` wide) from
@@ -28,8 +35,7 @@ def pooled_embeddings(pooled: KeyedTensor, names: list[str], dim: int) -> torch.
     call stays one node of their graph."""
     if pooled.keys() == names:
         return pooled.values().view(-1, len(names), dim)
-    by_feature = pooled.to_dict()
-    return torch.cat([by_feature[name] for name in names], dim=1).view(-1, len(names), dim)
+    return stack_features(pooled.to_dict(), names)
 
 
 class PooledSparseArch(SparseArch):
