@@ -1,5 +1,7 @@
 """The benchmarks compose their configs on their own (they run outside Hydra's entry point)."""
 
+import pytest
+
 from dlrm_exp.bench import fast
 from dlrm_exp.bench.quality import MLPERF_ON_THIS_MACHINE
 from dlrm_exp.bench.training import compose_config
@@ -43,3 +45,10 @@ def test_the_fast_bench_table_gives_each_lever_its_median_ratio_to_the_reference
     table, speedup = fast.speed_table(results)
     assert speedup == 1.9  # ratios 2.1, 1.9, 1.9: the median, not the ratio of medians
     assert "x1.90" in table and "x1.00" in table and "train.pipeline=base alone" in table
+
+
+def test_a_whole_run_of_the_fast_bench_that_fails_says_what_it_printed(tmp_path):
+    with pytest.raises(RuntimeError) as err:
+        fast.whole_run(["model=nonexistent"], tmp_path / "run")
+    assert str(err.value).startswith("python -m dlrm_exp model=nonexistent failed:")
+    assert "Could not find 'model/nonexistent'" in str(err.value)
