@@ -114,3 +114,28 @@ def test_the_peak_memory_restarts_for_each_run_in_one_process():
         assert peak_memory_gib() < with_big - 0.2  # the earlier 256 MiB no longer counts
     else:  # not Linux: the peak over the process's life
         assert peak_memory_gib() >= with_big
+
+
+def test_one_rank_metrics_make_no_collective(monkeypatch):
+    """With a one-rank process group there is nothing to gather: no all-gather runs (on a gloo
+    thread it would give that thread an OpenMP team and slow every later training step)."""
+    import torch.distributed as dist
+
+    logits, labels = torch.linspace(-3, 3, 40_000), (torch.arange(40_000) % 3 == 0).float()
+    alone = ClickMetrics(torch.device("cpu"))
+    alone.update(logits, labels)
+    expected = alone.compute()
+
+    def no_collective(*args, **kwargs):
+        raise AssertionError("a collective ran with one rank")
+
+    dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+    try:
+        for name in ("all_gather", "all_reduce", "barrier", "all_gather_into_tensor"):
+            monkeypatch.setattr(dist, name, no_collective)
+        metrics = ClickMetrics(torch.device("cpu"))
+        metrics.update(logits, labels)
+        assert metrics.compute() == expected
+    finally:
+        monkeypatch.undo()
+        dist.destroy_process_group()

@@ -8,7 +8,7 @@ Predicting Clicks on Ads at Facebook"); NE < 1 means better than always predicti
 Calibration is the mean predicted click probability over the observed click-through rate,
 ``sum(sigmoid(logit)) / sum(label)`` (the CTR-prediction convention reported next to NE): 1 is
 calibrated, above 1 over-predicts clicks.
-All metrics sync across ranks through torchmetrics when a process group exists.
+All metrics sync across ranks through torchmetrics when the process group has several ranks.
 """
 
 import math
@@ -20,9 +20,23 @@ from pathlib import Path
 
 import numpy as np
 import torch
+import torch.distributed as dist
 import torch.nn.functional as F
 from torchmetrics import Metric
 from torchmetrics.classification import BinaryAUROC
+
+
+def several_ranks() -> bool:
+    """Whether a metric has other ranks to sync with: a process group of more than one rank.
+
+    torchmetrics syncs whenever a process group exists, also with one rank: the all-gather of
+    the evaluated predictions then only copies them, on a gloo thread. That copy gives the
+    thread an OpenMP team of its own; with more OpenMP threads in the process than cores,
+    libgomp shortens every team's spin wait for good (its "throttled" spin count), and the
+    training steps after it ran 15-30 % slower on 2 cores (docs/performance.md, "The fast
+    setting").
+    """
+    return dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1
 
 
 class LogLossNE(Metric):
@@ -34,8 +48,8 @@ class LogLossNE(Metric):
 
     full_state_update = False
 
-    def __init__(self) -> None:
-        super().__init__()
+    def __init__(self, **kwargs: object) -> None:
+        super().__init__(**kwargs)
         self.add_state("bce_sum", torch.tensor(0.0, dtype=torch.float64), dist_reduce_fx="sum")
         self.add_state("positives", torch.tensor(0.0, dtype=torch.float64), dist_reduce_fx="sum")
         self.add_state("count", torch.tensor(0.0, dtype=torch.float64), dist_reduce_fx="sum")
@@ -82,8 +96,8 @@ class ClickMetrics:
     """
 
     def __init__(self, device: torch.device) -> None:
-        self.auroc = BinaryAUROC().to(device)
-        self.logloss_ne = LogLossNE().to(device)
+        self.auroc = BinaryAUROC(distributed_available_fn=several_ranks).to(device)
+        self.logloss_ne = LogLossNE(distributed_available_fn=several_ranks).to(device)
 
     def update(self, logits: torch.Tensor, labels: torch.Tensor) -> None:
         self.auroc.update(torch.sigmoid(logits), labels.long())
