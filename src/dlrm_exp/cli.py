@@ -36,6 +36,7 @@ from dlrm_exp.record.runs import (
     run_name,
     saved_swept_keys,
 )
+from dlrm_exp.record.sweep import summarize_interrupted_sweep
 from dlrm_exp.util.logs import configure_worker_logging, quiet_libraries, to_log_files
 
 log = logging.getLogger("dlrm_exp")
@@ -173,6 +174,7 @@ def main() -> None:
         hydra_main()
     except (KeyboardInterrupt, Terminated) as err:  # one line, not a traceback per frame
         signum = err.signum if isinstance(err, Terminated) else signal.SIGINT
+        summarize_interrupted_sweep()
         print(
             f"Interrupted ({signal.Signals(signum).name}): what was finished stays (complete "
             "checkpoints, converted days; no metrics.json for an unfinished run): "

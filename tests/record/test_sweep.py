@@ -3,6 +3,7 @@ override-named runs, the report command, and a job re-run alone giving the same 
 
 import csv
 import json
+import sys
 
 import pytest
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
@@ -346,3 +347,40 @@ def test_a_substituted_run_is_labelled_by_what_ran(tmp_path):
     ]
     labels = [s.config for s in config_stats(records)]
     assert labels == ["qcomms=fp8 (ran qcomms: reduce_scatter FP16/BF16)", "qcomms=fp16_bf16"]
+
+
+def test_an_interrupted_sweep_still_gets_the_summary_of_its_finished_jobs(
+    tmp_path, monkeypatch, capsys
+):
+    """Ctrl-C in a one-process multirun: Hydra never calls ``on_multirun_end``; the entry
+    point writes the summary of the jobs that finished, then ends with its one line."""
+    import signal
+
+    from omegaconf import OmegaConf
+
+    import dlrm_exp.cli as cli
+    from dlrm_exp.record.sweep import SweepSummary, summarize_interrupted_sweep
+
+    sweep = _written_sweep(
+        tmp_path / "sweep", ["seed=0,1"], [(["seed=0"], _completed())]
+    )  # fmt: skip
+    config = OmegaConf.create({"hydra": {"sweep": {"dir": str(sweep)}}, "mode": "train"})
+
+    def interrupted_multirun():
+        SweepSummary().on_multirun_start(config)
+        (sweep / "1" / ".hydra").mkdir(parents=True)  # the job under way: no metrics.json yet
+        (sweep / "1" / ".hydra" / "overrides.yaml").write_text('["seed=1"]')
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(cli, "hydra_main", interrupted_multirun)
+    monkeypatch.setattr(sys, "argv", ["dlrm_exp"])
+    with pytest.raises(SystemExit) as ended:
+        cli.main()
+    assert ended.value.code == 128 + signal.SIGINT
+    out, err = capsys.readouterr()
+    assert "The sweep was interrupted; the jobs that finished:" in out
+    assert "1 of 2 jobs did not complete: seed=1" in out
+    assert "Interrupted (SIGINT)" in err
+    assert "seed=0" in (sweep / "summary.md").read_text()
+    summarize_interrupted_sweep()  # the sweep's summary is written once, not at a later Ctrl-C
+    assert capsys.readouterr().out == ""

@@ -114,9 +114,9 @@ def write_summary(
 RECORDING_MODES = ("train", "evaluate")
 
 
-def _list_outputs(runs: Sequence[RunRecord], mode: str) -> None:
-    """A sweep of a mode that records no measurements: each job's folder, or its error; ends
-    the process with exit status 1 if a job failed."""
+def _list_outputs(runs: Sequence[RunRecord], mode: str) -> bool:
+    """A sweep of a mode that records no measurements: each job's folder, or its error;
+    returns whether a job failed."""
     failed = [run for run in runs if run.status == FAILED]
     print(f"mode={mode}: {len(runs)} jobs, each one's files in its folder:")
     for run in runs:
@@ -124,36 +124,71 @@ def _list_outputs(runs: Sequence[RunRecord], mode: str) -> None:
         print(f"- {run.name}: {run.path}{error}")
     if failed:
         print(f"{len(failed)} of {len(runs)} jobs failed: {', '.join(r.name for r in failed)}")
-        raise SystemExit(1)
+    return bool(failed)
+
+
+def summarize_sweep(config: DictConfig) -> bool:
+    """Summarise every job of the sweep folder of ``config`` and print the table (a mode that
+    records no measurements: its jobs' folders); returns whether a job did not complete."""
+    sweep_dir = Path(config.hydra.sweep.dir)
+    runs = load_runs([sweep_dir])
+    chosen = config.get("mode", "train")
+    mode = str(getattr(chosen, "value", chosen))  # the Mode enum of the structured config
+    if mode not in RECORDING_MODES:
+        return _list_outputs(runs, mode)
+    try:
+        stats = config_stats(runs)
+    except ValueError as err:  # two runs of one configuration with one seed
+        print(f"Error: {err}")
+        stats = []
+    rows = write_summary(sweep_dir, runs, stats)
+    print(markdown_table(rows))
+    if has_repeats(stats):
+        print()
+        print(stats_markdown(stats))
+    print(f"sweep summary: {sweep_dir / 'summary.md'} and summary.csv")
+    print(f"compare runs: tensorboard --logdir {sweep_dir}")
+    failed = [row["run"] for row in rows if row["status"] != COMPLETED]
+    if failed:
+        print(f"{len(failed)} of {len(rows)} jobs did not complete: {', '.join(failed)}")
+    return bool(failed)
+
+
+#: The config of the multirun under way in this process (Hydra's basic launcher runs the jobs
+#: here), for :func:`summarize_interrupted_sweep`; None when none is.
+_running: DictConfig | None = None
+
+
+def summarize_interrupted_sweep() -> None:
+    """After Ctrl-C (or a signal turned into :class:`~dlrm_exp.errors.Terminated`) ended a
+    multirun, whose ``on_multirun_end`` then never comes: the summary of the jobs that
+    finished (the interrupted job shows as missing, the jobs not started are not listed). Does
+    nothing when no multirun was under way; a summary that cannot be written is reported in
+    one line, and the interruption stays what ends the process."""
+    global _running
+    config, _running = _running, None
+    if config is None:
+        return
+    print("The sweep was interrupted; the jobs that finished:")
+    try:
+        summarize_sweep(config)
+    except Exception as err:  # noqa: BLE001 - the interruption, not this, must end the process
+        print(f"(no sweep summary: {type(err).__name__}: {err})")
 
 
 class SweepSummary(Callback):
     """Hydra callback: at the end of a multirun, summarise every job of the sweep folder and
     print the table; if a job did not complete, end the process with exit status 1 (after
     Hydra finished the sweep, so every job ran). A sweep of a mode that records no
-    measurements (``mode=plan`` and the like) lists its jobs' folders instead."""
+    measurements (``mode=plan`` and the like) lists its jobs' folders instead. A multirun that
+    Ctrl-C ends gets its summary from :func:`summarize_interrupted_sweep`."""
+
+    def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
+        global _running
+        _running = config
 
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
-        sweep_dir = Path(config.hydra.sweep.dir)
-        runs = load_runs([sweep_dir])
-        chosen = config.get("mode", "train")
-        mode = str(getattr(chosen, "value", chosen))  # the Mode enum of the structured config
-        if mode not in RECORDING_MODES:
-            _list_outputs(runs, mode)
-            return
-        try:
-            stats = config_stats(runs)
-        except ValueError as err:  # two runs of one configuration with one seed
-            print(f"Error: {err}")
-            stats = []
-        rows = write_summary(sweep_dir, runs, stats)
-        print(markdown_table(rows))
-        if has_repeats(stats):
-            print()
-            print(stats_markdown(stats))
-        print(f"sweep summary: {sweep_dir / 'summary.md'} and summary.csv")
-        print(f"compare runs: tensorboard --logdir {sweep_dir}")
-        failed = [row["run"] for row in rows if row["status"] != COMPLETED]
-        if failed:
-            print(f"{len(failed)} of {len(rows)} jobs did not complete: {', '.join(failed)}")
+        global _running
+        _running = None
+        if summarize_sweep(config):
             raise SystemExit(1)
