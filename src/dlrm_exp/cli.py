@@ -15,6 +15,8 @@ import math
 import os
 import signal
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -26,7 +28,7 @@ from omegaconf.errors import MissingMandatoryValue, OmegaConfBaseException
 
 from dlrm_exp.config import Config, Mode, conf_dir, register_configs
 from dlrm_exp.config.keys import check_composed_keys, check_override_keys
-from dlrm_exp.distributed.env import env_rank
+from dlrm_exp.distributed.env import env_rank, launched_by_torchrun
 from dlrm_exp.distributed.submitit_env import adopt_submitit_environment, in_submitit_task
 from dlrm_exp.errors import ConfigError, Terminated, UserError
 from dlrm_exp.modes import Job, run_mode
@@ -158,6 +160,29 @@ def refuse_another_runs_folder(args: list[str]) -> None:
         )
 
 
+@contextmanager
+def _stop_on_sigterm() -> Iterator[None]:
+    """Within the block, SIGTERM (``kill``, a container stopping, a time limit) ends what
+    this process runs as Ctrl-C does: :class:`Terminated` unwinds it (cleanup code runs, e.g.
+    preprocess removes its unfinished files), a sweep gets the summary of its finished jobs,
+    and the process ends in one line, exit 143. Only where SIGTERM still has its default
+    action (which killed the process mid-step): a handler someone installed (submitit's)
+    stays, and so does the default of torchrun's workers, whose agent stops them with
+    SIGTERM. The default is put back after the block."""
+    if launched_by_torchrun() or signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL:
+        yield
+        return
+
+    def stop(signum: int, frame: object) -> None:
+        raise Terminated(signum)
+
+    signal.signal(signal.SIGTERM, stop)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+
+
 def main() -> None:
     """Console-script entry (``dlrm-exp``); a sweep with a failed job exits 1."""
     if env_rank() > 0 and "MASTER_ADDR" in os.environ:
@@ -171,7 +196,8 @@ def main() -> None:
         print(f"Error: {err}", file=sys.stderr)
         sys.exit(1)
     try:
-        hydra_main()
+        with _stop_on_sigterm():
+            hydra_main()
     except (KeyboardInterrupt, Terminated) as err:  # one line, not a traceback per frame
         signum = err.signum if isinstance(err, Terminated) else signal.SIGINT
         summarize_interrupted_sweep()

@@ -384,3 +384,32 @@ def test_an_interrupted_sweep_still_gets_the_summary_of_its_finished_jobs(
     assert "seed=0" in (sweep / "summary.md").read_text()
     summarize_interrupted_sweep()  # the sweep's summary is written once, not at a later Ctrl-C
     assert capsys.readouterr().out == ""
+
+
+def test_sigterm_ends_a_one_process_sweep_in_one_line_with_its_summary(tmp_path):
+    """SIGTERM (``kill``, a container stopping) killed a one-process run mid-step with no word;
+    it now ends it as Ctrl-C does: the finished jobs' summary, one line, exit 143."""
+    import signal
+    import subprocess
+    import time
+
+    sweep = tmp_path / "sweep"
+    job = subprocess.Popen(
+        [sys.executable, "-m", "dlrm_exp", "-m", "train.epochs=1,1000",
+         "train.early_stopping.patience=null", *TINY, f"hydra.sweep.dir={sweep}"],
+        cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    deadline = time.monotonic() + 240
+    while not (sweep / "1" / "dlrm_exp.log").is_file() and time.monotonic() < deadline:
+        time.sleep(0.5)
+    time.sleep(3)  # the second job (1000 epochs) is training
+    job.send_signal(signal.SIGTERM)
+    out, err = job.communicate(timeout=120)
+    assert job.returncode == 128 + signal.SIGTERM, err[-3000:]
+    assert "The sweep was interrupted; the jobs that finished:" in out
+    assert "Interrupted (SIGTERM)" in err and "Traceback" not in err
+    rows = list(csv.DictReader((sweep / "summary.csv").open()))
+    assert [(r["run"], r["status"]) for r in rows] == [
+        ("train.epochs=1", "completed"),
+        ("train.epochs=1000", "missing"),
+    ]

@@ -23,6 +23,7 @@ import json
 import logging
 import multiprocessing
 import re
+import signal
 import sys
 import time
 from collections.abc import Iterable, Iterator
@@ -386,9 +387,17 @@ def _worker_pool(num_workers: int, files: list[Path]) -> ProcessPoolExecutor | N
     return ProcessPoolExecutor(
         num_workers,
         mp_context=fork,
-        initializer=install_chain,
+        initializer=_parse_worker,
         initargs=(make_chain(fork),),
     )
+
+
+def _parse_worker(chain: tuple[Any, Any, Any]) -> None:
+    """Pool initializer: SIGTERM back to its default in the forked worker (the parent's handler
+    raises ``Terminated``, which a worker stopped by its pool would print as a traceback), and
+    the row-offset chain (:func:`install_chain`)."""
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    install_chain(chain)
 
 
 def _convert_days(
