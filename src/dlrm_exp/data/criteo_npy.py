@@ -15,7 +15,6 @@ Batches are then cut by :func:`~dlrm_exp.data.batches.iter_batches`: global step
 next ``world_size x batch_size`` rows and rank ``r`` its ``r``-th slice, so ranks never overlap.
 """
 
-import json
 import re
 from pathlib import Path
 from typing import Any
@@ -30,6 +29,7 @@ from dlrm_exp.data.preprocess.tsv_parse import NUM_DENSE, NUM_SPARSE
 from dlrm_exp.data.row_span import RowSpan
 from dlrm_exp.data.splits import DataInfo
 from dlrm_exp.errors import DataError
+from dlrm_exp.util.files import read_json_object
 
 _DAY_FILE = re.compile(r"^day_(\d+)_dense\.npy$")
 KAGGLE_PARTS = 7
@@ -89,10 +89,7 @@ def _check_conversions(folder: Path, days: list[int]) -> None:
             "a folder of their own"
         )
     contiguous = [d for d in days if done[d].get("categorical") == "contiguous"]
-    try:
-        indexed = json.loads((folder / CONTIGUOUS_MARKER).read_text()).get("days", [])
-    except (OSError, ValueError, AttributeError):
-        indexed = []
+    indexed = (read_json_object(folder / CONTIGUOUS_MARKER) or {}).get("days", [])
     missing = [f"day_{d}" for d in contiguous if d not in indexed]
     if missing:
         raise DataError(

@@ -17,7 +17,6 @@ agrees with its rate at that size within :data:`SPOT_TOLERANCE`; otherwise it is
 again. The returned :class:`Peak` says which happened and why.
 """
 
-import json
 import logging
 import os
 import platform
@@ -30,7 +29,7 @@ from typing import Any
 
 import torch
 
-from dlrm_exp.util.files import write_json_atomic
+from dlrm_exp.util.files import read_json_object, write_json_atomic
 
 log = logging.getLogger(__name__)
 
@@ -220,12 +219,7 @@ def measured_peak(device: torch.device, dtype: torch.dtype = torch.float32) -> P
     cannot be written is left as it is."""
     key = machine_key(device, dtype)
     path = cache_file()
-    try:
-        cached = json.loads(path.read_text())
-    except (OSError, ValueError):
-        cached = {}
-    if not isinstance(cached, dict):
-        cached = {}
+    cached = read_json_object(path) or {}
     entry = _cached_peak(cached.get(key))
     reason = "no cached reading"
     if entry is not None:

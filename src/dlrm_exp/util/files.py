@@ -66,6 +66,17 @@ def write_json_atomic(path: Path, data: Mapping[str, Any]) -> None:
     write_text_atomic(path, json.dumps(_json_safe(data), indent=2, sort_keys=False) + "\n")
 
 
+def read_json_object(path: Path) -> dict[str, Any] | None:
+    """The JSON object in ``path``, or None when the file is missing or unreadable, is not
+    JSON, or holds something other than an object (a marker or cache left half-written or
+    edited by hand counts as none)."""
+    try:
+        content = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    return content if isinstance(content, dict) else None
+
+
 def check_writable(run_dir: Path, key: str = "hydra.run.dir") -> None:
     """Fail at start, not after training, when the run folder (or the folder ``key`` names)
     cannot be written.

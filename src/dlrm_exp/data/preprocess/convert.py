@@ -19,7 +19,6 @@ resumes with the first unfinished day, and a partly written day never looks fini
 
 import collections
 import itertools
-import json
 import logging
 import multiprocessing
 import re
@@ -55,7 +54,7 @@ from dlrm_exp.data.preprocess.tsv_parse import (
     iter_line_chunks,
 )
 from dlrm_exp.errors import DataError
-from dlrm_exp.util.files import write_json_atomic
+from dlrm_exp.util.files import read_json_object, write_json_atomic
 
 log = logging.getLogger(__name__)
 
@@ -128,11 +127,8 @@ def converted_days(folder: Path) -> dict[int, dict[str, Any]]:
         match = _MARKER_NAME.fullmatch(marker.name)
         if not match:
             continue
-        try:
-            content = json.loads(marker.read_text())
-        except (OSError, ValueError):
-            continue
-        if isinstance(content, dict):
+        content = read_json_object(marker)
+        if content is not None:
             done[int(match.group(1))] = content
     return done
 
@@ -479,10 +475,7 @@ def _reindex(out_dir: Path, days: list[int], threshold: int, changed: bool) -> d
     days = sorted(present | set(days))
     wanted = {"days": days, "frequency_threshold": threshold}
     if not changed and marker.is_file():
-        try:
-            done = json.loads(marker.read_text())
-        except (OSError, json.JSONDecodeError):
-            done = {}
+        done = read_json_object(marker) or {}
         outputs = all((out_dir / f"day_{d}_sparse.npy").is_file() for d in days)
         if outputs and all(done.get(k) == v for k, v in wanted.items()):
             return done
