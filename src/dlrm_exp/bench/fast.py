@@ -139,10 +139,9 @@ def speed_table(results: dict[str, list[float]]) -> tuple[str, float]:
 
 def whole_run(overrides: Sequence[str], run_dir: Path) -> RunMetrics:
     """One whole run as a user starts it, ``python -m dlrm_exp <overrides>``, in a process of its
-    own, and its ``metrics.json``. In this bench's process a bf16 run after fp32 matrix
-    products (the reference loop, the fp32 runs) trains about 25 % slower than alone
-    (docs/results.md, "The fast setting", run 4): a fresh process measures the setting, not the
-    bench's history.
+    own, and its ``metrics.json``: a fresh process measures the setting, not what this bench's
+    process ran before (its speed rounds, the other runs' threads and allocations;
+    docs/results.md, "The fast setting", runs 4 and 5).
 
     Raises:
         RuntimeError: the run failed; the message ends with its last output lines.

@@ -26,6 +26,8 @@ import torch.distributed as dist
 from torchrec.models.dlrm import DLRM, DLRMTrain
 from torchrec.optim.optimizers import in_backward_optimizer_filter
 
+from dlrm_exp.util.rank_zero import several_ranks
+
 log = logging.getLogger(__name__)
 
 
@@ -51,7 +53,7 @@ class SkipNonFiniteDLRMTrain(DLRMTrain):
         # (not while TrainPipelineSparseDist traces forward symbolically: fx Proxies, no dist)
         if self.training and torch.is_grad_enabled() and isinstance(reported, torch.Tensor):
             finite = torch.isfinite(reported).to(torch.int32).reshape(1)
-            if dist.is_initialized() and dist.get_world_size() > 1:
+            if several_ranks():
                 dist.all_reduce(finite, op=dist.ReduceOp.MIN)
             self.keep = finite[0].bool()
             reported = torch.where(self.keep, reported, torch.full_like(reported, float("nan")))

@@ -8,7 +8,12 @@ Predicting Clicks on Ads at Facebook"); NE < 1 means better than always predicti
 Calibration is the mean predicted click probability over the observed click-through rate,
 ``sum(sigmoid(logit)) / sum(label)`` (the CTR-prediction convention reported next to NE): 1 is
 calibrated, above 1 over-predicts clicks.
-All metrics sync across ranks through torchmetrics when the process group has several ranks.
+All metrics sync across ranks through torchmetrics when the process group has several ranks
+(:func:`dlrm_exp.util.rank_zero.several_ranks`). torchmetrics would sync over a one-rank group
+too: its all-gather then only copies the evaluated predictions, on a gloo thread, which that
+copy gives an OpenMP team of its own; with more OpenMP threads in the process than cores,
+libgomp shortens every team's spin wait for good, and the training steps after it ran 15-30 %
+slower on 2 cores (docs/performance.md, "The fast setting").
 """
 
 import gc
@@ -21,23 +26,11 @@ from pathlib import Path
 
 import numpy as np
 import torch
-import torch.distributed as dist
 import torch.nn.functional as F
 from torchmetrics import Metric
 from torchmetrics.classification import BinaryAUROC
 
-
-def several_ranks() -> bool:
-    """Whether a metric has other ranks to sync with: a process group of more than one rank.
-
-    torchmetrics syncs whenever a process group exists, also with one rank: the all-gather of
-    the evaluated predictions then only copies them, on a gloo thread. That copy gives the
-    thread an OpenMP team of its own; with more OpenMP threads in the process than cores,
-    libgomp shortens every team's spin wait for good (its "throttled" spin count), and the
-    training steps after it ran 15-30 % slower on 2 cores (docs/performance.md, "The fast
-    setting").
-    """
-    return dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1
+from dlrm_exp.util.rank_zero import several_ranks
 
 
 class LogLossNE(Metric):

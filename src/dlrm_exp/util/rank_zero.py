@@ -12,6 +12,12 @@ from dlrm_exp.errors import UserError
 T = TypeVar("T")
 
 
+def several_ranks() -> bool:
+    """Whether this process is one of several ranks: a default process group of more than one
+    rank exists (a one-rank group has no one to share a collective with)."""
+    return dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1
+
+
 def on_rank_zero(compute: Callable[[], T], wait: timedelta | None = None) -> T:
     """``compute()`` on rank 0 of the default process group, its result broadcast to every
     rank (a collective: every rank calls it). Without a process group of more than one rank
@@ -32,7 +38,7 @@ def on_rank_zero(compute: Callable[[], T], wait: timedelta | None = None) -> T:
             waits for a result that will not come. Any other exception ends rank 0 only; the
             launcher then stops the others.
     """
-    if not (dist.is_initialized() and dist.get_world_size() > 1):
+    if not several_ranks():
         return compute()
     group = None if wait is None else dist.new_group(backend="gloo", timeout=wait)
     outcome: list[object] = [None]
