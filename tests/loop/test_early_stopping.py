@@ -212,6 +212,29 @@ def test_a_run_resumed_from_another_runs_checkpoint_holds_the_best_weights_it_re
     assert scored.step == metrics.best_step and scored.test == resumed.test
 
 
+def test_a_run_stopped_at_its_best_and_resumed_without_the_stop_keeps_those_weights(
+    overfit, tmp_path, caplog
+):
+    """Stopped at the target on its best validation (then no separate best is saved: the
+    final weights are the best), resumed with the target removed, it trains on to the same
+    early stop and restores that validation's weights, as the uninterrupted run did."""
+    _, metrics = overfit
+    target = metrics.best_value
+    stopped = run_train(compose_cfg([*OVERFIT, f"train.target_auroc={target!r}"]), tmp_path, {})
+    assert (stopped.stop_reason, stopped.steps) == ("target_auroc", metrics.best_step)
+    assert not (tmp_path / "checkpoints" / "best").exists()
+    at_stop = tmp_path / "checkpoints" / f"step_{metrics.best_step}"
+    cfg = compose_cfg([*OVERFIT, f"train.resume={at_stop}"])
+    resumed = run_train(cfg, tmp_path / "resumed", {})
+    assert "has no saved weights" not in caplog.text
+    assert (resumed.steps, resumed.best_step, resumed.weights) == (
+        metrics.steps,
+        metrics.best_step,
+        "best",
+    )
+    assert resumed.val == metrics.val and resumed.test == metrics.test
+
+
 def test_evaluate_on_the_run_folder_uses_the_best_weights_and_says_so(overfit, tmp_path):
     """Also: the periodic checkpoint of the best validation's step holds the same files,
     hard-linked, not written twice, and evaluates to the same numbers."""

@@ -296,6 +296,7 @@ class Trainer:
         """
         state = state or TrainerState()
         start = state.step
+        self._keep_resumed_best(state)
         # warm-up counts this process's steps: a resumed run warms up again, over what is left
         warmup = min(self.cfg.throughput_warmup_steps, (self.total_steps - state.step) // 2)
         self.throughput = Throughput(warmup_steps=warmup)
@@ -336,6 +337,19 @@ class Trainer:
             steps_per_epoch=self.steps_per_epoch,
             steps_trained=state.step - start,
         )
+
+    def _keep_resumed_best(self, state: TrainerState) -> None:
+        """With ``train.keep_best``, a resumed run whose best validation is its checkpoint's
+        own step, with no best weights saved, saves them now, before training on: a run that
+        stopped at its target or ended there (then the final weights were the best, so nothing
+        else was kept) and is resumed without that target or with more steps could otherwise
+        not restore them when a later validation is worse."""
+        best_here = state.best.step is not None and state.best.step == state.step
+        trains_on = state.step < self.total_steps and state.stop_reason is None
+        if self.best_weights is None or state.best_checkpoint is not None:
+            return
+        if best_here and trains_on:
+            state.best_checkpoint = self.best_weights.save(state.step, state)
 
     def _kept_weights_metrics(
         self, sources: BatchSources, state: TrainerState
