@@ -67,6 +67,9 @@ def hydra_main(raw: DictConfig) -> float | None:
     job_swept = parsed_override_values(list(hydra_cfg.overrides.task), swept)
     try:
         return _run(raw, run_dir, sweep_dir / name if swept else None, job_swept)
+    except (KeyboardInterrupt, Terminated) as err:  # the sweep ends here; the job says why
+        _record_interruption(run_dir / "metrics.json", err)
+        raise
     except Exception as err:  # one job's failure must not end the sweep
         user_error = isinstance(err, (UserError, OmegaConfBaseException))
         if not user_error:
@@ -75,6 +78,22 @@ def hydra_main(raw: DictConfig) -> float | None:
         print(f"Error in job {name}: {message}", file=sys.stderr)
         RunMetrics.failed(message, type(err).__name__).write(run_dir / "metrics.json")
         return math.nan
+
+
+def _signal(err: KeyboardInterrupt | Terminated) -> signal.Signals:
+    """``SIGINT`` for Ctrl-C, else the signal :class:`Terminated` carries."""
+    return signal.Signals(err.signum if isinstance(err, Terminated) else signal.SIGINT)
+
+
+def _record_interruption(path: Path, err: KeyboardInterrupt | Terminated) -> None:
+    """An interrupted sweep job's ``metrics.json`` (status ``interrupted``), so its summary
+    and reports tell it from a job killed outright (``missing``); a record already there (the
+    job rerun in its folder) is kept. Never raises: the interruption ends the process."""
+    try:
+        if not path.exists():
+            RunMetrics.interrupted(_signal(err).name, type(err).__name__).write(path)
+    except OSError as write_error:
+        log.warning("no interrupted record %s: %s", path, write_error)
 
 
 def _run(
@@ -199,12 +218,12 @@ def main() -> None:
         with _stop_on_sigterm():
             hydra_main()
     except (KeyboardInterrupt, Terminated) as err:  # one line, not a traceback per frame
-        signum = err.signum if isinstance(err, Terminated) else signal.SIGINT
+        signum = _signal(err)
         summarize_interrupted_sweep()
         print(
-            f"Interrupted ({signal.Signals(signum).name}): what was finished stays (complete "
-            "checkpoints, converted days; no metrics.json for an unfinished run): "
-            "train.resume=auto continues training from the newest checkpoint, and "
+            f"Interrupted ({signum.name}): what was finished stays (complete "
+            "checkpoints, converted days; a sweep's unfinished job records status "
+            "interrupted): train.resume=auto continues training from the newest checkpoint, and "
             "mode=preprocess run again converts only the unfinished days (and re-indexes "
             "contiguous ids)",
             file=sys.stderr,

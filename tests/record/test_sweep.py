@@ -411,5 +411,8 @@ def test_sigterm_ends_a_one_process_sweep_in_one_line_with_its_summary(tmp_path)
     rows = list(csv.DictReader((sweep / "summary.csv").open()))
     assert [(r["run"], r["status"]) for r in rows] == [
         ("train.epochs=1", "completed"),
-        ("train.epochs=1000", "missing"),
+        ("train.epochs=1000", "interrupted"),
     ]
+    record = json.loads((sweep / "1" / "metrics.json").read_text())
+    assert record == {"status": "interrupted", "error": "interrupted by SIGTERM",
+                      "error_type": "Terminated"}  # fmt: skip

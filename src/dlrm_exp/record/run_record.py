@@ -19,6 +19,8 @@ _TARGET_KEYS = ("target_auroc", "reached_target", "target_step", "target_epoch")
 FAILED = "failed"
 #: A job folder without ``metrics.json`` (killed before it could write one).
 MISSING = "missing"
+#: A job of a sweep that Ctrl-C or SIGTERM ended while it ran.
+INTERRUPTED = "interrupted"
 
 
 @dataclass
@@ -26,7 +28,8 @@ class RunMetrics:
     """Final numbers of one run (``metrics.json``).
 
     Attributes:
-        status: ``completed`` or ``failed`` (``missing`` when read from a folder without one).
+        status: ``completed``, ``failed`` or ``interrupted`` (``missing`` when read from a
+            folder without one).
         val / test: ``auroc``, ``logloss`` (nats), ``ne`` and ``samples`` of the split, for the
             weights the run keeps (see ``weights``).
         samples_per_sec: steady-state global training throughput, samples/s (warm-up and
@@ -147,6 +150,12 @@ class RunMetrics:
         """The record of a job that failed with ``error`` (an exception of ``error_type``)."""
         return cls(status=FAILED, error=error, error_type=error_type)
 
+    @classmethod
+    def interrupted(cls, signal_name: str, error_type: str) -> "RunMetrics":
+        """The record of a sweep job that the signal ``signal_name`` (``SIGINT``: Ctrl-C)
+        ended while it ran (``error_type``: ``KeyboardInterrupt`` or ``Terminated``)."""
+        return cls(status=INTERRUPTED, error=f"interrupted by {signal_name}", error_type=error_type)
+
     @property
     def qcomms_ran(self) -> str:
         """The effective precisions in one cell: ``reduce_scatter FP16/BF16`` (forward /
@@ -187,8 +196,8 @@ class RunMetrics:
 
     def to_json(self) -> dict[str, Any]:
         """The ``metrics.json`` content: every field of a completed run; ``status``, ``error``
-        and ``error_type`` of a failed one."""
-        if self.status == FAILED:
+        and ``error_type`` of a failed or interrupted one."""
+        if self.status in (FAILED, INTERRUPTED):
             return {"status": self.status, "error": self.error, "error_type": self.error_type}
         content = asdict(self)
         del content["error"], content["error_type"]

@@ -2,8 +2,9 @@
 (``metrics.json``), and its name, configuration and seed within a sweep.
 
 A job folder (``outputs/multirun/<date>/<time>/<n>/``) holds ``.hydra/overrides.yaml`` and
-``metrics.json``, whose ``status`` is ``completed`` or ``failed`` (with ``error``); a job that
-left no ``metrics.json`` (killed outright) is ``missing``. The run name of a job is its value of
+``metrics.json``, whose ``status`` is ``completed``, ``failed`` or ``interrupted`` (Ctrl-C or
+SIGTERM; both with ``error``); a job that left no ``metrics.json`` (killed outright) is
+``missing``. The run name of a job is its value of
 every swept key, in command-line order, e.g. ``sharding=rowwise,qcomms=fp16``; its
 configuration is the same without ``seed``, which names the repeat. A configuration's identity
 (``config_id``, what a comparison matches on) is the canonical form of those overrides: keys

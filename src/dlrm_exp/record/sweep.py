@@ -162,7 +162,7 @@ _running: DictConfig | None = None
 def summarize_interrupted_sweep() -> None:
     """After Ctrl-C (or a signal turned into :class:`~dlrm_exp.errors.Terminated`) ended a
     multirun, whose ``on_multirun_end`` then never comes: the summary of the jobs that
-    finished (the interrupted job shows as missing, the jobs not started are not listed). Does
+    finished (the interrupted job as ``interrupted``, the jobs not started not listed). Does
     nothing when no multirun was under way; a summary that cannot be written is reported in
     one line, and the interruption stays what ends the process."""
     global _running
