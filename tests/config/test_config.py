@@ -197,6 +197,16 @@ RULES = [
             "data=criteo_tsv",
             "data.path=a",
             "preprocess.output_dir=x",
+            "data.test_path=[b]",
+        ],
+        r"converts the files of data.path only .* drop data.val_path / data.test_path",
+    ),  # fmt: skip
+    (
+        [
+            "mode=preprocess",
+            "data=criteo_tsv",
+            "data.path=a",
+            "preprocess.output_dir=x",
             "data.schema.sparse.cat_2.id_policy=modulo",
         ],
         r"preprocess.format=npy writes TorchRec's Criteo layout .* not data.schema's",

@@ -172,6 +172,11 @@ class Config:
             bool(self.preprocess.output_dir),
             "mode=preprocess needs preprocess.output_dir=<folder for the npy files>",
         )
+        require(
+            not (self.data.val_path or self.data.test_path),
+            "mode=preprocess converts the files of data.path only (each a day_<n>): name the "
+            "validation and test files there too and drop data.val_path / data.test_path",
+        )
         managed = sorted(self.model.managed_tables)
         require(
             not managed,

@@ -8,7 +8,7 @@ from dlrm_exp.config import Config, CriteoTsvDataConfig, PreprocessFormat
 from dlrm_exp.data.criteo_parquet import SCHEMA_NAME, write_criteo_parquet
 from dlrm_exp.data.paths import resolve_paths
 from dlrm_exp.data.preprocess.convert import REPORT_FILE, run_preprocess, summary_lines
-from dlrm_exp.errors import ConfigError, DataError
+from dlrm_exp.errors import DataError
 from dlrm_exp.modes.job import Job, ModeResult
 from dlrm_exp.util.files import write_json_atomic
 
@@ -21,16 +21,10 @@ def run(cfg: Config, job: Job) -> ModeResult:
         DataError: an input cannot be read (see :func:`run_preprocess`), or
             ``preprocess.output_dir`` is a file, a folder ``data.path`` names or the folder of
             one of its files.
-        ConfigError: ``data.val_path`` / ``data.test_path`` are set (only ``data.path`` is
-            converted).
     """
-    assert isinstance(cfg.data, CriteoTsvDataConfig)  # Config.__post_init__ checked it
+    assert isinstance(cfg.data, CriteoTsvDataConfig)  # Config.__post_init__ checked it (and
+    # that data.val_path / data.test_path are unset: only data.path is converted)
     assert cfg.preprocess.output_dir  # Config.__post_init__ requires it for mode=preprocess
-    if cfg.data.val_path or cfg.data.test_path:
-        raise ConfigError(
-            "mode=preprocess converts the files of data.path only (each a day_<n>): name the "
-            "validation and test files there too and drop data.val_path / data.test_path"
-        )
     _refuse_output_among_inputs(cfg.data.path, cfg.preprocess.output_dir)
     if cfg.preprocess.format is PreprocessFormat.parquet:
         return _to_parquet(cfg, job)
