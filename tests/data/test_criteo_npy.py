@@ -44,19 +44,25 @@ def test_1tb_split_matches_torchrec_val_and_test(tmp_path):
         assert second.data_ptr() + second.nbytes == third.data_ptr(), column
 
 
-def test_kaggle_split_in_sevenths():
-    assert split_bounds(70, NpyDataset.criteo_kaggle, 70) == (60, 65)
-    # 45,840,617 Kaggle rows = 7 x 6,548,659 + 4: the first 4 parts get one more row
-    train_end, val_end = split_bounds(45_840_617, NpyDataset.criteo_kaggle, 0)
-    assert train_end == 6 * 6_548_659 + 4 and val_end - train_end == 3_274_330
+def test_kaggle_split_in_sevenths_test_first_as_facebookresearch_dlrm():
+    """dlrm cuts the rows into 7 days as ``np.array_split`` does and halves the last with
+    ``test_indices, val_indices = np.array_split(test_indices, 2)``: test first."""
+    assert split_bounds(70, NpyDataset.criteo_kaggle, 70) == ((0, 60), (65, 70), (60, 65))
+    for rows in (77, 80, 45_840_617):  # 45,840,617 Kaggle rows = 7 x 6,548,659 + 4
+        last = np.array_split(np.arange(rows), KAGGLE_PARTS)[-1]
+        test, val = np.array_split(last, 2)
+        bounds = split_bounds(rows, NpyDataset.criteo_kaggle, 0)
+        assert bounds == ((0, last[0]), (val[0], val[-1] + 1), (test[0], test[-1] + 1)), rows
     assert KAGGLE_PARTS == 7
 
 
 def test_kaggle_reads_every_day_in_order_and_shuffles_only_train(tmp_path):
-    write_day(tmp_path, 0, 40, 1)
-    write_day(tmp_path, 1, 30, 2)
+    days = [write_day(tmp_path, 0, 40, 1), write_day(tmp_path, 1, 30, 2)]
     plain = load_criteo_npy(config(tmp_path, dataset=NpyDataset.criteo_kaggle), SIZES, 0)
     assert [len(s) for s in plain[:3]] == [60, 5, 5]
+    rows = np.concatenate([labels for _, _, labels in days])
+    assert torch.equal(plain[2].labels, torch.from_numpy(rows[60:65, 0]).float())  # test first
+    assert torch.equal(plain[1].labels, torch.from_numpy(rows[65:70, 0]).float())
     mixed = load_criteo_npy(
         config(tmp_path, dataset=NpyDataset.criteo_kaggle, shuffle_training_set=True), SIZES, 0
     )

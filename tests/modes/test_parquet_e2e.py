@@ -4,6 +4,7 @@
 import json
 import re
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
@@ -86,6 +87,16 @@ def test_schema_builds_the_model_trains_and_predicts(toy, tmp_path, cli_here):
     probability = torch.tensor(predicted.column("probability").to_numpy()[val])
     labels = torch.tensor(table.column("clicked").to_numpy()[val]).long()
     assert float(binary_auroc(probability, labels)) == pytest.approx(metrics.val["auroc"], abs=1e-6)
+
+    # float labels, NaN where a row has none (as training reads them): null in the output
+    clicked = table.column("clicked").cast(pa.float64()).to_numpy().copy()
+    clicked[:3] = np.nan
+    floats = table.set_column(table.column_names.index("clicked"), "clicked", pa.array(clicked))
+    pq.write_table(floats, tmp_path / "float_labels.parquet", row_group_size=1000)
+    paths = [f"checkpoint={tmp_path}", f"data.path={tmp_path / 'float_labels.parquet'}"]
+    run_predict(compose_cfg(overrides(root, "mode=predict", *paths)), Job(tmp_path / "nan"))
+    echoed = pq.read_table(tmp_path / "nan" / "predictions.parquet").column("label").to_pylist()
+    assert echoed == [None] * 3 + table.column("clicked").to_pylist()[3:]
 
 
 def _write_toy(root):

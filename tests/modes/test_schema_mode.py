@@ -109,6 +109,20 @@ def test_refusals_are_one_line(tmp_path, cli_here):
         compose_cfg(["mode=schema", "schema_scan.path=x", "schema_scan.name=criteo"])
 
 
+def test_a_row_group_that_cannot_be_read_is_one_data_error(tmp_path, monkeypatch):
+    from dlrm_exp.data.schema_scan import read_sample
+    from dlrm_exp.errors import DataError
+
+    pq.write_table(log_table(), tmp_path / "log.parquet")
+
+    def corrupt(self, group, **kwargs):
+        raise OSError("Corrupt snappy compressed data.")
+
+    monkeypatch.setattr(pq.ParquetFile, "read_row_group", corrupt)
+    with pytest.raises(DataError, match=r"log.parquet: row group 0 cannot be read \(Corrupt"):
+        read_sample([tmp_path / "log.parquet"], 100)
+
+
 def test_files_that_differ_in_int_width_and_dotted_names(tmp_path, cli_here):
     """Spark-style inputs: one file's id column int32, the other's int64; a flattened
     ``user.id`` column gets the feature name ``user_id`` (its column stays exact)."""

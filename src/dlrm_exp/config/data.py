@@ -211,7 +211,7 @@ class NpyDataset(Enum):
     """Split rules of ``data=criteo_npy``: ``criteo_1tb`` (TorchRec's DLRM example: every day
     but the last trains; the last, day 23 of the full set, is split in half, validation then
     test) or ``criteo_kaggle`` (facebookresearch/dlrm: the rows of all days in order cut into 7
-    near-equal parts; 6 train, the 7th split in half, validation then test)."""
+    near-equal parts; 6 train, the 7th split in half, test then validation)."""
 
     criteo_1tb = "criteo_1tb"
     criteo_kaggle = "criteo_kaggle"

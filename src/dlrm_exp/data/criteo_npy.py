@@ -9,7 +9,8 @@ scripts, and splits them by the rules of :class:`~dlrm_exp.config.NpyDataset`:
   ``InMemoryBinaryCriteoIterDataPipe`` does;
 * ``criteo_kaggle``: the rows of every day in order, cut into 7 parts of ``N // 7`` rows (the
   first ``N % 7`` one row longer), as facebookresearch/dlrm splits the Kaggle ``train.txt``
-  into days; parts 0..5 train, part 6 is split in half, validation then test.
+  into days; parts 0..5 train, part 6 is split at ``ceil(N / 2)``: test first, validation
+  second, as facebookresearch/dlrm's ``np.array_split`` gives them.
 
 Batches are then cut by :func:`~dlrm_exp.data.batches.iter_batches`: global step ``i`` takes the
 next ``world_size x batch_size`` rows and rank ``r`` its ``r``-th slice, so ranks never overlap.
@@ -240,30 +241,38 @@ def _read_days(
     return dense, sparse, labels
 
 
-def split_bounds(num_rows: int, dataset: NpyDataset, last_day_rows: int) -> tuple[int, int]:
-    """``(train_end, val_end)`` row offsets into the concatenated days; test runs to the end.
+#: Row ranges ``(start, stop)`` of the train, validation and test splits in the days' rows.
+SplitBounds = tuple[tuple[int, int], tuple[int, int], tuple[int, int]]
+
+
+def split_bounds(num_rows: int, dataset: NpyDataset, last_day_rows: int) -> SplitBounds:
+    """The ``(start, stop)`` rows of train, validation and test in the concatenated days:
+    train first; the last day (``criteo_1tb``) or part (``criteo_kaggle``) halved, its first
+    ``ceil(n / 2)`` rows validation for TorchRec's ``InMemoryBinaryCriteoIterDataPipe`` but
+    test for facebookresearch/dlrm (``test, val = np.array_split(last_part, 2)``).
 
     Raises:
         DataError: a split would hold no row (naming each split's count and the rule).
     """
     if dataset is NpyDataset.criteo_1tb:
         train_end = num_rows - last_day_rows
-        val_end = train_end + (last_day_rows + 1) // 2
         rule = f"every day but the last trains, the last ({last_day_rows:,} rows) is halved"
     else:
         part, extra = divmod(num_rows, KAGGLE_PARTS)
         sizes = [part + (1 if i < extra else 0) for i in range(KAGGLE_PARTS)]
         train_end = sum(sizes[:-1])
-        val_end = train_end + (sizes[-1] + 1) // 2
-        rule = f"6 of {KAGGLE_PARTS} parts train, the 7th is halved"
-    counts = {"train": train_end, "val": val_end - train_end, "test": num_rows - val_end}
+        rule = f"6 of {KAGGLE_PARTS} parts train, the 7th is halved, test first"
+    half = train_end + (num_rows - train_end + 1) // 2
+    first, second = (train_end, half), (half, num_rows)
+    val, test = (first, second) if dataset is NpyDataset.criteo_1tb else (second, first)
+    counts = {"train": train_end, "val": val[1] - val[0], "test": test[1] - test[0]}
     if not all(counts.values()):
         raise DataError(
             f"data.path: data.dataset={dataset.value} splits {num_rows:,} rows into "
             + ", ".join(f"{split} {n:,}" for split, n in counts.items())
             + f" ({rule}): every split needs at least one row"
         )
-    return train_end, val_end
+    return (0, train_end), val, test
 
 
 def load_criteo_npy(
@@ -285,9 +294,10 @@ def load_criteo_npy(
         )
     loaded: list[Any] = [_load_day(folder, d, mmap=True) for d in days]  # labels read only
     rows = sum(len(day[2]) for day in loaded)
-    train_end, val_end = split_bounds(rows, cfg.dataset, len(loaded[-1][2]))
+    bounds = split_bounds(rows, cfg.dataset, len(loaded[-1][2]))
+    train_end = bounds[0][1]
     if cfg.mmap_mode:
-        return _mapped_splits(loaded, cfg, table_sizes, days, (train_end, val_end))
+        return _mapped_splits(loaded, cfg, table_sizes, days, bounds)
     dense, sparse, labels = _read_days(loaded, days, table_sizes, cfg.out_of_range)
     if cfg.shuffle_training_set:  # in place: one column's training rows copied at a time
         order = np.random.default_rng(seed).permutation(train_end)
@@ -295,7 +305,7 @@ def load_criteo_npy(
             column[:train_end] = column[order]
     train, val, test = (
         ClickData(*(torch.from_numpy(column[lo:hi]) for column in (dense, sparse, labels)))
-        for lo, hi in ((0, train_end), (train_end, val_end), (val_end, len(labels)))
+        for lo, hi in bounds
     )
     info = DataInfo.of_splits(train, val, test, days=days, dataset=cfg.dataset.value)
     return train, val, test, info
@@ -306,10 +316,10 @@ def _mapped_splits(
     cfg: CriteoNpyDataConfig,
     table_sizes: list[int],
     days: list[int],
-    ends: tuple[int, int],
+    bounds: SplitBounds,
 ) -> tuple[ClickData, ClickData, ClickData, DataInfo]:
     """``mmap_mode``: splits as :class:`RowSpan` views of the mapped days (nothing copied), cut
-    at ``ends`` (:func:`split_bounds`); ids are hashed per batch, or their range is checked day
+    at ``bounds`` (:func:`split_bounds`); ids are hashed per batch, or their range is checked day
     by day first."""
     sizes = np.asarray(table_sizes, dtype=np.int64)
     if cfg.out_of_range is OutOfRange.error:
@@ -326,8 +336,6 @@ def _mapped_splits(
             lambda rows: np.asarray(rows, dtype=np.float32).reshape(-1),
         ),
     ]
-    train_end, val_end = ends
-    bounds = ((0, train_end), (train_end, val_end), (val_end, len(columns[2])))
     train, val, test = (ClickData(*(c.span(lo, hi) for c in columns)) for lo, hi in bounds)
     info = DataInfo.of_splits(
         train, val, test, days=days, dataset=cfg.dataset.value, mmap_mode=True

@@ -185,8 +185,11 @@ def open_parquet(path: Path) -> pq.ParquetFile:
         raise DataError(f"{path}: not a readable Parquet file ({err})") from None
 
 
-def read_row_group(parquet: pq.ParquetFile, path: Path, group: int, columns: list[str]) -> pa.Table:
-    """``columns`` of row group ``group`` of ``parquet`` (opened from ``path``).
+def read_row_group(
+    parquet: pq.ParquetFile, path: Path, group: int, columns: list[str] | None
+) -> pa.Table:
+    """``columns`` (None: every column) of row group ``group`` of ``parquet`` (opened from
+    ``path``).
 
     Raises:
         DataError: the file cannot be read (with the file and row group).

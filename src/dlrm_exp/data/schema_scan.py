@@ -20,7 +20,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from dlrm_exp.data.id_policy import is_id_type
-from dlrm_exp.data.parquet_files import open_parquet
+from dlrm_exp.data.parquet_files import open_parquet, read_row_group
 from dlrm_exp.errors import DataError
 
 #: Column names taken as the label when ``schema_scan.label`` is not given.
@@ -70,7 +70,8 @@ def read_sample(files: list[Path], sample_rows: int) -> tuple[pa.Table, int]:
     row count of the files (from their footers).
 
     Raises:
-        DataError: a file is not Parquet, or the files' columns differ.
+        DataError: a file is not Parquet, a row group cannot be read, or the files' columns
+            differ.
     """
     parts: list[pa.Table] = []
     taken = total = 0
@@ -85,7 +86,7 @@ def read_sample(files: list[Path], sample_rows: int) -> tuple[pa.Table, int]:
         for group in range(parquet.num_row_groups):
             if taken >= sample_rows:
                 break
-            part = parquet.read_row_group(group)
+            part = read_row_group(parquet, path, group, None)
             parts.append(part)
             taken += part.num_rows
     if not taken:

@@ -24,6 +24,7 @@ from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import torch
 from torchrec.datasets.utils import Batch
@@ -38,6 +39,7 @@ from dlrm_exp.data.parquet_files import (
     read_row_group,
     resolve_parquet_paths,
 )
+from dlrm_exp.errors import DataError
 
 OUTPUT = pa.schema(
     [
@@ -97,7 +99,7 @@ def predict_parquet(
     ``{"files": n, "rows_written": n}``.
 
     Raises:
-        DataError: a row group cannot be read or decoded.
+        DataError: a row group cannot be read or decoded, or holds a label that is no 0/1.
     """
     assert isinstance(cfg.data, ParquetDataConfig)
     schema = cfg.data.schema
@@ -128,8 +130,27 @@ def predict_parquet(
                     "probability": pa.array(torch.cat(probability).numpy()),
                 }
                 if len(out_schema) == 4:
-                    out["label"] = table.column(schema.label).cast(pa.int8())
+                    where = f"{path} row group {group}"
+                    out["label"] = _output_labels(table.column(schema.label), where)
                 writer.write_table(pa.table(out, schema=out_schema))
                 start += table.num_rows
             rows += start
     return {"files": len(files), "rows_written": rows}
+
+
+def _output_labels(labels: pa.ChunkedArray, where: str) -> pa.ChunkedArray:
+    """A row group's label column as the output's int8 labels; a float NaN (no label, as
+    training reads it) becomes null.
+
+    Raises:
+        DataError: a label that is no whole number (0.7), naming ``where``.
+    """
+    if pa.types.is_floating(labels.type):
+        labels = pc.if_else(pc.is_nan(labels), pa.scalar(None, labels.type), labels)
+    try:
+        return labels.cast(pa.int8())
+    except pa.ArrowInvalid as err:
+        raise DataError(
+            f"{where}: a label cannot be written as a 0/1 label ({err}); labels are 0 or 1 "
+            "(null or NaN: none)"
+        ) from None
