@@ -189,6 +189,15 @@ RULES = [
     ),
     (["hardware.backend=nccl"], r"backend=nccl needs CUDA devices: set hardware.backend=gloo"),
     (["train.batch_size=0"], r"train.batch_size must be positive"),
+    (
+        ["train.on_nonfinite=skip", "optimizer=adam"],
+        r"on_nonfinite=skip with optimizer.sparse_optimizer=adam and "
+        r"optimizer.dense_optimizer=adam: .* Adam does not ignore",
+    ),
+    (
+        ["train.on_nonfinite=skip", "optimizer=sgd", "optimizer.dense_optimizer=adam"],
+        r"on_nonfinite=skip with optimizer.dense_optimizer=adam: a skipped batch",
+    ),
     (["mode=preprocess", "preprocess.output_dir=x"], r"data=criteo_tsv data.path=<files>"),
     (["mode=preprocess", "data=criteo_tsv", "data.path=a"], r"needs preprocess.output_dir"),
     (

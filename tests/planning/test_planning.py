@@ -10,6 +10,8 @@ from torchrec.distributed.types import ShardingType
 
 from conftest import compose_cfg
 from dlrm_exp.config import (
+    Backend,
+    ComputeDevice,
     EmbeddingDataType,
     HardwareConfig,
     ShardingConfig,
@@ -18,7 +20,7 @@ from dlrm_exp.config import (
 )
 from dlrm_exp.distributed.launch import DistContext
 from dlrm_exp.distributed.sharder import CpuEmbeddingBagCollectionSharder
-from dlrm_exp.errors import InsufficientMemoryError
+from dlrm_exp.errors import ConfigError, InsufficientMemoryError
 from dlrm_exp.factories.experiment import build_module
 from dlrm_exp.factories.model import build_model
 from dlrm_exp.planning.constraints import build_constraints
@@ -66,6 +68,15 @@ def test_memory_capacity_measured_or_configured():
     assert "measured" in measured.source
     configured = memory_capacity(HardwareConfig(ddr_cap=1.5), local_world_size=2)
     assert configured.ddr_bytes == int(1.5 * GIB)
+    gpu = HardwareConfig(compute_device=ComputeDevice.cuda, backend=Backend.nccl, hbm_cap=40)
+    assert memory_capacity(gpu, local_world_size=8).hbm_bytes == 40 * GIB
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="a CUDA device gives the capacity")
+def test_a_gpu_plan_without_hbm_cap_or_a_gpu_is_refused_not_planned_at_torchrecs_default():
+    no_cap = HardwareConfig(compute_device=ComputeDevice.cuda, backend=Backend.nccl, hbm_cap=None)
+    with pytest.raises(ConfigError, match=r"hardware.hbm_cap=null .* no CUDA device"):
+        memory_capacity(no_cap, local_world_size=8)
 
 
 def test_mlperf_storage_is_97_36_gib():

@@ -33,7 +33,8 @@ class HardwareConfig:
             (total RAM / local world size); TorchRec's own default (128 GiB) would let plans
             through that cannot be allocated here.
         hbm_cap: device memory per rank for the planner, GiB (cuda only). Null: the device's
-            own memory when one is present, else TorchRec's default.
+            own memory; refused when this machine has none (plan for GPUs elsewhere with a
+            GPU preset or a value).
         intra_host_bw: bandwidth between ranks of one host, GB/s (null: TorchRec's default).
         inter_host_bw: network bandwidth of one rank to other hosts, GB/s: the host's network
             divided by its ranks, as TorchRec's ``Topology`` counts one NIC share per device

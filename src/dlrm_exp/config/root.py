@@ -28,11 +28,11 @@ from dlrm_exp.config.modes import (
     SchemaScanConfig,
     VerifyConfig,
 )
-from dlrm_exp.config.optimizer import CPU_FUSED, OptimizerConfig
+from dlrm_exp.config.optimizer import CPU_FUSED, DenseOptimizer, OptimizerConfig, SparseOptimizer
 from dlrm_exp.config.qcomms import QCommsConfig
 from dlrm_exp.config.schema import FeatureSchema
 from dlrm_exp.config.sharding import ComputeKernel, ShardingConfig, ShardingStrategy
-from dlrm_exp.config.train import CUDA_PIPELINES, DensePrecision, TrainConfig
+from dlrm_exp.config.train import CUDA_PIPELINES, DensePrecision, OnNonFinite, TrainConfig
 
 
 @dataclass
@@ -75,6 +75,7 @@ class Config:
         self._check_overridden_tables_exist()
         self._check_uvm_caching_on_device()
         self._check_sparse_optimizer_on_cpu()
+        self._check_skip_with_adam()
         self._check_dense_precision()
         self._check_pipeline_on_device()
         self._check_multi_hot_sizes()
@@ -247,6 +248,28 @@ class Config:
                 f"{key}=fused_uvm_caching keeps tables in CUDA unified memory with an "
                 "HBM cache and needs hardware.compute_device=cuda: on CPU use fused",
             )
+
+    def _check_skip_with_adam(self) -> None:
+        """``train.on_nonfinite=skip`` gives a skipped batch exact-zero gradients, which leave
+        SGD and (row-wise) Adagrad unchanged (:mod:`dlrm_exp.factories.nonfinite`) but not
+        Adam: its moments decay, its step count advances, and it keeps moving every weight with
+        momentum, so the batch would not be skipped."""
+        opt = self.optimizer
+        adam = [
+            f"optimizer.{key}=adam"
+            for key, chosen in (
+                ("sparse_optimizer", opt.sparse_optimizer is SparseOptimizer.adam),
+                ("dense_optimizer", opt.dense_optimizer is DenseOptimizer.adam),
+            )
+            if chosen
+        ]
+        require(
+            self.train.on_nonfinite is not OnNonFinite.skip or not adam,
+            f"train.on_nonfinite=skip with {' and '.join(adam)}: a skipped batch gets zero "
+            "gradients, which Adam does not ignore (its moments decay and still move the "
+            "weights), so the batch would not be skipped; use train.on_nonfinite=stop, or SGD "
+            "or Adagrad",
+        )
 
     def _check_sparse_optimizer_on_cpu(self) -> None:
         """A sparse optimizer FBGEMM cannot fuse on CPU (Adam) runs only on data_parallel

@@ -13,9 +13,10 @@ before any optimizer sees them:
   pooled embeddings (B, F, D) flowing back into the sharded tables, and on every parameter
   without an in-backward optimizer (dense arch, interaction, over arch, data-parallel tables).
 
-A zero gradient leaves every optimizer offered here unchanged to the bit: SGD, Adagrad (its
-sum of squares adds 0; ``lr_decay`` is 0) and FBGEMM's row-wise Adagrad (its row momentum adds
-the mean of 0). A skipped step therefore equals removing that global batch from the data.
+A zero gradient leaves SGD, Adagrad (its sum of squares adds 0; ``lr_decay`` is 0) and
+FBGEMM's row-wise Adagrad (its row momentum adds the mean of 0) unchanged to the bit, so a
+skipped step equals removing that global batch from the data. Adam does not ignore it (its
+moments decay and move the weights): ``Config`` refuses ``skip`` with Adam.
 """
 
 import logging

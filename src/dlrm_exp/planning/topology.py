@@ -14,6 +14,7 @@ from torchrec.distributed.planner.types import (
 )
 
 from dlrm_exp.config import ComputeDevice, HardwareConfig
+from dlrm_exp.errors import ConfigError
 from dlrm_exp.planning.storage import GIB
 
 
@@ -44,6 +45,10 @@ def memory_capacity(cfg: HardwareConfig, local_world_size: int) -> MemoryCapacit
 
     A null ``ddr_cap`` becomes total RAM / ``local_world_size``; a null ``hbm_cap``
     on CUDA becomes the memory of device 0.
+
+    Raises:
+        ConfigError: CUDA with a null ``hbm_cap`` on a machine without a CUDA device (nothing
+            to measure; TorchRec would plan against its own default of 32 GiB unsaid).
     """
     if cfg.ddr_cap is not None:
         ddr, source = int(cfg.ddr_cap * GIB), "hardware.ddr_cap"
@@ -60,6 +65,12 @@ def memory_capacity(cfg: HardwareConfig, local_world_size: int) -> MemoryCapacit
         elif torch.cuda.is_available():
             hbm = torch.cuda.get_device_properties(0).total_memory
             hbm_source = f"measured: {torch.cuda.get_device_name(0)}"
+        else:
+            raise ConfigError(
+                "hardware.compute_device=cuda with hardware.hbm_cap=null takes the GPU memory "
+                "from device 0, but this machine has no CUDA device: set hardware.hbm_cap="
+                "<GiB per GPU> or choose a GPU preset (hardware=a100_80gb_x8, h100_80gb_x8, ...)"
+            )
     return MemoryCapacity(ddr_bytes=ddr, hbm_bytes=hbm, source=source, hbm_source=hbm_source)
 
 
