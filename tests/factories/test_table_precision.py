@@ -64,6 +64,7 @@ def test_fp16_tables_train_save_fp16_resume_bitwise_and_export(tmp_path, caplog)
     cfg = compose_cfg(["mode=export", f"checkpoint={tmp_path / 'a'}", *SMALL])
     record = run_export(cfg, Job(tmp_path / "export"))
     assert record["trained_table_data_types"] == ["fp16"]
+    assert record["trained_dense_precision"] == "fp32"  # from the checkpoint's settings
     assert record["table_bytes"] * 2 == record["table_bytes_fp32"]
     assert json.loads((tmp_path / "export" / "export.json").read_text()) == record
     dlrm, _ = load_trained(cfg, last)

@@ -2,6 +2,7 @@
 run (one shared training run for every test here)."""
 
 import json
+import logging
 import subprocess
 import sys
 import textwrap
@@ -21,6 +22,7 @@ from dlrm_exp.modes.evaluate import run_evaluate
 from dlrm_exp.modes.export import load_trained, run_export
 from dlrm_exp.modes.job import Job
 from dlrm_exp.modes.predict import run_predict
+from dlrm_exp.record.run_record import RunMetrics
 
 pytestmark = pytest.mark.slow
 
@@ -48,10 +50,12 @@ def trained(two_process_runs):
     return run.run_dir, run.metrics
 
 
-def test_evaluate_on_one_process_gives_the_training_runs_final_numbers(trained, tmp_path):
+def test_evaluate_on_one_process_gives_the_training_runs_final_numbers(trained, tmp_path, caplog):
     run_dir, metrics = trained
     cfg = compose_cfg([*DATA, "mode=evaluate", f"checkpoint={run_dir}"])
-    result = run_evaluate(cfg, Job(tmp_path))
+    with caplog.at_level(logging.WARNING, logger="dlrm_exp.modes.setup"):
+        result = run_evaluate(cfg, Job(tmp_path))
+    assert "train.dense_precision" not in caplog.text
     assert result.world_size == 1 and result.step == metrics.steps == 16
     for split in ("val", "test"):
         ours, theirs = getattr(result, split), getattr(metrics, split)
@@ -71,6 +75,18 @@ def test_evaluate_on_one_process_gives_the_training_runs_final_numbers(trained, 
     assert (run_dir / "metrics.json").read_bytes() == record
     again = run_evaluate(cfg, Job(tmp_path))  # an earlier evaluation's folder: replaced
     assert json.loads((tmp_path / "metrics.json").read_text())["val"] == again.val
+    rerun = tmp_path / "interrupted"  # a sweep job's folder, its evaluation interrupted
+    rerun.mkdir()
+    RunMetrics.interrupted("SIGINT", "KeyboardInterrupt").write(rerun / "metrics.json")
+    again = run_evaluate(cfg, Job(rerun))  # rerun there: the record of nothing is replaced
+    assert json.loads((rerun / "metrics.json").read_text())["val"] == again.val
+    bf16 = compose_cfg([*DATA, "mode=evaluate", f"checkpoint={run_dir}", "split=val",
+                        "train.dense_precision=bf16"])  # fmt: skip
+    with caplog.at_level(logging.WARNING, logger="dlrm_exp.modes.setup"):
+        run_evaluate(bf16, Job(tmp_path / "bf16"))  # the run trained the dense part in fp32
+    assert "trained with train.dense_precision=fp32; this job computes the dense part in bf16" in (
+        caplog.text
+    )
 
 
 def test_predict_writes_one_probability_per_valid_row_in_order(trained, tmp_path):

@@ -119,6 +119,24 @@ def test_a_plan_sweep_lists_its_jobs_and_succeeds(tmp_path, cli_here):
     assert (sweep / "1" / "plan.json").is_file() and "missing" not in done.stdout
 
 
+def test_a_plan_sweeps_failed_and_interrupted_jobs_are_listed_as_not_completed(tmp_path, capsys):
+    from omegaconf import OmegaConf
+
+    from dlrm_exp.record.sweep import summarize_sweep
+
+    failed = {"status": "failed", "error": "bad plan", "error_type": "ConfigError"}
+    interrupted = {"status": "interrupted", "error": "interrupted by SIGINT",
+                   "error_type": "KeyboardInterrupt"}  # fmt: skip
+    sweep = _written_sweep(
+        tmp_path / "plans", ["seed=0,1"], [(["seed=0"], failed), (["seed=1"], interrupted)]
+    )
+    config = OmegaConf.create({"hydra": {"sweep": {"dir": str(sweep)}}, "mode": "plan"})
+    assert summarize_sweep(config)
+    out = capsys.readouterr().out
+    assert f"- seed=1: {sweep / '1'} (interrupted by SIGINT)" in out
+    assert "2 of 2 jobs did not complete: seed=0 (failed), seed=1 (interrupted)" in out
+
+
 def test_a_presets_swept_keys_count_beside_the_command_lines(tmp_path):
     """``-m experiment=<preset sweeping learning rates> seed=0,1``: runs are named, and
     grouped into configurations, by the preset's ``hydra.sweeper.params`` keys too (with

@@ -136,8 +136,10 @@ class CheckpointLayout:
             of the features whose policy hashes the two differently
             (:class:`~dlrm_exp.data.splits.DataInfo`'s ``id_kinds``).
         settings: ``{key: value}`` of the settings that decide the data stream and the update
-            (``seed``, ``train.batch_size``, every ``data.*`` and ``optimizer.*`` key), which
-            a resume compares (:func:`changed_settings`); None in older checkpoints.
+            (``seed``, ``train.batch_size``, ``train.dense_precision``, every ``data.*`` and
+            ``optimizer.*`` key), which a resume compares (:func:`changed_settings`) and
+            evaluate / predict / export read the dense precision from; None in older
+            checkpoints.
     """
 
     tables: dict[str, list[int]]

@@ -9,7 +9,6 @@ the checkpoint's step). On the data it was trained with, the numbers are the tra
 final ones: the same weights see the same batches.
 """
 
-import json
 import time
 from pathlib import Path
 
@@ -26,12 +25,17 @@ from dlrm_exp.errors import ConfigError
 from dlrm_exp.loop.checkpoint import BEST, find_checkpoint, load_model_weights
 from dlrm_exp.loop.evaluate import evaluate, quality
 from dlrm_exp.modes.job import Job, ModeResult
-from dlrm_exp.modes.setup import prepare, rank_batches, run_on_ranks
+from dlrm_exp.modes.setup import (
+    prepare,
+    rank_batches,
+    run_on_ranks,
+    warn_other_dense_precision,
+)
 from dlrm_exp.planning.tables import table_shapes
 from dlrm_exp.record.metric_table import split_line
-from dlrm_exp.record.run_record import EvalMetrics
+from dlrm_exp.record.run_record import FAILED, INTERRUPTED, EvalMetrics
 from dlrm_exp.record.tracking import Tracker
-from dlrm_exp.util.files import check_writable
+from dlrm_exp.util.files import check_writable, read_json_object
 
 
 def run(cfg: Config, job: Job) -> ModeResult:
@@ -62,19 +66,18 @@ def run_evaluate(cfg: Config, job: Job) -> EvalMetrics:
 def _keep_other_records(run_dir: Path) -> None:
     """An evaluation writes ``metrics.json`` in its run folder: refuse a folder whose
     ``metrics.json`` is another mode's record (``hydra.run.dir`` set to the training run's
-    folder), which it would replace.
+    folder), which it would replace. An earlier evaluation's record, or a sweep job's that
+    failed or was interrupted (no measurements: the job rerun in its folder), is replaced.
 
     Raises:
-        ConfigError: ``run_dir/metrics.json`` exists and is not an evaluation's.
+        ConfigError: ``run_dir/metrics.json`` exists and is none of those.
     """
     record = run_dir / "metrics.json"
     if not record.is_file():
         return
-    try:
-        mode = json.loads(record.read_text()).get("mode")
-    except (ValueError, OSError, AttributeError):
-        mode = None
-    if mode != EvalMetrics.mode:
+    content = read_json_object(record) or {}
+    replaceable = content.get("status") in (FAILED, INTERRUPTED)
+    if content.get("mode") != EvalMetrics.mode and not replaceable:
         raise ConfigError(
             f"hydra.run.dir={run_dir} holds another run's metrics.json (a training record): "
             "mode=evaluate would replace it; leave hydra.run.dir unset (a new folder under "
@@ -100,6 +103,8 @@ def evaluate_worker(
             splits.info.id_kinds,
         )
         step = int(saved["step"])
+        if ctx.is_main:
+            warn_other_dense_precision(saved, cfg)
         names = ("val", "test") if cfg.split is EvalSplit.all else (cfg.split.value,)
         scores = {
             name: evaluate(

@@ -30,6 +30,7 @@ from dlrm_exp.loop.checkpoint import (
     load_model_weights,
 )
 from dlrm_exp.modes.job import Job, ModeResult
+from dlrm_exp.modes.setup import trained_dense_precision
 from dlrm_exp.planning.tables import DTYPE_NAMES, is_table_key, table_of_key, table_shapes
 from dlrm_exp.util.files import check_writable, write_json_atomic
 
@@ -109,6 +110,9 @@ def run_export(cfg: Config, job: Job) -> dict:
         "artifact": str(out / "model.pt"),
         "quantization": cfg.export.quantization.value,
         "trained_table_data_types": sorted({t.value for t in trained.values()}),
+        # the artifact computes its dense part in fp32 (its weights are fp32 whatever autocast
+        # trained them in); null: a checkpoint written before the precision was recorded
+        "trained_dense_precision": trained_dense_precision(saved),
         "checkpoint": str(path),
         "step": int(saved["step"]),
         "table_bytes_fp32": table_bytes(dlrm),

@@ -102,3 +102,25 @@ def rank_batches(
     :meth:`~dlrm_exp.data.parquet.ParquetSplit.batches` (``mode=verify``'s reference)."""
     keys = cfg.model.feature_names
     return data.batches(cfg.train.batch_size, ctx.rank, ctx.world_size, keys, seed, slices)
+
+
+def trained_dense_precision(saved: dict[str, Any]) -> str | None:
+    """``train.dense_precision`` of the run that wrote a checkpoint, from its trainer state
+    ``saved`` (None: a checkpoint written before the setting was recorded)."""
+    return (saved.get("settings") or {}).get("train.dense_precision")
+
+
+def warn_other_dense_precision(saved: dict[str, Any], cfg: Config) -> None:
+    """One warning when the checkpoint's run (trainer state ``saved``) trained the dense part
+    in another ``train.dense_precision`` than this job computes it in: its scores then differ
+    from that run's at the rounding level of the two precisions."""
+    trained, here = trained_dense_precision(saved), cfg.train.dense_precision.value
+    if trained is not None and trained != here:
+        log.warning(
+            "the checkpoint was trained with train.dense_precision=%s; this job computes the "
+            "dense part in %s, so its scores differ from the run's at rounding level (add "
+            "train.dense_precision=%s to reproduce them)",
+            trained,
+            here,
+            trained,
+        )

@@ -233,6 +233,7 @@ def _layout(run: _Run) -> CheckpointLayout:
             for key, value in {
                 "seed": run.cfg.seed,
                 "train.batch_size": run.cfg.train.batch_size,
+                "train.dense_precision": run.cfg.train.dense_precision.value,
                 **flat_settings("data", run.cfg.data),
                 **flat_settings("optimizer", run.cfg.optimizer),
             }.items()

@@ -19,7 +19,7 @@ from dlrm_exp.record.compare import (
     write_stats,
 )
 from dlrm_exp.record.metric_table import METRICS, fmt
-from dlrm_exp.record.run_record import COMPLETED, FAILED
+from dlrm_exp.record.run_record import COMPLETED, FAILED, INTERRUPTED
 from dlrm_exp.record.run_values import write_run_values
 from dlrm_exp.record.runs import RunRecord, load_runs
 from dlrm_exp.util.files import write_csv_atomic, write_text_atomic
@@ -110,21 +110,24 @@ def write_summary(
 
 #: The modes whose jobs write a ``metrics.json`` of measurements, which the summary tabulates.
 #: The others (``plan``, ``verify``, ``predict``, ``export``, ``preprocess``) write their own
-#: files; only a failed job leaves a ``metrics.json`` (``status: failed``).
+#: files; only a failed or interrupted job leaves a ``metrics.json`` (``status: failed`` /
+#: ``interrupted``).
 RECORDING_MODES = ("train", "evaluate")
 
 
 def _list_outputs(runs: Sequence[RunRecord], mode: str) -> bool:
     """A sweep of a mode that records no measurements: each job's folder, or its error;
-    returns whether a job failed."""
-    failed = [run for run in runs if run.status == FAILED]
+    returns whether a job failed or was interrupted."""
+    unfinished = [run for run in runs if run.status in (FAILED, INTERRUPTED)]
     print(f"mode={mode}: {len(runs)} jobs, each one's files in its folder:")
     for run in runs:
-        error = f" (failed: {run.metrics.error})" if run.status == FAILED else ""
-        print(f"- {run.name}: {run.path}{error}")
-    if failed:
-        print(f"{len(failed)} of {len(runs)} jobs failed: {', '.join(r.name for r in failed)}")
-    return bool(failed)
+        error = run.metrics.error
+        note = {FAILED: f" (failed: {error})", INTERRUPTED: f" ({error})"}.get(run.status, "")
+        print(f"- {run.name}: {run.path}{note}")
+    if unfinished:
+        names = ", ".join(f"{r.name} ({r.status})" for r in unfinished)
+        print(f"{len(unfinished)} of {len(runs)} jobs did not complete: {names}")
+    return bool(unfinished)
 
 
 def summarize_sweep(config: DictConfig) -> bool:
