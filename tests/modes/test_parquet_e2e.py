@@ -293,6 +293,22 @@ def test_managed_collision_resumes_with_its_id_mapping(two_process_runs):
     assert rows != _id_rows(whole.run_dir / "checkpoints/step_8", raw)  # the mapping moved
 
 
+def test_a_two_rank_managed_collision_checkpoint_scored_on_one_process_says_so(
+    two_process_runs, tmp_path, caplog
+):
+    """Each training rank sent the ids it holds no row for to its own last row; one process
+    sends them to the table's last row: evaluate (and predict, export) say so in one line."""
+    import logging
+
+    whole = two_process_runs[MANAGED_RUN]
+    data = whole.run_dir.parent / "parquet_toy"
+    cfg = compose_cfg(overrides(data, *MANAGED, "mode=evaluate", f"checkpoint={whole.run_dir}"))
+    with caplog.at_level(logging.WARNING, logger="dlrm_exp.modes.setup"):
+        run_evaluate(cfg, Job(tmp_path))
+    assert "t_user_id: managed_collision, trained on 2 rank(s)" in caplog.text
+    assert "hardware.nproc_per_node=2 reproduces its numbers" in caplog.text
+
+
 def test_a_sweep_over_id_policies_reports_table_rows(toy, tmp_path, cli_here):
     """``sharding=auto`` may place the managed-collision table row-wise: nothing substituted."""
     root, _ = toy

@@ -29,7 +29,7 @@ from dlrm_exp.modes.setup import (
     prepare,
     rank_batches,
     run_on_ranks,
-    warn_other_dense_precision,
+    warn_unlike_training,
 )
 from dlrm_exp.planning.tables import table_shapes
 from dlrm_exp.record.metric_table import split_line
@@ -104,7 +104,7 @@ def evaluate_worker(
         )
         step = int(saved["step"])
         if ctx.is_main:
-            warn_other_dense_precision(saved, cfg)
+            warn_unlike_training(saved, cfg, ctx.world_size)
         names = ("val", "test") if cfg.split is EvalSplit.all else (cfg.split.value,)
         scores = {
             name: evaluate(

@@ -30,7 +30,7 @@ from dlrm_exp.loop.checkpoint import (
     load_model_weights,
 )
 from dlrm_exp.modes.job import Job, ModeResult
-from dlrm_exp.modes.setup import trained_dense_precision
+from dlrm_exp.modes.setup import trained_dense_precision, warn_managed_collision_ranks
 from dlrm_exp.planning.tables import DTYPE_NAMES, is_table_key, table_of_key, table_shapes
 from dlrm_exp.util.files import check_writable, write_json_atomic
 
@@ -97,6 +97,7 @@ def run_export(cfg: Config, job: Job) -> dict:
     assert cfg.checkpoint is not None  # Config.__post_init__ requires it
     path = find_checkpoint(cfg.checkpoint)
     dlrm, saved = load_trained(cfg, path)
+    warn_managed_collision_ranks(saved, cfg, world_size=1)
     tables = table_shapes(cfg.model)
     # the dtypes the checkpoint holds, not the ones the export command repeats (or forgets)
     trained = {

@@ -58,7 +58,7 @@ from dlrm_exp.factories.experiment import build_experiment
 from dlrm_exp.loop.checkpoint import find_checkpoint, load_model_weights
 from dlrm_exp.modes.job import Job, ModeResult
 from dlrm_exp.modes.predict_parquet import Logits, predict_parquet, read_inputs
-from dlrm_exp.modes.setup import warn_other_dense_precision
+from dlrm_exp.modes.setup import warn_unlike_training
 from dlrm_exp.planning.tables import table_shapes
 from dlrm_exp.util.files import check_writable, write_json_atomic
 
@@ -222,7 +222,7 @@ def _score(
         saved = load_model_weights(
             path, experiment.model, table_shapes(cfg.model), cfg.data.id_policies(), id_kinds
         )
-        warn_other_dense_precision(saved, cfg)
+        warn_unlike_training(saved, cfg, ctx.world_size)
         experiment.model.eval()
         partial.parent.mkdir(parents=True, exist_ok=True)
         try:

@@ -110,10 +110,18 @@ def trained_dense_precision(saved: dict[str, Any]) -> str | None:
     return (saved.get("settings") or {}).get("train.dense_precision")
 
 
+def warn_unlike_training(saved: dict[str, Any], cfg: Config, world_size: int) -> None:
+    """A warning line for each way this job scores a checkpoint unlike the run that trained it
+    (trainer state ``saved``), so that its numbers differ from that run's: another
+    ``train.dense_precision`` (:func:`warn_other_dense_precision`), managed-collision tables
+    on another number of ranks (:func:`warn_managed_collision_ranks`)."""
+    warn_other_dense_precision(saved, cfg)
+    warn_managed_collision_ranks(saved, cfg, world_size)
+
+
 def warn_other_dense_precision(saved: dict[str, Any], cfg: Config) -> None:
-    """One warning when the checkpoint's run (trainer state ``saved``) trained the dense part
-    in another ``train.dense_precision`` than this job computes it in: its scores then differ
-    from that run's at the rounding level of the two precisions."""
+    """One warning when the checkpoint's run trained the dense part in another
+    ``train.dense_precision`` than this job computes it in (rounding-level differences)."""
     trained, here = trained_dense_precision(saved), cfg.train.dense_precision.value
     if trained is not None and trained != here:
         log.warning(
@@ -123,4 +131,24 @@ def warn_other_dense_precision(saved: dict[str, Any], cfg: Config) -> None:
             trained,
             here,
             trained,
+        )
+
+
+def warn_managed_collision_ranks(saved: dict[str, Any], cfg: Config, world_size: int) -> None:
+    """One warning when managed-collision tables are scored on another number of ranks than
+    they were trained on: each training rank sent the ids it holds no row for to its own last
+    row, ``world_size`` ranks send them to theirs, so unseen or evicted ids score differently
+    (TorchRec's ``_mch_remap``; measured: a 2-rank run's val AUROC 0.7045 evaluated on one
+    process as 0.7062, docs/results.md)."""
+    ranks, managed = saved.get("world_size"), sorted(cfg.model.managed_tables)
+    if managed and ranks is not None and ranks != world_size:
+        log.warning(
+            "%s: managed_collision, trained on %d rank(s), each sending the ids it holds no "
+            "row for to its own last row; here %d rank(s) send them to theirs, so unseen or "
+            "evicted ids score differently from the run (mode=evaluate with "
+            "hardware.nproc_per_node=%d reproduces its numbers)",
+            ", ".join(managed),
+            ranks,
+            world_size,
+            ranks,
         )
