@@ -33,7 +33,8 @@ def test_two_torchrun_nodes_on_localhost_train_one_job(tmp_path, tmp_path_factor
     """``torchrun --nnodes 2 --node_rank {0,1} --nproc_per_node 1 --rdzv-backend c10d``: two
     "hosts" on this machine form one 2-rank job; no rank launches workers again, global rank 0
     writes the one run folder and prints the summary, the other writes nothing (no ``.hydra``
-    or log file in its working directory)."""
+    or log file in its working directory) but its checkpoint shards, into the same run folder
+    (they went to its working directory: the checkpoints could not be loaded)."""
     endpoint = f"localhost:{_free_port()}"
     run_dir = tmp_path / "run"
     env = _elastic_env(tmp_path_factory)
@@ -55,6 +56,7 @@ def test_two_torchrun_nodes_on_localhost_train_one_job(tmp_path, tmp_path_factor
                 "dlrm_exp",
                 *SMALL,
                 "hardware.nnodes=2",
+                "train.checkpoint_every_n_steps=8",
                 f"hydra.run.dir={run_dir}",
             ],
             cwd=tmp_path,
@@ -71,6 +73,8 @@ def test_two_torchrun_nodes_on_localhost_train_one_job(tmp_path, tmp_path_factor
     assert metrics["world_size"] == 2 and metrics["steps"] == 16  # 16,384 rows / (2 x 512)
     assert sum(output.count("val  AUROC") for output in outputs) == 1
     assert sorted(p.name for p in tmp_path.iterdir()) == ["run"]
+    shards = sorted(p.name for p in (run_dir / "checkpoints" / "step_16").glob("*.distcp"))
+    assert shards == ["__0_0.distcp", "__1_0.distcp"]
 
 
 def test_torchx_builtin_ddp_runs_locally_and_leaves_one_run_folder(tmp_path, tmp_path_factory):
@@ -257,3 +261,28 @@ def test_sigterm_to_a_multi_process_job_ends_it_in_one_line(tmp_path):
     assert job.returncode == 3, err[-2000:]
     assert out.strip() == f"terminated by {int(signal.SIGTERM)}"
     assert "Traceback" not in err
+
+
+def test_a_submitit_task_takes_its_jobs_port_not_an_inherited_master_port(monkeypatch):
+    """submitit read an inherited ``MASTER_PORT`` before exporting its own: every job of a
+    sweep started from such an environment bound the same port on a shared host."""
+    import random
+
+    submitit = pytest.importorskip("submitit")
+    helpers = pytest.importorskip("submitit.helpers")
+
+    from conftest import compose_cfg
+    from dlrm_exp.distributed.submitit_env import adopt_submitit_environment
+
+    class Task:
+        num_nodes, num_tasks, global_rank, local_rank = 1, 2, 1, 1
+        hostnames, job_id = ["node0"], "4242"
+
+    monkeypatch.setattr(submitit, "JobEnvironment", Task)
+    monkeypatch.setattr(helpers, "JobEnvironment", Task)
+    for name in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("MASTER_PORT", "29500")
+    adopt_submitit_environment(compose_cfg(["hardware.nproc_per_node=2"]).hardware)
+    port = random.Random("4242").randint(20000, 60000)
+    assert (os.environ["MASTER_PORT"], os.environ["RANK"]) == (str(port), "1")

@@ -39,5 +39,9 @@ def adopt_submitit_environment(hardware: HardwareConfig) -> None:
             "tasks_per_node)"
         )
     # overwrite: an inherited RANK (e.g. from a single-process run in the launching process)
-    # must not win over the task's own place in the job
+    # must not win over the task's own place in the job. submitit keeps an inherited
+    # MASTER_PORT (read before the export): every job of a sweep would then bind the same
+    # port on a shared host; without it, the port comes from the job id (the same in every
+    # task of one job, another for each job)
+    os.environ.pop("MASTER_PORT", None)
     TorchDistributedEnvironment().export(set_cuda_visible_devices=False, overwrite=True)

@@ -4,8 +4,10 @@ rank's batches of a split."""
 
 import logging
 from collections.abc import Callable, Iterator
+from dataclasses import replace
 from typing import Any, TypeVar
 
+import torch.distributed as dist
 from torch.distributed.elastic.multiprocessing.errors import record
 from torchrec.datasets.utils import Batch
 from torchrec.distributed.types import ShardingPlan
@@ -19,6 +21,7 @@ from dlrm_exp.data import (
     is_generated,
     load_splits,
 )
+from dlrm_exp.distributed.env import launched_by_torchrun
 from dlrm_exp.distributed.launch import DistContext, init_worker, launch_workers, needs_launch
 from dlrm_exp.factories.experiment import Experiment, TrainWrapper, build_experiment, build_module
 from dlrm_exp.modes.job import Job
@@ -57,6 +60,21 @@ def _spawned(
     """Entry point of a worker started by :func:`launch_workers` (a fresh interpreter)."""
     init_worker(job.run_dir / "dlrm_exp.log")
     return worker(cfg, job, *args, plan=plan)
+
+
+def shared_job(job: Job, ctx: DistContext) -> Job:
+    """``job`` with rank 0's run folder (and TensorBoard folder) on every rank (a collective).
+
+    Under torchrun or TorchX every rank runs the entry point, and ranks other than 0 are
+    told ``hydra.run.dir=.`` so that they make no run folder of their own; but every rank
+    writes into the run folder (its checkpoint shards, its profile): without this a rank's
+    DCP shard landed in the working directory, and the run's checkpoints could not be loaded.
+    On several nodes the folder must be on a shared file system (docs/clusters.md)."""
+    if not launched_by_torchrun() or ctx.world_size == 1:
+        return job
+    folders: list[Any] = [job.run_dir, job.tensorboard_dir]
+    dist.broadcast_object_list(folders, src=0)
+    return replace(job, run_dir=folders[0], tensorboard_dir=folders[1])
 
 
 def prepare(

@@ -60,7 +60,7 @@ from dlrm_exp.loop.metrics import (
 from dlrm_exp.loop.trainer import BatchSources, FitResult, Trainer, TrainerState
 from dlrm_exp.modes.export import saved_table_data_types
 from dlrm_exp.modes.job import Job, ModeResult
-from dlrm_exp.modes.setup import prepare, rank_batches, run_on_ranks
+from dlrm_exp.modes.setup import prepare, rank_batches, run_on_ranks, shared_job
 from dlrm_exp.perf.profile import PROFILE_DIR, StepProfiler, profile_files
 from dlrm_exp.perf.theoretical_peak import cpu_flags
 from dlrm_exp.perf.utilization import rank_bound, rank_peak, utilization
@@ -134,6 +134,7 @@ def train_worker(cfg: Config, job: Job, plan: ShardingPlan | None = None) -> Run
     folder. Every rank returns the run's record (rank 0's is the one written)."""
     started = time.perf_counter()
     with process_group(cfg.hardware) as ctx:
+        job = shared_job(job, ctx)
         reset_peak_memory(ctx.device)  # this run's peak, not an earlier job's in this process
         splits, experiment = prepare(cfg, ctx, plan)
         plan_data = plan_record(experiment.plan, table_configs(cfg.model), ctx.world_size)
