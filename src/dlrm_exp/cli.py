@@ -68,9 +68,12 @@ def hydra_main(raw: DictConfig) -> float | None:
     try:
         return _run(raw, run_dir, sweep_dir / name if swept else None, job_swept)
     except (KeyboardInterrupt, Terminated) as err:  # the sweep ends here; the job says why
-        _record_interruption(run_dir / "metrics.json", err)
+        if env_rank() == 0:  # rank 0's record (the other tasks of a submitit job write none)
+            _record_interruption(run_dir / "metrics.json", err)
         raise
     except Exception as err:  # one job's failure must not end the sweep
+        if env_rank() > 0:  # a task of a several-task (submitit) job: its failure fails the
+            raise  # task, and rank 0 records the job's (a record here would replace it)
         user_error = isinstance(err, (UserError, OmegaConfBaseException))
         if not user_error:
             log.exception("job %s failed", name)

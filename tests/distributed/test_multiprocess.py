@@ -284,6 +284,9 @@ def _check_profile_and_utilization(metrics, run_dir) -> None:
         assert all(int(r["rss_bytes"]) > 0 for r in rows)
     saved = json.loads((run_dir / "metrics.json").read_text())
     assert "profile/rank1.pt.trace.json" in saved["profile"]
+    # steps 4-6 follow the warm-up of 3; 4 and 5 are recorded: only step 6 is timed
+    times = saved["step_time_ms"]
+    assert times["p50"] == times["p90"] == times["mean"] > 0
     util = saved["utilization"]
     assert util["dense_flops_per_sample"] > 0 and util["peak_matmul_flops_per_sec"] > 0
     assert util["fraction_of_matmul_peak"] == pytest.approx(

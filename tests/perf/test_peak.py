@@ -57,7 +57,7 @@ def fake_machine(tmp_path, monkeypatch):
     monkeypatch.setenv("DLRM_EXP_CACHE_DIR", str(tmp_path))
     monkeypatch.setattr(peak_module, "_now", lambda: NOW)
     calls = []
-    spot = {"factor": 1.0, "sizes": []}
+    spot = {"factor": 1.0, "sizes": [], "copy_factor": 1.0}
 
     def fake_probe(device, dtype):
         calls.append(dtype)
@@ -69,6 +69,9 @@ def fake_machine(tmp_path, monkeypatch):
 
     monkeypatch.setattr(peak_module, "probe", fake_probe)
     monkeypatch.setattr(peak_module, "matmul_rate", fake_rate)
+    monkeypatch.setattr(
+        peak_module, "copy_rate", lambda device, seconds: spot["copy_factor"] * 5e10
+    )
     return tmp_path / "peak.json", calls, spot
 
 
@@ -114,6 +117,17 @@ def test_a_spot_check_that_disagrees_by_more_than_20_percent_measures_again(
     assert result.source == source and len(calls) == (source == "probed")
     assert spot["sizes"] == [1024]  # one size, compared with the cached rate of that size
     assert f"{factor - 1:+.0%}" in result.reason
+
+
+def test_a_copy_bandwidth_that_moved_is_measured_again_though_the_matmul_agrees(fake_machine):
+    """The fraction of the copy peak divides by the cached copy bandwidth too: it is spot
+    checked as the matmul rate is (a probe taken while memory was busy is not kept a day)."""
+    path, calls, spot = fake_machine
+    _cache(path, NOW - timedelta(hours=1))
+    spot["copy_factor"] = 1.3
+    result = measured_peak(CPU)
+    assert result.source == "probed" and len(calls) == 1
+    assert "copy: 65.0 GB/s against the cached 50.0 GB/s (+30%)" in result.reason
 
 
 def test_an_old_format_or_corrupt_cache_is_probed_again(fake_machine):

@@ -137,6 +137,20 @@ def test_a_plan_sweeps_failed_and_interrupted_jobs_are_listed_as_not_completed(t
     assert "2 of 2 jobs did not complete: seed=0 (failed), seed=1 (interrupted)" in out
 
 
+def test_a_failure_on_a_rank_above_0_fails_its_task_and_writes_no_record(
+    tmp_path, cli_here, monkeypatch
+):
+    """Every task of a several-task submitit job runs the sweep's job. A task of rank 1 that
+    failed wrote a failed record and ended well (submitit: completed), and its record could
+    replace rank 0's: it now fails its task and leaves the record to rank 0."""
+    monkeypatch.setenv("RANK", "1")
+    sweep = tmp_path / "sweep"
+    missing = f"data.path={tmp_path / 'none.tsv'}"
+    done = cli_here(["-m", "data=criteo_tsv", missing, f"hydra.sweep.dir={sweep}"])
+    assert done.returncode != 0 and "no such file or folder" in done.stderr
+    assert (sweep / "0").is_dir() and not (sweep / "0" / "metrics.json").exists()
+
+
 def test_a_presets_swept_keys_count_beside_the_command_lines(tmp_path):
     """``-m experiment=<preset sweeping learning rates> seed=0,1``: runs are named, and
     grouped into configurations, by the preset's ``hydra.sweeper.params`` keys too (with

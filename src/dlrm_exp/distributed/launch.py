@@ -88,18 +88,28 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
+#: The start of the message torch's elastic agent makes up for a worker that left no error
+#: file (it exited with a code, e.g. ``SystemExit``): the exit code says more.
+_NO_ERROR_FILE = "To enable traceback see"
+
+
+def _failure_cause(failure: Any) -> str:
+    """A failed worker's cause: the signal that killed it, its recorded exception
+    (``Type: message``, every line), or its exit code."""
+    if failure.signal_name() not in ("", "<N/A>") and failure.exitcode < 0:
+        return f"killed by signal {failure.signal_name()}"
+    message = failure.message
+    if isinstance(message, dict):
+        message = message.get("message", "")
+    text = str(message).strip()
+    if not text or text.startswith(_NO_ERROR_FILE):
+        return f"exit code {failure.exitcode}"
+    return text
+
+
 def _describe_failures(err: Exception) -> str:
     failures = getattr(err, "failures", {}) or {}
-    lines = []
-    for rank, failure in sorted(failures.items()):
-        if failure.signal_name() not in ("", "<N/A>") and failure.exitcode < 0:
-            cause = f"killed by signal {failure.signal_name()}"
-        else:
-            message = failure.message
-            if isinstance(message, dict):
-                message = message.get("message", "")
-            cause = (str(message).strip().splitlines() or [f"exit code {failure.exitcode}"])[-1]
-        lines.append(f"rank {rank} failed: {cause}")
+    lines = [f"rank {rank} failed: {_failure_cause(f)}" for rank, f in sorted(failures.items())]
     return "\n".join(lines) or str(err)
 
 

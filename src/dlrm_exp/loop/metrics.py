@@ -119,7 +119,8 @@ class Throughput:
     """Steady-state training throughput: samples per second over the steps after warm-up.
 
     Call :meth:`resume` before a run of steps (e.g. after validation) and :meth:`step` after
-    each; time spent between a ``step`` and the next ``resume`` is not counted.
+    each; time spent between a ``step`` and the next ``resume`` is not counted, nor are steps
+    marked ``counted=False`` (e.g. those ``train.profile`` records).
     """
 
     def __init__(self, warmup_steps: int) -> None:
@@ -132,10 +133,10 @@ class Throughput:
     def resume(self) -> None:
         self._last = time.perf_counter()
 
-    def step(self, samples: int) -> None:
+    def step(self, samples: int, counted: bool = True) -> None:
         now = time.perf_counter()
         self.steps += 1
-        if self.steps > self.warmup_steps:
+        if counted and self.steps > self.warmup_steps:
             self.seconds += now - self._last
             self.samples += samples
         self._last = now

@@ -418,8 +418,9 @@ class Trainer:
             if self.device.type == "cuda":
                 torch.cuda.synchronize(self.device)
             now = time.perf_counter()
-            if self.throughput.steps >= self.throughput.warmup_steps:  # this process's steps
-                self.step_seconds.append(now - last)
+            profiled = self.profiler is not None and self.profiler.recording
+            if self.throughput.steps >= self.throughput.warmup_steps and not profiled:
+                self.step_seconds.append(now - last)  # this process's steps after warm-up
             last = now
             step_samples = self.samples_per_step[state.step % len(self.samples_per_step)]
             state.step += 1
@@ -428,11 +429,12 @@ class Trainer:
             self._check_finite(step_loss, state)
             if math.isfinite(step_loss):
                 self.window.add(logits, labels)
-            self.throughput.step(step_samples)
+            self.throughput.step(step_samples, counted=not profiled)
             bar.update(1)
             self._log_step(step_loss, state, bar)
-            if self.profiler is not None:
-                self.profiler.step()
+            if self.profiler is not None and self.profiler.step():
+                self.throughput.resume()  # a trace written is not the next step's time
+                last = time.perf_counter()
             schedule.apply(state.step + 1)
         if self.comm is not None:
             self.comm.active = False

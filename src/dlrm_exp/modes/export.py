@@ -111,8 +111,7 @@ def run_export(cfg: Config, job: Job) -> dict:
         "artifact": str(out / "model.pt"),
         "quantization": cfg.export.quantization.value,
         "trained_table_data_types": sorted({t.value for t in trained.values()}),
-        # the artifact computes its dense part in fp32 (its weights are fp32 whatever autocast
-        # trained them in); null: a checkpoint written before the precision was recorded
+        # the artifact computes in fp32 whatever it trained in; null: not recorded (older)
         "trained_dense_precision": trained_dense_precision(saved),
         "checkpoint": str(path),
         "step": int(saved["step"]),

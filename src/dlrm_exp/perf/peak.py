@@ -12,9 +12,9 @@ after a synchronize, so it measures what this GPU reaches, not its data-sheet nu
 The result is cached in ``$DLRM_EXP_CACHE_DIR/peak.json`` (default
 ``~/.cache/dlrm_exp/peak.json``) under a key of host, processor or GPU name, torch version,
 thread count and dtype, with the UTC time it was measured. A cached reading is used only while
-it is younger than :data:`MAX_AGE` and a spot check (one size, about :data:`SPOT_SECONDS`)
-agrees with its rate at that size within :data:`SPOT_TOLERANCE`; otherwise it is measured
-again. The returned :class:`Peak` says which happened and why.
+it is younger than :data:`MAX_AGE` and a spot check (one matmul size and the copy, about
+:data:`SPOT_SECONDS` each) agrees with its rates within :data:`SPOT_TOLERANCE`; otherwise it is
+measured again. The returned :class:`Peak` says which happened and why.
 """
 
 import logging
@@ -155,6 +155,14 @@ def matmul_rate(
     return _best_rate(2.0 * n**3, lambda: torch.mm(a, b), _sync(device), seconds, warm_up)
 
 
+def copy_rate(device: torch.device, seconds: float) -> float:
+    """The best bytes/s (read + write) of ``Tensor.copy_`` of a :data:`COPY_BYTES` buffer
+    over about ``seconds``."""
+    src = torch.empty(COPY_BYTES // 4, device=device)
+    dst = torch.empty_like(src)
+    return _best_rate(2.0 * COPY_BYTES, lambda: dst.copy_(src), _sync(device), seconds)
+
+
 def probe(device: torch.device, dtype: torch.dtype = torch.float32) -> Peak:
     """Measure the matmul and copy peaks on ``device`` now (no cache)."""
     measured_at = _now().isoformat(timespec="seconds")
@@ -163,12 +171,9 @@ def probe(device: torch.device, dtype: torch.dtype = torch.float32) -> Peak:
         if rates and 2.0 * n**3 / max(rates.values()) > 2 * PROBE_SECONDS:
             break  # one product would take longer than twice the budget (slow dtype)
         rates[str(n)] = matmul_rate(device, dtype, n, PROBE_SECONDS, warm_up=not rates)
-    src = torch.empty(COPY_BYTES // 4, device=device)
-    dst = torch.empty_like(src)
-    copy = _best_rate(2.0 * COPY_BYTES, lambda: dst.copy_(src), _sync(device), PROBE_SECONDS)
     return Peak(
         max(rates.values()),
-        copy,
+        copy_rate(device, PROBE_SECONDS),
         _dtype_name(dtype),
         machine_key(device, dtype),
         measured_at,
@@ -185,17 +190,31 @@ def spot_size(cached: Peak) -> int:
 
 
 def check_cached(cached: Peak, device: torch.device, dtype: torch.dtype) -> tuple[bool, str]:
-    """Whether ``cached`` can still be used, and why (its age, then a spot check of one size)."""
+    """Whether ``cached`` can still be used, and why (its age, then a spot check of one matmul
+    size and of the copy bandwidth, each within :data:`SPOT_TOLERANCE` of the cached rate)."""
     age = _now() - datetime.fromisoformat(cached.measured_at)
     if not timedelta(0) <= age <= MAX_AGE:
         return False, f"cached reading of {cached.measured_at} is {age} old (limit {MAX_AGE})"
     n = spot_size(cached)
-    rate = matmul_rate(device, dtype, n, SPOT_SECONDS)
-    ref = cached.matmul_by_size[str(n)]
-    change = rate / ref - 1
-    return abs(change) <= SPOT_TOLERANCE, (
-        f"spot check n={n}: {rate / 1e9:.1f} GFLOP/s against the cached {ref / 1e9:.1f} "
-        f"GFLOP/s of {cached.measured_at} ({change:+.0%}; limit +-{SPOT_TOLERANCE:.0%})"
+    checks = (
+        (
+            f"n={n}",
+            matmul_rate(device, dtype, n, SPOT_SECONDS),
+            cached.matmul_by_size[str(n)],
+            "GFLOP/s",
+        ),
+        ("copy", copy_rate(device, SPOT_SECONDS), cached.copy_bytes_per_sec, "GB/s"),
+    )
+    lines, usable = [], True
+    for what, rate, ref, unit in checks:
+        change = rate / ref - 1
+        usable = usable and abs(change) <= SPOT_TOLERANCE
+        lines.append(
+            f"{what}: {rate / 1e9:.1f} {unit} against the cached {ref / 1e9:.1f} {unit} "
+            f"({change:+.0%})"
+        )
+    return usable, (
+        f"spot check {'; '.join(lines)} of {cached.measured_at} (limit +-{SPOT_TOLERANCE:.0%})"
     )
 
 

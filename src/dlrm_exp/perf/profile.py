@@ -49,6 +49,7 @@ class StepProfiler:
         self.dir = run_dir / PROFILE_DIR
         self.rank = rank
         self.device = device
+        self.first_recorded = steps.wait + 1
         self.last_step = steps.wait + steps.warmup + steps.active
         self._rss: list[tuple[int, float, int]] = []
         self._process = psutil.Process()
@@ -75,14 +76,22 @@ class StepProfiler:
         self._started = time.perf_counter()
         self._profiler.start()
 
-    def step(self) -> None:
-        """Mark the end of a training step."""
+    @property
+    def recording(self) -> bool:
+        """Whether the step under way is one the profiler records (its warm-up and active
+        steps: slowed by recording shapes and memory, so not steady-state training)."""
+        return self.enabled and self.first_recorded <= self._steps + 1 <= self.last_step
+
+    def step(self) -> bool:
+        """Mark the end of a training step; returns whether the profiler took part (its
+        schedule advanced, a trace may have been written: time that is not training)."""
         if not self.enabled or self._steps >= self.last_step:
-            return
+            return False
         self._steps += 1
         seconds = time.perf_counter() - self._started
         self._rss.append((self._steps, seconds, self._process.memory_info().rss))
         self._profiler.step()
+        return True
 
     def stop(self) -> None:
         """Stop profiling and write the files."""

@@ -1,0 +1,36 @@
+"""How a failed worker of :func:`~dlrm_exp.distributed.launch.launch_workers` is described:
+its whole recorded error, the signal that killed it, or its exit code."""
+
+import json
+from types import SimpleNamespace
+
+from torch.distributed.elastic.multiprocessing.errors import ProcessFailure
+
+from dlrm_exp.distributed.launch import _describe_failures
+
+
+def _failure(tmp_path, rank: int, exitcode: int, error: str | None) -> ProcessFailure:
+    """Torch's own record of a failed worker, from an error file like ``@record`` writes."""
+    error_file = tmp_path / f"error_{rank}.json"
+    if error is not None:
+        payload = {"message": {"message": error, "extraInfo": {"timestamp": "0"}}}
+        error_file.write_text(json.dumps(payload))
+    return ProcessFailure(local_rank=rank, pid=100 + rank, exitcode=exitcode,
+                          error_file=str(error_file))  # fmt: skip
+
+
+def test_a_failed_worker_is_described_by_its_whole_error_or_its_exit_code(tmp_path):
+    needed = "InsufficientMemoryError: Not enough memory\nneeded 48.7 GiB, offered 24.0 GiB"
+    err = SimpleNamespace(
+        failures={
+            0: _failure(tmp_path, 0, 1, needed),
+            1: _failure(tmp_path, 1, 3, None),  # SystemExit(3): no error file
+            2: _failure(tmp_path, 2, -9, None),
+        }
+    )
+    assert _describe_failures(err).splitlines() == [
+        "rank 0 failed: InsufficientMemoryError: Not enough memory",
+        "needed 48.7 GiB, offered 24.0 GiB",
+        "rank 1 failed: exit code 3",
+        "rank 2 failed: killed by signal SIGKILL",
+    ]

@@ -1,0 +1,34 @@
+"""``train.profile``'s step profiler: which steps it records (left out of samples/s and step
+times) and when it takes part in a step at all."""
+
+import torch
+
+from dlrm_exp.config import ProfileSteps
+from dlrm_exp.loop.metrics import Throughput
+from dlrm_exp.perf.profile import StepProfiler
+
+
+def test_recorded_steps_are_known_before_they_end_and_the_profiler_stops_taking_part(tmp_path):
+    steps = ProfileSteps(wait=1, warmup=1, active=2)
+    profiler = StepProfiler(tmp_path, 0, steps, torch.device("cpu"), enabled=True)
+    profiler.start()
+    recording, took_part = [], []
+    for _ in range(6):
+        recording.append(profiler.recording)
+        torch.ones(8).sum()
+        took_part.append(profiler.step())
+    profiler.stop()
+    assert recording == [False, True, True, True, False, False]  # warm-up 1 + active 2
+    assert took_part == [True, True, True, True, False, False]
+    assert (tmp_path / "profile" / "rank0.pt.trace.json").is_file()
+    off = StepProfiler(tmp_path, 0, steps, torch.device("cpu"), enabled=False)
+    assert not off.recording and not off.step()
+
+
+def test_throughput_leaves_out_steps_not_counted():
+    t = Throughput(warmup_steps=0)
+    t.resume()
+    t.step(100, counted=False)
+    assert t.samples_per_sec is None and t.steps == 1
+    t.step(100)
+    assert t.samples == 100
