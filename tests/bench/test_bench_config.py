@@ -52,3 +52,17 @@ def test_a_whole_run_of_the_fast_bench_that_fails_says_what_it_printed(tmp_path)
         fast.whole_run(["model=nonexistent"], tmp_path / "run")
     assert str(err.value).startswith("python -m dlrm_exp model=nonexistent failed:")
     assert "Could not find 'model/nonexistent'" in str(err.value)
+
+
+def test_the_training_bench_refuses_settings_the_plain_loop_would_not_run():
+    from dlrm_exp.bench.training import main, unlike_the_plain_loop
+
+    assert unlike_the_plain_loop(compose_config([])) == ""
+    assert unlike_the_plain_loop(compose_config(fast.RECIPE)) == ""
+    unlike = unlike_the_plain_loop(compose_config([*fast.RECIPE, *fast.FAST]))
+    assert unlike == "train.dense_precision=bf16, train.symmetric_interaction=true"
+    fp16 = compose_config(["model.embedding_data_type=fp16", "train.pipeline=base"])
+    assert (
+        unlike_the_plain_loop(fp16) == "model.embedding_data_type (not fp32), train.pipeline=base"
+    )
+    assert main(["train.dense_precision=bf16"]) == 2  # refused before anything runs

@@ -40,11 +40,14 @@ def default_gap(run_dir: Path) -> list[Target]:
     val, bayes = metrics.val["auroc"], (metrics.bayes_auroc or {})["val"]
     print(
         f"default experiment: val AUROC {val:.4f}, Bayes-optimal {bayes:.4f}, gap "
-        f"{bayes - val:.4f} in {metrics.train_seconds:.1f} s of training ({metrics.steps} steps)"
+        f"{bayes - val:.4f} in {metrics.train_seconds:.1f} s of training ({metrics.steps} steps, "
+        f"the first {cfg.train.throughput_warmup_steps} not timed; {metrics.wall_seconds:.1f} s "
+        "in all with data, build and evaluation)"
     )
+    seconds = metrics.train_seconds
     return [
         Target("quality", "default: Bayes-optimal - val AUROC", bayes - val, "<=", MAX_GAP),
-        Target("quality", "default: training s", metrics.train_seconds, "<=", MAX_TRAIN_SECONDS),
+        Target("quality", "default: training s after warm-up", seconds, "<=", MAX_TRAIN_SECONDS),
     ]
 
 

@@ -149,6 +149,7 @@ def plain_torchrec_run(cfg: Config, plan: ShardingPlan, batches: list[Batch], wa
     pipeline = TrainPipelineSparseDist(
         model, CombinedOptimizer([model.fused_optimizer, dense]), device
     )
+    warmup = min(warmup, len(batches) // 2)  # as the framework's loop caps it
     it = iter(batches)
     step, samples, start = 0, 0, time.perf_counter()
     while True:
@@ -162,6 +163,26 @@ def plain_torchrec_run(cfg: Config, plan: ShardingPlan, batches: list[Batch], wa
         elif step > warmup:
             samples += len(batches[step - 1].labels)
     return samples / (time.perf_counter() - start)
+
+
+def unlike_the_plain_loop(cfg: Config) -> str:
+    """The settings of ``cfg`` that :func:`plain_torchrec_run` does not apply (it builds fp32
+    tables, TorchRec's interaction, an fp32 dense part and ``TrainPipelineSparseDist`` on the
+    CPU), ``", "``-joined; ``""`` when the two loops do the same work."""
+    train = cfg.train
+    unlike = {
+        f"train.dense_precision={train.dense_precision.value}": train.dense_precision.value
+        != "fp32",
+        "model.embedding_data_type (not fp32)": any(
+            t.value != "fp32" for t in cfg.model.table_data_types
+        ),
+        "train.symmetric_interaction=true": train.symmetric_interaction,
+        f"train.pipeline={train.pipeline.value}": train.pipeline.value != "sparse_dist",
+        f"hardware.compute_device={cfg.hardware.compute_device.value}": (
+            cfg.hardware.compute_device.value != "cpu"
+        ),
+    }
+    return ", ".join(name for name, differs in unlike.items() if differs)
 
 
 def _median_line(name: str, values: list[float]) -> str:
@@ -180,6 +201,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     quiet_libraries()
     cfg = compose_config(args.overrides)
+    unlike = unlike_the_plain_loop(cfg)
+    if unlike:
+        print(f"Error: the plain TorchRec loop would not run {unlike}: compare it at its defaults")
+        return 2
     cfg.data.num_train_samples = args.steps * cfg.train.batch_size  # type: ignore[attr-defined]
     with process_group(cfg.hardware) as ctx:
         splits = load_splits(

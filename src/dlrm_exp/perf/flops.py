@@ -19,7 +19,8 @@ the weights, each a product of the forward's size), the usual convention (e.g. K
 left out (under 1 % of the dense FLOPs for the configs shipped here).
 
 Embedding bytes count fp32 rows of D floats (4 bytes each) per sample, for every looked-up
-id, duplicates included (an upper bound: FBGEMM updates a row once per batch): the lookup
+id, duplicates included (an upper bound for fused tables: FBGEMM updates a row once per
+batch; a lower bound for data-parallel ones, which ``torch.optim`` updates whole): the lookup
 reads each row (``4 D``), the fused update reads and writes it (``8 D``) and its optimizer
 state (:meth:`~dlrm_exp.config.SparseOptimizer.state_floats_per_row`).
 """
