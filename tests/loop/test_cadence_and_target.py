@@ -42,3 +42,13 @@ def test_an_unreached_target_trains_to_the_end(tmp_path):
     metrics = run_train(cfg, tmp_path, {})
     assert metrics.steps == 32 and metrics.reached_target is False
     assert metrics.target_step is None and metrics.target_epoch is None
+
+    # a target first reached by the last step's validation: reached, but training ended at
+    # its end (no stop), so the last step's checkpoint is written as for any run
+    first, last = (h["auroc"] for h in metrics.val_history)
+    assert first < last
+    at_end = [*SMALL, f"train.target_auroc={last!r}", "train.val_per_epoch=2",
+              "train.checkpoint_every_n_steps=20"]  # fmt: skip
+    reached = run_train(compose_cfg(at_end), tmp_path / "end", {})
+    assert (reached.reached_target, reached.target_step, reached.stop_reason) == (True, 32, "end")
+    assert (tmp_path / "end" / "checkpoints" / "step_32").is_dir()

@@ -518,7 +518,9 @@ class Trainer:
         target, auroc = self.cfg.target_auroc, state.val_history[-1]["auroc"]
         self._track_best(state)
         if target is not None and state.target_step is None and auroc >= target:
-            state.target_step, state.stop_reason = step, TARGET
+            state.target_step = step
+            if step < self.total_steps:  # at the last step training ends anyway: no stop,
+                state.stop_reason = TARGET  # and the last step's checkpoint is written
             epoch = step / self.steps_per_epoch
             self.tracker.scalar("val/reached_target_auroc", target, step)
             self.tracker.text(
