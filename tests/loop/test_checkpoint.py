@@ -76,6 +76,12 @@ def test_resume_continues_bitwise_and_prunes(tmp_path, caplog):
     assert "1 setting(s) differ from the run that wrote" in caplog.text
     assert "(optimizer.learning_rate 0.1 -> 0.05)" in caplog.text
     assert "the checkpoint is at step 32, past this job's last step 24" in caplog.text
+    # from its earlier step_24 in its own folder, beside its later step_32: refused (pruning and
+    # resume=auto would take the later branch), the folder untouched
+    back = compose_cfg([*SMALL, f"train.resume={kept[0]}", "train.keep_last_checkpoints=1"])
+    with pytest.raises(CheckpointError, match=r"holds later checkpoints \(step_32\)"):
+        run_train(back, tmp_path / "a", {})
+    assert [p.name for p in complete_checkpoints(tmp_path / "a")] == ["step_24", "step_32"]
 
 
 def test_two_identical_runs_give_identical_metrics(tmp_path):

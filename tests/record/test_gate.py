@@ -299,6 +299,17 @@ def test_run_folders_given_one_by_one_pool_their_seeds(tmp_path):
     runs = load_runs(jobs)
     assert [r.config for r in runs] == ["qcomms=none"] * 3 + ["qcomms=fp16"] * 3
     assert len({r.config_id for r in runs}) == 2 and all(r.fixed == "" for r in runs)
+    # jobs of a sweep with a fixed override: the same identity named one by one as through
+    # their sweep folder (a gate of 'v2/[0-9]*' against v1 compared nothing)
+    sweep = tmp_path / "sweep"
+    sweep.mkdir()
+    typed = ["qcomms=none,fp16", "seed=0,1", "sharding=rowwise"]
+    (sweep / "multirun.yaml").write_text(json.dumps({"hydra": {"overrides": {"task": typed}}}))
+    for n, (q, seed) in enumerate([(q, s) for q in ("none", "fp16") for s in (0, 1)]):
+        write_job(sweep, n, [f"qcomms={q}", f"seed={seed}", "sharding=rowwise"], metrics)
+    whole = [(r.config_id, r.fixed, r.seed) for r in load_runs([sweep])]
+    one_by_one = [(r.config_id, r.fixed, r.seed) for r in load_runs(sorted(sweep.glob("[0-9]*")))]
+    assert one_by_one == whole and whole[0][:2] == ("qcomms=none", "sharding=rowwise")
     seeds_only = [write_job(tmp_path, f"s{seed}", [f"seed={seed}"], metrics) for seed in (1, 2)]
     assert {(r.config, r.config_id, r.seed) for r in load_runs(seeds_only)} == {
         (ALL, ALL, 1),

@@ -210,6 +210,17 @@ def complete_checkpoints(run_dir: Path) -> list[Path]:
     return [path for _, _, path in sorted(found)]
 
 
+def later_checkpoints(run_dir: Path, path: Path) -> list[Path]:
+    """The complete checkpoints of ``run_dir`` after checkpoint ``path`` (more samples
+    trained, or as many and a later step), oldest first; none when ``path`` is not one of
+    them (another run's checkpoint)."""
+    found = complete_checkpoints(run_dir)
+    resolved = [p.resolve() for p in found]
+    if path.resolve() not in resolved:
+        return []
+    return found[resolved.index(path.resolve()) + 1 :]
+
+
 def _samples(path: Path) -> int:
     """The samples checkpoint ``path`` had trained on (-1 when its state cannot tell)."""
     try:

@@ -44,6 +44,7 @@ from dlrm_exp.loop.checkpoint import (
     adopt_best,
     best_checkpoint,
     changed_settings,
+    later_checkpoints,
     load_checkpoint,
     load_model_weights,
     read_trainer_state,
@@ -254,6 +255,15 @@ def _resume(
     if path is None:
         log.info("train.resume=auto: no complete checkpoint in %s, starting fresh", run.job.run_dir)
         return None
+    later = later_checkpoints(run.job.run_dir, path)
+    if later:
+        names = ", ".join(p.name for p in later[:3]) + (", ..." if len(later) > 3 else "")
+        raise CheckpointError(
+            f"train.resume={run.cfg.train.resume}: this run folder holds later checkpoints "
+            f"({names}); training on from an earlier one here would mix the two runs (pruning "
+            "and train.resume=auto take the later ones): resume into another folder "
+            "(hydra.run.dir=...), or remove them"
+        )
     if run.ctx.is_main:
         _warn_dtype_change(path, run.experiment.table_data_types)
     saved = load_checkpoint(path, run.experiment.model, run.experiment.optimizer, layout)

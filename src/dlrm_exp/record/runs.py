@@ -193,7 +193,9 @@ def load_runs(paths: Iterable[Path]) -> list[RunRecord]:
                 for job, job_overrides in zip(jobs, overrides, strict=True)
             )
         elif (path / ".hydra").is_dir() or (path / "metrics.json").is_file():
-            runs.append(_record(path, [], _job_overrides(path)))
+            # a job folder named on its own (report 'sweep/[0-9]*') is labelled by its
+            # sweep's swept keys, as when the sweep folder is named: the same identity
+            runs.append(_record(path, saved_swept_keys(path.parent), _job_overrides(path)))
     return runs
 
 
