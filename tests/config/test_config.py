@@ -190,6 +190,23 @@ RULES = [
     (["hardware.backend=nccl"], r"backend=nccl needs CUDA devices: set hardware.backend=gloo"),
     (["train.batch_size=0"], r"train.batch_size must be positive"),
     (
+        ["data=criteo_tsv", "data.path=a", "data.max_skipped_fraction=-0.5"],
+        r"data.max_skipped_fraction must be in \[0, 1\]",
+    ),
+    (
+        ["+sharding.per_table_sharding_type.t_cat_0=from_file"],
+        r"per_table_sharding_type.t_cat_0=from_file: a plan file places every table",
+    ),
+    (
+        [
+            "data=criteo_tsv",
+            "data.path=a",
+            "model.num_embeddings_cap=1",
+            "data.schema.sparse.cat_0.id_policy=managed_collision",
+        ],
+        r"cat_0.num_embeddings must be at least 2 under id_policy=managed_collision",
+    ),  # fmt: skip
+    (
         ["train.on_nonfinite=skip", "optimizer=adam"],
         r"on_nonfinite=skip with optimizer.sparse_optimizer=adam and "
         r"optimizer.dense_optimizer=adam: .* Adam does not ignore",
@@ -293,7 +310,7 @@ RULES = [
     ),
     (
         ["+model.embedding_data_type_per_table.t_cat_99=fp16"],
-        r"model.embedding_data_type_per_table names no table of this model: \['t_cat_99'\]",
+        r"model.embedding_data_type_per_table names unknown table\(s\) \['t_cat_99'\]",
     ),
     (["train.profile_steps.active=0"], r"train.profile_steps.active must be positive"),
     (["train.semi_sync_start_step=-1"], r"semi_sync_start_step must be >= 0"),
@@ -306,6 +323,17 @@ RULES = [
         r"data.schema reads 13 dense columns: set model.num_dense_features=13",
     ),
 ]
+
+
+def test_per_table_precision_takes_the_table_names_a_schema_gives():
+    """Checked before the schema named the tables, ``users`` was refused as unknown (tables
+    t_cat_0 ..), though the same name was accepted by sharding.per_table_*."""
+    cfg = compose_cfg(
+        ["data=criteo_tsv", "data.path=a", "data.schema.sparse.cat_0.table=users",
+         "+model.embedding_data_type_per_table.users=fp16"]
+    )  # fmt: skip
+    types = dict(zip(cfg.model.table_names, cfg.model.table_data_types, strict=True))
+    assert types["users"].value == "fp16" and types["t_cat_1"].value == "fp32"
 
 
 @pytest.mark.parametrize(("overrides", "match"), RULES, ids=[" ".join(o) for o, _ in RULES])

@@ -52,6 +52,21 @@ def test_known_keys_and_open_maps_pass():
         check_override_keys(["seed=1", "opt.lr=3"], Config)
 
 
+def test_a_schema_features_keys_are_checked_though_its_feature_names_are_free():
+    """``data.schema.sparse`` maps free feature names to ``SparseFeature`` values: a misspelt
+    field of a feature composed and was dropped (its id_policy stayed the default)."""
+    tsv = ["data=criteo_tsv", "data.path=x"]
+    typo = r"unknown config key data.schema.sparse.cat_0.id_polcy: did you mean .*cat_0.id_policy"
+    with pytest.raises(ConfigError, match=typo):
+        check_composed_keys(
+            compose_raw([*tsv, "+data.schema.sparse.cat_0.id_polcy=strict"]), Config
+        )
+    with pytest.raises(ConfigError, match=typo):
+        check_override_keys(["data.schema.sparse.cat_0.id_polcy=strict"], Config)
+    check_composed_keys(compose_raw([*tsv, "data.schema.sparse.cat_0.id_policy=strict"]), Config)
+    check_override_keys(["data.schema.sparse.cat_0.id_policy=strict"], Config)
+
+
 def test_cli_refuses_unknown_keys_with_a_suggestion_and_names_a_missing_value(tmp_path, cli_here):
     for override in ("train.lr=0.1", "+train.lr=0.1"):
         result = cli_here([override, f"hydra.run.dir={tmp_path}"])

@@ -180,6 +180,11 @@ class CriteoTsvDataConfig(FileSplitsConfig):
 
     def __post_init__(self) -> None:
         self._check_files("tsv file or folder")
+        limit = self.max_skipped_fraction
+        require(
+            limit is None or 0 <= limit <= 1,
+            f"data.max_skipped_fraction must be in [0, 1] (or null: never fail), got {limit}",
+        )
         unknown = [c for c in (self.schema.label, *self.schema.feature_columns)
                    if c not in CRITEO_COLUMNS]  # fmt: skip
         require(

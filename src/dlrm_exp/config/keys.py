@@ -10,7 +10,8 @@ ignored by the typed config, so a user believes they changed the rate. Two check
   appended with ``+`` / ``++`` (or by a YAML file) is refused too.
 
 Maps meant to be open (``sharding.per_table_sharding_type``, ``per_table_compute_kernel``:
-``dict``-typed fields) take any key.
+``dict``-typed fields) take any key; a map of dataclass values (``data.schema.sparse``: feature
+name -> ``SparseFeature``) takes any entry name, but each entry's keys are checked.
 """
 
 import dataclasses
@@ -105,6 +106,48 @@ def _under_open_map(key: str, open_maps: set[str]) -> bool:
     return any(key.startswith(f"{m}.") for m in open_maps)
 
 
+def _map_value_type(tp: object) -> type | None:
+    """The dataclass an open map's values are (``dict[str, SparseFeature]``), else None."""
+    args = typing.get_args(tp)
+    value = args[1] if len(args) == 2 else None
+    return value if _is_dataclass_type(value) else None
+
+
+def typed_map_fields(root: type) -> dict[str, set[str]]:
+    """For each open map of ``root`` whose values are dataclasses (``data.schema.sparse``:
+    feature name -> ``SparseFeature``), the keys each value may hold (its fields, at any
+    depth): the map's keys are free, its values' keys are not."""
+    found: dict[str, set[str]] = {}
+
+    def walk(cls: type, prefix: str) -> None:
+        hints = typing.get_type_hints(cls)
+        for f in dataclasses.fields(cls):
+            key, tp = f"{prefix}{f.name}", hints[f.name]
+            value = _map_value_type(tp) if _is_open_map(tp) else None
+            if value is not None:
+                found[key] = schema_keys(value)[0]
+            elif _is_dataclass_type(tp):
+                for sub in _subclasses(tp):
+                    walk(sub, f"{key}.")
+
+    walk(root, "")
+    return found
+
+
+def _check_typed_map_key(key: str, typed: dict[str, set[str]]) -> None:
+    """Refuse ``<map>.<entry>.<field>`` when the map's values have no such field.
+
+    Raises:
+        ConfigError: naming the closest field of the map's values.
+    """
+    for m, fields in typed.items():
+        if not key.startswith(f"{m}."):
+            continue
+        entry, _, rest = key[len(m) + 1 :].partition(".")
+        if rest and rest not in fields:
+            raise unknown_key_error(key, {f"{m}.{entry}.{f}" for f in fields})
+
+
 def check_override_keys(overrides: Sequence[str], root: type) -> None:
     """Refuse a ``key=value`` (or ``+key`` / ``++key``) override whose key no schema has.
     Group choices (``model=mlperf``), ``hydra.*`` and deletions (``~key``) are left to Hydra,
@@ -115,6 +158,7 @@ def check_override_keys(overrides: Sequence[str], root: type) -> None:
     """
     parser = OverridesParser.create()
     known, open_maps = schema_keys(root)
+    typed = typed_map_fields(root)
     for text in overrides:
         try:
             (override,) = parser.parse_overrides([text])
@@ -127,15 +171,19 @@ def check_override_keys(overrides: Sequence[str], root: type) -> None:
             or "/" in key
             or key in SELECTORS
             or key in known
-            or _under_open_map(key, open_maps)
         ):
+            continue
+        if _under_open_map(key, open_maps):
+            _check_typed_map_key(key, typed)
             continue
         raise unknown_key_error(key, known)
 
 
-def _node_keys(node: DictConfig, prefix: str) -> Iterator[str]:
-    """Full keys of ``node`` that its dataclass does not declare, at any depth."""
-    cls = OmegaConf.get_type(node)
+def _node_keys(node: DictConfig, prefix: str, cls: Any = None) -> Iterator[str]:
+    """Full keys of ``node`` that its dataclass (``cls``, else the node's own type) does not
+    declare, at any depth; an open map's keys are free, but not those of its dataclass
+    values."""
+    cls = cls or OmegaConf.get_type(node)
     declared = {f.name: f for f in dataclasses.fields(cls)} if _is_dataclass_type(cls) else None
     hints = typing.get_type_hints(cls) if declared is not None else {}
     for name in node.keys():
@@ -143,11 +191,17 @@ def _node_keys(node: DictConfig, prefix: str) -> Iterator[str]:
         if declared is not None and name not in declared:
             yield key
             continue
-        if declared is not None and _is_open_map(hints[name]):
-            continue
         child = node._get_node(name)
-        if isinstance(child, DictConfig) and not child._is_missing() and not child._is_none():
-            yield from _node_keys(child, f"{key}.")
+        if not isinstance(child, DictConfig) or child._is_missing() or child._is_none():
+            continue
+        if declared is not None and _is_open_map(hints[name]):
+            value = _map_value_type(hints[name])
+            for entry in child.keys() if value is not None else ():
+                item = child._get_node(entry)
+                if isinstance(item, DictConfig) and not item._is_none():
+                    yield from _node_keys(item, f"{key}.{entry}.", value)
+            continue
+        yield from _node_keys(child, f"{key}.")
 
 
 def check_composed_keys(raw: DictConfig, root: type) -> None:
@@ -170,6 +224,7 @@ def check_composed_keys(raw: DictConfig, root: type) -> None:
             f"config key {key} does not apply to the chosen {parent} option ({name}): choose "
             f"an option that has it ({parent}=<option>; python -m dlrm_exp --help lists them)"
         )
+    _check_typed_map_key(key, typed_map_fields(root))  # a field of a map's value
     raise unknown_key_error(key, known)
 
 

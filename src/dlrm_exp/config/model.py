@@ -199,12 +199,8 @@ class ModelConfig:
                 )
 
     def _check_data_types(self) -> None:
-        unknown = sorted(set(self.embedding_data_type_per_table) - set(self.table_names))
-        require(
-            not unknown,
-            f"model.embedding_data_type_per_table names no table of this model: {unknown} "
-            f"(tables are {self.table_names[0]} .. {self.table_names[-1]})",
-        )
+        """bf16 tables are refused (the table names of ``embedding_data_type_per_table`` are
+        checked by ``Config``, once a feature schema has named the tables)."""
         bf16 = [
             key
             for key, data_type in [

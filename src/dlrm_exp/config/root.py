@@ -105,10 +105,12 @@ class Config:
             self.data = replace(self.data, schema=schema)  # type: ignore[call-arg]
         cap = self.model.num_embeddings_cap
         if cap is not None:  # the id policies must map into the capped tables
-            for name, feature in schema.sparse.items():
-                schema.sparse[name] = replace(
-                    feature, num_embeddings=min(feature.num_embeddings, cap)
-                )
+            capped = {
+                name: replace(feature, num_embeddings=min(feature.num_embeddings, cap))
+                for name, feature in schema.sparse.items()
+            }
+            schema = replace(schema, sparse=capped)  # the schema's rules hold after the cap
+            self.data = replace(self.data, schema=schema)  # type: ignore[call-arg]
         self.model = replace(
             self.model,
             tables=schema.tables(),
@@ -223,14 +225,18 @@ class Config:
         )
 
     def _check_overridden_tables_exist(self) -> None:
-        """``sharding.per_table_*`` name only the model's tables."""
+        """``sharding.per_table_*`` and ``model.embedding_data_type_per_table`` name only the
+        model's tables (after a feature schema named them)."""
         tables = self.model.table_names
-        unknown = sorted(set(self.sharding.overridden_tables) - set(tables))
-        require(
-            not unknown,
-            f"sharding.per_table_* names unknown table(s) {unknown}: tables are {tables[0]} .. "
-            f"{tables[-1]}",
-        )
+        for key, named in (
+            ("sharding.per_table_*", self.sharding.overridden_tables),
+            ("model.embedding_data_type_per_table", self.model.embedding_data_type_per_table),
+        ):
+            unknown = sorted(set(named) - set(tables))
+            require(
+                not unknown,
+                f"{key} names unknown table(s) {unknown}: tables are {tables[0]} .. {tables[-1]}",
+            )
 
     def _check_uvm_caching_on_device(self) -> None:
         """``fused_uvm_caching`` (CUDA unified memory) is refused on CPU, for the default
@@ -294,7 +300,7 @@ class Config:
             f"{opt.value} into backward, so {', '.join(sharded)} cannot be "
             f"{self.sharding.sharding_type.value}-sharded; use sharding=auto or "
             "sharding=dataparallel (tables replicated and stepped by torch.optim after DDP), "
-            "or train on CUDA (hardware=gpu)",
+            "or train on CUDA (a GPU hardware preset, e.g. hardware=a100_80gb_x8)",
         )
         managed = sorted(self.model.managed_tables)
         require(
@@ -303,7 +309,7 @@ class Config:
             f"{', '.join(managed[:3])} are always row_wise-sharded with the fused kernel "
             "(TorchRec's managed-collision sharder), which FBGEMM's CPU kernels cannot run with "
             f"{opt.value}; use optimizer=rowwise_adagrad or sgd, another id_policy for them, or "
-            "train on CUDA (hardware=gpu)",
+            "train on CUDA (a GPU hardware preset, e.g. hardware=a100_80gb_x8)",
         )
 
     def _check_dense_precision(self) -> None:
