@@ -4,6 +4,7 @@ and the precisions they actually run in, read back from the built sharded model.
 from typing import Any
 
 import torch
+import torch.distributed as dist
 from torchrec.distributed.fbgemm_qcomm_codec import CommType, get_qcomm_codecs_registry
 from torchrec.distributed.fbgemm_qcomm_codec import QCommsConfig as TorchRecQCommsConfig
 from torchrec.distributed.types import CommOp, QuantizedCommCodecs
@@ -134,6 +135,27 @@ def _output_dists(sharded: torch.nn.Module) -> list[torch.nn.Module]:
     return [s.create_output_dist(device=device) for s in sharded._embedding_shardings]
 
 
+def _running_codecs(output_dist: torch.nn.Module) -> list[QuantizedCommCodecs]:
+    """The codecs ``output_dist`` holds, but in a job of several ranks not those of a
+    collective whose group has one member (a module keeps each codecs beside its group:
+    ``_codecs`` / ``_pg``, and table-row-wise's and grid's ``_intra_*`` / ``_cross_*``):
+    TorchRec's ``comm_ops`` return a one-rank group's input unchanged, before any codec runs
+    (table-row-wise and grid on one host: the cross-host all-to-all's group is that host's
+    rank alone). On one process every group has one member: the codecs are read as the same
+    plan on several ranks would hold them."""
+    several = dist.is_initialized() and dist.get_world_size() > 1
+    running = []
+    for part in output_dist.modules():
+        for name, value in vars(part).items():
+            if not isinstance(value, QuantizedCommCodecs):
+                continue
+            group = getattr(part, name.replace("codecs", "pg"), None)
+            if several and group is not None and group.size() <= 1:
+                continue
+            running.append(value)
+    return running
+
+
 def effective_qcomms(model: torch.nn.Module) -> dict[str, dict[str, str]]:
     """The precision each embedding collective of this rank's sharded model runs in:
     ``{collective: {"forward": "FP16", "backward": "BF16"}}``, collectives named as in
@@ -152,14 +174,13 @@ def effective_qcomms(model: torch.nn.Module) -> dict[str, dict[str, str]]:
         if not registry or not hasattr(module, "_embedding_shardings"):
             continue
         owner = {id(codecs): COLLECTIVES.get(op, op.lower()) for op, codecs in registry.items()}
-        for dist in _output_dists(module):
-            for part in dist.modules():
-                for value in vars(part).values():
-                    if isinstance(value, QuantizedCommCodecs) and id(value) in owner:
-                        found[owner[id(value)]] = {
-                            "forward": codec_precision(value.forward),
-                            "backward": codec_precision(value.backward),
-                        }
+        for output_dist in _output_dists(module):
+            for value in _running_codecs(output_dist):
+                if id(value) in owner:
+                    found[owner[id(value)]] = {
+                        "forward": codec_precision(value.forward),
+                        "backward": codec_precision(value.backward),
+                    }
     return dict(sorted(found.items()))
 
 
