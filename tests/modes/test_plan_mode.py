@@ -120,6 +120,18 @@ def test_mismatched_plans_are_refused(tmp_path, overrides, message):
     assert not (tmp_path / "run" / "metrics.json").exists()
 
 
+def test_a_table_row_wise_plan_for_other_ranks_per_host_is_refused(tmp_path):
+    """TorchRec cuts table-row-wise and grid shards per host: a plan for 1 rank per host
+    replayed on 2 was accepted and failed with an IndexError inside TorchRec."""
+    plan = _tiny_plan(tmp_path, "sharding=tablerowwise", "hardware.local_world_size=1")
+    job = ["mode=plan", "hardware.nproc_per_node=2", "sharding=from_file",
+           f"sharding.plan_path={plan}"]  # fmt: skip
+    with pytest.raises(ConfigError, match=r"is for 1 rank\(s\) per host, this job has 2: its "
+                       r"t_cat_0, t_cat_1, t_cat_10, \.\.\. are cut per host"):  # fmt: skip
+        run_plan(compose_cfg(job), tmp_path / "again")
+    run_plan(compose_cfg([*job, "hardware.local_world_size=1"]), tmp_path / "same")
+
+
 def test_a_plan_file_that_does_not_fit_this_hardware_is_refused(tmp_path):
     """A plan is made for some hardware: read under smaller ranks it is refused before
     anything is allocated, naming the rank and both sizes."""

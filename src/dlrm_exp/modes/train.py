@@ -147,7 +147,10 @@ def train_worker(cfg: Config, job: Job, plan: ShardingPlan | None = None) -> Run
             if slow:
                 log.warning(slow)
             write_text_atomic(job.run_dir / "plan.txt", plan_text(experiment.plan) + "\n")
-            write_json_atomic(job.run_dir / "plan.json", plan_data.to_json())
+            hardware = {"world_size": ctx.world_size, "local_world_size": ctx.local_world_size}
+            write_json_atomic(
+                job.run_dir / "plan.json", {**plan_data.to_json(), "hardware": hardware}
+            )
         sizes = per_rank_sizes(len(splits.train), cfg.train.batch_size, ctx.world_size)
         samples_per_step = [s * ctx.world_size for s in sizes]
         layout = _layout(run)

@@ -123,9 +123,10 @@ def load_plan(
     path = Path(path)
     if path.is_dir():
         path = path / "plan.json"
-    planned, planned_world = _read_record(path)
+    planned, planned_world, planned_local = _read_record(path)
     where = f"plan {path}"
     _check_job(where, planned, planned_world, tables, world_size)
+    _check_ranks_per_host(where, planned, planned_local, local_world_size)
     modules: dict[str, EmbeddingModuleShardingPlan] = {}
 
     def place(rank: int) -> str:
@@ -146,12 +147,15 @@ def load_plan(
     return ShardingPlan(plan=modules)  # type: ignore[arg-type]
 
 
-def _read_record(path: Path) -> tuple[dict[str, Any], int]:
-    """The file's ``tables`` and ``world_size``; a ConfigError if it is missing or no plan."""
+def _read_record(path: Path) -> tuple[dict[str, Any], int, int | None]:
+    """The file's ``tables``, ``world_size`` and ranks per host (``hardware.local_world_size``;
+    None in a file without it); a ConfigError if it is missing or no plan."""
     try:
         record = json.loads(path.read_text())
         planned: dict[str, Any] = record["tables"]
         planned_world = int(record["world_size"])
+        local = (record.get("hardware") or {}).get("local_world_size")
+        planned_local = None if local is None else int(local)
     except FileNotFoundError:
         raise ConfigError(
             f"sharding.plan_path: no plan at {path} (give a run's or mode=plan's plan.json, "
@@ -165,7 +169,27 @@ def _read_record(path: Path) -> tuple[dict[str, Any], int]:
         ) from None
     if not isinstance(planned, dict) or not all(isinstance(e, dict) for e in planned.values()):
         raise ConfigError(f"sharding.plan_path: {path} is not a dlrm_exp plan.json (tables)")
-    return planned, planned_world
+    return planned, planned_world, planned_local
+
+
+#: Sharding types whose shards TorchRec cuts per host (their row blocks follow the ranks of
+#: a host: a plan for another number of ranks per host indexes shards that do not exist).
+_PER_HOST = ("table_row_wise", "grid_shard")
+
+
+def _check_ranks_per_host(
+    where: str, planned: dict[str, Any], planned_local: int | None, local_world_size: int
+) -> None:
+    """A plan with table-row-wise or grid tables is for this job's ranks per host."""
+    per_host = sorted(t for t, e in planned.items() if e.get("sharding_type") in _PER_HOST)
+    if planned_local is None or planned_local == local_world_size or not per_host:
+        return
+    raise ConfigError(
+        f"{where} is for {planned_local} rank(s) per host, this job has {local_world_size}: "
+        f"its {', '.join(per_host[:3])}{', ...' if len(per_host) > 3 else ''} are cut per host "
+        f"(table_row_wise / grid_shard): plan again for this job, or set "
+        f"hardware.local_world_size={planned_local}"
+    )
 
 
 def _check_job(
