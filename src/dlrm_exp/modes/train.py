@@ -130,6 +130,22 @@ class _Run:
     plan_data: PlanRecord
 
 
+def _announce(run: _Run) -> None:
+    """Rank 0, before training: the substitutions and a slow precision in the log, the plan
+    as ``plan.txt`` and ``plan.json`` (with the ranks it was made for, so that
+    ``sharding=from_file`` can check them)."""
+    cfg, ctx, experiment = run.cfg, run.ctx, run.experiment
+    for substitution in experiment.substitutions:
+        log.warning(substitution.line())
+    slow = slow_precision_warning(cfg.train.dense_precision, ctx.device.type, cpu_flags())
+    if slow:
+        log.warning(slow)
+    write_text_atomic(run.job.run_dir / "plan.txt", plan_text(experiment.plan) + "\n")
+    hardware = {"world_size": ctx.world_size, "local_world_size": ctx.local_world_size}
+    record = {**run.plan_data.to_json(), "hardware": hardware}
+    write_json_atomic(run.job.run_dir / "plan.json", record)
+
+
 def train_worker(cfg: Config, job: Job, plan: ShardingPlan | None = None) -> RunMetrics:
     """Train on this rank (joining or creating the process group); rank 0 writes the run
     folder. Every rank returns the run's record (rank 0's is the one written)."""
@@ -141,16 +157,7 @@ def train_worker(cfg: Config, job: Job, plan: ShardingPlan | None = None) -> Run
         plan_data = plan_record(experiment.plan, table_configs(cfg.model), ctx.world_size)
         run = _Run(cfg, job, ctx, splits, experiment, plan_data)
         if ctx.is_main:
-            for substitution in experiment.substitutions:
-                log.warning(substitution.line())
-            slow = slow_precision_warning(cfg.train.dense_precision, ctx.device.type, cpu_flags())
-            if slow:
-                log.warning(slow)
-            write_text_atomic(job.run_dir / "plan.txt", plan_text(experiment.plan) + "\n")
-            hardware = {"world_size": ctx.world_size, "local_world_size": ctx.local_world_size}
-            write_json_atomic(
-                job.run_dir / "plan.json", {**plan_data.to_json(), "hardware": hardware}
-            )
+            _announce(run)
         sizes = per_rank_sizes(len(splits.train), cfg.train.batch_size, ctx.world_size)
         samples_per_step = [s * ctx.world_size for s in sizes]
         layout = _layout(run)
