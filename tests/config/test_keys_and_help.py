@@ -65,6 +65,10 @@ def test_a_schema_features_keys_are_checked_though_its_feature_names_are_free():
         check_override_keys(["data.schema.sparse.cat_0.id_polcy=strict"], Config)
     check_composed_keys(compose_raw([*tsv, "data.schema.sparse.cat_0.id_policy=strict"]), Config)
     check_override_keys(["data.schema.sparse.cat_0.id_policy=strict"], Config)
+    # an item of a list by its index, as docs/data.md writes it (its item checks its own keys)
+    check_override_keys(["data.schema.dense.2.log1p=false"], Config)
+    with pytest.raises(ConfigError, match="unknown config key data.schema.dens.2.log1p"):
+        check_override_keys(["data.schema.dens.2.log1p=false"], Config)
 
 
 def test_cli_refuses_unknown_keys_with_a_suggestion_and_names_a_missing_value(tmp_path, cli_here):

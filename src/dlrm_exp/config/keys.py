@@ -176,7 +176,16 @@ def check_override_keys(overrides: Sequence[str], root: type) -> None:
         if _under_open_map(key, open_maps):
             _check_typed_map_key(key, typed)
             continue
+        if _list_item_key(key, known):
+            continue  # an item of a list (data.schema.dense.2.log1p): the list's node checks it
         raise unknown_key_error(key, known)
+
+
+def _list_item_key(key: str, known: set[str]) -> bool:
+    """``key`` addresses an item of a known list by its index (``data.schema.dense.2.log1p``:
+    OmegaConf's dotted form), whose own keys the typed list item refuses at compose time."""
+    parts = key.split(".")
+    return any(parts[i].isdigit() and ".".join(parts[:i]) in known for i in range(1, len(parts)))
 
 
 def _node_keys(node: DictConfig, prefix: str, cls: Any = None) -> Iterator[str]:
