@@ -144,6 +144,20 @@ def test_predict_scores_unlabeled_rows_and_refuses_a_mostly_malformed_file(train
     assert tables["unlabeled"].column("probability").to_pylist() == (
         tables["labeled"].column("probability").to_pylist()
     )
+    # labeled rows whose trailing empty fields were cut (38 fields): not taken for unlabeled
+    # ones (the label then read as I1, every column shifted), but asked about
+    cut = tmp_path / "cut.tsv"
+    cut.write_text(
+        "".join(
+            "\t".join(line.split("\t")[:38]) + "\n" for line in labeled.read_text().splitlines()
+        )
+    )
+    ask = ["mode=predict", f"checkpoint={run_dir}", "data=criteo_tsv", f"data.path={cut}"]
+    with pytest.raises(DataError, match=r"widest line among the first 300 has 38 fields.*"
+                       r"set predict.has_label=true or predict.has_label=false"):  # fmt: skip
+        run_predict(compose_cfg(ask), Job(tmp_path / "cut"))
+    told = run_predict(compose_cfg([*ask, "predict.has_label=true"]), Job(tmp_path / "told"))
+    assert told["rows_written"] == 300
     lines = labeled.read_text().splitlines()
     malformed = tmp_path / "malformed.tsv"
     malformed.write_text("".join(f"{line}\n" if i % 4 == 0 else "1\tbroken\n"

@@ -139,7 +139,8 @@ class PredictConfig:
         batch_size: rows scored at a time.
         has_label: whether the rows start with a label (Criteo ``train.txt``: 40 fields) or
             not (``test.txt``: 13 integer and 26 categorical fields); null: detected per file
-            from its widest line among the first ones.
+            from its widest line among the first ones (40 fields or 39; a narrower one is
+            refused as ambiguous).
     """
 
     output: str | None = None

@@ -81,18 +81,27 @@ _SNIFF_LINES = 1000
 
 
 def has_label(file: Path, setting: bool | None) -> bool:
-    """Whether ``file``'s rows start with a label: ``setting`` when given, else whether its
-    widest line among the first ones has 40 fields (39: Criteo's unlabeled ``test.txt``).
+    """Whether ``file``'s rows start with a label: ``setting`` when given, else from the widest
+    line among the first ones: 40 fields (or more) labeled, 39 unlabeled (Criteo's
+    ``test.txt``).
 
     Raises:
-        DataError: the file cannot be read.
+        DataError: the file cannot be read; or its widest line is narrower than 39 fields
+            (trailing empty fields may be cut: a labeled row of 38 fields is as likely as an
+            unlabeled one), so ``predict.has_label`` must say which it is.
     """
     if setting is not None:
         return setting
     data, _ = next(iter_line_chunks(file), (b"", 1))
-    lines = data.split(b"\n", _SNIFF_LINES)[:_SNIFF_LINES]
-    return max((line.count(b"\t") + 1 for line in lines), default=LABELED_FIELDS) >= (
-        LABELED_FIELDS
+    lines = [line for line in data.split(b"\n", _SNIFF_LINES)[:_SNIFF_LINES] if line]
+    widest = max((line.count(b"\t") + 1 for line in lines), default=LABELED_FIELDS)
+    if widest >= LABELED_FIELDS - 1:
+        return widest >= LABELED_FIELDS
+    raise DataError(
+        f"{file}: its widest line among the first {len(lines)} has {widest} fields; a Criteo "
+        f"row has {LABELED_FIELDS} with a label and {LABELED_FIELDS - 1} without, and trailing "
+        "empty fields may be cut, so whether its rows start with a label cannot be told: set "
+        "predict.has_label=true or predict.has_label=false"
     )
 
 
