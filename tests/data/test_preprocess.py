@@ -315,6 +315,18 @@ def test_training_refuses_a_conversion_that_did_not_finish(tmp_path):
         _load(contiguous)
 
 
+def test_training_refuses_days_converted_with_different_settings(tmp_path):
+    """Day 1 converted again with TorchRec's dense transform beside day 0's log1p: the re-run
+    only warned, and data=criteo_npy trained on the two transforms as one dataset."""
+    files = [write_criteo_tsv(tmp_path / f"day_{d}", 30, seed=d) for d in range(2)]
+    out = tmp_path / "o"
+    convert(files, out)
+    convert([files[1]], out, dense_transform=DenseTransform.torchrec, overwrite=True)
+    with pytest.raises(DataError, match=r"converted with different settings \(day_0: "
+                       r"dense_transform=log1p.*; day_1: dense_transform=torchrec"):  # fmt: skip
+        _load(out)
+
+
 def test_a_day_redone_then_cut_off_is_re_indexed_by_the_next_run(tmp_path, monkeypatch):
     """Day 1's input changed; the re-run converted it, then was killed in day 2. The next run
     found nothing to convert, trusted the earlier contiguous.json and left day 1's contiguous

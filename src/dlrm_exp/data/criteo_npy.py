@@ -89,6 +89,7 @@ def _check_conversions(folder: Path, days: list[int]) -> None:
             "again, which finishes it; npy files from elsewhere (TorchRec's scripts) belong in "
             "a folder of their own"
         )
+    _check_same_settings(folder, {day: done[day] for day in days})
     contiguous = [d for d in days if done[d].get("categorical") == "contiguous"]
     indexed = (read_json_object(folder / CONTIGUOUS_MARKER) or {}).get("days", [])
     missing = [f"day_{d}" for d in contiguous if d not in indexed]
@@ -97,6 +98,33 @@ def _check_conversions(folder: Path, days: list[int]) -> None:
             f"data.path: {folder}: the re-index of contiguous ids over every day did not "
             f"finish ({CONTIGUOUS_MARKER} does not list {', '.join(missing)}): run the same "
             "mode=preprocess again, which finishes it"
+        )
+
+
+#: What each day's conversion depended on (its marker records them): days of one folder
+#: converted with others do not make one dataset.
+_SETTINGS = ("dense_transform", "categorical", "table_sizes")
+
+
+def _check_same_settings(folder: Path, markers: dict[int, dict[str, Any]]) -> None:
+    """Every day of ``folder`` was converted with the same settings (a re-run of some days
+    with another ``preprocess.dense_transform`` or ``categorical`` left the others as they were).
+
+    Raises:
+        DataError: naming the settings and the days of each.
+    """
+    groups: dict[str, list[int]] = {}
+    for day, marker in sorted(markers.items()):
+        setting = ", ".join(f"{k}={marker[k]}" for k in _SETTINGS if marker.get(k) is not None)
+        groups.setdefault(setting, []).append(day)
+    if len(groups) > 1:
+        listed = "; ".join(
+            f"{', '.join(f'day_{d}' for d in days)}: {setting}" for setting, days in groups.items()
+        )
+        raise DataError(
+            f"data.path: {folder}: its days were converted with different settings ({listed}): "
+            "convert every day with the same preprocess.* settings (into another folder, or "
+            "with preprocess.overwrite=true)"
         )
 
 
