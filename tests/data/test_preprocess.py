@@ -315,6 +315,25 @@ def test_training_refuses_a_conversion_that_did_not_finish(tmp_path):
         _load(contiguous)
 
 
+def test_an_input_that_changes_while_it_is_converted_gets_no_marker(tmp_path, monkeypatch):
+    """The marker recorded the input's size and time after reading: a file still being written
+    was then skipped by every later run as finished, though only its start was converted."""
+    from dlrm_exp.data.preprocess import convert as conversion
+
+    tsv = write_criteo_tsv(tmp_path / "day_0", 30, seed=0)
+    read_blocks = conversion._run_blocks
+
+    def read_then_grow(path, *args):
+        read_blocks(path, *args)
+        with open(path, "a") as f:
+            f.write(tsv.read_text().splitlines()[0] + "\n")
+
+    monkeypatch.setattr(conversion, "_run_blocks", read_then_grow)
+    with pytest.raises(DataError, match=r"day_0 changed while day_0 was converted"):
+        convert([tsv], tmp_path / "o")
+    assert not (tmp_path / "o" / "day_0.json").exists()
+
+
 def test_training_refuses_days_converted_with_different_settings(tmp_path):
     """Day 1 converted again with TorchRec's dense transform beside day 0's log1p: the re-run
     only warned, and data=criteo_npy trained on the two transforms as one dataset."""

@@ -212,10 +212,11 @@ def convert_file(
     blocks across files (:mod:`.parse_blocks`).
 
     Raises:
-        DataError: the file cannot be read as text (binary, broken gzip), or holds no valid
-            row (nothing is written for its day).
+        DataError: the file cannot be read as text (binary, broken gzip), holds no valid row
+            (nothing is written for its day), or changed while it was read (no marker).
     """
     started = time.perf_counter()
+    source = _source_facts(path)  # as read: the marker must not vouch for a later file
     # the day's files are about to change: an interrupted run must not leave a marker that
     # says the old ones are finished beside some of the new ones; nor a re-index record that
     # says every day's contiguous ids are current, nor (converting without contiguous ids)
@@ -246,7 +247,12 @@ def convert_file(
         raise
     if torchrec:
         _torchrec_dense(dense_path, out_dir / f"day_{day}_dense.npy", tally.minimum or 0)
-    return _finish_day(out_dir, day, path, options, tally.report, started)
+    if _source_facts(path) != source:
+        raise DataError(
+            f"{path} changed while day_{day} was converted (size or modification time): its "
+            "files are left without a marker; convert it again once it is complete"
+        )
+    return _finish_day(out_dir, day, source, options, tally.report, started)
 
 
 def _run_blocks(
@@ -295,13 +301,19 @@ def _drain(in_flight: collections.deque[Future], keep: int, tally: _DayTally, ba
 
 
 def _finish_day(
-    out_dir: Path, day: int, path: Path, options: Options, report: ReadReport, started: float
+    out_dir: Path,
+    day: int,
+    source: dict[str, Any],
+    options: Options,
+    report: ReadReport,
+    started: float,
 ) -> dict[str, Any]:
-    """The day's report, written last as its marker (:func:`is_finished`)."""
+    """The day's report, written last as its marker (:func:`is_finished`); ``source`` is the
+    input's facts as they were when reading began (:func:`_source_facts`)."""
     seconds = time.perf_counter() - started
     result = {
         "day": day,
-        **_source_facts(path),
+        **source,
         **options.as_dict(),
         **report.as_dict(),
         "seconds": seconds,
