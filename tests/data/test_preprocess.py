@@ -334,6 +334,20 @@ def test_an_input_that_changes_while_it_is_converted_gets_no_marker(tmp_path, mo
     assert not (tmp_path / "o" / "day_0.json").exists()
 
 
+def test_a_day_that_skips_too_many_rows_is_refused_not_written(tmp_path):
+    """Criteo's unlabeled test.txt (39 fields) converted: the rows whose first count is 0 or 1
+    and whose first id is all digits parse, shifted by a column, and the day was written."""
+    labeled = write_criteo_tsv(tmp_path / "train.txt", 200, seed=4)
+    unlabeled = tmp_path / "day_0"
+    unlabeled.write_text("".join(line.split("\t", 1)[1] + "\n"
+                                 for line in labeled.read_text().splitlines()))  # fmt: skip
+    cfg = PreprocessConfig(output_dir=str(tmp_path / "o"), num_workers=1)
+    with pytest.raises(DataError, match=r"rows could not be converted \(nothing written for "
+                       r"day_0\) .* convert only labeled files"):  # fmt: skip
+        preprocess_files([unlabeled], tmp_path / "o", cfg, SIZES, False, max_skipped_fraction=0.01)
+    assert not list((tmp_path / "o").glob("day_0*"))
+
+
 def test_training_refuses_days_converted_with_different_settings(tmp_path):
     """Day 1 converted again with TorchRec's dense transform beside day 0's log1p: the re-run
     only warned, and data=criteo_npy trained on the two transforms as one dataset."""

@@ -125,9 +125,18 @@ class ReadReport:
         }
 
 
-def check_skipped_rows(read: dict[str, Any], limit: float | None, what: str) -> None:
+#: The fixes :func:`check_skipped_rows` names for evaluate and predict.
+_SKIPPED_FIX = (
+    "Unlabeled rows? predict with predict.has_label=false; to go on with the valid rows, raise "
+    "data.max_skipped_fraction"
+)
+
+
+def check_skipped_rows(
+    read: dict[str, Any], limit: float | None, what: str, fix: str = _SKIPPED_FIX
+) -> None:
     """Refuse a read (``ReadReport.as_dict()``) that skipped more than ``limit`` of its rows
-    (``data.max_skipped_fraction``; None: never).
+    (``data.max_skipped_fraction``; None: never); ``fix`` ends the message.
 
     Raises:
         DataError: the counts, the reasons and the first skipped lines, and the fixes.
@@ -139,8 +148,7 @@ def check_skipped_rows(read: dict[str, Any], limit: float | None, what: str) -> 
     raise DataError(
         f"data.path: {skipped:,} of {rows:,} rows could not be {what} ({skipped / rows:.1%} > "
         f"data.max_skipped_fraction={limit}; {reasons}; first: "
-        f"{', '.join(read['first_bad_lines'][:3])}). Unlabeled rows? predict with "
-        "predict.has_label=false; to go on with the valid rows, raise data.max_skipped_fraction"
+        f"{', '.join(read['first_bad_lines'][:3])}). {fix}"
     )
 
 

@@ -28,7 +28,9 @@ def run(cfg: Config, job: Job) -> ModeResult:
     _refuse_output_among_inputs(cfg.data.path, cfg.preprocess.output_dir)
     if cfg.preprocess.format is PreprocessFormat.parquet:
         return _to_parquet(cfg, job)
-    report = run_preprocess(cfg.data.path, cfg.preprocess, cfg.model.table_sizes)
+    report = run_preprocess(
+        cfg.data.path, cfg.preprocess, cfg.model.table_sizes, cfg.data.max_skipped_fraction
+    )
     write_json_atomic(job.run_dir / REPORT_FILE, report)
     return ModeResult(summary=summary_lines(report))
 

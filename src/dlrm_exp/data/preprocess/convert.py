@@ -35,7 +35,7 @@ import numpy as np
 from tqdm import tqdm
 
 from dlrm_exp.config import CategoricalTransform, DenseTransform, PreprocessConfig
-from dlrm_exp.data.criteo_tsv import ReadReport, no_valid_row_message
+from dlrm_exp.data.criteo_tsv import ReadReport, check_skipped_rows, no_valid_row_message
 from dlrm_exp.data.paths import resolve_inputs
 from dlrm_exp.data.preprocess.contiguous import contiguous_ids
 from dlrm_exp.data.preprocess.npy_stream import NpyRowFile, NpyRowWriter
@@ -66,11 +66,14 @@ RANGE_BYTES = 2 << 20  # plain files: byte range per block (more blocks than wor
 
 @dataclass(frozen=True)
 class Options:
-    """What a conversion depends on (recorded in every day's marker)."""
+    """What a conversion depends on (recorded in every day's marker), and the share of a
+    day's rows that may be skipped (``data.max_skipped_fraction``; not recorded: it decides
+    whether a day is written, not what)."""
 
     dense_transform: DenseTransform
     categorical: CategoricalTransform
     table_sizes: tuple[int, ...] | None  # for categorical=hash
+    max_skipped_fraction: float | None = None
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -197,6 +200,25 @@ class _DayTally:
             )
 
 
+def _check_day_rows(path: Path, day: int, tally: "_DayTally", options: Options) -> None:
+    """Refuse a day without a valid row (as ``data=criteo_tsv`` does) or one that skipped more
+    than ``options.max_skipped_fraction`` of its rows: its files are not finished.
+
+    Raises:
+        DataError: with the counts, reasons and first bad lines.
+    """
+    if tally.rows == 0:
+        message = no_valid_row_message([path], tally.report)
+        raise DataError(f"{message}; nothing written for day_{day}")
+    check_skipped_rows(
+        tally.report.as_dict(),
+        options.max_skipped_fraction,
+        f"converted (nothing written for day_{day})",
+        "Unlabeled rows (Criteo's test.txt)? convert only labeled files; to keep the valid "
+        "rows, raise data.max_skipped_fraction",
+    )
+
+
 def convert_file(
     path: Path,
     day: int,
@@ -236,9 +258,7 @@ def convert_file(
     )
     try:
         _run_blocks(path, outputs, options, pool, workers, bar, sequence, tally)
-        if tally.rows == 0:  # as data=criteo_tsv refuses it; the empty files go
-            message = no_valid_row_message([path], tally.report)
-            raise DataError(f"{message}; nothing written for day_{day}")
+        _check_day_rows(path, day, tally, options)
         for output in outputs:
             output.finish(tally.rows)
     except BaseException:
@@ -339,6 +359,7 @@ def preprocess_files(
     cfg: PreprocessConfig,
     table_sizes: list[int],
     progress: bool | None = None,
+    max_skipped_fraction: float | None = None,
 ) -> dict[str, Any]:
     """Convert ``files`` into ``out_dir``; returns (and writes) ``preprocess_report.json``.
 
@@ -348,14 +369,18 @@ def preprocess_files(
         cfg: the ``preprocess`` group.
         table_sizes: rows per table, used when ``cfg.categorical`` is ``hash``.
         progress: tqdm bar on stderr (None: only when stderr is a terminal).
+        max_skipped_fraction: a day skipping more of its rows is refused, not written (None:
+            never).
 
     Raises:
-        DataError: unreadable input, clashing day numbers, or an unwritable ``out_dir``.
+        DataError: unreadable input, clashing day numbers, an unwritable ``out_dir``, or a day
+            whose skipped rows exceed ``max_skipped_fraction``.
     """
     options = Options(
         cfg.dense_transform,
         cfg.categorical,
         tuple(table_sizes) if cfg.categorical is CategoricalTransform.hash else None,
+        max_skipped_fraction,
     )
     days = day_numbers(files)
     _writable_folder(out_dir)
@@ -534,8 +559,16 @@ def summary_lines(summary: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def run_preprocess(data_paths: list[str], cfg: PreprocessConfig, table_sizes: list[int]) -> dict:
+def run_preprocess(
+    data_paths: list[str],
+    cfg: PreprocessConfig,
+    table_sizes: list[int],
+    max_skipped_fraction: float | None = None,
+) -> dict:
     """The ``mode=preprocess`` entry: resolve ``data.path`` and convert."""
     assert cfg.output_dir is not None
     files = resolve_inputs({"data.path": data_paths})["data.path"]
-    return preprocess_files(files, Path(cfg.output_dir).expanduser(), cfg, table_sizes)
+    out_dir = Path(cfg.output_dir).expanduser()
+    return preprocess_files(
+        files, out_dir, cfg, table_sizes, max_skipped_fraction=max_skipped_fraction
+    )
