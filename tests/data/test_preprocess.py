@@ -124,18 +124,21 @@ def test_another_input_for_a_converted_day_is_refused_not_written_over(tmp_path)
     assert convert([test], out, overwrite=True)["days_converted"] == [0]  # when asked
 
 
-def test_parallel_workers_give_the_same_files(tmp_path):
-    tsv = write_criteo_tsv(tmp_path / "day_0", 3000, seed=8, strip_trailing_rate=0.5)
-    cfg = PreprocessConfig(output_dir="x", num_workers=2)
+def test_parallel_workers_give_the_same_files(tmp_path, monkeypatch):
+    """A plain file cut into many byte ranges, parsed by a pool of 2 forked workers, gives the
+    files one block parsed inline gives (the pool starts only above RANGE_BYTES of input:
+    made small here, and the blocks sent to it counted)."""
     import dlrm_exp.data.preprocess.convert as pre
 
-    old = pre.BLOCK_BYTES
-    pre.BLOCK_BYTES = 20_000  # many blocks, parsed by the pool
-    try:
-        preprocess_files([tsv], tmp_path / "par", cfg, SIZES, progress=False)
-    finally:
-        pre.BLOCK_BYTES = old
-    convert([tsv], tmp_path / "seq")
+    tsv = write_criteo_tsv(tmp_path / "day_0", 3000, seed=8, strip_trailing_rate=0.5)
+    convert([tsv], tmp_path / "seq")  # one block, inline
+    sent = []
+    submit = pre._submit
+    monkeypatch.setattr(pre, "RANGE_BYTES", 20_000)
+    monkeypatch.setattr(pre, "_submit", lambda pool, *a: sent.append(pool) or submit(pool, *a))
+    cfg = PreprocessConfig(output_dir="x", num_workers=2)
+    preprocess_files([tsv], tmp_path / "par", cfg, SIZES, progress=False)
+    assert len(sent) > 10 and all(pool is not None for pool in sent)
     for kind in ("dense", "sparse", "labels"):
         assert np.array_equal(
             np.load(tmp_path / "par" / f"day_0_{kind}.npy"),
@@ -412,7 +415,7 @@ def test_a_file_named_twice_is_refused(tmp_path):
 
     tsv = write_criteo_tsv(tmp_path / "s.tsv", 10, seed=1)
     cfg = PreprocessConfig(output_dir=str(tmp_path / "o"), num_workers=1)
-    with pytest.raises(DataError, match="s.tsv"):
+    with pytest.raises(DataError, match=r"s\.tsv is named twice by data\.path"):
         run_preprocess([str(tsv), str(tsv)], cfg, SIZES)
 
 

@@ -36,6 +36,7 @@ def test_parquet_from_preprocess_trains_exactly_like_the_tsv(tmp_path, cli_here)
     assert f"--config-dir {out / 'conf'} data=parquet data/schema=criteo_preprocessed" in (
         result.stdout
     )
+    assert f"data.path=[{out / 'day_0.parquet'}]" in result.stdout  # the inputs' order
     table = pq.read_table(out / "day_0.parquet")
     assert table.num_rows == 1200 and table.column_names[:3] == ["label", "I1", "I2"]
 

@@ -151,3 +151,7 @@ def test_columns_whose_feature_names_collide_get_distinct_keys():
     text = render_yaml(scan_table(table, 40, None, 1000), "t.parquet", 40, 40)
     sparse = parse_schema(text).sparse
     assert sparse["user_id"].column == "user-id" and sparse["user_id_2"].column == "user_id"
+    # a non-ASCII column name (\\W keeps é): an ASCII feature name, or the schema is refused
+    accented = table.rename_columns(["clicked", "x", "catégorie", "user_id"])
+    text = render_yaml(scan_table(accented, 40, None, 1000), "t.parquet", 40, 40)
+    assert parse_schema(text).sparse["cat_gorie"].column == "catégorie"

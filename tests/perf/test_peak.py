@@ -13,6 +13,7 @@ from dlrm_exp.factories.precision import slow_precision_warning
 from dlrm_exp.modes.train import _utilization_lines
 from dlrm_exp.perf import peak as peak_module
 from dlrm_exp.perf import theoretical_peak
+from dlrm_exp.perf.flops import embedding_bytes_per_sample
 from dlrm_exp.perf.peak import CPU_SIZES, Peak, measured_peak, probe
 from dlrm_exp.perf.theoretical_peak import TheoreticalPeak, cpu_flags, cpu_peak, cuda_peak
 from dlrm_exp.perf.utilization import utilization
@@ -185,6 +186,18 @@ def test_utilization_is_per_rank_against_the_peak_and_its_bound():
     assert util.measurement_errors == [] and util.peak_measured_at == NOW.isoformat()
     assert util.theoretical_basis == "test bound"
     assert utilization(cfg, None, 1, _peak(1e9)).fraction_of_matmul_peak is None
+    # the per-sample counts it divides are the training counts of this model, by hand for
+    # TorchRec's quickstart shapes: 6 x (dense arch 13-512-256-64, over arch 415-512-512-256-1,
+    # the interaction's 27 x 27 x 64 products) multiply-adds
+    quick = compose_cfg(["model=quickstart"])
+    macs = (
+        (13 * 512 + 512 * 256 + 256 * 64) + (415 * 512 + 512 * 512 + 512 * 256 + 256) + 27 * 27 * 64
+    )
+    assert utilization(quick, 1.0, 1, _peak(1e9)).dense_flops_per_sample == 6 * macs == 4_840_320
+    emb = embedding_bytes_per_sample(
+        cfg.model, cfg.optimizer.sparse_optimizer, cfg.data.pooling_factors()
+    )
+    assert util.embedding_bytes_per_sample == emb > 0
 
 
 def test_a_fraction_above_1_is_flagged_as_a_measurement_error():

@@ -57,6 +57,13 @@ def _refuse_output_among_inputs(data_paths: list[str], output_dir: str) -> None:
             )
 
 
+def _in_input_order(report: dict) -> str:
+    """``data.path`` for the written files in the order of their inputs (a folder would be
+    read sorted by name: ``day_10`` before ``day_9``, moving the validation and test rows to
+    another day than ``data=criteo_tsv`` takes them from)."""
+    return "[" + ",".join(str(f["output"]) for f in report["files"]) + "]"
+
+
 def _to_parquet(cfg: Config, job: Job) -> ModeResult:
     """``preprocess.format=parquet``: see :mod:`dlrm_exp.data.criteo_parquet`."""
     assert isinstance(cfg.data, CriteoTsvDataConfig) and cfg.preprocess.output_dir
@@ -79,6 +86,7 @@ def _to_parquet(cfg: Config, job: Job) -> ModeResult:
         f"{read['rows_valid']:,} rows written ({read['rows_skipped']:,} skipped, "
         f"{read['rows_padded']:,} padded) in {report['seconds']:.1f} s; schema {report['schema']}",
         f"train with: python -m dlrm_exp --config-dir {out / 'conf'} data=parquet "
-        f"data/schema={SCHEMA_NAME} data.path={out} data.shuffle_row_groups=false",
+        f"data/schema={SCHEMA_NAME} data.path={_in_input_order(report)} "
+        "data.shuffle_row_groups=false",
     ]
     return ModeResult(summary="\n".join(lines))

@@ -87,7 +87,7 @@ def _feature_key(column: str, used: set[str]) -> str:
     """A feature name for ``column``: letters, digits and _ (TorchRec names modules after
     it), the column's own name where it already is one; ``_2``, ``_3``, ... when another
     column already took it (``a-b`` and ``a_b``), recorded in ``used``."""
-    key = re.sub(r"\W", "_", column)
+    key = re.sub(r"[^A-Za-z0-9_]", "_", column)  # ASCII: \W keeps letters like é
     key = key if re.match(r"[A-Za-z_]", key) else f"f_{key}"
     unique, n = key, 2
     while unique in used:
