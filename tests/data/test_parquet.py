@@ -502,3 +502,22 @@ def test_a_reader_keeps_a_bounded_number_of_files_open(tmp_path, monkeypatch):
     narrow = all_rows(load_splits(cfg, [], 2, 0).train, keys, seed=(0, 1))
     assert most[0] == 3 and not open_now  # 2 kept + the one opening; all closed at the end
     assert [b.labels.tolist() for b in narrow] == [b.labels.tolist() for b in wide]
+
+
+def test_strict_string_ids_are_refused_from_the_files_schema(tmp_path):
+    """Under id_policy=strict a string column was refused only when a row group was decoded,
+    which for a test split came after training."""
+    import pyarrow as pa
+
+    from conftest import compose_cfg
+    from dlrm_exp.data.parquet_files import check_id_kinds
+
+    cfg = compose_cfg(["data=parquet", "data/schema=criteo", "data.path=x",
+                       "data.schema.sparse.cat_0.id_policy=strict"])  # fmt: skip
+    schema = cfg.data.schema
+    columns = [schema.label, *schema.feature_columns]
+    arrow = pa.schema([(c, pa.string() if c.startswith("C") else pa.float32()) for c in columns])
+    with pytest.raises(
+        DataError, match=r"t.parquet: column 'C1' holds strings, but id_policy=strict"
+    ):
+        check_id_kinds(tmp_path / "t.parquet", arrow, schema, {})

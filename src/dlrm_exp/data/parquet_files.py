@@ -142,16 +142,24 @@ def _id_kind(arrow_type: pa.DataType) -> str:
 def check_id_kinds(
     path: Path, arrow: pa.Schema, schema: FeatureSchema, kinds: dict[str, tuple[str, Path]]
 ) -> None:
-    """Record the id kind of each sparse column (all policies but ``strict``, which refuses
-    strings anyway) and refuse a file that stores another than an earlier one.
+    """Record the id kind of each sparse column and refuse a file that stores another than an
+    earlier one, or strings under ``strict`` (which takes integer rows): from the file's
+    schema, before any training (decoding would find it only when the row group is read,
+    perhaps a test split after training).
 
     Raises:
-        DataError: naming the column, both files and both kinds.
+        DataError: naming the column, the file(s) and the kinds.
     """
     for feature in schema.sparse.values():
-        if feature.id_policy is IdPolicy.strict:
-            continue
         kind = _id_kind(arrow.field(feature.column).type)
+        if feature.id_policy is IdPolicy.strict:
+            if kind == "string":
+                raise DataError(
+                    f"{path}: column {feature.column!r} holds strings, but id_policy=strict "
+                    f"takes integer rows in [0, {feature.num_embeddings}): use "
+                    "id_policy=modulo to hash them"
+                )
+            continue
         first = kinds.setdefault(feature.column, (kind, path))
         if first[0] != kind:
             raise DataError(
