@@ -39,7 +39,20 @@ def test_the_signal_is_handled_after_a_block_that_raised(recorded):
 
 
 def test_an_unknown_signal_name_holds_nothing_back(monkeypatch):
+    """With no preemption signal known, the block changes no handler: submitit's default
+    USR2 (or any other) reaches its handler at once, inside the block."""
     monkeypatch.setenv("SUBMITIT_PREEMPT_SIGNAL", "NOSUCH")
     assert preemption_signal() is None
-    with preemption_held():
-        pass
+    got: list[int] = []
+
+    def recorder(signum, frame):
+        got.append(signum)
+
+    previous = signal.signal(signal.SIGUSR2, recorder)
+    try:
+        with preemption_held():
+            assert signal.getsignal(signal.SIGUSR2) is recorder
+            os.kill(os.getpid(), signal.SIGUSR2)
+            assert got == [signal.SIGUSR2]  # handled in the block, not held back
+    finally:
+        signal.signal(signal.SIGUSR2, previous)

@@ -101,6 +101,10 @@ def test_refusals_are_one_line(tmp_path, cli_here):
     no_label = cli_here(["mode=schema", f"schema_scan.path={tmp_path / 'log.parquet'}"])
     assert no_label.returncode == 1 and "set schema_scan.label=<click column>" in no_label.stderr
     assert "Traceback" not in no_label.stderr
+    minus = log_table().set_column(0, "clicked", pa.array([-1, 1] * 200, pa.int8()))
+    pq.write_table(minus, tmp_path / "minus.parquet")  # labels -1 / 1: not click labels
+    not_clicks = cli_here(["mode=schema", f"schema_scan.path={tmp_path / 'minus.parquet'}"])
+    assert not_clicks.returncode == 1 and "labels are not 0 or 1 (first: -1)" in not_clicks.stderr
     no_path = cli_here(["mode=schema"])
     assert no_path.returncode == 1 and "schema_scan.path=" in no_path.stderr
     with pytest.raises(Exception, match="must be letters"):

@@ -19,6 +19,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from dlrm_exp.data.decode import refuse_non_clicks
 from dlrm_exp.data.id_policy import is_id_type
 from dlrm_exp.data.parquet_files import open_parquet, read_row_group
 from dlrm_exp.errors import DataError
@@ -157,6 +158,8 @@ def _numeric(stats: ColumnStats, column: pa.Array) -> None:
     if not len(values):
         return
     x = values.to_numpy(zero_copy_only=False).astype(np.float64)
+    if stats.role == "label":  # training would refuse the schema's own data
+        refuse_non_clicks(x[~np.isnan(x)], "schema_scan.path (the rows sampled)", stats.name)
     stats.min, stats.max = float(x.min()), float(x.max())
     p99 = float(np.quantile(x, 0.99))
     stats.log1p = stats.role == "dense" and stats.min >= 0 and stats.max > 10 * max(p99, 1.0)
