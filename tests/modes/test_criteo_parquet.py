@@ -88,3 +88,21 @@ def test_tsv_features_take_any_id_policy_of_the_schema(tmp_path):
     held = metrics["managed_rows_held"]["t_cat_0"]
     assert metrics["table_rows"]["t_cat_0"] == 1000 and 0 < held <= 1000
     assert 0 < metrics["val"]["auroc"] < 1
+
+
+def test_a_second_conversion_with_other_settings_into_the_folder_is_refused(tmp_path):
+    """Two preprocess.format=parquet runs into one folder, the second with smaller tables: the
+    folder held files whose rows were hashed into other table sizes, read as one dataset."""
+    from dlrm_exp.data.criteo_parquet import write_criteo_parquet
+    from dlrm_exp.errors import DataError
+
+    day_0 = write_criteo_tsv(tmp_path / "day_0.tsv", 50, seed=1)
+    day_1 = write_criteo_tsv(tmp_path / "day_1.tsv", 50, seed=2)
+    tsv = ["data=criteo_tsv", f"data.path={day_0}"]
+    out = tmp_path / "out"
+    write_criteo_parquet([day_0], out, compose_cfg(tsv).data.schema, 100)
+    write_criteo_parquet([day_0], out, compose_cfg(tsv).data.schema, 100)  # the same: fine
+    smaller = compose_cfg([*tsv, "model.num_embeddings_cap=50"]).data.schema
+    with pytest.raises(DataError, match=r"holds Parquet files converted with other settings"):
+        write_criteo_parquet([day_1], out, smaller, 100)
+    assert not (out / "day_1.parquet").exists()

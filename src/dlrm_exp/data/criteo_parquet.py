@@ -43,9 +43,17 @@ def write_criteo_parquet(
     (``files``: input -> output and rows; ``read``: the merged read report; ``schema``).
 
     Raises:
-        DataError: a file cannot be read or holds no valid row (see ``read_files``), or two
-            files would get the same output name.
+        DataError: a file cannot be read or holds no valid row (see ``read_files``), two
+            files would get the same output name, or ``output_dir`` holds files converted with
+            other settings (its schema differs).
     """
+    earlier = output_dir / "conf" / "data" / "schema" / f"{SCHEMA_NAME}.yaml"
+    if earlier.is_file() and earlier.read_text() != schema_text(schema):
+        raise DataError(
+            f"preprocess.output_dir={output_dir} holds Parquet files converted with other "
+            f"settings (table sizes or transforms: {earlier}); this run's would be read with "
+            "them as one dataset: write to another preprocess.output_dir"
+        )
     targets = [output_dir / f"{source.name.split('.')[0]}.parquet" for source in files]
     if len(set(targets)) < len(targets):
         raise DataError(
@@ -72,12 +80,16 @@ def write_criteo_parquet(
     return {"files": outputs, "read": report.as_dict(), "schema": str(written)}
 
 
-def write_schema(folder: Path, schema: FeatureSchema) -> Path:
-    """``criteo_preprocessed.yaml`` for the converted files, atomically: ``schema`` with its
-    transforms done (no ``log1p``, ``id_policy=strict``)."""
+def schema_text(schema: FeatureSchema) -> str:
+    """The ``criteo_preprocessed.yaml`` of files converted through ``schema``: its transforms
+    done (no ``log1p``, ``id_policy=strict``), and in a comment the source's transforms, so
+    that two conversions with other settings give other texts."""
+    log1p = "".join("1" if d.log1p else "0" for d in schema.dense)
+    policies = sorted({f.id_policy.value for f in schema.sparse.values()})
     lines = [
         "# Criteo rows converted by mode=preprocess preprocess.format=parquet: dense values",
         "# and table rows as data=criteo_tsv's schema made them.",
+        f"# source: dense log1p {log1p}, id policies {', '.join(policies)}",
         f"label: {schema.label}",
         "dense:",
         *(f"  - {{column: {d.column}, log1p: false}}" for d in schema.dense),
@@ -88,7 +100,12 @@ def write_schema(folder: Path, schema: FeatureSchema) -> Path:
             for name, f in schema.sparse.items()
         ),
     ]
+    return "\n".join(lines) + "\n"
+
+
+def write_schema(folder: Path, schema: FeatureSchema) -> Path:
+    """``criteo_preprocessed.yaml`` (:func:`schema_text`) in ``folder``, atomically."""
     folder.mkdir(parents=True, exist_ok=True)
     target = folder / f"{SCHEMA_NAME}.yaml"
-    write_text_atomic(target, "\n".join(lines) + "\n")
+    write_text_atomic(target, schema_text(schema))
     return target
