@@ -156,8 +156,9 @@ class CriteoTsvDataConfig(FileSplitsConfig):
     it sorted, or a list of those):
         max_reported_bad_lines: how many malformed line numbers are kept in the report.
         max_skipped_fraction: ``mode=evaluate`` and ``mode=predict`` fail (exit 1, with the
-            counts) when more than this fraction of the rows read are skipped; null: never.
-            Training reports skipped rows and goes on.
+            counts) when more than this fraction of the rows read are skipped, and
+            ``mode=preprocess`` (npy) writes no day over it; null: never. Training reports
+            skipped rows and goes on.
         schema: the feature schema over the line's columns ``label, I1..I13, C1..C26``
             (default ``data/schema=criteo``: TorchRec's id rule, facebookresearch/dlrm's
             dense transform); its ``num_embeddings`` are replaced by

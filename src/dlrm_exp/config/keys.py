@@ -58,11 +58,14 @@ def _subclasses(cls: type) -> Iterator[type]:
         yield from _subclasses(sub)
 
 
-def schema_keys(root: type) -> tuple[set[str], set[str]]:
-    """(every full key of ``root``'s schema, the full keys of its open maps). A field typed
-    with a dataclass base (``data: DataConfig``) counts the fields of every subclass."""
+def schema_keys(root: type) -> tuple[set[str], dict[str, set[str] | None]]:
+    """(every full key of ``root``'s schema, its open maps: ``{full key: the keys each value
+    may hold}``, None for values of no dataclass). A field typed with a dataclass base
+    (``data: DataConfig``) counts the fields of every subclass. A map of dataclass values
+    (``data.schema.sparse``: feature name -> ``SparseFeature``) takes any entry name, but
+    each entry only its value's keys."""
     keys: set[str] = set()
-    open_maps: set[str] = set()
+    open_maps: dict[str, set[str] | None] = {}
 
     def walk(cls: type, prefix: str) -> None:
         hints = typing.get_type_hints(cls)
@@ -70,7 +73,8 @@ def schema_keys(root: type) -> tuple[set[str], set[str]]:
             key, tp = f"{prefix}{f.name}", hints[f.name]
             keys.add(key)
             if _is_open_map(tp):
-                open_maps.add(key)
+                value = _map_value_type(tp)
+                open_maps[key] = None if value is None else schema_keys(value)[0]
             elif _is_dataclass_type(tp):
                 for sub in _subclasses(tp):
                     walk(sub, f"{key}.")
@@ -102,7 +106,7 @@ def unknown_key_error(key: str, known: Iterable[str]) -> ConfigError:
     return ConfigError(f"unknown config key {key}{fix}")
 
 
-def _under_open_map(key: str, open_maps: set[str]) -> bool:
+def _under_open_map(key: str, open_maps: Iterable[str]) -> bool:
     return any(key.startswith(f"{m}.") for m in open_maps)
 
 
@@ -113,35 +117,14 @@ def _map_value_type(tp: object) -> type | None:
     return value if _is_dataclass_type(value) else None
 
 
-def typed_map_fields(root: type) -> dict[str, set[str]]:
-    """For each open map of ``root`` whose values are dataclasses (``data.schema.sparse``:
-    feature name -> ``SparseFeature``), the keys each value may hold (its fields, at any
-    depth): the map's keys are free, its values' keys are not."""
-    found: dict[str, set[str]] = {}
-
-    def walk(cls: type, prefix: str) -> None:
-        hints = typing.get_type_hints(cls)
-        for f in dataclasses.fields(cls):
-            key, tp = f"{prefix}{f.name}", hints[f.name]
-            value = _map_value_type(tp) if _is_open_map(tp) else None
-            if value is not None:
-                found[key] = schema_keys(value)[0]
-            elif _is_dataclass_type(tp):
-                for sub in _subclasses(tp):
-                    walk(sub, f"{key}.")
-
-    walk(root, "")
-    return found
-
-
-def _check_typed_map_key(key: str, typed: dict[str, set[str]]) -> None:
+def _check_typed_map_key(key: str, open_maps: dict[str, set[str] | None]) -> None:
     """Refuse ``<map>.<entry>.<field>`` when the map's values have no such field.
 
     Raises:
         ConfigError: naming the closest field of the map's values.
     """
-    for m, fields in typed.items():
-        if not key.startswith(f"{m}."):
+    for m, fields in open_maps.items():
+        if fields is None or not key.startswith(f"{m}."):
             continue
         entry, _, rest = key[len(m) + 1 :].partition(".")
         if rest and rest not in fields:
@@ -158,7 +141,6 @@ def check_override_keys(overrides: Sequence[str], root: type) -> None:
     """
     parser = OverridesParser.create()
     known, open_maps = schema_keys(root)
-    typed = typed_map_fields(root)
     for text in overrides:
         try:
             (override,) = parser.parse_overrides([text])
@@ -174,7 +156,7 @@ def check_override_keys(overrides: Sequence[str], root: type) -> None:
         ):
             continue
         if _under_open_map(key, open_maps):
-            _check_typed_map_key(key, typed)
+            _check_typed_map_key(key, open_maps)
             continue
         if _list_item_key(key, known):
             continue  # an item of a list (data.schema.dense.2.log1p): the list's node checks it
@@ -223,7 +205,7 @@ def check_composed_keys(raw: DictConfig, root: type) -> None:
     unknown = list(_node_keys(raw, ""))
     if not unknown:
         return
-    known, _ = schema_keys(root)
+    known, open_maps = schema_keys(root)
     key = unknown[0]
     if key in known:  # a key of another option of its group (data.path with data=synthetic)
         parent = key.rsplit(".", 1)[0]
@@ -233,7 +215,7 @@ def check_composed_keys(raw: DictConfig, root: type) -> None:
             f"config key {key} does not apply to the chosen {parent} option ({name}): choose "
             f"an option that has it ({parent}=<option>; python -m dlrm_exp --help lists them)"
         )
-    _check_typed_map_key(key, typed_map_fields(root))  # a field of a map's value
+    _check_typed_map_key(key, open_maps)  # a field of a map's value
     raise unknown_key_error(key, known)
 
 

@@ -102,14 +102,11 @@ class Config:
             )
             _refuse_ignored_sizes(schema, sized)
             schema = sized
-            self.data = replace(self.data, schema=schema)  # type: ignore[call-arg]
         cap = self.model.num_embeddings_cap
-        if cap is not None:  # the id policies must map into the capped tables
-            capped = {
-                name: replace(feature, num_embeddings=min(feature.num_embeddings, cap))
-                for name, feature in schema.sparse.items()
-            }
-            schema = replace(schema, sparse=capped)  # the schema's rules hold after the cap
+        if cap is not None:  # the id policies must map into the capped tables (rules again)
+            capped = [min(f.num_embeddings, cap) for f in schema.sparse.values()]
+            schema = schema.sized(capped, "model.num_embeddings_cap")
+        if schema is not self.data.feature_schema():
             self.data = replace(self.data, schema=schema)  # type: ignore[call-arg]
         self.model = replace(
             self.model,

@@ -86,16 +86,6 @@ class ShardingConfig:
             self.cache_load_factor is None or 0 < self.cache_load_factor <= 1,
             f"sharding.cache_load_factor must be in (0, 1], got {self.cache_load_factor}",
         )
-        per_table_file = sorted(
-            t
-            for t, kind in self.per_table_sharding_type.items()
-            if kind is ShardingStrategy.from_file
-        )
-        require(
-            not per_table_file,
-            f"sharding.per_table_sharding_type.{(per_table_file or [''])[0]}=from_file: a plan "
-            "file places every table: use sharding=from_file sharding.plan_path=<plan.json>",
-        )
         for table in [None, *self.overridden_tables]:
             kind, kernel = self.table_choice(table)
             fix = (
@@ -104,6 +94,11 @@ class ShardingConfig:
                 else f"+sharding.per_table_compute_kernel.{table}"
             )
             where = "sharding" if table is None else f"table {table}"
+            require(
+                kind is not ShardingStrategy.from_file,
+                f"sharding.per_table_sharding_type.{table}=from_file: a plan file places every "
+                "table: use sharding=from_file sharding.plan_path=<plan.json>",
+            )  # (the group-wide from_file returned above)
             if kind is ShardingStrategy.data_parallel:
                 require(
                     kernel is ComputeKernel.dense,

@@ -25,7 +25,12 @@ import torch
 
 from dlrm_exp.config import CriteoNpyDataConfig, NpyDataset, OutOfRange
 from dlrm_exp.data.batches import ClickData
-from dlrm_exp.data.preprocess.convert import CONTIGUOUS_MARKER, REPORT_FILE, converted_days
+from dlrm_exp.data.preprocess.convert import (
+    CONTIGUOUS_MARKER,
+    MARKER_SETTINGS,
+    REPORT_FILE,
+    converted_days,
+)
 from dlrm_exp.data.preprocess.tsv_parse import NUM_DENSE, NUM_SPARSE
 from dlrm_exp.data.row_span import RowSpan
 from dlrm_exp.data.splits import DataInfo
@@ -101,11 +106,6 @@ def _check_conversions(folder: Path, days: list[int]) -> None:
         )
 
 
-#: What each day's conversion depended on (its marker records them): days of one folder
-#: converted with others do not make one dataset.
-_SETTINGS = ("dense_transform", "categorical", "table_sizes")
-
-
 def _check_same_settings(folder: Path, markers: dict[int, dict[str, Any]]) -> None:
     """Every day of ``folder`` was converted with the same settings (a re-run of some days
     with another ``preprocess.dense_transform`` or ``categorical`` left the others as they were).
@@ -115,7 +115,9 @@ def _check_same_settings(folder: Path, markers: dict[int, dict[str, Any]]) -> No
     """
     groups: dict[str, list[int]] = {}
     for day, marker in sorted(markers.items()):
-        setting = ", ".join(f"{k}={marker[k]}" for k in _SETTINGS if marker.get(k) is not None)
+        setting = ", ".join(
+            f"{k}={marker[k]}" for k in MARKER_SETTINGS if marker.get(k) is not None
+        )
         groups.setdefault(setting, []).append(day)
     if len(groups) > 1:
         listed = "; ".join(

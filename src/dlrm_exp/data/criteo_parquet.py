@@ -47,8 +47,9 @@ def write_criteo_parquet(
             files would get the same output name, or ``output_dir`` holds files converted with
             other settings (its schema differs).
     """
+    text = schema_text(schema)
     earlier = output_dir / "conf" / "data" / "schema" / f"{SCHEMA_NAME}.yaml"
-    if earlier.is_file() and earlier.read_text() != schema_text(schema):
+    if earlier.is_file() and earlier.read_text() != text:
         raise DataError(
             f"preprocess.output_dir={output_dir} holds Parquet files converted with other "
             f"settings (table sizes or transforms: {earlier}); this run's would be read with "
@@ -76,8 +77,9 @@ def write_criteo_parquet(
         }
         write_parquet_atomic(pa.table(columns), target, row_group_size)
         outputs.append({"input": str(source), "output": str(target), "rows": len(data)})
-    written = write_schema(output_dir / "conf" / "data" / "schema", schema)
-    return {"files": outputs, "read": report.as_dict(), "schema": str(written)}
+    earlier.parent.mkdir(parents=True, exist_ok=True)
+    write_text_atomic(earlier, text)  # the schema, after the files it describes
+    return {"files": outputs, "read": report.as_dict(), "schema": str(earlier)}
 
 
 def schema_text(schema: FeatureSchema) -> str:
@@ -101,11 +103,3 @@ def schema_text(schema: FeatureSchema) -> str:
         ),
     ]
     return "\n".join(lines) + "\n"
-
-
-def write_schema(folder: Path, schema: FeatureSchema) -> Path:
-    """``criteo_preprocessed.yaml`` (:func:`schema_text`) in ``folder``, atomically."""
-    folder.mkdir(parents=True, exist_ok=True)
-    target = folder / f"{SCHEMA_NAME}.yaml"
-    write_text_atomic(target, schema_text(schema))
-    return target

@@ -4,13 +4,13 @@ and the precisions they actually run in, read back from the built sharded model.
 from typing import Any
 
 import torch
-import torch.distributed as dist
 from torchrec.distributed.fbgemm_qcomm_codec import CommType, get_qcomm_codecs_registry
 from torchrec.distributed.fbgemm_qcomm_codec import QCommsConfig as TorchRecQCommsConfig
 from torchrec.distributed.types import CommOp, QuantizedCommCodecs
 
 from dlrm_exp.config import CommPrecision, QCommsConfig
 from dlrm_exp.errors import ConfigError
+from dlrm_exp.util.rank_zero import several_ranks
 from dlrm_exp.util.substitution import Substitution, precisions_text
 
 
@@ -143,7 +143,7 @@ def _running_codecs(output_dist: torch.nn.Module) -> list[QuantizedCommCodecs]:
     (table-row-wise and grid on one host: the cross-host all-to-all's group is that host's
     rank alone). On one process every group has one member: the codecs are read as the same
     plan on several ranks would hold them."""
-    several = dist.is_initialized() and dist.get_world_size() > 1
+    several = several_ranks()
     running = []
     for part in output_dist.modules():
         for name, value in vars(part).items():

@@ -215,10 +215,8 @@ def later_checkpoints(run_dir: Path, path: Path) -> list[Path]:
     trained, or as many and a later step), oldest first; none when ``path`` is not one of
     them (another run's checkpoint)."""
     found = complete_checkpoints(run_dir)
-    resolved = [p.resolve() for p in found]
-    if path.resolve() not in resolved:
-        return []
-    return found[resolved.index(path.resolve()) + 1 :]
+    resolved, target = [p.resolve() for p in found], path.resolve()
+    return found[resolved.index(target) + 1 :] if target in resolved else []
 
 
 def _samples(path: Path) -> int:

@@ -134,6 +134,8 @@ class Throughput:
         self._last = time.perf_counter()
 
     def step(self, samples: int, counted: bool = True) -> None:
+        """One step of ``samples`` global rows ended now; its time and rows count after the
+        warm-up unless ``counted`` is false (still a step of the warm-up count)."""
         now = time.perf_counter()
         self.steps += 1
         if counted and self.steps > self.warmup_steps:

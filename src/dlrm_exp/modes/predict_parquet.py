@@ -118,7 +118,8 @@ def predict_parquet(
                     continue
                 if not labeled[path]:
                     table = table.append_column(schema.label, pa.nulls(table.num_rows, pa.int8()))
-                decoded = decode(table, schema, f"{path} row group {group}")
+                where = f"{path} row group {group}"
+                decoded = decode(table, schema, where)
                 size = cfg.predict.batch_size
                 probability = [
                     torch.sigmoid(model(decoded.slice(lo, lo + size).batch(keys)))
@@ -130,7 +131,6 @@ def predict_parquet(
                     "probability": pa.array(torch.cat(probability).numpy()),
                 }
                 if len(out_schema) == 4:
-                    where = f"{path} row group {group}"
                     out["label"] = _output_labels(table.column(schema.label), where)
                 writer.write_table(pa.table(out, schema=out_schema))
                 start += table.num_rows
@@ -140,10 +140,11 @@ def predict_parquet(
 
 def _output_labels(labels: pa.ChunkedArray, where: str) -> pa.ChunkedArray:
     """A row group's label column as the output's int8 labels; a float NaN (no label, as
-    training reads it) becomes null.
+    training reads it) becomes null. (``decode`` already refused labels other than 0 / 1;
+    what can still fail the cast is an infinite one, which it reads as 0.)
 
     Raises:
-        DataError: a label that is no whole number (0.7), naming ``where``.
+        DataError: a label that int8 cannot hold, naming ``where``.
     """
     if pa.types.is_floating(labels.type):
         labels = pc.if_else(pc.is_nan(labels), pa.scalar(None, labels.type), labels)

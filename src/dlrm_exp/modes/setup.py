@@ -21,7 +21,6 @@ from dlrm_exp.data import (
     is_generated,
     load_splits,
 )
-from dlrm_exp.distributed.env import launched_by_torchrun
 from dlrm_exp.distributed.launch import DistContext, init_worker, launch_workers, needs_launch
 from dlrm_exp.factories.experiment import Experiment, TrainWrapper, build_experiment, build_module
 from dlrm_exp.modes.job import Job
@@ -69,8 +68,9 @@ def shared_job(job: Job, ctx: DistContext) -> Job:
     told ``hydra.run.dir=.`` so that they make no run folder of their own; but every rank
     writes into the run folder (its checkpoint shards, its profile): without this a rank's
     DCP shard landed in the working directory, and the run's checkpoints could not be loaded.
-    On several nodes the folder must be on a shared file system (docs/clusters.md)."""
-    if not launched_by_torchrun() or ctx.world_size == 1:
+    On several nodes the folder must be on a shared file system (docs/clusters.md). (Workers
+    of :func:`launch_workers` already share the parent's job; the broadcast agrees with it.)"""
+    if ctx.world_size == 1:
         return job
     folders: list[Any] = [job.run_dir, job.tensorboard_dir]
     dist.broadcast_object_list(folders, src=0)

@@ -265,7 +265,8 @@ def _resume(
     if path is None:
         log.info("train.resume=auto: no complete checkpoint in %s, starting fresh", run.job.run_dir)
         return None
-    later = later_checkpoints(run.job.run_dir, path)
+    auto = run.cfg.train.resume == "auto"  # the newest: none is later
+    later = [] if auto else later_checkpoints(run.job.run_dir, path)
     if later:
         names = ", ".join(p.name for p in later[:3]) + (", ..." if len(later) > 3 else "")
         raise CheckpointError(

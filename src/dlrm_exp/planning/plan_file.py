@@ -116,7 +116,8 @@ def load_plan(
 
     Raises:
         ConfigError: the file is missing or not a plan.json, or it does not match the job:
-            another world size, missing or extra tables, another table shape or module, a
+            another world size, another number of ranks per host for table-row-wise or
+            grid tables, missing or extra tables, another table shape or module, a
             sharding type or compute kernel this job cannot run, a rank outside the world, or
             shards that leave their table or do not tile it. The message names the mismatch.
     """

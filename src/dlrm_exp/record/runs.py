@@ -181,6 +181,7 @@ def load_runs(paths: Iterable[Path]) -> list[RunRecord]:
     """Run records of run folders (holding ``.hydra/`` or ``metrics.json``) and of sweep
     folders (holding job folders with ``.hydra/``: every job, by job number)."""
     runs: list[RunRecord] = []
+    swept_of: dict[Path, list[str]] = {}  # a sweep's keys, read once for its job folders
     for path in paths:
         if not path.is_dir():  # a file among a glob's matches (summary.csv, a plot)
             continue
@@ -195,7 +196,9 @@ def load_runs(paths: Iterable[Path]) -> list[RunRecord]:
         elif (path / ".hydra").is_dir() or (path / "metrics.json").is_file():
             # a job folder named on its own (report 'sweep/[0-9]*') is labelled by its
             # sweep's swept keys, as when the sweep folder is named: the same identity
-            runs.append(_record(path, saved_swept_keys(path.parent), _job_overrides(path)))
+            if path.parent not in swept_of:
+                swept_of[path.parent] = saved_swept_keys(path.parent)
+            runs.append(_record(path, swept_of[path.parent], _job_overrides(path)))
     return runs
 
 

@@ -132,7 +132,13 @@ def _list_outputs(runs: Sequence[RunRecord], mode: str) -> bool:
 
 def summarize_sweep(config: DictConfig) -> bool:
     """Summarise every job of the sweep folder of ``config`` and print the table (a mode that
-    records no measurements: its jobs' folders); returns whether a job did not complete."""
+    records no measurements: its jobs' folders); returns whether a job did not complete.
+
+    Raises:
+        ValueError: a job's ``metrics.json`` or the sweep's ``multirun.yaml`` is not one
+            (:func:`~dlrm_exp.record.runs.load_runs`).
+        OSError: the summary files cannot be written.
+    """
     sweep_dir = Path(config.hydra.sweep.dir)
     runs = load_runs([sweep_dir])
     chosen = config.get("mode", "train")
@@ -187,6 +193,7 @@ class SweepSummary(Callback):
     Ctrl-C ends gets its summary from :func:`summarize_interrupted_sweep`."""
 
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
+        """Remember the multirun for :func:`summarize_interrupted_sweep`."""
         global _running
         _running = config
 

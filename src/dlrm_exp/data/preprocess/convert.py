@@ -64,6 +64,11 @@ _TORCHREC_CHUNK_ROWS = 1 << 20
 RANGE_BYTES = 2 << 20  # plain files: byte range per block (more blocks than workers balance)
 
 
+#: The settings each day's marker records (:meth:`Options.as_dict`): days converted with
+#: other ones do not make one dataset.
+MARKER_SETTINGS = ("dense_transform", "categorical", "table_sizes")
+
+
 @dataclass(frozen=True)
 class Options:
     """What a conversion depends on (recorded in every day's marker), and the share of a
@@ -76,6 +81,7 @@ class Options:
     max_skipped_fraction: float | None = None
 
     def as_dict(self) -> dict[str, Any]:
+        """The settings a day's marker records (:data:`MARKER_SETTINGS`)."""
         return {
             "dense_transform": self.dense_transform.value,
             "categorical": self.categorical.value,
@@ -565,7 +571,12 @@ def run_preprocess(
     table_sizes: list[int],
     max_skipped_fraction: float | None = None,
 ) -> dict:
-    """The ``mode=preprocess`` entry: resolve ``data.path`` and convert."""
+    """The ``mode=preprocess`` entry: resolve ``data.path`` and convert (``max_skipped_fraction``:
+    see :func:`preprocess_files`).
+
+    Raises:
+        DataError: see :func:`preprocess_files`; a day over ``max_skipped_fraction``.
+    """
     assert cfg.output_dir is not None
     files = resolve_inputs({"data.path": data_paths})["data.path"]
     out_dir = Path(cfg.output_dir).expanduser()
