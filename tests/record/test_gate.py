@@ -2,6 +2,7 @@
 runs write them, with realistic numbers: seeds spread val AUROC by +-0.009 while a change
 moves every seed alike (paired spread +-0.0005)."""
 
+import csv
 import json
 import math
 import re
@@ -368,3 +369,18 @@ def test_a_baseline_holding_one_seed_twice_fails_the_gate():
     assert not result.passed
     assert any("the baseline holds seed(s) 0 in two completed runs" in f for f in result.failures)
     assert compare_runs(runs([(0, 0.79), (1, 0.80)]), runs([(0, 0.79), (1, 0.80)])).passed
+
+
+def test_sweeps_with_other_fixed_overrides_reported_together_are_not_pooled(tmp_path, capsys):
+    """Seeds of ``optimizer=sgd`` from a ``model=tiny`` sweep and a ``model=mlperf`` sweep were
+    pooled as four repeats of one configuration."""
+
+    def swept(folder: str, model: str, seeds: tuple[int, ...]) -> Path:
+        jobs = [({"optimizer": "sgd", "seed": s, "model": model}, SEED_AUROC[s]) for s in seeds]
+        return write_sweep(tmp_path / folder, ["optimizer=sgd,adam", "seed=0,1"], jobs)
+
+    tiny, mlperf = swept("tiny", "tiny", (0, 1)), swept("mlperf", "mlperf", (2, 0))
+    assert report.main([str(tiny), str(mlperf), "--out", str(tmp_path / "out")]) == 0
+    with open(tmp_path / "out" / "summary_stats.csv") as f:
+        rows = {row["config"]: row["n"] for row in csv.DictReader(f)}
+    assert rows == {"optimizer=sgd [model=tiny]": "2", "optimizer=sgd [model=mlperf]": "2"}

@@ -199,7 +199,23 @@ def load_runs(paths: Iterable[Path]) -> list[RunRecord]:
             if path.parent not in swept_of:
                 swept_of[path.parent] = saved_swept_keys(path.parent)
             runs.append(_record(path, swept_of[path.parent], _job_overrides(path)))
+    _separate_fixed(runs)
     return runs
+
+
+def _separate_fixed(runs: Sequence[RunRecord]) -> None:
+    """Keep runs of one configuration apart when they were run with other fixed (not swept)
+    overrides, e.g. the jobs of ``optimizer=sgd`` in a sweep with ``model=tiny`` and in one with
+    ``model=mlperf`` reported together: their seeds are not repeats of one measurement. Each
+    such run's configuration is named with its fixed overrides (``optimizer=sgd
+    [model=mlperf]``); runs with none keep their name."""
+    fixed_of: dict[str, set[str]] = {}
+    for run in runs:
+        fixed_of.setdefault(run.config_id, set()).add(run.fixed)
+    for run in runs:
+        if len(fixed_of[run.config_id]) > 1 and run.fixed:
+            run.config = f"{run.config} [{run.fixed}]"
+            run.config_id = f"{run.config_id} [{run.fixed}]"
 
 
 def _record(run_dir: Path, swept: Sequence[str], overrides: list[str]) -> RunRecord:
