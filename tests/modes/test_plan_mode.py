@@ -73,6 +73,16 @@ def test_plan_mode_cli_prints_the_plan(tmp_path, cli_here):
 def test_a_cpu_plan_names_the_ddr_its_tables_use(tmp_path):
     cfg = compose_cfg(["mode=plan", "hardware.ddr_cap=2"])
     assert "largest rank: 0.00 of 2.00 GiB DDR" in summary(run_plan(cfg, tmp_path), tmp_path)
+    # data_parallel tables are held whole by every rank: the total says so
+    dp = ["mode=plan", "hardware.ddr_cap=2", "hardware.nproc_per_node=2", "sharding=dataparallel"]
+    record = run_plan(compose_cfg(dp), tmp_path)
+    storage = record["storage"]
+    assert storage["data_parallel_gib"] == storage["total_gib"] > 0
+    assert storage["held_on_all_ranks_gib"] == 2 * storage["total_gib"]
+    text = summary(record, tmp_path)
+    assert "are data_parallel tables, held whole by each of the 2 ranks" in text
+    record = run_plan(compose_cfg([*dp[:3], "sharding=rowwise"]), tmp_path)
+    assert "held_on_all_ranks_gib" not in record["storage"]
 
 
 def test_a_gpu_preset_does_not_train_on_this_cpu_machine(tmp_path, cli_here):

@@ -183,6 +183,13 @@ def test_replicated_tables_count_once_per_rank_and_the_cap_accounts_for_it():
     capped = compose_cfg([*adam, f"model.num_embeddings_cap={cap}"])
     plan_job(capped, _meta_model(capped), ctx)  # the suggestion fits here too
 
+    # sharding=auto with the dense kernel: the planner can only place them data_parallel
+    dense = [o.replace("sharding=dataparallel", "sharding.compute_kernel=dense") for o in overrides]
+    cfg = compose_cfg(dense)
+    with pytest.raises(InsufficientMemoryError) as info:
+        plan_job(cfg, _meta_model(cfg), ctx)
+    assert "6.33 GiB are data_parallel tables, held whole by each of the 2 ranks" in str(info.value)
+
 
 def test_plan_mode_and_training_choose_the_same_plan_with_local_world_size(tmp_path, monkeypatch):
     """``hardware.local_world_size`` reaches the planner the same way in ``mode=plan`` and in

@@ -14,16 +14,20 @@ and the imbalance between ranks (max / mean). A plan that cannot fit raises the 
 from pathlib import Path
 from typing import Any
 
+from torchrec.distributed.types import ShardingType
+
 from dlrm_exp.config import Config
 from dlrm_exp.factories.experiment import build_module
 from dlrm_exp.modes.job import Job, ModeResult
 from dlrm_exp.planning.estimates import imbalance
-from dlrm_exp.planning.job import plan_job
+from dlrm_exp.planning.job import plan_job, tables_storage
 from dlrm_exp.planning.plan_record import plan_record, plan_text
 from dlrm_exp.planning.storage import GIB
 from dlrm_exp.planning.tables import table_configs
 from dlrm_exp.planning.topology import memory_capacity
 from dlrm_exp.util.files import write_json_atomic, write_text_atomic
+
+DATA_PARALLEL = ShardingType.DATA_PARALLEL.value
 
 
 def run_plan(cfg: Config, run_dir: Path) -> dict[str, Any]:
@@ -56,6 +60,14 @@ def run_plan(cfg: Config, run_dir: Path) -> dict[str, Any]:
         "optimizer_state_gib": storage.optimizer_bytes / GIB,
         "total_gib": storage.total_bytes / GIB,
     }
+    replicated = tables_storage(
+        cfg, {n for n, t in record["tables"].items() if t["sharding_type"] == DATA_PARALLEL}
+    )
+    if replicated.rows and ctx.world_size > 1:  # every rank holds these whole
+        record["storage"]["data_parallel_gib"] = replicated.total_bytes / GIB
+        record["storage"]["held_on_all_ranks_gib"] = (
+            storage.total_bytes + replicated.total_bytes * (ctx.world_size - 1)
+        ) / GIB
     record["estimates_per_rank"] = [{**vars(e), "total_ms": e.total_ms} for e in estimates]
     if estimates:
         record["imbalance"] = {
@@ -117,6 +129,14 @@ def summary(record: dict[str, Any], run_dir: Path) -> str:
         f"{storage['embedding_weight_precision']} weights + "
         f"{storage['optimizer_state_gib']:.2f} GiB optimizer state = "
         f"{storage['total_gib']:.2f} GiB",
+    ]
+    if "held_on_all_ranks_gib" in storage:
+        lines.append(
+            f"  of which {storage['data_parallel_gib']:.2f} GiB are data_parallel tables, held "
+            f"whole by each of the {hw['world_size']} ranks: "
+            f"{storage['held_on_all_ranks_gib']:.2f} GiB on the ranks in all"
+        )
+    lines += [
         f"plan files: {run_dir / 'plan.txt'}, {run_dir / 'plan.json'}",
     ]
     return "\n".join(lines)

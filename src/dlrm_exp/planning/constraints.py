@@ -13,11 +13,12 @@ def table_placement(
 ) -> tuple[ShardingStrategy, ComputeKernel]:
     """The sharding type and kernel ``table`` is planned with (see :func:`build_constraints`):
     the group's choice, except ``row_wise`` / ``fused`` for a managed-collision table and
-    ``data_parallel`` / ``dense`` for ``auto`` without a fused sparse optimizer."""
+    ``data_parallel`` / ``dense`` for ``auto`` without a fused sparse optimizer or with the
+    ``dense`` kernel (the only type that kernel goes with)."""
     kind, kernel = cfg.table_choice(table)
     if table in (managed or set()):
         return ShardingStrategy.row_wise, ComputeKernel.fused
-    if kind is ShardingStrategy.auto and not fused_optimizer:
+    if kind is ShardingStrategy.auto and (not fused_optimizer or kernel is ComputeKernel.dense):
         return ShardingStrategy.data_parallel, ComputeKernel.dense
     return kind, kernel
 

@@ -95,28 +95,37 @@ def _storage(cfg: Config) -> EmbeddingStorage:
 
 def _memory_message(cfg: Config, capacity: MemoryCapacity, world_size: int) -> str:
     """The insufficient-memory explanation for this job (data_parallel tables, as planned:
-    ``auto`` ones too when the sparse optimizer is not fused, counted once per rank)."""
-    dim, opt = cfg.model.embedding_dim, cfg.optimizer.sparse_optimizer
+    ``auto`` ones too when the sparse optimizer is not fused or the kernel is ``dense``,
+    counted once per rank)."""
     tables = table_configs(cfg.model)
     fused, managed = _fuses_sparse_optimizer(cfg), set(cfg.model.managed_tables)
     replicated = [
         table_placement(cfg.sharding, t.name, fused, managed)[0] is ShardingStrategy.data_parallel
         for t in tables
     ]
-    dp = [i for i, is_dp in enumerate(replicated) if is_dp]
-    data_types = cfg.model.table_data_types
+    dp_names = {t.name for t, is_dp in zip(tables, replicated, strict=True) if is_dp}
     return insufficient_memory_message(
         _storage(cfg),
-        opt,
+        cfg.optimizer.sparse_optimizer,
         cfg.model.table_sizes,
-        dim,
+        cfg.model.embedding_dim,
         capacity,
         world_size,
-        replicated=embedding_storage(
-            [tables[i].num_embeddings for i in dp], dim, opt, [data_types[i] for i in dp]
-        ),
+        replicated=tables_storage(cfg, dp_names),
         copies=[world_size if is_dp else 1 for is_dp in replicated],
-        data_types=data_types,
+        data_types=cfg.model.table_data_types,
+    )
+
+
+def tables_storage(cfg: Config, names: set[str]) -> EmbeddingStorage:
+    """What the tables ``names`` of ``cfg.model`` need (weights in their dtype and the sparse
+    optimizer's state, one copy), e.g. the data_parallel ones that every rank holds whole."""
+    chosen = [i for i, t in enumerate(table_configs(cfg.model)) if t.name in names]
+    return embedding_storage(
+        [cfg.model.table_sizes[i] for i in chosen],
+        cfg.model.embedding_dim,
+        cfg.optimizer.sparse_optimizer,
+        [cfg.model.table_data_types[i] for i in chosen],
     )
 
 
