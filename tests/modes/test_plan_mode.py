@@ -249,6 +249,10 @@ def test_a_plan_file_keeps_its_cache_load_factor(tmp_path):
     assert {t["cache_load_factor"] for t in record["tables"].values()} == {0.5}
     with pytest.raises(ConfigError, match=r"takes every table's cache_load_factor from the plan"):
         compose_cfg([*replay, "sharding.cache_load_factor=0.2"])
+    # the cache sits in HBM: a plan whose caches exceed this job's HBM is refused (it was
+    # counted as 0 bytes of HBM)
+    with pytest.raises(InsufficientMemoryError, match=r"rank \d holds 0.00 GiB of tables"):
+        run_plan(compose_cfg([*replay, "hardware.hbm_cap=0.00001"]), tmp_path / "small")
 
 
 def _saved_plan(root: Path) -> list[str]:

@@ -9,10 +9,12 @@ capacity it was planned against and, from the planner, the per-rank estimates).
 from dataclasses import dataclass, field
 
 import torch
+from torchrec.distributed.planner.constants import UVM_CACHING_RATIO
 from torchrec.distributed.types import ModuleSharder, ShardingPlan
 
 from dlrm_exp.config import (
     ComputeDevice,
+    ComputeKernel,
     Config,
     EmbeddingDataType,
     HardwareConfig,
@@ -220,8 +222,10 @@ def _plan_from_file(
 def _check_plan_fits(cfg: Config, plan: ShardingPlan, target: DistContext) -> None:
     """A plan file was made for some hardware; refuse it before anything is allocated when a
     rank's shards (weights at their dtype, the fused optimizer's state in fp32) exceed what
-    this job's rank offers (HBM on a GPU, for the tables in device memory; DDR on CPU), less
-    the planner's reservation for the dense part and activations.
+    this job's rank offers (HBM on a GPU, for the tables in device memory and the
+    ``fused_uvm_caching`` tables' cache, its load factor of their weights as TorchRec's planner
+    counts it, default ``UVM_CACHING_RATIO``; DDR on CPU), less the planner's reservation for
+    the dense part and activations.
 
     Raises:
         InsufficientMemoryError: naming the rank, the GiB it needs and the GiB it offers.
@@ -231,13 +235,16 @@ def _check_plan_fits(cfg: Config, plan: ShardingPlan, target: DistContext) -> No
     per_rank, kind, source = capacity.for_tables(on_gpu)
     record = plan_record(plan, table_configs(cfg.model), target.world_size)
     need = [0] * target.world_size
+    optimizer, cached = cfg.optimizer.sparse_optimizer, ComputeKernel.fused_uvm_caching.value
     for table in record.tables.values():
-        if on_gpu and table.compute_kernel not in DEVICE_RESIDENT_KERNELS:
-            continue  # the UVM kernels keep the rows in host memory
         data_type = EmbeddingDataType(table.data_type)
         for shard in table.shards:
             rows, cols = shard.sizes
-            need[shard.rank] += rows * row_bytes(cols, data_type, cfg.optimizer.sparse_optimizer)
+            if not on_gpu or table.compute_kernel in DEVICE_RESIDENT_KERNELS:
+                need[shard.rank] += rows * row_bytes(cols, data_type, optimizer)
+            elif table.compute_kernel == cached:  # rows in host memory, a cache of them in HBM
+                factor = table.cache_load_factor or UVM_CACHING_RATIO
+                need[shard.rank] += round(rows * cols * data_type.element_bytes * factor)
     rank = max(range(target.world_size), key=need.__getitem__)
     usable = usable_bytes(per_rank)
     if need[rank] > usable:
