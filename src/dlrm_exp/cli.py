@@ -79,8 +79,13 @@ def hydra_main(raw: DictConfig) -> float | None:
             log.exception("job %s failed", name)
         message = str(err) if user_error else f"{type(err).__name__}: {err}"
         print(f"Error in job {name}: {message}", file=sys.stderr)
-        RunMetrics.failed(message, type(err).__name__).write(run_dir / "metrics.json")
+        RunMetrics.failed(message, type(err).__name__, _choices()).write(run_dir / "metrics.json")
         return math.nan
+
+
+def _choices() -> dict[str, str | None]:
+    """The job's config group choices (``{"sharding": "rowwise", "experiment": None, ...}``)."""
+    return {k: None if v is None else str(v) for k, v in HydraConfig.get().runtime.choices.items()}
 
 
 def _signal(err: KeyboardInterrupt | Terminated) -> signal.Signals:
@@ -121,10 +126,7 @@ def _run(
             from dlrm_exp.loop.checkpoint import requeued_resume
 
             cfg.train.resume = requeued_resume(cfg.train.resume, run_dir)
-    choices = {
-        k: None if v is None else str(v) for k, v in HydraConfig.get().runtime.choices.items()
-    }
-    result = run_mode(cfg, Job(run_dir, choices, tensorboard_dir, swept or {}))
+    result = run_mode(cfg, Job(run_dir, _choices(), tensorboard_dir, swept or {}))
     if result.summary is not None:
         print(result.summary, flush=True)
         to_log_files(result.summary)

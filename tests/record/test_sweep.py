@@ -50,6 +50,8 @@ def test_failed_job_is_recorded_and_the_sweep_goes_on(record_sweep):
     assert [r["substituted"] for r in rows] == ["qcomms: no embedding collective"] * 6 + [""] * 6
     failed = json.loads((sweep_dir / "6" / "metrics.json").read_text())
     assert failed["status"] == "failed" and failed["error_type"] == "ConfigError"
+    # its groups as chosen, so a report places its bar (a default group read "?" before)
+    assert failed["choices"]["sharding"] == "rowwise" and failed["choices"]["model"] == "tiny"
     table = (sweep_dir / "summary.md").read_text()
     assert f"| {RUNS[3]}{SWEEP_RAN} | completed |" in table and f"| {RUNS[6]} | failed |" in table
     assert "| val AUROC |" in table and table in result.stdout + "\n"

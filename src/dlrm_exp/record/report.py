@@ -60,8 +60,8 @@ PLOTS = ("throughput.png", "val_auroc.png", "comm_bytes.png", "auroc_diff.png")
 
 
 def _choice(run: RunRecord, group: str) -> str:
-    """The run's option of ``group``: as recorded, else as overridden (a failed job records no
-    choices), else ``?``."""
+    """The run's option of ``group``: as recorded, else as overridden (a job killed outright,
+    or one that failed before its failures recorded the choices, has none), else ``?``."""
     recorded = run.metrics.choices.get(group)
     return str(recorded or override_values(run.overrides).get(group, "?"))
 

@@ -6,7 +6,7 @@ A completed run holds every field; a failed job of a sweep holds only ``status: 
 
 import json
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
@@ -146,9 +146,12 @@ class RunMetrics:
     error_type: str | None = None
 
     @classmethod
-    def failed(cls, error: str, error_type: str) -> "RunMetrics":
-        """The record of a job that failed with ``error`` (an exception of ``error_type``)."""
-        return cls(status=FAILED, error=error, error_type=error_type)
+    def failed(
+        cls, error: str, error_type: str, choices: Mapping[str, str | None] | None = None
+    ) -> "RunMetrics":
+        """The record of a job that failed with ``error`` (an exception of ``error_type``),
+        with its config groups' ``choices`` (a report places its bar by them)."""
+        return cls(status=FAILED, error=error, error_type=error_type, choices=dict(choices or {}))
 
     @classmethod
     def interrupted(cls, signal_name: str, error_type: str) -> "RunMetrics":
@@ -195,10 +198,11 @@ class RunMetrics:
         return max((r["rss"] for r in self.peak_memory_gib_per_rank), default=None)
 
     def to_json(self) -> dict[str, Any]:
-        """The ``metrics.json`` content: every field of a completed run; ``status``, ``error``
-        and ``error_type`` of a failed or interrupted one."""
+        """The ``metrics.json`` content: every field of a completed run; ``status``, ``error``,
+        ``error_type`` and, where known, ``choices`` of a failed or interrupted one."""
         if self.status in (FAILED, INTERRUPTED):
-            return {"status": self.status, "error": self.error, "error_type": self.error_type}
+            failure = {"status": self.status, "error": self.error, "error_type": self.error_type}
+            return {**failure, "choices": self.choices} if self.choices else failure
         content = asdict(self)
         del content["error"], content["error_type"]
         if self.target_auroc is None:
