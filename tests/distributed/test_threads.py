@@ -25,6 +25,17 @@ def test_threads_default_to_the_cores_shared_by_the_ranks(monkeypatch):
         assert rank_threads(hardware, 0, 2) == 3
         pinned = compose_cfg(["hardware.threads_per_rank=2"]).hardware
         assert rank_threads(pinned, 0, 2) == 2 == torch.get_num_threads()
+        # a Slurm task (one rank) bound to its own cores has its share already: all of them;
+        # one that shares a larger cpuset still divides it
+        monkeypatch.delenv("OMP_NUM_THREADS")
+        monkeypatch.setenv("SUBMITIT_EXECUTOR", "slurm")
+        monkeypatch.setenv("SLURM_CPUS_PER_TASK", str(cores))
+        assert rank_threads(hardware, 0, 2) == cores
+        monkeypatch.setenv("SLURM_CPUS_PER_TASK", str(max(1, cores // 2)))
+        assert rank_threads(hardware, 0, 2) == max(1, cores // 2)
+        monkeypatch.delenv("SUBMITIT_EXECUTOR")
+        monkeypatch.setenv("SLURM_CPUS_PER_TASK", str(cores))  # torchrun inside one task
+        assert rank_threads(hardware, 0, 2) == max(1, cores // 2)
     finally:
         torch.set_num_threads(before)
 

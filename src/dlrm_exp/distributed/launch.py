@@ -19,6 +19,7 @@ import torch.distributed as dist
 from dlrm_exp.config import ComputeDevice, HardwareConfig
 from dlrm_exp.distributed.env import env_rank, launched_by_torchrun
 from dlrm_exp.distributed.host_memory import apply_host_memory
+from dlrm_exp.distributed.submitit_env import in_submitit_task
 from dlrm_exp.errors import ConfigError, Terminated, WorkerFailedError
 from dlrm_exp.util.logs import configure_worker_logging
 
@@ -181,8 +182,10 @@ def _device(cfg: HardwareConfig, local_rank: int) -> torch.device:
 def rank_threads(cfg: HardwareConfig, local_rank: int, local_world_size: int) -> int:
     """Set this rank's intra-op thread count and return it: ``hardware.threads_per_rank``,
     else ``OMP_NUM_THREADS`` when set, else the cores this process may run on divided by the
-    ranks on this host (at least 1); returns what torch then uses. torch's own default, every
-    core for every rank, makes ranks of one host compete for the same cores.
+    ranks on this host (at least 1; a Slurm task that submitit started, one rank, bound to at
+    most its ``SLURM_CPUS_PER_TASK`` cores, already has only its share: all of them); returns
+    what torch then uses. torch's own default, every core for every rank, makes ranks of one
+    host compete for the same cores.
 
     torchrun sets ``OMP_NUM_THREADS=1`` for its workers when it was not set and more than one
     runs per host; such a rank says once (local rank 0) how many threads its share would be.
@@ -190,7 +193,8 @@ def rank_threads(cfg: HardwareConfig, local_rank: int, local_world_size: int) ->
     Raises:
         ConfigError: ``OMP_NUM_THREADS`` is set but not a positive integer.
     """
-    share = max(1, len(os.sched_getaffinity(0)) // max(1, local_world_size))
+    cores = len(os.sched_getaffinity(0))
+    share = cores if _bound_slurm_task(cores) else max(1, cores // max(1, local_world_size))
     omp = os.environ.get("OMP_NUM_THREADS")
     if cfg.threads_per_rank is not None:
         threads = cfg.threads_per_rank
@@ -214,6 +218,13 @@ def rank_threads(cfg: HardwareConfig, local_rank: int, local_world_size: int) ->
         threads = share
     torch.set_num_threads(threads)
     return torch.get_num_threads()
+
+
+def _bound_slurm_task(cores: int) -> bool:
+    """Whether this process is a submitit task (one rank) that Slurm bound to its own
+    ``SLURM_CPUS_PER_TASK`` cores or fewer, rather than one sharing the host's cpuset."""
+    per_task = os.environ.get("SLURM_CPUS_PER_TASK", "")
+    return in_submitit_task() and per_task.isdigit() and cores <= int(per_task)
 
 
 @contextmanager
