@@ -124,10 +124,14 @@ def _list_outputs(runs: Sequence[RunRecord], mode: str) -> bool:
         error = run.metrics.error
         note = {FAILED: f" (failed: {error})", INTERRUPTED: f" ({error})"}.get(run.status, "")
         print(f"- {run.name}: {run.path}{note}")
-    if unfinished:
-        names = ", ".join(f"{r.name} ({r.status})" for r in unfinished)
-        print(f"{len(unfinished)} of {len(runs)} jobs did not complete: {names}")
-    return bool(unfinished)
+    return _print_unfinished([f"{r.name} ({r.status})" for r in unfinished], len(runs))
+
+
+def _print_unfinished(names: Sequence[str], jobs: int) -> bool:
+    """Print which of the sweep's ``jobs`` did not complete (``names``); returns whether any."""
+    if names:
+        print(f"{len(names)} of {jobs} jobs did not complete: {', '.join(names)}")
+    return bool(names)
 
 
 def summarize_sweep(config: DictConfig) -> bool:
@@ -157,10 +161,7 @@ def summarize_sweep(config: DictConfig) -> bool:
         print(stats_markdown(stats))
     print(f"sweep summary: {sweep_dir / 'summary.md'} and summary.csv")
     print(f"compare runs: tensorboard --logdir {sweep_dir}")
-    failed = [row["run"] for row in rows if row["status"] != COMPLETED]
-    if failed:
-        print(f"{len(failed)} of {len(rows)} jobs did not complete: {', '.join(failed)}")
-    return bool(failed)
+    return _print_unfinished([row["run"] for row in rows if row["status"] != COMPLETED], len(rows))
 
 
 #: The config of the multirun under way in this process (Hydra's basic launcher runs the jobs
