@@ -48,6 +48,7 @@ from dlrm_exp.data import iter_batches, load_splits
 from dlrm_exp.distributed.launch import DistContext, process_group
 from dlrm_exp.distributed.sharder import build_sharder
 from dlrm_exp.factories.experiment import TrainWrapper, build_experiment
+from dlrm_exp.loop.metrics import capped_warmup
 from dlrm_exp.loop.trainer import BatchSources, Trainer
 from dlrm_exp.record.tracking import Tracker
 from dlrm_exp.util.logs import quiet_libraries
@@ -149,7 +150,7 @@ def plain_torchrec_run(cfg: Config, plan: ShardingPlan, batches: list[Batch], wa
     pipeline = TrainPipelineSparseDist(
         model, CombinedOptimizer([model.fused_optimizer, dense]), device
     )
-    warmup = min(warmup, len(batches) // 2)  # as the framework's loop caps it
+    warmup = capped_warmup(warmup, len(batches))  # as the framework's loop caps it
     it = iter(batches)
     step, samples, start = 0, 0, time.perf_counter()
     while True:

@@ -115,6 +115,12 @@ class ClickMetrics:
         return {"auroc": auroc, **values}
 
 
+def capped_warmup(warmup_steps: int, steps: int) -> int:
+    """The warm-up steps a throughput over ``steps`` steps leaves out: ``warmup_steps``, at
+    most half of them (a short run still measures its second half)."""
+    return min(warmup_steps, steps // 2)
+
+
 class Throughput:
     """Steady-state training throughput: samples per second over the steps after warm-up.
 

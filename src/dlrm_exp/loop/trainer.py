@@ -31,7 +31,7 @@ from dlrm_exp.distributed.comm_stats import CollectiveBytes
 from dlrm_exp.errors import NonFiniteLossError
 from dlrm_exp.loop.early_stopping import EARLY_STOPPING, END, TARGET, BestValidation
 from dlrm_exp.loop.evaluate import drain, evaluate, quality
-from dlrm_exp.loop.metrics import Throughput
+from dlrm_exp.loop.metrics import Throughput, capped_warmup
 from dlrm_exp.loop.train_window import TrainWindow
 from dlrm_exp.perf.profile import StepProfiler
 from dlrm_exp.record.tracking import Tracker
@@ -298,7 +298,7 @@ class Trainer:
         start = state.step
         self._keep_resumed_best(state)
         # warm-up counts this process's steps: a resumed run warms up again, over what is left
-        warmup = min(self.cfg.throughput_warmup_steps, (self.total_steps - state.step) // 2)
+        warmup = capped_warmup(self.cfg.throughput_warmup_steps, self.total_steps - state.step)
         self.throughput = Throughput(warmup_steps=warmup)
         epochs = itertools.chain.from_iterable(sources.train() for _ in range(self.cfg.epochs))
         train_iter = itertools.islice(epochs, state.step, self.total_steps)
