@@ -20,7 +20,7 @@ HBM_GIB = {"a100_40gb_x8": 40, "a100_80gb_x8": 80, "h100_80gb_x8": 80, "h200_141
 @pytest.mark.parametrize("preset", PRESETS)
 def test_every_preset_plans_the_mlperf_model(tmp_path, preset):
     record = run_plan(compose_cfg(["mode=plan", f"hardware={preset}", "model=mlperf"]), tmp_path)
-    assert record["hardware"]["world_size"] == 8
+    assert record["world_size"] == 8 and record["local_world_size"] == 8
     assert record["hardware"]["hbm_cap_gib_per_rank"] == HBM_GIB[preset]
     assert round(record["storage"]["embedding_weights_gib"], 2) == 97.36
     estimates = record["estimates_per_rank"]
@@ -43,7 +43,7 @@ def test_published_configurations_plan_on_several_hosts(tmp_path, model, nnodes,
         ["mode=plan", "hardware=a100_40gb_x8", f"hardware.nnodes={nnodes}", f"model={model}"]
     )
     record = run_plan(cfg, tmp_path)
-    assert record["hardware"]["world_size"] == 8 * nnodes
+    assert record["world_size"] == 8 * nnodes
     assert round(record["storage"]["embedding_weights_gib"], 2) == total
     # the largest Criteo table (292,775,614 x 128, 140 GiB) cannot sit on one 40 GiB device
     assert max(e["hbm_bytes"] for e in record["estimates_per_rank"]) <= 40 * 2**30
@@ -136,10 +136,16 @@ def test_a_table_row_wise_plan_for_other_ranks_per_host_is_refused(tmp_path):
     plan = _tiny_plan(tmp_path, "sharding=tablerowwise", "hardware.local_world_size=1")
     job = ["mode=plan", "hardware.nproc_per_node=2", "sharding=from_file",
            f"sharding.plan_path={plan}"]  # fmt: skip
-    with pytest.raises(ConfigError, match=r"is for 1 rank\(s\) per host, this job has 2: its "
-                       r"t_cat_0, t_cat_1, t_cat_10, \.\.\. are cut per host"):  # fmt: skip
+    refused = r"is for 1 rank\(s\) per host, this job has 2: its t_cat_0, t_cat_1, t_cat_10, "
+    with pytest.raises(ConfigError, match=refused + r"\.\.\. are cut per host"):
         run_plan(compose_cfg(job), tmp_path / "again")
     run_plan(compose_cfg([*job, "hardware.local_world_size=1"]), tmp_path / "same")
+    # a plan.json written before local_world_size joined the plan record kept it in hardware
+    record = json.loads(plan.read_text())
+    record["hardware"]["local_world_size"] = record.pop("local_world_size")
+    plan.write_text(json.dumps(record))
+    with pytest.raises(ConfigError, match=refused):
+        run_plan(compose_cfg(job), tmp_path / "older")
 
 
 def test_a_plan_file_that_does_not_fit_this_hardware_is_refused(tmp_path):

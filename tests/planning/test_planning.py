@@ -212,8 +212,8 @@ def test_plan_mode_and_training_choose_the_same_plan_with_local_world_size(tmp_p
     )
     planned = run_plan(cfg, tmp_path)
     assert planned["hardware"]["ddr_cap_gib_per_rank"] == 1.0
-    assert planned["hardware"]["local_world_size"] == 1
-    trained = plan_record(preflight(cfg), table_configs(cfg.model), 2).to_json()
+    assert planned["local_world_size"] == 1
+    trained = plan_record(preflight(cfg), table_configs(cfg.model), 2, 1).to_json()
     assert trained["tables"] == planned["tables"]
 
 

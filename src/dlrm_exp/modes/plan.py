@@ -43,12 +43,12 @@ def run_plan(cfg: Config, run_dir: Path) -> dict[str, Any]:
     hw = cfg.hardware
     result = plan_job(cfg, build_module(cfg))
     ctx = result.context
-    record = plan_record(result.plan, table_configs(cfg.model), ctx.world_size).to_json()
+    record = plan_record(
+        result.plan, table_configs(cfg.model), ctx.world_size, ctx.local_world_size
+    ).to_json()
     capacity = result.capacity or memory_capacity(hw, ctx.local_world_size)
     storage, estimates = result.storage, result.estimates
     record["hardware"] = {
-        "world_size": ctx.world_size,
-        "local_world_size": ctx.local_world_size,
         "nnodes": hw.nnodes,
         "compute_device": hw.compute_device.value,
         "hbm_cap_gib_per_rank": (capacity.hbm_bytes or 0) / GIB,
@@ -90,7 +90,8 @@ def summary(record: dict[str, Any], run_dir: Path) -> str:
     """The lines ``mode=plan`` prints: tables, ranks against capacity, totals, imbalance."""
     hw, storage = record["hardware"], record["storage"]
     lines = [
-        f"plan for {hw['world_size']} x {hw['compute_device']} rank(s) on {hw['nnodes']} host(s), "
+        f"plan for {record['world_size']} x {hw['compute_device']} rank(s) on {hw['nnodes']} "
+        f"host(s), "
         f"{hw['hbm_cap_gib_per_rank']:.0f} GiB HBM + {hw['ddr_cap_gib_per_rank']:.0f} GiB DDR each",
         f"{'table':<12} {'rows':>12} {'sharding type':<18} {'kernel':<18} ranks",
     ]
@@ -133,7 +134,7 @@ def summary(record: dict[str, Any], run_dir: Path) -> str:
     if "held_on_all_ranks_gib" in storage:
         lines.append(
             f"  of which {storage['data_parallel_gib']:.2f} GiB are data_parallel tables, held "
-            f"whole by each of the {hw['world_size']} ranks: "
+            f"whole by each of the {record['world_size']} ranks: "
             f"{storage['held_on_all_ranks_gib']:.2f} GiB on the ranks in all"
         )
     lines += [

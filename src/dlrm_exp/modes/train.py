@@ -141,9 +141,7 @@ def _announce(run: _Run) -> None:
     if slow:
         log.warning(slow)
     write_text_atomic(run.job.run_dir / "plan.txt", plan_text(experiment.plan) + "\n")
-    hardware = {"world_size": ctx.world_size, "local_world_size": ctx.local_world_size}
-    record = {**run.plan_data.to_json(), "hardware": hardware}
-    write_json_atomic(run.job.run_dir / "plan.json", record)
+    write_json_atomic(run.job.run_dir / "plan.json", run.plan_data.to_json())
 
 
 def train_worker(cfg: Config, job: Job, plan: ShardingPlan | None = None) -> RunMetrics:
@@ -154,7 +152,9 @@ def train_worker(cfg: Config, job: Job, plan: ShardingPlan | None = None) -> Run
         job = shared_job(job, ctx)
         reset_peak_memory(ctx.device)  # this run's peak, not an earlier job's in this process
         splits, experiment = prepare(cfg, ctx, plan)
-        plan_data = plan_record(experiment.plan, table_configs(cfg.model), ctx.world_size)
+        plan_data = plan_record(
+            experiment.plan, table_configs(cfg.model), ctx.world_size, ctx.local_world_size
+        )
         run = _Run(cfg, job, ctx, splits, experiment, plan_data)
         if ctx.is_main:
             _announce(run)

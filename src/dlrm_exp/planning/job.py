@@ -233,7 +233,7 @@ def _check_plan_fits(cfg: Config, plan: ShardingPlan, target: DistContext) -> No
     capacity = memory_capacity(cfg.hardware, target.local_world_size)
     on_gpu = cfg.hardware.compute_device is ComputeDevice.cuda
     per_rank, kind, source = capacity.for_tables(on_gpu)
-    record = plan_record(plan, table_configs(cfg.model), target.world_size)
+    record = plan_record(plan, table_configs(cfg.model), target.world_size, target.local_world_size)
     need = [0] * target.world_size
     optimizer, cached = cfg.optimizer.sparse_optimizer, ComputeKernel.fused_uvm_caching.value
     for table in record.tables.values():

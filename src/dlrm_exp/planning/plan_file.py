@@ -149,13 +149,16 @@ def load_plan(
 
 
 def _read_record(path: Path) -> tuple[dict[str, Any], int, int | None]:
-    """The file's ``tables``, ``world_size`` and ranks per host (``hardware.local_world_size``;
-    None in a file without it); a ConfigError if it is missing or no plan."""
+    """The file's ``tables``, ``world_size`` and ranks per host (``local_world_size``; in
+    ``hardware`` in files written before it joined the plan record; None in a file without
+    it); a ConfigError if it is missing or no plan."""
     try:
         record = json.loads(path.read_text())
         planned: dict[str, Any] = record["tables"]
         planned_world = int(record["world_size"])
-        local = (record.get("hardware") or {}).get("local_world_size")
+        local = record.get(
+            "local_world_size", (record.get("hardware") or {}).get("local_world_size")
+        )
         planned_local = None if local is None else int(local)
     except FileNotFoundError:
         raise ConfigError(

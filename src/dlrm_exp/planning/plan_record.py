@@ -45,15 +45,18 @@ class TablePlan:
 
 @dataclass(frozen=True)
 class PlanRecord:
-    """The plan as data (``plan.json``): per table its :class:`TablePlan`, and the embedding
-    weight bytes each rank holds."""
+    """The plan as data (``plan.json``): the ranks it was made for (in all and per host: a
+    table-row-wise or grid table is cut per host), per table its :class:`TablePlan`, and the
+    embedding weight bytes each rank holds."""
 
     world_size: int
+    local_world_size: int
     tables: dict[str, TablePlan]
     embedding_bytes_per_rank: list[int]
 
     def to_json(self) -> dict[str, Any]:
-        """The ``plan.json`` content (``world_size``, ``tables``, ``embedding_bytes_per_rank``)."""
+        """The ``plan.json`` content (``world_size``, ``local_world_size``, ``tables``,
+        ``embedding_bytes_per_rank``)."""
         return asdict(self)
 
 
@@ -70,7 +73,7 @@ def _shards(ps: Any, table: EmbeddingBagConfig) -> list[ShardRecord]:
 
 
 def plan_record(
-    plan: ShardingPlan, tables: list[EmbeddingBagConfig], world_size: int
+    plan: ShardingPlan, tables: list[EmbeddingBagConfig], world_size: int, local_world_size: int
 ) -> PlanRecord:
     """The plan as data: per table its sharding type, compute kernel, ranks and shards (rank,
     row/column offsets, sizes), and the embedding weight bytes held by each rank (at each table's
@@ -96,7 +99,7 @@ def plan_record(
                 table.data_type.value.lower(),
                 ps.cache_params.load_factor if ps.cache_params is not None else None,
             )
-    return PlanRecord(world_size, records, per_rank)
+    return PlanRecord(world_size, local_world_size, records, per_rank)
 
 
 def plan_text(plan: ShardingPlan) -> str:
