@@ -192,12 +192,19 @@ def _stop_on_sigterm() -> Iterator[None]:
     and the process ends in one line, exit 143. Only where SIGTERM still has its default
     action (which killed the process mid-step): a handler someone installed (submitit's)
     stays, and so does the default of torchrun's workers, whose agent stops them with
-    SIGTERM. The default is put back after the block."""
+    SIGTERM. The default is put back after the block. A process forked inside the block (a
+    preprocess or DataLoader worker) inherits the handler but not the block: there SIGTERM
+    keeps its default action."""
     if launched_by_torchrun() or signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL:
         yield
         return
+    installer = os.getpid()
 
     def stop(signum: int, frame: object) -> None:
+        if os.getpid() != installer:  # a forked child: die as SIGTERM would have it die
+            signal.signal(signum, signal.SIG_DFL)
+            os.kill(os.getpid(), signum)
+            return
         raise Terminated(signum)
 
     signal.signal(signal.SIGTERM, stop)

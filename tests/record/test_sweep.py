@@ -450,3 +450,26 @@ def test_sigterm_ends_a_one_process_sweep_in_one_line_with_its_summary(tmp_path)
     record = json.loads((sweep / "1" / "metrics.json").read_text())
     assert record == {"status": "interrupted", "error": "interrupted by SIGTERM",
                       "error_type": "Terminated"}  # fmt: skip
+
+
+def test_a_process_forked_under_the_sigterm_handler_dies_of_sigterm():
+    """A worker forked inside the block (preprocess, a DataLoader) inherits the handler: it
+    raised ``Terminated`` there, a traceback in a process that only had to stop."""
+    import os
+    import signal
+    import time
+
+    from dlrm_exp.cli import _stop_on_sigterm
+    from dlrm_exp.errors import Terminated
+
+    with _stop_on_sigterm():
+        child = os.fork()
+        if child == 0:  # pragma: no cover - the child process
+            try:
+                os.kill(os.getpid(), signal.SIGTERM)
+                time.sleep(10)
+                os._exit(0)
+            except Terminated:
+                os._exit(3)
+        _, status = os.waitpid(child, 0)
+    assert os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGTERM
