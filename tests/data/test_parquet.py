@@ -394,6 +394,21 @@ def test_preprocess_refuses_two_inputs_with_one_output_name(tmp_path):
     assert not (tmp_path / "out").exists()  # nothing written
 
 
+def test_preprocess_names_parquet_files_of_other_inputs_in_its_folder(tmp_path, caplog):
+    """Files of another input with the same settings were read with this run's by a data.path
+    naming the folder, with no word (the npy output warns)."""
+    from dlrm_exp.data.criteo_format import write_criteo_tsv
+    from dlrm_exp.data.criteo_parquet import write_criteo_parquet
+
+    schema, out = criteo_schema([100] * 26), tmp_path / "out"
+    day_0 = write_criteo_tsv(tmp_path / "day_0", 10, seed=0)
+    write_criteo_parquet([day_0], out, schema, 64)
+    write_criteo_parquet([day_0], out, schema, 64)  # the same input again: nothing to say
+    assert "from other inputs" not in caplog.text
+    write_criteo_parquet([write_criteo_tsv(tmp_path / "day_1", 10, seed=1)], out, schema, 64)
+    assert f"preprocess.output_dir={out} also holds day_0.parquet from other inputs" in caplog.text
+
+
 def test_pooling_factors_reach_the_planner_per_feature_of_each_table():
     from conftest import compose_cfg
     from dlrm_exp.planning.constraints import build_constraints

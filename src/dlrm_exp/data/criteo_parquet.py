@@ -15,6 +15,7 @@ trains to the same AUROC. A file is read whole (as ``data=criteo_tsv`` reads it)
 temporary name and renamed.
 """
 
+import logging
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +26,8 @@ from dlrm_exp.data.criteo_tsv import ReadReport, read_files
 from dlrm_exp.data.parquet_files import write_parquet_atomic
 from dlrm_exp.errors import DataError
 from dlrm_exp.util.files import write_text_atomic
+
+log = logging.getLogger(__name__)
 
 #: The schema's name: ``data/schema=criteo_preprocessed`` with ``--config-dir <out>/conf``.
 SCHEMA_NAME = "criteo_preprocessed"
@@ -63,6 +66,15 @@ def write_criteo_parquet(
             + "): give files whose names differ before the first dot"
         )
     output_dir.mkdir(parents=True, exist_ok=True)
+    others = sorted(p.name for p in set(output_dir.glob("*.parquet")) - set(targets))
+    if others:
+        log.warning(
+            "preprocess.output_dir=%s also holds %s from other inputs: a data.path naming the "
+            "folder reads them with this run's files (the command printed below names only "
+            "this run's)",
+            output_dir,
+            ", ".join(others),
+        )
     report = ReadReport()
     outputs = []
     for source, target in zip(files, targets, strict=True):
