@@ -172,6 +172,14 @@ def test_fraction_split_in_file_order(tmp_path):
     first_dense = lambda d: np.round(np.expm1(d.dense[:, 0].numpy())).astype(int).tolist()  # noqa: E731
     assert first_dense(val) == [14, 15] and first_dense(test) == [16, 17, 18, 19]
     assert report.rows_valid == 20
+    # a fraction as written, not its float product: 0.29 of 100 rows is 29 (int(100 * 0.29)
+    # is 28)
+    hundred = write(tmp_path / "b.tsv", [row(str(i % 2)) for i in range(100)])
+    cfg = CriteoTsvDataConfig(
+        path=str(hundred), val_fraction=0.29, test_fraction=0.57, schema=SCHEMA
+    )
+    train, val, test, _ = load_criteo_tsv(cfg)
+    assert (len(train), len(val), len(test)) == (14, 29, 57)
 
 
 def test_explicit_val_and_test_paths(tmp_path):

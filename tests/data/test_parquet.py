@@ -221,6 +221,9 @@ def test_fractions_cut_rows_in_file_order_and_explicit_val_file(tmp_path):
     extra = write(tmp_path / "v.parquet", table(5))
     splits = load_splits(config(path, val_path=str(extra), test_fraction=0.5), [], 2, 0)
     assert splits.info.rows == {"train": 10, "val": 5, "test": 10}
+    hundred = write(tmp_path / "h.parquet", table(100))
+    splits = load_splits(config(hundred, val_fraction=0.29, test_fraction=0.57), [], 2, 0)
+    assert splits.info.rows == {"train": 14, "val": 29, "test": 57}  # not 28 and 56
 
 
 def test_folder_and_glob_inputs(tmp_path):

@@ -47,6 +47,7 @@ from dlrm_exp.data.preprocess.tsv_parse import (
     iter_blocks,
     parse_block,
 )
+from dlrm_exp.data.splits import fraction_rows
 from dlrm_exp.errors import DataError
 
 
@@ -304,8 +305,8 @@ def load_criteo_tsv(cfg: CriteoTsvDataConfig) -> tuple[ClickData, ClickData, Cli
     files = resolve_inputs(cfg.input_paths())
     main, report = read_files(files["data.path"], cfg.schema, max_bad)
     n = len(main)
-    n_val = 0 if cfg.val_path else int(n * cfg.val_fraction)
-    n_test = 0 if cfg.test_path else int(n * cfg.test_fraction)
+    n_val = 0 if cfg.val_path else fraction_rows(n, cfg.val_fraction)
+    n_test = 0 if cfg.test_path else fraction_rows(n, cfg.test_fraction)
     n_train = n - n_val - n_test
     train = main.rows(0, n_train)
     val = main.rows(n_train, n_train + n_val)

@@ -33,7 +33,7 @@ from dlrm_exp.data.parquet_files import (
     scan_files,
 )
 from dlrm_exp.data.paths import resolve_inputs
-from dlrm_exp.data.splits import DataInfo, DataSplits
+from dlrm_exp.data.splits import DataInfo, DataSplits, fraction_rows
 from dlrm_exp.util.rank_zero import on_rank_zero
 
 log = logging.getLogger(__name__)
@@ -172,8 +172,8 @@ def load_parquet(cfg: ParquetDataConfig) -> DataSplits:
     train_scan = scans["data.path"]
     segments = train_scan.segments
     total = sum(len(s) for s in segments)
-    n_val = 0 if cfg.val_path else int(total * cfg.val_fraction)
-    n_test = 0 if cfg.test_path else int(total * cfg.test_fraction)
+    n_val = 0 if cfg.val_path else fraction_rows(total, cfg.val_fraction)
+    n_test = 0 if cfg.test_path else fraction_rows(total, cfg.test_fraction)
     train, rest = _cut(segments, total - n_val - n_test)
     val, test = _cut(rest, n_val)
     if cfg.val_path:

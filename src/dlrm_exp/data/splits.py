@@ -2,9 +2,16 @@
 (:class:`DataInfo`, written as ``metrics.json``'s ``data``)."""
 
 from dataclasses import asdict, dataclass, field
+from fractions import Fraction
 from typing import Any
 
 from dlrm_exp.data.batches import ClickData
+
+
+def fraction_rows(rows: int, fraction: float) -> int:
+    """The rows ``fraction`` of ``rows`` takes, rounded down, with the fraction as written
+    (``0.29`` of 100 is 29: ``int(100 * 0.29)`` is 28, the float product being 28.999...)."""
+    return int(Fraction(repr(fraction)) * rows)
 
 
 @dataclass
