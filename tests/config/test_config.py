@@ -158,6 +158,7 @@ RULES = [
     ),
     (["hardware.intra_host_bw=-1"], r"hardware.intra_host_bw must be positive"),
     (["verify.steps=0"], r"verify.steps must be positive"),
+    (["seed=-1"], r"seed=-1: give a non-negative integer below 2\*\*64"),
     (["optimizer.learning_rate=0"], r"optimizer.learning_rate must be positive"),
     (["optimizer.dense_learning_rate=-1"], r"optimizer.dense_learning_rate must be positive"),
     (["optimizer.eps=-1e-3"], r"optimizer.eps must be >= 0"),

@@ -65,6 +65,11 @@ class Config:
     def __post_init__(self) -> None:
         """The rules that cross groups, in this order (the first broken one raises
         :class:`~dlrm_exp.errors.ConfigError`)."""
+        require(
+            0 <= self.seed < 2**64,
+            f"seed={self.seed}: give a non-negative integer below 2**64 (it seeds torch, numpy "
+            "and the data's uint64 stream keys)",
+        )
         self._apply_feature_schema()
         self._check_checkpoint_given()
         self._check_managed_collision_mode()
