@@ -30,7 +30,7 @@ from dlrm_exp.config import Config, Mode, conf_dir, register_configs
 from dlrm_exp.config.keys import check_composed_keys, check_override_keys
 from dlrm_exp.distributed.env import env_rank, launched_by_torchrun
 from dlrm_exp.distributed.submitit_env import adopt_submitit_environment, in_submitit_task
-from dlrm_exp.errors import ConfigError, Terminated, UserError
+from dlrm_exp.errors import ConfigError, RunFolderInUseError, Terminated, UserError
 from dlrm_exp.modes import Job, run_mode
 from dlrm_exp.record.run_record import RunMetrics
 from dlrm_exp.record.runs import (
@@ -74,6 +74,9 @@ def hydra_main(raw: DictConfig) -> float | None:
     except Exception as err:  # one job's failure must not end the sweep
         if env_rank() > 0:  # a task of a several-task (submitit) job: its failure fails the
             raise  # task, and rank 0 records the job's (a record here would replace it)
+        if isinstance(err, RunFolderInUseError):  # the folder's record is another run's
+            print(f"Error in job {name}: {err}", file=sys.stderr)
+            return math.nan
         user_error = isinstance(err, (UserError, OmegaConfBaseException))
         if not user_error:
             log.exception("job %s failed", name)

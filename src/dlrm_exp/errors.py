@@ -16,6 +16,11 @@ class DataError(UserError):
     """Input data that cannot be read: missing path, no valid row, unreadable file."""
 
 
+class RunFolderInUseError(UserError):
+    """The run folder holds another run's results (its checkpoints), which this run would mix
+    with its own; nothing is written to it (its record stays that run's)."""
+
+
 class PlanError(UserError):
     """TorchRec's planner cannot place the tables under the requested constraints."""
 

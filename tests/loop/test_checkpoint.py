@@ -84,6 +84,25 @@ def test_resume_continues_bitwise_and_prunes(tmp_path, caplog):
     assert [p.name for p in complete_checkpoints(tmp_path / "a")] == ["step_24", "step_32"]
 
 
+def test_a_fresh_run_into_a_folder_with_checkpoints_is_refused_and_keeps_its_record(
+    tmp_path, cli_here
+):
+    """Training again into a run folder without resuming mixed the two runs' checkpoints:
+    evaluate, predict, export and ``train.resume=auto`` then took the earlier run's. A sweep
+    run again into its folder keeps each job's record (a failure record replaced it)."""
+    run_dir = tmp_path / "sweep" / "0"
+    first = ["-m", *SMALL, "train.max_steps=8", f"hydra.sweep.dir={run_dir.parent}"]
+    assert cli_here(first).returncode == 0
+    record = (run_dir / "metrics.json").read_bytes()
+    again = cli_here([*first, "optimizer.learning_rate=0.05"])
+    assert f"{run_dir} holds the checkpoints of an earlier run (step_8): continue it with " in (
+        again.stderr
+    )
+    assert (run_dir / "metrics.json").read_bytes() == record  # still the first run's record
+    assert [p.name for p in complete_checkpoints(run_dir)] == ["step_8"]
+    assert cli_here([*first, "train.resume=auto"]).returncode == 0  # resuming is the way on
+
+
 def test_two_identical_runs_give_identical_metrics(tmp_path):
     first = run_train(compose_cfg(SMALL), tmp_path / "a", {})
     second = run_train(compose_cfg(SMALL), tmp_path / "b", {})

@@ -54,7 +54,7 @@ from torch.distributed.checkpoint.api import CheckpointException
 from torch.distributed.checkpoint.metadata import Metadata, StorageMeta, TensorStorageMetadata
 
 from dlrm_exp.distributed.preemption import preemption_held
-from dlrm_exp.errors import UserError
+from dlrm_exp.errors import RunFolderInUseError, UserError
 from dlrm_exp.util.files import write_json_atomic
 
 log = logging.getLogger(__name__)
@@ -208,6 +208,24 @@ def complete_checkpoints(run_dir: Path) -> list[Path]:
         if match and _is_complete(path):
             found.append((_samples(path), int(match.group(1)), path))
     return [path for _, _, path in sorted(found)]
+
+
+def check_no_earlier_run(run_dir: Path) -> None:
+    """A training run that does not resume must start from an empty ``checkpoints/``: a
+    later ``mode=evaluate|predict|export`` of the folder, or ``train.resume=auto``, would
+    otherwise take an earlier run's checkpoint (its ``best``, or a later step) for this one's.
+
+    Raises:
+        RunFolderInUseError: naming the folder and what it holds.
+    """
+    held = ([best] if (best := best_checkpoint(run_dir)) else []) + complete_checkpoints(run_dir)
+    if held:
+        names = ", ".join(p.name for p in held[:3]) + (", ..." if len(held) > 3 else "")
+        raise RunFolderInUseError(
+            f"{run_dir} holds the checkpoints of an earlier run ({names}): continue it with "
+            "train.resume=auto, train into another folder (hydra.run.dir=...), or remove "
+            f"{run_dir / CHECKPOINTS}"
+        )
 
 
 def later_checkpoints(run_dir: Path, path: Path) -> list[Path]:

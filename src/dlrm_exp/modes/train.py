@@ -44,6 +44,7 @@ from dlrm_exp.loop.checkpoint import (
     adopt_best,
     best_checkpoint,
     changed_settings,
+    check_no_earlier_run,
     later_checkpoints,
     load_checkpoint,
     load_model_weights,
@@ -110,10 +111,14 @@ def run_train(
     Raises:
         DataError, InsufficientMemoryError, ConfigError: user-fixable problems, before
             training starts.
+        RunFolderInUseError: a run that does not resume is given a folder holding another
+            run's checkpoints.
         WorkerFailedError: a worker process failed or was killed.
     """
     check_devices(cfg.hardware)
     check_writable(run_dir)
+    if not cfg.train.resume and env_rank() == 0:
+        check_no_earlier_run(run_dir)
     job = Job(run_dir, dict(choices), tensorboard_dir, dict(swept or {}))
     return run_on_ranks(train_worker, cfg, job)
 
