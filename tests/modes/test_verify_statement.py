@@ -46,3 +46,15 @@ def test_exact_pipelines_in_fp32_are_judged_and_the_others_reported():
         {**exact, "dense_precision": "fp32", "table_data_types": ["fp32"], "inexact_because": []}
     )
     assert "exact, same maths as the reference" in text and "PASS" in text
+
+
+def test_a_diverged_run_fails_the_comparison_even_when_not_judged():
+    """A job that is not judged (fp16 tables, bf16 dense) passed with NaN losses: nothing
+    compared them, and the deviation was NaN."""
+    nan = float("nan")
+    for exact in (False, True):
+        result = compare(_trace([0.7, nan]), _trace([0.7, 0.6]), "fp32", exact=exact)
+        assert result["passed"] is False and result["finite"] is False
+    reference_diverged = compare(_trace([0.7, 0.6]), _trace([0.7, float("inf")]), "fp32", False)
+    assert reference_diverged["passed"] is False
+    assert compare(_trace([0.7, 0.6]), _trace([0.7, 0.6]), "fp32", exact=False)["passed"] is None

@@ -35,6 +35,7 @@ before DDP averages the halves (about 1e-7).
 
 import copy
 import itertools
+import math
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -276,13 +277,15 @@ def exact_training(cfg: Config) -> bool:
 
 def compare(sharded: Trace, reference: Trace, precision: str, exact: bool = True) -> dict[str, Any]:
     """Deviations of ``sharded`` from ``reference`` and the verdict (``passed`` is None when
-    the job is not ``exact``)."""
+    the job is not ``exact``; False, whatever it is, when a loss of either run is NaN or
+    infinite: a diverged run is a failure of the comparison, not a deviation to report)."""
     if len(sharded.losses) != len(reference.losses):
         raise RuntimeError(
             f"runs took different steps: {len(sharded.losses)} vs {len(reference.losses)}"
         )
     tolerance = LOSS_TOLERANCE[precision]
     deviation = _max_rel(sharded.losses, reference.losses)
+    finite = all(math.isfinite(x) for x in [*sharded.losses, *reference.losses])
     return {
         "steps": len(reference.losses),
         "precision": precision,
@@ -296,7 +299,8 @@ def compare(sharded: Trace, reference: Trace, precision: str, exact: bool = True
         "losses": sharded.losses,
         "reference_losses": reference.losses,
         "exact": exact,
-        "passed": deviation <= tolerance if exact else None,
+        "finite": finite,
+        "passed": False if not finite else (deviation <= tolerance if exact else None),
     }
 
 
@@ -359,6 +363,13 @@ def run_verify(cfg: Config, run_dir: Path) -> dict[str, Any]:
             ``verify.json``).
     """
     result = run_verify_many([cfg], [run_dir])[0]
+    if not result["finite"]:
+        which = "job" if not all(map(math.isfinite, result["losses"])) else "unsharded reference"
+        raise VerificationFailed(
+            f"the {which}'s loss is not finite within {result['steps']} steps (see "
+            f"{run_dir / 'verify.json'}): the settings diverge (lower the learning rates, or "
+            "keep the tables fp32), whatever the sharding"
+        )
     if result["passed"] is False:
         pooled = pooled_tables(cfg)
         raise VerificationFailed(
