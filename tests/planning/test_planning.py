@@ -262,3 +262,22 @@ def test_a_tie_goes_to_the_sharding_type_listed_first(order):
     planner = build_planner(topology, constraints, 128, optimizer=SparseOptimizer.rowwise_adagrad)
     sharders = job_sharders(cfg.qcomms, stochastic_rounding=True)
     assert plan_sharding_types(planner.plan(_meta_model(cfg), sharders)) == {order[0]}
+
+
+@pytest.mark.parametrize(
+    ("overrides", "way_out"),
+    [
+        (["optimizer=adam"], r"optimizer=rowwise_adagrad, adagrad or sgd"),
+        (["sharding=dataparallel", "hardware=a100_40gb_x8", "mode=plan"], r"shard them"),
+    ],
+)
+def test_fp16_replicas_that_torch_optim_would_update_are_refused(overrides, way_out):
+    """fp16 data_parallel tables stepped by torch.optim (Adam on CPU; every optimizer on a GPU)
+    keep fp16 optimizer state: Adam on CPU gave a NaN loss at step 2."""
+    cfg = compose_cfg(["model.embedding_data_type=fp16", *overrides])
+    with pytest.raises(ConfigError, match=r"data_parallel tables \(t_cat_0, .*" + way_out):
+        plan_job(cfg, _meta_model(cfg))
+    # FBGEMM's fused kernel steps them on CPU, in fp32 state; fp32 replicas are fine anywhere
+    for accepted in (["model.embedding_data_type=fp16", "sharding=dataparallel"], overrides):
+        cfg = compose_cfg(accepted)
+        plan_job(cfg, _meta_model(cfg))

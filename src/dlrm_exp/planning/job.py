@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 
 import torch
 from torchrec.distributed.planner.constants import UVM_CACHING_RATIO
-from torchrec.distributed.types import ModuleSharder, ShardingPlan
+from torchrec.distributed.types import ModuleSharder, ShardingPlan, ShardingType
 
 from dlrm_exp.config import (
     ComputeDevice,
@@ -24,7 +24,7 @@ from dlrm_exp.config.optimizer import CPU_FUSED
 from dlrm_exp.distributed.launch import DistContext
 from dlrm_exp.distributed.qcomms import check_supported
 from dlrm_exp.distributed.sharder import job_sharders
-from dlrm_exp.errors import InsufficientMemoryError
+from dlrm_exp.errors import ConfigError, InsufficientMemoryError
 from dlrm_exp.planning.constraints import build_constraints, table_placement
 from dlrm_exp.planning.estimates import EstimateCollector, RankEstimate, rank_estimates
 from dlrm_exp.planning.fused_state import DEVICE_RESIDENT_KERNELS
@@ -167,7 +167,50 @@ def plan_job(
     else:
         result = _plan_with_planner(cfg, module, target, sharders)
     check_supported(cfg.qcomms, plan_sharding_types(result.plan), cfg.hardware.backend.value)
+    _check_fp16_replicas(cfg, result.plan)
     return result
+
+
+def _check_fp16_replicas(cfg: Config, plan: ShardingPlan) -> None:
+    """fp16 tables the plan replicates (``data_parallel``) are stepped after DDP by FBGEMM's
+    fused kernel on CPU with a sparse optimizer of
+    :data:`~dlrm_exp.config.optimizer.CPU_FUSED`, in fp32 state; anywhere else by
+    ``torch.optim`` (Adam on CPU; every optimizer on CUDA), whose state is then fp16 too:
+    Adam's ``eps`` and squared gradients and Adagrad's zero sums underflow, and rows turn
+    inf or NaN at the first update (measured: Adam on CPU, NaN loss at step 2).
+
+    Raises:
+        ConfigError: naming the tables and the ways out.
+    """
+    on_cpu = cfg.hardware.compute_device is ComputeDevice.cpu
+    if on_cpu and cfg.optimizer.sparse_optimizer in CPU_FUSED:
+        return
+    fp16 = {
+        name
+        for name, data_type in zip(cfg.model.table_names, cfg.model.table_data_types, strict=True)
+        if data_type is EmbeddingDataType.fp16
+    }
+    replicated = sorted(
+        name
+        for module_plan in plan.plan.values()
+        for name, ps in module_plan.items()  # type: ignore[union-attr]
+        if name in fp16 and ps.sharding_type == ShardingType.DATA_PARALLEL.value
+    )
+    if replicated:
+        shown = ", ".join(replicated[:4]) + (", ..." if len(replicated) > 4 else "")
+        opt = cfg.optimizer.sparse_optimizer.value
+        raise ConfigError(
+            f"model.embedding_data_type=fp16 with data_parallel tables ({shown}): here "
+            f"torch.optim's {opt} would update their fp16 replicas in fp16 state, which turns "
+            f"rows inf or NaN; keep them fp32 (model.embedding_data_type_per_table.{replicated[0]}"
+            "=fp32), or "
+            + (
+                "use a sparse optimizer FBGEMM fuses on CPU (optimizer=rowwise_adagrad, adagrad "
+                "or sgd)"
+                if on_cpu
+                else "shard them (sharding=rowwise, tablewise, ...)"
+            )
+        )
 
 
 def _fuses_sparse_optimizer(cfg: Config) -> bool:
