@@ -171,6 +171,15 @@ def test_predict_scores_unlabeled_rows_and_refuses_a_mostly_malformed_file(train
     evaluate = [f"checkpoint={run_dir}", "data=criteo_tsv", f"data.path={malformed}"]
     with pytest.raises(DataError, match=r"75 of 100 rows could not be evaluated \(75.0% > "):
         run_evaluate(compose_cfg(["mode=evaluate", *evaluate]), Job(tmp_path / "evaluate"))
+    # the training file's rows are not held against splits read from files of their own
+    clean = [*evaluate, f"data.val_path={labeled}", "split=val"]
+    scored = run_evaluate(compose_cfg(["mode=evaluate", *clean]), Job(tmp_path / "clean"))
+    assert scored.val["samples"] == 300
+    with pytest.raises(
+        DataError,
+        match=r"75 of 100 rows could not be evaluated",  # test: of data.path
+    ):  # test: from data.path
+        run_evaluate(compose_cfg(["mode=evaluate", *clean[:-1], "split=test"]), Job(tmp_path))
 
 
 def test_predict_refuses_a_file_of_another_feature_count(trained, tmp_path):

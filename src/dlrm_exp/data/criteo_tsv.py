@@ -53,7 +53,9 @@ from dlrm_exp.errors import DataError
 
 @dataclass
 class ReadReport:
-    """What a read found. Line numbers are 1-based, per file."""
+    """What a read found. Line numbers are 1-based, per file. ``inputs``: the counts of each
+    input of a split read (``data.path``, ``data.val_path``, ``data.test_path``: their own
+    :meth:`as_dict` without files), so a check can hold only the rows it scores."""
 
     files: list[str] = field(default_factory=list)
     rows_read: int = 0
@@ -61,6 +63,7 @@ class ReadReport:
     rows_padded: int = 0
     skipped_by_reason: dict[str, int] = field(default_factory=lambda: dict.fromkeys(REASONS, 0))
     first_bad_lines: list[str] = field(default_factory=list)
+    inputs: dict[str, dict[str, object]] = field(default_factory=dict)
 
     @property
     def rows_skipped(self) -> int:
@@ -115,8 +118,7 @@ class ReadReport:
         self.first_bad_lines = (self.first_bad_lines + other.first_bad_lines)[:max_bad_lines]
 
     def as_dict(self) -> dict[str, object]:
-        return {
-            "files": self.files,
+        counts = {
             "rows_read": self.rows_read,
             "rows_valid": self.rows_valid,
             "rows_padded": self.rows_padded,
@@ -124,6 +126,28 @@ class ReadReport:
             "skipped_by_reason": dict(self.skipped_by_reason),
             "first_bad_lines": self.first_bad_lines,
         }
+        return {"files": self.files, **counts, **({"inputs": self.inputs} if self.inputs else {})}
+
+    def counts(self) -> dict[str, object]:
+        """:meth:`as_dict` without the files and inputs (one input's entry of ``inputs``)."""
+        return {k: v for k, v in self.as_dict().items() if k not in ("files", "inputs")}
+
+
+def inputs_read(read: dict[str, Any], keys: set[str]) -> dict[str, Any]:
+    """The counts of a split read's ``inputs`` named by ``keys`` (e.g. ``{"data.val_path"}``)
+    added up, as :func:`check_skipped_rows` takes them; the whole read when it has no
+    ``inputs`` (one written before they were kept)."""
+    chosen = [read["inputs"][k] for k in sorted(keys)] if "inputs" in read else [read]
+    reasons: dict[str, int] = {}
+    for one in chosen:
+        for reason, n in one["skipped_by_reason"].items():
+            reasons[reason] = reasons.get(reason, 0) + n
+    return {
+        "rows_read": sum(one["rows_read"] for one in chosen),
+        "rows_skipped": sum(one["rows_skipped"] for one in chosen),
+        "skipped_by_reason": reasons,
+        "first_bad_lines": [line for one in chosen for line in one["first_bad_lines"]],
+    }
 
 
 #: The fixes :func:`check_skipped_rows` names for evaluate and predict.
@@ -304,6 +328,7 @@ def load_criteo_tsv(cfg: CriteoTsvDataConfig) -> tuple[ClickData, ClickData, Cli
     max_bad = cfg.max_reported_bad_lines
     files = resolve_inputs(cfg.input_paths())
     main, report = read_files(files["data.path"], cfg.schema, max_bad)
+    report.inputs["data.path"] = report.counts()
     n = len(main)
     n_val = 0 if cfg.val_path else fraction_rows(n, cfg.val_fraction)
     n_test = 0 if cfg.test_path else fraction_rows(n, cfg.test_fraction)
@@ -315,6 +340,7 @@ def load_criteo_tsv(cfg: CriteoTsvDataConfig) -> tuple[ClickData, ClickData, Cli
         if paths:
             split, split_report = read_files(files[key], cfg.schema, max_bad)
             report.merge(split_report, max_bad)
+            report.inputs[key] = split_report.counts()
             if key == "data.val_path":
                 val = split
             else:

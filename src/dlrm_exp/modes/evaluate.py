@@ -15,7 +15,7 @@ from pathlib import Path
 from torchrec.distributed.types import ShardingPlan
 
 from dlrm_exp.config import Config, CriteoTsvDataConfig, EvalSplit
-from dlrm_exp.data.criteo_tsv import check_skipped_rows
+from dlrm_exp.data.criteo_tsv import check_skipped_rows, inputs_read
 from dlrm_exp.distributed.launch import (
     check_devices,
     env_rank,
@@ -85,6 +85,14 @@ def _keep_other_records(run_dir: Path) -> None:
         )
 
 
+def _scored_inputs(data: CriteoTsvDataConfig, names: tuple[str, ...]) -> set[str]:
+    """The inputs whose rows the splits ``names`` are: ``data.val_path`` / ``data.test_path``
+    when given, else ``data.path`` (a fraction of its rows, whose skipped ones cannot be told
+    apart from the training rows')."""
+    given = {"val": data.val_path, "test": data.test_path}
+    return {f"data.{name}_path" if given[name] else "data.path" for name in names}
+
+
 def evaluate_worker(
     cfg: Config, job: Job, path: Path, plan: ShardingPlan | None = None
 ) -> EvalMetrics:
@@ -93,8 +101,10 @@ def evaluate_worker(
     started = time.perf_counter()
     with process_group(cfg.hardware) as ctx:
         splits, experiment = prepare(cfg, ctx, plan)
+        names = ("val", "test") if cfg.split is EvalSplit.all else (cfg.split.value,)
         if isinstance(cfg.data, CriteoTsvDataConfig) and splits.info.read:
-            check_skipped_rows(splits.info.read, cfg.data.max_skipped_fraction, "evaluated")
+            scored = inputs_read(splits.info.read, _scored_inputs(cfg.data, names))
+            check_skipped_rows(scored, cfg.data.max_skipped_fraction, "evaluated")
         saved = load_model_weights(
             path,
             experiment.model,
@@ -105,7 +115,6 @@ def evaluate_worker(
         step = int(saved["step"])
         if ctx.is_main:
             warn_unlike_training(saved, cfg, ctx.world_size)
-        names = ("val", "test") if cfg.split is EvalSplit.all else (cfg.split.value,)
         scores = {
             name: evaluate(
                 experiment.pipeline,
