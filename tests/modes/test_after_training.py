@@ -56,6 +56,7 @@ def test_evaluate_on_one_process_gives_the_training_runs_final_numbers(trained, 
     with caplog.at_level(logging.WARNING, logger="dlrm_exp.modes.setup"):
         result = run_evaluate(cfg, Job(tmp_path))
     assert "train.dense_precision" not in caplog.text and "managed_collision" not in caplog.text
+    assert "trained on other data" not in caplog.text
     assert result.world_size == 1 and result.step == metrics.steps == 16
     for split in ("val", "test"):
         ours, theirs = getattr(result, split), getattr(metrics, split)
@@ -122,7 +123,9 @@ def test_predict_writes_one_probability_per_valid_row_in_order(trained, tmp_path
     assert not list(tmp_path.glob("*.partial"))
 
 
-def test_predict_scores_unlabeled_rows_and_refuses_a_mostly_malformed_file(trained, tmp_path):
+def test_predict_scores_unlabeled_rows_and_refuses_a_mostly_malformed_file(
+    trained, tmp_path, caplog
+):
     """Rows to score in Criteo's test.txt layout (no label: 39 fields) are detected and all
     scored, with the same probabilities as the labeled rows and no label column; a file whose
     rows are mostly malformed fails predict and evaluate with the counts (over 1 % skipped)."""
@@ -173,8 +176,13 @@ def test_predict_scores_unlabeled_rows_and_refuses_a_mostly_malformed_file(train
         run_evaluate(compose_cfg(["mode=evaluate", *evaluate]), Job(tmp_path / "evaluate"))
     # the training file's rows are not held against splits read from files of their own
     clean = [*evaluate, f"data.val_path={labeled}", "split=val"]
-    scored = run_evaluate(compose_cfg(["mode=evaluate", *clean]), Job(tmp_path / "clean"))
+    with caplog.at_level(logging.WARNING, logger="dlrm_exp.modes.setup"):
+        scored = run_evaluate(compose_cfg(["mode=evaluate", *clean]), Job(tmp_path / "clean"))
     assert scored.val["samples"] == 300
+    # the checkpoint was trained on synthetic data: scored on Criteo rows, said so
+    assert "the checkpoint was trained on other data than this job reads (its run set " in (
+        caplog.text
+    )
     with pytest.raises(
         DataError,
         match=r"75 of 100 rows could not be evaluated",  # test: of data.path

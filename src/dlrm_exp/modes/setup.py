@@ -13,6 +13,7 @@ from torchrec.datasets.utils import Batch
 from torchrec.distributed.types import ShardingPlan
 
 from dlrm_exp.config import Config
+from dlrm_exp.config.keys import flat_settings
 from dlrm_exp.data import (
     ClickData,
     DataSplits,
@@ -132,9 +133,29 @@ def warn_unlike_training(saved: dict[str, Any], cfg: Config, world_size: int) ->
     """A warning line for each way this job scores a checkpoint unlike the run that trained it
     (trainer state ``saved``), so that its numbers differ from that run's: another
     ``train.dense_precision`` (:func:`warn_other_dense_precision`), managed-collision tables
-    on another number of ranks (:func:`warn_managed_collision_ranks`)."""
+    on another number of ranks (:func:`warn_managed_collision_ranks`), another data source
+    (:func:`warn_other_data_source`)."""
     warn_other_dense_precision(saved, cfg)
     warn_managed_collision_ranks(saved, cfg, world_size)
+    warn_other_data_source(saved, cfg)
+
+
+def warn_other_data_source(saved: dict[str, Any], cfg: Config) -> None:
+    """One warning when the checkpoint's run read another data source than this job (its
+    recorded ``data.*`` settings are another option's: ``data=criteo_tsv`` trained, the
+    default synthetic data scored), whose scores then say nothing about the run. Other files
+    of one source (another day) are not warned about: scoring them is what evaluate is for."""
+    recorded = {k for k in saved.get("settings") or {} if k.startswith("data.")}
+    here = set(flat_settings("data", cfg.data))
+    if not recorded or not recorded - here:
+        return
+    only_run = ", ".join(sorted(recorded - here)[:3])
+    log.warning(
+        "the checkpoint was trained on other data than this job reads (its run set %s, which "
+        "this job's data has not): add the run's data=... and data.path=... to score what it "
+        "was trained on",
+        only_run,
+    )
 
 
 def warn_other_dense_precision(saved: dict[str, Any], cfg: Config) -> None:
