@@ -2,6 +2,7 @@
 rank shares and row-group shuffling, and every bad input named with its file and column."""
 
 import math
+from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
@@ -539,3 +540,15 @@ def test_strict_string_ids_are_refused_from_the_files_schema(tmp_path):
         DataError, match=r"t.parquet: column 'C1' holds strings, but id_policy=strict"
     ):
         check_id_kinds(tmp_path / "t.parquet", arrow, schema, {})
+
+
+def test_a_label_column_of_nulls_only_is_no_label_for_rows_to_score():
+    """pyarrow and pandas type a column of nulls only ``null``: predict refused such a label
+    column as not numbers, though rows to score may have null labels."""
+    from dlrm_exp.data.parquet_files import check_columns, has_label_column
+
+    nulls = table(4, click=pa.nulls(4)).schema
+    assert not has_label_column(nulls, schema()) and has_label_column(table(4).schema, schema())
+    check_columns(Path("rows.parquet"), nulls, schema(), require_label=False)
+    with pytest.raises(DataError, match=r"column 'click' \(label\) is null, data.schema expects"):
+        check_columns(Path("rows.parquet"), nulls, schema())  # training needs labels

@@ -450,3 +450,20 @@ def test_a_failed_export_leaves_no_record_of_another_artifact(trained, tmp_path,
     with pytest.raises(OSError, match="disk full"):
         run_export(int8, Job(tmp_path / "job"))
     assert (tmp_path / "model.pt").is_file() and not (tmp_path / "export.json").exists()
+
+
+def test_an_empty_file_among_the_inputs_takes_the_others_label_layout(tmp_path):
+    """An empty file counted as labeled, so unlabeled rows beside it were refused as a mix."""
+    from dlrm_exp.modes.predict import _labeled_files
+
+    labeled = write_criteo_tsv(tmp_path / "day.tsv", 5, seed=1, strip_trailing_rate=0.0)
+    unlabeled = tmp_path / "test.tsv"
+    unlabeled.write_text(
+        "".join(line.split("\t", 1)[1] + "\n" for line in labeled.read_text().splitlines())
+    )
+    empty = tmp_path / "empty.tsv"
+    empty.write_text("\n")
+    assert _labeled_files([unlabeled, empty], None) == {unlabeled: False, empty: False}
+    assert _labeled_files([labeled, empty], None) == {labeled: True, empty: True}
+    with pytest.raises(DataError, match="some files have a label column and some do not"):
+        _labeled_files([labeled, unlabeled, empty], None)

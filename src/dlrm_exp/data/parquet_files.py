@@ -221,13 +221,14 @@ def check_columns(
     path: Path, arrow: pa.Schema, schema: FeatureSchema, require_label: bool = True
 ) -> None:
     """Every schema column exists in ``arrow`` (a file's schema) with a usable type (the
-    label may be absent unless ``require_label``: rows to score have none).
+    label may be absent unless ``require_label``: rows to score have none; so may it be a
+    column of nulls only, typed ``null``, see :func:`has_label_column`).
 
     Raises:
         DataError: ``<file>: column <c> (<role>) ...`` for the first missing or mistyped one.
     """
     wanted = []
-    if require_label or arrow.get_field_index(schema.label) >= 0:
+    if require_label or has_label_column(arrow, schema):
         wanted.append((schema.label, "label", _is_number))
     wanted += [(d.column, "dense", _is_number) for d in schema.dense]
     wanted += [
@@ -251,6 +252,13 @@ def check_columns(
             raise DataError(
                 f"{path}: column {column!r} ({role}) is {kind}, data.schema expects {expected}"
             )
+
+
+def has_label_column(arrow: pa.Schema, schema: FeatureSchema) -> bool:
+    """Whether a file's schema ``arrow`` has the label column with values in it: a column
+    of nulls only (pyarrow and pandas type it ``null``) is none, as for rows to score."""
+    index = arrow.get_field_index(schema.label)
+    return index >= 0 and not pa.types.is_null(arrow.field(index).type)
 
 
 def _is_number(kind: pa.DataType) -> bool:

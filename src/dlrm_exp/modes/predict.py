@@ -80,10 +80,10 @@ LABELED_FIELDS = 40
 _SNIFF_LINES = 1000
 
 
-def has_label(file: Path, setting: bool | None) -> bool:
+def has_label(file: Path, setting: bool | None) -> bool | None:
     """Whether ``file``'s rows start with a label: ``setting`` when given, else from the widest
     line among the first ones: 40 fields (or more) labeled, 39 unlabeled (Criteo's
-    ``test.txt``).
+    ``test.txt``); None for a file with no line (it has no rows to tell by).
 
     Raises:
         DataError: the file cannot be read; or its widest line is narrower than 39 fields
@@ -94,7 +94,9 @@ def has_label(file: Path, setting: bool | None) -> bool:
         return setting
     data, _ = next(iter_line_chunks(file), (b"", 1))
     lines = [line for line in data.split(b"\n", _SNIFF_LINES)[:_SNIFF_LINES] if line]
-    widest = max((line.count(b"\t") + 1 for line in lines), default=LABELED_FIELDS)
+    if not lines:
+        return None
+    widest = max(line.count(b"\t") + 1 for line in lines)
     if widest >= LABELED_FIELDS - 1:
         return widest >= LABELED_FIELDS
     raise DataError(
@@ -265,8 +267,11 @@ def _labeled_files(files: list[Path], setting: bool | None) -> dict[Path, bool]:
     Raises:
         DataError: some files are labeled and some are not.
     """
-    labeled = {file: has_label(file, setting) for file in files}
-    if len(set(labeled.values())) > 1:
+    found = {file: has_label(file, setting) for file in files}
+    kinds = {value for value in found.values() if value is not None}  # empty files: either
+    default = next(iter(kinds)) if len(kinds) == 1 else True
+    labeled = {file: default if value is None else value for file, value in found.items()}
+    if len(kinds) > 1:
         raise DataError(
             "data.path: some files have a label column and some do not "
             f"({', '.join(f'{f.name}: {has}' for f, has in labeled.items())}); score them "

@@ -35,6 +35,7 @@ from dlrm_exp.data.parquet_files import (
     check_columns,
     check_id_kinds,
     feature_id_kinds,
+    has_label_column,
     open_parquet,
     read_row_group,
     resolve_parquet_paths,
@@ -87,7 +88,7 @@ def read_inputs(cfg: Config) -> PredictInputs:
         arrow = open_parquet(path).schema_arrow
         check_columns(path, arrow, schema, require_label=False)
         check_id_kinds(path, arrow, schema, kinds)
-        labeled[path] = arrow.get_field_index(schema.label) >= 0
+        labeled[path] = has_label_column(arrow, schema)
     return PredictInputs(files, labeled, feature_id_kinds(kinds, schema))
 
 
