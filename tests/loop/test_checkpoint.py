@@ -540,3 +540,24 @@ def test_a_resume_on_another_world_size_counts_the_checkpoints_steps_in_its_own(
         (path / ".metadata").write_bytes(b"")
         (path / "trainer_state.json").write_text(json.dumps({"samples": samples}))
     assert [p.name for p in complete_checkpoints(tmp_path)] == ["step_300", "step_250"]
+
+
+@pytest.mark.parametrize(
+    ("data", "warned"),
+    [
+        ([], False),  # in-memory rows, not shuffled: step i is the same rows on any ranks
+        (["data=criteo_npy", "data.path=x", "data.shuffle_batches=true"], True),
+        (["data=parquet", "data/schema=criteo", "data.path=x"], True),  # blocks per rank
+    ],
+)
+def test_a_resume_on_other_ranks_says_when_the_data_order_follows_the_ranks(data, warned, caplog):
+    """The sample count carries over to another world size, but Parquet's blocks per rank and
+    shuffled global batches are other rows there: 12 of 72 rows trained twice, 12 never, and
+    no word."""
+    from dlrm_exp.modes.train import warn_other_data_order
+
+    cfg = compose_cfg(data)
+    with caplog.at_level(logging.WARNING, logger="dlrm_exp"):
+        warn_other_data_order({"world_size": 2}, cfg, 1)
+        warn_other_data_order({"world_size": 1}, cfg, 1)  # the same ranks: the same rows
+    assert caplog.text.count("the checkpoint was trained on 2 rank(s), this job has 1") == warned

@@ -41,6 +41,13 @@ class DataConfig:
         """Whether the training batches are visited in a new seeded order every epoch."""
         return False
 
+    def order_depends_on_world_size(self) -> bool:
+        """Whether the rows a training step reads depend on the number of ranks, beyond the
+        samples trained: each rank reads a block of its own (Parquet), or the batches of
+        ``ranks x train.batch_size`` rows are shuffled. A resume on another world size then
+        trains some rows of the epoch twice and others not at all."""
+        return self.shuffles_batches()
+
     def feature_schema(self) -> FeatureSchema | None:
         """The feature schema the model's tables and dense input come from (None: Criteo-shaped
         arrays, whose tables come from ``model.num_embeddings_per_feature``)."""
@@ -342,6 +349,9 @@ class ParquetDataConfig(FileSplitsConfig):
 
     def shuffles_batches(self) -> bool:
         return self.shuffle_row_groups
+
+    def order_depends_on_world_size(self) -> bool:
+        return True  # each rank streams its own contiguous block of the rows
 
     def __post_init__(self) -> None:
         self._check_files("parquet files")

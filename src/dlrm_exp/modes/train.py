@@ -259,6 +259,24 @@ def _layout(run: _Run) -> CheckpointLayout:
     )
 
 
+def warn_other_data_order(saved: dict[str, Any], cfg: Config, world_size: int) -> None:
+    """One warning when a checkpoint trained on another number of ranks is resumed on data
+    whose step order depends on the ranks (:meth:`DataConfig.order_depends_on_world_size`):
+    the resume continues at the same sample count, but not with the rows the run would have
+    read next."""
+    trained_on = saved.get("world_size")
+    if trained_on in (None, world_size) or not cfg.data.order_depends_on_world_size():
+        return
+    log.warning(
+        "train.resume: the checkpoint was trained on %d rank(s), this job has %d; the rows each "
+        "step reads depend on the ranks here (Parquet blocks per rank, or shuffled batches of "
+        "ranks x batch size rows), so the rest of this epoch trains some rows twice and others "
+        "not at all",
+        trained_on,
+        world_size,
+    )
+
+
 def _resume(
     run: _Run, layout: CheckpointLayout, samples_per_step: list[int]
 ) -> TrainerState | None:
@@ -298,6 +316,8 @@ def _resume(
     if run.cfg.train.keep_best and state.best_checkpoint:  # another run's best: held here too
         best = adopt_best(Path(state.best_checkpoint), run.job.run_dir, run.ctx.is_main)
         state.best_checkpoint = str(best)
+    if run.ctx.is_main:
+        warn_other_data_order(saved, run.cfg, run.ctx.world_size)
     between = between_evictions(int(saved["step"]), run.cfg.model.managed_tables)
     if between and run.ctx.is_main:
         log.warning(between)
