@@ -35,13 +35,18 @@ def reference_tables(dist_type, multi_hot_sizes, num_embeddings_per_feature):
     return [torch.from_numpy(t).int() for t in multi_hot_tables_l]
 
 
+@pytest.mark.parametrize("block", [None, 37])
 @pytest.mark.parametrize("dist", list(MultiHotDistribution))
-def test_lookup_tables_equal_the_reference(dist):
+def test_lookup_tables_equal_the_reference(dist, block, monkeypatch):
+    """Drawn whole or a few rows at a time (37 extra ids a block), the reference's values."""
+    if block is not None:
+        monkeypatch.setattr("dlrm_exp.data.multi_hot._CHUNK_ELEMENTS", block)
     sizes, rows = [3, 1, 100, 7], [50, 7, 1000, 3]
     with np.errstate(invalid="ignore"):
         expected = reference_tables(dist.value, sizes, rows)
     ours = MultiHot(rows, sizes, dist, max_gib=1).tables
     assert all(torch.equal(a, b) for a, b in zip(ours, expected, strict=True))
+    assert all(t.dtype == torch.int32 for t in ours)
 
 
 def test_batches_have_the_mlperf_lengths_and_start_with_the_one_hot_id():

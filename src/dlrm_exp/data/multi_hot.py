@@ -27,6 +27,10 @@ __all__ = ["MLPERF_MULTI_HOT_SIZES", "MultiHot", "largest_fitting_cap", "lookup_
 
 _PARETO_A = 0.25
 _LOOKUP_DTYPE = np.int32  # as the reference's lookup tables
+#: Extra ids drawn at a time while a lookup table is built (64 MiB of int64 / float64 draws):
+#: drawn whole, a table's draws, their int64 concatenation and its int32 copy took about 5x
+#: the table (a 1,000,000 x 100 table of 381 MiB grew the peak by 1,907 MiB).
+_CHUNK_ELEMENTS = 1 << 23
 
 
 def lookup_bytes(table_sizes: Sequence[int], multi_hot_sizes: Sequence[int]) -> int:
@@ -101,16 +105,23 @@ class MultiHot:
 def _lookup_tables(
     table_sizes: Sequence[int], multi_hot_sizes: Sequence[int], distribution: MultiHotDistribution
 ) -> list[torch.Tensor]:
-    """The reference's ``__make_multi_hot_indices_tables``: one (N_t, m_t) table per feature."""
+    """The reference's ``__make_multi_hot_indices_tables``: one (N_t, m_t) table per feature,
+    the same values, its extra ids drawn a block of rows at a time into the int32 table (the
+    generator's stream is the same in blocks as whole), so building takes little more memory
+    than the tables (:func:`lookup_bytes`, which the guard counts)."""
     rng = np.random.RandomState(0)  # the reference's np.random.seed(0) + global draws
     tables = []
     for rows, size in zip(table_sizes, multi_hot_sizes, strict=True):
-        ids = np.arange(rows)[:, np.newaxis]
-        if distribution is MultiHotDistribution.uniform:
-            extra = rng.randint(0, rows, size=(rows, size - 1))
-        else:
-            with np.errstate(invalid="ignore"):  # huge draws cast to INT32_MIN, as the reference
-                extra = rng.pareto(a=_PARETO_A, size=(rows, size - 1)).astype(np.int32) % rows
-        table = np.concatenate((ids, extra), axis=-1).astype(_LOOKUP_DTYPE)
+        table = np.empty((rows, size), dtype=_LOOKUP_DTYPE)
+        table[:, 0] = np.arange(rows)
+        block = max(1, _CHUNK_ELEMENTS // max(size - 1, 1))
+        for start in range(0, rows, block):
+            n = min(block, rows - start)
+            if distribution is MultiHotDistribution.uniform:
+                extra = rng.randint(0, rows, size=(n, size - 1))
+            else:
+                with np.errstate(invalid="ignore"):  # huge draws cast to INT32_MIN, as there
+                    extra = rng.pareto(a=_PARETO_A, size=(n, size - 1)).astype(np.int32) % rows
+            table[start : start + n, 1:] = extra
         tables.append(torch.from_numpy(table))
     return tables
