@@ -86,6 +86,12 @@ def test_two_processes_match_one_unsharded_process(verify_runs):
         assert json.loads((folder / "verify.json").read_text())["passed"] is True
         assert result["exact"] is True
     assert exact["auto+adam"][1]["plan_sharding_types"] == ["data_parallel"]  # Adam on CPU
+    # what ran instead of what was asked is recorded and printed, as a training run's is
+    (adam,) = [s for s in exact["auto+adam"][1]["substitutions"] if s["setting"] == "optimizer"]
+    assert adam["ran"] == "torch.optim on data_parallel tables (dense kernel)"
+    assert "optimizer adam: ran torch.optim on data_parallel tables" in summary_of_verify(
+        exact["auto+adam"][1]
+    )
     assert exact["rowwise+base_pipeline"][1]["pipeline"] == "base"  # TrainPipelineBase: exact
 
 

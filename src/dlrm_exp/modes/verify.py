@@ -103,14 +103,16 @@ class VerificationFailed(UserError):
 @dataclass
 class Trace:
     """What one training run left: per-step global losses, the final parameters, the plan's
-    sharding types and the precision each embedding collective ran in (rank 0's,
-    :func:`~dlrm_exp.distributed.qcomms.effective_qcomms`)."""
+    sharding types, the precision each embedding collective ran in (rank 0's,
+    :func:`~dlrm_exp.distributed.qcomms.effective_qcomms`) and what ran instead of what the
+    config asked (:class:`~dlrm_exp.util.substitution.Substitution` entries)."""
 
     losses: list[float]
     tables: dict[str, np.ndarray]
     dense: dict[str, np.ndarray]
     sharding_types: list[str]
     effective_qcomms: dict[str, dict[str, str]] = field(default_factory=dict)
+    substitutions: list[dict[str, str]] = field(default_factory=list)
 
 
 class RankSlicedDLRMTrain(DLRMTrain):
@@ -232,7 +234,8 @@ def trace(cfg: Config, steps: int, slices: int = 1) -> Trace | None:
         tables, dense = _gather_parameters(experiment.model, ctx.rank)
         types = sorted(plan_sharding_types(experiment.plan))
         ran = experiment.effective_qcomms
-        return Trace(losses, tables, dense, types, ran) if ctx.is_main else None
+        instead = [s.to_json() for s in experiment.substitutions]
+        return Trace(losses, tables, dense, types, ran, instead) if ctx.is_main else None
 
 
 @record
@@ -349,6 +352,7 @@ def run_verify_many(cfgs: list[Config], run_dirs: list[Path]) -> list[dict[str, 
         result["dense_precision"] = cfg.train.dense_precision.value
         result["table_data_types"] = sorted({t.value for t in cfg.model.table_data_types})
         result["inexact_because"] = inexact_because(cfg)
+        result["substitutions"] = job.substitutions
         write_json_atomic(run_dir / "verify.json", result)
         results.append(result)
     return results
@@ -432,6 +436,10 @@ def summary(result: dict[str, Any]) -> str:
             f"max abs deviation: tables {result['max_abs_table_deviation']:.3e}, "
             f"dense {result['max_abs_dense_deviation']:.3e}; final loss "
             f"{result['final_loss']:.6f} vs {result['reference_final_loss']:.6f}",
+            *(
+                f"{s['setting']} {s['asked']}: ran {s['ran']} instead ({s['reason']})"
+                for s in result.get("substitutions", [])
+            ),
         ]
     )
 
