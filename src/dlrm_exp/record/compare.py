@@ -14,7 +14,7 @@ from pathlib import Path
 
 from dlrm_exp.record.metric_table import METRICS, Metric, fmt
 from dlrm_exp.record.run_record import COMPLETED
-from dlrm_exp.record.runs import RunRecord, check_distinct_seeds
+from dlrm_exp.record.runs import RunRecord, check_distinct_seeds, check_same_fixed
 from dlrm_exp.record.stats import Difference, Estimate, estimate, paired_difference
 from dlrm_exp.util.files import write_csv_atomic
 
@@ -63,9 +63,10 @@ def config_stats(runs: Sequence[RunRecord], baseline: str | None = None) -> list
     configuration) comes first.
 
     Raises:
-        ValueError: no configuration or several match ``baseline``, or two runs of one
-            configuration have the same seed.
+        ValueError: no configuration or several match ``baseline``, two runs of one
+            configuration have the same seed, or were run with other fixed overrides.
     """
+    check_same_fixed(runs)
     check_distinct_seeds(runs)
     groups: dict[str, list[RunRecord]] = {}
     for run in runs:

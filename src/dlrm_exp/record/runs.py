@@ -199,23 +199,7 @@ def load_runs(paths: Iterable[Path]) -> list[RunRecord]:
             if path.parent not in swept_of:
                 swept_of[path.parent] = saved_swept_keys(path.parent)
             runs.append(_record(path, swept_of[path.parent], _job_overrides(path)))
-    _separate_fixed(runs)
     return runs
-
-
-def _separate_fixed(runs: Sequence[RunRecord]) -> None:
-    """Keep runs of one configuration apart when they were run with other fixed (not swept)
-    overrides, e.g. the jobs of ``optimizer=sgd`` in a sweep with ``model=tiny`` and in one with
-    ``model=mlperf`` reported together: their seeds are not repeats of one measurement. Each
-    such run's configuration is named with its fixed overrides (``optimizer=sgd
-    [model=mlperf]``); runs with none keep their name."""
-    fixed_of: dict[str, set[str]] = {}
-    for run in runs:
-        fixed_of.setdefault(run.config_id, set()).add(run.fixed)
-    for run in runs:
-        if len(fixed_of[run.config_id]) > 1 and run.fixed:
-            run.config = f"{run.config} [{run.fixed}]"
-            run.config_id = f"{run.config_id} [{run.fixed}]"
 
 
 def _record(run_dir: Path, swept: Sequence[str], overrides: list[str]) -> RunRecord:
@@ -249,6 +233,26 @@ def _record(run_dir: Path, swept: Sequence[str], overrides: list[str]) -> RunRec
         run_dir, name or run_dir.name, overrides, metrics, config, seed, identity, fixed,
         tuple(keys),
     )  # fmt: skip
+
+
+def check_same_fixed(runs: Iterable[RunRecord]) -> None:
+    """Refuse runs of one configuration run with other fixed (not swept) overrides, e.g. the
+    jobs of ``optimizer=sgd`` of a sweep with ``model=tiny`` and of one with ``model=mlperf``
+    reported together: their seeds are not repeats of one measurement.
+
+    Raises:
+        ValueError: naming the configuration, both sets of overrides and a run of each.
+    """
+    seen: dict[str, RunRecord] = {}
+    for run in runs:
+        first = seen.setdefault(run.config_id, run)
+        if first.fixed != run.fixed:
+            raise ValueError(
+                f"runs of {run.config} were run with other overrides that were not swept: "
+                f"{first.fixed or 'none'} ({first.path}) and {run.fixed or 'none'} ({run.path}); "
+                "their seeds are not repeats of one configuration: report them separately (a "
+                "--compare-to gate compares two such sets and notes the difference)"
+            )
 
 
 def check_distinct_seeds(runs: Iterable[RunRecord]) -> None:
