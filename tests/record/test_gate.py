@@ -149,11 +149,14 @@ def test_missing_or_new_configurations_and_nothing_compared(tmp_path, baseline, 
         [
             ({"optimizer": o, "sharding": "tablewise", "seed": 0}, SEED_AUROC[0] + JITTER[0])
             for o in ("rowwise_adagrad", "adam")
-        ],
+        ]
+        + [({"optimizer": "adam", "sharding": "rowwise", "seed": 0}, None)],  # crashed
     )
     assert gate(tmp_path, other, baseline) == 1  # sgd is missing; adam is new, not a failure
     out = capsys.readouterr().out
     assert "optimizer=adam,sharding=tablewise: new (not in the baseline)" in out
+    # a new configuration that crashed is said, but fails nothing: it has no baseline
+    assert "optimizer=adam,sharding=rowwise: 1 of 1 runs did not complete" in out
     assert "optimizer=adam" not in out.split("gate FAILED")[1]
 
 

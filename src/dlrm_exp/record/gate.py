@@ -15,7 +15,7 @@ pair (jobs not launched), a run of a compared configuration did not complete (co
 never dropped), a gated metric is NaN or infinite, a gated metric the baseline has is missing
 from a completed new run, the baseline holds one seed of a configuration in two completed runs,
 or nothing at all was compared (a metric that neither side has is skipped). A configuration only
-in the new set is listed as new. Only metrics with a better direction can be gated (calibration
+in the new set is listed as new (with its runs that did not complete). Only metrics with a better direction can be gated (calibration
 cannot: it moves either way).
 """
 
@@ -220,11 +220,12 @@ def compare_runs(
     for config_id, new_runs in new_groups.items():
         label = new_runs[0].config
         problem = _config_failures(label, new_runs)
+        if config_id not in saved_groups:  # nothing to regress from: said, not failed
+            result.lines.append(f"{label}: new (not in the baseline)")
+            result.lines += [problem] if problem else []
+            continue
         if problem:
             result.failures.append(problem)
-        if config_id not in saved_groups:
-            result.lines.append(f"{label}: new (not in the baseline)")
-            continue
         missing = _missing_seeds(label, new_runs, saved_groups[config_id])
         if missing:
             result.failures.append(missing)
