@@ -15,8 +15,8 @@ pair (jobs not launched), a run of a compared configuration did not complete (co
 never dropped), a gated metric is NaN or infinite, a gated metric the baseline has is missing
 from a completed new run, the baseline holds one seed of a configuration in two completed runs,
 or nothing at all was compared (a metric that neither side has is skipped). A configuration only
-in the new set is listed as new (with its runs that did not complete). Only metrics with a better direction can be gated (calibration
-cannot: it moves either way).
+in the new set is listed as new (with its runs that did not complete). Only metrics with a
+better direction can be gated (calibration cannot: it moves either way).
 """
 
 from collections import Counter
