@@ -313,6 +313,8 @@ def test_run_folders_given_one_by_one_pool_their_seeds(tmp_path):
     whole = [(r.config_id, r.fixed, r.seed) for r in load_runs([sweep])]
     one_by_one = [(r.config_id, r.fixed, r.seed) for r in load_runs(sorted(sweep.glob("[0-9]*")))]
     assert one_by_one == whole and whole[0][:2] == ("qcomms=none", "sharding=rowwise")
+    # named twice (the sweep and its jobs, overlapping globs): each run once
+    assert len(load_runs([sweep, *sorted(sweep.glob("[0-9]*")), sweep / "0"])) == len(whole) == 4
     seeds_only = [write_job(tmp_path, f"s{seed}", [f"seed={seed}"], metrics) for seed in (1, 2)]
     assert {(r.config, r.config_id, r.seed) for r in load_runs(seeds_only)} == {
         (ALL, ALL, 1),

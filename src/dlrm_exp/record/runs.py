@@ -179,7 +179,8 @@ def _job_number(path: Path) -> tuple[int, str]:
 
 def load_runs(paths: Iterable[Path]) -> list[RunRecord]:
     """Run records of run folders (holding ``.hydra/`` or ``metrics.json``) and of sweep
-    folders (holding job folders with ``.hydra/``: every job, by job number)."""
+    folders (holding job folders with ``.hydra/``: every job, by job number); a folder named
+    twice (``sweep`` and ``'sweep/[0-9]*'``, overlapping globs) is one run."""
     runs: list[RunRecord] = []
     swept_of: dict[Path, list[str]] = {}  # a sweep's keys, read once for its job folders
     for path in paths:
@@ -199,7 +200,10 @@ def load_runs(paths: Iterable[Path]) -> list[RunRecord]:
             if path.parent not in swept_of:
                 swept_of[path.parent] = saved_swept_keys(path.parent)
             runs.append(_record(path, swept_of[path.parent], _job_overrides(path)))
-    return runs
+    unique: dict[Path, RunRecord] = {}
+    for run in runs:
+        unique.setdefault(run.path.resolve(), run)
+    return list(unique.values())
 
 
 def _record(run_dir: Path, swept: Sequence[str], overrides: list[str]) -> RunRecord:
