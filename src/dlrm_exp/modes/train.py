@@ -474,7 +474,9 @@ def _run_metrics(
     state = result.state
     per_step = comm.per_step(result.steps_trained)  # the steps this job measured
     phases = ("forward", "backward", "input_dist")
-    totals = torch.tensor([per_step[k] for k in phases])
+    # on the rank's device: NCCL reduces CUDA tensors only; float64: sums past 1e8 bytes
+    device = run.ctx.device
+    totals = torch.tensor([per_step[k] for k in phases], dtype=torch.float64, device=device)
     memory: list[Any] = [None] * dist.get_world_size()
     dist.all_reduce(totals)
     dist.all_gather_object(memory, rank_memory_gib(run.ctx.device))
@@ -534,7 +536,7 @@ def _managed_rows_held(run: _Run) -> dict[str, int]:
         return {}
     held = managed_rows_held(run.experiment.model)
     tables = sorted(held)
-    total = torch.tensor([held[t] for t in tables], dtype=torch.int64)
+    total = torch.tensor([held[t] for t in tables], dtype=torch.int64, device=run.ctx.device)
     dist.all_reduce(total)
     return dict(zip(tables, total.tolist(), strict=True))
 
