@@ -1,6 +1,7 @@
 """Validation cadence (``val_per_epoch``) and the target-AUROC stop."""
 
 import json
+import logging
 
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
@@ -8,11 +9,23 @@ from conftest import SMALL, compose_cfg
 from dlrm_exp.modes.train import run_train
 
 
-def test_val_per_epoch_validates_evenly_and_without_a_target_nothing_changes(tmp_path):
+def test_val_per_epoch_validates_evenly_and_without_a_target_nothing_changes(tmp_path, caplog):
     metrics = run_train(compose_cfg([*SMALL, "train.val_per_epoch=4"]), tmp_path, {})
     assert [h["step"] for h in metrics.val_history] == [8, 16, 24, 32]  # 32 steps per epoch
     saved = json.loads((tmp_path / "metrics.json").read_text())
     assert "target_auroc" not in saved and "reached_target" not in saved
+
+    # one validation that reaches the target and would trip early stopping (no improvement
+    # by 0.5): the target stops training, and it alone is given as the reason (the log and
+    # TensorBoard said early stopping while metrics.json said target_auroc)
+    first, second = (h["auroc"] for h in metrics.val_history[:2])
+    assert first < second
+    both = [*SMALL, "train.val_per_epoch=4", f"train.target_auroc={second!r}",
+            "train.early_stopping.patience=1", "train.early_stopping.min_delta=0.5"]  # fmt: skip
+    with caplog.at_level(logging.INFO, logger="dlrm_exp"):
+        stopped = run_train(compose_cfg(both), tmp_path / "both", {})
+    assert (stopped.stop_reason, stopped.target_step, stopped.steps) == ("target_auroc", 16, 16)
+    assert "target AUROC" in caplog.text and "early stopping at step" not in caplog.text
 
 
 def test_target_auroc_stops_training_then_tests(tmp_path):

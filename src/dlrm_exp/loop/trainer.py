@@ -396,15 +396,15 @@ class Trainer:
         return (*self._val_intervals(), self.cfg.checkpoint_every_n_steps)
 
     def _progress_bar(self, first: int) -> tqdm:
-        bar = tqdm(
+        # initial=, not update(): a resumed run's steps would count into its rate and ETA
+        return tqdm(
             total=self.total_steps,
+            initial=first,
             desc="train",
             unit="step",
             disable=not (self.show_progress and sys.stderr.isatty()),
             file=sys.stderr,
         )
-        bar.update(first)
-        return bar
 
     def _train_segment(self, batches: Iterator[Batch], state: TrainerState, bar: tqdm) -> None:
         """Train on ``batches`` until they and the pipeline are exhausted."""
@@ -516,8 +516,9 @@ class Trainer:
         if window:
             state.train_windows.append({"step": float(step), **window})
         target, auroc = self.cfg.target_auroc, state.val_history[-1]["auroc"]
-        self._track_best(state)
-        if target is not None and state.target_step is None and auroc >= target:
+        reached = target is not None and state.target_step is None and auroc >= target
+        self._track_best(state, target_reached=reached)
+        if reached:
             state.target_step = step
             if step < self.total_steps:  # at the last step training ends anyway: no stop,
                 state.stop_reason = TARGET  # and the last step's checkpoint is written
@@ -531,13 +532,15 @@ class Trainer:
             )
             log.info("target AUROC %s reached at step %d (epoch %.3f)", target, step, epoch)
 
-    def _track_best(self, state: TrainerState) -> None:
+    def _track_best(self, state: TrainerState, target_reached: bool = False) -> None:
         """Update the best validation; stop by early stopping after ``patience`` validations
-        without improvement (unless the target stops first)."""
+        without improvement, unless the target stops first (``target_reached``: this very
+        validation reached it, which is then the one reason given)."""
         cfg, step = self.cfg.early_stopping, state.step
         if state.best.update(step, state.val_history[-1], cfg):
             self.tracker.scalar(f"val/best_{cfg.monitor.value}", state.best.value, step)
-        if state.stop_reason is None and state.best.should_stop(cfg) and step < self.total_steps:
+        stops = state.best.should_stop(cfg) and step < self.total_steps and not target_reached
+        if state.stop_reason is None and stops:
             state.stop_reason = EARLY_STOPPING
             line = (
                 f"early stopping at step {step} (epoch {step / self.steps_per_epoch:.3f}): val "
