@@ -472,13 +472,7 @@ def _run_metrics(
     """The run's record. Collective bytes and peak memory are gathered from every rank (a
     collective: every rank calls it)."""
     state = result.state
-    per_step = comm.per_step(result.steps_trained)  # the steps this job measured
-    phases = ("forward", "backward", "input_dist")
-    # on the rank's device: NCCL reduces CUDA tensors only; float64: sums past 1e8 bytes
-    device = run.ctx.device
-    totals = torch.tensor([per_step[k] for k in phases], dtype=torch.float64, device=device)
     memory: list[Any] = [None] * dist.get_world_size()
-    dist.all_reduce(totals)
     dist.all_gather_object(memory, rank_memory_gib(run.ctx.device))
     held = _managed_rows_held(run)
     info = run.splits.info
@@ -491,9 +485,7 @@ def _run_metrics(
         train_seconds=result.train_seconds,
         wall_seconds=wall_seconds,
         peak_memory_gib=memory[run.ctx.rank]["rss"],  # this rank's, as gathered
-        comm_bytes_per_step=(
-            dict(zip(phases, totals.tolist(), strict=True)) if result.steps_trained else {}
-        ),
+        comm_bytes_per_step=_comm_bytes_per_step(run, result, comm),
         peak_memory_gib_per_rank=memory,
         step_time_ms=step_time_ms(result.step_seconds),
         final_train_loss=state.final_train_loss,
@@ -527,6 +519,17 @@ def _run_metrics(
         managed_rows_held=held,
         substitutions=[s.to_json() for s in run.experiment.substitutions],
     )
+
+
+def _comm_bytes_per_step(run: _Run, result: FitResult, comm: CollectiveBytes) -> dict[str, float]:
+    """Forward, backward and input-dist bytes per step of the steps this job trained, summed
+    over the ranks (a collective; empty when it trained none). Reduced on the rank's device
+    (NCCL reduces CUDA tensors only), in float64 (exact past 1e8 bytes)."""
+    per_step = comm.per_step(result.steps_trained)
+    phases = ("forward", "backward", "input_dist")
+    totals = torch.tensor([per_step[k] for k in phases], dtype=torch.float64, device=run.ctx.device)
+    dist.all_reduce(totals)
+    return dict(zip(phases, totals.tolist(), strict=True)) if result.steps_trained else {}
 
 
 def _managed_rows_held(run: _Run) -> dict[str, int]:
