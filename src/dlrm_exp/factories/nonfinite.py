@@ -15,7 +15,8 @@ before any optimizer sees them:
 
 A zero gradient leaves SGD, Adagrad (its sum of squares adds 0; ``lr_decay`` is 0) and
 FBGEMM's row-wise Adagrad (its row momentum adds the mean of 0) unchanged to the bit, so a
-skipped step equals removing that global batch from the data. Adam does not ignore it (its
+skipped step equals removing that global batch from the data (the learning-rate schedule
+counts the steps that updated, so it skips it too). Adam does not ignore it (its
 moments decay and move the weights): ``Config`` refuses ``skip`` with Adam.
 """
 

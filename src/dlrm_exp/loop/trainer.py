@@ -412,7 +412,9 @@ class Trainer:
         if self.comm is not None:
             self.comm.active = True
         schedule = self.experiment.lr_schedule
-        schedule.apply(state.step + 1)
+        # indexed by the steps that updated: a skipped batch is removed from the data, and
+        # from the schedule (the next batch trains at the rate the skipped one would have)
+        schedule.apply(state.step + 1 - len(state.skipped_steps))
         last = time.perf_counter()
         for loss, logits, labels in drain(self.experiment.pipeline, batches):
             if self.device.type == "cuda":
@@ -435,7 +437,7 @@ class Trainer:
             if self.profiler is not None and self.profiler.step():
                 self.throughput.resume()  # a trace written is not the next step's time
                 last = time.perf_counter()
-            schedule.apply(state.step + 1)
+            schedule.apply(state.step + 1 - len(state.skipped_steps))
         if self.comm is not None:
             self.comm.active = False
 
