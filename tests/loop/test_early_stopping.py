@@ -75,6 +75,34 @@ def test_a_resumed_stop_holds_only_where_this_job_asks_for_it():
     assert resumed(None, target_auroc=0.65) == (TARGET, 20)  # a lower target, reached earlier
 
 
+def test_a_resume_with_another_monitor_rebuilds_the_best_from_the_history():
+    """The best was kept as a bare number: resumed with monitor=logloss, an AUROC of 0.801
+    was the log loss to beat, so a worse log loss "improved" and the best weights were
+    another validation's."""
+    from dlrm_exp.config import TrainConfig
+    from dlrm_exp.loop.trainer import TrainerState
+
+    history = [
+        {"step": 10.0, "auroc": 0.78, "logloss": 0.450},
+        {"step": 20.0, "auroc": 0.801, "logloss": 0.455},
+        {"step": 30.0, "auroc": 0.79, "logloss": 0.460},
+    ]
+    by_auroc = EarlyStopping(patience=None)
+    best = BestValidation()
+    for entry in history:
+        best.update(int(entry["step"]), entry, by_auroc)
+    assert (best.step, best.value, best.monitor) == (20, 0.801, "auroc")
+    assert BestValidation.from_json(best.to_json()) == best  # the monitor is saved
+    state = TrainerState(30, 0, history, best=best, best_checkpoint="run/checkpoints/best")
+    by_logloss = EarlyStopping(monitor=Monitor.logloss, patience=None)
+    state.reconsider_stop(TrainConfig(early_stopping=by_logloss))
+    assert (state.best.step, state.best.value, state.best.bad_validations) == (10, 0.450, 2)
+    assert state.best.monitor == "logloss" and state.best_checkpoint is None  # not its weights
+    same = TrainerState(30, 0, history, best=best, best_checkpoint="run/checkpoints/best")
+    same.reconsider_stop(TrainConfig(early_stopping=by_auroc))
+    assert same.best is best and same.best_checkpoint == "run/checkpoints/best"
+
+
 def test_a_non_finite_validation_never_becomes_the_best():
     nan = float("nan")
     best, stop = _run([nan, 0.6, nan, nan, nan], EarlyStopping(patience=3))

@@ -26,11 +26,14 @@ class BestValidation:
         step: the step of the best validation (None: no validation yet).
         value: its monitored value.
         bad_validations: validations since the best one (none improved).
+        monitor: the metric ``value`` is of (``auroc``, ``logloss``, ``ne``; None: no
+            validation yet, or a checkpoint written before it was recorded).
     """
 
     step: int | None = None
     value: float | None = None
     bad_validations: int = 0
+    monitor: str | None = None
 
     def improves(self, value: float, cfg: EarlyStopping) -> bool:
         """Whether ``value`` beats the best by more than ``cfg.min_delta``. A NaN or infinite
@@ -48,6 +51,7 @@ class BestValidation:
         """Record the validation of ``step`` (its ``metrics`` hold ``cfg.monitor``); returns
         whether it is the new best."""
         value = float(metrics[cfg.monitor.value])
+        self.monitor = cfg.monitor.value
         if self.improves(value, cfg):
             self.step, self.value, self.bad_validations = step, value, 0
             return True
@@ -58,12 +62,32 @@ class BestValidation:
         """``patience`` validations in a row did not improve (never with ``patience: null``)."""
         return cfg.patience is not None and self.bad_validations >= cfg.patience
 
-    def to_json(self) -> dict[str, float | int | None]:
+    def to_json(self) -> dict[str, float | int | str | None]:
         """The state as a checkpoint's ``trainer_state.json`` stores it."""
-        return {"step": self.step, "value": self.value, "bad_validations": self.bad_validations}
+        return {
+            "step": self.step,
+            "value": self.value,
+            "bad_validations": self.bad_validations,
+            "monitor": self.monitor,
+        }
 
     @classmethod
     def from_json(cls, saved: dict | None) -> "BestValidation":
         """The state a checkpoint saved (an empty one for checkpoints written before it)."""
         saved = saved or {}
-        return cls(saved.get("step"), saved.get("value"), int(saved.get("bad_validations", 0)))
+        return cls(
+            saved.get("step"),
+            saved.get("value"),
+            int(saved.get("bad_validations", 0)),
+            saved.get("monitor"),
+        )
+
+    @classmethod
+    def replayed(cls, history: list[dict[str, float]], cfg: EarlyStopping) -> "BestValidation":
+        """The state the validations ``history`` give under ``cfg`` (another monitor than the
+        one a checkpoint's state was kept for)."""
+        best = cls()
+        for entry in history:
+            step = entry["step"]
+            best.update(int(step) if float(step).is_integer() else step, entry, cfg)  # type: ignore[arg-type]
+        return best

@@ -175,7 +175,16 @@ class TrainerState:
         ``train.target_auroc`` removed or raised, or more ``early_stopping.patience``, trains
         on (a requeue of the same job still stops). The target step becomes the first
         validation that reached this job's target (None: no target, or not reached); a target
-        the history already reached stops, as a fresh run of this job would have."""
+        the history already reached stops, as a fresh run of this job would have. Another
+        ``early_stopping.monitor`` than the checkpoint's rebuilds the best validation and the
+        patience count from the history (its value was another metric's); the best weights
+        saved for another validation are then not this job's best."""
+        monitor = cfg.early_stopping.monitor.value
+        if self.best.monitor not in (None, monitor):
+            replayed = BestValidation.replayed(self.val_history, cfg.early_stopping)
+            if replayed.step != self.best.step:
+                self.best_checkpoint = None
+            self.best = replayed
         target = cfg.target_auroc
         reached = [
             h["step"] for h in self.val_history if target is not None and h["auroc"] >= target
