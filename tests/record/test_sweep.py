@@ -260,6 +260,7 @@ def test_tensorboard_infers_one_experiment_over_sweeps_and_single_runs(tmp_path)
         "sweep_a/nproc=1": ({**base}, {"hardware.nproc_per_node": 1}),
         "sweep_a/nproc=2": ({**base, "world_size": 2}, {"hardware.nproc_per_node": 2}),
         "sweep_b/lr=0.02": ({**base, "learning_rate": 0.02}, {"optimizer.learning_rate": 0.02}),
+        "sweep_c/sr=false": ({**base}, {"optimizer.stochastic_rounding": False}),
         "single": ({**base, "sharding": "rowwise"}, {}),
     }
     for name, (hparams, swept) in runs.items():
@@ -281,6 +282,8 @@ def test_tensorboard_infers_one_experiment_over_sweeps_and_single_runs(tmp_path)
         "rowwise",
     }
     assert "val/auroc" in {m.name.tag for m in experiment.metric_infos}
+    rounding = infos["optimizer.stochastic_rounding"].domain_discrete.values  # not 0.0
+    assert [v.string_value for v in rounding] == ["false"]
 
 
 def test_report_refuses_a_path_without_runs(tmp_path, capsys):

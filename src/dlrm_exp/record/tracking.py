@@ -80,12 +80,13 @@ def swept_hparams(hparams: Mapping[str, Scalar], swept: Mapping[str, Any]) -> di
     has no HParam added as one of its own: a key is the HParam of its name (``sharding``,
     ``seed``), else of its last part (``optimizer.learning_rate`` -> ``learning_rate``), else
     it is added under its key with its value as parsed (``hardware.nproc_per_node=2`` -> 2, a
-    number, so TensorBoard offers a range filter); lists, dicts and null as canonical text."""
+    number, so TensorBoard offers a range filter); booleans (which torch's ``hparams`` would
+    turn into 1.0 / 0.0), lists, dicts and null as canonical text (``true``)."""
     values = dict(hparams)
     for key, value in swept.items():
         if key in hparams or key.rsplit(".", 1)[-1] in hparams:
             continue
-        scalar = isinstance(value, (bool, int, float, str))
+        scalar = isinstance(value, (int, float, str)) and not isinstance(value, bool)
         values[key] = value if scalar else normalized_value(value)
     return values
 
