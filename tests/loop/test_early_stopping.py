@@ -167,6 +167,12 @@ def test_an_overfitting_run_stops_early_and_reports_its_best_weights(overfit):
     events = EventAccumulator(str(run_dir))
     events.Reload()
     assert [s.step for s in events.Scalars("val/best_auroc")] == [best_step]
+    # the validation curve is the history, ending on the final weights (it ended on the best
+    # weights' value, written at the last step as an HParams metric under the same tag)
+    curve = events.Scalars("val/auroc")
+    assert [s.step for s in curve] == [h[0] for h in history]
+    assert curve[-1].value == pytest.approx(history[-1][1], abs=1e-6)
+    assert events.Scalars("summary/val_auroc")[-1].value == pytest.approx(best_auroc, abs=1e-6)
     # overfitting made visible: the training window's log loss falls while validation's rises
     assert [w["step"] for w in saved["train_windows"]] == [h[0] for h in history]
     assert metrics.generalization_gap(metrics.steps) > metrics.generalization_gap(best_step) + 0.5

@@ -557,10 +557,12 @@ def _utilization(run: _Run, result: FitResult) -> dict[str, Any]:
 
 
 def _final_scalars(metrics: RunMetrics) -> dict[str, float | None]:
-    """The HParams metrics: final quality, throughput, collective bytes, peak memory, the
-    fraction of the measured matmul peak."""
+    """The HParams metrics: the kept weights' quality, throughput, collective bytes, peak
+    memory, the fraction of the measured matmul peak. Validation's are ``summary/val_*``: under
+    ``val/*`` at the last step they would end the validation curve on the best weights'
+    value when ``train.keep_best`` restored them."""
     return {
-        **{f"val/{q.key}": metrics.val[q.key] for q in QUALITY},
+        **{f"summary/val_{q.key}": metrics.val[q.key] for q in QUALITY},
         **{f"test/{q.key}": metrics.test[q.key] for q in QUALITY},
         "summary/samples_per_sec": metrics.samples_per_sec,
         "summary/forward_comm_bytes_per_step": metrics.comm_bytes_per_step.get("forward"),

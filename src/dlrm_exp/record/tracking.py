@@ -96,7 +96,8 @@ class Tracker:
 
     Scalars: ``train/loss``, ``train/samples_per_sec``, ``lr``, ``val/*``, ``test/*``.
     HParams: the group choices and key fields (TensorBoard infers the experiment over the
-    runs of ``--logdir``); the final metrics are also scalars (``val/*``, ``summary/*``).
+    runs of ``--logdir``); the final metrics are also scalars (``test/*``, ``summary/*``: the
+    kept weights' validation as ``summary/val_*``, beside the ``val/*`` history).
     Custom Scalars: the :data:`CUSTOM_SCALARS` charts.
     """
 
