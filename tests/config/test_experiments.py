@@ -65,6 +65,9 @@ def test_dlrm_main_rows_flag_for_flag(name, gpus, batch, rows):
 def test_dlrm_main_presets_need_their_data_to_train():
     with pytest.raises(ConfigError, match="data=criteo_npy needs data.path="):
         compose_cfg(["experiment=dlrm_main_mlperf"])
+    for preset in ("dlrm_main_mlperf", "dlrm_main_mlperf_x2", "dlrm_main_full_size"):
+        # mapped: read whole, every rank would hold all of Criteo 1TB (about 1 TiB)
+        assert compose_cfg([f"experiment={preset}", "data.path=days"]).data.mmap_mode
 
 
 def test_mlperf_dcnv2_recipe():
@@ -77,6 +80,8 @@ def test_mlperf_dcnv2_recipe():
     assert opt.learning_rate == opt.dense_learning_rate == 0.004 and opt.eps == 1e-8
     assert cfg.train.batch_size * cfg.hardware.world_size == 65536
     assert cfg.train.val_per_epoch == 20 and cfg.train.target_auroc == 0.80275
+    # the uncapped lookup tables (22.27 GiB) fit its limit; real days are mapped, as there
+    assert cfg.data.max_lookup_gib >= 22.27 and cfg.data.mmap_mode
 
 
 @pytest.mark.slow

@@ -292,3 +292,17 @@ def test_mmap_days_are_views_and_give_the_in_memory_batches(tmp_path):
                 assert torch.equal(x.labels, y.labels)
     with pytest.raises(DataError, match="feature cat_0 has ids in"):
         load_criteo_npy(config(tmp_path, mmap_mode=True, out_of_range=OutOfRange.error), SIZES, 0)
+
+
+@pytest.mark.parametrize("mapped", [True, False])
+def test_multi_hot_days_are_mapped_as_the_reference_maps_them(tmp_path, mapped):
+    """``data=criteo_multihot data.path=...`` read every day whole into every rank (no
+    ``mmap_mode`` reached its npy reader): about 1 TiB a rank on Criteo 1TB."""
+    from dlrm_exp.config import CriteoMultiHotDataConfig
+    from dlrm_exp.data import load_splits
+
+    write_day(tmp_path, 0, 20, 1)
+    write_day(tmp_path, 1, 20, 2)
+    cfg = CriteoMultiHotDataConfig(path=str(tmp_path), multi_hot_sizes=[2] * 26)
+    cfg.mmap_mode = mapped
+    assert bool(load_splits(cfg, SIZES, 13, 0).info.mmap_mode) is mapped

@@ -300,10 +300,14 @@ class CriteoMultiHotDataConfig(SyntheticDataConfig):
         multi_hot_sizes: ids per sample of each feature (default: MLPerf's 26 sizes).
         multi_hot_distribution: see :class:`MultiHotDistribution`.
         max_lookup_gib: refuse lookup tables (4 bytes x rows x size) above this, GiB.
+        mmap_mode: with ``path``, map the day files (as ``criteo_npy``'s ``mmap_mode``; the
+            reference runs with ``--mmap_mode``): each rank reads its batches' rows instead of
+            every day into its memory.
     """
 
     path: str | None = None
     dataset: NpyDataset = NpyDataset.criteo_1tb
+    mmap_mode: bool = True
     multi_hot_sizes: list[int] = field(default_factory=lambda: list(MLPERF_MULTI_HOT_SIZES))
     multi_hot_distribution: MultiHotDistribution = MultiHotDistribution.uniform
     max_lookup_gib: float = 4.0

@@ -106,7 +106,10 @@ def _multi_hot_splits(
     expand every id into its MLPerf multi-hot ids."""
     if cfg.path:
         one_hot = load_splits(
-            CriteoNpyDataConfig(path=cfg.path, dataset=cfg.dataset), table_sizes, num_dense, seed
+            CriteoNpyDataConfig(path=cfg.path, dataset=cfg.dataset, mmap_mode=cfg.mmap_mode),
+            table_sizes,
+            num_dense,
+            seed,
         )
     else:
         one_hot = _synthetic_splits(cfg, table_sizes, num_dense, seed)
