@@ -341,3 +341,12 @@ def test_a_one_process_mode_runs_as_the_one_rank_of_a_launcher(monkeypatch, tmp_
         monkeypatch.setenv(key, value)
     run_mode(compose_cfg(["mode=plan"]), Job(tmp_path))
     assert (tmp_path / "plan.json").is_file()
+
+
+def test_int8_row_wise_layouts_are_refused_on_nccl_too(tmp_path):
+    """The INT8 codec fails for want of a context TorchRec's reduce-scatter never gives it,
+    whatever the backend: a GPU job was refused only on gloo and crashed at its first step."""
+    cfg = compose_cfg(["mode=plan", "hardware=a100_40gb_x8", "sharding=rowwise", "qcomms=int8"])
+    with pytest.raises(ConfigError, match=r"int8 with row_wise sharding is not supported \(here "
+                       r"on nccl\): TorchRec's reduce-scatter gives"):  # fmt: skip
+        run_plan(cfg, tmp_path)

@@ -43,7 +43,7 @@ def test_failed_job_is_recorded_and_the_sweep_goes_on(record_sweep):
         rows = list(csv.DictReader(f))
     assert [r["run"] for r in rows] == RUNS
     assert [r["status"] for r in rows] == ["completed"] * 6 + ["failed"] * 6
-    assert "not supported on gloo" in rows[6]["error"]
+    assert "int8 with row_wise sharding is not supported (here on gloo)" in rows[6]["error"]
     assert all(0.5 < float(r["val_auroc"]) < 1 for r in rows[:6])
     assert {r["qcomms_ran"] for r in rows[:6]} == {"FP32"}  # one process: nothing quantized
     assert [r["sharding_ran"] for r in rows] == ["table_wise"] * 6 + [""] * 6

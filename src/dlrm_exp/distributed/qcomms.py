@@ -77,35 +77,40 @@ def build_qcomm_codecs_registry(cfg: QCommsConfig) -> dict[str, QuantizedCommCod
     return registry
 
 
-#: (precision, sharding type) pairs that cannot train on gloo, with the reason. Measured with
-#: TorchRec 1.8.0 / fbgemm-gpu-cpu 1.8.0 on 2 gloo processes: INT8 codecs of row-wise layouts
-#: (row_wise, table_row_wise, grid_shard) fail inside FBGEMM (``AssertionError: Unexpected None``);
-#: INT8 table-wise, column-wise and table-column-wise, and every FP32/FP16/BF16/FP8
-#: combination, train.
-UNSUPPORTED_ON_GLOO: dict[tuple[str, str], str] = {
+#: (precision, sharding type) pairs that cannot train, with the reason, on any backend.
+#: Measured with TorchRec 1.8.0 / fbgemm-gpu-cpu 1.8.0 on 2 gloo processes: INT8 codecs of
+#: row-wise layouts (row_wise, table_row_wise, grid_shard) fail inside FBGEMM
+#: (``AssertionError: Unexpected None``): TorchRec encodes the reduce-scatter and all-gather
+#: without the context FBGEMM's INT8 codec needs (``comm_ops``: ``rsi.codecs.forward.encode(
+#: inputs)``), whatever the backend; INT8 table-wise, column-wise and table-column-wise (their
+#: all-to-all makes one), and every FP32/FP16/BF16/FP8 combination, train.
+UNSUPPORTED: dict[tuple[str, str], str] = {
     (CommPrecision.int8.value, kind): (
-        "FBGEMM's INT8 row-wise codec fails on gloo (AssertionError: Unexpected None)"
+        "TorchRec's reduce-scatter gives FBGEMM's INT8 codec no context (AssertionError: "
+        "Unexpected None), on any backend"
     )
     for kind in ("row_wise", "table_row_wise", "grid_shard")
 }
 
 
 def check_supported(cfg: QCommsConfig, sharding_types: set[str], backend: str) -> None:
-    """Refuse a precision / sharding-type combination known not to run on ``backend``.
+    """Refuse a precision / sharding-type combination known not to run (:data:`UNSUPPORTED`;
+    ``backend`` is named in the message).
 
     Raises:
         ConfigError: one line naming the combination and why.
     """
-    if backend != "gloo" or not cfg.enabled:
+    if not cfg.enabled:
         return
     precisions = {p.value for p in (cfg.forward_precision, cfg.backward_precision) if p}
     for precision in sorted(precisions):
         for kind in sorted(sharding_types):
-            reason = UNSUPPORTED_ON_GLOO.get((precision, kind))
+            reason = UNSUPPORTED.get((precision, kind))
             if reason:
                 raise ConfigError(
-                    f"qcomms {precision} with {kind} sharding is not supported on gloo: "
-                    f"{reason}; use qcomms=fp16 / bf16 / fp8, or sharding=tablewise / columnwise"
+                    f"qcomms {precision} with {kind} sharding is not supported (here on "
+                    f"{backend}): {reason}; use qcomms=fp16 / bf16 / fp8, or "
+                    "sharding=tablewise / columnwise"
                 )
 
 

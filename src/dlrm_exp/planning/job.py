@@ -153,7 +153,7 @@ def plan_job(
 
     Raises:
         ConfigError: the plan's sharding types cannot run with the configured qcomms on this
-            backend (:data:`dlrm_exp.distributed.qcomms.UNSUPPORTED_ON_GLOO`), or a plan file
+            backend (:data:`dlrm_exp.distributed.qcomms.UNSUPPORTED`), or a plan file
             does not match the job (:func:`dlrm_exp.planning.plan_file.load_plan`).
         InsufficientMemoryError: the tables do not fit; the message gives needed vs offered
             GiB and a ``model.num_embeddings_cap`` that fits. Raised before anything is
