@@ -1,9 +1,9 @@
 """The CUDA path, for ``make gpu-check`` on a machine with a GPU (skipped elsewhere).
 
 Every sharding type trains 2 steps with the ``fused_uvm_caching`` kernel over NCCL, the
-CUDA-only pipelines train, ``train.profile`` writes the CUDA memory snapshot, bf16 trains, and
-fp16 tables train with stochastic rounding, resume and export
-(on the GPU). Needs a CUDA build of torch and ``fbgemm-gpu`` (``make install
+CUDA-only pipelines train, ``train.profile`` writes the CUDA memory snapshot, bf16 trains,
+fp16 tables train with stochastic rounding, resume and export (on the GPU), and ``mode=verify``
+gathers its tables over NCCL. Needs a CUDA build of torch and ``fbgemm-gpu`` (``make install
 FBGEMM=fbgemm-gpu==1.8.0`` with a CUDA torch). None of this was run on a GPU by the project yet.
 """
 
@@ -88,3 +88,15 @@ def test_fp16_tables_train_with_stochastic_rounding_resume_and_export(tmp_path):
     assert result.returncode == 0, result.stderr[-3000:]
     record = json.loads((out / "export.json").read_text())
     assert record["table_bytes"] * 2 == record["table_bytes_fp32"]
+
+
+def test_verify_gathers_the_sharded_tables_over_nccl(tmp_path):
+    """mode=verify on the GPU: NCCL gathers CUDA tensors only, so the gathered tables are
+    staged on the GPU (a CPU output failed every verify there)."""
+    result = run_cli(
+        [*SMALL, *_gpu(), "sharding=rowwise", "mode=verify", "verify.steps=4",
+         f"hydra.run.dir={tmp_path}"],
+        timeout=600,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert json.loads((tmp_path / "verify.json").read_text())["passed"] is not False

@@ -192,6 +192,15 @@ def reference_config(cfg: Config) -> Config:
     return ref
 
 
+def _gather_device() -> torch.device:
+    """Where ``ShardedTensor.gather`` stages the shards it sends, which its output must match:
+    the current GPU under NCCL (which gathers CUDA tensors only), else the CPU (torch's
+    ``ShardedTensor._get_preferred_device``)."""
+    if dist.get_backend() == dist.Backend.NCCL:
+        return torch.device("cuda", torch.cuda.current_device())
+    return torch.device("cpu")
+
+
 def _gather_parameters(model: torch.nn.Module, rank: int) -> tuple[dict, dict]:
     tables: dict[str, np.ndarray] = {}
     dense: dict[str, np.ndarray] = {}
@@ -199,10 +208,10 @@ def _gather_parameters(model: torch.nn.Module, rank: int) -> tuple[dict, dict]:
         table = is_table_key(key)
         name = table_of_key(key) if table else key.replace("module.", "")
         if isinstance(value, ShardedTensor):
-            full = torch.zeros(value.size()) if rank == 0 else None
+            full = torch.zeros(value.size(), device=_gather_device()) if rank == 0 else None
             value.gather(dst=0, out=full)
             if rank == 0:
-                tables[name] = full.numpy().copy()
+                tables[name] = full.cpu().numpy().copy()
         elif rank == 0 and isinstance(value, torch.Tensor):
             target = tables if table else dense
             target[name] = value.detach().cpu().numpy().copy()
