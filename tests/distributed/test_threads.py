@@ -67,3 +67,14 @@ def test_wildly_varying_step_times_are_named_in_the_summary():
     (line,) = _contention_warning(starved)
     assert line.startswith("warning: step times vary 8x (p50 10.0 ms, p90 80.0 ms)")
     assert "another process competing for the cores" in line and "OMP_NUM_THREADS" in line
+
+
+def test_each_local_rank_takes_its_gpu_or_the_one_it_was_bound_to():
+    """A launcher that binds one GPU to each task (Slurm --gpus-per-task) shows it as GPU 0:
+    local ranks 1..7 asked for GPU 1..7 and failed with "invalid device ordinal"."""
+    from dlrm_exp.distributed.launch import rank_gpu
+
+    assert [rank_gpu(r, 8) for r in range(8)] == list(range(8))  # the host's GPUs
+    assert [rank_gpu(r, 1) for r in range(8)] == [0] * 8  # one GPU bound to each task
+    with pytest.raises(ConfigError, match="local rank 3 sees 2 GPU"):
+        rank_gpu(3, 2)

@@ -174,9 +174,29 @@ def launch_workers(fn: Callable[..., Any], args: tuple, cfg: HardwareConfig) -> 
 def _device(cfg: HardwareConfig, local_rank: int) -> torch.device:
     if cfg.compute_device is ComputeDevice.cuda:
         check_devices(cfg)
-        torch.cuda.set_device(local_rank)
-        return torch.device("cuda", local_rank)
+        index = rank_gpu(local_rank, torch.cuda.device_count())
+        torch.cuda.set_device(index)
+        return torch.device("cuda", index)
     return torch.device("cpu")
+
+
+def rank_gpu(local_rank: int, visible: int) -> int:
+    """The GPU index of local rank ``local_rank`` among the ``visible`` ones: its own local
+    rank when every GPU of the host is visible, 0 when the launcher bound one GPU to each task
+    (Slurm's ``--gpus-per-task`` / ``--gpu-bind``, where every task sees its GPU as 0).
+
+    Raises:
+        ConfigError: the rank sees several GPUs, but fewer than its local rank needs.
+    """
+    if visible == 1:
+        return 0
+    if local_rank >= visible:
+        raise ConfigError(
+            f"local rank {local_rank} sees {visible} GPU(s) (CUDA_VISIBLE_DEVICES="
+            f"{os.environ.get('CUDA_VISIBLE_DEVICES', 'unset')}): give each task one GPU or "
+            "all of its host's"
+        )
+    return local_rank
 
 
 def rank_threads(cfg: HardwareConfig, local_rank: int, local_world_size: int) -> int:
