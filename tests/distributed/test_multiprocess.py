@@ -96,11 +96,12 @@ def test_two_processes_match_one_unsharded_process(verify_runs):
 
 
 #: fp32 bytes of one step's embedding collectives, all ranks, forward and backward: (global
-#: batch 256) x 26 tables x 16 dims x 4 bytes, forward twice for row-wise (each of the 2 ranks
-#: reduce-scatters partial sums of every table).
+#: batch 256) x 26 tables x 16 dims x 4 bytes, twice for row-wise (each of the 2 ranks
+#: reduce-scatters partial sums of every table, and all-gathers every table's gradient: the
+#: all-gather counted by its output, as its mirror the reduce-scatter by its input).
 FP32_BYTES = {
     "tablewise": {"forward": 256 * 26 * 16 * 4, "backward": 256 * 26 * 16 * 4},
-    "rowwise": {"forward": 2 * 256 * 26 * 16 * 4, "backward": 256 * 26 * 16 * 4},
+    "rowwise": {"forward": 2 * 256 * 26 * 16 * 4, "backward": 2 * 256 * 26 * 16 * 4},
 }
 SIX_STEPS = ["train.max_steps=6"]
 PROFILE = [

@@ -13,8 +13,12 @@ Each call is booked by who made it and when:
 * ``input_dist``: the sparse input (KeyedJaggedTensor ids, lengths and their splits) sent by
   ``torchrec.distributed.dist_data``.
 
-Bytes are those of the input tensors (``numel * element_size``), including the slice a rank
-sends to itself. DDP's gradient all-reduce runs in C++ and is not counted.
+Bytes are those of the larger side of each collective (``numel * element_size``), so that
+every sharding type is counted alike: the input of an all-to-all or a reduce-scatter (the
+rank's rows for every rank, its own slice included), the output of an all-gather (its input
+goes to every rank: row-wise's backward). Counted by its input, an all-gather showed W - 1
+times fewer bytes than the reduce-scatter it mirrors (half at 2 ranks, 1/7 at 8). DDP's
+gradient all-reduce runs in C++ and is not counted.
 """
 
 from collections import defaultdict
@@ -32,14 +36,15 @@ from dlrm_exp.distributed.torch_internals import (
     patched,
 )
 
-#: Collective name -> (position, keyword) of the tensor(s) the calling rank sends.
+#: Collective name -> (position, keyword) of the tensor(s) counted: the larger side (see the
+#: module docstring), the input but for an all-gather's output.
 _SENT_ARG: dict[str, tuple[int, str]] = {
     "all_to_all_single": (1, "input"),
     "all_to_all": (1, "input_tensor_list"),
     "reduce_scatter_tensor": (1, "input"),
     "reduce_scatter": (1, "input_list"),
-    "all_gather_into_tensor": (1, "input_tensor"),
-    "all_gather": (1, "tensor"),
+    "all_gather_into_tensor": (0, "output_tensor"),
+    "all_gather": (0, "tensor_list"),
 }
 _CALLERS = {
     "torchrec.distributed.comm_ops": "embeddings",
