@@ -15,8 +15,9 @@ multiply-accumulate, per sample:
 
 A training step costs 3x the forward (backward computes the gradients of the inputs and of
 the weights, each a product of the forward's size), the usual convention (e.g. Kaplan et al.
-2020, "6N FLOPs per token"). Bias adds, activations, the loss and the embedding lookups are
-left out (under 1 % of the dense FLOPs for the configs shipped here).
+2020, "6N FLOPs per token"); the dot interaction with ``train.symmetric_interaction`` costs 2x
+(its backward is one ``bmm``, ``(dZ + dZ^T) C``, not two). Bias adds, activations, the loss and
+the embedding lookups are left out (under 1 % of the dense FLOPs for the configs shipped here).
 
 Embedding bytes count fp32 rows of D floats (4 bytes each) per sample, for every looked-up
 id, duplicates included (an upper bound for fused tables: FBGEMM updates a row once per
@@ -50,6 +51,8 @@ class DenseFlops:
     dense_arch: int
     interaction: int
     over_arch: int
+    #: The interaction's backward in forwards: 2, or 1 for the symmetric dot interaction.
+    interaction_backward: int = TRAINING_FLOPS_PER_FORWARD - 1
 
     @property
     def forward(self) -> int:
@@ -58,12 +61,15 @@ class DenseFlops:
 
     @property
     def training(self) -> int:
-        """Forward + backward FLOPs per training sample (3 x forward)."""
-        return TRAINING_FLOPS_PER_FORWARD * self.forward
+        """Forward + backward FLOPs per training sample (3 x forward; the symmetric
+        interaction's share 2 x)."""
+        layers = TRAINING_FLOPS_PER_FORWARD * (self.dense_arch + self.over_arch)
+        return layers + (1 + self.interaction_backward) * self.interaction
 
 
-def dense_flops(cfg: ModelConfig) -> DenseFlops:
-    """The dense FLOPs per sample of ``cfg`` (formulas in the module docstring)."""
+def dense_flops(cfg: ModelConfig, symmetric_interaction: bool = False) -> DenseFlops:
+    """The dense FLOPs per sample of ``cfg`` (formulas in the module docstring);
+    ``symmetric_interaction``: ``train.symmetric_interaction`` (the dot interaction only)."""
     d, f = cfg.embedding_dim, len(cfg.feature_names)
     dense = mlp_flops(cfg.num_dense_features, list(cfg.dense_arch_layer_sizes))
     n = (f + 1) * d
@@ -76,7 +82,10 @@ def dense_flops(cfg: ModelConfig) -> DenseFlops:
         width = d + f1 * f2
     else:
         interaction, width = 2 * (f + 1) ** 2 * d, d + f * (f + 1) // 2
-    return DenseFlops(dense, interaction, mlp_flops(width, list(cfg.over_arch_layer_sizes)))
+    symmetric = symmetric_interaction and cfg.interaction_type is InteractionType.original
+    backward = 1 if symmetric else TRAINING_FLOPS_PER_FORWARD - 1
+    over = mlp_flops(width, list(cfg.over_arch_layer_sizes))
+    return DenseFlops(dense, interaction, over, backward)
 
 
 def embedding_bytes_per_sample(
