@@ -194,6 +194,11 @@ def test_utilization_is_per_rank_against_the_peak_and_its_bound():
         (13 * 512 + 512 * 256 + 256 * 64) + (415 * 512 + 512 * 512 + 512 * 256 + 256) + 27 * 27 * 64
     )
     assert utilization(quick, 1.0, 1, _peak(1e9)).dense_flops_per_sample == 6 * macs == 4_840_320
+    # the symmetric interaction's backward is one bmm, not two: 2 x its forward, not 3 x (it
+    # was counted 3 x, 93,312 FLOPs a sample too many)
+    symmetric = compose_cfg(["model=quickstart", "train.symmetric_interaction=true"])
+    flops = utilization(symmetric, 1.0, 1, _peak(1e9)).dense_flops_per_sample
+    assert flops == 6 * macs - 2 * 27 * 27 * 64 == 4_840_320 - 93_312
     emb = embedding_bytes_per_sample(
         cfg.model, cfg.optimizer.sparse_optimizer, cfg.data.pooling_factors()
     )
@@ -209,6 +214,7 @@ def test_a_fraction_above_1_is_flagged_as_a_measurement_error():
     assert error.startswith("dense FLOP/s vs measured matmul peak: achieved") and "x)" in error
     above_bound = utilization(cfg, 1.0, 1, _peak(1e9), TheoreticalPeak(5e8, "b"))
     assert any("vs theoretical (b)" in e for e in above_bound.measurement_errors)
+    assert above_bound.fraction_of_matmul_peak is None  # of an impossible peak: none reported
     lines = _utilization_lines(util.to_json())
     assert "n/a (measurement error) of the measured float32 matmul peak 1 GFLOP/s" in lines[0]
     assert all(line.startswith("warning: ") for line in lines[1:]) and len(lines) >= 2

@@ -108,7 +108,7 @@ def utilization(
 ) -> Utilization:
     """The utilization of a run of ``cfg`` that trained ``samples_per_sec`` global samples/s
     on ``world_size`` ranks, against ``peak`` (one rank's) and its theoretical ``bound``."""
-    flops = dense_flops(cfg.model).training
+    flops = dense_flops(cfg.model, cfg.train.symmetric_interaction).training
     emb = embedding_bytes_per_sample(
         cfg.model, cfg.optimizer.sparse_optimizer, cfg.data.pooling_factors()
     )
@@ -117,19 +117,23 @@ def utilization(
     bytes_rate = None if per_rank is None else emb * per_rank
     errors: list[str] = []
     bound_rate = None if bound is None else bound.flops_per_sec
+    peak_errors = len(errors)
     checked_fraction(
         f"measured {peak.dtype} matmul peak vs theoretical ({bound and bound.basis})",
         peak.matmul_flops_per_sec,
         bound_rate,
         errors,
     )
+    peak_is_possible = len(errors) == peak_errors  # above its bound, no fraction of it holds
     return Utilization(
         dense_flops_per_sample=flops,
         dense_flops_per_sec=flops_rate,
         peak_matmul_flops_per_sec=peak.matmul_flops_per_sec,
         fraction_of_matmul_peak=checked_fraction(
             "dense FLOP/s vs measured matmul peak", flops_rate, peak.matmul_flops_per_sec, errors
-        ),
+        )
+        if peak_is_possible
+        else None,
         embedding_bytes_per_sample=emb,
         embedding_bytes_per_sec=bytes_rate,
         peak_copy_bytes_per_sec=peak.copy_bytes_per_sec,
