@@ -176,7 +176,8 @@ def reset_peak_memory(device: torch.device) -> None:
         _CLEAR_REFS.write_text("5")
     except OSError:
         pass
-    if device.type == "cuda":
+    if device.type == "cuda":  # the cached blocks first: the reset starts the peaks at the
+        torch.cuda.empty_cache()  # current use, which would keep the earlier job's cache
         torch.cuda.reset_peak_memory_stats(device)
 
 
