@@ -159,3 +159,20 @@ def test_columns_whose_feature_names_collide_get_distinct_keys():
     accented = table.rename_columns(["clicked", "x", "catégorie", "user_id"])
     text = render_yaml(scan_table(accented, 40, None, 1000), "t.parquet", 40, 40)
     assert parse_schema(text).sparse["cat_gorie"].column == "catégorie"
+
+
+def test_yaml_words_as_column_names_and_nan_values_give_a_schema_that_loads():
+    """A column named ``on`` (or ``no``, ``null``) became a boolean key, and the schema it
+    wrote did not load; a NaN in a float column made its range nan and hid its skew."""
+    from dlrm_exp.config import parse_schema
+    from dlrm_exp.modes.schema import render_yaml
+
+    n = 400
+    counts = np.r_[np.arange(n - 2) % 5, 5000.0, np.nan]  # skewed, one NaN (Polars writes it)
+    table = pa.table({"clicked": pa.array([0, 1] * (n // 2)), "null": pa.array(counts),
+                      "on": pa.array([f"s{i % 9}" for i in range(n)])})  # fmt: skip
+    columns = scan_table(table, n, None, 1000)
+    dense = {c.name: c for c in columns}["null"]
+    assert (dense.min, dense.max, dense.nulls, dense.log1p) == (0.0, 5000.0, 1, True)
+    schema = parse_schema(render_yaml(columns, "log.parquet", n, n))
+    assert list(schema.sparse) == ["on"] and schema.dense[0].column == "null"

@@ -38,7 +38,7 @@ class ColumnStats:
     Attributes:
         name / type: the column and its Arrow type.
         role: ``label``, ``dense``, ``sparse`` or ``skip`` (a type no role takes).
-        nulls: null entries in the sample.
+        nulls: null (or, in a float column, NaN) entries in the sample.
         rows: rows in the sample.
         distinct: distinct ids in the sample (sparse).
         distinct_estimate: estimated distinct ids of the whole input (sparse, GEE).
@@ -158,8 +158,13 @@ def _numeric(stats: ColumnStats, column: pa.Array) -> None:
     if not len(values):
         return
     x = values.to_numpy(zero_copy_only=False).astype(np.float64)
+    missing = np.isnan(x)  # NaN is no null to pyarrow (Polars and Spark write it); training
+    stats.nulls += int(missing.sum())  # reads it as missing, and so does the scan
+    x = x[~missing]
+    if not len(x):
+        return
     if stats.role == "label":  # training would refuse the schema's own data
-        refuse_non_clicks(x[~np.isnan(x)], "schema_scan.path (the rows sampled)", stats.name)
+        refuse_non_clicks(x, "schema_scan.path (the rows sampled)", stats.name)
     stats.min, stats.max = float(x.min()), float(x.max())
     p99 = float(np.quantile(x, 0.99))
     stats.log1p = stats.role == "dense" and stats.min >= 0 and stats.max > 10 * max(p99, 1.0)

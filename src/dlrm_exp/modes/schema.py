@@ -75,7 +75,8 @@ def render_yaml(columns: list[ColumnStats], source: str, sample: int, total: int
         seen = f"{c.type}, {c.distinct:,} distinct in the sample, ~{c.distinct_estimate:,} in all"
         if c.multi_hot:
             seen += f", {c.mean_length:.1f} ids per row (p99 {c.p99_length:.0f})"
-        lines.append(f"  {_feature_key(c.name, used)}: {{{entry}}}  # {seen}, {c.nulls} null")
+        # quoted: YAML reads keys such as on, no, null as booleans or null
+        lines.append(f"  {q(_feature_key(c.name, used))}: {{{entry}}}  # {seen}, {c.nulls} null")
     skipped = [c for c in columns if c.role == "skip"]
     if skipped:
         lines.append("# not used (no role takes their type):")
