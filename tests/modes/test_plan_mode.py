@@ -259,6 +259,10 @@ def test_a_plan_file_keeps_its_cache_load_factor(tmp_path):
     # counted as 0 bytes of HBM)
     with pytest.raises(InsufficientMemoryError, match=r"rank \d holds 0.00 GiB of tables"):
         run_plan(compose_cfg([*replay, "hardware.hbm_cap=0.00001"]), tmp_path / "small")
+    # and the rows themselves sit in host memory: a plan whose rows exceed this job's DDR is
+    # refused too (on a GPU only HBM was checked)
+    with pytest.raises(InsufficientMemoryError, match=r"of tables and optimizer state in DDR"):
+        run_plan(compose_cfg([*replay, "hardware.ddr_cap=0.00001"]), tmp_path / "host")
 
 
 def _saved_plan(root: Path) -> list[str]:

@@ -265,39 +265,55 @@ def _plan_from_file(
 def _check_plan_fits(cfg: Config, plan: ShardingPlan, target: DistContext) -> None:
     """A plan file was made for some hardware; refuse it before anything is allocated when a
     rank's shards (weights at their dtype, the fused optimizer's state in fp32) exceed what
-    this job's rank offers (HBM on a GPU, for the tables in device memory and the
-    ``fused_uvm_caching`` tables' cache, its load factor of their weights as TorchRec's planner
-    counts it, default ``UVM_CACHING_RATIO``; DDR on CPU), less the planner's reservation for
-    the dense part and activations.
+    this job's rank offers, less the planner's reservation for the dense part and activations:
+    on a GPU its HBM for the tables in device memory and the ``fused_uvm_caching`` tables'
+    cache (its load factor of their weights, as TorchRec's planner counts it, default
+    ``UVM_CACHING_RATIO``), and its DDR for the UVM kernels' rows; on CPU its DDR.
 
     Raises:
-        InsufficientMemoryError: naming the rank, the GiB it needs and the GiB it offers.
+        InsufficientMemoryError: naming the rank, the memory, the GiB it needs and offers.
     """
     capacity = memory_capacity(cfg.hardware, target.local_world_size)
     on_gpu = cfg.hardware.compute_device is ComputeDevice.cuda
-    per_rank, kind, source = capacity.for_tables(on_gpu)
+    need = _plan_bytes_per_rank(cfg, plan, target, on_gpu)
+    for on_hbm in (True, False) if on_gpu else (False,):
+        per_rank, kind, source = capacity.for_tables(on_hbm)
+        held = need["HBM" if on_hbm else "DDR"]
+        rank = max(range(target.world_size), key=held.__getitem__)
+        usable = usable_bytes(per_rank)
+        if held[rank] > usable:
+            raise InsufficientMemoryError(
+                f"sharding.plan_path={cfg.sharding.plan_path}: rank {rank} holds "
+                f"{held[rank] / GIB:.2f} GiB of tables and optimizer state in {kind}, more than "
+                f"the {usable / GIB:.2f} GiB its {per_rank / GIB:.2f} GiB {kind} ({source}) "
+                f"leaves after {STORAGE_RESERVATION:.0%} for the dense part and activations: "
+                "plan again for this hardware (sharding=auto, mode=plan) or use hardware with "
+                "more memory"
+            )
+
+
+def _plan_bytes_per_rank(
+    cfg: Config, plan: ShardingPlan, target: DistContext, on_gpu: bool
+) -> dict[str, list[int]]:
+    """``{"HBM": bytes per rank, "DDR": bytes per rank}`` the plan's shards take (see
+    :func:`_check_plan_fits`; on CPU every byte is DDR)."""
     record = plan_record(plan, table_configs(cfg.model), target.world_size, target.local_world_size)
-    need = [0] * target.world_size
+    need = {"HBM": [0] * target.world_size, "DDR": [0] * target.world_size}
     optimizer, cached = cfg.optimizer.sparse_optimizer, ComputeKernel.fused_uvm_caching.value
     for table in record.tables.values():
         data_type = EmbeddingDataType(table.data_type)
+        device = not on_gpu or table.compute_kernel in DEVICE_RESIDENT_KERNELS
         for shard in table.shards:
             rows, cols = shard.sizes
-            if not on_gpu or table.compute_kernel in DEVICE_RESIDENT_KERNELS:
-                need[shard.rank] += rows * row_bytes(cols, data_type, optimizer)
-            elif table.compute_kernel == cached:  # rows in host memory, a cache of them in HBM
+            full = rows * row_bytes(cols, data_type, optimizer)
+            if device:
+                need["HBM" if on_gpu else "DDR"][shard.rank] += full
+                continue
+            need["DDR"][shard.rank] += full  # the UVM kernels' rows live in host memory
+            if table.compute_kernel == cached:  # and a cache of them in HBM
                 factor = table.cache_load_factor or UVM_CACHING_RATIO
-                need[shard.rank] += round(rows * cols * data_type.element_bytes * factor)
-    rank = max(range(target.world_size), key=need.__getitem__)
-    usable = usable_bytes(per_rank)
-    if need[rank] > usable:
-        raise InsufficientMemoryError(
-            f"sharding.plan_path={cfg.sharding.plan_path}: rank {rank} holds "
-            f"{need[rank] / GIB:.2f} GiB of tables and optimizer state, more than the "
-            f"{usable / GIB:.2f} GiB its {per_rank / GIB:.2f} GiB {kind} ({source}) leaves "
-            f"after {STORAGE_RESERVATION:.0%} for the dense part and activations: plan again "
-            "for this hardware (sharding=auto, mode=plan) or use hardware with more memory"
-        )
+                need["HBM"][shard.rank] += round(rows * cols * data_type.element_bytes * factor)
+    return need
 
 
 def _plan_with_planner(
