@@ -281,3 +281,15 @@ def test_fp16_replicas_that_torch_optim_would_update_are_refused(overrides, way_
     for accepted in (["model.embedding_data_type=fp16", "sharding=dataparallel"], overrides):
         cfg = compose_cfg(accepted)
         plan_job(cfg, _meta_model(cfg))
+
+
+def test_uvm_tables_are_explained_against_the_host_memory_they_live_in():
+    """The insufficient-memory message offered HBM (320 GiB on 8 A100s) when host memory had
+    run out, and its advice fit the HBM: a cap of the largest table, 3 ranks of 40 GiB."""
+    uvm = ["sharding.compute_kernel=fused_uvm_caching", "hardware.ddr_cap=5"]
+    cfg = compose_cfg(["hardware=a100_40gb_x8", "model=mlperf", "sharding=rowwise", *uvm])
+    with pytest.raises(InsufficientMemoryError) as info:
+        plan_job(cfg, _meta_model(cfg))
+    message = str(info.value)
+    assert "offered: 40.00 GiB DDR on 8 rank(s) (5.00 GiB each, hardware.ddr_cap;" in message
+    assert "ranks of 5.00 GiB" in message and "HBM" not in message

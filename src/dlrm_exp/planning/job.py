@@ -98,13 +98,12 @@ def _storage(cfg: Config) -> EmbeddingStorage:
 def _memory_message(cfg: Config, capacity: MemoryCapacity, world_size: int) -> str:
     """The insufficient-memory explanation for this job (data_parallel tables, as planned:
     ``auto`` ones too when the sparse optimizer is not fused or the kernel is ``dense``,
-    counted once per rank)."""
+    counted once per rank; against DDR when a table uses a UVM kernel)."""
     tables = table_configs(cfg.model)
     fused, managed = _fuses_sparse_optimizer(cfg), set(cfg.model.managed_tables)
-    replicated = [
-        table_placement(cfg.sharding, t.name, fused, managed)[0] is ShardingStrategy.data_parallel
-        for t in tables
-    ]
+    placements = [table_placement(cfg.sharding, t.name, fused, managed) for t in tables]
+    replicated = [kind is ShardingStrategy.data_parallel for kind, _ in placements]
+    on_device = all(kernel.value in DEVICE_RESIDENT_KERNELS for _, kernel in placements)
     dp_names = {t.name for t, is_dp in zip(tables, replicated, strict=True) if is_dp}
     return insufficient_memory_message(
         _storage(cfg),
@@ -116,6 +115,7 @@ def _memory_message(cfg: Config, capacity: MemoryCapacity, world_size: int) -> s
         replicated=tables_storage(cfg, dp_names),
         copies=[world_size if is_dp else 1 for is_dp in replicated],
         data_types=cfg.model.table_data_types,
+        on_hbm=on_device,  # the UVM kernels' rows live in host memory
     )
 
 

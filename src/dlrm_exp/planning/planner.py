@@ -122,8 +122,11 @@ def insufficient_memory_message(
     replicated: EmbeddingStorage | None = None,
     copies: list[int] | None = None,
     data_types: list[EmbeddingDataType] | None = None,
+    on_hbm: bool = True,
 ) -> str:
     """One message with what the tables need, what the hardware offers, and two caps to try.
+    ``on_hbm``: the tables live in device memory (false for the UVM kernels, whose rows live
+    in host memory: the DDR is then what they need).
 
     The suggested ``model.num_embeddings_cap`` values: the largest whose tables (weights and
     optimizer state) take at most 60 % of the offered memory, leaving headroom for the dense
@@ -131,7 +134,7 @@ def insufficient_memory_message(
     most 1 GiB (a run of a minute on a laptop). Each is given with the GiB it needs. The
     memory offered is each rank's HBM where ``capacity`` knows it, else its DDR.
     """
-    per_rank, device_kind, source = capacity.for_tables(on_hbm=True)
+    per_rank, device_kind, source = capacity.for_tables(on_hbm)
     offered = per_rank * world_size
     shape = (table_sizes, embedding_dim, optimizer)
     cap = largest_fitting_cap(*shape, offered * HEADROOM_FRACTION, copies, data_types)
