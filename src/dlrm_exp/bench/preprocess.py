@@ -6,8 +6,9 @@ missing), converts it with both tools from a warm page cache, checks that the ou
 (with ``preprocess.dense_transform=torchrec``, the npy files must be equal) and prints rows/s
 and the ratio: TorchRec's one run against the median of ours, timed with TorchRec's dense
 transform (the same work; until 2026-11-26 the best of ours, with ``log1p``, was compared).
-Interpreter start-up is left out of both timings; starting the worker processes is in ours (about 0.05 s, which is why the default file has 500,000 rows rather
-than the issue's minimum of 200,000: a real Criteo day has 45-190 million).
+Interpreter start-up is left out of both timings; starting the worker processes is in ours
+(about 0.05 s, which is why the default file has 500,000 rows rather than the issue's minimum
+of 200,000: a real Criteo day has 45-190 million).
 Target (the Criteo-at-scale issue): ratio >= 20.
 
     python -m dlrm_exp.bench.preprocess [--rows 500000] [--rounds 3] [--workers 2]
