@@ -159,6 +159,11 @@ RULES = [
     (["hardware.intra_host_bw=-1"], r"hardware.intra_host_bw must be positive"),
     (["verify.steps=0"], r"verify.steps must be positive"),
     (["seed=-1"], r"seed=-1: give a non-negative integer below 2\*\*64"),
+    (
+        ["sharding.cache_load_factor=0.2"],
+        r"sizes the HBM cache of the fused_uvm_caching "
+        r"kernel, which no table uses",
+    ),  # fmt: skip
     (["optimizer.learning_rate=0"], r"optimizer.learning_rate must be positive"),
     (["optimizer.dense_learning_rate=-1"], r"optimizer.dense_learning_rate must be positive"),
     (["optimizer.eps=-1e-3"], r"optimizer.eps must be >= 0"),
