@@ -84,17 +84,22 @@ class StepProfiler:
 
     def step(self) -> bool:
         """Mark the end of a training step; returns whether the profiler took part (its
-        schedule advanced, a trace may have been written: time that is not training)."""
+        schedule advanced, a trace may have been written: time that is not training). After
+        the last recorded step it stops (:meth:`stop`): on CUDA the allocator history, which
+        records a stack trace per allocation, then no longer slows the steps that count."""
         if not self.enabled or self._steps >= self.last_step:
             return False
         self._steps += 1
         seconds = time.perf_counter() - self._started
         self._rss.append((self._steps, seconds, self._process.memory_info().rss))
         self._profiler.step()
+        if self._steps >= self.last_step:
+            self.stop()
         return True
 
     def stop(self) -> None:
-        """Stop profiling and write the files."""
+        """Stop profiling and write the files (once; the end of training calls it too, for a
+        run shorter than the profiled steps)."""
         if not self.enabled:
             return
         self.enabled = False
