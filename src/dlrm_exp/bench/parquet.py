@@ -5,9 +5,13 @@ epoch's memory stay flat as the file grows?
    counts with ``log1p``, 26 hexadecimal string ids read by ``hex_modulo``, TorchRec's rule),
    from a Parquet copy of a generated Criteo TSV, against the training samples/s of the default
    experiment (``model=tiny``) on the same machine. Target (issue 28): at least 2x.
-2. Peak RSS of a process that scans and streams one epoch of a file of 24 row groups and of
-   one of 48 (both at least 20x a row group), each in a fresh interpreter. Target: the larger
-   file's peak within 10 % of the smaller one's (memory does not grow with the file).
+2. Peak RSS of a process that scans and streams one epoch of a file of 12 row groups and of
+   one of 96, each in a fresh interpreter, less its resident set once its imports are done
+   (about 0.4 GiB of torch and TorchRec that no data moves). Target: the larger file adds at
+   most a tenth of a decoded Criteo row (264 bytes) per extra row streamed (a loader that kept
+   its rows would add all of them). Until 2026-11-26 the target was the ratio of the two whole
+   peaks (24 and 48 row groups) within 10 %, which the imports diluted: the data's own peak
+   moved by 11-19 % there, within its noise (12 -> 96 row groups: +11 %).
 
     python -m dlrm_exp.bench.parquet [--batches 300]
 """
@@ -32,20 +36,24 @@ from dlrm_exp.data.criteo_format import write_criteo_tsv
 from dlrm_exp.util.logs import quiet_libraries
 
 TARGET_RATIO = 2.0
-TARGET_MEMORY_GROWTH = 1.10
+#: Bytes of peak RSS per extra streamed row: a tenth of a decoded Criteo row (13 float32 dense
+#: values, 26 int64 ids, the label: 264 bytes, docs/data.md).
+TARGET_BYTES_PER_ROW = 26.4
 ROW_GROUP = 16384
 
 _STREAM_EPOCH = """
 import json, sys
 from dlrm_exp.config import ParquetDataConfig, load_schema_file
 from dlrm_exp.data import load_splits
+def status(key):
+    return int(next(l for l in open("/proc/self/status") if l.startswith(key)).split()[1])
+base = status("VmRSS:")  # the imports' resident set, before any data
 cfg = ParquetDataConfig(path=sys.argv[1], schema=load_schema_file(sys.argv[2]),
                         val_fraction=0.0, test_fraction=0.0)
 split = load_splits(cfg, [], 13, 0).train
 rows = sum(len(b.labels) for b in split.batches(2048, 0, 1, cfg.schema.feature_names))
 # VmHWM: this interpreter's peak (ru_maxrss would keep the forking parent's across exec)
-hwm = next(l for l in open("/proc/self/status") if l.startswith("VmHWM:")).split()[1]
-print(json.dumps({"rows": rows, "peak_kib": int(hwm)}))
+print(json.dumps({"rows": rows, "peak_kib": status("VmHWM:"), "base_kib": base}))
 """
 
 
@@ -67,14 +75,15 @@ def criteo_parquet(tsv: Path, out: Path, row_group_size: int, empty_ids_null: bo
     return out
 
 
-def stream_peak_gib(path: Path, schema: Path) -> tuple[int, float]:
-    """Rows streamed and peak RSS (GiB) of a fresh interpreter that streams ``path``."""
+def stream_peak_gib(path: Path, schema: Path) -> tuple[int, float, float]:
+    """Rows streamed, peak RSS and the resident set after its imports (GiB) of a fresh
+    interpreter that streams ``path``."""
     out = subprocess.run(
         [sys.executable, "-c", _STREAM_EPOCH, str(path), str(schema)],
         capture_output=True, text=True, check=True,
     )  # fmt: skip
     result = json.loads(out.stdout.strip().splitlines()[-1])
-    return result["rows"], result["peak_kib"] / 2**20
+    return result["rows"], result["peak_kib"] / 2**20, result["base_kib"] / 2**20
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -99,22 +108,27 @@ def main(argv: Sequence[str] | None = None) -> int:
               f"= {rate / train_rate:.1f}x training")  # fmt: skip
         schema = conf_dir() / "data" / "schema" / "criteo.yaml"
         sizes = {}
-        for groups in (24, 48):
+        for groups in (12, 96):
             big = write_criteo_tsv(folder / f"big_{groups}.tsv", groups * ROW_GROUP, seed=groups)
             path = criteo_parquet(big, folder / f"big_{groups}.parquet", ROW_GROUP)
             big.unlink()
             sizes[groups] = stream_peak_gib(path, schema)
-            print(f"  streamed epoch of {sizes[groups][0]:,} rows ({groups} row groups, "
+            rows, peak, imports = sizes[groups]
+            print(f"  streamed epoch of {rows:,} rows ({groups} row groups, "
                   f"{path.stat().st_size / 2**20:.0f} MiB on disk): peak RSS "
-                  f"{sizes[groups][1]:.2f} GiB")  # fmt: skip
-    growth = sizes[48][1] / sizes[24][1]
-    print(f"  peak RSS at 2x the file: x{growth:.3f}")
+                  f"{peak:.2f} GiB, {imports:.2f} GiB after the imports")  # fmt: skip
+    grown = {g: sizes[g][1] - sizes[g][2] for g in sizes}
+    per_row = (grown[96] - grown[12]) * 2**30 / (sizes[96][0] - sizes[12][0])
+    print(
+        f"  peak RSS above the imports: {grown[12]:.3f} -> {grown[96]:.3f} GiB at 8x the file: "
+        f"{per_row:+.1f} bytes per extra row (whole peaks x{sizes[96][1] / sizes[12][1]:.3f})"
+    )
     return report(
         [
             Target("parquet", "Parquet loader rows/s / training samples/s", rate / train_rate,
                    ">=", TARGET_RATIO),
-            Target("parquet", "peak RSS, 48 / 24 row groups streamed", growth, "<=",
-                   TARGET_MEMORY_GROWTH),
+            Target("parquet", "peak RSS bytes per extra row streamed (96 vs 12 row groups)",
+                   per_row, "<=", TARGET_BYTES_PER_ROW),
         ]
     )  # fmt: skip
 
