@@ -220,6 +220,7 @@ def test_seeds_or_values_missing_from_the_new_set_fail_the_gate(tmp_path, baseli
     result = compare_runs(renamed, saved, gate=["val_auroc", "val_ne"])
     assert not result.passed and result.compared == 1
     assert "val NE: the baseline has it, the new set has none" in result.failures[0]
+    assert "(missing, or not finite: metrics.json writes NaN as null)" in result.failures[0]
     one_lost = [run(0, {"val_auroc": 0.79, "val_ne": 0.9}), run(1, {"val_auroc": 0.79})]
     result = compare_runs(one_lost, saved, gate=["val_auroc", "val_ne"])
     assert not result.passed and "val NE: the baseline has it" in result.failures[0]
