@@ -5,6 +5,7 @@ made to overfit: the stop, the best weights kept and reported, resume, evaluate.
 import json
 import re
 import shutil
+from pathlib import Path
 
 import pytest
 import torch
@@ -244,6 +245,31 @@ def test_a_run_resumed_from_another_runs_checkpoint_holds_the_best_weights_it_re
         compose_cfg([*OVERFIT, "mode=evaluate", f"checkpoint={resumed_dir}"]), Job(tmp_path)
     )
     assert scored.step == metrics.best_step and scored.test == resumed.test
+
+
+def test_a_resumed_run_takes_only_the_best_its_checkpoint_recorded(tmp_path):
+    """A run resumed from a checkpoint saved before another run's later best linked that
+    run's checkpoints/best as it is now (weights its record never had), and a best saved
+    after the checkpoint it resumes (then lost with a crash) stayed for evaluate to take."""
+    from dlrm_exp.distributed.launch import process_group
+    from dlrm_exp.loop.checkpoint import adopt_best
+
+    def best_folder(folder: Path, value: float) -> Path:
+        folder.mkdir(parents=True)
+        (folder / ".metadata").write_bytes(b"")
+        (folder / "trainer_state.json").write_text(json.dumps({"best": {"value": value}}))
+        return folder
+
+    other = best_folder(tmp_path / "a" / "checkpoints" / "best", 0.80)  # trained on since
+    with process_group(compose_cfg([]).hardware):
+        assert adopt_best(other, tmp_path / "b", True, 0.70) is None
+        assert not (tmp_path / "b" / "checkpoints" / "best").exists() and other.is_dir()
+        linked = adopt_best(other, tmp_path / "b", True, 0.80)  # the same best: held here
+        assert linked == tmp_path / "b" / "checkpoints" / "best" and linked.is_dir()
+        own = best_folder(tmp_path / "c" / "checkpoints" / "best", 0.80)  # a lost branch's
+        assert adopt_best(own, tmp_path / "c", True, 0.70) is None and not own.exists()
+        later = best_folder(tmp_path / "d" / "checkpoints" / "best", 0.80)  # none recorded
+        assert adopt_best(None, tmp_path / "d", True, None) is None and not later.exists()
 
 
 def test_a_run_stopped_at_its_best_and_resumed_without_the_stop_keeps_those_weights(

@@ -319,17 +319,35 @@ def _link_dcp_files(source: Path, target: Path) -> None:
         _link_or_copy(path, target / path.name)
 
 
-def adopt_best(source: Path, run_dir: Path, is_main: bool) -> Path:
+def adopt_best(
+    source: Path | None, run_dir: Path, is_main: bool, value: float | None
+) -> Path | None:
     """Make the best validation's checkpoint ``source`` this run's ``checkpoints/best`` (a
     collective: every rank calls it). A run resumed from another run's checkpoint keeps that
     run's best weights in that run's folder; linked (else copied) here, this folder holds the
     weights its record reports, and ``checkpoint=<this run>`` (evaluate, predict, export)
     takes them. Returns this run's ``best``; ``source`` unchanged when it is already this
     run's, or not a complete checkpoint (the end of training then reports the final weights,
-    with a warning)."""
+    with a warning); None when ``source`` now holds another best than the resumed one's
+    (``value``): that run trained on past the checkpoint, or this one's later save was lost
+    with a crash. Such a ``best`` of this folder is removed (evaluate would take it), and so
+    is one when the resumed state saved none (``source`` None: a save after the checkpoint)."""
     final = run_dir / CHECKPOINTS / BEST
     own = {final.resolve(), _replaced(final).resolve()}
-    if source.resolve() in own or not _is_complete(source):
+    if source is None:
+        stale = best_checkpoint(run_dir)
+        if is_main and stale is not None:
+            shutil.rmtree(stale, ignore_errors=True)
+        dist.barrier()
+        return None
+    if not _is_complete(source):
+        return source
+    if (read_trainer_state(source).get("best") or {}).get("value") != value:
+        if is_main and source.resolve() in own:
+            shutil.rmtree(source, ignore_errors=True)
+        dist.barrier()
+        return None
+    if source.resolve() in own:
         return source
     if is_main:
         partial = final.with_name(final.name + ".partial")

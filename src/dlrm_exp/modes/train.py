@@ -313,9 +313,10 @@ def _resume(
     )
     state.reconsider_stop(run.cfg.train)
     log.info("resumed from %s at step %d", path, state.step)
-    if run.cfg.train.keep_best and state.best_checkpoint:  # another run's best: held here too
-        best = adopt_best(Path(state.best_checkpoint), run.job.run_dir, run.ctx.is_main)
-        state.best_checkpoint = str(best)
+    if run.cfg.train.keep_best:  # another run's best: held here too; a stale one: removed
+        source = Path(state.best_checkpoint) if state.best_checkpoint else None
+        best = adopt_best(source, run.job.run_dir, run.ctx.is_main, state.best.value)
+        state.best_checkpoint = None if best is None else str(best)
     if run.ctx.is_main:
         warn_other_data_order(saved, run.cfg, run.ctx.world_size)
     between = between_evictions(int(saved["step"]), run.cfg.model.managed_tables)
