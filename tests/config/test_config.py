@@ -213,6 +213,15 @@ RULES = [
         r"cat_0.num_embeddings must be at least 2 under id_policy=managed_collision",
     ),  # fmt: skip
     (
+        [
+            "data=criteo_tsv",
+            "data.path=a",
+            "train.on_nonfinite=skip",
+            "data.schema.sparse.cat_0.id_policy=managed_collision",
+        ],
+        r"train.on_nonfinite=skip with managed-collision tables \(t_cat_0\): their id maps",
+    ),  # fmt: skip
+    (
         ["train.on_nonfinite=skip", "optimizer=adam"],
         r"on_nonfinite=skip with optimizer.sparse_optimizer=adam and "
         r"optimizer.dense_optimizer=adam: .* Adam does not ignore",

@@ -261,7 +261,8 @@ class Config:
         """``train.on_nonfinite=skip`` gives a skipped batch exact-zero gradients, which leave
         SGD and (row-wise) Adagrad unchanged (:mod:`dlrm_exp.factories.nonfinite`) but not
         Adam: its moments decay, its step count advances, and it keeps moving every weight with
-        momentum, so the batch would not be skipped."""
+        momentum, so the batch would not be skipped; nor managed-collision tables, whose id maps
+        take in the batch's raw ids in its forward (TorchRec's ``profile``)."""
         opt = self.optimizer
         adam = [
             f"optimizer.{key}=adam"
@@ -277,6 +278,13 @@ class Config:
             "gradients, which Adam does not ignore (its moments decay and still move the "
             "weights), so the batch would not be skipped; use train.on_nonfinite=stop, or SGD "
             "or Adagrad",
+        )
+        managed = sorted(self.model.managed_tables)
+        require(
+            self.train.on_nonfinite is not OnNonFinite.skip or not managed,
+            f"train.on_nonfinite=skip with managed-collision tables ({', '.join(managed[:3])}): "
+            "their id maps take in a batch's raw ids in its forward, before its loss is known, "
+            "so a skipped batch still moves ids in and out of rows; use train.on_nonfinite=stop",
         )
 
     def _check_sparse_optimizer_on_cpu(self) -> None:

@@ -488,7 +488,8 @@ def load_checkpoint(
 
     Raises:
         CheckpointError: another model shape, other id policies or id kinds, other
-            data-parallel tables, or files DCP cannot read (truncated, missing).
+            data-parallel tables, managed-collision tables on a world size that does not
+            divide the saved one, or files DCP cannot read (truncated, missing).
     """
     trainer_state = _trainer_state_matching(
         path, expected.tables, expected.id_policies, expected.id_kinds
@@ -503,6 +504,7 @@ def load_checkpoint(
             f"type on resume ({', '.join(moved[:3])}); keep those tables data_parallel or not, "
             "e.g. with +sharding.per_table_sharding_type.<table>=..."
         )
+    check_managed_ranks(path, trainer_state.get("world_size"), expected)
     optimizer.init_state()  # materialize every optimizer state tensor for DCP to fill
     optim_state = optimizer.state_dict()
     state = _state(model, optim_state)
@@ -511,6 +513,27 @@ def load_checkpoint(
     optimizer.load_state_dict(optim_state)  # its "state" is what DCP just filled in
     _restore_rng(path, trainer_state)
     return trainer_state
+
+
+def check_managed_ranks(path: Path, saved_ranks: int | None, expected: CheckpointLayout) -> None:
+    """Managed-collision tables resume only on a number of ranks that divides the saved one:
+    TorchRec rebuilds each rank's id map from the saved ranks' row blocks, and a block boundary
+    the checkpoint lacks fails inside it (``AssertionError: shard within range [0, 128] cannot
+    be built out of segments``, reproduced 1 -> 2 ranks).
+
+    Raises:
+        CheckpointError: naming the features and the world sizes that can resume.
+    """
+    managed = sorted(f for f, p in (expected.id_policies or {}).items() if p == "managed_collision")
+    if not managed or not saved_ranks or saved_ranks % expected.world_size == 0:
+        return
+    sizes = [n for n in range(1, saved_ranks + 1) if saved_ranks % n == 0]
+    raise CheckpointError(
+        f"checkpoint {path} was saved by {saved_ranks} rank(s); its managed-collision features "
+        f"({', '.join(managed[:3])}) resume only on a number of ranks that divides it "
+        f"(TorchRec rebuilds each rank's id map from the saved rank blocks): "
+        f"{', '.join(map(str, sizes))}, not {expected.world_size}"
+    )
 
 
 def _trainer_state_matching(
