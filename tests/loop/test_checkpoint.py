@@ -578,3 +578,21 @@ def test_managed_collision_tables_resume_only_on_a_world_size_dividing_the_saved
     with pytest.raises(CheckpointError, match=r"saved by 2 rank\(s\); its managed-collision "
                        r"features \(user_id\) resume only .*: 1, 2, not 4"):  # fmt: skip
         check_managed_ranks(Path("ck"), 2, layout(4))
+
+
+def test_checkpoints_best_is_placed_among_its_runs_checkpoints(tmp_path):
+    """``train.resume=<run>/checkpoints/best`` into that run's folder got around the refusal
+    of an earlier checkpoint beside later ones: best was 'another run's'."""
+    from dlrm_exp.loop.checkpoint import later_checkpoints
+
+    def save(name: str, step: int) -> Path:
+        folder = tmp_path / "checkpoints" / name
+        folder.mkdir(parents=True)
+        (folder / ".metadata").write_bytes(b"")
+        (folder / "trainer_state.json").write_text(json.dumps({"step": step, "samples": step}))
+        return folder
+
+    step_8, step_9, best = save("step_8", 8), save("step_9", 9), save("best", 8)
+    assert later_checkpoints(tmp_path, best) == [step_9]
+    assert later_checkpoints(tmp_path, step_8) == [step_9]
+    assert later_checkpoints(tmp_path / "other", best) == []  # another run's best

@@ -230,11 +230,17 @@ def check_no_earlier_run(run_dir: Path) -> None:
 
 def later_checkpoints(run_dir: Path, path: Path) -> list[Path]:
     """The complete checkpoints of ``run_dir`` after checkpoint ``path`` (more samples
-    trained, or as many and a later step), oldest first; none when ``path`` is not one of
-    them (another run's checkpoint)."""
+    trained, or as many and a later step), oldest first; none when ``path`` is another run's.
+    ``path`` may be this run's ``checkpoints/best``, placed by its trainer state."""
     found = complete_checkpoints(run_dir)
     resolved, target = [p.resolve() for p in found], path.resolve()
-    return found[resolved.index(target) + 1 :] if target in resolved else []
+    if target in resolved:
+        return found[resolved.index(target) + 1 :]
+    if target.parent != (run_dir / CHECKPOINTS).resolve():
+        return []  # another run's checkpoint
+    step = int(read_trainer_state(path).get("step", -1))
+    position = (_samples(path), step)
+    return [p for p in found if (_samples(p), int(_STEP_DIR.match(p.name)[1])) > position]  # type: ignore[index]
 
 
 def _samples(path: Path) -> int:
