@@ -139,3 +139,19 @@ def test_adam_on_cpu_replicates_auto_tables_and_refuses_sharded_ones(tmp_path):
     assert plan.count("data_parallel") == 26
     with pytest.raises(ConfigError, match="cannot fuse adam into backward.*sharding=dataparallel"):
         compose_cfg(["optimizer=adam", "sharding=rowwise"])
+
+
+def test_the_schedule_sets_the_fused_kernels_rate_before_the_step_runs():
+    """TorchRec copies the rate into FBGEMM's kernel only in the fused optimizer's zero_grad /
+    step, which TrainPipelineSemiSync calls after a step's backward: its tables trained one
+    step late, the first step at the full base rate whatever the warm-up."""
+    from dlrm_exp.distributed.launch import process_group
+    from dlrm_exp.factories.experiment import build_experiment
+
+    cfg = compose_cfg([*SMALL, "optimizer.lr_warmup_steps=10", "sharding=tablewise"])
+    with process_group(cfg.hardware) as ctx:
+        experiment = build_experiment(cfg, ctx)
+        for step in (1, 5):
+            experiment.lr_schedule.apply(step)  # no optimizer call in between
+            rate = scheduled_lr(step, cfg.optimizer.learning_rate, 10, 0, 0)
+            assert experiment.embedding_learning_rate() == pytest.approx(rate, rel=1e-6)

@@ -145,7 +145,13 @@ def build_experiment(
     optimizer = build_optimizer(model, cfg.optimizer)
     pipeline = build_pipeline(cfg.train, model, optimizer, ctx.device)
     opt = cfg.optimizer
-    schedule = LRSchedule(optimizer, opt.lr_warmup_steps, opt.lr_decay_start, opt.lr_decay_steps)
+    schedule = LRSchedule(
+        optimizer,
+        opt.lr_warmup_steps,
+        opt.lr_decay_start,
+        opt.lr_decay_steps,
+        (fused_kernels(model), opt.learning_rate),
+    )
     # on one rank TorchRec skips every collective (and so its codecs): nothing is quantized
     effective = effective_qcomms(model) if ctx.world_size > 1 else {}
     substituted = (

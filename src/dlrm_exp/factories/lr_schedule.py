@@ -53,12 +53,26 @@ class LRSchedule:
         optimizer: the job's optimizer; each group's ``lr`` at construction is its base rate.
         warmup / decay_start / decay_steps: ``optimizer.lr_warmup_steps`` /
             ``lr_decay_start`` / ``lr_decay_steps``.
+        kernels: the rank's FBGEMM fused kernels and their base rate (``optimizer.
+            learning_rate``): each is set too. TorchRec copies a group's rate into its kernel
+            only in the fused optimizer's ``zero_grad`` / ``step``, which
+            ``TrainPipelineSparseDist`` calls before a step's backward but
+            ``TrainPipelineSemiSync`` after it: its tables were updated one step late (the
+            first step at the full base rate, whatever the warm-up).
     """
 
-    def __init__(self, optimizer: Any, warmup: int, decay_start: int, decay_steps: int) -> None:
+    def __init__(
+        self,
+        optimizer: Any,
+        warmup: int,
+        decay_start: int,
+        decay_steps: int,
+        kernels: tuple[list[Any], float] = ([], 0.0),
+    ) -> None:
         self.groups = list(optimizer.param_groups)
         self.base = [float(group["lr"]) for group in self.groups]
         self.warmup, self.decay_start, self.decay_steps = warmup, decay_start, decay_steps
+        self.kernels, self.kernel_base = kernels
 
     @property
     def active(self) -> bool:
@@ -71,3 +85,6 @@ class LRSchedule:
             return
         for group, base in zip(self.groups, self.base, strict=True):
             group["lr"] = scheduled_lr(step, base, self.warmup, self.decay_start, self.decay_steps)
+        rate = scheduled_lr(step, self.kernel_base, self.warmup, self.decay_start, self.decay_steps)
+        for kernel in self.kernels:
+            kernel.set_learning_rate(rate)
