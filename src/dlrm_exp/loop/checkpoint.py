@@ -623,7 +623,9 @@ def _dcp_load(path: Path, state: dict[str, Any]) -> None:
     """DCP-load ``state`` in place from ``path`` with the restricted metadata reader.
 
     Raises:
-        CheckpointError: files DCP cannot read (truncated, missing).
+        CheckpointError: files DCP cannot read (truncated, missing), or state it cannot
+            reshard (row-wise Adagrad's momentum of a table in another number of column
+            shards; the message says so).
     """
     try:
         with warnings.catch_warnings():
@@ -634,7 +636,20 @@ def _dcp_load(path: Path, state: dict[str, Any]) -> None:
     except (Exception, CheckpointException) as err:  # CheckpointException is a BaseException
         lines = [line for line in str(err).strip().splitlines() if line.strip()]
         first = lines[-1][:300] if lines else type(err).__name__
-        raise CheckpointError(f"checkpoint {path} cannot be read: {first}") from None
+        raise CheckpointError(f"checkpoint {path} cannot be read: {first}{_hint(first)}") from None
+
+
+def _hint(error: str) -> str:
+    """What a DCP load error means, where it is known: row-wise Adagrad's ``momentum1`` of a
+    table cut into column shards holds one value per row and shard (TorchRec), so its size
+    follows the number of column shards, which DCP cannot reshard."""
+    if "Size mismatch" in error and "momentum1" in error:
+        return (
+            " (row-wise Adagrad keeps a table's momentum per column shard: resume with as many "
+            "column shards as the checkpoint's run had, i.e. its sharding type and ranks for "
+            "column-wise and grid tables)"
+        )
+    return ""
 
 
 def find_checkpoint(location: str) -> Path:
