@@ -99,6 +99,12 @@ def test_a_resume_with_another_monitor_rebuilds_the_best_from_the_history():
     state.reconsider_stop(TrainConfig(early_stopping=by_logloss))
     assert (state.best.step, state.best.value, state.best.bad_validations) == (10, 0.450, 2)
     assert state.best.monitor == "logloss" and state.best_checkpoint is None  # not its weights
+    # the same best step under both metrics: its saved record still holds the AUROC, which
+    # restoring compares with the log loss, so those weights are left aside as well
+    alike = [{**h, "logloss": 0.5 - h["auroc"] / 10} for h in history]
+    kept = TrainerState(30, 0, alike, best=best, best_checkpoint="run/checkpoints/best")
+    kept.reconsider_stop(TrainConfig(early_stopping=by_logloss))
+    assert kept.best.step == best.step == 20 and kept.best_checkpoint is None
     same = TrainerState(30, 0, history, best=best, best_checkpoint="run/checkpoints/best")
     same.reconsider_stop(TrainConfig(early_stopping=by_auroc))
     assert same.best is best and same.best_checkpoint == "run/checkpoints/best"

@@ -178,13 +178,12 @@ class TrainerState:
         the history already reached stops, as a fresh run of this job would have. Another
         ``early_stopping.monitor`` than the checkpoint's rebuilds the best validation and the
         patience count from the history (its value was another metric's); the best weights
-        saved for another validation are then not this job's best."""
+        saved under it are then left aside (recorded with its value, which restoring checks
+        against, a resume's adoption of them would remove or refuse them)."""
         monitor = cfg.early_stopping.monitor.value
         if self.best.monitor not in (None, monitor):
-            replayed = BestValidation.replayed(self.val_history, cfg.early_stopping)
-            if replayed.step != self.best.step:
-                self.best_checkpoint = None
-            self.best = replayed
+            self.best = BestValidation.replayed(self.val_history, cfg.early_stopping)
+            self.best_checkpoint = None
         target = cfg.target_auroc
         reached = [
             h["step"] for h in self.val_history if target is not None and h["auroc"] >= target
