@@ -86,16 +86,15 @@ class ShardingConfig:
             self.cache_load_factor is None or 0 < self.cache_load_factor <= 1,
             f"sharding.cache_load_factor must be in (0, 1], got {self.cache_load_factor}",
         )
+        choices = {t: self.table_choice(t) for t in [None, *self.overridden_tables]}
         cached = ComputeKernel.fused_uvm_caching
         require(
-            self.cache_load_factor is None
-            or cached in {self.table_choice(t)[1] for t in [None, *self.overridden_tables]},
+            self.cache_load_factor is None or cached in {k for _, k in choices.values()},
             f"sharding.cache_load_factor={self.cache_load_factor} sizes the HBM cache of the "
             f"{cached.value} kernel, which no table uses: set sharding.compute_kernel="
             f"{cached.value} (or drop it)",
         )
-        for table in [None, *self.overridden_tables]:
-            kind, kernel = self.table_choice(table)
+        for table, (kind, kernel) in choices.items():
             fix = (
                 "sharding.compute_kernel"
                 if table is None

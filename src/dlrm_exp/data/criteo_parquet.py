@@ -89,7 +89,6 @@ def write_criteo_parquet(
         }
         write_parquet_atomic(pa.table(columns), target, row_group_size)
         outputs.append({"input": str(source), "output": str(target), "rows": len(data)})
-    earlier.parent.mkdir(parents=True, exist_ok=True)
     write_text_atomic(earlier, text)  # the schema, after the files it describes
     return {"files": outputs, "read": report.as_dict(), "schema": str(earlier)}
 

@@ -118,7 +118,13 @@ class ReadReport:
         self.first_bad_lines = (self.first_bad_lines + other.first_bad_lines)[:max_bad_lines]
 
     def as_dict(self) -> dict[str, object]:
-        counts = {
+        inputs = {"inputs": self.inputs} if self.inputs else {}
+        return {"files": self.files, **self.counts(), **inputs}
+
+    def counts(self) -> dict[str, object]:
+        """The counts of :meth:`as_dict`, without the files and inputs (one input's entry of
+        ``inputs``)."""
+        return {
             "rows_read": self.rows_read,
             "rows_valid": self.rows_valid,
             "rows_padded": self.rows_padded,
@@ -126,11 +132,6 @@ class ReadReport:
             "skipped_by_reason": dict(self.skipped_by_reason),
             "first_bad_lines": self.first_bad_lines,
         }
-        return {"files": self.files, **counts, **({"inputs": self.inputs} if self.inputs else {})}
-
-    def counts(self) -> dict[str, object]:
-        """:meth:`as_dict` without the files and inputs (one input's entry of ``inputs``)."""
-        return {k: v for k, v in self.as_dict().items() if k not in ("files", "inputs")}
 
 
 def inputs_read(read: dict[str, Any], keys: set[str]) -> dict[str, Any]:

@@ -117,14 +117,13 @@ def utilization(
     bytes_rate = None if per_rank is None else emb * per_rank
     errors: list[str] = []
     bound_rate = None if bound is None else bound.flops_per_sec
-    peak_errors = len(errors)
     checked_fraction(
         f"measured {peak.dtype} matmul peak vs theoretical ({bound and bound.basis})",
         peak.matmul_flops_per_sec,
         bound_rate,
         errors,
     )
-    peak_is_possible = len(errors) == peak_errors  # above its bound, no fraction of it holds
+    peak_is_possible = not errors  # above its bound, no fraction of it holds
     return Utilization(
         dense_flops_per_sample=flops,
         dense_flops_per_sec=flops_rate,

@@ -122,12 +122,14 @@ def _memory_message(cfg: Config, capacity: MemoryCapacity, world_size: int) -> s
 def tables_storage(cfg: Config, names: set[str]) -> EmbeddingStorage:
     """What the tables ``names`` of ``cfg.model`` need (weights in their dtype and the sparse
     optimizer's state, one copy), e.g. the data_parallel ones that every rank holds whole."""
-    chosen = [i for i, t in enumerate(table_configs(cfg.model)) if t.name in names]
+    model = cfg.model
+    chosen = [i for i, name in enumerate(model.table_names) if name in names]
+    sizes, types = model.table_sizes, model.table_data_types  # properties: built once here
     return embedding_storage(
-        [cfg.model.table_sizes[i] for i in chosen],
-        cfg.model.embedding_dim,
+        [sizes[i] for i in chosen],
+        model.embedding_dim,
         cfg.optimizer.sparse_optimizer,
-        [cfg.model.table_data_types[i] for i in chosen],
+        [types[i] for i in chosen],
     )
 
 
