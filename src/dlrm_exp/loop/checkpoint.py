@@ -56,6 +56,7 @@ from torch.distributed.checkpoint.metadata import Metadata, StorageMeta, TensorS
 from dlrm_exp.distributed.preemption import preemption_held
 from dlrm_exp.errors import RunFolderInUseError, UserError
 from dlrm_exp.util.files import write_json_atomic
+from dlrm_exp.util.text import first_few
 
 log = logging.getLogger(__name__)
 
@@ -199,6 +200,12 @@ def complete_checkpoints(run_dir: Path) -> list[Path]:
     oldest first: by the samples trained (their data position), then the step. After a resume
     with another world size the folder names count other global batches, so a newer
     ``step_250`` (4 ranks) is after an older ``step_300`` (2 ranks)."""
+    return [path for _, path in _positioned(run_dir)]
+
+
+def _positioned(run_dir: Path) -> list[tuple[tuple[int, int], Path]]:
+    """``((samples, step), checkpoint)`` of the run's complete checkpoints, oldest first
+    (:func:`complete_checkpoints`; each trainer state read once)."""
     folder = run_dir / CHECKPOINTS
     if not folder.is_dir():
         return []
@@ -206,8 +213,8 @@ def complete_checkpoints(run_dir: Path) -> list[Path]:
     for path in folder.iterdir():
         match = _STEP_DIR.match(path.name)
         if match and _is_complete(path):
-            found.append((_samples(path), int(match.group(1)), path))
-    return [path for _, _, path in sorted(found)]
+            found.append(((_samples(path), int(match.group(1))), path))
+    return sorted(found)
 
 
 def check_no_earlier_run(run_dir: Path) -> None:
@@ -220,7 +227,7 @@ def check_no_earlier_run(run_dir: Path) -> None:
     """
     held = ([best] if (best := best_checkpoint(run_dir)) else []) + complete_checkpoints(run_dir)
     if held:
-        names = ", ".join(p.name for p in held[:3]) + (", ..." if len(held) > 3 else "")
+        names = first_few([p.name for p in held])
         raise RunFolderInUseError(
             f"{run_dir} holds the checkpoints of an earlier run ({names}): continue it with "
             "train.resume=auto, train into another folder (hydra.run.dir=...), or remove "
@@ -232,15 +239,15 @@ def later_checkpoints(run_dir: Path, path: Path) -> list[Path]:
     """The complete checkpoints of ``run_dir`` after checkpoint ``path`` (more samples
     trained, or as many and a later step), oldest first; none when ``path`` is another run's.
     ``path`` may be this run's ``checkpoints/best``, placed by its trainer state."""
-    found = complete_checkpoints(run_dir)
-    resolved, target = [p.resolve() for p in found], path.resolve()
+    found = _positioned(run_dir)
+    resolved, target = [p.resolve() for _, p in found], path.resolve()
     if target in resolved:
-        return found[resolved.index(target) + 1 :]
+        return [p for _, p in found[resolved.index(target) + 1 :]]
     if target.parent != (run_dir / CHECKPOINTS).resolve():
         return []  # another run's checkpoint
-    step = int(read_trainer_state(path).get("step", -1))
-    position = (_samples(path), step)
-    return [p for p in found if (_samples(p), int(_STEP_DIR.match(p.name)[1])) > position]  # type: ignore[index]
+    state = read_trainer_state(path)
+    position = (int(state.get("samples", -1)), int(state.get("step", -1)))
+    return [p for at, p in found if at > position]
 
 
 def _samples(path: Path) -> int:
@@ -340,17 +347,12 @@ def adopt_best(
     is one when the resumed state saved none (``source`` None: a save after the checkpoint)."""
     final = run_dir / CHECKPOINTS / BEST
     own = {final.resolve(), _replaced(final).resolve()}
-    if source is None:
-        stale = best_checkpoint(run_dir)
-        if is_main and stale is not None:
-            shutil.rmtree(stale, ignore_errors=True)
-        dist.barrier()
-        return None
-    if not _is_complete(source):
+    if source is not None and not _is_complete(source):
         return source
-    if (read_trainer_state(source).get("best") or {}).get("value") != value:
-        if is_main and source.resolve() in own:
-            shutil.rmtree(source, ignore_errors=True)
+    if source is None or (read_trainer_state(source).get("best") or {}).get("value") != value:
+        stale = best_checkpoint(run_dir) if source is None else source  # this folder's: removed
+        if is_main and stale is not None and stale.resolve() in own:
+            shutil.rmtree(stale, ignore_errors=True)
         dist.barrier()
         return None
     if source.resolve() in own:

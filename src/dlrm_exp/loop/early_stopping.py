@@ -18,6 +18,12 @@ from dlrm_exp.config import EarlyStopping
 END, TARGET, EARLY_STOPPING = "end", "target_auroc", "early_stopping"
 
 
+def step_value(step: float) -> int | float:
+    """A step as recorded: an int where it is whole (histories store floats; a step rescaled
+    to another world size may be a fraction)."""
+    return int(step) if float(step).is_integer() else step
+
+
 @dataclass
 class BestValidation:
     """The best validation so far and the patience count.
@@ -88,6 +94,5 @@ class BestValidation:
         one a checkpoint's state was kept for)."""
         best = cls()
         for entry in history:
-            step = entry["step"]
-            best.update(int(step) if float(step).is_integer() else step, entry, cfg)  # type: ignore[arg-type]
+            best.update(step_value(entry["step"]), entry, cfg)  # type: ignore[arg-type]
         return best

@@ -29,7 +29,13 @@ from tqdm import tqdm
 from dlrm_exp.config import OnNonFinite, TrainConfig
 from dlrm_exp.distributed.comm_stats import CollectiveBytes
 from dlrm_exp.errors import NonFiniteLossError
-from dlrm_exp.loop.early_stopping import EARLY_STOPPING, END, TARGET, BestValidation
+from dlrm_exp.loop.early_stopping import (
+    EARLY_STOPPING,
+    END,
+    TARGET,
+    BestValidation,
+    step_value,
+)
 from dlrm_exp.loop.evaluate import drain, evaluate, quality
 from dlrm_exp.loop.metrics import Throughput, capped_warmup
 from dlrm_exp.loop.train_window import TrainWindow
@@ -149,8 +155,7 @@ class TrainerState:
         def rescale(s: float | None) -> float | int | None:
             if s is None or saved_step in (0, step):
                 return s
-            moved = s * step / saved_step
-            return int(moved) if float(moved).is_integer() else moved
+            return step_value(s * step / saved_step)
 
         def at(entries: list[dict[str, float]]) -> list[dict[str, float]]:
             return [{**e, "step": float(rescale(e["step"]))} for e in entries]  # type: ignore[arg-type]
@@ -189,7 +194,7 @@ class TrainerState:
             h["step"] for h in self.val_history if target is not None and h["auroc"] >= target
         ]
         first = reached[0] if reached else None
-        self.target_step = int(first) if first is not None and first.is_integer() else first  # type: ignore[assignment]
+        self.target_step = None if first is None else step_value(first)  # type: ignore[assignment]
         if self.target_step is not None and self.stop_reason is None:
             self.stop_reason = TARGET  # a fresh run of this job would have stopped there
         if self.stop_reason == TARGET and self.target_step is None:

@@ -74,6 +74,7 @@ from dlrm_exp.record.tracking import Tracker, run_hparams
 from dlrm_exp.util.files import check_writable, write_json_atomic, write_text_atomic
 from dlrm_exp.util.rank_zero import on_rank_zero
 from dlrm_exp.util.substitution import Substitution
+from dlrm_exp.util.text import first_few
 
 log = logging.getLogger(__name__)
 
@@ -291,7 +292,7 @@ def _resume(
     auto = run.cfg.train.resume == "auto"  # the newest: none is later
     later = [] if auto else later_checkpoints(run.job.run_dir, path)
     if later:
-        names = ", ".join(p.name for p in later[:3]) + (", ..." if len(later) > 3 else "")
+        names = first_few([p.name for p in later])
         raise CheckpointError(
             f"train.resume={run.cfg.train.resume}: this run folder holds later checkpoints "
             f"({names}); training on from an earlier one here would mix the two runs (pruning "
@@ -407,7 +408,7 @@ def _warn_list(lead: str, changed: list[str], tail: str, shown: int = 4) -> None
     """One warning ``lead (first shown items, ...): tail`` when ``changed`` is not empty;
     ``{n}`` in ``lead`` becomes the count."""
     if changed:
-        listed = ", ".join(changed[:shown]) + (", ..." if len(changed) > shown else "")
+        listed = first_few(changed, shown)
         log.warning("%s (%s): %s", lead.replace("{n}", str(len(changed))), listed, tail)
 
 

@@ -297,7 +297,11 @@ def compare(sharded: Trace, reference: Trace, precision: str, exact: bool = True
         )
     tolerance = LOSS_TOLERANCE[precision]
     deviation = _max_rel(sharded.losses, reference.losses)
-    finite = all(math.isfinite(x) for x in [*sharded.losses, *reference.losses])
+    diverged = next(
+        (side for side, t in (("job", sharded), ("unsharded reference", reference))
+         if not all(map(math.isfinite, t.losses))),
+        None,
+    )  # fmt: skip
     return {
         "steps": len(reference.losses),
         "precision": precision,
@@ -311,8 +315,9 @@ def compare(sharded: Trace, reference: Trace, precision: str, exact: bool = True
         "losses": sharded.losses,
         "reference_losses": reference.losses,
         "exact": exact,
-        "finite": finite,
-        "passed": False if not finite else (deviation <= tolerance if exact else None),
+        "finite": diverged is None,
+        "diverged": diverged,
+        "passed": False if diverged else (deviation <= tolerance if exact else None),
     }
 
 
@@ -376,10 +381,9 @@ def run_verify(cfg: Config, run_dir: Path) -> dict[str, Any]:
             ``verify.json``).
     """
     result = run_verify_many([cfg], [run_dir])[0]
-    if not result["finite"]:
-        which = "job" if not all(map(math.isfinite, result["losses"])) else "unsharded reference"
+    if result["diverged"]:
         raise VerificationFailed(
-            f"the {which}'s loss is not finite within {result['steps']} steps (see "
+            f"the {result['diverged']}'s loss is not finite within {result['steps']} steps (see "
             f"{run_dir / 'verify.json'}): the settings diverge (lower the learning rates, or "
             "keep the tables fp32), whatever the sharding"
         )

@@ -46,6 +46,7 @@ from dlrm_exp.planning.storage import (
 from dlrm_exp.planning.tables import table_configs
 from dlrm_exp.planning.topology import MemoryCapacity, build_topology, memory_capacity
 from dlrm_exp.util.substitution import Substitution
+from dlrm_exp.util.text import first_few
 
 
 def planning_context(hardware: HardwareConfig, ctx: DistContext | None = None) -> DistContext:
@@ -199,7 +200,7 @@ def _check_fp16_replicas(cfg: Config, plan: ShardingPlan) -> None:
         if name in fp16 and ps.sharding_type == ShardingType.DATA_PARALLEL.value
     )
     if replicated:
-        shown = ", ".join(replicated[:4]) + (", ..." if len(replicated) > 4 else "")
+        shown = first_few(replicated, 4)
         opt = cfg.optimizer.sparse_optimizer.value
         raise ConfigError(
             f"model.embedding_data_type=fp16 with data_parallel tables ({shown}): here "

@@ -182,28 +182,38 @@ def load_runs(paths: Iterable[Path]) -> list[RunRecord]:
     folders (holding job folders with ``.hydra/``: every job, by job number); a folder named
     twice (``sweep`` and ``'sweep/[0-9]*'``, overlapping globs) is one run."""
     runs: list[RunRecord] = []
-    swept_of: dict[Path, list[str]] = {}  # a sweep's keys, read once for its job folders
+    swept_of: dict[Path, list[str]] = {}  # a sweep's saved keys, read once
+    seen: set[Path] = set()
+
+    def unseen(folder: Path) -> bool:  # each folder is read once, however often it is named
+        key = folder.resolve()
+        fresh = key not in seen
+        seen.add(key)
+        return fresh
+
+    def saved_keys(sweep: Path) -> list[str]:
+        if sweep not in swept_of:
+            swept_of[sweep] = saved_swept_keys(sweep)
+        return swept_of[sweep]
+
     for path in paths:
         if not path.is_dir():  # a file among a glob's matches (summary.csv, a plot)
             continue
         jobs = sorted((p for p in path.iterdir() if (p / ".hydra").is_dir()), key=_job_number)
         if jobs:
             overrides = [_job_overrides(job) for job in jobs]
-            swept = saved_swept_keys(path) or varying_keys(overrides)
+            swept = saved_keys(path) or varying_keys(overrides)
             runs.extend(
                 _record(job, swept, job_overrides)
                 for job, job_overrides in zip(jobs, overrides, strict=True)
+                if unseen(job)
             )
         elif (path / ".hydra").is_dir() or (path / "metrics.json").is_file():
             # a job folder named on its own (report 'sweep/[0-9]*') is labelled by its
             # sweep's swept keys, as when the sweep folder is named: the same identity
-            if path.parent not in swept_of:
-                swept_of[path.parent] = saved_swept_keys(path.parent)
-            runs.append(_record(path, swept_of[path.parent], _job_overrides(path)))
-    unique: dict[Path, RunRecord] = {}
-    for run in runs:
-        unique.setdefault(run.path.resolve(), run)
-    return list(unique.values())
+            if unseen(path):
+                runs.append(_record(path, saved_keys(path.parent), _job_overrides(path)))
+    return runs
 
 
 def _record(run_dir: Path, swept: Sequence[str], overrides: list[str]) -> RunRecord:
