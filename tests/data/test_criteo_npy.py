@@ -243,6 +243,9 @@ def test_shuffle_batches_permutes_full_batches_per_epoch_and_keeps_ranks_disjoin
     assert sorted(epoch_0[0]) == sorted(plain[0]) and sorted(epoch_0[1]) == sorted(plain[1])
     assert epoch_0 == [first_ids(r, (0, 0)) for r in (0, 1)]  # a function of (seed, epoch)
     assert first_ids(0, (0, 1)) != epoch_0[0]
+    resumed = [b.sparse_features["cat_0"].values()[0].item()
+               for b in iter_batches(train, 64, 1, 2, keys, (0, 0), skip=5)]  # fmt: skip
+    assert resumed == epoch_0[1][5:]  # a resumed epoch: the same order from its step on
     rows = torch.cat([b.dense for b in [train]])  # every row once per epoch across both ranks
     seen = torch.cat(
         [b.dense_features for r in (0, 1) for b in iter_batches(train, 64, r, 2, keys, (0, 0))]

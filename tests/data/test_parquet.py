@@ -212,6 +212,35 @@ def test_ranks_take_disjoint_contiguous_shares_and_shuffle_moves_row_groups(tmp_
             assert joint.sparse_features.to_dict()[key].values().tolist() == sum(parts, [])
 
 
+def test_a_resumed_epoch_starts_at_its_step_without_reading_the_row_groups_before(
+    tmp_path, monkeypatch
+):
+    """``skip`` gives the batches from step ``skip`` on, as reading them all would, and
+    decodes none of the row groups that only earlier steps held (resume from step 3 of 4:
+    before, it read every row group of the epoch again)."""
+    from dlrm_exp.data import parquet
+
+    path = write(tmp_path / "a.parquet", table(40))  # 10 row groups of 4
+    split = load_splits(config(path), [], 2, 0).train
+    keys = schema().feature_names
+    decoded = []
+    original = parquet.decode
+
+    def spy(tbl, sch, where):
+        decoded.append(tbl.num_rows)
+        return original(tbl, sch, where)
+
+    monkeypatch.setattr(parquet, "decode", spy)
+    for rank in (0, 1):
+        whole = list(split.batches(6, rank, 2, keys, (0, 1)))
+        decoded.clear()
+        rest = list(split.batches(6, rank, 2, keys, (0, 1), skip=3))
+        assert [b.sparse_features.to_dict()["item"].values().tolist() for b in rest] == [
+            b.sparse_features.to_dict()["item"].values().tolist() for b in whole[3:]
+        ]
+        assert sum(decoded) == 2  # the last 2 rows of the rank's 20: one row group's part
+
+
 def test_fractions_cut_rows_in_file_order_and_explicit_val_file(tmp_path):
     path = write(tmp_path / "a.parquet", table(20))
     splits = load_splits(config(path, val_fraction=0.2, test_fraction=0.1), [], 2, 0)

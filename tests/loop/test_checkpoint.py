@@ -18,6 +18,7 @@ import pytest
 
 from conftest import REPO, compose_cfg, two_process_job
 from conftest import SMALL as QUICK
+from dlrm_exp.data import batches
 from dlrm_exp.errors import ConfigError, NonFiniteLossError
 from dlrm_exp.loop.checkpoint import CheckpointError, complete_checkpoints, resume_step
 from dlrm_exp.modes.train import run_train
@@ -32,7 +33,7 @@ def _same_results(a: RunMetrics, b: RunMetrics) -> None:
         assert getattr(a, key) == getattr(b, key), key
 
 
-def test_resume_continues_bitwise_and_prunes(tmp_path, caplog):
+def test_resume_continues_bitwise_and_prunes(tmp_path, caplog, monkeypatch):
     full = run_train(compose_cfg([*SMALL, "train.keep_last_checkpoints=2"]), tmp_path / "a", {})
     kept = complete_checkpoints(tmp_path / "a")
     assert [p.name for p in kept] == ["step_24", "step_32"]  # 32 steps; older ones pruned
@@ -50,7 +51,18 @@ def test_resume_continues_bitwise_and_prunes(tmp_path, caplog):
     shutil.copytree(kept[0], resumed_dir / "step_24")
     (resumed_dir / "step_32.partial").mkdir()
     cfg = compose_cfg([*SMALL, "train.resume=auto"])
+    built = []  # the first row of every training batch built: none of the 24 steps trained
+    original = batches.make_batch
+
+    def spy(data, start, stop, keys):
+        if len(data) == 4096:  # the training split
+            built.append(start)
+        return original(data, start, stop, keys)
+
+    monkeypatch.setattr(batches, "make_batch", spy)
     resumed = run_train(cfg, tmp_path / "b", {})
+    monkeypatch.undo()
+    assert built == [step * 128 for step in range(24, 32)]
     _same_results(resumed, full)
     # 8 steps were left: the warm-up (10 by default) shrinks to half of them, so the resumed
     # job still measures its throughput, over its own steps after that warm-up

@@ -87,7 +87,9 @@ def framework_run(
         device=ctx.device,
         tracker=Tracker(run_dir=None, enabled=False),
     )
-    sources = BatchSources(train=lambda: iter(batches), val=lambda: iter(()), test=lambda: iter(()))
+    sources = BatchSources(
+        train=lambda epoch, skip: iter(batches[skip:]), val=lambda: iter(()), test=lambda: iter(())
+    )
     return trainer.fit(sources).samples_per_sec, experiment.plan
 
 

@@ -62,12 +62,13 @@ class ClickData:
         keys: list[str],
         shuffle_seed: tuple[int, ...] | None = None,
         slices: int = 1,
+        skip: int = 0,
     ) -> Iterator[Batch]:
         """This rank's batches (:func:`iter_batches`). The interface every split has
         (:class:`~dlrm_exp.data.parquet.ParquetSplit` too); ``slices`` needs nothing here:
         a rank's batch of ``world_size * slices`` parts is already its ``slices`` parts one
         after the other."""
-        return iter_batches(self, batch_size, rank, world_size, keys, shuffle_seed)
+        return iter_batches(self, batch_size, rank, world_size, keys, shuffle_seed, skip)
 
     def rows(self, start: int, stop: int) -> "ClickData":
         """Rows ``[start, stop)`` as a view (of the tensors, or of memory-mapped days)."""
@@ -115,6 +116,7 @@ def iter_batches(
     world_size: int,
     keys: list[str],
     shuffle_seed: tuple[int, ...] | None = None,
+    skip: int = 0,
 ) -> Iterator[Batch]:
     """This rank's batches over ``data``: global step ``i`` covers rows
     ``[i * G, (i + 1) * G)`` (``G = world_size * size_i``) and rank ``r`` takes the ``r``-th
@@ -122,14 +124,15 @@ def iter_batches(
 
     Steps come in row order, or with ``shuffle_seed`` (e.g. ``(seed, epoch)``) the full global
     batches in a permuted order (numpy ``default_rng(shuffle_seed)``, the same on every rank);
-    a smaller remainder step stays last.
+    a smaller remainder step stays last. ``skip`` leaves out the first ``skip`` steps of that
+    order without building their batches (a resumed run's trained steps).
     """
     sizes = per_rank_sizes(len(data), batch_size, world_size)
     order = np.arange(len(sizes))
     if shuffle_seed is not None:
         full = sum(1 for size in sizes if size == batch_size)
         order[:full] = np.random.default_rng(list(shuffle_seed)).permutation(full)
-    for step in order:
+    for step in order[skip:]:
         size = sizes[step]
         lo = int(step) * batch_size * world_size + rank * size
         yield make_batch(data, lo, lo + size, keys)

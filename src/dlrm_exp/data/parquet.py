@@ -65,6 +65,7 @@ class ParquetSplit:
         keys: list[str],
         shuffle_seed: tuple[int, ...] | None = None,
         slices: int = 1,
+        skip: int = 0,
     ) -> Iterator[Batch]:
         """Rank ``rank``'s batches: its contiguous share of the rows (in segment order, or the
         segments permuted by ``shuffle_seed``), in the batch sizes of
@@ -73,29 +74,32 @@ class ParquetSplit:
         ``slices > 1`` deals to ``world_size * slices`` parts of ``batch_size / slices`` rows
         and gives each step the rows of this rank's ``slices`` parts, part after part: with
         ``world_size=1, slices=W`` one process sees each global step exactly as W ranks do
-        (``mode=verify``'s reference).
+        (``mode=verify``'s reference). ``skip`` starts at the ``skip``-th batch without reading
+        the row groups of the batches before it (a resumed run's trained steps).
         """
         segments = self.segments
         if shuffle_seed is not None:
             order = np.random.default_rng(list(shuffle_seed)).permutation(len(segments))
             segments = [segments[i] for i in order]
         parts = [
-            self._part_rows(segments, part, world_size * slices, batch_size // slices)
+            self._part_rows(segments, part, world_size * slices, batch_size // slices, skip)
             for part in range(rank * slices, (rank + 1) * slices)
         ]
         for rows in zip(*parts, strict=True):
             yield Rows.concat(list(rows)).batch(keys)
 
     def _part_rows(
-        self, segments: list[Segment], part: int, num_parts: int, batch_size: int
+        self, segments: list[Segment], part: int, num_parts: int, batch_size: int, skip: int
     ) -> Iterator[Rows]:
         """Part ``part`` of ``num_parts``: its contiguous share of ``segments``' rows, in the
-        per-step sizes of :func:`~dlrm_exp.data.batches.per_rank_sizes`."""
+        per-step sizes of :func:`~dlrm_exp.data.batches.per_rank_sizes`, from step ``skip``."""
         sizes = per_rank_sizes(len(self), batch_size, num_parts)
         share = sum(sizes)
+        first = part * share + sum(sizes[:skip])
+        sizes = sizes[skip:]
         pending: list[Rows] = []
         held = emitted = 0
-        for rows in self._rank_rows(segments, part * share, (part + 1) * share):
+        for rows in self._rank_rows(segments, first, (part + 1) * share):
             pending.append(rows)
             held += len(rows)
             while emitted < len(sizes) and held >= sizes[emitted]:

@@ -44,8 +44,12 @@ from dlrm_exp.record.tracking import Tracker
 
 log = logging.getLogger(__name__)
 
-#: A split's batches on this rank, in order: called once per epoch / evaluation.
+#: A split's batches on this rank, in order: called once per evaluation.
 BatchSource = Callable[[], Iterable[Batch]]
+
+#: The training split's batches on this rank of ``(epoch, skip)``: epoch ``epoch`` (from 0;
+#: it seeds a shuffled order) from its ``skip``-th batch on, the ones before left unread.
+TrainSource = Callable[[int, int], Iterable[Batch]]
 
 
 class Schedule(Protocol):
@@ -91,7 +95,7 @@ class BestWeights(Protocol):
 class BatchSources:
     """The three splits' batch sources."""
 
-    train: BatchSource
+    train: TrainSource
     val: BatchSource
     test: BatchSource
 
@@ -313,8 +317,7 @@ class Trainer:
         # warm-up counts this process's steps: a resumed run warms up again, over what is left
         warmup = capped_warmup(self.cfg.throughput_warmup_steps, self.total_steps - state.step)
         self.throughput = Throughput(warmup_steps=warmup)
-        epochs = itertools.chain.from_iterable(sources.train() for _ in range(self.cfg.epochs))
-        train_iter = itertools.islice(epochs, state.step, self.total_steps)
+        train_iter = self._train_batches(sources, state.step)
         bar = self._progress_bar(state.step)
         self.experiment.model.train()
         if self.profiler is not None:
@@ -407,6 +410,20 @@ class Trainer:
 
     def _intervals(self) -> tuple[int | None, ...]:
         return (*self._val_intervals(), self.cfg.checkpoint_every_n_steps)
+
+    def _train_batches(self, sources: BatchSources, start: int) -> Iterator[Batch]:
+        """The training batches of steps ``start`` to ``total_steps``: a resumed run starts
+        inside its epoch without reading the batches it trained (a Parquet row group or a
+        multi-hot batch costs as much to skip as to read)."""
+        if start >= self.total_steps:
+            return
+        first, skip = divmod(start, self.steps_per_epoch)
+        epochs = (
+            sources.train(epoch, skip if epoch == first else 0)
+            for epoch in range(first, self.cfg.epochs)
+        )
+        batches = itertools.chain.from_iterable(epochs)
+        yield from itertools.islice(batches, self.total_steps - start)
 
     def _progress_bar(self, first: int) -> tqdm:
         # initial=, not update(): a resumed run's steps would count into its rate and ETA

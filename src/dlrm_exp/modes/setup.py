@@ -115,12 +115,15 @@ def rank_batches(
     data: ClickData | ParquetSplit,
     seed: tuple[int, int] | None = None,
     slices: int = 1,
+    skip: int = 0,
 ) -> Iterator[Batch]:
     """This rank's batches of ``data`` (``train.batch_size`` rows each); ``seed`` (seed, epoch)
     shuffles the order of full batches; ``slices``: see
-    :meth:`~dlrm_exp.data.parquet.ParquetSplit.batches` (``mode=verify``'s reference)."""
+    :meth:`~dlrm_exp.data.parquet.ParquetSplit.batches` (``mode=verify``'s reference);
+    ``skip``: the first batches left out unread (a resumed run's)."""
     keys = cfg.model.feature_names
-    return data.batches(cfg.train.batch_size, ctx.rank, ctx.world_size, keys, seed, slices)
+    size = cfg.train.batch_size
+    return data.batches(size, ctx.rank, ctx.world_size, keys, seed, slices, skip)
 
 
 def trained_dense_precision(saved: dict[str, Any]) -> str | None:

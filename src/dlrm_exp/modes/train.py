@@ -10,7 +10,6 @@ exists (data paths, the plan on the meta device), then starts the workers with t
 launcher; under torchrun the process is already a worker and trains directly.
 """
 
-import itertools
 import logging
 import time
 from collections.abc import Mapping
@@ -208,14 +207,14 @@ def train_worker(cfg: Config, job: Job, plan: ShardingPlan | None = None) -> Run
 
 def _batch_sources(run: _Run) -> BatchSources:
     """Each split's batches on this rank; the training split is reshuffled per epoch when the
-    data option shuffles batches (epochs are counted from the first call, resume included)."""
+    data option shuffles batches (seeded by ``(seed, epoch)``: a resumed run sees its epoch's
+    order)."""
     cfg, ctx, splits = run.cfg, run.ctx, run.splits
-    epochs = itertools.count()
     shuffle = cfg.data.shuffles_batches()
 
-    def train() -> Any:
-        seed = (cfg.seed, next(epochs)) if shuffle else None
-        return rank_batches(cfg, ctx, splits.train, seed)
+    def train(epoch: int, skip: int) -> Any:
+        seed = (cfg.seed, epoch) if shuffle else None
+        return rank_batches(cfg, ctx, splits.train, seed, skip=skip)
 
     return BatchSources(
         train=train,
