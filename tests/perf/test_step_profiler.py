@@ -31,7 +31,7 @@ def test_recorded_steps_are_known_before_they_end_and_the_profiler_stops_taking_
 def test_throughput_leaves_out_steps_not_counted():
     t = Throughput(warmup_steps=0)
     t.resume()
-    t.step(100, counted=False)
+    assert t.step(100, counted=False) is None
     assert t.samples_per_sec is None and t.steps == 1
-    t.step(100)
-    assert t.samples == 100
+    seconds = t.step(100)
+    assert t.samples == 100 and seconds is not None and seconds == t.seconds > 0

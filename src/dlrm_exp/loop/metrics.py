@@ -139,15 +139,23 @@ class Throughput:
     def resume(self) -> None:
         self._last = time.perf_counter()
 
-    def step(self, samples: int, counted: bool = True) -> None:
+    def step(self, samples: int, counted: bool = True) -> float | None:
         """One step of ``samples`` global rows ended now; its time and rows count after the
-        warm-up unless ``counted`` is false (still a step of the warm-up count)."""
+        warm-up unless ``counted`` is false (still a step of the warm-up count).
+
+        Returns:
+            the step's wall seconds when they counted (the trainer's per-step times), else
+            None.
+        """
         now = time.perf_counter()
         self.steps += 1
-        if counted and self.steps > self.warmup_steps:
-            self.seconds += now - self._last
-            self.samples += samples
+        seconds = now - self._last
         self._last = now
+        if not counted or self.steps <= self.warmup_steps:
+            return None
+        self.seconds += seconds
+        self.samples += samples
+        return seconds
 
     @property
     def samples_per_sec(self) -> float | None:

@@ -15,7 +15,6 @@ import itertools
 import logging
 import math
 import sys
-import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from datetime import timedelta
@@ -445,28 +444,24 @@ class Trainer:
         # indexed by the steps that updated: a skipped batch is removed from the data, and
         # from the schedule (the next batch trains at the rate the skipped one would have)
         schedule.apply(state.step + 1 - len(state.skipped_steps))
-        last = time.perf_counter()
         for loss, logits, labels in drain(self.experiment.pipeline, batches):
             if self.device.type == "cuda":
                 torch.cuda.synchronize(self.device)
-            now = time.perf_counter()
             profiled = self.profiler is not None and self.profiler.recording
-            if self.throughput.steps >= self.throughput.warmup_steps and not profiled:
-                self.step_seconds.append(now - last)  # this process's steps after warm-up
-            last = now
             step_samples = self.samples_per_step[state.step % len(self.samples_per_step)]
+            seconds = self.throughput.step(step_samples, counted=not profiled)
+            if seconds is not None:
+                self.step_seconds.append(seconds)  # this process's steps after warm-up
             state.step += 1
             state.samples += step_samples
             step_loss = float(loss)
             self._check_finite(step_loss, state)
             if math.isfinite(step_loss):
                 self.window.add(logits, labels)
-            self.throughput.step(step_samples, counted=not profiled)
             bar.update(1)
             self._log_step(step_loss, state, bar)
             if self.profiler is not None and self.profiler.step():
                 self.throughput.resume()  # a trace written is not the next step's time
-                last = time.perf_counter()
             schedule.apply(state.step + 1 - len(state.skipped_steps))
         if self.comm is not None:
             self.comm.active = False
