@@ -18,7 +18,7 @@ COMPAT_VENV ?= .venv-compat
 COMPAT_SET ?= TORCH=torch==2.11.0 FBGEMM=fbgemm-gpu-cpu==1.6.0 TORCHREC=torchrec==1.6.1
 
 .DEFAULT_GOAL := help
-.PHONY: help install run test test-all lint format bench gpu-check compat tensorboard clean
+.PHONY: help install run test lint format bench gpu-check compat tensorboard clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'

@@ -72,8 +72,8 @@ class Monitor(Enum):
 
 @dataclass
 class EarlyStopping:
-    """Stop training at the first validation after ``patience`` validations in a row that did
-    not improve the monitored metric by more than ``min_delta`` (PyTorch Lightning's
+    """Stop training at the ``patience``-th validation in a row that did not improve the
+    monitored metric by more than ``min_delta`` (PyTorch Lightning's
     ``EarlyStopping`` rule and defaults: patience 3, min_delta 0). ``patience: null`` turns it
     off; the MLPerf presets do (their rule: train to the target AUROC or the end of the epoch).
 
