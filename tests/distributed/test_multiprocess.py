@@ -76,11 +76,15 @@ def test_two_processes_match_one_unsharded_process(verify_runs):
     rank before DDP averages the halves, so it is left at rounding level. The same holds for
     the optimizer cases."""
     exact = {name: run for name, run in verify_runs.items() if name != "rowwise+fp16_bf16"}
+    deviations = ("max_rel_loss_deviation", "max_abs_table_deviation", "max_abs_dense_deviation")
     for name, (folder, result) in exact.items():
         assert result["steps"] == 20 and result["world_size"] == 2
-        assert result["max_rel_loss_deviation"] <= 1e-5, (name, result["max_rel_loss_deviation"])
-        assert result["max_abs_table_deviation"] < 1e-4, name
-        assert result["max_abs_dense_deviation"] < 1e-4, name
+        if name in ("dataparallel", "auto+adam"):  # replicated tables: rounding level
+            assert result["max_rel_loss_deviation"] <= 1e-5, name
+            assert result["max_abs_table_deviation"] < 1e-4, name
+            assert result["max_abs_dense_deviation"] < 1e-4, name
+        else:  # to the bit
+            assert [result[d] for d in deviations] == [0.0, 0.0, 0.0], name
         if name in SHARDING:
             assert result["plan_sharding_types"] == [SHARDING[name]]
         assert json.loads((folder / "verify.json").read_text())["passed"] is True

@@ -94,9 +94,9 @@ def test_verify_gathers_the_sharded_tables_over_nccl(tmp_path):
     """mode=verify on the GPU: NCCL gathers CUDA tensors only, so the gathered tables are
     staged on the GPU (a CPU output failed every verify there)."""
     result = run_cli(
-        [*SMALL, *_gpu(), "sharding=rowwise", "mode=verify", "verify.steps=4",
+        [*SMALL, *_gpu(), "sharding=rowwise", "qcomms=none", "mode=verify", "verify.steps=4",
          f"hydra.run.dir={tmp_path}"],
         timeout=600,
     )  # fmt: skip
     assert result.returncode == 0, result.stderr[-3000:]
-    assert json.loads((tmp_path / "verify.json").read_text())["passed"] is not False
+    assert json.loads((tmp_path / "verify.json").read_text())["passed"] is True  # judged: fp32

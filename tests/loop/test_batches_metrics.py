@@ -8,7 +8,8 @@ import pytest
 import torch
 
 from dlrm_exp.data.batches import ClickData, iter_batches, per_rank_sizes
-from dlrm_exp.loop.metrics import ClickMetrics, LogLossNE, Throughput
+from dlrm_exp.loop import metrics as loop_metrics
+from dlrm_exp.loop.metrics import ClickMetrics, LogLossNE, Throughput, capped_warmup
 
 
 def data(n, f=3):
@@ -71,19 +72,35 @@ def test_click_metrics_auroc_and_degenerate_cases():
     assert all(math.isnan(empty[k]) for k in ("auroc", "logloss", "ne"))
 
 
-def test_throughput_excludes_warmup_and_pauses():
+def test_throughput_excludes_warmup_and_pauses(monkeypatch):
+    clock = [0.0]
+    monkeypatch.setattr(loop_metrics.time, "perf_counter", lambda: clock[0])
+
+    def after(seconds: float) -> None:
+        clock[0] += seconds
+
     t = Throughput(warmup_steps=2)
     t.resume()
     for _ in range(2):
+        after(5.0)  # warm-up steps: neither time nor rows count
         t.step(100)
     assert t.samples_per_sec is None
+    after(1.0)
     t.step(100)
+    after(1.0)
     t.step(100)
-    assert t.samples == 200 and t.samples_per_sec > 0
-    seconds = t.seconds
-    t.resume()  # time before resume is not counted
-    t.step(100)
-    assert t.samples == 300 and t.seconds >= seconds
+    assert t.samples == 200 and t.seconds == 2.0 and t.samples_per_sec == 100.0
+    after(10.0)  # a validation between a step and the next resume: not counted
+    t.resume()
+    after(0.5)
+    assert t.step(100) == 0.5
+    assert t.samples == 300 and t.seconds == 2.5
+
+
+def test_a_short_run_warms_up_over_at_most_half_its_steps():
+    assert capped_warmup(10, 100) == 10
+    assert capped_warmup(10, 8) == 4  # a resume with 8 steps left measures its last 4
+    assert capped_warmup(10, 1) == 0
 
 
 def test_calibration_is_mean_predicted_over_observed_ctr():

@@ -205,7 +205,20 @@ def test_mlperf_does_not_fit_and_says_so_before_allocating(tmp_path, cli_here):
     assert not (tmp_path / "metrics.json").exists()
     peak = re.search(r"peak", result.stdout)
     assert peak is None  # no training summary
-    assert "data rows" not in result.stderr  # refused before its 1M synthetic rows were made
+    # refused before its 1M synthetic rows were made: the log line saying so (on stdout, as
+    # test_a_run_logs_its_data_rows_on_stdout sees it come) never came
+    assert "data rows" not in result.stdout + result.stderr
+
+
+def test_a_run_logs_its_data_rows_on_stdout(tmp_path, cli_here):
+    """What the refusal test above looks for, where it does come."""
+    result = cli_here(
+        ["model=tiny", "train.max_steps=1", "data.num_train_samples=64",
+         "data.num_val_samples=64", "data.num_test_samples=64", "train.batch_size=32",
+         f"hydra.run.dir={tmp_path}"]
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert "data rows: {'train': 64" in result.stdout
 
 
 def test_missing_data_file_is_one_line(tmp_path, cli_here):

@@ -294,7 +294,7 @@ def test_a_saved_plan_is_reused_exactly_by_a_two_process_run(two_process_runs):
     planned = json.loads(Path(run.cfg.sharding.plan_path).read_text())
     assert run.metrics.steps == 4
     assert again["tables"] == planned["tables"] and again["world_size"] == 2
-    assert {t["sharding_type"] for t in again["tables"].values()} != {"table_wise"}
+    assert {t["sharding_type"] for t in again["tables"].values()} == {"row_wise"}
 
 
 def test_another_modes_run_folder_is_refused_before_hydra_writes(tmp_path, cli_here):

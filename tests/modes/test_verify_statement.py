@@ -1,5 +1,7 @@
 """``mode=verify`` says whether the job trains the reference's maths, and why not."""
 
+import pytest
+
 from conftest import compose_cfg
 from dlrm_exp.modes.verify import Trace, compare, inexact_because, reference_config, summary
 
@@ -46,6 +48,16 @@ def test_exact_pipelines_in_fp32_are_judged_and_the_others_reported():
         {**exact, "dense_precision": "fp32", "table_data_types": ["fp32"], "inexact_because": []}
     )
     assert "exact, same maths as the reference" in text and "PASS" in text
+    # judged: a deviation beyond the precision's tolerance fails, one inside it passes
+    off = compare(_trace([0.5, 0.5 * (1 + 2e-5)]), _trace([0.5, 0.5]), "fp32", exact=True)
+    assert off["passed"] is False and off["max_rel_loss_deviation"] == pytest.approx(2e-5)
+    off |= {"world_size": 2, "sharding_type": "row_wise", "pipeline": "base"}
+    text = summary(
+        {**off, "dense_precision": "fp32", "table_data_types": ["fp32"], "inexact_because": []}
+    )
+    assert "FAIL" in text and "PASS" not in text
+    near = compare(_trace([0.5, 0.5 * (1 + 5e-6)]), _trace([0.5, 0.5]), "fp32", exact=True)
+    assert near["passed"] is True
 
 
 def test_a_diverged_run_fails_the_comparison_even_when_not_judged():

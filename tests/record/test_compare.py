@@ -40,16 +40,23 @@ def _completed_jobs(folder, tmp_path):
     return copy
 
 
-def test_report_draws_the_difference_plot_and_the_gate_passes_a_rerun(record_sweep, tmp_path):
+def test_report_draws_the_difference_plot_and_the_gate_passes_a_rerun(
+    record_sweep, tmp_path, capsys
+):
     folder, _ = record_sweep
     completed = _completed_jobs(folder, tmp_path)
     out = tmp_path / "report"
     assert report.main([str(completed), "--out", str(out), "--compare-to", str(completed)]) == 0
-    assert (out / "auroc_diff.png").stat().st_size > 0 and (out / "summary_stats.csv").exists()
+    png = (out / "auroc_diff.png").read_bytes()
+    assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 10_000  # a drawn figure
+    assert (out / "summary_stats.csv").exists()
+    capsys.readouterr()
     flipped = report.main(
         [str(folder), "--out", str(out), "--baseline", "optimizer.learning_rate=0.02"]
     )
     assert flipped == 0
+    baseline = "| sharding=tablewise,optimizer.learning_rate=0.02 (ran qcomms: no embedding "
+    assert baseline + "collective) (baseline) |" in capsys.readouterr().out  # the one asked
     assert report.main([str(folder), "--baseline", "qcomms=fp8"]) == 2
 
 
