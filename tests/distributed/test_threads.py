@@ -69,12 +69,16 @@ def test_wildly_varying_step_times_are_named_in_the_summary():
     assert "another process competing for the cores" in line and "OMP_NUM_THREADS" in line
 
 
-def test_each_local_rank_takes_its_gpu_or_the_one_it_was_bound_to():
+def test_each_local_rank_takes_its_gpu_and_one_gpu_per_task_is_refused():
     """A launcher that binds one GPU to each task (Slurm --gpus-per-task) shows it as GPU 0:
-    local ranks 1..7 asked for GPU 1..7 and failed with "invalid device ordinal"."""
+    local ranks 1..7 asked for GPU 1..7 and failed with "invalid device ordinal"; taking GPU 0
+    instead failed later, where TorchRec builds a sharded table whose plan places rank 1's
+    shard on cuda:1 ("local shard tensor device=cuda:0"). Refused with the fix at start."""
     from dlrm_exp.distributed.launch import rank_gpu
 
-    assert [rank_gpu(r, 8) for r in range(8)] == list(range(8))  # the host's GPUs
-    assert [rank_gpu(r, 1) for r in range(8)] == [0] * 8  # one GPU bound to each task
+    assert [rank_gpu(r, 8, 8) for r in range(8)] == list(range(8))  # the host's GPUs
+    assert rank_gpu(0, 1, 1) == 0  # one rank on its host, one GPU
+    with pytest.raises(ConfigError, match=r"local rank 3 of 8 on this host sees 1 GPU.*--gpus"):
+        rank_gpu(3, 8, 1)
     with pytest.raises(ConfigError, match="local rank 3 sees 2 GPU"):
-        rank_gpu(3, 2)
+        rank_gpu(3, 4, 2)

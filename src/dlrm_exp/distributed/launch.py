@@ -174,22 +174,32 @@ def launch_workers(fn: Callable[..., Any], args: tuple, cfg: HardwareConfig) -> 
 def _device(cfg: HardwareConfig, local_rank: int) -> torch.device:
     if cfg.compute_device is ComputeDevice.cuda:
         check_devices(cfg)
-        index = rank_gpu(local_rank, torch.cuda.device_count())
+        local_world_size = int(os.environ.get("LOCAL_WORLD_SIZE", 1))
+        index = rank_gpu(local_rank, local_world_size, torch.cuda.device_count())
         torch.cuda.set_device(index)
         return torch.device("cuda", index)
     return torch.device("cpu")
 
 
-def rank_gpu(local_rank: int, visible: int) -> int:
-    """The GPU index of local rank ``local_rank`` among the ``visible`` ones: its own local
-    rank when every GPU of the host is visible, 0 when the launcher bound one GPU to each task
-    (Slurm's ``--gpus-per-task`` / ``--gpu-bind``, where every task sees its GPU as 0).
+def rank_gpu(local_rank: int, local_world_size: int, visible: int) -> int:
+    """The GPU index of local rank ``local_rank`` of ``local_world_size`` among the ``visible``
+    ones: its own local rank (TorchRec's plans place rank ``r`` on ``cuda:<r % local world
+    size>``, so every rank must see all of its host's GPUs).
 
     Raises:
-        ConfigError: the rank sees several GPUs, but fewer than its local rank needs.
+        ConfigError: the rank sees fewer GPUs than its local rank needs; among them, a launcher
+            that bound one GPU to each of several tasks of a host (Slurm's
+            ``--gpus-per-task`` / ``--gpu-bind``: every task sees its GPU as 0): sharding
+            would fail later, TorchRec placing rank 1's shards on ``cuda:1``.
     """
-    if visible == 1:
-        return 0
+    if visible == 1 and local_world_size > 1:
+        raise ConfigError(
+            f"local rank {local_rank} of {local_world_size} on this host sees 1 GPU "
+            f"(CUDA_VISIBLE_DEVICES={os.environ.get('CUDA_VISIBLE_DEVICES', 'unset')}): one "
+            "GPU bound to each task (Slurm --gpus-per-task / --gpu-bind) cannot run TorchRec's "
+            "plans, which place rank r on cuda:<r % ranks per host>; give every task all of "
+            "its host's GPUs (--gpus-per-node, as hydra/launcher=slurm_gpu does)"
+        )
     if local_rank >= visible:
         raise ConfigError(
             f"local rank {local_rank} sees {visible} GPU(s) (CUDA_VISIBLE_DEVICES="
