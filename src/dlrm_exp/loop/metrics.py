@@ -90,7 +90,10 @@ class ClickMetrics:
     """
 
     def __init__(self, device: torch.device) -> None:
-        self.auroc = BinaryAUROC(distributed_available_fn=several_ranks).to(device)
+        # labels are 0 / 1 by then (every reader refuses others): torchmetrics' check of
+        # them costs a torch.unique and a host sync per batch on a GPU
+        self.auroc = BinaryAUROC(validate_args=False, distributed_available_fn=several_ranks)
+        self.auroc = self.auroc.to(device)
         self.logloss_ne = LogLossNE(distributed_available_fn=several_ranks).to(device)
 
     def update(self, logits: torch.Tensor, labels: torch.Tensor) -> None:
