@@ -20,6 +20,7 @@ from conftest import REPO, compose_cfg, two_process_job
 from conftest import SMALL as QUICK
 from dlrm_exp.data import batches
 from dlrm_exp.errors import ConfigError, NonFiniteLossError
+from dlrm_exp.factories import experiment
 from dlrm_exp.loop.checkpoint import CheckpointError, complete_checkpoints, resume_step
 from dlrm_exp.modes.train import run_train
 from dlrm_exp.record.run_record import RunMetrics
@@ -60,9 +61,11 @@ def test_resume_continues_bitwise_and_prunes(tmp_path, caplog, monkeypatch):
         return original(data, start, stop, keys)
 
     monkeypatch.setattr(batches, "make_batch", spy)
+    initialized = []  # the checkpoint's weights replace the initial ones: none are computed
+    monkeypatch.setattr(experiment, "init_tables", lambda *args: initialized.append(args))
     resumed = run_train(cfg, tmp_path / "b", {})
     monkeypatch.undo()
-    assert built == [step * 128 for step in range(24, 32)]
+    assert built == [step * 128 for step in range(24, 32)] and initialized == []
     _same_results(resumed, full)
     # 8 steps were left: the warm-up (10 by default) shrinks to half of them, so the resumed
     # job still measures its throughput, over its own steps after that warm-up

@@ -100,7 +100,7 @@ def evaluate_worker(
     takes part; rank 0 writes)."""
     started = time.perf_counter()
     with process_group(cfg.hardware) as ctx:
-        splits, experiment = prepare(cfg, ctx, plan)
+        splits, experiment = prepare(cfg, ctx, plan, loads_weights=True)
         names = ("val", "test") if cfg.split is EvalSplit.all else (cfg.split.value,)
         if isinstance(cfg.data, CriteoTsvDataConfig) and splits.info.read:
             scored = inputs_read(splits.info.read, _scored_inputs(cfg.data, names))

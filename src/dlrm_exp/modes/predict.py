@@ -229,7 +229,7 @@ def _score(
     ``write(model)`` run under ``torch.no_grad()`` to fill ``partial`` (removed if it fails);
     returns the checkpoint's step and what ``write`` returned."""
     with process_group(cfg.hardware) as ctx:
-        experiment = build_experiment(cfg, ctx)
+        experiment = build_experiment(cfg, ctx, init_weights=False)
         saved = load_model_weights(
             path, experiment.model, table_shapes(cfg.model), cfg.data.id_policies(), id_kinds
         )

@@ -83,9 +83,11 @@ def prepare(
     ctx: DistContext,
     plan: ShardingPlan | None = None,
     wrap: TrainWrapper | None = None,
+    loads_weights: bool = False,
 ) -> tuple[DataSplits, Experiment]:
     """The data splits and the experiment built on this rank (planned unless ``plan`` is
-    given; see :func:`~dlrm_exp.factories.experiment.build_experiment`).
+    given; see :func:`~dlrm_exp.factories.experiment.build_experiment`; ``loads_weights``:
+    a checkpoint's weights will replace the initial ones, which are then not computed).
 
     Data read from files come first, so a missing or malformed file is refused before any
     table is allocated; generated data come after planning, so a model that cannot fit is
@@ -97,7 +99,7 @@ def prepare(
     """
     generated = is_generated(cfg.data)
     splits = None if generated else _load(cfg)
-    experiment = build_experiment(cfg, ctx, plan, wrap)
+    experiment = build_experiment(cfg, ctx, plan, wrap, init_weights=not loads_weights)
     if splits is None:
         splits = _load(cfg)
     return splits, experiment

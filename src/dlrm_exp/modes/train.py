@@ -133,6 +133,7 @@ class _Run:
     splits: DataSplits
     experiment: Experiment
     plan_data: PlanRecord
+    resume_path: Path | None = None  # the checkpoint train.resume loads (None: fresh)
 
 
 def _announce(run: _Run) -> None:
@@ -155,12 +156,13 @@ def train_worker(cfg: Config, job: Job, plan: ShardingPlan | None = None) -> Run
     started = time.perf_counter()
     with process_group(cfg.hardware) as ctx:
         job = shared_job(job, ctx)
+        resume_path = _resume_path(cfg, job)  # before building: a bad path fails at once
         reset_peak_memory(ctx.device)  # this run's peak, not an earlier job's in this process
-        splits, experiment = prepare(cfg, ctx, plan)
+        splits, experiment = prepare(cfg, ctx, plan, loads_weights=resume_path is not None)
         plan_data = plan_record(
             experiment.plan, table_configs(cfg.model), ctx.world_size, ctx.local_world_size
         )
-        run = _Run(cfg, job, ctx, splits, experiment, plan_data)
+        run = _Run(cfg, job, ctx, splits, experiment, plan_data, resume_path)
         if ctx.is_main:
             _announce(run)
         sizes = per_rank_sizes(len(splits.train), cfg.train.batch_size, ctx.world_size)
@@ -277,16 +279,27 @@ def warn_other_data_order(saved: dict[str, Any], cfg: Config, world_size: int) -
     )
 
 
+def _resume_path(cfg: Config, job: Job) -> Path | None:
+    """The checkpoint ``train.resume`` names (None: start fresh, also when ``auto`` finds none).
+
+    Raises:
+        CheckpointError: the path is not a complete checkpoint folder.
+    """
+    if not cfg.train.resume:
+        return None
+    path = resolve_resume(cfg.train.resume, job.run_dir)
+    if path is None:
+        log.info("train.resume=auto: no complete checkpoint in %s, starting fresh", job.run_dir)
+    return path
+
+
 def _resume(
     run: _Run, layout: CheckpointLayout, samples_per_step: list[int]
 ) -> TrainerState | None:
     """Load the checkpoint ``train.resume`` names into the experiment; the loop's state at this
     job's step of the checkpoint's data position, or None to start fresh."""
-    if not run.cfg.train.resume:
-        return None
-    path = resolve_resume(run.cfg.train.resume, run.job.run_dir)
+    path = run.resume_path
     if path is None:
-        log.info("train.resume=auto: no complete checkpoint in %s, starting fresh", run.job.run_dir)
         return None
     auto = run.cfg.train.resume == "auto"  # the newest: none is later
     later = [] if auto else later_checkpoints(run.job.run_dir, path)
