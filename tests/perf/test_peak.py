@@ -51,6 +51,23 @@ def test_the_probe_skips_sizes_that_would_take_longer_than_its_budget(monkeypatc
     assert result.matmul_flops_per_sec == result.matmul_by_size["1024"]  # the best
 
 
+def test_a_gpu_probes_only_the_sizes_that_fit_beside_its_tables():
+    """The probe runs after training, the tables still on the GPU: its largest size (3 GiB
+    of float32 operands and product) could run out of memory there and lose metrics.json."""
+    from dlrm_exp.perf.peak import CUDA_SIZES, sizes_that_fit
+
+    gib = 2**30
+    assert sizes_that_fit(CUDA_SIZES, torch.float32, 80 * gib) == [4096, 8192, 16384]
+    # 8192 in float32: 8192^2 x (3 x 4 + 4) bytes = 1 GiB, within half of 2.5 GiB free
+    assert sizes_that_fit(CUDA_SIZES, torch.float32, int(2.5 * gib)) == [4096, 8192]
+    # bfloat16 operands take half: 16384^2 x (3 x 2 + 4) = 2.5 GiB, within half of 5 GiB
+    assert sizes_that_fit(CUDA_SIZES, torch.bfloat16, 5 * gib) == [4096, 8192, 16384]
+    assert sizes_that_fit(CUDA_SIZES, torch.float32, 0) == [4096]  # the smallest at least
+    cached = Peak(1e12, 1e12, "float32", "k", NOW.isoformat(), {"4096": 1e15, "8192": 1e15})
+    assert peak_module.spot_size(cached) == 8192
+    assert peak_module.spot_size(cached, limit=4096) == 4096
+
+
 @pytest.fixture
 def fake_machine(tmp_path, monkeypatch):
     """A cache in ``tmp_path``, a clock at :data:`NOW`, a probe that counts its calls and a

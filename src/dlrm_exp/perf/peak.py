@@ -2,7 +2,8 @@
 
 A short probe in the calling process (its device, its torch thread count, the dense
 precision's dtype): the best rate of repeated ``torch.mm`` of two n x n matrices (2 n^3 FLOPs
-each) over several sizes (:data:`CPU_SIZES`, :data:`CUDA_SIZES`; a size is skipped once one
+each) over several sizes (:data:`CPU_SIZES`, :data:`CUDA_SIZES`, on a GPU those that fit in
+its free memory; a size is skipped once one
 product would take longer than twice :data:`PROBE_SECONDS` at the best rate so far), and of
 ``Tensor.copy_`` of a 64 MiB buffer (read + write: 2 x 64 MiB each), about
 :data:`PROBE_SECONDS` each: well under a second on CPU. On CUDA the probe runs on the device
@@ -163,11 +164,30 @@ def copy_rate(device: torch.device, seconds: float) -> float:
     return _best_rate(2.0 * COPY_BYTES, lambda: dst.copy_(src), _sync(device), seconds)
 
 
+def sizes_that_fit(sizes: tuple[int, ...], dtype: torch.dtype, free_bytes: int) -> list[int]:
+    """The matmul sizes whose probe takes at most half of ``free_bytes``: two operands and the
+    product in ``dtype``, plus the float32 operand each is drawn as (at least the smallest
+    size: nothing smaller is probed)."""
+    itemsize = torch.empty((), dtype=dtype).element_size()
+    fit = [n for n in sizes if n * n * (3 * itemsize + 4) <= free_bytes // 2]
+    return fit or [min(sizes)]
+
+
+def probe_sizes(device: torch.device, dtype: torch.dtype) -> list[int]:
+    """The matmul sizes to probe on ``device``: on a GPU those that fit beside what it holds
+    (the probe runs after training, the tables still resident, in what the planner left
+    free; the largest size takes 3 GiB in float32), its cache emptied first."""
+    if device.type != "cuda":
+        return list(CPU_SIZES)
+    torch.cuda.empty_cache()
+    return sizes_that_fit(CUDA_SIZES, dtype, torch.cuda.mem_get_info(device)[0])
+
+
 def probe(device: torch.device, dtype: torch.dtype = torch.float32) -> Peak:
     """Measure the matmul and copy peaks on ``device`` now (no cache)."""
     measured_at = _now().isoformat(timespec="seconds")
     rates: dict[str, float] = {}
-    for n in CUDA_SIZES if device.type == "cuda" else CPU_SIZES:
+    for n in probe_sizes(device, dtype):
         if rates and 2.0 * n**3 / max(rates.values()) > 2 * PROBE_SECONDS:
             break  # one product would take longer than twice the budget (slow dtype)
         rates[str(n)] = matmul_rate(device, dtype, n, PROBE_SECONDS, warm_up=not rates)
@@ -181,11 +201,17 @@ def probe(device: torch.device, dtype: torch.dtype = torch.float32) -> Peak:
     )
 
 
-def spot_size(cached: Peak) -> int:
-    """The size the spot check of ``cached`` uses: the largest probed size of which one product
-    takes at most a quarter of :data:`SPOT_SECONDS` at its cached rate, else the smallest."""
+def spot_size(cached: Peak, limit: int | None = None) -> int:
+    """The size the spot check of ``cached`` uses: the largest probed size (at most ``limit``,
+    what fits in memory now) of which one product takes at most a quarter of
+    :data:`SPOT_SECONDS` at its cached rate, else the smallest."""
     sizes = sorted(int(n) for n in cached.matmul_by_size)
-    fits = [n for n in sizes if 2.0 * n**3 / cached.matmul_by_size[str(n)] <= SPOT_SECONDS / 4]
+    fits = [
+        n
+        for n in sizes
+        if 2.0 * n**3 / cached.matmul_by_size[str(n)] <= SPOT_SECONDS / 4
+        and (limit is None or n <= limit)
+    ]
     return max(fits, default=sizes[0])
 
 
@@ -195,7 +221,7 @@ def check_cached(cached: Peak, device: torch.device, dtype: torch.dtype) -> tupl
     age = _now() - datetime.fromisoformat(cached.measured_at)
     if not timedelta(0) <= age <= MAX_AGE:
         return False, f"cached reading of {cached.measured_at} is {age} old (limit {MAX_AGE})"
-    n = spot_size(cached)
+    n = spot_size(cached, max(probe_sizes(device, dtype)))
     checks = (  # measured one after the other: a failed one ends the check (a probe follows)
         (f"n={n}", lambda: matmul_rate(device, dtype, n, SPOT_SECONDS),
          cached.matmul_by_size[str(n)], "GFLOP/s"),
