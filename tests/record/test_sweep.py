@@ -349,6 +349,33 @@ def test_the_table_shows_the_matmul_peak_and_links_profiles(tmp_path):
     assert f"- sharding=rowwise: [rank0.pt.trace.json]({trace})" in table
 
 
+def test_gpu_memory_is_reported_beside_host_memory_where_a_run_held_some(tmp_path):
+    """On a GPU the summary, the tables and the comparisons showed only host RSS: the memory
+    a plan is checked against, HBM, never appeared (review). The column is left out where no
+    run held GPU memory."""
+    from dlrm_exp.modes.train import summary
+    from dlrm_exp.record.run_record import RunMetrics
+    from dlrm_exp.record.runs import RunRecord
+    from dlrm_exp.record.sweep import markdown_table, summary_row
+
+    ranks = [{"rss": 3.0, "cuda_allocated": 50.0, "cuda_reserved": 61.5},
+             {"rss": 4.0, "cuda_allocated": 52.0, "cuda_reserved": 60.0}]  # fmt: skip
+    split = {"auroc": 0.8, "samples": 64.0}
+    gpu = RunMetrics(val=split, test=split, peak_memory_gib=3.0, peak_memory_gib_per_rank=ranks)
+    cpu = RunMetrics(val=split, test=split, peak_memory_gib_per_rank=[{"rss": 2.0}])
+    assert (gpu.peak_gpu_gib_max_rank, gpu.peak_rss_gib_max_rank) == (61.5, 4.0)
+    assert cpu.peak_gpu_gib_max_rank is None
+    line = next(x for x in summary(gpu, tmp_path).splitlines() if x.startswith("train "))
+    assert "| peak host memory 3.00 GiB | peak GPU memory 61.50 GiB (reserved, max rank) |" in line
+    cpu_line = next(x for x in summary(cpu, tmp_path).splitlines() if x.startswith("train "))
+    assert "GPU" not in cpu_line
+    rows = [summary_row(RunRecord(tmp_path / n, n, [], m)) for n, m in (("g", gpu), ("c", cpu))]
+    assert rows[0]["peak_gpu_gib"] == 61.5 and rows[1]["peak_gpu_gib"] is None
+    assert "| peak GPU GiB |" in markdown_table(rows).splitlines()[0]
+    assert "| 61.50 |" in markdown_table(rows)
+    assert "peak GPU GiB" not in markdown_table(rows[1:])
+
+
 def test_a_substituted_run_is_labelled_by_what_ran(tmp_path):
     """The summary names what ran instead of what was asked (no training run)."""
     from dlrm_exp.record.run_record import RunMetrics

@@ -582,6 +582,7 @@ def _final_scalars(metrics: RunMetrics) -> dict[str, float | None]:
         "summary/forward_comm_bytes_per_step": metrics.comm_bytes_per_step.get("forward"),
         "summary/backward_comm_bytes_per_step": metrics.comm_bytes_per_step.get("backward"),
         "summary/peak_memory_gib_max_rank": metrics.peak_rss_gib_max_rank,
+        "summary/peak_gpu_gib_max_rank": metrics.peak_gpu_gib_max_rank,
         "summary/fraction_of_matmul_peak": metrics.utilization.get("fraction_of_matmul_peak"),
     }
 
@@ -672,9 +673,12 @@ def summary(metrics: RunMetrics, run_dir: Path, logdir: str = "outputs") -> str:
     for split, m in (("val", metrics.val), ("test", metrics.test)):
         lines.append(split_line(split, m, bayes.get(split)))
     throughput = METRICS["samples_per_sec"].format(metrics.samples_per_sec)
+    gpu = metrics.peak_gpu_gib_max_rank
+    gpu_text = "" if gpu is None else f" | peak GPU memory {gpu:.2f} GiB (reserved, max rank)"
     lines.append(
         f"train {metrics.steps} steps | {throughput} samples/s "
-        f"| peak memory {metrics.peak_memory_gib:.2f} GiB | {metrics.wall_seconds:.1f} s"
+        f"| peak host memory {metrics.peak_memory_gib:.2f} GiB{gpu_text} "
+        f"| {metrics.wall_seconds:.1f} s"
     )
     if metrics.effective_qcomms:
         lines.append(f"qcomms ran {metrics.qcomms_ran} (forward/backward)")

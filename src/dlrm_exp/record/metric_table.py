@@ -128,6 +128,7 @@ _RUN_METRICS = (
         lambda m: _percent(m.utilization.get("fraction_of_matmul_peak")),
     ),
     Metric("peak_rss_gib", "peak RSS GiB", ".2f", False, lambda m: m.peak_rss_gib_max_rank),
+    Metric("peak_gpu_gib", "peak GPU GiB", ".2f", False, lambda m: m.peak_gpu_gib_max_rank),
     Metric(
         "table_bytes_per_rank",
         "table bytes/rank",

@@ -194,8 +194,15 @@ class RunMetrics:
 
     @property
     def peak_rss_gib_max_rank(self) -> float | None:
-        """The largest peak resident set over the ranks, GiB."""
+        """The largest peak resident set over the ranks, GiB (host memory)."""
         return max((r["rss"] for r in self.peak_memory_gib_per_rank), default=None)
+
+    @property
+    def peak_gpu_gib_max_rank(self) -> float | None:
+        """The largest peak of GPU memory reserved by torch's allocator over the ranks, GiB
+        (what a rank held of its HBM; None on CPU)."""
+        held = [r["cuda_reserved"] for r in self.peak_memory_gib_per_rank if "cuda_reserved" in r]
+        return max(held, default=None)
 
     def to_json(self) -> dict[str, Any]:
         """The ``metrics.json`` content: every field of a completed run; ``status``, ``error``,

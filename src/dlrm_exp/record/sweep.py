@@ -28,11 +28,13 @@ from dlrm_exp.util.files import write_csv_atomic, write_text_atomic
 CSV_METRICS = (
     "val_auroc", "test_auroc", "final_test_auroc", "best_epoch", "val_ne", "test_ne",
     "samples_per_sec", "fwd_bytes_per_step", "bwd_bytes_per_step", "step_ms_p50",
-    "matmul_peak_pct", "peak_rss_gib", "table_bytes_per_rank", "table_rows", "managed_rows_held",
-    "wall_seconds",
+    "matmul_peak_pct", "peak_rss_gib", "peak_gpu_gib", "table_bytes_per_rank", "table_rows",
+    "managed_rows_held", "wall_seconds",
 )  # fmt: skip
-#: The metric columns of ``summary.md``.
+#: The metric columns of ``summary.md`` (``peak_gpu_gib`` only where a run has it).
 TABLE_METRICS = tuple(k for k in CSV_METRICS if k != "test_ne")
+#: Columns of ``summary.md`` left out when no run has a value (CPU runs hold no GPU memory).
+_OPTIONAL = ("peak_gpu_gib",)
 
 
 def summary_row(run: RunRecord) -> dict[str, Any]:
@@ -60,7 +62,10 @@ def markdown_table(rows: Sequence[dict[str, Any]]) -> str:
     """The summary as a GitHub markdown table, with the failed jobs' errors and the profiled
     runs' trace files (``train.profile``) listed below. A run in which something ran other
     than asked is labelled by what ran: ``qcomms=fp8 (ran qcomms: reduce_scatter FP16/BF16)``."""
-    headers = ["run", "status"] + [METRICS[k].label for k in TABLE_METRICS]
+    keys = [
+        k for k in TABLE_METRICS if k not in _OPTIONAL or any(row[k] is not None for row in rows)
+    ]
+    headers = ["run", "status"] + [METRICS[k].label for k in keys]
     lines = [
         "| " + " | ".join(headers) + " |",
         "| " + " | ".join("---" for _ in headers) + " |",
@@ -68,7 +73,7 @@ def markdown_table(rows: Sequence[dict[str, Any]]) -> str:
     for row in rows:
         label = row["run"] + (f" (ran {row['substituted']})" if row.get("substituted") else "")
         cells = [label, row["status"]]
-        cells += [fmt(row[k], METRICS[k].spec) for k in TABLE_METRICS]
+        cells += [fmt(row[k], METRICS[k].spec) for k in keys]
         lines.append("| " + " | ".join(cells) + " |")
     errors = [f"- {row['run']}: {row['error']}" for row in rows if row["error"]]
     profiles = [
