@@ -138,6 +138,12 @@ class TrainConfig:
         log_every_n_steps: TensorBoard scalar interval, steps.
         throughput_warmup_steps: first steps left out of ``samples_per_sec``.
         progress_bar: tqdm bar on rank 0 when stderr is a terminal.
+        prefetch_batches: batches built ahead of the step by a background thread (read,
+            decoded, assembled; pinned on CUDA), as TorchRec's example does with a
+            ``DataLoader``; 0 builds each inline (:mod:`dlrm_exp.data.prefetch`). null: 2 on
+            CUDA, where the GPU computes while the host builds; 0 on CPU, where the thread
+            competes with the step for the same cores (Parquet-streamed training here on 2
+            cores: 51,977 and 49,448 samples/s inline, 46,905 and 50,513 with 2).
         checkpoint_every_n_steps: save a sharded DCP checkpoint every N steps and at the end
             (null: no checkpoints), under ``<run>/checkpoints/step_<n>/``.
         keep_last_checkpoints: keep only the newest N checkpoints (null: keep all).
@@ -169,6 +175,7 @@ class TrainConfig:
     log_every_n_steps: int = 20
     throughput_warmup_steps: int = 10
     progress_bar: bool = True
+    prefetch_batches: int | None = None
     checkpoint_every_n_steps: int | None = None
     keep_last_checkpoints: int | None = None
     resume: str | None = None
@@ -196,8 +203,18 @@ class TrainConfig:
         require(self.log_every_n_steps > 0, "train.log_every_n_steps must be positive")
         require(self.train_window_batches >= 0, "train.train_window_batches must be >= 0")
         require(self.throughput_warmup_steps >= 0, "train.throughput_warmup_steps must be >= 0")
+        require(
+            self.prefetch_batches is None or self.prefetch_batches >= 0,
+            "train.prefetch_batches must be >= 0 or null",
+        )
         require(self.semi_sync_start_step >= 0, "train.semi_sync_start_step must be >= 0")
         require(
             self.target_auroc is None or 0 < self.target_auroc <= 1,
             f"train.target_auroc must be in (0, 1] or null, got {self.target_auroc}",
         )
+
+    def prefetch_depth(self, cuda: bool) -> int:
+        """``prefetch_batches``, or where null 2 on CUDA and 0 on CPU."""
+        if self.prefetch_batches is None:
+            return 2 if cuda else 0
+        return self.prefetch_batches

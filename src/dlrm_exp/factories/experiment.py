@@ -19,7 +19,7 @@ from torchrec.distributed.types import ShardingPlan
 from torchrec.models.dlrm import DLRMTrain
 from torchrec.optim.keyed import CombinedOptimizer
 
-from dlrm_exp.config import Config, OnNonFinite
+from dlrm_exp.config import Config, OnNonFinite, OptimizerConfig
 from dlrm_exp.distributed.launch import DistContext
 from dlrm_exp.distributed.qcomms import effective_qcomms, qcomms_substitution
 from dlrm_exp.distributed.sharder import job_sharders
@@ -111,6 +111,19 @@ def build_module(
     return module
 
 
+def _lr_schedule(
+    opt: OptimizerConfig, model: DistributedModelParallel, optimizer: CombinedOptimizer
+) -> LRSchedule:
+    """The warm-up / decay schedule of the dense optimizer and the fused table kernels."""
+    return LRSchedule(
+        optimizer,
+        opt.lr_warmup_steps,
+        opt.lr_decay_start,
+        opt.lr_decay_steps,
+        (fused_kernels(model), opt.learning_rate),
+    )
+
+
 def build_experiment(
     cfg: Config,
     ctx: DistContext,
@@ -121,12 +134,10 @@ def build_experiment(
     """Build the sharded DLRM, its optimizers and the training pipeline for this rank.
 
     Parameters are initialized from ``cfg.seed`` (the same on every rank; tables independently
-    of the plan, see :mod:`dlrm_exp.factories.table_init`). ``init_weights=False`` leaves the
-    tables as TorchRec initialized them, for a caller that loads a checkpoint's weights over
-    them: the plan-independent values are hashed one by one on the host (4.2M values in
-    0.08 s on this 2-core CPU: about 3 s for the quickstart model's 166M values, and the
-    MLPerf model has 26 billion). Tables are allocated only after planning (here, or by the
-    caller who passes ``plan``), so a plan that cannot fit fails before any table exists.
+    of the plan, see :mod:`dlrm_exp.factories.table_init`; ``init_weights=False`` skips that
+    cost for a caller that loads a checkpoint over them). Tables are allocated only after
+    planning (here, or by the caller who passes ``plan``), so a plan that cannot fit fails
+    before any table exists.
     ``wrap`` replaces the ``DLRMTrain`` around the DLRM (default:
     :class:`~dlrm_exp.factories.nonfinite.SkipNonFiniteDLRMTrain` when
     ``train.on_nonfinite=skip``).
@@ -150,14 +161,7 @@ def build_experiment(
         install_gradient_guards(model)
     optimizer = build_optimizer(model, cfg.optimizer)
     pipeline = build_pipeline(cfg.train, model, optimizer, ctx.device)
-    opt = cfg.optimizer
-    schedule = LRSchedule(
-        optimizer,
-        opt.lr_warmup_steps,
-        opt.lr_decay_start,
-        opt.lr_decay_steps,
-        (fused_kernels(model), opt.learning_rate),
-    )
+    schedule = _lr_schedule(cfg.optimizer, model, optimizer)
     # on one rank TorchRec skips every collective (and so its codecs): nothing is quantized
     effective = effective_qcomms(model) if ctx.world_size > 1 else {}
     substituted = (

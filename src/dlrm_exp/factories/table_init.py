@@ -6,6 +6,10 @@ under different sharding types or world sizes. Here each weight is a pure functi
 ``init_fn`` of TorchRec's ``EmbeddingBagConfig``), drawn by hashing. Any shard can then be
 filled without materializing its table, and every plan starts from the same model, so runs
 that differ only in sharding are comparable step by step.
+
+The values are hashed one by one on the host: 4.2M values took 0.08 s on this 2-core CPU,
+about 3 s for the quickstart model's 166M values, and the MLPerf model has 26 billion. A job
+that loads a checkpoint's weights (resume, evaluate, predict) skips it.
 """
 
 import numpy as np

@@ -25,6 +25,7 @@ from dlrm_exp.config import Config
 from dlrm_exp.config.keys import flat_settings
 from dlrm_exp.config.model import ManagedCollision
 from dlrm_exp.data import DataSplits, per_rank_sizes
+from dlrm_exp.data.prefetch import prefetched
 from dlrm_exp.data.splits import read_summary
 from dlrm_exp.distributed.comm_stats import CollectiveBytes
 from dlrm_exp.distributed.launch import (
@@ -213,15 +214,17 @@ def _batch_sources(run: _Run) -> BatchSources:
     order)."""
     cfg, ctx, splits = run.cfg, run.ctx, run.splits
     shuffle = cfg.data.shuffles_batches()
+    pin = ctx.device.type == "cuda"
+    depth = cfg.train.prefetch_depth(cuda=pin)
 
     def train(epoch: int, skip: int) -> Any:
         seed = (cfg.seed, epoch) if shuffle else None
-        return rank_batches(cfg, ctx, splits.train, seed, skip=skip)
+        return prefetched(rank_batches(cfg, ctx, splits.train, seed, skip=skip), depth, pin)
 
     return BatchSources(
         train=train,
-        val=lambda: rank_batches(cfg, ctx, splits.val),
-        test=lambda: rank_batches(cfg, ctx, splits.test),
+        val=lambda: prefetched(rank_batches(cfg, ctx, splits.val), depth, pin),
+        test=lambda: prefetched(rank_batches(cfg, ctx, splits.test), depth, pin),
     )
 
 
