@@ -21,6 +21,7 @@ from conftest import SMALL as QUICK
 from dlrm_exp.data import batches
 from dlrm_exp.errors import ConfigError, NonFiniteLossError
 from dlrm_exp.factories import experiment
+from dlrm_exp.loop import trainer
 from dlrm_exp.loop.checkpoint import CheckpointError, complete_checkpoints, resume_step
 from dlrm_exp.modes.train import run_train
 from dlrm_exp.record.run_record import RunMetrics
@@ -251,6 +252,26 @@ def test_on_nonfinite_stop_names_the_step_and_skip_equals_training_without_the_b
     stop = [*args[:-1], f"data.path={tmp_path / 'bad'}"]
     with pytest.raises(NonFiniteLossError, match="at step 3: "):
         run_train(compose_cfg(stop), tmp_path / "stop", {})
+
+
+def test_a_loss_read_one_step_late_trains_the_same_and_stops_at_the_same_step(
+    tmp_path, monkeypatch
+):
+    """On CUDA (``stop``) a step's loss is read once the next step is queued, so the GPU
+    never waits for the host: forced here on CPU, the rates of the warm-up still reach each
+    step before it runs (the run equals one read at once), a non-finite loss still names its
+    own step, and no checkpoint after it is written."""
+    args = _skip_args(tmp_path, 1)[:-1]  # train.on_nonfinite=stop
+    clean = [*args, f"data.path={tmp_path / 'clean'}", "train.val_every_n_steps=3"]
+    at_once = run_train(compose_cfg(clean), tmp_path / "a", {})
+    monkeypatch.setattr(trainer, "loss_read_lag", lambda device, on_nonfinite: 1)
+    late = run_train(compose_cfg(clean), tmp_path / "b", {})
+    assert late.val_history == at_once.val_history and late.test == at_once.test
+    assert late.final_train_loss == at_once.final_train_loss and late.steps == 7
+    bad = [*args, f"data.path={tmp_path / 'bad'}", "train.checkpoint_every_n_steps=2"]
+    with pytest.raises(NonFiniteLossError, match="at step 3: "):
+        run_train(compose_cfg(bad), tmp_path / "stop", {})
+    assert [p.name for p in complete_checkpoints(tmp_path / "stop")] == ["step_2"]
 
 
 def _skip_two_processes(root: Path) -> list[str]:

@@ -15,6 +15,7 @@ import itertools
 import logging
 import math
 import sys
+from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from datetime import timedelta
@@ -88,6 +89,13 @@ class BestWeights(Protocol):
         those of the validation ``best`` names (its monitored value, which a resume on another
         world size keeps while its step is rescaled); False, loading nothing, otherwise."""
         ...
+
+
+def loss_read_lag(device: torch.device, on_nonfinite: OnNonFinite) -> int:
+    """Steps queued before a step's loss is read (:meth:`Trainer._train_segment`): 1 on CUDA
+    with ``on_nonfinite=stop``; 0 otherwise (on CPU a loss is ready when its step returns;
+    ``skip`` must know a skipped step before the next step's rate is set)."""
+    return 1 if device.type == "cuda" and on_nonfinite is OnNonFinite.stop else 0
 
 
 @dataclass
@@ -300,6 +308,7 @@ class Trainer:
         self.total_steps = total if cfg.max_steps is None else min(total, cfg.max_steps)
         self.step_seconds: list[float] = []
         self.window = TrainWindow(cfg.train_window_batches)
+        self.loss_read_lag = loss_read_lag(device, cfg.on_nonfinite)
 
     def fit(self, sources: BatchSources, state: TrainerState | None = None) -> FitResult:
         """Train from ``state`` (a resumed checkpoint's; its batches are skipped) or from the
@@ -436,7 +445,14 @@ class Trainer:
         )
 
     def _train_segment(self, batches: Iterator[Batch], state: TrainerState, bar: tqdm) -> None:
-        """Train on ``batches`` until they and the pipeline are exhausted."""
+        """Train on ``batches`` until they and the pipeline are exhausted.
+
+        A step's loss is read (a host sync on a GPU) :attr:`loss_read_lag` steps after the
+        step was queued: on CUDA with ``on_nonfinite=stop`` one, so the GPU runs the next step
+        while the host waits for this one's loss, and the host builds and queues the step
+        after while the GPU computes (TorchRec's example reads no loss at all). Each step's
+        rates are set before it is queued, whatever the lag; every step of the segment is
+        read before its validation or checkpoint."""
         self.throughput.resume()
         if self.comm is not None:
             self.comm.active = True
@@ -444,27 +460,45 @@ class Trainer:
         # indexed by the steps that updated: a skipped batch is removed from the data, and
         # from the schedule (the next batch trains at the rate the skipped one would have)
         schedule.apply(state.step + 1 - len(state.skipped_steps))
+        queued = state.step
+        pending: deque[tuple[Any, ...]] = deque()
         for loss, logits, labels in drain(self.experiment.pipeline, batches):
-            if self.device.type == "cuda":
-                torch.cuda.synchronize(self.device)
+            queued += 1
             profiled = self.profiler is not None and self.profiler.recording
-            step_samples = self.samples_per_step[state.step % len(self.samples_per_step)]
-            seconds = self.throughput.step(step_samples, counted=not profiled)
-            if seconds is not None:
-                self.step_seconds.append(seconds)  # this process's steps after warm-up
-            state.step += 1
-            state.samples += step_samples
-            step_loss = float(loss)
-            self._check_finite(step_loss, state)
-            if math.isfinite(step_loss):
-                self.window.add(logits, labels)
-            bar.update(1)
-            self._log_step(step_loss, state, bar)
+            pending.append((loss, logits, labels, profiled))
+            if len(pending) > self.loss_read_lag:
+                self._finish_step(*pending.popleft(), state, bar)
             if self.profiler is not None and self.profiler.step():
                 self.throughput.resume()  # a trace written is not the next step's time
-            schedule.apply(state.step + 1 - len(state.skipped_steps))
+            schedule.apply(queued + 1 - len(state.skipped_steps))
+        while pending:
+            self._finish_step(*pending.popleft(), state, bar)
         if self.comm is not None:
             self.comm.active = False
+
+    def _finish_step(
+        self,
+        loss: torch.Tensor,
+        logits: torch.Tensor,
+        labels: torch.Tensor,
+        profiled: bool,
+        state: TrainerState,
+        bar: tqdm,
+    ) -> None:
+        """Count one trained step (its time ends when its loss is read), apply
+        ``train.on_nonfinite`` to its loss and log it."""
+        step_loss = float(loss)  # on a GPU: waits for this step, the next already queued
+        step_samples = self.samples_per_step[state.step % len(self.samples_per_step)]
+        seconds = self.throughput.step(step_samples, counted=not profiled)
+        if seconds is not None:
+            self.step_seconds.append(seconds)  # this process's steps after warm-up
+        state.step += 1
+        state.samples += step_samples
+        self._check_finite(step_loss, state)
+        if math.isfinite(step_loss):
+            self.window.add(logits, labels)
+        bar.update(1)
+        self._log_step(step_loss, state, bar)
 
     def _check_finite(self, step_loss: float, state: TrainerState) -> None:
         """Apply ``train.on_nonfinite`` to a NaN or infinite loss."""
