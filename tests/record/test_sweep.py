@@ -374,6 +374,12 @@ def test_gpu_memory_is_reported_beside_host_memory_where_a_run_held_some(tmp_pat
     assert "| peak GPU GiB |" in markdown_table(rows).splitlines()[0]
     assert "| 61.50 |" in markdown_table(rows)
     assert "peak GPU GiB" not in markdown_table(rows[1:])
+    from dlrm_exp.record.compare import ConfigStats, stats_markdown
+    from dlrm_exp.record.stats import estimate
+
+    held = ConfigStats("gpu", [0, 1], estimates={"peak_gpu_gib": estimate([61.5, 60.0])})
+    assert "| peak GPU GiB |" in stats_markdown([held]).splitlines()[0]
+    assert "peak GPU GiB" not in stats_markdown([ConfigStats("cpu", [0, 1])])
 
 
 def test_a_substituted_run_is_labelled_by_what_ran(tmp_path):

@@ -465,7 +465,7 @@ class Trainer:
         for loss, logits, labels in drain(self.experiment.pipeline, batches):
             queued += 1
             profiled = self.profiler is not None and self.profiler.recording
-            pending.append((loss, logits, labels, profiled))
+            pending.append((loss, logits, labels, profiled, self._logged_rates(queued)))
             if len(pending) > self.loss_read_lag:
                 self._finish_step(*pending.popleft(), state, bar)
             if self.profiler is not None and self.profiler.step():
@@ -482,11 +482,13 @@ class Trainer:
         logits: torch.Tensor,
         labels: torch.Tensor,
         profiled: bool,
+        rates: tuple[float, float | None] | None,
         state: TrainerState,
         bar: tqdm,
     ) -> None:
         """Count one trained step (its time ends when its loss is read), apply
-        ``train.on_nonfinite`` to its loss and log it."""
+        ``train.on_nonfinite`` to its loss and log it with the rates it ran at
+        (:meth:`_logged_rates`)."""
         step_loss = float(loss)  # on a GPU: waits for this step, the next already queued
         step_samples = self.samples_per_step[state.step % len(self.samples_per_step)]
         seconds = self.throughput.step(step_samples, counted=not profiled)
@@ -498,7 +500,7 @@ class Trainer:
         if math.isfinite(step_loss):
             self.window.add(logits, labels)
         bar.update(1)
-        self._log_step(step_loss, state, bar)
+        self._log_step(step_loss, rates, state, bar)
 
     def _check_finite(self, step_loss: float, state: TrainerState) -> None:
         """Apply ``train.on_nonfinite`` to a NaN or infinite loss."""
@@ -520,17 +522,32 @@ class Trainer:
             "written before this step are intact"
         )
 
-    def _log_step(self, step_loss: float, state: TrainerState, bar: tqdm) -> None:
+    def _logged_rates(self, step: int) -> tuple[float, float | None] | None:
+        """(dense, embedding) learning rates of step ``step``, read as it is queued, when the
+        step is logged (None otherwise): its loss may be read after the next step's are set."""
+        if not self._log_due(step):
+            return None
+        return self.experiment.learning_rate(), self.experiment.embedding_learning_rate()
+
+    def _log_due(self, step: int) -> bool:
+        return step % self.cfg.log_every_n_steps == 0 or step == self.total_steps
+
+    def _log_step(
+        self,
+        step_loss: float,
+        rates: tuple[float, float | None] | None,
+        state: TrainerState,
+        bar: tqdm,
+    ) -> None:
         """Scalars every ``log_every_n_steps`` steps and at the last step (finite losses)."""
         step = state.step
-        due = step % self.cfg.log_every_n_steps == 0 or step == self.total_steps
-        if not due or not math.isfinite(step_loss):
+        if rates is None or not math.isfinite(step_loss):  # rates: None when not due
             return
         state.final_train_loss = step_loss
         self.tracker.scalar("train/loss", step_loss, step)
         self.tracker.scalar("train/samples_per_sec", self.throughput.samples_per_sec, step)
-        self.tracker.scalar("lr", self.experiment.learning_rate(), step)
-        self.tracker.scalar("lr/embedding", self.experiment.embedding_learning_rate(), step)
+        self.tracker.scalar("lr", rates[0], step)
+        self.tracker.scalar("lr/embedding", rates[1], step)
         self.tracker.scalars("train_window", self.window.metrics(), step)
         bar.set_postfix(loss=f"{step_loss:.4f}")
         if self.log_progress and bar.disable:

@@ -63,6 +63,7 @@ from dlrm_exp.loop.trainer import BatchSources, FitResult, Trainer, TrainerState
 from dlrm_exp.modes.export import saved_table_data_types
 from dlrm_exp.modes.job import Job, ModeResult
 from dlrm_exp.modes.setup import prepare, rank_batches, run_on_ranks, shared_job
+from dlrm_exp.perf.peak import PeakUnavailable
 from dlrm_exp.perf.profile import PROFILE_DIR, StepProfiler, profile_files
 from dlrm_exp.perf.theoretical_peak import cpu_flags
 from dlrm_exp.perf.utilization import rank_bound, rank_peak, utilization
@@ -565,7 +566,11 @@ def _utilization(run: _Run, result: FitResult) -> dict[str, Any]:
     """Rank 0's utilization record (empty on the other ranks, which write no metrics)."""
     if not run.ctx.is_main:
         return {}
-    peak = rank_peak(run.cfg, run.ctx.device)
+    try:
+        peak = rank_peak(run.cfg, run.ctx.device)
+    except (PeakUnavailable, torch.OutOfMemoryError) as error:  # after training: no failure
+        log.warning("utilization: %s", error)
+        return {"measurement_errors": [f"matmul peak not measured: {error}"]}
     bound = rank_bound(run.cfg, run.ctx.device)
     util = utilization(run.cfg, result.samples_per_sec, run.ctx.world_size, peak, bound)
     for error in util.measurement_errors:
@@ -616,8 +621,9 @@ def _utilization_lines(util: Mapping[str, Any]) -> list[str]:
     """The summary's utilization line, naming the peak it compares with (dtype, rate, when it
     was measured, probed or cached) and the theoretical bound; then one warning line per
     measurement error."""
+    warnings = [f"warning: {e}" for e in util.get("measurement_errors", [])]
     if not util.get("dense_flops_per_sec"):
-        return []
+        return warnings
     bound = util.get("theoretical_matmul_flops_per_sec")
     bound_text = (
         f"theoretical {bound / 1e9:.0f} GFLOP/s: {_fraction(util['fraction_of_theoretical_peak'])}"
@@ -633,8 +639,7 @@ def _utilization_lines(util: Mapping[str, Any]) -> list[str]:
         f"{util['embedding_bytes_per_sec'] / 1e9:.2f} GB/s = "
         f"{_fraction(util['fraction_of_copy_peak'])} of copy bandwidth",
     ]
-    lines += [f"warning: {e}" for e in util.get("measurement_errors", [])]
-    return lines
+    return lines + warnings
 
 
 def _best_lines(metrics: RunMetrics) -> list[str]:

@@ -164,23 +164,44 @@ def copy_rate(device: torch.device, seconds: float) -> float:
     return _best_rate(2.0 * COPY_BYTES, lambda: dst.copy_(src), _sync(device), seconds)
 
 
+class PeakUnavailable(RuntimeError):
+    """No matmul size of the probe fits in the GPU memory free beside the run's tables."""
+
+
 def sizes_that_fit(sizes: tuple[int, ...], dtype: torch.dtype, free_bytes: int) -> list[int]:
     """The matmul sizes whose probe takes at most half of ``free_bytes``: two operands and the
-    product in ``dtype``, plus the float32 operand each is drawn as (at least the smallest
-    size: nothing smaller is probed)."""
+    product in ``dtype``, plus the float32 operand each is drawn as when ``dtype`` is another
+    (possibly none)."""
     itemsize = torch.empty((), dtype=dtype).element_size()
-    fit = [n for n in sizes if n * n * (3 * itemsize + 4) <= free_bytes // 2]
-    return fit or [min(sizes)]
+    per_element = 3 * itemsize + (0 if itemsize == 4 else 4)
+    return [n for n in sizes if n * n * per_element <= free_bytes // 2]
 
 
 def probe_sizes(device: torch.device, dtype: torch.dtype) -> list[int]:
     """The matmul sizes to probe on ``device``: on a GPU those that fit beside what it holds
     (the probe runs after training, the tables still resident, in what the planner left
-    free; the largest size takes 3 GiB in float32), its cache emptied first."""
+    free; the largest size takes 3 GiB in float32), its cache emptied first.
+
+    Raises:
+        PeakUnavailable: on a GPU, not even the smallest size fits.
+    """
     if device.type != "cuda":
         return list(CPU_SIZES)
     torch.cuda.empty_cache()
-    return sizes_that_fit(CUDA_SIZES, dtype, torch.cuda.mem_get_info(device)[0])
+    free = torch.cuda.mem_get_info(device)[0]
+    sizes = sizes_that_fit(CUDA_SIZES, dtype, free)
+    if not sizes:
+        raise PeakUnavailable(
+            f"no matmul probe size ({min(CUDA_SIZES)} and up) fits in the {free / 2**30:.2f} "
+            "GiB this GPU has free beside the tables: the peak and its fractions are not measured"
+        )
+    return sizes
+
+
+def memory_limited(device: torch.device, dtype: torch.dtype) -> bool:
+    """Whether the GPU's free memory leaves sizes out of a probe now (such a probe is not
+    cached: a run with room for every size would take its lower rates for the machine's)."""
+    return device.type == "cuda" and len(probe_sizes(device, dtype)) < len(CUDA_SIZES)
 
 
 def probe(device: torch.device, dtype: torch.dtype = torch.float32) -> Peak:
@@ -258,8 +279,13 @@ def _cached_peak(entry: Any) -> Peak | None:
 
 def measured_peak(device: torch.device, dtype: torch.dtype = torch.float32) -> Peak:
     """The peak of this machine and setting: the cached one when young enough and confirmed by
-    a spot check, else probed now (and cached). An unreadable cache is probed again; one that
-    cannot be written is left as it is."""
+    a spot check, else probed now (and cached, unless GPU memory left sizes out). An
+    unreadable cache is probed again; one that cannot be written is left as it is.
+
+    Raises:
+        PeakUnavailable: see :func:`probe_sizes`.
+    """
+    limited = memory_limited(device, dtype)
     key = machine_key(device, dtype)
     path = cache_file()
     cached = read_json_object(path) or {}
@@ -271,6 +297,9 @@ def measured_peak(device: torch.device, dtype: torch.dtype = torch.float32) -> P
             return replace(entry, source=CACHED, reason=reason)
     log.info("measuring the %s matmul peak: %s", _dtype_name(dtype), reason)
     peak = replace(probe(device, dtype), source=PROBED, reason=reason)
+    if limited:
+        log.info("the peak probe left out sizes that did not fit in GPU memory: not cached")
+        return peak
     cached[key] = peak.cache_entry()
     try:
         path.parent.mkdir(parents=True, exist_ok=True)

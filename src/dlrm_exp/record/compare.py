@@ -137,8 +137,11 @@ def stats_markdown(stats: Sequence[ConfigStats]) -> str:
         "fwd_bytes_per_step",
         "bwd_bytes_per_step",
         "peak_rss_gib",
+        "peak_gpu_gib",
         "table_bytes_per_rank",
     ]
+    if not any("peak_gpu_gib" in s.estimates for s in stats):  # CPU runs hold no GPU memory
+        keys.remove("peak_gpu_gib")
     header = ["configuration", "n"] + [METRICS[k].label for k in keys]
     header += [f"{split} AUROC - baseline [95% CI]" for split in ("val", "test")]
     lines = ["| " + " | ".join(header) + " |", "| " + " | ".join("---" for _ in header) + " |"]
