@@ -56,6 +56,7 @@ from torch.distributed.checkpoint.metadata import Metadata, StorageMeta, TensorS
 from dlrm_exp.distributed.preemption import preemption_held
 from dlrm_exp.errors import RunFolderInUseError, UserError
 from dlrm_exp.util.files import write_json_atomic
+from dlrm_exp.util.rank_zero import on_rank_zero
 from dlrm_exp.util.text import first_few
 
 log = logging.getLogger(__name__)
@@ -347,16 +348,17 @@ def adopt_best(
     is one when the resumed state saved none (``source`` None: a save after the checkpoint)."""
     final = run_dir / CHECKPOINTS / BEST
     own = {final.resolve(), _replaced(final).resolve()}
-    if source is not None and not _is_complete(source):
+    # rank 0 decides for all: hosts may see a shared folder differently (NFS caching)
+    action = on_rank_zero(lambda: _adoption(source, value, own))
+    if action == _KEEP:
         return source
-    if source is None or (read_trainer_state(source).get("best") or {}).get("value") != value:
+    if action == _DROP:
         stale = best_checkpoint(run_dir) if source is None else source  # this folder's: removed
         if is_main and stale is not None and stale.resolve() in own:
             shutil.rmtree(stale, ignore_errors=True)
         dist.barrier()
         return None
-    if source.resolve() in own:
-        return source
+    assert source is not None  # adopted
     if is_main:
         partial = final.with_name(final.name + ".partial")
         shutil.rmtree(partial, ignore_errors=True)
@@ -367,6 +369,19 @@ def adopt_best(
         _replace_folder(partial, final)
     dist.barrier()
     return final
+
+
+_KEEP, _DROP, _ADOPT = "keep", "drop", "adopt"
+
+
+def _adoption(source: Path | None, value: float | None, own: set[Path]) -> str:
+    """What :func:`adopt_best` does with ``source``: keep it as it is (not complete, or
+    already this run's), drop it (none, or another best than ``value``), or adopt it."""
+    if source is not None and not _is_complete(source):
+        return _KEEP
+    if source is None or (read_trainer_state(source).get("best") or {}).get("value") != value:
+        return _DROP
+    return _KEEP if source.resolve() in own else _ADOPT
 
 
 def _link_or_copy(path: Path, target: Path) -> None:

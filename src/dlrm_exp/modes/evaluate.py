@@ -36,6 +36,7 @@ from dlrm_exp.record.metric_table import split_line
 from dlrm_exp.record.run_record import FAILED, INTERRUPTED, EvalMetrics
 from dlrm_exp.record.tracking import Tracker
 from dlrm_exp.util.files import check_writable, read_json_object
+from dlrm_exp.util.rank_zero import on_rank_zero
 
 
 def run(cfg: Config, job: Job) -> ModeResult:
@@ -100,6 +101,9 @@ def evaluate_worker(
     takes part; rank 0 writes)."""
     started = time.perf_counter()
     with process_group(cfg.hardware) as ctx:
+        # under torchrun every rank resolved the run folder itself: rank 0's is everyone's
+        given = path
+        path = on_rank_zero(lambda: given)
         splits, experiment = prepare(cfg, ctx, plan, loads_weights=True)
         names = ("val", "test") if cfg.split is EvalSplit.all else (cfg.split.value,)
         if isinstance(cfg.data, CriteoTsvDataConfig) and splits.info.read:

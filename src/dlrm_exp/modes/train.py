@@ -158,7 +158,9 @@ def train_worker(cfg: Config, job: Job, plan: ShardingPlan | None = None) -> Run
     started = time.perf_counter()
     with process_group(cfg.hardware) as ctx:
         job = shared_job(job, ctx)
-        resume_path = _resume_path(cfg, job)  # before building: a bad path fails at once
+        # rank 0 decides for all: hosts may list a shared folder differently (NFS caching), and
+        # ranks that loaded different steps would train apart, then hang
+        resume_path = on_rank_zero(lambda: _resume_path(cfg, job))  # before building
         reset_peak_memory(ctx.device)  # this run's peak, not an earlier job's in this process
         splits, experiment = prepare(cfg, ctx, plan, loads_weights=resume_path is not None)
         plan_data = plan_record(
@@ -471,17 +473,22 @@ class _BestCheckpoint:
         """This run folder's ``checkpoints/best`` (a copied or moved folder keeps working),
         else ``location`` (a run resumed from another run's checkpoint), if it holds the
         weights of the validation ``best`` names: the best it recorded when saved has the same
-        value (every rank reads the same ``trainer_state.json``, so all decide alike)."""
-        path = best_checkpoint(self.saver.run.job.run_dir) or Path(location)
-        try:
-            saved = read_trainer_state(path)
-        except CheckpointError:
-            return False
-        if (saved.get("best") or {}).get("value") != best.value:
+        value (decided on rank 0 for every rank, so all load the same folder or none)."""
+        path = on_rank_zero(lambda: self._holding(location, best))
+        if path is None:
             return False
         layout, model = self.saver.layout, self.saver.run.experiment.model
         load_model_weights(path, model, layout.tables, layout.id_policies, layout.id_kinds)
         return True
+
+    def _holding(self, location: str, best: BestValidation) -> Path | None:
+        """The folder :meth:`restore` loads, None when none holds ``best``'s weights."""
+        path = best_checkpoint(self.saver.run.job.run_dir) or Path(location)
+        try:
+            saved = read_trainer_state(path)
+        except CheckpointError:
+            return None
+        return path if (saved.get("best") or {}).get("value") == best.value else None
 
 
 def _run_metrics(
