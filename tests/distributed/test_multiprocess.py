@@ -188,6 +188,19 @@ def test_two_process_run_folder_and_a_mixed_plan_json(trained):
     if platform.libc_ver()[0] == "glibc":  # each rank process sets its allocator
         assert metrics.host_allocator == REUSED
     assert (run_dir / "metrics.json").exists() and (run_dir / "plan.txt").exists()
+    assert not list(run_dir.glob(".shared-*"))  # the sharing check's file, removed
+
+
+def test_a_run_folder_some_ranks_do_not_see_is_refused_naming_their_hosts(tmp_path):
+    """On several hosts, a rank that does not see the run folder wrote its checkpoint shards
+    to a folder of that name on its own disk, and rank 0 then saw a complete checkpoint that
+    could not be resumed anywhere."""
+    from dlrm_exp.modes.setup import unshared_folder_error
+
+    assert unshared_folder_error(tmp_path, [("a", True), ("a", True)]) is None
+    error = unshared_folder_error(tmp_path, [("a", True), ("b", False), ("b", False)])
+    assert error is not None and f"hydra.run.dir={tmp_path} is not shared" in str(error)
+    assert "the ranks on b do not see" in str(error)
 
 
 @pytest.mark.parametrize(

@@ -3,8 +3,11 @@
 rank's batches of a split."""
 
 import logging
+import socket
+import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import replace
+from pathlib import Path
 from typing import Any, TypeVar
 
 import torch.distributed as dist
@@ -23,9 +26,11 @@ from dlrm_exp.data import (
     load_splits,
 )
 from dlrm_exp.distributed.launch import DistContext, init_worker, launch_workers, needs_launch
+from dlrm_exp.errors import ConfigError
 from dlrm_exp.factories.experiment import Experiment, TrainWrapper, build_experiment, build_module
 from dlrm_exp.modes.job import Job
 from dlrm_exp.planning.job import plan_job
+from dlrm_exp.util.text import first_few
 
 log = logging.getLogger(__name__)
 
@@ -69,13 +74,47 @@ def shared_job(job: Job, ctx: DistContext) -> Job:
     told ``hydra.run.dir=.`` so that they make no run folder of their own; but every rank
     writes into the run folder (its checkpoint shards, its profile): without this a rank's
     DCP shard landed in the working directory, and the run's checkpoints could not be loaded.
-    On several nodes the folder must be on a shared file system (docs/clusters.md). (Workers
-    of :func:`launch_workers` already share the parent's job; the broadcast agrees with it.)"""
+    On several nodes the folder must be on a shared file system (docs/clusters.md): every rank
+    checks that it sees a file rank 0 wrote there. (Workers of :func:`launch_workers` already
+    share the parent's job; the broadcast agrees with it.)
+
+    Raises:
+        ConfigError: on every rank, when some rank does not see the folder's files
+            (:func:`unshared_folder_error`).
+    """
     if ctx.world_size == 1:
         return job
-    folders: list[Any] = [job.run_dir, job.tensorboard_dir]
+    token = None
+    if ctx.is_main:  # a file every rank must see, or its checkpoint shards land elsewhere
+        token = f".shared-{uuid.uuid4().hex}"
+        (job.run_dir / token).touch()
+    folders: list[Any] = [job.run_dir, job.tensorboard_dir, token]
     dist.broadcast_object_list(folders, src=0)
-    return replace(job, run_dir=folders[0], tensorboard_dir=folders[1])
+    run_dir = folders[0]
+    seen: list[Any] = [None] * ctx.world_size
+    dist.all_gather_object(seen, (socket.gethostname(), (run_dir / folders[2]).exists()))
+    if ctx.is_main:
+        (run_dir / folders[2]).unlink(missing_ok=True)
+    error = unshared_folder_error(run_dir, seen)
+    if error is not None:
+        raise error
+    return replace(job, run_dir=run_dir, tensorboard_dir=folders[1])
+
+
+def unshared_folder_error(run_dir: Path, seen: list[tuple[str, bool]]) -> ConfigError | None:
+    """The error when ranks (``seen``: each rank's host name and whether it saw rank 0's file
+    in ``run_dir``) do not all see the run folder: their checkpoint shards would be written
+    to a folder of the same name on their own host, and a checkpoint that resumes nowhere
+    would look complete on rank 0's. None when all see it."""
+    blind = sorted({host for host, saw in seen if not saw})
+    if not blind:
+        return None
+    return ConfigError(
+        f"hydra.run.dir={run_dir} is not shared: the ranks on {first_few(blind)} do not see "
+        "the files rank 0 writes there (their checkpoint shards would land on their own "
+        "disks); set hydra.run.dir to a folder on a file system every host mounts "
+        "(docs/clusters.md)"
+    )
 
 
 def prepare(
