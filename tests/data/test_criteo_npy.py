@@ -309,3 +309,29 @@ def test_multi_hot_days_are_mapped_as_the_reference_maps_them(tmp_path, mapped):
     cfg = CriteoMultiHotDataConfig(path=str(tmp_path), multi_hot_sizes=[2] * 26)
     cfg.mmap_mode = mapped
     assert bool(load_splits(cfg, SIZES, 13, 0).info.mmap_mode) is mapped
+
+
+def test_days_read_whole_that_would_not_fit_the_hosts_ranks_are_refused(tmp_path, monkeypatch):
+    """np.empty does not fail: the 1TB days (1.05 TiB a rank) filled memory until the kernel
+    killed the rank, after hundreds of GB read. Refused before reading, with the fix."""
+    from types import SimpleNamespace
+
+    from dlrm_exp.data import criteo_npy
+
+    for day, rows in ((0, 600), (1, 400)):
+        write_day(tmp_path, day, rows, day)
+    need = 1000 * criteo_npy.ROW_BYTES  # 264,000 bytes for one rank
+    available = {"bytes": need}
+    monkeypatch.setattr(
+        criteo_npy.psutil, "virtual_memory", lambda: SimpleNamespace(available=available["bytes"])
+    )
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "1")
+    assert len(load_criteo_npy(config(tmp_path), SIZES, 0)[0]) == 600  # fits: read
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "2")  # two ranks, two copies
+    with pytest.raises(DataError, match=r"takes 0\.0 GiB on this host \(2 rank\(s\).*"
+                       r"data\.mmap_mode=true"):  # fmt: skip
+        load_criteo_npy(config(tmp_path), SIZES, 0)
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "1")
+    with pytest.raises(DataError, match="with the training set's shuffle"):  # 600 more x 216
+        load_criteo_npy(config(tmp_path, shuffle_training_set=True), SIZES, 0)
+    assert len(load_criteo_npy(config(tmp_path, mmap_mode=True), SIZES, 0)[0]) == 600  # mapped

@@ -16,11 +16,13 @@ Batches are then cut by :func:`~dlrm_exp.data.batches.iter_batches`: global step
 next ``world_size x batch_size`` rows and rank ``r`` its ``r``-th slice, so ranks never overlap.
 """
 
+import os
 import re
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+import psutil
 import torch
 
 from dlrm_exp.config import CriteoNpyDataConfig, NpyDataset, OutOfRange
@@ -271,6 +273,37 @@ def _read_days(
     return dense, sparse, labels
 
 
+#: Bytes a row read whole takes: 13 float32 dense values, 26 int64 table rows, the label.
+ROW_BYTES = NUM_DENSE * 4 + NUM_SPARSE * 8 + 4
+#: Bytes per training row a ``shuffle_training_set`` adds while it permutes: the int64 order
+#: and the largest column's permuted copy (26 int64 ids).
+SHUFFLE_BYTES = 8 + NUM_SPARSE * 8
+
+
+def _check_read_fits(rows: int, shuffled: int, folder: Path) -> None:
+    """Refuse to read the days whole when this host's ranks would need more than its available
+    memory: every rank holds its own copy (:data:`ROW_BYTES` a row, plus
+    :data:`SHUFFLE_BYTES` per ``shuffled`` training row), and ``np.empty`` would not fail but
+    fill until the kernel kills the process, after hundreds of GB read (the Criteo 1TB days:
+    1.05 TiB a rank).
+
+    Raises:
+        DataError: naming the bytes, the ranks and ``data.mmap_mode=true``.
+    """
+    ranks = int(os.environ.get("LOCAL_WORLD_SIZE", "1"))  # as the launcher set it
+    need = (rows * ROW_BYTES + shuffled * SHUFFLE_BYTES) * ranks
+    available = psutil.virtual_memory().available
+    if need <= available:
+        return
+    raise DataError(
+        f"data.path={folder}: reading its {rows:,} rows whole takes {need / 2**30:,.1f} GiB "
+        f"on this host ({ranks} rank(s), each its own copy"
+        + (", with the training set's shuffle" if shuffled else "")
+        + f"), more than its {available / 2**30:,.1f} GiB available: set data.mmap_mode=true "
+        "(rows read from the files as batches need them)"
+    )
+
+
 #: Row ranges ``(start, stop)`` of the train, validation and test splits in the days' rows.
 SplitBounds = tuple[tuple[int, int], tuple[int, int], tuple[int, int]]
 
@@ -328,6 +361,7 @@ def load_criteo_npy(
     train_end = bounds[0][1]
     if cfg.mmap_mode:
         return _mapped_splits(loaded, cfg, table_sizes, days, bounds)
+    _check_read_fits(rows, train_end if cfg.shuffle_training_set else 0, folder)
     dense, sparse, labels = _read_days(loaded, days, table_sizes, cfg.out_of_range)
     if cfg.shuffle_training_set:  # in place: one column's training rows copied at a time
         order = np.random.default_rng(seed).permutation(train_end)
