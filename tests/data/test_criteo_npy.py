@@ -335,3 +335,13 @@ def test_days_read_whole_that_would_not_fit_the_hosts_ranks_are_refused(tmp_path
     with pytest.raises(DataError, match="with the training set's shuffle"):  # 600 more x 216
         load_criteo_npy(config(tmp_path, shuffle_training_set=True), SIZES, 0)
     assert len(load_criteo_npy(config(tmp_path, mmap_mode=True), SIZES, 0)[0]) == 600  # mapped
+
+
+def test_the_id_range_of_a_day_taken_in_blocks_is_the_whole_days(monkeypatch):
+    from dlrm_exp.data import criteo_npy
+
+    ids = np.random.default_rng(0).integers(-5, 1000, size=(50, 26))
+    monkeypatch.setattr(criteo_npy, "_RANGE_ROWS", 7)  # 8 blocks, the last of 1 row
+    high, low = criteo_npy._id_range(ids)
+    assert (high == ids.max(axis=0)).all() and (low == ids.min(axis=0)).all()
+    assert criteo_npy._id_range(ids[:0]) is None

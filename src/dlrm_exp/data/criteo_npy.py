@@ -197,9 +197,20 @@ def _check_labels(path: Path, labels: np.ndarray) -> None:
         )
 
 
+#: Rows of a day's ids whose range is taken at once (about 200 MiB of int64 ids).
+_RANGE_ROWS = 1 << 20
+
+
 def _id_range(sparse: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
-    """One day's ``(max, min)`` id of each feature, each (26,); None for an empty day."""
-    return (sparse.max(axis=0), sparse.min(axis=0)) if len(sparse) else None
+    """One day's ``(max, min)`` id of each feature, each (26,); None for an empty day. One
+    pass over the day in blocks of :data:`_RANGE_ROWS` rows: a mapped day's ids are read from
+    its file once (a whole-day max, then a min, read them twice)."""
+    if not len(sparse):
+        return None
+    blocks = [sparse[i : i + _RANGE_ROWS] for i in range(0, len(sparse), _RANGE_ROWS)]
+    highs = np.stack([block.max(axis=0) for block in blocks])
+    lows = np.stack([block.min(axis=0) for block in blocks])
+    return highs.max(axis=0), lows.min(axis=0)
 
 
 def _check_ranges(
