@@ -293,3 +293,23 @@ def test_uvm_tables_are_explained_against_the_host_memory_they_live_in():
     message = str(info.value)
     assert "offered: 40.00 GiB DDR on 8 rank(s) (5.00 GiB each, hardware.ddr_cap;" in message
     assert "ranks of 5.00 GiB" in message and "HBM" not in message
+
+
+def test_a_running_job_plans_for_its_own_ranks_per_host():
+    """hardware.local_world_size is for mode=plan of another layout: a running job with 8
+    ranks a host planned for 1 cut its table-row-wise tables for 1 while TorchRec, at run
+    time, cuts them by the launcher's LOCAL_WORLD_SIZE (multi-node review)."""
+    import torch
+
+    from dlrm_exp.distributed.launch import DistContext
+    from dlrm_exp.planning.job import planning_context
+
+    hardware = compose_cfg(["hardware.nproc_per_node=2", "hardware.local_world_size=1"]).hardware
+    running = DistContext(rank=0, world_size=2, local_rank=0, local_world_size=2,
+                          device=torch.device("cpu"))  # fmt: skip
+    with pytest.raises(ConfigError, match=r"local_world_size=1 plans for that many ranks per "
+                       r"host, but this job runs 2 per host"):  # fmt: skip
+        planning_context(hardware, running)
+    assert planning_context(hardware).local_world_size == 1  # mode=plan: as asked
+    same = compose_cfg(["hardware.nproc_per_node=2", "hardware.local_world_size=2"]).hardware
+    assert planning_context(same, running).local_world_size == 2

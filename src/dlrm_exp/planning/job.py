@@ -56,7 +56,18 @@ def planning_context(hardware: HardwareConfig, ctx: DistContext | None = None) -
 
     ``mode=plan``, the training parent's pre-flight and a worker that plans for itself all
     take their context from here, so the per-rank memory capacity and the Topology agree.
+
+    Raises:
+        ConfigError: a running job (``ctx``) with another ``hardware.local_world_size`` than
+            its ranks per host: TorchRec cuts table-row-wise and grid tables by the
+            launcher's ranks per host (``LOCAL_WORLD_SIZE``), whatever the plan assumed.
     """
+    if ctx is not None and hardware.local_world_size not in (None, ctx.local_world_size):
+        raise ConfigError(
+            f"hardware.local_world_size={hardware.local_world_size} plans for that many ranks "
+            f"per host, but this job runs {ctx.local_world_size} per host: leave it unset "
+            "when training (it is for mode=plan of another layout)"
+        )
     world = ctx.world_size if ctx is not None else hardware.world_size
     local = ctx.local_world_size if ctx is not None else hardware.nproc_per_node
     return DistContext(

@@ -191,8 +191,9 @@ def _check_ranks_per_host(
     raise ConfigError(
         f"{where} is for {planned_local} rank(s) per host, this job has {local_world_size}: "
         f"its {', '.join(per_host[:3])}{', ...' if len(per_host) > 3 else ''} are cut per host "
-        f"(table_row_wise / grid_shard): plan again for this job, or set "
-        f"hardware.local_world_size={planned_local}"
+        f"(table_row_wise / grid_shard): plan again for {local_world_size} rank(s) per host "
+        f"(mode=plan hardware.local_world_size={local_world_size}), or run this job with "
+        f"{planned_local} per host"
     )
 
 
