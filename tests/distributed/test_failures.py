@@ -34,3 +34,13 @@ def test_a_failed_worker_is_described_by_its_whole_error_or_its_exit_code(tmp_pa
         "rank 1 failed: exit code 3",
         "rank 2 failed: killed by signal SIGKILL",
     ]
+
+
+def test_a_multi_host_job_started_without_torchrun_is_refused_before_planning(cli_here):
+    """The parent planned all 16 ranks first (minutes for a large model), or failed on
+    memory with advice to add hosts (multi-node review)."""
+    result = cli_here(["hardware.nproc_per_node=2", "hardware.nnodes=2", "model=mlperf",
+                       "hardware.ddr_cap=1"])  # fmt: skip
+    assert result.returncode == 1 and "Traceback" not in result.stderr
+    assert "hardware.nnodes=2: start multi-host jobs with torchrun" in result.stderr
+    assert "Not enough memory" not in result.stderr + result.stdout

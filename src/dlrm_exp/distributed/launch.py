@@ -118,6 +118,19 @@ def _describe_failures(err: Exception) -> str:
 _AGENT_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT)
 
 
+def check_one_host(cfg: HardwareConfig) -> None:
+    """What :func:`launch_workers` can start: the processes of this host only.
+
+    Raises:
+        ConfigError: ``nnodes > 1`` (start multi-host jobs with torchrun on every host).
+    """
+    if cfg.nnodes != 1:
+        raise ConfigError(
+            f"hardware.nnodes={cfg.nnodes}: start multi-host jobs with torchrun on every host "
+            "(torchrun --nnodes N --nproc_per_node P --rdzv_endpoint HOST:PORT -m dlrm_exp ...)"
+        )
+
+
 def launch_workers(fn: Callable[..., Any], args: tuple, cfg: HardwareConfig) -> Any:
     """Run ``fn(*args)`` in ``nproc_per_node`` local worker processes with torch.distributed's
     elastic launcher (the machinery behind torchrun) and return rank 0's result.
@@ -135,11 +148,7 @@ def launch_workers(fn: Callable[..., Any], args: tuple, cfg: HardwareConfig) -> 
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
     from torch.distributed.launcher.api import LaunchConfig, elastic_launch
 
-    if cfg.nnodes != 1:
-        raise ConfigError(
-            f"hardware.nnodes={cfg.nnodes}: start multi-host jobs with torchrun on every host "
-            "(torchrun --nnodes N --nproc_per_node P --rdzv_endpoint HOST:PORT -m dlrm_exp ...)"
-        )
+    check_one_host(cfg)
     # The agent's per-launch log folder (error files of failed workers) is read into the
     # failure before it is raised; without a folder of our own, every launch would leave a
     # /tmp/torchelastic_* folder behind.

@@ -25,7 +25,13 @@ from dlrm_exp.data import (
     is_generated,
     load_splits,
 )
-from dlrm_exp.distributed.launch import DistContext, init_worker, launch_workers, needs_launch
+from dlrm_exp.distributed.launch import (
+    DistContext,
+    check_one_host,
+    init_worker,
+    launch_workers,
+    needs_launch,
+)
 from dlrm_exp.errors import ConfigError
 from dlrm_exp.factories.experiment import Experiment, TrainWrapper, build_experiment, build_module
 from dlrm_exp.modes.job import Job
@@ -55,6 +61,7 @@ def run_on_ranks(worker: Callable[..., Result], cfg: Config, job: Job, *args: An
     """
     if not needs_launch(cfg.hardware):
         return worker(cfg, job, *args)
+    check_one_host(cfg.hardware)  # before planning the whole job: minutes for a large one
     return launch_workers(_spawned, (worker, cfg, job, args, preflight(cfg)), cfg.hardware)
 
 
