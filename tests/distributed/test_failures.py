@@ -44,3 +44,20 @@ def test_a_multi_host_job_started_without_torchrun_is_refused_before_planning(cl
     assert result.returncode == 1 and "Traceback" not in result.stderr
     assert "hardware.nnodes=2: start multi-host jobs with torchrun" in result.stderr
     assert "Not enough memory" not in result.stderr + result.stdout
+
+
+def test_a_launched_job_unlike_its_config_is_warned_about():
+    """torchrun --nnodes 2 without hardware.nnodes=2 trained and saved nnodes=1, and a preset
+    planned with its per-GPU share of one host's network (multi-node review)."""
+    from conftest import compose_cfg
+    from dlrm_exp.distributed.launch import _warn_unlike_config
+
+    hardware = compose_cfg(["hardware.nproc_per_node=2"]).hardware
+    assert _warn_unlike_config(hardware, 2, 2) is None  # as configured
+    assert _warn_unlike_config(hardware, 1, 1) is None  # one process: nothing to compare
+    line = _warn_unlike_config(hardware, 4, 2)
+    assert line is not None and line.startswith(
+        "the launcher started 4 ranks (2 per host), but hardware.nproc_per_node=2 x "
+        "hardware.nnodes=1 describes 2"
+    )
+    assert "add hardware.nproc_per_node=2 hardware.nnodes=2" in line

@@ -104,6 +104,9 @@ def test_torchx_builtin_ddp_runs_locally_and_leaves_one_run_folder(tmp_path, tmp
     assert result.returncode == 0, (result.stdout + result.stderr)[-3000:]
     (found,) = list((tmp_path / "outputs").glob("*/*/metrics.json"))
     assert json.loads(found.read_text())["world_size"] == 2
+    # the config says 1 process: rank 0 says the saved config does not describe the job
+    log = (found.parent / "dlrm_exp.log").read_text()
+    assert "the launcher started 2 ranks (2 per host), but hardware.nproc_per_node=1" in log
 
 
 def _ddp(*overrides: str, **kwargs):

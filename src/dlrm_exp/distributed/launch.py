@@ -218,6 +218,24 @@ def rank_gpu(local_rank: int, local_world_size: int, visible: int) -> int:
     return local_rank
 
 
+def _warn_unlike_config(cfg: HardwareConfig, world_size: int, local: int) -> str | None:
+    """Warn (and return the line) when the launcher (torchrun, TorchX) started another job
+    than ``hardware.nproc_per_node`` x ``nnodes`` describes: the plan and the run record
+    take the launched ranks, but the saved config, ``mode=plan`` of it and a preset's
+    bandwidths (its network share per GPU) describe the other job."""
+    if world_size == 1 or (world_size, local) == (cfg.world_size, cfg.nproc_per_node):
+        return None
+    line = (
+        f"the launcher started {world_size} ranks ({local} per host), but hardware."
+        f"nproc_per_node={cfg.nproc_per_node} x hardware.nnodes={cfg.nnodes} describes "
+        f"{cfg.world_size}: the plan and metrics.json use the launched ranks; add "
+        f"hardware.nproc_per_node={local} hardware.nnodes={max(1, world_size // local)} so "
+        "that the saved config (and mode=plan of it) describes this job"
+    )
+    log.warning(line)
+    return line
+
+
 def rank_threads(cfg: HardwareConfig, local_rank: int, local_world_size: int) -> int:
     """Set this rank's intra-op thread count and return it: ``hardware.threads_per_rank``,
     else ``OMP_NUM_THREADS`` when set, else the cores this process may run on divided by the
@@ -303,6 +321,8 @@ def process_group(cfg: HardwareConfig) -> Iterator[DistContext]:
         created = True
     local_world_size = int(os.environ.get("LOCAL_WORLD_SIZE", dist.get_world_size()))
     try:
+        if dist.get_rank() == 0:
+            _warn_unlike_config(cfg, dist.get_world_size(), local_world_size)
         yield DistContext(
             rank=dist.get_rank(),
             world_size=dist.get_world_size(),
