@@ -45,6 +45,7 @@ from dlrm_exp.planning.storage import (
 )
 from dlrm_exp.planning.tables import table_configs
 from dlrm_exp.planning.topology import MemoryCapacity, build_topology, memory_capacity
+from dlrm_exp.util.rank_zero import on_rank_zero
 from dlrm_exp.util.substitution import Substitution
 from dlrm_exp.util.text import first_few
 
@@ -258,22 +259,25 @@ def _plan_from_file(
 ) -> PlanResult:
     """``sharding=from_file``: the plan of ``sharding.plan_path``, checked against the job
     (tables and their modules, ranks, the placements the sharders offer on this device and
-    sparse optimizer) and against this hardware's memory (:func:`_check_plan_fits`)."""
+    sparse optimizer) and against this hardware's memory (:func:`_check_plan_fits`). Read and
+    checked on rank 0 for every rank, as the planner's plan is: a file on one host only, or
+    memory measured differently per host, failed some ranks while the others waited."""
     assert cfg.sharding.plan_path is not None  # checked by ShardingConfig
+    path = cfg.sharding.plan_path
     device = cfg.hardware.compute_device.value
     restriction = None
     if not _fuses_sparse_optimizer(cfg):
         name = cfg.optimizer.sparse_optimizer.value
         restriction = f"optimizer.sparse_optimizer={name}: FBGEMM's {device} kernels cannot fuse it"
-    plan = load_plan(
-        cfg.sharding.plan_path,
-        table_configs(cfg.model),
-        target.world_size,
-        target.local_world_size,
-        offered_placements(module, sharders, device, restriction),
-    )
-    _check_plan_fits(cfg, plan, target)
-    return PlanResult(plan=plan, context=target, storage=_storage(cfg))
+
+    def checked() -> ShardingPlan:
+        offered = offered_placements(module, sharders, device, restriction)
+        tables = table_configs(cfg.model)
+        plan = load_plan(path, tables, target.world_size, target.local_world_size, offered)
+        _check_plan_fits(cfg, plan, target)
+        return plan
+
+    return PlanResult(plan=on_rank_zero(checked), context=target, storage=_storage(cfg))
 
 
 def _check_plan_fits(cfg: Config, plan: ShardingPlan, target: DistContext) -> None:
