@@ -61,3 +61,23 @@ def test_a_launched_job_unlike_its_config_is_warned_about():
         "hardware.nnodes=1 describes 2"
     )
     assert "add hardware.nproc_per_node=2 hardware.nnodes=2" in line
+
+
+def test_a_launcher_that_does_not_say_where_a_rank_sits_on_its_host_is_refused(monkeypatch):
+    """Without LOCAL_RANK every rank of a host took GPU 0; without LOCAL_WORLD_SIZE the
+    planner took 2 hosts for one (multi-node review)."""
+    import pytest
+
+    from dlrm_exp.distributed.launch import _check_local_env
+    from dlrm_exp.errors import ConfigError
+
+    for key, value in (("RANK", "1"), ("WORLD_SIZE", "16"), ("MASTER_ADDR", "h0"),
+                       ("MASTER_PORT", "29500")):  # fmt: skip
+        monkeypatch.setenv(key, value)
+    monkeypatch.delenv("LOCAL_RANK", raising=False)
+    monkeypatch.delenv("LOCAL_WORLD_SIZE", raising=False)
+    with pytest.raises(ConfigError, match="WORLD_SIZE=16 but not LOCAL_RANK or LOCAL_WORLD_SIZE"):
+        _check_local_env()
+    monkeypatch.setenv("LOCAL_RANK", "1")
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "8")
+    _check_local_env()  # torchrun's full set

@@ -218,6 +218,26 @@ def rank_gpu(local_rank: int, local_world_size: int, visible: int) -> int:
     return local_rank
 
 
+def _check_local_env() -> None:
+    """A launcher that sets ``RANK`` and ``WORLD_SIZE`` (> 1) must also say where the rank
+    sits on its host: without ``LOCAL_RANK`` every rank of a host took GPU 0, and without
+    ``LOCAL_WORLD_SIZE`` the planner took the whole job for one host (NVLink between
+    hosts, placements ``cuda:r % world size``).
+
+    Raises:
+        ConfigError: naming the missing variables.
+    """
+    if not launched_by_torchrun() or int(os.environ["WORLD_SIZE"]) == 1:
+        return
+    missing = [k for k in ("LOCAL_RANK", "LOCAL_WORLD_SIZE") if k not in os.environ]
+    if missing:
+        raise ConfigError(
+            f"the launcher set RANK and WORLD_SIZE={os.environ['WORLD_SIZE']} but not "
+            f"{' or '.join(missing)}: start the job with torchrun (or TorchX, or "
+            "hydra/launcher=slurm_gpu), or export the rank's place on its host too"
+        )
+
+
 def _warn_unlike_config(cfg: HardwareConfig, world_size: int, local: int) -> str | None:
     """Warn (and return the line) when the launcher (torchrun, TorchX) started another job
     than ``hardware.nproc_per_node`` x ``nnodes`` describes: the plan and the run record
@@ -296,6 +316,7 @@ def process_group(cfg: HardwareConfig) -> Iterator[DistContext]:
         ConfigError: CUDA was asked for but is not available.
     """
     created = False
+    _check_local_env()
     local_rank = int(os.environ.get("LOCAL_RANK", 0))
     device = _device(cfg, local_rank)
     if not dist.is_initialized():
