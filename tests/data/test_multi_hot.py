@@ -110,3 +110,11 @@ def test_tiny_model_trains_on_multi_hot(tmp_path):
     assert metrics.steps == 32 and np.isfinite(metrics.final_train_loss)
     assert metrics.val["auroc"] > 0.58 and metrics.val["ne"] < 1.0  # 0.606, 0.979 here
     assert metrics.data["multi_hot_sizes"] == MLPERF_MULTI_HOT_SIZES
+
+
+def test_multi_hot_batches_can_be_shuffled_as_criteo_npy_s():
+    """The 1TB multi-hot days trained strictly in day order: the key did not exist
+    (large-data review)."""
+    assert not compose_cfg(["data=criteo_multihot"]).data.shuffles_batches()
+    shuffled = compose_cfg(["data=criteo_multihot", "data.shuffle_batches=true"]).data
+    assert shuffled.shuffles_batches()

@@ -303,11 +303,14 @@ class CriteoMultiHotDataConfig(SyntheticDataConfig):
         mmap_mode: with ``path``, map the day files (as ``criteo_npy``'s ``mmap_mode``; the
             reference runs with ``--mmap_mode``): each rank reads its batches' rows instead of
             every day into its memory.
+        shuffle_batches: visit the full training batches in another order every epoch, as
+            ``criteo_npy``'s (TorchRec's ``--shuffle_batches``; works with ``mmap_mode``).
     """
 
     path: str | None = None
     dataset: NpyDataset = NpyDataset.criteo_1tb
     mmap_mode: bool = True
+    shuffle_batches: bool = False
     multi_hot_sizes: list[int] = field(default_factory=lambda: list(MLPERF_MULTI_HOT_SIZES))
     multi_hot_distribution: MultiHotDistribution = MultiHotDistribution.uniform
     max_lookup_gib: float = 4.0
@@ -317,6 +320,9 @@ class CriteoMultiHotDataConfig(SyntheticDataConfig):
 
     def pooling_factors(self) -> list[float] | None:
         return [float(m) for m in self.multi_hot_sizes]
+
+    def shuffles_batches(self) -> bool:
+        return self.shuffle_batches
 
     def __post_init__(self) -> None:
         super().__post_init__()
