@@ -313,3 +313,22 @@ def test_a_running_job_plans_for_its_own_ranks_per_host():
     assert planning_context(hardware).local_world_size == 1  # mode=plan: as asked
     same = compose_cfg(["hardware.nproc_per_node=2", "hardware.local_world_size=2"]).hardware
     assert planning_context(same, running).local_world_size == 2
+
+
+def test_a_containers_memory_limit_caps_the_measured_memory(tmp_path, monkeypatch):
+    """psutil reads the node's RAM: a pod planned against it was killed by the kernel
+    instead of being told to cap its tables (multi-node review)."""
+    from types import SimpleNamespace
+
+    from dlrm_exp.planning import topology
+
+    v2, v1 = tmp_path / "memory.max", tmp_path / "memory.limit_in_bytes"
+    monkeypatch.setattr(topology, "CGROUP_MEMORY_LIMITS", (v2, v1))
+    monkeypatch.setattr(topology.psutil, "virtual_memory", lambda: SimpleNamespace(total=64 * GIB))
+    assert topology.machine_memory_bytes() == 64 * GIB  # no cgroup files
+    v1.write_text(str(2**63 - 4096))  # v1 without a limit
+    assert topology.machine_memory_bytes() == 64 * GIB
+    v2.write_text("max\n")  # v2 without a limit: the first file found decides
+    assert topology.machine_memory_bytes() == 64 * GIB
+    v2.write_text(f"{16 * GIB}\n")
+    assert topology.machine_memory_bytes() == 16 * GIB

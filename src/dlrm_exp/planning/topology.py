@@ -2,6 +2,7 @@
 bandwidths."""
 
 from dataclasses import dataclass
+from pathlib import Path
 
 import psutil
 import torch
@@ -17,10 +18,33 @@ from dlrm_exp.config import ComputeDevice, HardwareConfig
 from dlrm_exp.errors import ConfigError
 from dlrm_exp.planning.storage import GIB
 
+#: Where a container's memory limit is read: cgroup v2, then v1 (a v1 "no limit" is a huge
+#: number, a v2 one the word ``max``).
+CGROUP_MEMORY_LIMITS = (
+    Path("/sys/fs/cgroup/memory.max"),
+    Path("/sys/fs/cgroup/memory/memory.limit_in_bytes"),
+)
+
+
+def memory_limit_bytes() -> int | None:
+    """This process's cgroup memory limit, bytes (a container's, e.g. a Kubernetes pod's
+    ``resources.limits.memory``), None where there is none or it cannot be read."""
+    for path in CGROUP_MEMORY_LIMITS:
+        try:
+            text = path.read_text().strip()
+        except OSError:
+            continue
+        return int(text) if text.isdigit() else None
+    return None
+
 
 def machine_memory_bytes() -> int:
-    """Total RAM of this machine, bytes (psutil)."""
-    return int(psutil.virtual_memory().total)
+    """The RAM this process may use, bytes: the machine's (psutil), or its container's limit
+    when lower (psutil reads the node's: a pod planned against it was killed by the kernel
+    instead of being told to cap its tables)."""
+    total = int(psutil.virtual_memory().total)
+    limit = memory_limit_bytes()
+    return total if limit is None else min(total, limit)
 
 
 @dataclass(frozen=True)
