@@ -35,9 +35,10 @@ from dlrm_exp.data.preprocess.convert import (
 )
 from dlrm_exp.data.preprocess.tsv_parse import NUM_DENSE, NUM_SPARSE
 from dlrm_exp.data.row_span import RowSpan
-from dlrm_exp.data.splits import DataInfo
+from dlrm_exp.data.splits import SCAN_WAIT, DataInfo
 from dlrm_exp.errors import DataError
 from dlrm_exp.util.files import read_json_object
+from dlrm_exp.util.rank_zero import on_rank_zero
 
 _DAY_FILE = re.compile(r"^day_(\d+)_dense\.npy$")
 KAGGLE_PARTS = 7
@@ -142,12 +143,12 @@ _LABEL_CHUNK = 1 << 24
 
 
 def _load_day(folder: Path, day: int, mmap: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """One day's mapped (or read) dense, sparse and labels arrays, checked for shape, dtype,
-    row count and label values (:func:`_check_labels`).
+    """One day's mapped (or read) dense, sparse and labels arrays, checked for shape, dtype
+    and row count (the label values: :func:`_check_days_labels`).
 
     Raises:
-        DataError: a file that is not a readable npy file, or has another shape or dtype, the
-            files disagreeing on the row count (each file's named), or labels other than 0/1.
+        DataError: a file that is not a readable npy file, or has another shape or dtype, or
+            the files disagreeing on the row count (each file's named).
     """
     mode = "c" if mmap else None  # copy-on-write: writable for torch, nothing read up front
     arrays = []
@@ -171,8 +172,20 @@ def _load_day(folder: Path, day: int, mmap: bool) -> tuple[np.ndarray, np.ndarra
             f"day_{day}_{kind}.npy {n:,}" for kind, n in zip(_KINDS, rows, strict=True)
         )
         raise DataError(f"{folder}: day_{day} files disagree on the row count: {counts}")
-    _check_labels(folder / f"day_{day}_labels.npy", arrays[2])
     return arrays[0], arrays[1], arrays[2]
+
+
+def _check_days_labels(folder: Path, days: list[int]) -> None:
+    """Every day's labels are 0 or 1, read through a mapping of their own (dropped after).
+    Rank 0 reads them for every rank (:func:`load_criteo_npy`): the 1TB days hold 16 GiB of
+    labels, which every rank of a job read from the shared file system before.
+
+    Raises:
+        DataError: see :func:`_check_labels`.
+    """
+    for day in days:
+        path = folder / f"day_{day}_labels.npy"
+        _check_labels(path, np.load(path, mmap_mode="r", allow_pickle=False))
 
 
 def _check_labels(path: Path, labels: np.ndarray) -> None:
@@ -366,7 +379,8 @@ def load_criteo_npy(
             f"validation/test), found {[f'day_{d}' for d in days]} in {folder}: use "
             "data.dataset=criteo_kaggle to split one file"
         )
-    loaded: list[Any] = [_load_day(folder, d, mmap=True) for d in days]  # labels read only
+    loaded: list[Any] = [_load_day(folder, d, mmap=True) for d in days]  # headers only
+    on_rank_zero(lambda: _check_days_labels(folder, days), SCAN_WAIT)
     rows = sum(len(day[2]) for day in loaded)
     bounds = split_bounds(rows, cfg.dataset, len(loaded[-1][2]))
     train_end = bounds[0][1]

@@ -12,7 +12,6 @@ plus less than one batch carried over, whatever the file size.
 import logging
 from collections import OrderedDict
 from collections.abc import Iterator
-from datetime import timedelta
 from pathlib import Path
 
 import numpy as np
@@ -33,14 +32,10 @@ from dlrm_exp.data.parquet_files import (
     scan_files,
 )
 from dlrm_exp.data.paths import resolve_inputs
-from dlrm_exp.data.splits import DataInfo, DataSplits, fraction_rows
+from dlrm_exp.data.splits import SCAN_WAIT, DataInfo, DataSplits, fraction_rows
 from dlrm_exp.util.rank_zero import on_rank_zero
 
 log = logging.getLogger(__name__)
-
-#: How long the other ranks wait for rank 0's scan of the footers and labels (a large click log
-#: on a shared file system may take longer than ``hardware.collective_timeout_s``).
-SCAN_WAIT = timedelta(hours=24)
 
 
 class ParquetSplit:

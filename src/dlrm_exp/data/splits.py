@@ -2,10 +2,16 @@
 (:class:`DataInfo`, written as ``metrics.json``'s ``data``)."""
 
 from dataclasses import asdict, dataclass, field
+from datetime import timedelta
 from fractions import Fraction
 from typing import Any
 
 from dlrm_exp.data.batches import ClickData
+
+#: How long the other ranks wait for rank 0's scan of a click log's labels (and Parquet
+#: footers): a large log on a shared file system may take longer than
+#: ``hardware.collective_timeout_s``.
+SCAN_WAIT = timedelta(hours=24)
 
 
 def fraction_rows(rows: int, fraction: float) -> int:
