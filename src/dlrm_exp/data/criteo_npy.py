@@ -411,8 +411,12 @@ def _mapped_splits(
     at ``bounds`` (:func:`split_bounds`); ids are hashed per batch, or their range is checked day
     by day first."""
     sizes = np.asarray(table_sizes, dtype=np.int64)
-    if cfg.out_of_range is OutOfRange.error:
-        _check_ranges([_id_range(sparse) for _, sparse, _ in loaded], sizes, days)
+    if cfg.out_of_range is OutOfRange.error:  # every id read: once, by rank 0 for all
+
+        def check() -> None:
+            _check_ranges([_id_range(sparse) for _, sparse, _ in loaded], sizes, days)
+
+        on_rank_zero(check, SCAN_WAIT)
 
     def ids(rows: np.ndarray) -> np.ndarray:
         return np.asarray(rows, dtype=np.int64) % sizes
