@@ -192,9 +192,10 @@ def test_replicated_tables_count_once_per_rank_and_the_cap_accounts_for_it():
 
 
 def test_plan_mode_and_training_choose_the_same_plan_with_local_world_size(tmp_path, monkeypatch):
-    """``hardware.local_world_size`` reaches the planner the same way in ``mode=plan`` and in
-    training's pre-flight: 1 rank per host gets all of the host's measured memory in both.
-    The tables (1.2 GiB) fit 2 ranks of 1 GiB but not 2 ranks of 0.5 GiB."""
+    """``hardware.local_world_size`` plans another layout in ``mode=plan`` as training plans
+    it: 2 ranks at 1 per host (``mode=plan`` of this host) and the pre-flight of a job of 2
+    hosts of 1 rank get all of the host's measured memory each. The tables (1.2 GiB) fit 2
+    ranks of 1 GiB but not 2 ranks of 0.5 GiB."""
     from dlrm_exp.modes.plan import run_plan
     from dlrm_exp.modes.setup import preflight
     from dlrm_exp.planning import topology
@@ -213,6 +214,8 @@ def test_plan_mode_and_training_choose_the_same_plan_with_local_world_size(tmp_p
     planned = run_plan(cfg, tmp_path)
     assert planned["hardware"]["ddr_cap_gib_per_rank"] == 1.0
     assert planned["local_world_size"] == 1
+    two_hosts = cfg.hardware
+    two_hosts.nproc_per_node, two_hosts.nnodes, two_hosts.local_world_size = 1, 2, None
     trained = plan_record(preflight(cfg), table_configs(cfg.model), 2, 1).to_json()
     assert trained["tables"] == planned["tables"]
 
@@ -313,6 +316,17 @@ def test_a_running_job_plans_for_its_own_ranks_per_host():
     assert planning_context(hardware).local_world_size == 1  # mode=plan: as asked
     same = compose_cfg(["hardware.nproc_per_node=2", "hardware.local_world_size=2"]).hardware
     assert planning_context(same, running).local_world_size == 2
+    # the workers the parent starts take its plan: it is refused there too, before planning
+    from dlrm_exp.modes.setup import preflight
+
+    launched = compose_cfg(["hardware.nproc_per_node=2", "hardware.local_world_size=1"])
+    with pytest.raises(ConfigError, match="but this job runs 2 per host"):
+        preflight(launched)
+    # mode=verify's one-process reference of a job that names its own ranks per host
+    from dlrm_exp.modes.verify import reference_config
+
+    job = compose_cfg(["hardware.nproc_per_node=2", "hardware.local_world_size=2"])
+    assert reference_config(job).hardware.local_world_size is None
 
 
 def test_a_containers_memory_limit_caps_the_measured_memory(tmp_path, monkeypatch):
@@ -321,9 +335,10 @@ def test_a_containers_memory_limit_caps_the_measured_memory(tmp_path, monkeypatc
     from types import SimpleNamespace
 
     from dlrm_exp.planning import topology
+    from dlrm_exp.util import cgroup
 
     v2, v1 = tmp_path / "memory.max", tmp_path / "memory.limit_in_bytes"
-    monkeypatch.setattr(topology, "CGROUP_MEMORY_LIMITS", (v2, v1))
+    monkeypatch.setattr(cgroup, "CGROUP_MEMORY_LIMITS", (v2, v1))
     monkeypatch.setattr(topology.psutil, "virtual_memory", lambda: SimpleNamespace(total=64 * GIB))
     assert topology.machine_memory_bytes() == 64 * GIB  # no cgroup files
     v1.write_text(str(2**63 - 4096))  # v1 without a limit

@@ -37,6 +37,7 @@ from dlrm_exp.data.preprocess.tsv_parse import NUM_DENSE, NUM_SPARSE
 from dlrm_exp.data.row_span import RowSpan
 from dlrm_exp.data.splits import SCAN_WAIT, DataInfo
 from dlrm_exp.errors import DataError
+from dlrm_exp.util.cgroup import memory_limit_bytes
 from dlrm_exp.util.files import read_json_object
 from dlrm_exp.util.rank_zero import on_rank_zero
 
@@ -317,6 +318,9 @@ def _check_read_fits(rows: int, shuffled: int, folder: Path) -> None:
     ranks = int(os.environ.get("LOCAL_WORLD_SIZE", "1"))  # as the launcher set it
     need = (rows * ROW_BYTES + shuffled * SHUFFLE_BYTES) * ranks
     available = psutil.virtual_memory().available
+    limit = memory_limit_bytes()  # a container's: psutil reads the node's free memory
+    if limit is not None:
+        available = min(available, limit - psutil.Process().memory_info().rss * ranks)
     if need <= available:
         return
     raise DataError(
@@ -386,7 +390,8 @@ def load_criteo_npy(
     train_end = bounds[0][1]
     if cfg.mmap_mode:
         return _mapped_splits(loaded, cfg, table_sizes, days, bounds)
-    _check_read_fits(rows, train_end if cfg.shuffle_training_set else 0, folder)
+    shuffled = train_end if cfg.shuffle_training_set else 0
+    on_rank_zero(lambda: _check_read_fits(rows, shuffled, folder))  # one verdict for all
     dense, sparse, labels = _read_days(loaded, days, table_sizes, cfg.out_of_range)
     if cfg.shuffle_training_set:  # in place: one column's training rows copied at a time
         order = np.random.default_rng(seed).permutation(train_end)

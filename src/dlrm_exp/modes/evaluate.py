@@ -16,6 +16,7 @@ from torchrec.distributed.types import ShardingPlan
 
 from dlrm_exp.config import Config, CriteoTsvDataConfig, EvalSplit
 from dlrm_exp.data.criteo_tsv import check_skipped_rows, inputs_read
+from dlrm_exp.distributed.env import launched_by_torchrun
 from dlrm_exp.distributed.launch import (
     check_devices,
     env_rank,
@@ -60,7 +61,8 @@ def run_evaluate(cfg: Config, job: Job) -> EvalMetrics:
     check_writable(job.run_dir)
     _keep_other_records(job.run_dir)
     assert cfg.checkpoint is not None  # Config.__post_init__ requires it
-    path = find_checkpoint(cfg.checkpoint)
+    # started by torchrun, every rank runs this: rank 0 finds the checkpoint for all, inside
+    path = None if launched_by_torchrun() else find_checkpoint(cfg.checkpoint)
     return run_on_ranks(evaluate_worker, cfg, job, path)
 
 
@@ -95,15 +97,16 @@ def _scored_inputs(data: CriteoTsvDataConfig, names: tuple[str, ...]) -> set[str
 
 
 def evaluate_worker(
-    cfg: Config, job: Job, path: Path, plan: ShardingPlan | None = None
+    cfg: Config, job: Job, path: Path | None, plan: ShardingPlan | None = None
 ) -> EvalMetrics:
     """Load the checkpoint's weights on this rank and score the asked-for splits (every rank
-    takes part; rank 0 writes)."""
+    takes part; rank 0 writes). ``path``: the checkpoint, or None to find ``checkpoint=``'s
+    on rank 0 for every rank (hosts may list a shared folder differently)."""
     started = time.perf_counter()
     with process_group(cfg.hardware) as ctx:
-        # under torchrun every rank resolved the run folder itself: rank 0's is everyone's
-        given = path
-        path = on_rank_zero(lambda: given)
+        given, location = path, cfg.checkpoint
+        assert location is not None  # Config.__post_init__ requires it
+        path = on_rank_zero(lambda: given or find_checkpoint(location))
         splits, experiment = prepare(cfg, ctx, plan, loads_weights=True)
         names = ("val", "test") if cfg.split is EvalSplit.all else (cfg.split.value,)
         if isinstance(cfg.data, CriteoTsvDataConfig) and splits.info.read:

@@ -35,7 +35,7 @@ from dlrm_exp.distributed.launch import (
 from dlrm_exp.errors import ConfigError
 from dlrm_exp.factories.experiment import Experiment, TrainWrapper, build_experiment, build_module
 from dlrm_exp.modes.job import Job
-from dlrm_exp.planning.job import plan_job
+from dlrm_exp.planning.job import check_ranks_per_host, plan_job
 from dlrm_exp.util.text import first_few
 
 log = logging.getLogger(__name__)
@@ -48,6 +48,7 @@ def preflight(cfg: Config) -> ShardingPlan:
     (on the meta device, for the whole job, exactly as ``mode=plan`` plans it). Returns the
     plan, which the workers then use."""
     check_input_paths(cfg.data)
+    check_ranks_per_host(cfg.hardware, cfg.hardware.nproc_per_node)  # the workers' own
     return plan_job(cfg, build_module(cfg)).plan
 
 
@@ -99,9 +100,11 @@ def shared_job(job: Job, ctx: DistContext) -> Job:
     dist.broadcast_object_list(folders, src=0)
     run_dir = folders[0]
     seen: list[Any] = [None] * ctx.world_size
-    dist.all_gather_object(seen, (socket.gethostname(), (run_dir / folders[2]).exists()))
-    if ctx.is_main:
-        (run_dir / folders[2]).unlink(missing_ok=True)
+    try:
+        dist.all_gather_object(seen, (socket.gethostname(), (run_dir / folders[2]).exists()))
+    finally:
+        if ctx.is_main:
+            (run_dir / folders[2]).unlink(missing_ok=True)
     error = unshared_folder_error(run_dir, seen)
     if error is not None:
         raise error

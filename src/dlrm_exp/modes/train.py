@@ -289,13 +289,24 @@ def _resume_path(cfg: Config, job: Job) -> Path | None:
     """The checkpoint ``train.resume`` names (None: start fresh, also when ``auto`` finds none).
 
     Raises:
-        CheckpointError: the path is not a complete checkpoint folder.
+        CheckpointError: the path is not a complete checkpoint folder, or one this run folder
+            holds later checkpoints than (training on from it here would mix two runs).
     """
     if not cfg.train.resume:
         return None
     path = resolve_resume(cfg.train.resume, job.run_dir)
     if path is None:
         log.info("train.resume=auto: no complete checkpoint in %s, starting fresh", job.run_dir)
+        return None
+    auto = cfg.train.resume == "auto"  # the newest: none is later
+    later = [] if auto else later_checkpoints(job.run_dir, path)
+    if later:
+        raise CheckpointError(
+            f"train.resume={cfg.train.resume}: this run folder holds later checkpoints "
+            f"({first_few([p.name for p in later])}); training on from an earlier one here "
+            "would mix the two runs (pruning and train.resume=auto take the later ones): "
+            "resume into another folder (hydra.run.dir=...), or remove them"
+        )
     return path
 
 
@@ -307,16 +318,6 @@ def _resume(
     path = run.resume_path
     if path is None:
         return None
-    auto = run.cfg.train.resume == "auto"  # the newest: none is later
-    later = [] if auto else later_checkpoints(run.job.run_dir, path)
-    if later:
-        names = first_few([p.name for p in later])
-        raise CheckpointError(
-            f"train.resume={run.cfg.train.resume}: this run folder holds later checkpoints "
-            f"({names}); training on from an earlier one here would mix the two runs (pruning "
-            "and train.resume=auto take the later ones): resume into another folder "
-            "(hydra.run.dir=...), or remove them"
-        )
     if run.ctx.is_main:
         _warn_dtype_change(path, run.experiment.table_data_types)
     saved = load_checkpoint(path, run.experiment.model, run.experiment.optimizer, layout)

@@ -184,6 +184,7 @@ def reference_config(cfg: Config) -> Config:
     ref.qcomms.backward_precision = None
     ref.hardware.nproc_per_node = 1
     ref.hardware.nnodes = 1
+    ref.hardware.local_world_size = None  # one process: its own ranks per host
     ref.train.pipeline = Pipeline.sparse_dist
     ref.train.dense_precision = DensePrecision.fp32
     ref.model.embedding_data_type = EmbeddingDataType.fp32

@@ -50,6 +50,22 @@ from dlrm_exp.util.substitution import Substitution
 from dlrm_exp.util.text import first_few
 
 
+def check_ranks_per_host(hardware: HardwareConfig, local_world_size: int) -> None:
+    """A job that runs (``local_world_size`` ranks on each host) plans for its own ranks per
+    host: TorchRec cuts table-row-wise and grid tables by the launcher's
+    ``LOCAL_WORLD_SIZE`` at run time, whatever the plan assumed.
+
+    Raises:
+        ConfigError: ``hardware.local_world_size`` is set to another number.
+    """
+    if hardware.local_world_size not in (None, local_world_size):
+        raise ConfigError(
+            f"hardware.local_world_size={hardware.local_world_size} plans for that many ranks "
+            f"per host, but this job runs {local_world_size} per host: leave it unset "
+            "when training (it is for mode=plan of another layout)"
+        )
+
+
 def planning_context(hardware: HardwareConfig, ctx: DistContext | None = None) -> DistContext:
     """The job as the planner sees it: rank 0 on the meta device, ``world_size`` ranks (the
     running job's, else ``nproc_per_node x nnodes``) with ``hardware.local_world_size`` ranks
@@ -63,12 +79,8 @@ def planning_context(hardware: HardwareConfig, ctx: DistContext | None = None) -
             its ranks per host: TorchRec cuts table-row-wise and grid tables by the
             launcher's ranks per host (``LOCAL_WORLD_SIZE``), whatever the plan assumed.
     """
-    if ctx is not None and hardware.local_world_size not in (None, ctx.local_world_size):
-        raise ConfigError(
-            f"hardware.local_world_size={hardware.local_world_size} plans for that many ranks "
-            f"per host, but this job runs {ctx.local_world_size} per host: leave it unset "
-            "when training (it is for mode=plan of another layout)"
-        )
+    if ctx is not None:
+        check_ranks_per_host(hardware, ctx.local_world_size)
     world = ctx.world_size if ctx is not None else hardware.world_size
     local = ctx.local_world_size if ctx is not None else hardware.nproc_per_node
     return DistContext(

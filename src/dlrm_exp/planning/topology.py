@@ -2,7 +2,6 @@
 bandwidths."""
 
 from dataclasses import dataclass
-from pathlib import Path
 
 import psutil
 import torch
@@ -17,25 +16,7 @@ from torchrec.distributed.planner.types import (
 from dlrm_exp.config import ComputeDevice, HardwareConfig
 from dlrm_exp.errors import ConfigError
 from dlrm_exp.planning.storage import GIB
-
-#: Where a container's memory limit is read: cgroup v2, then v1 (a v1 "no limit" is a huge
-#: number, a v2 one the word ``max``).
-CGROUP_MEMORY_LIMITS = (
-    Path("/sys/fs/cgroup/memory.max"),
-    Path("/sys/fs/cgroup/memory/memory.limit_in_bytes"),
-)
-
-
-def memory_limit_bytes() -> int | None:
-    """This process's cgroup memory limit, bytes (a container's, e.g. a Kubernetes pod's
-    ``resources.limits.memory``), None where there is none or it cannot be read."""
-    for path in CGROUP_MEMORY_LIMITS:
-        try:
-            text = path.read_text().strip()
-        except OSError:
-            continue
-        return int(text) if text.isdigit() else None
-    return None
+from dlrm_exp.util.cgroup import memory_limit_bytes
 
 
 def machine_memory_bytes() -> int:
