@@ -2,9 +2,11 @@
 
 Every sharding type trains 2 steps with the ``fused_uvm_caching`` kernel over NCCL, the
 CUDA-only pipelines train, ``train.profile`` writes the CUDA memory snapshot, bf16 trains,
-fp16 tables train with stochastic rounding, resume and export (on the GPU), and ``mode=verify``
-gathers its tables over NCCL. Needs a CUDA build of torch and ``fbgemm-gpu`` (``make install
-FBGEMM=fbgemm-gpu==1.8.0`` with a CUDA torch). None of this was run on a GPU by the project yet.
+fp16 tables train with stochastic rounding, resume and export (on the GPU), ``mode=verify``
+gathers its tables over NCCL, and the loop prefetches pinned batches, reads each loss a step
+late (a NaN still names its own step) and reports its GPU memory. Needs a CUDA build of
+torch and ``fbgemm-gpu`` (``make install FBGEMM=fbgemm-gpu==1.8.0`` with a CUDA torch). None
+of this was run on a GPU by the project yet.
 """
 
 import json
@@ -100,3 +102,45 @@ def test_verify_gathers_the_sharded_tables_over_nccl(tmp_path):
     )  # fmt: skip
     assert result.returncode == 0, result.stderr[-3000:]
     assert json.loads((tmp_path / "verify.json").read_text())["passed"] is True  # judged: fp32
+
+
+def test_the_gpu_loop_prefetches_reads_losses_late_and_reports_gpu_memory(tmp_path):
+    """What the loop does differently on CUDA (docs/performance.md, GPU readiness): batches
+    built one thread ahead and pinned (train.prefetch_batches null: 2), each loss read once
+    the next step is queued, the run's peak GPU memory in the summary; the same job with
+    batches built inline ends at the same quality (not bitwise: FBGEMM's backward uses
+    atomics on the GPU)."""
+    args = [*SMALL, *_gpu(1), "sharding=rowwise", "train.max_steps=16",
+            "train.val_every_n_steps=8", "train.log_every_n_steps=1"]  # fmt: skip
+    result = run_cli([*args, f"hydra.run.dir={tmp_path / 'ahead'}"], timeout=600)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "peak GPU memory" in result.stdout
+    ahead = json.loads((tmp_path / "ahead" / "metrics.json").read_text())
+    assert ahead["peak_memory_gib_per_rank"][0]["cuda_reserved"] > 0
+    assert (
+        ahead["utilization"].get("peak_matmul_flops_per_sec")
+        or ahead["utilization"]["measurement_errors"]
+    )
+    inline = _train(tmp_path / "inline", [*args[len(SMALL) :], "train.prefetch_batches=0"])
+    assert (
+        [h["step"] for h in ahead["val_history"]]
+        == [8, 16]
+        == [h["step"] for h in inline["val_history"]]
+    )
+    assert ahead["val"]["auroc"] == pytest.approx(inline["val"]["auroc"], abs=0.01)
+
+
+def test_a_nan_on_the_gpu_stops_at_its_own_step_with_no_later_checkpoint(tmp_path):
+    """The loss is read one step late on CUDA: the step it names is still its own, and the
+    checkpoint of that step or any later one is never written."""
+    result = run_cli(
+        [*SMALL, *_gpu(1), "optimizer=sgd", "optimizer.dense_learning_rate=1e30",
+         "train.checkpoint_every_n_steps=1", f"hydra.run.dir={tmp_path}"],
+        timeout=600,
+    )  # fmt: skip
+    assert result.returncode == 1 and "Traceback" not in result.stderr
+    last = result.stderr.strip().splitlines()[-1]
+    assert last.startswith("Error: training loss is ") and " at step " in last
+    step = int(last.split(" at step ")[1].split(":")[0])
+    saved = [p.name for p in (tmp_path / "checkpoints").glob("step_*")]  # .partial too
+    assert all(int(name.split("_")[1].split(".")[0]) < step for name in saved)
