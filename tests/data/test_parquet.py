@@ -66,6 +66,22 @@ def config(path, sch=None, **kwargs) -> ParquetDataConfig:
     return ParquetDataConfig(path=str(path), schema=sch or schema(), **kwargs)
 
 
+def _decoded_rows(monkeypatch) -> list[int]:
+    """The row count of every table the Parquet reader decodes from now on (a row group's,
+    or the part of it a step needs)."""
+    from dlrm_exp.data import parquet
+
+    decoded: list[int] = []
+    original = parquet.decode
+
+    def spy(tbl, sch, where):
+        decoded.append(tbl.num_rows)
+        return original(tbl, sch, where)
+
+    monkeypatch.setattr(parquet, "decode", spy)
+    return decoded
+
+
 def all_rows(split, keys, world_size=1, rank=0, seed=None, batch_size=100):
     return list(split.batches(batch_size, rank, world_size, keys, seed))
 
@@ -218,19 +234,10 @@ def test_a_resumed_epoch_starts_at_its_step_without_reading_the_row_groups_befor
     """``skip`` gives the batches from step ``skip`` on, as reading them all would, and
     decodes none of the row groups that only earlier steps held (resume from step 3 of 4:
     before, it read every row group of the epoch again)."""
-    from dlrm_exp.data import parquet
-
     path = write(tmp_path / "a.parquet", table(40))  # 10 row groups of 4
     split = load_splits(config(path), [], 2, 0).train
     keys = schema().feature_names
-    decoded = []
-    original = parquet.decode
-
-    def spy(tbl, sch, where):
-        decoded.append(tbl.num_rows)
-        return original(tbl, sch, where)
-
-    monkeypatch.setattr(parquet, "decode", spy)
+    decoded = _decoded_rows(monkeypatch)
     for rank in (0, 1):
         whole = list(split.batches(6, rank, 2, keys, (0, 1)))
         decoded.clear()
@@ -313,18 +320,9 @@ def test_strict_ids_out_of_range_stop_the_stream_with_file_and_count(tmp_path):
 
 
 def test_streaming_holds_one_row_group_not_the_file(tmp_path, monkeypatch):
-    from dlrm_exp.data import parquet
-
     path = write(tmp_path / "a.parquet", table(64), row_group_size=8)
     split = load_splits(config(path), [], 2, 0).train
-    largest = []
-    original = parquet.decode
-
-    def spy(tbl, sch, where):
-        largest.append(tbl.num_rows)
-        return original(tbl, sch, where)
-
-    monkeypatch.setattr(parquet, "decode", spy)
+    largest = _decoded_rows(monkeypatch)
     assert sum(len(b.labels) for b in all_rows(split, schema().feature_names, batch_size=5)) == 64
     assert max(largest) == 8 and len(largest) == 8
     assert np.sum(largest) == 64
