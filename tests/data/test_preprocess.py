@@ -432,3 +432,20 @@ def test_an_input_without_a_valid_row_is_refused_writing_nothing(tmp_path):
     junk.write_text("not\ta\tcriteo\tline\n" * 3)
     with pytest.raises(DataError, match=r"read 3 line\(s\), skipped .*nothing written for day_1"):
         convert([junk], tmp_path / "o")
+
+
+def test_a_day_that_fails_keeps_the_earlier_days_re_index(tmp_path):
+    """Adding a day to a contiguous folder removed contiguous.json before converting it: a
+    day that then failed left the folder refused by data=criteo_npy until the whole re-index
+    ran again (hours for the 1TB days; preprocess review)."""
+    files = [write_criteo_tsv(tmp_path / "tsv" / f"day_{d}", 200, seed=d) for d in range(2)]
+    out = tmp_path / "o"
+    convert(files, out, categorical=CategoricalTransform.contiguous)
+    record = (out / "contiguous.json").read_bytes()
+    unlabeled = tmp_path / "tsv" / "day_2"
+    unlabeled.write_text("".join(line.split("\t", 1)[1] + "\n"
+                                 for line in files[0].read_text().splitlines()))  # fmt: skip
+    with pytest.raises(DataError, match="nothing written for day_2"):
+        convert([unlabeled], out, categorical=CategoricalTransform.contiguous)
+    assert (out / "contiguous.json").read_bytes() == record
+    assert len(_load(out)[0]) > 0  # the folder still trains

@@ -13,3 +13,22 @@ def test_a_json_object_is_read_and_anything_else_counts_as_none(tmp_path):
     assert read_json_object(broken) is None
     assert read_json_object(tmp_path / "missing.json") is None
     assert read_json_object(tmp_path) is None  # a folder: unreadable as a file
+
+
+def test_an_atomic_write_reaches_the_disk_before_its_name_does(tmp_path, monkeypatch):
+    """A rename alone may reach the disk before the data (power loss, kernel crash): a day's
+    marker could then vouch for empty npy files. The file is synced, then renamed, then its
+    folder synced (preprocess review)."""
+    import os
+
+    from dlrm_exp.util import files
+
+    events = []
+    real_fsync, real_replace = os.fsync, os.replace
+    monkeypatch.setattr(files.os, "fsync", lambda fd: events.append("fsync") or real_fsync(fd))
+    monkeypatch.setattr(
+        files.os, "replace", lambda a, b: events.append("replace") or real_replace(a, b)
+    )
+    files.write_text_atomic(tmp_path / "marker.json", "{}")
+    assert events == ["fsync", "replace", "fsync"]
+    assert (tmp_path / "marker.json").read_text() == "{}"

@@ -6,7 +6,6 @@ check uses the file footer: column names, types, row counts and null counts from
 statistics. Rows are read later, a row group at a time (:mod:`dlrm_exp.data.parquet`).
 """
 
-import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -20,6 +19,7 @@ from dlrm_exp.data.decode import refuse_non_clicks
 from dlrm_exp.data.id_policy import KIND_SENSITIVE, is_id_type
 from dlrm_exp.data.paths import resolve_paths
 from dlrm_exp.errors import DataError
+from dlrm_exp.util.files import replace_durably
 
 
 @dataclass(frozen=True)
@@ -214,7 +214,7 @@ def write_parquet_atomic(table: pa.Table, path: Path, row_group_size: int) -> No
     path.parent.mkdir(parents=True, exist_ok=True)
     partial = path.with_name(f".{path.name}.partial")
     pq.write_table(table, partial, row_group_size=row_group_size)
-    os.replace(partial, path)
+    replace_durably(partial, path)
 
 
 def check_columns(

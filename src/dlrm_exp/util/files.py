@@ -32,6 +32,26 @@ def _umask() -> int:
     return mask
 
 
+def replace_durably(tmp: Path, path: Path) -> None:
+    """Move the finished file ``tmp`` to ``path`` so that a power loss or kernel crash
+    cannot leave ``path`` naming data that never reached the disk: ``tmp``'s data is synced
+    first, and the folder's entry after (a rename alone is ordered before the data only on
+    some file systems; a day's marker written next would vouch for empty files)."""
+    with open(tmp, "rb") as f:
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+    try:
+        folder = os.open(path.parent, os.O_RDONLY)
+    except OSError:  # a folder that cannot be opened (not POSIX): the rename stands
+        return
+    try:
+        os.fsync(folder)
+    except OSError:
+        pass
+    finally:
+        os.close(folder)
+
+
 def write_text_atomic(path: Path, text: str) -> None:
     """Write ``text`` to ``path`` via a temporary file and ``os.replace``, so a crash never
     leaves a half-written file. The file gets the mode a plain ``open`` would give it (0644
@@ -42,7 +62,7 @@ def write_text_atomic(path: Path, text: str) -> None:
         with os.fdopen(fd, "w") as f:
             f.write(text)
         os.chmod(tmp, 0o666 & ~_umask())
-        os.replace(tmp, path)
+        replace_durably(Path(tmp), path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise

@@ -37,8 +37,13 @@ def _feature_mapping(
         counts.append(count)
         offset += len(column)
     ids = np.concatenate(uniques)
+    del uniques  # each list is freed once concatenated: the peak holds one copy, not two
     order = np.argsort(ids, kind="stable")
-    ids, first, count = ids[order], np.concatenate(firsts)[order], np.concatenate(counts)[order]
+    ids = ids[order]
+    first = np.concatenate(firsts)[order]
+    del firsts
+    count = np.concatenate(counts)[order]
+    del counts, order
     starts = np.flatnonzero(np.r_[True, ids[1:] != ids[:-1]]) if len(ids) else np.array([], int)
     ids = ids[starts]
     first = np.minimum.reduceat(first, starts) if len(starts) else first

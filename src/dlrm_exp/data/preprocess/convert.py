@@ -245,13 +245,12 @@ def convert_file(
     started = time.perf_counter()
     source = _source_facts(path)  # as read: the marker must not vouch for a later file
     # the day's files are about to change: an interrupted run must not leave a marker that
-    # says the old ones are finished beside some of the new ones; nor a re-index record that
-    # says every day's contiguous ids are current, nor (converting without contiguous ids)
-    # raw ids of an earlier contiguous run that a later one would re-index over these
+    # says the old ones are finished beside some of the new ones, nor (converting without
+    # contiguous ids) raw ids of an earlier contiguous run that a later one would re-index
+    # over these. The re-index record goes only when the day's files are replaced (below): a
+    # day that fails leaves the earlier days' re-index valid (it took hours on the 1TB days)
     _marker(out_dir, day).unlink(missing_ok=True)
-    if options.categorical is CategoricalTransform.contiguous:
-        (out_dir / CONTIGUOUS_MARKER).unlink(missing_ok=True)
-    else:
+    if options.categorical is not CategoricalTransform.contiguous:
         (out_dir / f"day_{day}_sparse_raw.npy").unlink(missing_ok=True)
     tally = _DayTally(path, ReadReport(files=[str(path)]))
     torchrec = options.dense_transform is DenseTransform.torchrec
@@ -264,6 +263,7 @@ def convert_file(
     try:
         _run_blocks(path, outputs, options, pool, workers, bar, sequence, tally)
         _check_day_rows(path, day, tally, options)
+        (out_dir / CONTIGUOUS_MARKER).unlink(missing_ok=True)  # this day's ids change now
         for output in outputs:
             output.finish(tally.rows)
     except BaseException:

@@ -11,6 +11,8 @@ from types import TracebackType
 
 import numpy as np
 
+from dlrm_exp.util.files import replace_durably
+
 HEADER_BYTES = 128
 
 
@@ -48,7 +50,7 @@ class NpyRowWriter:
         if self._file.tell() != HEADER_BYTES:
             raise ValueError(f"npy header of {self.path} is {self._file.tell()} bytes, not 128")
         self._file.close()
-        os.replace(self.tmp, self.path)
+        replace_durably(self.tmp, self.path)
         return self.path
 
     def abort(self) -> None:
@@ -113,7 +115,7 @@ class NpyRowFile:
             if f.tell() != HEADER_BYTES:
                 raise ValueError(f"npy header of {self.path} is {f.tell()} bytes, not 128")
             f.truncate(HEADER_BYTES + rows * self.columns * self.dtype.itemsize)
-        os.replace(self.tmp, self.path)
+        replace_durably(self.tmp, self.path)  # on disk before the day's marker vouches
         return self.path
 
     def abort(self) -> None:
