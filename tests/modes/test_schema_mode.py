@@ -113,18 +113,41 @@ def test_refusals_are_one_line(tmp_path, cli_here):
         compose_cfg(["mode=schema", "schema_scan.path=x", "schema_scan.name=criteo"])
 
 
-def test_a_row_group_that_cannot_be_read_is_one_data_error(tmp_path, monkeypatch):
+def test_a_file_that_cannot_be_read_is_one_data_error(tmp_path, monkeypatch):
     from dlrm_exp.data.schema_scan import read_sample
     from dlrm_exp.errors import DataError
 
     pq.write_table(log_table(), tmp_path / "log.parquet")
 
-    def corrupt(self, group, **kwargs):
+    def corrupt(self, **kwargs):
         raise OSError("Corrupt snappy compressed data.")
+        yield
 
-    monkeypatch.setattr(pq.ParquetFile, "read_row_group", corrupt)
-    with pytest.raises(DataError, match=r"log.parquet: row group 0 cannot be read \(Corrupt"):
+    monkeypatch.setattr(pq.ParquetFile, "iter_batches", corrupt)
+    with pytest.raises(DataError, match=r"log.parquet: cannot be read \(Corrupt"):
         read_sample([tmp_path / "log.parquet"], 100)
+
+
+def test_the_sample_reads_its_rows_not_the_row_groups_that_hold_them(tmp_path, monkeypatch):
+    """A file of one large row group: sampling a few rows read the whole group (tens of GB
+    for 64Mi-row groups; preprocess review). The first rows come batch by batch."""
+    from dlrm_exp.data import schema_scan
+
+    table = log_table()
+    pq.write_table(table, tmp_path / "log.parquet", row_group_size=len(table))
+    monkeypatch.setattr(schema_scan, "_SAMPLE_BATCH_ROWS", 7)
+    read = []
+    original = pq.ParquetFile.iter_batches
+
+    def counting(self, **kwargs):
+        for batch in original(self, **kwargs):
+            read.append(batch.num_rows)
+            yield batch
+
+    monkeypatch.setattr(pq.ParquetFile, "iter_batches", counting)
+    sample, total = schema_scan.read_sample([tmp_path / "log.parquet"], 10)
+    assert total == len(table) and sample.num_rows == 10 and 0 < sum(read) <= 14
+    assert sample.to_pydict() == table.slice(0, 10).to_pydict()
 
 
 def test_files_that_differ_in_int_width_and_dotted_names(tmp_path, cli_here):

@@ -12,16 +12,18 @@ Narasayya, "Towards estimation error guarantees for distinct values", PODS 2000)
 
 import math
 import re
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
+import pyarrow.parquet as pq
 
 from dlrm_exp.data.decode import refuse_non_clicks
 from dlrm_exp.data.id_policy import is_id_type
-from dlrm_exp.data.parquet_files import open_parquet, read_row_group
+from dlrm_exp.data.parquet_files import open_parquet
 from dlrm_exp.errors import DataError
 
 #: Column names taken as the label when ``schema_scan.label`` is not given.
@@ -84,12 +86,10 @@ def read_sample(files: list[Path], sample_rows: int) -> tuple[pa.Table, int]:
             first_schema = parquet.schema_arrow
         elif parquet.schema_arrow.names != first_schema.names:
             raise DataError(f"{path}: its columns differ from {files[0]}'s")
-        for group in range(parquet.num_row_groups):
-            if taken >= sample_rows:
-                break
-            part = read_row_group(parquet, path, group, None)
-            parts.append(part)
-            taken += part.num_rows
+        if taken < sample_rows:
+            for part in _first_rows(parquet, path, sample_rows - taken):
+                parts.append(part)
+                taken += part.num_rows
     if not taken:
         raise DataError(f"{files[0]}: the files hold no rows")
     try:
@@ -97,6 +97,28 @@ def read_sample(files: list[Path], sample_rows: int) -> tuple[pa.Table, int]:
     except (pa.ArrowInvalid, pa.ArrowTypeError) as err:
         raise DataError(f"{files[0]}...: the files' column types differ ({err})") from None
     return table.slice(0, sample_rows), total
+
+
+#: Rows read at a time while sampling (a row group may hold tens of millions).
+_SAMPLE_BATCH_ROWS = 65536
+
+
+def _first_rows(parquet: pq.ParquetFile, path: Path, rows: int) -> Iterator[pa.Table]:
+    """The first ``rows`` rows of ``parquet`` (opened from ``path``), read a batch of
+    :data:`_SAMPLE_BATCH_ROWS` at a time: whole row groups took all of a large one into
+    memory to sample a few rows of it.
+
+    Raises:
+        DataError: the file cannot be read (naming it).
+    """
+    try:
+        for batch in parquet.iter_batches(batch_size=min(rows, _SAMPLE_BATCH_ROWS)):
+            yield pa.Table.from_batches([batch])
+            rows -= batch.num_rows
+            if rows <= 0:
+                return
+    except (pa.ArrowException, OSError) as err:
+        raise DataError(f"{path}: cannot be read ({err})") from None
 
 
 def scan_table(
