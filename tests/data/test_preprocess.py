@@ -449,3 +449,18 @@ def test_a_day_that_fails_keeps_the_earlier_days_re_index(tmp_path):
         convert([unlabeled], out, categorical=CategoricalTransform.contiguous)
     assert (out / "contiguous.json").read_bytes() == record
     assert len(_load(out)[0]) > 0  # the folder still trains
+
+
+def test_a_re_indexed_day_that_cannot_be_finished_leaves_no_partial_file(tmp_path, monkeypatch):
+    """A failed close (a full disk, an fsync error) left the day's .tmp behind: about 40 GB
+    for a 1TB day, on the disk that was full (whole-session review)."""
+    from dlrm_exp.data.preprocess import npy_stream
+
+    def full(tmp, path):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(npy_stream, "replace_durably", full)
+    with pytest.raises(OSError, match="No space left"):
+        with npy_stream.NpyRowWriter(tmp_path / "day_0_sparse.npy", np.int64, 26) as writer:
+            writer.append(np.zeros((4, 26), dtype=np.int64))
+    assert list(tmp_path.iterdir()) == []

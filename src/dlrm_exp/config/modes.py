@@ -174,7 +174,7 @@ class SchemaScanConfig:
             ``clicked``, ``is_click`` or ``y``).
         name: the schema's name: ``data/schema=<name>`` (and its file name); not one that
             ships with dlrm_exp (``criteo``), which Hydra would find first.
-        sample_rows: rows read (whole row groups, in file order) for the statistics.
+        sample_rows: rows read (the files' first, in batches) for the statistics.
         max_num_embeddings: the largest table suggested; features with more distinct ids are
             hashed into it.
     """

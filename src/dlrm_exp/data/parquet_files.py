@@ -19,7 +19,7 @@ from dlrm_exp.data.decode import refuse_non_clicks
 from dlrm_exp.data.id_policy import KIND_SENSITIVE, is_id_type
 from dlrm_exp.data.paths import resolve_paths
 from dlrm_exp.errors import DataError
-from dlrm_exp.util.files import replace_durably
+from dlrm_exp.util.files import replace_durably, sync_file
 
 
 @dataclass(frozen=True)
@@ -181,14 +181,17 @@ def feature_id_kinds(kinds: dict[str, tuple[str, Path]], schema: FeatureSchema) 
     }
 
 
-def open_parquet(path: Path) -> pq.ParquetFile:
-    """``pyarrow.parquet.ParquetFile`` of ``path``.
+def open_parquet(path: Path, buffered: bool = False) -> pq.ParquetFile:
+    """``pyarrow.parquet.ParquetFile`` of ``path``; ``buffered``: read column chunks through
+    an 8 MiB buffer and without pre-buffering them whole (for reading a few rows of a large
+    row group; pyarrow otherwise reads each column chunk in one call).
 
     Raises:
         DataError: the file is not Parquet or is truncated (pyarrow's reason, with the file).
     """
+    options = {"pre_buffer": False, "buffer_size": 8 << 20} if buffered else {}
     try:
-        return pq.ParquetFile(path)
+        return pq.ParquetFile(path, **options)
     except (pa.ArrowException, OSError) as err:
         raise DataError(f"{path}: not a readable Parquet file ({err})") from None
 
@@ -213,8 +216,13 @@ def write_parquet_atomic(table: pa.Table, path: Path, row_group_size: int) -> No
     temporary name (which folder inputs skip) and renamed, so a crash leaves no half file."""
     path.parent.mkdir(parents=True, exist_ok=True)
     partial = path.with_name(f".{path.name}.partial")
-    pq.write_table(table, partial, row_group_size=row_group_size)
-    replace_durably(partial, path)
+    try:
+        pq.write_table(table, partial, row_group_size=row_group_size)
+        sync_file(partial)
+        replace_durably(partial, path)
+    except BaseException:
+        partial.unlink(missing_ok=True)
+        raise
 
 
 def check_columns(

@@ -69,8 +69,8 @@ class ColumnStats:
 
 
 def read_sample(files: list[Path], sample_rows: int) -> tuple[pa.Table, int]:
-    """Whole row groups from the start of ``files`` until ``sample_rows`` rows, and the total
-    row count of the files (from their footers).
+    """The first ``sample_rows`` rows of ``files``, read in batches, and the total row count
+    of the files (from their footers).
 
     Raises:
         DataError: a file is not Parquet, a row group cannot be read, or the files' columns
@@ -80,7 +80,7 @@ def read_sample(files: list[Path], sample_rows: int) -> tuple[pa.Table, int]:
     taken = total = 0
     first_schema = None
     for path in files:
-        parquet = open_parquet(path)
+        parquet = open_parquet(path, buffered=True)
         total += parquet.metadata.num_rows
         if first_schema is None:
             first_schema = parquet.schema_arrow

@@ -32,13 +32,22 @@ def _umask() -> int:
     return mask
 
 
+def sync_file(path: Path) -> None:
+    """Flush ``path``'s data to the disk (for a file another library wrote and closed)."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
 def replace_durably(tmp: Path, path: Path) -> None:
-    """Move the finished file ``tmp`` to ``path`` so that a power loss or kernel crash
-    cannot leave ``path`` naming data that never reached the disk: ``tmp``'s data is synced
-    first, and the folder's entry after (a rename alone is ordered before the data only on
-    some file systems; a day's marker written next would vouch for empty files)."""
-    with open(tmp, "rb") as f:
-        os.fsync(f.fileno())
+    """Move the finished file ``tmp``, whose data the caller synced (``os.fsync`` on its own
+    descriptor, or :func:`sync_file`), to ``path``, then sync the folder's entry: a power
+    loss or kernel crash then cannot leave ``path`` naming data that never reached the disk
+    (a rename alone is ordered before the data only on some file systems; a day's marker
+    written next would vouch for empty files). Linux semantics: macOS's ``fsync`` does not
+    flush the device's cache."""
     os.replace(tmp, path)
     try:
         folder = os.open(path.parent, os.O_RDONLY)
@@ -61,6 +70,8 @@ def write_text_atomic(path: Path, text: str) -> None:
     try:
         with os.fdopen(fd, "w") as f:
             f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
         os.chmod(tmp, 0o666 & ~_umask())
         replace_durably(Path(tmp), path)
     except BaseException:

@@ -37,13 +37,16 @@ def _feature_mapping(
         counts.append(count)
         offset += len(column)
     ids = np.concatenate(uniques)
-    del uniques  # each list is freed once concatenated: the peak holds one copy, not two
+    del uniques  # each list freed once concatenated, before the permuted copy is made
     order = np.argsort(ids, kind="stable")
     ids = ids[order]
-    first = np.concatenate(firsts)[order]
+    first = np.concatenate(firsts)
     del firsts
-    count = np.concatenate(counts)[order]
-    del counts, order
+    first = first[order]
+    count = np.concatenate(counts)
+    del counts
+    count = count[order]
+    del order
     starts = np.flatnonzero(np.r_[True, ids[1:] != ids[:-1]]) if len(ids) else np.array([], int)
     ids = ids[starts]
     first = np.minimum.reduceat(first, starts) if len(starts) else first

@@ -263,7 +263,8 @@ def convert_file(
     try:
         _run_blocks(path, outputs, options, pool, workers, bar, sequence, tally)
         _check_day_rows(path, day, tally, options)
-        (out_dir / CONTIGUOUS_MARKER).unlink(missing_ok=True)  # this day's ids change now
+        if options.categorical is CategoricalTransform.contiguous:  # this day's ids change now
+            (out_dir / CONTIGUOUS_MARKER).unlink(missing_ok=True)
         for output in outputs:
             output.finish(tally.rows)
     except BaseException:

@@ -39,18 +39,25 @@ class NpyRowWriter:
         self.rows += block.shape[0]
 
     def close(self) -> Path:
-        """Write the header, flush, and move the file into place."""
-        self._file.seek(0)
-        header = {
-            "descr": np.lib.format.dtype_to_descr(self.dtype),
-            "fortran_order": False,
-            "shape": (self.rows, self.columns),
-        }
-        np.lib.format.write_array_header_1_0(self._file, header)
-        if self._file.tell() != HEADER_BYTES:
-            raise ValueError(f"npy header of {self.path} is {self._file.tell()} bytes, not 128")
-        self._file.close()
-        replace_durably(self.tmp, self.path)
+        """Write the header, sync, and move the file into place (the partial file removed if
+        any of it fails: a 1TB day's is about 40 GB, and a full disk is the likely cause)."""
+        try:
+            self._file.seek(0)
+            header = {
+                "descr": np.lib.format.dtype_to_descr(self.dtype),
+                "fortran_order": False,
+                "shape": (self.rows, self.columns),
+            }
+            np.lib.format.write_array_header_1_0(self._file, header)
+            if self._file.tell() != HEADER_BYTES:
+                raise ValueError(f"npy header of {self.path} is {self._file.tell()} bytes, not 128")
+            self._file.flush()
+            os.fsync(self._file.fileno())
+            self._file.close()
+            replace_durably(self.tmp, self.path)
+        except BaseException:
+            self.abort()
+            raise
         return self.path
 
     def abort(self) -> None:
@@ -115,7 +122,9 @@ class NpyRowFile:
             if f.tell() != HEADER_BYTES:
                 raise ValueError(f"npy header of {self.path} is {f.tell()} bytes, not 128")
             f.truncate(HEADER_BYTES + rows * self.columns * self.dtype.itemsize)
-        replace_durably(self.tmp, self.path)  # on disk before the day's marker vouches
+            f.flush()
+            os.fsync(f.fileno())  # on disk before the day's marker vouches for it
+        replace_durably(self.tmp, self.path)
         return self.path
 
     def abort(self) -> None:
