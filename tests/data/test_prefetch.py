@@ -87,5 +87,7 @@ def test_training_with_batches_built_ahead_gives_the_same_run(tmp_path, monkeypa
     assert set(depths) == {2} and len(depths) >= 4  # train, 2 validations, test
     assert ahead.val_history == inline.val_history and ahead.test == inline.test
     assert ahead.final_train_loss == inline.final_train_loss
+    assert (inline.prefetch_batches, ahead.prefetch_batches) == (0, 2)  # what ran, recorded
+    assert inline.loss_read_lag == ahead.loss_read_lag == 0  # CPU: each loss read at once
     assert compose_cfg([]).train.prefetch_depth(cuda=False) == 0
     assert compose_cfg([]).train.prefetch_depth(cuda=True) == 2

@@ -52,6 +52,10 @@ class RunMetrics:
             or its default, the host's cores divided by its ranks).
         host_allocator: what rank 0's host allocator ran with (``hardware.reuse_host_memory``:
             glibc's thresholds set, its defaults, or why it was left alone).
+        prefetch_batches: batches built ahead by the background thread, as run
+            (``train.prefetch_batches``, null resolved: 2 on CUDA, 0 on CPU).
+        loss_read_lag: steps queued before a step's loss was read (1 on CUDA with
+            ``on_nonfinite=stop``, else 0; :func:`dlrm_exp.loop.trainer.loss_read_lag`).
         embedding_bytes_per_rank: fp32 table bytes each rank holds under the plan.
         bayes_auroc: the Bayes-optimal AUROC per split (synthetic data only).
         data: what the data source reported (row counts, skipped rows, ...).
@@ -117,6 +121,8 @@ class RunMetrics:
     world_size: int = 1
     threads_per_rank: int | None = None
     host_allocator: str = ""
+    prefetch_batches: int | None = None
+    loss_read_lag: int | None = None
     embedding_bytes_per_rank: list[int] = field(default_factory=list)
     bayes_auroc: dict[str, float | None] | None = None
     data: dict[str, Any] = field(default_factory=dict)
