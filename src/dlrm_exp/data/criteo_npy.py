@@ -221,10 +221,12 @@ def _id_range(sparse: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
     its file once (a whole-day max, then a min, read them twice)."""
     if not len(sparse):
         return None
-    blocks = [sparse[i : i + _RANGE_ROWS] for i in range(0, len(sparse), _RANGE_ROWS)]
-    highs = np.stack([block.max(axis=0) for block in blocks])
-    lows = np.stack([block.min(axis=0) for block in blocks])
-    return highs.max(axis=0), lows.min(axis=0)
+    highs, lows = [], []
+    for i in range(0, len(sparse), _RANGE_ROWS):
+        block = np.asarray(sparse[i : i + _RANGE_ROWS])  # read once, both taken from memory
+        highs.append(block.max(axis=0))
+        lows.append(block.min(axis=0))
+    return np.stack(highs).max(axis=0), np.stack(lows).min(axis=0)
 
 
 def _check_ranges(
@@ -284,10 +286,10 @@ def _read_days(
         day_dense, day_sparse, day_labels = loaded[i]
         loaded[i] = None
         stop = start + count
-        if policy is OutOfRange.error:
-            ranges.append(_id_range(day_sparse))
         dense[start:stop] = day_dense
         sparse[start:stop] = day_sparse
+        if policy is OutOfRange.error:  # from the copy: the day's file read once
+            ranges.append(_id_range(sparse[start:stop]))
         labels[start:stop] = day_labels[:, 0]
         if policy is OutOfRange.hash:
             np.remainder(sparse[start:stop], sizes, out=sparse[start:stop])
@@ -384,14 +386,13 @@ def load_criteo_npy(
             "data.dataset=criteo_kaggle to split one file"
         )
     loaded: list[Any] = [_load_day(folder, d, mmap=True) for d in days]  # headers only
-    on_rank_zero(lambda: _check_days_labels(folder, days), SCAN_WAIT)
     rows = sum(len(day[2]) for day in loaded)
     bounds = split_bounds(rows, cfg.dataset, len(loaded[-1][2]))
     train_end = bounds[0][1]
+    shuffled = train_end if cfg.shuffle_training_set else 0
+    on_rank_zero(lambda: _scan(cfg, folder, days, loaded, table_sizes, shuffled), SCAN_WAIT)
     if cfg.mmap_mode:
         return _mapped_splits(loaded, cfg, table_sizes, days, bounds)
-    shuffled = train_end if cfg.shuffle_training_set else 0
-    on_rank_zero(lambda: _check_read_fits(rows, shuffled, folder))  # one verdict for all
     dense, sparse, labels = _read_days(loaded, days, table_sizes, cfg.out_of_range)
     if cfg.shuffle_training_set:  # in place: one column's training rows copied at a time
         order = np.random.default_rng(seed).permutation(train_end)
@@ -405,6 +406,30 @@ def load_criteo_npy(
     return train, val, test, info
 
 
+def _scan(
+    cfg: CriteoNpyDataConfig,
+    folder: Path,
+    days: list[int],
+    loaded: list[Any],
+    table_sizes: list[int],
+    shuffled: int,
+) -> None:
+    """What rank 0 reads for every rank (:func:`load_criteo_npy` broadcasts its verdict): read
+    whole, whether the days fit (:func:`_check_read_fits`, first: it reads nothing); the
+    labels (:func:`_check_days_labels`); mapped with ``out_of_range=error``, every day's id
+    range (read whole, each rank checks the ids it copies).
+
+    Raises:
+        DataError: see the checks named.
+    """
+    if not cfg.mmap_mode:
+        _check_read_fits(sum(len(day[2]) for day in loaded), shuffled, folder)
+    _check_days_labels(folder, days)
+    if cfg.mmap_mode and cfg.out_of_range is OutOfRange.error:
+        sizes = np.asarray(table_sizes, dtype=np.int64)
+        _check_ranges([_id_range(sparse) for _, sparse, _ in loaded], sizes, days)
+
+
 def _mapped_splits(
     loaded: list[tuple[np.ndarray, np.ndarray, np.ndarray]],
     cfg: CriteoNpyDataConfig,
@@ -413,15 +438,9 @@ def _mapped_splits(
     bounds: SplitBounds,
 ) -> tuple[ClickData, ClickData, ClickData, DataInfo]:
     """``mmap_mode``: splits as :class:`RowSpan` views of the mapped days (nothing copied), cut
-    at ``bounds`` (:func:`split_bounds`); ids are hashed per batch, or their range is checked day
-    by day first."""
+    at ``bounds`` (:func:`split_bounds`); ids are hashed per batch (or were range-checked by
+    :func:`_scan`)."""
     sizes = np.asarray(table_sizes, dtype=np.int64)
-    if cfg.out_of_range is OutOfRange.error:  # every id read: once, by rank 0 for all
-
-        def check() -> None:
-            _check_ranges([_id_range(sparse) for _, sparse, _ in loaded], sizes, days)
-
-        on_rank_zero(check, SCAN_WAIT)
 
     def ids(rows: np.ndarray) -> np.ndarray:
         return np.asarray(rows, dtype=np.int64) % sizes
