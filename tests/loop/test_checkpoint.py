@@ -268,6 +268,7 @@ def test_a_loss_read_one_step_late_trains_the_same_and_stops_at_the_same_step(
     late = run_train(compose_cfg(clean), tmp_path / "b", {})
     assert late.val_history == at_once.val_history and late.test == at_once.test
     assert late.final_train_loss == at_once.final_train_loss and late.steps == 7
+    assert (at_once.loss_read_lag, late.loss_read_lag) == (0, 1)  # the record says what ran
     bad = [*args, f"data.path={tmp_path / 'bad'}", "train.checkpoint_every_n_steps=2"]
     with pytest.raises(NonFiniteLossError, match="at step 3: "):
         run_train(compose_cfg(bad), tmp_path / "stop", {})

@@ -65,8 +65,9 @@ class Experiment:
 
     def embedding_learning_rate(self) -> float | None:
         """The learning rate FBGEMM's fused embedding kernel of this rank holds now, read from
-        the kernel itself (None when this rank has no fused table)."""
-        kernels = fused_kernels(self.model)
+        the kernel itself (None when this rank has no fused table); the kernels are the ones
+        the schedule sets (found once, not by walking the model at every logged step)."""
+        kernels = self.lr_schedule.kernels
         return float(kernels[0].get_learning_rate()) if kernels else None
 
 

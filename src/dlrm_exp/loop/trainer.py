@@ -228,7 +228,7 @@ class FitResult:
             validation's with ``train.keep_best``, else the final weights'.
         test: test metrics of the same weights.
         step_seconds: wall seconds of each training step after the throughput warm-up (from
-            one step's output to the next; on CUDA after a synchronize).
+            one step's loss read to the next: on CUDA each read waits for its step).
         target_epoch: epochs trained (a fraction) when the target AUROC was reached (None:
             not reached, or no target).
         stop_reason: ``end``, ``target_auroc`` or ``early_stopping``.
@@ -238,6 +238,7 @@ class FitResult:
         steps_per_epoch: training steps of one epoch.
         steps_trained: the steps this job trained (after a resume, those after the
             checkpoint's step): what collective bytes per step are counted over.
+        loss_read_lag: steps queued before each loss was read (:func:`loss_read_lag`).
     """
 
     state: TrainerState
@@ -251,6 +252,7 @@ class FitResult:
     final_weights: dict[str, dict[str, float]] = field(default_factory=dict)
     steps_per_epoch: int = 1
     steps_trained: int = 0
+    loss_read_lag: int = 0
 
 
 #: Called as ``checkpoint(step, state)`` with the pipeline drained.
@@ -360,6 +362,7 @@ class Trainer:
             final_weights=final_weights,
             steps_per_epoch=self.steps_per_epoch,
             steps_trained=state.step - start,
+            loss_read_lag=self.loss_read_lag,
         )
 
     def _keep_resumed_best(self, state: TrainerState) -> None:

@@ -59,13 +59,7 @@ from dlrm_exp.loop.metrics import (
     reset_peak_memory,
     step_time_ms,
 )
-from dlrm_exp.loop.trainer import (
-    BatchSources,
-    FitResult,
-    Trainer,
-    TrainerState,
-    loss_read_lag,
-)
+from dlrm_exp.loop.trainer import BatchSources, FitResult, Trainer, TrainerState
 from dlrm_exp.modes.export import saved_table_data_types
 from dlrm_exp.modes.job import Job, ModeResult
 from dlrm_exp.modes.setup import prepare, rank_batches, run_on_ranks, shared_job
@@ -526,7 +520,7 @@ def _run_metrics(
         threads_per_rank=run.ctx.threads,
         host_allocator=run.ctx.host_allocator,
         prefetch_batches=run.cfg.train.prefetch_depth(cuda=run.ctx.device.type == "cuda"),
-        loss_read_lag=loss_read_lag(run.ctx.device, run.cfg.train.on_nonfinite),
+        loss_read_lag=result.loss_read_lag,
         embedding_bytes_per_rank=run.plan_data.embedding_bytes_per_rank,
         bayes_auroc=info.bayes_auroc,
         data=info.to_json(),
