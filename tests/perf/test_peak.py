@@ -78,7 +78,7 @@ def fake_machine(tmp_path, monkeypatch):
     calls = []
     spot = {"factor": 1.0, "sizes": [], "copy_factor": 1.0}
 
-    def fake_probe(device, dtype):
+    def fake_probe(device, dtype, sizes=None):
         calls.append(dtype)
         return _peak(1e11, key=peak_module.machine_key(device, dtype))
 
@@ -117,9 +117,9 @@ def test_a_probe_that_memory_cut_short_is_used_but_not_cached(fake_machine, monk
     """A GPU with little free memory beside the tables probes only its small sizes: cached,
     that lower reading would stand for the machine for a day (review)."""
     path, calls, _ = fake_machine
-    monkeypatch.setattr(peak_module, "memory_limited", lambda device, dtype: True)
+    monkeypatch.setattr(peak_module, "memory_limited", lambda device, sizes: True)
     assert measured_peak(CPU).source == "probed" and not path.exists()
-    monkeypatch.setattr(peak_module, "memory_limited", lambda device, dtype: False)
+    monkeypatch.setattr(peak_module, "memory_limited", lambda device, sizes: False)
     assert measured_peak(CPU).source == "probed" and path.exists() and len(calls) == 2
 
 

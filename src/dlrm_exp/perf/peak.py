@@ -172,7 +172,7 @@ def sizes_that_fit(sizes: tuple[int, ...], dtype: torch.dtype, free_bytes: int) 
     """The matmul sizes whose probe takes at most half of ``free_bytes``: two operands and the
     product in ``dtype``, plus the float32 operand each is drawn as when ``dtype`` is another
     (possibly none)."""
-    itemsize = torch.empty((), dtype=dtype).element_size()
+    itemsize = dtype.itemsize
     per_element = 3 * itemsize + (0 if itemsize == 4 else 4)
     return [n for n in sizes if n * n * per_element <= free_bytes // 2]
 
@@ -198,17 +198,20 @@ def probe_sizes(device: torch.device, dtype: torch.dtype) -> list[int]:
     return sizes
 
 
-def memory_limited(device: torch.device, dtype: torch.dtype) -> bool:
-    """Whether the GPU's free memory leaves sizes out of a probe now (such a probe is not
-    cached: a run with room for every size would take its lower rates for the machine's)."""
-    return device.type == "cuda" and len(probe_sizes(device, dtype)) < len(CUDA_SIZES)
+def memory_limited(device: torch.device, sizes: list[int]) -> bool:
+    """Whether the GPU's free memory left sizes out of ``sizes`` (:func:`probe_sizes`): such a
+    probe is not cached, as a run with room for every size would take its lower rates for
+    the machine's."""
+    return device.type == "cuda" and len(sizes) < len(CUDA_SIZES)
 
 
-def probe(device: torch.device, dtype: torch.dtype = torch.float32) -> Peak:
+def probe(
+    device: torch.device, dtype: torch.dtype = torch.float32, sizes: list[int] | None = None
+) -> Peak:
     """Measure the matmul and copy peaks on ``device`` now (no cache)."""
     measured_at = _now().isoformat(timespec="seconds")
     rates: dict[str, float] = {}
-    for n in probe_sizes(device, dtype):
+    for n in probe_sizes(device, dtype) if sizes is None else sizes:
         if rates and 2.0 * n**3 / max(rates.values()) > 2 * PROBE_SECONDS:
             break  # one product would take longer than twice the budget (slow dtype)
         rates[str(n)] = matmul_rate(device, dtype, n, PROBE_SECONDS, warm_up=not rates)
@@ -236,13 +239,16 @@ def spot_size(cached: Peak, limit: int | None = None) -> int:
     return max(fits, default=sizes[0])
 
 
-def check_cached(cached: Peak, device: torch.device, dtype: torch.dtype) -> tuple[bool, str]:
+def check_cached(
+    cached: Peak, device: torch.device, dtype: torch.dtype, limit: int | None = None
+) -> tuple[bool, str]:
     """Whether ``cached`` can still be used, and why (its age, then a spot check of one matmul
-    size and of the copy bandwidth, each within :data:`SPOT_TOLERANCE` of the cached rate)."""
+    size, at most ``limit`` (default: the largest :func:`probe_sizes` allows), and of the copy
+    bandwidth, each within :data:`SPOT_TOLERANCE` of the cached rate)."""
     age = _now() - datetime.fromisoformat(cached.measured_at)
     if not timedelta(0) <= age <= MAX_AGE:
         return False, f"cached reading of {cached.measured_at} is {age} old (limit {MAX_AGE})"
-    n = spot_size(cached, max(probe_sizes(device, dtype)))
+    n = spot_size(cached, max(probe_sizes(device, dtype)) if limit is None else limit)
     checks = (  # measured one after the other: a failed one ends the check (a probe follows)
         (f"n={n}", lambda: matmul_rate(device, dtype, n, SPOT_SECONDS),
          cached.matmul_by_size[str(n)], "GFLOP/s"),
@@ -285,18 +291,19 @@ def measured_peak(device: torch.device, dtype: torch.dtype = torch.float32) -> P
     Raises:
         PeakUnavailable: see :func:`probe_sizes`.
     """
-    limited = memory_limited(device, dtype)
+    sizes = probe_sizes(device, dtype)  # the GPU's free memory asked once
+    limited = memory_limited(device, sizes)
     key = machine_key(device, dtype)
     path = cache_file()
     cached = read_json_object(path) or {}
     entry = _cached_peak(cached.get(key))
     reason = "no cached reading"
     if entry is not None:
-        usable, reason = check_cached(entry, device, dtype)
+        usable, reason = check_cached(entry, device, dtype, max(sizes))
         if usable:
             return replace(entry, source=CACHED, reason=reason)
     log.info("measuring the %s matmul peak: %s", _dtype_name(dtype), reason)
-    peak = replace(probe(device, dtype), source=PROBED, reason=reason)
+    peak = replace(probe(device, dtype, sizes), source=PROBED, reason=reason)
     if limited:
         log.info("the peak probe left out sizes that did not fit in GPU memory: not cached")
         return peak
