@@ -374,12 +374,22 @@ def adopt_best(
 _KEEP, _DROP, _ADOPT = "keep", "drop", "adopt"
 
 
+def holds_best(path: Path, value: float | None) -> bool:
+    """Whether the checkpoint ``path`` holds the weights of the best validation of ``value``
+    (the best its trainer state recorded when saved).
+
+    Raises:
+        CheckpointError: its trainer state cannot be read (:func:`read_trainer_state`).
+    """
+    return (read_trainer_state(path).get("best") or {}).get("value") == value
+
+
 def _adoption(source: Path | None, value: float | None, own: set[Path]) -> str:
     """What :func:`adopt_best` does with ``source``: keep it as it is (not complete, or
     already this run's), drop it (none, or another best than ``value``), or adopt it."""
     if source is not None and not _is_complete(source):
         return _KEEP
-    if source is None or (read_trainer_state(source).get("best") or {}).get("value") != value:
+    if source is None or not holds_best(source, value):
         return _DROP
     return _KEEP if source.resolve() in own else _ADOPT
 

@@ -45,10 +45,10 @@ from dlrm_exp.loop.checkpoint import (
     best_checkpoint,
     changed_settings,
     check_no_earlier_run,
+    holds_best,
     later_checkpoints,
     load_checkpoint,
     load_model_weights,
-    read_trainer_state,
     resolve_resume,
     resume_step,
     save_checkpoint,
@@ -486,10 +486,9 @@ class _BestCheckpoint:
         """The folder :meth:`restore` loads, None when none holds ``best``'s weights."""
         path = best_checkpoint(self.saver.run.job.run_dir) or Path(location)
         try:
-            saved = read_trainer_state(path)
+            return path if holds_best(path, best.value) else None
         except CheckpointError:
             return None
-        return path if (saved.get("best") or {}).get("value") == best.value else None
 
 
 def _run_metrics(
