@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from dlrm_exp.record.metric_table import METRICS, Metric, fmt
+from dlrm_exp.record.metric_table import METRICS, Metric, fmt, shown
 from dlrm_exp.record.run_record import COMPLETED
 from dlrm_exp.record.runs import RunRecord, check_distinct_seeds, check_same_fixed
 from dlrm_exp.record.stats import Difference, Estimate, estimate, paired_difference
@@ -140,8 +140,7 @@ def stats_markdown(stats: Sequence[ConfigStats]) -> str:
         "peak_gpu_gib",
         "table_bytes_per_rank",
     ]
-    if not any("peak_gpu_gib" in s.estimates for s in stats):  # CPU runs hold no GPU memory
-        keys.remove("peak_gpu_gib")
+    keys = shown(keys, lambda k: any(k in s.estimates for s in stats))
     header = ["configuration", "n"] + [METRICS[k].label for k in keys]
     header += [f"{split} AUROC - baseline [95% CI]" for split in ("val", "test")]
     lines = ["| " + " | ".join(header) + " |", "| " + " | ".join("---" for _ in header) + " |"]

@@ -10,7 +10,7 @@ calibration (mean prediction / click rate; ideal 1).
 """
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -158,3 +158,12 @@ METRICS: dict[str, Metric] = {
     m.key: m
     for m in [_split_metric(split, q) for split in SPLITS for q in QUALITY] + list(_RUN_METRICS)
 }
+
+
+#: Table columns left out when no run has a value (CPU runs hold no GPU memory).
+OPTIONAL_METRICS = frozenset({"peak_gpu_gib"})
+
+
+def shown(keys: Sequence[str], has_value: Callable[[str], bool]) -> list[str]:
+    """``keys`` less the :data:`OPTIONAL_METRICS` for which ``has_value(key)`` is false."""
+    return [k for k in keys if k not in OPTIONAL_METRICS or has_value(k)]

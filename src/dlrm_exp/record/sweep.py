@@ -18,7 +18,7 @@ from dlrm_exp.record.compare import (
     stats_markdown,
     write_stats,
 )
-from dlrm_exp.record.metric_table import METRICS, fmt
+from dlrm_exp.record.metric_table import METRICS, fmt, shown
 from dlrm_exp.record.run_record import COMPLETED, FAILED, INTERRUPTED
 from dlrm_exp.record.run_values import write_run_values
 from dlrm_exp.record.runs import RunRecord, load_runs
@@ -31,10 +31,9 @@ CSV_METRICS = (
     "matmul_peak_pct", "peak_rss_gib", "peak_gpu_gib", "table_bytes_per_rank", "table_rows",
     "managed_rows_held", "wall_seconds",
 )  # fmt: skip
-#: The metric columns of ``summary.md`` (``peak_gpu_gib`` only where a run has it).
+#: The metric columns of ``summary.md`` (optional ones only where a run has them:
+#: :func:`~dlrm_exp.record.metric_table.shown`).
 TABLE_METRICS = tuple(k for k in CSV_METRICS if k != "test_ne")
-#: Columns of ``summary.md`` left out when no run has a value (CPU runs hold no GPU memory).
-_OPTIONAL = ("peak_gpu_gib",)
 
 
 def summary_row(run: RunRecord) -> dict[str, Any]:
@@ -62,9 +61,7 @@ def markdown_table(rows: Sequence[dict[str, Any]]) -> str:
     """The summary as a GitHub markdown table, with the failed jobs' errors and the profiled
     runs' trace files (``train.profile``) listed below. A run in which something ran other
     than asked is labelled by what ran: ``qcomms=fp8 (ran qcomms: reduce_scatter FP16/BF16)``."""
-    keys = [
-        k for k in TABLE_METRICS if k not in _OPTIONAL or any(row[k] is not None for row in rows)
-    ]
+    keys = shown(TABLE_METRICS, lambda k: any(row[k] is not None for row in rows))
     headers = ["run", "status"] + [METRICS[k].label for k in keys]
     lines = [
         "| " + " | ".join(headers) + " |",
