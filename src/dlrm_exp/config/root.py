@@ -33,6 +33,7 @@ from dlrm_exp.config.qcomms import QCommsConfig
 from dlrm_exp.config.schema import FeatureSchema
 from dlrm_exp.config.sharding import ComputeKernel, ShardingConfig, ShardingStrategy
 from dlrm_exp.config.train import CUDA_PIPELINES, DensePrecision, OnNonFinite, TrainConfig
+from dlrm_exp.util.text import first_few
 
 
 @dataclass
@@ -282,7 +283,7 @@ class Config:
         managed = sorted(self.model.managed_tables)
         require(
             self.train.on_nonfinite is not OnNonFinite.skip or not managed,
-            f"train.on_nonfinite=skip with managed-collision tables ({', '.join(managed[:3])}): "
+            f"train.on_nonfinite=skip with managed-collision tables ({first_few(managed)}): "
             "their id maps take in a batch's raw ids in its forward, before its loss is known, "
             "so a skipped batch still moves ids in and out of rows; use train.on_nonfinite=stop",
         )

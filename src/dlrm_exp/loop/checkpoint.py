@@ -563,7 +563,7 @@ def check_managed_ranks(path: Path, saved_ranks: int | None, expected: Checkpoin
     sizes = [n for n in range(1, saved_ranks + 1) if saved_ranks % n == 0]
     raise CheckpointError(
         f"checkpoint {path} was saved by {saved_ranks} rank(s); its managed-collision features "
-        f"({', '.join(managed[:3])}) resume only on a number of ranks that divides it "
+        f"({first_few(managed)}) resume only on a number of ranks that divides it "
         f"(TorchRec rebuilds each rank's id map from the saved rank blocks): "
         f"{', '.join(map(str, sizes))}, not {expected.world_size}"
     )

@@ -203,7 +203,7 @@ def warn_other_data_source(saved: dict[str, Any], cfg: Config) -> None:
     here = set(flat_settings("data", cfg.data))
     if not recorded or not recorded - here:
         return
-    only_run = ", ".join(sorted(recorded - here)[:3])
+    only_run = first_few(sorted(recorded - here))
     log.warning(
         "the checkpoint was trained on other data than this job reads (its run set %s, which "
         "this job's data has not): add the run's data=... and data.path=... to score what it "

@@ -401,7 +401,7 @@ def between_evictions(step: int, managed: Mapping[str, ManagedCollision]) -> str
         return None
     return (
         f"resuming from step {step}, between the evictions of managed-collision table(s) "
-        f"{', '.join(off[:3])}{', ...' if len(off) > 3 else ''}: the ids seen since their last "
+        f"{first_few(off)}: the ids seen since their last "
         "eviction are not in the checkpoint, so this run continues closely, not bitwise"
     )
 

@@ -28,6 +28,7 @@ from torchrec.distributed.types import (
 from torchrec.modules.embedding_configs import EmbeddingBagConfig
 
 from dlrm_exp.errors import ConfigError
+from dlrm_exp.util.text import first_few
 
 _UNSHARDED = {ShardingType.DATA_PARALLEL.value}
 #: The keys every table entry of a plan.json has.
@@ -190,7 +191,7 @@ def _check_ranks_per_host(
         return
     raise ConfigError(
         f"{where} is for {planned_local} rank(s) per host, this job has {local_world_size}: "
-        f"its {', '.join(per_host[:3])}{', ...' if len(per_host) > 3 else ''} are cut per host "
+        f"its {first_few(per_host)} are cut per host "
         f"(table_row_wise / grid_shard): plan again for {local_world_size} rank(s) per host "
         f"(mode=plan hardware.local_world_size={local_world_size}), or run this job with "
         f"{planned_local} per host"
