@@ -339,7 +339,7 @@ def test_a_containers_memory_limit_caps_the_measured_memory(tmp_path, monkeypatc
 
     v2, v1 = tmp_path / "memory.max", tmp_path / "memory.limit_in_bytes"
     monkeypatch.setattr(cgroup, "CGROUP_MEMORY_LIMITS", (v2, v1))
-    monkeypatch.setattr(topology.psutil, "virtual_memory", lambda: SimpleNamespace(total=64 * GIB))
+    monkeypatch.setattr(cgroup.psutil, "virtual_memory", lambda: SimpleNamespace(total=64 * GIB))
     assert topology.machine_memory_bytes() == 64 * GIB  # no cgroup files
     v1.write_text(str(2**63 - 4096))  # v1 without a limit
     assert topology.machine_memory_bytes() == 64 * GIB

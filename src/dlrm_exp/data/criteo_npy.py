@@ -37,7 +37,7 @@ from dlrm_exp.data.preprocess.tsv_parse import NUM_DENSE, NUM_SPARSE
 from dlrm_exp.data.row_span import RowSpan
 from dlrm_exp.data.splits import SCAN_WAIT, DataInfo
 from dlrm_exp.errors import DataError
-from dlrm_exp.util.cgroup import memory_limit_bytes
+from dlrm_exp.util.cgroup import available_memory_bytes
 from dlrm_exp.util.files import read_json_object
 from dlrm_exp.util.rank_zero import on_rank_zero
 
@@ -319,10 +319,8 @@ def _check_read_fits(rows: int, shuffled: int, folder: Path) -> None:
     """
     ranks = int(os.environ.get("LOCAL_WORLD_SIZE", "1"))  # as the launcher set it
     need = (rows * ROW_BYTES + shuffled * SHUFFLE_BYTES) * ranks
-    available = psutil.virtual_memory().available
-    limit = memory_limit_bytes()  # a container's: psutil reads the node's free memory
-    if limit is not None:
-        available = min(available, limit - psutil.Process().memory_info().rss * ranks)
+    # a container's limit counts too: psutil reads the node's free memory
+    available = available_memory_bytes(held=psutil.Process().memory_info().rss * ranks)
     if need <= available:
         return
     raise DataError(

@@ -3,7 +3,6 @@ bandwidths."""
 
 from dataclasses import dataclass
 
-import psutil
 import torch
 from torchrec.distributed.planner.types import HardwareConfig as TorchRecHardwareConfig
 from torchrec.distributed.planner.types import (
@@ -16,16 +15,14 @@ from torchrec.distributed.planner.types import (
 from dlrm_exp.config import ComputeDevice, HardwareConfig
 from dlrm_exp.errors import ConfigError
 from dlrm_exp.planning.storage import GIB
-from dlrm_exp.util.cgroup import memory_limit_bytes
+from dlrm_exp.util.cgroup import total_memory_bytes
 
 
 def machine_memory_bytes() -> int:
     """The RAM this process may use, bytes: the machine's (psutil), or its container's limit
     when lower (psutil reads the node's: a pod planned against it was killed by the kernel
-    instead of being told to cap its tables)."""
-    total = int(psutil.virtual_memory().total)
-    limit = memory_limit_bytes()
-    return total if limit is None else min(total, limit)
+    instead of being told to cap its tables; :func:`~dlrm_exp.util.cgroup.total_memory_bytes`)."""
+    return total_memory_bytes()
 
 
 @dataclass(frozen=True)
@@ -58,10 +55,9 @@ def memory_capacity(cfg: HardwareConfig, local_world_size: int) -> MemoryCapacit
     if cfg.ddr_cap is not None:
         ddr, source = int(cfg.ddr_cap * GIB), "hardware.ddr_cap"
     else:
-        ddr = machine_memory_bytes() // local_world_size
-        source = (
-            f"measured: {machine_memory_bytes() / GIB:.1f} GiB RAM / {local_world_size} rank(s)"
-        )
+        total = machine_memory_bytes()
+        ddr = total // local_world_size
+        source = f"measured: {total / GIB:.1f} GiB RAM / {local_world_size} rank(s)"
     hbm: int | None = None
     hbm_source = ""
     if cfg.compute_device is ComputeDevice.cuda:
