@@ -8,12 +8,36 @@ when complete, so a crash never leaves a truncated ``.npy`` that looks finished.
 import os
 from pathlib import Path
 from types import TracebackType
+from typing import BinaryIO
 
 import numpy as np
 
 from dlrm_exp.util.files import replace_durably
 
 HEADER_BYTES = 128
+
+
+def _write_header(f: BinaryIO, path: Path, dtype: np.dtype, rows: int, columns: int) -> None:
+    """The npy header of a (``rows``, ``columns``) ``dtype`` array at the start of ``f``.
+
+    Raises:
+        ValueError: it is not :data:`HEADER_BYTES` long (the rows are written after it).
+    """
+    f.seek(0)
+    header = {
+        "descr": np.lib.format.dtype_to_descr(dtype),
+        "fortran_order": False,
+        "shape": (rows, columns),
+    }
+    np.lib.format.write_array_header_1_0(f, header)
+    if f.tell() != HEADER_BYTES:
+        raise ValueError(f"npy header of {path} is {f.tell()} bytes, not {HEADER_BYTES}")
+
+
+def _sync(f: BinaryIO) -> None:
+    """``f``'s data on disk (before :func:`~dlrm_exp.util.files.replace_durably` names it)."""
+    f.flush()
+    os.fsync(f.fileno())
 
 
 class NpyRowWriter:
@@ -42,17 +66,8 @@ class NpyRowWriter:
         """Write the header, sync, and move the file into place (the partial file removed if
         any of it fails: a 1TB day's is about 40 GB, and a full disk is the likely cause)."""
         try:
-            self._file.seek(0)
-            header = {
-                "descr": np.lib.format.dtype_to_descr(self.dtype),
-                "fortran_order": False,
-                "shape": (self.rows, self.columns),
-            }
-            np.lib.format.write_array_header_1_0(self._file, header)
-            if self._file.tell() != HEADER_BYTES:
-                raise ValueError(f"npy header of {self.path} is {self._file.tell()} bytes, not 128")
-            self._file.flush()
-            os.fsync(self._file.fileno())
+            _write_header(self._file, self.path, self.dtype, self.rows, self.columns)
+            _sync(self._file)
             self._file.close()
             replace_durably(self.tmp, self.path)
         except BaseException:
@@ -112,18 +127,10 @@ class NpyRowFile:
     def finish(self, rows: int) -> Path:
         """Write the header for ``rows`` rows, cut anything beyond them, and move the file
         into place."""
-        header = {
-            "descr": np.lib.format.dtype_to_descr(self.dtype),
-            "fortran_order": False,
-            "shape": (rows, self.columns),
-        }
         with open(self.tmp, "r+b") as f:
-            np.lib.format.write_array_header_1_0(f, header)
-            if f.tell() != HEADER_BYTES:
-                raise ValueError(f"npy header of {self.path} is {f.tell()} bytes, not 128")
+            _write_header(f, self.path, self.dtype, rows, self.columns)
             f.truncate(HEADER_BYTES + rows * self.columns * self.dtype.itemsize)
-            f.flush()
-            os.fsync(f.fileno())  # on disk before the day's marker vouches for it
+            _sync(f)  # on disk before the day's marker vouches for it
         replace_durably(self.tmp, self.path)
         return self.path
 
