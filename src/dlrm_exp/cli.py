@@ -74,15 +74,14 @@ def hydra_main(raw: DictConfig) -> float | None:
     except Exception as err:  # one job's failure must not end the sweep
         if env_rank() > 0:  # a task of a several-task (submitit) job: its failure fails the
             raise  # task, and rank 0 records the job's (a record here would replace it)
-        if isinstance(err, RunFolderInUseError):  # the folder's record is another run's
-            print(f"Error in job {name}: {err}", file=sys.stderr)
-            return math.nan
         user_error = isinstance(err, (UserError, OmegaConfBaseException))
         if not user_error:
             log.exception("job %s failed", name)
         message = str(err) if user_error else f"{type(err).__name__}: {err}"
         print(f"Error in job {name}: {message}", file=sys.stderr)
-        RunMetrics.failed(message, type(err).__name__, _choices()).write(run_dir / "metrics.json")
+        if not isinstance(err, RunFolderInUseError):  # else the folder's record is another run's
+            failed = RunMetrics.failed(message, type(err).__name__, _choices())
+            failed.write(run_dir / "metrics.json")
         return math.nan
 
 
