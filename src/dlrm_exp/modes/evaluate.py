@@ -61,9 +61,9 @@ def run_evaluate(cfg: Config, job: Job) -> EvalMetrics:
     check_writable(job.run_dir)
     _keep_other_records(job.run_dir)
     assert cfg.checkpoint is not None  # Config.__post_init__ requires it
-    # started by torchrun, every rank runs this: rank 0 finds the checkpoint for all, inside
-    path = None if launched_by_torchrun() else find_checkpoint(cfg.checkpoint)
-    return run_on_ranks(evaluate_worker, cfg, job, path)
+    if not launched_by_torchrun():  # refused before workers start (torchrun: in the workers)
+        find_checkpoint(cfg.checkpoint)
+    return run_on_ranks(evaluate_worker, cfg, job)
 
 
 def _keep_other_records(run_dir: Path) -> None:
@@ -96,17 +96,15 @@ def _scored_inputs(data: CriteoTsvDataConfig, names: tuple[str, ...]) -> set[str
     return {f"data.{name}_path" if given[name] else "data.path" for name in names}
 
 
-def evaluate_worker(
-    cfg: Config, job: Job, path: Path | None, plan: ShardingPlan | None = None
-) -> EvalMetrics:
+def evaluate_worker(cfg: Config, job: Job, plan: ShardingPlan | None = None) -> EvalMetrics:
     """Load the checkpoint's weights on this rank and score the asked-for splits (every rank
-    takes part; rank 0 writes). ``path``: the checkpoint, or None to find ``checkpoint=``'s
-    on rank 0 for every rank (hosts may list a shared folder differently)."""
+    takes part; rank 0 writes). Rank 0 finds ``checkpoint=``'s folder for every rank (hosts
+    may list a shared folder differently)."""
     started = time.perf_counter()
     with process_group(cfg.hardware) as ctx:
-        given, location = path, cfg.checkpoint
+        location = cfg.checkpoint
         assert location is not None  # Config.__post_init__ requires it
-        path = on_rank_zero(lambda: given or find_checkpoint(location))
+        path = on_rank_zero(lambda: find_checkpoint(location))
         splits, experiment = prepare(cfg, ctx, plan, loads_weights=True)
         names = ("val", "test") if cfg.split is EvalSplit.all else (cfg.split.value,)
         if isinstance(cfg.data, CriteoTsvDataConfig) and splits.info.read:
