@@ -180,10 +180,9 @@ def launch_workers(fn: Callable[..., Any], args: tuple, cfg: HardwareConfig) -> 
     return results[0]
 
 
-def _device(cfg: HardwareConfig, local_rank: int) -> torch.device:
+def _device(cfg: HardwareConfig, local_rank: int, local_world_size: int) -> torch.device:
     if cfg.compute_device is ComputeDevice.cuda:
         check_devices(cfg)
-        local_world_size = int(os.environ.get("LOCAL_WORLD_SIZE", 1))
         index = rank_gpu(local_rank, local_world_size, torch.cuda.device_count())
         torch.cuda.set_device(index)
         return torch.device("cuda", index)
@@ -317,8 +316,11 @@ def process_group(cfg: HardwareConfig) -> Iterator[DistContext]:
     """
     created = False
     _check_local_env()
+    # where the rank sits on its host (a launched job of several ranks sets both: checked
+    # above; one process is rank 0 of 1)
     local_rank = int(os.environ.get("LOCAL_RANK", 0))
-    device = _device(cfg, local_rank)
+    local_world_size = int(os.environ.get("LOCAL_WORLD_SIZE", 1))
+    device = _device(cfg, local_rank, local_world_size)
     if not dist.is_initialized():
         timeout = timedelta(seconds=cfg.collective_timeout_s)
         if launched_by_torchrun():
@@ -340,7 +342,8 @@ def process_group(cfg: HardwareConfig) -> Iterator[DistContext]:
                 timeout=timeout,
             )
         created = True
-    local_world_size = int(os.environ.get("LOCAL_WORLD_SIZE", dist.get_world_size()))
+    if "LOCAL_WORLD_SIZE" not in os.environ:  # a group made by someone else: one host assumed
+        local_world_size = dist.get_world_size()
     try:
         if dist.get_rank() == 0:
             _warn_unlike_config(cfg, dist.get_world_size(), local_world_size)
