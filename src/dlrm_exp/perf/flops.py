@@ -83,9 +83,10 @@ def dense_flops(cfg: ModelConfig, symmetric_interaction: bool = False) -> DenseF
     else:
         interaction, width = 2 * (f + 1) ** 2 * d, d + f * (f + 1) // 2
     symmetric = symmetric_interaction and cfg.interaction_type is InteractionType.original
-    backward = 1 if symmetric else TRAINING_FLOPS_PER_FORWARD - 1
     over = mlp_flops(width, list(cfg.over_arch_layer_sizes))
-    return DenseFlops(dense, interaction, over, backward)
+    if symmetric:  # one bmm in backward instead of two
+        return DenseFlops(dense, interaction, over, interaction_backward=1)
+    return DenseFlops(dense, interaction, over)
 
 
 def embedding_bytes_per_sample(
