@@ -200,19 +200,19 @@ def rank_gpu(local_rank: int, local_world_size: int, visible: int) -> int:
             ``--gpus-per-task`` / ``--gpu-bind``: every task sees its GPU as 0): sharding
             would fail later, TorchRec placing rank 1's shards on ``cuda:1``.
     """
+    shown = f"CUDA_VISIBLE_DEVICES={os.environ.get('CUDA_VISIBLE_DEVICES', 'unset')}"
     if visible == 1 and local_world_size > 1:
         raise ConfigError(
             f"local rank {local_rank} of {local_world_size} on this host sees 1 GPU "
-            f"(CUDA_VISIBLE_DEVICES={os.environ.get('CUDA_VISIBLE_DEVICES', 'unset')}): one "
-            "GPU bound to each task (Slurm --gpus-per-task / --gpu-bind) cannot run TorchRec's "
-            "plans, which place rank r on cuda:<r % ranks per host>; give every task all of "
+            f"({shown}): one GPU bound to each task (Slurm --gpus-per-task / --gpu-bind) "
+            "cannot run TorchRec's plans, which place rank r on cuda:<r % ranks per host>; "
+            "give every task all of "
             "its host's GPUs (--gpus-per-node, as hydra/launcher=slurm_gpu does)"
         )
     if local_rank >= visible:
         raise ConfigError(
-            f"local rank {local_rank} sees {visible} GPU(s) (CUDA_VISIBLE_DEVICES="
-            f"{os.environ.get('CUDA_VISIBLE_DEVICES', 'unset')}): give each task one GPU or "
-            "all of its host's"
+            f"local rank {local_rank} sees {visible} GPU(s) ({shown}): give every task all of "
+            "its host's GPUs"
         )
     return local_rank
 
