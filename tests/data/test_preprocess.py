@@ -12,6 +12,7 @@ from torchrec.datasets.criteo import BinaryCriteoUtils
 from conftest import torchrec_criteo_rows
 from dlrm_exp.config import CategoricalTransform, DenseTransform, PreprocessConfig
 from dlrm_exp.data.criteo_format import criteo_lines, write_criteo_tsv
+from dlrm_exp.data.preprocess import contiguous
 from dlrm_exp.data.preprocess.convert import preprocess_files
 from dlrm_exp.data.preprocess.npy_stream import NpyRowWriter
 from dlrm_exp.errors import DataError
@@ -255,6 +256,28 @@ def test_contiguous_ids_equal_torchrec_sparse_to_contiguous(tmp_path):
     assert again["days_skipped_finished"] == [0, 1, 2]
     assert not (np.concatenate([np.load(out / f"day_{d}_sparse.npy") for d in range(3)]) == 1).any()
     assert again["contiguous"]["frequency_threshold"] == 1
+
+
+def test_contiguous_ids_read_in_feature_groups_and_row_blocks_equal_torchrec(tmp_path, monkeypatch):
+    """Days read a few features at a time, in blocks of rows (as a host with little memory
+    does), give TorchRec's ids: each id's first row and count carry over the groups and days."""
+    rng = np.random.default_rng(5)
+    raw = []
+    for d, rows in enumerate((700, 0, 513)):
+        raw.append(tmp_path / f"day_{d}_sparse_raw.npy")
+        np.save(raw[-1], rng.integers(0, [3, 50, 400, 7, 1000], size=(rows, 5)) * 31 + 10**12)
+    (tmp_path / "tr").mkdir()
+    BinaryCriteoUtils.sparse_to_contiguous(
+        [str(p) for p in raw], str(tmp_path / "tr"), frequency_threshold=2, columns=5
+    )
+    monkeypatch.setattr(contiguous, "_CHUNK_ROWS", 64)
+    assert contiguous.feature_groups(700, 5, 2 * 8 * 700) == [range(0, 2), range(2, 4), range(4, 5)]
+    out = [tmp_path / f"ours_{d}.npy" for d in range(3)]
+    sizes = contiguous.contiguous_ids(raw, out, 2, budget_bytes=2 * 8 * 700)
+    ours = np.concatenate([np.load(p) for p in out])
+    theirs = [np.load(tmp_path / "tr" / f"day_{d}_sparse_raw_contig_freq.npy") for d in range(3)]
+    assert np.array_equal(ours, np.concatenate(theirs))
+    assert (ours == contiguous.RARE_ID).any() and sizes == (ours.max(axis=0) + 1).tolist()
 
 
 def test_a_day_converted_later_shares_the_contiguous_ids_of_the_earlier_days(tmp_path):

@@ -8,65 +8,104 @@ order of their first occurrence; rarer ids become ``1`` (with a threshold of 1 o
 is kept). Table ``t`` then needs ``num_embeddings_per_feature[t] = 2 + (ids kept)`` rows (row 0
 is never used, row 1 holds the rare ids).
 
-Memory: per feature, the distinct ids of every day with their first position and count (not
-the rows); the days are read memory-mapped and written in blocks of rows.
+Reading: a day's (N, F) id file is row-major, so one feature's column spans every page of it;
+reading it feature by feature (as TorchRec's script does) reads each day F (26) times, from
+disk once the days outgrow the page cache (910 GB of raw ids at Criteo 1TB scale). Here each
+day is read in row blocks into column-major groups of features, as many at once as a quarter
+of the available memory holds (a 1TB day's column is about 1.5 GB: three groups with 64 GB
+free, one with 170 GB; one feature a group at worst), and then once more to write the new
+ids.
+
+Memory: per feature, every distinct id seen so far with its first position and count (24
+bytes an id), the group's columns of one day (8 bytes a row and feature) and ``np.unique``'s
+sort of one column.
 """
 
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 
 from dlrm_exp.data.preprocess.npy_stream import NpyRowWriter
+from dlrm_exp.util.cgroup import available_memory_bytes
 
 RARE_ID = 1
 FIRST_ID = 2
 _CHUNK_ROWS = 1 << 20
 
 
-def _feature_mapping(
-    days: list[np.ndarray], feature: int, threshold: int
-) -> tuple[np.ndarray, np.ndarray]:
-    """``(ids sorted, new id of each)`` for one feature over ``days`` ((N_d, F) arrays)."""
-    uniques, firsts, counts = [], [], []
-    offset = 0
-    for day in days:
-        column = np.ascontiguousarray(day[:, feature])
+@dataclass
+class _SeenIds:
+    """One feature's distinct ids so far (sorted), each with its first row (counted over
+    the days in order) and its number of occurrences."""
+
+    ids: np.ndarray = field(default_factory=lambda: np.empty(0, np.int64))
+    first: np.ndarray = field(default_factory=lambda: np.empty(0, np.int64))
+    count: np.ndarray = field(default_factory=lambda: np.empty(0, np.int64))
+
+    def add(self, column: np.ndarray, offset: int) -> None:
+        """Take in one day's column (N,), whose first row is row ``offset`` of all days."""
         ids, first, count = np.unique(column, return_index=True, return_counts=True)
-        uniques.append(ids)
-        firsts.append(first + offset)
-        counts.append(count)
-        offset += len(column)
-    ids = np.concatenate(uniques)
-    del uniques  # each list freed once concatenated, before the permuted copy is made
-    order = np.argsort(ids, kind="stable")
-    ids = ids[order]
-    first = np.concatenate(firsts)
-    del firsts
-    first = first[order]
-    count = np.concatenate(counts)
-    del counts
-    count = count[order]
-    del order
-    starts = np.flatnonzero(np.r_[True, ids[1:] != ids[:-1]]) if len(ids) else np.array([], int)
-    ids = ids[starts]
-    first = np.minimum.reduceat(first, starts) if len(starts) else first
-    total = np.add.reduceat(count, starts) if len(starts) else count
-    kept = np.flatnonzero(total >= threshold) if threshold > 1 else np.arange(len(ids))
-    new = np.full(len(ids), RARE_ID, dtype=np.int64)
-    by_first_use = kept[np.argsort(first[kept], kind="stable")]
-    new[by_first_use] = np.arange(FIRST_ID, FIRST_ID + len(kept))
-    return ids, new
+        at = np.searchsorted(self.ids, ids)
+        seen = at < len(self.ids)
+        seen[seen] = self.ids[at[seen]] == ids[seen]
+        self.count[at[seen]] += count[seen]  # an earlier day's first row stays the first
+        new = ~seen
+        self.ids = np.insert(self.ids, at[new], ids[new])
+        self.first = np.insert(self.first, at[new], first[new] + offset)
+        self.count = np.insert(self.count, at[new], count[new])
+
+    def mapping(self, threshold: int) -> np.ndarray:
+        """The new id of each id in :attr:`ids` (see the module docstring)."""
+        kept = (
+            np.flatnonzero(self.count >= threshold) if threshold > 1 else np.arange(len(self.ids))
+        )
+        new = np.full(len(self.ids), RARE_ID, dtype=np.int64)
+        by_first_use = kept[np.argsort(self.first[kept], kind="stable")]
+        new[by_first_use] = np.arange(FIRST_ID, FIRST_ID + len(kept))
+        return new
 
 
-def contiguous_ids(raw_paths: list[Path], out_paths: list[Path], threshold: int) -> list[int]:
+def feature_groups(rows: int, features: int, budget_bytes: int) -> list[range]:
+    """The features read together, in order: as many int64 columns of ``rows`` rows as
+    ``budget_bytes`` holds, at least one."""
+    per_group = max(1, min(features, budget_bytes // max(8 * rows, 1)))
+    return [range(lo, min(lo + per_group, features)) for lo in range(0, features, per_group)]
+
+
+def _columns(day: np.ndarray, group: range) -> np.ndarray:
+    """``day[:, group].T`` (len(group), N), reading ``day`` once in blocks of whole rows."""
+    out = np.empty((len(group), day.shape[0]), dtype=np.int64)
+    for lo in range(0, day.shape[0], _CHUNK_ROWS):
+        block = np.asarray(day[lo : lo + _CHUNK_ROWS])
+        out[:, lo : lo + len(block)] = block[:, group.start : group.stop].T
+    return out
+
+
+def contiguous_ids(
+    raw_paths: list[Path], out_paths: list[Path], threshold: int, budget_bytes: int | None = None
+) -> list[int]:
     """Re-index the (N, F) id files ``raw_paths`` (day order) into ``out_paths`` (int64).
+
+    Args:
+        budget_bytes: bytes of one day's columns held at once (default: a quarter of the
+            available memory; see the module docstring).
 
     Returns:
         ``num_embeddings_per_feature``: rows each table needs for the new ids.
     """
     days = [np.load(path, mmap_mode="r", allow_pickle=False) for path in raw_paths]
     features = days[0].shape[1] if days else 0
-    mappings = [_feature_mapping(days, f, threshold) for f in range(features)]
+    budget = available_memory_bytes() // 4 if budget_bytes is None else budget_bytes
+    seen = [_SeenIds() for _ in range(features)]
+    offset = 0
+    for day in days:
+        for group in feature_groups(day.shape[0], features, budget):
+            for f, column in zip(group, _columns(day, group), strict=True):
+                seen[f].add(column, offset)
+        offset += day.shape[0]
+    mappings = [(s.ids, s.mapping(threshold)) for s in seen]
+    del seen
     for day, out in zip(days, out_paths, strict=True):
         with NpyRowWriter(out, np.int64, features) as writer:
             for lo in range(0, day.shape[0], _CHUNK_ROWS):
