@@ -30,8 +30,16 @@ from dlrm_exp.config import Config, Mode, conf_dir, register_configs
 from dlrm_exp.config.keys import check_composed_keys, check_override_keys
 from dlrm_exp.distributed.env import env_rank, launched_by_torchrun
 from dlrm_exp.distributed.submitit_env import adopt_submitit_environment, in_submitit_task
-from dlrm_exp.errors import ConfigError, RunFolderInUseError, Terminated, UserError
+from dlrm_exp.errors import (
+    ConfigError,
+    InsufficientMemoryError,
+    PlanError,
+    RunFolderInUseError,
+    Terminated,
+    UserError,
+)
 from dlrm_exp.modes import Job, run_mode
+from dlrm_exp.record.kept_record import KeptRecord
 from dlrm_exp.record.run_record import RunMetrics
 from dlrm_exp.record.runs import (
     parsed_override_values,
@@ -43,6 +51,10 @@ from dlrm_exp.util.logs import configure_worker_logging, quiet_libraries, to_log
 
 log = logging.getLogger("dlrm_exp")
 register_configs()
+
+#: The record of the folder ``hydra.run.dir=`` names, read before Hydra writes into it
+#: (:func:`main`); put back when the run is refused before it starts (:func:`_refused`).
+_kept_record: KeptRecord | None = None
 
 
 @hydra.main(version_base="1.3", config_path=str(conf_dir()), config_name="config")
@@ -57,6 +69,7 @@ def hydra_main(raw: DictConfig) -> float | None:
         try:
             return _run(raw, run_dir, None)
         except (UserError, OmegaConfBaseException) as err:
+            _refused(err)
             if os.environ.get("HYDRA_FULL_ERROR") == "1":
                 raise
             print(f"Error: {err}", file=sys.stderr)
@@ -83,6 +96,31 @@ def hydra_main(raw: DictConfig) -> float | None:
             failed = RunMetrics.failed(message, type(err).__name__, _choices())
             failed.write(run_dir / "metrics.json")
         return math.nan
+
+
+def _refused(err: Exception) -> None:
+    """Put back the record of the folder ``hydra.run.dir=`` named (:class:`KeptRecord`) when
+    ``err`` refused the run before it trained: a config, plan, memory or checkpoint refusal or
+    a folder in use (a data error or a worker's failure may come after checkpoints of this
+    run's settings were written)."""
+    from dlrm_exp.loop.checkpoint import CheckpointError
+
+    refusals = (
+        ConfigError,
+        PlanError,
+        InsufficientMemoryError,
+        CheckpointError,
+        RunFolderInUseError,
+    )
+    if _kept_record is None or not isinstance(err, (*refusals, OmegaConfBaseException)):
+        return
+    try:
+        changed = _kept_record.restore()
+    except OSError as write_error:
+        log.warning("the record of %s was not put back: %s", _kept_record.run_dir, write_error)
+        return
+    if changed:
+        log.info("put back %s of the run in %s", ", ".join(changed), _kept_record.run_dir)
 
 
 def _choices() -> dict[str, str | None]:
@@ -186,6 +224,15 @@ def refuse_another_runs_folder(args: list[str]) -> None:
         )
 
 
+def _keep_record(args: list[str]) -> None:
+    """Read the record of the run folder ``hydra.run.dir=`` names (a single run's), before
+    Hydra replaces its ``.hydra/`` files (see :func:`_refused`)."""
+    global _kept_record
+    run_dir = _last_value(args, "hydra.run.dir")
+    single = "-m" not in args and "--multirun" not in args
+    _kept_record = KeptRecord(Path(run_dir)) if run_dir is not None and single else None
+
+
 @contextmanager
 def _stop_on_sigterm() -> Iterator[None]:
     """Within the block, SIGTERM (``kill``, a container stopping, a time limit) ends what
@@ -224,6 +271,7 @@ def main() -> None:
     try:
         if env_rank() == 0:  # other ranks write no run folder
             refuse_another_runs_folder(sys.argv[1:])
+            _keep_record(sys.argv[1:])
         check_override_keys([a for a in sys.argv[1:] if not a.startswith("-")], Config)
     except UserError as err:
         print(f"Error: {err}", file=sys.stderr)

@@ -18,7 +18,8 @@ class DataError(UserError):
 
 class RunFolderInUseError(UserError):
     """The run folder holds another run's results (its checkpoints), which this run would mix
-    with its own; nothing is written to it (its record stays that run's)."""
+    with its own; nothing is written to it (its record stays that run's: a single run's entry
+    point puts back the ``.hydra/`` files Hydra wrote, :mod:`dlrm_exp.record.kept_record`)."""
 
 
 class PlanError(UserError):

@@ -299,7 +299,8 @@ def test_a_saved_plan_is_reused_exactly_by_a_two_process_run(two_process_runs):
 
 def test_another_modes_run_folder_is_refused_before_hydra_writes(tmp_path, cli_here):
     """``mode=plan hydra.run.dir=<a training run>`` replaced its plan.json and Hydra its
-    ``.hydra/config.yaml``; now both stay, and a plan folder takes mode=plan again."""
+    ``.hydra/config.yaml``; now both stay, and a plan folder takes mode=plan again, but a
+    refused one (a bad value) leaves its record as it was."""
     trained = tmp_path / "trained"
     (trained / ".hydra").mkdir(parents=True)
     (trained / ".hydra" / "config.yaml").write_text("mode: train\nseed: 3\n")
@@ -317,6 +318,11 @@ def test_another_modes_run_folder_is_refused_before_hydra_writes(tmp_path, cli_h
     planned = tmp_path / "planned"
     assert cli_here(["mode=plan", f"hydra.run.dir={planned}"]).returncode == 0
     assert cli_here(["mode=plan", f"hydra.run.dir={planned}"]).returncode == 0  # its own again
+    record = {p: p.read_bytes() for p in planned.rglob("*") if p.suffix in (".yaml", ".json")}
+    refused = cli_here(["mode=plan", f"hydra.run.dir={planned}", "model.embedding_dim=15"])
+    assert refused.returncode == 1 and "model.embedding_dim" in refused.stderr
+    # Hydra had written the refused run's .hydra/ over the planned run's record: put back
+    assert {p: p.read_bytes() for p in record} == record and len(record) == 4
 
 
 @pytest.mark.parametrize("mode", ["plan", "export", "preprocess", "schema", "predict"])

@@ -1,0 +1,65 @@
+"""A run folder's record put back when a run given that folder is refused.
+
+Hydra writes ``.hydra/config.yaml``, ``hydra.yaml`` and ``overrides.yaml`` into
+``hydra.run.dir`` before the task starts, and training writes ``plan.json`` / ``plan.txt``
+before its resume checks; a run refused there (another shape, a bad value, a folder in use)
+would leave the folder's earlier run described by the refused one's settings, which
+reports and sweeps then attach to that run's metrics. The entry point reads these files
+before Hydra starts and writes them back (or removes the ones the refused run added) when the
+run is refused before it starts training.
+"""
+
+from pathlib import Path
+
+from dlrm_exp.util.files import write_text_atomic
+
+#: The files describing a run folder's run, relative to the folder.
+RECORD_FILES = (
+    ".hydra/config.yaml",
+    ".hydra/hydra.yaml",
+    ".hydra/overrides.yaml",
+    "plan.json",
+    "plan.txt",
+)
+
+
+class KeptRecord:
+    """The record files of the run folder ``run_dir`` as they are now (none when it holds no
+    run: ``.hydra/config.yaml`` absent)."""
+
+    def __init__(self, run_dir: Path) -> None:
+        self.run_dir = run_dir
+        self.saved: dict[str, str | None] = {}
+        if not (run_dir / RECORD_FILES[0]).is_file():
+            return
+        for name in RECORD_FILES:
+            try:
+                self.saved[name] = (run_dir / name).read_text()
+            except FileNotFoundError:
+                self.saved[name] = None
+            except (OSError, UnicodeDecodeError):
+                continue  # unreadable: nothing to put back, left as the run makes it
+
+    def restore(self) -> list[str]:
+        """Put the files back as they were read; returns the names changed back.
+
+        Raises:
+            OSError: one cannot be written or removed.
+        """
+        changed = []
+        for name, text in self.saved.items():
+            path = self.run_dir / name
+            try:
+                now: str | None = path.read_text()
+            except FileNotFoundError:
+                now = None
+            except (OSError, UnicodeDecodeError):
+                now = ""
+            if now == text:
+                continue
+            if text is None:
+                path.unlink(missing_ok=True)
+            else:
+                write_text_atomic(path, text)
+            changed.append(name)
+        return changed
