@@ -467,3 +467,25 @@ def test_an_empty_file_among_the_inputs_takes_the_others_label_layout(tmp_path):
     assert _labeled_files([labeled, empty], None) == {labeled: True, empty: True}
     with pytest.raises(DataError, match="some files have a label column and some do not"):
         _labeled_files([labeled, unlabeled, empty], None)
+
+
+def test_evaluate_warns_when_the_split_or_the_generated_data_differ(caplog):
+    """Another data.val_fraction scores rows the run trained on; another seed on generated
+    data scores another planted click model: both warned, naming the values; other files
+    (what evaluate is for) and the training rows' order are not."""
+    from dlrm_exp.modes.setup import warn_other_data_values
+
+    tsv = compose_cfg(["mode=evaluate", "checkpoint=x", "data=criteo_tsv", "data.path=a.tsv"])
+    saved = {"settings": {"seed": 3, "data.path": ["b.tsv"], "data.val_fraction": 0.2,
+                          "data.test_fraction": 0.1}}  # fmt: skip
+    with caplog.at_level(logging.WARNING, logger="dlrm_exp.modes.setup"):
+        warn_other_data_values(saved, tsv)
+        assert "read its data with data.val_fraction=0.2 (here 0.1): " in caplog.text
+        assert "seed" not in caplog.text and "data.path" not in caplog.text
+        caplog.clear()
+        synthetic = compose_cfg(["mode=evaluate", "checkpoint=x", "seed=1"])
+        warn_other_data_values({"settings": {"seed": 2, "data.num_train_samples": 9}}, synthetic)
+        assert "read its data with seed=2 (here 1): " in caplog.text
+        caplog.clear()
+        warn_other_data_values({"settings": {"seed": 1, "data.num_train_samples": 9}}, synthetic)
+        assert caplog.text == ""

@@ -30,6 +30,7 @@ from dlrm_exp.modes.setup import (
     prepare,
     rank_batches,
     run_on_ranks,
+    warn_other_data_values,
     warn_unlike_training,
 )
 from dlrm_exp.planning.tables import table_shapes
@@ -120,6 +121,7 @@ def evaluate_worker(cfg: Config, job: Job, plan: ShardingPlan | None = None) -> 
         step = int(saved["step"])
         if ctx.is_main:
             warn_unlike_training(saved, cfg, ctx.world_size)
+            warn_other_data_values(saved, cfg)
         scores = {
             name: evaluate(
                 experiment.pipeline,

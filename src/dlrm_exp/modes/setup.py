@@ -194,6 +194,41 @@ def warn_unlike_training(saved: dict[str, Any], cfg: Config, world_size: int) ->
     warn_other_data_source(saved, cfg)
 
 
+#: Data settings a job may change and still score the rows the run was scored on: other
+#: files (what evaluate is for) and the training rows' size and order.
+_SCORED_ROWS_KEEP = frozenset(
+    {
+        "data.path",
+        "data.val_path",
+        "data.test_path",
+        "data.num_train_samples",
+        "data.shuffle_batches",
+        "data.shuffle_training_set",
+        "data.shuffle_row_groups",
+    }
+)
+
+
+def warn_other_data_values(saved: dict[str, Any], cfg: Config) -> None:
+    """``mode=evaluate``: one warning when this job reads the checkpoint's data source with
+    other values that decide which rows are scored: another ``data.val_fraction`` moves rows
+    the run trained on into validation, and on generated data (synthetic, multi-hot) another
+    ``seed`` plants another click model, scored near 0.5 AUROC."""
+    recorded = saved.get("settings") or {}
+    here = {"seed": cfg.seed, **flat_settings("data", cfg.data)}
+    keys = [k for k in recorded if k.startswith("data.") and k not in _SCORED_ROWS_KEEP]
+    if not cfg.data.input_paths() and cfg.data.feature_schema() is None:
+        keys.append("seed")  # generated rows are the seed's
+    differ = [f"{k}={recorded[k]} (here {here[k]})" for k in keys
+              if k in recorded and k in here and recorded[k] != here[k]]  # fmt: skip
+    if differ:
+        log.warning(
+            "the checkpoint's run read its data with %s: this job scores other rows than the "
+            "run did; add those overrides to score what it was scored on",
+            first_few(differ),
+        )
+
+
 def warn_other_data_source(saved: dict[str, Any], cfg: Config) -> None:
     """One warning when the checkpoint's run read another data source than this job (its
     recorded ``data.*`` settings are another option's: ``data=criteo_tsv`` trained, the
