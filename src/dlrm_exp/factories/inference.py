@@ -4,7 +4,7 @@ path does it, and the plain-tensor interface a serving process calls.
 Input of :class:`InferenceDLRM` (what ``export.json`` documents as the schema):
 
 * ``dense``: (B, 13) float32, the dense features already transformed as in training
-  (``log(1 + max(x, 0))`` for Criteo counts; ``export.json`` names the run's transform);
+  (``log(1 + max(x, 0))`` of Criteo counts and of the schema's ``log1p`` columns);
 * ``values``: (N,) int64, the ids of every feature, feature-major: all ids of ``cat_0`` for
   the B samples, then ``cat_1``, ... (each id in ``[0, num_embeddings)`` of its table);
 * ``lengths``: (26 * B,) int32, ids per (feature, sample) in the same order (1 each for
