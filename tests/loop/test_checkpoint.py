@@ -604,17 +604,15 @@ def test_a_resume_on_other_ranks_says_when_the_data_order_follows_the_ranks(data
 def test_managed_collision_tables_resume_only_on_a_world_size_dividing_the_saved_one():
     """1 -> 2 ranks failed inside TorchRec after the whole set-up (``shard within range
     [0, 128] cannot be built out of segments``); 2 -> 1 works."""
-    from dlrm_exp.loop.checkpoint import CheckpointLayout, check_managed_ranks
+    from dlrm_exp.loop.checkpoint import check_managed_ranks
 
-    def layout(ranks: int, policy: str = "managed_collision") -> CheckpointLayout:
-        return CheckpointLayout({"t_user_id": [256, 8]}, [], ranks, {"user_id": policy})
-
-    check_managed_ranks(Path("ck"), 2, layout(1))  # 2 -> 1
-    check_managed_ranks(Path("ck"), 4, layout(2))  # 4 -> 2
-    check_managed_ranks(Path("ck"), 1, layout(2, "modulo"))  # no managed table: any
+    managed, modulo = {"user_id": "managed_collision"}, {"user_id": "modulo"}
+    check_managed_ranks(Path("ck"), 2, managed, 1)  # 2 -> 1
+    check_managed_ranks(Path("ck"), 4, managed, 2)  # 4 -> 2
+    check_managed_ranks(Path("ck"), 1, modulo, 2)  # no managed table: any
     with pytest.raises(CheckpointError, match=r"saved by 2 rank\(s\); its managed-collision "
-                       r"features \(user_id\) resume only .*: 1, 2, not 4"):  # fmt: skip
-        check_managed_ranks(Path("ck"), 2, layout(4))
+                       r"features \(user_id\) load only .*: 1, 2, not 4"):  # fmt: skip
+        check_managed_ranks(Path("ck"), 2, managed, 4)
 
 
 def test_checkpoints_best_is_placed_among_its_runs_checkpoints(tmp_path):

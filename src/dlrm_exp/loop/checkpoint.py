@@ -537,7 +537,9 @@ def load_checkpoint(
             f"type on resume ({', '.join(moved[:3])}); keep those tables data_parallel or not, "
             "e.g. with +sharding.per_table_sharding_type.<table>=..."
         )
-    check_managed_ranks(path, trainer_state.get("world_size"), expected)
+    check_managed_ranks(
+        path, trainer_state.get("world_size"), expected.id_policies, expected.world_size
+    )
     optimizer.init_state()  # materialize every optimizer state tensor for DCP to fill
     optim_state = optimizer.state_dict()
     state = _state(model, optim_state)
@@ -548,24 +550,27 @@ def load_checkpoint(
     return trainer_state
 
 
-def check_managed_ranks(path: Path, saved_ranks: int | None, expected: CheckpointLayout) -> None:
-    """Managed-collision tables resume only on a number of ranks that divides the saved one:
-    TorchRec rebuilds each rank's id map from the saved ranks' row blocks, and a block boundary
-    the checkpoint lacks fails inside it (``AssertionError: shard within range [0, 128] cannot
-    be built out of segments``, reproduced 1 -> 2 ranks).
+def check_managed_ranks(
+    path: Path, saved_ranks: int | None, id_policies: dict[str, str] | None, world_size: int
+) -> None:
+    """Managed-collision tables load (resume, evaluate) only on a number of ranks that divides
+    the saved one: TorchRec rebuilds each rank's id map from the saved ranks' row blocks in a
+    ``load_state_dict`` hook, and a block boundary the checkpoint lacks fails inside it
+    (``AssertionError: shard within range [0, 128] cannot be built out of segments``,
+    reproduced 1 -> 2 ranks).
 
     Raises:
-        CheckpointError: naming the features and the world sizes that can resume.
+        CheckpointError: naming the features and the world sizes that can load it.
     """
-    managed = sorted(f for f, p in (expected.id_policies or {}).items() if p == "managed_collision")
-    if not managed or not saved_ranks or saved_ranks % expected.world_size == 0:
+    managed = sorted(f for f, p in (id_policies or {}).items() if p == "managed_collision")
+    if not managed or not saved_ranks or saved_ranks % world_size == 0:
         return
     sizes = [n for n in range(1, saved_ranks + 1) if saved_ranks % n == 0]
     raise CheckpointError(
         f"checkpoint {path} was saved by {saved_ranks} rank(s); its managed-collision features "
-        f"({first_few(managed)}) resume only on a number of ranks that divides it "
+        f"({first_few(managed)}) load only on a number of ranks that divides it "
         f"(TorchRec rebuilds each rank's id map from the saved rank blocks): "
-        f"{', '.join(map(str, sizes))}, not {expected.world_size}"
+        f"{', '.join(map(str, sizes))}, not {world_size}"
     )
 
 
@@ -710,6 +715,7 @@ def load_model_weights(
     tables: dict[str, list[int]],
     id_policies: dict[str, str] | None = None,
     id_kinds: dict[str, str] | None = None,
+    world_size: int = 1,
 ) -> dict[str, Any]:
     """Load only the model's weights of checkpoint ``path`` into ``model`` (a collective when a
     process group exists) and return its trainer state. Any sharding type and world size, on
@@ -718,12 +724,15 @@ def load_model_weights(
 
     ``id_policies``: this job's ``{feature: id policy}``; ``id_kinds``: how this job's data
     stores the ids of its hashed features (``DataInfo.id_kinds``); None: not checked.
+    ``world_size``: this job's ranks (:func:`check_managed_ranks`).
 
     Raises:
-        CheckpointError: another model shape, other id policies or id kinds, or files DCP
-            cannot read.
+        CheckpointError: another model shape, other id policies or id kinds, managed-collision
+            tables on a world size that does not divide the saved one, or files DCP cannot
+            read.
     """
     trainer_state = _trainer_state_matching(path, tables, id_policies, id_kinds)
+    check_managed_ranks(path, trainer_state.get("world_size"), id_policies, world_size)
     state = {"model": model.state_dict()}
     _dcp_load(path, state)
     model.load_state_dict(state["model"])

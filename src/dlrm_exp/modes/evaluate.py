@@ -117,6 +117,7 @@ def evaluate_worker(cfg: Config, job: Job, plan: ShardingPlan | None = None) -> 
             table_shapes(cfg.model),
             cfg.data.id_policies(),
             splits.info.id_kinds,
+            ctx.world_size,
         )
         step = int(saved["step"])
         if ctx.is_main:
