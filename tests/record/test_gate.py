@@ -225,6 +225,19 @@ def test_seeds_or_values_missing_from_the_new_set_fail_the_gate(tmp_path, baseli
     result = compare_runs(one_lost, saved, gate=["val_auroc", "val_ne"])
     assert not result.passed and "val NE: the baseline has it" in result.failures[0]
     assert "no value for seed=1" in result.failures[0]
+    # unpaired (no common seed) a diverged new run was left out and the rest passed; a
+    # baseline run without the value shrank the pairing unsaid
+    diverged = [run(s, {"val_auroc": None if s == 4 else 0.79}) for s in (3, 4, 5)]
+    result = compare_runs(diverged, saved, gate=["val_auroc"])
+    assert not result.passed and "the new set has no value for seed=4" in result.failures[0]
+    saved_lost = [*saved, run(2, {"val_auroc": None})]
+    result = compare_runs([run(s, {"val_auroc": 0.79}) for s in (0, 1, 2)], saved_lost,
+                          gate=["val_auroc"])  # fmt: skip
+    assert not result.passed
+    assert (
+        "val AUROC: the baseline has no value for seed=2, its other runs have"
+        in (result.failures[0])
+    )
 
 
 def test_the_gate_cannot_overwrite_its_baseline_or_gate_on_calibration(tmp_path, baseline, capsys):

@@ -176,6 +176,22 @@ def test_a_presets_swept_keys_count_beside_the_command_lines(tmp_path):
     assert [len(s.seeds) for s in config_stats(runs)] == [2, 2]
 
 
+def test_a_first_configuration_whose_runs_all_failed_is_not_the_baseline(tmp_path):
+    """Its failed runs left every other configuration without a difference to it (blank
+    cells, an empty auroc_diff.png, nothing said): the first one that ran is the baseline."""
+    failed = {"status": "failed", "error": "refused"}
+    jobs = [
+        ([f"qcomms={q}", f"seed={seed}"], failed if q == "fp8" else _completed())
+        for q in ("fp8", "none", "fp16")
+        for seed in (0, 1)
+    ]
+    sweep = _written_sweep(tmp_path / "sweep", ["qcomms=fp8,none,fp16", "seed=0,1"], jobs)
+    stats = config_stats(load_runs([sweep]))
+    assert [s.config for s in stats] == ["qcomms=none", "qcomms=fp8", "qcomms=fp16"]
+    assert stats[1].failed and not stats[1].vs_baseline
+    assert stats[2].vs_baseline["val_auroc"].n == 2
+
+
 def test_report_draws_the_bytes_that_collectives_sent(tmp_path, capsys):
     """Two 2-process runs that sent bytes: comm_bytes.png."""
     jobs = [([f"qcomms={q}"], _completed(comm_bytes_per_step={"forward": b, "backward": b}))

@@ -60,7 +60,7 @@ def config_stats(runs: Sequence[RunRecord], baseline: str | None = None) -> list
     failed runs and no estimates. A configuration whose repeats all ran something else than
     asked is labelled by what ran (``qcomms=fp8 (ran qcomms: reduce_scatter FP16/BF16)``).
     The baseline (``baseline``: overrides such as ``qcomms=none``, else the first
-    configuration) comes first.
+    configuration with a completed run) comes first.
 
     Raises:
         ValueError: no configuration or several match ``baseline``, two runs of one
@@ -74,13 +74,16 @@ def config_stats(runs: Sequence[RunRecord], baseline: str | None = None) -> list
     if not groups:
         return []
     names = list(groups)
+    # one whose runs all failed cannot be the reference
+    ran = [n for n in names if any(r.status == COMPLETED for r in groups[n])]
+    if not baseline and ran:
+        names.remove(ran[0])
+        names.insert(0, ran[0])
     if baseline:
         matching = [name for name in names if groups[name][0].matches(baseline)]
         if not matching:
             raise ValueError(f"--baseline {baseline}: no configuration has these overrides")
-        # one whose runs all failed cannot be the reference
-        ran = [n for n in matching if any(r.status == COMPLETED for r in groups[n])]
-        matching = ran or matching
+        matching = [n for n in matching if n in ran] or matching
         if len(matching) > 1:
             which = "; ".join(groups[name][0].config for name in matching[:3])
             raise ValueError(

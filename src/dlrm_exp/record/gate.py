@@ -122,18 +122,26 @@ def _compare_metric(
         return
     new_f = {s: float(v) for s, v in new.items() if v is not None}
     saved_f = {s: float(v) for s, v in saved.items() if v is not None}
-    lost = sorted(s for s in saved_f if s in new and s not in new_f)
-    # metrics.json writes NaN and infinity as null: "no value" may be a non-finite one
+    # a completed run without a value the other runs have (paired or not): metrics.json
+    # writes NaN and infinity as null, so "no value" may be a diverged run
+    lost = sorted(s for s in new if s not in new_f)
+    saved_lost = sorted(s for s in saved if s not in saved_f)
     why = " (missing, or not finite: metrics.json writes NaN as null)"
     if gated and saved_f and not new_f:
         result.failures.append(
             f"{label} {metric.label}: the baseline has it, the new set has none{why}"
         )
-    elif gated and lost:  # a completed new run without a value the baseline has
+    elif gated and saved_f and lost:
         result.failures.append(
             f"{label} {metric.label}: the baseline has it, the new set has no value for "
             + ", ".join(f"seed={s}" for s in lost)
             + why
+        )
+    if gated and new_f and saved_f and saved_lost:
+        result.failures.append(
+            f"{label} {metric.label}: the baseline has no value for "
+            + ", ".join(f"seed={s}" for s in saved_lost)
+            + f", its other runs have{why}"
         )
     if not new_f or not saved_f:
         if gated and new_f:
