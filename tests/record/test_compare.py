@@ -58,6 +58,13 @@ def test_report_draws_the_difference_plot_and_the_gate_passes_a_rerun(
     baseline = "| sharding=tablewise,optimizer.learning_rate=0.02 (ran qcomms: no embedding "
     assert baseline + "collective) (baseline) |" in capsys.readouterr().out  # the one asked
     assert report.main([str(folder), "--baseline", "qcomms=fp8"]) == 2
+    capsys.readouterr()
+    # as parsed: 0.020 is 0.02 (the typed text did not match); not Hydra syntax: exit 2, no
+    # traceback (Hydra's parse error is no ValueError)
+    assert report.main([str(folder), "--baseline", "optimizer.learning_rate=0.020"]) == 0
+    assert baseline + "collective) (baseline) |" in capsys.readouterr().out
+    assert report.main([str(folder), "--baseline", "qcomms"]) == 2
+    assert "--baseline qcomms: not key=value overrides" in capsys.readouterr().err
 
 
 def test_the_gate_fails_on_the_refused_configurations(record_sweep, tmp_path, capsys):

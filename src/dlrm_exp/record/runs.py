@@ -13,6 +13,7 @@ keys were typed does not matter.
 """
 
 import json
+import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
@@ -150,10 +151,22 @@ class RunRecord:
         return self.metrics.status
 
     def matches(self, selector: str) -> bool:
-        """Whether this run has every override of ``selector`` (``a=x,b=y``)."""
-        wanted = override_values([part for part in selector.split(",") if part])
-        have = override_values(self.overrides)
-        return all(have.get(k) == v for k, v in wanted.items())
+        """Whether this run has every override of ``selector`` (``a=x,b=y``; a list value
+        ``a=[1,2]`` stays whole), values compared as parsed (``0.10`` is ``0.1``).
+
+        Raises:
+            ValueError: ``selector`` is not ``key=value`` overrides; the message names it.
+        """
+        parts = [p for p in re.split(r",(?=[\w.+~/@-]+=)", selector) if p]
+        try:
+            wanted = parsed_override_values(parts)
+        except HydraException as err:
+            raise ValueError(f"--baseline {selector}: not key=value overrides ({err})") from None
+        have = parsed_override_values(self.overrides)
+        return all(
+            k in have and normalized_value(have[k]) == normalized_value(v)
+            for k, v in wanted.items()
+        )
 
 
 def _job_overrides(run_dir: Path) -> list[str]:
