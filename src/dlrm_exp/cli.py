@@ -31,6 +31,7 @@ from dlrm_exp.config.keys import check_composed_keys, check_override_keys
 from dlrm_exp.distributed.env import env_rank, launched_by_torchrun
 from dlrm_exp.distributed.submitit_env import adopt_submitit_environment, in_submitit_task
 from dlrm_exp.errors import (
+    CheckpointError,
     ConfigError,
     InsufficientMemoryError,
     PlanError,
@@ -103,8 +104,6 @@ def _refused(err: Exception) -> None:
     ``err`` refused the run before it trained: a config, plan, memory or checkpoint refusal or
     a folder in use (a data error or a worker's failure may come after checkpoints of this
     run's settings were written)."""
-    from dlrm_exp.loop.checkpoint import CheckpointError
-
     refusals = (
         ConfigError,
         PlanError,

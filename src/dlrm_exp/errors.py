@@ -16,6 +16,10 @@ class DataError(UserError):
     """Input data that cannot be read: missing path, no valid row, unreadable file."""
 
 
+class CheckpointError(UserError):
+    """A checkpoint that cannot be used: missing, incomplete, or from another model."""
+
+
 class RunFolderInUseError(UserError):
     """The run folder holds another run's results (its checkpoints), which this run would mix
     with its own; nothing is written to it (its record stays that run's: a single run's entry

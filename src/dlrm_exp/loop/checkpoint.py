@@ -54,7 +54,7 @@ from torch.distributed.checkpoint.api import CheckpointException
 from torch.distributed.checkpoint.metadata import Metadata, StorageMeta, TensorStorageMetadata
 
 from dlrm_exp.distributed.preemption import preemption_held
-from dlrm_exp.errors import RunFolderInUseError, UserError
+from dlrm_exp.errors import CheckpointError, RunFolderInUseError
 from dlrm_exp.util.files import write_json_atomic
 from dlrm_exp.util.rank_zero import on_rank_zero
 from dlrm_exp.util.text import first_few
@@ -66,10 +66,6 @@ STATE_FILE = "trainer_state.json"
 #: The folder of the best validation's checkpoint under ``checkpoints/``.
 BEST = "best"
 _STEP_DIR = re.compile(r"^step_(\d+)$")
-
-
-class CheckpointError(UserError):
-    """A checkpoint that cannot be used: missing, incomplete, or from another model."""
 
 
 _DCP_METADATA_MODULE = "torch.distributed.checkpoint.metadata"
