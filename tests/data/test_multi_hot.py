@@ -1,6 +1,8 @@
 """data=criteo_multihot: the MLPerf DLRM-DCNv2 reference's lookup tables, batch lengths and
 distributions, the memory guard, and training."""
 
+import re
+
 import numpy as np
 import pytest
 import torch
@@ -78,11 +80,20 @@ def test_uniform_and_pareto_distributions():
 
 
 def test_lookup_tables_larger_than_allowed_are_refused_with_a_cap():
-    cfg = compose_cfg(["model=mlperf", "data=criteo_multihot"])
+    """At compose time (mode=plan passed and training refused once the model was built);
+    the cap it names fits."""
+    from dlrm_exp.errors import ConfigError
+
+    cfg = compose_cfg(["model=mlperf", "data=criteo_multihot", "data.max_lookup_gib=24"])
     needed = lookup_bytes(cfg.model.table_sizes, cfg.data.multi_hot_sizes)
     assert needed > 20 * 2**30  # 40M-row tables x up to 100 ids
-    with pytest.raises(DataError, match=r"need 22\.\d GiB .* set model.num_embeddings_cap=\d+"):
+    refused = r"need 22\.\d GiB .* data.max_lookup_gib=4: set model.num_embeddings_cap=(\d+) or"
+    with pytest.raises(DataError, match=refused):
         MultiHot(cfg.model.table_sizes, cfg.data.multi_hot_sizes, MultiHotDistribution.uniform, 4)
+    with pytest.raises(ConfigError, match=refused) as err:
+        compose_cfg(["model=mlperf", "data=criteo_multihot", "mode=plan"])
+    cap = re.search(refused, str(err.value)).group(1)
+    compose_cfg(["model=mlperf", "data=criteo_multihot", f"model.num_embeddings_cap={cap}"])
 
 
 def test_sizes_must_match_the_tables():

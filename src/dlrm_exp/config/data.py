@@ -1,6 +1,7 @@
 """Schemas of the ``data`` group: one dataclass per data option, all extending
 :class:`DataConfig`, whose methods answer what other rooms need to know about any of them."""
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
@@ -282,6 +283,48 @@ class CriteoNpyDataConfig(DataConfig):
             "data.shuffle_training_set permutes the rows in memory, which data.mmap_mode=true "
             "avoids: use data.shuffle_batches=true with mmap_mode",
         )
+
+
+#: Bytes of one id of a multi-hot lookup table (int32, as the reference's).
+LOOKUP_ITEMSIZE = 4
+
+
+def lookup_bytes(table_sizes: Sequence[int], multi_hot_sizes: Sequence[int]) -> int:
+    """Bytes of the multi-hot lookup tables: ``4 * sum(N_t * m_t)``."""
+    return LOOKUP_ITEMSIZE * sum(n * m for n, m in zip(table_sizes, multi_hot_sizes, strict=True))
+
+
+def largest_lookup_cap(
+    table_sizes: Sequence[int], multi_hot_sizes: Sequence[int], max_bytes: int
+) -> int:
+    """The largest ``model.num_embeddings_cap`` whose lookup tables fit ``max_bytes``."""
+    low, high = 1, max(table_sizes)
+    while low < high:
+        mid = (low + high + 1) // 2
+        capped = [min(n, mid) for n in table_sizes]
+        if lookup_bytes(capped, multi_hot_sizes) <= max_bytes:
+            low = mid
+        else:
+            high = mid - 1
+    return low
+
+
+def lookup_refusal(
+    table_sizes: Sequence[int], multi_hot_sizes: Sequence[int], max_gib: float
+) -> str | None:
+    """Why lookup tables of ``table_sizes`` x ``multi_hot_sizes`` exceed ``max_gib``
+    (``data.max_lookup_gib``), naming a ``model.num_embeddings_cap`` that fits; None when
+    they fit."""
+    needed = lookup_bytes(table_sizes, multi_hot_sizes)
+    limit = int(max_gib * 2**30)
+    if needed <= limit:
+        return None
+    cap = largest_lookup_cap(table_sizes, multi_hot_sizes, limit)
+    return (
+        f"the multi-hot lookup tables need {needed / 2**30:.1f} GiB (4 bytes x rows x "
+        f"multi-hot size, summed over tables), above data.max_lookup_gib={max_gib:g}: set "
+        f"model.num_embeddings_cap={cap} or raise data.max_lookup_gib"
+    )
 
 
 @dataclass

@@ -14,6 +14,7 @@ from dlrm_exp.config.data import (
     CriteoTsvDataConfig,
     DataConfig,
     ParquetDataConfig,
+    lookup_refusal,
 )
 from dlrm_exp.config.hardware import ComputeDevice, HardwareConfig
 from dlrm_exp.config.model import ModelConfig
@@ -343,7 +344,8 @@ class Config:
         )
 
     def _check_multi_hot_sizes(self) -> None:
-        """``data=criteo_multihot`` gives one multi-hot size per table."""
+        """``data=criteo_multihot`` gives one multi-hot size per table, and its lookup tables
+        fit ``data.max_lookup_gib`` (refused here, not once the model is built)."""
         if not isinstance(self.data, CriteoMultiHotDataConfig):
             return
         n_tables = len(self.model.num_embeddings_per_feature)
@@ -352,6 +354,9 @@ class Config:
             f"data.multi_hot_sizes lists {len(self.data.multi_hot_sizes)} sizes but the "
             f"model has {n_tables} tables: give one size per table",
         )
+        sizes = self.model.table_sizes
+        refusal = lookup_refusal(sizes, self.data.multi_hot_sizes, self.data.max_lookup_gib)
+        require(refusal is None, refusal or "")
 
     def _check_criteo_feature_counts(self) -> None:
         """A model read from Criteo files has Criteo's 26 tables and 13 dense features."""

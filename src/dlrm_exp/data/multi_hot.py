@@ -21,37 +21,18 @@ import numpy as np
 import torch
 
 from dlrm_exp.config import MLPERF_MULTI_HOT_SIZES, MultiHotDistribution
+from dlrm_exp.config.data import LOOKUP_ITEMSIZE, lookup_bytes, lookup_refusal
 from dlrm_exp.errors import DataError
 
-__all__ = ["MLPERF_MULTI_HOT_SIZES", "MultiHot", "largest_fitting_cap", "lookup_bytes"]
+__all__ = ["MLPERF_MULTI_HOT_SIZES", "MultiHot", "lookup_bytes"]
 
 _PARETO_A = 0.25
 _LOOKUP_DTYPE = np.int32  # as the reference's lookup tables
+assert np.dtype(_LOOKUP_DTYPE).itemsize == LOOKUP_ITEMSIZE
 #: Extra ids drawn at a time while a lookup table is built (64 MiB of int64 / float64 draws):
 #: drawn whole, a table's draws, their int64 concatenation and its int32 copy took about 5x
 #: the table (a 1,000,000 x 100 table of 381 MiB grew the peak by 1,907 MiB).
 _CHUNK_ELEMENTS = 1 << 23
-
-
-def lookup_bytes(table_sizes: Sequence[int], multi_hot_sizes: Sequence[int]) -> int:
-    """Bytes of the lookup tables: ``4 * sum(N_t * m_t)``."""
-    itemsize = np.dtype(_LOOKUP_DTYPE).itemsize
-    return itemsize * sum(n * m for n, m in zip(table_sizes, multi_hot_sizes, strict=True))
-
-
-def largest_fitting_cap(
-    table_sizes: Sequence[int], multi_hot_sizes: Sequence[int], max_bytes: int
-) -> int:
-    """The largest ``model.num_embeddings_cap`` whose lookup tables fit ``max_bytes``."""
-    low, high = 1, max(table_sizes)
-    while low < high:
-        mid = (low + high + 1) // 2
-        capped = [min(n, mid) for n in table_sizes]
-        if lookup_bytes(capped, multi_hot_sizes) <= max_bytes:
-            low = mid
-        else:
-            high = mid - 1
-    return low
 
 
 class MultiHot:
@@ -80,15 +61,9 @@ class MultiHot:
                 f"data.multi_hot_sizes lists {len(multi_hot_sizes)} sizes for "
                 f"{len(table_sizes)} tables: give one per table"
             )
-        needed = lookup_bytes(table_sizes, multi_hot_sizes)
-        limit = int(max_gib * 2**30)
-        if needed > limit:
-            cap = largest_fitting_cap(table_sizes, multi_hot_sizes, limit)
-            raise DataError(
-                f"the multi-hot lookup tables need {needed / 2**30:.1f} GiB (4 bytes x rows x "
-                f"multi-hot size, summed over tables), above data.max_lookup_gib="
-                f"{max_gib:g}: set model.num_embeddings_cap={cap} or raise data.max_lookup_gib"
-            )
+        refusal = lookup_refusal(table_sizes, multi_hot_sizes, max_gib)
+        if refusal is not None:  # (a config is refused at compose time: Config's check)
+            raise DataError(refusal)
         self.multi_hot_sizes = tuple(int(m) for m in multi_hot_sizes)
         self.tables = _lookup_tables(table_sizes, self.multi_hot_sizes, distribution)
 
