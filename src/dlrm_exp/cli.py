@@ -56,6 +56,8 @@ register_configs()
 #: The record of the folder ``hydra.run.dir=`` names, read before Hydra writes into it
 #: (:func:`main`); put back when the run is refused before it starts (:func:`_refused`).
 _kept_record: KeptRecord | None = None
+#: (multirun, folder) of the job this process started last: where an interrupted run goes on.
+_job_folder: tuple[bool, Path] | None = None
 
 
 @hydra.main(version_base="1.3", config_path=str(conf_dir()), config_name="config")
@@ -64,8 +66,10 @@ def hydra_main(raw: DictConfig) -> float | None:
     NaN for a failed job of a multirun, which Optuna-style sweepers record as a failed
     trial)."""
     quiet_libraries()
+    global _job_folder
     hydra_cfg = HydraConfig.get()
     run_dir = Path(hydra_cfg.runtime.output_dir)
+    _job_folder = (hydra_cfg.mode == RunMode.MULTIRUN, run_dir.absolute())
     if hydra_cfg.mode != RunMode.MULTIRUN:
         try:
             return _run(raw, run_dir, None)
@@ -262,6 +266,17 @@ def _stop_on_sigterm() -> Iterator[None]:
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
 
 
+def _continue_hint() -> str:
+    """How to continue the interrupted run: ``train.resume=auto`` in its own folder (the
+    default folder is a new one each time, where auto finds nothing)."""
+    if _job_folder is None:  # interrupted before a job started
+        return "the same command with hydra.run.dir=<its run folder> train.resume=auto"
+    multirun, job_dir = _job_folder
+    if multirun:  # the job folders are <sweep dir>/<job number>
+        return f"the same -m command with hydra.sweep.dir={job_dir.parent} train.resume=auto"
+    return f"the same command with hydra.run.dir={job_dir} train.resume=auto"
+
+
 def main() -> None:
     """Console-script entry (``dlrm-exp``); a sweep with a failed job exits 1."""
     if env_rank() > 0 and "MASTER_ADDR" in os.environ:
@@ -284,8 +299,8 @@ def main() -> None:
         print(
             f"Interrupted ({signum.name}): what was finished stays (complete "
             "checkpoints, converted days; a sweep's unfinished job records status "
-            "interrupted): train.resume=auto continues training from the newest checkpoint, and "
-            "mode=preprocess run again converts only the unfinished days (and re-indexes "
+            f"interrupted): {_continue_hint()} continues training from the newest checkpoint, "
+            "and mode=preprocess run again converts only the unfinished days (and re-indexes "
             "contiguous ids)",
             file=sys.stderr,
         )

@@ -494,6 +494,8 @@ def test_sigterm_ends_a_one_process_sweep_in_one_line_with_its_summary(tmp_path)
     assert job.returncode == 128 + signal.SIGTERM, err[-3000:]
     assert "The sweep was interrupted; the jobs that finished:" in out
     assert "Interrupted (SIGTERM)" in err and "Traceback" not in err
+    # continued in its own folders (the default one is new each time: auto found nothing)
+    assert f"the same -m command with hydra.sweep.dir={sweep} train.resume=auto continues" in err
     rows = list(csv.DictReader((sweep / "summary.csv").open()))
     assert [(r["run"], r["status"]) for r in rows] == [
         ("train.epochs=1", "completed"),
