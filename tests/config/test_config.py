@@ -337,6 +337,12 @@ RULES = [
         ["data=criteo_tsv", "data.path=a", "model.num_dense_features=4"],
         r"data.schema reads 13 dense columns: set model.num_dense_features=13",
     ),
+    (  # it trained from random weights, the checkpoint unread
+        ["checkpoint=outputs/x"],
+        r"checkpoint=outputs/x is read by mode=evaluate, predict and export only; mode=train "
+        r"would ignore it \(training continues a checkpoint with train.resume=<path>\)",
+    ),
+    (["checkpoint=outputs/x", "mode=plan"], r"only; mode=plan would ignore it$"),
 ]
 
 

@@ -148,8 +148,16 @@ class Config:
         )
 
     def _check_checkpoint_given(self) -> None:
-        """``mode=evaluate|predict|export`` start from ``checkpoint=<run folder>``."""
+        """``mode=evaluate|predict|export`` start from ``checkpoint=<run folder>``; other modes
+        would ignore it (training from random weights), so it is refused there."""
         if self.mode not in CHECKPOINT_MODES:
+            resume = " (training continues a checkpoint with train.resume=<path>)"
+            require(
+                self.checkpoint is None,
+                f"checkpoint={self.checkpoint} is read by mode=evaluate, predict and export "
+                f"only; mode={self.mode.value} would ignore it"
+                + (resume if self.mode is Mode.train else ""),
+            )
             return
         require(
             bool(self.checkpoint),
