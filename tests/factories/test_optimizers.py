@@ -145,6 +145,10 @@ def test_adam_on_cpu_replicates_auto_tables_and_refuses_sharded_ones(tmp_path):
     assert plan.count("data_parallel") == 26
     with pytest.raises(ConfigError, match="cannot fuse adam into backward.*sharding=dataparallel"):
         compose_cfg(["optimizer=adam", "sharding=rowwise"])
+    # the per-table override is what to change (it said "every table ... auto-sharded")
+    one_table = r"cannot be sharded: t_cat_0 \(per_table_sharding_type.t_cat_0=row_wise\);"
+    with pytest.raises(ConfigError, match=one_table):
+        compose_cfg(["optimizer=adam", "+sharding.per_table_sharding_type.t_cat_0=row_wise"])
 
 
 def test_the_schedule_sets_the_fused_kernels_rate_before_the_step_runs():

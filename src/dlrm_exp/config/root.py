@@ -304,23 +304,24 @@ class Config:
         opt = self.optimizer.sparse_optimizer
         if self.hardware.compute_device is not ComputeDevice.cpu or opt in CPU_FUSED:
             return
+        replicable = (
+            ShardingStrategy.auto,
+            ShardingStrategy.data_parallel,
+            ShardingStrategy.from_file,
+        )  # a plan file's placements are checked when it is read (planning.plan_file)
         sharded = [
-            table or "every table"
+            f"{'every table (' if table is None else f'{table} (per_table_'}sharding_type"
+            f"{'' if table is None else f'.{table}'}={choice.value})"
             for table in [None, *self.sharding.overridden_tables]
-            if self.sharding.table_choice(table)[0]
-            not in (
-                ShardingStrategy.auto,
-                ShardingStrategy.data_parallel,
-                ShardingStrategy.from_file,
-            )
-        ]  # a plan file's placements are checked when it is read (planning.plan_file)
+            if (choice := self.sharding.table_choice(table)[0]) not in replicable
+        ]
         require(
             not sharded,
             f"optimizer.sparse_optimizer={opt.value} on CPU: FBGEMM's CPU kernels cannot fuse "
-            f"{opt.value} into backward, so {', '.join(sharded)} cannot be "
-            f"{self.sharding.sharding_type.value}-sharded; use sharding=auto or "
-            "sharding=dataparallel (tables replicated and stepped by torch.optim after DDP), "
-            "or train on CUDA (a GPU hardware preset, e.g. hardware=a100_80gb_x8)",
+            f"{opt.value} into backward, so these cannot be sharded: {', '.join(sharded)}; "
+            "use sharding=auto or sharding=dataparallel, with no per-table sharding type but "
+            "data_parallel (tables replicated and stepped by torch.optim after DDP), or train "
+            "on CUDA (a GPU hardware preset, e.g. hardware=a100_80gb_x8)",
         )
         managed = sorted(self.model.managed_tables)
         require(
