@@ -229,7 +229,7 @@ def _check_fp16_replicas(cfg: Config, plan: ShardingPlan) -> None:
         raise ConfigError(
             f"model.embedding_data_type=fp16 with data_parallel tables ({shown}): here "
             f"torch.optim's {opt} would update their fp16 replicas in fp16 state, which turns "
-            f"rows inf or NaN; keep them fp32 (model.embedding_data_type_per_table.{replicated[0]}"
+            f"rows inf or NaN; keep them fp32 (+model.embedding_data_type_per_table.{replicated[0]}"
             "=fp32), or "
             + (
                 "use a sparse optimizer FBGEMM fuses on CPU (optimizer=rowwise_adagrad, adagrad "
