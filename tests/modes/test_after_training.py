@@ -156,7 +156,7 @@ def test_predict_scores_unlabeled_rows_and_refuses_a_mostly_malformed_file(
         )
     )
     ask = ["mode=predict", f"checkpoint={run_dir}", "data=criteo_tsv", f"data.path={cut}"]
-    with pytest.raises(DataError, match=r"widest line among the first 300 has 38 fields.*"
+    with pytest.raises(DataError, match=r"widest line among the first 300 has 38 fields .*"
                        r"set predict.has_label=true or predict.has_label=false"):  # fmt: skip
         run_predict(compose_cfg(ask), Job(tmp_path / "cut"))
     told = run_predict(compose_cfg([*ask, "predict.has_label=true"]), Job(tmp_path / "told"))
@@ -489,3 +489,22 @@ def test_evaluate_warns_when_the_split_or_the_generated_data_differ(caplog):
         caplog.clear()
         warn_other_data_values({"settings": {"seed": 1, "data.num_train_samples": 9}}, synthetic)
         assert caplog.text == ""
+
+
+def test_a_file_with_cut_rows_of_39_fields_at_most_is_not_taken_for_unlabeled(tmp_path):
+    """Labeled rows whose empty C26 was cut have 39 fields, as unlabeled ones: read as
+    unlabeled, the label became I1 and every column shifted, scored without a word. Only
+    whole 39-field rows (Criteo's test.txt keeps its empty fields) are unlabeled."""
+    from dlrm_exp.modes.predict import has_label
+
+    row = ["1", *["3"] * 13, *["a1b2c3d4"] * 25]  # label, 13 counts, C1..C25; C26 cut
+    cut = tmp_path / "cut.tsv"
+    cut.write_text("\t".join(row) + "\n" + "\t".join(row[:30]) + "\n")
+    with pytest.raises(DataError, match=r"has 39 fields \(the narrowest 30\).*has_label=true"):
+        has_label(cut, None)
+    assert has_label(cut, True) is True
+    whole = tmp_path / "test.tsv"
+    whole.write_text(("\t".join(row[1:]) + "\t\n") * 2)  # 39 fields, the last one empty
+    assert has_label(whole, None) is False
+    whole.write_text(("\t".join(row) + "\t\n") + "\t".join(row[1:]) + "\t\n")
+    assert has_label(whole, None) is True  # a 40-field line: labeled

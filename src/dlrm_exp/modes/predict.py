@@ -81,14 +81,15 @@ _SNIFF_LINES = 1000
 
 
 def has_label(file: Path, setting: bool | None) -> bool | None:
-    """Whether ``file``'s rows start with a label: ``setting`` when given, else from the widest
-    line among the first ones: 40 fields (or more) labeled, 39 unlabeled (Criteo's
+    """Whether ``file``'s rows start with a label: ``setting`` when given, else from the
+    first lines: one of 40 fields (or more) labeled, all of 39 unlabeled (Criteo's
     ``test.txt``); None for a file with no line (it has no rows to tell by).
 
     Raises:
-        DataError: the file cannot be read; or its widest line is narrower than 39 fields
-            (trailing empty fields may be cut: a labeled row of 38 fields is as likely as an
-            unlabeled one), so ``predict.has_label`` must say which it is.
+        DataError: the file cannot be read; or its widest line has fewer than 40 fields and
+            some lines are narrower (trailing empty fields are cut in this file: a labeled
+            row cut to 39 fields looks like an unlabeled one), so ``predict.has_label`` must
+            say which it is.
     """
     if setting is not None:
         return setting
@@ -96,11 +97,15 @@ def has_label(file: Path, setting: bool | None) -> bool | None:
     lines = [line for line in data.split(b"\n", _SNIFF_LINES)[:_SNIFF_LINES] if line]
     if not lines:
         return None
-    widest = max(line.count(b"\t") + 1 for line in lines)
-    if widest >= LABELED_FIELDS - 1:
-        return widest >= LABELED_FIELDS
+    widths = [line.count(b"\t") + 1 for line in lines]
+    widest = max(widths)
+    if widest >= LABELED_FIELDS:
+        return True
+    if min(widths) == widest == LABELED_FIELDS - 1:
+        return False
     raise DataError(
-        f"{file}: its widest line among the first {len(lines)} has {widest} fields; a Criteo "
+        f"{file}: its widest line among the first {len(lines)} has {widest} fields (the "
+        f"narrowest {min(widths)}); a Criteo "
         f"row has {LABELED_FIELDS} with a label and {LABELED_FIELDS - 1} without, and trailing "
         "empty fields may be cut, so whether its rows start with a label cannot be told: set "
         "predict.has_label=true or predict.has_label=false"
