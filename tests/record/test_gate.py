@@ -97,6 +97,14 @@ def test_a_consistent_drop_of_0_005_on_three_seeds_is_caught(tmp_path, baseline,
     out = capsys.readouterr().out
     assert f"{SGD} val AUROC" in out and "REGRESSION" in out and "paired by seed, n=3" in out
     assert gate(tmp_path, new, baseline, "--tolerance", "0.006") == 0  # within the tolerance
+    # one metric's own tolerance, in its unit, beside the others' (speed's could not be
+    # the 0.0005 of AUROC)
+    assert gate(tmp_path, new, baseline, "--tolerance", "0.002", "val_auroc=0.006") == 0
+    assert "none worse beyond 0.002, val_auroc=0.006" in capsys.readouterr().out
+    assert gate(tmp_path, new, baseline, "--tolerance", "0.006", "val_auroc=0.002") == 1
+    capsys.readouterr()
+    assert gate(tmp_path, new, baseline, "--tolerance", "auroc=0.1") == 2
+    assert "--tolerance auroc=0.1: no metric auroc (one of " in capsys.readouterr().err
 
 
 def test_an_identical_rerun_passes_and_so_does_one_typed_in_another_key_order(

@@ -20,7 +20,7 @@ better direction can be gated (calibration cannot: it moves either way).
 """
 
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from dlrm_exp.record.compare import COMPARED, DEFAULT_GATE
@@ -208,15 +208,42 @@ def _config_failures(label: str, runs: list[RunValues]) -> str | None:
     return f"{label}: {len(failed)} of {len(runs)} runs did not complete: {which}"
 
 
+def parse_tolerances(items: Sequence[str]) -> dict[str, float]:
+    """``--tolerance`` items as ``{metric: tolerance}``: ``0.0005`` sets the one of every
+    metric (key ``""``), ``samples_per_sec=500`` one metric's, in its unit (AUROC points,
+    samples/s): one number for AUROC and speed would be zero for one of them.
+
+    Raises:
+        ValueError: an item is neither a number nor ``<metric>=<number>`` of a gateable metric.
+    """
+    out: dict[str, float] = {}
+    for item in items:
+        key, _, value = item.rpartition("=")
+        if key and key not in METRICS:
+            raise ValueError(f"--tolerance {item}: no metric {key} (one of {', '.join(METRICS)})")
+        try:
+            out[key] = float(value)
+        except ValueError:
+            raise ValueError(
+                f"--tolerance {item}: not a number or <metric>=<number>, e.g. 0.0005 "
+                "samples_per_sec=500"
+            ) from None
+    return out
+
+
 def compare_runs(
     new: Sequence[RunValues],
     saved: Sequence[RunValues],
-    tolerance: float = 0.0,
+    tolerance: float | Mapping[str, float] = 0.0,
     gate: Sequence[str] = DEFAULT_GATE,
 ) -> GateResult:
     """Check ``new`` against ``saved`` (see the module docstring); every metric of
-    :data:`~dlrm_exp.record.compare.COMPARED` is compared, those in ``gate`` can fail."""
+    :data:`~dlrm_exp.record.compare.COMPARED` is compared, those in ``gate`` can fail.
+
+    ``tolerance``: one for every metric, or ``{metric: tolerance}`` with ``""`` for the
+    others (:func:`parse_tolerances`), in each metric's unit."""
     result = GateResult()
+    tolerances = {"": tolerance} if isinstance(tolerance, (int, float)) else dict(tolerance)
     new_groups, saved_groups = _by_config(new), _by_config(saved)
     for config_id, saved_runs in saved_groups.items():
         if config_id not in new_groups:
@@ -246,9 +273,8 @@ def compare_runs(
         if differ:
             result.lines.append(differ)
         for key in COMPARED:
-            _compare_metric(
-                label, key, new_runs, saved_groups[config_id], key in gate, tolerance, result
-            )
+            tol = tolerances.get(key, tolerances.get("", 0.0))
+            _compare_metric(label, key, new_runs, saved_groups[config_id], key in gate, tol, result)
     if result.compared == 0:
         result.failures.append(
             "nothing was compared: no gated metric of a configuration with completed runs on "

@@ -17,12 +17,14 @@ only by ``seed`` are its repeats), the statistics of :mod:`dlrm_exp.record.compa
 * ``auroc_diff.png``, only for sweeps with repeats: each configuration's val AUROC minus the
   baseline's (paired by seed), with its 95 % interval and the zero line.
 
-``--baseline 'qcomms=none'`` picks the reference configuration (default: the first).
+``--baseline 'qcomms=none'`` picks the reference configuration (default: the first with a
+completed run).
 ``--compare-to OLD`` (a saved sweep or report folder, its ``summary_runs.csv``, or the
 ``summary_stats.csv`` beside it) is the regression gate of :mod:`dlrm_exp.record.gate`:
 configurations matched by their canonical overrides, runs paired by seed, a regression is a
 ``--gate`` metric (default: val/test AUROC, val NE, val log loss) worse by more than
-``--tolerance`` with its whole 95 % interval on the worse side; a missing or failed
+its ``--tolerance`` (one number for all, ``<metric>=<number>`` for one, in its unit) with its
+whole 95 % interval on the worse side; a missing or failed
 configuration, a NaN, or nothing compared fails it too. A gate for CI pipelines.
 
 Exit status: 0; 1 when the ``--compare-to`` gate fails; 2 when a PATH does not exist or holds
@@ -49,7 +51,7 @@ from dlrm_exp.record.compare import (  # noqa: E402
     has_repeats,
     stats_markdown,
 )
-from dlrm_exp.record.gate import GateResult, compare_runs  # noqa: E402
+from dlrm_exp.record.gate import GateResult, compare_runs, parse_tolerances  # noqa: E402
 from dlrm_exp.record.run_record import COMPLETED, RunMetrics  # noqa: E402
 from dlrm_exp.record.run_values import baseline_file, read_run_values, run_values  # noqa: E402
 from dlrm_exp.record.runs import RunRecord, load_runs, override_values  # noqa: E402
@@ -309,9 +311,11 @@ def _parser() -> argparse.ArgumentParser:
     )
     parser.add_argument(
         "--tolerance",
-        type=float,
-        default=0.0,
-        help="a gated metric worse by at most this never fails the gate",
+        nargs="+",
+        default=["0"],
+        help="a gated metric worse by at most this never fails the gate: one number for "
+        "every metric and/or <metric>=<number> for one, in its unit (e.g. 0.0005 "
+        "samples_per_sec=500)",
     )
     parser.add_argument(
         "--gate", nargs="+", default=list(DEFAULT_GATE), choices=list(GATEABLE),
@@ -320,11 +324,12 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _print_gate(result: GateResult, saved: Path, tolerance: float) -> int:
+def _print_gate(result: GateResult, saved: Path, tolerances: dict[str, float]) -> int:
     print(f"\ncompared with {saved}:")
     print("\n".join(result.lines))
     if result.passed:
-        print(f"gate passed: {result.compared} gated comparisons, none worse beyond {tolerance:g}")
+        beyond = ", ".join(f"{k}={v:g}" if k else f"{v:g}" for k, v in tolerances.items())
+        print(f"gate passed: {result.compared} gated comparisons, none worse beyond {beyond}")
         return 0
     print(f"gate FAILED ({len(result.failures)}):")
     print("\n".join(f"  {line}" for line in result.failures))
@@ -335,6 +340,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Command line (see the module docstring); returns the exit status."""
     args = _parser().parse_args(argv)
     try:
+        tolerances = parse_tolerances(args.tolerance)
         saved = baseline_file(args.compare_to) if args.compare_to else None
         saved_runs = read_run_values(saved) if saved else []
         table, out, runs = report(args.paths, args.out, args.baseline, keep=saved)
@@ -345,8 +351,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(f"plots: {', '.join(str(out / p) for p in PLOTS if (out / p).exists())}")
     if saved is None:
         return 0
-    result = compare_runs(run_values(runs), saved_runs, args.tolerance, args.gate)
-    return _print_gate(result, saved, args.tolerance)
+    result = compare_runs(run_values(runs), saved_runs, tolerances, args.gate)
+    return _print_gate(result, saved, tolerances)
 
 
 if __name__ == "__main__":
