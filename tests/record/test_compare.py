@@ -104,7 +104,7 @@ def test_a_metric_with_a_non_finite_seed_says_how_many_it_averaged():
         ConfigStats("qcomms=fp16", [0, 1, 2], estimates={"val_auroc": estimate([0.8, 0.81])}),
     ]
     rows = stats_markdown(stats).splitlines()
-    assert "(n=2: non-finite left out)" in rows[3] and "left out" not in rows[2]
+    assert "(n=2: missing or non-finite left out)" in rows[3] and "left out" not in rows[2]
 
 
 def test_a_difference_says_how_many_seeds_it_paired():

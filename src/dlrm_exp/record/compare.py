@@ -152,8 +152,9 @@ def stats_markdown(stats: Sequence[ConfigStats]) -> str:
         cells = [s.config + (" (baseline)" if i == 0 else ""), f"{len(s.seeds)}{failed}"]
         for key in keys:
             e, spec = s.estimates.get(key), METRICS[key].spec
-            # a seed whose value is NaN or infinite is left out: say so, or n misleads
-            fewer = "" if e is None or e.n == len(s.seeds) else f" (n={e.n}: non-finite left out)"
+            # a seed whose value is missing, NaN or infinite is left out: say so, or n misleads
+            left_out = f" (n={e.n}: missing or non-finite left out)" if e is not None else ""
+            fewer = "" if e is None or e.n == len(s.seeds) else left_out
             if e is None:
                 cells.append("n/a")
             elif e.half_width is None:
