@@ -61,7 +61,8 @@ def test_report_draws_the_difference_plot_and_the_gate_passes_a_rerun(
     capsys.readouterr()
     # as parsed: 0.020 is 0.02 (the typed text did not match); not Hydra syntax: exit 2, no
     # traceback (Hydra's parse error is no ValueError)
-    assert report.main([str(folder), "--baseline", "optimizer.learning_rate=0.020"]) == 0
+    parsed = "optimizer.learning_rate=0.020"
+    assert report.main([str(folder), "--out", str(out), "--baseline", parsed]) == 0
     assert baseline + "collective) (baseline) |" in capsys.readouterr().out
     assert report.main([str(folder), "--baseline", "qcomms"]) == 2
     assert "--baseline qcomms: not key=value overrides" in capsys.readouterr().err
