@@ -58,11 +58,11 @@ def test_a_resumed_stop_holds_only_where_this_job_asks_for_it():
     from dlrm_exp.loop.early_stopping import EARLY_STOPPING, TARGET
     from dlrm_exp.loop.trainer import TrainerState
 
-    def resumed(stop, **train):
-        history = [{"step": 10.0, "auroc": 0.6}, {"step": 20.0, "auroc": 0.7}]
+    def resumed(stop, total_steps=None, auroc=0.6, **train):
+        history = [{"step": 10.0, "auroc": auroc}, {"step": 20.0, "auroc": 0.7}]
         best, _ = _run([0.7, 0.6, 0.6], EarlyStopping(patience=2))
         state = TrainerState(30, 0, history, target_step=20, best=best, stop_reason=stop)
-        state.reconsider_stop(TrainConfig(**train))
+        state.reconsider_stop(TrainConfig(**train), total_steps)
         return state.stop_reason, state.target_step
 
     assert resumed(TARGET, target_auroc=0.65) == (TARGET, 20)  # the same job: still stopped
@@ -74,6 +74,12 @@ def test_a_resumed_stop_holds_only_where_this_job_asks_for_it():
     assert resumed(EARLY_STOPPING, early_stopping=EarlyStopping(patience=5)) == (None, None)
     assert resumed(None, early_stopping=stopped) == (None, None)  # no early stop is added
     assert resumed(None, target_auroc=0.65) == (TARGET, 20)  # a lower target, reached earlier
+    # reached at the last step, the run ended ("end") and was requeued while scoring the
+    # test split: it recorded target_auroc
+    assert resumed(None, 20, target_auroc=0.65) == (None, 20)
+    assert resumed(None, 40, target_auroc=0.65) == (TARGET, 20)
+    # a NaN AUROC (a one-class validation) is null in the checkpoint: the resume raised
+    assert resumed(None, 40, None, target_auroc=0.65) == (TARGET, 20)
 
 
 def test_a_resume_with_another_monitor_rebuilds_the_best_from_the_history():
@@ -108,6 +114,10 @@ def test_a_resume_with_another_monitor_rebuilds_the_best_from_the_history():
     same = TrainerState(30, 0, history, best=best, best_checkpoint="run/checkpoints/best")
     same.reconsider_stop(TrainConfig(early_stopping=by_auroc))
     assert same.best is best and same.best_checkpoint == "run/checkpoints/best"
+    # an infinite log loss is null in the checkpoint's history: replayed as no improvement
+    diverged = [{"step": 5.0, "auroc": None, "logloss": None}, *history]
+    replayed = BestValidation.replayed(diverged, by_logloss)
+    assert (replayed.step, replayed.bad_validations) == (10, 2)
 
 
 def test_a_non_finite_validation_never_becomes_the_best():

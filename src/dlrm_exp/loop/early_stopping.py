@@ -56,7 +56,8 @@ class BestValidation:
     def update(self, step: int, metrics: dict[str, float], cfg: EarlyStopping) -> bool:
         """Record the validation of ``step`` (its ``metrics`` hold ``cfg.monitor``); returns
         whether it is the new best."""
-        value = float(metrics[cfg.monitor.value])
+        recorded = metrics[cfg.monitor.value]  # None: NaN or infinite, as JSON stores it
+        value = math.nan if recorded is None else float(recorded)
         self.monitor = cfg.monitor.value
         if self.improves(value, cfg):
             self.step, self.value, self.bad_validations = step, value, 0

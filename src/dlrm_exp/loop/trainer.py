@@ -186,7 +186,7 @@ class TrainerState:
             train_windows=at(list(saved.get("train_windows", []))),
         )
 
-    def reconsider_stop(self, cfg: TrainConfig) -> None:
+    def reconsider_stop(self, cfg: TrainConfig, total_steps: int | None = None) -> None:
         """Keep a checkpoint's stop only where this job asks for it too, so a resume with
         ``train.target_auroc`` removed or raised, or more ``early_stopping.patience``, trains
         on (a requeue of the same job still stops). The target step becomes the first
@@ -195,18 +195,23 @@ class TrainerState:
         ``early_stopping.monitor`` than the checkpoint's rebuilds the best validation and the
         patience count from the history (its value was another metric's); the best weights
         saved under it are then left aside (recorded with its value, which restoring checks
-        against, a resume's adoption of them would remove or refuse them)."""
+        against, a resume's adoption of them would remove or refuse them). A target first
+        reached at the last of ``total_steps`` is no stop (the run ended there anyway: ``end``,
+        as it ran), and a NaN AUROC (stored as null) never reached one."""
         monitor = cfg.early_stopping.monitor.value
         if self.best.monitor not in (None, monitor):
             self.best = BestValidation.replayed(self.val_history, cfg.early_stopping)
             self.best_checkpoint = None
         target = cfg.target_auroc
         reached = [
-            h["step"] for h in self.val_history if target is not None and h["auroc"] >= target
+            h["step"]
+            for h in self.val_history
+            if target is not None and h["auroc"] is not None and h["auroc"] >= target
         ]
         first = reached[0] if reached else None
         self.target_step = None if first is None else step_value(first)  # type: ignore[assignment]
-        if self.target_step is not None and self.stop_reason is None:
+        stopped_early = total_steps is None or (self.target_step or 0) < total_steps
+        if self.target_step is not None and self.stop_reason is None and stopped_early:
             self.stop_reason = TARGET  # a fresh run of this job would have stopped there
         if self.stop_reason == TARGET and self.target_step is None:
             self.stop_reason = None

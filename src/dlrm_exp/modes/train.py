@@ -191,7 +191,7 @@ def train_worker(cfg: Config, job: Job, plan: ShardingPlan | None = None) -> Run
                 ),
                 best_weights=_BestCheckpoint(saver),
             )
-            start = _resume(run, layout, samples_per_step)
+            start = _resume(run, layout, samples_per_step, trainer.total_steps)
             kept = _finished_record(run, start, trainer.total_steps)
             if kept is not None:
                 return kept
@@ -311,10 +311,11 @@ def _resume_path(cfg: Config, job: Job) -> Path | None:
 
 
 def _resume(
-    run: _Run, layout: CheckpointLayout, samples_per_step: list[int]
+    run: _Run, layout: CheckpointLayout, samples_per_step: list[int], total_steps: int
 ) -> TrainerState | None:
     """Load the checkpoint ``train.resume`` names into the experiment; the loop's state at this
-    job's step of the checkpoint's data position, or None to start fresh."""
+    job's step of the checkpoint's data position (of this job's ``total_steps``), or None to
+    start fresh."""
     path = run.resume_path
     if path is None:
         return None
@@ -331,7 +332,7 @@ def _resume(
     state = TrainerState.from_checkpoint(
         saved, resume_step(saved, samples_per_step, run.ctx.world_size)
     )
-    state.reconsider_stop(run.cfg.train)
+    state.reconsider_stop(run.cfg.train, total_steps)
     log.info("resumed from %s at step %d", path, state.step)
     if run.cfg.train.keep_best:  # another run's best: held here too; a stale one: removed
         source = Path(state.best_checkpoint) if state.best_checkpoint else None
