@@ -225,3 +225,9 @@ def test_windows_line_endings_are_read_as_line_endings(tmp_path):
         line.split(":", 1)[1] for line in a_report.first_bad_lines
     ]
     assert b_report.first_bad_lines[0].split(":")[1].startswith("4 ")
+    # old-Mac \r line ends: one endless line, buffered whole and copied at every block (a
+    # hang or an out-of-memory kill); now refused at the first MiB, naming the fix
+    cr = tmp_path / "cr.tsv"
+    cr.write_bytes("".join(line + "\r" for line in lines * 2000).encode())
+    with pytest.raises(DataError, match=r"cr.tsv: line 1 runs over 1 MiB without a line end"):
+        read_files([cr], SCHEMA, 5)

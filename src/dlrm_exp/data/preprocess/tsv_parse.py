@@ -327,13 +327,19 @@ def open_text(path: Path) -> BinaryIO:
     return open(path, "rb")
 
 
+#: The longest line read (a Criteo row is a few hundred bytes).
+MAX_LINE_BYTES = 1 << 20
+
+
 def iter_line_chunks(path: Path, block_bytes: int = BLOCK_BYTES) -> Iterator[tuple[bytes, int]]:
     """Yield ``(data, first_line)``: about ``block_bytes`` of whole lines (plain or gzip
     input), each ending in ``\n`` (supplied for a last line without one), and the 1-based
     number of their first line.
 
     Raises:
-        DataError: the file cannot be read or is not valid gzip.
+        DataError: the file cannot be read or is not valid gzip; or a line is longer than
+            :data:`MAX_LINE_BYTES` (a file with ``\r`` line ends has one line: buffered
+            whole, copied again at every block, it hung or ran out of memory).
     """
     line = 1
     carry = b""
@@ -347,12 +353,17 @@ def iter_line_chunks(path: Path, block_bytes: int = BLOCK_BYTES) -> Iterator[tup
                         yield (data if data.endswith(b"\n") else data + b"\n"), line
                     return
                 cut = data.rfind(b"\n") + 1
-                if cut == 0:
-                    carry = data
-                    continue
                 carry = data[cut:]
-                yield data[:cut], line
-                line += data.count(b"\n", 0, cut)
+                if len(carry) > MAX_LINE_BYTES:
+                    line += data.count(b"\n", 0, cut)
+                    raise DataError(
+                        f"{path}: line {line} runs over {MAX_LINE_BYTES >> 20} MiB without a "
+                        "line end; Criteo rows end in \\n (a file with \\r line ends needs "
+                        "converting, e.g. tr '\\r' '\\n')"
+                    )
+                if cut:
+                    yield data[:cut], line
+                    line += data.count(b"\n", 0, cut)
     except (OSError, EOFError, gzip.BadGzipFile, zlib.error) as err:
         raise DataError(f"{path}: cannot read ({err})") from None
 
