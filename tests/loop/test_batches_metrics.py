@@ -36,6 +36,20 @@ def test_batches_cover_rows_in_order_per_rank():
     assert rows1.tolist() == [4, 5, 6, 7, 12, 13, 14, 15, 18, 19]
 
 
+def test_one_process_with_slices_sees_every_step_as_the_ranks_do():
+    """mode=verify's reference (1 process, batch W x B, slices=W): on the remainder step it
+    took all N % (W x B) rows (and sliced them B, rest); W ranks take (N % (W x B)) // W each,
+    so the reference diverged from a correct run there."""
+    d, keys = data(31), ["cat_0", "cat_1", "cat_2"]  # 24 rows + a remainder of 7: 2 a rank
+    for seed in (None, (0, 1)):
+        ranks = [list(iter_batches(d, 4, r, 3, keys, seed)) for r in range(3)]
+        together = list(d.batches(12, 0, 1, keys, seed, slices=3))
+        assert [len(b.labels) for b in together] == [12, 12, 6]
+        for joint, *parts in zip(together, *ranks, strict=True):
+            rows = [b.sparse_features["cat_0"].values() for b in parts]
+            assert joint.sparse_features["cat_0"].values().tolist() == torch.cat(rows).tolist()
+
+
 def test_kjt_is_one_hot_and_key_major():
     (batch,) = list(iter_batches(data(2), 2, 0, 1, ["cat_0", "cat_1", "cat_2"]))
     kjt = batch.sparse_features

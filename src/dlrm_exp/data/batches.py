@@ -65,10 +65,8 @@ class ClickData:
         skip: int = 0,
     ) -> Iterator[Batch]:
         """This rank's batches (:func:`iter_batches`). The interface every split has
-        (:class:`~dlrm_exp.data.parquet.ParquetSplit` too); ``slices`` needs nothing here:
-        a rank's batch of ``world_size * slices`` parts is already its ``slices`` parts one
-        after the other."""
-        return iter_batches(self, batch_size, rank, world_size, keys, shuffle_seed, skip)
+        (:class:`~dlrm_exp.data.parquet.ParquetSplit` too)."""
+        return iter_batches(self, batch_size, rank, world_size, keys, shuffle_seed, skip, slices)
 
     def rows(self, start: int, stop: int) -> "ClickData":
         """Rows ``[start, stop)`` as a view (of the tensors, or of memory-mapped days)."""
@@ -117,6 +115,7 @@ def iter_batches(
     keys: list[str],
     shuffle_seed: tuple[int, ...] | None = None,
     skip: int = 0,
+    slices: int = 1,
 ) -> Iterator[Batch]:
     """This rank's batches over ``data``: global step ``i`` covers rows
     ``[i * G, (i + 1) * G)`` (``G = world_size * size_i``) and rank ``r`` takes the ``r``-th
@@ -125,14 +124,18 @@ def iter_batches(
     Steps come in row order, or with ``shuffle_seed`` (e.g. ``(seed, epoch)``) the full global
     batches in a permuted order (numpy ``default_rng(shuffle_seed)``, the same on every rank);
     a smaller remainder step stays last. ``skip`` leaves out the first ``skip`` steps of that
-    order without building their batches (a resumed run's trained steps).
+    order without building their batches (a resumed run's trained steps). ``slices > 1``
+    deals each step to ``world_size * slices`` parts of ``batch_size / slices`` rows and gives
+    this rank its ``slices`` parts, one after the other: with ``world_size=1, slices=W`` one
+    process sees every step, the remainder step too, as W ranks do (``mode=verify``).
     """
-    sizes = per_rank_sizes(len(data), batch_size, world_size)
+    part = batch_size // slices
+    sizes = per_rank_sizes(len(data), part, world_size * slices)
     order = np.arange(len(sizes))
     if shuffle_seed is not None:
-        full = sum(1 for size in sizes if size == batch_size)
+        full = sum(1 for size in sizes if size == part)
         order[:full] = np.random.default_rng(list(shuffle_seed)).permutation(full)
     for step in order[skip:]:
         size = sizes[step]
-        lo = int(step) * batch_size * world_size + rank * size
-        yield make_batch(data, lo, lo + size, keys)
+        lo = int(step) * part * world_size * slices + rank * slices * size
+        yield make_batch(data, lo, lo + slices * size, keys)

@@ -118,24 +118,25 @@ class Trace:
 class RankSlicedDLRMTrain(DLRMTrain):
     """``DLRMTrain`` whose dense part and loss run per rank-sized slice of the global batch.
 
-    Input: a ``Batch`` of ``world_size * batch_size`` rows, rank 0's rows first (the order in
-    which :func:`dlrm_exp.data.iter_batches` deals them). The embedding lookup gives
+    Input: a ``Batch`` of ``world_size * B`` rows, rank 0's rows first (the order in which
+    :func:`dlrm_exp.data.iter_batches` deals them with ``slices=world_size``; B is smaller on
+    a remainder step). The embedding lookup gives
     (W x B, F, D) pooled embeddings for the whole batch; for each slice r of B rows the dense
     arch, interaction and over arch give (B,) logits and loss ``l_r`` (mean BCE). The loss is
     ``sum(l_r) / W``, the mean BCE over the global batch. Returns what ``DLRMTrain`` returns.
     """
 
-    def __init__(self, module: DLRMTrain, world_size: int, batch_size: int) -> None:
+    def __init__(self, module: DLRMTrain, world_size: int) -> None:
         super().__init__(module.model)
         self.world_size = world_size
-        self.batch_size = batch_size
 
     def forward(self, batch: Batch) -> tuple[torch.Tensor, tuple[torch.Tensor, ...]]:
         dlrm = self.model
         pooled = dlrm.sparse_arch(batch.sparse_features)
         losses, logits = [], []
+        size = int(batch.labels.shape[0]) // self.world_size  # a remainder step: smaller
         for r in range(self.world_size):
-            rows = slice(r * self.batch_size, (r + 1) * self.batch_size)
+            rows = slice(r * size, (r + 1) * size)
             dense = dlrm.dense_arch(batch.dense_features[rows])
             interaction = dlrm.inter_arch(dense_features=dense, sparse_features=pooled[rows])
             part = dlrm.over_arch(interaction).squeeze(-1)
@@ -228,10 +229,9 @@ def trace(cfg: Config, steps: int, slices: int = 1) -> Trace | None:
     with process_group(cfg.hardware) as ctx:
         wrap = None
         if slices > 1:
-            rows = cfg.train.batch_size // slices
 
             def wrap(module: DLRMTrain) -> DLRMTrain:
-                return RankSlicedDLRMTrain(module, slices, rows)
+                return RankSlicedDLRMTrain(module, slices)
 
         splits, experiment = prepare(cfg, ctx, wrap=wrap)
         batches = itertools.islice(rank_batches(cfg, ctx, splits.train, slices=slices), steps)
