@@ -258,7 +258,8 @@ def test_fractions_cut_rows_in_file_order_and_explicit_val_file(tmp_path):
     extra = write(tmp_path / "v.parquet", table(5))
     splits = load_splits(config(path, val_path=str(extra), test_fraction=0.5), [], 2, 0)
     assert splits.info.rows == {"train": 10, "val": 5, "test": 10}
-    hundred = write(tmp_path / "h.parquet", table(100))
+    recent = pa.array([[i, i] for i in range(100)], pa.list_(pa.int64()))  # ids < 100 rows
+    hundred = write(tmp_path / "h.parquet", table(100, recent=recent))
     splits = load_splits(config(hundred, val_fraction=0.29, test_fraction=0.57), [], 2, 0)
     assert splits.info.rows == {"train": 14, "val": 29, "test": 57}  # not 28 and 56
 
@@ -311,11 +312,21 @@ def test_not_parquet_and_truncated_files_are_refused_with_the_file(tmp_path):
         load_splits(config(cut), [], 2, 0)
 
 
-def test_strict_ids_out_of_range_stop_the_stream_with_file_and_count(tmp_path):
+def test_strict_ids_out_of_range_are_refused_before_training_or_stop_the_stream(tmp_path):
+    """From the footer's statistics at load time (decoding found them only when their row
+    group was read: a test file's after training); without statistics, as they are read."""
     sch = schema()
-    tbl = table(8, item=pa.array([1, 2, 3, 160, 170, 5, 6, 7], pa.int64()))
-    split = load_splits(config(write(tmp_path / "a.parquet", tbl), sch), [], 2, 0).train
-    with pytest.raises(DataError, match=r"a.parquet row group 0: column 'item' .*: 1 of 4 ids"):
+    tbl = table(8, item=pa.array([1, 2, 3, 5, 6, 7, 8, 170], pa.int64()))
+    with pytest.raises(DataError, match=r"a.parquet row group 1: column 'item' holds ids from "
+                       r"6 to 170, outside \[0, 100\) under id_policy=strict"):  # fmt: skip
+        load_splits(config(write(tmp_path / "a.parquet", tbl), sch), [], 2, 0)
+    listed = table(8, recent=pa.array([[i, 100 * i] for i in range(8)], pa.list_(pa.int64())))
+    with pytest.raises(DataError, match=r"row group 0: column 'recent' holds ids from 0 to 300"):
+        load_splits(config(write(tmp_path / "l.parquet", listed), sch), [], 2, 0)
+    bare = tmp_path / "b.parquet"
+    pq.write_table(tbl, bare, row_group_size=4, write_statistics=False)
+    split = load_splits(config(bare, sch), [], 2, 0).train
+    with pytest.raises(DataError, match=r"b.parquet row group 1: column 'item' .*: 1 of 4 ids"):
         all_rows(split, sch.feature_names)
 
 
