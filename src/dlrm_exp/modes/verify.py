@@ -134,13 +134,16 @@ class RankSlicedDLRMTrain(DLRMTrain):
         dlrm = self.model
         pooled = dlrm.sparse_arch(batch.sparse_features)
         losses, logits = [], []
-        size = int(batch.labels.shape[0]) // self.world_size  # a remainder step: smaller
+        # W equal slices, smaller on a remainder step (chunk, indexed: TorchRec's pipeline
+        # also traces this forward with fx, where the batch size is no number)
+        dense_rows = batch.dense_features.chunk(self.world_size)
+        pooled_rows = pooled.chunk(self.world_size)
+        label_rows = batch.labels.chunk(self.world_size)
         for r in range(self.world_size):
-            rows = slice(r * size, (r + 1) * size)
-            dense = dlrm.dense_arch(batch.dense_features[rows])
-            interaction = dlrm.inter_arch(dense_features=dense, sparse_features=pooled[rows])
+            dense = dlrm.dense_arch(dense_rows[r])
+            interaction = dlrm.inter_arch(dense_features=dense, sparse_features=pooled_rows[r])
             part = dlrm.over_arch(interaction).squeeze(-1)
-            losses.append(self.loss_fn(part, batch.labels[rows].float()))
+            losses.append(self.loss_fn(part, label_rows[r].float()))
             logits.append(part)
         loss = torch.stack(losses).sum() / self.world_size
         return loss, (loss.detach(), torch.cat(logits).detach(), batch.labels.detach())
