@@ -65,3 +65,22 @@ def test_an_unreached_target_trains_to_the_end(tmp_path):
     reached = run_train(compose_cfg(at_end), tmp_path / "end", {})
     assert (reached.reached_target, reached.target_step, reached.stop_reason) == (True, 32, "end")
     assert (tmp_path / "end" / "checkpoints" / "step_32").is_dir()
+
+
+def test_val_per_epoch_counts_each_epoch_from_its_start():
+    """Multiples of steps_per_epoch // N from step 0 drifted in later epochs and validated
+    at 2040 and again at 2048 (N=20, 2048 steps an epoch): two of early stopping's patience
+    a few steps apart. Now N validations an epoch, the last at its end."""
+    from dlrm_exp.loop.trainer import epoch_positions
+
+    positions = epoch_positions(2048, 20)
+    assert len(positions) == 20 and positions[:2] == (102, 204) and positions[-2:] == (1945, 2048)
+    assert epoch_positions(32, 4) == (8, 16, 24, 32) and epoch_positions(3, 5) == (1, 2, 3)
+    assert epoch_positions(2048, None) == ()
+
+
+def test_two_epochs_validate_at_the_same_points_of_each(tmp_path):
+    args = [*SMALL, "train.epochs=2", "train.val_per_epoch=3", "model=tiny",
+            "train.early_stopping.patience=null", "data.num_val_samples=256"]  # fmt: skip
+    metrics = run_train(compose_cfg(args), tmp_path, {})
+    assert [h["step"] for h in metrics.val_history] == [10, 21, 32, 42, 53, 64]

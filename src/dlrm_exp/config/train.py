@@ -120,8 +120,9 @@ class TrainConfig:
         max_steps: stop after this many steps (null: run ``epochs``).
         val_every_n_steps: validate every N steps as well as at the end (null: only at the end;
             with more than one epoch, every epoch ends with a validation in any case).
-        val_per_epoch: validate N times per epoch, every ``steps_per_epoch // N`` steps
-            (MLPerf DLRM-DCNv2: 20), besides ``val_every_n_steps`` (null: not).
+        val_per_epoch: validate N times per epoch, at the ends of its N near-equal parts
+            (step ``(k * steps_per_epoch) // N`` of each epoch, the last at its end; MLPerf
+            DLRM-DCNv2: 20), besides ``val_every_n_steps`` (null: not).
         target_auroc: stop training at the first validation whose AUROC reaches this value,
             then run the test split (MLPerf DLRM-DCNv2: 0.80275); null: train to the end.
         early_stopping: see :class:`EarlyStopping`.

@@ -338,7 +338,7 @@ class Trainer:
         if self.profiler is not None:
             self.profiler.start()
         while state.step < self.total_steps and state.stop_reason is None:
-            segment = _next_boundary(state.step, self.total_steps, self._intervals()) - state.step
+            segment = self._next_segment_end(state.step) - state.step
             self._train_segment(itertools.islice(train_iter, segment), state, bar)
             self._after_segment(sources, state)
         if self.profiler is not None:
@@ -417,15 +417,30 @@ class Trainer:
         return val, self._evaluate(sources.test), {"val": last, "test": test}
 
     def _val_intervals(self) -> tuple[int | None, ...]:
-        """Validation intervals in steps: ``val_every_n_steps``, for ``val_per_epoch=N``
-        ``steps_per_epoch // N`` (at least 1), and with more than one epoch the epoch."""
-        per_epoch = self.cfg.val_per_epoch
-        every_per_epoch = max(1, self.steps_per_epoch // per_epoch) if per_epoch else None
+        """Validation intervals in steps: ``val_every_n_steps``, and with more than one epoch
+        the epoch (``val_per_epoch``: :meth:`_epoch_positions`)."""
         epoch = self.steps_per_epoch if self.cfg.epochs > 1 else None
-        return (self.cfg.val_every_n_steps, every_per_epoch, epoch)
+        return (self.cfg.val_every_n_steps, epoch)
 
-    def _intervals(self) -> tuple[int | None, ...]:
-        return (*self._val_intervals(), self.cfg.checkpoint_every_n_steps)
+    def _epoch_positions(self) -> tuple[int, ...]:
+        return epoch_positions(self.steps_per_epoch, self.cfg.val_per_epoch)
+
+    def _val_due(self, step: int) -> bool:
+        """Whether step ``step`` (> 0) ends with a validation (before the last step)."""
+        positions, per_epoch = self._epoch_positions(), self.steps_per_epoch
+        in_epoch = bool(positions) and step - (step - 1) // per_epoch * per_epoch in positions
+        return in_epoch or any(n and step % n == 0 for n in self._val_intervals())
+
+    def _next_segment_end(self, step: int) -> int:
+        """The step after ``step`` where the next segment ends (a validation, a checkpoint,
+        or the end): a function of the step alone (see :func:`_next_boundary`)."""
+        intervals = (*self._val_intervals(), self.cfg.checkpoint_every_n_steps)
+        end = _next_boundary(step, self.total_steps, intervals)
+        positions, per_epoch = self._epoch_positions(), self.steps_per_epoch
+        if positions:
+            start = step // per_epoch * per_epoch
+            end = min(end, start + next(p for p in positions if p > step - start))
+        return end
 
     def _train_batches(self, sources: BatchSources, start: int) -> Iterator[Batch]:
         """The training batches of steps ``start`` to ``total_steps``: a resumed run starts
@@ -580,8 +595,7 @@ class Trainer:
         """Validate and checkpoint where the segment ended at their interval (and checkpoint
         where training stops at the target AUROC)."""
         step = state.step
-        due_val = any(n and step % n == 0 for n in self._val_intervals())
-        if step < self.total_steps and due_val:
+        if step < self.total_steps and self._val_due(step):
             self._validate(sources, state)
         stopping = state.stop_reason is not None
         later_validation = not stopping and step < self.total_steps
@@ -648,6 +662,18 @@ class Trainer:
     def _evaluate(self, source: BatchSource) -> dict[str, float]:
         experiment = self.experiment
         return evaluate(experiment.pipeline, experiment.model, source(), self.device)
+
+
+def epoch_positions(steps_per_epoch: int, val_per_epoch: int | None) -> tuple[int, ...]:
+    """``train.val_per_epoch=N``: the steps of an epoch (1 .. ``steps_per_epoch``, counted
+    from each epoch's start) that end its N near-equal parts, ``(k * steps_per_epoch) // N``
+    for k = 1 .. N (the last is the epoch's end); empty without it. (Multiples of
+    ``steps_per_epoch // N`` counted from step 0 drifted in later epochs and validated again
+    a few steps before each epoch's end, using up early stopping's patience.)"""
+    if not val_per_epoch or not steps_per_epoch:
+        return ()
+    parts = range(1, val_per_epoch + 1)
+    return tuple(sorted({max(1, k * steps_per_epoch // val_per_epoch) for k in parts}))
 
 
 def _next_boundary(step: int, total: int, intervals: tuple[int | None, ...]) -> int:
