@@ -323,6 +323,9 @@ def test_strict_ids_out_of_range_are_refused_before_training_or_stop_the_stream(
     listed = table(8, recent=pa.array([[i, 100 * i] for i in range(8)], pa.list_(pa.int64())))
     with pytest.raises(DataError, match=r"row group 0: column 'recent' holds ids from 0 to 300"):
         load_splits(config(write(tmp_path / "l.parquet", listed), sch), [], 2, 0)
+    # a row group whose unlabelled rows hold them is not refused (those rows are never read)
+    unlabelled = table(8, item=tbl.column("item"), click=pa.array([0, 1, 0, 1, 0, 1, 0, None]))
+    assert len(load_splits(config(write(tmp_path / "u.parquet", unlabelled), sch), [], 2, 0).train)
     bare = tmp_path / "b.parquet"
     pq.write_table(tbl, bare, row_group_size=4, write_statistics=False)
     split = load_splits(config(bare, sch), [], 2, 0).train

@@ -99,7 +99,6 @@ def scan_files(
         if parquet.metadata.num_rows == 0:
             raise DataError(f"{path}: the file holds no rows")
         _count_nulls(parquet, path, schema, scan.nulls)
-        _check_strict_ranges(parquet, path, schema)
         for group in range(parquet.num_row_groups):
             labels = read_row_group(parquet, path, group, [schema.label]).column(0)
             scan.rows += len(labels)
@@ -108,6 +107,8 @@ def scan_files(
                 has = pc.and_(has, pc.invert(pc.is_nan(labels).fill_null(True)))
             _check_labels(path, group, labels.filter(has), schema.label)
             n = pc.sum(has.cast(pa.int64())).as_py() or 0
+            if n == len(labels):  # the statistics cover every row: all are read
+                _check_strict_ranges(parquet, path, schema, group)
             valid = None
             if n < len(labels):
                 scan.null_labels += len(labels) - n
@@ -119,33 +120,36 @@ def scan_files(
     return scan
 
 
-def _check_strict_ranges(parquet: pq.ParquetFile, path: Path, schema: FeatureSchema) -> None:
-    """Refuse ``id_policy=strict`` ids outside ``[0, num_embeddings)`` from the row groups'
-    column statistics (the footer's min and max, read without the data), before any training:
-    decoding finds them only when their row group is read, for a separate test file after
-    training. Columns written without statistics are checked as they are decoded.
+def _check_strict_ranges(
+    parquet: pq.ParquetFile, path: Path, schema: FeatureSchema, group: int
+) -> None:
+    """Refuse ``id_policy=strict`` ids outside ``[0, num_embeddings)`` in row group ``group``
+    (every row labelled: all of them are read) from its column statistics (the footer's min
+    and max, read without the data), before any training: decoding finds them only when the
+    row group is read, for a separate test file after training. Columns written without
+    statistics, and row groups with unlabelled rows (skipped, never decoded), are checked as
+    they are decoded.
 
     Raises:
         DataError: naming the file, row group, column, its id range and the table's rows.
     """
     strict = {f.column: f.num_embeddings for f in schema.sparse.values()
               if f.id_policy is IdPolicy.strict}  # fmt: skip
-    for group in range(parquet.metadata.num_row_groups if strict else 0):
-        row_group = parquet.metadata.row_group(group)
-        for i in range(row_group.num_columns):
-            chunk = row_group.column(i)  # a list column's ids: "<column>.list.element"
-            at = chunk.path_in_schema
-            name = next((c for c in strict if at == c or at.startswith(f"{c}.list.")), None)
-            stats = chunk.statistics
-            if name is None or stats is None or not stats.has_min_max:
-                continue
-            low, high, rows = stats.min, stats.max, strict[name]
-            if isinstance(low, int) and isinstance(high, int) and (low < 0 or high >= rows):
-                raise DataError(
-                    f"{path} row group {group}: column {name!r} holds ids from {low} to {high}, "
-                    f"outside [0, {rows}) under id_policy=strict; give the table more rows "
-                    "(data.schema's num_embeddings) or hash the ids (id_policy=modulo)"
-                )
+    row_group = parquet.metadata.row_group(group)
+    for i in range(row_group.num_columns if strict else 0):
+        chunk = row_group.column(i)  # a list column's ids: "<column>.list.element"
+        at = chunk.path_in_schema
+        name = next((c for c in strict if at == c or at.startswith(f"{c}.list.")), None)
+        stats = chunk.statistics
+        if name is None or stats is None or not stats.has_min_max:
+            continue
+        low, high, rows = stats.min, stats.max, strict[name]
+        if isinstance(low, int) and isinstance(high, int) and (low < 0 or high >= rows):
+            raise DataError(
+                f"{path} row group {group}: column {name!r} holds ids from {low} to {high}, "
+                f"outside [0, {rows}) under id_policy=strict; give the table more rows "
+                "(data.schema's num_embeddings) or hash the ids (id_policy=modulo)"
+            )
 
 
 def _check_labels(path: Path, group: int, labels: pa.Array, column: str) -> None:
