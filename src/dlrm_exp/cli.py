@@ -31,10 +31,7 @@ from dlrm_exp.config.keys import check_composed_keys, check_override_keys
 from dlrm_exp.distributed.env import env_rank, launched_by_torchrun
 from dlrm_exp.distributed.submitit_env import adopt_submitit_environment, in_submitit_task
 from dlrm_exp.errors import (
-    CheckpointError,
     ConfigError,
-    InsufficientMemoryError,
-    PlanError,
     RunFolderInUseError,
     Terminated,
     UserError,
@@ -69,12 +66,13 @@ def hydra_main(raw: DictConfig) -> float | None:
     global _job_folder
     hydra_cfg = HydraConfig.get()
     run_dir = Path(hydra_cfg.runtime.output_dir)
-    _job_folder = (hydra_cfg.mode == RunMode.MULTIRUN, run_dir.absolute())
+    if env_rank() == 0:  # a torchrun rank > 0 runs in "." (it writes no folder)
+        _job_folder = (hydra_cfg.mode == RunMode.MULTIRUN, run_dir.absolute())
     if hydra_cfg.mode != RunMode.MULTIRUN:
         try:
             return _run(raw, run_dir, None)
         except (UserError, OmegaConfBaseException) as err:
-            _refused(err)
+            _refused()
             if os.environ.get("HYDRA_FULL_ERROR") == "1":
                 raise
             print(f"Error: {err}", file=sys.stderr)
@@ -103,19 +101,11 @@ def hydra_main(raw: DictConfig) -> float | None:
         return math.nan
 
 
-def _refused(err: Exception) -> None:
+def _refused() -> None:
     """Put back the record of the folder ``hydra.run.dir=`` named (:class:`KeptRecord`) when
-    ``err`` refused the run before it trained: a config, plan, memory or checkpoint refusal or
-    a folder in use (a data error or a worker's failure may come after checkpoints of this
-    run's settings were written)."""
-    refusals = (
-        ConfigError,
-        PlanError,
-        InsufficientMemoryError,
-        CheckpointError,
-        RunFolderInUseError,
-    )
-    if _kept_record is None or not isinstance(err, (*refusals, OmegaConfBaseException)):
+    the run failed on a user error (a refusal: a bad value, another shape, a folder in use, a
+    worker's refusal) having written no result there."""
+    if _kept_record is None:
         return
     try:
         changed = _kept_record.restore()
@@ -233,7 +223,8 @@ def _keep_record(args: list[str]) -> None:
     global _kept_record
     run_dir = _last_value(args, "hydra.run.dir")
     single = "-m" not in args and "--multirun" not in args
-    _kept_record = KeptRecord(Path(run_dir)) if run_dir is not None and single else None
+    # absolute now: hydra.job.chdir=true changes the working folder before a refusal
+    _kept_record = KeptRecord(Path(run_dir).absolute()) if run_dir and single else None
 
 
 @contextmanager
@@ -279,6 +270,8 @@ def _continue_hint() -> str:
 
 def main() -> None:
     """Console-script entry (``dlrm-exp``); a sweep with a failed job exits 1."""
+    global _job_folder
+    _job_folder = None  # (a second call in one process: not the first one's folder)
     if env_rank() > 0 and "MASTER_ADDR" in os.environ:
         sys.argv += list(_QUIET_RANK_OVERRIDES)
     sys.argv = [sys.argv[0], *_default_data_for_preprocess(sys.argv[1:])]

@@ -6,12 +6,38 @@ before its resume checks; a run refused there (another shape, a bad value, a fol
 would leave the folder's earlier run described by the refused one's settings, which
 reports and sweeps then attach to that run's metrics. The entry point reads these files
 before Hydra starts and writes them back (or removes the ones the refused run added) when the
-run is refused before it starts training.
+run fails having written no result (:data:`RESULT_PATTERNS`): a run that wrote checkpoints or
+a record before it failed keeps its own settings beside them.
 """
 
 from pathlib import Path
 
 from dlrm_exp.util.files import write_text_atomic
+
+#: What a run leaves as its results (checkpoints, records, predictions, an export): a failed
+#: run that changed none of them did not take the folder over.
+RESULT_PATTERNS = (
+    "checkpoints/*",
+    "metrics.json",
+    "predictions*.parquet",
+    "predict_report.json",
+    "model.pt",
+    "export.json",
+)
+
+
+def _results(run_dir: Path) -> dict[str, tuple[int, int]]:
+    """``{path: (size, mtime_ns)}`` of the run folder's results."""
+    found = {}
+    for pattern in RESULT_PATTERNS:
+        for path in run_dir.glob(pattern):
+            try:
+                stat = path.stat()
+            except OSError:
+                continue
+            found[str(path.relative_to(run_dir))] = (stat.st_size, stat.st_mtime_ns)
+    return found
+
 
 #: The files describing a run folder's run, relative to the folder.
 RECORD_FILES = (
@@ -30,8 +56,10 @@ class KeptRecord:
     def __init__(self, run_dir: Path) -> None:
         self.run_dir = run_dir
         self.saved: dict[str, str | None] = {}
+        self.results: dict[str, tuple[int, int]] = {}
         if not (run_dir / RECORD_FILES[0]).is_file():
             return
+        self.results = _results(run_dir)
         for name in RECORD_FILES:
             try:
                 self.saved[name] = (run_dir / name).read_text()
@@ -41,12 +69,15 @@ class KeptRecord:
                 continue  # unreadable: nothing to put back, left as the run makes it
 
     def restore(self) -> list[str]:
-        """Put the files back as they were read; returns the names changed back.
+        """Put the files back as they were read, unless the run changed a result (then they
+        describe it); returns the names changed back.
 
         Raises:
             OSError: one cannot be written or removed.
         """
-        changed = []
+        changed: list[str] = []
+        if not self.saved or _results(self.run_dir) != self.results:
+            return changed
         for name, text in self.saved.items():
             path = self.run_dir / name
             try:
