@@ -97,11 +97,17 @@ def test_a_consistent_drop_of_0_005_on_three_seeds_is_caught(tmp_path, baseline,
     out = capsys.readouterr().out
     assert f"{SGD} val AUROC" in out and "REGRESSION" in out and "paired by seed, n=3" in out
     assert gate(tmp_path, new, baseline, "--tolerance", "0.006") == 0  # within the tolerance
+    first = ["--tolerance", "0.006", str(new), "--out", str(tmp_path / "o"), "--compare-to"]
+    assert report.main([*first, str(baseline)]) == 0  # the flag before the paths
     # one metric's own tolerance, in its unit, beside the others' (speed's could not be
     # the 0.0005 of AUROC)
-    assert gate(tmp_path, new, baseline, "--tolerance", "0.002", "val_auroc=0.006") == 0
+    assert (
+        gate(tmp_path, new, baseline, "--tolerance", "0.002", "--tolerance", "val_auroc=0.006") == 0
+    )
     assert "none worse beyond 0.002, val_auroc=0.006" in capsys.readouterr().out
-    assert gate(tmp_path, new, baseline, "--tolerance", "0.006", "val_auroc=0.002") == 1
+    assert (
+        gate(tmp_path, new, baseline, "--tolerance", "0.006", "--tolerance", "val_auroc=0.002") == 1
+    )
     capsys.readouterr()
     assert gate(tmp_path, new, baseline, "--tolerance", "auroc=0.1") == 2
     assert "--tolerance auroc=0.1: no metric auroc (one of " in capsys.readouterr().err

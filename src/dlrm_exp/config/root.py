@@ -312,7 +312,7 @@ class Config:
         sharded = [
             f"{'every table (' if table is None else f'{table} (per_table_'}sharding_type"
             f"{'' if table is None else f'.{table}'}={choice.value})"
-            for table in [None, *self.sharding.overridden_tables]
+            for table in [None, *self.sharding.per_table_sharding_type]
             if (choice := self.sharding.table_choice(table)[0]) not in replicable
         ]
         require(

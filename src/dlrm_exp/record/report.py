@@ -23,7 +23,8 @@ completed run).
 ``summary_stats.csv`` beside it) is the regression gate of :mod:`dlrm_exp.record.gate`:
 configurations matched by their canonical overrides, runs paired by seed, a regression is a
 ``--gate`` metric (default: val/test AUROC, val NE, val log loss) worse by more than
-its ``--tolerance`` (one number for all, ``<metric>=<number>`` for one, in its unit) with its
+its ``--tolerance`` (one number for all, ``<metric>=<number>`` for one, in its unit; repeated
+for several) with its
 whole 95 % interval on the worse side; a missing or failed
 configuration, a NaN, or nothing compared fails it too. A gate for CI pipelines.
 
@@ -311,11 +312,11 @@ def _parser() -> argparse.ArgumentParser:
     )
     parser.add_argument(
         "--tolerance",
-        nargs="+",
-        default=["0"],
+        action="append",
+        default=None,
         help="a gated metric worse by at most this never fails the gate: one number for "
-        "every metric and/or <metric>=<number> for one, in its unit (e.g. 0.0005 "
-        "samples_per_sec=500)",
+        "every metric, or <metric>=<number> for one, in its unit; repeat it for several "
+        "(--tolerance 0.0005 --tolerance samples_per_sec=500; default 0)",
     )
     parser.add_argument(
         "--gate", nargs="+", default=list(DEFAULT_GATE), choices=list(GATEABLE),
@@ -340,7 +341,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Command line (see the module docstring); returns the exit status."""
     args = _parser().parse_args(argv)
     try:
-        tolerances = parse_tolerances(args.tolerance)
+        tolerances = parse_tolerances(args.tolerance or ["0"])
         saved = baseline_file(args.compare_to) if args.compare_to else None
         saved_runs = read_run_values(saved) if saved else []
         table, out, runs = report(args.paths, args.out, args.baseline, keep=saved)
