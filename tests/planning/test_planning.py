@@ -164,13 +164,17 @@ def test_replicated_tables_count_once_per_rank_and_the_cap_accounts_for_it():
     with pytest.raises(InsufficientMemoryError) as info:
         plan_job(cfg, _meta_model(cfg), ctx)
     message = str(info.value)
+    # 5.96 GiB of weights, 0.37 of row-wise state and 5.96 of gradient (the dense kernel's,
+    # which DDP all-reduces; TorchRec's estimate left it out, so a 14 GiB replica needed 28)
+    assert "5.96 GiB fp32 weights + 5.96 GiB data_parallel gradients + 0.37 GiB" in message
     assert (
-        "6.33 GiB are data_parallel tables, held whole by each of the 2 ranks: 12.67 GiB" in message
+        "12.29 GiB are data_parallel tables, held whole by each of the 2 ranks: 24.59 GiB"
+        in message
     )
     cap = int(re.search(r"model\.num_embeddings_cap=(\d+)", message).group(1))
     capped = compose_cfg([*overrides, f"model.num_embeddings_cap={cap}"])
     plan_job(capped, _meta_model(capped), ctx)  # the suggestion fits
-    assert "more ranks cannot help" in message  # every rank holds the 6.33 GiB table whole
+    assert "more ranks cannot help" in message  # every rank holds the 12.29 GiB table whole
 
     # Adam on CPU: FBGEMM cannot fuse it, so sharding=auto tables are planned data_parallel
     adam = [o.replace("sharding=dataparallel", "optimizer=adam") for o in overrides]
@@ -188,7 +192,22 @@ def test_replicated_tables_count_once_per_rank_and_the_cap_accounts_for_it():
     cfg = compose_cfg(dense)
     with pytest.raises(InsufficientMemoryError) as info:
         plan_job(cfg, _meta_model(cfg), ctx)
-    assert "6.33 GiB are data_parallel tables, held whole by each of the 2 ranks" in str(info.value)
+    assert "12.29 GiB are data_parallel tables, held whole by each of the 2 ranks" in str(
+        info.value
+    )
+
+
+def test_a_replica_whose_gradient_does_not_fit_is_refused():
+    """2.53 GiB of weights and state fit a rank's 3.40 usable GiB; with the 2.38 GiB gradient
+    of the dense kernel they do not: TorchRec's estimate passed it, and the first backward
+    would have run out of memory."""
+    sizes = [40_000_000] + [1] * 25
+    cfg = compose_cfg(
+        ["sharding=dataparallel", "hardware.ddr_cap=4",
+         f"model.num_embeddings_per_feature=[{','.join(map(str, sizes))}]"]
+    )  # fmt: skip
+    with pytest.raises(InsufficientMemoryError, match=r"2\.38 GiB data_parallel gradients"):
+        plan_job(cfg, _meta_model(cfg), CPU_ONE_RANK)
 
 
 def test_plan_mode_and_training_choose_the_same_plan_with_local_world_size(tmp_path, monkeypatch):

@@ -58,11 +58,11 @@ def run_plan(cfg: Config, run_dir: Path) -> dict[str, Any]:
         "embedding_weights_gib": storage.weight_bytes / GIB,
         "embedding_weight_precision": storage.weight_precision,
         "optimizer_state_gib": storage.optimizer_bytes / GIB,
+        "data_parallel_gradients_gib": storage.gradient_bytes / GIB,
         "total_gib": storage.total_bytes / GIB,
     }
-    replicated = tables_storage(
-        cfg, {n for n, t in record["tables"].items() if t["sharding_type"] == DATA_PARALLEL}
-    )
+    dp_names = {n for n, t in record["tables"].items() if t["sharding_type"] == DATA_PARALLEL}
+    replicated = tables_storage(cfg, dp_names, dp_names)
     if replicated.rows and ctx.world_size > 1:  # every rank holds these whole
         record["storage"]["data_parallel_gib"] = replicated.total_bytes / GIB
         record["storage"]["held_on_all_ranks_gib"] = (

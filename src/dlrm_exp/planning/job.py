@@ -111,25 +111,28 @@ class PlanResult:
     estimates: list[RankEstimate] = field(default_factory=list)
 
 
+def _placements(cfg: Config) -> list[tuple[ShardingStrategy, ComputeKernel]]:
+    """Each table's sharding type and kernel as planned (``auto`` ones data_parallel when the
+    sparse optimizer is not fused or the kernel is ``dense``)."""
+    fused, managed = _fuses_sparse_optimizer(cfg), set(cfg.model.managed_tables)
+    return [table_placement(cfg.sharding, t.name, fused, managed) for t in table_configs(cfg.model)]
+
+
 def _storage(cfg: Config) -> EmbeddingStorage:
-    return embedding_storage(
-        cfg.model.table_sizes,
-        cfg.model.embedding_dim,
-        cfg.optimizer.sparse_optimizer,
-        cfg.model.table_data_types,
-    )
+    """What the tables need, one copy each (data_parallel ones with their gradient)."""
+    names = {n for n, (kind, _) in zip(cfg.model.table_names, _placements(cfg), strict=True)
+             if kind is ShardingStrategy.data_parallel}  # fmt: skip
+    return tables_storage(cfg, set(cfg.model.table_names), names)
 
 
 def _memory_message(cfg: Config, capacity: MemoryCapacity, world_size: int) -> str:
-    """The insufficient-memory explanation for this job (data_parallel tables, as planned:
-    ``auto`` ones too when the sparse optimizer is not fused or the kernel is ``dense``,
-    counted once per rank; against DDR when a table uses a UVM kernel)."""
-    tables = table_configs(cfg.model)
-    fused, managed = _fuses_sparse_optimizer(cfg), set(cfg.model.managed_tables)
-    placements = [table_placement(cfg.sharding, t.name, fused, managed) for t in tables]
+    """The insufficient-memory explanation for this job (data_parallel tables, as planned,
+    counted once per rank with their gradient; against DDR when a table uses a UVM
+    kernel)."""
+    placements = _placements(cfg)
     replicated = [kind is ShardingStrategy.data_parallel for kind, _ in placements]
     on_device = all(kernel.value in DEVICE_RESIDENT_KERNELS for _, kernel in placements)
-    dp_names = {t.name for t, is_dp in zip(tables, replicated, strict=True) if is_dp}
+    dp_names = {n for n, dp in zip(cfg.model.table_names, replicated, strict=True) if dp}
     return insufficient_memory_message(
         _storage(cfg),
         cfg.optimizer.sparse_optimizer,
@@ -137,16 +140,20 @@ def _memory_message(cfg: Config, capacity: MemoryCapacity, world_size: int) -> s
         cfg.model.embedding_dim,
         capacity,
         world_size,
-        replicated=tables_storage(cfg, dp_names),
+        replicated=tables_storage(cfg, dp_names, dp_names),
         copies=[world_size if is_dp else 1 for is_dp in replicated],
         data_types=cfg.model.table_data_types,
         on_hbm=on_device,  # the UVM kernels' rows live in host memory
+        replicated_tables=replicated,
     )
 
 
-def tables_storage(cfg: Config, names: set[str]) -> EmbeddingStorage:
+def tables_storage(
+    cfg: Config, names: set[str], data_parallel: set[str] | None = None
+) -> EmbeddingStorage:
     """What the tables ``names`` of ``cfg.model`` need (weights in their dtype and the sparse
-    optimizer's state, one copy), e.g. the data_parallel ones that every rank holds whole."""
+    optimizer's state, one copy, and a gradient for those in ``data_parallel``), e.g. the
+    data_parallel ones that every rank holds whole."""
     model = cfg.model
     chosen = [i for i, name in enumerate(model.table_names) if name in names]
     sizes, types = model.table_sizes, model.table_data_types  # properties: built once here
@@ -155,6 +162,7 @@ def tables_storage(cfg: Config, names: set[str]) -> EmbeddingStorage:
         model.embedding_dim,
         cfg.optimizer.sparse_optimizer,
         [types[i] for i in chosen],
+        [model.table_names[i] in (data_parallel or set()) for i in chosen],
     )
 
 
@@ -335,7 +343,8 @@ def _plan_bytes_per_rank(
         device = not on_gpu or table.compute_kernel in DEVICE_RESIDENT_KERNELS
         for shard in table.shards:
             rows, cols = shard.sizes
-            full = rows * row_bytes(cols, data_type, optimizer)
+            replica = table.sharding_type == "data_parallel"  # with its gradient
+            full = rows * row_bytes(cols, data_type, optimizer, replica)
             if device:
                 need["HBM" if on_gpu else "DDR"][shard.rank] += full
                 continue

@@ -25,6 +25,7 @@ from torchrec.distributed.types import ModuleSharder, ShardingPlan
 from dlrm_exp.config import EmbeddingDataType, SparseOptimizer
 from dlrm_exp.errors import InsufficientMemoryError, PlanError
 from dlrm_exp.planning.fused_state import FusedStateStorage
+from dlrm_exp.planning.replica_gradients import ReplicaGradientStorage
 from dlrm_exp.planning.storage import GIB, EmbeddingStorage, capped_bytes, largest_fitting_cap
 from dlrm_exp.planning.topology import MemoryCapacity
 from dlrm_exp.util.rank_zero import on_rank_zero
@@ -87,12 +88,15 @@ def build_planner(
 ) -> EmbeddingShardingPlanner:
     """TorchRec's ``EmbeddingShardingPlanner`` with a fixed storage reservation and TorchRec's
     perf and storage estimators, the latter corrected for the fused ``optimizer``'s fp32 state
-    on narrower tables (:class:`~dlrm_exp.planning.fused_state.FusedStateStorage`); ``stats``
+    on narrower tables (:class:`~dlrm_exp.planning.fused_state.FusedStateStorage`) and for the
+    data_parallel tables' gradients
+    (:class:`~dlrm_exp.planning.replica_gradients.ReplicaGradientStorage`); ``stats``
     reporters are added to TorchRec's own ``EmbeddingStats``."""
     estimators = [
         EmbeddingPerfEstimator(topology=topology, constraints=constraints),
         EmbeddingStorageEstimator(topology=topology, constraints=constraints),
         FusedStateStorage(topology, optimizer),
+        ReplicaGradientStorage(topology),
     ]
     return EmbeddingShardingPlanner(
         topology=topology,
@@ -123,6 +127,7 @@ def insufficient_memory_message(
     copies: list[int] | None = None,
     data_types: list[EmbeddingDataType] | None = None,
     on_hbm: bool = True,
+    replicated_tables: list[bool] | None = None,
 ) -> str:
     """One message with what the tables need, what the hardware offers, and two caps to try.
     ``on_hbm``: the tables live in device memory (false for the UVM kernels, whose rows live
@@ -137,15 +142,19 @@ def insufficient_memory_message(
     per_rank, device_kind, source = capacity.for_tables(on_hbm)
     offered = per_rank * world_size
     shape = (table_sizes, embedding_dim, optimizer)
-    cap = largest_fitting_cap(*shape, offered * HEADROOM_FRACTION, copies, data_types)
-    quick = largest_fitting_cap(
-        *shape, min(QUICK_TRY_BYTES, offered * HEADROOM_FRACTION), copies, data_types
+    layout = (copies, data_types, replicated_tables)
+    cap = largest_fitting_cap(*shape, offered * HEADROOM_FRACTION, *layout)
+    quick = largest_fitting_cap(*shape, min(QUICK_TRY_BYTES, offered * HEADROOM_FRACTION), *layout)
+    gradients = (
+        f"{storage.gradient_bytes / GIB:.2f} GiB data_parallel gradients + "
+        if storage.gradient_bytes
+        else ""
     )
     lines: list[str] = [
         f"Not enough memory for the embedding tables ({len(table_sizes)} tables, "
         f"{storage.rows:,} rows x embedding_dim {embedding_dim}):",
         f"  needed:  {storage.weight_bytes / GIB:.2f} GiB {storage.weight_precision} weights + "
-        f"{storage.optimizer_bytes / GIB:.2f} GiB {optimizer.value} state = "
+        f"{gradients}{storage.optimizer_bytes / GIB:.2f} GiB {optimizer.value} state = "
         f"{storage.total_bytes / GIB:.2f} GiB",
     ]
     if replicated is not None and replicated.rows and world_size > 1:
@@ -162,7 +171,7 @@ def insufficient_memory_message(
     ]
     more = _more_ranks(storage, replicated, per_rank)
     if cap is not None and quick is not None:
-        gib = {c: capped_bytes(*shape, c, copies, data_types) / GIB for c in (cap, quick)}
+        gib = {c: capped_bytes(*shape, c, *layout) / GIB for c in (cap, quick)}
         lines.append(
             f"Fix: cap the tables with model.num_embeddings_cap={cap} ({gib[cap]:.2f} GiB, at "
             f"most {HEADROOM_FRACTION:.0%} of the offered memory), or try "

@@ -23,16 +23,22 @@ class EmbeddingStorage:
         optimizer_bytes: sparse optimizer state (RowWiseAdagrad: one fp32 per row; Adagrad:
             one per weight; Adam: two per weight; SGD: none), as FBGEMM's fused kernels
             allocate it.
+        gradient_bytes: the data_parallel tables' gradients: the ``dense`` kernel (FBGEMM's
+            ``DenseTableBatchedEmbeddingBagsCodegen``, an ``nn.EmbeddingBag(sparse=False)``)
+            gives a gradient as large as the table, which DDP all-reduces in its buckets
+            (``gradient_as_bucket_view``: one copy); sharded tables are updated in backward
+            without one.
     """
 
     rows: int
     weight_bytes: int
     optimizer_bytes: int
     weight_precision: str = "fp32"
+    gradient_bytes: int = 0
 
     @property
     def total_bytes(self) -> int:
-        return self.weight_bytes + self.optimizer_bytes
+        return self.weight_bytes + self.optimizer_bytes + self.gradient_bytes
 
 
 def embedding_storage(
@@ -40,30 +46,39 @@ def embedding_storage(
     embedding_dim: int,
     optimizer: SparseOptimizer,
     data_types: list[EmbeddingDataType] | None = None,
+    replicated: list[bool] | None = None,
 ) -> EmbeddingStorage:
     """Bytes needed by tables of ``table_sizes`` rows each, ``embedding_dim`` wide, whose
-    weights have ``data_types`` (default fp32; optimizer state is fp32 in every case).
+    weights have ``data_types`` (default fp32; optimizer state is fp32 in every case), with a
+    gradient as large as the weights for the ``replicated`` (data_parallel) ones (one copy).
 
     Example: the MLPerf DLRM-DCNv2 tables (204,184,588 rows x 128) need 97.36 GiB of fp32
     weights, 48.68 GiB of fp16 ones.
     """
     data_types = data_types or [EmbeddingDataType.fp32] * len(table_sizes)
+    replicated = replicated or [False] * len(table_sizes)
     rows = sum(table_sizes)
+    weights = [
+        n * embedding_dim * t.element_bytes for n, t in zip(table_sizes, data_types, strict=True)
+    ]
     return EmbeddingStorage(
         rows=rows,
-        weight_bytes=sum(
-            n * embedding_dim * t.element_bytes
-            for n, t in zip(table_sizes, data_types, strict=True)
-        ),
+        weight_bytes=sum(weights),
         optimizer_bytes=rows * optimizer.state_floats_per_row(embedding_dim) * FP32_BYTES,
         weight_precision="/".join(sorted({t.value for t in data_types}, reverse=True)) or "fp32",
+        gradient_bytes=sum(w for w, dp in zip(weights, replicated, strict=True) if dp),
     )
 
 
-def row_bytes(cols: int, data_type: EmbeddingDataType, optimizer: SparseOptimizer) -> int:
-    """Bytes one row of ``cols`` columns takes: its weights in ``data_type`` and the fused
-    ``optimizer``'s state, fp32 whatever the weights' dtype (FBGEMM's)."""
-    return cols * data_type.element_bytes + optimizer.state_floats_per_row(cols) * FP32_BYTES
+def row_bytes(
+    cols: int, data_type: EmbeddingDataType, optimizer: SparseOptimizer, replicated: bool = False
+) -> int:
+    """Bytes one row of ``cols`` columns takes: its weights in ``data_type``, the fused
+    ``optimizer``'s state, fp32 whatever the weights' dtype (FBGEMM's), and for a
+    ``replicated`` (data_parallel) table its gradient, as large as its weights."""
+    weights = cols * data_type.element_bytes
+    state = optimizer.state_floats_per_row(cols) * FP32_BYTES
+    return weights + state + (weights if replicated else 0)
 
 
 def capped_bytes(
@@ -73,14 +88,17 @@ def capped_bytes(
     cap: int,
     copies: list[int] | None = None,
     data_types: list[EmbeddingDataType] | None = None,
+    replicated: list[bool] | None = None,
 ) -> int:
-    """Bytes of weights (``data_types``, default fp32) and fp32 optimizer state of the tables
-    capped at ``cap`` rows each (``copies`` as in :func:`largest_fitting_cap`)."""
+    """Bytes of weights (``data_types``, default fp32), fp32 optimizer state and the
+    ``replicated`` tables' gradients of the tables capped at ``cap`` rows each (``copies`` as
+    in :func:`largest_fitting_cap`)."""
     copies = copies or [1] * len(table_sizes)
     data_types = data_types or [EmbeddingDataType.fp32] * len(table_sizes)
+    replicated = replicated or [False] * len(table_sizes)
     return sum(
-        min(n, cap) * k * row_bytes(embedding_dim, t, optimizer)
-        for n, k, t in zip(table_sizes, copies, data_types, strict=True)
+        min(n, cap) * k * row_bytes(embedding_dim, t, optimizer, dp)
+        for n, k, t, dp in zip(table_sizes, copies, data_types, replicated, strict=True)
     )
 
 
@@ -91,15 +109,17 @@ def largest_fitting_cap(
     budget_bytes: float,
     copies: list[int] | None = None,
     data_types: list[EmbeddingDataType] | None = None,
+    replicated: list[bool] | None = None,
 ) -> int | None:
     """The largest ``num_embeddings_cap`` (rounded down to two significant digits) whose tables
     fit in ``budget_bytes``, or None when not even one row per table fits.
 
     ``copies[i]`` is how many copies of table i the job holds (data_parallel: one per rank;
-    default one each); ``data_types`` as in :func:`capped_bytes`."""
+    default one each); ``data_types`` and ``replicated`` as in :func:`capped_bytes`."""
 
     def fits(cap: int) -> bool:
-        used = capped_bytes(table_sizes, embedding_dim, optimizer, cap, copies, data_types)
+        shape = (table_sizes, embedding_dim, optimizer, cap)
+        used = capped_bytes(*shape, copies, data_types, replicated)
         return used <= budget_bytes
 
     if not fits(1):
