@@ -260,6 +260,21 @@ def test_fp16_tables_are_planned_with_the_fused_optimizers_fp32_state():
     assert largest >= result.storage.total_bytes / 8  # the state counted in full
 
 
+def test_table_wise_advice_keeps_each_table_within_one_rank():
+    """The cap and rank count spread the tables over all ranks as if each could be split:
+    table_wise criteo_full on 8 x 40 GiB was told cap 88,000,000 (a 42 GiB table on a 34 GiB
+    rank) or 13 ranks (its 141 GiB table fits none); both failed in TorchRec's planner."""
+    base = ["hardware=a100_40gb_x8", "model=criteo_full", "sharding=tablewise"]
+    cfg = compose_cfg(base)
+    with pytest.raises(InsufficientMemoryError) as info:
+        plan_job(cfg, _meta_model(cfg))
+    message = str(info.value)
+    assert "the largest table_wise table, 140.70 GiB, exceeds a rank's 34.00 GiB" in message
+    cap = int(re.search(r"model\.num_embeddings_cap=(\d+)", message).group(1))
+    capped = compose_cfg([*base, f"model.num_embeddings_cap={cap}"])
+    plan_job(capped, _meta_model(capped))  # the suggestion fits
+
+
 @pytest.mark.parametrize(
     "order", [["row_wise", "table_row_wise"], ["table_row_wise", "row_wise"]], ids=["rw", "twrw"]
 )

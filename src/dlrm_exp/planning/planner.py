@@ -26,7 +26,13 @@ from dlrm_exp.config import EmbeddingDataType, SparseOptimizer
 from dlrm_exp.errors import InsufficientMemoryError, PlanError
 from dlrm_exp.planning.fused_state import FusedStateStorage
 from dlrm_exp.planning.replica_gradients import ReplicaGradientStorage
-from dlrm_exp.planning.storage import GIB, EmbeddingStorage, capped_bytes, largest_fitting_cap
+from dlrm_exp.planning.storage import (
+    GIB,
+    EmbeddingStorage,
+    capped_bytes,
+    largest_fitting_cap,
+    row_bytes,
+)
 from dlrm_exp.planning.topology import MemoryCapacity
 from dlrm_exp.util.rank_zero import on_rank_zero
 
@@ -128,6 +134,7 @@ def insufficient_memory_message(
     data_types: list[EmbeddingDataType] | None = None,
     on_hbm: bool = True,
     replicated_tables: list[bool] | None = None,
+    whole_tables: list[bool] | None = None,
 ) -> str:
     """One message with what the tables need, what the hardware offers, and two caps to try.
     ``on_hbm``: the tables live in device memory (false for the UVM kernels, whose rows live
@@ -137,39 +144,30 @@ def insufficient_memory_message(
     optimizer state) take at most 60 % of the offered memory, leaving headroom for the dense
     part, activations, data and the process itself; and a quick-try cap whose tables take at
     most 1 GiB (a run of a minute on a laptop). Each is given with the GiB it needs. The
-    memory offered is each rank's HBM where ``capacity`` knows it, else its DDR.
+    memory offered is each rank's HBM where ``capacity`` knows it, else its DDR. A table in
+    ``whole_tables`` (table_wise) lies on one rank: both caps keep it within 60 % of a rank,
+    and more ranks are not offered when it exceeds one.
     """
     per_rank, device_kind, source = capacity.for_tables(on_hbm)
     offered = per_rank * world_size
     shape = (table_sizes, embedding_dim, optimizer)
     layout = (copies, data_types, replicated_tables)
-    cap = largest_fitting_cap(*shape, offered * HEADROOM_FRACTION, *layout)
-    quick = largest_fitting_cap(*shape, min(QUICK_TRY_BYTES, offered * HEADROOM_FRACTION), *layout)
-    gradients = (
-        f"{storage.gradient_bytes / GIB:.2f} GiB data_parallel gradients + "
-        if storage.gradient_bytes
-        else ""
+    whole = (whole_tables or [], per_rank * HEADROOM_FRACTION)  # each within one rank
+    cap = largest_fitting_cap(*shape, offered * HEADROOM_FRACTION, *layout, whole)
+    quick_bytes = min(QUICK_TRY_BYTES, offered * HEADROOM_FRACTION)
+    quick = largest_fitting_cap(*shape, quick_bytes, *layout, whole)
+    lines = _needed_lines(
+        storage, optimizer, len(table_sizes), embedding_dim, replicated, world_size
     )
-    lines: list[str] = [
-        f"Not enough memory for the embedding tables ({len(table_sizes)} tables, "
-        f"{storage.rows:,} rows x embedding_dim {embedding_dim}):",
-        f"  needed:  {storage.weight_bytes / GIB:.2f} GiB {storage.weight_precision} weights + "
-        f"{gradients}{storage.optimizer_bytes / GIB:.2f} GiB {optimizer.value} state = "
-        f"{storage.total_bytes / GIB:.2f} GiB",
-    ]
-    if replicated is not None and replicated.rows and world_size > 1:
-        lines.append(
-            f"           of which {replicated.total_bytes / GIB:.2f} GiB are data_parallel "
-            f"tables, held whole by each of the {world_size} ranks: "
-            f"{(storage.total_bytes + replicated.total_bytes * (world_size - 1)) / GIB:.2f} GiB "
-            "in all"
-        )
     lines += [
         f"  offered: {offered / GIB:.2f} GiB {device_kind} on {world_size} rank(s) "
         f"({per_rank / GIB:.2f} GiB each, {source}; "
         f"{STORAGE_RESERVATION:.0%} kept for dense parameters and activations)",
     ]
-    more = _more_ranks(storage, replicated, per_rank)
+    types = data_types or [EmbeddingDataType.fp32] * len(table_sizes)
+    alone = [n * row_bytes(embedding_dim, t, optimizer) for n, t, one in
+             zip(table_sizes, types, whole_tables or [], strict=False) if one]  # fmt: skip
+    more = _more_ranks(storage, replicated, per_rank, max(alone, default=0))
     if cap is not None and quick is not None:
         gib = {c: capped_bytes(*shape, c, *layout) / GIB for c in (cap, quick)}
         lines.append(
@@ -183,13 +181,55 @@ def insufficient_memory_message(
     return "\n".join(lines)
 
 
+def _needed_lines(
+    storage: EmbeddingStorage,
+    optimizer: SparseOptimizer,
+    tables: int,
+    embedding_dim: int,
+    replicated: EmbeddingStorage | None,
+    world_size: int,
+) -> list[str]:
+    """The message's first lines: what the tables need, one copy each, then what the ranks
+    hold in all with the data_parallel ones (``replicated``) held whole by each."""
+    gradients = (
+        f"{storage.gradient_bytes / GIB:.2f} GiB data_parallel gradients + "
+        if storage.gradient_bytes
+        else ""
+    )
+    lines = [
+        f"Not enough memory for the embedding tables ({tables} tables, "
+        f"{storage.rows:,} rows x embedding_dim {embedding_dim}):",
+        f"  needed:  {storage.weight_bytes / GIB:.2f} GiB {storage.weight_precision} weights + "
+        f"{gradients}{storage.optimizer_bytes / GIB:.2f} GiB {optimizer.value} state = "
+        f"{storage.total_bytes / GIB:.2f} GiB",
+    ]
+    if replicated is not None and replicated.rows and world_size > 1:
+        lines.append(
+            f"           of which {replicated.total_bytes / GIB:.2f} GiB are data_parallel "
+            f"tables, held whole by each of the {world_size} ranks: "
+            f"{(storage.total_bytes + replicated.total_bytes * (world_size - 1)) / GIB:.2f} GiB "
+            "in all"
+        )
+    return lines
+
+
 def _more_ranks(
-    storage: EmbeddingStorage, replicated: EmbeddingStorage | None, per_rank: int
+    storage: EmbeddingStorage,
+    replicated: EmbeddingStorage | None,
+    per_rank: int,
+    largest_whole: int = 0,
 ) -> str:
     """How many ranks of ``per_rank`` bytes would hold the tables: each holds the
     data_parallel ones (``replicated``) whole and its share of the others; none when the
-    data_parallel ones alone exceed a rank."""
+    data_parallel ones alone, or the largest table placed whole on one rank (table_wise,
+    ``largest_whole`` bytes), exceed a rank."""
     usable = usable_bytes(per_rank)
+    if largest_whole > usable:
+        return (
+            f"more memory per rank (the largest table_wise table, {largest_whole / GIB:.2f} "
+            f"GiB, exceeds a rank's {usable / GIB:.2f} GiB, and a table_wise table lies whole on "
+            "one rank, so more ranks cannot help; or shard it row_wise)"
+        )
     whole = replicated.total_bytes if replicated is not None else 0
     if whole >= usable:
         return (

@@ -110,17 +110,28 @@ def largest_fitting_cap(
     copies: list[int] | None = None,
     data_types: list[EmbeddingDataType] | None = None,
     replicated: list[bool] | None = None,
+    whole: tuple[list[bool], float] | None = None,
 ) -> int | None:
     """The largest ``num_embeddings_cap`` (rounded down to two significant digits) whose tables
     fit in ``budget_bytes``, or None when not even one row per table fits.
 
     ``copies[i]`` is how many copies of table i the job holds (data_parallel: one per rank;
-    default one each); ``data_types`` and ``replicated`` as in :func:`capped_bytes`."""
+    default one each); ``data_types`` and ``replicated`` as in :func:`capped_bytes`.
+    ``whole``: ``(flags, rank_bytes)``, the tables placed whole on one rank (table_wise), each
+    of which must also fit ``rank_bytes`` alone."""
+    data_types = data_types or [EmbeddingDataType.fp32] * len(table_sizes)
+    replicated = replicated or [False] * len(table_sizes)
 
     def fits(cap: int) -> bool:
         shape = (table_sizes, embedding_dim, optimizer, cap)
-        used = capped_bytes(*shape, copies, data_types, replicated)
-        return used <= budget_bytes
+        if capped_bytes(*shape, copies, data_types, replicated) > budget_bytes:
+            return False
+        flags, rank_bytes = whole or ([], 0.0)
+        return all(
+            min(n, cap) * row_bytes(embedding_dim, t, optimizer, dp) <= rank_bytes
+            for n, t, dp, alone in zip(table_sizes, data_types, replicated, flags, strict=False)
+            if alone
+        )
 
     if not fits(1):
         return None
