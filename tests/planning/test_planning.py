@@ -330,6 +330,17 @@ def test_uvm_tables_are_explained_against_the_host_memory_they_live_in():
     message = str(info.value)
     assert "offered: 40.00 GiB DDR on 8 rank(s) (5.00 GiB each, hardware.ddr_cap;" in message
     assert "ranks of 5.00 GiB" in message and "HBM" not in message
+    # the caches overflow the HBM while the host memory holds the rows: said so, with a
+    # cache_load_factor that plans (it said "424.23 GiB needed / 1152 GiB DDR offered")
+    caches = ["hardware=a100_40gb_x8", "model=criteo_full", "sharding=rowwise", uvm[0]]
+    cfg = compose_cfg([*caches, "sharding.cache_load_factor=1.0"])
+    with pytest.raises(InsufficientMemoryError) as info:
+        plan_job(cfg, _meta_model(cfg))
+    message = str(info.value)
+    assert "needed:  424.23 GiB HBM: a cache of sharding.cache_load_factor=1 of" in message
+    factor = re.search(r"lower sharding\.cache_load_factor to ([\d.]+) ", message).group(1)
+    fitted = compose_cfg([*caches, f"sharding.cache_load_factor={factor}"])
+    plan_job(fitted, _meta_model(fitted))
 
 
 def test_a_running_job_plans_for_its_own_ranks_per_host():

@@ -45,6 +45,7 @@ from dlrm_exp.planning.storage import (
 )
 from dlrm_exp.planning.tables import table_configs
 from dlrm_exp.planning.topology import MemoryCapacity, build_topology, memory_capacity
+from dlrm_exp.planning.uvm_cache import DevicePart, cache_message
 from dlrm_exp.util.rank_zero import on_rank_zero
 from dlrm_exp.util.substitution import Substitution
 from dlrm_exp.util.text import first_few
@@ -125,11 +126,35 @@ def _storage(cfg: Config) -> EmbeddingStorage:
     return tables_storage(cfg, set(cfg.model.table_names), names)
 
 
+def _device_part(
+    cfg: Config, placements: list[tuple[ShardingStrategy, ComputeKernel]], world_size: int
+) -> DevicePart:
+    """What the planned tables put in HBM on a GPU (:class:`DevicePart`)."""
+    resident = cached = 0
+    optimizer = cfg.optimizer.sparse_optimizer
+    sizes, types = cfg.model.table_sizes, cfg.model.table_data_types
+    for n, t, (kind, kernel) in zip(sizes, types, placements, strict=True):
+        replica = kind is ShardingStrategy.data_parallel
+        full = n * row_bytes(cfg.model.embedding_dim, t, optimizer, replica)
+        if kernel is ComputeKernel.fused_uvm_caching:
+            cached += full
+        elif kernel.value in DEVICE_RESIDENT_KERNELS:
+            resident += full * (world_size if replica else 1)
+    factor = cfg.sharding.cache_load_factor
+    return DevicePart(resident, cached, UVM_CACHING_RATIO if factor is None else factor)
+
+
 def _memory_message(cfg: Config, capacity: MemoryCapacity, world_size: int) -> str:
     """The insufficient-memory explanation for this job (data_parallel tables, as planned,
-    counted once per rank with their gradient; against DDR when a table uses a UVM
-    kernel)."""
+    counted once per rank with their gradient; against DDR when a table uses a UVM kernel,
+    unless the HBM caches of UVM-cached tables are what overflows: :mod:`.uvm_cache`)."""
     placements = _placements(cfg)
+    if capacity.hbm_bytes:
+        hbm = capacity.hbm_bytes
+        part = _device_part(cfg, placements, world_size)
+        cache = cache_message(part, hbm, usable_bytes(hbm), world_size)
+        if cache is not None:
+            return cache
     replicated = [kind is ShardingStrategy.data_parallel for kind, _ in placements]
     on_device = all(kernel.value in DEVICE_RESIDENT_KERNELS for _, kernel in placements)
     dp_names = {n for n, dp in zip(cfg.model.table_names, replicated, strict=True) if dp}

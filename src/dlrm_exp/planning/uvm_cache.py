@@ -1,0 +1,68 @@
+"""The HBM a plan with UVM-cached tables needs, and the ``cache_load_factor`` that fits.
+
+``sharding.compute_kernel=fused_uvm_caching`` keeps a table's rows in host memory (CUDA unified
+memory) and a cache of ``cache_load_factor`` of them in HBM (TorchRec's estimate:
+``hbm = ddr * caching_ratio``, 0.2 by default). When such a plan does not fit, what overflows
+may be the HBM (the caches and the tables kept on the device) while the host memory holds the
+rows; the memory message must then speak of HBM and the factor, not of DDR.
+"""
+
+from dataclasses import dataclass
+
+from dlrm_exp.planning.storage import GIB
+
+#: The suggested factor keeps the caches and device tables within this share of the HBM.
+HEADROOM_FRACTION = 0.6
+
+
+@dataclass(frozen=True)
+class DevicePart:
+    """What a plan puts in HBM, all ranks together, in bytes.
+
+    Attributes:
+        resident_bytes: tables kept whole on the device (``fused``, ``dense``), with their
+            optimizer state (and data_parallel ones once per rank).
+        cached_bytes: the UVM-cached tables' rows and state (in host memory).
+        load_factor: the share of ``cached_bytes`` cached in HBM.
+    """
+
+    resident_bytes: int
+    cached_bytes: int
+    load_factor: float
+
+    @property
+    def hbm_bytes(self) -> int:
+        return self.resident_bytes + round(self.cached_bytes * self.load_factor)
+
+
+def cache_message(
+    part: DevicePart, hbm_per_rank: int, usable: float, world_size: int
+) -> str | None:
+    """The memory message when the HBM overflows (``part.hbm_bytes`` above ``usable`` bytes a
+    rank, all ranks together), naming a ``sharding.cache_load_factor`` that fits within
+    :data:`HEADROOM_FRACTION` of the HBM; None when the HBM holds it (the host memory is then
+    what overflows) or no table is cached."""
+    if not part.cached_bytes or part.hbm_bytes <= usable * world_size:
+        return None
+    offered = hbm_per_rank * world_size
+    room = offered * HEADROOM_FRACTION - part.resident_bytes
+    factor = int(room / part.cached_bytes * 100) / 100 if room > 0 else 0.0
+    fix = (
+        f"lower sharding.cache_load_factor to {factor:g} ({factor * part.cached_bytes / GIB:.2f} "
+        f"GiB of cache, the caches and device tables at most {HEADROOM_FRACTION:.0%} of the HBM)"
+        if factor >= 0.01
+        else "the tables kept on the device alone fill the HBM: cache them too, or cap them"
+    )
+    return "\n".join(
+        [
+            "Not enough HBM for the embedding tables' caches (sharding.compute_kernel="
+            "fused_uvm_caching keeps the rows in host memory and a cache of them on the GPU):",
+            f"  needed:  {part.hbm_bytes / GIB:.2f} GiB HBM: a cache of "
+            f"sharding.cache_load_factor={part.load_factor:g} of the cached tables' "
+            f"{part.cached_bytes / GIB:.2f} GiB, + {part.resident_bytes / GIB:.2f} GiB of tables "
+            "kept on the device",
+            f"  offered: {offered / GIB:.2f} GiB HBM on {world_size} rank(s) "
+            f"({hbm_per_rank / GIB:.2f} GiB each, {usable / GIB:.2f} usable)",
+            f"Fix: {fix}; or add ranks (hardware.nnodes=...).",
+        ]
+    )
