@@ -206,6 +206,32 @@ def test_the_rule_needs_the_whole_interval_on_the_worse_side():
     assert is_regression(logloss, paired_difference([0.46, 0.47], [0.45, 0.46]), 0.0)
 
 
+def test_a_failed_seed_run_again_is_the_measurement():
+    """Seed 1 failed (out of memory) and was run again in a folder of its own: the report
+    refused the two runs of seed 1 and the gate failed on the failure the rerun replaced."""
+    from dlrm_exp.record.compare import config_stats
+    from dlrm_exp.record.run_record import RunMetrics
+    from dlrm_exp.record.runs import RunRecord
+
+    def run(seed: int, status: str, path: str) -> RunValues:
+        return RunValues("optimizer=sgd", "optimizer=sgd", seed, status, path,
+                         {"val_auroc": 0.79} if status == "completed" else {})  # fmt: skip
+
+    saved = [run(0, "completed", "/0"), run(1, "completed", "/1")]
+    rerun = [run(0, "completed", "/n0"), run(1, "failed", "/n1"), run(1, "completed", "/r1")]
+    result = compare_runs(rerun, saved, gate=["val_auroc"])
+    assert result.passed and "paired by seed, n=2" in result.lines[0]
+    assert not compare_runs(rerun[:2], saved, gate=["val_auroc"]).passed  # not run again
+
+    def record(seed: int, status: str, path: str) -> RunRecord:
+        metrics = RunMetrics(status=status, val={"auroc": 0.79} if status == "completed" else {})
+        return RunRecord(Path(path), f"seed={seed}", [], metrics, "optimizer=sgd", seed, "sgd")
+
+    (stats,) = config_stats([record(0, "completed", "/0"), record(1, "failed", "/1"),
+                             record(1, "completed", "/r1")])  # fmt: skip
+    assert stats.seeds == [0, 1] and stats.failed == []
+
+
 def test_runs_of_one_side_alone_are_paired_by_seed_not_by_position():
     def run(seed: int, auroc: float) -> RunValues:
         return RunValues("optimizer=sgd", "optimizer=sgd", seed, "completed", f"/{seed}",

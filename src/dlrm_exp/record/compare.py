@@ -14,7 +14,12 @@ from pathlib import Path
 
 from dlrm_exp.record.metric_table import METRICS, Metric, fmt, shown
 from dlrm_exp.record.run_record import COMPLETED
-from dlrm_exp.record.runs import RunRecord, check_distinct_seeds, check_same_fixed
+from dlrm_exp.record.runs import (
+    RunRecord,
+    check_distinct_seeds,
+    check_same_fixed,
+    without_superseded,
+)
 from dlrm_exp.record.stats import Difference, Estimate, estimate, paired_difference
 from dlrm_exp.util.files import write_csv_atomic
 
@@ -57,7 +62,9 @@ def _values(runs: Sequence[RunRecord], metric: Metric) -> dict[int, float]:
 def config_stats(runs: Sequence[RunRecord], baseline: str | None = None) -> list[ConfigStats]:
     """Statistics per configuration (by identity, ``RunRecord.config_id``) of the completed
     ``runs``, in first-seen order; a configuration whose runs all failed is kept, with its
-    failed runs and no estimates. A configuration whose repeats all ran something else than
+    failed runs and no estimates (a failed run whose seed completed in another run is left
+    out: :func:`~dlrm_exp.record.runs.without_superseded`). A configuration whose repeats
+    all ran something else than
     asked is labelled by what ran (``qcomms=fp8 (ran qcomms: reduce_scatter FP16/BF16)``).
     The baseline (``baseline``: overrides such as ``qcomms=none``, else the first
     configuration with a completed run) comes first.
@@ -66,6 +73,7 @@ def config_stats(runs: Sequence[RunRecord], baseline: str | None = None) -> list
         ValueError: no configuration or several match ``baseline``, two runs of one
             configuration have the same seed, or were run with other fixed overrides.
     """
+    runs = without_superseded(runs)
     check_same_fixed(runs)
     check_distinct_seeds(runs)
     groups: dict[str, list[RunRecord]] = {}

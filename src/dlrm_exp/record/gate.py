@@ -27,6 +27,7 @@ from dlrm_exp.record.compare import COMPARED, DEFAULT_GATE
 from dlrm_exp.record.metric_table import METRICS, Metric
 from dlrm_exp.record.run_record import COMPLETED
 from dlrm_exp.record.run_values import RunValues, is_finite
+from dlrm_exp.record.runs import without_superseded
 from dlrm_exp.record.stats import Difference, paired_difference, welch_difference
 
 
@@ -244,6 +245,7 @@ def compare_runs(
     others (:func:`parse_tolerances`), in each metric's unit."""
     result = GateResult()
     tolerances = {"": tolerance} if isinstance(tolerance, (int, float)) else dict(tolerance)
+    new, saved = without_superseded(new), without_superseded(saved)  # a failed seed rerun
     new_groups, saved_groups = _by_config(new), _by_config(saved)
     for config_id, saved_runs in saved_groups.items():
         if config_id not in new_groups:

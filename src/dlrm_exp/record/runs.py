@@ -18,14 +18,14 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol, TypeVar
 
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.errors import HydraException
 from omegaconf import OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from dlrm_exp.record.run_record import MISSING, RunMetrics
+from dlrm_exp.record.run_record import COMPLETED, MISSING, RunMetrics
 
 #: The key whose swept values are repeats of one configuration, not configurations.
 SEED = "seed"
@@ -280,6 +280,26 @@ def check_same_fixed(runs: Iterable[RunRecord]) -> None:
                 "their seeds are not repeats of one configuration: report them separately (a "
                 "--compare-to gate compares two such sets and notes the difference)"
             )
+
+
+class _SeededRun(Protocol):
+    config_id: str
+    seed: int
+
+    @property
+    def status(self) -> str: ...
+
+
+Run = TypeVar("Run", bound=_SeededRun)
+
+
+def without_superseded(runs: Sequence[Run]) -> list[Run]:
+    """``runs`` less those that did not complete where a completed run of the same
+    configuration and seed exists (a failed seed run again: the rerun is the measurement; the
+    failure counted beside it refused the report as two runs of one seed and failed the
+    gate)."""
+    done = {(r.config_id, r.seed) for r in runs if r.status == COMPLETED}
+    return [r for r in runs if r.status == COMPLETED or (r.config_id, r.seed) not in done]
 
 
 def check_distinct_seeds(runs: Iterable[RunRecord]) -> None:
