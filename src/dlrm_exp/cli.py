@@ -31,7 +31,10 @@ from dlrm_exp.config.keys import check_composed_keys, check_override_keys
 from dlrm_exp.distributed.env import env_rank, launched_by_torchrun
 from dlrm_exp.distributed.submitit_env import adopt_submitit_environment, in_submitit_task
 from dlrm_exp.errors import (
+    CheckpointError,
     ConfigError,
+    InsufficientMemoryError,
+    PlanError,
     RunFolderInUseError,
     Terminated,
     UserError,
@@ -72,7 +75,7 @@ def hydra_main(raw: DictConfig) -> float | None:
         try:
             return _run(raw, run_dir, None)
         except (UserError, OmegaConfBaseException) as err:
-            _refused()
+            _refused(err)
             if os.environ.get("HYDRA_FULL_ERROR") == "1":
                 raise
             print(f"Error: {err}", file=sys.stderr)
@@ -101,11 +104,21 @@ def hydra_main(raw: DictConfig) -> float | None:
         return math.nan
 
 
-def _refused() -> None:
+def _refused(err: Exception) -> None:
     """Put back the record of the folder ``hydra.run.dir=`` named (:class:`KeptRecord`) when
-    the run failed on a user error (a refusal: a bad value, another shape, a folder in use, a
-    worker's refusal) having written no result there."""
-    if _kept_record is None:
+    ``err`` refused the run (a bad value, a plan, memory or checkpoint refusal, a folder in
+    use) and it wrote no result there. Not for errors of a run under way (a NaN, bad rows
+    mid-epoch, a failed verification, a worker's failure): its logs, events and reports
+    belong to its own settings."""
+    refusals = (
+        ConfigError,
+        PlanError,
+        InsufficientMemoryError,
+        CheckpointError,
+        RunFolderInUseError,
+        OmegaConfBaseException,
+    )
+    if _kept_record is None or not isinstance(err, refusals):
         return
     try:
         changed = _kept_record.restore()

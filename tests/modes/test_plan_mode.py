@@ -81,6 +81,14 @@ def test_a_cpu_plan_names_the_ddr_its_tables_use(tmp_path):
     assert storage["held_on_all_ranks_gib"] == 2 * storage["total_gib"]
     text = summary(record, tmp_path)
     assert "are data_parallel tables, held whole by each of the 2 ranks" in text
+    # their gradients (as large as their weights) are in the total and the line
+    assert storage["data_parallel_gradients_gib"] == storage["embedding_weights_gib"]
+    assert "GiB data_parallel gradients + " in text
+    # the same plan from its file: the same storage (the config alone showed no replica)
+    (tmp_path / "dp.json").write_bytes((tmp_path / "plan.json").read_bytes())
+    from_file = [*dp[:3], "sharding=from_file", f"sharding.plan_path={tmp_path / 'dp.json'}"]
+    again = run_plan(compose_cfg(from_file), tmp_path)
+    assert again["storage"] == storage
     record = run_plan(compose_cfg([*dp[:3], "sharding=rowwise"]), tmp_path)
     assert "held_on_all_ranks_gib" not in record["storage"]
 

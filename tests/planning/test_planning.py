@@ -260,6 +260,17 @@ def test_fp16_tables_are_planned_with_the_fused_optimizers_fp32_state():
     assert largest >= result.storage.total_bytes / 8  # the state counted in full
 
 
+def test_a_whole_table_cap_leaves_room_for_the_replicas_every_rank_holds():
+    """A table_wise table of 16 bytes a row beside a data_parallel one of 32 (with its
+    gradient) on a 40,000-byte rank: 48 bytes a capped row, so 833 rows, not 2,500 (the
+    replicas were left out)."""
+    from dlrm_exp.config import SparseOptimizer
+
+    cap = largest_fitting_cap([10_000, 10_000], 4, SparseOptimizer.sgd, 10**9, copies=[2, 1],
+                              replicated=[True, False], whole=([False, True], 40_000))  # fmt: skip
+    assert cap == 830
+
+
 def test_table_wise_advice_keeps_each_table_within_one_rank():
     """The cap and rank count spread the tables over all ranks as if each could be split:
     table_wise criteo_full on 8 x 40 GiB was told cap 88,000,000 (a 42 GiB table on a 34 GiB
@@ -341,6 +352,10 @@ def test_uvm_tables_are_explained_against_the_host_memory_they_live_in():
     factor = re.search(r"lower sharding\.cache_load_factor to ([\d.]+) ", message).group(1)
     fitted = compose_cfg([*caches, f"sharding.cache_load_factor={factor}"])
     plan_job(fitted, _meta_model(fitted))
+    # host memory short too: the DDR message (a factor alone cannot help)
+    both = compose_cfg([*caches[:3], uvm[0], "hardware.ddr_cap=10", "hardware.hbm_cap=2"])
+    with pytest.raises(InsufficientMemoryError, match=r"GiB DDR on 8 rank\(s\)"):
+        plan_job(both, _meta_model(both))
 
 
 def test_a_running_job_plans_for_its_own_ranks_per_host():

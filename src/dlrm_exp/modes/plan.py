@@ -47,7 +47,11 @@ def run_plan(cfg: Config, run_dir: Path) -> dict[str, Any]:
         result.plan, table_configs(cfg.model), ctx.world_size, ctx.local_world_size
     ).to_json()
     capacity = result.capacity or memory_capacity(hw, ctx.local_world_size)
-    storage, estimates = result.storage, result.estimates
+    # the tables' storage as this plan places them (a from_file plan's data_parallel tables
+    # carry gradients the config alone does not show)
+    dp_names = {n for n, t in record["tables"].items() if t["sharding_type"] == DATA_PARALLEL}
+    storage = tables_storage(cfg, set(cfg.model.table_names), dp_names)
+    estimates = result.estimates
     record["hardware"] = {
         "nnodes": hw.nnodes,
         "compute_device": hw.compute_device.value,
@@ -61,7 +65,6 @@ def run_plan(cfg: Config, run_dir: Path) -> dict[str, Any]:
         "data_parallel_gradients_gib": storage.gradient_bytes / GIB,
         "total_gib": storage.total_bytes / GIB,
     }
-    dp_names = {n for n, t in record["tables"].items() if t["sharding_type"] == DATA_PARALLEL}
     replicated = tables_storage(cfg, dp_names, dp_names)
     if replicated.rows and ctx.world_size > 1:  # every rank holds these whole
         record["storage"]["data_parallel_gib"] = replicated.total_bytes / GIB
@@ -128,7 +131,12 @@ def summary(record: dict[str, Any], run_dir: Path) -> str:
     lines += [
         f"total embedding storage: {storage['embedding_weights_gib']:.2f} GiB "
         f"{storage['embedding_weight_precision']} weights + "
-        f"{storage['optimizer_state_gib']:.2f} GiB optimizer state = "
+        + (
+            f"{storage.get('data_parallel_gradients_gib', 0):.2f} GiB data_parallel gradients + "
+            if storage.get("data_parallel_gradients_gib")
+            else ""
+        )
+        + f"{storage['optimizer_state_gib']:.2f} GiB optimizer state = "
         f"{storage['total_gib']:.2f} GiB",
     ]
     if "held_on_all_ranks_gib" in storage:

@@ -152,7 +152,8 @@ def _memory_message(cfg: Config, capacity: MemoryCapacity, world_size: int) -> s
     if capacity.hbm_bytes:
         hbm = capacity.hbm_bytes
         part = _device_part(cfg, placements, world_size)
-        cache = cache_message(part, hbm, usable_bytes(hbm), world_size)
+        ddr = usable_bytes(capacity.ddr_bytes)
+        cache = cache_message(part, hbm, usable_bytes(hbm), world_size, ddr)
         if cache is not None:
             return cache
     replicated = [kind is ShardingStrategy.data_parallel for kind, _ in placements]

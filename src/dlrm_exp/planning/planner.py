@@ -224,13 +224,14 @@ def _more_ranks(
     data_parallel ones alone, or the largest table placed whole on one rank (table_wise,
     ``largest_whole`` bytes), exceed a rank."""
     usable = usable_bytes(per_rank)
-    if largest_whole > usable:
+    whole = replicated.total_bytes if replicated is not None else 0
+    if largest_whole and largest_whole + whole > usable:
+        beside = f" beside {whole / GIB:.2f} GiB of data_parallel tables" if whole else ""
         return (
             f"more memory per rank (the largest table_wise table, {largest_whole / GIB:.2f} "
-            f"GiB, exceeds a rank's {usable / GIB:.2f} GiB, and a table_wise table lies whole on "
-            "one rank, so more ranks cannot help; or shard it row_wise)"
+            f"GiB{beside}, exceeds a rank's {usable / GIB:.2f} GiB, and a table_wise table lies "
+            "whole on one rank, so more ranks cannot help; or shard it row_wise)"
         )
-    whole = replicated.total_bytes if replicated is not None else 0
     if whole >= usable:
         return (
             f"more memory per rank (the data_parallel tables alone, {whole / GIB:.2f} GiB, "

@@ -118,7 +118,7 @@ def largest_fitting_cap(
     ``copies[i]`` is how many copies of table i the job holds (data_parallel: one per rank;
     default one each); ``data_types`` and ``replicated`` as in :func:`capped_bytes`.
     ``whole``: ``(flags, rank_bytes)``, the tables placed whole on one rank (table_wise), each
-    of which must also fit ``rank_bytes`` alone."""
+    of which must also fit ``rank_bytes`` beside the replicated tables every rank holds."""
     data_types = data_types or [EmbeddingDataType.fp32] * len(table_sizes)
     replicated = replicated or [False] * len(table_sizes)
 
@@ -127,11 +127,11 @@ def largest_fitting_cap(
         if capped_bytes(*shape, copies, data_types, replicated) > budget_bytes:
             return False
         flags, rank_bytes = whole or ([], 0.0)
-        return all(
-            min(n, cap) * row_bytes(embedding_dim, t, optimizer, dp) <= rank_bytes
-            for n, t, dp, alone in zip(table_sizes, data_types, replicated, flags, strict=False)
-            if alone
-        )
+        rows = [min(n, cap) * row_bytes(embedding_dim, t, optimizer, dp)
+                for n, t, dp in zip(table_sizes, data_types, replicated, strict=True)]  # fmt: skip
+        on_every_rank = sum(b for b, dp in zip(rows, replicated, strict=True) if dp)
+        pairs = zip(rows, flags, strict=False)  # no flags: no table lies whole on one rank
+        return all(b + on_every_rank <= rank_bytes for b, one in pairs if one)
 
     if not fits(1):
         return None

@@ -36,13 +36,17 @@ class DevicePart:
 
 
 def cache_message(
-    part: DevicePart, hbm_per_rank: int, usable: float, world_size: int
+    part: DevicePart, hbm_per_rank: int, usable: float, world_size: int, ddr_usable: float
 ) -> str | None:
     """The memory message when the HBM overflows (``part.hbm_bytes`` above ``usable`` bytes a
-    rank, all ranks together), naming a ``sharding.cache_load_factor`` that fits within
-    :data:`HEADROOM_FRACTION` of the HBM; None when the HBM holds it (the host memory is then
-    what overflows) or no table is cached."""
+    rank, all ranks together) while the host memory holds the cached rows (``ddr_usable``
+    bytes a rank), naming a ``sharding.cache_load_factor`` that fits within
+    :data:`HEADROOM_FRACTION` of the HBM; None when the HBM holds it, when the host memory
+    overflows too (the DDR message comes first: a factor alone cannot help), or when no table
+    is cached."""
     if not part.cached_bytes or part.hbm_bytes <= usable * world_size:
+        return None
+    if part.cached_bytes > ddr_usable * world_size:
         return None
     offered = hbm_per_rank * world_size
     room = offered * HEADROOM_FRACTION - part.resident_bytes
