@@ -382,7 +382,9 @@ def test_gpu_memory_is_reported_beside_host_memory_where_a_run_held_some(tmp_pat
     assert (gpu.peak_gpu_gib_max_rank, gpu.peak_rss_gib_max_rank) == (61.5, 4.0)
     assert cpu.peak_gpu_gib_max_rank is None
     line = next(x for x in summary(gpu, tmp_path).splitlines() if x.startswith("train "))
-    assert "| peak host memory 3.00 GiB | peak GPU memory 61.50 GiB (reserved, max rank) |" in line
+    # both the largest rank's (the host figure was rank 0's 3.00 beside the GPU's max)
+    host, device = "peak host memory 4.00 GiB (max rank)", "peak GPU memory 61.50 GiB (reserved"
+    assert f"| {host} | {device}, max rank) |" in line
     cpu_line = next(x for x in summary(cpu, tmp_path).splitlines() if x.startswith("train "))
     assert "GPU" not in cpu_line
     rows = [summary_row(RunRecord(tmp_path / n, n, [], m)) for n, m in (("g", gpu), ("c", cpu))]

@@ -16,8 +16,8 @@ Each call is booked by who made it and when:
 Bytes are those of the larger side of each collective (``numel * element_size``), so that
 every sharding type is counted alike: the input of an all-to-all or a reduce-scatter (the
 rank's rows for every rank, its own slice included), the output of an all-gather (its input
-goes to every rank: row-wise's backward). Counted by its input, an all-gather showed W - 1
-times fewer bytes than the reduce-scatter it mirrors (half at 2 ranks, 1/7 at 8). DDP's
+goes to every rank: row-wise's backward). Counted by its input, an all-gather showed W
+times fewer bytes than the reduce-scatter it mirrors (half at 2 ranks, 1/8 at 8). DDP's
 gradient all-reduce runs in C++ and is not counted.
 """
 

@@ -3,8 +3,10 @@
 AUROC comes from torchmetrics' ``BinaryAUROC``. Log loss is the mean binary cross-entropy of
 the predicted click probability (natural log, nats). Normalized entropy (NE) is the log loss
 divided by the entropy of the evaluated set's click-through rate p:
-``NE = logloss / -(p log p + (1 - p) log(1 - p))`` (He et al. 2014, "Practical Lessons from
-Predicting Clicks on Ads at Facebook"); NE < 1 means better than always predicting p.
+``NE = logloss / -(p log p + (1 - p) log(1 - p))``, as TorchRec's NE metric (He et al. 2014,
+"Practical Lessons from Predicting Clicks on Ads at Facebook", normalize by the training set's
+average CTR instead; the evaluated set's own gives an NE no lower); NE < 1 means better than
+always predicting p.
 Calibration is the mean predicted click probability over the observed click-through rate,
 ``sum(sigmoid(logit)) / sum(label)`` (the CTR-prediction convention reported next to NE): 1 is
 calibrated, above 1 over-predicts clicks.

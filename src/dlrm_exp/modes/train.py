@@ -693,9 +693,11 @@ def summary(metrics: RunMetrics, run_dir: Path, logdir: str = "outputs") -> str:
     throughput = METRICS["samples_per_sec"].format(metrics.samples_per_sec)
     gpu = metrics.peak_gpu_gib_max_rank
     gpu_text = "" if gpu is None else f" | peak GPU memory {gpu:.2f} GiB (reserved, max rank)"
+    host = metrics.peak_rss_gib_max_rank
+    host = metrics.peak_memory_gib if host is None else host  # (as gpu: the largest rank's)
     lines.append(
         f"train {metrics.steps} steps | {throughput} samples/s "
-        f"| peak host memory {metrics.peak_memory_gib:.2f} GiB{gpu_text} "
+        f"| peak host memory {host:.2f} GiB (max rank){gpu_text} "
         f"| {metrics.wall_seconds:.1f} s"
     )
     if metrics.effective_qcomms:

@@ -39,7 +39,8 @@ class Utilization:
         fraction_of_matmul_peak: achieved / measured peak dense FLOP/s (None: nothing
             measured, or a measurement error).
         embedding_bytes_per_sample: embedding bytes one training sample moves (lookup +
-            fused update, an upper bound).
+            fused update: an upper bound for fused tables, a lower one for data-parallel
+            ones, see docs/performance.md).
         embedding_bytes_per_sec: achieved embedding bytes/s per rank.
         peak_copy_bytes_per_sec: the rank's measured copy bandwidth, bytes/s.
         fraction_of_copy_peak: achieved embedding bytes/s / copy bandwidth (None as above).

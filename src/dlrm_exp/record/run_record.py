@@ -56,7 +56,8 @@ class RunMetrics:
             (``train.prefetch_batches``, null resolved: 2 on CUDA, 0 on CPU).
         loss_read_lag: steps queued before a step's loss was read (1 on CUDA with
             ``on_nonfinite=stop``, else 0; :func:`dlrm_exp.loop.trainer.loss_read_lag`).
-        embedding_bytes_per_rank: fp32 table bytes each rank holds under the plan.
+        embedding_bytes_per_rank: table bytes each rank holds under the plan (each table in its
+            own dtype: fp16 tables at 2 bytes an element).
         bayes_auroc: the Bayes-optimal AUROC per split (synthetic data only).
         data: what the data source reported (row counts, skipped rows, ...).
         val_history: every validation's metrics with its ``step``.
