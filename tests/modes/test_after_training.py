@@ -179,6 +179,12 @@ def test_predict_scores_unlabeled_rows_and_refuses_a_mostly_malformed_file(
     with caplog.at_level(logging.WARNING, logger="dlrm_exp.modes.setup"):
         scored = run_evaluate(compose_cfg(["mode=evaluate", *clean]), Job(tmp_path / "clean"))
     assert scored.val["samples"] == 300
+    # data.path is not even decoded when every scored split has files of its own (a Kaggle
+    # training file is ~12 GB decoded): a file of no Criteo row goes unread
+    garbage = tmp_path / "garbage.tsv"
+    garbage.write_text("not a criteo row\n")
+    unread = ["mode=evaluate", *clean[:2], f"data.path={garbage}", *clean[3:]]
+    assert run_evaluate(compose_cfg(unread), Job(tmp_path / "unread")).val["samples"] == 300
     # the checkpoint was trained on synthetic data: scored on Criteo rows, said so
     assert "the checkpoint was trained on other data than this job reads (its run set " in (
         caplog.text

@@ -58,8 +58,15 @@ def check_input_paths(cfg: DataConfig) -> None:
     resolve_inputs(cfg.input_paths(), resolve)
 
 
-def load_splits(cfg: DataConfig, table_sizes: list[int], num_dense: int, seed: int) -> DataSplits:
-    """Load or generate the splits for tables of ``table_sizes`` rows.
+def load_splits(
+    cfg: DataConfig,
+    table_sizes: list[int],
+    num_dense: int,
+    seed: int,
+    scored: tuple[str, ...] | None = None,
+) -> DataSplits:
+    """Load or generate the splits for tables of ``table_sizes`` rows (``scored``: the only
+    splits the job reads, where a source can skip the others' files; None: all).
 
     Raises:
         DataError: the data cannot be read (see the source's own docs).
@@ -70,7 +77,7 @@ def load_splits(cfg: DataConfig, table_sizes: list[int], num_dense: int, seed: i
     if isinstance(cfg, SyntheticDataConfig):
         return _synthetic_splits(cfg, table_sizes, num_dense, seed)
     if isinstance(cfg, CriteoTsvDataConfig):
-        train, val, test, report = load_criteo_tsv(cfg)
+        train, val, test, report = load_criteo_tsv(cfg, scored)
         kinds = criteo_id_kinds(cfg.feature_schema())
         info = DataInfo.of_splits(train, val, test, read=report.as_dict(), id_kinds=kinds)
         return DataSplits(train, val, test, info)

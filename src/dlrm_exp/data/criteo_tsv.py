@@ -316,20 +316,30 @@ def no_valid_row_message(files: list[Path], report: ReadReport) -> str:
     )
 
 
-def load_criteo_tsv(cfg: CriteoTsvDataConfig) -> tuple[ClickData, ClickData, ClickData, ReadReport]:
+def load_criteo_tsv(
+    cfg: CriteoTsvDataConfig, scored: tuple[str, ...] | None = None
+) -> tuple[ClickData, ClickData, ClickData, ReadReport]:
     """Train, validation and test splits from ``cfg`` (see :class:`CriteoTsvDataConfig`),
     decoded by ``cfg.schema``.
 
     Without ``val_path`` / ``test_path``, the rows of ``path`` are split in file order:
     the first ``1 - val_fraction - test_fraction`` train, then validation, then test.
+    ``scored``: the only splits the job reads (``mode=evaluate``; None: all): ``path`` is not
+    read when none of them comes from it (its splits are then empty).
 
     Raises:
         DataError: missing path, empty folder, unreadable file, or no valid row.
     """
     max_bad = cfg.max_reported_bad_lines
     files = resolve_inputs(cfg.input_paths())
-    main, report = read_files(files["data.path"], cfg.schema, max_bad)
-    report.inputs["data.path"] = report.counts()
+    given = {"train": None, "val": cfg.val_path, "test": cfg.test_path}
+    if scored is None or any(not given[name] for name in scored):
+        main, report = read_files(files["data.path"], cfg.schema, max_bad)
+        report.inputs["data.path"] = report.counts()
+    else:  # every scored split has files of its own (a training day need not be decoded)
+        width = (len(cfg.schema.dense), len(cfg.schema.sparse))
+        main = ClickData.from_numpy(np.zeros((0, width[0])), np.zeros((0, width[1])), np.zeros(0))
+        report = ReadReport()
     n = len(main)
     n_val = 0 if cfg.val_path else fraction_rows(n, cfg.val_fraction)
     n_test = 0 if cfg.test_path else fraction_rows(n, cfg.test_fraction)

@@ -106,8 +106,8 @@ def evaluate_worker(cfg: Config, job: Job, plan: ShardingPlan | None = None) -> 
         location = cfg.checkpoint
         assert location is not None  # Config.__post_init__ requires it
         path = on_rank_zero(lambda: find_checkpoint(location))
-        splits, experiment = prepare(cfg, ctx, plan, loads_weights=True)
         names = ("val", "test") if cfg.split is EvalSplit.all else (cfg.split.value,)
+        splits, experiment = prepare(cfg, ctx, plan, loads_weights=True, scored=names)
         if isinstance(cfg.data, CriteoTsvDataConfig) and splits.info.read:
             scored = inputs_read(splits.info.read, _scored_inputs(cfg.data, names))
             check_skipped_rows(scored, cfg.data.max_skipped_fraction, "evaluated")

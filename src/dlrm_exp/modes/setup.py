@@ -133,10 +133,12 @@ def prepare(
     plan: ShardingPlan | None = None,
     wrap: TrainWrapper | None = None,
     loads_weights: bool = False,
+    scored: tuple[str, ...] | None = None,
 ) -> tuple[DataSplits, Experiment]:
     """The data splits and the experiment built on this rank (planned unless ``plan`` is
     given; see :func:`~dlrm_exp.factories.experiment.build_experiment`; ``loads_weights``:
-    a checkpoint's weights will replace the initial ones, which are then not computed).
+    a checkpoint's weights will replace the initial ones, which are then not computed;
+    ``scored``: the only splits the job reads, :func:`~dlrm_exp.data.load_splits`).
 
     Data read from files come first, so a missing or malformed file is refused before any
     table is allocated; generated data come after planning, so a model that cannot fit is
@@ -147,15 +149,16 @@ def prepare(
         InsufficientMemoryError, PlanError, ConfigError: from planning.
     """
     generated = is_generated(cfg.data)
-    splits = None if generated else _load(cfg)
+    splits = None if generated else _load(cfg, scored)
     experiment = build_experiment(cfg, ctx, plan, wrap, init_weights=not loads_weights)
     if splits is None:
-        splits = _load(cfg)
+        splits = _load(cfg, scored)
     return splits, experiment
 
 
-def _load(cfg: Config) -> DataSplits:
-    splits = load_splits(cfg.data, cfg.model.table_sizes, cfg.model.num_dense_features, cfg.seed)
+def _load(cfg: Config, scored: tuple[str, ...] | None = None) -> DataSplits:
+    model = cfg.model
+    splits = load_splits(cfg.data, model.table_sizes, model.num_dense_features, cfg.seed, scored)
     log.info("data rows: %s", splits.info.rows)
     return splits
 
