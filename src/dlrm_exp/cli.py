@@ -33,6 +33,7 @@ from dlrm_exp.distributed.submitit_env import adopt_submitit_environment, in_sub
 from dlrm_exp.errors import (
     CheckpointError,
     ConfigError,
+    DataError,
     InsufficientMemoryError,
     PlanError,
     RunFolderInUseError,
@@ -106,12 +107,13 @@ def hydra_main(raw: DictConfig) -> float | None:
 
 def _refused(err: Exception) -> None:
     """Put back the record of the folder ``hydra.run.dir=`` named (:class:`KeptRecord`) when
-    ``err`` refused the run (a bad value, a plan, memory or checkpoint refusal, a folder in
-    use) and it wrote no result there. Not for errors of a run under way (a NaN, bad rows
-    mid-epoch, a failed verification, a worker's failure): its logs, events and reports
-    belong to its own settings."""
+    ``err`` refused the run (a bad value, unreadable data, a plan, memory or checkpoint
+    refusal, a folder in use) and it wrote no result there. Not for errors of a run under way
+    (a NaN, a failed verification, a worker's failure): its logs, events and reports belong
+    to its own settings."""
     refusals = (
         ConfigError,
+        DataError,
         PlanError,
         InsufficientMemoryError,
         CheckpointError,

@@ -77,6 +77,7 @@ def test_a_resumed_stop_holds_only_where_this_job_asks_for_it():
     # reached at the last step, the run ended ("end") and was requeued while scoring the
     # test split: it recorded target_auroc
     assert resumed(None, 20, target_auroc=0.65) == (None, 20)
+    assert resumed(TARGET, 20, target_auroc=0.65) == (None, 20)  # saved as a stop, all the same
     assert resumed(None, 40, target_auroc=0.65) == (TARGET, 20)
     # a NaN AUROC (a one-class validation) is null in the checkpoint: the resume raised
     assert resumed(None, 40, None, target_auroc=0.65) == (TARGET, 20)

@@ -184,7 +184,9 @@ def test_predict_scores_unlabeled_rows_and_refuses_a_mostly_malformed_file(
     garbage = tmp_path / "garbage.tsv"
     garbage.write_text("not a criteo row\n")
     unread = ["mode=evaluate", *clean[:2], f"data.path={garbage}", *clean[3:]]
-    assert run_evaluate(compose_cfg(unread), Job(tmp_path / "unread")).val["samples"] == 300
+    unread_run = run_evaluate(compose_cfg(unread), Job(tmp_path / "unread"))
+    assert unread_run.val["samples"] == 300
+    assert unread_run.data["rows"] == {"val": 300}  # no "train": 0 for rows never read
     # the checkpoint was trained on synthetic data: scored on Criteo rows, said so
     assert "the checkpoint was trained on other data than this job reads (its run set " in (
         caplog.text

@@ -352,6 +352,23 @@ def test_uvm_tables_are_explained_against_the_host_memory_they_live_in():
     factor = re.search(r"lower sharding\.cache_load_factor to ([\d.]+) ", message).group(1)
     fitted = compose_cfg([*caches, f"sharding.cache_load_factor={factor}"])
     plan_job(fitted, _meta_model(fitted))
+    # table_wise: a table's cache lies on its one rank, so the factor keeps the largest's
+    # within a rank (0.45 over all ranks put 63 GiB on a 34 GiB rank)
+    whole = compose_cfg([*caches[:2], "sharding=tablewise", uvm[0], "sharding.cache_load_factor=1"])
+    with pytest.raises(InsufficientMemoryError) as info:
+        plan_job(whole, _meta_model(whole))
+    assert "to 0.17 (" in str(info.value) and "shard the table_wise tables row_wise" in str(
+        info.value
+    )
+    fitted = compose_cfg(
+        [*caches[:2], "sharding=tablewise", uvm[0], "sharding.cache_load_factor=0.17"]
+    )
+    plan_job(fitted, _meta_model(fitted))
+    # a factor below 0.01 is still a factor (it said the device tables fill the HBM)
+    from dlrm_exp.planning.uvm_cache import DevicePart, cache_message
+
+    tiny = cache_message(DevicePart(0, 424 * GIB, 0.2), 4 * GIB, 3.4 * GIB, 1, 1000 * GIB)
+    assert "lower sharding.cache_load_factor to 0.0056 (" in tiny
     # host memory short too: the DDR message (a factor alone cannot help)
     both = compose_cfg([*caches[:3], uvm[0], "hardware.ddr_cap=10", "hardware.hbm_cap=2"])
     with pytest.raises(InsufficientMemoryError, match=r"GiB DDR on 8 rank\(s\)"):

@@ -4,7 +4,7 @@ from dlrm_exp.record.kept_record import KeptRecord
 
 
 def _run_folder(tmp_path):
-    (tmp_path / ".hydra").mkdir()
+    (tmp_path / ".hydra").mkdir(parents=True)
     (tmp_path / ".hydra" / "config.yaml").write_text("seed: 1\n")
     (tmp_path / "metrics.json").write_text("{}")
     return tmp_path
@@ -36,3 +36,20 @@ def test_a_folder_without_a_run_has_nothing_to_put_back(tmp_path):
     (tmp_path / "new" / ".hydra").mkdir(parents=True)
     (tmp_path / "new" / ".hydra" / "config.yaml").write_text("seed: 2\n")
     assert kept.restore() == [] and (tmp_path / "new" / ".hydra" / "config.yaml").exists()
+
+
+def test_the_entry_point_puts_it_back_on_refusals_not_on_errors_of_a_run_under_way(tmp_path):
+    """A typo in data.path (DataError) refuses the run before it trains: put back; a NaN loss
+    is a run under way, whose logs and events have its own settings: kept."""
+    from dlrm_exp import cli
+    from dlrm_exp.errors import DataError, NonFiniteLossError
+
+    for err, restored in ((DataError("no such file"), True), (NonFiniteLossError("nan"), False)):
+        run = _run_folder(tmp_path / type(err).__name__)
+        cli._kept_record = KeptRecord(run)
+        (run / ".hydra" / "config.yaml").write_text("seed: 2\n")
+        try:
+            cli._refused(err)
+        finally:
+            cli._kept_record = None
+        assert ((run / ".hydra" / "config.yaml").read_text() == "seed: 1\n") is restored

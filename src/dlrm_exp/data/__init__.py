@@ -80,6 +80,8 @@ def load_splits(
         train, val, test, report = load_criteo_tsv(cfg, scored)
         kinds = criteo_id_kinds(cfg.feature_schema())
         info = DataInfo.of_splits(train, val, test, read=report.as_dict(), id_kinds=kinds)
+        if scored is not None and "data.path" not in report.inputs:  # its rows unread
+            info.rows = {k: v for k, v in info.rows.items() if k in scored}
         return DataSplits(train, val, test, info)
     if isinstance(cfg, CriteoNpyDataConfig):
         train, val, test, info = load_criteo_npy(cfg, table_sizes, seed)

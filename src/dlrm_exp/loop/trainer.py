@@ -213,6 +213,8 @@ class TrainerState:
         stopped_early = total_steps is None or (self.target_step or 0) < total_steps
         if self.target_step is not None and self.stop_reason is None and stopped_early:
             self.stop_reason = TARGET  # a fresh run of this job would have stopped there
+        if self.stop_reason == TARGET and not stopped_early:
+            self.stop_reason = None  # reached at this job's last step: it ends there anyway
         if self.stop_reason == TARGET and self.target_step is None:
             self.stop_reason = None
         if self.stop_reason == EARLY_STOPPING and not self.best.should_stop(cfg.early_stopping):

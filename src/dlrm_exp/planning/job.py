@@ -130,7 +130,7 @@ def _device_part(
     cfg: Config, placements: list[tuple[ShardingStrategy, ComputeKernel]], world_size: int
 ) -> DevicePart:
     """What the planned tables put in HBM on a GPU (:class:`DevicePart`)."""
-    resident = cached = 0
+    resident = cached = whole = 0
     optimizer = cfg.optimizer.sparse_optimizer
     sizes, types = cfg.model.table_sizes, cfg.model.table_data_types
     for n, t, (kind, kernel) in zip(sizes, types, placements, strict=True):
@@ -138,10 +138,11 @@ def _device_part(
         full = n * row_bytes(cfg.model.embedding_dim, t, optimizer, replica)
         if kernel is ComputeKernel.fused_uvm_caching:
             cached += full
+            whole = max(whole, full if kind is ShardingStrategy.table_wise else 0)
         elif kernel.value in DEVICE_RESIDENT_KERNELS:
             resident += full * (world_size if replica else 1)
     factor = cfg.sharding.cache_load_factor
-    return DevicePart(resident, cached, UVM_CACHING_RATIO if factor is None else factor)
+    return DevicePart(resident, cached, UVM_CACHING_RATIO if factor is None else factor, whole)
 
 
 def _memory_message(cfg: Config, capacity: MemoryCapacity, world_size: int) -> str:

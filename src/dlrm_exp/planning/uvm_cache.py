@@ -7,6 +7,7 @@ may be the HBM (the caches and the tables kept on the device) while the host mem
 rows; the memory message must then speak of HBM and the factor, not of DDR.
 """
 
+import math
 from dataclasses import dataclass
 
 from dlrm_exp.planning.storage import GIB
@@ -24,15 +25,26 @@ class DevicePart:
             optimizer state (and data_parallel ones once per rank).
         cached_bytes: the UVM-cached tables' rows and state (in host memory).
         load_factor: the share of ``cached_bytes`` cached in HBM.
+        largest_whole_bytes: the largest UVM-cached table placed whole on one rank
+            (table_wise), whose cache that rank holds alone (0: none).
     """
 
     resident_bytes: int
     cached_bytes: int
     load_factor: float
+    largest_whole_bytes: int = 0
 
     @property
     def hbm_bytes(self) -> int:
         return self.resident_bytes + round(self.cached_bytes * self.load_factor)
+
+
+def _two_digits(value: float) -> float:
+    """``value`` rounded down to two significant digits (0 for none left)."""
+    if value <= 0:
+        return 0.0
+    scale = 10 ** (math.floor(math.log10(value)) - 1)
+    return math.floor(value / scale) * scale
 
 
 def cache_message(
@@ -44,17 +56,21 @@ def cache_message(
     :data:`HEADROOM_FRACTION` of the HBM; None when the HBM holds it, when the host memory
     overflows too (the DDR message comes first: a factor alone cannot help), or when no table
     is cached."""
-    if not part.cached_bytes or part.hbm_bytes <= usable * world_size:
-        return None
-    if part.cached_bytes > ddr_usable * world_size:
+    share = part.resident_bytes / world_size  # a rank's part of the device tables
+    whole = part.largest_whole_bytes * part.load_factor + share  # the rank holding it
+    overflows = part.hbm_bytes > usable * world_size or whole > usable
+    if not part.cached_bytes or not overflows or part.cached_bytes > ddr_usable * world_size:
         return None
     offered = hbm_per_rank * world_size
-    room = offered * HEADROOM_FRACTION - part.resident_bytes
-    factor = int(room / part.cached_bytes * 100) / 100 if room > 0 else 0.0
+    rooms = [(offered * HEADROOM_FRACTION - part.resident_bytes) / part.cached_bytes]
+    if part.largest_whole_bytes:
+        rooms.append((hbm_per_rank * HEADROOM_FRACTION - share) / part.largest_whole_bytes)
+    factor = _two_digits(min(rooms))
     fix = (
         f"lower sharding.cache_load_factor to {factor:g} ({factor * part.cached_bytes / GIB:.2f} "
-        f"GiB of cache, the caches and device tables at most {HEADROOM_FRACTION:.0%} of the HBM)"
-        if factor >= 0.01
+        f"GiB of cache, the caches and device tables at most {HEADROOM_FRACTION:.0%} of the HBM"
+        + (", each rank's too)" if part.largest_whole_bytes else ")")
+        if factor > 0
         else "the tables kept on the device alone fill the HBM: cache them too, or cap them"
     )
     return "\n".join(
@@ -67,6 +83,11 @@ def cache_message(
             "kept on the device",
             f"  offered: {offered / GIB:.2f} GiB HBM on {world_size} rank(s) "
             f"({hbm_per_rank / GIB:.2f} GiB each, {usable / GIB:.2f} usable)",
-            f"Fix: {fix}; or add ranks (hardware.nnodes=...).",
+            f"Fix: {fix}; or "
+            + (
+                "shard the table_wise tables row_wise (a table's cache lies on its one rank)."
+                if part.largest_whole_bytes
+                else "add ranks (hardware.nnodes=...)."
+            ),
         ]
     )
