@@ -375,6 +375,20 @@ def test_uvm_tables_are_explained_against_the_host_memory_they_live_in():
         plan_job(both, _meta_model(both))
 
 
+def test_a_plan_files_uvm_caches_are_sized_as_the_planner_sizes_them():
+    """A from_file plan's check counted a cache as the factor of the weights alone; TorchRec
+    (and the memory message) cache the optimizer state too: with Adam 3x as much."""
+    from dlrm_exp.planning.job import _plan_bytes_per_rank
+
+    cfg = compose_cfg(["hardware=a100_40gb_x8", "model=mlperf", "optimizer=adam",
+                       "sharding=rowwise", "sharding.compute_kernel=fused_uvm_caching",
+                       "sharding.cache_load_factor=0.2", "hardware.ddr_cap=500"])  # fmt: skip
+    result = plan_job(cfg, _meta_model(cfg))
+    ours = max(_plan_bytes_per_rank(cfg, result.plan, result.context, True)["HBM"])
+    planner = max(e.hbm_bytes for e in result.estimates)  # with its kernel buffers
+    assert 0.9 < ours / planner <= 1.0
+
+
 def test_a_running_job_plans_for_its_own_ranks_per_host():
     """hardware.local_world_size is for mode=plan of another layout: a running job with 8
     ranks a host planned for 1 cut its table-row-wise tables for 1 while TorchRec, at run

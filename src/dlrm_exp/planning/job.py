@@ -377,9 +377,9 @@ def _plan_bytes_per_rank(
                 need["HBM" if on_gpu else "DDR"][shard.rank] += full
                 continue
             need["DDR"][shard.rank] += full  # the UVM kernels' rows live in host memory
-            if table.compute_kernel == cached:  # and a cache of them in HBM
-                factor = table.cache_load_factor or UVM_CACHING_RATIO
-                need["HBM"][shard.rank] += round(rows * cols * data_type.element_bytes * factor)
+            if table.compute_kernel == cached:  # and a cache of them (with state) in HBM,
+                factor = table.cache_load_factor or UVM_CACHING_RATIO  # as TorchRec sizes it
+                need["HBM"][shard.rank] += round(full * factor)
     return need
 
 
