@@ -56,7 +56,7 @@ def test_mode_schema_writes_a_schema_that_composes(tmp_path, cli_here):
     assert city.id_policy is IdPolicy.modulo and city.num_embeddings == 9  # 7 x 1.25 -> 9
     assert recent.multi_hot and recent.num_embeddings == 30 and recent.pooling_factor == 2.0
     text = target.read_text()
-    assert "# not used (no role takes their type)" in text and "meta: struct" in text
+    assert "# not used (no role takes their type, or a label" in text and "meta: struct" in text
     assert "2.0 ids per row" in text and "40 null" in text  # city's nulls
     report = json.loads((run_dir / "schema_report.json").read_text())
     assert report["total_rows"] == 400 and report["sample_rows"] == 400
@@ -93,6 +93,21 @@ def test_integer_columns_are_ids_when_their_name_says_so():
     roles = {c.name: c.role for c in scan_table(table, 10, None, 1000)}
     assert roles == {"clicked": "label", **dict.fromkeys(names[:4], "sparse"), "paid": "dense",
                      "grid": "dense"}  # fmt: skip
+
+
+def test_a_second_label_column_is_kept_out_of_the_inputs_and_float_ids_are_flagged():
+    """With schema_scan.label=click the other label-named column was a dense input: the
+    target copied into the features. An id column pandas saved as float (it had nulls) is
+    dense, said so in its comment."""
+    from dlrm_exp.modes.schema import render_yaml
+
+    table = pa.table({"click": pa.array([0, 1] * 5), "label": pa.array([0, 1] * 5),
+                      "user_id": pa.array([1.0, None] * 5)})  # fmt: skip
+    columns = scan_table(table, 10, "click", 1000)
+    assert {c.name: c.role for c in columns} == {"click": "label", "label": "skip",
+                                                 "user_id": "dense"}  # fmt: skip
+    text = render_yaml(columns, "f.parquet", 10, 10)
+    assert "an id saved as float? write it as int64" in text and "#   label: int64" in text
 
 
 def test_refusals_are_one_line(tmp_path, cli_here):

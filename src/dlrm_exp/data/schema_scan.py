@@ -39,7 +39,8 @@ class ColumnStats:
 
     Attributes:
         name / type: the column and its Arrow type.
-        role: ``label``, ``dense``, ``sparse`` or ``skip`` (a type no role takes).
+        role: ``label``, ``dense``, ``sparse`` or ``skip`` (a type no role takes, or another
+            column with a label's name: as an input it could leak the target).
         nulls: null (or, in a float column, NaN) entries in the sample.
         rows: rows in the sample.
         distinct: distinct ids in the sample (sparse).
@@ -144,6 +145,11 @@ def scan_table(
     return out
 
 
+def is_id_name(name: str) -> bool:
+    """Whether a column's name says it holds ids (``user_id``, ``itemId``, ``id``)."""
+    return bool(_ID_NAME.search(name))
+
+
 def _find_label(names: list[str], label: str | None) -> str:
     if label is not None:
         if label not in names:
@@ -161,6 +167,8 @@ def _find_label(names: list[str], label: str | None) -> str:
 def _role(name: str, kind: pa.DataType, label: str) -> str:
     if name == label:
         return "label"
+    if name.lower() in LABEL_NAMES:  # another target (a second label): an input would leak it
+        return "skip"
     if pa.types.is_list(kind) or pa.types.is_large_list(kind):
         return "sparse" if is_id_type(kind.value_type) else "skip"
     if pa.types.is_integer(kind):

@@ -14,7 +14,7 @@ from dataclasses import asdict
 
 from dlrm_exp.config import Config, parse_schema
 from dlrm_exp.data.parquet_files import resolve_parquet_paths
-from dlrm_exp.data.schema_scan import ColumnStats, read_sample, scan_table
+from dlrm_exp.data.schema_scan import ColumnStats, is_id_name, read_sample, scan_table
 from dlrm_exp.errors import DataError
 from dlrm_exp.modes.job import Job, ModeResult
 from dlrm_exp.util.files import write_json_atomic, write_text_atomic
@@ -65,6 +65,8 @@ def render_yaml(columns: list[ColumnStats], source: str, sample: int, total: int
     ]
     for c in (c for c in columns if c.role == "dense"):
         seen = f"{c.type}, range [{_num(c.min)}, {_num(c.max)}], {c.nulls} null"
+        if is_id_name(c.name) and "int" not in c.type:  # pandas writes ints with nulls as floats
+            seen += "; an id saved as float? write it as int64 to use it as a sparse feature"
         lines.append(f"  - {{column: {q(c.name)}, log1p: {str(c.log1p).lower()}}}  # {seen}")
     lines.append("sparse:")
     used: set[str] = set()
@@ -79,7 +81,7 @@ def render_yaml(columns: list[ColumnStats], source: str, sample: int, total: int
         lines.append(f"  {q(_feature_key(c.name, used))}: {{{entry}}}  # {seen}, {c.nulls} null")
     skipped = [c for c in columns if c.role == "skip"]
     if skipped:
-        lines.append("# not used (no role takes their type):")
+        lines.append("# not used (no role takes their type, or a label's name: a target):")
         lines += [f"#   {c.name}: {c.type}" for c in skipped]
     return "\n".join(lines) + "\n"
 
