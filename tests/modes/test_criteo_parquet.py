@@ -106,3 +106,20 @@ def test_a_second_conversion_with_other_settings_into_the_folder_is_refused(tmp_
     with pytest.raises(DataError, match=r"holds Parquet files converted with other settings"):
         write_criteo_parquet([day_1], out, smaller, 100)
     assert not (out / "day_1.parquet").exists()
+
+
+def test_unlabeled_rows_are_refused_beyond_the_skipped_fraction(tmp_path):
+    """Criteo's test.txt (no label) read as labeled rows: most skipped, the rest shifted by a
+    column; the Parquet conversion wrote those as valid (the npy one refused them)."""
+    from dlrm_exp.data.criteo_parquet import write_criteo_parquet
+    from dlrm_exp.errors import DataError
+
+    labeled = write_criteo_tsv(tmp_path / "day.tsv", 200, seed=3)
+    rows = [line.split("\t", 1)[1] for line in labeled.read_text().splitlines()]
+    unlabeled = tmp_path / "test.tsv"
+    unlabeled.write_text("\n".join(rows) + "\n")
+    schema = compose_cfg(["data=criteo_tsv", f"data.path={unlabeled}"]).data.schema
+    with pytest.raises(DataError, match=r"could not be converted \(nothing written for test"):
+        write_criteo_parquet([unlabeled], tmp_path / "out", schema, 100, 5, 0.01)
+    assert not (tmp_path / "out" / "test.parquet").exists()
+    write_criteo_parquet([labeled], tmp_path / "out", schema, 100, 5, 0.01)  # labeled: fine

@@ -22,7 +22,7 @@ from typing import Any
 import pyarrow as pa
 
 from dlrm_exp.config import FeatureSchema
-from dlrm_exp.data.criteo_tsv import ReadReport, read_files
+from dlrm_exp.data.criteo_tsv import ReadReport, check_skipped_rows, read_files
 from dlrm_exp.data.parquet_files import write_parquet_atomic
 from dlrm_exp.errors import DataError
 from dlrm_exp.util.files import write_text_atomic
@@ -39,6 +39,7 @@ def write_criteo_parquet(
     schema: FeatureSchema,
     row_group_size: int,
     max_bad_lines: int = 5,
+    max_skipped_fraction: float | None = None,
 ) -> dict[str, Any]:
     """Convert ``files`` into ``output_dir`` through ``schema`` (``data.schema``, its tables
     sized; no managed-collision feature: those ids are mapped by the model, not the reader)
@@ -46,9 +47,12 @@ def write_criteo_parquet(
     (``files``: input -> output and rows; ``read``: the merged read report; ``schema``).
 
     Raises:
-        DataError: a file cannot be read or holds no valid row (see ``read_files``), two
-            files would get the same output name, or ``output_dir`` holds files converted with
-            other settings (its schema differs).
+        DataError: a file cannot be read or holds no valid row (see ``read_files``), skips
+            more than ``max_skipped_fraction`` of its rows (``data.max_skipped_fraction``;
+            nothing written for it: unlabeled rows read shifted by a column are mostly
+            skipped, the rest would be written as valid), two files would get the same output
+            name, or ``output_dir`` holds files converted with other settings (its schema
+            differs).
     """
     text = schema_text(schema)
     earlier = output_dir / "conf" / "data" / "schema" / f"{SCHEMA_NAME}.yaml"
@@ -79,6 +83,13 @@ def write_criteo_parquet(
     outputs = []
     for source, target in zip(files, targets, strict=True):
         data, file_report = read_files([source], schema, max_bad_lines)
+        check_skipped_rows(
+            file_report.as_dict(),
+            max_skipped_fraction,
+            f"converted (nothing written for {target.name})",
+            "Unlabeled rows (Criteo's test.txt)? convert only labeled files; to keep the valid "
+            "rows, raise data.max_skipped_fraction",
+        )
         report.merge(file_report, max_bad_lines)
         columns = {schema.label: pa.array(data.labels.numpy().astype("int8"))}
         dense, sparse = data.dense.numpy(), data.sparse.numpy()
