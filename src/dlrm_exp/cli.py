@@ -92,8 +92,11 @@ def hydra_main(raw: DictConfig) -> float | None:
             _record_interruption(run_dir / "metrics.json", err)
         raise
     except Exception as err:  # one job's failure must not end the sweep
-        if env_rank() > 0:  # a task of a several-task (submitit) job: its failure fails the
-            raise  # task, and rank 0 records the job's (a record here would replace it)
+        if env_rank() > 0:  # a task of a several-task (submitit) job: rank 0 records the
+            # job's failure (a record here would replace it); a raise would fail this task,
+            # and the submitit launcher ends the whole sweep on a failed task (FailedJobError)
+            print(f"Error in job {name} (rank {env_rank()}): {err}", file=sys.stderr)
+            return math.nan
         user_error = isinstance(err, (UserError, OmegaConfBaseException))
         if not user_error:
             log.exception("job %s failed", name)
@@ -291,6 +294,12 @@ def main() -> None:
         sys.argv += list(_QUIET_RANK_OVERRIDES)
     sys.argv = [sys.argv[0], *_default_data_for_preprocess(sys.argv[1:])]
     try:
+        if launched_by_torchrun() and ("-m" in sys.argv or "--multirun" in sys.argv):
+            raise ConfigError(
+                "a -m sweep starts its own jobs: run it without torchrun / TorchX (each job "
+                "launches its processes for hardware.nproc_per_node; on a cluster, "
+                "hydra/launcher=slurm_gpu), or torchrun one job without -m"
+            )
         if env_rank() == 0:  # other ranks write no run folder
             refuse_another_runs_folder(sys.argv[1:])
             _keep_record(sys.argv[1:])

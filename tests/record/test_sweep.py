@@ -139,18 +139,32 @@ def test_a_plan_sweeps_failed_and_interrupted_jobs_are_listed_as_not_completed(t
     assert "2 of 2 jobs did not complete: seed=0 (failed), seed=1 (interrupted)" in out
 
 
-def test_a_failure_on_a_rank_above_0_fails_its_task_and_writes_no_record(
+def test_a_failure_on_a_rank_above_0_writes_no_record_and_ends_the_task_well(
     tmp_path, cli_here, monkeypatch
 ):
     """Every task of a several-task submitit job runs the sweep's job. A task of rank 1 that
-    failed wrote a failed record and ended well (submitit: completed), and its record could
-    replace rank 0's: it now fails its task and leaves the record to rank 0."""
+    failed wrote a failed record, which could replace rank 0's: it leaves the record to rank
+    0. It does not fail its task either: the submitit launcher ends the whole sweep on a
+    failed task (``Job.results`` raises), and rank 1 fails whenever rank 0 does (its
+    collective's peer is gone)."""
     monkeypatch.setenv("RANK", "1")
     sweep = tmp_path / "sweep"
     missing = f"data.path={tmp_path / 'none.tsv'}"
     done = cli_here(["-m", "data=criteo_tsv", missing, f"hydra.sweep.dir={sweep}"])
-    assert done.returncode != 0 and "no such file or folder" in done.stderr
+    assert "Error in job " in done.stderr and "(rank 1): " in done.stderr
+    assert "no such file or folder" in done.stderr and "Traceback" not in done.stderr
     assert (sweep / "0").is_dir() and not (sweep / "0" / "metrics.json").exists()
+
+
+def test_a_sweep_under_torchrun_is_refused(tmp_path, cli_here, monkeypatch):
+    """Every torchrun rank ran its own sweep into the same timestamped folder, each writing
+    multirun.yaml and the summary; one job's failure on a rank ended its sweep."""
+    for key, value in (("RANK", "0"), ("WORLD_SIZE", "2"), ("MASTER_ADDR", "127.0.0.1"),
+                       ("MASTER_PORT", "1")):  # fmt: skip
+        monkeypatch.setenv(key, value)
+    done = cli_here(["-m", "seed=0,1", f"hydra.sweep.dir={tmp_path / 'sweep'}"])
+    assert done.returncode == 1 and "a -m sweep starts its own jobs: run it without" in done.stderr
+    assert not (tmp_path / "sweep").exists()
 
 
 def test_a_presets_swept_keys_count_beside_the_command_lines(tmp_path):

@@ -59,8 +59,9 @@ def run_evaluate(cfg: Config, job: Job) -> EvalMetrics:
         DataError, InsufficientMemoryError, ConfigError: as in training.
     """
     check_devices(cfg.hardware)
-    check_writable(job.run_dir)
-    _keep_other_records(job.run_dir)
+    if env_rank() == 0:  # a torchrun rank > 0 is in "." until rank 0 hands it the folder
+        check_writable(job.run_dir)
+        _keep_other_records(job.run_dir)
     assert cfg.checkpoint is not None  # Config.__post_init__ requires it
     if not launched_by_torchrun():  # refused before workers start (torchrun: in the workers)
         find_checkpoint(cfg.checkpoint)

@@ -118,7 +118,8 @@ def run_train(
         WorkerFailedError: a worker process failed or was killed.
     """
     check_devices(cfg.hardware)
-    check_writable(run_dir)
+    if env_rank() == 0:  # a torchrun rank > 0 is in "." until rank 0 hands it the folder
+        check_writable(run_dir)
     if not cfg.train.resume and env_rank() == 0:
         check_no_earlier_run(run_dir)
     job = Job(run_dir, dict(choices), tensorboard_dir, dict(swept or {}))
