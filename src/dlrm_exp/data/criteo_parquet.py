@@ -56,29 +56,7 @@ def write_criteo_parquet(
     """
     text = schema_text(schema)
     earlier = output_dir / "conf" / "data" / "schema" / f"{SCHEMA_NAME}.yaml"
-    if earlier.is_file() and earlier.read_text() != text:
-        raise DataError(
-            f"preprocess.output_dir={output_dir} holds Parquet files converted with other "
-            f"settings (table sizes or transforms: {earlier}); this run's would be read with "
-            "them as one dataset: write to another preprocess.output_dir"
-        )
-    targets = [output_dir / f"{source.name.split('.')[0]}.parquet" for source in files]
-    if len(set(targets)) < len(targets):
-        raise DataError(
-            "data.path: several input files would be written to the same Parquet file ("
-            + ", ".join(f"{s} -> {t.name}" for s, t in zip(files, targets, strict=True))
-            + "): give files whose names differ before the first dot"
-        )
-    output_dir.mkdir(parents=True, exist_ok=True)
-    others = sorted(p.name for p in set(output_dir.glob("*.parquet")) - set(targets))
-    if others:
-        log.warning(
-            "preprocess.output_dir=%s also holds %s from other inputs: a data.path naming the "
-            "folder reads them with this run's files (the command printed below names only "
-            "this run's)",
-            output_dir,
-            ", ".join(others),
-        )
+    targets = _targets(files, output_dir, earlier, text)
     report = ReadReport()
     outputs = []
     for source, target in zip(files, targets, strict=True):
@@ -102,6 +80,40 @@ def write_criteo_parquet(
         outputs.append({"input": str(source), "output": str(target), "rows": len(data)})
     write_text_atomic(earlier, text)  # the schema, after the files it describes
     return {"files": outputs, "read": report.as_dict(), "schema": str(earlier)}
+
+
+def _targets(files: list[Path], output_dir: Path, earlier: Path, text: str) -> list[Path]:
+    """The Parquet file of each input in ``output_dir`` (created), after checking the folder
+    holds no conversion with other settings (``earlier``, its schema, differs from ``text``)
+    and no two inputs share an output; warns of files from other inputs there.
+
+    Raises:
+        DataError: either refusal, naming the folder or the inputs.
+    """
+    if earlier.is_file() and earlier.read_text() != text:
+        raise DataError(
+            f"preprocess.output_dir={output_dir} holds Parquet files converted with other "
+            f"settings (table sizes or transforms: {earlier}); this run's would be read with "
+            "them as one dataset: write to another preprocess.output_dir"
+        )
+    targets = [output_dir / f"{source.name.split('.')[0]}.parquet" for source in files]
+    if len(set(targets)) < len(targets):
+        raise DataError(
+            "data.path: several input files would be written to the same Parquet file ("
+            + ", ".join(f"{s} -> {t.name}" for s, t in zip(files, targets, strict=True))
+            + "): give files whose names differ before the first dot"
+        )
+    output_dir.mkdir(parents=True, exist_ok=True)
+    others = sorted(p.name for p in set(output_dir.glob("*.parquet")) - set(targets))
+    if others:
+        log.warning(
+            "preprocess.output_dir=%s also holds %s from other inputs: a data.path naming the "
+            "folder reads them with this run's files (the command printed below names only "
+            "this run's)",
+            output_dir,
+            ", ".join(others),
+        )
+    return targets
 
 
 def schema_text(schema: FeatureSchema) -> str:
