@@ -11,6 +11,7 @@ import pytest
 from conftest import compose_cfg
 from dlrm_exp.config import IdPolicy, load_schema_file
 from dlrm_exp.data.schema_scan import scan_table
+from dlrm_exp.errors import DataError
 
 
 def log_table(n=400):
@@ -214,3 +215,18 @@ def test_yaml_words_as_column_names_and_nan_values_give_a_schema_that_loads():
     assert (dense.min, dense.max, dense.nulls, dense.log1p) == (0.0, 5000.0, 1, True)
     schema = parse_schema(render_yaml(columns, "log.parquet", n, n))
     assert list(schema.sparse) == ["on"] and schema.dense[0].column == "null"
+    # "${" read as an interpolation, an emoji as two lone surrogates: both loaded wrongly
+    odd = table.rename_columns(["clicked", "a${b}", "x\U0001f600"])
+    schema = parse_schema(render_yaml(scan_table(odd, n, None, 1000), "log.parquet", n, n))
+    assert schema.dense[0].column == "a${b}"
+    assert [f.column for f in schema.sparse.values()] == ["x\U0001f600"]
+    # pooling counts the ids training pools (a null id in a list is dropped); a column
+    # named twice is one error, not a traceback
+    lists = pa.table(
+        {"clicked": [0, 1, 0, 1], "recent": pa.array([[1, None, 2], [None], None, [3]])}
+    )
+    assert {c.name: c.mean_length for c in scan_table(lists, 4, None, 100)}["recent"] == 0.75
+    twice = pa.Table.from_arrays([pa.array([0, 1]), pa.array([1, 2]), pa.array([3, 4])],
+                                 names=["clicked", "x", "x"])  # fmt: skip
+    with pytest.raises(DataError, match=r"name columns \['x'\] twice"):
+        scan_table(twice, 2, None, 100)

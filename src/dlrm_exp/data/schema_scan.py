@@ -129,8 +129,14 @@ def scan_table(
     ``total_rows`` rows).
 
     Raises:
-        DataError: ``label`` is not a column, or none (or several) of :data:`LABEL_NAMES` is.
+        DataError: ``label`` is not a column, or none (or several) of :data:`LABEL_NAMES` is;
+            or a column name occurs twice.
     """
+    twice = sorted({n for n in table.column_names if table.column_names.count(n) > 1})
+    if twice:
+        raise DataError(
+            f"the files name columns {twice} twice: a schema names a column once (rename them)"
+        )
     label = _find_label(table.column_names, label)
     out = []
     for name in table.column_names:
@@ -204,7 +210,10 @@ def _sparse(stats: ColumnStats, column: pa.Array, total_rows: int, cap: int) -> 
     ids = column
     if pa.types.is_list(column.type) or pa.types.is_large_list(column.type):
         stats.multi_hot = True
-        lengths = pc.list_value_length(column).fill_null(0).to_numpy(zero_copy_only=False)
+        # ids per row as training pools them: a null id inside a list is dropped
+        flat, parents = pc.list_flatten(column), pc.list_parent_indices(column)
+        kept = parents.filter(flat.is_valid()).to_numpy(zero_copy_only=False)
+        lengths = np.bincount(kept, minlength=len(column))
         stats.mean_length = float(lengths.mean()) if len(lengths) else 0.0
         stats.p99_length = float(np.quantile(lengths, 0.99)) if len(lengths) else 0.0
         ids = pc.list_flatten(column)

@@ -54,7 +54,7 @@ def run(cfg: Config, job: Job) -> ModeResult:
 
 def render_yaml(columns: list[ColumnStats], source: str, sample: int, total: int) -> str:
     """The schema as YAML, each entry with what was seen as a comment."""
-    q = json.dumps  # a JSON string is a YAML string, whatever the column name holds
+    q = _quoted
     label = next(c for c in columns if c.role == "label")
     lines = [
         f"# Feature schema suggested by mode=schema from {sample:,} of {total:,} rows "
@@ -84,6 +84,14 @@ def render_yaml(columns: list[ColumnStats], source: str, sample: int, total: int
         lines.append("# not used (no role takes their type, or a label's name: a target):")
         lines += [f"#   {c.name}: {c.type}" for c in skipped]
     return "\n".join(lines) + "\n"
+
+
+def _quoted(name: str) -> str:
+    """``name`` as a YAML string OmegaConf reads back as ``name``: JSON-quoted (a JSON string
+    is a YAML one, whatever it holds), characters beyond the BMP as they are (JSON's
+    surrogate pairs came back as two lone surrogates) and ``${`` escaped (OmegaConf took it
+    for an interpolation)."""
+    return json.dumps(name.replace("${", "\\${"), ensure_ascii=False)
 
 
 def _feature_key(column: str, used: set[str]) -> str:
