@@ -38,6 +38,7 @@ class EmbeddingStorage:
 
     @property
     def total_bytes(self) -> int:
+        """Weights, optimizer state and data_parallel gradients, bytes (one copy each)."""
         return self.weight_bytes + self.optimizer_bytes + self.gradient_bytes
 
 

@@ -36,6 +36,7 @@ class DevicePart:
 
     @property
     def hbm_bytes(self) -> int:
+        """HBM the plan needs, all ranks together, bytes: the device tables and the caches."""
         return self.resident_bytes + round(self.cached_bytes * self.load_factor)
 
 
