@@ -365,9 +365,11 @@ def test_uvm_tables_are_explained_against_the_host_memory_they_live_in():
     )
     plan_job(fitted, _meta_model(fitted))
     # a factor below 0.01 is still a factor (it said the device tables fill the HBM)
+    from dlrm_exp.planning.topology import MemoryCapacity
     from dlrm_exp.planning.uvm_cache import DevicePart, cache_message
 
-    tiny = cache_message(DevicePart(0, 424 * GIB, 0.2), 4 * GIB, 3.4 * GIB, 1, 1000 * GIB)
+    capacity = MemoryCapacity(2000 * GIB, 4 * GIB, "test")
+    tiny = cache_message(DevicePart(0, 424 * GIB, 0.2), capacity, 1)
     assert "lower sharding.cache_load_factor to 0.0056 (" in tiny
     # host memory short too: the DDR message (a factor alone cannot help)
     both = compose_cfg([*caches[:3], uvm[0], "hardware.ddr_cap=10", "hardware.hbm_cap=2"])

@@ -150,13 +150,9 @@ def _memory_message(cfg: Config, capacity: MemoryCapacity, world_size: int) -> s
     counted once per rank with their gradient; against DDR when a table uses a UVM kernel,
     unless the HBM caches of UVM-cached tables are what overflows: :mod:`.uvm_cache`)."""
     placements = _placements(cfg)
-    if capacity.hbm_bytes:
-        hbm = capacity.hbm_bytes
-        part = _device_part(cfg, placements, world_size)
-        ddr = usable_bytes(capacity.ddr_bytes)
-        cache = cache_message(part, hbm, usable_bytes(hbm), world_size, ddr)
-        if cache is not None:
-            return cache
+    cache = cache_message(_device_part(cfg, placements, world_size), capacity, world_size)
+    if cache is not None:
+        return cache
     replicated = [kind is ShardingStrategy.data_parallel for kind, _ in placements]
     on_device = all(kernel.value in DEVICE_RESIDENT_KERNELS for _, kernel in placements)
     dp_names = {n for n, dp in zip(cfg.model.table_names, replicated, strict=True) if dp}

@@ -10,10 +10,9 @@ rows; the memory message must then speak of HBM and the factor, not of DDR.
 import math
 from dataclasses import dataclass
 
+from dlrm_exp.planning.planner import HEADROOM_FRACTION, usable_bytes
 from dlrm_exp.planning.storage import GIB
-
-#: The suggested factor keeps the caches and device tables within this share of the HBM.
-HEADROOM_FRACTION = 0.6
+from dlrm_exp.planning.topology import MemoryCapacity
 
 
 @dataclass(frozen=True)
@@ -48,15 +47,17 @@ def _two_digits(value: float) -> float:
     return math.floor(value / scale) * scale
 
 
-def cache_message(
-    part: DevicePart, hbm_per_rank: int, usable: float, world_size: int, ddr_usable: float
-) -> str | None:
-    """The memory message when the HBM overflows (``part.hbm_bytes`` above ``usable`` bytes a
-    rank, all ranks together) while the host memory holds the cached rows (``ddr_usable``
-    bytes a rank), naming a ``sharding.cache_load_factor`` that fits within
-    :data:`HEADROOM_FRACTION` of the HBM; None when the HBM holds it, when the host memory
-    overflows too (the DDR message comes first: a factor alone cannot help), or when no table
-    is cached."""
+def cache_message(part: DevicePart, capacity: MemoryCapacity, world_size: int) -> str | None:
+    """The memory message when the HBM overflows (``part.hbm_bytes`` above the usable HBM of
+    ``capacity``'s ranks, all together, or the rank holding the largest table_wise cache)
+    while the host memory holds the cached rows, naming a ``sharding.cache_load_factor`` that
+    fits within the planner's headroom share of the HBM; None without HBM, when the HBM holds
+    it, when the host memory overflows too (the DDR message comes first: a factor alone
+    cannot help), or when no table is cached."""
+    if not capacity.hbm_bytes:
+        return None
+    hbm_per_rank, usable = capacity.hbm_bytes, usable_bytes(capacity.hbm_bytes)
+    ddr_usable = usable_bytes(capacity.ddr_bytes)
     share = part.resident_bytes / world_size  # a rank's part of the device tables
     whole = part.largest_whole_bytes * part.load_factor + share  # the rank holding it
     overflows = part.hbm_bytes > usable * world_size or whole > usable
