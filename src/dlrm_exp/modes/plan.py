@@ -14,20 +14,16 @@ and the imbalance between ranks (max / mean). A plan that cannot fit raises the 
 from pathlib import Path
 from typing import Any
 
-from torchrec.distributed.types import ShardingType
-
 from dlrm_exp.config import Config
 from dlrm_exp.factories.experiment import build_module
 from dlrm_exp.modes.job import Job, ModeResult
 from dlrm_exp.planning.estimates import imbalance
 from dlrm_exp.planning.job import plan_job, tables_storage
-from dlrm_exp.planning.plan_record import plan_record, plan_text
+from dlrm_exp.planning.plan_record import plan_record, plan_text, replicated_tables
 from dlrm_exp.planning.storage import GIB
 from dlrm_exp.planning.tables import table_configs
 from dlrm_exp.planning.topology import memory_capacity
 from dlrm_exp.util.files import write_json_atomic, write_text_atomic
-
-DATA_PARALLEL = ShardingType.DATA_PARALLEL.value
 
 
 def run_plan(cfg: Config, run_dir: Path) -> dict[str, Any]:
@@ -47,11 +43,8 @@ def run_plan(cfg: Config, run_dir: Path) -> dict[str, Any]:
         result.plan, table_configs(cfg.model), ctx.world_size, ctx.local_world_size
     ).to_json()
     capacity = result.capacity or memory_capacity(hw, ctx.local_world_size)
-    # the tables' storage as this plan places them (a from_file plan's data_parallel tables
-    # carry gradients the config alone does not show)
-    dp_names = {n for n, t in record["tables"].items() if t["sharding_type"] == DATA_PARALLEL}
-    storage = tables_storage(cfg, set(cfg.model.table_names), dp_names)
-    estimates = result.estimates
+    storage, estimates = result.storage, result.estimates  # as the plan places the tables
+    dp_names = replicated_tables(result.plan)
     record["hardware"] = {
         "nnodes": hw.nnodes,
         "compute_device": hw.compute_device.value,

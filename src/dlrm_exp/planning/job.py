@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 
 import torch
 from torchrec.distributed.planner.constants import UVM_CACHING_RATIO
-from torchrec.distributed.types import ModuleSharder, ShardingPlan, ShardingType
+from torchrec.distributed.types import ModuleSharder, ShardingPlan
 
 from dlrm_exp.config import (
     ComputeDevice,
@@ -29,7 +29,7 @@ from dlrm_exp.planning.constraints import build_constraints, table_placement
 from dlrm_exp.planning.estimates import EstimateCollector, RankEstimate, rank_estimates
 from dlrm_exp.planning.fused_state import DEVICE_RESIDENT_KERNELS
 from dlrm_exp.planning.plan_file import load_plan, offered_placements
-from dlrm_exp.planning.plan_record import plan_record, plan_sharding_types
+from dlrm_exp.planning.plan_record import plan_record, plan_sharding_types, replicated_tables
 from dlrm_exp.planning.planner import (
     STORAGE_RESERVATION,
     build_planner,
@@ -100,7 +100,8 @@ class PlanResult:
     Attributes:
         plan: the ``ShardingPlan`` every rank uses.
         context: the planning context (:func:`planning_context`).
-        storage: the tables' total storage (fp32 weights + sparse optimizer state).
+        storage: the tables' total storage as the plan places them (weights in their dtype,
+            sparse optimizer state, data_parallel gradients; one copy each).
         capacity: per-rank memory the planner was offered (None for a plan file).
         estimates: the planner's per-rank storage and perf estimates (empty for a plan file).
     """
@@ -119,11 +120,10 @@ def _placements(cfg: Config) -> list[tuple[ShardingStrategy, ComputeKernel]]:
     return [table_placement(cfg.sharding, t.name, fused, managed) for t in table_configs(cfg.model)]
 
 
-def _storage(cfg: Config) -> EmbeddingStorage:
-    """What the tables need, one copy each (data_parallel ones with their gradient)."""
-    names = {n for n, (kind, _) in zip(cfg.model.table_names, _placements(cfg), strict=True)
-             if kind is ShardingStrategy.data_parallel}  # fmt: skip
-    return tables_storage(cfg, set(cfg.model.table_names), names)
+def _plan_storage(cfg: Config, plan: ShardingPlan) -> EmbeddingStorage:
+    """What the tables need as ``plan`` places them, one copy each (its data_parallel ones,
+    which a from_file plan or ``auto`` may choose, with their gradient)."""
+    return tables_storage(cfg, set(cfg.model.table_names), replicated_tables(plan))
 
 
 def _device_part(
@@ -157,7 +157,7 @@ def _memory_message(cfg: Config, capacity: MemoryCapacity, world_size: int) -> s
     on_device = all(kernel.value in DEVICE_RESIDENT_KERNELS for _, kernel in placements)
     dp_names = {n for n, dp in zip(cfg.model.table_names, replicated, strict=True) if dp}
     return insufficient_memory_message(
-        _storage(cfg),
+        tables_storage(cfg, set(cfg.model.table_names), dp_names),
         cfg.optimizer.sparse_optimizer,
         cfg.model.table_sizes,
         cfg.model.embedding_dim,
@@ -249,12 +249,7 @@ def _check_fp16_replicas(cfg: Config, plan: ShardingPlan) -> None:
         for name, data_type in zip(cfg.model.table_names, cfg.model.table_data_types, strict=True)
         if data_type is EmbeddingDataType.fp16
     }
-    replicated = sorted(
-        name
-        for module_plan in plan.plan.values()
-        for name, ps in module_plan.items()  # type: ignore[union-attr]
-        if name in fp16 and ps.sharding_type == ShardingType.DATA_PARALLEL.value
-    )
+    replicated = sorted(fp16 & replicated_tables(plan))
     if replicated:
         shown = first_few(replicated, 4)
         opt = cfg.optimizer.sparse_optimizer.value
@@ -321,7 +316,8 @@ def _plan_from_file(
         _check_plan_fits(cfg, plan, target)
         return plan
 
-    return PlanResult(plan=on_rank_zero(checked), context=target, storage=_storage(cfg))
+    plan = on_rank_zero(checked)
+    return PlanResult(plan=plan, context=target, storage=_plan_storage(cfg, plan))
 
 
 def _check_plan_fits(cfg: Config, plan: ShardingPlan, target: DistContext) -> None:
@@ -417,7 +413,7 @@ def _plan_with_planner(
     return PlanResult(
         plan=plan,
         context=target,
-        storage=_storage(cfg),
+        storage=_plan_storage(cfg, plan),
         capacity=capacity,
         estimates=rank_estimates(collector.best_plan, target.world_size),
     )

@@ -3,7 +3,7 @@
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from torchrec.distributed.types import ShardingPlan
+from torchrec.distributed.types import ShardingPlan, ShardingType
 from torchrec.modules.embedding_configs import DATA_TYPE_NUM_BITS, EmbeddingBagConfig
 
 
@@ -13,6 +13,16 @@ def plan_sharding_types(plan: ShardingPlan) -> set[str]:
         ps.sharding_type
         for module_plan in plan.plan.values()
         for ps in module_plan.values()  # type: ignore[union-attr]
+    }
+
+
+def replicated_tables(plan: ShardingPlan) -> set[str]:
+    """The tables ``plan`` places data_parallel (a whole replica on every rank)."""
+    return {
+        name
+        for module_plan in plan.plan.values()
+        for name, ps in module_plan.items()  # type: ignore[union-attr]
+        if ps.sharding_type == ShardingType.DATA_PARALLEL.value
     }
 
 
