@@ -216,7 +216,7 @@ def _sparse(stats: ColumnStats, column: pa.Array, total_rows: int, cap: int) -> 
         lengths = np.bincount(kept, minlength=len(column))
         stats.mean_length = float(lengths.mean()) if len(lengths) else 0.0
         stats.p99_length = float(np.quantile(lengths, 0.99)) if len(lengths) else 0.0
-        ids = pc.list_flatten(column)
+        ids = flat
     ids = ids.drop_null()
     if pa.types.is_dictionary(ids.type):
         ids = ids.cast(ids.type.value_type)

@@ -220,7 +220,7 @@ def warn_other_data_values(saved: dict[str, Any], cfg: Config) -> None:
     recorded = saved.get("settings") or {}
     here = {"seed": cfg.seed, **flat_settings("data", cfg.data)}
     keys = [k for k in recorded if k.startswith("data.") and k not in _SCORED_ROWS_KEEP]
-    if not cfg.data.input_paths() and cfg.data.feature_schema() is None:
+    if is_generated(cfg.data):
         keys.append("seed")  # generated rows are the seed's
     differ = [f"{k}={recorded[k]} (here {here[k]})" for k in keys
               if k in recorded and k in here and recorded[k] != here[k]]  # fmt: skip

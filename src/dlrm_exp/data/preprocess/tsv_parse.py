@@ -353,17 +353,16 @@ def iter_line_chunks(path: Path, block_bytes: int = BLOCK_BYTES) -> Iterator[tup
                         yield (data if data.endswith(b"\n") else data + b"\n"), line
                     return
                 cut = data.rfind(b"\n") + 1
-                carry = data[cut:]
+                carry, ends = data[cut:], data.count(b"\n", 0, cut)
                 if len(carry) > MAX_LINE_BYTES:
-                    line += data.count(b"\n", 0, cut)
                     raise DataError(
-                        f"{path}: line {line} runs over {MAX_LINE_BYTES >> 20} MiB without a "
-                        "line end; Criteo rows end in \\n (a file with \\r line ends needs "
-                        "converting, e.g. tr '\\r' '\\n')"
+                        f"{path}: line {line + ends} runs over {MAX_LINE_BYTES >> 20} MiB "
+                        "without a line end; Criteo rows end in \\n (a file with \\r line ends "
+                        "needs converting, e.g. tr '\\r' '\\n')"
                     )
                 if cut:
                     yield data[:cut], line
-                    line += data.count(b"\n", 0, cut)
+                    line += ends
     except (OSError, EOFError, gzip.BadGzipFile, zlib.error) as err:
         raise DataError(f"{path}: cannot read ({err})") from None
 
