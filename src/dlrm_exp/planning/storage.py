@@ -122,16 +122,16 @@ def largest_fitting_cap(
     of which must also fit ``rank_bytes`` beside the replicated tables every rank holds."""
     data_types = data_types or [EmbeddingDataType.fp32] * len(table_sizes)
     replicated = replicated or [False] * len(table_sizes)
+    copies = copies or [1] * len(table_sizes)
+    flags, rank_bytes = whole or ([], 0.0)
 
     def fits(cap: int) -> bool:
-        shape = (table_sizes, embedding_dim, optimizer, cap)
-        if capped_bytes(*shape, copies, data_types, replicated) > budget_bytes:
-            return False
-        flags, rank_bytes = whole or ([], 0.0)
-        rows = [min(n, cap) * row_bytes(embedding_dim, t, optimizer, dp)
-                for n, t, dp in zip(table_sizes, data_types, replicated, strict=True)]  # fmt: skip
-        on_every_rank = sum(b for b, dp in zip(rows, replicated, strict=True) if dp)
-        pairs = zip(rows, flags, strict=False)  # no flags: no table lies whole on one rank
+        each = zip(table_sizes, data_types, replicated, strict=True)
+        tables = [min(n, cap) * row_bytes(embedding_dim, t, optimizer, dp) for n, t, dp in each]
+        if sum(b * k for b, k in zip(tables, copies, strict=True)) > budget_bytes:
+            return False  # (capped_bytes, each table's bytes computed once here)
+        on_every_rank = sum(b for b, dp in zip(tables, replicated, strict=True) if dp)
+        pairs = zip(tables, flags, strict=False)  # no flags: no table lies whole on one rank
         return all(b + on_every_rank <= rank_bytes for b, one in pairs if one)
 
     if not fits(1):
