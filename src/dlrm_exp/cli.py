@@ -108,22 +108,29 @@ def hydra_main(raw: DictConfig) -> float | None:
         return math.nan
 
 
+#: The errors that refuse a run before it starts (a bad value, unreadable data, a plan,
+#: memory or checkpoint refusal, a folder in use), unlike those of a run under way (a NaN, a
+#: failed verification, a worker's failure), whose logs, events and reports are its own.
+_REFUSALS = (
+    ConfigError,
+    DataError,
+    PlanError,
+    InsufficientMemoryError,
+    CheckpointError,
+    RunFolderInUseError,
+    OmegaConfBaseException,
+)
+
+
+def _is_multirun(args: list[str]) -> bool:
+    """Whether the command line asks for a ``-m`` sweep."""
+    return "-m" in args or "--multirun" in args
+
+
 def _refused(err: Exception) -> None:
     """Put back the record of the folder ``hydra.run.dir=`` named (:class:`KeptRecord`) when
-    ``err`` refused the run (a bad value, unreadable data, a plan, memory or checkpoint
-    refusal, a folder in use) and it wrote no result there. Not for errors of a run under way
-    (a NaN, a failed verification, a worker's failure): its logs, events and reports belong
-    to its own settings."""
-    refusals = (
-        ConfigError,
-        DataError,
-        PlanError,
-        InsufficientMemoryError,
-        CheckpointError,
-        RunFolderInUseError,
-        OmegaConfBaseException,
-    )
-    if _kept_record is None or not isinstance(err, refusals):
+    ``err`` is one of :data:`_REFUSALS` and the run wrote no result there."""
+    if _kept_record is None or not isinstance(err, _REFUSALS):
         return
     try:
         changed = _kept_record.restore()
@@ -219,7 +226,7 @@ def refuse_another_runs_folder(args: list[str]) -> None:
         ConfigError: naming the folder and both modes.
     """
     run_dir = _last_value(args, "hydra.run.dir")
-    if run_dir is None or "-m" in args or "--multirun" in args:
+    if run_dir is None or _is_multirun(args):
         return
     saved = Path(run_dir) / ".hydra" / "config.yaml"  # as Hydra takes it: no ~ expansion
     try:
@@ -240,7 +247,7 @@ def _keep_record(args: list[str]) -> None:
     Hydra replaces its ``.hydra/`` files (see :func:`_refused`)."""
     global _kept_record
     run_dir = _last_value(args, "hydra.run.dir")
-    single = "-m" not in args and "--multirun" not in args
+    single = not _is_multirun(args)
     # absolute now: hydra.job.chdir=true changes the working folder before a refusal
     _kept_record = KeptRecord(Path(run_dir).absolute()) if run_dir and single else None
 
@@ -294,7 +301,7 @@ def main() -> None:
         sys.argv += list(_QUIET_RANK_OVERRIDES)
     sys.argv = [sys.argv[0], *_default_data_for_preprocess(sys.argv[1:])]
     try:
-        if launched_by_torchrun() and ("-m" in sys.argv or "--multirun" in sys.argv):
+        if launched_by_torchrun() and _is_multirun(sys.argv[1:]):
             raise ConfigError(
                 "a -m sweep starts its own jobs: run it without torchrun / TorchX (each job "
                 "launches its processes for hardware.nproc_per_node; on a cluster, "
