@@ -210,12 +210,13 @@ class TrainerState:
         ]
         first = reached[0] if reached else None
         self.target_step = None if first is None else step_value(first)  # type: ignore[assignment]
-        stopped_early = total_steps is None or (self.target_step or 0) < total_steps
-        if self.target_step is not None and self.stop_reason is None and stopped_early:
-            self.stop_reason = TARGET  # a fresh run of this job would have stopped there
-        if self.stop_reason == TARGET and not stopped_early:
-            self.stop_reason = None  # reached at this job's last step: it ends there anyway
-        if self.stop_reason == TARGET and self.target_step is None:
+        # a fresh run of this job would have stopped there, unless at its last step (it ends)
+        stops = self.target_step is not None and (
+            total_steps is None or self.target_step < total_steps
+        )
+        if stops and self.stop_reason is None:
+            self.stop_reason = TARGET
+        elif self.stop_reason == TARGET and not stops:
             self.stop_reason = None
         if self.stop_reason == EARLY_STOPPING and not self.best.should_stop(cfg.early_stopping):
             self.stop_reason = None
@@ -313,6 +314,8 @@ class Trainer:
         self.profiler = profiler
         self.best_weights = best_weights if cfg.keep_best else None
         self.steps_per_epoch = len(samples_per_step)
+        #: ``val_per_epoch``'s steps of an epoch, counted from its start (:func:`epoch_positions`)
+        self.val_positions = epoch_positions(self.steps_per_epoch, cfg.val_per_epoch)
         total = self.steps_per_epoch * cfg.epochs
         self.total_steps = total if cfg.max_steps is None else min(total, cfg.max_steps)
         self.step_seconds: list[float] = []
@@ -420,16 +423,13 @@ class Trainer:
 
     def _val_intervals(self) -> tuple[int | None, ...]:
         """Validation intervals in steps: ``val_every_n_steps``, and with more than one epoch
-        the epoch (``val_per_epoch``: :meth:`_epoch_positions`)."""
+        the epoch (``val_per_epoch``: :attr:`val_positions`)."""
         epoch = self.steps_per_epoch if self.cfg.epochs > 1 else None
         return (self.cfg.val_every_n_steps, epoch)
 
-    def _epoch_positions(self) -> tuple[int, ...]:
-        return epoch_positions(self.steps_per_epoch, self.cfg.val_per_epoch)
-
     def _val_due(self, step: int) -> bool:
         """Whether step ``step`` (> 0) ends with a validation (before the last step)."""
-        positions, per_epoch = self._epoch_positions(), self.steps_per_epoch
+        positions, per_epoch = self.val_positions, self.steps_per_epoch  # step ended: 1..E
         in_epoch = bool(positions) and step - (step - 1) // per_epoch * per_epoch in positions
         return in_epoch or any(n and step % n == 0 for n in self._val_intervals())
 
@@ -438,8 +438,8 @@ class Trainer:
         or the end): a function of the step alone (see :func:`_next_boundary`)."""
         intervals = (*self._val_intervals(), self.cfg.checkpoint_every_n_steps)
         end = _next_boundary(step, self.total_steps, intervals)
-        positions, per_epoch = self._epoch_positions(), self.steps_per_epoch
-        if positions:
+        positions, per_epoch = self.val_positions, self.steps_per_epoch
+        if positions:  # the next step is in the epoch starting at or before it
             start = step // per_epoch * per_epoch
             end = min(end, start + next(p for p in positions if p > step - start))
         return end
