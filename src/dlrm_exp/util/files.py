@@ -9,7 +9,7 @@ import tempfile
 from collections.abc import Iterable, Mapping, Sequence
 from enum import Enum
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 from dlrm_exp.errors import ConfigError
 
@@ -30,6 +30,13 @@ def _umask() -> int:
     mask = os.umask(0)
     os.umask(mask)
     return mask
+
+
+def sync_open_file(f: IO[Any]) -> None:
+    """Flush the open file ``f`` and its data to the disk (before
+    :func:`replace_durably` names it)."""
+    f.flush()
+    os.fsync(f.fileno())
 
 
 def sync_file(path: Path) -> None:
@@ -70,8 +77,7 @@ def write_text_atomic(path: Path, text: str) -> None:
     try:
         with os.fdopen(fd, "w") as f:
             f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
+            sync_open_file(f)
         os.chmod(tmp, 0o666 & ~_umask())
         replace_durably(Path(tmp), path)
     except BaseException:

@@ -12,7 +12,7 @@ from typing import BinaryIO
 
 import numpy as np
 
-from dlrm_exp.util.files import replace_durably
+from dlrm_exp.util.files import replace_durably, sync_open_file
 
 HEADER_BYTES = 128
 
@@ -32,12 +32,6 @@ def _write_header(f: BinaryIO, path: Path, dtype: np.dtype, rows: int, columns: 
     np.lib.format.write_array_header_1_0(f, header)
     if f.tell() != HEADER_BYTES:
         raise ValueError(f"npy header of {path} is {f.tell()} bytes, not {HEADER_BYTES}")
-
-
-def _sync(f: BinaryIO) -> None:
-    """``f``'s data on disk (before :func:`~dlrm_exp.util.files.replace_durably` names it)."""
-    f.flush()
-    os.fsync(f.fileno())
 
 
 class NpyRowWriter:
@@ -67,7 +61,7 @@ class NpyRowWriter:
         any of it fails: a 1TB day's is about 40 GB, and a full disk is the likely cause)."""
         try:
             _write_header(self._file, self.path, self.dtype, self.rows, self.columns)
-            _sync(self._file)
+            sync_open_file(self._file)
             self._file.close()
             replace_durably(self.tmp, self.path)
         except BaseException:
@@ -130,7 +124,7 @@ class NpyRowFile:
         with open(self.tmp, "r+b") as f:
             _write_header(f, self.path, self.dtype, rows, self.columns)
             f.truncate(HEADER_BYTES + rows * self.columns * self.dtype.itemsize)
-            _sync(f)  # on disk before the day's marker vouches for it
+            sync_open_file(f)  # on disk before the day's marker vouches for it
         replace_durably(self.tmp, self.path)
         return self.path
 
