@@ -316,6 +316,13 @@ def no_valid_row_message(files: list[Path], report: ReadReport) -> str:
     )
 
 
+def reads_path(cfg: CriteoTsvDataConfig, scored: tuple[str, ...] | None) -> bool:
+    """Whether the splits ``scored`` (None: all) need the rows of ``data.path``: some split
+    among them has no file of its own (``data.val_path`` / ``data.test_path``)."""
+    given = {"train": None, "val": cfg.val_path, "test": cfg.test_path}
+    return scored is None or any(not given[name] for name in scored)
+
+
 def load_criteo_tsv(
     cfg: CriteoTsvDataConfig, scored: tuple[str, ...] | None = None
 ) -> tuple[ClickData, ClickData, ClickData, ReadReport]:
@@ -332,8 +339,7 @@ def load_criteo_tsv(
     """
     max_bad = cfg.max_reported_bad_lines
     files = resolve_inputs(cfg.input_paths())
-    given = {"train": None, "val": cfg.val_path, "test": cfg.test_path}
-    if scored is None or any(not given[name] for name in scored):
+    if reads_path(cfg, scored):
         main, report = read_files(files["data.path"], cfg.schema, max_bad)
         report.inputs["data.path"] = report.counts()
     else:  # every scored split has files of its own (a training day need not be decoded)
