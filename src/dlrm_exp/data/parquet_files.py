@@ -92,6 +92,8 @@ def scan_files(
             column.
     """
     scan = ParquetScan()
+    strict = {f.column: f.num_embeddings for f in schema.sparse.values()
+              if f.id_policy is IdPolicy.strict}  # fmt: skip
     for path in files:
         parquet = open_parquet(path)
         check_columns(path, parquet.schema_arrow, schema)
@@ -99,6 +101,7 @@ def scan_files(
         if parquet.metadata.num_rows == 0:
             raise DataError(f"{path}: the file holds no rows")
         _count_nulls(parquet, path, schema, scan.nulls)
+        leaves = _strict_leaves(parquet, strict)
         for group in range(parquet.num_row_groups):
             labels = read_row_group(parquet, path, group, [schema.label]).column(0)
             scan.rows += len(labels)
@@ -107,8 +110,8 @@ def scan_files(
                 has = pc.and_(has, pc.invert(pc.is_nan(labels).fill_null(True)))
             _check_labels(path, group, labels.filter(has), schema.label)
             n = pc.sum(has.cast(pa.int64())).as_py() or 0
-            if n == len(labels):  # the statistics cover every row: all are read
-                _check_strict_ranges(parquet, path, schema, group)
+            if n == len(labels) and leaves:  # the statistics cover every row: all are read
+                _check_strict_ranges(parquet, path, leaves, group)
             valid = None
             if n < len(labels):
                 scan.null_labels += len(labels) - n
@@ -120,8 +123,22 @@ def scan_files(
     return scan
 
 
+def _strict_leaves(parquet: pq.ParquetFile, strict: dict[str, int]) -> list[tuple[int, str, int]]:
+    """``(leaf index, column, num_embeddings)`` of the file's id leaves under
+    ``id_policy=strict`` (``strict``: column -> rows; a list column's ids are its
+    ``<column>.list.element`` leaf)."""
+    schema = parquet.metadata.schema
+    leaves = []
+    for i in range(len(schema) if strict else 0):
+        at = schema.column(i).path
+        name = next((c for c in strict if at == c or at.startswith(f"{c}.list.")), None)
+        if name is not None:
+            leaves.append((i, name, strict[name]))
+    return leaves
+
+
 def _check_strict_ranges(
-    parquet: pq.ParquetFile, path: Path, schema: FeatureSchema, group: int
+    parquet: pq.ParquetFile, path: Path, leaves: list[tuple[int, str, int]], group: int
 ) -> None:
     """Refuse ``id_policy=strict`` ids outside ``[0, num_embeddings)`` in row group ``group``
     (every row labelled: all of them are read) from its column statistics (the footer's min
@@ -133,17 +150,12 @@ def _check_strict_ranges(
     Raises:
         DataError: naming the file, row group, column, its id range and the table's rows.
     """
-    strict = {f.column: f.num_embeddings for f in schema.sparse.values()
-              if f.id_policy is IdPolicy.strict}  # fmt: skip
     row_group = parquet.metadata.row_group(group)
-    for i in range(row_group.num_columns if strict else 0):
-        chunk = row_group.column(i)  # a list column's ids: "<column>.list.element"
-        at = chunk.path_in_schema
-        name = next((c for c in strict if at == c or at.startswith(f"{c}.list.")), None)
-        stats = chunk.statistics
-        if name is None or stats is None or not stats.has_min_max:
+    for i, name, rows in leaves:  # (:func:`_strict_leaves`)
+        stats = row_group.column(i).statistics
+        if stats is None or not stats.has_min_max:
             continue
-        low, high, rows = stats.min, stats.max, strict[name]
+        low, high = stats.min, stats.max
         if isinstance(low, int) and isinstance(high, int) and (low < 0 or high >= rows):
             raise DataError(
                 f"{path} row group {group}: column {name!r} holds ids from {low} to {high}, "
