@@ -32,3 +32,28 @@ def test_an_atomic_write_reaches_the_disk_before_its_name_does(tmp_path, monkeyp
     files.write_text_atomic(tmp_path / "marker.json", "{}")
     assert events == ["fsync", "replace", "fsync"]
     assert (tmp_path / "marker.json").read_text() == "{}"
+
+
+def test_text_files_are_utf8_whatever_the_locale(tmp_path):
+    """Hydra writes ``.hydra/*.yaml`` in UTF-8; the framework's own files (schemas, plans,
+    records) are UTF-8 too, also under a C locale whose encoding is ASCII (a column named
+    ``prix_€`` was written in the locale's encoding, or refused by it)."""
+    import os
+    import subprocess
+    import sys
+
+    script = (
+        "import sys; from pathlib import Path; "
+        "from dlrm_exp.util.files import write_json_atomic, write_text_atomic, "
+        "read_json_object; "
+        "p = Path(sys.argv[1]); write_text_atomic(p / 'a.yaml', 'prix_\\u20ac: 1\\n'); "
+        "write_json_atomic(p / 'b.json', {'prix_\\u20ac': 1}); "
+        "print(read_json_object(p / 'b.json') == {'prix_\\u20ac': 1})"
+    )
+    env = {**os.environ, "LC_ALL": "C", "PYTHONCOERCECLOCALE": "0", "PYTHONUTF8": "0"}
+    done = subprocess.run(
+        [sys.executable, "-c", script, str(tmp_path)], env=env, capture_output=True, text=True
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "True"
+    assert (tmp_path / "a.yaml").read_bytes() == "prix_€: 1\n".encode()

@@ -66,7 +66,7 @@ def report(targets: Sequence[Target], path: str | None = None) -> int:
         print(f"  target {name}: {measured} ({bound}): {'met' if target.met else 'MISSED'}")
     path = path or os.environ.get(ENV)
     if path:
-        with open(path, "a") as f:
+        with open(path, "a", encoding="utf-8") as f:
             f.writelines(json.dumps(asdict(t)) + "\n" for t in targets)
     return 0 if all(t.met for t in targets) else 1
 
@@ -75,7 +75,8 @@ def read_targets(path: Path) -> list[Target]:
     """The targets appended to ``path``; none when it does not exist."""
     if not path.exists():
         return []
-    return [Target(**json.loads(line)) for line in path.read_text().splitlines() if line]
+    lines = path.read_text(encoding="utf-8").splitlines()
+    return [Target(**json.loads(line)) for line in lines if line]
 
 
 def target_table(targets: Sequence[Target], expect: Sequence[str] = ()) -> tuple[str, bool]:

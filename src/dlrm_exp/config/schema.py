@@ -241,7 +241,7 @@ class FeatureSchema:
 def load_schema_file(path: str | Path) -> FeatureSchema:
     """A feature schema from a YAML file (the layout of ``conf/data/schema/*.yaml``), checked
     as at compose time (see :func:`parse_schema`)."""
-    return parse_schema(Path(path).read_text())
+    return parse_schema(Path(path).read_text(encoding="utf-8"))
 
 
 def parse_schema(text: str) -> FeatureSchema:

@@ -90,7 +90,7 @@ def _targets(files: list[Path], output_dir: Path, earlier: Path, text: str) -> l
     Raises:
         DataError: either refusal, naming the folder or the inputs.
     """
-    if earlier.is_file() and earlier.read_text() != text:
+    if earlier.is_file() and earlier.read_text(encoding="utf-8") != text:
         raise DataError(
             f"preprocess.output_dir={output_dir} holds Parquet files converted with other "
             f"settings (table sizes or transforms: {earlier}); this run's would be read with "

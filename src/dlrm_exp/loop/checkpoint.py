@@ -262,7 +262,7 @@ def read_trainer_state(path: Path) -> dict[str, Any]:
         CheckpointError: it cannot be read or is not a JSON object.
     """
     try:
-        state = json.loads((path / STATE_FILE).read_text())
+        state = json.loads((path / STATE_FILE).read_text(encoding="utf-8"))
     except (OSError, ValueError) as err:
         raise CheckpointError(f"{path / STATE_FILE} is unreadable: {err}") from None
     if not isinstance(state, dict):

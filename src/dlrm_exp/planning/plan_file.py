@@ -154,7 +154,7 @@ def _read_record(path: Path) -> tuple[dict[str, Any], int, int | None]:
     ``hardware`` in files written before it joined the plan record; None in a file without
     it); a ConfigError if it is missing or no plan."""
     try:
-        record = json.loads(path.read_text())
+        record = json.loads(path.read_text(encoding="utf-8"))
         planned: dict[str, Any] = record["tables"]
         planned_world = int(record["world_size"])
         local = record.get(

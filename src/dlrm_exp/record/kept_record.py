@@ -63,7 +63,7 @@ class KeptRecord:
         self.results = _results(run_dir)
         for name in RECORD_FILES:
             try:
-                self.saved[name] = (run_dir / name).read_text()
+                self.saved[name] = (run_dir / name).read_text(encoding="utf-8")
             except FileNotFoundError:
                 self.saved[name] = None
             except (OSError, UnicodeDecodeError):
@@ -82,7 +82,7 @@ class KeptRecord:
         for name, text in self.saved.items():
             path = self.run_dir / name
             try:
-                now: str | None = path.read_text()
+                now: str | None = path.read_text(encoding="utf-8")
             except FileNotFoundError:
                 now = None
             except (OSError, UnicodeDecodeError):

@@ -241,7 +241,7 @@ class RunMetrics:
                 ``status``, or ``val`` / ``test`` not objects); the message names the file.
         """
         try:
-            content = json.loads(path.read_text())
+            content = json.loads(path.read_text(encoding="utf-8"))
         except ValueError as err:
             raise ValueError(f"{path}: not JSON ({err})") from None
         shaped = isinstance(content, dict) and isinstance(content.get("status"), str)

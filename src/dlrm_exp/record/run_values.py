@@ -103,7 +103,7 @@ def read_run_values(path: Path) -> list[RunValues]:
     Raises:
         ValueError: the file lacks the columns of a ``summary_runs.csv``.
     """
-    with open(path, newline="") as f:
+    with open(path, newline="", encoding="utf-8") as f:
         rows = list(csv.DictReader(f))
     if rows and set(COLUMNS) - set(rows[0]):
         raise ValueError(f"{path} is not a {RUNS_FILE} (columns {', '.join(COLUMNS)})")

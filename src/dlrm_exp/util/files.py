@@ -75,7 +75,7 @@ def write_text_atomic(path: Path, text: str) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
-        with os.fdopen(fd, "w") as f:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
             f.write(text)
             sync_open_file(f)
         os.chmod(tmp, 0o666 & ~_umask())
@@ -108,7 +108,7 @@ def read_json_object(path: Path) -> dict[str, Any] | None:
     JSON, or holds something other than an object (a marker or cache left half-written or
     edited by hand counts as none)."""
     try:
-        content = json.loads(path.read_text())
+        content = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return None
     return content if isinstance(content, dict) else None
