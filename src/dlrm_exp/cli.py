@@ -30,16 +30,7 @@ from dlrm_exp.config import Config, Mode, conf_dir, register_configs
 from dlrm_exp.config.keys import check_composed_keys, check_override_keys
 from dlrm_exp.distributed.env import env_rank, launched_by_torchrun
 from dlrm_exp.distributed.submitit_env import adopt_submitit_environment, in_submitit_task
-from dlrm_exp.errors import (
-    CheckpointError,
-    ConfigError,
-    DataError,
-    InsufficientMemoryError,
-    PlanError,
-    RunFolderInUseError,
-    Terminated,
-    UserError,
-)
+from dlrm_exp.errors import ConfigError, Refusal, RunFolderInUseError, Terminated, UserError
 from dlrm_exp.modes import Job, run_mode
 from dlrm_exp.record.kept_record import KeptRecord
 from dlrm_exp.record.run_record import RunMetrics
@@ -108,18 +99,9 @@ def hydra_main(raw: DictConfig) -> float | None:
         return math.nan
 
 
-#: The errors that refuse a run before it starts (a bad value, unreadable data, a plan,
-#: memory or checkpoint refusal, a folder in use), unlike those of a run under way (a NaN, a
-#: failed verification, a worker's failure), whose logs, events and reports are its own.
-_REFUSALS = (
-    ConfigError,
-    DataError,
-    PlanError,
-    InsufficientMemoryError,
-    CheckpointError,
-    RunFolderInUseError,
-    OmegaConfBaseException,
-)
+#: The errors that refuse a run before it starts (:class:`~dlrm_exp.errors.Refusal`, and
+#: OmegaConf's for a config that does not compose).
+_REFUSALS = (Refusal, OmegaConfBaseException)
 
 
 def _is_multirun(args: list[str]) -> bool:

@@ -8,29 +8,37 @@ class UserError(Exception):
     """A mistake the user can fix (config, data, hardware); the message says how."""
 
 
-class ConfigError(UserError, ValueError):
+class Refusal(UserError):
+    """A user error that refuses a run before it starts (a bad value, unreadable data, a plan,
+    memory or checkpoint refusal, a folder in use), unlike one of a run under way (a NaN, a
+    failed verification, a worker's failure), whose logs, events and reports are its own: the
+    entry point puts back the record a refused single run found in its folder
+    (:mod:`dlrm_exp.record.kept_record`)."""
+
+
+class ConfigError(Refusal, ValueError):
     """A config value or a combination of values that cannot work; names the override."""
 
 
-class DataError(UserError):
+class DataError(Refusal):
     """Input data that cannot be read: missing path, no valid row, unreadable file."""
 
 
-class CheckpointError(UserError):
+class CheckpointError(Refusal):
     """A checkpoint that cannot be used: missing, incomplete, or from another model."""
 
 
-class RunFolderInUseError(UserError):
+class RunFolderInUseError(Refusal):
     """The run folder holds another run's results (its checkpoints), which this run would mix
     with its own; nothing is written to it (its record stays that run's: a single run's entry
     point puts back the ``.hydra/`` files Hydra wrote, :mod:`dlrm_exp.record.kept_record`)."""
 
 
-class PlanError(UserError):
+class PlanError(Refusal):
     """TorchRec's planner cannot place the tables under the requested constraints."""
 
 
-class InsufficientMemoryError(UserError):
+class InsufficientMemoryError(Refusal):
     """The sharding planner found no plan that fits the embedding tables in memory."""
 
 

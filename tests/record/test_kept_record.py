@@ -53,3 +53,23 @@ def test_the_entry_point_puts_it_back_on_refusals_not_on_errors_of_a_run_under_w
         finally:
             cli._kept_record = None
         assert ((run / ".hydra" / "config.yaml").read_text() == "seed: 1\n") is restored
+
+
+def test_refusals_are_the_errors_raised_before_a_run_starts():
+    """The entry point puts back a folder's record for a :class:`Refusal` only: errors of a
+    run under way (a NaN, a failed verification, a worker's failure) leave their own."""
+    from dlrm_exp import errors
+    from dlrm_exp.modes.verify import VerificationFailed
+
+    refusals = [
+        errors.ConfigError,
+        errors.DataError,
+        errors.CheckpointError,
+        errors.RunFolderInUseError,
+        errors.PlanError,
+        errors.InsufficientMemoryError,
+    ]
+    under_way = [errors.NonFiniteLossError, errors.WorkerFailedError, VerificationFailed]
+    assert all(issubclass(e, errors.Refusal) for e in refusals)
+    assert not any(issubclass(e, errors.Refusal) for e in under_way)
+    assert all(issubclass(e, errors.UserError) for e in refusals + under_way)
