@@ -642,3 +642,24 @@ def test_a_momentum_of_another_column_shard_count_is_explained():
            "torch.Size([1000]) for optim.model.sparse_arch...t_cat_0.momentum1")  # fmt: skip
     assert "keeps a table's momentum per column shard" in _hint(dcp)
     assert _hint("ValueError: Size mismatch ... t_cat_0.weight") == ""
+
+
+def test_the_cuda_generator_is_saved_and_restored_where_cuda_is_used(tmp_path, monkeypatch):
+    """FBGEMM's stochastic rounding of fp16 tables on CUDA draws from torch's CUDA generator:
+    its state travels with the CPU generator's (checked with a stand-in CUDA generator: no
+    GPU here). A job without CUDA writes no CUDA file."""
+    import torch
+
+    from dlrm_exp.loop.checkpoint import restore_rng, save_rng
+
+    save_rng(tmp_path, 0)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["rng_rank0.pt"]
+    state = {"cuda": torch.arange(8, dtype=torch.uint8)}
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "is_initialized", lambda: True)
+    monkeypatch.setattr(torch.cuda, "get_rng_state", lambda: state["cuda"].clone())
+    monkeypatch.setattr(torch.cuda, "set_rng_state", lambda s: state.update(cuda=s))
+    save_rng(tmp_path, 1)
+    state["cuda"] = torch.zeros(8, dtype=torch.uint8)  # the generator moved on
+    restore_rng(tmp_path, 1)
+    assert state["cuda"].tolist() == list(range(8))

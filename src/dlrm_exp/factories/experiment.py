@@ -10,6 +10,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import torch
+import torch.distributed as dist
 from fbgemm_gpu.split_table_batched_embeddings_ops_training import (
     SplitTableBatchedEmbeddingBagsCodegen,
 )
@@ -82,6 +83,30 @@ def fused_kernels(model: torch.nn.Module) -> list[SplitTableBatchedEmbeddingBags
         for kernel in lookup.modules()
         if isinstance(kernel, SplitTableBatchedEmbeddingBagsCodegen)
     ]
+
+
+def kernel_iterations(model: torch.nn.Module, device: torch.device) -> int:
+    """FBGEMM's iteration counter of the fused kernels (a collective, reduced on the rank's
+    ``device``: the largest over every rank's kernels, 0 where none has one). Each kernel
+    counts its forwards (training steps and evaluation batches alike) in its ``iter`` buffer,
+    which fused Adam's bias correction reads (``1 - beta ** iter``) and which no state dict
+    holds: TorchRec's fused optimizer state keeps Adam's moments only, and the kernels sit
+    outside ``modules()``."""
+    kernels = fused_kernels(model)
+    count = torch.tensor([max((int(k.iter[0]) for k in kernels), default=0)], device=device)
+    dist.all_reduce(count, op=dist.ReduceOp.MAX)
+    return int(count[0])
+
+
+def set_kernel_iterations(model: torch.nn.Module, count: int) -> None:
+    """Set every fused kernel's iteration counter to ``count`` (a resumed run's, so fused Adam
+    goes on with the saved bias correction instead of starting it again at 1). FBGEMM's
+    ``set_optimizer_step`` sets ``iter`` alone; the host copy ``iter_cpu`` that the kernels
+    compute with takes it only while it is 0, so it is set too."""
+    for kernel in fused_kernels(model):
+        kernel.iter.fill_(count)
+        if hasattr(kernel, "iter_cpu"):
+            kernel.iter_cpu.fill_(count)
 
 
 #: Replaces the ``DLRMTrain`` wrapper around the built DLRM (e.g. the rank-sliced reference of

@@ -30,10 +30,11 @@ sample count, :func:`resume_step`). Training draws no random numbers after the w
 initialized (no dropout; row groups are shuffled by a seeded generator of their own) except when a
 managed-collision table evicts ids: TorchRec re-initializes the evicted rows with the table's
 ``init_fn``, from torch's CPU generator, whose state each rank therefore saves
-(``rng_rank<r>.pt``) and restores on a resume with the same world size. One exception: fp16
-tables on CUDA update with FBGEMM's stochastic rounding, drawn from torch's CUDA generator,
-which is not saved: such a resume continues closely, not bitwise (on CPU FBGEMM rounds to
-nearest, and resume stays bitwise).
+(``rng_rank<r>.pt``) and restores on a resume with the same world size. fp16 tables on CUDA
+update with FBGEMM's stochastic rounding, drawn from torch's CUDA generator: its state is saved
+and restored too (``cudarng_rank<r>.pt``; on CPU FBGEMM rounds to nearest). FBGEMM's kernels
+count their forwards in a buffer no state dict holds, which fused Adam's bias correction
+reads: the training mode saves and restores it with the trainer state.
 """
 
 import json
@@ -310,7 +311,7 @@ def save_checkpoint(
         dist.barrier()
         if same_as is None:
             dcp.save(_state(model, optimizer.state_dict()), checkpoint_id=str(partial))
-        torch.save(torch.get_rng_state(), _rng_file(partial, dist.get_rank()))
+        save_rng(partial, dist.get_rank())
         dist.barrier()
         if is_main:
             write_json_atomic(partial / STATE_FILE, {**trainer_state, "step": step})
@@ -416,18 +417,36 @@ def _replace_folder(new: Path, final: Path) -> None:
     shutil.rmtree(aside, ignore_errors=True)
 
 
-def _rng_file(path: Path, rank: int) -> Path:
-    """Where rank ``rank`` keeps torch's CPU generator state in checkpoint ``path``."""
-    return path / f"rng_rank{rank}.pt"
+def _rng_file(path: Path, rank: int, device: str = "") -> Path:
+    """Where rank ``rank`` keeps torch's CPU generator state in checkpoint ``path`` (with
+    ``device="cuda"``: the generator of its current CUDA device)."""
+    return path / f"{device}rng_rank{rank}.pt"
+
+
+def save_rng(path: Path, rank: int) -> None:
+    """Save rank ``rank``'s torch CPU generator into checkpoint ``path``, and its CUDA
+    device's where CUDA is in use (FBGEMM draws the stochastic rounding of fp16 tables' updates
+    from it)."""
+    torch.save(torch.get_rng_state(), _rng_file(path, rank))
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        torch.save(torch.cuda.get_rng_state(), _rng_file(path, rank, "cuda"))
 
 
 def _restore_rng(path: Path, trainer_state: dict[str, Any]) -> None:
-    """Restore this rank's torch CPU generator from checkpoint ``path`` when it was written by
+    """Restore this rank's torch generators from checkpoint ``path`` when it was written by
     as many ranks as run now (checkpoints of earlier versions have no such file)."""
-    rank, world_size = dist.get_rank(), dist.get_world_size()
-    saved = _rng_file(path, rank)
-    if trainer_state.get("world_size") == world_size and saved.exists():
+    if trainer_state.get("world_size") == dist.get_world_size():
+        restore_rng(path, dist.get_rank())
+
+
+def restore_rng(path: Path, rank: int) -> None:
+    """Restore rank ``rank``'s generators that :func:`save_rng` saved in ``path`` (the CUDA
+    one where this job uses CUDA too)."""
+    saved, on_device = _rng_file(path, rank), _rng_file(path, rank, "cuda")
+    if saved.exists():
         torch.set_rng_state(torch.load(saved, weights_only=True))
+    if on_device.exists() and torch.cuda.is_available():
+        torch.cuda.set_rng_state(torch.load(on_device, weights_only=True))
 
 
 def requeued_resume(resume: str | None, run_dir: Path) -> str:

@@ -34,7 +34,7 @@ from dlrm_exp.distributed.launch import (
     env_rank,
     process_group,
 )
-from dlrm_exp.factories.experiment import Experiment
+from dlrm_exp.factories.experiment import Experiment, kernel_iterations, set_kernel_iterations
 from dlrm_exp.factories.managed_collision import managed_rows_held
 from dlrm_exp.factories.precision import slow_precision_warning
 from dlrm_exp.loop.checkpoint import (
@@ -323,6 +323,8 @@ def _resume(
     if run.ctx.is_main:
         _warn_dtype_change(path, run.experiment.table_data_types)
     saved = load_checkpoint(path, run.experiment.model, run.experiment.optimizer, layout)
+    if KERNEL_ITERATIONS in saved:  # (checkpoints of earlier versions: counted from 0)
+        set_kernel_iterations(run.experiment.model, int(saved[KERNEL_ITERATIONS]))
     if run.ctx.is_main:
         _warn_list(
             f"train.resume: {{n}} setting(s) differ from the run that wrote {path}",
@@ -433,6 +435,10 @@ def _warn_list(lead: str, changed: list[str], tail: str, shown: int = 4) -> None
         log.warning("%s (%s): %s", lead.replace("{n}", str(len(changed))), listed, tail)
 
 
+#: The trainer-state key of the fused kernels' iteration counter (:func:`kernel_iterations`).
+KERNEL_ITERATIONS = "fused_kernel_iterations"
+
+
 @dataclass
 class _Saver:
     """Writes this run's checkpoints. A save at the step of the one before it (the best
@@ -444,6 +450,11 @@ class _Saver:
     layout: CheckpointLayout
     last: tuple[int, Path] | None = None
 
+    def _kernel_state(self) -> dict[str, int]:
+        """The fused kernels' iteration counter (:func:`kernel_iterations`; a collective)."""
+        count = kernel_iterations(self.run.experiment.model, self.run.ctx.device)
+        return {KERNEL_ITERATIONS: count}
+
     def __call__(self, step: int, state: TrainerState, name: str | None = None) -> Path:
         same_as = self.last[1] if self.last is not None and self.last[0] == step else None
         path = save_checkpoint(
@@ -451,7 +462,7 @@ class _Saver:
             step,
             self.run.experiment.model,
             self.run.experiment.optimizer,
-            {**state.state_dict(), **self.layout.state_dict()},
+            {**state.state_dict(), **self.layout.state_dict(), **self._kernel_state()},
             self.run.ctx.is_main,
             self.run.cfg.train.keep_last_checkpoints,
             name,
