@@ -2,7 +2,8 @@
 
 Every sharding type trains 2 steps with the ``fused_uvm_caching`` kernel over NCCL, the
 CUDA-only pipelines train, ``train.profile`` writes the CUDA memory snapshot, bf16 trains,
-fp16 tables train with stochastic rounding, resume and export (on the GPU), ``mode=verify``
+fp16 tables train with stochastic rounding, resume and export (on the GPU), fused Adam resumes
+its bias correction, ``mode=verify``
 gathers its tables over NCCL, and the loop prefetches pinned batches, reads each loss a step
 late (a NaN still names its own step) and reports its GPU memory. Needs a CUDA build of
 torch and ``fbgemm-gpu`` (``make install FBGEMM=fbgemm-gpu==1.8.0`` with a CUDA torch). None
@@ -71,8 +72,8 @@ def test_profile_writes_the_cuda_memory_snapshot_and_bf16_trains(tmp_path):
 
 def test_fp16_tables_train_with_stochastic_rounding_resume_and_export(tmp_path):
     """fp16 tables on the GPU: stochastic rounding runs (no substitution recorded, unlike on
-    CPU), a resumed run ends close to the uninterrupted one (not bitwise: FBGEMM draws the
-    rounding from torch's CUDA generator, whose state checkpoints do not hold), and the export
+    CPU), a resumed run ends close to the uninterrupted one (the CUDA generator the rounding
+    draws from is restored; cuBLAS and NCCL may still sum in other orders), and the export
     keeps fp16 tables."""
     fp16 = [*_gpu(), "sharding=rowwise", "model.embedding_data_type=fp16",
             "train.max_steps=16", "train.checkpoint_every_n_steps=8"]  # fmt: skip
@@ -90,6 +91,23 @@ def test_fp16_tables_train_with_stochastic_rounding_resume_and_export(tmp_path):
     assert result.returncode == 0, result.stderr[-3000:]
     record = json.loads((out / "export.json").read_text())
     assert record["table_bytes"] * 2 == record["table_bytes_fp32"]
+
+
+def test_fused_adam_resumes_its_bias_correction(tmp_path):
+    """Fused Adam (FBGEMM's, on the GPU) corrects its bias by the kernel's forward counter,
+    which no state dict holds: a resumed run's kernels count on from the checkpoint's."""
+    adam = [*_gpu(), "sharding=rowwise", "optimizer=adam", "train.max_steps=16",
+            "train.checkpoint_every_n_steps=8"]  # fmt: skip
+    _train(tmp_path / "a", adam)
+    (tmp_path / "b" / "checkpoints").mkdir(parents=True)
+    (tmp_path / "a" / "checkpoints" / "step_8").rename(tmp_path / "b" / "checkpoints" / "step_8")
+    _train(tmp_path / "b", [*adam, "train.resume=auto"])
+    counts = [
+        json.loads((tmp_path / run / "checkpoints" / "step_16" / "trainer_state.json").read_text())
+        for run in ("a", "b")
+    ]
+    assert counts[0]["fused_kernel_iterations"] >= 16
+    assert counts[1]["fused_kernel_iterations"] == counts[0]["fused_kernel_iterations"]
 
 
 def test_verify_gathers_the_sharded_tables_over_nccl(tmp_path):
