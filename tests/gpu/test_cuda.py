@@ -3,9 +3,9 @@
 Every sharding type trains 2 steps with the ``fused_uvm_caching`` kernel over NCCL, the
 CUDA-only pipelines train, ``train.profile`` writes the CUDA memory snapshot, bf16 trains,
 fp16 tables train with stochastic rounding, resume and export (on the GPU), fused Adam resumes
-its bias correction, ``mode=verify``
-gathers its tables over NCCL, and the loop prefetches pinned batches, reads each loss a step
-late (a NaN still names its own step) and reports its GPU memory. Needs a CUDA build of
+its bias correction, ``mode=verify`` gathers its tables over NCCL, and the loop prefetches
+pinned batches, reads each loss a step late (a NaN still names its own step) and reports its
+GPU memory. Needs a CUDA build of
 torch and ``fbgemm-gpu`` (``make install FBGEMM=fbgemm-gpu==1.8.0`` with a CUDA torch). None
 of this was run on a GPU by the project yet.
 """
