@@ -244,12 +244,9 @@ def _record(run_dir: Path, swept: Sequence[str], overrides: list[str]) -> RunRec
         identity = canonical_overrides(overrides, keys)
     elif SEED in swept:  # repeats of one configuration
         keys, config, identity = [], ALL, ALL
-    else:  # a single run: every override but the seed (only a seed: a repeat of all runs)
+    else:  # a single run: every override but the seed (none: the defaults, as all runs)
         keys = [k for k in values if k != SEED]
-        if keys:
-            config = run_name(overrides, keys)
-        else:
-            config = ALL if SEED in values else run_dir.name
+        config = run_name(overrides, keys) if keys else ALL
         identity = canonical_overrides(overrides, keys) or config
     # the overrides every job of the sweep shared (neither swept nor the run's identity): what
     # a comparison assumes equal
