@@ -325,6 +325,29 @@ def test_a_summary_interrupted_while_written_leaves_the_earlier_one(tmp_path):
     assert path.read_bytes() == before and sorted(p.name for p in tmp_path.iterdir()) == [path.name]
 
 
+def test_a_plot_interrupted_while_written_leaves_the_earlier_one(tmp_path, monkeypatch):
+    """The report's plots are written atomically too (``savefig`` wrote the PNG in place: an
+    interrupt left it truncated beside a complete summary)."""
+    import matplotlib.pyplot as plt
+    from matplotlib.figure import Figure
+
+    path = tmp_path / "throughput.png"
+    report.save_figure(plt.figure(), path)
+    before = path.read_bytes()
+    real = Figure.savefig
+
+    def interrupted(self, target, **kwargs):
+        real(self, target, **kwargs)
+        target.truncate(10) if hasattr(target, "truncate") else Path(target).write_bytes(b"x")
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(Figure, "savefig", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        report.save_figure(plt.figure(), path)
+    assert path.read_bytes() == before and before.startswith(b"\x89PNG")
+    assert sorted(p.name for p in tmp_path.iterdir()) == [path.name]
+
+
 def test_configurations_run_with_other_fixed_overrides_are_noted(tmp_path, capsys):
     def swept(folder: str, model: str) -> Path:
         jobs = [({"optimizer": "sgd", "seed": s, "model": model}, SEED_AUROC[s]) for s in (0, 1)]
@@ -458,3 +481,13 @@ def test_sweeps_with_other_fixed_overrides_reported_together_are_refused(tmp_pat
     assert f"model=tiny ({tiny / '0'}) and model=mlperf ({mlperf / '0'})" in err
     assert not (tmp_path / "out").exists()  # refused before anything is written
     assert report.main([str(tiny), "--out", str(tmp_path / "alone")]) == 0
+
+
+def test_an_out_that_is_a_file_is_an_error_not_a_traceback(tmp_path, capsys):
+    """``--out`` naming an existing file raised FileExistsError with a traceback and status
+    1, which a CI job reads as a failed gate."""
+    job = write_job(tmp_path, "v1", [], {"status": "completed", "val": {"auroc": 0.79}})
+    taken = tmp_path / "out.md"
+    taken.write_text("notes")
+    assert report.main([str(job), "--out", str(taken)]) == 2
+    assert "Error:" in capsys.readouterr().err and taken.read_text() == "notes"

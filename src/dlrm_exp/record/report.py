@@ -35,9 +35,11 @@ there.
 
 import argparse
 import glob
+import io
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Any
 
 import matplotlib
 
@@ -58,6 +60,7 @@ from dlrm_exp.record.run_values import baseline_file, read_run_values, run_value
 from dlrm_exp.record.runs import RunRecord, load_runs, override_values  # noqa: E402
 from dlrm_exp.record.stats import estimate  # noqa: E402
 from dlrm_exp.record.sweep import markdown_table, write_summary  # noqa: E402
+from dlrm_exp.util.files import write_bytes_atomic  # noqa: E402
 
 PLOTS = ("throughput.png", "val_auroc.png", "comm_bytes.png", "auroc_diff.png")
 
@@ -129,6 +132,15 @@ def _grouped_bars(
     ax.grid(axis="y", alpha=0.3)
 
 
+def save_figure(fig: Any, path: Path) -> None:
+    """Write ``fig`` as PNG to ``path`` atomically (a report interrupted while plotting leaves
+    the earlier plot, not a truncated one) and close it."""
+    buffer = io.BytesIO()
+    fig.savefig(buffer, dpi=120, format="png")
+    plt.close(fig)
+    write_bytes_atomic(path, buffer.getvalue())
+
+
 def plot_throughput(runs: Sequence[RunRecord], path: Path) -> None:
     """Grouped bars of training samples/s (all ranks): x = sharding (or the configuration
     without qcomms, :func:`bar_pairs`), one bar per qcomms (its repeats averaged), written as
@@ -138,8 +150,7 @@ def plot_throughput(runs: Sequence[RunRecord], path: Path) -> None:
     ax.set_ylabel("training throughput (samples/s, all ranks)")
     ax.set_title("Throughput by sharding and communication precision")
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    save_figure(fig, path)
 
 
 def val_auroc_curves(runs: Sequence[RunRecord]) -> dict[tuple, list[str]]:
@@ -180,8 +191,7 @@ def plot_val_auroc(runs: Sequence[RunRecord], path: Path) -> None:
     if curves:
         ax.legend(fontsize="x-small")
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    save_figure(fig, path)
 
 
 def _sent_embedding_bytes(metrics: RunMetrics) -> bool:
@@ -202,8 +212,7 @@ def plot_comm_bytes(runs: Sequence[RunRecord], path: Path) -> None:
     axes[0].set_ylabel("MiB sent per training step (all ranks)")
     fig.suptitle("Communication volume by precision")
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    save_figure(fig, path)
 
 
 def plot_auroc_diff(stats: Sequence[ConfigStats], path: Path) -> None:
@@ -226,8 +235,7 @@ def plot_auroc_diff(stats: Sequence[ConfigStats], path: Path) -> None:
     ax.set_title("AUROC difference to the baseline (red: interval excludes 0)")
     ax.grid(axis="x", alpha=0.3)
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    save_figure(fig, path)
 
 
 def expand(paths: Sequence[str]) -> list[Path]:
@@ -345,7 +353,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         saved = baseline_file(args.compare_to) if args.compare_to else None
         saved_runs = read_run_values(saved) if saved else []
         table, out, runs = report(args.paths, args.out, args.baseline, keep=saved)
-    except (FileNotFoundError, ValueError) as err:
+    except (OSError, ValueError) as err:  # a path missing or unwritable (--out a file)
         print(f"Error: {err}", file=sys.stderr)
         return 2
     print(table)

@@ -68,21 +68,26 @@ def replace_durably(tmp: Path, path: Path) -> None:
         os.close(folder)
 
 
-def write_text_atomic(path: Path, text: str) -> None:
-    """Write ``text`` to ``path`` via a temporary file and ``os.replace``, so a crash never
+def write_bytes_atomic(path: Path, data: bytes) -> None:
+    """Write ``data`` to ``path`` via a temporary file and ``os.replace``, so a crash never
     leaves a half-written file. The file gets the mode a plain ``open`` would give it (0644
     under the usual umask 022), not ``mkstemp``'s 0600."""
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
             sync_open_file(f)
         os.chmod(tmp, 0o666 & ~_umask())
         replace_durably(Path(tmp), path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+def write_text_atomic(path: Path, text: str) -> None:
+    """Write ``text`` to ``path`` in UTF-8, atomically (:func:`write_bytes_atomic`)."""
+    write_bytes_atomic(path, text.encode("utf-8"))
 
 
 def write_csv_atomic(
