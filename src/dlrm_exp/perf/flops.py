@@ -15,8 +15,10 @@ multiply-accumulate, per sample:
 
 A training step costs 3x the forward (backward computes the gradients of the inputs and of
 the weights, each a product of the forward's size), the usual convention (e.g. Kaplan et al.
-2020, "6N FLOPs per token"); the dot interaction with ``train.symmetric_interaction`` costs 2x
-(its backward is one ``bmm``, ``(dZ + dZ^T) C``, not two). Bias adds, activations, the loss and
+2020, "6N FLOPs per token"), except where autograd computes no input gradient: the dense
+arch's first layer, whose input (the dense features) needs none, costs 2x; the dot interaction
+with ``train.symmetric_interaction`` costs 2x (its backward is one ``bmm``, ``(dZ + dZ^T) C``,
+not two). Bias adds, activations, the loss and
 the embedding lookups are left out (under 1 % of the dense FLOPs for the configs shipped here).
 
 Embedding bytes count fp32 rows of D floats (4 bytes each) per sample, for every looked-up
@@ -53,6 +55,8 @@ class DenseFlops:
     over_arch: int
     #: The interaction's backward in forwards: 2, or 1 for the symmetric dot interaction.
     interaction_backward: int = TRAINING_FLOPS_PER_FORWARD - 1
+    #: Forward FLOPs of the dense arch's first layer, whose input gradient is not computed.
+    first_layer: int = 0
 
     @property
     def forward(self) -> int:
@@ -61,9 +65,9 @@ class DenseFlops:
 
     @property
     def training(self) -> int:
-        """Forward + backward FLOPs per training sample (3 x forward; the symmetric
-        interaction's share 2 x)."""
-        layers = TRAINING_FLOPS_PER_FORWARD * (self.dense_arch + self.over_arch)
+        """Forward + backward FLOPs per training sample (3 x forward; the first dense layer's
+        and the symmetric interaction's share 2 x)."""
+        layers = TRAINING_FLOPS_PER_FORWARD * (self.dense_arch + self.over_arch) - self.first_layer
         return layers + (1 + self.interaction_backward) * self.interaction
 
 
@@ -84,9 +88,9 @@ def dense_flops(cfg: ModelConfig, symmetric_interaction: bool = False) -> DenseF
         interaction, width = 2 * (f + 1) ** 2 * d, d + f * (f + 1) // 2
     symmetric = symmetric_interaction and cfg.interaction_type is InteractionType.original
     over = mlp_flops(width, list(cfg.over_arch_layer_sizes))
-    if symmetric:  # one bmm in backward instead of two
-        return DenseFlops(dense, interaction, over, interaction_backward=1)
-    return DenseFlops(dense, interaction, over)
+    first = mlp_flops(cfg.num_dense_features, list(cfg.dense_arch_layer_sizes[:1]))
+    backward = 1 if symmetric else TRAINING_FLOPS_PER_FORWARD - 1  # symmetric: one bmm, not two
+    return DenseFlops(dense, interaction, over, interaction_backward=backward, first_layer=first)
 
 
 def embedding_bytes_per_sample(
