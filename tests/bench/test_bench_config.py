@@ -66,3 +66,21 @@ def test_the_training_bench_refuses_settings_the_plain_loop_would_not_run():
         unlike_the_plain_loop(fp16) == "model.embedding_data_type (not fp32), train.pipeline=base"
     )
     assert main(["train.dense_precision=bf16"]) == 2  # refused before anything runs
+
+
+def test_a_whole_run_of_the_fast_bench_probes_its_own_peak(tmp_path, monkeypatch):
+    """The dense-part fraction divides by the matmul peak: each whole run probes it in its
+    own process, whatever reading the user's cache holds (a cached peak is reused after a
+    spot check of one size within 20 %, which moves a fraction at the target's edge)."""
+    import torch
+
+    from dlrm_exp.perf.peak import PROBED, measured_peak
+
+    monkeypatch.setenv("DLRM_EXP_CACHE_DIR", str(tmp_path / "user_cache"))
+    measured_peak(torch.device("cpu"), torch.float32)  # a fresh reading the run could reuse
+    metrics = fast.whole_run(
+        ["data.num_train_samples=512", "data.num_val_samples=256", "data.num_test_samples=256",
+         "train.batch_size=128", "train.progress_bar=false"],
+        tmp_path / "run",
+    )  # fmt: skip
+    assert metrics.utilization["peak_source"] == PROBED
