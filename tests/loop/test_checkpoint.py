@@ -663,3 +663,26 @@ def test_the_cuda_generator_is_saved_and_restored_where_cuda_is_used(tmp_path, m
     state["cuda"] = torch.zeros(8, dtype=torch.uint8)  # the generator moved on
     restore_rng(tmp_path, 1)
     assert state["cuda"].tolist() == list(range(8))
+
+
+def test_a_resume_in_other_steps_sets_tensorboard_s_earlier_points_aside(tmp_path):
+    """Resumed with another train.batch_size (or world size), the checkpoint's step 16 is
+    this job's step 8: TensorBoard's earlier points, in the old steps, were kept in the run's
+    own curves beside the new ones (metrics.json rescaled them). They move to a subfolder, and
+    the validations are logged again in this job's steps."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    args = [*QUICK, "train.val_every_n_steps=8", "train.checkpoint_every_n_steps=16"]
+    run_train(compose_cfg(args), tmp_path, {})  # batch 128: 32 steps, validations 8..32
+    for later in complete_checkpoints(tmp_path)[1:]:
+        shutil.rmtree(later)  # as if it stopped after step 16
+    (tmp_path / "metrics.json").unlink()
+    wider = [*args, "train.batch_size=256", "train.resume=auto"]
+    run_train(compose_cfg(wider), tmp_path, {})
+    aside = tmp_path / "tensorboard_before_step_16"
+    assert list(aside.glob("events.out.tfevents.*"))
+    events = EventAccumulator(str(tmp_path))
+    events.Reload()
+    # rescaled 8 -> 4 and 16 -> 8, then this job's own validation at 16 (every 8 steps)
+    assert [e.step for e in events.Scalars("val/auroc")] == [4, 8, 16]
+    assert [e.step for e in events.Scalars("train/loss")][0] > 8  # none in the old steps

@@ -192,7 +192,7 @@ def train_worker(cfg: Config, job: Job, plan: ShardingPlan | None = None) -> Run
                 ),
                 best_weights=_BestCheckpoint(saver),
             )
-            start = _resume(run, layout, samples_per_step, trainer.total_steps)
+            start = _resume(run, layout, samples_per_step, trainer.total_steps, tracker)
             kept = _finished_record(run, start, trainer.total_steps)
             if kept is not None:
                 return kept
@@ -312,11 +312,16 @@ def _resume_path(cfg: Config, job: Job) -> Path | None:
 
 
 def _resume(
-    run: _Run, layout: CheckpointLayout, samples_per_step: list[int], total_steps: int
+    run: _Run,
+    layout: CheckpointLayout,
+    samples_per_step: list[int],
+    total_steps: int,
+    tracker: Tracker,
 ) -> TrainerState | None:
     """Load the checkpoint ``train.resume`` names into the experiment; the loop's state at this
     job's step of the checkpoint's data position (of this job's ``total_steps``), or None to
-    start fresh."""
+    start fresh. Where this job's steps count other global batches, ``tracker`` sets the
+    earlier event files aside (:meth:`Tracker.restart_history`)."""
     path = run.resume_path
     if path is None:
         return None
@@ -337,6 +342,8 @@ def _resume(
     )
     state.reconsider_stop(run.cfg.train, total_steps)
     log.info("resumed from %s at step %d", path, state.step)
+    if int(saved["step"]) != state.step:
+        _restart_history(tracker, state, int(saved["step"]))
     if run.cfg.train.keep_best:  # another run's best: held here too; a stale one: removed
         source = Path(state.best_checkpoint) if state.best_checkpoint else None
         best = adopt_best(source, run.job.run_dir, run.ctx.is_main, state.best.value)
@@ -347,6 +354,24 @@ def _resume(
     if between and run.ctx.is_main:
         log.warning(between)
     return state
+
+
+def _restart_history(tracker: Tracker, state: TrainerState, saved_step: int) -> None:
+    """TensorBoard's earlier points of a resume whose steps count other global batches
+    (checkpoint step ``saved_step`` is this job's ``state.step``) set aside, the validations
+    logged again in this job's steps."""
+    aside = tracker.restart_history(
+        f"tensorboard_before_step_{saved_step}", state.val_history, state.train_windows
+    )
+    if aside is not None:
+        log.warning(
+            "the checkpoint's step %d is this job's step %d (another world size or batch "
+            "size): TensorBoard's earlier points, in its steps, moved to %s; the validations "
+            "are logged again in this job's steps",
+            saved_step,
+            state.step,
+            aside,
+        )
 
 
 def _finished_record(run: _Run, start: TrainerState | None, total_steps: int) -> RunMetrics | None:

@@ -91,6 +91,10 @@ def swept_hparams(hparams: Mapping[str, Scalar], swept: Mapping[str, Any]) -> di
     return values
 
 
+#: The names of TensorBoard's event files.
+EVENT_FILES = "events.out.tfevents.*"
+
+
 class Tracker:
     """TensorBoard event writer for one run folder; a no-op on ranks other than 0.
 
@@ -102,11 +106,35 @@ class Tracker:
     """
 
     def __init__(self, run_dir: Path | None, enabled: bool) -> None:
-        self.writer: SummaryWriter | None = (
-            SummaryWriter(str(run_dir)) if enabled and run_dir is not None else None
-        )
+        on = enabled and run_dir is not None
+        self.folder = run_dir
+        #: The event files of an earlier job in this folder (a resumed run's).
+        self.earlier = sorted(run_dir.glob(EVENT_FILES)) if on and run_dir.is_dir() else []
+        self.writer: SummaryWriter | None = SummaryWriter(str(run_dir)) if on else None
         if self.writer is not None:
             self.writer.add_custom_scalars(CUSTOM_SCALARS)
+
+    def restart_history(
+        self, aside: str, validations: list[dict[str, float]], windows: list[dict[str, float]]
+    ) -> Path | None:
+        """For a resume whose steps count other global batches (another world size or batch
+        size): move the earlier jobs' event files, whose steps are in their units, into the
+        subfolder ``aside`` (TensorBoard shows it as a run of its own), and log the
+        checkpoint's ``validations`` and training ``windows`` again at their rescaled steps
+        (``val/*``, ``train_window/*``), so this run's curves share one step unit. Returns the
+        subfolder (None: nothing was moved)."""
+        if self.writer is None or self.folder is None or not self.earlier:
+            return None
+        target = self.folder / aside
+        target.mkdir(parents=True, exist_ok=True)
+        for path in self.earlier:
+            path.rename(target / path.name)
+        self.earlier = []
+        for prefix, entries in (("val", validations), ("train_window", windows)):
+            for entry in entries:
+                values = {k: v for k, v in entry.items() if k != "step"}
+                self.scalars(prefix, values, round(entry["step"]))
+        return target
 
     def scalar(self, tag: str, value: float | None, step: int) -> None:
         if self.writer is not None and value is not None and math.isfinite(value):
