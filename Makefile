@@ -3,6 +3,9 @@ SHELL := /bin/bash
 PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
+# The set `make install` put into $(VENV) last, recorded there: it stays the default for every
+# target, so `make test` or `make gpu-check` after `make install TORCH=... FBGEMM=...` keeps it.
+-include $(VENV)/.installed.mk
 # The tested default set (CPU build); on CUDA machines: make install FBGEMM=fbgemm-gpu==1.8.0.
 # Supported ranges (pyproject.toml; docs/install.md has the combinations tried):
 #   torch 2.11 to 2.14, fbgemm-gpu(-cpu) 1.6.0 to 1.9.0, torchrec 1.6.1 to 1.9.2, matched by
@@ -12,7 +15,8 @@ FBGEMM ?= fbgemm-gpu-cpu==1.8.0
 TORCHREC ?= torchrec==1.8.0
 # torchrec's run-time needs, pinned to the tested versions (pyproject.toml declares ranges).
 PINS ?= torchmetrics==1.9.0 tensordict==0.15.3 pyre-extensions==0.0.32 iopath==0.1.10
-STAMP := $(VENV)/.installed-$(subst ==,-,$(FBGEMM))
+# One stamp per set (its hash): asking for another set installs it.
+STAMP := $(VENV)/.installed-$(shell printf '%s' '$(TORCH) $(FBGEMM) $(TORCHREC) $(PINS)' | md5sum | cut -c1-12)
 # make compat: the oldest supported set, in its own environment.
 COMPAT_VENV ?= .venv-compat
 COMPAT_SET ?= TORCH=torch==2.11.0 FBGEMM=fbgemm-gpu-cpu==1.6.0 TORCHREC=torchrec==1.6.1
@@ -36,6 +40,9 @@ $(STAMP): pyproject.toml | $(PY)
 	$(PY) -m pip install "$(TORCH)" "$(FBGEMM)"
 	$(PY) -m pip install -q -e ".[dev,launchers]" $(PINS)
 	$(PY) -m pip install --no-deps "$(TORCHREC)"
+	rm -f $(VENV)/.installed-*
+	printf 'TORCH ?= %s\nFBGEMM ?= %s\nTORCHREC ?= %s\nPINS ?= %s\n' \
+		'$(TORCH)' '$(FBGEMM)' '$(TORCHREC)' '$(PINS)' > $(VENV)/.installed.mk
 	touch $@
 
 install: $(STAMP) ## create .venv and install the pinned stack (torch, fbgemm, torchrec, hydra, ...)
@@ -79,10 +86,13 @@ bench: $(STAMP) ## framework vs TorchRec loop, preprocessing, loaders, quality b
 
 # On a CUDA machine, install the CUDA stack first: make install TORCH=<cuda torch> FBGEMM=fbgemm-gpu==1.8.0
 gpu-check: $(STAMP) ## the CUDA-marked tests: every sharding type with fused_uvm_caching + NCCL, CUDA pipelines (skips without CUDA)
-	@if $(PY) -c "import sys, torch; sys.exit(0 if torch.cuda.is_available() else 1)"; then \
+	@$(PY) -c "import sys, torch; sys.exit(0 if torch.cuda.is_available() else 3)"; found=$$?; \
+	if [ $$found = 0 ]; then \
 		$(PY) -m pytest -q -m cuda tests/gpu $(PYTEST_ARGS); \
-	else \
+	elif [ $$found = 3 ]; then \
 		echo "gpu-check skipped: no CUDA device here (torch.cuda.is_available() is False); the GPU path is unverified"; \
+	else \
+		echo "gpu-check failed: torch does not import in $(VENV)"; exit 1; \
 	fi
 
 # A second environment with the oldest supported stack (torch 2.11 from PyPI brings its CUDA
