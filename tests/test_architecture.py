@@ -7,9 +7,8 @@ violations are written under ``tmp_path``, never into ``src/``.
 
 import ast
 import re
-from pathlib import Path
-
 import tomllib
+from pathlib import Path
 
 from conftest import REPO
 
