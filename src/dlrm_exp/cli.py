@@ -16,7 +16,7 @@ import os
 import signal
 import sys
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from pathlib import Path
 from typing import Any
 
@@ -40,6 +40,7 @@ from dlrm_exp.record.runs import (
     saved_swept_keys,
 )
 from dlrm_exp.record.sweep import summarize_interrupted_sweep
+from dlrm_exp.util.folder_lock import held_run_folder
 from dlrm_exp.util.logs import configure_worker_logging, quiet_libraries, to_log_files
 
 log = logging.getLogger("dlrm_exp")
@@ -166,7 +167,9 @@ def _run(
             from dlrm_exp.loop.checkpoint import requeued_resume
 
             cfg.train.resume = requeued_resume(cfg.train.resume, run_dir)
-    result = run_mode(cfg, Job(run_dir, _choices(), tensorboard_dir, swept or {}))
+    # rank 0 holds the folder (other ranks write into rank 0's, or none: torchrun's run in ".")
+    with held_run_folder(run_dir) if env_rank() == 0 else nullcontext():
+        result = run_mode(cfg, Job(run_dir, _choices(), tensorboard_dir, swept or {}))
     if result.summary is not None:
         print(result.summary, flush=True)
         to_log_files(result.summary)
