@@ -411,3 +411,21 @@ def test_best_weights_of_another_validation_are_not_restored(tmp_path):
     saver = SimpleNamespace(run=SimpleNamespace(job=SimpleNamespace(run_dir=tmp_path)), layout=None)
     keeper = _BestCheckpoint(saver)
     assert not keeper.restore(str(best), BestValidation(step=200, value=0.70))
+
+
+def test_an_empty_validation_split_decides_nothing(tmp_path):
+    """``data.val_fraction=0``: every validation is NaN over 0 rows, and those counted as
+    validations that did not improve: early stopping ended a 5-epoch run after epoch 3."""
+    from dlrm_exp.data.criteo_format import write_criteo_tsv
+    from dlrm_exp.record.run_record import RunMetrics
+
+    path = write_criteo_tsv(tmp_path / "day.tsv", 512)
+    cfg = compose_cfg(
+        ["data=criteo_tsv", f"data.path={path}", "data.val_fraction=0", "data.test_fraction=0.25",
+         "train.batch_size=64", "train.epochs=5", "train.progress_bar=false"]
+    )  # fmt: skip
+    metrics = run_train(cfg, tmp_path / "run", {})
+    assert metrics.stop_reason == "end" and metrics.steps == 5 * 384 // 64
+    assert metrics.val["samples"] == 0 and metrics.generalization_gap(metrics.steps) is None
+    read = RunMetrics.read(tmp_path / "run" / "metrics.json")  # NaN written as null
+    assert read.val_history[-1]["logloss"] is None and read.generalization_gap(30) is None

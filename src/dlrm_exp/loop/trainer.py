@@ -321,6 +321,7 @@ class Trainer:
         self.step_seconds: list[float] = []
         self.window = TrainWindow(cfg.train_window_batches)
         self.loss_read_lag = loss_read_lag(device, cfg.on_nonfinite)
+        self.empty_validation_warned = False
 
     def fit(self, sources: BatchSources, state: TrainerState | None = None) -> FitResult:
         """Train from ``state`` (a resumed checkpoint's; its batches are skipped) or from the
@@ -617,6 +618,9 @@ class Trainer:
         window = self.window.metrics()
         if window:
             state.train_windows.append({"step": float(step), **window})
+        if not state.val_history[-1].get("samples"):  # an empty split measured nothing
+            self._warn_empty_validation()
+            return
         target, auroc = self.cfg.target_auroc, state.val_history[-1]["auroc"]
         reached = target is not None and state.target_step is None and auroc >= target
         self._track_best(state, target_reached=reached)
@@ -633,6 +637,17 @@ class Trainer:
                 step,
             )
             log.info("target AUROC %s reached at step %d (epoch %.3f)", target, step, epoch)
+
+    def _warn_empty_validation(self) -> None:
+        """Say once that validations of an empty split decide nothing (``data.val_fraction=0``:
+        its NaN metrics counted as validations that did not improve, and early stopping ended
+        the run after ``patience`` of them)."""
+        if not self.empty_validation_warned:
+            self.empty_validation_warned = True
+            log.warning(
+                "the validation split has no rows: early stopping, train.target_auroc and "
+                "train.keep_best do not apply (val metrics are n/a)"
+            )
 
     def _track_best(self, state: TrainerState, target_reached: bool = False) -> None:
         """Update the best validation; stop by early stopping after ``patience`` validations

@@ -5,6 +5,7 @@ A completed run holds every field; a failed job of a sweep holds only ``status: 
 """
 
 import json
+import math
 from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass, field, fields
@@ -192,12 +193,16 @@ class RunMetrics:
 
     def generalization_gap(self, step: int | None) -> float | None:
         """Validation log loss minus the training window's at validation ``step`` (nats; None
-        without both)."""
-        val = [h for h in self.val_history if h.get("step") == step]
-        train = [w for w in self.train_windows if w.get("step") == step]
+        without both as finite numbers: an empty or diverged validation has NaN, or null once
+        read back)."""
+        val = [h.get("logloss") for h in self.val_history if h.get("step") == step]
+        train = [w.get("logloss") for w in self.train_windows if w.get("step") == step]
         if step is None or not val or not train:
             return None
-        return val[0]["logloss"] - train[0]["logloss"]
+        both = (val[0], train[0])
+        if not all(isinstance(v, (int, float)) and math.isfinite(v) for v in both):
+            return None
+        return both[0] - both[1]
 
     @property
     def peak_rss_gib_max_rank(self) -> float | None:
