@@ -104,7 +104,7 @@ class ClickMetrics:
 
     def compute(self) -> dict[str, float]:
         """``{"auroc", "logloss", "ne", "calibration", "samples"}``; AUROC is NaN when only
-        one class (or nothing) was seen."""
+        one class (or nothing) was seen, or a logit was NaN."""
         if self.logloss_ne.update_count == 0:  # same on every rank: batches are equal per rank
             return {
                 "auroc": math.nan,
@@ -113,10 +113,12 @@ class ClickMetrics:
                 "calibration": math.nan,
                 "samples": 0.0,
             }
-        values = self.logloss_ne.compute()
+        values = self.logloss_ne.compute()  # synced: every rank takes the same branch below
         positives = values.pop("positives")
         one_class = positives in (0.0, values["samples"])
-        auroc = math.nan if one_class else float(self.auroc.compute())
+        # a NaN logit (its log loss NaN) leaves torchmetrics' AUROC finite: ranked somewhere
+        nan_scores = math.isnan(values["logloss"])
+        auroc = math.nan if one_class or nan_scores else float(self.auroc.compute())
         return {"auroc": auroc, **values}
 
 
