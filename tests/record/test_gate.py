@@ -393,9 +393,7 @@ def test_run_folders_given_one_by_one_pool_their_seeds(tmp_path):
     # named twice (the sweep and its jobs, overlapping globs): each run once
     assert len(load_runs([sweep, *sorted(sweep.glob("[0-9]*")), sweep / "0"])) == len(whole) == 4
     seeds_only = [write_job(tmp_path, f"s{seed}", [f"seed={seed}"], metrics) for seed in (1, 2)]
-    defaults = write_job(tmp_path, "12-00-00", [], metrics)  # no override: seed 0, as typed
-    assert {(r.config, r.config_id, r.seed) for r in load_runs([*seeds_only, defaults])} == {
-        (ALL, ALL, 0),
+    assert {(r.config, r.config_id, r.seed) for r in load_runs(seeds_only)} == {
         (ALL, ALL, 1),
         (ALL, ALL, 2),
     }
@@ -403,14 +401,19 @@ def test_run_folders_given_one_by_one_pool_their_seeds(tmp_path):
 
 def test_runs_of_the_defaults_in_other_folders_are_gated(tmp_path, capsys):
     """``python -m dlrm_exp hydra.run.dir=outputs/v1`` and ``.../v2`` (no override): each run
-    was its own configuration, named by its folder, so the gate of v2 against v1 compared
-    nothing and failed."""
+    is its own configuration, named by its folder (reported together they are two rows), so
+    the gate of v2 against v1 compared nothing and failed; one run of the defaults on each
+    side is now one configuration."""
     metrics = {"status": "completed", "val": {"auroc": 0.79, "logloss": 0.45}}
     old, new = (write_job(tmp_path, name, [], metrics) for name in ("v1", "v2"))
+    assert report.main([str(old), str(new)]) == 0  # side by side: not two runs of one seed
     assert report.main([str(old)]) == 0
     capsys.readouterr()
     assert gate(tmp_path, new, old) == 0
-    assert "nothing was compared" not in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "the runs of the defaults in v2 are compared with the baseline's in v1" in out
+    worse = write_job(tmp_path, "v3", [], {**metrics, "val": {"auroc": 0.70, "logloss": 0.5}})
+    assert gate(tmp_path, worse, old) == 1  # compared, and caught
 
 
 @pytest.mark.parametrize(

@@ -27,7 +27,7 @@ from dlrm_exp.record.compare import COMPARED, DEFAULT_GATE
 from dlrm_exp.record.metric_table import METRICS, Metric
 from dlrm_exp.record.run_record import COMPLETED
 from dlrm_exp.record.run_values import RunValues, is_finite
-from dlrm_exp.record.runs import without_superseded
+from dlrm_exp.record.runs import DEFAULTS, without_superseded
 from dlrm_exp.record.stats import Difference, paired_difference, welch_difference
 
 
@@ -52,6 +52,19 @@ def _by_config(runs: Sequence[RunValues]) -> dict[str, list[RunValues]]:
     for run in runs:
         groups.setdefault(run.config_id, []).append(run)
     return groups
+
+
+def _paired_defaults(
+    new: Mapping[str, list[RunValues]], saved: Mapping[str, list[RunValues]]
+) -> str | None:
+    """The baseline's configuration id when each side is one single run of the defaults (no
+    override: each named by its folder, e.g. the same command before and after a change in
+    outputs/v1 and outputs/v2), which are the same configuration; None otherwise."""
+    if len(new) != 1 or len(saved) != 1:
+        return None
+    (new_id,), (saved_id,) = new, saved
+    defaults = all(i.startswith(f"{DEFAULTS} ") for i in (new_id, saved_id))
+    return saved_id if defaults and new_id != saved_id else None
 
 
 def _seed_values(runs: Sequence[RunValues], key: str) -> dict[int, float | None]:
@@ -247,6 +260,13 @@ def compare_runs(
     tolerances = {"": tolerance} if isinstance(tolerance, (int, float)) else dict(tolerance)
     new, saved = without_superseded(new), without_superseded(saved)  # a failed seed rerun
     new_groups, saved_groups = _by_config(new), _by_config(saved)
+    paired = _paired_defaults(new_groups, saved_groups)
+    if paired is not None:
+        new_groups = {paired: next(iter(new_groups.values()))}
+        result.lines.append(
+            f"the runs of the defaults in {new[0].config} are compared with the baseline's "
+            f"in {saved[0].config}"
+        )
     for config_id, saved_runs in saved_groups.items():
         if config_id not in new_groups:
             result.failures.append(

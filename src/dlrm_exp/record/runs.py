@@ -31,6 +31,8 @@ from dlrm_exp.record.run_record import COMPLETED, MISSING, RunMetrics
 SEED = "seed"
 #: The configuration name of runs that differ only by seed.
 ALL = "(all runs)"
+#: The identity of a single run of the defaults (no override) starts with this, then its folder.
+DEFAULTS = "(defaults)"
 
 
 def parse_overrides(overrides: Sequence[str]) -> list[Any]:
@@ -244,10 +246,15 @@ def _record(run_dir: Path, swept: Sequence[str], overrides: list[str]) -> RunRec
         identity = canonical_overrides(overrides, keys)
     elif SEED in swept:  # repeats of one configuration
         keys, config, identity = [], ALL, ALL
-    else:  # a single run: every override but the seed (none: the defaults, as all runs)
+    else:  # a single run: every override but the seed (only a seed: a repeat of all runs)
         keys = [k for k in values if k != SEED]
-        config = run_name(overrides, keys) if keys else ALL
-        identity = canonical_overrides(overrides, keys) or config
+        if keys:
+            config = run_name(overrides, keys)
+        else:  # the defaults: its folder tells it from others (the gate pairs two, gate.py)
+            config = ALL if SEED in values else run_dir.name
+        identity = canonical_overrides(overrides, keys) or (
+            config if SEED in values else f"{DEFAULTS} {config}"
+        )
     # the overrides every job of the sweep shared (neither swept nor the run's identity): what
     # a comparison assumes equal
     fixed = canonical_overrides(
