@@ -15,8 +15,11 @@ FBGEMM ?= fbgemm-gpu-cpu==1.8.0
 TORCHREC ?= torchrec==1.8.0
 # torchrec's run-time needs, pinned to the tested versions (pyproject.toml declares ranges).
 PINS ?= torchmetrics==1.9.0 tensordict==0.15.3 pyre-extensions==0.0.32 iopath==0.1.10
+# A value in single quotes for the shell, its own single quotes kept ('\'').
+squote := '
+shell_quote = '$(subst $(squote),$(squote)\$(squote)$(squote),$(1))'
 # One stamp per set (its hash): asking for another set installs it.
-STAMP := $(VENV)/.installed-$(shell printf '%s' '$(TORCH) $(FBGEMM) $(TORCHREC) $(PINS)' | md5sum | cut -c1-12)
+STAMP := $(VENV)/.installed-$(shell printf '%s' $(call shell_quote,$(TORCH) $(FBGEMM) $(TORCHREC) $(PINS)) | md5sum | cut -c1-12)
 # make compat: the oldest supported set, in its own environment.
 COMPAT_VENV ?= .venv-compat
 COMPAT_SET ?= TORCH=torch==2.11.0 FBGEMM=fbgemm-gpu-cpu==1.6.0 TORCHREC=torchrec==1.6.1
@@ -42,7 +45,9 @@ $(STAMP): pyproject.toml | $(PY)
 	$(PY) -m pip install --no-deps "$(TORCHREC)"
 	rm -f $(VENV)/.installed-*
 	printf 'TORCH ?= %s\nFBGEMM ?= %s\nTORCHREC ?= %s\nPINS ?= %s\n' \
-		'$(TORCH)' '$(FBGEMM)' '$(TORCHREC)' '$(PINS)' > $(VENV)/.installed.mk
+		$(call shell_quote,$(TORCH)) $(call shell_quote,$(FBGEMM)) \
+		$(call shell_quote,$(TORCHREC)) $(call shell_quote,$(PINS)) \
+		| sed 's/#/\\#/g' > $(VENV)/.installed.mk
 	touch $@
 
 install: $(STAMP) ## create .venv and install the pinned stack (torch, fbgemm, torchrec, hydra, ...)
