@@ -685,4 +685,5 @@ def test_a_resume_in_other_steps_sets_tensorboard_s_earlier_points_aside(tmp_pat
     events.Reload()
     # rescaled 8 -> 4 and 16 -> 8, then this job's own validation at 16 (every 8 steps)
     assert [e.step for e in events.Scalars("val/auroc")] == [4, 8, 16]
+    assert "val/samples" not in events.Tags()["scalars"]  # only the tags a validation logs
     assert [e.step for e in events.Scalars("train/loss")][0] > 8  # none in the old steps

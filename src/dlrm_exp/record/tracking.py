@@ -10,6 +10,7 @@ from torch.utils.tensorboard import SummaryWriter
 from torch.utils.tensorboard.summary import hparams as hparams_summary
 
 from dlrm_exp.config import Config
+from dlrm_exp.record.metric_table import QUALITY
 from dlrm_exp.record.runs import normalized_value
 
 Scalar = int | float | str | bool
@@ -130,10 +131,12 @@ class Tracker:
         for path in self.earlier:
             path.rename(target / path.name)
         self.earlier = []
-        for prefix, entries in (("val", validations), ("train_window", windows)):
-            for entry in entries:
-                values = {k: v for k, v in entry.items() if k != "step"}
-                self.scalars(prefix, values, round(entry["step"]))
+        for entry in validations:  # the tags a validation logs (quality(): no sample count)
+            quality = {q.key: entry[q.key] for q in QUALITY if q.key in entry}
+            self.scalars("val", quality, round(entry["step"]))
+        for entry in windows:
+            values = {k: v for k, v in entry.items() if k != "step"}
+            self.scalars("train_window", values, round(entry["step"]))
         return target
 
     def scalar(self, tag: str, value: float | None, step: int) -> None:
