@@ -57,7 +57,7 @@ def configure_worker_logging(log_file: Path | None) -> None:
     stderr and appends to the run's log file; other ranks log warnings only."""
     handlers: list[logging.Handler] = [logging.StreamHandler()]
     if log_file is not None:
-        handlers.append(logging.FileHandler(log_file))
+        handlers.append(logging.FileHandler(log_file, encoding="utf-8"))  # whatever the locale
     logging.basicConfig(
         level=logging.INFO if log_file is not None else logging.WARNING,
         format="[%(asctime)s][%(name)s][%(levelname)s] - %(message)s",
