@@ -27,6 +27,17 @@ def test_the_closest_known_key_is_suggested(key, expected):
     assert suggest(key, known) == expected
 
 
+def test_a_misspelt_group_with_one_of_its_options_is_named_as_that_choice():
+    """``modle=tiny`` was answered "did you mean mode?" (the closest key), which cannot take
+    ``tiny``; a group close to the key that has the option is the hint."""
+    with pytest.raises(ConfigError, match=r"unknown config key modle: did you mean model=tiny\?"):
+        check_override_keys(["modle=tiny"], Config)
+    with pytest.raises(ConfigError, match=r"did you mean sharding=rowwise\?"):
+        check_override_keys(["shardin=rowwise"], Config)
+    with pytest.raises(ConfigError, match=r"modle: did you mean mode\?"):  # no such option
+        check_override_keys(["modle=no_such_option"], Config)
+
+
 def test_an_appended_key_is_refused_after_compose():
     with pytest.raises(ConfigError, match="unknown config key train.lr: did you mean optimizer"):
         check_composed_keys(compose_raw(["+train.lr=0.1"]), Config)

@@ -26,6 +26,7 @@ from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.errors import HydraException
 from omegaconf import DictConfig, OmegaConf
 
+from dlrm_exp.config.conf_tree import conf_dir
 from dlrm_exp.errors import ConfigError
 
 #: Short names users type for a key of another name (``train.lr`` means a learning rate).
@@ -160,7 +161,24 @@ def check_override_keys(overrides: Sequence[str], root: type) -> None:
             continue
         if _list_item_key(key, known):
             continue  # an item of a list (data.schema.dense.2.log1p): the list's node checks it
+        choice = group_choice_hint(key, text.split("=", 1)[-1])
+        if choice is not None:
+            raise ConfigError(f"unknown config key {key}: did you mean {choice}?")
         raise unknown_key_error(key, known)
+
+
+def group_choice_hint(key: str, value: str) -> str | None:
+    """``group=value`` when ``key`` is close to a config group of ``conf/`` that has an option
+    ``value`` (``modle=tiny`` -> ``model=tiny``, where the closest key is ``mode``), else None."""
+    groups = {
+        folder.name: {option.stem for option in folder.glob("*.yaml")}
+        for folder in conf_dir().iterdir()
+        if folder.is_dir()
+    }
+    for group in difflib.get_close_matches(key, list(groups), n=3, cutoff=0.6):
+        if value in groups[group]:
+            return f"{group}={value}"
+    return None
 
 
 def _list_item_key(key: str, known: set[str]) -> bool:
