@@ -161,8 +161,9 @@ def insufficient_memory_message(
     )
     lines += [
         f"  offered: {offered / GIB:.2f} GiB {device_kind} on {world_size} rank(s) "
-        f"({per_rank / GIB:.2f} GiB each, {source}; "
-        f"{STORAGE_RESERVATION:.0%} kept for dense parameters and activations)",
+        f"({per_rank / GIB:.2f} GiB each, {source}); TorchRec's planner gives the tables "
+        f"{1 - STORAGE_RESERVATION:.0%} of it ({offered * (1 - STORAGE_RESERVATION) / GIB:.2f} "
+        f"GiB), keeping {STORAGE_RESERVATION:.0%} for dense parameters and activations",
     ]
     types = data_types or [EmbeddingDataType.fp32] * len(table_sizes)
     alone = [n * row_bytes(embedding_dim, t, optimizer) for n, t, one in
