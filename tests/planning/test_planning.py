@@ -339,7 +339,8 @@ def test_uvm_tables_are_explained_against_the_host_memory_they_live_in():
     with pytest.raises(InsufficientMemoryError) as info:
         plan_job(cfg, _meta_model(cfg))
     message = str(info.value)
-    assert "offered: 40.00 GiB DDR on 8 rank(s) (5.00 GiB each, hardware.ddr_cap;" in message
+    assert "offered: 40.00 GiB DDR on 8 rank(s) (5.00 GiB each, hardware.ddr_cap);" in message
+    assert "the tables 85% of it (34.00 GiB)" in message
     assert "ranks of 5.00 GiB" in message and "HBM" not in message
     # the caches overflow the HBM while the host memory holds the rows: said so, with a
     # cache_load_factor that plans (it said "424.23 GiB needed / 1152 GiB DDR offered")
