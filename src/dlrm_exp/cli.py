@@ -69,6 +69,7 @@ def hydra_main(raw: DictConfig) -> float | None:
             return _run(raw, run_dir, None)
         except (UserError, OmegaConfBaseException) as err:
             _refused(err)
+            to_log_files(f"Error: {err}", level=logging.ERROR)  # the folder says why it failed
             if os.environ.get("HYDRA_FULL_ERROR") == "1":
                 raise
             print(f"Error: {err}", file=sys.stderr)
@@ -94,6 +95,8 @@ def hydra_main(raw: DictConfig) -> float | None:
             log.exception("job %s failed", name)
         message = str(err) if user_error else f"{type(err).__name__}: {err}"
         print(f"Error in job {name}: {message}", file=sys.stderr)
+        if user_error:  # (an unexpected error's traceback is in the log already)
+            to_log_files(f"Error: {message}", level=logging.ERROR)
         if not isinstance(err, RunFolderInUseError):  # else the folder's record is another run's
             failed = RunMetrics.failed(message, type(err).__name__, _choices())
             failed.write(run_dir / "metrics.json")

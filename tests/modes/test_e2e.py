@@ -229,3 +229,5 @@ def test_missing_data_file_is_one_line(tmp_path, cli_here):
     assert result.stderr.strip().splitlines() == [
         f"Error: data.path: no such file or folder: {tmp_path}/missing.tsv (from {tmp_path})"
     ]
+    # the run folder says why it failed too (its log was empty: the line went to stderr only)
+    assert "[ERROR] - Error: data.path: no such file" in (tmp_path / "dlrm_exp.log").read_text()

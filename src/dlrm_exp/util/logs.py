@@ -67,11 +67,11 @@ def configure_worker_logging(log_file: Path | None) -> None:
     quiet_libraries()
 
 
-def to_log_files(text: str, name: str = "dlrm_exp") -> None:
+def to_log_files(text: str, name: str = "dlrm_exp", level: int = logging.INFO) -> None:
     """Append ``text`` to the run's log files (the root logger's file handlers, e.g. Hydra's
     ``dlrm_exp.log``) without printing it on the console again: for the summary a mode prints
-    on stdout."""
-    record = logging.LogRecord(name, logging.INFO, __file__, 0, text, None, None)
+    on stdout, and the error line a refused or failed run prints on stderr."""
+    record = logging.LogRecord(name, level, __file__, 0, text, None, None)
     for handler in logging.getLogger().handlers:
         if isinstance(handler, logging.FileHandler):
             handler.handle(record)
