@@ -86,3 +86,12 @@ def apply_host_memory(reuse: bool) -> str:
     _mallopt(M_MMAP_THRESHOLD, GLIBC_DEFAULT_BYTES)
     _mallopt(M_TRIM_THRESHOLD, GLIBC_DEFAULT_BYTES)
     return RESTORED
+
+
+def release_free_heap() -> None:
+    """Hand the free pages of glibc's heap back to the kernel (``malloc_trim(0)``), as a run's
+    start in a process that ran others does: the free memory an earlier job left inside the
+    heap (above the trim threshold, between live blocks) would count in this run's resident
+    set. Nothing under another C library or a preloaded allocator."""
+    if platform.libc_ver()[0] == "glibc" and _preloaded() is None:
+        ctypes.CDLL(None).malloc_trim(0)
