@@ -48,7 +48,7 @@ def test_mode_schema_writes_a_schema_that_composes(tmp_path, cli_here):
     assert schema.label == "clicked"
     assert [(d.column, d.log1p) for d in schema.dense] == [
         ("price", True),
-        ("hour", False),
+        ("hour", True),  # 0..23: past the unit scale (p99 over 10), compressed to 0..3.2
         ("visits", False),
     ]
     assert list(schema.sparse) == ["user_id", "city", "recent"]
