@@ -516,3 +516,30 @@ def test_a_file_with_cut_rows_of_39_fields_at_most_is_not_taken_for_unlabeled(tm
     assert has_label(whole, None) is False
     whole.write_text(("\t".join(row) + "\t\n") + "\t".join(row[1:]) + "\t\n")
     assert has_label(whole, None) is True  # a 40-field line: labeled
+
+
+def test_the_other_data_warning_names_the_run_s_own_data_overrides(tmp_path, caplog):
+    """It said "add the run's data=... and data.path=...": for a run of the default
+    (synthetic) data no such value exists, and for a Criteo run the user had to find them.
+    The run folder's .hydra/overrides.yaml has them."""
+    from dlrm_exp.config.keys import flat_settings
+    from dlrm_exp.modes.setup import run_data_overrides, warn_other_data_source
+
+    run = tmp_path / "run"
+    (run / ".hydra").mkdir(parents=True)
+    typed = ["data=criteo_tsv", "data.path=day.tsv", "train.batch_size=64", "+data.seed=3"]
+    (run / ".hydra" / "overrides.yaml").write_text(json.dumps(typed))
+    checkpoint = run / "checkpoints" / "step_5"
+    assert run_data_overrides(checkpoint) == [typed[0], typed[1], typed[3]]
+    assert run_data_overrides(tmp_path / "elsewhere" / "checkpoints" / "step_5") is None
+    criteo = compose_cfg(["data=criteo_tsv", "data.path=day.tsv"])
+    synthetic = compose_cfg([])
+    trained = {"settings": flat_settings("data", criteo.data)}
+    with caplog.at_level(logging.WARNING, logger="dlrm_exp.modes.setup"):
+        warn_other_data_source(trained, synthetic, run_data_overrides(checkpoint))
+    assert "add the run's data overrides, data=criteo_tsv data.path=day.tsv +data." in caplog.text
+    caplog.clear()
+    default_run = {"settings": flat_settings("data", synthetic.data)}
+    with caplog.at_level(logging.WARNING, logger="dlrm_exp.modes.setup"):
+        warn_other_data_source(default_run, criteo, [])
+    assert "leave out this job's data overrides (the run read the default data)" in caplog.text

@@ -122,7 +122,7 @@ def evaluate_worker(cfg: Config, job: Job, plan: ShardingPlan | None = None) -> 
         )
         step = int(saved["step"])
         if ctx.is_main:
-            warn_unlike_training(saved, cfg, ctx.world_size)
+            warn_unlike_training(saved, cfg, ctx.world_size, path)
             warn_other_data_values(saved, cfg)
         scores = {
             name: evaluate(

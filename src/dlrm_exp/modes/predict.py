@@ -238,7 +238,7 @@ def _score(
         saved = load_model_weights(
             path, experiment.model, table_shapes(cfg.model), cfg.data.id_policies(), id_kinds
         )
-        warn_unlike_training(saved, cfg, ctx.world_size)
+        warn_unlike_training(saved, cfg, ctx.world_size, path)
         experiment.model.eval()
         partial.parent.mkdir(parents=True, exist_ok=True)
         try:

@@ -3,6 +3,7 @@
 rank's batches of a split."""
 
 import logging
+import re
 import socket
 import uuid
 from collections.abc import Callable, Iterator
@@ -34,8 +35,10 @@ from dlrm_exp.distributed.launch import (
 )
 from dlrm_exp.errors import ConfigError
 from dlrm_exp.factories.experiment import Experiment, TrainWrapper, build_experiment, build_module
+from dlrm_exp.loop.checkpoint import CHECKPOINTS
 from dlrm_exp.modes.job import Job
 from dlrm_exp.planning.job import check_ranks_per_host, plan_job
+from dlrm_exp.record.runs import job_overrides
 from dlrm_exp.util.text import first_few
 
 log = logging.getLogger(__name__)
@@ -186,15 +189,31 @@ def trained_dense_precision(saved: dict[str, Any]) -> str | None:
     return (saved.get("settings") or {}).get("train.dense_precision")
 
 
-def warn_unlike_training(saved: dict[str, Any], cfg: Config, world_size: int) -> None:
-    """A warning line for each way this job scores a checkpoint unlike the run that trained it
-    (trainer state ``saved``), so that its numbers differ from that run's: another
+def warn_unlike_training(
+    saved: dict[str, Any], cfg: Config, world_size: int, checkpoint: Path
+) -> None:
+    """A warning line for each way this job scores ``checkpoint`` unlike the run that trained
+    it (trainer state ``saved``), so that its numbers differ from that run's: another
     ``train.dense_precision`` (:func:`warn_other_dense_precision`), managed-collision tables
     on another number of ranks (:func:`warn_managed_collision_ranks`), another data source
     (:func:`warn_other_data_source`)."""
     warn_other_dense_precision(saved, cfg)
     warn_managed_collision_ranks(saved, cfg, world_size)
-    warn_other_data_source(saved, cfg)
+    warn_other_data_source(saved, cfg, run_data_overrides(checkpoint))
+
+
+def run_data_overrides(checkpoint: Path) -> list[str] | None:
+    """The data overrides (``data=...``, ``data.*=...``, ``data/schema=...``) of the run that
+    wrote ``checkpoint`` (``<run>/checkpoints/<name>``), from its folder's
+    ``.hydra/overrides.yaml``; None where that folder has none to read."""
+    run = checkpoint.parent.parent if checkpoint.parent.name == CHECKPOINTS else checkpoint.parent
+    if not (run / ".hydra" / "overrides.yaml").is_file():
+        return None
+    try:
+        overrides = job_overrides(run)
+    except ValueError:
+        return None
+    return [o for o in overrides if re.match(r"[+~]*data([./=]|$)", o)]
 
 
 #: Data settings a job may change and still score the rows the run was scored on: other
@@ -232,21 +251,30 @@ def warn_other_data_values(saved: dict[str, Any], cfg: Config) -> None:
         )
 
 
-def warn_other_data_source(saved: dict[str, Any], cfg: Config) -> None:
+def warn_other_data_source(
+    saved: dict[str, Any], cfg: Config, run_overrides: list[str] | None = None
+) -> None:
     """One warning when the checkpoint's run read another data source than this job (its
     recorded ``data.*`` settings are another option's: ``data=criteo_tsv`` trained, the
-    default synthetic data scored), whose scores then say nothing about the run. Other files
-    of one source (another day) are not warned about: scoring them is what evaluate is for."""
+    default synthetic data scored), whose scores then say nothing about the run; it names the
+    run's own data overrides (``run_overrides``, :func:`run_data_overrides`) where known.
+    Other files of one source (another day) are not warned about: scoring them is what
+    evaluate is for."""
     recorded = {k for k in saved.get("settings") or {} if k.startswith("data.")}
     here = set(flat_settings("data", cfg.data))
     if not recorded or not recorded - here:
         return
-    only_run = first_few(sorted(recorded - here))
+    if run_overrides is None:
+        fix = "add the run's data=... and data.path=..."
+    elif run_overrides:
+        fix = f"add the run's data overrides, {' '.join(run_overrides)},"
+    else:
+        fix = "leave out this job's data overrides (the run read the default data)"
     log.warning(
         "the checkpoint was trained on other data than this job reads (its run set %s, which "
-        "this job's data has not): add the run's data=... and data.path=... to score what it "
-        "was trained on",
-        only_run,
+        "this job's data has not): %s to score what it was trained on",
+        first_few(sorted(recorded - here)),
+        fix,
     )
 
 

@@ -171,7 +171,7 @@ class RunRecord:
         )
 
 
-def _job_overrides(run_dir: Path) -> list[str]:
+def job_overrides(run_dir: Path) -> list[str]:
     """The job's command-line overrides (``.hydra/overrides.yaml``; none without it).
 
     Raises:
@@ -216,7 +216,7 @@ def load_runs(paths: Iterable[Path]) -> list[RunRecord]:
             continue
         jobs = sorted((p for p in path.iterdir() if (p / ".hydra").is_dir()), key=_job_number)
         if jobs:
-            overrides = [_job_overrides(job) for job in jobs]
+            overrides = [job_overrides(job) for job in jobs]
             swept = saved_keys(path) or varying_keys(overrides)
             runs.extend(
                 _record(job, swept, job_overrides)
@@ -227,7 +227,7 @@ def load_runs(paths: Iterable[Path]) -> list[RunRecord]:
             # a job folder named on its own (report 'sweep/[0-9]*') is labelled by its
             # sweep's swept keys, as when the sweep folder is named: the same identity
             if unseen(path):
-                runs.append(_record(path, saved_keys(path.parent), _job_overrides(path)))
+                runs.append(_record(path, saved_keys(path.parent), job_overrides(path)))
     return runs
 
 
