@@ -28,7 +28,7 @@ COMPAT_SET ?= TORCH=torch==2.11.0 FBGEMM=fbgemm-gpu-cpu==1.6.0 TORCHREC=torchrec
 .PHONY: help install run test lint format bench gpu-check compat tensorboard clean
 
 help: ## list the targets
-	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
+	@grep -E '^[a-z-]+:.*## ' $(firstword $(MAKEFILE_LIST)) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
