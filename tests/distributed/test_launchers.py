@@ -111,7 +111,7 @@ def test_torchx_builtin_ddp_runs_locally_and_leaves_one_run_folder(tmp_path, tmp
 
 def _ddp(*overrides: str, **kwargs):
     ddp = pytest.importorskip("torchx.components.dist").ddp
-    return ddp(*overrides, m="dlrm_exp", j="2x8", gpu=8, **kwargs)
+    return ddp(*overrides, m="dlrm_exp", j="2x8", gpu=8, cpu=96, memMB=1_100_000, **kwargs)
 
 
 def test_torchx_renders_a_slurm_job_of_2_nodes_x_8_gpus():
@@ -122,6 +122,8 @@ def test_torchx_renders_a_slurm_job_of_2_nodes_x_8_gpus():
     groups = [line for line in request.splitlines() if line.startswith("#SBATCH --job-name")]
     assert len(groups) == 2  # one heterogeneous group per node
     assert all("--partition=gpu" in g and "--gpus-per-task=8" in g for g in groups)
+    # the docs' node resources, not dist.ddp's 2 CPUs and 1 GiB for 8 ranks
+    assert all("--cpus-per-task=96" in g and "--mem=1100000" in g for g in groups)
     assert request.count("--nnodes 2 --nproc_per_node 8") == 2
     assert (
         request.count("-m dlrm_exp sharding=rowwise hardware=a100_40gb_x8 hardware.nnodes=2") == 2
