@@ -70,3 +70,25 @@ def test_a_diverged_run_fails_the_comparison_even_when_not_judged():
     reference_diverged = compare(_trace([0.7, 0.6]), _trace([0.7, float("inf")]), "fp32", False)
     assert reference_diverged["passed"] is False
     assert compare(_trace([0.7, 0.6]), _trace([0.7, 0.6]), "fp32", exact=False)["passed"] is None
+
+
+def test_an_unsupported_precision_is_refused_before_the_workers_start(tmp_path, monkeypatch):
+    """verify int8 row-wise started both workers, which each failed (15 s, the error twice);
+    training refuses it before any process starts, and so does verify now."""
+    from dlrm_exp.errors import ConfigError
+    from dlrm_exp.modes import verify
+
+    def no_launch(*args, **kwargs):
+        raise AssertionError("workers started")
+
+    monkeypatch.setattr(verify, "launch_workers", no_launch)
+    cfg = compose_cfg(
+        ["mode=verify", "hardware.nproc_per_node=2", "sharding=rowwise", "qcomms=int8"]
+    )
+    with pytest.raises(ConfigError, match="qcomms int8 with row_wise sharding is not supported"):
+        verify.run_verify_many([cfg], [tmp_path])
+    mixed = compose_cfg(
+        ["sharding=tablewise", "+sharding.per_table_sharding_type.t_cat_0=grid_shard"]
+    )
+    assert verify._asked_sharding_types(mixed) == {"table_wise", "grid_shard"}
+    assert verify._asked_sharding_types(compose_cfg([])) == set()  # auto: the plan's, later

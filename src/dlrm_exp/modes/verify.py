@@ -68,7 +68,7 @@ from dlrm_exp.distributed.launch import (
     needs_launch,
     process_group,
 )
-from dlrm_exp.distributed.qcomms import requested_precisions
+from dlrm_exp.distributed.qcomms import check_supported, requested_precisions
 from dlrm_exp.errors import ConfigError, UserError
 from dlrm_exp.factories.pipeline import EXACT_PIPELINES
 from dlrm_exp.loop.evaluate import drain
@@ -336,6 +336,13 @@ def _prepared(cfg: Config) -> Config:
     return cfg
 
 
+def _asked_sharding_types(cfg: Config) -> set[str]:
+    """The sharding types ``cfg`` names (``sharding.sharding_type`` and the per-table ones),
+    less those the planner decides (``auto``, ``from_file``): the workers check the plan's."""
+    asked = {cfg.sharding.sharding_type, *cfg.sharding.per_table_sharding_type.values()}
+    return {s.value for s in asked} - {"auto", "from_file"}
+
+
 def run_verify_many(cfgs: list[Config], run_dirs: list[Path]) -> list[dict[str, Any]]:
     """Verify several jobs of the same hardware, starting the workers once: each writes its
     ``verify.json`` into its run folder; returns the comparisons (passed or not).
@@ -347,6 +354,8 @@ def run_verify_many(cfgs: list[Config], run_dirs: list[Path]) -> list[dict[str, 
     if launched_by_torchrun():
         raise ConfigError("mode=verify starts its own processes: run it without torchrun")
     cfgs = [_prepared(cfg) for cfg in cfgs]
+    for cfg in cfgs:  # before the workers start, as training refuses them
+        check_supported(cfg.qcomms, _asked_sharding_types(cfg), cfg.hardware.backend.value)
     hardware = cfgs[0].hardware
     if any(cfg.hardware != hardware for cfg in cfgs):
         raise ConfigError("run_verify_many verifies jobs of one hardware configuration")
