@@ -11,7 +11,7 @@ import pytest
 from conftest import compose_cfg, two_process_job
 from dlrm_exp.distributed.host_memory import REUSED
 from dlrm_exp.errors import ConfigError
-from dlrm_exp.modes.train import run_train
+from dlrm_exp.modes.train import run_train, summary
 from dlrm_exp.modes.verify import run_verify_many
 from dlrm_exp.modes.verify import summary as summary_of_verify
 
@@ -276,6 +276,8 @@ def test_fp16_tables_train_under_every_sharding_type(trained):
     ran = dict(metrics.table_data_types)
     assert ran.pop("t_cat_6") == "fp32" and set(ran.values()) == {"fp16"}
     assert metrics.tables_ran == "fp16 x 25, fp32 x 1"
+    assert metrics.dense_precision == "fp32"  # what ran, in metrics.json and the summary
+    assert "precision: tables fp16 x 25, fp32 x 1, dense fp32" in summary(metrics, run_dir)
     plan = json.loads((run_dir / "plan.json").read_text())
     types = {name: (t["sharding_type"], t["data_type"]) for name, t in plan["tables"].items()}
     for i, sharding_type in [*FP16_TABLE_TYPES, (5, "row_wise")]:

@@ -579,6 +579,7 @@ def _run_metrics(
         profile=profile_files(run.job.run_dir) if run.cfg.train.profile and run.ctx.is_main else [],
         effective_qcomms=run.experiment.effective_qcomms,
         table_data_types=run.experiment.table_data_types,
+        dense_precision=run.cfg.train.dense_precision.value,
         table_sharding_types={name: t.sharding_type for name, t in run.plan_data.tables.items()},
         table_rows={t.name: t.num_embeddings for t in table_configs(run.cfg.model)},
         managed_rows_held=held,
@@ -737,7 +738,13 @@ def summary(metrics: RunMetrics, run_dir: Path, logdir: str = "outputs") -> str:
         f"| peak host memory {host:.2f} GiB (max rank){gpu_text} "
         f"| {metrics.wall_seconds:.1f} s"
     )
-    if metrics.effective_qcomms:
+    if metrics.table_data_types:  # what ran, where a precision is easy to miss
+        lines.append(
+            f"precision: tables {metrics.tables_ran}, dense {metrics.dense_precision or 'fp32'}"
+            + (f"; qcomms ran {metrics.qcomms_ran} (forward/backward)"
+               if metrics.effective_qcomms else "")
+        )  # fmt: skip
+    elif metrics.effective_qcomms:
         lines.append(f"qcomms ran {metrics.qcomms_ran} (forward/backward)")
     lines += [f"warning: {Substitution(**s).line()}" for s in metrics.substitutions]
     lines += _contention_warning(metrics)

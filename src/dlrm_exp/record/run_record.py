@@ -94,6 +94,8 @@ class RunMetrics:
             (every collective FP32).
         table_data_types: each table's weight dtype as allocated (``{table: "fp16"}``), read
             back from rank 0's sharded model (``model.embedding_data_type``).
+        dense_precision: what the dense arch, interaction and over arch computed in
+            (``fp32``, or ``bf16`` under autocast: ``train.dense_precision``).
         table_sharding_types: each table's sharding type as planned and run
             (``{table: "row_wise"}``, TorchRec's ``ShardingType`` strings; the planner's choice
             with ``sharding=auto``).
@@ -146,6 +148,7 @@ class RunMetrics:
     profile: list[str] = field(default_factory=list)
     effective_qcomms: dict[str, dict[str, str]] = field(default_factory=dict)
     table_data_types: dict[str, str] = field(default_factory=dict)
+    dense_precision: str = ""
     table_sharding_types: dict[str, str] = field(default_factory=dict)
     table_rows: dict[str, int] = field(default_factory=dict)
     managed_rows_held: dict[str, int] = field(default_factory=dict)
