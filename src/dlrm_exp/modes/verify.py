@@ -79,19 +79,20 @@ from dlrm_exp.planning.tables import is_table_key, table_of_key
 from dlrm_exp.util.files import write_json_atomic
 
 #: Largest relative per-step loss difference accepted against the unsharded fp32 reference,
-#: by the coarsest precision on the wire. Measured with ``mode=verify`` (tiny model, seed 0,
-#: 2 gloo processes, 20 steps), largest over every sharding type that runs the precision:
-#: fp32 1.1e-7; fp16 3.6e-3; bf16 5.6e-3 (fp16 forward / bf16 backward 2.6e-3); fp8 1.06e-1
-#: (table/column-wise; row-wise, table-row-wise and grid on one host send nothing in FP8: their
-#: reduce-scatter runs FP16/BF16 and their cross-host all-to-all has one rank, so they are
-#: judged as bf16: 2.6e-3); int8 1.1e-2 (table/column-wise only). Tolerances are about 3x
-#: those; fp32 is the issue's 1e-5.
+#: by the coarsest precision on the wire. Measured with ``mode=verify`` (tiny model, 2 gloo
+#: processes, 20 steps; docs/results.md, "Correctness: mode=verify"): the largest over seeds
+#: 0-4 of column-wise (table-wise for fp16_bf16, judged as bf16), fp16 also at batch 128:
+#: fp16 2.1e-2, bf16 1.5e-2 (fp16 forward / bf16 backward 1.1e-2), int8 1.5e-2, fp8 1.8e-1;
+#: fp32 1.1e-7. The deviation is not the codec's rounding alone: Adagrad's early, large steps
+#: turn it into a transient spike (one step near 1e-2, the others near 1e-3), so fp16 and
+#: bf16 reach alike. Tolerances are about 2.5x those (seed 0 alone, the first calibration,
+#: had fp16 at 3.6e-3: its 1e-2 failed seeds 1, 2, 4); fp32 is the issue's 1e-5.
 LOSS_TOLERANCE: dict[str, float] = {
     "fp32": 1e-5,
-    "fp16": 1e-2,
-    "bf16": 2e-2,
-    "fp8": 3e-1,
-    "int8": 3e-2,
+    "fp16": 5e-2,
+    "bf16": 5e-2,
+    "fp8": 5e-1,
+    "int8": 5e-2,
 }
 _PRECISION_ORDER = ("fp32", "fp16", "bf16", "fp8", "int8")
 
