@@ -35,6 +35,7 @@ before DDP averages the halves (about 1e-7).
 
 import copy
 import itertools
+import logging
 import math
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -77,6 +78,8 @@ from dlrm_exp.modes.setup import prepare, rank_batches
 from dlrm_exp.planning.plan_record import plan_sharding_types
 from dlrm_exp.planning.tables import is_table_key, table_of_key
 from dlrm_exp.util.files import write_json_atomic
+
+log = logging.getLogger(__name__)
 
 #: Largest relative per-step loss difference accepted against the unsharded fp32 reference,
 #: by the coarsest precision on the wire. Measured with ``mode=verify`` (tiny model, 2 gloo
@@ -331,9 +334,19 @@ def _prepared(cfg: Config) -> Config:
     check_devices(cfg.hardware)
     if not isinstance(cfg.data, SyntheticDataConfig):
         return cfg
+    given = cfg.data.num_train_samples
     cfg = copy.deepcopy(cfg)
     cfg.data.num_train_samples = cfg.verify.steps * cfg.train.batch_size * cfg.hardware.world_size
     cfg.data.num_val_samples = cfg.data.num_test_samples = 256
+    if given != cfg.data.num_train_samples:
+        log.info(
+            "mode=verify generates the %d training rows of its %d steps (verify.steps x "
+            "train.batch_size x ranks) and 256 validation and test rows; data.num_*_samples "
+            "(here %d training rows) are set aside",
+            cfg.data.num_train_samples,
+            cfg.verify.steps,
+            given,
+        )
     return cfg
 
 
