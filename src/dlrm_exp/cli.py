@@ -22,6 +22,7 @@ from typing import Any
 
 import hydra
 from hydra.core.hydra_config import HydraConfig
+from hydra.experimental.callback import Callback
 from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import MissingMandatoryValue, OmegaConfBaseException
@@ -40,7 +41,7 @@ from dlrm_exp.record.runs import (
     saved_swept_keys,
 )
 from dlrm_exp.record.sweep import summarize_interrupted_sweep
-from dlrm_exp.util.folder_lock import held_run_folder
+from dlrm_exp.util.folder_lock import held_run_folder, hold_run_folder
 from dlrm_exp.util.logs import configure_worker_logging, quiet_libraries, to_log_files
 
 log = logging.getLogger("dlrm_exp")
@@ -69,7 +70,8 @@ def hydra_main(raw: DictConfig) -> float | None:
             return _run(raw, run_dir, None)
         except (UserError, OmegaConfBaseException) as err:
             _refused(err)
-            to_log_files(f"Error: {err}", level=logging.ERROR)  # the folder says why it failed
+            if _kept_record is None or not _kept_record.saved:  # (else an earlier run's log)
+                to_log_files(f"Error: {err}", level=logging.ERROR)  # the folder says why
             if os.environ.get("HYDRA_FULL_ERROR") == "1":
                 raise
             print(f"Error: {err}", file=sys.stderr)
@@ -95,12 +97,30 @@ def hydra_main(raw: DictConfig) -> float | None:
             log.exception("job %s failed", name)
         message = str(err) if user_error else f"{type(err).__name__}: {err}"
         print(f"Error in job {name}: {message}", file=sys.stderr)
-        if user_error:  # (an unexpected error's traceback is in the log already)
+        in_use = isinstance(err, RunFolderInUseError)  # (its log is the other run's)
+        if user_error and not in_use:  # (an unexpected error's traceback is logged already)
             to_log_files(f"Error: {message}", level=logging.ERROR)
         if not isinstance(err, RunFolderInUseError):  # else the folder's record is another run's
             failed = RunMetrics.failed(message, type(err).__name__, _choices())
             failed.write(run_dir / "metrics.json")
         return math.nan
+
+
+class RunFolderLock(Callback):
+    """Hydra callback: a single run holds its folder (:mod:`dlrm_exp.util.folder_lock`) before
+    Hydra writes the folder's ``.hydra`` record and log, so a run refused there (another run
+    started within the same second in the default folder) leaves the first run's record and
+    log as they are: it prints the error and ends, exit status 1. Each job of a ``-m`` sweep
+    holds its own folder in :func:`_run`; torchrun ranks above 0 write no folder."""
+
+    def on_run_start(self, config: DictConfig, **kwargs: Any) -> None:
+        if env_rank() > 0:
+            return
+        try:
+            hold_run_folder(Path(str(OmegaConf.select(config, "hydra.run.dir"))))
+        except RunFolderInUseError as err:
+            print(f"Error: {err}", file=sys.stderr)
+            sys.exit(1)
 
 
 #: The errors that refuse a run before it starts (:class:`~dlrm_exp.errors.Refusal`, and

@@ -231,3 +231,12 @@ def test_missing_data_file_is_one_line(tmp_path, cli_here):
     ]
     # the run folder says why it failed too (its log was empty: the line went to stderr only)
     assert "[ERROR] - Error: data.path: no such file" in (tmp_path / "dlrm_exp.log").read_text()
+    # refused in an earlier run's folder: its log gets no error line (its record is put back)
+    earlier = tmp_path / "earlier"
+    (earlier / ".hydra").mkdir(parents=True)
+    (earlier / ".hydra" / "config.yaml").write_text("mode: train\nseed: 5\n")
+    again = cli_here(
+        ["data=criteo_tsv", f"data.path={tmp_path}/missing.tsv", f"hydra.run.dir={earlier}"]
+    )
+    assert again.returncode == 1
+    assert "[ERROR]" not in (earlier / "dlrm_exp.log").read_text()

@@ -10,24 +10,30 @@ from dlrm_exp.util.folder_lock import held_run_folder
 
 
 def test_a_held_folder_is_refused_to_a_second_holder_until_released(tmp_path):
+    from dlrm_exp.util.folder_lock import _lock
+
     with held_run_folder(tmp_path):
         with pytest.raises(RunFolderInUseError, match=f"process {os.getpid()} on "):
-            with held_run_folder(tmp_path):
-                pass
-    with held_run_folder(tmp_path):  # released with the block
-        pass
+            _lock(tmp_path)  # another open file: another holder, as another process is
+        with held_run_folder(tmp_path):  # this process's own hold: no second lock
+            pass
+    os.close(_lock(tmp_path))  # released with the block
 
 
 def test_a_run_started_in_a_folder_in_use_is_refused_and_leaves_its_record(tmp_path):
     """Two runs started within one second share Hydra's default folder and wrote over each
-    other's logs, events, checkpoints and metrics.json; the second is now refused, and the
-    .hydra record Hydra rewrote is put back (the first run's)."""
+    other's logs, events, checkpoints and metrics.json; the second is now refused before
+    Hydra writes the folder's .hydra record or log, which stay the first run's (Hydra's
+    default folder is one a refused run's record could not be put back in)."""
     run = tmp_path / "run"
     (run / ".hydra").mkdir(parents=True)
     (run / ".hydra" / "config.yaml").write_text("mode: plan\nseed: 5\n")
+    (run / "dlrm_exp.log").write_text("the first run's log\n")
     with held_run_folder(run):  # the first run, still running
         result = run_cli(["mode=plan", f"hydra.run.dir={run}"])
     assert result.returncode == 1 and "in use by another run" in result.stderr
     assert "Traceback" not in result.stderr
     assert (run / ".hydra" / "config.yaml").read_text() == "mode: plan\nseed: 5\n"
+    assert not (run / ".hydra" / "overrides.yaml").exists()  # never written, not put back
+    assert (run / "dlrm_exp.log").read_text() == "the first run's log\n"
     assert not (run / "plan.json").exists()

@@ -3,10 +3,12 @@
 Hydra names a run's folder by the second it starts (``outputs/<date>/<H-M-S>``), and a sweep's
 by the second too: runs started within one second (a loop of background jobs, a Slurm job
 array starting its tasks together in one working folder) share it and write their logs,
-TensorBoard events, checkpoints and ``metrics.json`` over each other. :func:`held_run_folder`
-holds an exclusive ``flock`` on ``<folder>/.lock`` while the run's process lives (the kernel
-releases it when the process ends, however it ends: no stale lock after a crash or
-``kill -9``), and refuses a second process that asks for the same folder.
+TensorBoard events, checkpoints and ``metrics.json`` over each other. A run holds an exclusive
+``flock`` on ``<folder>/.lock`` while its process lives (the kernel releases it when the
+process ends, however it ends: no stale lock after a crash or ``kill -9``), and a second
+process that asks for the same folder is refused: :func:`hold_run_folder` for the whole
+process (a single run, before Hydra writes the folder's ``.hydra`` record), or
+:func:`held_run_folder` for a block (each job of a sweep).
 """
 
 import errno
@@ -21,38 +23,70 @@ from dlrm_exp.errors import RunFolderInUseError
 
 #: The lock file's name in the run folder.
 LOCK_FILE = ".lock"
+#: The folders this process holds, with their lock files' descriptors (None: no flock there).
+_held: dict[Path, int | None] = {}
 
 
-@contextmanager
-def held_run_folder(run_dir: Path) -> Iterator[None]:
-    """Hold the lock of ``run_dir`` for the block (the file stays; the lock ends with the block
-    or the process). A file system without ``flock`` (some network or FUSE mounts) runs
-    unlocked.
+def _lock(run_dir: Path) -> int | None:
+    """The descriptor of ``run_dir``'s lock file, locked; None where the folder cannot hold
+    the file or its file system has no ``flock`` (some network or FUSE mounts: unlocked).
 
     Raises:
         RunFolderInUseError: another live process holds it (naming that process and host).
     """
-    path = run_dir / LOCK_FILE
     try:
-        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        fd = os.open(run_dir / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o644)
     except OSError:
-        yield  # a folder that cannot hold the file: nothing to lock with
-        return
+        return None
     try:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError as err:
-            if err.errno not in (errno.EWOULDBLOCK, errno.EACCES):
-                yield  # no flock here
-                return
-            holder = os.pread(fd, 200, 0).decode("utf-8", "replace").strip() or "another process"
-            raise RunFolderInUseError(
-                f"{run_dir} is in use by another run ({holder}): runs started within the "
-                "same second share the default folder outputs/<date>/<time>; give each its "
-                "own hydra.run.dir=..., or run them as one -m sweep"
-            ) from None
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, f"process {os.getpid()} on {socket.gethostname()}\n".encode(), 0)
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError as err:
+        holder = os.pread(fd, 200, 0).decode("utf-8", "replace").strip() or "another process"
+        os.close(fd)
+        if err.errno not in (errno.EWOULDBLOCK, errno.EACCES):
+            return None  # no flock here
+        raise RunFolderInUseError(
+            f"{run_dir} is in use by another run ({holder}): runs started within the same "
+            "second share the default folder outputs/<date>/<time>; give each its own "
+            "hydra.run.dir=..., or run them as one -m sweep"
+        ) from None
+    os.ftruncate(fd, 0)
+    os.pwrite(fd, f"process {os.getpid()} on {socket.gethostname()}\n".encode(), 0)
+    return fd
+
+
+def hold_run_folder(run_dir: Path) -> None:
+    """Hold ``run_dir``'s lock (creating the folder) until :func:`release_run_folder` or the
+    process's end; holding it again is a no-op.
+
+    Raises:
+        RunFolderInUseError: see :func:`_lock`.
+    """
+    key = run_dir.absolute()
+    if key not in _held:
+        key.mkdir(parents=True, exist_ok=True)
+        _held[key] = _lock(key)
+
+
+def release_run_folder(run_dir: Path) -> None:
+    """Release what :func:`hold_run_folder` holds (the file stays)."""
+    fd = _held.pop(run_dir.absolute(), None)
+    if fd is not None:
+        os.close(fd)
+
+
+@contextmanager
+def held_run_folder(run_dir: Path) -> Iterator[None]:
+    """Hold the lock of ``run_dir`` for the block, unless this process holds it already.
+
+    Raises:
+        RunFolderInUseError: see :func:`_lock`.
+    """
+    if run_dir.absolute() in _held:
+        yield
+        return
+    hold_run_folder(run_dir)
+    try:
         yield
     finally:
-        os.close(fd)  # releases the lock
+        release_run_folder(run_dir)
