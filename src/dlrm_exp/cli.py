@@ -41,7 +41,7 @@ from dlrm_exp.record.runs import (
     saved_swept_keys,
 )
 from dlrm_exp.record.sweep import summarize_interrupted_sweep
-from dlrm_exp.util.folder_lock import held_run_folder, hold_run_folder
+from dlrm_exp.util.folder_lock import held_run_folder, hold_run_folder, release_run_folders
 from dlrm_exp.util.logs import configure_worker_logging, quiet_libraries, to_log_files
 
 log = logging.getLogger("dlrm_exp")
@@ -337,3 +337,5 @@ def main() -> None:
             file=sys.stderr,
         )
         sys.exit(128 + signum)
+    finally:  # (a process that calls main again, as the tests do, holds no folder from before)
+        release_run_folders()

@@ -75,6 +75,12 @@ def release_run_folder(run_dir: Path) -> None:
         os.close(fd)
 
 
+def release_run_folders() -> None:
+    """Release every folder this process holds (the end of an entry point's run)."""
+    for run_dir in list(_held):
+        release_run_folder(run_dir)
+
+
 @contextmanager
 def held_run_folder(run_dir: Path) -> Iterator[None]:
     """Hold the lock of ``run_dir`` for the block, unless this process holds it already.
