@@ -494,3 +494,30 @@ def test_an_out_that_is_a_file_is_an_error_not_a_traceback(tmp_path, capsys):
     taken.write_text("notes")
     assert report.main([str(job), "--out", str(taken)]) == 2
     assert "Error:" in capsys.readouterr().err and taken.read_text() == "notes"
+
+
+def test_a_tolerance_that_would_change_nothing_is_refused(tmp_path, capsys):
+    """``--tolerance samples_per_sec=500`` (the help's example) without samples_per_sec in
+    --gate was ignored: throughput 2,540 samples/s slower passed. So were a tolerance for
+    calibration, NaN, a negative one, and a second number for every metric (the last won)."""
+    from dlrm_exp.record.gate import parse_tolerances
+
+    with pytest.raises(ValueError, match="samples_per_sec is not gated.*add it to --gate"):
+        parse_tolerances(["samples_per_sec=500"])
+    gated = ["val_auroc", "samples_per_sec"]
+    assert parse_tolerances(["0.0005", "samples_per_sec=500"], gated) == {
+        "": 0.0005,
+        "samples_per_sec": 500.0,
+    }
+    for bad, message in (
+        (["val_calibration=0.1"], "not gated"),
+        (["nan"], "finite number >= 0"),
+        (["-0.01"], "finite number >= 0"),
+        (["inf"], "finite number >= 0"),
+        (["0.05", "0.001"], "a second tolerance for every metric"),
+    ):
+        with pytest.raises(ValueError, match=message):
+            parse_tolerances(bad, gated)
+    job = write_job(tmp_path, "v1", [], {"status": "completed", "val": {"auroc": 0.79}})
+    assert report.main([str(job), "--tolerance", "samples_per_sec=500"]) == 2
+    assert "samples_per_sec is not gated" in capsys.readouterr().err

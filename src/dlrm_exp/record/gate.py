@@ -222,26 +222,40 @@ def _config_failures(label: str, runs: list[RunValues]) -> str | None:
     return f"{label}: {len(failed)} of {len(runs)} runs did not complete: {which}"
 
 
-def parse_tolerances(items: Sequence[str]) -> dict[str, float]:
+def parse_tolerances(items: Sequence[str], gate: Sequence[str] = DEFAULT_GATE) -> dict[str, float]:
     """``--tolerance`` items as ``{metric: tolerance}``: ``0.0005`` sets the one of every
     metric (key ``""``), ``samples_per_sec=500`` one metric's, in its unit (AUROC points,
     samples/s): one number for AUROC and speed would be zero for one of them.
 
     Raises:
-        ValueError: an item is neither a number nor ``<metric>=<number>`` of a gateable metric.
+        ValueError: an item is neither a number nor ``<metric>=<number>``; a number is negative
+            or not finite; a metric is named twice (or two numbers for every metric); or the
+            metric named is not in ``gate`` (its tolerance would change nothing: the gate
+            compared it without failing on it).
     """
     out: dict[str, float] = {}
     for item in items:
         key, _, value = item.rpartition("=")
         if key and key not in METRICS:
             raise ValueError(f"--tolerance {item}: no metric {key} (one of {', '.join(METRICS)})")
+        if key and key not in gate:
+            raise ValueError(
+                f"--tolerance {item}: {key} is not gated, so its tolerance would change "
+                f"nothing; add it to --gate (now {' '.join(gate)})"
+            )
         try:
-            out[key] = float(value)
+            number = float(value)
         except ValueError:
             raise ValueError(
                 f"--tolerance {item}: not a number or <metric>=<number>, e.g. 0.0005 "
                 "samples_per_sec=500"
             ) from None
+        if not number >= 0 or number == float("inf"):
+            raise ValueError(f"--tolerance {item}: a tolerance is a finite number >= 0")
+        if key in out:
+            what = key or "every metric"
+            raise ValueError(f"--tolerance {item}: a second tolerance for {what}")
+        out[key] = number
     return out
 
 

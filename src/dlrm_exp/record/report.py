@@ -323,8 +323,9 @@ def _parser() -> argparse.ArgumentParser:
         action="append",
         default=None,
         help="a gated metric worse by at most this never fails the gate: one number for "
-        "every metric, or <metric>=<number> for one, in its unit; repeat it for several "
-        "(--tolerance 0.0005 --tolerance samples_per_sec=500; default 0)",
+        "every metric, or <metric>=<number> for one (in --gate), in its unit; repeat it for "
+        "several (--gate val_auroc samples_per_sec --tolerance 0.0005 --tolerance "
+        "samples_per_sec=500; default 0)",
     )
     parser.add_argument(
         "--gate", nargs="+", default=list(DEFAULT_GATE), choices=list(GATEABLE),
@@ -349,7 +350,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Command line (see the module docstring); returns the exit status."""
     args = _parser().parse_args(argv)
     try:
-        tolerances = parse_tolerances(args.tolerance or ["0"])
+        tolerances = parse_tolerances(args.tolerance or ["0"], args.gate)
         saved = baseline_file(args.compare_to) if args.compare_to else None
         saved_runs = read_run_values(saved) if saved else []
         table, out, runs = report(args.paths, args.out, args.baseline, keep=saved)
