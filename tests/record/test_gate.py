@@ -521,3 +521,19 @@ def test_a_tolerance_that_would_change_nothing_is_refused(tmp_path, capsys):
     job = write_job(tmp_path, "v1", [], {"status": "completed", "val": {"auroc": 0.79}})
     assert report.main([str(job), "--tolerance", "samples_per_sec=500"]) == 2
     assert "samples_per_sec is not gated" in capsys.readouterr().err
+
+
+def test_a_drop_the_seeds_cannot_tell_from_noise_is_said_to_be_worse_on_average(capsys):
+    """A learning rate cut dropped val AUROC by 0.04 [-0.096, +0.015] over 3 seeds: the line
+    said "within noise", which reads as "no change". It passes (the interval holds 0), saying
+    which side the mean lies on, and the pass line counts it."""
+
+    def run(seed, auroc):
+        return RunValues("lr", "lr", seed, "completed", f"/{seed}", {"val_auroc": auroc})
+
+    saved = [run(s, a) for s, a in ((0, 0.80), (1, 0.79), (2, 0.81))]
+    new = [run(s, a) for s, a in ((0, 0.70), (1, 0.79), (2, 0.79))]
+    result = compare_runs(new, saved, 0.0, ["val_auroc"])
+    (line,) = [x for x in result.lines if "val AUROC" in x]
+    assert "worse on average, not significant (more seeds would tell)" in line
+    assert result.passed and result.unsure == 1

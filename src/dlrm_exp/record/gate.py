@@ -40,6 +40,8 @@ class GateResult:
     lines: list[str] = field(default_factory=list)
     failures: list[str] = field(default_factory=list)
     compared: int = 0
+    #: Gated comparisons worse on average whose interval still holds 0 (not significant).
+    unsure: int = 0
 
     @property
     def passed(self) -> bool:
@@ -103,8 +105,11 @@ def _verdict(metric: Metric, d: Difference) -> str:
             if d.method == "paired"
             else "no interval (one run on a side)"
         )
-    if not d.significant:
-        return "within noise"
+    if not d.significant:  # the interval holds 0: which side the mean lies on, said as such
+        if metric.higher_is_better is None or d.mean == 0:
+            return "within noise"
+        side = "worse" if worse_by(metric, d.mean) > 0 else "better"
+        return f"{side} on average, not significant (more seeds would tell)"
     if metric.higher_is_better is None:
         return "moved"
     return "worse" if worse_by(metric, d.mean) > 0 else "better"
@@ -169,6 +174,8 @@ def _compare_metric(
     if gated and is_regression(metric, d, tolerance):
         line += f"  REGRESSION (worse by more than {tolerance:g})"
         result.failures.append(line)
+    elif gated and d.ci_low is not None and not d.significant:
+        result.unsure += metric.higher_is_better is not None and worse_by(metric, d.mean) > 0
     result.lines.append(line)
     result.compared += gated
 
