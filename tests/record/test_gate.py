@@ -406,7 +406,8 @@ def test_runs_of_the_defaults_in_other_folders_are_gated(tmp_path, capsys):
     side is now one configuration."""
     metrics = {"status": "completed", "val": {"auroc": 0.79, "logloss": 0.45}}
     old, new = (write_job(tmp_path, name, [], metrics) for name in ("v1", "v2"))
-    assert report.main([str(old), str(new)]) == 0  # side by side: not two runs of one seed
+    side_by_side = [str(old), str(new), "--out", str(tmp_path / "both")]
+    assert report.main(side_by_side) == 0  # side by side: not two runs of one seed
     assert report.main([str(old)]) == 0
     capsys.readouterr()
     assert gate(tmp_path, new, old) == 0
