@@ -85,7 +85,7 @@ def test_click_metrics_auroc_and_degenerate_cases():
     empty = ClickMetrics(torch.device("cpu")).compute()
     assert empty["samples"] == 0
     assert all(math.isnan(empty[k]) for k in ("auroc", "logloss", "ne"))
-    # a NaN logit: torchmetrics ranks it somewhere and gives a finite AUROC (0.75 here), which
+    # a NaN logit: torchmetrics ranks it somewhere and gives a finite AUROC (0.25 here), which
     # early stopping, the target and keep_best would take; the log loss is NaN, so is AUROC now
     nan_logit = ClickMetrics(torch.device("cpu"))
     nan_logit.update(torch.tensor([3.0, 1.0, -1.0, math.nan]), torch.tensor([1.0, 0.0, 1.0, 0.0]))
