@@ -528,6 +528,12 @@ def test_the_other_data_warning_names_the_run_s_own_data_overrides(tmp_path, cap
     run = tmp_path / "run"
     (run / ".hydra").mkdir(parents=True)
     typed = ["data=criteo_tsv", "data.path=day.tsv", "train.batch_size=64", "+data.seed=3"]
+    preset = run / "preset" / ".hydra"
+    preset.mkdir(parents=True)
+    (preset / "overrides.yaml").write_text(json.dumps(["experiment=mlperf_dcnv2", "seed=1"]))
+    assert run_data_overrides(run / "preset" / "checkpoints" / "best") == [
+        "experiment=mlperf_dcnv2"
+    ]
     (run / ".hydra" / "overrides.yaml").write_text(json.dumps(typed))
     checkpoint = run / "checkpoints" / "step_5"
     assert run_data_overrides(checkpoint) == [typed[0], typed[1], typed[3]]

@@ -203,9 +203,10 @@ def warn_unlike_training(
 
 
 def run_data_overrides(checkpoint: Path) -> list[str] | None:
-    """The data overrides (``data=...``, ``data.*=...``, ``data/schema=...``) of the run that
-    wrote ``checkpoint`` (``<run>/checkpoints/<name>``), from its folder's
-    ``.hydra/overrides.yaml``; None where that folder has none to read."""
+    """The data overrides (``data=...``, ``data.*=...``, ``data/schema=...``, and an
+    ``experiment=``, whose preset may choose the data) of the run that wrote ``checkpoint``
+    (``<run>/checkpoints/<name>``), from its folder's ``.hydra/overrides.yaml``; None where
+    that folder has none to read."""
     run = checkpoint.parent.parent if checkpoint.parent.name == CHECKPOINTS else checkpoint.parent
     if not (run / ".hydra" / "overrides.yaml").is_file():
         return None
@@ -213,7 +214,7 @@ def run_data_overrides(checkpoint: Path) -> list[str] | None:
         overrides = job_overrides(run)
     except ValueError:
         return None
-    return [o for o in overrides if re.match(r"[+~]*data([./=]|$)", o)]
+    return [o for o in overrides if re.match(r"[+~]*(data([./=]|$)|experiment=)", o)]
 
 
 #: Data settings a job may change and still score the rows the run was scored on: other
