@@ -279,11 +279,21 @@ def check_same_fixed(runs: Iterable[RunRecord]) -> None:
         first = seen.setdefault(run.config_id, run)
         if first.fixed != run.fixed:
             raise ValueError(
-                f"runs of {run.config} were run with other overrides that were not swept: "
+                f"runs of {run.config} were run with other overrides that were not swept "
+                f"({_fixed_difference(first, run)}): "
                 f"{first.fixed or 'none'} ({first.path}) and {run.fixed or 'none'} ({run.path}); "
                 "their seeds are not repeats of one configuration: report them separately (a "
                 "--compare-to gate compares two such sets and notes the difference)"
             )
+
+
+def _fixed_difference(first: RunRecord, other: RunRecord) -> str:
+    """The not-swept override keys whose values differ between two runs of one configuration,
+    each with both values (``optimizer.learning_rate 0.1 / 0.01``; ``-`` where unset)."""
+    skip = {*first.config_keys, SEED}
+    a, b = parsed_override_values(first.overrides), parsed_override_values(other.overrides)
+    keys = sorted(k for k in {*a, *b} - skip if a.get(k, "-") != b.get(k, "-"))
+    return ", ".join(f"{k} {a.get(k, '-')} / {b.get(k, '-')}" for k in keys) or "as typed"
 
 
 class _SeededRun(Protocol):
