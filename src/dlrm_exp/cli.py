@@ -110,14 +110,24 @@ class RunFolderLock(Callback):
     """Hydra callback: a single run holds its folder (:mod:`dlrm_exp.util.folder_lock`) before
     Hydra writes the folder's ``.hydra`` record and log, so a run refused there (another run
     started within the same second in the default folder) leaves the first run's record and
-    log as they are: it prints the error and ends, exit status 1. Each job of a ``-m`` sweep
-    holds its own folder in :func:`_run`; torchrun ranks above 0 write no folder."""
+    log as they are: it prints the error and ends, exit status 1. A ``-m`` sweep holds its
+    sweep folder so (before ``multirun.yaml``), and each job its own folder in :func:`_run`;
+    torchrun ranks above 0 write no folder."""
 
     def on_run_start(self, config: DictConfig, **kwargs: Any) -> None:
+        self._hold(config, "hydra.run.dir")
+
+    def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
+        """A sweep holds its sweep folder before Hydra writes ``multirun.yaml`` there (two
+        sweeps started within one second shared it: their jobs were refused one by one)."""
+        self._hold(config, "hydra.sweep.dir")
+
+    @staticmethod
+    def _hold(config: DictConfig, key: str) -> None:
         if env_rank() > 0:
             return
         try:
-            hold_run_folder(Path(str(OmegaConf.select(config, "hydra.run.dir"))))
+            hold_run_folder(Path(str(OmegaConf.select(config, key))))
         except RunFolderInUseError as err:
             print(f"Error: {err}", file=sys.stderr)
             sys.exit(1)

@@ -37,3 +37,16 @@ def test_a_run_started_in_a_folder_in_use_is_refused_and_leaves_its_record(tmp_p
     assert not (run / ".hydra" / "overrides.yaml").exists()  # never written, not put back
     assert (run / "dlrm_exp.log").read_text() == "the first run's log\n"
     assert not (run / "plan.json").exists()
+
+
+def test_a_sweep_started_in_a_sweep_folder_in_use_is_refused_before_its_jobs(tmp_path):
+    """Two sweeps started within one second shared Hydra's default sweep folder: the second
+    rewrote multirun.yaml and its jobs were refused one by one. It is refused before either."""
+    sweep = tmp_path / "sweep"
+    sweep.mkdir()
+    (sweep / "multirun.yaml").write_text("the first sweep's\n")
+    with held_run_folder(sweep):  # the first sweep, still running
+        result = run_cli(["-m", "mode=plan", "seed=0,1", f"hydra.sweep.dir={sweep}"])
+    assert result.returncode == 1 and "in use by another run" in result.stderr
+    assert (sweep / "multirun.yaml").read_text() == "the first sweep's\n"
+    assert not (sweep / "0").exists()
