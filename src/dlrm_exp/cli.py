@@ -100,7 +100,7 @@ def hydra_main(raw: DictConfig) -> float | None:
         in_use = isinstance(err, RunFolderInUseError)  # (its log is the other run's)
         if user_error and not in_use:  # (an unexpected error's traceback is logged already)
             to_log_files(f"Error: {message}", level=logging.ERROR)
-        if not isinstance(err, RunFolderInUseError):  # else the folder's record is another run's
+        if not in_use:  # else the folder's record is another run's
             failed = RunMetrics.failed(message, type(err).__name__, _choices())
             failed.write(run_dir / "metrics.json")
         return math.nan

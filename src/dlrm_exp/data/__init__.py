@@ -23,7 +23,7 @@ from dlrm_exp.config import (
 )
 from dlrm_exp.data.batches import ClickData, iter_batches, per_rank_sizes
 from dlrm_exp.data.criteo_npy import load_criteo_npy
-from dlrm_exp.data.criteo_tsv import criteo_id_kinds, load_criteo_tsv, reads_path
+from dlrm_exp.data.criteo_tsv import criteo_id_kinds, load_criteo_tsv
 from dlrm_exp.data.multi_hot import MultiHot
 from dlrm_exp.data.parquet import ParquetSplit, load_parquet
 from dlrm_exp.data.parquet_files import resolve_parquet_paths
@@ -80,7 +80,7 @@ def load_splits(
         train, val, test, report = load_criteo_tsv(cfg, scored)
         kinds = criteo_id_kinds(cfg.feature_schema())
         info = DataInfo.of_splits(train, val, test, read=report.as_dict(), id_kinds=kinds)
-        if not reads_path(cfg, scored):  # data.path's rows unread: no count for its splits
+        if "data.path" not in report.inputs:  # its rows unread: no count for its splits
             info.rows = {k: v for k, v in info.rows.items() if k in scored}
         return DataSplits(train, val, test, info)
     if isinstance(cfg, CriteoNpyDataConfig):

@@ -179,7 +179,7 @@ def _role(name: str, kind: pa.DataType, label: str) -> str:
     if pa.types.is_list(kind) or pa.types.is_large_list(kind):
         return "sparse" if is_id_type(kind.value_type) else "skip"
     if pa.types.is_integer(kind):
-        return "sparse" if _ID_NAME.search(name) else "dense"
+        return "sparse" if is_id_name(name) else "dense"
     if pa.types.is_floating(kind) or pa.types.is_boolean(kind):
         return "dense"
     return "sparse" if is_id_type(kind) else "skip"

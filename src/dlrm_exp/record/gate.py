@@ -98,6 +98,12 @@ def is_regression(metric: Metric, d: Difference, tolerance: float) -> bool:
     return d.ci_high < 0 if metric.higher_is_better else d.ci_low > 0
 
 
+def _worse_unsure(metric: Metric, d: Difference) -> bool:
+    """Whether ``d`` has an interval that holds 0 while its mean lies on the worse side."""
+    worse = metric.higher_is_better is not None and worse_by(metric, d.mean) > 0
+    return d.ci_low is not None and not d.significant and worse
+
+
 def _verdict(metric: Metric, d: Difference) -> str:
     if d.ci_low is None:
         return (
@@ -108,7 +114,7 @@ def _verdict(metric: Metric, d: Difference) -> str:
     if not d.significant:  # the interval holds 0: which side the mean lies on, said as such
         if metric.higher_is_better is None or d.mean == 0:
             return "within noise"
-        side = "worse" if worse_by(metric, d.mean) > 0 else "better"
+        side = "worse" if _worse_unsure(metric, d) else "better"
         return f"{side} on average, not significant (more seeds would tell)"
     if metric.higher_is_better is None:
         return "moved"
@@ -174,8 +180,8 @@ def _compare_metric(
     if gated and is_regression(metric, d, tolerance):
         line += f"  REGRESSION (worse by more than {tolerance:g})"
         result.failures.append(line)
-    elif gated and d.ci_low is not None and not d.significant:
-        result.unsure += metric.higher_is_better is not None and worse_by(metric, d.mean) > 0
+    elif gated:
+        result.unsure += _worse_unsure(metric, d)
     result.lines.append(line)
     result.compared += gated
 

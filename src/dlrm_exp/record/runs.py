@@ -219,8 +219,8 @@ def load_runs(paths: Iterable[Path]) -> list[RunRecord]:
             overrides = [job_overrides(job) for job in jobs]
             swept = saved_keys(path) or varying_keys(overrides)
             runs.extend(
-                _record(job, swept, job_overrides)
-                for job, job_overrides in zip(jobs, overrides, strict=True)
+                _record(job, swept, typed)
+                for job, typed in zip(jobs, overrides, strict=True)
                 if unseen(job)
             )
         elif (path / ".hydra").is_dir() or (path / "metrics.json").is_file():
