@@ -178,6 +178,12 @@ def checkpoint_path(run_dir: Path, step: int) -> Path:
     return run_dir / CHECKPOINTS / f"step_{step}"
 
 
+def run_folder_of(checkpoint: Path) -> Path:
+    """The run folder of checkpoint ``<run>/checkpoints/<name>`` (a checkpoint elsewhere: its
+    parent)."""
+    return checkpoint.parent.parent if checkpoint.parent.name == CHECKPOINTS else checkpoint.parent
+
+
 def _is_complete(path: Path) -> bool:
     """A committed save: DCP's ``.metadata`` and the trainer state are both there."""
     return (path / ".metadata").is_file() and (path / STATE_FILE).is_file()
@@ -432,13 +438,6 @@ def save_rng(path: Path, rank: int) -> None:
         torch.save(torch.cuda.get_rng_state(), _rng_file(path, rank, "cuda"))
 
 
-def _restore_rng(path: Path, trainer_state: dict[str, Any]) -> None:
-    """Restore this rank's torch generators from checkpoint ``path`` when it was written by
-    as many ranks as run now (checkpoints of earlier versions have no such file)."""
-    if trainer_state.get("world_size") == dist.get_world_size():
-        restore_rng(path, dist.get_rank())
-
-
 def restore_rng(path: Path, rank: int) -> None:
     """Restore rank ``rank``'s generators that :func:`save_rng` saved in ``path`` (the CUDA
     one where this job uses CUDA too)."""
@@ -561,7 +560,8 @@ def load_checkpoint(
     _dcp_load(path, state)
     model.load_state_dict(state["model"])
     optimizer.load_state_dict(optim_state)  # its "state" is what DCP just filled in
-    _restore_rng(path, trainer_state)
+    if trainer_state.get("world_size") == dist.get_world_size():  # the generators of as
+        restore_rng(path, dist.get_rank())  # many ranks as run now (none in older versions)
     return trainer_state
 
 

@@ -35,7 +35,7 @@ from dlrm_exp.distributed.launch import (
 )
 from dlrm_exp.errors import ConfigError
 from dlrm_exp.factories.experiment import Experiment, TrainWrapper, build_experiment, build_module
-from dlrm_exp.loop.checkpoint import CHECKPOINTS
+from dlrm_exp.loop.checkpoint import run_folder_of
 from dlrm_exp.modes.job import Job
 from dlrm_exp.planning.job import check_ranks_per_host, plan_job
 from dlrm_exp.record.runs import job_overrides
@@ -207,7 +207,7 @@ def run_data_overrides(checkpoint: Path) -> list[str] | None:
     ``experiment=``, whose preset may choose the data) of the run that wrote ``checkpoint``
     (``<run>/checkpoints/<name>``), from its folder's ``.hydra/overrides.yaml``; None where
     that folder has none to read."""
-    run = checkpoint.parent.parent if checkpoint.parent.name == CHECKPOINTS else checkpoint.parent
+    run = run_folder_of(checkpoint)
     if not (run / ".hydra" / "overrides.yaml").is_file():
         return None
     try:

@@ -353,7 +353,8 @@ def _prepared(cfg: Config) -> Config:
 def _asked_sharding_types(cfg: Config) -> set[str]:
     """The sharding types ``cfg`` names (``sharding.sharding_type`` and the per-table ones),
     less those the planner decides (``auto``, ``from_file``): the workers check the plan's."""
-    asked = {cfg.sharding.sharding_type, *cfg.sharding.per_table_sharding_type.values()}
+    sharding = cfg.sharding
+    asked = {sharding.table_choice(t)[0] for t in [None, *sharding.overridden_tables]}
     return {s.value for s in asked} - {"auto", "from_file"}
 
 
