@@ -11,16 +11,10 @@ adds the missing bytes to each shard, where the kernel keeps them (HBM for ``fus
 DDR for the UVM kernels and on CPU), so the planner places, and refuses, by the real size.
 """
 
-import dataclasses
-from typing import Any
-
-from torchrec.distributed.planner.types import (
-    ShardEstimator,
-    ShardingOption,
-    Topology,
-)
+from torchrec.distributed.planner.types import ShardingOption, Topology
 
 from dlrm_exp.config import SparseOptimizer
+from dlrm_exp.planning.extra_storage import ExtraStorage
 from dlrm_exp.planning.storage import FP32_BYTES
 
 #: The compute kernels whose optimizer is FBGEMM's fused one (state in fp32).
@@ -41,7 +35,7 @@ def missing_state_bytes(
     return rows * optimizer.state_floats_per_row(cols) * (FP32_BYTES - element_bytes)
 
 
-class FusedStateStorage(ShardEstimator):
+class FusedStateStorage(ExtraStorage):
     """Adds :func:`missing_state_bytes` to every shard's storage estimate of a fused table
     (run after TorchRec's ``EmbeddingStorageEstimator``, which sets ``shard.storage``).
 
@@ -51,24 +45,16 @@ class FusedStateStorage(ShardEstimator):
     """
 
     def __init__(self, topology: Topology, optimizer: SparseOptimizer) -> None:
-        self._on_gpu = topology.compute_device in ("cuda", "mtia")
+        super().__init__(topology)
         self._optimizer = optimizer
 
-    def estimate(self, sharding_options: list[ShardingOption], *_: Any, **__: Any) -> None:
-        """Update ``sharding_options``' shard storage in place (TorchRec's interface; the
-        sharder map TorchRec passes is not needed)."""
-        for option in sharding_options:
-            element_bytes = option.tensor.element_size()
-            if element_bytes >= FP32_BYTES or option.compute_kernel not in FUSED_KERNELS:
-                continue
-            on_device = self._on_gpu and option.compute_kernel == DEVICE_KERNEL
-            for shard in option.shards:
-                if shard.storage is None:
-                    continue
-                rows, cols = shard.size
-                extra = missing_state_bytes(rows, cols, element_bytes, self._optimizer)
-                shard.storage = dataclasses.replace(
-                    shard.storage,
-                    hbm=shard.storage.hbm + (extra if on_device else 0),
-                    ddr=shard.storage.ddr + (0 if on_device else extra),
-                )
+    def where(self, option: ShardingOption) -> bool | None:
+        """HBM for the ``fused`` kernel on a GPU, DDR for the UVM kernels and on CPU; ``None``
+        for fp32 tables (TorchRec counts their state right) and unfused kernels."""
+        if option.tensor.element_size() >= FP32_BYTES or option.compute_kernel not in FUSED_KERNELS:
+            return None
+        return self.on_gpu and option.compute_kernel == DEVICE_KERNEL
+
+    def extra_bytes(self, option: ShardingOption, rows: int, cols: int) -> int:
+        """:func:`missing_state_bytes` of the shard."""
+        return missing_state_bytes(rows, cols, option.tensor.element_size(), self._optimizer)

@@ -11,14 +11,13 @@ then run out of memory in the first backward (a 14 GiB replica needed about 28 G
 data_parallel shard where the kernel keeps it (HBM on a GPU, DDR on CPU).
 """
 
-import dataclasses
-from typing import Any
-
-from torchrec.distributed.planner.types import ShardEstimator, ShardingOption, Topology
+from torchrec.distributed.planner.types import ShardingOption
 from torchrec.distributed.types import ShardingType
 
+from dlrm_exp.planning.extra_storage import ExtraStorage
 
-class ReplicaGradientStorage(ShardEstimator):
+
+class ReplicaGradientStorage(ExtraStorage):
     """Adds each data_parallel shard's gradient (its weights' bytes) to its storage estimate
     (run after TorchRec's ``EmbeddingStorageEstimator``, which sets ``shard.storage``).
 
@@ -26,21 +25,12 @@ class ReplicaGradientStorage(ShardEstimator):
         topology: the planner's topology (its ``compute_device``).
     """
 
-    def __init__(self, topology: Topology) -> None:
-        self._on_gpu = topology.compute_device in ("cuda", "mtia")
+    def where(self, option: ShardingOption) -> bool | None:
+        """HBM on a GPU, DDR on CPU; ``None`` for a sharded table (no gradient)."""
+        if option.sharding_type != ShardingType.DATA_PARALLEL.value:
+            return None
+        return self.on_gpu
 
-    def estimate(self, sharding_options: list[ShardingOption], *_: Any, **__: Any) -> None:
-        """Update ``sharding_options``' shard storage in place (TorchRec's interface)."""
-        for option in sharding_options:
-            if option.sharding_type != ShardingType.DATA_PARALLEL.value:
-                continue
-            for shard in option.shards:
-                if shard.storage is None:
-                    continue
-                rows, cols = shard.size
-                grad = rows * cols * option.tensor.element_size()
-                shard.storage = dataclasses.replace(
-                    shard.storage,
-                    hbm=shard.storage.hbm + (grad if self._on_gpu else 0),
-                    ddr=shard.storage.ddr + (0 if self._on_gpu else grad),
-                )
+    def extra_bytes(self, option: ShardingOption, rows: int, cols: int) -> int:
+        """The gradient: as many bytes as the shard's weights."""
+        return rows * cols * option.tensor.element_size()
