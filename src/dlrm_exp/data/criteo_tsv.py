@@ -316,11 +316,18 @@ def no_valid_row_message(files: list[Path], report: ReadReport) -> str:
     )
 
 
+def scored_inputs(cfg: CriteoTsvDataConfig, names: tuple[str, ...]) -> set[str]:
+    """The inputs whose rows the splits ``names`` are: ``data.val_path`` / ``data.test_path``
+    when given, else ``data.path`` (always for ``train``; for val or test a fraction of its
+    rows, whose skipped ones cannot be told apart from the training rows')."""
+    given = {"train": None, "val": cfg.val_path, "test": cfg.test_path}
+    return {f"data.{name}_path" if given[name] else "data.path" for name in names}
+
+
 def reads_path(cfg: CriteoTsvDataConfig, scored: tuple[str, ...] | None) -> bool:
     """Whether the splits ``scored`` (None: all) need the rows of ``data.path``: some split
     among them has no file of its own (``data.val_path`` / ``data.test_path``)."""
-    given = {"train": None, "val": cfg.val_path, "test": cfg.test_path}
-    return scored is None or any(not given[name] for name in scored)
+    return scored is None or "data.path" in scored_inputs(cfg, scored)
 
 
 def load_criteo_tsv(

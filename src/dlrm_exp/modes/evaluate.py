@@ -15,7 +15,7 @@ from pathlib import Path
 from torchrec.distributed.types import ShardingPlan
 
 from dlrm_exp.config import Config, CriteoTsvDataConfig, EvalSplit
-from dlrm_exp.data.criteo_tsv import check_skipped_rows, inputs_read
+from dlrm_exp.data.criteo_tsv import check_skipped_rows, inputs_read, scored_inputs
 from dlrm_exp.distributed.env import launched_by_torchrun
 from dlrm_exp.distributed.launch import (
     check_devices,
@@ -90,14 +90,6 @@ def _keep_other_records(run_dir: Path) -> None:
         )
 
 
-def _scored_inputs(data: CriteoTsvDataConfig, names: tuple[str, ...]) -> set[str]:
-    """The inputs whose rows the splits ``names`` are: ``data.val_path`` / ``data.test_path``
-    when given, else ``data.path`` (a fraction of its rows, whose skipped ones cannot be told
-    apart from the training rows')."""
-    given = {"val": data.val_path, "test": data.test_path}
-    return {f"data.{name}_path" if given[name] else "data.path" for name in names}
-
-
 def evaluate_worker(cfg: Config, job: Job, plan: ShardingPlan | None = None) -> EvalMetrics:
     """Load the checkpoint's weights on this rank and score the asked-for splits (every rank
     takes part; rank 0 writes). Rank 0 finds ``checkpoint=``'s folder for every rank (hosts
@@ -110,7 +102,7 @@ def evaluate_worker(cfg: Config, job: Job, plan: ShardingPlan | None = None) -> 
         names = ("val", "test") if cfg.split is EvalSplit.all else (cfg.split.value,)
         splits, experiment = prepare(cfg, ctx, plan, loads_weights=True, scored=names)
         if isinstance(cfg.data, CriteoTsvDataConfig) and splits.info.read:
-            scored = inputs_read(splits.info.read, _scored_inputs(cfg.data, names))
+            scored = inputs_read(splits.info.read, scored_inputs(cfg.data, names))
             check_skipped_rows(scored, cfg.data.max_skipped_fraction, "evaluated")
         saved = load_model_weights(
             path,
