@@ -15,6 +15,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
 
 from conftest import REPO, compose_cfg, two_process_job
 from conftest import SMALL as QUICK
@@ -191,15 +192,20 @@ def test_a_folder_that_is_not_a_checkpoint_is_refused(tmp_path, what):
 
 
 def test_a_non_finite_loss_stops_the_run_naming_the_step(tmp_path, cli_here):
+    """... and a profiled run that fails keeps its profile and leaves no profiler running in
+    the process (a later ``-m`` job in it would be profiled)."""
     result = cli_here(
         [
             *SMALL,
             "optimizer=sgd",
             "optimizer.dense_learning_rate=1e30",
             "train.checkpoint_every_n_steps=1",
+            "train.profile=true",
             f"hydra.run.dir={tmp_path}",
         ]
     )
+    assert not torch.autograd.profiler._is_profiler_enabled
+    assert (tmp_path / "profile" / "rss_rank0.csv").is_file()
     assert result.returncode == 1
     last = result.stderr.strip().splitlines()[-1]
     assert last.startswith("Error: training loss is ") and " at step " in last

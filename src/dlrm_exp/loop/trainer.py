@@ -343,12 +343,14 @@ class Trainer:
         self.experiment.model.train()
         if self.profiler is not None:
             self.profiler.start()
-        while state.step < self.total_steps and state.stop_reason is None:
-            segment = self._next_segment_end(state.step) - state.step
-            self._train_segment(itertools.islice(train_iter, segment), state, bar)
-            self._after_segment(sources, state)
-        if self.profiler is not None:
-            self.profiler.stop()
+        try:
+            while state.step < self.total_steps and state.stop_reason is None:
+                segment = self._next_segment_end(state.step) - state.step
+                self._train_segment(itertools.islice(train_iter, segment), state, bar)
+                self._after_segment(sources, state)
+        finally:  # a failed run keeps its profile, and a later -m job is not profiled
+            if self.profiler is not None:
+                self.profiler.stop()
         bar.close()
         if not state.val_history or state.val_history[-1]["step"] != state.step:
             self._validate(sources, state)  # else the stopping validation is the last one
