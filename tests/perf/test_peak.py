@@ -166,6 +166,17 @@ def test_an_old_format_or_corrupt_cache_is_probed_again(fake_machine):
     assert measured_peak(CPU).source == "probed"
     path.write_text("{not json")
     assert measured_peak(CPU).source == "probed" and len(calls) == 2
+    # edited entries: a date without its UTC offset, a rate that is a string or 0 (each
+    # raised TypeError or ZeroDivisionError after training, and metrics.json was not written)
+    good = _peak(1e11, NOW - timedelta(hours=1), key).cache_entry()
+    for edit in (
+        {"measured_at": (NOW - timedelta(hours=1)).replace(tzinfo=None).isoformat()},
+        {"matmul_flops_per_sec": "1e11"},
+        {"matmul_by_size": {"1024": 0.0}},
+    ):
+        path.write_text(json.dumps({key: {**good, **edit}}))
+        assert measured_peak(CPU).source == "probed"
+    assert len(calls) == 5
 
 
 #: Two cores with two hyper-threads each, AVX-512 with BF16, reporting 2.0 GHz.

@@ -270,17 +270,27 @@ def check_cached(
 
 
 def _cached_peak(entry: Any) -> Peak | None:
-    """A cache entry as a :class:`Peak`; None when it is missing or malformed (older format)."""
+    """A cache entry as a :class:`Peak`; None when it is missing or malformed (an older
+    format, or edited: a date without its UTC offset, a rate that is not a positive number)."""
     if not isinstance(entry, dict):
         return None
     try:
         peak = Peak(**entry)
-        datetime.fromisoformat(peak.measured_at)
+        if datetime.fromisoformat(peak.measured_at).tzinfo is None:
+            return None
         if not peak.matmul_by_size or not all(str(int(n)) == n for n in peak.matmul_by_size):
+            return None
+        rates = (peak.matmul_flops_per_sec, peak.copy_bytes_per_sec, *peak.matmul_by_size.values())
+        if not all(_positive(rate) for rate in rates):
             return None
     except (TypeError, ValueError):
         return None
     return peak
+
+
+def _positive(value: Any) -> bool:
+    """A finite number above 0 (not a bool or a string)."""
+    return type(value) in (int, float) and 0 < value < float("inf")
 
 
 def measured_peak(device: torch.device, dtype: torch.dtype = torch.float32) -> Peak:
