@@ -46,9 +46,10 @@ def test_a_multi_host_job_started_without_torchrun_is_refused_before_planning(cl
     assert "Not enough memory" not in result.stderr + result.stdout
 
 
-def test_a_launched_job_unlike_its_config_is_warned_about():
+def test_a_launched_job_unlike_its_config_is_warned_about(monkeypatch):
     """torchrun --nnodes 2 without hardware.nnodes=2 trained and saved nnodes=1, and a preset
-    planned with its per-GPU share of one host's network (multi-node review)."""
+    planned with its per-GPU share of one host's network (multi-node review); torchrun
+    --nproc_per_node 1 with hardware.nproc_per_node=2 trained one rank without a word."""
     from conftest import compose_cfg
     from dlrm_exp.distributed.launch import _warn_unlike_config
 
@@ -61,6 +62,11 @@ def test_a_launched_job_unlike_its_config_is_warned_about():
         "hardware.nnodes=1 describes 2"
     )
     assert "add hardware.nproc_per_node=2 hardware.nnodes=2" in line
+    torchrun = {"RANK": "0", "WORLD_SIZE": "1", "MASTER_ADDR": "h", "MASTER_PORT": "1"}
+    for key, value in torchrun.items():
+        monkeypatch.setenv(key, value)  # as torchrun starts a one-rank job
+    line = _warn_unlike_config(hardware, 1, 1)
+    assert line is not None and line.startswith("the launcher started 1 ranks (1 per host)")
 
 
 def test_a_launcher_that_does_not_say_where_a_rank_sits_on_its_host_is_refused(monkeypatch):

@@ -241,8 +241,11 @@ def _warn_unlike_config(cfg: HardwareConfig, world_size: int, local: int) -> str
     """Warn (and return the line) when the launcher (torchrun, TorchX) started another job
     than ``hardware.nproc_per_node`` x ``nnodes`` describes: the plan and the run record
     take the launched ranks, but the saved config, ``mode=plan`` of it and a preset's
-    bandwidths (its network share per GPU) describe the other job."""
-    if world_size == 1 or (world_size, local) == (cfg.world_size, cfg.nproc_per_node):
+    bandwidths (its network share per GPU) describe the other job. A process that no launcher
+    started (one rank, or a job's in-process reference) is not compared."""
+    if (world_size, local) == (cfg.world_size, cfg.nproc_per_node) or (
+        world_size == 1 and not launched_by_torchrun()
+    ):
         return None
     line = (
         f"the launcher started {world_size} ranks ({local} per host), but hardware."
