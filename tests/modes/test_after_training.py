@@ -172,8 +172,12 @@ def test_predict_scores_unlabeled_rows_and_refuses_a_mostly_malformed_file(
         run_predict(cfg, Job(tmp_path / "malformed"))
     assert not list((tmp_path / "malformed").glob("*.parquet*"))
     evaluate = [f"checkpoint={run_dir}", "data=criteo_tsv", f"data.path={malformed}"]
-    with pytest.raises(DataError, match=r"75 of 100 rows could not be evaluated \(75.0% > "):
+    with pytest.raises(DataError, match=r"^data.path: 75 of 100 rows could not be evaluated \(75"):
         run_evaluate(compose_cfg(["mode=evaluate", *evaluate]), Job(tmp_path / "evaluate"))
+    # the refusal names the file the scored rows came from
+    bad_val = [*evaluate[:2], f"data.path={labeled}", f"data.val_path={malformed}", "split=val"]
+    with pytest.raises(DataError, match=r"^data.val_path: 75 of 100 rows could not be evaluated"):
+        run_evaluate(compose_cfg(["mode=evaluate", *bad_val]), Job(tmp_path / "bad_val"))
     # the training file's rows are not held against splits read from files of their own
     clean = [*evaluate, f"data.val_path={labeled}", "split=val"]
     with caplog.at_level(logging.WARNING, logger="dlrm_exp.modes.setup"):

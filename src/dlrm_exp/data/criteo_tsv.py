@@ -159,10 +159,15 @@ _SKIPPED_FIX = (
 
 
 def check_skipped_rows(
-    read: dict[str, Any], limit: float | None, what: str, fix: str = _SKIPPED_FIX
+    read: dict[str, Any],
+    limit: float | None,
+    what: str,
+    fix: str = _SKIPPED_FIX,
+    source: str = "data.path",
 ) -> None:
     """Refuse a read (``ReadReport.as_dict()``) that skipped more than ``limit`` of its rows
-    (``data.max_skipped_fraction``; None: never); ``fix`` ends the message.
+    (``data.max_skipped_fraction``; None: never); the message begins with ``source``, the
+    input(s) read, and ``fix`` ends it.
 
     Raises:
         DataError: the counts, the reasons and the first skipped lines, and the fixes.
@@ -172,7 +177,7 @@ def check_skipped_rows(
         return
     reasons = ", ".join(f"{k} {v}" for k, v in read["skipped_by_reason"].items() if v)
     raise DataError(
-        f"data.path: {skipped:,} of {rows:,} rows could not be {what} ({skipped / rows:.1%} > "
+        f"{source}: {skipped:,} of {rows:,} rows could not be {what} ({skipped / rows:.1%} > "
         f"data.max_skipped_fraction={limit}; {reasons}; first: "
         f"{', '.join(read['first_bad_lines'][:3])}). {fix}"
     )

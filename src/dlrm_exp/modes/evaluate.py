@@ -102,8 +102,13 @@ def evaluate_worker(cfg: Config, job: Job, plan: ShardingPlan | None = None) -> 
         names = ("val", "test") if cfg.split is EvalSplit.all else (cfg.split.value,)
         splits, experiment = prepare(cfg, ctx, plan, loads_weights=True, scored=names)
         if isinstance(cfg.data, CriteoTsvDataConfig) and splits.info.read:
-            scored = inputs_read(splits.info.read, scored_inputs(cfg.data, names))
-            check_skipped_rows(scored, cfg.data.max_skipped_fraction, "evaluated")
+            keys = scored_inputs(cfg.data, names)
+            check_skipped_rows(
+                inputs_read(splits.info.read, keys),
+                cfg.data.max_skipped_fraction,
+                "evaluated",
+                source=" + ".join(sorted(keys)),
+            )
         saved = load_model_weights(
             path,
             experiment.model,
