@@ -87,12 +87,12 @@ def test_a_sample_estimates_distinct_ids_and_never_suggests_strict():
 
 def test_integer_columns_are_ids_when_their_name_says_so():
     """``item-id`` was taken for a dense count (and trained as one, NE 8.1)."""
-    names = ["item-id", "itemID", "item_ID", "item.id", "paid", "grid"]
+    names = ["item-id", "itemID", "item_ID", "item.id", "user_Id", "Id", "paid", "grid"]
     table = pa.table(
         {"clicked": pa.array([0, 1] * 5), **{n: pa.array(np.arange(10)) for n in names}}
     )
     roles = {c.name: c.role for c in scan_table(table, 10, None, 1000)}
-    assert roles == {"clicked": "label", **dict.fromkeys(names[:4], "sparse"), "paid": "dense",
+    assert roles == {"clicked": "label", **dict.fromkeys(names[:6], "sparse"), "paid": "dense",
                      "grid": "dense"}  # fmt: skip
 
 

@@ -29,8 +29,8 @@ from dlrm_exp.errors import DataError
 #: Column names taken as the label when ``schema_scan.label`` is not given.
 LABEL_NAMES = ("label", "click", "clicked", "is_click", "y")
 #: Integer columns whose name says id are sparse: ``id``, ``item_id``, ``item-id``, ``item.id``,
-#: ``itemId``, ``item_ID``, ``itemID``, ``id_item``.
-_ID_NAME = re.compile(r"(^id$|^ID$|[_.\-](id|ID)$|[a-z]I[dD]$|^id_)")
+#: ``itemId``, ``item_ID``, ``item_Id``, ``itemID``, ``Id``, ``id_item`` (not ``paid``, ``PAID``).
+_ID_NAME = re.compile(r"(^(id|ID|Id)$|[_.\-](id|ID|Id)$|[a-z]I[dD]$|^id_)")
 
 
 @dataclass
