@@ -455,6 +455,15 @@ def test_an_input_without_a_valid_row_is_refused_writing_nothing(tmp_path):
     junk.write_text("not\ta\tcriteo\tline\n" * 3)
     with pytest.raises(DataError, match=r"read 3 line\(s\), skipped .*nothing written for day_1"):
         convert([junk], tmp_path / "o")
+    # old-Mac \r line ends: one endless line, read whole into one worker (about 6x the file's
+    # size in memory); refused at the first MiB as data=criteo_tsv refuses it
+    rows = write_criteo_tsv(tmp_path / "rows.txt", 100, seed=5).read_text().splitlines()
+    cr = tmp_path / "day_2.tsv"
+    cr.write_bytes("".join(row + "\r" for row in rows * 60).encode())
+    assert cr.stat().st_size > 1 << 20
+    with pytest.raises(DataError, match=r"day_2.tsv: the line at byte 0 runs over 1 MiB without"):
+        convert([cr], tmp_path / "o")
+    assert not list((tmp_path / "o").glob("day_2*"))
 
 
 def test_a_day_that_fails_keeps_the_earlier_days_re_index(tmp_path):

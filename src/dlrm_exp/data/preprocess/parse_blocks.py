@@ -22,7 +22,13 @@ from typing import Any
 import numpy as np
 
 from dlrm_exp.data.preprocess.npy_stream import NpyRowFile
-from dlrm_exp.data.preprocess.tsv_parse import ParsedBlock, convert_block, parse_pieces
+from dlrm_exp.data.preprocess.tsv_parse import (
+    MAX_LINE_BYTES,
+    ParsedBlock,
+    convert_block,
+    line_too_long,
+    parse_pieces,
+)
 from dlrm_exp.errors import DataError
 
 _RING = 64  # chain slots: more than the blocks ever in flight
@@ -91,7 +97,9 @@ def read_range(path: Path, start: int, end: int) -> bytes:
     ``\\n`` (supplied for a last line without one).
 
     Raises:
-        DataError: the file cannot be read.
+        DataError: the file cannot be read, or its last line here runs on over
+            :data:`~dlrm_exp.data.preprocess.tsv_parse.MAX_LINE_BYTES` (a file with ``\\r``
+            line ends: read whole into one worker, it ran out of memory).
     """
     try:
         with open(path, "rb") as f:
@@ -102,8 +110,13 @@ def read_range(path: Path, start: int, end: int) -> bytes:
                 data = data[cut + 1 :] if cut >= 0 else b""
             if data and not data.endswith(b"\n"):
                 tail = [data]
+                unfinished = len(data) - data.rfind(b"\n") - 1  # bytes of the last line so far
+                line_start = f.tell() - unfinished
                 while True:
+                    if unfinished > MAX_LINE_BYTES:
+                        raise line_too_long(path, f"the line at byte {line_start:,}")
                     chunk = f.read(1 << 16)
+                    unfinished += len(chunk)
                     newline = chunk.find(b"\n")
                     if newline >= 0 or not chunk:
                         tail.append(chunk[: newline + 1] if newline >= 0 else b"\n")

@@ -331,6 +331,14 @@ def open_text(path: Path) -> BinaryIO:
 MAX_LINE_BYTES = 1 << 20
 
 
+def line_too_long(path: Path, where: str) -> DataError:
+    """The refusal of a line longer than :data:`MAX_LINE_BYTES` (``where``: which line)."""
+    return DataError(
+        f"{path}: {where} runs over {MAX_LINE_BYTES >> 20} MiB without a line end; Criteo rows "
+        "end in \\n (a file with \\r line ends needs converting, e.g. tr '\\r' '\\n')"
+    )
+
+
 def iter_line_chunks(path: Path, block_bytes: int = BLOCK_BYTES) -> Iterator[tuple[bytes, int]]:
     """Yield ``(data, first_line)``: about ``block_bytes`` of whole lines (plain or gzip
     input), each ending in ``\n`` (supplied for a last line without one), and the 1-based
@@ -355,11 +363,7 @@ def iter_line_chunks(path: Path, block_bytes: int = BLOCK_BYTES) -> Iterator[tup
                 cut = data.rfind(b"\n") + 1
                 carry, ends = data[cut:], data.count(b"\n", 0, cut)
                 if len(carry) > MAX_LINE_BYTES:
-                    raise DataError(
-                        f"{path}: line {line + ends} runs over {MAX_LINE_BYTES >> 20} MiB "
-                        "without a line end; Criteo rows end in \\n (a file with \\r line ends "
-                        "needs converting, e.g. tr '\\r' '\\n')"
-                    )
+                    raise line_too_long(path, f"line {line + ends}")
                 if cut:
                     yield data[:cut], line
                     line += ends
