@@ -19,7 +19,7 @@ from dlrm_exp.config import (
     SparseFeature,
     criteo_schema,
 )
-from dlrm_exp.data import load_splits
+from dlrm_exp.data import load_splits, parquet_files
 from dlrm_exp.data.id_policy import string_hash64, to_rows
 from dlrm_exp.errors import ConfigError, DataError
 
@@ -340,6 +340,22 @@ def test_streaming_holds_one_row_group_not_the_file(tmp_path, monkeypatch):
     assert sum(len(b.labels) for b in all_rows(split, schema().feature_names, batch_size=5)) == 64
     assert max(largest) == 8 and len(largest) == 8
     assert np.sum(largest) == 64
+
+
+def test_the_start_reads_no_list_column_whose_footer_counts_no_null(tmp_path, monkeypatch):
+    """The null count of a multi-hot column read every row group of it at start (for such
+    logs most of the bytes) where the footer already said there was none."""
+    path = write(tmp_path / "a.parquet", table(64), row_group_size=8)
+    read_columns: list[str] = []
+    original = parquet_files.read_row_group
+
+    def recording(parquet, file, group, columns):
+        read_columns.extend(columns)
+        return original(parquet, file, group, columns)
+
+    monkeypatch.setattr(parquet_files, "read_row_group", recording)
+    splits = load_splits(config(path), [], 2, 0)
+    assert set(read_columns) == {"click"} and "recent" not in splits.info.read["nulls"]
 
 
 def test_the_shipped_criteo_schema_reads_raw_criteo_columns(tmp_path):

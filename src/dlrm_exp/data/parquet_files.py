@@ -3,7 +3,8 @@ schema from their metadata, and cutting them into row-group segments.
 
 Only the label column is read here (to find null or NaN labels, which drop their rows); every other
 check uses the file footer: column names, types, row counts and null counts from the column
-statistics. Rows are read later, a row group at a time (:mod:`dlrm_exp.data.parquet`).
+statistics (a list column whose statistics count a null or an empty list is read to count its
+null lists). Rows are read later, a row group at a time (:mod:`dlrm_exp.data.parquet`).
 """
 
 from dataclasses import dataclass, field
@@ -327,7 +328,9 @@ def _count_nulls(
     parquet: pq.ParquetFile, path: Path, schema: FeatureSchema, nulls: dict[str, int]
 ) -> None:
     """Add the null counts of the dense and sparse columns: from the footer statistics of
-    flat columns, from the data of list columns and of columns written without statistics.
+    flat columns; for a list column, 0 when its ids' statistics count no null (a null list,
+    an empty list and a null id each count there), else from its data; from the data of
+    columns written without statistics.
 
     Raises:
         DataError: a column that must be read cannot be (the file and row group).
@@ -335,14 +338,13 @@ def _count_nulls(
     meta = parquet.metadata
     leaves = {meta.schema.column(j).path: j for j in range(meta.num_columns)}
     for column in schema.feature_columns:
+        flat = column in leaves
+        ids = [j for leaf, j in leaves.items() if leaf.startswith(f"{column}.")]
         total = 0
         for group in range(meta.num_row_groups):
-            stats = (
-                meta.row_group(group).column(leaves[column]).statistics
-                if column in leaves
-                else None
-            )
-            if stats is not None and stats.has_null_count:
+            leaf = leaves[column] if flat else ids[0] if len(ids) == 1 else None
+            stats = None if leaf is None else meta.row_group(group).column(leaf).statistics
+            if stats is not None and stats.has_null_count and (flat or stats.null_count == 0):
                 total += stats.null_count
             else:
                 total += read_row_group(parquet, path, group, [column]).column(0).null_count
