@@ -103,6 +103,9 @@ def test_unknown_group_option_lists_choices():
 
 RULES = [
     (["model.embedding_dim=0"], r"model.embedding_dim must be positive"),
+    # inf passed "positive" and failed later as a raw OverflowError
+    (["hardware.collective_timeout_s=inf"], r"hardware.collective_timeout_s must be finite"),
+    (["data=criteo_multihot", "data.max_lookup_gib=inf"], r"data.max_lookup_gib must be finite"),
     (
         ["model.embedding_dim=6", "model.dense_arch_layer_sizes=[64,6]"],
         r"embedding_dim=6 cannot be sharded: FBGEMM's .* multiple of 4 .*embedding_dim=8",

@@ -1,5 +1,6 @@
 """Helpers shared by the group schemas: the check that raises :class:`ConfigError`."""
 
+import math
 from collections.abc import Mapping
 
 from dlrm_exp.errors import ConfigError
@@ -18,7 +19,8 @@ def require_positive(
     nullable: bool = False,
     message: str = "{key} must be positive, got {value}",
 ) -> None:
-    """Each value > 0 (or None, where ``nullable``).
+    """Each value > 0 and finite (or None, where ``nullable``): ``inf`` reached a
+    ``timedelta`` or an integer conversion as a raw ``OverflowError``.
 
     Args:
         values: ``{override key: value}``, e.g. ``{"data.num_train_samples": 0}``.
@@ -31,6 +33,7 @@ def require_positive(
     for key, value in values.items():
         ok = nullable if value is None else value > 0
         require(ok, message.format(key=key, value=value))
+        require(value is None or math.isfinite(value), f"{key} must be finite, got {value}")
 
 
 def check_layer_sizes(name: str, sizes: list[int]) -> None:

@@ -373,7 +373,7 @@ class CriteoMultiHotDataConfig(SyntheticDataConfig):
             all(m >= 1 for m in self.multi_hot_sizes),
             f"data.multi_hot_sizes must all be >= 1, got {list(self.multi_hot_sizes)}",
         )
-        require(self.max_lookup_gib > 0, "data.max_lookup_gib must be positive")
+        require_positive({"data.max_lookup_gib": self.max_lookup_gib})
 
 
 @dataclass
