@@ -65,6 +65,9 @@ def test_dlrm_main_rows_flag_for_flag(name, gpus, batch, rows):
 def test_dlrm_main_presets_need_their_data_to_train():
     with pytest.raises(ConfigError, match="data=criteo_npy needs data.path="):
         compose_cfg(["experiment=dlrm_main_mlperf"])
+    # plan and export read no data: a dlrm_main run is exported with its own preset
+    compose_cfg(["experiment=dlrm_main_mlperf", "mode=plan"])
+    compose_cfg(["experiment=dlrm_main_mlperf", "mode=export", "checkpoint=run"])
     for preset in ("dlrm_main_mlperf", "dlrm_main_mlperf_x2", "dlrm_main_full_size"):
         # mapped: read whole, every rank would hold all of Criteo 1TB (about 1 TiB)
         assert compose_cfg([f"experiment={preset}", "data.path=days"]).data.mmap_mode

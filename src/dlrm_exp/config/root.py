@@ -227,8 +227,9 @@ class Config:
         )
 
     def _check_npy_path(self) -> None:
-        """``data=criteo_npy`` needs its folder, except to plan (which reads no data)."""
-        if not isinstance(self.data, CriteoNpyDataConfig) or self.mode is Mode.plan:
+        """``data=criteo_npy`` needs its folder, except to plan or export (which read no
+        data: a ``dlrm_main_*`` run exported with its own ``experiment=`` was refused)."""
+        if not isinstance(self.data, CriteoNpyDataConfig) or self.mode in (Mode.plan, Mode.export):
             return
         require(
             bool(self.data.path),
