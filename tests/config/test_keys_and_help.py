@@ -47,6 +47,11 @@ def test_an_appended_key_is_refused_after_compose():
     other_option = r"data.path does not apply to the chosen data option \(SyntheticDataConfig\)"
     with pytest.raises(ConfigError, match=other_option):
         check_composed_keys(compose_raw(["+data.path=foo"]), Config)
+    # a field appended to a typed list item (what Hydra's own error suggests for a typo)
+    item = ["data=criteo_tsv", "data.path=x", "+data.schema.dense.0.log1pp=false"]
+    with pytest.raises(ConfigError, match=r"data.schema.dense.0.log1pp: did you mean .*0.log1p\?"):
+        check_composed_keys(compose_raw(item), Config)
+    check_composed_keys(compose_raw([*item[:2], "data.schema.dense.0.log1p=false"]), Config)
 
 
 def test_known_keys_and_open_maps_pass():

@@ -24,7 +24,7 @@ from typing import Any
 
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.errors import HydraException
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig, ListConfig, OmegaConf
 
 from dlrm_exp.config.conf_tree import conf_dir
 from dlrm_exp.errors import ConfigError
@@ -201,6 +201,11 @@ def _node_keys(node: DictConfig, prefix: str, cls: Any = None) -> Iterator[str]:
             yield key
             continue
         child = node._get_node(name)
+        if isinstance(child, ListConfig) and not child._is_missing() and not child._is_none():
+            for index, item in enumerate(child._iter_ex(resolve=False)):
+                if isinstance(item, DictConfig) and not item._is_none():  # a typed list item
+                    yield from _node_keys(item, f"{key}.{index}.")
+            continue
         if not isinstance(child, DictConfig) or child._is_missing() or child._is_none():
             continue
         if declared is not None and _is_open_map(hints[name]):
@@ -233,6 +238,13 @@ def check_composed_keys(raw: DictConfig, root: type) -> None:
             f"config key {key} does not apply to the chosen {parent} option ({name}): choose "
             f"an option that has it ({parent}=<option>; python -m dlrm_exp --help lists them)"
         )
+    if _list_item_key(key, known):  # +data.schema.dense.0.log1pp=false
+        parent, name = key.rsplit(".", 1)
+        item = OmegaConf.get_type(OmegaConf.select(raw, parent))
+        fields = [f.name for f in dataclasses.fields(item)] if _is_dataclass_type(item) else []
+        close = difflib.get_close_matches(name, fields, n=1)
+        hint = f"did you mean {parent}.{close[0]}?" if close else f"its keys: {', '.join(fields)}"
+        raise ConfigError(f"unknown config key {key}: {hint}")
     _check_typed_map_key(key, open_maps)  # a field of a map's value
     raise unknown_key_error(key, known)
 
