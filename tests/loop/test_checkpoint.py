@@ -20,10 +20,16 @@ import torch
 from conftest import REPO, compose_cfg, two_process_job
 from conftest import SMALL as QUICK
 from dlrm_exp.data import batches
-from dlrm_exp.errors import ConfigError, NonFiniteLossError
+from dlrm_exp.errors import ConfigError, NonFiniteLossError, RunFolderInUseError
 from dlrm_exp.factories import experiment
 from dlrm_exp.loop import trainer
-from dlrm_exp.loop.checkpoint import CheckpointError, complete_checkpoints, resume_step
+from dlrm_exp.loop.checkpoint import (
+    CHECKPOINTS,
+    STATE_FILE,
+    CheckpointError,
+    complete_checkpoints,
+    resume_step,
+)
 from dlrm_exp.modes.train import run_train
 from dlrm_exp.record.run_record import RunMetrics
 
@@ -129,6 +135,26 @@ def test_two_identical_runs_give_identical_metrics(tmp_path):
 def test_resume_auto_without_checkpoints_starts_fresh(tmp_path):
     cfg = compose_cfg([*SMALL, "train.max_steps=8", "train.resume=auto"])
     assert run_train(cfg, tmp_path, {}).steps == 8
+
+
+def test_a_fresh_start_refuses_an_earlier_runs_best_or_record(tmp_path):
+    """Review: ``train.resume=auto`` finding no step checkpoint started fresh beside an earlier
+    run's ``checkpoints/best``, which evaluate then scored for this run's; a resume with
+    ``train.keep_best=false`` left the best from before it to be scored; a fresh run that
+    failed left the earlier run's ``metrics.json`` beside its own config."""
+    best = tmp_path / "a" / CHECKPOINTS / "best"
+    best.mkdir(parents=True)
+    (best / ".metadata").write_bytes(b"")
+    (best / STATE_FILE).write_text("{}")
+    with pytest.raises(RunFolderInUseError, match=r"checkpoints of an earlier run \(best\)"):
+        run_train(compose_cfg([*SMALL, "train.resume=auto"]), tmp_path / "a", {})
+    resumed = compose_cfg([*SMALL, f"train.resume={best}", "train.keep_best=false"])
+    with pytest.raises(RunFolderInUseError, match=r"train.keep_best=false, but .*best holds"):
+        run_train(resumed, tmp_path / "a", {})
+    (tmp_path / "b").mkdir()
+    (tmp_path / "b" / "metrics.json").write_text("{}")
+    with pytest.raises(RunFolderInUseError, match=r"the record of an earlier run \(metrics.json"):
+        run_train(compose_cfg(SMALL), tmp_path / "b", {})
 
 
 @pytest.fixture(scope="module")

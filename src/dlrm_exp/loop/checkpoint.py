@@ -222,9 +222,11 @@ def _positioned(run_dir: Path) -> list[tuple[tuple[int, int], Path]]:
 
 
 def check_no_earlier_run(run_dir: Path) -> None:
-    """A training run that does not resume must start from an empty ``checkpoints/``: a
-    later ``mode=evaluate|predict|export`` of the folder, or ``train.resume=auto``, would
-    otherwise take an earlier run's checkpoint (its ``best``, or a later step) for this one's.
+    """A training run that starts fresh must start from an empty ``checkpoints/`` and no
+    record: a later ``mode=evaluate|predict|export`` of the folder, or ``train.resume=auto``,
+    would otherwise take an earlier run's checkpoint (its ``best``, or a later step) for this
+    one's, and a run that failed would leave the earlier run's ``metrics.json`` beside its own
+    config.
 
     Raises:
         RunFolderInUseError: naming the folder and what it holds.
@@ -236,6 +238,28 @@ def check_no_earlier_run(run_dir: Path) -> None:
             f"{run_dir} holds the checkpoints of an earlier run ({names}): continue it with "
             "train.resume=auto, train into another folder (hydra.run.dir=...), or remove "
             f"{run_dir / CHECKPOINTS}"
+        )
+    if (run_dir / "metrics.json").is_file():
+        raise RunFolderInUseError(
+            f"{run_dir} holds the record of an earlier run (metrics.json): train into another "
+            "folder (hydra.run.dir=...), or remove it"
+        )
+
+
+def check_best_is_kept(run_dir: Path, keep_best: bool) -> None:
+    """A run resumed with ``train.keep_best=false`` records its final weights, but
+    ``mode=evaluate|predict|export`` of the folder take its ``checkpoints/best`` first: one
+    kept before the resume would be scored instead.
+
+    Raises:
+        RunFolderInUseError: ``keep_best`` is off and the folder has a ``best``.
+    """
+    best = best_checkpoint(run_dir)
+    if not keep_best and best is not None:
+        raise RunFolderInUseError(
+            f"train.keep_best=false, but {best} holds this run's best weights from before the "
+            "resume, which mode=evaluate|predict|export of the folder would take for the "
+            "recorded final ones: resume with train.keep_best=true, or remove it"
         )
 
 

@@ -44,6 +44,7 @@ from dlrm_exp.loop.checkpoint import (
     adopt_best,
     best_checkpoint,
     changed_settings,
+    check_best_is_kept,
     check_no_earlier_run,
     holds_best,
     later_checkpoints,
@@ -113,15 +114,20 @@ def run_train(
     Raises:
         DataError, InsufficientMemoryError, ConfigError: user-fixable problems, before
             training starts.
-        RunFolderInUseError: a run that does not resume is given a folder holding another
-            run's checkpoints.
+        RunFolderInUseError: a run that starts fresh (``train.resume`` unset, or ``auto``
+            finding no step checkpoint) is given a folder holding another run's checkpoints
+            or record; a resumed run with ``train.keep_best=false`` has a ``best`` from before.
         WorkerFailedError: a worker process failed or was killed.
     """
     check_devices(cfg.hardware)
     if env_rank() == 0:  # a torchrun rank > 0 is in "." until rank 0 hands it the folder
         check_writable(run_dir)
-    if not cfg.train.resume and env_rank() == 0:
-        check_no_earlier_run(run_dir)
+    if env_rank() == 0:
+        resume = cfg.train.resume
+        if not resume or (resume == "auto" and resolve_resume(resume, run_dir) is None):
+            check_no_earlier_run(run_dir)  # a fresh start, also when auto finds no step
+        else:
+            check_best_is_kept(run_dir, cfg.train.keep_best)
     job = Job(run_dir, dict(choices), tensorboard_dir, dict(swept or {}))
     return run_on_ranks(train_worker, cfg, job)
 
