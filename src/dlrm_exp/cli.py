@@ -146,7 +146,14 @@ def _is_multirun(args: list[str]) -> bool:
 def _refused(err: Exception) -> None:
     """Put back the record of the folder ``hydra.run.dir=`` named (:class:`KeptRecord`) when
     ``err`` is one of :data:`_REFUSALS` and the run wrote no result there."""
-    if _kept_record is None or not isinstance(err, _REFUSALS):
+    if isinstance(err, _REFUSALS):
+        _put_back_record()
+
+
+def _put_back_record() -> None:
+    """Put back the record of the folder ``hydra.run.dir=`` named (:class:`KeptRecord`) if
+    the run wrote no result there."""
+    if _kept_record is None:
         return
     try:
         changed = _kept_record.restore()
@@ -203,6 +210,8 @@ def _run(
     # rank 0 holds the folder (other ranks write into rank 0's, or none: torchrun's run in ".")
     with held_run_folder(run_dir) if env_rank() == 0 else nullcontext():
         result = run_mode(cfg, Job(run_dir, _choices(), tensorboard_dir, swept or {}))
+    if cfg.mode is Mode.train:  # a resume with nothing left to train keeps the folder's run's
+        _put_back_record()  # record: its config and plan describe it, not this job
     if result.summary is not None:
         print(result.summary, flush=True)
         to_log_files(result.summary)

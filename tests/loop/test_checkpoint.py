@@ -126,6 +126,17 @@ def test_a_fresh_run_into_a_folder_with_checkpoints_is_refused_and_keeps_its_rec
     assert cli_here([*first, "train.resume=auto"]).returncode == 0  # resuming is the way on
 
 
+def test_a_resume_with_nothing_left_to_train_keeps_the_folders_config_and_plan(tmp_path, cli_here):
+    """It kept the finished run's metrics.json but wrote its own .hydra config and plan.json
+    beside it (another sharding), which sharding=from_file would then replay (review)."""
+    first = [*SMALL, "train.max_steps=8", f"hydra.run.dir={tmp_path}"]
+    assert cli_here(first).returncode == 0
+    kept = {n: (tmp_path / n).read_bytes() for n in ("plan.json", ".hydra/overrides.yaml")}
+    again = cli_here([*first, "sharding=tablewise", "train.resume=auto"])
+    assert again.returncode == 0 and "nothing left to train" in again.stdout + again.stderr
+    assert {n: (tmp_path / n).read_bytes() for n in kept} == kept
+
+
 def test_two_identical_runs_give_identical_metrics(tmp_path):
     first = run_train(compose_cfg(SMALL), tmp_path / "a", {})
     second = run_train(compose_cfg(SMALL), tmp_path / "b", {})
