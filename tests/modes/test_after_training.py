@@ -90,7 +90,7 @@ def test_evaluate_on_one_process_gives_the_training_runs_final_numbers(trained, 
     )
 
 
-def test_predict_writes_one_probability_per_valid_row_in_order(trained, tmp_path):
+def test_predict_writes_one_probability_per_valid_row_in_order(trained, tmp_path, monkeypatch):
     run_dir, _ = trained
     tsv = write_criteo_tsv(tmp_path / "day.tsv", 1000, seed=5, strip_trailing_rate=0.3)
     with open(tsv, "a") as f:
@@ -121,6 +121,12 @@ def test_predict_writes_one_probability_per_valid_row_in_order(trained, tmp_path
         run_predict(other_file, Job(tmp_path / "again"))
     assert (run_dir / "metrics.json").read_bytes() == record
     assert not list(tmp_path.glob("*.partial"))
+    # ~ is the home folder, as in data.path (a literal ./~ failed after scoring every row)
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    (tmp_path / "home").mkdir()
+    home = compose_cfg([*overrides, "predict.output='~/p.parquet'"])
+    assert run_predict(home, Job(tmp_path / "home_run"))["rows_written"] == 1000
+    assert (tmp_path / "home" / "p.parquet").is_file()
 
 
 def test_predict_scores_unlabeled_rows_and_refuses_a_mostly_malformed_file(

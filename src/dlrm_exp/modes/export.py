@@ -92,7 +92,7 @@ def run_export(cfg: Config, job: Job) -> dict:
         CheckpointError: see :func:`load_trained`.
     """
     started = time.perf_counter()
-    out = Path(cfg.export.output_dir) if cfg.export.output_dir else job.run_dir
+    out = Path(cfg.export.output_dir).expanduser() if cfg.export.output_dir else job.run_dir
     check_writable(out, "export.output_dir" if cfg.export.output_dir else "hydra.run.dir")
     assert cfg.checkpoint is not None  # Config.__post_init__ requires it
     path = find_checkpoint(cfg.checkpoint)

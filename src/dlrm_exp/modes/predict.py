@@ -168,7 +168,8 @@ def run_predict(cfg: Config, job: Job) -> dict:
     check_devices(cfg.hardware)
     check_writable(job.run_dir)
     assert cfg.checkpoint is not None
-    output = Path(cfg.predict.output) if cfg.predict.output else job.run_dir / "predictions.parquet"
+    given = cfg.predict.output
+    output = Path(given).expanduser() if given else job.run_dir / "predictions.parquet"
     _check_output(output)  # found now, not after scoring every row
     path = find_checkpoint(cfg.checkpoint)
     partial = output.with_name(output.name + ".partial")

@@ -10,7 +10,7 @@ from dlrm_exp.data.paths import resolve_paths
 from dlrm_exp.data.preprocess.convert import REPORT_FILE, run_preprocess, summary_lines
 from dlrm_exp.errors import DataError
 from dlrm_exp.modes.job import Job, ModeResult
-from dlrm_exp.util.files import write_json_atomic
+from dlrm_exp.util.files import check_writable, write_json_atomic
 
 
 def run(cfg: Config, job: Job) -> ModeResult:
@@ -68,7 +68,8 @@ def _to_parquet(cfg: Config, job: Job) -> ModeResult:
     """``preprocess.format=parquet``: see :mod:`dlrm_exp.data.criteo_parquet`."""
     assert isinstance(cfg.data, CriteoTsvDataConfig) and cfg.preprocess.output_dir
     started = time.perf_counter()
-    out = Path(cfg.preprocess.output_dir)
+    out = Path(cfg.preprocess.output_dir).expanduser()
+    check_writable(out, "preprocess.output_dir")  # found now, not after reading every row
     report = write_criteo_parquet(
         resolve_paths(cfg.data.path, "data.path"),
         out,
