@@ -234,7 +234,7 @@ def _default_data_for_preprocess(args: list[str]) -> list[str]:
     ``mode=preprocess data.path=<tsv> preprocess.output_dir=<dir>`` is enough."""
     chooses_data = any(a.lstrip("+~").startswith("data=") for a in args)
     if "mode=preprocess" in args and not chooses_data:
-        return [*args, "data=criteo_tsv"]
+        return ["data=criteo_tsv", *args]  # first: after a flag (--cfg job) it is its value
     return args
 
 

@@ -105,6 +105,18 @@ RULES = [
     (["model.embedding_dim=0"], r"model.embedding_dim must be positive"),
     # inf passed "positive" and failed later as a raw OverflowError
     (["hardware.collective_timeout_s=inf"], r"hardware.collective_timeout_s must be finite"),
+    # an option of the other preprocess format was silently ignored
+    (
+        [
+            "mode=preprocess",
+            "data=criteo_tsv",
+            "data.path=a",
+            "preprocess.output_dir=o",
+            "preprocess.format=parquet",
+            "preprocess.categorical=contiguous",
+        ],
+        r"preprocess.categorical applies to preprocess.format=npy only, .* data.schema's",
+    ),
     (["data=criteo_multihot", "data.max_lookup_gib=inf"], r"data.max_lookup_gib must be finite"),
     (
         ["model.embedding_dim=6", "model.dense_arch_layer_sizes=[64,6]"],

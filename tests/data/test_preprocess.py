@@ -216,6 +216,7 @@ def test_cli_preprocess_and_its_errors(tmp_path, cli_here):
         f"preprocess.output_dir={tmp_path}": "is the folder of data.path's",  # beside its input
         f"preprocess.output_dir={tsv}": "is a file: name a folder",
         f"data.val_path=[{tsv}]": "converts the files of data.path only",
+        "preprocess.row_group_size=100": "applies to preprocess.format=parquet only",  # ignored
     }
     for i, (argument, message) in enumerate(refusals.items()):
         out = [] if "output_dir" in argument else [f"preprocess.output_dir={tmp_path / 'o'}"]
@@ -230,6 +231,9 @@ def test_cli_preprocess_and_its_errors(tmp_path, cli_here):
         )
         assert refused.returncode == 1 and message in refused.stderr, refused.stderr
     assert not (tmp_path / "day_0.json").exists() and not (tmp_path / "o").exists()
+    # the implied data=criteo_tsv went after the flags, where --cfg took it for its value
+    shown = cli_here(["mode=preprocess", f"data.path={tsv}", "--cfg", "job"])
+    assert shown.returncode == 0 and f"path: {tsv}" in shown.stdout, shown.stderr
 
 
 def test_contiguous_ids_equal_torchrec_sparse_to_contiguous(tmp_path):

@@ -36,6 +36,15 @@ from dlrm_exp.config.sharding import ComputeKernel, ShardingConfig, ShardingStra
 from dlrm_exp.config.train import CUDA_PIPELINES, DensePrecision, OnNonFinite, TrainConfig
 from dlrm_exp.util.text import first_few
 
+#: The ``preprocess.*`` options of ``preprocess.format=npy`` alone.
+_NPY_PREPROCESS = (
+    "dense_transform",
+    "categorical",
+    "frequency_threshold",
+    "num_workers",
+    "overwrite",
+)
+
 
 @dataclass
 class Config:
@@ -199,8 +208,30 @@ class Config:
             "mapped by the model (id_policy=managed_collision): train on the TSV files, or "
             "convert with another id_policy",
         )
+        self._check_preprocess_options()
         if self.preprocess.format is PreprocessFormat.npy:
             self._check_npy_preprocess_schema()
+
+    def _check_preprocess_options(self) -> None:
+        """Each ``preprocess.*`` option applies to one format: the npy transforms and workers
+        to ``npy`` (with ``parquet`` the transforms are ``data.schema``'s), ``row_group_size``
+        to ``parquet``; one changed for the other format would be silently ignored."""
+        chosen = self.preprocess.format
+        others = ("row_group_size",) if chosen is PreprocessFormat.npy else _NPY_PREPROCESS
+        default = PreprocessConfig()
+        changed = [k for k in others if getattr(self.preprocess, k) != getattr(default, k)]
+        other = "parquet" if chosen is PreprocessFormat.npy else "npy"
+        transforms = (
+            ""
+            if chosen is PreprocessFormat.npy
+            else " (here the transforms are data.schema's: log1p per dense column, id_policy "
+            "per sparse feature)"
+        )
+        require(
+            not changed,
+            f"preprocess.{changed[0] if changed else ''} applies to preprocess.format={other} "
+            f"only, and this conversion is format={chosen.value}{transforms}: drop it",
+        )
 
     def _check_npy_preprocess_schema(self) -> None:
         """``preprocess.format=npy`` writes TorchRec's Criteo layout by its own options
