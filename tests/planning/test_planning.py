@@ -431,13 +431,30 @@ def test_a_containers_memory_limit_caps_the_measured_memory(tmp_path, monkeypatc
     from dlrm_exp.planning import topology
     from dlrm_exp.util import cgroup
 
-    v2, v1 = tmp_path / "memory.max", tmp_path / "memory.limit_in_bytes"
-    monkeypatch.setattr(cgroup, "CGROUP_MEMORY_LIMITS", (v2, v1))
+    root, proc = tmp_path / "cgroup", tmp_path / "proc_self_cgroup"
+    (root / "memory").mkdir(parents=True)
+    v2, v1 = root / "memory.max", root / "memory" / "memory.limit_in_bytes"
+    monkeypatch.setattr(cgroup, "CGROUP_ROOT", root)
+    monkeypatch.setattr(cgroup, "PROC_CGROUP", proc)
     monkeypatch.setattr(cgroup.psutil, "virtual_memory", lambda: SimpleNamespace(total=64 * GIB))
     assert topology.machine_memory_bytes() == 64 * GIB  # no cgroup files
     v1.write_text(str(2**63 - 4096))  # v1 without a limit
     assert topology.machine_memory_bytes() == 64 * GIB
-    v2.write_text("max\n")  # v2 without a limit: the first file found decides
+    v2.write_text("max\n")  # v2 without a limit
     assert topology.machine_memory_bytes() == 64 * GIB
-    v2.write_text(f"{16 * GIB}\n")
+    v2.write_text(f"{16 * GIB}\n")  # inside a container (a cgroup namespace): at the root
     assert topology.machine_memory_bytes() == 16 * GIB
+    # a Slurm job's limit is in its own cgroup, which /proc/self/cgroup names (review: read at
+    # the root only, a job bound to 8 GiB planned against the node's RAM)
+    v2.write_text("max\n")
+    job = root / "system.slice" / "slurmstepd.scope" / "job_7"
+    (job / "step_0").mkdir(parents=True)
+    (job / "memory.max").write_text(f"{8 * GIB}\n")
+    (job / "step_0" / "memory.max").write_text("max\n")
+    proc.write_text("0::/system.slice/slurmstepd.scope/job_7/step_0\n")
+    assert topology.machine_memory_bytes() == 8 * GIB
+    v1_job = root / "memory" / "slurm" / "uid_0" / "job_9"
+    v1_job.mkdir(parents=True)
+    (v1_job / "memory.limit_in_bytes").write_text(str(4 * GIB))
+    proc.write_text("4:memory:/slurm/uid_0/job_9\n0::/\n")
+    assert topology.machine_memory_bytes() == 4 * GIB

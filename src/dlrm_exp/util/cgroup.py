@@ -8,24 +8,62 @@ from pathlib import Path
 
 import psutil
 
-#: Where the limit is read: cgroup v2, then v1 (a v1 "no limit" is a huge number, a v2 one
-#: the word ``max``).
-CGROUP_MEMORY_LIMITS = (
-    Path("/sys/fs/cgroup/memory.max"),
-    Path("/sys/fs/cgroup/memory/memory.limit_in_bytes"),
-)
+#: The cgroup file system, and this process's cgroups (``<id>:<controllers>:<path>`` lines).
+CGROUP_ROOT = Path("/sys/fs/cgroup")
+PROC_CGROUP = Path("/proc/self/cgroup")
+
+
+def _own_paths() -> list[tuple[str, str]]:
+    """``(version, path)`` of this process's memory cgroups from :data:`PROC_CGROUP`:
+    ``("v2", path)`` from the ``0::`` line, ``("v1", path)`` from the ``memory`` one."""
+    try:
+        lines = PROC_CGROUP.read_text().splitlines()
+    except OSError:
+        return []
+    found = []
+    for line in lines:
+        parts = line.split(":", 2)
+        if len(parts) != 3:
+            continue
+        if parts[0] == "0" and parts[1] == "":
+            found.append(("v2", parts[2]))
+        elif "memory" in parts[1].split(","):
+            found.append(("v1", parts[2]))
+    return found
+
+
+def limit_files() -> list[Path]:
+    """The files that may hold this process's memory limit: its own cgroup's and every
+    parent's up to the mount (cgroup v2 ``memory.max``, v1 ``memory/memory.limit_in_bytes``).
+    A Slurm job's limit is in its own cgroup (``.../job_<id>/memory.max``), which only a cgroup
+    namespace (a container) shows at the mount's root."""
+    files = {
+        "v2": (CGROUP_ROOT, "memory.max"),
+        "v1": (CGROUP_ROOT / "memory", "memory.limit_in_bytes"),
+    }
+    candidates = [root / name for root, name in files.values()]
+    for version, path in _own_paths():
+        root, name = files[version]
+        folder = root / path.strip("/")
+        while folder != root and root in folder.parents:
+            candidates.append(folder / name)
+            folder = folder.parent
+    return list(dict.fromkeys(candidates))
 
 
 def memory_limit_bytes() -> int | None:
-    """This process's cgroup memory limit, bytes; None where there is none or it cannot be
-    read."""
-    for path in CGROUP_MEMORY_LIMITS:
+    """This process's cgroup memory limit, bytes: the lowest over :func:`limit_files` (a v2
+    "no limit" is the word ``max``, a v1 one a number beyond any RAM); None where there is
+    none or none can be read."""
+    limits = []
+    for path in limit_files():
         try:
             text = path.read_text().strip()
         except OSError:
             continue
-        return int(text) if text.isdigit() else None
-    return None
+        if text.isdigit():
+            limits.append(int(text))
+    return min(limits) if limits else None
 
 
 def total_memory_bytes() -> int:
