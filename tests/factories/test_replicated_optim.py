@@ -63,6 +63,19 @@ def test_state_survives_a_state_dict_round_trip():
     assert float(opt.state[table]["momentum1"][3]) == pytest.approx(1.25)
 
 
+def test_kernels_are_built_before_any_gradient_and_draw_no_random_numbers():
+    """Built lazily in the first step, a TBE's own (filled) table came on top of the weights,
+    their gradient and the state: a second copy of the largest table at the peak (review);
+    its init drew from the run's random stream."""
+    torch.manual_seed(0)
+    expected = torch.rand(3)
+    torch.manual_seed(0)
+    table = torch.nn.Parameter(torch.zeros(ROWS, DIM))
+    opt = FbgemmReplicaOptimizer([table], SparseOptimizer.rowwise_adagrad, lr=0.1)
+    assert list(opt._kernels) == [table] and table.grad is None
+    assert torch.equal(torch.rand(3), expected)
+
+
 def test_rejects_non_table_parameters():
     with pytest.raises(ValueError, match="2-D float32 / float16 CPU"):
         FbgemmReplicaOptimizer([torch.nn.Parameter(torch.zeros(4))], SparseOptimizer.sgd, lr=0.1)

@@ -70,6 +70,10 @@ class FbgemmReplicaOptimizer(torch.optim.Optimizer):
                         "FbgemmReplicaOptimizer takes contiguous 2-D float32 / float16 CPU tables, "
                         f"got {tuple(p.shape)} {p.dtype} on {p.device}"
                     )
+                # built now, before any gradient: the TBE allocates (and fills) a table of its
+                # own before it takes p's storage, which in the first step came on top of the
+                # weights, their gradient and the state (a second copy of the largest table)
+                self._kernel(p, group)
 
     def _kernel(
         self, p: torch.Tensor, group: dict[str, Any]
@@ -77,13 +81,14 @@ class FbgemmReplicaOptimizer(torch.optim.Optimizer):
         tbe = self._kernels.get(p)
         if tbe is None:
             rows, dim = p.shape
-            tbe = SplitTableBatchedEmbeddingBagsCodegen(
-                [(rows, dim, EmbeddingLocation.HOST, ComputeDevice.CPU)],
-                optimizer=self._kind,
-                weights_precision=_WEIGHTS_PRECISION[p.dtype],
-                learning_rate=group["lr"],
-                eps=group["eps"],
-            )
+            with torch.random.fork_rng(devices=[]):  # its own table's init draws none of the run's
+                tbe = SplitTableBatchedEmbeddingBagsCodegen(
+                    [(rows, dim, EmbeddingLocation.HOST, ComputeDevice.CPU)],
+                    optimizer=self._kind,
+                    weights_precision=_WEIGHTS_PRECISION[p.dtype],
+                    learning_rate=group["lr"],
+                    eps=group["eps"],
+                )
             tbe.weights_host = torch.nn.Parameter(p.detach().view(-1))  # shares p's storage
             self._kernels[p] = tbe
         state = self.state[p]

@@ -14,6 +14,7 @@ DDR for the UVM kernels and on CPU), so the planner places, and refuses, by the 
 from torchrec.distributed.planner.types import ShardingOption, Topology
 
 from dlrm_exp.config import SparseOptimizer
+from dlrm_exp.config.optimizer import CPU_FUSED
 from dlrm_exp.planning.extra_storage import ExtraStorage
 from dlrm_exp.planning.storage import FP32_BYTES
 
@@ -50,10 +51,17 @@ class FusedStateStorage(ExtraStorage):
 
     def where(self, option: ShardingOption) -> bool | None:
         """HBM for the ``fused`` kernel on a GPU, DDR for the UVM kernels and on CPU; ``None``
-        for fp32 tables (TorchRec counts their state right) and unfused kernels."""
-        if option.tensor.element_size() >= FP32_BYTES or option.compute_kernel not in FUSED_KERNELS:
+        for fp32 tables (TorchRec counts their state right) and unfused kernels. On CPU a
+        data_parallel replica (the ``dense`` kernel) is stepped by FBGEMM's fused optimizer
+        too (:class:`~dlrm_exp.factories.replicated_optim.FbgemmReplicaOptimizer`, fp32
+        state) when the optimizer is one FBGEMM's CPU kernels fuse."""
+        kernel = option.compute_kernel
+        fbgemm_replica = kernel == "dense" and not self.on_gpu and self._optimizer in CPU_FUSED
+        if option.tensor.element_size() >= FP32_BYTES or not (
+            kernel in FUSED_KERNELS or fbgemm_replica
+        ):
             return None
-        return self.on_gpu and option.compute_kernel == DEVICE_KERNEL
+        return self.on_gpu and kernel == DEVICE_KERNEL
 
     def extra_bytes(self, option: ShardingOption, rows: int, cols: int) -> int:
         """:func:`missing_state_bytes` of the shard."""
