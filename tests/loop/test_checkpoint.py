@@ -27,6 +27,7 @@ from dlrm_exp.loop.checkpoint import (
     CHECKPOINTS,
     STATE_FILE,
     CheckpointError,
+    check_run_folder,
     complete_checkpoints,
     resume_step,
 )
@@ -149,23 +150,29 @@ def test_resume_auto_without_checkpoints_starts_fresh(tmp_path):
 
 
 def test_a_fresh_start_refuses_an_earlier_runs_best_or_record(tmp_path):
-    """Review: ``train.resume=auto`` finding no step checkpoint started fresh beside an earlier
+    """Review: ``train.resume=auto`` finding no step checkpoint started fresh beside a finished
     run's ``checkpoints/best``, which evaluate then scored for this run's; a resume with
     ``train.keep_best=false`` left the best from before it to be scored; a fresh run that
-    failed left the earlier run's ``metrics.json`` beside its own config."""
+    failed left the earlier run's ``metrics.json`` beside its own config. A requeued job
+    killed before its first step checkpoint (only its ``best``, no record) starts fresh."""
     best = tmp_path / "a" / CHECKPOINTS / "best"
     best.mkdir(parents=True)
     (best / ".metadata").write_bytes(b"")
     (best / STATE_FILE).write_text("{}")
+    check_run_folder(tmp_path / "a", "auto", keep_best=True)  # an interrupted attempt: on
     with pytest.raises(RunFolderInUseError, match=r"checkpoints of an earlier run \(best\)"):
-        run_train(compose_cfg([*SMALL, "train.resume=auto"]), tmp_path / "a", {})
-    resumed = compose_cfg([*SMALL, f"train.resume={best}", "train.keep_best=false"])
+        check_run_folder(tmp_path / "a", None, keep_best=True)
     with pytest.raises(RunFolderInUseError, match=r"train.keep_best=false, but .*best holds"):
-        run_train(resumed, tmp_path / "a", {})
+        check_run_folder(tmp_path / "a", str(best), keep_best=False)
+    (tmp_path / "a" / "metrics.json").write_text("{}")  # a finished run
+    with pytest.raises(RunFolderInUseError, match=r"checkpoints of an earlier run \(best\)"):
+        check_run_folder(tmp_path / "a", "auto", keep_best=True)
     (tmp_path / "b").mkdir()
     (tmp_path / "b" / "metrics.json").write_text("{}")
     with pytest.raises(RunFolderInUseError, match=r"the record of an earlier run \(metrics.json"):
-        run_train(compose_cfg(SMALL), tmp_path / "b", {})
+        check_run_folder(tmp_path / "b", None, keep_best=True)
+    with pytest.raises(RunFolderInUseError, match=r"the record of an earlier run \(metrics.json"):
+        run_train(compose_cfg(SMALL), tmp_path / "b", {})  # as the run calls it
 
 
 @pytest.fixture(scope="module")

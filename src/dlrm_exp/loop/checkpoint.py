@@ -246,6 +246,27 @@ def check_no_earlier_run(run_dir: Path) -> None:
         )
 
 
+def check_run_folder(run_dir: Path, resume: str | None, keep_best: bool) -> None:
+    """What a training run may find in its folder: a fresh start (``train.resume`` unset)
+    nothing of an earlier run (:func:`check_no_earlier_run`); ``train.resume=auto`` finding no
+    step checkpoint starts fresh too, refused only beside a finished run's ``metrics.json``
+    (an interrupted attempt of the job, a requeued one, may have left its ``best``, which the
+    fresh start's first validation replaces); a resume, no ``best`` it would not keep
+    (:func:`check_best_is_kept`).
+
+    Raises:
+        RunFolderInUseError: see those checks.
+        CheckpointError: ``resume`` names no complete checkpoint.
+    """
+    if not resume:
+        check_no_earlier_run(run_dir)
+    elif resume == "auto" and resolve_resume(resume, run_dir) is None:
+        if (run_dir / "metrics.json").is_file():  # a finished run's folder, not a requeue
+            check_no_earlier_run(run_dir)
+    else:
+        check_best_is_kept(run_dir, keep_best)
+
+
 def check_best_is_kept(run_dir: Path, keep_best: bool) -> None:
     """A run resumed with ``train.keep_best=false`` records its final weights, but
     ``mode=evaluate|predict|export`` of the folder take its ``checkpoints/best`` first: one

@@ -44,8 +44,7 @@ from dlrm_exp.loop.checkpoint import (
     adopt_best,
     best_checkpoint,
     changed_settings,
-    check_best_is_kept,
-    check_no_earlier_run,
+    check_run_folder,
     holds_best,
     later_checkpoints,
     load_checkpoint,
@@ -122,12 +121,7 @@ def run_train(
     check_devices(cfg.hardware)
     if env_rank() == 0:  # a torchrun rank > 0 is in "." until rank 0 hands it the folder
         check_writable(run_dir)
-    if env_rank() == 0:
-        resume = cfg.train.resume
-        if not resume or (resume == "auto" and resolve_resume(resume, run_dir) is None):
-            check_no_earlier_run(run_dir)  # a fresh start, also when auto finds no step
-        else:
-            check_best_is_kept(run_dir, cfg.train.keep_best)
+        check_run_folder(run_dir, cfg.train.resume, cfg.train.keep_best)
     job = Job(run_dir, dict(choices), tensorboard_dir, dict(swept or {}))
     return run_on_ranks(train_worker, cfg, job)
 
