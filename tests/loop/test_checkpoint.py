@@ -27,6 +27,7 @@ from dlrm_exp.loop.checkpoint import (
     CHECKPOINTS,
     STATE_FILE,
     CheckpointError,
+    SafeFileSystemReader,
     check_run_folder,
     complete_checkpoints,
     resume_step,
@@ -221,6 +222,22 @@ def test_crafted_metadata_is_not_unpickled(saved, tmp_path):
     with pytest.raises(CheckpointError, match=refusals):
         run_train(cfg, tmp_path / "run", {})
     assert not marker.exists()
+    # a function reached through the metadata module's own imports (pickle resolves dotted
+    # names): os.system of "torch.distributed.checkpoint.metadata" ran (loop review)
+    (crafted / ".metadata").write_bytes(_dotted_global_call("os.system", f"touch {marker}"))
+    with pytest.raises(CheckpointError, match=r"not plain DCP metadata|cannot be read"):
+        SafeFileSystemReader(str(crafted)).read_metadata()
+    assert not marker.exists()
+
+
+def _dotted_global_call(name: str, argument: str) -> bytes:
+    """A pickle (protocol 4) calling ``name`` of DCP's metadata module on ``argument``."""
+
+    def text(value: str) -> bytes:  # SHORT_BINUNICODE
+        return b"\x8c" + bytes([len(value.encode())]) + value.encode()
+
+    module = "torch.distributed.checkpoint.metadata"
+    return b"\x80\x04" + text(module) + text(name) + b"\x93" + text(argument) + b"\x85R."
 
 
 @pytest.mark.parametrize("what", ["missing", "not_a_checkpoint", "partial"])

@@ -50,6 +50,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
+import torch.distributed.checkpoint.metadata as dcp_metadata
 from torch.distributed.checkpoint import FileSystemReader
 from torch.distributed.checkpoint.api import CheckpointException
 from torch.distributed.checkpoint.metadata import Metadata, StorageMeta, TensorStorageMetadata
@@ -81,10 +82,16 @@ _SAFE_GLOBALS = {
 
 
 class _MetadataUnpickler(pickle.Unpickler):
-    """Admits DCP's metadata dataclasses, ``torch.Size``, dtypes and layouts; nothing else."""
+    """Admits DCP's metadata dataclasses, ``torch.Size``, dtypes and layouts; nothing else.
+    A class of DCP's metadata module must be defined there, by a plain name: pickle resolves
+    dotted names, and ``os.system`` in that module (which imports ``os``) was admitted."""
 
     def find_class(self, module: str, name: str) -> Any:
-        if module == _DCP_METADATA_MODULE or (module, name) in _SAFE_GLOBALS:
+        if module == _DCP_METADATA_MODULE and "." not in name:
+            found = getattr(dcp_metadata, name, None)
+            if isinstance(found, type) and found.__module__ == _DCP_METADATA_MODULE:
+                return found
+        if (module, name) in _SAFE_GLOBALS:
             return super().find_class(module, name)
         if module == "torch" and isinstance(getattr(torch, name, None), torch.dtype):
             return getattr(torch, name)
