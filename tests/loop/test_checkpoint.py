@@ -730,6 +730,10 @@ def test_the_cuda_generator_is_saved_and_restored_where_cuda_is_used(tmp_path, m
     state["cuda"] = torch.zeros(8, dtype=torch.uint8)  # the generator moved on
     restore_rng(tmp_path, 1)
     assert state["cuda"].tolist() == list(range(8))
+    # a generator file a crash truncated: one line naming the fix, not a raw EOFError
+    (tmp_path / "rng_rank0.pt").write_bytes((tmp_path / "rng_rank0.pt").read_bytes()[:40])
+    with pytest.raises(CheckpointError, match=r"random generator state cannot be read"):
+        restore_rng(tmp_path, 0)
 
 
 def test_a_resume_in_other_steps_sets_tensorboard_s_earlier_points_aside(tmp_path):

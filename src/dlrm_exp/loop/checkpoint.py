@@ -492,12 +492,23 @@ def save_rng(path: Path, rank: int) -> None:
 
 def restore_rng(path: Path, rank: int) -> None:
     """Restore rank ``rank``'s generators that :func:`save_rng` saved in ``path`` (the CUDA
-    one where this job uses CUDA too)."""
+    one where this job uses CUDA too).
+
+    Raises:
+        CheckpointError: a generator file cannot be read (truncated by a crash: a traceback
+            on every retry of ``train.resume=auto``, which takes this newest checkpoint).
+    """
     saved, on_device = _rng_file(path, rank), _rng_file(path, rank, "cuda")
-    if saved.exists():
-        torch.set_rng_state(torch.load(saved, weights_only=True))
-    if on_device.exists() and torch.cuda.is_available():
-        torch.cuda.set_rng_state(torch.load(on_device, weights_only=True))
+    try:
+        if saved.exists():
+            torch.set_rng_state(torch.load(saved, weights_only=True))
+        if on_device.exists() and torch.cuda.is_available():
+            torch.cuda.set_rng_state(torch.load(on_device, weights_only=True))
+    except (OSError, EOFError, RuntimeError, pickle.UnpicklingError) as err:
+        raise CheckpointError(
+            f"{path}: its random generator state cannot be read ({err}): resume from an "
+            "earlier checkpoint (train.resume=<its folder>), or remove this one"
+        ) from None
 
 
 def requeued_resume(resume: str | None, run_dir: Path) -> str:
