@@ -277,6 +277,16 @@ def test_a_whole_table_cap_leaves_room_for_the_replicas_every_rank_holds():
     assert cap == 830
 
 
+def test_a_whole_table_that_fits_no_rank_is_a_memory_refusal():
+    """The total fits (98 of 136 GiB) but a 19.2 GiB table_wise table fits no 17 GiB rank:
+    TorchRec's "Couldn't find a rank for shard" came through as a PlanError with no figures
+    or advice (review)."""
+    cfg = compose_cfg(["hardware=a100_40gb_x8", "hardware.hbm_cap=20", "model=mlperf",
+                       "sharding=tablewise"])  # fmt: skip
+    with pytest.raises(InsufficientMemoryError, match="more ranks cannot help"):
+        plan_job(cfg, _meta_model(cfg))
+
+
 def test_table_wise_advice_keeps_each_table_within_one_rank():
     """The cap and rank count spread the tables over all ranks as if each could be split:
     table_wise criteo_full on 8 x 40 GiB was told cap 88,000,000 (a 42 GiB table on a 34 GiB

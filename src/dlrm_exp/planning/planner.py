@@ -267,7 +267,11 @@ def plan_or_explain(
         try:
             return planner.plan(module, sharders)
         except PlannerError as err:
-            if err.error_type is PlannerErrorType.INSUFFICIENT_STORAGE:
+            # TorchRec says INSUFFICIENT_STORAGE when the total exceeds the ranks' memory; a
+            # shard that fits no single rank (a whole table_wise table) comes back as another
+            # error type, with its partitioner's "Couldn't find a rank for shard"
+            packing = "Couldn't find a rank for shard" in str(err)
+            if err.error_type is PlannerErrorType.INSUFFICIENT_STORAGE or packing:
                 raise InsufficientMemoryError(explain_memory()) from None
             reason = [line.strip() for line in str(err).splitlines() if line.strip()][-1]
             raise PlanError(
