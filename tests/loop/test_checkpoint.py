@@ -22,6 +22,7 @@ from conftest import SMALL as QUICK
 from dlrm_exp.data import batches
 from dlrm_exp.errors import ConfigError, NonFiniteLossError, RunFolderInUseError
 from dlrm_exp.factories import experiment
+from dlrm_exp.loop import checkpoint as checkpoint_module
 from dlrm_exp.loop import trainer
 from dlrm_exp.loop.checkpoint import (
     CHECKPOINTS,
@@ -45,9 +46,18 @@ def _same_results(a: RunMetrics, b: RunMetrics) -> None:
 
 
 def test_resume_continues_bitwise_and_prunes(tmp_path, caplog, monkeypatch):
+    synced = []
+    for name in ("sync_file", "sync_folder"):
+        real = getattr(checkpoint_module, name)
+        recording = lambda path, real=real: synced.append(path) or real(path)  # noqa: E731
+        monkeypatch.setattr(checkpoint_module, name, recording)
     full = run_train(compose_cfg([*SMALL, "train.keep_last_checkpoints=2"]), tmp_path / "a", {})
     kept = complete_checkpoints(tmp_path / "a")
     assert [p.name for p in kept] == ["step_24", "step_32"]  # 32 steps; older ones pruned
+    # on the disk before a folder is named complete, and its new name too (loop review: only
+    # trainer_state.json was synced; a power loss could leave empty generator files)
+    checkpoints = tmp_path / "a" / CHECKPOINTS
+    assert checkpoints / "step_8.partial" / "rng_rank0.pt" in synced and checkpoints in synced
     state = json.loads((kept[0] / "trainer_state.json").read_text())
     assert state["step"] == 24 and state["tables"]["t_cat_0"] == [1000, 16]
     final = json.loads((kept[1] / "trainer_state.json").read_text())  # written after validating
@@ -137,6 +147,18 @@ def test_a_resume_with_nothing_left_to_train_keeps_the_folders_config_and_plan(t
     again = cli_here([*first, "sharding=tablewise", "train.resume=auto"])
     assert again.returncode == 0 and "nothing left to train" in again.stdout + again.stderr
     assert {n: (tmp_path / n).read_bytes() for n in kept} == kept
+
+
+def test_a_pruned_checkpoint_is_never_left_looking_complete(tmp_path, monkeypatch):
+    """A crash while pruning deleted some of a step's shards and left its metadata and trainer
+    state: resume=auto then took it for complete (loop review). It is renamed first."""
+    step = tmp_path / CHECKPOINTS / "step_8"
+    step.mkdir(parents=True)
+    for name in (".metadata", STATE_FILE, "__0_0.distcp"):
+        (step / name).write_text("{}")
+    monkeypatch.setattr(checkpoint_module.shutil, "rmtree", lambda *a, **k: None)  # the crash
+    checkpoint_module._remove_folder(step)
+    assert complete_checkpoints(tmp_path) == [] and (step.parent / "step_8.partial").is_dir()
 
 
 def test_two_identical_runs_give_identical_metrics(tmp_path):

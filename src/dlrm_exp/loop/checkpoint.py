@@ -57,7 +57,7 @@ from torch.distributed.checkpoint.metadata import Metadata, StorageMeta, TensorS
 
 from dlrm_exp.distributed.preemption import preemption_held
 from dlrm_exp.errors import CheckpointError, RunFolderInUseError
-from dlrm_exp.util.files import write_json_atomic
+from dlrm_exp.util.files import sync_file, sync_folder, write_json_atomic
 from dlrm_exp.util.rank_zero import on_rank_zero
 from dlrm_exp.util.text import first_few
 
@@ -376,7 +376,7 @@ def save_checkpoint(
             _replace_folder(partial, final)
             if keep_last:
                 for old in complete_checkpoints(run_dir)[:-keep_last]:
-                    shutil.rmtree(old, ignore_errors=True)
+                    _remove_folder(old)
         dist.barrier()
     return final
 
@@ -454,6 +454,18 @@ def _link_or_copy(path: Path, target: Path) -> None:
         target.hardlink_to(path)
     except OSError:  # another file system, or one without hard links
         shutil.copy2(path, target)
+        sync_file(target)
+
+
+def _remove_folder(path: Path) -> None:
+    """Delete the checkpoint folder ``path``, first renamed to ``<name>.partial``: a crash
+    while its files are deleted leaves a folder no listing takes for complete (a
+    ``step_<n>`` with its metadata and trainer state but some shards gone was)."""
+    doomed = path.with_name(path.name + ".partial")
+    shutil.rmtree(doomed, ignore_errors=True)
+    path.rename(doomed)
+    sync_folder(path.parent)
+    shutil.rmtree(doomed, ignore_errors=True)
 
 
 def _replaced(path: Path) -> Path:
@@ -472,6 +484,7 @@ def _replace_folder(new: Path, final: Path) -> None:
         shutil.rmtree(aside, ignore_errors=True)
         final.rename(aside)
     new.rename(final)
+    sync_folder(final.parent)  # the new name on the disk before the earlier folder goes
     shutil.rmtree(aside, ignore_errors=True)
 
 
@@ -486,8 +499,10 @@ def save_rng(path: Path, rank: int) -> None:
     device's where CUDA is in use (FBGEMM draws the stochastic rounding of fp16 tables' updates
     from it)."""
     torch.save(torch.get_rng_state(), _rng_file(path, rank))
+    sync_file(_rng_file(path, rank))  # on the disk before the folder is named complete
     if torch.cuda.is_available() and torch.cuda.is_initialized():
         torch.save(torch.cuda.get_rng_state(), _rng_file(path, rank, "cuda"))
+        sync_file(_rng_file(path, rank, "cuda"))
 
 
 def restore_rng(path: Path, rank: int) -> None:

@@ -56,16 +56,22 @@ def replace_durably(tmp: Path, path: Path) -> None:
     written next would vouch for empty files). Linux semantics: macOS's ``fsync`` does not
     flush the device's cache."""
     os.replace(tmp, path)
+    sync_folder(path.parent)
+
+
+def sync_folder(folder: Path) -> None:
+    """Flush ``folder``'s entries (files created, renamed or removed in it) to the disk; a
+    folder that cannot be opened or synced (not POSIX) is left as it is."""
     try:
-        folder = os.open(path.parent, os.O_RDONLY)
-    except OSError:  # a folder that cannot be opened (not POSIX): the rename stands
+        fd = os.open(folder, os.O_RDONLY)
+    except OSError:
         return
     try:
-        os.fsync(folder)
+        os.fsync(fd)
     except OSError:
         pass
     finally:
-        os.close(folder)
+        os.close(fd)
 
 
 def write_bytes_atomic(path: Path, data: bytes) -> None:
