@@ -294,6 +294,24 @@ def test_a_whole_table_that_fits_no_rank_is_a_memory_refusal():
         plan_job(cfg, _meta_model(cfg))
 
 
+def test_table_wise_advice_packs_the_whole_tables_onto_the_ranks():
+    """5 tables of about 19 GiB on 4 ranks of 28 GiB: the cap kept each within 60 % of a rank
+    (27,000,000: 13 GiB each) but one rank holds two of them, and TorchRec could not place it
+    (review). The cap now packs them, and plans."""
+    from dlrm_exp.planning.storage import packs
+
+    assert packs([3, 3], 0, 2, 3) and not packs([3, 3, 3], 0, 2, 5) and not packs([], 4, 1, 3)
+    base = ["hardware=a100_40gb_x8", "hardware.nproc_per_node=4", "hardware.hbm_cap=28",
+            "model=mlperf", "sharding=tablewise"]  # fmt: skip
+    cfg = compose_cfg(base)
+    with pytest.raises(InsufficientMemoryError) as info:
+        plan_job(cfg, _meta_model(cfg))
+    cap = re.search(r"num_embeddings_cap=(\d+) \(", str(info.value)).group(1)
+    assert "at least 5 ranks" in str(info.value)
+    capped = compose_cfg([*base, f"model.num_embeddings_cap={cap}"])
+    plan_job(capped, _meta_model(capped))
+
+
 def test_table_wise_advice_keeps_each_table_within_one_rank():
     """The cap and rank count spread the tables over all ranks as if each could be split:
     table_wise criteo_full on 8 x 40 GiB was told cap 88,000,000 (a 42 GiB table on a 34 GiB

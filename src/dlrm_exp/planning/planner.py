@@ -33,6 +33,7 @@ from dlrm_exp.planning.storage import (
     EmbeddingStorage,
     capped_bytes,
     largest_fitting_cap,
+    packs,
     row_bytes,
 )
 from dlrm_exp.planning.topology import MemoryCapacity
@@ -170,9 +171,9 @@ def insufficient_memory_message(
     shape = (table_sizes, embedding_dim, optimizer)
     layout = (copies, data_types, replicated_tables)
     whole = (whole_tables or [], per_rank * HEADROOM_FRACTION)  # each within one rank
-    cap = largest_fitting_cap(*shape, offered * HEADROOM_FRACTION, *layout, whole)
+    cap = largest_fitting_cap(*shape, offered * HEADROOM_FRACTION, *layout, whole, world_size)
     quick_bytes = min(QUICK_TRY_BYTES, offered * HEADROOM_FRACTION)
-    quick = largest_fitting_cap(*shape, quick_bytes, *layout, whole)
+    quick = largest_fitting_cap(*shape, quick_bytes, *layout, whole, world_size)
     lines = _needed_lines(
         storage, optimizer, len(table_sizes), embedding_dim, replicated, world_size
     )
@@ -185,7 +186,7 @@ def insufficient_memory_message(
     types = data_types or [EmbeddingDataType.fp32] * len(table_sizes)
     alone = [n * row_bytes(embedding_dim, t, optimizer) for n, t, one in
              zip(table_sizes, types, whole_tables or [], strict=False) if one]  # fmt: skip
-    more = _more_ranks(storage, replicated, per_rank, max(alone, default=0))
+    more = _more_ranks(storage, replicated, per_rank, alone)
     if cap is not None and quick is not None:
         gib = {c: capped_bytes(*shape, c, *layout) / GIB for c in (cap, quick)}
         lines.append(
@@ -235,12 +236,15 @@ def _more_ranks(
     storage: EmbeddingStorage,
     replicated: EmbeddingStorage | None,
     per_rank: int,
-    largest_whole: int = 0,
+    alone: list[int] | None = None,
 ) -> str:
     """How many ranks of ``per_rank`` bytes would hold the tables: each holds the
-    data_parallel ones (``replicated``) whole and its share of the others; none when the
-    data_parallel ones alone, or the largest table placed whole on one rank (table_wise,
-    ``largest_whole`` bytes), exceed a rank."""
+    data_parallel ones (``replicated``) whole and its share of the others, the tables placed
+    whole on one rank (table_wise, ``alone``: bytes each) packed among them
+    (:func:`~dlrm_exp.planning.storage.packs`); none when the data_parallel ones alone, or
+    the largest whole table, exceed a rank."""
+    alone = alone or []
+    largest_whole = max(alone, default=0)
     usable = usable_bytes(per_rank)
     whole = replicated.total_bytes if replicated is not None else 0
     if largest_whole and largest_whole + whole > usable:
@@ -257,6 +261,11 @@ def _more_ranks(
             "ranks cannot help)"
         )
     ranks_needed = math.ceil((storage.total_bytes - whole) / (usable - whole))
+    spread = storage.total_bytes - whole - sum(alone)  # the tables split over the ranks
+    for _ in range(10_000):  # each whole table fits a rank (checked above): more ranks help
+        if packs(alone, spread / ranks_needed, ranks_needed, usable - whole):
+            break
+        ranks_needed += 1
     return f"at least {ranks_needed} ranks of {per_rank / GIB:.2f} GiB (hardware.nnodes=...)"
 
 

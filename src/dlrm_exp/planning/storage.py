@@ -4,6 +4,7 @@ One place for the numbers that the insufficient-memory error reports, so every r
 embedding storage agrees. Sizes are in bytes; GiB = 2**30 bytes.
 """
 
+import heapq
 from dataclasses import dataclass
 
 from dlrm_exp.config import EmbeddingDataType, SparseOptimizer
@@ -112,6 +113,7 @@ def largest_fitting_cap(
     data_types: list[EmbeddingDataType] | None = None,
     replicated: list[bool] | None = None,
     whole: tuple[list[bool], float] | None = None,
+    ranks: int | None = None,
 ) -> int | None:
     """The largest ``num_embeddings_cap`` (rounded down to two significant digits) whose tables
     fit in ``budget_bytes``, or None when not even one row per table fits.
@@ -119,7 +121,9 @@ def largest_fitting_cap(
     ``copies[i]`` is how many copies of table i the job holds (data_parallel: one per rank;
     default one each); ``data_types`` and ``replicated`` as in :func:`capped_bytes`.
     ``whole``: ``(flags, rank_bytes)``, the tables placed whole on one rank (table_wise), each
-    of which must also fit ``rank_bytes`` beside the replicated tables every rank holds."""
+    of which must also fit ``rank_bytes`` beside the replicated tables every rank holds; with
+    ``ranks``, they must also pack onto that many ranks (:func:`packs`, beside an even share
+    of the split tables): two 13 GiB tables on 4 ranks of 24 GiB for 5 such tables do not."""
     data_types = data_types or [EmbeddingDataType.fp32] * len(table_sizes)
     replicated = replicated or [False] * len(table_sizes)
     copies = copies or [1] * len(table_sizes)
@@ -131,8 +135,12 @@ def largest_fitting_cap(
         if sum(b * k for b, k in zip(tables, copies, strict=True)) > budget_bytes:
             return False  # (capped_bytes, each table's bytes computed once here)
         on_every_rank = sum(b for b, dp in zip(tables, replicated, strict=True) if dp)
-        pairs = zip(tables, flags, strict=False)  # no flags: no table lies whole on one rank
-        return all(b + on_every_rank <= rank_bytes for b, one in pairs if one)
+        one = [bool(f) for f in flags] + [False] * (len(tables) - len(flags))
+        alone = [b for b, w in zip(tables, one, strict=True) if w]
+        if ranks is None:  # each whole table on its own
+            return all(b + on_every_rank <= rank_bytes for b in alone)
+        spread = sum(b for b, w, dp in zip(tables, one, replicated, strict=True) if not (w or dp))
+        return packs(alone, spread / ranks, ranks, rank_bytes - on_every_rank)
 
     if not fits(1):
         return None
@@ -142,3 +150,19 @@ def largest_fitting_cap(
         lo, hi = (mid, hi) if fits(mid) else (lo, mid - 1)
     digits = len(str(lo)) - 2
     return lo if digits <= 0 else (lo // 10**digits) * 10**digits
+
+
+def packs(whole: list[float], share: float, ranks: int, rank_bytes: float) -> bool:
+    """Whether tables placed whole (``whole``, bytes each) fit ``ranks`` ranks of ``rank_bytes``
+    that each already hold ``share`` bytes: the largest first onto the emptiest rank (greedy,
+    as TorchRec's partitioner places shards)."""
+    loads = [share] * ranks
+    if share > rank_bytes:
+        return False
+    heapq.heapify(loads)
+    for size in sorted(whole, reverse=True):
+        emptiest = heapq.heappop(loads)
+        if emptiest + size > rank_bytes:
+            return False
+        heapq.heappush(loads, emptiest + size)
+    return True
