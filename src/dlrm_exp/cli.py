@@ -243,6 +243,13 @@ def _last_value(args: list[str], key: str) -> str | None:
     return values[-1] if values else None
 
 
+def _writes_nothing(args: list[str]) -> bool:
+    """Whether Hydra only prints (``--cfg``, ``--help``, ``--hydra-help``, ``--info``) and
+    writes no run folder."""
+    flags = {"-c", "--cfg", "-h", "--help", "--hydra-help", "-i", "--info"}
+    return any(a in flags or a.startswith(("--cfg=", "--info=")) for a in args)
+
+
 def refuse_another_runs_folder(args: list[str]) -> None:
     """Refuse ``hydra.run.dir=<folder>`` of a run of another mode, before Hydra starts: Hydra
     would replace the ``.hydra/`` config that run records, and the mode its files (``mode=plan``
@@ -253,7 +260,7 @@ def refuse_another_runs_folder(args: list[str]) -> None:
         ConfigError: naming the folder and both modes.
     """
     run_dir = _last_value(args, "hydra.run.dir")
-    if run_dir is None or _is_multirun(args):
+    if run_dir is None or _is_multirun(args) or _writes_nothing(args):
         return
     saved = Path(run_dir) / ".hydra" / "config.yaml"  # as Hydra takes it: no ~ expansion
     try:

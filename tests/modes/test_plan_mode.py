@@ -323,6 +323,9 @@ def test_another_modes_run_folder_is_refused_before_hydra_writes(tmp_path, cli_h
         "mode=plan would overwrite" in result.stderr
     )
     assert {p: p.read_bytes() for p in before} == before
+    shown = cli_here(["mode=plan", f"hydra.run.dir={trained}", "--cfg", "job"])  # writes nothing
+    assert shown.returncode == 0 and "mode: plan" in shown.stdout, shown.stderr
+    assert {p: p.read_bytes() for p in before} == before
     planned = tmp_path / "planned"
     assert cli_here(["mode=plan", f"hydra.run.dir={planned}"]).returncode == 0
     assert cli_here(["mode=plan", f"hydra.run.dir={planned}"]).returncode == 0  # its own again
