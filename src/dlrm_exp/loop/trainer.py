@@ -402,11 +402,12 @@ class Trainer:
         best_step = state.best.step
         if self.best_weights is None or best_step in (None, state.step):
             return last, test, {}
-        if state.best_checkpoint is None:  # resumed with keep_best from a run without it
+        if state.best_checkpoint is None:  # resumed without a best, or a stale one dropped
             log.warning(
                 "train.keep_best: the best validation (step %d) has no saved weights (the run "
-                "was resumed with keep_best from a checkpoint written without it); val and "
-                "test are the final weights'",
+                "was resumed with keep_best from a checkpoint written without it, or the saved "
+                "best was of a later validation than the resumed checkpoint knew, and was "
+                "removed); val and test are the final weights'",
                 best_step,
             )
             return last, test, {}
