@@ -67,14 +67,19 @@ class StepProfiler:
         )
 
     def start(self) -> None:
-        """Start recording (and on CUDA the allocator history) before the first step."""
+        """Start the profiler before the first step (its schedule waits ``wait`` steps)."""
         if not self.enabled:
             return
         self.dir.mkdir(parents=True, exist_ok=True)
-        if self.device.type == "cuda":
-            torch.cuda.memory._record_memory_history(max_entries=100_000)
+        self._history_before_recorded_steps()
         self._started = time.perf_counter()
         self._profiler.start()
+
+    def _history_before_recorded_steps(self) -> None:
+        """On CUDA, start the allocator history when the next step is the first recorded one:
+        it records a stack trace per allocation, and the ``wait`` steps count as training."""
+        if self.device.type == "cuda" and self._steps + 1 == self.first_recorded:
+            torch.cuda.memory._record_memory_history(max_entries=100_000)
 
     @property
     def recording(self) -> bool:
@@ -95,6 +100,8 @@ class StepProfiler:
         self._profiler.step()
         if self._steps >= self.last_step:
             self.stop()
+        else:
+            self._history_before_recorded_steps()
         return True
 
     def stop(self) -> None:
