@@ -340,9 +340,9 @@ def _count_nulls(
     for column in schema.feature_columns:
         flat = column in leaves
         ids = [j for leaf, j in leaves.items() if leaf.startswith(f"{column}.")]
+        leaf = leaves[column] if flat else ids[0] if len(ids) == 1 else None
         total = 0
         for group in range(meta.num_row_groups):
-            leaf = leaves[column] if flat else ids[0] if len(ids) == 1 else None
             stats = None if leaf is None else meta.row_group(group).column(leaf).statistics
             if stats is not None and stats.has_null_count and (flat or stats.null_count == 0):
                 total += stats.null_count

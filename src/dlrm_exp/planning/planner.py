@@ -1,9 +1,8 @@
 """The planner call: TorchRec's ``EmbeddingShardingPlanner``, run on one rank and broadcast,
 with its failures turned into one message each."""
 
-import copy
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
@@ -60,7 +59,7 @@ class HostAndDeviceReservation(FixedPercentageStorageReservation):
         reserved = super().reserve(topology, *args, **kwargs)
         for device in reserved.devices:
             device.storage.ddr = int((1 - self._percentage) * device.storage.ddr)
-        self._last_reserved_topology = copy.deepcopy(reserved)
+        self._last_reserved_topology = reserved  # what TorchRec's stats report
         return reserved
 
 
@@ -236,18 +235,19 @@ def _more_ranks(
     storage: EmbeddingStorage,
     replicated: EmbeddingStorage | None,
     per_rank: int,
-    alone: list[int] | None = None,
+    alone: Sequence[int] = (),
 ) -> str:
     """How many ranks of ``per_rank`` bytes would hold the tables: each holds the
     data_parallel ones (``replicated``) whole and its share of the others, the tables placed
     whole on one rank (table_wise, ``alone``: bytes each) packed among them
     (:func:`~dlrm_exp.planning.storage.packs`); none when the data_parallel ones alone, or
     the largest whole table, exceed a rank."""
-    alone = alone or []
     largest_whole = max(alone, default=0)
     usable = usable_bytes(per_rank)
     whole = replicated.total_bytes if replicated is not None else 0
-    if largest_whole and largest_whole + whole > usable:
+    spread = storage.total_bytes - whole - sum(alone)  # the tables split over the ranks
+    room = usable - whole - largest_whole  # beside the largest whole table on its rank
+    if largest_whole and (room < 0 or (room == 0 and spread > 0)):
         beside = f" beside {whole / GIB:.2f} GiB of data_parallel tables" if whole else ""
         return (
             f"more memory per rank (the largest table_wise table, {largest_whole / GIB:.2f} "
@@ -261,10 +261,8 @@ def _more_ranks(
             "ranks cannot help)"
         )
     ranks_needed = math.ceil((storage.total_bytes - whole) / (usable - whole))
-    spread = storage.total_bytes - whole - sum(alone)  # the tables split over the ranks
-    for _ in range(10_000):  # each whole table fits a rank (checked above): more ranks help
-        if packs(alone, spread / ranks_needed, ranks_needed, usable - whole):
-            break
+    # ends: with a rank per whole table and the split share within ``room``, all fit
+    while not packs(alone, spread / ranks_needed, ranks_needed, usable - whole):
         ranks_needed += 1
     return f"at least {ranks_needed} ranks of {per_rank / GIB:.2f} GiB (hardware.nnodes=...)"
 

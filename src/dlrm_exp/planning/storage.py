@@ -128,6 +128,7 @@ def largest_fitting_cap(
     replicated = replicated or [False] * len(table_sizes)
     copies = copies or [1] * len(table_sizes)
     flags, rank_bytes = whole or ([], 0.0)
+    one = [bool(f) for f in flags] + [False] * (len(table_sizes) - len(flags))  # whole tables
 
     def fits(cap: int) -> bool:
         each = zip(table_sizes, data_types, replicated, strict=True)
@@ -135,7 +136,6 @@ def largest_fitting_cap(
         if sum(b * k for b, k in zip(tables, copies, strict=True)) > budget_bytes:
             return False  # (capped_bytes, each table's bytes computed once here)
         on_every_rank = sum(b for b, dp in zip(tables, replicated, strict=True) if dp)
-        one = [bool(f) for f in flags] + [False] * (len(tables) - len(flags))
         alone = [b for b, w in zip(tables, one, strict=True) if w]
         if ranks is None:  # each whole table on its own
             return all(b + on_every_rank <= rank_bytes for b in alone)
@@ -156,10 +156,9 @@ def packs(whole: list[float], share: float, ranks: int, rank_bytes: float) -> bo
     """Whether tables placed whole (``whole``, bytes each) fit ``ranks`` ranks of ``rank_bytes``
     that each already hold ``share`` bytes: the largest first onto the emptiest rank (greedy,
     as TorchRec's partitioner places shards)."""
-    loads = [share] * ranks
     if share > rank_bytes:
         return False
-    heapq.heapify(loads)
+    loads = [share] * ranks  # equal values: already a heap
     for size in sorted(whole, reverse=True):
         emptiest = heapq.heappop(loads)
         if emptiest + size > rank_bytes:
