@@ -34,6 +34,7 @@ from dlrm_exp.config.qcomms import QCommsConfig
 from dlrm_exp.config.schema import FeatureSchema
 from dlrm_exp.config.sharding import ComputeKernel, ShardingConfig, ShardingStrategy
 from dlrm_exp.config.train import CUDA_PIPELINES, DensePrecision, OnNonFinite, TrainConfig
+from dlrm_exp.errors import ConfigError
 from dlrm_exp.util.text import first_few
 
 #: The ``preprocess.*`` options of ``preprocess.format=npy`` alone.
@@ -220,17 +221,20 @@ class Config:
         others = ("row_group_size",) if chosen is PreprocessFormat.npy else _NPY_PREPROCESS
         default = PreprocessConfig()
         changed = [k for k in others if getattr(self.preprocess, k) != getattr(default, k)]
-        other = "parquet" if chosen is PreprocessFormat.npy else "npy"
+        if not changed:
+            return
+        npy = chosen is PreprocessFormat.npy
         transforms = (
             ""
-            if chosen is PreprocessFormat.npy
-            else " (here the transforms are data.schema's: log1p per dense column, id_policy "
-            "per sparse feature)"
+            if npy
+            else (
+                " (here the transforms are data.schema's: log1p per dense column, id_policy per "
+                "sparse feature)"
+            )
         )
-        require(
-            not changed,
-            f"preprocess.{changed[0] if changed else ''} applies to preprocess.format={other} "
-            f"only, and this conversion is format={chosen.value}{transforms}: drop it",
+        raise ConfigError(
+            f"preprocess.{changed[0]} applies to preprocess.format={'parquet' if npy else 'npy'} "
+            f"only, and this conversion is format={chosen.value}{transforms}: drop it"
         )
 
     def _check_npy_preprocess_schema(self) -> None:

@@ -262,16 +262,13 @@ def check_run_folder(run_dir: Path, resume: str | None, keep_best: bool) -> None
     (:func:`check_best_is_kept`).
 
     Raises:
-        RunFolderInUseError: see those checks.
-        CheckpointError: ``resume`` names no complete checkpoint.
+        RunFolderInUseError: see those checks (a ``resume`` path that is no complete
+            checkpoint is refused where it is loaded).
     """
-    if not resume:
-        check_no_earlier_run(run_dir)
-    elif resume == "auto" and resolve_resume(resume, run_dir) is None:
-        if (run_dir / "metrics.json").is_file():  # a finished run's folder, not a requeue
-            check_no_earlier_run(run_dir)
-    else:
+    if resume and (resume != "auto" or complete_checkpoints(run_dir)):
         check_best_is_kept(run_dir, keep_best)
+    elif not resume or (run_dir / "metrics.json").is_file():  # a finished run's, no requeue
+        check_no_earlier_run(run_dir)
 
 
 def check_best_is_kept(run_dir: Path, keep_best: bool) -> None:

@@ -738,14 +738,15 @@ def summary(metrics: RunMetrics, run_dir: Path, logdir: str = "outputs") -> str:
         f"| peak host memory {host:.2f} GiB (max rank){gpu_text} "
         f"| {metrics.wall_seconds:.1f} s"
     )
-    if metrics.table_data_types:  # what ran, where a precision is easy to miss
-        lines.append(
+    ran = []  # what ran, where a precision is easy to miss
+    if metrics.table_data_types:
+        ran.append(
             f"precision: tables {metrics.tables_ran}, dense {metrics.dense_precision or 'fp32'}"
-            + (f"; qcomms ran {metrics.qcomms_ran} (forward/backward)"
-               if metrics.effective_qcomms else "")
-        )  # fmt: skip
-    elif metrics.effective_qcomms:
-        lines.append(f"qcomms ran {metrics.qcomms_ran} (forward/backward)")
+        )
+    if metrics.effective_qcomms:
+        ran.append(f"qcomms ran {metrics.qcomms_ran} (forward/backward)")
+    if ran:
+        lines.append("; ".join(ran))
     lines += [f"warning: {Substitution(**s).line()}" for s in metrics.substitutions]
     lines += _contention_warning(metrics)
     lines += _utilization_lines(metrics.utilization)

@@ -111,14 +111,14 @@ def _verdict(metric: Metric, d: Difference) -> str:
             if d.method == "paired"
             else "no interval (one run on a side)"
         )
-    if not d.significant:  # the interval holds 0: which side the mean lies on, said as such
-        if metric.higher_is_better is None or d.mean == 0:
-            return "within noise"
-        side = "worse" if _worse_unsure(metric, d) else "better"
-        return f"{side} on average, not significant (more seeds would tell)"
     if metric.higher_is_better is None:
-        return "moved"
-    return "worse" if worse_by(metric, d.mean) > 0 else "better"
+        return "moved" if d.significant else "within noise"
+    side = "worse" if worse_by(metric, d.mean) > 0 else "better"
+    if d.significant:
+        return side
+    if d.mean == 0:
+        return "within noise"
+    return f"{side} on average, not significant (more seeds would tell)"  # the interval holds 0
 
 
 def _describe(label: str, metric: Metric, d: Difference, old: float, new: float) -> str:
