@@ -413,7 +413,7 @@ def test_best_weights_of_another_validation_are_not_restored(tmp_path):
     assert not keeper.restore(str(best), BestValidation(step=200, value=0.70))
 
 
-def test_an_empty_validation_split_decides_nothing(tmp_path):
+def test_an_empty_validation_split_decides_nothing(tmp_path, caplog):
     """``data.val_fraction=0``: every validation is NaN over 0 rows, and those counted as
     validations that did not improve: early stopping ended a 5-epoch run after epoch 3."""
     from dlrm_exp.data.criteo_format import write_criteo_tsv
@@ -429,3 +429,28 @@ def test_an_empty_validation_split_decides_nothing(tmp_path):
     assert metrics.val["samples"] == 0 and metrics.generalization_gap(metrics.steps) is None
     read = RunMetrics.read(tmp_path / "run" / "metrics.json")  # NaN written as null
     assert read.val_history[-1]["logloss"] is None and read.generalization_gap(30) is None
+    said = [r.getMessage() for r in caplog.records if "validation split has no rows" in r.message]
+    assert said == [
+        "the validation split has no rows: early stopping and train.keep_best do not apply "
+        "(val metrics are n/a)"
+    ]  # once, naming the defaults that are on
+
+
+def test_an_empty_validation_split_is_not_warned_of_when_nothing_watches_it(caplog):
+    """No early stopping, target or best weights: an empty split changes nothing to say."""
+    from types import SimpleNamespace
+
+    from dlrm_exp.config.train import EarlyStopping
+    from dlrm_exp.loop.trainer import Trainer
+
+    def warned(patience, keep_best, target):
+        caplog.clear()
+        cfg = SimpleNamespace(
+            early_stopping=EarlyStopping(patience=patience), keep_best=keep_best,
+            target_auroc=target,
+        )  # fmt: skip
+        Trainer._warn_empty_validation(SimpleNamespace(cfg=cfg, _empty_validation_warned=False))
+        return caplog.text
+
+    assert "no rows" not in warned(None, False, None)
+    assert "train.target_auroc does not apply" in warned(None, False, 0.7)

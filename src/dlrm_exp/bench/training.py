@@ -80,6 +80,10 @@ def framework_run(
     cfg.train.throughput_warmup_steps = warmup
     cfg.train.max_steps = None
     cfg.train.epochs = 1
+    # no validation rows by design: nothing validation-driven to run (or warn of)
+    cfg.train.early_stopping.patience = None
+    cfg.train.keep_best = False
+    cfg.train.target_auroc = None
     trainer = Trainer(
         experiment,
         cfg.train,
@@ -87,7 +91,6 @@ def framework_run(
         device=ctx.device,
         tracker=Tracker(run_dir=None, enabled=False),
     )
-    trainer.empty_validation_warned = True  # no validation rows by design: nothing to warn of
     sources = BatchSources(
         train=lambda epoch, skip: iter(batches[skip:]), val=lambda: iter(()), test=lambda: iter(())
     )

@@ -321,7 +321,7 @@ class Trainer:
         self.step_seconds: list[float] = []
         self.window = TrainWindow(cfg.train_window_batches)
         self.loss_read_lag = loss_read_lag(device, cfg.on_nonfinite)
-        self.empty_validation_warned = False
+        self._empty_validation_warned = False
 
     def fit(self, sources: BatchSources, state: TrainerState | None = None) -> FitResult:
         """Train from ``state`` (a resumed checkpoint's; its batches are skipped) or from the
@@ -642,14 +642,27 @@ class Trainer:
             log.info("target AUROC %s reached at step %d (epoch %.3f)", target, step, epoch)
 
     def _warn_empty_validation(self) -> None:
-        """Say once that validations of an empty split decide nothing (``data.val_fraction=0``:
-        its NaN metrics counted as validations that did not improve, and early stopping ended
-        the run after ``patience`` of them)."""
-        if not self.empty_validation_warned:
-            self.empty_validation_warned = True
+        """Say once which validation-driven setting an empty split leaves without effect
+        (``data.val_fraction=0``: its NaN metrics counted as validations that did not improve,
+        and early stopping ended the run after ``patience`` of them); nothing when none is on."""
+        if self._empty_validation_warned:
+            return
+        self._empty_validation_warned = True
+        cfg = self.cfg
+        active = [
+            name
+            for name, on in (
+                ("early stopping", cfg.early_stopping.patience is not None),
+                ("train.target_auroc", cfg.target_auroc is not None),
+                ("train.keep_best", cfg.keep_best),
+            )
+            if on
+        ]
+        if active:
             log.warning(
-                "the validation split has no rows: early stopping, train.target_auroc and "
-                "train.keep_best do not apply (val metrics are n/a)"
+                "the validation split has no rows: %s %s not apply (val metrics are n/a)",
+                " and ".join(active),
+                "does" if len(active) == 1 else "do",
             )
 
     def _track_best(self, state: TrainerState, target_reached: bool = False) -> None:
