@@ -36,6 +36,20 @@ CPU_FUSED = frozenset(
 )
 
 
+def fbgemm_fuses(optimizer: SparseOptimizer, on_cpu: bool) -> bool:
+    """Whether FBGEMM fuses ``optimizer`` into backward on the compute device: every one on a
+    GPU, those of :data:`CPU_FUSED` on CPU (elsewhere its tables run data_parallel)."""
+    return not on_cpu or optimizer in CPU_FUSED
+
+
+def fbgemm_steps_replicas(optimizer: SparseOptimizer, on_cpu: bool) -> bool:
+    """Whether FBGEMM's fused kernel steps the data_parallel replicas, in fp32 state
+    (:class:`~dlrm_exp.factories.replicated_optim.FbgemmReplicaOptimizer`): on CPU with an
+    optimizer of :data:`CPU_FUSED`; on a GPU, and for Adam on CPU, ``torch.optim`` /
+    TorchRec's optimizers step them."""
+    return on_cpu and optimizer in CPU_FUSED
+
+
 class DenseOptimizer(Enum):
     """Optimizer for the dense arch, interaction and over arch parameters (``torch.optim``)."""
 

@@ -29,7 +29,12 @@ from dlrm_exp.config.modes import (
     SchemaScanConfig,
     VerifyConfig,
 )
-from dlrm_exp.config.optimizer import CPU_FUSED, DenseOptimizer, OptimizerConfig, SparseOptimizer
+from dlrm_exp.config.optimizer import (
+    DenseOptimizer,
+    OptimizerConfig,
+    SparseOptimizer,
+    fbgemm_fuses,
+)
 from dlrm_exp.config.qcomms import QCommsConfig
 from dlrm_exp.config.schema import FeatureSchema
 from dlrm_exp.config.sharding import ComputeKernel, ShardingConfig, ShardingStrategy
@@ -291,14 +296,14 @@ class Config:
         kernel and every per-table one."""
         if self.hardware.compute_device is not ComputeDevice.cpu:
             return
-        for table in [None, *self.sharding.overridden_tables]:
+        for table, (_, kernel) in self.sharding.choices().items():
             key = (
                 "sharding.compute_kernel"
                 if table is None
                 else f"sharding.per_table_compute_kernel.{table}"
             )
             require(
-                self.sharding.table_choice(table)[1] is not ComputeKernel.fused_uvm_caching,
+                kernel is not ComputeKernel.fused_uvm_caching,
                 f"{key}=fused_uvm_caching keeps tables in CUDA unified memory with an "
                 "HBM cache and needs hardware.compute_device=cuda: on CPU use fused",
             )
@@ -338,7 +343,7 @@ class Config:
         tables there (``auto`` then replicates every table, see
         :func:`dlrm_exp.planning.constraints.build_constraints`)."""
         opt = self.optimizer.sparse_optimizer
-        if self.hardware.compute_device is not ComputeDevice.cpu or opt in CPU_FUSED:
+        if fbgemm_fuses(opt, self.hardware.compute_device is ComputeDevice.cpu):
             return
         replicable = (
             ShardingStrategy.auto,

@@ -86,7 +86,7 @@ class ShardingConfig:
             self.cache_load_factor is None or 0 < self.cache_load_factor <= 1,
             f"sharding.cache_load_factor must be in (0, 1], got {self.cache_load_factor}",
         )
-        choices = {t: self.table_choice(t) for t in [None, *self.overridden_tables]}
+        choices = self.choices()
         cached = ComputeKernel.fused_uvm_caching
         require(
             self.cache_load_factor is None or cached in {k for _, k in choices.values()},
@@ -132,3 +132,8 @@ class ShardingConfig:
             self.per_table_sharding_type.get(table, self.sharding_type),
             self.per_table_compute_kernel.get(table, self.compute_kernel),
         )
+
+    def choices(self) -> dict[str | None, tuple[ShardingStrategy, ComputeKernel]]:
+        """:meth:`table_choice` of the group default (key None) and of every table in
+        :attr:`overridden_tables`."""
+        return {t: self.table_choice(t) for t in [None, *self.overridden_tables]}

@@ -23,7 +23,7 @@ from dlrm_exp.config import (
     OptimizerConfig,
     SparseOptimizer,
 )
-from dlrm_exp.config.optimizer import CPU_FUSED
+from dlrm_exp.config.optimizer import fbgemm_steps_replicas
 from dlrm_exp.factories.replicated_optim import FbgemmReplicaOptimizer
 from dlrm_exp.planning.tables import is_table_key
 from dlrm_exp.util.substitution import Substitution
@@ -92,7 +92,7 @@ def build_optimizer(model: torch.nn.Module, cfg: OptimizerConfig) -> CombinedOpt
     assert len(optimizers) == _DENSE_INDEX + 1
     if replicated_tables:
         on_cpu = all(p.device.type == "cpu" for p in replicated_tables.values())
-        fbgemm = on_cpu and cfg.sparse_optimizer in CPU_FUSED
+        fbgemm = fbgemm_steps_replicas(cfg.sparse_optimizer, on_cpu)
 
         def replica_factory(params: Any) -> torch.optim.Optimizer:
             if fbgemm:

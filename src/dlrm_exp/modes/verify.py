@@ -60,7 +60,7 @@ from dlrm_exp.config import (
     ShardingStrategy,
     SyntheticDataConfig,
 )
-from dlrm_exp.config.optimizer import CPU_FUSED
+from dlrm_exp.config.optimizer import fbgemm_fuses
 from dlrm_exp.distributed.launch import (
     check_devices,
     init_worker,
@@ -178,9 +178,8 @@ def reference_config(cfg: Config) -> Config:
     optimizer FBGEMM cannot fuse on CPU (Adam) keeps its tables data_parallel (dense kernel),
     the only placement it runs in."""
     ref = copy.deepcopy(cfg)
-    fused = (
-        cfg.hardware.compute_device is not ComputeDevice.cpu
-        or cfg.optimizer.sparse_optimizer in CPU_FUSED
+    fused = fbgemm_fuses(
+        cfg.optimizer.sparse_optimizer, cfg.hardware.compute_device is ComputeDevice.cpu
     )
     ref.sharding.sharding_type = (
         ShardingStrategy.table_wise if fused else ShardingStrategy.data_parallel
@@ -264,8 +263,11 @@ def _spawned_traces(cfgs: list[Config], log_file: Path) -> list[Trace | None]:
 
 
 def _max_rel(a: list[float], b: list[float]) -> float:
+    """The largest relative difference of ``a`` from ``b``; NaN where a loss is not finite
+    (the verdict says so: ``finite``), without numpy's warning for it."""
     x, y = np.asarray(a), np.asarray(b)
-    return float(np.max(np.abs(x - y) / np.maximum(np.abs(y), 1e-12)))
+    with np.errstate(invalid="ignore"):
+        return float(np.max(np.abs(x - y) / np.maximum(np.abs(y), 1e-12)))
 
 
 def _max_abs(a: dict[str, np.ndarray], b: dict[str, np.ndarray]) -> float:
@@ -353,8 +355,7 @@ def _prepared(cfg: Config) -> Config:
 def _asked_sharding_types(cfg: Config) -> set[str]:
     """The sharding types ``cfg`` names (``sharding.sharding_type`` and the per-table ones),
     less those the planner decides (``auto``, ``from_file``): the workers check the plan's."""
-    sharding = cfg.sharding
-    asked = {sharding.table_choice(t)[0] for t in [None, *sharding.overridden_tables]}
+    asked = {kind for kind, _ in cfg.sharding.choices().values()}
     return {s.value for s in asked} - {"auto", "from_file"}
 
 

@@ -14,7 +14,7 @@ DDR for the UVM kernels and on CPU), so the planner places, and refuses, by the 
 from torchrec.distributed.planner.types import ShardingOption, Topology
 
 from dlrm_exp.config import SparseOptimizer
-from dlrm_exp.config.optimizer import CPU_FUSED
+from dlrm_exp.config.optimizer import fbgemm_steps_replicas
 from dlrm_exp.planning.extra_storage import ExtraStorage
 from dlrm_exp.planning.storage import FP32_BYTES
 
@@ -56,7 +56,8 @@ class FusedStateStorage(ExtraStorage):
         too (:class:`~dlrm_exp.factories.replicated_optim.FbgemmReplicaOptimizer`, fp32
         state) when the optimizer is one FBGEMM's CPU kernels fuse."""
         kernel = option.compute_kernel
-        fbgemm_replica = kernel == "dense" and not self.on_gpu and self._optimizer in CPU_FUSED
+        on_cpu = not self.on_gpu
+        fbgemm_replica = kernel == "dense" and fbgemm_steps_replicas(self._optimizer, on_cpu)
         if option.tensor.element_size() >= FP32_BYTES or not (
             kernel in FUSED_KERNELS or fbgemm_replica
         ):

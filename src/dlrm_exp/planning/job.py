@@ -20,7 +20,7 @@ from dlrm_exp.config import (
     HardwareConfig,
     ShardingStrategy,
 )
-from dlrm_exp.config.optimizer import CPU_FUSED
+from dlrm_exp.config.optimizer import fbgemm_fuses, fbgemm_steps_replicas
 from dlrm_exp.distributed.launch import DistContext
 from dlrm_exp.distributed.qcomms import check_supported
 from dlrm_exp.distributed.sharder import job_sharders
@@ -242,7 +242,7 @@ def _check_fp16_replicas(cfg: Config, plan: ShardingPlan) -> None:
         ConfigError: naming the tables and the ways out.
     """
     on_cpu = cfg.hardware.compute_device is ComputeDevice.cpu
-    if on_cpu and cfg.optimizer.sparse_optimizer in CPU_FUSED:
+    if fbgemm_steps_replicas(cfg.optimizer.sparse_optimizer, on_cpu):
         return
     fp16 = {
         name
@@ -271,7 +271,7 @@ def _fuses_sparse_optimizer(cfg: Config) -> bool:
     """Whether FBGEMM fuses the sparse optimizer into backward on the compute device (on CPU
     only those of :data:`~dlrm_exp.config.optimizer.CPU_FUSED`)."""
     on_cpu = cfg.hardware.compute_device is ComputeDevice.cpu
-    return not on_cpu or cfg.optimizer.sparse_optimizer in CPU_FUSED
+    return fbgemm_fuses(cfg.optimizer.sparse_optimizer, on_cpu)
 
 
 def optimizer_substitution(cfg: Config) -> Substitution | None:
