@@ -109,16 +109,18 @@ def test_a_second_conversion_with_other_settings_into_the_folder_is_refused(tmp_
 
 
 def test_an_unwritable_output_folder_is_one_line_before_any_row_is_read(tmp_path, cli_here):
-    """It was a raw FileNotFoundError traceback (the npy format already refused it)."""
+    """It was a raw FileNotFoundError traceback for Parquet (the npy format refused it in
+    words of its own); both formats now say it alike."""
     taken = tmp_path / "a_file"
     taken.write_text("")
     day_0 = write_criteo_tsv(tmp_path / "day_0.tsv", 50, seed=1)
-    result = cli_here(
-        ["mode=preprocess", f"data.path={day_0}", "preprocess.format=parquet",
-         f"preprocess.output_dir={taken / 'out'}", f"hydra.run.dir={tmp_path / 'run'}"]
-    )  # fmt: skip
-    assert result.returncode != 0 and "Traceback" not in result.stderr
-    assert f"cannot write preprocess.output_dir: {taken / 'out'}" in result.stderr
+    for fmt in ("parquet", "npy"):
+        result = cli_here(
+            ["mode=preprocess", f"data.path={day_0}", f"preprocess.format={fmt}",
+             f"preprocess.output_dir={taken / 'out'}", f"hydra.run.dir={tmp_path / fmt}"]
+        )  # fmt: skip
+        assert result.returncode != 0 and "Traceback" not in result.stderr
+        assert f"cannot write preprocess.output_dir: {taken / 'out'}" in result.stderr
 
 
 def test_unlabeled_rows_are_refused_beyond_the_skipped_fraction(tmp_path):

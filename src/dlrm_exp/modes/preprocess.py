@@ -18,6 +18,7 @@ def run(cfg: Config, job: Job) -> ModeResult:
     the run folder.
 
     Raises:
+        ConfigError: ``preprocess.output_dir`` cannot be created or written.
         DataError: an input cannot be read (see :func:`run_preprocess`), or
             ``preprocess.output_dir`` is a file, a folder ``data.path`` names or the folder of
             one of its files.
@@ -26,6 +27,8 @@ def run(cfg: Config, job: Job) -> ModeResult:
     # that data.val_path / data.test_path are unset: only data.path is converted)
     assert cfg.preprocess.output_dir  # Config.__post_init__ requires it for mode=preprocess
     _refuse_output_among_inputs(cfg.data.path, cfg.preprocess.output_dir)
+    # found now, not after reading every row; one message for both formats
+    check_writable(Path(cfg.preprocess.output_dir).expanduser(), "preprocess.output_dir")
     if cfg.preprocess.format is PreprocessFormat.parquet:
         return _to_parquet(cfg, job)
     report = run_preprocess(
@@ -69,7 +72,6 @@ def _to_parquet(cfg: Config, job: Job) -> ModeResult:
     assert isinstance(cfg.data, CriteoTsvDataConfig) and cfg.preprocess.output_dir
     started = time.perf_counter()
     out = Path(cfg.preprocess.output_dir).expanduser()
-    check_writable(out, "preprocess.output_dir")  # found now, not after reading every row
     report = write_criteo_parquet(
         resolve_paths(cfg.data.path, "data.path"),
         out,
