@@ -30,24 +30,32 @@ def test_recorded_steps_are_known_before_they_end_and_the_profiler_stops_taking_
 
 def test_on_cuda_the_allocator_history_covers_the_recorded_steps_only(tmp_path, monkeypatch):
     """It started before the ``wait`` steps, which count as training, and slowed them with a
-    stack trace per allocation (review). Checked with a stand-in for CUDA's history calls."""
-    calls = []
+    stack trace per allocation (review); a run that ended in the ``wait`` steps dumped an
+    empty snapshot. Checked with a stand-in for CUDA's history calls."""
+    calls, dumped, current = [], [], []
     monkeypatch.setattr(
-        torch.cuda.memory, "_record_memory_history", lambda **kw: calls.append((steps_done(), kw))
-    )
-    monkeypatch.setattr(torch.cuda.memory, "_dump_snapshot", lambda path: None)
-    profiler = StepProfiler(tmp_path, 0, ProfileSteps(wait=2, warmup=1, active=1),
-                            torch.device("cpu"), enabled=True)  # fmt: skip
-    profiler.device = torch.device("cuda")  # (its torch profiler records CPU activity only)
+        torch.cuda.memory, "_record_memory_history",
+        lambda **kw: calls.append((current[-1]._steps, kw)),
+    )  # fmt: skip
+    monkeypatch.setattr(torch.cuda.memory, "_dump_snapshot", dumped.append)
 
-    def steps_done():
-        return profiler._steps
+    def profiled(steps_run):
+        calls.clear(), dumped.clear()
+        profiler = StepProfiler(tmp_path, 0, ProfileSteps(wait=2, warmup=1, active=1),
+                                torch.device("cpu"), enabled=True)  # fmt: skip
+        profiler.device = torch.device("cuda")  # (its torch profiler records CPU activity only)
+        current.append(profiler)
+        profiler.start()
+        for _ in range(steps_run):
+            profiler.step()
+        profiler.stop()  # the end of training
 
-    profiler.start()
-    for _ in range(5):
-        profiler.step()
+    profiled(5)
     assert [steps for steps, _ in calls] == [2, 4]  # on after the 2 wait steps, off at the end
     assert calls[0][1] == {"max_entries": 100_000} and calls[1][1] == {"enabled": None}
+    assert len(dumped) == 1
+    profiled(1)  # training ended in the wait steps: no history started, no empty snapshot
+    assert calls == [] and dumped == []
 
 
 def test_throughput_leaves_out_steps_not_counted():

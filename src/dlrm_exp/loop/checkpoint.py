@@ -6,7 +6,9 @@ their optimizer state; ``.metadata`` last) plus ``trainer_state.json`` (step, sa
 validation history, model shape). Every rank writes into ``step_<n>.partial/``; after all of
 them finished, rank 0 writes ``trainer_state.json`` and renames the folder to ``step_<n>``. A
 crash during a save therefore leaves only a ``.partial`` folder, never a visible half
-checkpoint, and the previous ``step_<m>`` stays usable. ``keep_last`` prunes older ones.
+checkpoint, and the previous ``step_<m>`` stays usable. ``keep_last`` prunes older ones
+(each renamed to ``.partial`` before its files go, so a crash mid-deletion leaves no
+half checkpoint either).
 ``train.keep_best`` keeps the best validation's weights as one more checkpoint,
 ``<run>/checkpoints/best/`` (written the same way, replaced at each better validation, the
 old one renamed aside until the new one is in place; never pruned, never picked by
@@ -565,7 +567,8 @@ def _complete_checkpoint(path: Path, key: str) -> Path:
     if not _is_complete(path):
         raise CheckpointError(
             f"{key}: {path} is not a complete checkpoint (it needs DCP's .metadata and "
-            f"{STATE_FILE}; a .partial folder is a save that did not finish)"
+            f"{STATE_FILE}; a .partial folder is a save, or a pruning of an older step, that "
+            "did not finish)"
         )
     return path
 

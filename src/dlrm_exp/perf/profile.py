@@ -55,6 +55,7 @@ class StepProfiler:
         self._process = psutil.Process()
         self._started = 0.0
         self._steps = 0
+        self._history = False  # the CUDA allocator history is on
         activities = [ProfilerActivity.CPU]
         if device.type == "cuda":
             activities.append(ProfilerActivity.CUDA)
@@ -80,6 +81,7 @@ class StepProfiler:
         it records a stack trace per allocation, and the ``wait`` steps count as training."""
         if self.device.type == "cuda" and self._steps + 1 == self.first_recorded:
             torch.cuda.memory._record_memory_history(max_entries=100_000)
+            self._history = True
 
     @property
     def recording(self) -> bool:
@@ -115,9 +117,10 @@ class StepProfiler:
             writer = csv.writer(f)
             writer.writerow(["step", "seconds", "rss_bytes"])
             writer.writerows(self._rss)
-        if self.device.type == "cuda":
+        if self._history:  # not when training ended in the wait steps: nothing recorded
             torch.cuda.memory._dump_snapshot(str(self.dir / f"cuda_memory_rank{self.rank}.pickle"))
             torch.cuda.memory._record_memory_history(enabled=None)
+            self._history = False
 
     def _write_trace(self, prof: profile) -> None:
         prof.export_chrome_trace(str(self.dir / f"rank{self.rank}.pt.trace.json"))
