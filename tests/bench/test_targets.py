@@ -47,14 +47,16 @@ def test_all_met_passes(tmp_path, capsys):
         ([Target("quality", "NE", float("nan"), "<", 1.0)], "quality", "NE"),
         ([Target("inference", "AUROC drop", float("-inf"), "<=", 0.002)], "", "AUROC drop"),
         ([Target("training", "ratio", 1.0, ">=", 0.95)], "training,inference", "no target"),
+        ([Target("quality", "seconds", None, "<=", 30)], "", "seconds"),
         ([], "", "no target recorded at all"),
     ],
 )
 def test_what_cannot_be_compared_is_missed(tmp_path, capsys, targets, expect, missed_row):
-    """A NaN or infinite measurement, a benchmark that recorded nothing (it crashed) and an
-    empty record are failures, never passes."""
+    """A NaN, infinite or absent (None) measurement, a benchmark that recorded nothing (it
+    crashed) and an empty record are failures, never passes, for the benchmark's own exit
+    status too."""
     path = tmp_path / "targets.jsonl"
-    report(targets, str(path))
+    assert report(targets, str(path)) == 1 or expect
     assert main([str(path), "--expect", expect]) == 1
     rows = _rows(capsys.readouterr().out)
     assert [row[3] for name, row in rows.items() if name.startswith(missed_row)] == ["missed"]

@@ -37,7 +37,8 @@ class Target:
     Args:
         bench: the benchmark module's short name (``training``, ``quality``, ...).
         name: what is measured, with its unit where it has one.
-        measured: the measured value (a bool counts as 1 or 0).
+        measured: the measured value (a bool counts as 1 or 0; None: nothing was measured,
+            kept as NaN, which misses).
         op: one of ``>=``, ``>``, ``<=``, ``<`` (:data:`OPS`).
         bound: the target's bound, in the unit of ``measured``.
     """
@@ -47,6 +48,10 @@ class Target:
     measured: float
     op: str
     bound: float
+
+    def __post_init__(self) -> None:
+        if self.measured is None:
+            object.__setattr__(self, "measured", math.nan)
 
     @property
     def met(self) -> bool:
@@ -60,7 +65,10 @@ class Target:
 
 def report(targets: Sequence[Target], path: str | None = None) -> int:
     """Print ``targets``, append them to ``path`` (default: ``$DLRM_EXP_BENCH_TARGETS``, if
-    set) and return the benchmark's exit status: 0 when every target is met, else 1."""
+    set) and return the benchmark's exit status: 0 when every target is met, else 1 (also for
+    no target at all: a benchmark that compared nothing did not pass)."""
+    if not targets:
+        print("  no target recorded")
     for target in targets:
         _, name, measured, bound, _ = target.row()
         print(f"  target {name}: {measured} ({bound}): {'met' if target.met else 'MISSED'}")
@@ -68,7 +76,7 @@ def report(targets: Sequence[Target], path: str | None = None) -> int:
     if path:
         with open(path, "a", encoding="utf-8") as f:
             f.writelines(json.dumps(asdict(t)) + "\n" for t in targets)
-    return 0 if all(t.met for t in targets) else 1
+    return 0 if targets and all(t.met for t in targets) else 1
 
 
 def read_targets(path: Path) -> list[Target]:
