@@ -1,4 +1,4 @@
-"""``make bench`` (part 7): dlrm_exp's fast setting against ``dlrm_main.py``'s recipe (issue 27).
+"""``make bench`` (part 8): dlrm_exp's fast setting against ``dlrm_main.py``'s recipe (issue 27).
 
 TorchRec's quickstart shapes (``model=quickstart``: 26 tables x 100,000 rows x 64, dense arch
 512,256,64, over arch 512,512,256,1, dot interaction) at batch 2048 on one process, with

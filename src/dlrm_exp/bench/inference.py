@@ -1,4 +1,4 @@
-"""``make bench`` (part 5): exported models against the trained one: agreement and cost.
+"""``make bench`` (part 6): exported models against the trained one: agreement and cost.
 
 Trains the default experiment with a final checkpoint, exports it with ``none``, ``fp16`` and
 ``int8`` tables (``mode=export``), loads each artifact with ``torch.jit.load`` and prints,
@@ -78,7 +78,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             [*args.overrides, "train.checkpoint_every_n_steps=100000", "train.progress_bar=false"]
         )
         run_train(train_cfg, run_dir, {})
-        splits = load_splits(train_cfg.data, train_cfg.model.table_sizes, 13, train_cfg.seed)
+        model_cfg = train_cfg.model
+        splits = load_splits(
+            train_cfg.data, model_cfg.table_sizes, model_cfg.num_dense_features, train_cfg.seed
+        )
         dense, sparse, labels = splits.val.dense, splits.val.sparse, splits.val.labels.long()
         checkpoint = next((run_dir / "checkpoints").iterdir())
         dlrm, saved = load_trained(train_cfg, checkpoint)

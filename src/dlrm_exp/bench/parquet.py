@@ -1,4 +1,4 @@
-"""``make bench`` (part 8): does the Parquet loader keep up with training, and does a streamed
+"""``make bench`` (part 4): does the Parquet loader keep up with training, and does a streamed
 epoch's memory stay flat as the file grows?
 
 1. Rows/s of ``data=parquet`` with the shipped Criteo schema (``data/schema=criteo``: 13

@@ -1,4 +1,4 @@
-"""``make bench`` (part 4): the quality bars of the reference recipes (issue 14), measured.
+"""``make bench`` (part 5): the quality bars of the reference recipes (issue 14), measured.
 
 1. The default experiment (``python -m dlrm_exp``): its validation AUROC against the
    Bayes-optimal AUROC of the synthetic data; target gap <= 0.015 within 30 s of training.

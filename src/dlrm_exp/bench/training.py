@@ -1,4 +1,4 @@
-"""``make bench``: does the framework add cost over a plain TorchRec training loop?
+"""``make bench`` (part 1): does the framework add cost over a plain TorchRec training loop?
 
 Runs the default model (or the one named by overrides) on the same in-memory batches twice:
 through the framework (``build_experiment`` + ``Trainer.fit``) and through a plain TorchRec loop

@@ -1,6 +1,8 @@
-"""``make bench`` (part 6): how close training comes to this machine, and what bf16 changes.
+"""``make bench`` (part 7): how close training comes to this machine, and what bf16 changes.
 
-Trains, one process each, and prints the utilization of ``metrics.json``
+Trains, each run ``python -m dlrm_exp`` in a process of its own that probes its own matmul
+peak (:func:`dlrm_exp.bench.fast.whole_run`: no reading cached by an earlier run, no state
+left by one), and prints the utilization of ``metrics.json``
 (:mod:`dlrm_exp.perf.utilization`): dense FLOPs per sample, achieved dense GFLOP/s, the fraction
 of the measured matmul peak (fp32 or bf16, the run's dense precision) and the embedding
 traffic against the copy bandwidth.
@@ -19,9 +21,8 @@ import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 
+from dlrm_exp.bench.fast import whole_run
 from dlrm_exp.bench.targets import Target, report
-from dlrm_exp.bench.training import compose_config
-from dlrm_exp.modes.train import run_train
 from dlrm_exp.record.run_record import RunMetrics
 from dlrm_exp.util.logs import quiet_libraries
 
@@ -31,8 +32,13 @@ QUICKSTART_TARGET = 0.40
 
 
 def train(overrides: list[str], run_dir: Path) -> RunMetrics:
-    """One single-process run of the default config with ``overrides``."""
-    return run_train(compose_config([*overrides, "train.progress_bar=false"]), run_dir, {})
+    """One single-process run of the default config with ``overrides``, in a process of its
+    own (:func:`~dlrm_exp.bench.fast.whole_run`).
+
+    Raises:
+        RuntimeError: the run failed; the message ends with its last output lines.
+    """
+    return whole_run([*overrides, "train.progress_bar=false"], run_dir)
 
 
 def _pct(fraction: float | None) -> str:
@@ -55,8 +61,8 @@ def utilization_line(name: str, metrics: RunMetrics) -> str:
 
 
 def bf16_effect(fp32: RunMetrics, bf16: RunMetrics) -> str:
-    """The printed comparison of a bf16 run with its fp32 twin: one run each, fp32 first, in
-    one process, so the throughput ratio carries this machine's drift (``dlrm_exp.bench.fast``
+    """The printed comparison of a bf16 run with its fp32 twin: one run each, fp32 first, so
+    the throughput ratio carries this machine's drift (``dlrm_exp.bench.fast``
     measures the levers in alternating rounds)."""
     return (
         f"  bf16 effect: val AUROC {bf16.val['auroc'] - fp32.val['auroc']:+.4f}, "
@@ -78,8 +84,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             ("quickstart b=2048", [*QUICKSTART, f"train.max_steps={args.quickstart_steps}"])
         )
         for name, overrides in runs:
-            fp32 = train(overrides, Path(tmp) / f"{name}_fp32")
-            bf16 = train([*overrides, "train.dense_precision=bf16"], Path(tmp) / f"{name}_bf16")
+            folder = f"{tmp}/{name.split()[0]}"  # a hydra.run.dir override: no " " or "="
+            fp32 = train(overrides, Path(f"{folder}_fp32"))
+            bf16 = train([*overrides, "train.dense_precision=bf16"], Path(f"{folder}_bf16"))
             print(utilization_line(f"{name} fp32", fp32))
             print(utilization_line(f"{name} bf16", bf16))
             print(bf16_effect(fp32, bf16))
