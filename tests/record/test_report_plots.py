@@ -60,6 +60,14 @@ def test_bars_have_no_error_bar_for_one_run_and_a_failed_pair_is_labelled(nine_j
     labels = [t.get_text() for t in ax.get_xticklabels()]
     assert labels == ["sharding=tablewise", "sharding=rowwise", "sharding=columnwise"]
     plt.close(fig)
+    fig, ax = plt.subplots()  # a completed pair without the value is not "failed"
+
+    def speed(m):
+        return None if m.samples_per_sec == 1000.0 else m.samples_per_sec
+
+    report._grouped_bars(ax, runs, "sharding", "qcomms", speed)
+    assert [t.get_text() for t in ax.texts] == ["n/a", "failed"]
+    plt.close(fig)
     repeated = runs + runs  # every pair twice: now each has n=2 and an interval
     fig, ax = plt.subplots()
     report._grouped_bars(ax, repeated, "sharding", "qcomms", lambda m: m.samples_per_sec)
@@ -86,3 +94,23 @@ def test_many_identical_curves_get_a_short_legend_entry():
     assert report._curve_label(["a"]) == "a"
     assert report._curve_label(["a", "b"]) == "a = b (identical)"
     assert report._curve_label(["a", "b", "c"]) == "a and 2 more runs (identical)"
+
+
+def test_a_difference_on_one_paired_seed_is_drawn_without_an_interval(tmp_path, monkeypatch):
+    """It was an error bar of width 0, which reads as an exact difference (review)."""
+    from dlrm_exp.record.compare import ConfigStats
+    from dlrm_exp.record.stats import Difference
+
+    one = Difference(n=1, mean=-0.004, ci_low=None, ci_high=None, p_value=None, method="paired")
+    three = Difference(n=3, mean=0.001, ci_low=-0.002, ci_high=0.004, p_value=0.4, method="paired")
+    stats = [ConfigStats("qcomms=none", [0, 1, 2])]
+    stats += [ConfigStats(c, [0], vs_baseline={"val_auroc": d}) for c, d in
+              (("qcomms=fp16", one), ("qcomms=bf16", three))]  # fmt: skip
+    drawn = {}
+    monkeypatch.setattr(report, "save_figure", lambda fig, path: drawn.update(fig=fig))
+    report.plot_auroc_diff(stats, tmp_path / "auroc_diff.png")
+    ax = drawn["fig"].axes[0]
+    labels = [t.get_text() for t in ax.get_yticklabels()]
+    assert labels == ["qcomms=fp16 (n=1, no interval)", "qcomms=bf16"]
+    assert len(ax.collections) == 1  # one error bar: bf16's
+    plt.close(drawn["fig"])

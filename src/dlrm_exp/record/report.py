@@ -101,9 +101,10 @@ def _grouped_bars(
     value: Callable[[RunMetrics], float | None],
     scale: float = 1.0,
 ) -> None:
-    """One bar per (group, bar) pair of :func:`bar_pairs`: the mean over its completed runs,
-    with a 95 % Student t error bar only when it has 2 or more; a pair whose runs all failed
-    is an empty hatched bar labelled "failed"."""
+    """One bar per (group, bar) pair of :func:`bar_pairs`: the mean over its completed runs
+    that have the value, with a 95 % Student t error bar only when 2 or more do; a pair with
+    no value is an empty bar labelled "failed" when none of its runs completed, else "n/a"
+    (completed without it: e.g. no samples/s from a run no longer than its warm-up)."""
     pairs = bar_pairs(runs, group_by, bar_by)
     groups = list(dict.fromkeys(group for group, _ in pairs))
     bars = list(dict.fromkeys(bar for _, bar in pairs))
@@ -121,9 +122,11 @@ def _grouped_bars(
                 error = e.half_width if e.half_width is not None else None
                 ax.bar(x, e.mean, width, yerr=error, capsize=3, color=f"C{j}", label=label)
             elif match:
+                completed = any(r.status == COMPLETED for r in match)
                 ax.bar(x, 0, width, color=f"C{j}", label=label)
-                ax.annotate("failed", (x, 0), ha="center", va="bottom", rotation=90,
-                            fontsize="small", color="tab:red")  # fmt: skip
+                ax.annotate("n/a" if completed else "failed", (x, 0), ha="center",
+                            va="bottom", rotation=90, fontsize="small",
+                            color="tab:gray" if completed else "tab:red")  # fmt: skip
     ax.set_xticks(range(len(groups)), groups)
     plt.setp(ax.get_xticklabels(), rotation=25, ha="right", fontsize="small")
     low, high = ax.get_ylim()
@@ -217,19 +220,25 @@ def plot_comm_bytes(runs: Sequence[RunRecord], path: Path) -> None:
 
 def plot_auroc_diff(stats: Sequence[ConfigStats], path: Path) -> None:
     """Each configuration's val AUROC minus the baseline's, paired by seed: the mean with its
-    95 % interval as a horizontal error bar, and the zero line; PNG. Drawn only for sweeps
-    with repeats (seeds): without them there is no interval to show."""
+    95 % interval as a horizontal error bar, and the zero line; PNG. A difference resting on
+    one paired seed has no interval: a hollow gray marker, its label saying so. Drawn only for
+    sweeps with repeats (seeds)."""
     rows = [
         (s.config, s.vs_baseline["val_auroc"]) for s in stats[1:] if "val_auroc" in s.vs_baseline
     ]
     fig, ax = plt.subplots(figsize=(8, 0.6 * max(len(rows), 1) + 1.8))
-    for y, (_name, d) in enumerate(rows):
-        low = d.mean - d.ci_low if d.ci_low is not None else 0.0
-        high = d.ci_high - d.mean if d.ci_high is not None else 0.0
+    labels = []
+    for y, (name, d) in enumerate(rows):
+        if d.ci_low is None or d.ci_high is None:  # one paired seed: no interval to draw
+            ax.plot(d.mean, y, "o", markerfacecolor="none", color="tab:gray")
+            labels.append(f"{name} (n={d.n}, no interval)")
+            continue
         color = "tab:red" if d.significant else "tab:blue"
-        ax.errorbar(d.mean, y, xerr=[[low], [high]], fmt="o", capsize=4, color=color)
+        xerr = [[d.mean - d.ci_low], [d.ci_high - d.mean]]
+        ax.errorbar(d.mean, y, xerr=xerr, fmt="o", capsize=4, color=color)
+        labels.append(name)
     ax.axvline(0.0, color="black", linewidth=1)
-    ax.set_yticks(range(len(rows)), [name for name, _ in rows], fontsize="small")
+    ax.set_yticks(range(len(rows)), labels, fontsize="small")
     baseline = stats[0].config if stats else "?"
     ax.set_xlabel(f"val AUROC - baseline\n({baseline}), 95 % CI paired by seed")
     ax.set_title("AUROC difference to the baseline (red: interval excludes 0)")
