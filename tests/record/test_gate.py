@@ -423,13 +423,17 @@ def test_runs_of_the_defaults_in_other_folders_are_gated(tmp_path, capsys):
         ("list", r"0/metrics.json: not a dlrm_exp metrics.json"),
         ("val_number", r"0/metrics.json: not a dlrm_exp metrics.json"),
         ("no_status", r"0/metrics.json: not a dlrm_exp metrics.json"),
+        ("comm_null", r"0/metrics.json: .*comm_bytes_per_step is null, not of the kind dict"),
+        ("speed_text", r'0/metrics.json: .*samples_per_sec is "fast", not of the kind float'),
         ("multirun_list", r"multirun.yaml: not a Hydra multirun.yaml"),
         ("overrides", r"0/.hydra/overrides.yaml: not a list of Hydra overrides"),
     ],
 )
 def test_a_folder_of_another_tool_is_an_error_naming_the_file(tmp_path, capsys, case, message):
     """They crashed the report with a traceback and status 1, which a CI job reads as a
-    failed gate; now one line and status 2."""
+    failed gate; now one line and status 2. An edited record whose values are of another kind
+    (null for an object, a string for a number) was a raw AttributeError, or an error naming
+    no file."""
     folder = sweep(tmp_path / "s", {})
     job = folder / "0"
     if case == "list":
@@ -438,6 +442,10 @@ def test_a_folder_of_another_tool_is_an_error_naming_the_file(tmp_path, capsys, 
         (job / "metrics.json").write_text('{"status": "completed", "val": 0.8}')
     elif case == "no_status":
         (job / "metrics.json").write_text('{"accuracy": 0.9}')
+    elif case == "comm_null":
+        (job / "metrics.json").write_text('{"status": "completed", "comm_bytes_per_step": null}')
+    elif case == "speed_text":
+        (job / "metrics.json").write_text('{"status": "completed", "samples_per_sec": "fast"}')
     elif case == "multirun_list":
         (folder / "multirun.yaml").write_text("[1, 2]")
     else:
@@ -453,6 +461,23 @@ def test_files_among_the_paths_are_passed_over(tmp_path, capsys):
     paths = sorted(str(p) for p in folder.iterdir())
     assert any(p.endswith(".csv") for p in paths)
     assert report.main([*paths, "--out", str(tmp_path / "out")]) == 0
+
+
+def test_a_bool_in_an_edited_record_is_no_number_for_the_statistics_or_the_gate(tmp_path):
+    """``"auroc": true`` was missing for the gate but AUROC 1.0 for the statistics, and
+    ``false`` 0.0 for both (review)."""
+    from dlrm_exp.record.compare import config_stats
+    from dlrm_exp.record.run_values import run_values
+    from dlrm_exp.record.runs import load_runs
+
+    jobs = [
+        write_job(tmp_path, seed, [f"seed={seed}"], {"status": "completed", "val": {"auroc": v}})
+        for seed, v in enumerate((True, False, 0.7))
+    ]
+    runs = load_runs(jobs)
+    assert [r.values["val_auroc"] for r in run_values(runs)] == [None, None, 0.7]
+    (stats,) = config_stats(runs)
+    assert stats.estimates["val_auroc"].n == 1
 
 
 def test_a_baseline_holding_one_seed_twice_fails_the_gate():

@@ -121,6 +121,19 @@ def test_a_plan_sweep_lists_its_jobs_and_succeeds(tmp_path, cli_here):
     assert (sweep / "1" / "plan.json").is_file() and "missing" not in done.stdout
 
 
+def test_an_evaluate_run_reports_no_collective_precision(tmp_path):
+    """``mode=evaluate`` records no collectives: its row said FP32 for a qcomms=fp16 job
+    (review); a training run without codecs still says FP32."""
+    from dlrm_exp.record.sweep import summary_row
+
+    scored = {"status": "completed", "mode": "evaluate", "val": {"auroc": 0.7}, "world_size": 2}
+    trained = {"status": "completed", "val": {"auroc": 0.7}, "effective_qcomms": {}}
+    write_job(tmp_path, 0, ["qcomms=fp16"], scored)
+    write_job(tmp_path, 1, ["qcomms=none"], trained)
+    rows = [summary_row(run) for run in load_runs([tmp_path / "0", tmp_path / "1"])]
+    assert [row["qcomms_ran"] for row in rows] == ["", "FP32"]
+
+
 def test_a_plan_sweeps_failed_and_interrupted_jobs_are_listed_as_not_completed(tmp_path, capsys):
     from omegaconf import OmegaConf
 

@@ -54,6 +54,8 @@ def _values(runs: Sequence[RunRecord], metric: Metric) -> dict[int, float]:
     out = {}
     for run in runs:
         value = metric.read(run.metrics)
+        if isinstance(value, bool):  # not a number (an edited record)
+            continue
         if isinstance(value, (int, float)) and math.isfinite(value):
             out[run.seed] = float(value)
     return out

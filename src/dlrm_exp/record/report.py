@@ -161,7 +161,11 @@ def val_auroc_curves(runs: Sequence[RunRecord]) -> dict[tuple, list[str]]:
     curves: dict[tuple, list[str]] = {}
     for run in runs:
         history = run.metrics.val_history
-        points = tuple((h["step"], h["auroc"]) for h in history if h.get("auroc") is not None)
+        points = tuple(
+            (h["step"], h["auroc"])
+            for h in history
+            if h.get("auroc") is not None and h.get("step") is not None
+        )
         if points:
             curves.setdefault(points, []).append(run.name)
     return curves

@@ -6,6 +6,8 @@ A completed run holds every field; a failed job of a sweep holds only ``status: 
 
 import json
 import math
+import types
+import typing
 from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass, field, fields
@@ -22,6 +24,33 @@ FAILED = "failed"
 MISSING = "missing"
 #: A job of a sweep that Ctrl-C or SIGTERM ended while it ran.
 INTERRUPTED = "interrupted"
+
+
+def json_fits(tp: Any, value: Any) -> bool:
+    """Whether the JSON ``value`` has the shape of the field type ``tp``: an object for a
+    ``dict``, a list (of items that fit) for a ``list``, a number (not a bool) for ``float``
+    and ``int``, a string for ``str``, a bool for ``bool``; null where ``tp`` allows None. An
+    object's entries are not checked (readers take them with ``.get``)."""
+    if tp is Any:
+        return True
+    origin, args = typing.get_origin(tp), typing.get_args(tp)
+    if origin in (types.UnionType, typing.Union):
+        return any(json_fits(arg, value) for arg in args)
+    if tp is type(None):
+        return value is None
+    base = origin or tp
+    if base is bool or isinstance(value, bool):
+        return base is bool and isinstance(value, bool)
+    if base is list:
+        item = args[0] if args else Any
+        return isinstance(value, list) and all(json_fits(item, v) for v in value)
+    # a number for int too: a step rescaled to another world size may be a fraction
+    kinds = {float: (int, float), int: (int, float), str: (str,), dict: (dict,)}
+    return isinstance(value, kinds.get(base, (object,)))
+
+
+def _type_name(tp: Any) -> str:
+    return tp.__name__ if isinstance(tp, type) else str(tp).replace("typing.", "")
 
 
 @dataclass
@@ -91,7 +120,8 @@ class RunMetrics:
             ``{collective: {"forward": "FP16", "backward": "BF16"}}`` (``pooled_all_to_all``,
             ``reduce_scatter``, ``sequence_all_to_all``), read back from rank 0's sharded
             model (:func:`dlrm_exp.distributed.qcomms.effective_qcomms`); empty without codecs
-            (every collective FP32).
+            (every collective FP32); None in a record without it (``mode=evaluate``'s: it
+            trains nothing).
         table_data_types: each table's weight dtype as allocated (``{table: "fp16"}``), read
             back from rank 0's sharded model (``model.embedding_data_type``).
         dense_precision: what the dense arch, interaction and over arch computed in
@@ -146,7 +176,7 @@ class RunMetrics:
     train_windows: list[dict[str, float]] = field(default_factory=list)
     utilization: dict[str, Any] = field(default_factory=dict)
     profile: list[str] = field(default_factory=list)
-    effective_qcomms: dict[str, dict[str, str]] = field(default_factory=dict)
+    effective_qcomms: dict[str, dict[str, str]] | None = None
     table_data_types: dict[str, str] = field(default_factory=dict)
     dense_precision: str = ""
     table_sharding_types: dict[str, str] = field(default_factory=dict)
@@ -173,7 +203,10 @@ class RunMetrics:
     @property
     def qcomms_ran(self) -> str:
         """The effective precisions in one cell: ``reduce_scatter FP16/BF16`` (forward /
-        backward; collectives comma-separated), ``FP32`` without codecs."""
+        backward; collectives comma-separated), ``FP32`` without codecs, ``""`` for a record
+        without them (``mode=evaluate``)."""
+        if self.effective_qcomms is None:
+            return ""
         return precisions_text(self.effective_qcomms) or "FP32"
 
     @property
@@ -210,7 +243,7 @@ class RunMetrics:
     @property
     def peak_rss_gib_max_rank(self) -> float | None:
         """The largest peak resident set over the ranks, GiB (host memory)."""
-        return max((r["rss"] for r in self.peak_memory_gib_per_rank), default=None)
+        return max((r["rss"] for r in self.peak_memory_gib_per_rank if "rss" in r), default=None)
 
     @property
     def peak_gpu_gib_max_rank(self) -> float | None:
@@ -246,18 +279,23 @@ class RunMetrics:
         Raises:
             OSError: it cannot be read.
             ValueError: it is not JSON, or not a dlrm_exp record (not an object, no
-                ``status``, or ``val`` / ``test`` not objects); the message names the file.
+                ``status``, or a known key whose value is not of its field's kind: an object,
+                a list, a number, a string; an edited file); the message names the file and
+                the key.
         """
         try:
             content = json.loads(path.read_text(encoding="utf-8"))
         except ValueError as err:
             raise ValueError(f"{path}: not JSON ({err})") from None
-        shaped = isinstance(content, dict) and isinstance(content.get("status"), str)
-        if not shaped or not all(isinstance(content.get(k, {}), dict) for k in ("val", "test")):
-            raise ValueError(
-                f"{path}: not a dlrm_exp metrics.json (an object with a status, and val / test "
-                "objects)"
-            )
+        if not (isinstance(content, dict) and isinstance(content.get("status"), str)):
+            raise ValueError(f"{path}: not a dlrm_exp metrics.json (an object with a status)")
+        hints = typing.get_type_hints(cls)
+        for key, value in content.items():
+            if key in hints and not json_fits(hints[key], value):
+                raise ValueError(
+                    f"{path}: not a dlrm_exp metrics.json: {key} is {json.dumps(value)[:60]}, "
+                    f"not of the kind {_type_name(hints[key])}"
+                )
         return cls.from_json(content)
 
     def write(self, path: Path) -> None:

@@ -42,7 +42,9 @@ class RunValues:
 
 
 def _number(value: object) -> float | None:
-    return float(value) if isinstance(value, (int, float)) and value is not True else None
+    """``value`` as a float; None for anything not a number (a bool in an edited record too)."""
+    number = isinstance(value, (int, float)) and not isinstance(value, bool)
+    return float(value) if number else None
 
 
 def run_values(runs: Iterable[RunRecord]) -> list[RunValues]:
