@@ -159,7 +159,7 @@ def test_binary_input_and_unwritable_output(tmp_path):
 
 
 def test_npy_writer_abort_leaves_nothing(tmp_path):
-    with pytest.raises(RuntimeError):
+    with pytest.raises(RuntimeError, match="^crash$"):
         with NpyRowWriter(tmp_path / "a.npy", np.float32, 13) as writer:
             writer.append(np.zeros((4, 13)))
             raise RuntimeError("crash")

@@ -202,9 +202,8 @@ def test_predict_scores_unlabeled_rows_and_refuses_a_mostly_malformed_file(
         caplog.text
     )
     with pytest.raises(
-        DataError,
-        match=r"75 of 100 rows could not be evaluated",  # test: of data.path
-    ):  # test: from data.path
+        DataError, match=r"^data\.path: 75 of 100 rows could not be evaluated"
+    ):  # split=test: its rows come from data.path
         run_evaluate(compose_cfg(["mode=evaluate", *clean[:-1], "split=test"]), Job(tmp_path))
 
 

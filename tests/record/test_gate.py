@@ -289,6 +289,7 @@ def test_the_gate_cannot_overwrite_its_baseline_or_gate_on_calibration(tmp_path,
     assert (baseline / "summary_runs.csv").read_bytes() == saved
     with pytest.raises(SystemExit):  # argparse: not a choice (calibration has no better side)
         gate(tmp_path, other, baseline, "--gate", "val_calibration")
+    assert "invalid choice: 'val_calibration'" in capsys.readouterr().err
 
 
 def test_a_baseline_that_names_several_configurations_is_refused(tmp_path, capsys):

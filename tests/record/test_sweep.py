@@ -373,6 +373,21 @@ def test_optuna_example_tunes_the_learning_rates(tmp_path):
     assert all(r["run"].startswith("optimizer.learning_rate=") for r in rows)
 
 
+def test_the_optuna_example_searches_keys_the_config_has():
+    """Without the optional plugin the test above skips; the example's search space is still
+    checked: every key it tunes is a config key (a renamed one would fail each trial)."""
+    import yaml
+
+    from dlrm_exp.config import Config
+    from dlrm_exp.config.conf_tree import conf_dir
+    from dlrm_exp.config.keys import check_override_keys
+
+    example = yaml.safe_load((conf_dir() / "hydra" / "sweeper" / "lr_search.yaml").read_text())
+    tuned = list(example["params"])
+    assert tuned == ["optimizer.learning_rate", "optimizer.dense_learning_rate"]
+    check_override_keys([f"{key}=0.1" for key in tuned], Config)  # raises on an unknown key
+
+
 def test_the_table_shows_the_matmul_peak_and_links_profiles(tmp_path):
     """Utilization and ``train.profile`` files reach the summary without a training run."""
     from dlrm_exp.record.run_record import RunMetrics
