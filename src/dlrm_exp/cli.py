@@ -28,7 +28,8 @@ from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import MissingMandatoryValue, OmegaConfBaseException
 
 from dlrm_exp.config import Config, Mode, conf_dir, register_configs
-from dlrm_exp.config.keys import check_composed_keys, check_override_keys
+from dlrm_exp.config.keys import check_composed_keys, check_data_option_keys, check_override_keys
+from dlrm_exp.config.store import DATA_OPTIONS
 from dlrm_exp.distributed.env import env_rank, launched_by_torchrun
 from dlrm_exp.distributed.submitit_env import adopt_submitit_environment, in_submitit_task
 from dlrm_exp.errors import ConfigError, Refusal, RunFolderInUseError, Terminated, UserError
@@ -344,7 +345,9 @@ def main() -> None:
         if env_rank() == 0:  # other ranks write no run folder
             refuse_another_runs_folder(sys.argv[1:])
             _keep_record(sys.argv[1:])
-        check_override_keys([a for a in sys.argv[1:] if not a.startswith("-")], Config)
+        overrides = [a for a in sys.argv[1:] if not a.startswith("-")]
+        check_override_keys(overrides, Config)
+        check_data_option_keys(overrides, DATA_OPTIONS)
     except UserError as err:
         print(f"Error: {err}", file=sys.stderr)
         sys.exit(1)

@@ -54,6 +54,26 @@ def test_an_appended_key_is_refused_after_compose():
     check_composed_keys(compose_raw([*item[:2], "data.schema.dense.0.log1p=false"]), Config)
 
 
+def test_a_key_of_another_data_option_is_refused_before_hydra_composes():
+    """``data.path=x`` without ``data=criteo_tsv`` met Hydra's own error, whose hint
+    (``+data.path``) the composed-key check then refused (docs review)."""
+    from dlrm_exp.config.keys import check_data_option_keys
+    from dlrm_exp.config.store import DATA_OPTIONS
+
+    def check(*overrides):
+        check_data_option_keys(list(overrides), DATA_OPTIONS)
+
+    default = r"data.path does not apply to the chosen data option \(synthetic: Synthetic"
+    with pytest.raises(ConfigError, match=default + r".*\(data=criteo_tsv, data=criteo_npy"):
+        check("data.path=x", "mode=plan")
+    with pytest.raises(ConfigError, match=r"data.schema.label .*\(criteo_npy: .*data=parquet\)"):
+        check("data=criteo_npy", "data.schema.label=y")
+    check("data=criteo_tsv", "data.path=x", "data.schema.sparse.C1.id_policy=hash")
+    check("data.num_train_samples=8", "data.nope=1")  # unknown everywhere: the other check's
+    check("experiment=dlrm_main_mlperf", "data.path=x")  # the experiment may choose the data
+    check("data=criteo_tsv,parquet", "data.path=x")  # a sweep over data: each job composes
+
+
 def test_known_keys_and_open_maps_pass():
     raw = compose_raw(
         ["+sharding.per_table_sharding_type.t_cat_0=row_wise", "experiment=mlperf_dcnv2"]

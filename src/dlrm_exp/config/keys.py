@@ -167,6 +167,56 @@ def check_override_keys(overrides: Sequence[str], root: type) -> None:
         raise unknown_key_error(key, known)
 
 
+def check_data_option_keys(overrides: Sequence[str], options: dict[str, type]) -> None:
+    """Refuse a ``data.<key>`` override that the chosen data option lacks (``data.path`` with
+    the default ``data=synthetic``), before Hydra composes: its own error suggests
+    ``+data.path``, which the composed-key check then refuses. The option is the command
+    line's ``data=<option>``, else the group default of ``conf/config.yaml``; nothing is
+    checked when an ``experiment=`` or a sweep over ``data`` may choose another.
+
+    Raises:
+        ConfigError: naming the key, the chosen option and the options that have the key.
+    """
+    parsed = []
+    for text in overrides:
+        try:
+            parsed += OverridesParser.create().parse_overrides([text])
+        except HydraException:
+            continue  # a flag's value, or a typo Hydra reports itself
+    choice = _group_default("data")
+    for o in parsed:
+        if o.key_or_group == "experiment" or (o.key_or_group == "data" and o.is_sweep_override()):
+            return
+        if o.key_or_group == "data" and not o.is_delete():
+            choice = str(o.value())
+    if choice not in options:
+        return  # an unknown option: Hydra names it
+    for o in parsed:
+        field = o.key_or_group.removeprefix("data.")
+        if field == o.key_or_group or o.is_delete() or _option_has(options[choice], field):
+            continue
+        having = [f"data={name}" for name, cls in options.items() if _option_has(cls, field)]
+        if having:  # else unknown to every option: check_override_keys names the closest
+            raise ConfigError(
+                f"config key {o.key_or_group} does not apply to the chosen data option "
+                f"({choice}: {options[choice].__name__}): choose one that has it "
+                f"({', '.join(having)})"
+            )
+
+
+def _option_has(cls: type, field: str) -> bool:
+    """Whether the data option's schema ``cls`` has the (dotted) key ``field``."""
+    known, open_maps = schema_keys(cls)
+    return field in known or _under_open_map(field, open_maps) or _list_item_key(field, known)
+
+
+def _group_default(group: str) -> str | None:
+    """The option ``conf/config.yaml``'s defaults list picks for ``group``."""
+    defaults = OmegaConf.load(conf_dir() / "config.yaml").get("defaults", [])
+    picks = [d[group] for d in defaults if isinstance(d, DictConfig) and group in d]
+    return str(picks[0]) if picks else None
+
+
 def group_choice_hint(key: str, value: str) -> str | None:
     """``group=value`` when ``key`` is close to a config group of ``conf/`` that has an option
     ``value`` (``modle=tiny`` -> ``model=tiny``, where the closest key is ``mode``), else None."""

@@ -16,6 +16,15 @@ from dlrm_exp.config.qcomms import QCommsConfig
 from dlrm_exp.config.root import Config
 from dlrm_exp.config.sharding import ShardingConfig
 
+#: The ``data`` group's options (``conf/data/<option>.yaml``) and the schema each extends.
+DATA_OPTIONS: dict[str, type] = {
+    "synthetic": SyntheticDataConfig,
+    "criteo_tsv": CriteoTsvDataConfig,
+    "criteo_npy": CriteoNpyDataConfig,
+    "criteo_multihot": CriteoMultiHotDataConfig,
+    "parquet": ParquetDataConfig,
+}
+
 
 def register_configs() -> None:
     """Store the schemas in Hydra's ConfigStore: the root as ``base_config`` and each group's
@@ -30,10 +39,6 @@ def register_configs() -> None:
         ("optimizer", OptimizerConfig),
         ("qcomms", QCommsConfig),
         ("hardware", HardwareConfig),
-        ("data_synthetic", SyntheticDataConfig),
-        ("data_criteo_tsv", CriteoTsvDataConfig),
-        ("data_criteo_npy", CriteoNpyDataConfig),
-        ("data_criteo_multihot", CriteoMultiHotDataConfig),
-        ("data_parquet", ParquetDataConfig),
+        *((f"data_{option}", node) for option, node in DATA_OPTIONS.items()),
     ):
         cs.store(group="schema", name=name, node=node)
