@@ -96,6 +96,22 @@ def test_integer_columns_are_ids_when_their_name_says_so():
                      "grid": "dense"}  # fmt: skip
 
 
+def test_no_sparse_column_names_the_integers_taken_as_dense_and_the_way_out():
+    """mode=schema on the Parquet files mode=preprocess writes (integer C1..C26) said only
+    "no sparse column found" (docs review)."""
+    from dlrm_exp.modes.schema import _why
+
+    table = pa.table({"label": pa.array([0, 1] * 5), "I1": pa.array(np.arange(10.0)),
+                      **{f"C{i}": pa.array(np.arange(10)) for i in range(1, 6)}})  # fmt: skip
+    columns = scan_table(table, 10, None, 1000)
+    assert not any(c.role == "sparse" for c in columns)
+    why = _why(columns)
+    assert why.startswith(" (the integer columns C1, C2, C3, C4, ... were taken as dense")
+    assert "mode=preprocess writes" in why
+    named = pa.table({"label": pa.array([0, 1] * 5), "user_id": pa.array(np.arange(10))})
+    assert _why(scan_table(named, 10, None, 1000)) == ""  # a sparse column: nothing to explain
+
+
 def test_a_second_label_column_is_kept_out_of_the_inputs_and_float_ids_are_flagged():
     """With schema_scan.label=click the other label-named column was a dense input: the
     target copied into the features. An id column pandas saved as float (it had nulls) is

@@ -18,6 +18,7 @@ from dlrm_exp.data.schema_scan import ColumnStats, is_id_name, read_sample, scan
 from dlrm_exp.errors import DataError
 from dlrm_exp.modes.job import Job, ModeResult
 from dlrm_exp.util.files import write_json_atomic, write_text_atomic
+from dlrm_exp.util.text import first_few
 
 
 def run(cfg: Config, job: Job) -> ModeResult:
@@ -35,7 +36,7 @@ def run(cfg: Config, job: Job) -> ModeResult:
     roles = {c.role for c in columns}
     if not {"dense", "sparse"} <= roles:
         missing = " and ".join(r for r in ("dense", "sparse") if r not in roles)
-        raise DataError(f"{files[0]}: no {missing} column found; a DLRM needs both")
+        raise DataError(f"{files[0]}: no {missing} column found; a DLRM needs both" + _why(columns))
     text = render_yaml(columns, files[0].name, table.num_rows, total)
     parse_schema(text)  # what data=parquet will compose must load
     target = job.run_dir / "conf" / "data" / "schema" / f"{scan.name}.yaml"
@@ -50,6 +51,20 @@ def run(cfg: Config, job: Job) -> ModeResult:
     }
     write_json_atomic(job.run_dir / "schema_report.json", report)
     return ModeResult(summary="\n".join(_summary(columns, target, job, paths, scan.name)))
+
+
+def _why(columns: list[ColumnStats]) -> str:
+    """Why no column was taken as sparse: integer columns count as ids (sparse) only when
+    their name says so; the ones taken as dense, and the way out."""
+    integers = [c.name for c in columns if c.role == "dense" and "int" in c.type]
+    if not integers or any(c.role == "sparse" for c in columns):
+        return ""
+    return (
+        f" (the integer columns {first_few(integers, 4)} were taken as dense counts: "
+        "integers are ids only when the name says so, as id, user_id or itemId; a schema can "
+        "still name them sparse: write it by hand, or use the one mode=preprocess writes "
+        "beside its Parquet files)"
+    )
 
 
 def render_yaml(columns: list[ColumnStats], source: str, sample: int, total: int) -> str:
