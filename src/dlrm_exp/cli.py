@@ -10,6 +10,7 @@ error in its ``metrics.json`` and the sweep goes on; the sweep's summary lists i
 process exits 1 at the end (:class:`dlrm_exp.record.sweep.SweepSummary`).
 """
 
+import importlib.util
 import logging
 import math
 import os
@@ -244,6 +245,31 @@ def _last_value(args: list[str], key: str) -> str | None:
     return values[-1] if values else None
 
 
+#: ``hydra/<group>=<option>`` choices of conf/ that need a Hydra plugin of an optional extra:
+#: (plugin module, extra).
+PLUGIN_OPTIONS = {
+    ("hydra/sweeper", "lr_search"): ("hydra_plugins.hydra_optuna_sweeper", "optuna"),
+    ("hydra/launcher", "local"): ("hydra_plugins.hydra_submitit_launcher", "launchers"),
+    ("hydra/launcher", "slurm_gpu"): ("hydra_plugins.hydra_submitit_launcher", "launchers"),
+}
+
+
+def check_plugins(args: list[str]) -> None:
+    """Refuse a ``hydra/sweeper=`` or ``hydra/launcher=`` option of conf/ whose Hydra plugin
+    is not installed, naming the extra that brings it (Hydra's own error is "Could not load
+    'hydra/sweeper/optuna'" with its search path).
+
+    Raises:
+        ConfigError: naming the option and ``pip install -e ".[<extra>]"``.
+    """
+    for (group, option), (module, extra) in PLUGIN_OPTIONS.items():
+        if _last_value(args, group) == option and importlib.util.find_spec(module) is None:
+            raise ConfigError(
+                f"{group}={option} needs a Hydra plugin that is not installed "
+                f'({module.split(".")[-1]}): pip install -e ".[{extra}]"'
+            )
+
+
 def _writes_nothing(args: list[str]) -> bool:
     """Whether Hydra only prints (``--cfg``, ``--help``, ``--hydra-help``, ``--info``) and
     writes no run folder."""
@@ -345,6 +371,7 @@ def main() -> None:
         if env_rank() == 0:  # other ranks write no run folder
             refuse_another_runs_folder(sys.argv[1:])
             _keep_record(sys.argv[1:])
+        check_plugins(sys.argv[1:])
         overrides = [a for a in sys.argv[1:] if not a.startswith("-")]
         check_override_keys(overrides, Config)
         check_data_option_keys(overrides, DATA_OPTIONS)

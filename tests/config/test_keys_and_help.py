@@ -136,3 +136,21 @@ def test_help_lists_the_modes_and_every_real_option(cli_here):
         assert options == {p.stem for p in (REPO / "conf" / group).glob("*.yaml")}, group
     with pytest.raises(Exception, match="Could not find 'model/base_model'"):
         compose_raw(["model=base_model"])
+
+
+def test_a_sweeper_or_launcher_without_its_plugin_names_the_extra(monkeypatch):
+    """``hydra/sweeper=lr_search`` without the optional extra was Hydra's "Could not load
+    'hydra/sweeper/optuna'" and its search path (docs review)."""
+    import importlib.util
+
+    from dlrm_exp.cli import check_plugins
+
+    found = importlib.util.find_spec
+    monkeypatch.setattr(
+        importlib.util, "find_spec",
+        lambda name, *a: None if name.endswith("optuna_sweeper") else found(name, *a),
+    )  # fmt: skip
+    with pytest.raises(ConfigError, match=r'lr_search needs .*pip install -e "\.\[optuna\]"'):
+        check_plugins(["-m", "hydra/sweeper=lr_search", "seed=1"])
+    check_plugins(["-m", "hydra/launcher=local", "seed=1"])  # the launchers extra: installed
+    check_plugins(["seed=1"])
