@@ -114,3 +114,22 @@ def test_a_difference_on_one_paired_seed_is_drawn_without_an_interval(tmp_path, 
     assert labels == ["qcomms=fp16 (n=1, no interval)", "qcomms=bf16"]
     assert len(ax.collections) == 1  # one error bar: bf16's
     plt.close(drawn["fig"])
+
+
+def test_the_legend_says_what_ran_when_it_is_not_what_was_asked(tmp_path):
+    """One process: ``qcomms=fp16`` ran no embedding collective, which summary.md said and
+    the throughput legend did not (docs review)."""
+    folder = tmp_path / "sweep"
+    ran = {"setting": "qcomms", "asked": "fp16", "ran": "no embedding collective", "reason": "1"}
+    for number, (sharding, qcomms) in enumerate(
+        [("tablewise", "none"), ("tablewise", "fp16"), ("rowwise", "none"), ("rowwise", "fp16")]
+    ):
+        metrics = _completed(sharding, qcomms, 1000.0 + number)
+        if qcomms == "fp16":
+            metrics["substitutions"] = [ran]
+        write_job(folder, number, [f"sharding={sharding}", f"qcomms={qcomms}"], metrics)
+    fig, ax = plt.subplots()
+    report._grouped_bars(ax, load_runs([folder]), "sharding", "qcomms", lambda m: 1.0)
+    legend = [t.get_text() for t in ax.get_legend().get_texts()]
+    assert legend == ["qcomms=none", "qcomms=fp16 (ran: no embedding collective)"]
+    plt.close(fig)

@@ -111,10 +111,11 @@ def _grouped_bars(
     width = 0.8 / max(len(bars), 1)
     for j, bar in enumerate(bars):
         first = next(group for group, option in pairs if option == bar)  # its legend entry
+        of_bar = [r for (_, option), match in pairs.items() if option == bar for r in match]
         for i, group in enumerate(groups):
             match = pairs.get((group, bar), [])
             x = i + (j - (len(bars) - 1) / 2) * width
-            label = f"{bar_by}={bar}" if group == first else None
+            label = f"{bar_by}={bar}{_ran_note(of_bar, bar_by)}" if group == first else None
             numbers = [value(r.metrics) for r in match if r.status == COMPLETED]
             numbers = [n / scale for n in numbers if n is not None]
             if numbers:
@@ -133,6 +134,20 @@ def _grouped_bars(
     ax.set_ylim(low, high + 0.15 * (high - low))  # headroom: the legend above the bars
     ax.legend(fontsize="small", loc="upper right")
     ax.grid(axis="y", alpha=0.3)
+
+
+def _ran_note(runs: Sequence[RunRecord], setting: str) -> str:
+    """What the completed ``runs`` ran for ``setting`` when it is not what they asked (the
+    run's ``substitutions``), for a legend entry: `` (ran: <what>)`` when all ran the same
+    other thing, `` (ran otherwise in some: summary.md)`` when some did, else ``""``."""
+    done = [r.metrics for r in runs if r.status == COMPLETED]
+    ran = [next((s["ran"] for s in m.substitutions if s.get("setting") == setting), None)
+           for m in done]  # fmt: skip
+    if not done or all(r is None for r in ran):
+        return ""
+    if len(set(ran)) == 1:
+        return f" (ran: {ran[0]})"
+    return " (ran otherwise in some: summary.md)"
 
 
 def save_figure(fig: Any, path: Path) -> None:
