@@ -58,7 +58,8 @@ def test_report_draws_the_difference_plot_and_the_gate_passes_a_rerun(
     baseline = "| sharding=tablewise,optimizer.learning_rate=0.02 (ran qcomms: no embedding "
     assert baseline + "collective) (baseline) |" in capsys.readouterr().out  # the one asked
     assert report.main([str(folder), "--baseline", "qcomms=fp8"]) == 2
-    capsys.readouterr()
+    no_match = capsys.readouterr().err  # names what there is to choose from
+    assert "no configuration has these overrides (the runs' configurations: sharding=" in no_match
     # as parsed: 0.020 is 0.02 (the typed text did not match); not Hydra syntax: exit 2, no
     # traceback (Hydra's parse error is no ValueError)
     parsed = "optimizer.learning_rate=0.020"

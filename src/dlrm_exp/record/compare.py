@@ -22,6 +22,7 @@ from dlrm_exp.record.runs import (
 )
 from dlrm_exp.record.stats import Difference, Estimate, estimate, paired_difference
 from dlrm_exp.util.files import write_csv_atomic
+from dlrm_exp.util.text import first_few
 
 STATS_FILE = "summary_stats.csv"
 
@@ -92,7 +93,11 @@ def config_stats(runs: Sequence[RunRecord], baseline: str | None = None) -> list
     if baseline:
         matching = [name for name in names if groups[name][0].matches(baseline)]
         if not matching:
-            raise ValueError(f"--baseline {baseline}: no configuration has these overrides")
+            have = first_few([groups[name][0].config for name in names], 4)
+            raise ValueError(
+                f"--baseline {baseline}: no configuration has these overrides (the runs' "
+                f"configurations: {have})"
+            )
         matching = [n for n in matching if n in ran] or matching
         if len(matching) > 1:
             which = "; ".join(groups[name][0].config for name in matching[:3])
