@@ -263,11 +263,28 @@ def check_plugins(args: list[str]) -> None:
         ConfigError: naming the option and ``pip install -e ".[<extra>]"``.
     """
     for (group, option), (module, extra) in PLUGIN_OPTIONS.items():
-        if _last_value(args, group) == option and importlib.util.find_spec(module) is None:
+        if _last_value(args, group) == option and not _installed(module):
             raise ConfigError(
                 f"{group}={option} needs a Hydra plugin that is not installed "
                 f'({module.split(".")[-1]}): pip install -e ".[{extra}]"'
             )
+
+
+def _other_primary_config(args: list[str]) -> bool:
+    """Whether the command names a primary config of its own (``-cn`` / ``--config-name``,
+    ``-cp`` / ``--config-path``, ``-cd`` / ``--config-dir``), whose defaults may pick other
+    group options than conf/config.yaml's."""
+    flags = ("-cn", "--config-name", "-cp", "--config-path", "-cd", "--config-dir")
+    return any(a in flags or a.startswith(tuple(f"{f}=" for f in flags)) for a in args)
+
+
+def _installed(module: str) -> bool:
+    """Whether ``module`` can be imported (``find_spec`` raises, not returns None, when its
+    parent package is missing too: no Hydra plugin at all installs ``hydra_plugins``)."""
+    try:
+        return importlib.util.find_spec(module) is not None
+    except ModuleNotFoundError:
+        return False
 
 
 def _writes_nothing(args: list[str]) -> bool:
@@ -374,7 +391,8 @@ def main() -> None:
         check_plugins(sys.argv[1:])
         overrides = [a for a in sys.argv[1:] if not a.startswith("-")]
         check_override_keys(overrides, Config)
-        check_data_option_keys(overrides, DATA_OPTIONS)
+        if not _other_primary_config(sys.argv[1:]):  # else its own data default
+            check_data_option_keys(overrides, DATA_OPTIONS)
     except UserError as err:
         print(f"Error: {err}", file=sys.stderr)
         sys.exit(1)

@@ -72,6 +72,7 @@ def test_a_key_of_another_data_option_is_refused_before_hydra_composes():
     check("data.num_train_samples=8", "data.nope=1")  # unknown everywhere: the other check's
     check("experiment=dlrm_main_mlperf", "data.path=x")  # the experiment may choose the data
     check("data=criteo_tsv,parquet", "data.path=x")  # a sweep over data: each job composes
+    check("hydra.sweeper.params.data=criteo_tsv,parquet", "data.path=x")  # so does the sweeper's
 
 
 def test_known_keys_and_open_maps_pass():
@@ -145,12 +146,21 @@ def test_a_sweeper_or_launcher_without_its_plugin_names_the_extra(monkeypatch):
 
     from dlrm_exp.cli import check_plugins
 
-    found = importlib.util.find_spec
-    monkeypatch.setattr(
-        importlib.util, "find_spec",
-        lambda name, *a: None if name.endswith("optuna_sweeper") else found(name, *a),
-    )  # fmt: skip
-    with pytest.raises(ConfigError, match=r'lr_search needs .*pip install -e "\.\[optuna\]"'):
+    installed: set[str] = set()  # what the stand-in finds
+
+    def find_spec(name, *args):
+        if "hydra_plugins" not in installed:  # no plugin at all: the parent is missing too
+            raise ModuleNotFoundError(f"No module named {name.split('.')[0]!r}")
+        return object() if name in installed else None
+
+    monkeypatch.setattr(importlib.util, "find_spec", find_spec)
+    optuna = r'lr_search needs .*pip install -e "\.\[optuna\]"'
+    with pytest.raises(ConfigError, match=optuna):  # no plugin installed at all
         check_plugins(["-m", "hydra/sweeper=lr_search", "seed=1"])
-    check_plugins(["-m", "hydra/launcher=local", "seed=1"])  # the launchers extra: installed
+    with pytest.raises(ConfigError, match=r'launcher=local needs .*\.\[launchers\]"'):
+        check_plugins(["-m", "hydra/launcher=local", "seed=1"])
+    installed |= {"hydra_plugins", "hydra_plugins.hydra_submitit_launcher"}
+    with pytest.raises(ConfigError, match=optuna):  # another plugin installed
+        check_plugins(["-m", "hydra/sweeper=lr_search", "seed=1"])
+    check_plugins(["-m", "hydra/launcher=local", "seed=1"])
     check_plugins(["seed=1"])

@@ -45,7 +45,7 @@ class Target:
 
     bench: str
     name: str
-    measured: float
+    measured: float  # None given: NaN (__post_init__)
     op: str
     bound: float
 

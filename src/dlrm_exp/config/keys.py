@@ -23,6 +23,7 @@ from enum import Enum
 from typing import Any
 
 from hydra.core.override_parser.overrides_parser import OverridesParser
+from hydra.core.override_parser.types import Override
 from hydra.errors import HydraException
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
@@ -140,13 +141,8 @@ def check_override_keys(overrides: Sequence[str], root: type) -> None:
     Raises:
         ConfigError: an unknown key, naming the closest known one.
     """
-    parser = OverridesParser.create()
     known, open_maps = schema_keys(root)
-    for text in overrides:
-        try:
-            (override,) = parser.parse_overrides([text])
-        except HydraException:
-            continue  # a flag's value (--cfg job) or a typo Hydra reports itself
+    for text, override in _parsed(overrides):
         key = override.key_or_group
         if (
             override.is_delete()
@@ -177,15 +173,11 @@ def check_data_option_keys(overrides: Sequence[str], options: dict[str, type]) -
     Raises:
         ConfigError: naming the key, the chosen option and the options that have the key.
     """
-    parsed = []
-    for text in overrides:
-        try:
-            parsed += OverridesParser.create().parse_overrides([text])
-        except HydraException:
-            continue  # a flag's value, or a typo Hydra reports itself
+    parsed = [override for _, override in _parsed(overrides)]
     choice = _group_default("data")
     for o in parsed:
-        if o.key_or_group == "experiment" or (o.key_or_group == "data" and o.is_sweep_override()):
+        others = ("experiment", "hydra.sweeper.params.data")  # may choose another option
+        if o.key_or_group in others or (o.key_or_group == "data" and o.is_sweep_override()):
             return
         if o.key_or_group == "data" and not o.is_delete():
             choice = str(o.value())
@@ -202,6 +194,18 @@ def check_data_option_keys(overrides: Sequence[str], options: dict[str, type]) -
                 f"({choice}: {options[choice].__name__}): choose one that has it "
                 f"({', '.join(having)})"
             )
+
+
+def _parsed(overrides: Sequence[str]) -> Iterator[tuple[str, Override]]:
+    """``(text, Hydra's parsed override)`` of each of ``overrides`` that parses as one (a
+    flag's value, ``--cfg job``'s ``job``, or a typo Hydra reports itself, does not)."""
+    parser = OverridesParser.create()
+    for text in overrides:
+        try:
+            (override,) = parser.parse_overrides([text])
+        except HydraException:
+            continue
+        yield text, override
 
 
 def _option_has(cls: type, field: str) -> bool:

@@ -141,7 +141,7 @@ def _ran_note(runs: Sequence[RunRecord], setting: str) -> str:
     run's ``substitutions``), for a legend entry: `` (ran: <what>)`` when all ran the same
     other thing, `` (ran otherwise in some: summary.md)`` when some did, else ``""``."""
     done = [r.metrics for r in runs if r.status == COMPLETED]
-    ran = [next((s["ran"] for s in m.substitutions if s.get("setting") == setting), None)
+    ran = [next((s.get("ran") for s in m.substitutions if s.get("setting") == setting), None)
            for m in done]  # fmt: skip
     if not done or all(r is None for r in ran):
         return ""

@@ -120,8 +120,9 @@ class RunMetrics:
             ``{collective: {"forward": "FP16", "backward": "BF16"}}`` (``pooled_all_to_all``,
             ``reduce_scatter``, ``sequence_all_to_all``), read back from rank 0's sharded
             model (:func:`dlrm_exp.distributed.qcomms.effective_qcomms`); empty without codecs
-            (every collective FP32); None in a record without it (``mode=evaluate``'s: it
-            trains nothing).
+            (every collective FP32); None in a record without it (``mode=evaluate``'s, which
+            trains nothing, or one written before the field existed: its ``qcomms_ran`` is
+            then blank, not FP32).
         table_data_types: each table's weight dtype as allocated (``{table: "fp16"}``), read
             back from rank 0's sharded model (``model.embedding_data_type``).
         dense_precision: what the dense arch, interaction and over arch computed in
