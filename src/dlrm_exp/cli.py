@@ -36,7 +36,7 @@ from dlrm_exp.distributed.submitit_env import adopt_submitit_environment, in_sub
 from dlrm_exp.errors import ConfigError, Refusal, RunFolderInUseError, Terminated, UserError
 from dlrm_exp.modes import Job, run_mode
 from dlrm_exp.record.kept_record import KeptRecord
-from dlrm_exp.record.run_record import RunMetrics
+from dlrm_exp.record.run_record import COMPLETED, RunMetrics
 from dlrm_exp.record.runs import (
     parsed_override_values,
     run_name,
@@ -103,8 +103,7 @@ def hydra_main(raw: DictConfig) -> float | None:
         if user_error and not in_use:  # (an unexpected error's traceback is logged already)
             to_log_files(f"Error: {message}", level=logging.ERROR)
         if not in_use:  # else the folder's record is another run's
-            failed = RunMetrics.failed(message, type(err).__name__, _choices())
-            failed.write(run_dir / "metrics.json")
+            _record_failure(run_dir / "metrics.json", message, type(err).__name__)
         return math.nan
 
 
@@ -174,6 +173,20 @@ def _choices() -> dict[str, str | None]:
 def _signal(err: KeyboardInterrupt | Terminated) -> signal.Signals:
     """``SIGINT`` for Ctrl-C, else the signal :class:`Terminated` carries."""
     return signal.Signals(err.signum if isinstance(err, Terminated) else signal.SIGINT)
+
+
+def _record_failure(path: Path, message: str, error_type: str) -> None:
+    """A failed sweep job's ``metrics.json`` (status ``failed``), unless the folder holds a
+    completed record: the job rerun in its folder (``train.resume=auto``) that failed before
+    training keeps its earlier run's results, which a failed record would replace for good."""
+    try:
+        completed = RunMetrics.read(path).status == COMPLETED
+    except (OSError, ValueError):  # none, or not a record: nothing to keep
+        completed = False
+    if completed:
+        log.warning("%s keeps the completed record of an earlier run of this job", path)
+        return
+    RunMetrics.failed(message, error_type, _choices()).write(path)
 
 
 def _record_interruption(path: Path, err: KeyboardInterrupt | Terminated) -> None:

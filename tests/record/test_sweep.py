@@ -169,6 +169,32 @@ def test_a_failure_on_a_rank_above_0_writes_no_record_and_ends_the_task_well(
     assert (sweep / "0").is_dir() and not (sweep / "0" / "metrics.json").exists()
 
 
+def test_a_job_rerun_that_fails_keeps_its_earlier_completed_record(tmp_path, cli_here):
+    """The same -m command again in its sweep folder, refused there (the job's folder holds a
+    finished run), or rerun with train.resume=auto and failing before training, replaced the
+    completed metrics.json with a failed one for good (crash-safety review)."""
+    import json
+
+    sweep = tmp_path / "sweep"
+    done = {"status": "completed", "val": {"auroc": 0.7}, "samples_per_sec": 1000.0}
+    write_job(sweep, 0, ["data=criteo_tsv"], done)
+    missing = f"data.path={tmp_path / 'gone.tsv'}"
+    rerun = cli_here(["-m", "data=criteo_tsv", missing, f"hydra.sweep.dir={sweep}"])
+    assert "Error in job " in rerun.stderr and "holds the record of an earlier run" in rerun.stderr
+    assert json.loads((sweep / "0" / "metrics.json").read_text()) == done
+    step = sweep / "0" / "checkpoints" / "step_4"  # what a resume finds: a complete checkpoint
+    step.mkdir(parents=True)
+    (step / ".metadata").write_bytes(b"")
+    (step / "trainer_state.json").write_text(json.dumps({"step": 4}))
+    resumed = cli_here(["-m", "data=criteo_tsv", missing, "train.resume=auto",
+                        f"hydra.sweep.dir={sweep}"])  # fmt: skip
+    assert "Error in job " in resumed.stderr and "no such file or folder" in resumed.stderr
+    assert json.loads((sweep / "0" / "metrics.json").read_text()) == done
+    second = cli_here(["-m", "data=criteo_tsv", missing, f"hydra.sweep.dir={tmp_path / 'new'}"])
+    assert "Error in job " in second.stderr  # a job without an earlier record: failed
+    assert json.loads((tmp_path / "new" / "0" / "metrics.json").read_text())["status"] == "failed"
+
+
 def test_a_sweep_under_torchrun_is_refused(tmp_path, cli_here, monkeypatch):
     """Every torchrun rank ran its own sweep into the same timestamped folder, each writing
     multirun.yaml and the summary; one job's failure on a rank ended its sweep."""
