@@ -450,7 +450,9 @@ def test_export_into_a_folder_it_cannot_write_names_export_output_dir(trained, t
 
 def test_a_failed_export_leaves_no_record_of_another_artifact(trained, tmp_path, monkeypatch):
     """Exported again into one folder, a crash after the new model.pt replaced the old one
-    left the old export.json beside it, describing another artifact."""
+    left the old export.json beside it, describing another artifact. A failed save leaves no
+    partial artifact; an artifact without its record (that crash) is still an export, which
+    a new one replaces; a model.pt of another origin is refused."""
     from dlrm_exp.modes import export
 
     run_dir, _ = trained
@@ -467,6 +469,20 @@ def test_a_failed_export_leaves_no_record_of_another_artifact(trained, tmp_path,
     with pytest.raises(OSError, match="disk full"):
         run_export(int8, Job(tmp_path / "job"))
     assert (tmp_path / "model.pt").is_file() and not (tmp_path / "export.json").exists()
+    monkeypatch.setattr(export, "sync_file", crash)  # a failed save leaves no model.pt.partial
+    with pytest.raises(OSError, match="disk full"):
+        run_export(int8, Job(tmp_path / "job"))
+    assert not (tmp_path / "model.pt.partial").exists()
+    monkeypatch.undo()
+    run_export(int8, Job(tmp_path / "job"))  # the crash's artifact is an export: replaced
+    assert (tmp_path / "export.json").is_file()
+    mine = tmp_path / "mine"  # a model.pt of the user's own is never replaced (crash review)
+    mine.mkdir()
+    (mine / "model.pt").write_bytes(b"my model")
+    into_mine = compose_cfg([f"checkpoint={run_dir}", "mode=export", f"export.output_dir={mine}"])
+    with pytest.raises(ConfigError, match="model.pt is there and is no earlier export"):
+        run_export(into_mine, Job(tmp_path / "job"))
+    assert (mine / "model.pt").read_bytes() == b"my model"
 
 
 def test_an_empty_file_among_the_inputs_takes_the_others_label_layout(tmp_path):

@@ -123,6 +123,35 @@ def test_an_unwritable_output_folder_is_one_line_before_any_row_is_read(tmp_path
         assert f"cannot write preprocess.output_dir: {taken / 'out'}" in result.stderr
 
 
+def test_two_conversions_into_one_output_folder_are_one_at_a_time(tmp_path, cli_here):
+    """A second mode=preprocess into a folder another was converting truncated the first's
+    day_<n>_*.tmp files, whose zeroed rows a day marker then vouched for (crash review)."""
+    import subprocess
+    import sys
+
+    out = tmp_path / "out"
+    out.mkdir()
+    holder = subprocess.Popen(
+        [sys.executable, "-c", "import fcntl, os, sys, time; fd = os.open(sys.argv[1], "
+         "os.O_RDWR | os.O_CREAT); fcntl.flock(fd, fcntl.LOCK_EX); print('held', flush=True); "
+         "time.sleep(60)", str(out / ".lock")],
+        stdout=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        day_0 = write_criteo_tsv(tmp_path / "day_0.tsv", 50, seed=1)
+        for fmt in ("npy", "parquet"):
+            args = [f"data.path={day_0}", f"preprocess.format={fmt}"]
+            args += [f"preprocess.output_dir={out}", f"hydra.run.dir={tmp_path / fmt}"]
+            done = cli_here(["mode=preprocess", *args])
+            assert done.returncode != 0 and "Traceback" not in done.stderr
+            assert f"preprocess.output_dir={out} is being written by another run" in done.stderr
+        assert sorted(p.name for p in out.iterdir()) == [".lock"]  # nothing written
+    finally:
+        holder.kill()
+        holder.wait()
+
+
 def test_unlabeled_rows_are_refused_beyond_the_skipped_fraction(tmp_path):
     """Criteo's test.txt (no label) read as labeled rows: most skipped, the rest shifted by a
     column; the Parquet conversion wrote those as valid (the npy one refused them)."""

@@ -15,12 +15,14 @@ whole model (:func:`dlrm_exp.factories.inference.script`) and writes, into the r
 """
 
 import time
+import zipfile
 from dataclasses import replace
 from pathlib import Path
 
 import torch
 
 from dlrm_exp.config import Config, EmbeddingDataType
+from dlrm_exp.errors import ConfigError
 from dlrm_exp.factories.inference import InferenceDLRM, quantize_tables, script, table_bytes
 from dlrm_exp.factories.model import build_model
 from dlrm_exp.loop.checkpoint import (
@@ -32,7 +34,8 @@ from dlrm_exp.loop.checkpoint import (
 from dlrm_exp.modes.job import Job, ModeResult
 from dlrm_exp.modes.setup import trained_dense_precision, warn_managed_collision_ranks
 from dlrm_exp.planning.tables import DTYPE_NAMES, is_table_key, table_of_key, table_shapes
-from dlrm_exp.util.files import check_writable, write_json_atomic
+from dlrm_exp.util.files import check_writable, replace_durably, sync_file, write_json_atomic
+from dlrm_exp.util.folder_lock import held_run_folder
 
 CPU = torch.device("cpu")
 
@@ -90,10 +93,43 @@ def run_export(cfg: Config, job: Job) -> dict:
 
     Raises:
         CheckpointError: see :func:`load_trained`.
+        ConfigError: the output folder cannot be written, or holds a ``model.pt`` that is no
+            earlier export (:func:`_is_export`), which would be replaced.
+        RunFolderInUseError: another run exports into ``export.output_dir``.
     """
     started = time.perf_counter()
     out = Path(cfg.export.output_dir).expanduser() if cfg.export.output_dir else job.run_dir
-    check_writable(out, "export.output_dir" if cfg.export.output_dir else "hydra.run.dir")
+    key = "export.output_dir" if cfg.export.output_dir else "hydra.run.dir"
+    check_writable(out, key)
+    if (out / "model.pt").exists() and not _is_export(out / "model.pt"):
+        raise ConfigError(
+            f"{key}: {out / 'model.pt'} is there and is no earlier export of dlrm_exp: it "
+            "would be replaced; name another folder"
+        )
+    with held_run_folder(out, key):  # one export at a time there (model.pt.partial)
+        return _export(cfg, out, started)
+
+
+#: The extra file every artifact carries (TorchScript's ``_extra_files``): what marks it as an
+#: export of this package.
+EXPORT_MARK = "dlrm_exp_export"
+
+
+def _is_export(artifact: Path) -> bool:
+    """Whether ``artifact`` is an earlier export, which a new one may replace: one with its
+    ``export.json`` beside it, or a TorchScript archive (a zip) holding :data:`EXPORT_MARK`
+    (a crash between the artifact and its record leaves it without ``export.json``)."""
+    if (artifact.parent / "export.json").is_file():
+        return True
+    try:
+        with zipfile.ZipFile(artifact) as archive:
+            return any(name.endswith(f"/extra/{EXPORT_MARK}") for name in archive.namelist())
+    except (OSError, zipfile.BadZipFile):
+        return False
+
+
+def _export(cfg: Config, out: Path, started: float) -> dict:
+    """:func:`run_export` into the checked folder ``out``."""
     assert cfg.checkpoint is not None  # Config.__post_init__ requires it
     path = find_checkpoint(cfg.checkpoint)
     dlrm, saved = load_trained(cfg, path)
@@ -152,9 +188,14 @@ def _save_artifact(scripted: torch.jit.ScriptModule, out: Path) -> None:
     export's ``export.json`` goes first: a crash before the new record is written leaves an
     artifact without a record, never one beside another artifact's record."""
     partial = out / "model.pt.partial"
-    scripted.save(str(partial))
-    (out / "export.json").unlink(missing_ok=True)
-    partial.replace(out / "model.pt")
+    try:
+        scripted.save(str(partial), _extra_files={EXPORT_MARK: b"1"})
+        sync_file(partial)  # on the disk before a record vouches for it
+        (out / "export.json").unlink(missing_ok=True)
+        replace_durably(partial, out / "model.pt")
+    except BaseException:
+        partial.unlink(missing_ok=True)  # no multi-GB leftover
+        raise
 
 
 def summary(record: dict) -> str:

@@ -11,6 +11,7 @@ from dlrm_exp.data.preprocess.convert import REPORT_FILE, run_preprocess, summar
 from dlrm_exp.errors import DataError
 from dlrm_exp.modes.job import Job, ModeResult
 from dlrm_exp.util.files import check_writable, write_json_atomic
+from dlrm_exp.util.folder_lock import held_run_folder
 
 
 def run(cfg: Config, job: Job) -> ModeResult:
@@ -19,6 +20,7 @@ def run(cfg: Config, job: Job) -> ModeResult:
 
     Raises:
         ConfigError: ``preprocess.output_dir`` cannot be created or written.
+        RunFolderInUseError: another run is converting into ``preprocess.output_dir``.
         DataError: an input cannot be read (see :func:`run_preprocess`), or
             ``preprocess.output_dir`` is a file, a folder ``data.path`` names or the folder of
             one of its files.
@@ -27,13 +29,16 @@ def run(cfg: Config, job: Job) -> ModeResult:
     # that data.val_path / data.test_path are unset: only data.path is converted)
     assert cfg.preprocess.output_dir  # Config.__post_init__ requires it for mode=preprocess
     _refuse_output_among_inputs(cfg.data.path, cfg.preprocess.output_dir)
+    out = Path(cfg.preprocess.output_dir).expanduser()
     # found now, not after reading every row; one message for both formats
-    check_writable(Path(cfg.preprocess.output_dir).expanduser(), "preprocess.output_dir")
-    if cfg.preprocess.format is PreprocessFormat.parquet:
-        return _to_parquet(cfg, job)
-    report = run_preprocess(
-        cfg.data.path, cfg.preprocess, cfg.model.table_sizes, cfg.data.max_skipped_fraction
-    )
+    check_writable(out, "preprocess.output_dir")
+    # one conversion at a time there: its writers use fixed temporary names (day_<n>_*.tmp)
+    with held_run_folder(out, "preprocess.output_dir"):
+        if cfg.preprocess.format is PreprocessFormat.parquet:
+            return _to_parquet(cfg, job)
+        report = run_preprocess(
+            cfg.data.path, cfg.preprocess, cfg.model.table_sizes, cfg.data.max_skipped_fraction
+        )
     write_json_atomic(job.run_dir / REPORT_FILE, report)
     return ModeResult(summary=summary_lines(report))
 

@@ -27,9 +27,10 @@ LOCK_FILE = ".lock"
 _held: dict[Path, int | None] = {}
 
 
-def _lock(run_dir: Path) -> int | None:
+def _lock(run_dir: Path, key: str = "hydra.run.dir") -> int | None:
     """The descriptor of ``run_dir``'s lock file, locked; None where the folder cannot hold
     the file or its file system has no ``flock`` (some network or FUSE mounts: unlocked).
+    ``key``: the setting that named the folder (an output folder's other than the run's).
 
     Raises:
         RunFolderInUseError: another live process holds it (naming that process and host).
@@ -45,6 +46,11 @@ def _lock(run_dir: Path) -> int | None:
         os.close(fd)
         if err.errno not in (errno.EWOULDBLOCK, errno.EACCES):
             return None  # no flock here
+        if key != "hydra.run.dir":
+            raise RunFolderInUseError(
+                f"{key}={run_dir} is being written by another run ({holder}): wait for it to "
+                "end, or name another folder"
+            ) from None
         raise RunFolderInUseError(
             f"{run_dir} is in use by another run ({holder}): runs started within the same "
             "second share the default folder outputs/<date>/<time>; give each its own "
@@ -55,17 +61,17 @@ def _lock(run_dir: Path) -> int | None:
     return fd
 
 
-def hold_run_folder(run_dir: Path) -> None:
+def hold_run_folder(run_dir: Path, key: str = "hydra.run.dir") -> None:
     """Hold ``run_dir``'s lock (creating the folder) until :func:`release_run_folder` or the
-    process's end; holding it again is a no-op.
+    process's end; holding it again is a no-op. ``key``: see :func:`_lock`.
 
     Raises:
         RunFolderInUseError: see :func:`_lock`.
     """
-    key = run_dir.absolute()
-    if key not in _held:
-        key.mkdir(parents=True, exist_ok=True)
-        _held[key] = _lock(key)
+    folder = run_dir.absolute()
+    if folder not in _held:
+        folder.mkdir(parents=True, exist_ok=True)
+        _held[folder] = _lock(folder, key)
 
 
 def release_run_folder(run_dir: Path) -> None:
@@ -82,8 +88,10 @@ def release_run_folders() -> None:
 
 
 @contextmanager
-def held_run_folder(run_dir: Path) -> Iterator[None]:
-    """Hold the lock of ``run_dir`` for the block, unless this process holds it already.
+def held_run_folder(run_dir: Path, key: str = "hydra.run.dir") -> Iterator[None]:
+    """Hold the lock of ``run_dir`` for the block, unless this process holds it already
+    (``key``: see :func:`_lock`; an output folder, e.g. ``preprocess.output_dir``, whose
+    writers use fixed temporary names that two runs would write over each other).
 
     Raises:
         RunFolderInUseError: see :func:`_lock`.
@@ -91,7 +99,7 @@ def held_run_folder(run_dir: Path) -> Iterator[None]:
     if run_dir.absolute() in _held:
         yield
         return
-    hold_run_folder(run_dir)
+    hold_run_folder(run_dir, key)
     try:
         yield
     finally:
