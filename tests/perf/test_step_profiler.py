@@ -1,11 +1,13 @@
 """``train.profile``'s step profiler: which steps it records (left out of samples/s and step
 times) and when it takes part in a step at all."""
 
+from pathlib import Path
+
 import torch
 
 from dlrm_exp.config import ProfileSteps
 from dlrm_exp.loop.metrics import Throughput
-from dlrm_exp.perf.profile import StepProfiler
+from dlrm_exp.perf.profile import StepProfiler, profile_files
 
 
 def test_recorded_steps_are_known_before_they_end_and_the_profiler_stops_taking_part(tmp_path):
@@ -37,7 +39,12 @@ def test_on_cuda_the_allocator_history_covers_the_recorded_steps_only(tmp_path, 
         torch.cuda.memory, "_record_memory_history",
         lambda **kw: calls.append((current[-1]._steps, kw)),
     )  # fmt: skip
-    monkeypatch.setattr(torch.cuda.memory, "_dump_snapshot", dumped.append)
+
+    def dump(path):
+        dumped.append(path)
+        Path(path).write_bytes(b"snapshot")
+
+    monkeypatch.setattr(torch.cuda.memory, "_dump_snapshot", dump)
 
     def profiled(steps_run):
         calls.clear(), dumped.clear()
@@ -53,7 +60,13 @@ def test_on_cuda_the_allocator_history_covers_the_recorded_steps_only(tmp_path, 
     profiled(5)
     assert [steps for steps, _ in calls] == [2, 4]  # on after the 2 wait steps, off at the end
     assert calls[0][1] == {"max_entries": 100_000} and calls[1][1] == {"enabled": None}
-    assert len(dumped) == 1
+    assert len(dumped) == 1  # written aside, then put in place
+    assert (tmp_path / "profile" / "cuda_memory_rank0.pickle").read_bytes() == b"snapshot"
+    assert profile_files(tmp_path) == [  # no temporary file listed
+        "profile/cuda_memory_rank0.pickle",
+        "profile/rank0.pt.trace.json",
+        "profile/rss_rank0.csv",
+    ]
     profiled(1)  # training ended in the wait steps: no history started, no empty snapshot
     assert calls == [] and dumped == []
 

@@ -409,7 +409,7 @@ def adopt_best(
     if action == _DROP:
         stale = best_checkpoint(run_dir) if source is None else source  # this folder's: removed
         if is_main and stale is not None and stale.resolve() in own:
-            shutil.rmtree(stale, ignore_errors=True)
+            _remove_folder(stale)  # through .partial: a crash mid-delete leaves no half best
         dist.barrier()
         return None
     assert source is not None  # adopted

@@ -16,8 +16,8 @@ Files, one set per rank r:
   (``torch.cuda.memory._record_memory_history``), for https://pytorch.org/memory_viz.
 """
 
-import csv
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import psutil
@@ -25,13 +25,18 @@ import torch
 from torch.profiler import ProfilerActivity, profile, schedule
 
 from dlrm_exp.config import ProfileSteps
+from dlrm_exp.util.files import replace_durably, sync_file, write_csv_atomic
 
 PROFILE_DIR = "profile"
+#: The columns of ``rss_rank<r>.csv``.
+RSS_COLUMNS = ("step", "seconds", "rss_bytes")
 
 
 def profile_files(run_dir: Path) -> list[str]:
-    """The files every rank's profiler wrote, relative to ``run_dir``, sorted."""
-    return sorted(str(path.relative_to(run_dir)) for path in (run_dir / PROFILE_DIR).glob("*"))
+    """The files every rank's profiler wrote, relative to ``run_dir``, sorted (not a hidden
+    temporary file a killed export left)."""
+    found = (run_dir / PROFILE_DIR).glob("*")
+    return sorted(str(p.relative_to(run_dir)) for p in found if not p.name.startswith("."))
 
 
 class StepProfiler:
@@ -113,14 +118,28 @@ class StepProfiler:
             return
         self.enabled = False
         self._profiler.stop()
-        with open(self.dir / f"rss_rank{self.rank}.csv", "w", newline="") as f:
-            writer = csv.writer(f)
-            writer.writerow(["step", "seconds", "rss_bytes"])
-            writer.writerows(self._rss)
+        rows = [dict(zip(RSS_COLUMNS, row, strict=True)) for row in self._rss]
+        write_csv_atomic(self.dir / f"rss_rank{self.rank}.csv", list(RSS_COLUMNS), rows)
         if self._history:  # not when training ended in the wait steps: nothing recorded
-            torch.cuda.memory._dump_snapshot(str(self.dir / f"cuda_memory_rank{self.rank}.pickle"))
+            _written(self.dir / f"cuda_memory_rank{self.rank}.pickle",
+                     lambda tmp: torch.cuda.memory._dump_snapshot(str(tmp)))  # fmt: skip
             torch.cuda.memory._record_memory_history(enabled=None)
             self._history = False
 
     def _write_trace(self, prof: profile) -> None:
-        prof.export_chrome_trace(str(self.dir / f"rank{self.rank}.pt.trace.json"))
+        path = self.dir / f"rank{self.rank}.pt.trace.json"
+        _written(path, lambda tmp: prof.export_chrome_trace(str(tmp)))
+
+
+def _written(path: Path, write: Callable[[Path], object]) -> None:
+    """``write(tmp)`` then ``tmp`` put at ``path`` durably: a crash while a trace is exported
+    (seconds for a large one) never leaves a truncated file under the name ``metrics.json``
+    lists, nor truncates a resumed run's earlier one before the new one is complete."""
+    tmp = path.with_name(f".{path.name}.tmp")
+    try:
+        write(tmp)
+        sync_file(tmp)
+        replace_durably(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
