@@ -127,10 +127,15 @@ class RunFolderLock(Callback):
     def _hold(config: DictConfig, key: str) -> None:
         if env_rank() > 0:
             return
+        folder = Path(str(OmegaConf.select(config, key)))
         try:
-            hold_run_folder(Path(str(OmegaConf.select(config, key))))
+            hold_run_folder(folder)
         except RunFolderInUseError as err:
             print(f"Error: {err}", file=sys.stderr)
+            sys.exit(1)
+        except OSError as err:  # a file there, or under a file (Hydra would fail the same)
+            why = "it is a file" if folder.is_file() else err.strerror or err
+            print(f"Error: {key}={folder} cannot be a run folder: {why}", file=sys.stderr)
             sys.exit(1)
 
 

@@ -188,6 +188,9 @@ RULES = [
     (["data=criteo_tsv"], r"(?s)missing mandatory value: path.*full_key: data.path"),
     (["data=criteo_tsv", "data.path=[]"], r"data.path is required"),
     (["data=criteo_tsv", "data.path=1"], r"data.path must be a path or a list of paths"),
+    (["data=criteo_tsv", "data.path="], r"data.path holds an empty path, which names the curr"),
+    (["data=parquet", "data/schema=criteo", "data.path=[a,'']"], r"data.path holds an empty"),
+    (["data=criteo_tsv", "data.path=a", "data.val_path="], r"data.val_path=null clears it"),
     (["data=criteo_tsv", "data.path=a", "data.val_fraction=1.5"], r"data.val_fraction must be in"),
     (
         ["data=criteo_tsv", "data.path=a", "data.val_fraction=0.5", "data.test_fraction=0.5"],

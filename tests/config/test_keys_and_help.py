@@ -69,6 +69,10 @@ def test_a_key_of_another_data_option_is_refused_before_hydra_composes():
     with pytest.raises(ConfigError, match=r"data.schema.label .*\(criteo_npy: .*data=parquet\)"):
         check("data=criteo_npy", "data.schema.label=y")
     check("data=criteo_tsv", "data.path=x", "data.schema.sparse.C1.id_policy=hash")
+    # a schema choice on synthetic data: Hydra's hint (+data/schema=criteo) failed next
+    with pytest.raises(ConfigError, match=r"data/schema=criteo does not apply .*synthetic"):
+        check("data/schema=criteo")
+    check("data=parquet", "data/schema=criteo", "data.path=x")
     check("data.num_train_samples=8", "data.nope=1")  # unknown everywhere: the other check's
     check("experiment=dlrm_main_mlperf", "data.path=x")  # the experiment may choose the data
     check("data=criteo_tsv,parquet", "data.path=x")  # a sweep over data: each job composes

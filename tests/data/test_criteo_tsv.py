@@ -78,6 +78,24 @@ def test_malformed_rows_are_counted_with_line_numbers(tmp_path):
     ]
 
 
+def test_training_warns_of_rows_skipped_beyond_the_limit_and_goes_on(tmp_path, caplog):
+    """Training skipped 6 % of its rows against data.max_skipped_fraction=0 with only the
+    counts in the summary's INFO line; the line numbers sat in metrics.json (CLI review)."""
+    from dlrm_exp.data import load_splits
+
+    path = write(tmp_path / "mixed.tsv", [row()] * 9 + ["1\t2\t3"])
+    cfg = CriteoTsvDataConfig(path=str(path), val_fraction=0.2, test_fraction=0.2, schema=SCHEMA)
+    splits = load_splits(cfg, SIZES, 13, 0)  # goes on: 9 valid rows
+    assert len(splits.train) + len(splits.val) + len(splits.test) == 9
+    (warned,) = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    assert warned.startswith("data.path: 1 of 10 rows could not be read (10.0% > data.max_")
+    assert f"first: {path}:10 (field_count)). Training goes on with the valid rows" in warned
+    cfg.max_skipped_fraction = 0.2
+    caplog.clear()
+    load_splits(cfg, SIZES, 13, 0)
+    assert not [r for r in caplog.records if r.levelname == "WARNING"]  # within the limit
+
+
 def test_line_numbers_continue_across_files(tmp_path):
     a = write(tmp_path / "a.tsv", [row(), row()])
     b = write(tmp_path / "b.tsv", [row(), "bad"])

@@ -50,3 +50,14 @@ def test_a_sweep_started_in_a_sweep_folder_in_use_is_refused_before_its_jobs(tmp
     assert result.returncode == 1 and "in use by another run" in result.stderr
     assert (sweep / "multirun.yaml").read_text() == "the first sweep's\n"
     assert not (sweep / "0").exists()
+
+
+def test_a_run_folder_that_is_a_file_is_one_line(tmp_path, cli_here):
+    """Hydra's run folder named a file (or a path under one): a raw FileExistsError traceback
+    from the lock's mkdir (CLI review)."""
+    afile = tmp_path / "binary.tsv"
+    afile.write_bytes(b"\0")
+    for folder, why in ((afile, "it is a file"), (afile / "sub", "Not a directory")):
+        done = cli_here(["mode=plan", f"hydra.run.dir={folder}"])
+        assert done.returncode == 1 and "Traceback" not in done.stderr
+        assert f"hydra.run.dir={folder} cannot be a run folder: {why}" in done.stderr

@@ -108,13 +108,21 @@ class SyntheticDataConfig(DataConfig):
 
 
 def _as_path_list(key: str, value: Any) -> list[str]:
+    """``key``'s paths as a list (None: none).
+
+    Raises:
+        ConfigError: not a path or a list of paths, or an empty path (``data.path=``), which
+            would read the current folder.
+    """
     if value is None:
         return []
-    if isinstance(value, str):
-        return [value]
-    if isinstance(value, (list, tuple)) and all(isinstance(v, str) for v in value):
-        return list(value)
-    raise ConfigError(f"{key} must be a path or a list of paths, got {value!r}")
+    paths = [value] if isinstance(value, str) else value
+    if not isinstance(paths, (list, tuple)) or not all(isinstance(v, str) for v in paths):
+        raise ConfigError(f"{key} must be a path or a list of paths, got {value!r}")
+    if not all(p.strip() for p in paths):
+        clear = "" if key == "data.path" else f"; {key}=null clears it"
+        raise ConfigError(f"{key} holds an empty path, which names the current folder{clear}")
+    return list(paths)
 
 
 @dataclass

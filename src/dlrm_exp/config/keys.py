@@ -185,15 +185,29 @@ def check_data_option_keys(overrides: Sequence[str], options: dict[str, type]) -
         return  # an unknown option: Hydra names it
     for o in parsed:
         field = o.key_or_group.removeprefix("data.")
+        if o.key_or_group == "data/schema":  # the schema group's choice
+            what, field = f"data/schema={o.get_value_element_as_str()}", "schema"
+        else:
+            what = f"config key {o.key_or_group}"
         if field == o.key_or_group or o.is_delete() or _option_has(options[choice], field):
             continue
-        having = [f"data={name}" for name, cls in options.items() if _option_has(cls, field)]
-        if having:  # else unknown to every option: check_override_keys names the closest
-            raise ConfigError(
-                f"config key {o.key_or_group} does not apply to the chosen data option "
-                f"({choice}: {options[choice].__name__}): choose one that has it "
-                f"({', '.join(having)})"
-            )
+        _refuse_other_option(what, field, choice, options)
+
+
+def _refuse_other_option(what: str, field: str, choice: str, options: dict[str, type]) -> None:
+    """Refuse ``what`` (a key, or the ``data/schema`` group's choice) that needs the data
+    option's ``field``, which the chosen option lacks; nothing when no option has it (the
+    unknown-key check names the closest key).
+
+    Raises:
+        ConfigError: naming the chosen option and the options that have ``field``.
+    """
+    having = [f"data={name}" for name, cls in options.items() if _option_has(cls, field)]
+    if having:
+        raise ConfigError(
+            f"{what} does not apply to the chosen data option ({choice}: "
+            f"{options[choice].__name__}): choose one that has it ({', '.join(having)})"
+        )
 
 
 def _parsed(overrides: Sequence[str]) -> Iterator[tuple[str, Override]]:

@@ -11,6 +11,7 @@ the TSV parser (``preprocess/``), the splits and their record (``splits``).
 May import: config, util, errors.
 """
 
+import logging
 from dataclasses import replace
 
 from dlrm_exp.config import (
@@ -23,18 +24,21 @@ from dlrm_exp.config import (
 )
 from dlrm_exp.data.batches import ClickData, iter_batches, per_rank_sizes
 from dlrm_exp.data.criteo_npy import load_criteo_npy
-from dlrm_exp.data.criteo_tsv import criteo_id_kinds, load_criteo_tsv
+from dlrm_exp.data.criteo_tsv import check_skipped_rows, criteo_id_kinds, load_criteo_tsv
 from dlrm_exp.data.multi_hot import MultiHot
 from dlrm_exp.data.parquet import ParquetSplit, load_parquet
 from dlrm_exp.data.parquet_files import resolve_parquet_paths
 from dlrm_exp.data.paths import resolve_inputs, resolve_paths
 from dlrm_exp.data.splits import DataInfo, DataSplits
 from dlrm_exp.data.synthetic import generate
+from dlrm_exp.errors import DataError
 
 __all__ = [
     "ClickData", "DataInfo", "DataSplits", "ParquetSplit", "check_input_paths", "is_generated",
     "iter_batches", "load_splits", "per_rank_sizes",
 ]  # fmt: skip
+
+log = logging.getLogger(__name__)
 
 
 def is_generated(cfg: DataConfig) -> bool:
@@ -78,6 +82,8 @@ def load_splits(
         return _synthetic_splits(cfg, table_sizes, num_dense, seed)
     if isinstance(cfg, CriteoTsvDataConfig):
         train, val, test, report = load_criteo_tsv(cfg, scored)
+        if scored is None:  # training: reported and goes on, said where the user reads it
+            _warn_skipped(report.as_dict(), cfg.max_skipped_fraction)
         kinds = criteo_id_kinds(cfg.feature_schema())
         info = DataInfo.of_splits(train, val, test, read=report.as_dict(), id_kinds=kinds)
         if "data.path" not in report.inputs:  # its rows unread: no count for its splits
@@ -89,6 +95,17 @@ def load_splits(
     if isinstance(cfg, ParquetDataConfig):
         return load_parquet(cfg)
     raise TypeError(f"unknown data config {type(cfg).__name__}")
+
+
+def _warn_skipped(read: dict, limit: float | None) -> None:
+    """Warn (the console's WARNING, not only the summary's counts) when training skips more
+    rows than ``data.max_skipped_fraction``, with the reasons and the first bad lines: the
+    limit refuses ``mode=evaluate``, ``predict`` and ``preprocess``; training goes on with
+    the valid rows."""
+    try:
+        check_skipped_rows(read, limit, "read", fix="Training goes on with the valid rows")
+    except DataError as err:
+        log.warning("%s", err)
 
 
 def _synthetic_splits(
