@@ -29,6 +29,7 @@ from dlrm_exp.loop.checkpoint import (
     STATE_FILE,
     CheckpointError,
     SafeFileSystemReader,
+    _dcp_load,
     check_run_folder,
     complete_checkpoints,
     resume_step,
@@ -231,7 +232,7 @@ class _Payload:
         return (Path.touch, (self.path,))
 
 
-def test_crafted_metadata_is_not_unpickled(saved, tmp_path):
+def test_crafted_metadata_is_not_unpickled(saved, tmp_path, caplog):
     crafted = tmp_path / "step_8"
     shutil.copytree(saved, crafted)
     marker = tmp_path / "code_ran"
@@ -244,6 +245,12 @@ def test_crafted_metadata_is_not_unpickled(saved, tmp_path):
     with pytest.raises(CheckpointError, match=refusals):
         run_train(cfg, tmp_path / "run", {})
     assert not marker.exists()
+    # read before DCP, which logged a traceback for each fallback it tried (CLI review)
+    (crafted / ".metadata").write_bytes(b"\x80garbage")
+    caplog.clear()
+    with pytest.raises(CheckpointError, match=r"cannot be read: .*not plain DCP metadata"):
+        _dcp_load(crafted, {})
+    assert not [r.getMessage() for r in caplog.records if r.exc_info]
     # a function reached through the metadata module's own imports (pickle resolves dotted
     # names): os.system of "torch.distributed.checkpoint.metadata" ran (loop review)
     (crafted / ".metadata").write_bytes(_dotted_global_call("os.system", f"touch {marker}"))

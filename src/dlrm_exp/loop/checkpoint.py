@@ -752,12 +752,17 @@ def _dcp_load(path: Path, state: dict[str, Any]) -> None:
             reshard (row-wise Adagrad's momentum of a table in another number of column
             shards; the message says so).
     """
+    reader = SafeFileSystemReader(str(path))
+    try:  # first, alone: DCP logs a traceback for each fallback it tries on unreadable metadata
+        reader.read_metadata()
+    except (CheckpointError, OSError) as err:
+        raise CheckpointError(f"checkpoint {path} cannot be read: {err}") from None
     try:
         with warnings.catch_warnings():
             # Loading without a process group (evaluate / predict / export on one process) is
             # what DCP then assumes; it says so on every load.
             warnings.filterwarnings("ignore", message=r"torch.distributed is disabled")
-            dcp.load(state, storage_reader=SafeFileSystemReader(str(path)))
+            dcp.load(state, storage_reader=reader)
     except (Exception, CheckpointException) as err:  # CheckpointException is a BaseException
         lines = [line for line in str(err).strip().splitlines() if line.strip()]
         first = lines[-1][:300] if lines else type(err).__name__
@@ -768,6 +773,8 @@ def _hint(error: str) -> str:
     """What a DCP load error means, where it is known: row-wise Adagrad's ``momentum1`` of a
     table cut into column shards holds one value per row and shard (TorchRec), so its size
     follows the number of column shards, which DCP cannot reshard."""
+    if error.startswith("EOFError") or "unexpected end of file" in error.lower():
+        return " (a file of it is cut short: damaged after it was written; use another one)"
     if "Size mismatch" in error and "momentum1" in error:
         return (
             " (row-wise Adagrad keeps a table's momentum per column shard: resume with as many "
