@@ -149,6 +149,18 @@ def test_mlperf_does_not_fit_24_gib_and_the_suggested_cap_does():
         assert len(plan.plan["model.sparse_arch.embedding_bag_collection"]) == 26
 
 
+def test_tables_that_fit_beside_an_oversized_batch_are_told_to_lower_the_batch():
+    """The tiny model at a batch of 30,000,000: "needed 0.00 GiB ... cap the tables with
+    model.num_embeddings_cap=1000", its size already (CLI review)."""
+    cfg = compose_cfg(["train.batch_size=30000000", "hardware.ddr_cap=24"])
+    with pytest.raises(InsufficientMemoryError) as info:
+        plan_job(cfg, _meta_model(cfg), CPU_ONE_RANK)
+    message = str(info.value)
+    assert "The tables alone fit (0.00 of 20.40 GiB)" in message
+    assert "at train.batch_size=30000000 per rank" in message
+    assert "num_embeddings_cap" not in message
+
+
 def test_replicated_tables_count_once_per_rank_and_the_cap_accounts_for_it():
     sizes = [100_000_000] + [1] * 25
     overrides = [

@@ -169,6 +169,7 @@ def _memory_message(cfg: Config, capacity: MemoryCapacity, world_size: int) -> s
         on_hbm=on_device,  # the UVM kernels' rows live in host memory
         replicated_tables=replicated,
         whole_tables=[kind is ShardingStrategy.table_wise for kind, _ in placements],
+        batch_size=cfg.train.batch_size,
     )
 
 

@@ -152,8 +152,11 @@ def insufficient_memory_message(
     on_hbm: bool = True,
     replicated_tables: list[bool] | None = None,
     whole_tables: list[bool] | None = None,
+    batch_size: int | None = None,
 ) -> str:
-    """One message with what the tables need, what the hardware offers, and two caps to try.
+    """One message with what the tables need, what the hardware offers, and two caps to try;
+    when the tables alone fit, the batch-sized buffers beside them (``batch_size``: per rank)
+    instead of a cap.
     ``on_hbm``: the tables live in device memory (false for the UVM kernels, whose rows live
     in host memory: the DDR is then what they need).
 
@@ -186,6 +189,17 @@ def insufficient_memory_message(
     alone = [n * row_bytes(embedding_dim, t, optimizer) for n, t, one in
              zip(table_sizes, types, whole_tables or [], strict=False) if one]  # fmt: skip
     more = _more_ranks(storage, replicated, per_rank, alone)
+    held = _tables_fit(storage, replicated, world_size, per_rank, alone)
+    if held is not None:
+        batch = f"train.batch_size={batch_size}" if batch_size else "train.batch_size"
+        lines.append(
+            f"The tables alone fit ({held / GIB:.2f} of "
+            f"{offered * (1 - STORAGE_RESERVATION) / GIB:.2f} GiB): what does not is, most "
+            "likely, what TorchRec places beside each shard and grows with the batch (its input "
+            f"and output buffers, at {batch} per rank), or how the shards divide among the "
+            f"ranks. Fix: lower train.batch_size; or add ranks or memory."
+        )
+        return "\n".join(lines)
     if cap is not None and quick is not None:
         gib = {c: capped_bytes(*shape, c, *layout) / GIB for c in (cap, quick)}
         lines.append(
@@ -197,6 +211,22 @@ def insufficient_memory_message(
     else:
         lines.append(f"Fix: add ranks or memory: {more}; no table cap makes this fit.")
     return "\n".join(lines)
+
+
+def _tables_fit(
+    storage: EmbeddingStorage,
+    replicated: EmbeddingStorage | None,
+    world_size: int,
+    per_rank: int,
+    alone: Sequence[int],
+) -> int | None:
+    """The bytes the tables take over all ranks (the data_parallel ones once per rank) when
+    they fit what the planner gives tables: in all, and on each rank its data_parallel
+    tables beside the largest table_wise one; else None."""
+    whole = replicated.total_bytes if replicated is not None else 0
+    held = storage.total_bytes + whole * (world_size - 1)
+    fits_all = held <= per_rank * world_size * (1 - STORAGE_RESERVATION)
+    return held if fits_all and whole + max(alone, default=0) <= usable_bytes(per_rank) else None
 
 
 def _needed_lines(
