@@ -191,15 +191,7 @@ def insufficient_memory_message(
     more = _more_ranks(storage, replicated, per_rank, alone)
     held = _tables_fit(storage, replicated, world_size, per_rank, alone)
     if held is not None:
-        batch = f"train.batch_size={batch_size}" if batch_size else "train.batch_size"
-        lines.append(
-            f"The tables alone fit ({held / GIB:.2f} of "
-            f"{offered * (1 - STORAGE_RESERVATION) / GIB:.2f} GiB): what does not is, most "
-            "likely, what TorchRec places beside each shard and grows with the batch (its input "
-            f"and output buffers, at {batch} per rank), or how the shards divide among the "
-            f"ranks. Fix: lower train.batch_size; or add ranks or memory."
-        )
-        return "\n".join(lines)
+        return "\n".join([*lines, _batch_advice(held, offered, batch_size)])
     if cap is not None and quick is not None:
         gib = {c: capped_bytes(*shape, c, *layout) / GIB for c in (cap, quick)}
         lines.append(
@@ -211,6 +203,18 @@ def insufficient_memory_message(
     else:
         lines.append(f"Fix: add ranks or memory: {more}; no table cap makes this fit.")
     return "\n".join(lines)
+
+
+def _batch_advice(held: int, offered: int, batch_size: int | None) -> str:
+    """The fix when the tables alone fit (``held`` of ``offered`` bytes): the batch."""
+    batch = f"train.batch_size={batch_size}" if batch_size else "train.batch_size"
+    return (
+        f"The tables alone fit ({held / GIB:.2f} of "
+        f"{offered * (1 - STORAGE_RESERVATION) / GIB:.2f} GiB): what does not is, most likely, "
+        "what TorchRec places beside each shard and grows with the batch (its input and output "
+        f"buffers, at {batch} per rank), or how the shards divide among the ranks. Fix: lower "
+        "train.batch_size; or add ranks or memory."
+    )
 
 
 def _tables_fit(
