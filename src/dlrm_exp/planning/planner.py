@@ -179,30 +179,36 @@ def insufficient_memory_message(
     lines = _needed_lines(
         storage, optimizer, len(table_sizes), embedding_dim, replicated, world_size
     )
-    lines += [
-        f"  offered: {offered / GIB:.2f} GiB {device_kind} on {world_size} rank(s) "
-        f"({per_rank / GIB:.2f} GiB each, {source}); TorchRec's planner gives the tables "
-        f"{1 - STORAGE_RESERVATION:.0%} of it ({offered * (1 - STORAGE_RESERVATION) / GIB:.2f} "
-        f"GiB), keeping {STORAGE_RESERVATION:.0%} for dense parameters and activations",
-    ]
+    lines.append(_offered_line(per_rank, world_size, device_kind, source))
     types = data_types or [EmbeddingDataType.fp32] * len(table_sizes)
     alone = [n * row_bytes(embedding_dim, t, optimizer) for n, t, one in
              zip(table_sizes, types, whole_tables or [], strict=False) if one]  # fmt: skip
     more = _more_ranks(storage, replicated, per_rank, alone)
     held = _tables_fit(storage, replicated, world_size, per_rank, alone)
     if held is not None:
-        return "\n".join([*lines, _batch_advice(held, offered, batch_size)])
-    if cap is not None and quick is not None:
-        gib = {c: capped_bytes(*shape, c, *layout) / GIB for c in (cap, quick)}
-        lines.append(
-            f"Fix: cap the tables with model.num_embeddings_cap={cap} ({gib[cap]:.2f} GiB, at "
-            f"most {HEADROOM_FRACTION:.0%} of the offered memory), or try "
-            f"model.num_embeddings_cap={quick} first ({gib[quick]:.2f} GiB, quick to train); "
-            f"or add ranks / memory: {more}."
-        )
+        fix = _batch_advice(held, offered, batch_size)
+    elif cap is None or quick is None:
+        fix = f"Fix: add ranks or memory: {more}; no table cap makes this fit."
     else:
-        lines.append(f"Fix: add ranks or memory: {more}; no table cap makes this fit.")
-    return "\n".join(lines)
+        gib = {c: capped_bytes(*shape, c, *layout) / GIB for c in (cap, quick)}
+        fix = (
+            f"Fix: cap the tables with model.num_embeddings_cap={cap} ({gib[cap]:.2f} GiB, at "
+            f"most {HEADROOM_FRACTION:.0%} of the offered memory), or try model.num_embeddings"
+            f"_cap={quick} first ({gib[quick]:.2f} GiB, quick to train); or add ranks / memory: "
+            f"{more}."
+        )
+    return "\n".join([*lines, fix])
+
+
+def _offered_line(per_rank: int, world_size: int, device_kind: str, source: str) -> str:
+    """The message's line of what the hardware offers the tables."""
+    offered = per_rank * world_size
+    return (
+        f"  offered: {offered / GIB:.2f} GiB {device_kind} on {world_size} rank(s) "
+        f"({per_rank / GIB:.2f} GiB each, {source}); TorchRec's planner gives the tables "
+        f"{1 - STORAGE_RESERVATION:.0%} of it ({offered * (1 - STORAGE_RESERVATION) / GIB:.2f} "
+        f"GiB), keeping {STORAGE_RESERVATION:.0%} for dense parameters and activations"
+    )
 
 
 def _batch_advice(held: int, offered: int, batch_size: int | None) -> str:
