@@ -91,6 +91,8 @@ def test_known_keys_and_open_maps_pass():
     )  # fmt: skip
     with pytest.raises(ConfigError, match="unknown config key opt.lr"):
         check_override_keys(["seed=1", "opt.lr=3"], Config)
+    with pytest.raises(ConfigError, match=r"the override '=256' names no key"):  # not a blank
+        check_override_keys(["=256"], Config)
 
 
 def test_a_schema_features_keys_are_checked_though_its_feature_names_are_free():

@@ -149,6 +149,8 @@ def _bad_day(folder, case):
         np.save(folder / "day_1_sparse.npy", sparse.astype(np.float64) + 0.7)
     elif case == "string_ids":
         np.save(folder / "day_1_sparse.npy", sparse.astype(str))
+    elif case == "garbage":  # numpy's advice, allow_pickle=True, would run code from it
+        (folder / "day_1_dense.npy").write_bytes(b"not an npy file at all")
     elif case == "empty_file":
         (folder / "day_1_dense.npy").write_bytes(b"")
     elif case == "padded":
@@ -170,6 +172,7 @@ def _bad_day(folder, case):
         ("float_ids", r"day_1_sparse.npy: dtype float64, expected integer \(e.g. int64\)"),
         ("string_ids", r"day_1_sparse.npy: dtype <U\d+, expected integer"),
         ("empty_file", r"day_1_dense.npy: not a readable npy file"),
+        ("garbage", r"day_1_dense.npy: not a readable npy file \(not an npy array\)$"),
         ("padded", r"holds day_01_dense.npy: day numbers are written without leading zeros "
          r"\(day_1_\*.npy"),
         ("rows", r"day_1 files disagree on the row count: day_1_dense.npy 19, day_1_sparse.npy "

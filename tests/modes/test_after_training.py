@@ -416,8 +416,10 @@ def test_bad_checkpoints_are_one_clear_error_each(trained, tmp_path):
     run_dir, _ = trained
     cases = {
         str(tmp_path / "nowhere"): "no such folder",
+        str(tmp_path / "a_file"): r"a_file \(a file, not a checkpoint folder\)",
         str(tmp_path): "no complete checkpoint in this run folder",
     }
+    (tmp_path / "a_file").write_text("")
     partial = tmp_path / "step_9.partial"
     partial.mkdir()
     cases[str(partial)] = "not a complete checkpoint"

@@ -144,6 +144,8 @@ def check_override_keys(overrides: Sequence[str], root: type) -> None:
     known, open_maps = schema_keys(root)
     for text, override in _parsed(overrides):
         key = override.key_or_group
+        if not key:  # "=256": a value without its key
+            raise ConfigError(f"the override {text!r} names no key (key=value)")
         if (
             override.is_delete()
             or key.split(".")[0] == "hydra"

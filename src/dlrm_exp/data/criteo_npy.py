@@ -54,7 +54,8 @@ def find_days(folder: Path) -> list[int]:
             lacks one of its files.
     """
     if not folder.is_dir():
-        raise DataError(f"data.path: no such folder: {folder}")
+        what = "a file, not the folder of the day files" if folder.is_file() else "no such folder"
+        raise DataError(f"data.path: {what}: {folder}")
     numbers = sorted(m.group(1) for p in folder.iterdir() if (m := _DAY_FILE.match(p.name)))
     if not numbers:
         raise DataError(
@@ -158,7 +159,10 @@ def _load_day(folder: Path, day: int, mmap: bool) -> tuple[np.ndarray, np.ndarra
         try:
             array = np.load(path, mmap_mode=mode, allow_pickle=False)
         except (ValueError, OSError, EOFError) as err:
-            raise DataError(f"{path}: not a readable npy file ({err or 'empty file'})") from None
+            # numpy's own advice for a non-npy file ("load it unsafely using allow_pickle=")
+            # would run code from the file: not passed on
+            why = "not an npy array" if "allow_pickle" in str(err) else err or "empty file"
+            raise DataError(f"{path}: not a readable npy file ({why})") from None
         if array.ndim != 2 or array.shape[1] != columns:
             raise DataError(f"{path}: shape {array.shape}, expected (rows, {columns})")
         if array.dtype.kind not in _KINDS[kind]:

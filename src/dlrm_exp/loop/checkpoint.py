@@ -563,7 +563,8 @@ def _complete_checkpoint(path: Path, key: str) -> Path:
         CheckpointError: no such folder, or one without DCP's metadata or the trainer state.
     """
     if not path.is_dir():
-        raise CheckpointError(f"{key}: no checkpoint folder at {path} (no such folder)")
+        what = "a file, not a checkpoint folder" if path.is_file() else "no such folder"
+        raise CheckpointError(f"{key}: no checkpoint folder at {path} ({what})")
     if not _is_complete(path):
         raise CheckpointError(
             f"{key}: {path} is not a complete checkpoint (it needs DCP's .metadata and "
