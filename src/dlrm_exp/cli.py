@@ -103,7 +103,7 @@ def hydra_main(raw: DictConfig) -> float | None:
         if user_error and not in_use:  # (an unexpected error's traceback is logged already)
             to_log_files(f"Error: {message}", level=logging.ERROR)
         if not in_use:  # else the folder's record is another run's
-            _record_failure(run_dir / "metrics.json", message, type(err).__name__)
+            _record_failure(run_dir / "metrics.json", message, err)
         return math.nan
 
 
@@ -180,18 +180,21 @@ def _signal(err: KeyboardInterrupt | Terminated) -> signal.Signals:
     return signal.Signals(err.signum if isinstance(err, Terminated) else signal.SIGINT)
 
 
-def _record_failure(path: Path, message: str, error_type: str) -> None:
-    """A failed sweep job's ``metrics.json`` (status ``failed``), unless the folder holds a
-    completed record: the job rerun in its folder (``train.resume=auto``) that failed before
-    training keeps its earlier run's results, which a failed record would replace for good."""
-    try:
-        completed = RunMetrics.read(path).status == COMPLETED
-    except (OSError, ValueError):  # none, or not a record: nothing to keep
-        completed = False
-    if completed:
-        log.warning("%s keeps the completed record of an earlier run of this job", path)
-        return
-    RunMetrics.failed(message, error_type, _choices()).write(path)
+def _record_failure(path: Path, message: str, err: Exception) -> None:
+    """A failed sweep job's ``metrics.json`` (status ``failed``), unless ``err`` refused the
+    job before it started (a :class:`~dlrm_exp.errors.Refusal`: its data gone, a checkpoint
+    it cannot use) and the folder holds a completed record: the job rerun in its folder
+    (``train.resume=auto``) keeps its earlier run's results, which a failed record would
+    replace for good. A failure once training ran (a NaN, a worker's) is recorded."""
+    if isinstance(err, Refusal):
+        try:
+            completed = RunMetrics.read(path).status == COMPLETED
+        except (OSError, ValueError):  # none, or not a record: nothing to keep
+            completed = False
+        if completed:
+            log.warning("%s keeps the completed record of an earlier run of this job", path)
+            return
+    RunMetrics.failed(message, type(err).__name__, _choices()).write(path)
 
 
 def _record_interruption(path: Path, err: KeyboardInterrupt | Terminated) -> None:
@@ -254,7 +257,8 @@ def _default_data_for_preprocess(args: list[str]) -> list[str]:
     ``mode=preprocess data.path=<tsv> preprocess.output_dir=<dir>`` is enough."""
     chooses_data = any(a.lstrip("+~").startswith("data=") for a in args)
     if "mode=preprocess" in args and not chooses_data:
-        return ["data=criteo_tsv", *args]  # first: after a flag (--cfg job) it is its value
+        at = args.index("mode=preprocess")  # among the overrides: never a flag's value
+        return [*args[:at], "data=criteo_tsv", *args[at:]]  # (first, -m broke it: review)
     return args
 
 

@@ -34,6 +34,12 @@ class RunFolderInUseError(Refusal):
     point puts back the ``.hydra/`` files Hydra wrote, :mod:`dlrm_exp.record.kept_record`)."""
 
 
+class OutputFolderInUseError(Refusal):
+    """Another run writes into the output folder asked for (``preprocess.output_dir``,
+    ``export.output_dir``), whose writers use fixed temporary names; unlike
+    :class:`RunFolderInUseError` the job's own run folder is its own (its record is written)."""
+
+
 class PlanError(Refusal):
     """TorchRec's planner cannot place the tables under the requested constraints."""
 

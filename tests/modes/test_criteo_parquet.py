@@ -147,6 +147,12 @@ def test_two_conversions_into_one_output_folder_are_one_at_a_time(tmp_path, cli_
             assert done.returncode != 0 and "Traceback" not in done.stderr
             assert f"preprocess.output_dir={out} is being written by another run" in done.stderr
         assert sorted(p.name for p in out.iterdir()) == [".lock"]  # nothing written
+        # a sweep's job so refused records its failure (its own folder is its own: review)
+        sweep = tmp_path / "sweep"
+        done = cli_here(["-m", "mode=preprocess", f"data.path={day_0}",
+                         f"preprocess.output_dir={out}", f"hydra.sweep.dir={sweep}"])  # fmt: skip
+        record = json.loads((sweep / "0" / "metrics.json").read_text())
+        assert record["status"] == "failed" and record["error_type"] == "OutputFolderInUseError"
     finally:
         holder.kill()
         holder.wait()

@@ -159,6 +159,13 @@ def test_tables_that_fit_beside_an_oversized_batch_are_told_to_lower_the_batch()
     assert "The tables alone fit (0.00 of 20.40 GiB)" in message
     assert "at train.batch_size=30000000 per rank" in message
     assert "num_embeddings_cap" not in message
+    # a table too large for any one rank (column_wise, one shard) is no batch problem (review)
+    sizes = ",".join(["1000000000", *["1000"] * 25])
+    huge = compose_cfg(["hardware=a100_40gb_x8", "sharding=columnwise",
+                        f"model.num_embeddings_per_feature=[{sizes}]"])  # fmt: skip
+    with pytest.raises(InsufficientMemoryError) as info:
+        plan_job(huge, _meta_model(huge))
+    assert "The tables alone fit" not in str(info.value)
 
 
 def test_replicated_tables_count_once_per_rank_and_the_cap_accounts_for_it():

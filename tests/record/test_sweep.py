@@ -169,7 +169,7 @@ def test_a_failure_on_a_rank_above_0_writes_no_record_and_ends_the_task_well(
     assert (sweep / "0").is_dir() and not (sweep / "0" / "metrics.json").exists()
 
 
-def test_a_job_rerun_that_fails_keeps_its_earlier_completed_record(tmp_path, cli_here):
+def test_a_job_rerun_that_fails_keeps_its_earlier_completed_record(tmp_path, cli_here, monkeypatch):
     """The same -m command again in its sweep folder, refused there (the job's folder holds a
     finished run), or rerun with train.resume=auto and failing before training, replaced the
     completed metrics.json with a failed one for good (crash-safety review)."""
@@ -190,6 +190,13 @@ def test_a_job_rerun_that_fails_keeps_its_earlier_completed_record(tmp_path, cli
                         f"hydra.sweep.dir={sweep}"])  # fmt: skip
     assert "Error in job " in resumed.stderr and "no such file or folder" in resumed.stderr
     assert json.loads((sweep / "0" / "metrics.json").read_text()) == done
+    # a failure once training ran (not a refusal) is the job's news: recorded
+    from dlrm_exp import cli
+    from dlrm_exp.errors import NonFiniteLossError
+
+    monkeypatch.setattr(cli, "_choices", dict)
+    cli._record_failure(sweep / "0" / "metrics.json", "loss is nan", NonFiniteLossError("nan"))
+    assert json.loads((sweep / "0" / "metrics.json").read_text())["status"] == "failed"
     second = cli_here(["-m", "data=criteo_tsv", missing, f"hydra.sweep.dir={tmp_path / 'new'}"])
     assert "Error in job " in second.stderr  # a job without an earlier record: failed
     assert json.loads((tmp_path / "new" / "0" / "metrics.json").read_text())["status"] == "failed"

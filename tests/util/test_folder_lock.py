@@ -61,3 +61,14 @@ def test_a_run_folder_that_is_a_file_is_one_line(tmp_path, cli_here):
         done = cli_here(["mode=plan", f"hydra.run.dir={folder}"])
         assert done.returncode == 1 and "Traceback" not in done.stderr
         assert f"hydra.run.dir={folder} cannot be a run folder: {why}" in done.stderr
+
+
+def test_a_held_folder_named_another_way_is_still_this_processs(tmp_path):
+    """An output folder that is the run folder through a symlink or ``..`` opened a second
+    lock in the process holding the first, which refused the run itself (review)."""
+    run = tmp_path / "run"
+    (tmp_path / "link").symlink_to(run, target_is_directory=True)
+    with held_run_folder(run):
+        for other in (tmp_path / "link", tmp_path / "x" / ".." / "run"):
+            with held_run_folder(other, "preprocess.output_dir"):
+                pass

@@ -14,6 +14,8 @@ May import: config, util, errors.
 import logging
 from dataclasses import replace
 
+import torch.distributed as dist
+
 from dlrm_exp.config import (
     CriteoMultiHotDataConfig,
     CriteoNpyDataConfig,
@@ -82,7 +84,7 @@ def load_splits(
         return _synthetic_splits(cfg, table_sizes, num_dense, seed)
     if isinstance(cfg, CriteoTsvDataConfig):
         train, val, test, report = load_criteo_tsv(cfg, scored)
-        if scored is None:  # training: reported and goes on, said where the user reads it
+        if scored is None and _is_main():  # training: reported and goes on, said once
             _warn_skipped(report.as_dict(), cfg.max_skipped_fraction)
         kinds = criteo_id_kinds(cfg.feature_schema())
         info = DataInfo.of_splits(train, val, test, read=report.as_dict(), id_kinds=kinds)
@@ -95,6 +97,11 @@ def load_splits(
     if isinstance(cfg, ParquetDataConfig):
         return load_parquet(cfg)
     raise TypeError(f"unknown data config {type(cfg).__name__}")
+
+
+def _is_main() -> bool:
+    """Whether this process is rank 0 of its job (or runs alone): every rank reads the data."""
+    return not (dist.is_available() and dist.is_initialized()) or dist.get_rank() == 0
 
 
 def _warn_skipped(read: dict, limit: float | None) -> None:

@@ -756,8 +756,12 @@ def _dcp_load(path: Path, state: dict[str, Any]) -> None:
     reader = SafeFileSystemReader(str(path))
     try:  # first, alone: DCP logs a traceback for each fallback it tries on unreadable metadata
         reader.read_metadata()
-    except (CheckpointError, OSError) as err:
+    except CheckpointError as err:
         raise CheckpointError(f"checkpoint {path} cannot be read: {err}") from None
+    except Exception as err:  # (an object of the admitted classes, wrongly shaped)
+        raise CheckpointError(
+            f"checkpoint {path} cannot be read: {path / '.metadata'}: {type(err).__name__}: {err}"
+        ) from None
     try:
         with warnings.catch_warnings():
             # Loading without a process group (evaluate / predict / export on one process) is

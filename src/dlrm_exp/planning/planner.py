@@ -184,7 +184,9 @@ def insufficient_memory_message(
     alone = [n * row_bytes(embedding_dim, t, optimizer) for n, t, one in
              zip(table_sizes, types, whole_tables or [], strict=False) if one]  # fmt: skip
     more = _more_ranks(storage, replicated, per_rank, alone)
-    held = _tables_fit(storage, replicated, world_size, per_rank, alone)
+    largest = max(n * row_bytes(embedding_dim, t, optimizer)
+                  for n, t in zip(table_sizes, types, strict=True))  # fmt: skip
+    held = _tables_fit(storage, replicated, world_size, per_rank, largest)
     if held is not None:
         fix = _batch_advice(held, offered, batch_size)
     elif cap is None or quick is None:
@@ -228,15 +230,16 @@ def _tables_fit(
     replicated: EmbeddingStorage | None,
     world_size: int,
     per_rank: int,
-    alone: Sequence[int],
+    largest: int,
 ) -> int | None:
     """The bytes the tables take over all ranks (the data_parallel ones once per rank) when
     they fit what the planner gives tables: in all, and on each rank its data_parallel
-    tables beside the largest table_wise one; else None."""
+    tables beside the largest table whole (``largest`` bytes: of any sharding type, as a
+    column_wise table of one shard lies whole on a rank too); else None."""
     whole = replicated.total_bytes if replicated is not None else 0
     held = storage.total_bytes + whole * (world_size - 1)
     fits_all = held <= per_rank * world_size * (1 - STORAGE_RESERVATION)
-    return held if fits_all and whole + max(alone, default=0) <= usable_bytes(per_rank) else None
+    return held if fits_all and whole + largest <= usable_bytes(per_rank) else None
 
 
 def _needed_lines(

@@ -19,7 +19,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from dlrm_exp.errors import RunFolderInUseError
+from dlrm_exp.errors import OutputFolderInUseError, RunFolderInUseError
 
 #: The lock file's name in the run folder.
 LOCK_FILE = ".lock"
@@ -34,6 +34,7 @@ def _lock(run_dir: Path, key: str = "hydra.run.dir") -> int | None:
 
     Raises:
         RunFolderInUseError: another live process holds it (naming that process and host).
+        OutputFolderInUseError: the same, for an output folder (``key`` not the run's).
     """
     try:
         fd = os.open(run_dir / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o644)
@@ -47,7 +48,7 @@ def _lock(run_dir: Path, key: str = "hydra.run.dir") -> int | None:
         if err.errno not in (errno.EWOULDBLOCK, errno.EACCES):
             return None  # no flock here
         if key != "hydra.run.dir":
-            raise RunFolderInUseError(
+            raise OutputFolderInUseError(
                 f"{key}={run_dir} is being written by another run ({holder}): wait for it to "
                 "end, or name another folder"
             ) from None
@@ -61,6 +62,12 @@ def _lock(run_dir: Path, key: str = "hydra.run.dir") -> int | None:
     return fd
 
 
+def _key(run_dir: Path) -> Path:
+    """The folder as this process's holds know it: resolved (a symlink, or ``..``, to a held
+    folder is that folder; a second open of its lock file would block this process itself)."""
+    return run_dir.resolve()
+
+
 def hold_run_folder(run_dir: Path, key: str = "hydra.run.dir") -> None:
     """Hold ``run_dir``'s lock (creating the folder) until :func:`release_run_folder` or the
     process's end; holding it again is a no-op. ``key``: see :func:`_lock`.
@@ -68,7 +75,7 @@ def hold_run_folder(run_dir: Path, key: str = "hydra.run.dir") -> None:
     Raises:
         RunFolderInUseError: see :func:`_lock`.
     """
-    folder = run_dir.absolute()
+    folder = _key(run_dir)
     if folder not in _held:
         folder.mkdir(parents=True, exist_ok=True)
         _held[folder] = _lock(folder, key)
@@ -76,7 +83,7 @@ def hold_run_folder(run_dir: Path, key: str = "hydra.run.dir") -> None:
 
 def release_run_folder(run_dir: Path) -> None:
     """Release what :func:`hold_run_folder` holds (the file stays)."""
-    fd = _held.pop(run_dir.absolute(), None)
+    fd = _held.pop(_key(run_dir), None)
     if fd is not None:
         os.close(fd)
 
@@ -96,7 +103,7 @@ def held_run_folder(run_dir: Path, key: str = "hydra.run.dir") -> Iterator[None]
     Raises:
         RunFolderInUseError: see :func:`_lock`.
     """
-    if run_dir.absolute() in _held:
+    if _key(run_dir) in _held:
         yield
         return
     hold_run_folder(run_dir, key)
