@@ -181,12 +181,11 @@ def insufficient_memory_message(
     )
     lines.append(_offered_line(per_rank, world_size, device_kind, source))
     types = data_types or [EmbeddingDataType.fp32] * len(table_sizes)
-    alone = [n * row_bytes(embedding_dim, t, optimizer) for n, t, one in
-             zip(table_sizes, types, whole_tables or [], strict=False) if one]  # fmt: skip
+    each = [n * row_bytes(embedding_dim, t, optimizer)
+            for n, t in zip(table_sizes, types, strict=True)]  # fmt: skip
+    alone = [b for b, one in zip(each, whole_tables or [], strict=False) if one]
     more = _more_ranks(storage, replicated, per_rank, alone)
-    largest = max(n * row_bytes(embedding_dim, t, optimizer)
-                  for n, t in zip(table_sizes, types, strict=True))  # fmt: skip
-    held = _tables_fit(storage, replicated, world_size, per_rank, largest)
+    held = _tables_fit(storage, replicated, world_size, per_rank, max(each))
     if held is not None:
         fix = _batch_advice(held, offered, batch_size)
     elif cap is None or quick is None:
