@@ -471,7 +471,7 @@ def test_a_failed_export_leaves_no_record_of_another_artifact(trained, tmp_path,
     with pytest.raises(OSError, match="disk full"):
         run_export(int8, Job(tmp_path / "job"))
     assert (tmp_path / "model.pt").is_file() and not (tmp_path / "export.json").exists()
-    monkeypatch.setattr(export, "sync_file", crash)  # a failed save leaves no model.pt.partial
+    monkeypatch.setattr(export, "publish_file", crash)  # a failed save leaves no model.pt.partial
     with pytest.raises(OSError, match="disk full"):
         run_export(int8, Job(tmp_path / "job"))
     assert not (tmp_path / "model.pt.partial").exists()

@@ -20,7 +20,7 @@ from dlrm_exp.data.decode import refuse_non_clicks
 from dlrm_exp.data.id_policy import KIND_SENSITIVE, is_id_type
 from dlrm_exp.data.paths import resolve_paths
 from dlrm_exp.errors import DataError
-from dlrm_exp.util.files import replace_durably, sync_file
+from dlrm_exp.util.files import write_via
 
 
 @dataclass(frozen=True)
@@ -262,14 +262,7 @@ def write_parquet_atomic(table: pa.Table, path: Path, row_group_size: int) -> No
     """``table`` as ``path`` in row groups of ``row_group_size`` rows, written to a hidden
     temporary name (which folder inputs skip) and renamed, so a crash leaves no half file."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    partial = path.with_name(f".{path.name}.partial")
-    try:
-        pq.write_table(table, partial, row_group_size=row_group_size)
-        sync_file(partial)
-        replace_durably(partial, path)
-    except BaseException:
-        partial.unlink(missing_ok=True)
-        raise
+    write_via(path, lambda tmp: pq.write_table(table, tmp, row_group_size=row_group_size))
 
 
 def check_columns(

@@ -34,7 +34,7 @@ from dlrm_exp.loop.checkpoint import (
 from dlrm_exp.modes.job import Job, ModeResult
 from dlrm_exp.modes.setup import trained_dense_precision, warn_managed_collision_ranks
 from dlrm_exp.planning.tables import DTYPE_NAMES, is_table_key, table_of_key, table_shapes
-from dlrm_exp.util.files import check_writable, replace_durably, sync_file, write_json_atomic
+from dlrm_exp.util.files import check_writable, publish_file, write_json_atomic
 from dlrm_exp.util.folder_lock import held_run_folder
 
 CPU = torch.device("cpu")
@@ -190,9 +190,8 @@ def _save_artifact(scripted: torch.jit.ScriptModule, out: Path) -> None:
     partial = out / "model.pt.partial"
     try:
         scripted.save(str(partial), _extra_files={EXPORT_MARK: b"1"})
-        sync_file(partial)  # on the disk before a record vouches for it
         (out / "export.json").unlink(missing_ok=True)
-        replace_durably(partial, out / "model.pt")
+        publish_file(partial, out / "model.pt")  # on the disk before a record vouches for it
     except BaseException:
         partial.unlink(missing_ok=True)  # no multi-GB leftover
         raise

@@ -60,7 +60,7 @@ from dlrm_exp.modes.job import Job, ModeResult
 from dlrm_exp.modes.predict_parquet import Logits, predict_parquet, read_inputs
 from dlrm_exp.modes.setup import warn_unlike_training
 from dlrm_exp.planning.tables import table_shapes
-from dlrm_exp.util.files import check_writable, replace_durably, sync_file, write_json_atomic
+from dlrm_exp.util.files import check_writable, publish_file, write_json_atomic
 
 #: The Parquet schema of the predictions (see the module docstring); unlabeled input has no
 #: ``label`` column.
@@ -201,7 +201,7 @@ def run_predict(cfg: Config, job: Job) -> dict:
     except DataError:
         partial.unlink(missing_ok=True)  # nothing is written
         raise
-    _publish(partial, output)
+    publish_file(partial, output)  # synced: the report written next vouches for it
     result = {
         "checkpoint": str(path),
         "step": step,
@@ -250,14 +250,6 @@ def _score(
             raise
 
 
-def _publish(partial: Path, output: Path) -> None:
-    """Put the finished ``partial`` file at ``output``: synced first, so neither a crash nor a
-    power loss leaves a partial file under the final name, or one that the report written
-    next vouches for while its bytes are not on the disk."""
-    sync_file(partial)
-    replace_durably(partial, output)
-
-
 def _run_parquet(cfg: Config, job: Job, path: Path, output: Path, partial: Path) -> dict:
     """``data=parquet``: every row scored (:mod:`dlrm_exp.modes.predict_parquet`)."""
     inputs = read_inputs(cfg)
@@ -268,7 +260,7 @@ def _run_parquet(cfg: Config, job: Job, path: Path, output: Path, partial: Path)
         lambda model: predict_parquet(cfg, inputs, model, partial),
         inputs.id_kinds,
     )
-    _publish(partial, output)
+    publish_file(partial, output)  # synced: the report written next vouches for it
     result = {"checkpoint": str(path), "step": step, "output": str(output)}
     result |= written
     write_json_atomic(job.run_dir / "predict_report.json", result)

@@ -17,7 +17,6 @@ Files, one set per rank r:
 """
 
 import time
-from collections.abc import Callable
 from pathlib import Path
 
 import psutil
@@ -25,7 +24,7 @@ import torch
 from torch.profiler import ProfilerActivity, profile, schedule
 
 from dlrm_exp.config import ProfileSteps
-from dlrm_exp.util.files import replace_durably, sync_file, write_csv_atomic
+from dlrm_exp.util.files import write_csv_atomic, write_via
 
 PROFILE_DIR = "profile"
 #: The columns of ``rss_rank<r>.csv``.
@@ -121,25 +120,13 @@ class StepProfiler:
         rows = [dict(zip(RSS_COLUMNS, row, strict=True)) for row in self._rss]
         write_csv_atomic(self.dir / f"rss_rank{self.rank}.csv", list(RSS_COLUMNS), rows)
         if self._history:  # not when training ended in the wait steps: nothing recorded
-            _written(self.dir / f"cuda_memory_rank{self.rank}.pickle",
-                     lambda tmp: torch.cuda.memory._dump_snapshot(str(tmp)))  # fmt: skip
+            # written aside: a crash never leaves a truncated file under the name metrics.json
+            # lists, nor truncates a resumed run's earlier one before the new one is complete
+            write_via(self.dir / f"cuda_memory_rank{self.rank}.pickle",
+                      lambda tmp: torch.cuda.memory._dump_snapshot(str(tmp)), ".tmp")  # fmt: skip
             torch.cuda.memory._record_memory_history(enabled=None)
             self._history = False
 
     def _write_trace(self, prof: profile) -> None:
         path = self.dir / f"rank{self.rank}.pt.trace.json"
-        _written(path, lambda tmp: prof.export_chrome_trace(str(tmp)))
-
-
-def _written(path: Path, write: Callable[[Path], object]) -> None:
-    """``write(tmp)`` then ``tmp`` put at ``path`` durably: a crash while a trace is exported
-    (seconds for a large one) never leaves a truncated file under the name ``metrics.json``
-    lists, nor truncates a resumed run's earlier one before the new one is complete."""
-    tmp = path.with_name(f".{path.name}.tmp")
-    try:
-        write(tmp)
-        sync_file(tmp)
-        replace_durably(tmp, path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
+        write_via(path, lambda tmp: prof.export_chrome_trace(str(tmp)), ".tmp")  # seconds

@@ -59,7 +59,6 @@ class HostAndDeviceReservation(FixedPercentageStorageReservation):
         reserved = super().reserve(topology, *args, **kwargs)
         for device in reserved.devices:
             device.storage.ddr = int((1 - self._percentage) * device.storage.ddr)
-        self._last_reserved_topology = reserved  # what TorchRec's stats report
         return reserved
 
 

@@ -6,7 +6,7 @@ import json
 import math
 import os
 import tempfile
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from enum import Enum
 from pathlib import Path
 from typing import IO, Any
@@ -57,6 +57,26 @@ def replace_durably(tmp: Path, path: Path) -> None:
     flush the device's cache."""
     os.replace(tmp, path)
     sync_folder(path.parent)
+
+
+def publish_file(tmp: Path, path: Path) -> None:
+    """Put the finished file ``tmp``, which another library wrote and closed, at ``path``:
+    :func:`sync_file`, then :func:`replace_durably`."""
+    sync_file(tmp)
+    replace_durably(tmp, path)
+
+
+def write_via(path: Path, write: Callable[[Path], object], suffix: str = ".partial") -> None:
+    """``write(tmp)`` to the hidden ``.<name><suffix>`` beside ``path`` (which folder inputs
+    and listings skip), then :func:`publish_file` it; ``tmp`` is removed if anything fails, so
+    a crash never leaves a truncated file under ``path`` nor replaces an earlier one first."""
+    tmp = path.with_name(f".{path.name}{suffix}")
+    try:
+        write(tmp)
+        publish_file(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
 
 
 def sync_folder(folder: Path) -> None:
