@@ -206,7 +206,7 @@ def _offered_line(per_rank: int, world_size: int, device_kind: str, source: str)
     return (
         f"  offered: {offered / GIB:.2f} GiB {device_kind} on {world_size} rank(s) "
         f"({per_rank / GIB:.2f} GiB each, {source}); TorchRec's planner gives the tables "
-        f"{1 - STORAGE_RESERVATION:.0%} of it ({offered * (1 - STORAGE_RESERVATION) / GIB:.2f} "
+        f"{1 - STORAGE_RESERVATION:.0%} of it ({usable_bytes(offered) / GIB:.2f} "
         f"GiB), keeping {STORAGE_RESERVATION:.0%} for dense parameters and activations"
     )
 
@@ -216,7 +216,7 @@ def _batch_advice(held: int, offered: int, batch_size: int | None) -> str:
     batch = f"train.batch_size={batch_size}" if batch_size else "train.batch_size"
     return (
         f"The tables alone fit ({held / GIB:.2f} of "
-        f"{offered * (1 - STORAGE_RESERVATION) / GIB:.2f} GiB): what does not is, most likely, "
+        f"{usable_bytes(offered) / GIB:.2f} GiB): what does not is, most likely, "
         "what TorchRec places beside each shard and grows with the batch (its input and output "
         f"buffers, at {batch} per rank), or how the shards divide among the ranks. Fix: lower "
         "train.batch_size; or add ranks or memory."
@@ -236,7 +236,7 @@ def _tables_fit(
     column_wise table of one shard lies whole on a rank too); else None."""
     whole = replicated.total_bytes if replicated is not None else 0
     held = storage.total_bytes + whole * (world_size - 1)
-    fits_all = held <= per_rank * world_size * (1 - STORAGE_RESERVATION)
+    fits_all = held <= usable_bytes(per_rank * world_size)
     return held if fits_all and whole + largest <= usable_bytes(per_rank) else None
 
 

@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from dlrm_exp.record.metric_table import METRICS, Metric, fmt, shown
+from dlrm_exp.record.metric_table import METRICS, Metric, as_number, fmt, shown
 from dlrm_exp.record.run_record import COMPLETED
 from dlrm_exp.record.runs import (
     RunRecord,
@@ -54,11 +54,9 @@ class ConfigStats:
 def _values(runs: Sequence[RunRecord], metric: Metric) -> dict[int, float]:
     out = {}
     for run in runs:
-        value = metric.read(run.metrics)
-        if isinstance(value, bool):  # not a number (an edited record)
-            continue
-        if isinstance(value, (int, float)) and math.isfinite(value):
-            out[run.seed] = float(value)
+        value = as_number(metric.read(run.metrics))
+        if value is not None and math.isfinite(value):
+            out[run.seed] = value
     return out
 
 

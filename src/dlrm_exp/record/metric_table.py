@@ -20,6 +20,13 @@ from dlrm_exp.record.run_record import COMPLETED, RunMetrics
 MISSING_VALUE = "n/a"
 
 
+def as_number(value: Any) -> float | None:
+    """``value`` (a metric as read from a record) as a float; None for anything that is not a
+    number, a bool in an edited record too (NaN and inf stay as measured)."""
+    number = isinstance(value, (int, float)) and not isinstance(value, bool)
+    return float(value) if number else None
+
+
 def fmt(value: Any, spec: str) -> str:
     """``value`` formatted with ``spec``; ``n/a`` for None and NaN."""
     if value is None or (isinstance(value, float) and math.isnan(value)):

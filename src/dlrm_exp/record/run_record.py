@@ -4,6 +4,7 @@ A completed run holds every field; a failed job of a sweep holds only ``status: 
 ``error`` and ``error_type``. JSON keys equal the field names, in this order.
 """
 
+import functools
 import json
 import math
 import types
@@ -47,6 +48,12 @@ def json_fits(tp: Any, value: Any) -> bool:
     # a number for int too: a step rescaled to another world size may be a fraction
     kinds = {float: (int, float), int: (int, float), str: (str,), dict: (dict,)}
     return isinstance(value, kinds.get(base, (object,)))
+
+
+@functools.cache
+def _field_types(cls: type) -> dict[str, Any]:
+    """``cls``'s field types (``typing.get_type_hints``: constant per class, read per record)."""
+    return typing.get_type_hints(cls)
 
 
 def _type_name(tp: Any) -> str:
@@ -290,7 +297,7 @@ class RunMetrics:
             raise ValueError(f"{path}: not JSON ({err})") from None
         if not (isinstance(content, dict) and isinstance(content.get("status"), str)):
             raise ValueError(f"{path}: not a dlrm_exp metrics.json (an object with a status)")
-        hints = typing.get_type_hints(cls)
+        hints = _field_types(cls)
         for key, value in content.items():
             if key in hints and not json_fits(hints[key], value):
                 raise ValueError(

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from dlrm_exp.record.compare import COMPARED
-from dlrm_exp.record.metric_table import METRICS
+from dlrm_exp.record.metric_table import METRICS, as_number
 from dlrm_exp.record.runs import RunRecord
 from dlrm_exp.util.files import write_csv_atomic
 
@@ -41,12 +41,6 @@ class RunValues:
     fixed: str | None = None
 
 
-def _number(value: object) -> float | None:
-    """``value`` as a float; None for anything not a number (a bool in an edited record too)."""
-    number = isinstance(value, (int, float)) and not isinstance(value, bool)
-    return float(value) if number else None
-
-
 def run_values(runs: Iterable[RunRecord]) -> list[RunValues]:
     """The :class:`RunValues` of run records (every status)."""
     return [
@@ -56,7 +50,7 @@ def run_values(runs: Iterable[RunRecord]) -> list[RunValues]:
             run.seed,
             run.status,
             str(run.path),
-            {key: _number(METRICS[key].read(run.metrics)) for key in COMPARED},
+            {key: as_number(METRICS[key].read(run.metrics)) for key in COMPARED},
             run.fixed,
         )
         for run in runs
