@@ -16,6 +16,7 @@ name -> ``SparseFeature``) takes any entry name, but each entry's keys are check
 
 import dataclasses
 import difflib
+import functools
 import json
 import typing
 from collections.abc import Iterable, Iterator, Sequence
@@ -176,13 +177,14 @@ def check_data_option_keys(overrides: Sequence[str], options: dict[str, type]) -
         ConfigError: naming the key, the chosen option and the options that have the key.
     """
     parsed = [override for _, override in _parsed(overrides)]
-    choice = _group_default("data")
+    choice = None
     for o in parsed:
         others = ("experiment", "hydra.sweeper.params.data")  # may choose another option
         if o.key_or_group in others or (o.key_or_group == "data" and o.is_sweep_override()):
             return
         if o.key_or_group == "data" and not o.is_delete():
             choice = str(o.value())
+    choice = choice or _group_default("data")  # conf/config.yaml read only without data=
     if choice not in options:
         return  # an unknown option: Hydra names it
     for o in parsed:
@@ -212,22 +214,36 @@ def _refuse_other_option(what: str, field: str, choice: str, options: dict[str, 
         )
 
 
-def _parsed(overrides: Sequence[str]) -> Iterator[tuple[str, Override]]:
+def _parsed(overrides: Sequence[str]) -> tuple[tuple[str, Override], ...]:
     """``(text, Hydra's parsed override)`` of each of ``overrides`` that parses as one (a
-    flag's value, ``--cfg job``'s ``job``, or a typo Hydra reports itself, does not)."""
+    flag's value, ``--cfg job``'s ``job``, or a typo Hydra reports itself, does not); parsed
+    once for both checks of a command line (:func:`_parsed_once`)."""
+    return _parsed_once(tuple(overrides))
+
+
+@functools.lru_cache(maxsize=8)
+def _parsed_once(overrides: tuple[str, ...]) -> tuple[tuple[str, Override], ...]:
     parser = OverridesParser.create()
+    parsed = []
     for text in overrides:
         try:
             (override,) = parser.parse_overrides([text])
         except HydraException:
             continue
-        yield text, override
+        parsed.append((text, override))
+    return tuple(parsed)
 
 
 def _option_has(cls: type, field: str) -> bool:
     """Whether the data option's schema ``cls`` has the (dotted) key ``field``."""
-    known, open_maps = schema_keys(cls)
+    known, open_maps = _schema_keys_of(cls)
     return field in known or _under_open_map(field, open_maps) or _list_item_key(field, known)
+
+
+@functools.cache
+def _schema_keys_of(cls: type) -> tuple[set[str], dict[str, set[str] | None]]:
+    """:func:`schema_keys` of a data option's schema, built once per class (read only)."""
+    return schema_keys(cls)
 
 
 def _group_default(group: str) -> str | None:
