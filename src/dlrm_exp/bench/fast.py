@@ -195,8 +195,9 @@ def dense_part(fast: Sequence[RunMetrics]) -> tuple[float, str]:
     when one run measured none; and the printed line."""
     fractions = [m.utilization.get("fraction_of_matmul_peak") for m in fast]
     measured = [f for f in fractions if f is not None]
+    complete = bool(measured) and len(measured) == len(fast)
     # the median of every seed's run, or none: one run's reading is not the target's median
-    fraction = statistics.median(measured) if measured and len(measured) == len(fast) else math.nan
+    fraction = statistics.median(measured) if complete else math.nan
     peaks = [m.utilization.get("peak_matmul_flops_per_sec") for m in fast]
     line = (
         f"dense part of the fast runs: {', '.join(f'{f:.1%}' for f in measured) or 'n/a'} of the "
@@ -204,7 +205,7 @@ def dense_part(fast: Sequence[RunMetrics]) -> tuple[float, str]:
         f"({', '.join('n/a' if p is None else f'{p / 1e9:.0f}' for p in peaks)} GFLOP/s)"
         + (
             " (a run measured none, so the target is missed: see its metrics.json)"
-            if len(measured) < len(fast)
+            if not complete
             else ""
         )
     )

@@ -358,7 +358,7 @@ def save_checkpoint(
     A preemption signal arriving meanwhile is handled after the save is committed
     (:func:`dlrm_exp.distributed.preemption.preemption_held`)."""
     final = checkpoint_path(run_dir, step) if name is None else run_dir / CHECKPOINTS / name
-    partial = final.with_name(final.name + ".partial")
+    partial = _partial(final)
     with preemption_held():
         if is_main:
             shutil.rmtree(partial, ignore_errors=True)
@@ -414,7 +414,7 @@ def adopt_best(
         return None
     assert source is not None  # adopted
     if is_main:
-        partial = final.with_name(final.name + ".partial")
+        partial = _partial(final)
         shutil.rmtree(partial, ignore_errors=True)
         partial.mkdir(parents=True)
         for path in source.iterdir():
@@ -460,11 +460,17 @@ def _remove_folder(path: Path) -> None:
     """Delete the checkpoint folder ``path``, first renamed to ``<name>.partial``: a crash
     while its files are deleted leaves a folder no listing takes for complete (a
     ``step_<n>`` with its metadata and trainer state but some shards gone was)."""
-    doomed = path.with_name(path.name + ".partial")
+    doomed = _partial(path)
     shutil.rmtree(doomed, ignore_errors=True)
     path.rename(doomed)
     sync_folder(path.parent)
     shutil.rmtree(doomed, ignore_errors=True)
+
+
+def _partial(path: Path) -> Path:
+    """Where a checkpoint folder is written before it is named complete, and renamed before
+    it is deleted: ``<name>.partial``, which no listing takes for complete."""
+    return path.with_name(path.name + ".partial")
 
 
 def _replaced(path: Path) -> Path:

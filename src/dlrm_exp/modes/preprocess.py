@@ -35,7 +35,7 @@ def run(cfg: Config, job: Job) -> ModeResult:
     # one conversion at a time there: its writers use fixed temporary names (day_<n>_*.tmp)
     with held_run_folder(out, "preprocess.output_dir"):
         if cfg.preprocess.format is PreprocessFormat.parquet:
-            return _to_parquet(cfg, job)
+            return _to_parquet(cfg, job, out)
         report = run_preprocess(
             cfg.data.path, cfg.preprocess, cfg.model.table_sizes, cfg.data.max_skipped_fraction
         )
@@ -72,11 +72,11 @@ def _in_input_order(report: dict) -> str:
     return "[" + ",".join(str(f["output"]) for f in report["files"]) + "]"
 
 
-def _to_parquet(cfg: Config, job: Job) -> ModeResult:
-    """``preprocess.format=parquet``: see :mod:`dlrm_exp.data.criteo_parquet`."""
-    assert isinstance(cfg.data, CriteoTsvDataConfig) and cfg.preprocess.output_dir
+def _to_parquet(cfg: Config, job: Job, out: Path) -> ModeResult:
+    """``preprocess.format=parquet`` into ``out`` (``preprocess.output_dir``, checked): see
+    :mod:`dlrm_exp.data.criteo_parquet`."""
+    assert isinstance(cfg.data, CriteoTsvDataConfig)
     started = time.perf_counter()
-    out = Path(cfg.preprocess.output_dir).expanduser()
     report = write_criteo_parquet(
         resolve_paths(cfg.data.path, "data.path"),
         out,
