@@ -303,6 +303,22 @@ def test_a_whole_table_cap_leaves_room_for_the_replicas_every_rank_holds():
     assert cap == 830
 
 
+def test_a_column_wise_table_keeps_each_column_shard_within_one_rank():
+    """A table in k column shards lies on ranks as k pieces of 1/k of it, each whole on one
+    rank: 16 bytes a row in 2 shards on a 40,000-byte rank caps at 5,000 rows, one shard at
+    2,500, split over the ranks at its 10,000; TorchRec cuts column shards of 128 columns."""
+    from dlrm_exp.config import ShardingStrategy as S
+    from dlrm_exp.config import SparseOptimizer
+    from dlrm_exp.planning.tables import whole_pieces
+
+    caps = [largest_fitting_cap([10_000], 4, SparseOptimizer.sgd, 10**9, whole=([k], 40_000))
+            for k in (2, 1, 0)]  # fmt: skip
+    assert caps == [5_000, 2_500, 10_000]
+    assert [whole_pieces(S.column_wise, d) for d in (64, 128, 256, 512)] == [1, 1, 2, 4]
+    assert whole_pieces(S.table_column_wise, 256) == 2 and whole_pieces(S.table_wise, 256) == 1
+    assert whole_pieces(S.row_wise, 128) == whole_pieces(S.grid_shard, 256) == 0
+
+
 def test_a_whole_table_that_fits_no_rank_is_a_memory_refusal():
     """The total fits (98 of 136 GiB) but a 19.2 GiB table_wise table fits no 17 GiB rank:
     TorchRec's "Couldn't find a rank for shard" came through as a PlanError with no figures
@@ -331,16 +347,19 @@ def test_table_wise_advice_packs_the_whole_tables_onto_the_ranks():
     plan_job(capped, _meta_model(capped))
 
 
-def test_table_wise_advice_keeps_each_table_within_one_rank():
+@pytest.mark.parametrize("sharding", ["tablewise", "columnwise"])
+def test_whole_table_advice_keeps_each_table_within_one_rank(sharding):
     """The cap and rank count spread the tables over all ranks as if each could be split:
     table_wise criteo_full on 8 x 40 GiB was told cap 88,000,000 (a 42 GiB table on a 34 GiB
-    rank) or 13 ranks (its 141 GiB table fits none); both failed in TorchRec's planner."""
-    base = ["hardware=a100_40gb_x8", "model=criteo_full", "sharding=tablewise"]
+    rank) or 13 ranks (its 141 GiB table fits none); both failed in TorchRec's planner. So
+    was column_wise at embedding_dim 128, one column shard per table (review), and then told
+    the same cap again."""
+    base = ["hardware=a100_40gb_x8", "model=criteo_full", f"sharding={sharding}"]
     cfg = compose_cfg(base)
     with pytest.raises(InsufficientMemoryError) as info:
         plan_job(cfg, _meta_model(cfg))
     message = str(info.value)
-    assert "the largest table_wise table, 140.70 GiB, exceeds a rank's 34.00 GiB" in message
+    assert "column_wise shard, 140.70 GiB, exceeds a rank's 34.00 GiB" in message
     cap = int(re.search(r"model\.num_embeddings_cap=(\d+)", message).group(1))
     capped = compose_cfg([*base, f"model.num_embeddings_cap={cap}"])
     plan_job(capped, _meta_model(capped))  # the suggestion fits

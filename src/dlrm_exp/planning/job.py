@@ -43,7 +43,7 @@ from dlrm_exp.planning.storage import (
     embedding_storage,
     row_bytes,
 )
-from dlrm_exp.planning.tables import table_configs
+from dlrm_exp.planning.tables import table_configs, whole_pieces
 from dlrm_exp.planning.topology import MemoryCapacity, build_topology, memory_capacity
 from dlrm_exp.planning.uvm_cache import DevicePart, cache_message
 from dlrm_exp.util.rank_zero import on_rank_zero
@@ -168,7 +168,7 @@ def _memory_message(cfg: Config, capacity: MemoryCapacity, world_size: int) -> s
         data_types=cfg.model.table_data_types,
         on_hbm=on_device,  # the UVM kernels' rows live in host memory
         replicated_tables=replicated,
-        whole_tables=[kind is ShardingStrategy.table_wise for kind, _ in placements],
+        whole_tables=[whole_pieces(kind, cfg.model.embedding_dim) for kind, _ in placements],
         batch_size=cfg.train.batch_size,
     )
 

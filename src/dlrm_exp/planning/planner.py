@@ -34,6 +34,7 @@ from dlrm_exp.planning.storage import (
     largest_fitting_cap,
     packs,
     row_bytes,
+    whole_shards,
 )
 from dlrm_exp.planning.topology import MemoryCapacity
 from dlrm_exp.util.rank_zero import on_rank_zero
@@ -150,7 +151,7 @@ def insufficient_memory_message(
     data_types: list[EmbeddingDataType] | None = None,
     on_hbm: bool = True,
     replicated_tables: list[bool] | None = None,
-    whole_tables: list[bool] | None = None,
+    whole_tables: list[int] | None = None,
     batch_size: int | None = None,
 ) -> str:
     """One message with what the tables need, what the hardware offers, and two caps to try;
@@ -163,10 +164,10 @@ def insufficient_memory_message(
     optimizer state) take at most 60 % of the offered memory, leaving headroom for the dense
     part, activations, data and the process itself; and a quick-try cap whose tables take at
     most 1 GiB (a run of a minute on a laptop). Each is given with the GiB it needs. The
-    memory offered is each rank's HBM where ``capacity`` knows it, else its DDR. A table in
-    ``whole_tables`` (table_wise) lies on one rank: both caps keep it within 60 % of a rank,
-    and more ranks are not offered when it exceeds one.
-    """
+    memory offered is each rank's HBM where ``capacity`` knows it, else its DDR.
+    ``whole_tables``: each table's shards that lie whole on one rank (``whole_pieces`` of
+    :mod:`.tables`): both caps keep each within 60 % of a rank, and more ranks are not
+    offered when one exceeds a rank."""
     per_rank, device_kind, source = capacity.for_tables(on_hbm)
     offered = per_rank * world_size
     shape = (table_sizes, embedding_dim, optimizer)
@@ -182,7 +183,7 @@ def insufficient_memory_message(
     types = data_types or [EmbeddingDataType.fp32] * len(table_sizes)
     each = [n * row_bytes(embedding_dim, t, optimizer)
             for n, t in zip(table_sizes, types, strict=True)]  # fmt: skip
-    alone = [b for b, one in zip(each, whole_tables or [], strict=False) if one]
+    alone = whole_shards(each, whole_tables or [])
     more = _more_ranks(storage, replicated, per_rank, alone)
     held = _tables_fit(storage, replicated, world_size, per_rank, max(each))
     if held is not None:
@@ -276,13 +277,13 @@ def _more_ranks(
     storage: EmbeddingStorage,
     replicated: EmbeddingStorage | None,
     per_rank: int,
-    alone: Sequence[int] = (),
+    alone: Sequence[float] = (),
 ) -> str:
     """How many ranks of ``per_rank`` bytes would hold the tables: each holds the
-    data_parallel ones (``replicated``) whole and its share of the others, the tables placed
-    whole on one rank (table_wise, ``alone``: bytes each) packed among them
-    (:func:`~dlrm_exp.planning.storage.packs`); none when the data_parallel ones alone, or
-    the largest whole table, exceed a rank."""
+    data_parallel ones (``replicated``) whole and its share of the others, the shards placed
+    whole on one rank (table_wise tables, column_wise column shards; ``alone``: bytes each)
+    packed among them (:func:`~dlrm_exp.planning.storage.packs`); none when the
+    data_parallel ones alone, or the largest whole shard, exceed a rank."""
     largest_whole = max(alone, default=0)
     usable = usable_bytes(per_rank)
     whole = replicated.total_bytes if replicated is not None else 0
@@ -291,9 +292,9 @@ def _more_ranks(
     if largest_whole and (room < 0 or (room == 0 and spread > 0)):
         beside = f" beside {whole / GIB:.2f} GiB of data_parallel tables" if whole else ""
         return (
-            f"more memory per rank (the largest table_wise table, {largest_whole / GIB:.2f} "
-            f"GiB{beside}, exceeds a rank's {usable / GIB:.2f} GiB, and a table_wise table lies "
-            "whole on one rank, so more ranks cannot help; or shard it row_wise)"
+            "more memory per rank (the largest table_wise table or column_wise shard, "
+            f"{largest_whole / GIB:.2f} GiB{beside}, exceeds a rank's {usable / GIB:.2f} GiB, "
+            "and each lies whole on one rank, so more ranks cannot help; or shard it row_wise)"
         )
     if whole >= usable:
         return (

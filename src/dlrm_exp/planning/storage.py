@@ -5,6 +5,7 @@ embedding storage agrees. Sizes are in bytes; GiB = 2**30 bytes.
 """
 
 import heapq
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from dlrm_exp.config import EmbeddingDataType, SparseOptimizer
@@ -112,7 +113,7 @@ def largest_fitting_cap(
     copies: list[int] | None = None,
     data_types: list[EmbeddingDataType] | None = None,
     replicated: list[bool] | None = None,
-    whole: tuple[list[bool], float] | None = None,
+    whole: tuple[list[int], float] | None = None,
     ranks: int | None = None,
 ) -> int | None:
     """The largest ``num_embeddings_cap`` (rounded down to two significant digits) whose tables
@@ -120,15 +121,17 @@ def largest_fitting_cap(
 
     ``copies[i]`` is how many copies of table i the job holds (data_parallel: one per rank;
     default one each); ``data_types`` and ``replicated`` as in :func:`capped_bytes`.
-    ``whole``: ``(flags, rank_bytes)``, the tables placed whole on one rank (table_wise), each
-    of which must also fit ``rank_bytes`` beside the replicated tables every rank holds; with
-    ``ranks``, they must also pack onto that many ranks (:func:`packs`, beside an even share
-    of the split tables): two 13 GiB tables on 4 ranks of 24 GiB for 5 such tables do not."""
+    ``whole``: ``(pieces, rank_bytes)``: for each table the shards it lies on ranks as, each
+    whole on one rank (:func:`~dlrm_exp.planning.tables.whole_pieces`; 0 for a table split
+    over the ranks; flags read as 1 and 0), each of which must also fit ``rank_bytes`` beside
+    the replicated tables every rank holds; with ``ranks``, they must also pack onto that
+    many ranks (:func:`packs`, beside an even share of the split tables): two 13 GiB
+    tables on 4 ranks of 24 GiB for 5 such tables do not."""
     data_types = data_types or [EmbeddingDataType.fp32] * len(table_sizes)
     replicated = replicated or [False] * len(table_sizes)
     copies = copies or [1] * len(table_sizes)
     flags, rank_bytes = whole or ([], 0.0)
-    one = [bool(f) for f in flags] + [False] * (len(table_sizes) - len(flags))  # whole tables
+    pieces = [int(f) for f in flags] + [0] * (len(table_sizes) - len(flags))
 
     def fits(cap: int) -> bool:
         each = zip(table_sizes, data_types, replicated, strict=True)
@@ -136,10 +139,11 @@ def largest_fitting_cap(
         if sum(b * k for b, k in zip(tables, copies, strict=True)) > budget_bytes:
             return False  # (capped_bytes, each table's bytes computed once here)
         on_every_rank = sum(b for b, dp in zip(tables, replicated, strict=True) if dp)
-        alone = [b for b, w in zip(tables, one, strict=True) if w]
-        if ranks is None:  # each whole table on its own
+        alone = whole_shards(tables, pieces)
+        if ranks is None:  # each whole shard on its own
             return all(b + on_every_rank <= rank_bytes for b in alone)
-        spread = sum(b for b, w, dp in zip(tables, one, replicated, strict=True) if not (w or dp))
+        each = zip(tables, pieces, replicated, strict=True)
+        spread = sum(b for b, k, dp in each if not (k or dp))
         return packs(alone, spread / ranks, ranks, rank_bytes - on_every_rank)
 
     if not fits(1):
@@ -150,6 +154,12 @@ def largest_fitting_cap(
         lo, hi = (mid, hi) if fits(mid) else (lo, mid - 1)
     digits = len(str(lo)) - 2
     return lo if digits <= 0 else (lo // 10**digits) * 10**digits
+
+
+def whole_shards(table_bytes: Sequence[float], pieces: Sequence[int]) -> list[float]:
+    """The bytes of each shard that lies whole on one rank: table i, of ``table_bytes[i]``,
+    in ``pieces[i]`` equal shards (none for 0: split over the ranks)."""
+    return [b / k for b, k in zip(table_bytes, pieces, strict=False) if k for _ in range(k)]
 
 
 def packs(whole: list[float], share: float, ranks: int, rank_bytes: float) -> bool:

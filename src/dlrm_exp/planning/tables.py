@@ -1,9 +1,10 @@
 """The embedding tables of a model: the planner's (and the model's) ``EmbeddingBagConfig``s."""
 
 import torch
+from torchrec.distributed.sharding_plan import calculate_shard_sizes_and_offsets
 from torchrec.modules.embedding_configs import DataType, EmbeddingBagConfig
 
-from dlrm_exp.config import EmbeddingDataType, ModelConfig
+from dlrm_exp.config import EmbeddingDataType, ModelConfig, ShardingStrategy
 
 #: Where tables are built before sharding: no storage, only shapes.
 META = torch.device("meta")
@@ -32,6 +33,21 @@ def table_configs(cfg: ModelConfig) -> list[EmbeddingBagConfig]:
 def torchrec_data_type(data_type: EmbeddingDataType) -> DataType:
     """TorchRec's ``DataType`` of a table precision (``fp16`` -> ``DataType.FP16``)."""
     return DataType[data_type.value.upper()]
+
+
+def whole_pieces(kind: ShardingStrategy, embedding_dim: int) -> int:
+    """How many shards a table of sharding type ``kind`` lies on ranks as, each whole on one
+    rank: 1 for table_wise; for column_wise and table_column_wise its column shards, as
+    TorchRec's ``calculate_shard_sizes_and_offsets`` cuts them (blocks of at least
+    ``MIN_CW_DIM``, 128 columns: one shard for ``embedding_dim`` <= 128, whatever the ranks);
+    0 for a table split over the ranks (row_wise, table_row_wise, grid_shard) or held by
+    each (data_parallel)."""
+    if kind is ShardingStrategy.table_wise:
+        return 1
+    if kind in (ShardingStrategy.column_wise, ShardingStrategy.table_column_wise):
+        one_row = torch.empty(1, embedding_dim, device=META)
+        return len(calculate_shard_sizes_and_offsets(one_row, 1, 1, kind.value)[0])
+    return 0
 
 
 def table_shapes(cfg: ModelConfig) -> dict[str, list[int]]:
