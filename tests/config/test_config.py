@@ -348,6 +348,15 @@ RULES = [
     (["train.profile_steps.active=0"], r"train.profile_steps.active must be positive"),
     (["train.semi_sync_start_step=-1"], r"semi_sync_start_step must be >= 0"),
     (
+        ["train.semi_sync_start_step=4"],
+        r"semi_sync_start_step=4 is read by train.pipeline=semi_sync only; "
+        r"train.pipeline=sparse_dist would ignore it",
+    ),
+    (
+        ["train.keep_last_checkpoints=2"],
+        r"keep_last_checkpoints=2 prunes .* without it none are written",
+    ),
+    (
         ["data=criteo_tsv", "data.path=a", "model.num_embeddings_per_feature=[10,10]"],
         r"data.schema has 26 sparse features but model.num_embeddings_per_feature lists 2",
     ),

@@ -147,14 +147,16 @@ class TrainConfig:
             cores: 51,977 and 49,448 samples/s inline, 46,905 and 50,513 with 2).
         checkpoint_every_n_steps: save a sharded DCP checkpoint every N steps and at the end
             (null: no checkpoints), under ``<run>/checkpoints/step_<n>/``.
-        keep_last_checkpoints: keep only the newest N checkpoints (null: keep all).
+        keep_last_checkpoints: keep only the newest N checkpoints (null: keep all); needs
+            ``checkpoint_every_n_steps`` (without it none are written: refused).
         resume: ``auto`` continues the newest complete checkpoint of the run folder
             (``hydra.run.dir=<run>``; starts fresh if there is none), a path continues that
             checkpoint folder, null starts fresh.
         on_nonfinite: see :class:`OnNonFinite`.
         pipeline: TorchRec's training pipeline, see :class:`Pipeline`.
         semi_sync_start_step: with ``pipeline=semi_sync``, the steps before it train
-            synchronously (TorchRec's ``start_batch``; its default is 900).
+            synchronously (TorchRec's ``start_batch``; null: its default, 900); refused with
+            another pipeline, which would ignore it.
         dense_precision: see :class:`DensePrecision`.
         symmetric_interaction: compute the dot interaction's pairwise products once, with a
             backward that uses the symmetry of C C^T (one ``bmm`` instead of two); forward
@@ -182,7 +184,7 @@ class TrainConfig:
     resume: str | None = None
     on_nonfinite: OnNonFinite = OnNonFinite.stop
     pipeline: Pipeline = Pipeline.sparse_dist
-    semi_sync_start_step: int = 900
+    semi_sync_start_step: int | None = None
     dense_precision: DensePrecision = DensePrecision.fp32
     symmetric_interaction: bool = False
     profile: bool = False
@@ -208,10 +210,28 @@ class TrainConfig:
             self.prefetch_batches is None or self.prefetch_batches >= 0,
             "train.prefetch_batches must be >= 0 or null",
         )
-        require(self.semi_sync_start_step >= 0, "train.semi_sync_start_step must be >= 0")
+        self._check_pipeline_options()
         require(
             self.target_auroc is None or 0 < self.target_auroc <= 1,
             f"train.target_auroc must be in (0, 1] or null, got {self.target_auroc}",
+        )
+
+    def _check_pipeline_options(self) -> None:
+        """Settings that only one other setting reads are refused without it, naming both:
+        the run would ignore them without a word."""
+        start = self.semi_sync_start_step
+        require(start is None or start >= 0, "train.semi_sync_start_step must be >= 0")
+        require(
+            start is None or self.pipeline is Pipeline.semi_sync,
+            f"train.semi_sync_start_step={start} is read by train.pipeline=semi_sync only; "
+            f"train.pipeline={self.pipeline.value} would ignore it",
+        )
+        kept = self.keep_last_checkpoints
+        require(
+            kept is None or self.checkpoint_every_n_steps is not None,
+            f"train.keep_last_checkpoints={kept} prunes the checkpoints that "
+            "train.checkpoint_every_n_steps writes; without it none are written: set "
+            "train.checkpoint_every_n_steps=N too",
         )
 
     def prefetch_depth(self, cuda: bool) -> int:

@@ -50,12 +50,13 @@ def build_pipeline(
     if kind is Pipeline.base:
         return TrainPipelineBase(model, optimizer, device)
     if kind is Pipeline.semi_sync:
+        start = cfg.semi_sync_start_step
         return TrainPipelineSemiSync(
             model,
             optimizer,
             device,
             execute_all_batches=True,
-            start_batch=cfg.semi_sync_start_step,
+            **({} if start is None else {"start_batch": start}),  # null: TorchRec's default
         )
     classes = {
         Pipeline.sparse_dist: TrainPipelineSparseDist,
