@@ -113,6 +113,25 @@ def test_the_peak_is_probed_once_then_cached(fake_machine):
     assert len(calls) == 2
 
 
+def test_an_entry_another_process_stored_while_this_one_probed_is_kept(fake_machine, monkeypatch):
+    """The cache was read before the probe and written back after it: a bf16 entry that
+    another rank stored meanwhile was dropped (review)."""
+    path, _, _ = fake_machine
+    probe = peak_module.probe
+
+    def probe_beside_another_rank(device, dtype, sizes=None):
+        other = _peak(2e11, key=peak_module.machine_key(device, torch.bfloat16))
+        path.write_text(json.dumps({other.key: other.cache_entry()}))
+        return probe(device, dtype, sizes)
+
+    monkeypatch.setattr(peak_module, "probe", probe_beside_another_rank)
+    measured_peak(CPU)
+    assert set(json.loads(path.read_text())) == {
+        peak_module.machine_key(CPU, torch.float32),
+        peak_module.machine_key(CPU, torch.bfloat16),
+    }
+
+
 def test_a_probe_that_memory_cut_short_is_used_but_not_cached(fake_machine, monkeypatch):
     """A GPU with little free memory beside the tables probes only its small sizes: cached,
     that lower reading would stand for the machine for a day (review)."""

@@ -12,7 +12,8 @@ after a synchronize, so it measures what this GPU reaches, not its data-sheet nu
 
 The result is cached in ``$DLRM_EXP_CACHE_DIR/peak.json`` (default
 ``~/.cache/dlrm_exp/peak.json``) under a key of host, processor or GPU name, torch version,
-thread count and dtype, with the UTC time it was measured. A cached reading is used only while
+thread count and dtype, with the UTC time it was measured (processes that probe at once merge
+their entries under ``peak.json.lock``). A cached reading is used only while
 it is younger than :data:`MAX_AGE` and a spot check (one matmul size and the copy, about
 :data:`SPOT_SECONDS` each) agrees with its rates within :data:`SPOT_TOLERANCE`; otherwise it is
 measured again. The returned :class:`Peak` says which happened and why.
@@ -29,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from filelock import FileLock, Timeout
 
 from dlrm_exp.util.files import read_json_object, write_json_atomic
 
@@ -317,10 +319,20 @@ def measured_peak(device: torch.device, dtype: torch.dtype = torch.float32) -> P
     if limited:
         log.info("the peak probe left out sizes that did not fit in GPU memory: not cached")
         return peak
-    cached[key] = peak.cache_entry()
+    _store(path, key, peak.cache_entry())
+    return peak
+
+
+def _store(path: Path, key: str, entry: dict[str, Any]) -> None:
+    """Put ``entry`` under ``key`` in the cache file, keeping what other processes stored
+    meanwhile: read again and written under a lock file beside it (``filelock``), so ranks or
+    hosts probing at once do not drop each other's entries. A cache that cannot be written,
+    or whose lock is held past 30 s, is left as it is (the peak is probed again next time)."""
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        write_json_atomic(path, cached)
-    except OSError:
+        with FileLock(f"{path}.lock", timeout=30):
+            cached = read_json_object(path) or {}
+            cached[key] = entry
+            write_json_atomic(path, cached)
+    except (OSError, Timeout):
         pass
-    return peak
