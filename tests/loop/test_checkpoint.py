@@ -6,6 +6,7 @@ import logging
 import math
 import os
 import pickle
+import re
 import shutil
 import subprocess
 import sys
@@ -218,8 +219,13 @@ def test_a_truncated_checkpoint_is_refused(saved, tmp_path):
     data = next(broken.glob("*.distcp"))
     data.write_bytes(data.read_bytes()[:100])
     cfg = compose_cfg([*SMALL, f"train.resume={broken}"])
-    with pytest.raises(CheckpointError, match="cannot be read"):
+    # the file named (DCP's own error was a bare EOFError)
+    cut = rf"cannot be read: {re.escape(str(data))} is cut short \(100 of [\d,]+ bytes\)"
+    with pytest.raises(CheckpointError, match=cut):
         run_train(cfg, tmp_path / "run", {})
+    data.unlink()
+    with pytest.raises(CheckpointError, match=rf"{re.escape(str(data))} is missing"):
+        _dcp_load(broken, {})
 
 
 class _Payload:

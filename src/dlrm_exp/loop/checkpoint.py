@@ -755,13 +755,13 @@ def _dcp_load(path: Path, state: dict[str, Any]) -> None:
     """DCP-load ``state`` in place from ``path`` with the restricted metadata reader.
 
     Raises:
-        CheckpointError: files DCP cannot read (truncated, missing), or state it cannot
-            reshard (row-wise Adagrad's momentum of a table in another number of column
-            shards; the message says so).
+        CheckpointError: files DCP cannot read (a data file missing or cut short is named),
+            or state it cannot reshard (row-wise Adagrad's momentum of a table in another
+            number of column shards; the message says so).
     """
     reader = SafeFileSystemReader(str(path))
     try:  # first, alone: DCP logs a traceback for each fallback it tries on unreadable metadata
-        reader.read_metadata()
+        _check_data_files(path, reader.read_metadata())
     except CheckpointError as err:
         raise CheckpointError(f"checkpoint {path} cannot be read: {err}") from None
     except Exception as err:  # (an object of the admitted classes, wrongly shaped)
@@ -778,6 +778,30 @@ def _dcp_load(path: Path, state: dict[str, Any]) -> None:
         lines = [line for line in str(err).strip().splitlines() if line.strip()]
         first = lines[-1][:300] if lines else type(err).__name__
         raise CheckpointError(f"checkpoint {path} cannot be read: {first}{_hint(first)}") from None
+
+
+def _check_data_files(path: Path, metadata: Metadata) -> None:
+    """Each data file the metadata points into is there and holds the bytes it records
+    (DCP's ``_StorageInfo``: file, offset, length); DCP itself fails on a cut-short one with
+    an ``EOFError`` that names no file.
+
+    Raises:
+        CheckpointError: naming the first missing or cut-short file and the files affected.
+    """
+    needed: dict[str, int] = {}
+    for info in (getattr(metadata, "storage_data", None) or {}).values():
+        name = getattr(info, "relative_path", None)
+        if isinstance(name, str):
+            end = int(info.offset) + int(info.length)
+            needed[name] = max(needed.get(name, 0), end)
+    for name, end in sorted(needed.items()):
+        file = path / name
+        size = file.stat().st_size if file.is_file() else None
+        if size is None or size < end:
+            state = "is missing" if size is None else f"is cut short ({size:,} of {end:,} bytes)"
+            raise CheckpointError(
+                f"{file} {state}: damaged after it was written; use another checkpoint"
+            )
 
 
 def _hint(error: str) -> str:
