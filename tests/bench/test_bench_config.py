@@ -6,7 +6,7 @@ import pytest
 
 from dlrm_exp.bench import fast
 from dlrm_exp.bench.quality import MLPERF_ON_THIS_MACHINE
-from dlrm_exp.bench.training import compose_config
+from dlrm_exp.bench.training import compose_config, whole_run
 from dlrm_exp.config import (
     Config,
     CriteoMultiHotDataConfig,
@@ -79,7 +79,7 @@ def test_the_dense_part_target_is_the_median_of_every_run_or_missed():
 
 def test_a_whole_run_of_the_fast_bench_that_fails_says_what_it_printed(tmp_path):
     with pytest.raises(RuntimeError) as err:
-        fast.whole_run(["model=nonexistent"], tmp_path / "run")
+        whole_run(["model=nonexistent"], tmp_path / "run")
     assert str(err.value).startswith("python -m dlrm_exp model=nonexistent failed:")
     assert "Could not find 'model/nonexistent'" in str(err.value)
 
@@ -108,7 +108,7 @@ def test_a_whole_run_of_the_fast_bench_probes_its_own_peak(tmp_path, monkeypatch
 
     monkeypatch.setenv("DLRM_EXP_CACHE_DIR", str(tmp_path / "user_cache"))
     measured_peak(torch.device("cpu"), torch.float32)  # a fresh reading the run could reuse
-    metrics = fast.whole_run(
+    metrics = whole_run(
         ["data.num_train_samples=512", "data.num_val_samples=256", "data.num_test_samples=256",
          "train.batch_size=128", "train.progress_bar=false"],
         tmp_path / "run",

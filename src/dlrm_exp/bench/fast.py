@@ -35,10 +35,7 @@ TorchRec's quickstart shapes (``model=quickstart``: 26 tables x 100,000 rows x 6
 import argparse
 import gc
 import math
-import os
 import statistics
-import subprocess
-import sys
 import tempfile
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -52,6 +49,7 @@ from dlrm_exp.bench.training import (
     drift_free_ratio,
     framework_run,
     plain_torchrec_run,
+    whole_run,
 )
 from dlrm_exp.config import DensePrecision, feature_names
 from dlrm_exp.data import iter_batches, load_splits
@@ -147,29 +145,6 @@ def speed_table(results: dict[str, list[float]]) -> tuple[str, float]:
             f"x{ratio:.2f}  (rounds: {rounds})"
         )
     return "\n".join(lines), speedup
-
-
-def whole_run(overrides: Sequence[str], run_dir: Path) -> RunMetrics:
-    """One whole run as a user starts it, ``python -m dlrm_exp <overrides>``, in a process of its
-    own, and its ``metrics.json``: a fresh process measures the setting, not what this bench's
-    process ran before (its speed rounds, the other runs' threads and allocations;
-    docs/results.md, "The fast setting", runs 4 and 5). The run probes its matmul peak anew
-    (no cached reading).
-
-    Raises:
-        RuntimeError: the run failed; the message ends with its last output lines.
-    """
-    # a cache of its own: each run probes the matmul peak it is measured against, in its
-    # process (a cached peak is reused after a spot check of one size within 20 %)
-    env = {**os.environ, "DLRM_EXP_CACHE_DIR": str(run_dir.with_name(f"{run_dir.name}.cache"))}
-    done = subprocess.run(
-        [sys.executable, "-m", "dlrm_exp", *overrides, f"hydra.run.dir={run_dir}"],
-        capture_output=True, text=True, env=env,
-    )  # fmt: skip
-    if done.returncode != 0:
-        tail = "\n".join((done.stdout + done.stderr).splitlines()[-15:])
-        raise RuntimeError(f"python -m dlrm_exp {' '.join(overrides)} failed:\n{tail}")
-    return RunMetrics.read(run_dir / "metrics.json")
 
 
 def quality(run_root: Path, train_samples: int) -> tuple[list[RunMetrics], list[RunMetrics]]:

@@ -18,9 +18,13 @@ import argparse
 import gc
 import itertools
 import math
+import os
 import statistics
+import subprocess
+import sys
 import time
 from collections.abc import Callable, Sequence
+from pathlib import Path
 
 import torch
 from hydra import compose, initialize_config_dir
@@ -55,6 +59,7 @@ from dlrm_exp.distributed.sharder import build_sharder
 from dlrm_exp.factories.experiment import TrainWrapper, build_experiment
 from dlrm_exp.loop.metrics import capped_warmup
 from dlrm_exp.loop.trainer import BatchSources, Trainer
+from dlrm_exp.record.run_record import RunMetrics
 from dlrm_exp.record.tracking import Tracker
 from dlrm_exp.util.logs import quiet_libraries
 
@@ -273,3 +278,26 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 if __name__ == "__main__":
     raise SystemExit(main())
+
+
+def whole_run(overrides: Sequence[str], run_dir: Path) -> RunMetrics:
+    """One whole run as a user starts it, ``python -m dlrm_exp <overrides>``, in a process of its
+    own, and its ``metrics.json``: a fresh process measures the setting, not what this bench's
+    process ran before (its speed rounds, the other runs' threads and allocations;
+    docs/results.md, "The fast setting", runs 4 and 5). The run probes its matmul peak anew
+    (no cached reading). Used by the fast and utilization benches.
+
+    Raises:
+        RuntimeError: the run failed; the message ends with its last output lines.
+    """
+    # a cache of its own: each run probes the matmul peak it is measured against, in its
+    # process (a cached peak is reused after a spot check of one size within 20 %)
+    env = {**os.environ, "DLRM_EXP_CACHE_DIR": str(run_dir.with_name(f"{run_dir.name}.cache"))}
+    done = subprocess.run(
+        [sys.executable, "-m", "dlrm_exp", *overrides, f"hydra.run.dir={run_dir}"],
+        capture_output=True, text=True, env=env,
+    )  # fmt: skip
+    if done.returncode != 0:
+        tail = "\n".join((done.stdout + done.stderr).splitlines()[-15:])
+        raise RuntimeError(f"python -m dlrm_exp {' '.join(overrides)} failed:\n{tail}")
+    return RunMetrics.read(run_dir / "metrics.json")

@@ -1,7 +1,7 @@
 """``make bench`` (part 7): how close training comes to this machine, and what bf16 changes.
 
 Trains, each run ``python -m dlrm_exp`` in a process of its own that probes its own matmul
-peak (:func:`dlrm_exp.bench.fast.whole_run`: no reading cached by an earlier run, no state
+peak (:func:`dlrm_exp.bench.training.whole_run`: no reading cached by an earlier run, no state
 left by one), and prints the utilization of ``metrics.json``
 (:mod:`dlrm_exp.perf.utilization`): dense FLOPs per sample, achieved dense GFLOP/s, the fraction
 of the measured matmul peak (fp32 or bf16, the run's dense precision) and the embedding
@@ -21,8 +21,8 @@ import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 
-from dlrm_exp.bench.fast import whole_run
 from dlrm_exp.bench.targets import Target, report
+from dlrm_exp.bench.training import whole_run
 from dlrm_exp.record.run_record import RunMetrics
 from dlrm_exp.util.logs import quiet_libraries
 
@@ -33,7 +33,7 @@ QUICKSTART_TARGET = 0.40
 
 def train(overrides: list[str], run_dir: Path) -> RunMetrics:
     """One single-process run of the default config with ``overrides``, in a process of its
-    own (:func:`~dlrm_exp.bench.fast.whole_run`).
+    own (:func:`~dlrm_exp.bench.training.whole_run`).
 
     Raises:
         RuntimeError: the run failed; the message ends with its last output lines.
