@@ -133,9 +133,11 @@ def largest_fitting_cap(
     flags, rank_bytes = whole or ([], 0.0)
     pieces = [int(f) for f in flags] + [0] * (len(table_sizes) - len(flags))
 
+    per_row = [row_bytes(embedding_dim, t, optimizer, dp)
+               for t, dp in zip(data_types, replicated, strict=True)]  # fmt: skip
+
     def fits(cap: int) -> bool:
-        each = zip(table_sizes, data_types, replicated, strict=True)
-        tables = [min(n, cap) * row_bytes(embedding_dim, t, optimizer, dp) for n, t, dp in each]
+        tables = [min(n, cap) * r for n, r in zip(table_sizes, per_row, strict=True)]
         if sum(b * k for b, k in zip(tables, copies, strict=True)) > budget_bytes:
             return False  # (capped_bytes, each table's bytes computed once here)
         on_every_rank = sum(b for b, dp in zip(tables, replicated, strict=True) if dp)
