@@ -25,9 +25,10 @@ from dlrm_exp.factories.experiment import build_module
 from dlrm_exp.factories.model import build_model
 from dlrm_exp.planning.constraints import build_constraints
 from dlrm_exp.planning.job import plan_job
+from dlrm_exp.planning.planner import insufficient_memory_message
 from dlrm_exp.planning.storage import GIB, embedding_storage, largest_fitting_cap
 from dlrm_exp.planning.tables import table_configs
-from dlrm_exp.planning.topology import memory_capacity
+from dlrm_exp.planning.topology import MemoryCapacity, memory_capacity
 
 CPU_ONE_RANK = DistContext(
     rank=0, world_size=1, local_rank=0, local_world_size=1, device=torch.device("cpu")
@@ -317,6 +318,14 @@ def test_a_column_wise_table_keeps_each_column_shard_within_one_rank():
     assert [whole_pieces(S.column_wise, d) for d in (64, 128, 256, 512)] == [1, 1, 2, 4]
     assert whole_pieces(S.table_column_wise, 256) == 2 and whole_pieces(S.table_wise, 256) == 1
     assert whole_pieces(S.row_wise, 128) == whole_pieces(S.grid_shard, 256) == 0
+    # a 0.95 GiB table in 2 column shards on 4 ranks of 1 GiB: the tables alone fit (it was
+    # told to cap at its own 1,000,000 rows, and 2 ranks: review)
+    sizes, opt = [1_000_000], SparseOptimizer.sgd
+    message = insufficient_memory_message(
+        embedding_storage(sizes, 256, opt), opt, sizes, 256, MemoryCapacity(GIB, GIB, "test"),
+        4, whole_tables=[whole_pieces(S.column_wise, 256)], batch_size=512,
+    )  # fmt: skip
+    assert "The tables alone fit (0.95 of 3.40 GiB)" in message
 
 
 def test_a_whole_table_that_fits_no_rank_is_a_memory_refusal():
@@ -436,14 +445,14 @@ def test_uvm_tables_are_explained_against_the_host_memory_they_live_in():
     # within a rank (0.45 over all ranks put 63 GiB on a 34 GiB rank)
     # (with room in host memory for the largest table's rows whole: 140.70 GiB, within 85 % of
     # 180 GiB; in the preset's 144 GiB it is refused for the host memory)
+    # column_wise at embedding_dim 128 alike: one column shard (review: told to lower the batch)
     host = "hardware.ddr_cap=180"
-    whole = compose_cfg([*caches[:2], "sharding=tablewise", uvm[0], host,
-                         "sharding.cache_load_factor=1"])  # fmt: skip
-    with pytest.raises(InsufficientMemoryError) as info:
-        plan_job(whole, _meta_model(whole))
-    assert "to 0.17 (" in str(info.value) and "shard the table_wise tables row_wise" in str(
-        info.value
-    )
+    for sharding in ("sharding=tablewise", "sharding=columnwise"):
+        whole = compose_cfg([*caches[:2], sharding, uvm[0], host, "sharding.cache_load_factor=1"])
+        with pytest.raises(InsufficientMemoryError) as info:
+            plan_job(whole, _meta_model(whole))
+        assert "to 0.17 (" in str(info.value)
+        assert "shard the table_wise and column_wise tables row_wise" in str(info.value)
     fitted = compose_cfg(
         [*caches[:2], "sharding=tablewise", uvm[0], host, "sharding.cache_load_factor=0.17"]
     )

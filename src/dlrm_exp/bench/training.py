@@ -276,10 +276,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     return report([target])
 
 
-if __name__ == "__main__":
-    raise SystemExit(main())
-
-
 def whole_run(overrides: Sequence[str], run_dir: Path) -> RunMetrics:
     """One whole run as a user starts it, ``python -m dlrm_exp <overrides>``, in a process of its
     own, and its ``metrics.json``: a fresh process measures the setting, not what this bench's
@@ -301,3 +297,7 @@ def whole_run(overrides: Sequence[str], run_dir: Path) -> RunMetrics:
         tail = "\n".join((done.stdout + done.stderr).splitlines()[-15:])
         raise RuntimeError(f"python -m dlrm_exp {' '.join(overrides)} failed:\n{tail}")
     return RunMetrics.read(run_dir / "metrics.json")
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

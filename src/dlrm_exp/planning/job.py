@@ -131,14 +131,15 @@ def _device_part(
 ) -> DevicePart:
     """What the planned tables put in HBM on a GPU (:class:`DevicePart`)."""
     resident = cached = whole = 0
-    optimizer = cfg.optimizer.sparse_optimizer
+    optimizer, dim = cfg.optimizer.sparse_optimizer, cfg.model.embedding_dim
     sizes, types = cfg.model.table_sizes, cfg.model.table_data_types
     for n, t, (kind, kernel) in zip(sizes, types, placements, strict=True):
         replica = kind is ShardingStrategy.data_parallel
-        full = n * row_bytes(cfg.model.embedding_dim, t, optimizer, replica)
+        full = n * row_bytes(dim, t, optimizer, replica)
         if kernel is ComputeKernel.fused_uvm_caching:
             cached += full
-            whole = max(whole, full if kind is ShardingStrategy.table_wise else 0)
+            pieces = whole_pieces(kind, dim)  # a table_wise table, a column_wise shard
+            whole = max(whole, full // pieces if pieces else 0)
         elif kernel.value in DEVICE_RESIDENT_KERNELS:
             resident += full * (world_size if replica else 1)
     factor = cfg.sharding.cache_load_factor

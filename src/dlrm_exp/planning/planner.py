@@ -185,7 +185,8 @@ def insufficient_memory_message(
             for n, t in zip(table_sizes, types, strict=True)]  # fmt: skip
     alone = whole_shards(each, whole_tables or [])
     more = _more_ranks(storage, replicated, per_rank, alone)
-    held = _tables_fit(storage, replicated, world_size, per_rank, max(each))
+    split = [b / world_size for b, k in zip(each, whole_tables or [], strict=False) if not k]
+    held = _tables_fit(storage, replicated, world_size, per_rank, max([*alone, *split, 0]))
     if held is not None:
         fix = _batch_advice(held, offered, batch_size)
     elif cap is None or quick is None:
@@ -233,8 +234,8 @@ def _tables_fit(
 ) -> int | None:
     """The bytes the tables take over all ranks (the data_parallel ones once per rank) when
     they fit what the planner gives tables: in all, and on each rank its data_parallel
-    tables beside the largest table whole (``largest`` bytes: of any sharding type, as a
-    column_wise table of one shard lies whole on a rank too); else None."""
+    tables beside the largest piece one rank holds (``largest`` bytes: a table_wise table, a
+    column_wise shard, or a split table's even share); else None."""
     whole = replicated.total_bytes if replicated is not None else 0
     held = storage.total_bytes + whole * (world_size - 1)
     fits_all = held <= usable_bytes(per_rank * world_size)

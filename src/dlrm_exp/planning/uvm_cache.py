@@ -24,8 +24,8 @@ class DevicePart:
             optimizer state (and data_parallel ones once per rank).
         cached_bytes: the UVM-cached tables' rows and state (in host memory).
         load_factor: the share of ``cached_bytes`` cached in HBM.
-        largest_whole_bytes: the largest UVM-cached table placed whole on one rank
-            (table_wise), whose cache that rank holds alone (0: none).
+        largest_whole_bytes: the largest UVM-cached table or column shard placed whole on
+            one rank (table_wise, column_wise), whose cache that rank holds alone (0: none).
     """
 
     resident_bytes: int
@@ -49,7 +49,7 @@ def _two_digits(value: float) -> float:
 
 def cache_message(part: DevicePart, capacity: MemoryCapacity, world_size: int) -> str | None:
     """The memory message when the HBM overflows (``part.hbm_bytes`` above the usable HBM of
-    ``capacity``'s ranks, all together, or the rank holding the largest table_wise cache)
+    ``capacity``'s ranks, all together, or the rank holding the largest whole table's cache)
     while the host memory holds the cached rows, naming a ``sharding.cache_load_factor`` that
     fits within the planner's headroom share of the HBM; None without HBM, when the HBM holds
     it, when the host memory overflows too (the DDR message comes first: a factor alone
@@ -87,7 +87,8 @@ def cache_message(part: DevicePart, capacity: MemoryCapacity, world_size: int) -
             f"({hbm_per_rank / GIB:.2f} GiB each, {usable / GIB:.2f} usable)",
             f"Fix: {fix}; or "
             + (
-                "shard the table_wise tables row_wise (a table's cache lies on its one rank)."
+                "shard the table_wise and column_wise tables row_wise (the cache of a table, "
+                "or of its column shard, lies on its one rank)."
                 if part.largest_whole_bytes
                 else "add ranks (hardware.nnodes=...)."
             ),
