@@ -156,9 +156,8 @@ def insufficient_memory_message(
 ) -> str:
     """One message with what the tables need, what the hardware offers, and two caps to try;
     when the tables alone fit, the batch-sized buffers beside them (``batch_size``: per rank)
-    instead of a cap.
-    ``on_hbm``: the tables live in device memory (false for the UVM kernels, whose rows live
-    in host memory: the DDR is then what they need).
+    instead of a cap. ``on_hbm``: the tables live in device memory (false for the UVM
+    kernels, whose rows live in host memory: the DDR is then what they need).
 
     The suggested ``model.num_embeddings_cap`` values: the largest whose tables (weights and
     optimizer state) take at most 60 % of the offered memory, leaving headroom for the dense
@@ -185,8 +184,8 @@ def insufficient_memory_message(
             for n, t in zip(table_sizes, types, strict=True)]  # fmt: skip
     alone = whole_shards(each, whole_tables or [])
     more = _more_ranks(storage, replicated, per_rank, alone)
-    split = [b / world_size for b, k in zip(each, whole_tables or [], strict=False) if not k]
-    held = _tables_fit(storage, replicated, world_size, per_rank, max([*alone, *split, 0]))
+    largest = _largest_piece(each, whole_tables or [], world_size)
+    held = _tables_fit(storage, replicated, world_size, per_rank, largest)
     if held is not None:
         fix = _batch_advice(held, offered, batch_size)
     elif cap is None or quick is None:
@@ -223,6 +222,15 @@ def _batch_advice(held: int, offered: int, batch_size: int | None) -> str:
         f"buffers, at {batch} per rank), or how the shards divide among the ranks. Fix: lower "
         "train.batch_size; or add ranks or memory."
     )
+
+
+def _largest_piece(table_bytes: list[float], pieces: list[int], world_size: int) -> float:
+    """The largest part of one table that a rank holds: a piece lying whole on one rank
+    (``pieces``: :func:`~dlrm_exp.planning.storage.whole_shards`), or a split table's even
+    share of ``world_size`` ranks."""
+    pieces = [*pieces, *[0] * (len(table_bytes) - len(pieces))]
+    split = [b / world_size for b, k in zip(table_bytes, pieces, strict=True) if not k]
+    return max([*whole_shards(table_bytes, pieces), *split, 0])
 
 
 def _tables_fit(
