@@ -4,6 +4,7 @@ or contradicted by a spot check; bounded by a theoretical peak; impossible fract
 import json
 from datetime import UTC, datetime, timedelta
 
+import filelock
 import pytest
 import torch
 
@@ -130,6 +131,27 @@ def test_an_entry_another_process_stored_while_this_one_probed_is_kept(fake_mach
         peak_module.machine_key(CPU, torch.float32),
         peak_module.machine_key(CPU, torch.bfloat16),
     }
+
+
+@pytest.mark.parametrize("error", [NotImplementedError, PermissionError, filelock.Timeout])
+def test_a_cache_whose_lock_cannot_be_taken_is_still_written(fake_machine, monkeypatch, error):
+    """A file system without flock (filelock raises NotImplementedError or times out) or
+    another user's lock file: the entry was dropped, and every run probed again (review)."""
+    path, calls, _ = fake_machine
+
+    class NoLock:
+        def __init__(self, *args, **kwargs):
+            pass
+
+        def __enter__(self):
+            raise error("no lock here")
+
+        def __exit__(self, *exc):
+            return False
+
+    monkeypatch.setattr(peak_module, "FileLock", NoLock)
+    measured_peak(CPU)
+    assert measured_peak(CPU).source == "cached" and len(calls) == 1 and path.exists()
 
 
 def test_a_probe_that_memory_cut_short_is_used_but_not_cached(fake_machine, monkeypatch):

@@ -325,14 +325,24 @@ def measured_peak(device: torch.device, dtype: torch.dtype = torch.float32) -> P
 
 def _store(path: Path, key: str, entry: dict[str, Any]) -> None:
     """Put ``entry`` under ``key`` in the cache file, keeping what other processes stored
-    meanwhile: read again and written under a lock file beside it (``filelock``), so ranks or
-    hosts probing at once do not drop each other's entries. A cache that cannot be written,
-    or whose lock is held past 30 s, is left as it is (the peak is probed again next time)."""
+    meanwhile: read again and written under a lock file beside it (``filelock``, writable by
+    every user of a shared cache), so ranks or hosts probing at once do not drop each other's
+    entries. Where no lock can be taken (a file system without ``flock``, a lock held past
+    10 s, another user's lock file) it is read again and written without one; a cache that
+    cannot be written is left as it is (the peak is probed again next time)."""
+
+    def merge() -> None:
+        cached = read_json_object(path) or {}
+        cached[key] = entry
+        write_json_atomic(path, cached)
+
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        with FileLock(f"{path}.lock", timeout=30):
-            cached = read_json_object(path) or {}
-            cached[key] = entry
-            write_json_atomic(path, cached)
-    except (OSError, Timeout):
+        with FileLock(f"{path}.lock", timeout=10, mode=0o666):
+            return merge()
+    except (OSError, Timeout, NotImplementedError):
+        pass
+    try:
+        merge()
+    except OSError:
         pass
