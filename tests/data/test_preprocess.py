@@ -487,6 +487,23 @@ def test_a_day_that_fails_keeps_the_earlier_days_re_index(tmp_path):
     assert len(_load(out)[0]) > 0  # the folder still trains
 
 
+def test_a_day_redone_from_a_refused_input_keeps_its_finished_files(tmp_path):
+    """Day 0 converted again (overwrite) from a file without a valid row was refused
+    ("nothing written for day_0") but had removed day_0.json first: data=criteo_npy then
+    refused the finished day until it was converted again from a good file (data review)."""
+    files = [write_criteo_tsv(tmp_path / "tsv" / f"day_{d}", 30, seed=d) for d in range(3)]
+    out = tmp_path / "o"
+    convert(files, out)
+    before = {p.name: p.read_bytes() for p in out.glob("day_0*")}
+    bad = tmp_path / "bad" / "day_0"
+    bad.parent.mkdir()
+    bad.write_text("".join("x" + line[1:] + "\n" for line in files[0].read_text().splitlines()))
+    with pytest.raises(DataError, match="nothing written for day_0"):
+        convert([bad], out, overwrite=True)
+    assert {p.name: p.read_bytes() for p in out.glob("day_0*")} == before
+    assert len(_load(out)[0]) > 0
+
+
 def test_a_re_indexed_day_that_cannot_be_finished_leaves_no_partial_file(tmp_path, monkeypatch):
     """A failed close (a full disk, an fsync error) left the day's .tmp behind: about 40 GB
     for a 1TB day, on the disk that was full (whole-session review)."""

@@ -244,14 +244,6 @@ def convert_file(
     """
     started = time.perf_counter()
     source = _source_facts(path)  # as read: the marker must not vouch for a later file
-    # the day's files are about to change: an interrupted run must not leave a marker that
-    # says the old ones are finished beside some of the new ones, nor (converting without
-    # contiguous ids) raw ids of an earlier contiguous run that a later one would re-index
-    # over these. The re-index record goes only when the day's files are replaced (below): a
-    # day that fails leaves the earlier days' re-index valid (it took hours on the 1TB days)
-    _marker(out_dir, day).unlink(missing_ok=True)
-    if options.categorical is not CategoricalTransform.contiguous:
-        (out_dir / f"day_{day}_sparse_raw.npy").unlink(missing_ok=True)
     tally = _DayTally(path, ReadReport(files=[str(path)]))
     torchrec = options.dense_transform is DenseTransform.torchrec
     dense_path = out_dir / (f"day_{day}_dense_raw.npy" if torchrec else f"day_{day}_dense.npy")
@@ -263,8 +255,7 @@ def convert_file(
     try:
         _run_blocks(path, outputs, options, pool, workers, bar, sequence, tally)
         _check_day_rows(path, day, tally, options)
-        if options.categorical is CategoricalTransform.contiguous:  # this day's ids change now
-            (out_dir / CONTIGUOUS_MARKER).unlink(missing_ok=True)
+        _retire_day(out_dir, day, options)
         for output in outputs:
             output.finish(tally.rows)
     except BaseException:
@@ -279,6 +270,21 @@ def convert_file(
             "files are left without a marker; convert it again once it is complete"
         )
     return _finish_day(out_dir, day, source, options, tally.report, started)
+
+
+def _retire_day(out_dir: Path, day: int, options: Options) -> None:
+    """What vouches for the day's finished files goes just before they are replaced (their new
+    rows parsed and checked, aside in ``.tmp`` files): an interrupted run must not leave a
+    marker that says the old files are finished beside some of the new ones, nor (converting
+    without contiguous ids) raw ids of an earlier contiguous run that a later one would
+    re-index over these; and the re-index record goes (this day's ids change). A day refused
+    or interrupted before this keeps its earlier files, marker and re-index (hours on the 1TB
+    days)."""
+    _marker(out_dir, day).unlink(missing_ok=True)
+    if options.categorical is not CategoricalTransform.contiguous:
+        (out_dir / f"day_{day}_sparse_raw.npy").unlink(missing_ok=True)
+    else:
+        (out_dir / CONTIGUOUS_MARKER).unlink(missing_ok=True)
 
 
 def _run_blocks(
