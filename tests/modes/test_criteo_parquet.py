@@ -108,6 +108,25 @@ def test_a_second_conversion_with_other_settings_into_the_folder_is_refused(tmp_
     assert not (out / "day_1.parquet").exists()
 
 
+def test_an_output_file_of_another_input_is_replaced_only_when_asked(tmp_path):
+    """a/day.tsv then c/day.tsv into one folder: the second replaced a/day.tsv's day.parquet
+    without a word (data review); the npy conversion refuses another input for a day."""
+    from dlrm_exp.data.criteo_parquet import write_criteo_parquet
+    from dlrm_exp.errors import DataError
+
+    first = write_criteo_tsv(tmp_path / "a" / "day.tsv", 50, seed=1)
+    other = write_criteo_tsv(tmp_path / "c" / "day.tsv", 10, seed=2)
+    schema = compose_cfg(["data=criteo_tsv", f"data.path={first}"]).data.schema
+    out = tmp_path / "out"
+    write_criteo_parquet([first], out, schema, 100)
+    write_criteo_parquet([first], out, schema, 100)  # its own input again: replaced
+    with pytest.raises(DataError, match=rf"converted from {first}\); {other} would replace it"):
+        write_criteo_parquet([other], out, schema, 100)
+    assert pq.read_table(out / "day.parquet").num_rows == 50
+    write_criteo_parquet([other], out, schema, 100, overwrite=True)
+    assert pq.read_table(out / "day.parquet").num_rows == 10
+
+
 def test_an_unwritable_output_folder_is_one_line_before_any_row_is_read(tmp_path, cli_here):
     """It was a raw FileNotFoundError traceback for Parquet (the npy format refused it in
     words of its own); both formats now say it alike."""

@@ -109,7 +109,9 @@ class PreprocessConfig:
         frequency_threshold: with ``categorical=contiguous``, ids seen fewer times than this
             (over all days) share id 1 (TorchRec's ``FREQUENCY_THRESHOLD``, 3).
         num_workers: parser processes (blocks of every file are parsed in parallel).
-        overwrite: convert days again even when their finished marker matches the input.
+        overwrite: convert days again even when their finished marker matches the input
+            (``format=npy``), and replace output files converted from other inputs (both
+            formats; refused without it).
     """
 
     output_dir: str | None = None

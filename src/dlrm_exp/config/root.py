@@ -48,7 +48,6 @@ _NPY_PREPROCESS = (
     "categorical",
     "frequency_threshold",
     "num_workers",
-    "overwrite",
 )
 
 

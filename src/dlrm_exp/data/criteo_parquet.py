@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.parquet as pq
 
 from dlrm_exp.config import FeatureSchema
 from dlrm_exp.data.criteo_tsv import ReadReport, check_skipped_rows, read_files
@@ -31,6 +32,8 @@ log = logging.getLogger(__name__)
 
 #: The schema's name: ``data/schema=criteo_preprocessed`` with ``--config-dir <out>/conf``.
 SCHEMA_NAME = "criteo_preprocessed"
+#: The key of a converted file's Parquet metadata that records its input (absolute path).
+SOURCE_KEY = "dlrm_exp.source"
 
 
 def write_criteo_parquet(
@@ -40,6 +43,7 @@ def write_criteo_parquet(
     row_group_size: int,
     max_bad_lines: int = 5,
     max_skipped_fraction: float | None = None,
+    overwrite: bool = False,
 ) -> dict[str, Any]:
     """Convert ``files`` into ``output_dir`` through ``schema`` (``data.schema``, its tables
     sized; no managed-collision feature: those ids are mapped by the model, not the reader)
@@ -51,12 +55,16 @@ def write_criteo_parquet(
             more than ``max_skipped_fraction`` of its rows (``data.max_skipped_fraction``;
             nothing written for it: unlabeled rows read shifted by a column are mostly
             skipped, the rest would be written as valid), two files would get the same output
-            name, or ``output_dir`` holds files converted with other settings (its schema
-            differs).
+            name, ``output_dir`` holds files converted with other settings (its schema
+            differs), or an output file converted from another input (each file records its
+            input, :data:`SOURCE_KEY`; replaced only with ``overwrite``:
+            ``preprocess.overwrite``).
     """
     text = schema_text(schema)
     earlier = output_dir / "conf" / "data" / "schema" / f"{SCHEMA_NAME}.yaml"
     targets = _targets(files, output_dir, earlier, text)
+    if not overwrite:
+        _refuse_other_inputs(files, targets)
     report = ReadReport()
     outputs = []
     for source, target in zip(files, targets, strict=True):
@@ -76,10 +84,40 @@ def write_criteo_parquet(
             schema.sparse[name].column: pa.array(sparse[:, j])
             for j, name in enumerate(schema.feature_names)
         }
-        write_parquet_atomic(pa.table(columns), target, row_group_size)
+        table = pa.table(columns).replace_schema_metadata({SOURCE_KEY: _source_name(source)})
+        write_parquet_atomic(table, target, row_group_size)
         outputs.append({"input": str(source), "output": str(target), "rows": len(data)})
     write_text_atomic(earlier, text)  # the schema, after the files it describes
     return {"files": outputs, "read": report.as_dict(), "schema": str(earlier)}
+
+
+def _source_name(source: Path) -> str:
+    """The input a Parquet file records (:data:`SOURCE_KEY`): its absolute path."""
+    return str(source.resolve())
+
+
+def _refuse_other_inputs(files: list[Path], targets: list[Path]) -> None:
+    """Each output that exists was converted from the same input (its recorded
+    :data:`SOURCE_KEY`), so converting again replaces only what came from it.
+
+    Raises:
+        DataError: naming the file, the input it holds and the one that would replace it.
+    """
+    for source, target in zip(files, targets, strict=True):
+        if not target.exists():
+            continue
+        try:
+            metadata = pq.read_schema(target).metadata or {}
+        except (OSError, pa.ArrowException):
+            metadata = {}
+        held = metadata.get(SOURCE_KEY.encode(), b"").decode(errors="replace")
+        if held != _source_name(source):
+            was = f"converted from {held}" if held else "not converted from this input"
+            raise DataError(
+                f"preprocess.output_dir holds {target} ({was}); {source} would replace it: "
+                "write to another preprocess.output_dir, or set preprocess.overwrite=true to "
+                "replace it"
+            )
 
 
 def _targets(files: list[Path], output_dir: Path, earlier: Path, text: str) -> list[Path]:

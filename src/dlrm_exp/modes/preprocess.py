@@ -84,6 +84,7 @@ def _to_parquet(cfg: Config, job: Job, out: Path) -> ModeResult:
         cfg.preprocess.row_group_size,
         cfg.data.max_reported_bad_lines,
         cfg.data.max_skipped_fraction,
+        cfg.preprocess.overwrite,
     )
     report["seconds"] = time.perf_counter() - started
     write_json_atomic(job.run_dir / REPORT_FILE, report)
