@@ -190,6 +190,28 @@ def test_bad_day_files_are_refused_naming_the_file(tmp_path, case, message, mmap
         load_criteo_npy(config(tmp_path, mmap_mode=mmap_mode), SIZES, 0)
 
 
+@pytest.mark.parametrize("mmap_mode", [False, True])
+def test_non_finite_dense_values_are_refused_naming_the_file_and_row(tmp_path, mmap_mode):
+    """A NaN and an inf in the last day: every validation or test metric came out
+    null in a completed run, without a word (data review)."""
+    write_day(tmp_path, 0, 20, seed=0)
+    dense = write_day(tmp_path, 1, 20, seed=1)[0]
+    dense[13, 2], dense[15, 3] = np.nan, np.inf
+    np.save(tmp_path / "day_1_dense.npy", dense)
+    where = (
+        r"day_1_dense.npy: 2 dense value\(s\) not finite in rows 0 to 19 \(first at row 13, "
+        r"column 2: nan\)"
+    )
+    if not mmap_mode:  # read whole: checked as each day is copied
+        with pytest.raises(DataError, match=where):
+            load_criteo_npy(config(tmp_path), SIZES, 0)
+        return
+    _, val, test, _ = load_criteo_npy(config(tmp_path, mmap_mode=True), SIZES, 0)
+    assert len(val.dense[0:10]) == 10  # rows 0-9 of the last day: validation (1TB split)
+    with pytest.raises(DataError, match=where.replace("rows 0 to", "rows 10 to")):
+        test.dense[0:10]  # rows 10-19: checked per batch as read
+
+
 @pytest.mark.slow
 def test_preprocess_then_train_on_three_1tb_days(tmp_path, cli_here):
     from dlrm_exp.data.criteo_format import write_criteo_tsv

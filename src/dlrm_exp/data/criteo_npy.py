@@ -215,6 +215,32 @@ def _check_labels(path: Path, labels: np.ndarray) -> None:
         )
 
 
+def check_dense(path: Path, dense: np.ndarray, first_row: int = 0) -> None:
+    """Every dense value of ``dense`` (rows of ``path`` from ``first_row`` on) is finite, read
+    in chunks of :data:`_LABEL_CHUNK` rows: a NaN or infinity makes every prediction of its
+    batch NaN, so a validation or test split holding one reported no metric at all.
+
+    Raises:
+        DataError: naming the file, how many values are not finite, and the first one's row,
+            column and value.
+    """
+    bad, first = 0, None
+    for start in range(0, len(dense), _LABEL_CHUNK):
+        chunk = np.asarray(dense[start : start + _LABEL_CHUNK], dtype=np.float32)
+        wrong = np.argwhere(~np.isfinite(chunk))
+        if len(wrong) and first is None:
+            row, column = (int(i) for i in wrong[0])
+            first = (first_row + start + row, column, chunk[row, column].item())
+        bad += len(wrong)
+    if first is not None:
+        raise DataError(
+            f"{path}: {bad:,} dense value(s) not finite in rows {first_row:,} to "
+            f"{first_row + len(dense) - 1:,} (first at row {first[0]:,}, column {first[1]}: "
+            f"{first[2]}); the dense features must be numbers: convert the day again "
+            "(mode=preprocess) or mend the file"
+        )
+
+
 #: Rows of a day's ids whose range is taken at once (about 200 MiB of int64 ids).
 _RANGE_ROWS = 1 << 20
 
@@ -263,7 +289,11 @@ def _check_ranges(
 
 
 def _read_days(
-    loaded: list[Any], days: list[int], table_sizes: list[int], policy: OutOfRange
+    loaded: list[Any],
+    folder: Path,
+    days: list[int],
+    table_sizes: list[int],
+    policy: OutOfRange,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """The days' rows one after the other as the model reads them: dense (N, 13) float32,
     table rows (N, 26) int64 (ids hashed modulo the table sizes, or range-checked, by
@@ -275,8 +305,9 @@ def _read_days(
     concatenation, then the int64 ids and the hashed copy).
 
     Raises:
-        DataError: (``out_of_range=error``) ids are out of range (checked over every day
-            once all are read: :func:`_check_ranges`).
+        DataError: a dense value is not finite (:func:`check_dense`, per day); or
+            (``out_of_range=error``) ids are out of range (checked over every day once all
+            are read: :func:`_check_ranges`).
     """
     rows = [len(day[2]) for day in loaded]
     ranges = []
@@ -291,6 +322,7 @@ def _read_days(
         loaded[i] = None
         stop = start + count
         dense[start:stop] = day_dense
+        check_dense(folder / f"day_{days[i]}_dense.npy", dense[start:stop])
         sparse[start:stop] = day_sparse
         if policy is OutOfRange.error:  # from the copy: the day's file read once
             ranges.append(_id_range(sparse[start:stop]))
@@ -394,8 +426,8 @@ def load_criteo_npy(
     shuffled = train_end if cfg.shuffle_training_set else 0
     on_rank_zero(lambda: _scan(cfg, folder, days, loaded, table_sizes, shuffled), SCAN_WAIT)
     if cfg.mmap_mode:
-        return _mapped_splits(loaded, cfg, table_sizes, days, bounds)
-    dense, sparse, labels = _read_days(loaded, days, table_sizes, cfg.out_of_range)
+        return _mapped_splits(loaded, cfg, table_sizes, folder, days, bounds)
+    dense, sparse, labels = _read_days(loaded, folder, days, table_sizes, cfg.out_of_range)
     if cfg.shuffle_training_set:  # in place: one column's training rows copied at a time
         order = np.random.default_rng(seed).permutation(train_end)
         for column in (dense, sparse, labels):
@@ -432,23 +464,32 @@ def _scan(
         _check_ranges([_id_range(sparse) for _, sparse, _ in loaded], sizes, days)
 
 
+def _float32(rows: np.ndarray) -> np.ndarray:
+    """Mapped dense rows as float32 (their dtype may be any numeric one)."""
+    return np.asarray(rows, dtype=np.float32)
+
+
 def _mapped_splits(
     loaded: list[tuple[np.ndarray, np.ndarray, np.ndarray]],
     cfg: CriteoNpyDataConfig,
     table_sizes: list[int],
+    folder: Path,
     days: list[int],
     bounds: SplitBounds,
 ) -> tuple[ClickData, ClickData, ClickData, DataInfo]:
     """``mmap_mode``: splits as :class:`RowSpan` views of the mapped days (nothing copied), cut
     at ``bounds`` (:func:`split_bounds`); ids are hashed per batch (or were range-checked by
-    :func:`_scan`)."""
+    :func:`_scan`); dense values are checked per batch as read (:func:`check_dense`)."""
     sizes = np.asarray(table_sizes, dtype=np.int64)
 
     def ids(rows: np.ndarray) -> np.ndarray:
         return np.asarray(rows, dtype=np.int64) % sizes
 
+    def finite(rows: np.ndarray, day: int, first_row: int) -> None:
+        check_dense(folder / f"day_{days[day]}_dense.npy", rows, first_row)
+
     columns = [
-        RowSpan([day[0] for day in loaded], lambda rows: np.asarray(rows, dtype=np.float32)),
+        RowSpan([day[0] for day in loaded], _float32, check=finite),
         RowSpan([day[1] for day in loaded], ids),
         RowSpan(
             [day[2] for day in loaded],
