@@ -193,8 +193,11 @@ def test_bad_day_files_are_refused_naming_the_file(tmp_path, case, message, mmap
 @pytest.mark.parametrize("mmap_mode", [False, True])
 def test_non_finite_dense_values_are_refused_naming_the_file_and_row(tmp_path, mmap_mode):
     """A NaN and an inf in the last day: every validation or test metric came out
-    null in a completed run, without a word (data review)."""
-    write_day(tmp_path, 0, 20, seed=0)
+    null in a completed run, without a word (data review). Training rows are left to
+    train.on_nonfinite (stop at, or skip, their step)."""
+    trained = write_day(tmp_path, 0, 20, seed=0)[0]
+    trained[5, 1] = np.inf
+    np.save(tmp_path / "day_0_dense.npy", trained)
     dense = write_day(tmp_path, 1, 20, seed=1)[0]
     dense[13, 2], dense[15, 3] = np.nan, np.inf
     np.save(tmp_path / "day_1_dense.npy", dense)
@@ -206,8 +209,9 @@ def test_non_finite_dense_values_are_refused_naming_the_file_and_row(tmp_path, m
         with pytest.raises(DataError, match=where):
             load_criteo_npy(config(tmp_path), SIZES, 0)
         return
-    _, val, test, _ = load_criteo_npy(config(tmp_path, mmap_mode=True), SIZES, 0)
-    assert len(val.dense[0:10]) == 10  # rows 0-9 of the last day: validation (1TB split)
+    train, val, test, _ = load_criteo_npy(config(tmp_path, mmap_mode=True), SIZES, 0)
+    # day 0 trains; the last day's rows 0-9 validate, rows 10-19 test (the 1TB split)
+    assert len(train.dense[0:20]) == 20 and len(val.dense[0:10]) == 10
     with pytest.raises(DataError, match=where.replace("rows 0 to", "rows 10 to")):
         test.dense[0:10]  # rows 10-19: checked per batch as read
 

@@ -2,6 +2,7 @@
 
 import gzip
 import math
+import os
 
 import numpy as np
 import pytest
@@ -96,6 +97,25 @@ def test_training_warns_of_rows_skipped_beyond_the_limit_and_goes_on(tmp_path, c
     assert not [r for r in caplog.records if r.levelname == "WARNING"]  # within the limit
 
 
+def test_an_empty_split_asked_for_is_refused(tmp_path):
+    """Three rows at the default fractions left validation and test empty: the run completed
+    with "0 samples" and no metric (data review); data=criteo_npy refused it."""
+    from dlrm_exp.data import load_splits
+
+    path = write(tmp_path / "three.tsv", [row()] * 3)
+    cfg = CriteoTsvDataConfig(path=str(path), val_fraction=0.1, test_fraction=0.1, schema=SCHEMA)
+    refusal = (
+        r"split into train 3, val 0, test 0 \(data.val_fraction=0.1, data.test_fraction=0.1\): "
+        "the val and test splits are empty"
+    )
+    with pytest.raises(DataError, match=refusal):
+        load_splits(cfg, SIZES, 13, 0)
+    with pytest.raises(DataError, match=r"the test split is empty"):  # mode=evaluate's split
+        load_splits(cfg, SIZES, 13, 0, scored=("test",))
+    cfg.val_fraction = cfg.test_fraction = 0  # asked for none: trains without them
+    assert len(load_splits(cfg, SIZES, 13, 0).train) == 3
+
+
 def test_line_numbers_continue_across_files(tmp_path):
     a = write(tmp_path / "a.tsv", [row(), row()])
     b = write(tmp_path / "b.tsv", [row(), "bad"])
@@ -121,6 +141,10 @@ def test_missing_path_and_empty_folder(tmp_path):
     empty.mkdir()
     with pytest.raises(DataError, match=r"data.path: folder .*empty holds no data file"):
         resolve_paths([str(empty)], "data.path")
+    pipe = tmp_path / "pipe.tsv"  # what data.path=<(zcat day_0.gz) names: it was "no such file"
+    os.mkfifo(pipe)
+    with pytest.raises(DataError, match=r"pipe.tsv is neither a regular file nor a folder"):
+        resolve_paths([str(pipe)], "data.path")
 
 
 def test_no_valid_row_is_one_error_with_advice(tmp_path):

@@ -31,7 +31,7 @@ from dlrm_exp.data.multi_hot import MultiHot
 from dlrm_exp.data.parquet import ParquetSplit, load_parquet
 from dlrm_exp.data.parquet_files import resolve_parquet_paths
 from dlrm_exp.data.paths import resolve_inputs, resolve_paths
-from dlrm_exp.data.splits import DataInfo, DataSplits
+from dlrm_exp.data.splits import DataInfo, DataSplits, check_split_rows
 from dlrm_exp.data.synthetic import generate
 from dlrm_exp.errors import DataError
 
@@ -90,13 +90,29 @@ def load_splits(
         info = DataInfo.of_splits(train, val, test, read=report.as_dict(), id_kinds=kinds)
         if "data.path" not in report.inputs:  # its rows unread: no count for its splits
             info.rows = {k: v for k, v in info.rows.items() if k in scored}
+        check_split_rows(info.rows, _cut_fractions(cfg), scored)
         return DataSplits(train, val, test, info)
     if isinstance(cfg, CriteoNpyDataConfig):
         train, val, test, info = load_criteo_npy(cfg, table_sizes, seed)
         return DataSplits(train, val, test, info)
     if isinstance(cfg, ParquetDataConfig):
-        return load_parquet(cfg)
+        splits = load_parquet(cfg)
+        check_split_rows(splits.info.rows, _cut_fractions(cfg), scored)
+        return splits
     raise TypeError(f"unknown data config {type(cfg).__name__}")
+
+
+def _cut_fractions(cfg: CriteoTsvDataConfig | ParquetDataConfig) -> dict[str, float]:
+    """The fractions of ``data.path``'s rows cut off as validation and test (a split read
+    from a file of its own is none: it holds a valid row, or its read was refused)."""
+    return {
+        split: fraction
+        for split, fraction, own in (
+            ("val", cfg.val_fraction, cfg.val_path),
+            ("test", cfg.test_fraction, cfg.test_path),
+        )
+        if not own
+    }
 
 
 def _is_main() -> bool:

@@ -218,7 +218,8 @@ def _check_labels(path: Path, labels: np.ndarray) -> None:
 def check_dense(path: Path, dense: np.ndarray, first_row: int = 0) -> None:
     """Every dense value of ``dense`` (rows of ``path`` from ``first_row`` on) is finite, read
     in chunks of :data:`_LABEL_CHUNK` rows: a NaN or infinity makes every prediction of its
-    batch NaN, so a validation or test split holding one reported no metric at all.
+    batch NaN, so a validation or test split holding one reported no metric at all (training
+    rows are left to ``train.on_nonfinite``, which stops at or skips their step).
 
     Raises:
         DataError: naming the file, how many values are not finite, and the first one's row,
@@ -294,6 +295,7 @@ def _read_days(
     days: list[int],
     table_sizes: list[int],
     policy: OutOfRange,
+    held_out: tuple[int, int],
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """The days' rows one after the other as the model reads them: dense (N, 13) float32,
     table rows (N, 26) int64 (ids hashed modulo the table sizes, or range-checked, by
@@ -305,7 +307,8 @@ def _read_days(
     concatenation, then the int64 ids and the hashed copy).
 
     Raises:
-        DataError: a dense value is not finite (:func:`check_dense`, per day); or
+        DataError: a dense value of the validation and test rows (``held_out``: their
+            first and end row over all days) is not finite (:func:`check_dense`); or
             (``out_of_range=error``) ids are out of range (checked over every day once all
             are read: :func:`_check_ranges`).
     """
@@ -322,7 +325,9 @@ def _read_days(
         loaded[i] = None
         stop = start + count
         dense[start:stop] = day_dense
-        check_dense(folder / f"day_{days[i]}_dense.npy", dense[start:stop])
+        lo, hi = max(start, held_out[0]), min(stop, held_out[1])
+        if lo < hi:  # validation or test rows in this day
+            check_dense(folder / f"day_{days[i]}_dense.npy", dense[lo:hi], lo - start)
         sparse[start:stop] = day_sparse
         if policy is OutOfRange.error:  # from the copy: the day's file read once
             ranges.append(_id_range(sparse[start:stop]))
@@ -427,7 +432,10 @@ def load_criteo_npy(
     on_rank_zero(lambda: _scan(cfg, folder, days, loaded, table_sizes, shuffled), SCAN_WAIT)
     if cfg.mmap_mode:
         return _mapped_splits(loaded, cfg, table_sizes, folder, days, bounds)
-    dense, sparse, labels = _read_days(loaded, folder, days, table_sizes, cfg.out_of_range)
+    held_out = (min(bounds[1][0], bounds[2][0]), max(bounds[1][1], bounds[2][1]))
+    dense, sparse, labels = _read_days(
+        loaded, folder, days, table_sizes, cfg.out_of_range, held_out
+    )
     if cfg.shuffle_training_set:  # in place: one column's training rows copied at a time
         order = np.random.default_rng(seed).permutation(train_end)
         for column in (dense, sparse, labels):
@@ -479,7 +487,8 @@ def _mapped_splits(
 ) -> tuple[ClickData, ClickData, ClickData, DataInfo]:
     """``mmap_mode``: splits as :class:`RowSpan` views of the mapped days (nothing copied), cut
     at ``bounds`` (:func:`split_bounds`); ids are hashed per batch (or were range-checked by
-    :func:`_scan`); dense values are checked per batch as read (:func:`check_dense`)."""
+    :func:`_scan`); validation and test dense values are checked per batch as read
+    (:func:`check_dense`)."""
     sizes = np.asarray(table_sizes, dtype=np.int64)
 
     def ids(rows: np.ndarray) -> np.ndarray:
@@ -488,15 +497,17 @@ def _mapped_splits(
     def finite(rows: np.ndarray, day: int, first_row: int) -> None:
         check_dense(folder / f"day_{days[day]}_dense.npy", rows, first_row)
 
-    columns = [
-        RowSpan([day[0] for day in loaded], _float32, check=finite),
-        RowSpan([day[1] for day in loaded], ids),
-        RowSpan(
-            [day[2] for day in loaded],
-            lambda rows: np.asarray(rows, dtype=np.float32).reshape(-1),
-        ),
-    ]
-    train, val, test = (ClickData(*(c.span(lo, hi) for c in columns)) for lo, hi in bounds)
+    dense = [day[0] for day in loaded]
+    sparse = RowSpan([day[1] for day in loaded], ids)
+    labels = RowSpan(
+        [day[2] for day in loaded], lambda rows: np.asarray(rows, dtype=np.float32).reshape(-1)
+    )
+    checks = (None, finite, finite)  # validation and test rows: training's are left to
+    train, val, test = (  # train.on_nonfinite
+        ClickData(RowSpan(dense, _float32, check=check).span(lo, hi), sparse.span(lo, hi),
+                  labels.span(lo, hi))
+        for (lo, hi), check in zip(bounds, checks, strict=True)
+    )  # fmt: skip
     info = DataInfo.of_splits(
         train, val, test, days=days, dataset=cfg.dataset.value, mmap_mode=True
     )

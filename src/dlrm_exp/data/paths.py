@@ -21,7 +21,8 @@ def resolve_paths(
         globs: a path that is neither a file nor a folder is a glob pattern (sorted matches).
 
     Raises:
-        DataError: a path names nothing, or a folder holds no matching file.
+        DataError: a path names nothing, names a pipe or device, or a folder holds no
+            matching file.
     """
     files: list[Path] = []
     for raw in paths:
@@ -41,6 +42,11 @@ def resolve_paths(
             matched := sorted(Path(p) for p in glob.glob(str(path)) if Path(p).is_file())
         ):
             files += matched
+        elif path.exists():  # a pipe (process substitution) or a device
+            raise DataError(
+                f"{key}: {raw} is neither a regular file nor a folder (a pipe or a device?): "
+                "inputs are read in byte ranges, some more than once; write it to a file first"
+            )
         else:
             what = "file, folder or glob match" if globs else "file or folder"
             raise DataError(f"{key}: no such {what}: {raw} (from {os.getcwd()})")

@@ -7,6 +7,7 @@ from fractions import Fraction
 from typing import Any
 
 from dlrm_exp.data.batches import ClickData
+from dlrm_exp.errors import DataError
 
 #: How long the other ranks wait for rank 0's scan of a click log's labels (and Parquet
 #: footers): a large log on a shared file system may take longer than
@@ -71,6 +72,31 @@ class DataSplits:
     val: ClickData
     test: ClickData
     info: DataInfo = field(default_factory=DataInfo)
+
+
+def check_split_rows(
+    rows: dict[str, int], fractions: dict[str, float], scored: tuple[str, ...] | None
+) -> None:
+    """No split the job reads is empty: the training split, and a validation or test split
+    cut from ``data.path`` by a fraction above 0 (``fractions``: ``data.val_fraction`` /
+    ``data.test_fraction`` of the splits without a file of their own); with ``scored``
+    (``mode=evaluate``), the splits it scores. An empty one reported "0 samples" and no
+    metric (``data=criteo_npy`` refuses it too).
+
+    Raises:
+        DataError: naming the rows of each split and the fractions.
+    """
+    wanted = scored or ("train", *(s for s, f in fractions.items() if f > 0))
+    empty = [s for s in wanted if s in rows and rows[s] == 0]
+    if empty:
+        split = " and ".join(empty) + (" split is" if len(empty) == 1 else " splits are")
+        counts = ", ".join(f"{s} {n:,}" for s, n in rows.items())
+        asked = ", ".join(f"data.{s}_fraction={f:g}" for s, f in fractions.items())
+        raise DataError(
+            f"data.path: the rows split into {counts} ({asked}): the {split} empty; every "
+            "split read needs at least one row: give more rows (or, to train without a "
+            "split, set its fraction to 0)"
+        )
 
 
 def read_summary(read: dict[str, Any]) -> str:
