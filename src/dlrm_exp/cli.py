@@ -29,6 +29,7 @@ from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import MissingMandatoryValue, OmegaConfBaseException
 
 from dlrm_exp.config import Config, Mode, conf_dir, register_configs
+from dlrm_exp.config.config_files import check_config_files, chosen_files, config_dirs
 from dlrm_exp.config.keys import check_composed_keys, check_data_option_keys, check_override_keys
 from dlrm_exp.config.store import DATA_OPTIONS
 from dlrm_exp.distributed.env import env_rank, launched_by_torchrun
@@ -411,6 +412,7 @@ def main() -> None:
             refuse_another_runs_folder(sys.argv[1:])
             _keep_record(sys.argv[1:])
         check_plugins(sys.argv[1:])
+        check_config_files(chosen_files(sys.argv[1:], config_dirs(sys.argv[1:])))
         overrides = [a for a in sys.argv[1:] if not a.startswith("-")]
         check_override_keys(overrides, Config)
         if not _other_primary_config(sys.argv[1:]):  # else its own data default

@@ -1,0 +1,106 @@
+"""The user's own config files (``--config-dir`` / ``-cd``, ``hydra.searchpath=[file://...]``),
+read before Hydra composes them: a YAML syntax error there was a 100-line traceback through
+Hydra and the YAML parser, and a feature schema of the wrong shape was refused by OmegaConf
+naming ``full_key: log1p`` (or no key at all) instead of where it sits.
+"""
+
+from collections.abc import Sequence
+from pathlib import Path
+
+import yaml
+from omegaconf import DictConfig, ListConfig, OmegaConf
+from omegaconf.errors import OmegaConfBaseException
+
+from dlrm_exp.config.schema import DenseColumn, FeatureSchema, SparseFeature
+from dlrm_exp.errors import ConfigError
+
+#: The flags that name a config folder of the user's.
+_DIR_FLAGS = ("-cd", "--config-dir")
+
+
+def config_dirs(args: Sequence[str]) -> list[Path]:
+    """The folders a command line adds to Hydra's search path: ``-cd X`` / ``--config-dir X``
+    / ``--config-dir=X``, and the ``file://`` entries of ``hydra.searchpath=[...]``."""
+    dirs = []
+    for i, arg in enumerate(args):
+        if arg in _DIR_FLAGS and i + 1 < len(args):
+            dirs.append(args[i + 1])
+        elif arg.startswith(tuple(f"{flag}=" for flag in _DIR_FLAGS)):
+            dirs.append(arg.split("=", 1)[1])
+        elif arg.lstrip("+").startswith("hydra.searchpath="):
+            entries = arg.split("=", 1)[1].strip("[]").split(",")
+            dirs += [
+                e.strip()[len("file://") :] for e in entries if e.strip().startswith("file://")
+            ]
+    return [Path(d).expanduser() for d in dirs]
+
+
+def chosen_files(args: Sequence[str], dirs: Sequence[Path]) -> list[Path]:
+    """The files of ``dirs`` the command line picks: ``<group>=<option>`` (also each option
+    of a ``-m`` sweep's ``a,b``) as ``<dir>/<group>/<option>.yaml``, and the primary config
+    of ``-cn`` / ``--config-name``; those that exist. (Options the primary config's defaults
+    pick are left to Hydra.)"""
+    names = []
+    for i, arg in enumerate(args):
+        if arg in ("-cn", "--config-name") and i + 1 < len(args):
+            names.append(args[i + 1])
+        elif arg.startswith("--config-name="):
+            names.append(arg.split("=", 1)[1])
+        elif not arg.startswith("-") and "=" in arg:
+            group, options = arg.lstrip("+~").split("=", 1)
+            if "." not in group:  # a group choice, not a key
+                names += [f"{group}/{option.strip()}" for option in options.split(",")]
+    return [d / f"{n}.yaml" for d in dirs for n in names if (d / f"{n}.yaml").is_file()]
+
+
+def check_config_files(files: Sequence[Path]) -> None:
+    """Each of ``files`` (:func:`chosen_files`) parses, and a feature schema among them
+    (``data/schema/*.yaml``) has the shape of :class:`FeatureSchema`: the rest (values
+    across fields, columns in the files) is checked once composed.
+
+    Raises:
+        ConfigError: the file, and the line and column of a syntax error or the key
+            (``data.schema.dense[0].log1p``) of a value of the wrong kind.
+    """
+    for file in files:
+        try:
+            node = OmegaConf.load(file)
+        except yaml.YAMLError as err:
+            mark = getattr(err, "problem_mark", None)
+            where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+            problem = getattr(err, "problem", None) or str(err).splitlines()[0]
+            raise ConfigError(f"{file}: not valid YAML ({problem}{where})") from None
+        if file.parent.name == "schema" and file.parent.parent.name == "data":
+            _check_schema(file, node)
+
+
+def _check_schema(file: Path, node: DictConfig | ListConfig) -> None:
+    """``node`` (a schema file) as :class:`FeatureSchema`, each dense column and sparse
+    feature merged on its own so that an error names its place.
+
+    Raises:
+        ConfigError: see :func:`check_config_files`.
+    """
+    if not isinstance(node, DictConfig):
+        raise ConfigError(f"{file}: a feature schema is a mapping (label, dense, sparse)")
+    dense, sparse = node.get("dense"), node.get("sparse")
+    if dense is not None and not isinstance(dense, ListConfig):
+        raise ConfigError(f"{file}: data.schema.dense is a list of {{column: ..., log1p: ...}}")
+    if sparse is not None and not isinstance(sparse, DictConfig):
+        raise ConfigError(
+            f"{file}: data.schema.sparse maps feature names to {{column: ..., "
+            "num_embeddings: ...}}"
+        )
+    rest = {k: v for k, v in node.items() if k not in ("dense", "sparse")}
+    parts = [("data.schema", FeatureSchema, rest)]
+    parts += [(f"data.schema.dense[{i}]", DenseColumn, d) for i, d in enumerate(dense or [])]
+    parts += [(f"data.schema.sparse.{n}", SparseFeature, f) for n, f in (sparse or {}).items()]
+    for where, cls, value in parts:
+        if not isinstance(value, DictConfig | dict):
+            raise ConfigError(f"{file}: {where} is a mapping of {cls.__name__}'s fields")
+        try:
+            OmegaConf.merge(OmegaConf.structured(cls), value)
+        except OmegaConfBaseException as err:
+            key = f"{where}.{err.full_key}" if getattr(err, "full_key", "") else where
+            reason = str(err).splitlines()[0]
+            raise ConfigError(f"{file}: {key}: {reason}") from None

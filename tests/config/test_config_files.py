@@ -1,0 +1,64 @@
+"""The user's own config files, read before Hydra: one line naming the file and the place."""
+
+from pathlib import Path
+
+import pytest
+
+from dlrm_exp.config.config_files import check_config_files, chosen_files, config_dirs
+from dlrm_exp.errors import ConfigError
+
+SHOP = """label: clicked
+dense:
+  - {column: price, log1p: true}
+sparse:
+  user_id: {column: user_id, num_embeddings: 10}
+"""
+
+
+def _schema(folder: Path, name: str, text: str) -> Path:
+    path = folder / "data" / "schema" / f"{name}.yaml"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+    return path
+
+
+def test_the_files_a_command_line_picks(tmp_path):
+    shop, other = _schema(tmp_path, "shop", SHOP), _schema(tmp_path, "other", SHOP)
+    (tmp_path / "mine.yaml").write_text("seed: 1\n")
+    args = ["-m", "--config-dir", str(tmp_path), "data/schema=shop,other", "data.path=x"]
+    assert config_dirs(args) == [tmp_path]
+    assert chosen_files(args, [tmp_path]) == [shop, other]
+    named = [f"hydra.searchpath=[pkg://x,file://{tmp_path}]", "-cn", "mine", "model=tiny"]
+    assert config_dirs(named) == [tmp_path]
+    assert chosen_files(named, [tmp_path]) == [tmp_path / "mine.yaml"]  # no model/tiny.yaml
+
+
+@pytest.mark.parametrize(
+    ("text", "refusal"),
+    [
+        ("label: clicked\ndense:\n  - {column: price, log1p: true\n",
+         r"shop.yaml: not valid YAML \(expected ',' or '}', but got '<stream end>' at line 4"),
+        ("label: clicked\ndense:\n  price: {log1p: true}\n",
+         r"shop.yaml: data.schema.dense is a list of"),
+        ("label: clicked\ndense:\n  - {column: price, log1p: yes_please}\n",
+         r"shop.yaml: data.schema.dense\[0\].log1p: Value 'yes_please' is not a valid bool"),
+        (SHOP.replace("num_embeddings: 10", "num_embeddings: ten"),
+         r"data.schema.sparse.user_id.num_embeddings: Value 'ten' (of type 'str' )?could not"),
+        ("label: clicked\ndense:\n  - price\n", r"data.schema.dense\[0\] is a mapping of Dense"),
+        ("label: clicked\nlabell: x\n", r"data.schema.labell: Key 'labell' not in 'FeatureSchema'"),
+    ],
+)  # fmt: skip
+def test_a_broken_schema_file_is_named_with_its_place(tmp_path, text, refusal):
+    """A syntax error was a 100-line traceback through Hydra; a misplaced value was refused
+    naming full_key: log1p, or no key (data review)."""
+    with pytest.raises(ConfigError, match=refusal):
+        check_config_files([_schema(tmp_path, "shop", text)])
+
+
+def test_a_good_schema_passes_and_the_cli_says_one_line(tmp_path, cli_here):
+    check_config_files([_schema(tmp_path / "good", "shop", SHOP)])
+    _schema(tmp_path, "shop", "label: clicked\ndense: [{column: price\n")
+    args = ["--config-dir", str(tmp_path), "data=parquet", "data/schema=shop", "data.path=x"]
+    result = cli_here(args)
+    assert result.returncode == 1 and "Traceback" not in result.stderr
+    assert result.stderr.strip().startswith(f"Error: {tmp_path}/data/schema/shop.yaml: not valid")
