@@ -216,6 +216,24 @@ def test_non_finite_dense_values_are_refused_naming_the_file_and_row(tmp_path, m
         test.dense[0:10]  # rows 10-19: checked per batch as read
 
 
+def test_a_folder_whose_day_numbers_skip_some_is_warned_about(tmp_path, caplog):
+    """day_0 and day_5 trained and tested on day 5 with only metrics.json's data.days to
+    say so (data review): an unfinished copy or conversion looks like this."""
+    from dlrm_exp.data import load_splits
+
+    for day in (0, 5):
+        write_day(tmp_path, day, 20, seed=day)
+    load_splits(config(tmp_path), SIZES, 13, 0)
+    (warned,) = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    assert "holds days day_0, day_5 but not day_1, day_2, day_3, day_4: training on" in warned
+    write_day(tmp_path, 1, 20, seed=1)
+    for day in range(2, 5):
+        write_day(tmp_path, day, 20, seed=day)
+    caplog.clear()
+    load_splits(config(tmp_path), SIZES, 13, 0)
+    assert not [r for r in caplog.records if r.levelname == "WARNING"]
+
+
 @pytest.mark.slow
 def test_preprocess_then_train_on_three_1tb_days(tmp_path, cli_here):
     from dlrm_exp.data.criteo_format import write_criteo_tsv
