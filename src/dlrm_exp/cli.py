@@ -79,6 +79,9 @@ def hydra_main(raw: DictConfig) -> float | None:
                 raise
             print(f"Error: {err}", file=sys.stderr)
             sys.exit(1)
+        except BaseException as err:  # a crash or an interruption under way
+            _refused(err)
+            raise
     sweep_dir = Path(hydra_cfg.sweep.dir)
     swept = saved_swept_keys(sweep_dir)
     name = run_name(list(hydra_cfg.overrides.task), swept)
@@ -150,20 +153,20 @@ def _is_multirun(args: list[str]) -> bool:
     return "-m" in args or "--multirun" in args
 
 
-def _refused(err: Exception) -> None:
+def _refused(err: BaseException) -> None:
     """Put back the record of the folder ``hydra.run.dir=`` named (:class:`KeptRecord`) when
-    ``err`` is one of :data:`_REFUSALS` and the run wrote no result there."""
-    if isinstance(err, _REFUSALS):
-        _put_back_record()
+    ``err`` is one of :data:`_REFUSALS` and the run wrote no result there, or when the run
+    failed under way and wrote no record (the folder's earlier record stays its run's)."""
+    _put_back_record(failed=not isinstance(err, _REFUSALS))
 
 
-def _put_back_record() -> None:
+def _put_back_record(failed: bool = False) -> None:
     """Put back the record of the folder ``hydra.run.dir=`` named (:class:`KeptRecord`) if
-    the run wrote no result there."""
+    the run wrote no result there (``failed``: no record, see ``KeptRecord.restore``)."""
     if _kept_record is None:
         return
     try:
-        changed = _kept_record.restore()
+        changed = _kept_record.restore(failed)
     except OSError as write_error:
         log.warning("the record of %s was not put back: %s", _kept_record.run_dir, write_error)
         return

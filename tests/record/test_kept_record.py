@@ -38,21 +38,39 @@ def test_a_folder_without_a_run_has_nothing_to_put_back(tmp_path):
     assert kept.restore() == [] and (tmp_path / "new" / ".hydra" / "config.yaml").exists()
 
 
-def test_the_entry_point_puts_it_back_on_refusals_not_on_errors_of_a_run_under_way(tmp_path):
-    """A typo in data.path (DataError) refuses the run before it trains: put back; a NaN loss
-    is a run under way, whose logs and events have its own settings: kept."""
+def test_the_entry_point_puts_it_back_on_refusals_and_on_failures_that_wrote_no_record(
+    tmp_path,
+):
+    """A typo in data.path (DataError) refuses the run before it trains: put back. A NaN loss
+    (or a crash) is a run under way that may have written checkpoints: while the folder's
+    earlier record (metrics.json) stays, so do the settings it describes, and the failed
+    run's go to .hydra/failed_run (a resumed run's NaN left the completed record of the
+    earlier run under the failed run's settings, which the report showed: resume review);
+    a run that wrote its own record keeps its settings."""
     from dlrm_exp import cli
     from dlrm_exp.errors import DataError, NonFiniteLossError
 
-    for err, restored in ((DataError("no such file"), True), (NonFiniteLossError("nan"), False)):
-        run = _run_folder(tmp_path / type(err).__name__)
+    nan = NonFiniteLossError("nan")
+    cases = [(DataError("no such file"), False, True), (nan, False, True),
+             (RuntimeError("crash"), False, True), (nan, True, False)]  # fmt: skip
+    for i, (err, new_record, restored) in enumerate(cases):
+        run = _run_folder(tmp_path / str(i))
         cli._kept_record = KeptRecord(run)
         (run / ".hydra" / "config.yaml").write_text("seed: 2\n")
+        under_way = not isinstance(err, DataError)
+        if under_way:
+            (run / "checkpoints" / "best").mkdir(parents=True)  # written before it failed
+        if new_record:
+            (run / "metrics.json").write_text('{"status": "failed"}')
         try:
             cli._refused(err)
         finally:
             cli._kept_record = None
         assert ((run / ".hydra" / "config.yaml").read_text() == "seed: 1\n") is restored
+        failed_run = run / ".hydra" / "failed_run" / "config.yaml"
+        assert (failed_run.is_file() and failed_run.read_text() == "seed: 2\n") is (
+            restored and under_way
+        )
 
 
 def test_refusals_are_the_errors_raised_before_a_run_starts():

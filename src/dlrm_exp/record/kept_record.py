@@ -50,6 +50,11 @@ RECORD_FILES = (
 )
 
 
+#: Where a run that failed under way keeps its record files when the folder's earlier
+#: record is put back (``.hydra/failed_run/config.yaml``, ...).
+FAILED_RUN = ".hydra/failed_run"
+
+
 class KeptRecord:
     """The record files of the run folder ``run_dir`` as they are now (none when it holds no
     run: ``.hydra/config.yaml`` absent)."""
@@ -69,15 +74,22 @@ class KeptRecord:
             except (OSError, UnicodeDecodeError):
                 continue  # unreadable: nothing to put back, left as the run makes it
 
-    def restore(self) -> list[str]:
+    def restore(self, failed: bool = False) -> list[str]:
         """Put the files back as they were read, unless the run changed a result (then they
-        describe it); returns the names changed back.
+        describe it); returns the names changed back. ``failed``: the run failed under way,
+        after it may have written checkpoints; the files go back while the folder's earlier
+        record (``metrics.json``) is the one they describe, unchanged (a resumed run that
+        then failed left a completed record beside the failed run's settings, which the
+        report showed as that run's); the failed run's files go to :data:`FAILED_RUN`.
 
         Raises:
             OSError: one cannot be written or removed.
         """
         changed: list[str] = []
-        if not self.saved or _results(self.run_dir) != self.results:
+        results = _results(self.run_dir)
+        record = "metrics.json"
+        kept = record in self.results and results.get(record) == self.results[record]
+        if not self.saved or not (kept if failed else results == self.results):
             return changed
         for name, text in self.saved.items():
             path = self.run_dir / name
@@ -89,6 +101,8 @@ class KeptRecord:
                 now = ""
             if now == text:
                 continue
+            if failed and now:  # the failed run's settings stay beside its logs and events
+                write_text_atomic(self.run_dir / FAILED_RUN / Path(name).name, now)
             if text is None:
                 path.unlink(missing_ok=True)
             else:
