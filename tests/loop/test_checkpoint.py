@@ -440,6 +440,22 @@ def test_resume_under_another_sharding_type_or_world_size(
         run_train(moved, tmp_path / "d", {})
 
 
+def test_resume_auto_starting_fresh_removes_an_earlier_attempts_best(tmp_path, caplog):
+    """Its step checkpoints gone, an earlier attempt's best stayed: the fresh run, validating
+    once at its end, never replaced it, and evaluate scored the earlier attempt's weights
+    (resume review)."""
+    from dlrm_exp.modes.job import Job
+    from dlrm_exp.modes.train import _resume_path
+
+    best = tmp_path / "checkpoints" / "best"
+    best.mkdir(parents=True)
+    (best / ".metadata").write_bytes(b"")
+    (best / "trainer_state.json").write_text("{}")
+    assert _resume_path(compose_cfg(["train.resume=auto"]), Job(tmp_path, {})) is None
+    assert not list((tmp_path / "checkpoints").iterdir())
+    assert "removing" in caplog.text and "best weights of an earlier attempt" in caplog.text
+
+
 def test_a_requeued_job_resumes_from_its_own_checkpoint_over_the_path_it_started_from(tmp_path):
     """An explicit ``train.resume`` path trained again from there on every requeue."""
     from dlrm_exp.loop.checkpoint import requeued_resume

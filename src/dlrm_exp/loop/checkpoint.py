@@ -260,7 +260,7 @@ def check_run_folder(run_dir: Path, resume: str | None, keep_best: bool) -> None
     nothing of an earlier run (:func:`check_no_earlier_run`); ``train.resume=auto`` finding no
     step checkpoint starts fresh too, refused only beside a finished run's ``metrics.json``
     (an interrupted attempt of the job, a requeued one, may have left its ``best``, which the
-    fresh start's first validation replaces); a resume, no ``best`` it would not keep
+    fresh start removes: :func:`drop_stale_best`); a resume, no ``best`` it would not keep
     (:func:`check_best_is_kept`).
 
     Raises:
@@ -454,6 +454,20 @@ def _link_or_copy(path: Path, target: Path) -> None:
     except OSError:  # another file system, or one without hard links
         shutil.copy2(path, target)
         sync_file(target)
+
+
+def drop_stale_best(run_dir: Path) -> None:
+    """Remove the ``best`` of an earlier attempt in ``run_dir`` whose step checkpoints are gone
+    (``train.resume=auto`` starting fresh): the fresh run replaces it only at a validation
+    better than its own earlier ones, and one that validates once, at its end, never did, so
+    ``checkpoint=<run>`` (evaluate, predict, export) took the earlier attempt's weights."""
+    stale = best_checkpoint(run_dir)
+    if stale is not None:
+        log.warning(
+            "train.resume=auto starts fresh: removing %s, the best weights of an earlier "
+            "attempt in this folder whose step checkpoints are gone", stale,
+        )  # fmt: skip
+        _remove_folder(stale)
 
 
 def _remove_folder(path: Path) -> None:

@@ -45,6 +45,7 @@ from dlrm_exp.loop.checkpoint import (
     best_checkpoint,
     changed_settings,
     check_run_folder,
+    drop_stale_best,
     holds_best,
     later_checkpoints,
     load_checkpoint,
@@ -298,6 +299,7 @@ def _resume_path(cfg: Config, job: Job) -> Path | None:
     path = resolve_resume(cfg.train.resume, job.run_dir)
     if path is None:
         log.info("train.resume=auto: no complete checkpoint in %s, starting fresh", job.run_dir)
+        drop_stale_best(job.run_dir)
         return None
     auto = cfg.train.resume == "auto"  # the newest: none is later
     later = [] if auto else later_checkpoints(job.run_dir, path)
