@@ -102,16 +102,16 @@ def test_resume_continues_bitwise_and_prunes(tmp_path, caplog, monkeypatch):
     assert (tmp_path / "b" / "metrics.json").read_bytes() == record
     assert again.samples_per_sec == resumed.samples_per_sec
     # from the end in another folder: a record of no trained step measures no bytes or speed
-    ended = compose_cfg(
-        [*SMALL, f"train.resume={kept[1]}", "optimizer.learning_rate=0.05", "train.max_steps=24"]
-    )
+    ended = compose_cfg([*SMALL, f"train.resume={kept[1]}", "optimizer.learning_rate=0.05",
+                         "train.max_steps=24", "qcomms=fp16"])  # fmt: skip
     with caplog.at_level(logging.WARNING, logger="dlrm_exp"):
         empty = run_train(ended, tmp_path / "c", {})
     assert empty.steps == 32 and empty.comm_bytes_per_step == {}
     assert empty.samples_per_sec is None and empty.val == full.val
     # a setting that changes the update was accepted without a word
-    assert "1 setting(s) differ from the run that wrote" in caplog.text
-    assert "(optimizer.learning_rate 0.1 -> 0.05)" in caplog.text
+    assert "3 setting(s) differ from the run that wrote" in caplog.text
+    assert "optimizer.learning_rate 0.1 -> 0.05" in caplog.text
+    assert "qcomms.forward_precision None -> fp16" in caplog.text  # (resume review)
     assert "the checkpoint is at step 32, past this job's last step 24" in caplog.text
     # from its earlier step_24 in its own folder, beside its later step_32: refused (pruning and
     # resume=auto would take the later branch), the folder untouched

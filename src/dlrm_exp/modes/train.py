@@ -259,10 +259,13 @@ def _layout(run: _Run) -> CheckpointLayout:
             key: value
             for key, value in {
                 "seed": run.cfg.seed,
+                "data": type(run.cfg.data).__name__,  # the source: its keys differ
                 "train.batch_size": run.cfg.train.batch_size,
                 "train.dense_precision": run.cfg.train.dense_precision.value,
+                "train.symmetric_interaction": run.cfg.train.symmetric_interaction,
                 **flat_settings("data", run.cfg.data),
                 **flat_settings("optimizer", run.cfg.optimizer),
+                **flat_settings("qcomms", run.cfg.qcomms),
             }.items()
             if key not in _HOW_NOT_WHAT
         },
