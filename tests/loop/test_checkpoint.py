@@ -456,6 +456,25 @@ def test_resume_auto_starting_fresh_removes_an_earlier_attempts_best(tmp_path, c
     assert "removing" in caplog.text and "best weights of an earlier attempt" in caplog.text
 
 
+def test_newer_checkpoints_with_a_damaged_state_are_named_when_passed_over(tmp_path, caplog):
+    """A truncated or missing trainer_state.json in the newest checkpoint: resume=auto took an
+    older one (and wrote over it), evaluate scored an older one, without a word (review)."""
+    from dlrm_exp.loop.checkpoint import find_checkpoint, resolve_resume
+
+    for step, state in ((8, '{"samples": 512, "step": 8}'), (16, '{"samp'), (24, None)):
+        folder = tmp_path / "checkpoints" / f"step_{step}"
+        folder.mkdir(parents=True)
+        (folder / ".metadata").write_bytes(b"")
+        if state is not None:
+            (folder / "trainer_state.json").write_text(state)
+    with caplog.at_level(logging.WARNING, logger="dlrm_exp"):
+        assert resolve_resume("auto", tmp_path).name == "step_8"
+        assert find_checkpoint(str(tmp_path)).name == "step_8"
+    (first, second) = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    assert first == second and "step_16, step_24 passed over" in first
+    assert first.endswith("taking step_8")
+
+
 def test_a_requeued_job_resumes_from_its_own_checkpoint_over_the_path_it_started_from(tmp_path):
     """An explicit ``train.resume`` path trained again from there on every requeue."""
     from dlrm_exp.loop.checkpoint import requeued_resume

@@ -572,8 +572,43 @@ def resolve_resume(resume: str, run_dir: Path) -> Path | None:
     """
     if resume == "auto":
         found = complete_checkpoints(run_dir)
+        warn_damaged(run_dir, found[-1] if found else None)
         return found[-1] if found else None
     return _complete_checkpoint(Path(resume), "train.resume")
+
+
+def warn_damaged(run_dir: Path, taken: Path | None) -> None:
+    """One warning naming the ``step_<n>`` folders of ``run_dir`` past the one ``taken``
+    whose trainer state is missing or unreadable (a crash after the save, a damaged disk):
+    they were passed over without a word, and a resumed run writes over them."""
+    folder, newest = run_dir / CHECKPOINTS, _step_of(taken) if taken else -1
+    damaged = sorted(
+        (int(m.group(1)), path.name)
+        for path in (folder.iterdir() if folder.is_dir() else [])
+        if (m := _STEP_DIR.match(path.name)) and int(m.group(1)) > newest and path.is_dir()
+        and not (_is_complete(path) and _readable_state(path))
+    )  # fmt: skip
+    if damaged:
+        log.warning(
+            "%s: %s passed over (no DCP .metadata or no readable %s: damaged after the save); "
+            "taking %s", folder, first_few([name for _, name in damaged]), STATE_FILE,
+            taken.name if taken else "none",
+        )  # fmt: skip
+
+
+def _readable_state(path: Path) -> bool:
+    """Whether checkpoint ``path``'s trainer state reads as a JSON object."""
+    try:
+        read_trainer_state(path)
+    except CheckpointError:
+        return False
+    return True
+
+
+def _step_of(path: Path) -> int:
+    """The step of a ``step_<n>`` folder (-1 for ``best`` or another name)."""
+    match = _STEP_DIR.match(path.name)
+    return int(match.group(1)) if match else -1
 
 
 def _complete_checkpoint(path: Path, key: str) -> Path:
@@ -854,6 +889,7 @@ def find_checkpoint(location: str) -> Path:
                 f"checkpoint={location}: no complete checkpoint in this run folder (train with "
                 "train.checkpoint_every_n_steps=N to write some)"
             )
+        warn_damaged(run_dir, found[-1])
         return found[-1]
     return _complete_checkpoint(path, "checkpoint")
 
