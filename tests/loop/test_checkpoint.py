@@ -211,6 +211,11 @@ def test_a_checkpoint_of_another_model_shape_is_refused(saved, tmp_path):
     cfg = compose_cfg([*SMALL, "model.num_embeddings_cap=500", f"train.resume={saved}"])
     with pytest.raises(CheckpointError, match=r"another model shape \(t_cat_0: checkpoint"):
         run_train(cfg, tmp_path, {})
+    # the dense part's shape: DCP's raw "Size mismatch ... dense_arch" now says why (review)
+    dense = [*SMALL, "model.dense_arch_layer_sizes=[32,16]", f"train.resume={saved}"]
+    with pytest.raises(CheckpointError, match=r"Size mismatch.*the checkpoint holds another "
+                       r"model or optimizer: model.dense_arch_layer_sizes"):  # fmt: skip
+        run_train(compose_cfg(dense), tmp_path / "dense", {})
 
 
 def test_a_truncated_checkpoint_is_refused(saved, tmp_path):

@@ -863,7 +863,13 @@ def _hint(error: str) -> str:
         return (
             " (row-wise Adagrad keeps a table's momentum per column shard: resume with as many "
             "column shards as the checkpoint's run had, i.e. its sharding type and ranks for "
-            "column-wise and grid tables)"
+            "column-wise and grid tables; or another sparse optimizer than the checkpoint's)"
+        )
+    if any(f in error for f in ("Size mismatch", "Missing key", "Unexpected key")):
+        return (
+            " (the checkpoint holds another model or optimizer: model.dense_arch_layer_sizes, "
+            "over_arch_layer_sizes, interaction_type or the optimizer differ from its run's; "
+            "use that run's settings, in its .hydra/config.yaml)"
         )
     return ""
 
