@@ -58,6 +58,14 @@ def test_fp16_tables_train_save_fp16_resume_bitwise_and_export(tmp_path, caplog)
         run_train(compose_cfg(fp32), tmp_path / "c", {})
     assert "resuming 26 table(s) in another dtype than checkpoint" in caplog.text
     assert "t_cat_0 fp16 -> fp32" in caplog.text
+    # scored (evaluate, predict) with fp32 tables: said too (it was silent: resume review)
+    from dlrm_exp.loop.checkpoint import read_trainer_state
+    from dlrm_exp.modes.setup import warn_unlike_training
+
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="dlrm_exp.modes.setup"):
+        warn_unlike_training(read_trainer_state(last), compose_cfg(SMALL), 1, last)
+    assert "scoring 26 table(s) in another dtype than checkpoint" in caplog.text
 
     # export: `none` keeps the trained fp16 tables (half the fp32 bytes, the same outputs),
     # read from the checkpoint: the command need not repeat model.embedding_data_type

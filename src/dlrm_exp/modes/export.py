@@ -26,14 +26,16 @@ from dlrm_exp.errors import ConfigError
 from dlrm_exp.factories.inference import InferenceDLRM, quantize_tables, script, table_bytes
 from dlrm_exp.factories.model import build_model
 from dlrm_exp.loop.checkpoint import (
-    CheckpointError,
-    SafeFileSystemReader,
     find_checkpoint,
     load_model_weights,
 )
 from dlrm_exp.modes.job import Job, ModeResult
-from dlrm_exp.modes.setup import trained_dense_precision, warn_managed_collision_ranks
-from dlrm_exp.planning.tables import DTYPE_NAMES, is_table_key, table_of_key, table_shapes
+from dlrm_exp.modes.setup import (
+    saved_table_data_types,
+    trained_dense_precision,
+    warn_managed_collision_ranks,
+)
+from dlrm_exp.planning.tables import table_shapes
 from dlrm_exp.util.files import check_writable, publish_file, write_json_atomic
 from dlrm_exp.util.folder_lock import held_run_folder
 
@@ -63,29 +65,6 @@ def load_trained(cfg: Config, path: Path) -> tuple[torch.nn.Module, dict]:
     module = build_model(fp32, dense_device=CPU, table_device=CPU)
     saved = load_model_weights(path, module, table_shapes(cfg.model))
     return module.model.eval(), saved
-
-
-def saved_table_data_types(path: Path) -> dict[str, EmbeddingDataType]:
-    """``{table: dtype}`` of the table weights checkpoint ``path`` holds, read from DCP's
-    metadata (with :class:`~dlrm_exp.loop.checkpoint.SafeFileSystemReader`): what trained,
-    whatever ``model.embedding_data_type`` says now.
-
-    Raises:
-        CheckpointError: unreadable metadata, or a table dtype this framework does not train.
-    """
-    try:
-        metadata = SafeFileSystemReader(str(path)).read_metadata().state_dict_metadata
-    except OSError as err:  # the reader's own refusals are CheckpointErrors already
-        raise CheckpointError(f"checkpoint {path} metadata cannot be read: {err}") from None
-    found = {}
-    for key, item in metadata.items():
-        dtype = getattr(getattr(item, "properties", None), "dtype", None)
-        if key.startswith("model.") and is_table_key(key) and key.endswith(".weight") and dtype:
-            name = DTYPE_NAMES.get(dtype)
-            if name is None or name not in {e.value for e in EmbeddingDataType}:
-                raise CheckpointError(f"checkpoint {path}: table weights {key} are {dtype}")
-            found[table_of_key(key)] = EmbeddingDataType(name)
-    return found
 
 
 def run_export(cfg: Config, job: Job) -> dict:

@@ -6,7 +6,7 @@ import logging
 import re
 import socket
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import replace
 from pathlib import Path
 from typing import Any, TypeVar
@@ -16,7 +16,7 @@ from torch.distributed.elastic.multiprocessing.errors import record
 from torchrec.datasets.utils import Batch
 from torchrec.distributed.types import ShardingPlan
 
-from dlrm_exp.config import Config
+from dlrm_exp.config import Config, EmbeddingDataType
 from dlrm_exp.config.keys import flat_settings
 from dlrm_exp.data import (
     ClickData,
@@ -35,9 +35,10 @@ from dlrm_exp.distributed.launch import (
 )
 from dlrm_exp.errors import ConfigError
 from dlrm_exp.factories.experiment import Experiment, TrainWrapper, build_experiment, build_module
-from dlrm_exp.loop.checkpoint import run_folder_of
+from dlrm_exp.loop.checkpoint import CheckpointError, SafeFileSystemReader, run_folder_of
 from dlrm_exp.modes.job import Job
 from dlrm_exp.planning.job import check_ranks_per_host, plan_job
+from dlrm_exp.planning.tables import DTYPE_NAMES, is_table_key, table_of_key
 from dlrm_exp.record.runs import job_overrides
 from dlrm_exp.util.text import first_few
 
@@ -189,6 +190,47 @@ def trained_dense_precision(saved: dict[str, Any]) -> str | None:
     return (saved.get("settings") or {}).get("train.dense_precision")
 
 
+def saved_table_data_types(path: Path) -> dict[str, EmbeddingDataType]:
+    """``{table: dtype}`` of the table weights checkpoint ``path`` holds, read from DCP's
+    metadata (with :class:`~dlrm_exp.loop.checkpoint.SafeFileSystemReader`): what trained,
+    whatever ``model.embedding_data_type`` says now.
+
+    Raises:
+        CheckpointError: unreadable metadata, or a table dtype this framework does not train.
+    """
+    try:
+        metadata = SafeFileSystemReader(str(path)).read_metadata().state_dict_metadata
+    except OSError as err:  # the reader's own refusals are CheckpointErrors already
+        raise CheckpointError(f"checkpoint {path} metadata cannot be read: {err}") from None
+    found = {}
+    for key, item in metadata.items():
+        dtype = getattr(getattr(item, "properties", None), "dtype", None)
+        if key.startswith("model.") and is_table_key(key) and key.endswith(".weight") and dtype:
+            name = DTYPE_NAMES.get(dtype)
+            if name is None or name not in {e.value for e in EmbeddingDataType}:
+                raise CheckpointError(f"checkpoint {path}: table weights {key} are {dtype}")
+            found[table_of_key(key)] = EmbeddingDataType(name)
+    return found
+
+
+def warn_dtype_change(path: Path, job_dtypes: Mapping[str, str], doing: str) -> None:
+    """One warning line when this job's table dtypes (``{table: "fp16"}``) differ from those
+    checkpoint ``path`` holds (``doing``: "resuming", "scoring"): DCP casts the saved weights
+    on load (fp16 -> fp32 exactly, fp32 -> fp16 rounded), so scores differ from the run's."""
+    saved = {table: dtype.value for table, dtype in saved_table_data_types(path).items()}
+    changed = sorted(
+        f"{table} {saved[table]} -> {dtype}"
+        for table, dtype in job_dtypes.items()
+        if table in saved and saved[table] != dtype
+    )
+    if changed:
+        log.warning(
+            "%s %d table(s) in another dtype than checkpoint %s holds (%s): the saved weights "
+            "are cast on load (model.embedding_data_type)", doing, len(changed), path,
+            first_few(changed, 3),
+        )  # fmt: skip
+
+
 def warn_unlike_training(
     saved: dict[str, Any], cfg: Config, world_size: int, checkpoint: Path
 ) -> None:
@@ -196,10 +238,13 @@ def warn_unlike_training(
     it (trainer state ``saved``), so that its numbers differ from that run's: another
     ``train.dense_precision`` (:func:`warn_other_dense_precision`), managed-collision tables
     on another number of ranks (:func:`warn_managed_collision_ranks`), another data source
-    (:func:`warn_other_data_source`)."""
+    (:func:`warn_other_data_source`), other table dtypes (:func:`warn_dtype_change`)."""
     warn_other_dense_precision(saved, cfg)
     warn_managed_collision_ranks(saved, cfg, world_size)
     warn_other_data_source(saved, cfg, run_data_overrides(checkpoint))
+    model = cfg.model
+    dtypes = {n: t.value for n, t in zip(model.table_names, model.table_data_types, strict=True)}
+    warn_dtype_change(checkpoint, dtypes, "scoring")
 
 
 def run_data_overrides(checkpoint: Path) -> list[str] | None:

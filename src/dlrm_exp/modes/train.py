@@ -61,9 +61,8 @@ from dlrm_exp.loop.metrics import (
     step_time_ms,
 )
 from dlrm_exp.loop.trainer import BatchSources, FitResult, Trainer, TrainerState
-from dlrm_exp.modes.export import saved_table_data_types
 from dlrm_exp.modes.job import Job, ModeResult
-from dlrm_exp.modes.setup import prepare, rank_batches, run_on_ranks, shared_job
+from dlrm_exp.modes.setup import prepare, rank_batches, run_on_ranks, shared_job, warn_dtype_change
 from dlrm_exp.perf.peak import PeakUnavailable
 from dlrm_exp.perf.profile import PROFILE_DIR, StepProfiler, profile_files
 from dlrm_exp.perf.theoretical_peak import cpu_flags
@@ -331,7 +330,7 @@ def _resume(
     if path is None:
         return None
     if run.ctx.is_main:
-        _warn_dtype_change(path, run.experiment.table_data_types)
+        warn_dtype_change(path, run.experiment.table_data_types, "resuming")
     saved = load_checkpoint(path, run.experiment.model, run.experiment.optimizer, layout)
     if KERNEL_ITERATIONS in saved:  # (checkpoints of earlier versions: counted from 0)
         set_kernel_iterations(run.experiment.model, int(saved[KERNEL_ITERATIONS]))
@@ -437,23 +436,6 @@ def between_evictions(step: int, managed: Mapping[str, ManagedCollision]) -> str
         f"resuming from step {step}, between the evictions of managed-collision table(s) "
         f"{first_few(off)}: the ids seen since their last "
         "eviction are not in the checkpoint, so this run continues closely, not bitwise"
-    )
-
-
-def _warn_dtype_change(path: Path, job_dtypes: Mapping[str, str]) -> None:
-    """One warning line when this job's table dtypes differ from those checkpoint ``path``
-    holds: DCP casts the saved weights on load (fp16 -> fp32 exactly, fp32 -> fp16 rounded)."""
-    saved = {table: dtype.value for table, dtype in saved_table_data_types(path).items()}
-    changed = sorted(
-        f"{table} {saved[table]} -> {dtype}"
-        for table, dtype in job_dtypes.items()
-        if table in saved and saved[table] != dtype
-    )
-    _warn_list(
-        f"resuming {{n}} table(s) in another dtype than checkpoint {path} holds",
-        changed,
-        "the saved weights are cast on load",
-        shown=3,
     )
 
 
