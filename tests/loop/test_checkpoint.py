@@ -480,6 +480,23 @@ def test_newer_checkpoints_with_a_damaged_state_are_named_when_passed_over(tmp_p
     assert first.endswith("taking step_8")
 
 
+def test_a_save_of_another_branch_sets_the_earlier_step_folder_aside(tmp_path, caplog):
+    """Resumed on 2 ranks from step_16 (1,024 samples on 1 rank), the job's own step_16
+    (2,048 samples) wrote over the checkpoint it resumed from (resume review)."""
+    from dlrm_exp.loop.checkpoint import keep_other_branch
+
+    final = tmp_path / "checkpoints" / "step_16"
+    final.mkdir(parents=True)
+    (final / ".metadata").write_bytes(b"")
+    (final / "trainer_state.json").write_text('{"samples": 1024, "step": 16}')
+    assert keep_other_branch(final, 1024) is None and final.is_dir()  # the same branch
+    with caplog.at_level(logging.WARNING, logger="dlrm_exp"):
+        aside = keep_other_branch(final, 2048)
+    assert aside == tmp_path / "checkpoints" / "step_16.samples_1024" and not final.exists()
+    assert complete_checkpoints(tmp_path) == []  # no listing takes it; resume=<it> does
+    assert "kept as step_16.samples_1024 rather than written over" in caplog.text
+
+
 def test_a_requeued_job_resumes_from_its_own_checkpoint_over_the_path_it_started_from(tmp_path):
     """An explicit ``train.resume`` path trained again from there on every requeue."""
     from dlrm_exp.loop.checkpoint import requeued_resume
@@ -783,7 +800,8 @@ def test_a_momentum_of_another_column_shard_count_is_explained():
     dcp = ("ValueError: Size mismatch between saved torch.Size([2000]) and current: "
            "torch.Size([1000]) for optim.model.sparse_arch...t_cat_0.momentum1")  # fmt: skip
     assert "keeps a table's momentum per column shard" in _hint(dcp)
-    assert _hint("ValueError: Size mismatch ... t_cat_0.weight") == ""
+    assert _hint("ValueError: Size mismatch ... t_cat_0.weight") == ""  # the layout's check
+    assert "another model or optimizer" in _hint("Missing key ... model.inter_arch.crossnet.V")
 
 
 def test_the_cuda_generator_is_saved_and_restored_where_cuda_is_used(tmp_path, monkeypatch):

@@ -372,6 +372,8 @@ def save_checkpoint(
         dist.barrier()
         if is_main:
             write_json_atomic(partial / STATE_FILE, {**trainer_state, "step": step})
+            if name is None:
+                keep_other_branch(final, trainer_state.get("samples"))
             _replace_folder(partial, final)
             if keep_last:
                 for old in complete_checkpoints(run_dir)[:-keep_last]:
@@ -490,6 +492,26 @@ def _partial(path: Path) -> Path:
 def _replaced(path: Path) -> Path:
     """Where :func:`_replace_folder` keeps the folder it replaces until the new one is in place."""
     return path.with_name(path.name + ".replaced")
+
+
+def keep_other_branch(final: Path, samples: int | None) -> Path | None:
+    """Set aside the complete checkpoint ``final`` (``step_<n>``) when it holds another sample
+    count than the save about to take its name (``samples``): a resume on another world size
+    or batch size counts other steps, and its ``step_16`` wrote over the earlier run's
+    ``step_16``, the very checkpoint it may have resumed from. It is renamed
+    ``step_<n>.samples_<its samples>`` (no listing takes it; ``train.resume=<it>`` does), with a
+    warning; returns that folder (None: nothing set aside)."""
+    if samples is None or not _is_complete(final) or _samples(final) in (-1, samples):
+        return None
+    aside = final.with_name(f"{final.name}.samples_{_samples(final)}")
+    shutil.rmtree(aside, ignore_errors=True)
+    final.rename(aside)
+    log.warning(
+        "%s held a checkpoint at %d samples (written with another world size or batch size); "
+        "kept as %s rather than written over (train.resume=%s continues it)",
+        final, _samples(aside), aside.name, aside,
+    )  # fmt: skip
+    return aside
 
 
 def _replace_folder(new: Path, final: Path) -> None:
@@ -865,7 +887,10 @@ def _hint(error: str) -> str:
             "column shards as the checkpoint's run had, i.e. its sharding type and ranks for "
             "column-wise and grid tables; or another sparse optimizer than the checkpoint's)"
         )
-    if any(f in error for f in ("Size mismatch", "Missing key", "Unexpected key")):
+    dense_or_optimizer = ("dense_arch", "over_arch", "inter_arch", "optim.")
+    if any(f in error for f in ("Size mismatch", "Missing key", "Unexpected key")) and any(
+        part in error for part in dense_or_optimizer
+    ):
         return (
             " (the checkpoint holds another model or optimizer: model.dense_arch_layer_sizes, "
             "over_arch_layer_sizes, interaction_type or the optimizer differ from its run's; "
