@@ -62,3 +62,14 @@ def test_a_good_schema_passes_and_the_cli_says_one_line(tmp_path, cli_here):
     result = cli_here(args)
     assert result.returncode == 1 and "Traceback" not in result.stderr
     assert result.stderr.strip().startswith(f"Error: {tmp_path}/data/schema/shop.yaml: not valid")
+
+
+def test_a_schema_composed_from_others_is_left_to_hydra(tmp_path):
+    """A schema with a defaults list (extending the shipped one) or a @package header was
+    refused for its 'defaults' key, though Hydra composes it (review); its syntax is read."""
+    extends = "defaults:\n  - criteo\n  - _self_\nsparse:\n  cat_0: {num_embeddings: 5000}\n"
+    check_config_files([_schema(tmp_path, "mine", extends)])
+    packaged = "# @package data.schema\nlabel: clicked\nextra: 1\n"
+    check_config_files([_schema(tmp_path, "pkg", packaged)])
+    with pytest.raises(ConfigError, match="not valid YAML"):
+        check_config_files([_schema(tmp_path, "broken", extends + "  cat_1: {num_\n")])

@@ -114,6 +114,10 @@ def test_an_empty_split_asked_for_is_refused(tmp_path):
         load_splits(cfg, SIZES, 13, 0, scored=("test",))
     cfg.val_fraction = cfg.test_fraction = 0  # asked for none: trains without them
     assert len(load_splits(cfg, SIZES, 13, 0).train) == 3
+    # evaluate (val and test) of a run trained without a test split: scores val (review)
+    many = write(tmp_path / "ten.tsv", [row()] * 10)
+    cfg = CriteoTsvDataConfig(path=str(many), val_fraction=0.2, test_fraction=0, schema=SCHEMA)
+    assert len(load_splits(cfg, SIZES, 13, 0, scored=("val", "test")).val) == 2
 
 
 def test_line_numbers_continue_across_files(tmp_path):

@@ -70,8 +70,20 @@ def check_config_files(files: Sequence[Path]) -> None:
             where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
             problem = getattr(err, "problem", None) or str(err).splitlines()[0]
             raise ConfigError(f"{file}: not valid YAML ({problem}{where})") from None
-        if file.parent.name == "schema" and file.parent.parent.name == "data":
-            _check_schema(file, node)
+        composed = "defaults" in node if isinstance(node, DictConfig) else False
+        if _is_schema(file) and not composed and "@package" not in _head(file):
+            _check_schema(file, node)  # (one Hydra composes from others: checked composed)
+
+
+def _is_schema(file: Path) -> bool:
+    """Whether ``file`` is an option of the group ``data/schema``."""
+    return file.parent.name == "schema" and file.parent.parent.name == "data"
+
+
+def _head(file: Path) -> str:
+    """The comment lines a file starts with (where Hydra reads a ``# @package`` header)."""
+    lines = file.read_text(encoding="utf-8", errors="replace").splitlines()
+    return "\n".join(line for line in lines[:20] if line.lstrip().startswith("#"))
 
 
 def _check_schema(file: Path, node: DictConfig | ListConfig) -> None:

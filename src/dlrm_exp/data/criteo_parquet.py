@@ -111,8 +111,11 @@ def _refuse_other_inputs(files: list[Path], targets: list[Path]) -> None:
         except (OSError, pa.ArrowException):
             metadata = {}
         held = metadata.get(SOURCE_KEY.encode(), b"").decode(errors="replace")
-        if held != _source_name(source):
-            was = f"converted from {held}" if held else "not converted from this input"
+        if not held:  # converted before files recorded their input: replaced, said once
+            log.warning("%s records no input (an older conversion): %s replaces it", target,
+                        source)  # fmt: skip
+        elif held != _source_name(source):
+            was = f"converted from {held}"
             raise DataError(
                 f"preprocess.output_dir holds {target} ({was}); {source} would replace it: "
                 "write to another preprocess.output_dir, or set preprocess.overwrite=true to "

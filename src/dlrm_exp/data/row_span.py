@@ -15,9 +15,7 @@ class RowSpan:
     """Rows ``[start, stop)`` of the days ``parts`` ((N_d, C) arrays) laid end to end.
 
     ``span[a:b]`` is a torch tensor of ``convert(rows)``; ``span.span(a, b)`` a narrower
-    :class:`RowSpan` (nothing read). ``shape`` and ``len`` are those of the rows. ``check``,
-    if given, sees each day's piece of a slice as read, with the day's index and the piece's
-    first row in that day, and may raise.
+    :class:`RowSpan` (nothing read). ``shape`` and ``len`` are those of the rows.
 
     Raises:
         ValueError: a slice with a step.
@@ -29,14 +27,12 @@ class RowSpan:
         convert: Callable[[np.ndarray], np.ndarray],
         start: int = 0,
         stop: int | None = None,
-        check: Callable[[np.ndarray, int, int], None] | None = None,
     ) -> None:
         self.parts = list(parts)
         self.bounds = np.cumsum([0] + [len(p) for p in self.parts])
         self.convert = convert
         self.start = start
         self.stop = int(self.bounds[-1]) if stop is None else stop
-        self.check = check
 
     @property
     def shape(self) -> tuple[int, ...]:
@@ -47,7 +43,7 @@ class RowSpan:
 
     def span(self, lo: int, hi: int) -> "RowSpan":
         """Rows ``[lo, hi)`` of this span, unread."""
-        return RowSpan(self.parts, self.convert, self.start + lo, self.start + hi, self.check)
+        return RowSpan(self.parts, self.convert, self.start + lo, self.start + hi)
 
     def __getitem__(self, key: slice) -> torch.Tensor:
         lo, hi, step = key.indices(len(self))
@@ -60,8 +56,6 @@ class RowSpan:
             end = min(hi, int(self.bounds[day + 1]))
             base = int(self.bounds[day])
             pieces.append(self.parts[day][lo - base : end - base])
-            if self.check is not None:
-                self.check(pieces[-1], day, lo - base)
             lo, day = end, day + 1
         if not pieces:
             pieces = [self.parts[0][:0]]

@@ -80,13 +80,15 @@ def check_split_rows(
     """No split the job reads is empty: the training split, and a validation or test split
     cut from ``data.path`` by a fraction above 0 (``fractions``: ``data.val_fraction`` /
     ``data.test_fraction`` of the splits without a file of their own); with ``scored``
-    (``mode=evaluate``), the splits it scores. An empty one reported "0 samples" and no
-    metric (``data=criteo_npy`` refuses it too).
+    (``mode=evaluate``), those of the splits it scores (a fraction of 0 asks for none: its
+    split is reported as 0 samples). An empty one reported "0 samples" and no metric
+    (``data=criteo_npy`` refuses it too).
 
     Raises:
         DataError: naming the rows of each split and the fractions.
     """
-    wanted = scored or ("train", *(s for s, f in fractions.items() if f > 0))
+    asked = ("train", *(s for s, f in fractions.items() if f > 0))  # a fraction of 0: none
+    wanted = [s for s in scored or asked if s in asked or s not in fractions]
     empty = [s for s in wanted if s in rows and rows[s] == 0]
     if empty:
         split = " and ".join(empty) + (" split is" if len(empty) == 1 else " splits are")

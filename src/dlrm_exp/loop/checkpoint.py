@@ -899,7 +899,7 @@ def _hint(error: str) -> str:
     return ""
 
 
-def find_checkpoint(location: str) -> Path:
+def find_checkpoint(location: str, warn: bool = True) -> Path:
     """The checkpoint folder ``checkpoint=`` names: a ``checkpoints/step_<n>`` (or ``best``)
     folder, or a run folder: its best validation's checkpoint (``train.keep_best``) if it has
     one, else its newest complete checkpoint.
@@ -920,7 +920,8 @@ def find_checkpoint(location: str) -> Path:
                 f"checkpoint={location}: no complete checkpoint in this run folder (train with "
                 "train.checkpoint_every_n_steps=N to write some)"
             )
-        warn_damaged(run_dir, found[-1])
+        if warn:  # (once: a job's pre-flight looks too)
+            warn_damaged(run_dir, found[-1])
         return found[-1]
     return _complete_checkpoint(path, "checkpoint")
 

@@ -64,7 +64,7 @@ def run_evaluate(cfg: Config, job: Job) -> EvalMetrics:
         _keep_other_records(job.run_dir)
     assert cfg.checkpoint is not None  # Config.__post_init__ requires it
     if not launched_by_torchrun():  # refused before workers start (torchrun: in the workers)
-        find_checkpoint(cfg.checkpoint)
+        find_checkpoint(cfg.checkpoint, warn=False)  # (the worker's look warns)
     return run_on_ranks(evaluate_worker, cfg, job)
 
 

@@ -6,9 +6,10 @@ before its resume checks; a run refused there (another shape, a bad value, a fol
 would leave the folder's earlier run described by the refused one's settings, which
 reports and sweeps then attach to that run's metrics. The entry point reads these files
 before Hydra starts and writes them back (or removes the ones the refused run added) when the
-run is refused having written no result (:data:`RESULT_PATTERNS`): a run that wrote
-checkpoints or a record before it failed (a best-weights load after training) keeps its own
-settings beside them.
+run is refused having written no result (:data:`RESULT_PATTERNS`). A run that failed under
+way (a NaN, a crash) gets them back while the folder's earlier record (``metrics.json``)
+is unchanged, the failed run's own going to ``.hydra/failed_run/``; one that wrote its own
+record keeps its settings beside it.
 """
 
 from pathlib import Path
