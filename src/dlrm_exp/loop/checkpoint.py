@@ -705,7 +705,9 @@ def load_checkpoint(
             f"checkpoint {path} has data_parallel tables {saved_dp or 'none'}, this job "
             f"{wanted_dp or 'none'}: a table cannot move between data_parallel and a sharded "
             f"type on resume ({', '.join(moved[:3])}); keep those tables data_parallel or not, "
-            "e.g. with +sharding.per_table_sharding_type.<table>=..."
+            "e.g. with +sharding.per_table_sharding_type.<table>=... (sharding=auto makes "
+            "every table data_parallel under a sparse optimizer FBGEMM does not fuse on this "
+            "device, e.g. optimizer=adam on CPU: keep the checkpoint's optimizer)"
         )
     check_managed_ranks(
         path, trainer_state.get("world_size"), expected.id_policies, expected.world_size
