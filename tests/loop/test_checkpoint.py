@@ -526,6 +526,11 @@ def test_resume_step_maps_the_sample_position_to_another_world_size_or_batch():
     assert resume_step(state, [128] * 20, 2) == 6  # train.batch_size 64: it resumed at step 3
     with pytest.raises(CheckpointError, match="after 768 samples; 4 rank"):
         resume_step(state, [512] * 5, 4)
+    # the same ranks and batch on other rows (a short last batch elsewhere): told so, not to
+    # "keep the world size and train.batch_size", which it did (resume review)
+    state["settings"] = {"train.batch_size": 128}
+    with pytest.raises(CheckpointError, match="training split has another number of rows"):
+        resume_step(state, [256, 100, 256, 256], 2)
 
 
 def test_a_preemption_signal_during_a_save_is_handled_once_the_save_is_committed(

@@ -667,6 +667,14 @@ def resume_step(trainer_state: dict[str, Any], samples_per_step: list[int], worl
         step += 1
     if seen != samples:
         ranks = trainer_state.get("world_size", world_size)
+        batch = (trainer_state.get("settings") or {}).get("train.batch_size")
+        if batch is not None and int(batch) * int(ranks) == samples_per_step[0]:
+            raise CheckpointError(  # the same global batch: the epochs end elsewhere
+                f"the checkpoint was written after {samples} samples, which this job's steps "
+                f"pass (to {seen} samples): its training split has another number of rows "
+                "than the checkpoint's run (its epochs' short last batches fall elsewhere); "
+                "resume with that run's data"
+            )
         raise CheckpointError(
             f"the checkpoint was written by {ranks} rank(s) after {samples} samples; "
             f"{world_size} rank(s) at this batch size step past that position (to {seen} "
