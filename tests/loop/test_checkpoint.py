@@ -112,6 +112,10 @@ def test_resume_continues_bitwise_and_prunes(tmp_path, caplog, monkeypatch):
     assert "3 setting(s) differ from the run that wrote" in caplog.text
     assert "optimizer.learning_rate 0.1 -> 0.05" in caplog.text
     assert "qcomms.forward_precision None -> fp16" in caplog.text  # (resume review)
+    # and metrics.json says so (only the log did: resume review)
+    assert empty.resumed["checkpoint"] == str(kept[1]) and empty.resumed["step"] == 32
+    assert "optimizer.learning_rate 0.1 -> 0.05" in empty.resumed["changed_settings"]
+    assert full.resumed == {}
     assert "the checkpoint is at step 32, past this job's last step 24" in caplog.text
     # from its earlier step_24 in its own folder, beside its later step_32: refused (pruning and
     # resume=auto would take the later branch), the folder untouched

@@ -13,7 +13,7 @@ launcher; under torchrun the process is already a worker and trains directly.
 import logging
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -137,6 +137,7 @@ class _Run:
     experiment: Experiment
     plan_data: PlanRecord
     resume_path: Path | None = None  # the checkpoint train.resume loads (None: fresh)
+    resumed: dict[str, Any] = field(default_factory=dict)  # metrics.json's, filled on resume
 
 
 def _announce(run: _Run) -> None:
@@ -334,10 +335,11 @@ def _resume(
     saved = load_checkpoint(path, run.experiment.model, run.experiment.optimizer, layout)
     if KERNEL_ITERATIONS in saved:  # (checkpoints of earlier versions: counted from 0)
         set_kernel_iterations(run.experiment.model, int(saved[KERNEL_ITERATIONS]))
+    changed = changed_settings(saved.get("settings"), layout.settings)
     if run.ctx.is_main:
         _warn_list(
             f"train.resume: {{n}} setting(s) differ from the run that wrote {path}",
-            changed_settings(saved.get("settings"), layout.settings),
+            changed,
             "this run continues another data stream or update than that run's; its "
             ".hydra/config.yaml has them",
         )
@@ -346,6 +348,7 @@ def _resume(
     )
     state.reconsider_stop(run.cfg.train, total_steps)
     log.info("resumed from %s at step %d", path, state.step)
+    run.resumed.update(checkpoint=str(path), step=state.step, changed_settings=changed)
     if int(saved["step"]) != state.step:
         _restart_history(tracker, state, int(saved["step"]))
     if run.cfg.train.keep_best:  # another run's best: held here too; a stale one: removed
@@ -550,6 +553,7 @@ def _run_metrics(
         data=info.to_json(),
         val_history=state.val_history,
         choices=dict(run.job.choices),
+        resumed=run.resumed,
         target_auroc=run.cfg.train.target_auroc,
         reached_target=state.target_step is not None,
         target_step=state.target_step,

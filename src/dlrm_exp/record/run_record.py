@@ -99,6 +99,9 @@ class RunMetrics:
         data: what the data source reported (row counts, skipped rows, ...).
         val_history: every validation's metrics with its ``step``.
         choices: each config group's chosen option.
+        resumed: after ``train.resume``, the ``checkpoint`` it continued, this job's ``step``
+            there and the ``changed_settings`` (``key old -> new``) against the run that wrote
+            it; empty for a run trained from the start.
         target_auroc: ``train.target_auroc`` (the target keys appear only when it is set).
         reached_target: whether a validation reached it.
         target_step / target_epoch: the step, and the epochs trained (a fraction), of the
@@ -170,6 +173,7 @@ class RunMetrics:
     data: dict[str, Any] = field(default_factory=dict)
     val_history: list[dict[str, float]] = field(default_factory=list)
     choices: dict[str, str] = field(default_factory=dict)
+    resumed: dict[str, Any] = field(default_factory=dict)
     target_auroc: float | None = None
     reached_target: bool = False
     target_step: int | None = None
