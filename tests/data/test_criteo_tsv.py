@@ -1,6 +1,7 @@
 """The Criteo TSV reader on files the tests write: padding, malformed rows, values, splits."""
 
 import gzip
+import logging
 import math
 import os
 
@@ -118,6 +119,18 @@ def test_an_empty_split_asked_for_is_refused(tmp_path):
     many = write(tmp_path / "ten.tsv", [row()] * 10)
     cfg = CriteoTsvDataConfig(path=str(many), val_fraction=0.2, test_fraction=0, schema=SCHEMA)
     assert len(load_splits(cfg, SIZES, 13, 0, scored=("val", "test")).val) == 2
+
+
+def test_a_last_line_cut_short_is_warned_about(tmp_path, caplog):
+    """A file whose download stopped mid-line: its last line (15 fields, no line end) was
+    read as a padded row without a word (data review). A whole last line without a line
+    end, or a gzip file, says nothing."""
+    cut = write(tmp_path / "cut.tsv", [row()] * 3 + [row()[:37]], final_newline=False)
+    whole = write(tmp_path / "whole.tsv", [row()] * 3, final_newline=False)
+    with caplog.at_level(logging.WARNING):
+        read_files([cut, whole], SCHEMA, 5)
+    (warned,) = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    assert warned.startswith(f"{cut}:4, the last line, has no line end and 15 of 40 fields")
 
 
 def test_line_numbers_continue_across_files(tmp_path):

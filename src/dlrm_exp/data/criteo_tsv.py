@@ -22,6 +22,7 @@ Row handling:
     (not an integer), ``categorical`` (not hex of at most 8 digits).
 """
 
+import logging
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -42,13 +43,17 @@ from dlrm_exp.data.decode import decode
 from dlrm_exp.data.id_policy import KIND_SENSITIVE
 from dlrm_exp.data.paths import resolve_inputs
 from dlrm_exp.data.preprocess.tsv_parse import (
+    NUM_FIELDS,
     REASONS,
     ParsedBlock,
+    is_gzip,
     iter_blocks,
     parse_block,
 )
 from dlrm_exp.data.splits import fraction_rows
 from dlrm_exp.errors import DataError
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -220,10 +225,32 @@ def read_files(
             parts.append(
                 decode_block(merge_blocks(pending), schema, f"{path} lines {first}..{last}")
             )
+        _warn_cut_last_line(path, last)
         report.merge(file_report, max_bad_lines)
     if report.rows_valid == 0:
         raise DataError(no_valid_row_message(files, report))
     return ClickData.concat(parts), report
+
+
+def _warn_cut_last_line(path: Path, line: int) -> None:
+    """Warn when a plain file's last line (``line``) has no line end and fewer than 40 fields:
+    the mark of a download or copy cut short, which reads as a row with its missing fields
+    empty (counted as padded, like rows whose trailing empty fields were stripped). Gzip
+    files are not looked at (their end is not at hand)."""
+    if is_gzip(path):
+        return
+    with path.open("rb") as file:
+        file.seek(max(0, path.stat().st_size - (1 << 16)))
+        tail = file.read()
+    if not tail or tail.endswith(b"\n"):
+        return
+    fields = tail[tail.rfind(b"\n") + 1 :].count(b"\t") + 1
+    if fields < NUM_FIELDS:
+        log.warning(
+            "%s:%d, the last line, has no line end and %d of %d fields: cut short (an "
+            "interrupted download or copy)? It was read with its missing fields empty",
+            path, line, fields, NUM_FIELDS,
+        )  # fmt: skip
 
 
 #: Rows decoded by the schema at a time: parsing goes in cache-sized pieces, decoding in
