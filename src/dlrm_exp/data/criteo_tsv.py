@@ -29,6 +29,7 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
+import torch.distributed as dist
 
 from dlrm_exp.config import (
     CRITEO_DENSE_COLUMNS,
@@ -236,8 +237,8 @@ def _warn_cut_last_line(path: Path, line: int) -> None:
     """Warn when a plain file's last line (``line``) has no line end and fewer than 40 fields:
     the mark of a download or copy cut short, which reads as a row with its missing fields
     empty (counted as padded, like rows whose trailing empty fields were stripped). Gzip
-    files are not looked at (their end is not at hand)."""
-    if is_gzip(path):
+    files are not looked at (their end is not at hand). Said by rank 0 (every rank reads)."""
+    if is_gzip(path) or (dist.is_available() and dist.is_initialized() and dist.get_rank()):
         return
     with path.open("rb") as file:
         file.seek(max(0, path.stat().st_size - (1 << 16)))
