@@ -133,6 +133,15 @@ def test_a_last_line_cut_short_is_warned_about(tmp_path, caplog):
     assert warned.startswith(f"{cut}:4, the last line, has no line end and 15 of 40 fields")
 
 
+def test_a_small_file_with_cr_line_ends_gets_the_cr_advice(tmp_path):
+    """Under 1 MiB it read as one line and was asked whether it is tab-separated; the \\r
+    advice came only past 1 MiB (data review)."""
+    mac = tmp_path / "mac.tsv"
+    mac.write_bytes(("\r".join([row()] * 10) + "\r").encode())
+    with pytest.raises(DataError, match=r"end in \\r alone \(old Mac line ends\).*tr '\\r'"):
+        read_files([mac], SCHEMA, 5)
+
+
 def test_line_numbers_continue_across_files(tmp_path):
     a = write(tmp_path / "a.tsv", [row(), row()])
     b = write(tmp_path / "b.tsv", [row(), "bad"])

@@ -332,7 +332,12 @@ def no_valid_row_message(files: list[Path], report: ReadReport) -> str:
     names = ", ".join(str(f) for f in files)
     if report.rows_read == 0:
         return f"no valid Criteo row in {names}: the file(s) are empty"
-    if report.skipped_by_reason["field_count"] == report.rows_read:
+    if report.skipped_by_reason["field_count"] == report.rows_read and _cr_line_ends(files):
+        advice = (
+            "its lines end in \\r alone (old Mac line ends), so it reads as one line: convert "
+            "them, e.g. tr '\\r' '\\n'"
+        )
+    elif report.skipped_by_reason["field_count"] == report.rows_read:
         advice = (
             "every line has the wrong number of fields: Criteo lines hold 14 to 40 "
             "tab-separated fields (label, 13 counts, 26 hex ids); is the file tab-separated?"
@@ -347,6 +352,16 @@ def no_valid_row_message(files: list[Path], report: ReadReport) -> str:
         f"no valid Criteo row in {names}: read {report.rows_read} line(s), skipped {skipped}"
         f"{bad}; {advice}"
     )
+
+
+def _cr_line_ends(files: list[Path]) -> bool:
+    """Whether the first plain file's first 64 KiB end lines in ``\\r`` and never ``\\n``."""
+    plain = [f for f in files if f.is_file() and not is_gzip(f)]
+    if not plain:
+        return False
+    with plain[0].open("rb") as file:
+        head = file.read(1 << 16)
+    return b"\r" in head and b"\n" not in head
 
 
 def scored_inputs(cfg: CriteoTsvDataConfig, names: tuple[str, ...]) -> set[str]:
