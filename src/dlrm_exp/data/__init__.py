@@ -14,8 +14,6 @@ May import: config, util, errors.
 import logging
 from dataclasses import replace
 
-import torch.distributed as dist
-
 from dlrm_exp.config import (
     CriteoMultiHotDataConfig,
     CriteoNpyDataConfig,
@@ -34,7 +32,7 @@ from dlrm_exp.data.paths import resolve_inputs, resolve_paths
 from dlrm_exp.data.splits import DataInfo, DataSplits, check_split_rows
 from dlrm_exp.data.synthetic import generate
 from dlrm_exp.errors import DataError
-from dlrm_exp.util.text import first_few
+from dlrm_exp.util.rank_zero import is_rank_zero
 
 __all__ = [
     "ClickData", "DataInfo", "DataSplits", "ParquetSplit", "check_input_paths", "is_generated",
@@ -85,18 +83,17 @@ def load_splits(
         return _synthetic_splits(cfg, table_sizes, num_dense, seed)
     if isinstance(cfg, CriteoTsvDataConfig):
         train, val, test, report = load_criteo_tsv(cfg, scored)
-        if scored is None and _is_main():  # training: reported and goes on, said once
-            _warn_skipped(report.as_dict(), cfg.max_skipped_fraction)
+        read = report.as_dict()
+        if scored is None and is_rank_zero():  # training: reported and goes on, said once
+            _warn_skipped(read, cfg.max_skipped_fraction)
         kinds = criteo_id_kinds(cfg.feature_schema())
-        info = DataInfo.of_splits(train, val, test, read=report.as_dict(), id_kinds=kinds)
+        info = DataInfo.of_splits(train, val, test, read=read, id_kinds=kinds)
         if "data.path" not in report.inputs:  # its rows unread: no count for its splits
             info.rows = {k: v for k, v in info.rows.items() if k in scored}
         check_split_rows(info.rows, _cut_fractions(cfg), scored)
         return DataSplits(train, val, test, info)
     if isinstance(cfg, CriteoNpyDataConfig):
         train, val, test, info = load_criteo_npy(cfg, table_sizes, seed)
-        if _is_main():
-            _warn_day_gaps(cfg.path, info.days or [])
         return DataSplits(train, val, test, info)
     if isinstance(cfg, ParquetDataConfig):
         splits = load_parquet(cfg)
@@ -116,25 +113,6 @@ def _cut_fractions(cfg: CriteoTsvDataConfig | ParquetDataConfig) -> dict[str, fl
         )
         if not own
     }
-
-
-def _is_main() -> bool:
-    """Whether this process is rank 0 of its job (or runs alone): every rank reads the data."""
-    return not (dist.is_available() and dist.is_initialized()) or dist.get_rank() == 0
-
-
-def _warn_day_gaps(path: str, days: list[int]) -> None:
-    """Warn when the day numbers of a ``criteo_npy`` folder skip some (an unfinished copy or
-    conversion): the splits then fall on other days than the full set's (the last day
-    found validates and tests), which ``metrics.json``'s ``data.days`` alone recorded."""
-    missing = sorted(set(range(days[0], days[-1] + 1)) - set(days)) if days else []
-    if missing:
-        log.warning(
-            "data.path=%s holds days %s but not %s: training on the days found, the last of "
-            "them split by data.dataset (an unfinished copy or mode=preprocess?)",
-            path, first_few([f"day_{d}" for d in days], 6),
-            first_few([f"day_{d}" for d in missing], 6),
-        )  # fmt: skip
 
 
 def _warn_skipped(read: dict, limit: float | None) -> None:

@@ -16,8 +16,10 @@ Batches are then cut by :func:`~dlrm_exp.data.batches.iter_batches`: global step
 next ``world_size x batch_size`` rows and rank ``r`` its ``r``-th slice, so ranks never overlap.
 """
 
+import logging
 import os
 import re
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -40,9 +42,12 @@ from dlrm_exp.errors import DataError
 from dlrm_exp.util.cgroup import available_memory_bytes
 from dlrm_exp.util.files import read_json_object
 from dlrm_exp.util.rank_zero import on_rank_zero
+from dlrm_exp.util.text import first_few
 
 _DAY_FILE = re.compile(r"^day_(\d+)_dense\.npy$")
 KAGGLE_PARTS = 7
+
+log = logging.getLogger(__name__)
 
 
 def find_days(folder: Path) -> list[int]:
@@ -201,17 +206,11 @@ def _check_labels(path: Path, labels: np.ndarray) -> None:
         DataError: naming the file, how many labels are neither 0 nor 1, and the first one's
             row and value.
     """
-    bad, first = 0, None
-    for start in range(0, len(labels), _LABEL_CHUNK):
-        chunk = labels[start : start + _LABEL_CHUNK, 0]
-        wrong = np.flatnonzero((chunk != 0) & (chunk != 1))
-        if len(wrong) and first is None:
-            first = (start + int(wrong[0]), chunk[wrong[0]].item())
-        bad += len(wrong)
+    bad, first, value = _count_bad(labels[:, 0], lambda chunk: (chunk != 0) & (chunk != 1))
     if first is not None:
         raise DataError(
             f"{path}: {bad:,} of {len(labels):,} labels are neither 0 nor 1 (first at row "
-            f"{first[0]:,}: {first[1]}); labels are clicks, 0 or 1"
+            f"{first[0]:,}: {value}); labels are clicks, 0 or 1"
         )
 
 
@@ -225,21 +224,36 @@ def check_dense(path: Path, dense: np.ndarray, first_row: int = 0) -> None:
         DataError: naming the file, how many values are not finite, and the first one's row,
             column and value.
     """
-    bad, first = 0, None
-    for start in range(0, len(dense), _LABEL_CHUNK):
-        chunk = np.asarray(dense[start : start + _LABEL_CHUNK], dtype=np.float32)
-        wrong = np.argwhere(~np.isfinite(chunk))
-        if len(wrong) and first is None:
-            row, column = (int(i) for i in wrong[0])
-            first = (first_row + start + row, column, chunk[row, column].item())
-        bad += len(wrong)
+    bad, first, value = _count_bad(dense, lambda chunk: ~np.isfinite(chunk))
     if first is not None:
         raise DataError(
             f"{path}: {bad:,} dense value(s) not finite in rows {first_row:,} to "
-            f"{first_row + len(dense) - 1:,} (first at row {first[0]:,}, column {first[1]}: "
-            f"{first[2]}); the dense features must be numbers: convert the day again "
+            f"{first_row + len(dense) - 1:,} (first at row {first_row + first[0]:,}, column "
+            f"{first[1]}: {value}); the dense features must be numbers: convert the day again "
             "(mode=preprocess) or mend the file"
         )
+
+
+def _count_bad(array: np.ndarray, is_bad: Callable[[np.ndarray], np.ndarray]) -> tuple:
+    """``(count, first index, first value)`` of the entries of ``array`` that ``is_bad`` marks
+    (a bool array of a chunk's shape; the index is a tuple, row first; None and None when
+    there are none), read in chunks of :data:`_LABEL_CHUNK` rows (a mapped file's rows once)."""
+    count, first, value = 0, None, None
+    for start in range(0, len(array), _LABEL_CHUNK):
+        chunk = np.asarray(array[start : start + _LABEL_CHUNK])
+        wrong = np.argwhere(is_bad(chunk))
+        if len(wrong) and first is None:
+            index = tuple(int(i) for i in wrong[0])
+            first, value = (start + index[0], *index[1:]), chunk[index].item()
+        count += len(wrong)
+    return count, first, value
+
+
+def held_out_rows(start: int, rows: int, held_out: tuple[int, int]) -> tuple[int, int] | None:
+    """The rows ``held_out`` (first, end over all days) of a day of ``rows`` rows that begins
+    at row ``start``, as ``(first, end)`` within the day; None when it holds none."""
+    lo, hi = max(start, held_out[0]), min(start + rows, held_out[1])
+    return (lo - start, hi - start) if lo < hi else None
 
 
 #: Rows of a day's ids whose range is taken at once (about 200 MiB of int64 ids).
@@ -325,9 +339,10 @@ def _read_days(
         loaded[i] = None
         stop = start + count
         dense[start:stop] = day_dense
-        lo, hi = max(start, held_out[0]), min(stop, held_out[1])
-        if lo < hi:  # validation or test rows in this day
-            check_dense(folder / f"day_{days[i]}_dense.npy", dense[lo:hi], lo - start)
+        part = held_out_rows(start, count, held_out)
+        if part is not None:  # validation or test rows in this day
+            day_dense = dense[start + part[0] : start + part[1]]
+            check_dense(folder / f"day_{days[i]}_dense.npy", day_dense, part[0])
         sparse[start:stop] = day_sparse
         if policy is OutOfRange.error:  # from the copy: the day's file read once
             ranges.append(_id_range(sparse[start:stop]))
@@ -459,22 +474,38 @@ def _scan(
     held_out: tuple[int, int],
 ) -> None:
     """What rank 0 reads for every rank (:func:`load_criteo_npy` broadcasts its verdict): read
-    whole, whether the days fit (:func:`_check_read_fits`, first: it reads nothing); the
-    labels (:func:`_check_days_labels`); mapped, the validation and test rows' dense values
-    (``held_out``: their first and end row; read whole, each rank checks the rows it copies)
-    and, with ``out_of_range=error``, every day's id range.
+    whole, whether the days fit (:func:`_check_read_fits`, first: it reads nothing); gaps in
+    the day numbers (:func:`_warn_day_gaps`); the labels (:func:`_check_days_labels`);
+    mapped, the validation and test rows' dense values (``held_out``: their first and end
+    row; read whole, each rank checks the rows it copies) and, with ``out_of_range=error``,
+    every day's id range.
 
     Raises:
         DataError: see the checks named.
     """
     if not cfg.mmap_mode:
         _check_read_fits(sum(len(day[2]) for day in loaded), shuffled, folder)
+    _warn_day_gaps(folder, days)
     _check_days_labels(folder, days)
     if cfg.mmap_mode:
         _check_held_out_dense(folder, days, [day[0] for day in loaded], held_out)
     if cfg.mmap_mode and cfg.out_of_range is OutOfRange.error:
         sizes = np.asarray(table_sizes, dtype=np.int64)
         _check_ranges([_id_range(sparse) for _, sparse, _ in loaded], sizes, days)
+
+
+def _warn_day_gaps(folder: Path, days: list[int]) -> None:
+    """Warn when the day numbers of the folder skip some (an unfinished copy or conversion):
+    the splits then fall on other days than the full set's (the last day found validates and
+    tests), which ``metrics.json``'s ``data.days`` alone recorded."""
+    missing = sorted(set(range(days[0], days[-1] + 1)) - set(days))
+    if missing:
+        log.warning(
+            "data.path=%s holds days %s but not %s: training on the days found, the last of "
+            "them split by data.dataset (an unfinished copy or mode=preprocess?)",
+            folder, first_few([f"day_{d}" for d in days], 6),
+            first_few([f"day_{d}" for d in missing], 6),
+        )  # fmt: skip
 
 
 def _check_held_out_dense(
@@ -484,15 +515,10 @@ def _check_held_out_dense(
     days' ``dense`` arrays, day by day (on the 1TB days: the last day, 9.2 GB read)."""
     start = 0
     for day, array in zip(days, dense, strict=True):
-        lo, hi = max(start, held_out[0]), min(start + len(array), held_out[1])
-        if lo < hi:
-            check_dense(folder / f"day_{day}_dense.npy", array[lo - start : hi - start], lo - start)
+        part = held_out_rows(start, len(array), held_out)
+        if part is not None:
+            check_dense(folder / f"day_{day}_dense.npy", array[part[0] : part[1]], part[0])
         start += len(array)
-
-
-def _float32(rows: np.ndarray) -> np.ndarray:
-    """Mapped dense rows as float32 (their dtype may be any numeric one)."""
-    return np.asarray(rows, dtype=np.float32)
 
 
 def _mapped_splits(
@@ -510,15 +536,15 @@ def _mapped_splits(
     def ids(rows: np.ndarray) -> np.ndarray:
         return np.asarray(rows, dtype=np.int64) % sizes
 
-    dense = [day[0] for day in loaded]
-    sparse = RowSpan([day[1] for day in loaded], ids)
-    labels = RowSpan(
-        [day[2] for day in loaded], lambda rows: np.asarray(rows, dtype=np.float32).reshape(-1)
-    )
-    dense = RowSpan(dense, _float32)
-    train, val, test = (
-        ClickData(dense.span(lo, hi), sparse.span(lo, hi), labels.span(lo, hi)) for lo, hi in bounds
-    )
+    columns = [
+        RowSpan([day[0] for day in loaded], lambda rows: np.asarray(rows, dtype=np.float32)),
+        RowSpan([day[1] for day in loaded], ids),
+        RowSpan(
+            [day[2] for day in loaded],
+            lambda rows: np.asarray(rows, dtype=np.float32).reshape(-1),
+        ),
+    ]
+    train, val, test = (ClickData(*(c.span(lo, hi) for c in columns)) for lo, hi in bounds)
     info = DataInfo.of_splits(
         train, val, test, days=days, dataset=cfg.dataset.value, mmap_mode=True
     )

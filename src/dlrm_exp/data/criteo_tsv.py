@@ -29,7 +29,6 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
-import torch.distributed as dist
 
 from dlrm_exp.config import (
     CRITEO_DENSE_COLUMNS,
@@ -53,6 +52,7 @@ from dlrm_exp.data.preprocess.tsv_parse import (
 )
 from dlrm_exp.data.splits import fraction_rows
 from dlrm_exp.errors import DataError
+from dlrm_exp.util.rank_zero import is_rank_zero
 
 log = logging.getLogger(__name__)
 
@@ -238,7 +238,7 @@ def _warn_cut_last_line(path: Path, line: int) -> None:
     the mark of a download or copy cut short, which reads as a row with its missing fields
     empty (counted as padded, like rows whose trailing empty fields were stripped). Gzip
     files are not looked at (their end is not at hand). Said by rank 0 (every rank reads)."""
-    if is_gzip(path) or (dist.is_available() and dist.is_initialized() and dist.get_rank()):
+    if is_gzip(path) or not is_rank_zero():
         return
     with path.open("rb") as file:
         file.seek(max(0, path.stat().st_size - (1 << 16)))

@@ -501,15 +501,16 @@ def keep_other_branch(final: Path, samples: int | None) -> Path | None:
     ``step_16``, the very checkpoint it may have resumed from. It is renamed
     ``step_<n>.samples_<its samples>`` (no listing takes it; ``train.resume=<it>`` does), with a
     warning; returns that folder (None: nothing set aside)."""
-    if samples is None or not _is_complete(final) or _samples(final) in (-1, samples):
+    held = _samples(final) if samples is not None and _is_complete(final) else -1
+    if held in (-1, samples):
         return None
-    aside = final.with_name(f"{final.name}.samples_{_samples(final)}")
+    aside = final.with_name(f"{final.name}.samples_{held}")
     shutil.rmtree(aside, ignore_errors=True)
     final.rename(aside)
     log.warning(
         "%s held a checkpoint at %d samples (written with another world size or batch size); "
         "kept as %s rather than written over (train.resume=%s continues it)",
-        final, _samples(aside), aside.name, aside,
+        final, held, aside.name, aside,
     )  # fmt: skip
     return aside
 

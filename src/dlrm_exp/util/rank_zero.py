@@ -18,6 +18,12 @@ def several_ranks() -> bool:
     return dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1
 
 
+def is_rank_zero() -> bool:
+    """Whether this process is rank 0 of its job, or runs without a process group (for what
+    every rank computes alike but one should say: a warning about the data)."""
+    return not (dist.is_available() and dist.is_initialized()) or dist.get_rank() == 0
+
+
 def on_rank_zero(compute: Callable[[], T], wait: timedelta | None = None) -> T:
     """``compute()`` on rank 0 of the default process group, its result broadcast to every
     rank (a collective: every rank calls it). Without a process group of more than one rank
