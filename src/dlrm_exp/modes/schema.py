@@ -57,7 +57,7 @@ def _why(columns: list[ColumnStats]) -> str:
     """Why no column was taken as sparse: integer columns count as ids (sparse) only when
     their name says so; the ones taken as dense, and the way out."""
     integers = [c.name for c in columns if c.role == "dense" and "int" in c.type]
-    if not integers or any(c.role == "sparse" for c in columns):
+    if not integers:
         return ""
     return (
         f" (the integer columns {first_few(integers, 4)} were taken as dense counts: "

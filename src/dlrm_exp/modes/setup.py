@@ -223,12 +223,20 @@ def warn_dtype_change(path: Path, job_dtypes: Mapping[str, str], doing: str) -> 
         for table, dtype in job_dtypes.items()
         if table in saved and saved[table] != dtype
     )
+    warn_list(
+        f"{doing} {{n}} table(s) in another dtype than checkpoint {path} holds",
+        changed,
+        "the saved weights are cast on load (model.embedding_data_type)",
+        shown=3,
+    )
+
+
+def warn_list(lead: str, changed: list[str], tail: str, shown: int = 4) -> None:
+    """One warning ``lead (first shown items, ...): tail`` when ``changed`` is not empty;
+    ``{n}`` in ``lead`` becomes the count."""
     if changed:
-        log.warning(
-            "%s %d table(s) in another dtype than checkpoint %s holds (%s): the saved weights "
-            "are cast on load (model.embedding_data_type)", doing, len(changed), path,
-            first_few(changed, 3),
-        )  # fmt: skip
+        listed = first_few(changed, shown)
+        log.warning("%s (%s): %s", lead.replace("{n}", str(len(changed))), listed, tail)
 
 
 def warn_unlike_training(

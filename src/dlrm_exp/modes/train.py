@@ -62,7 +62,14 @@ from dlrm_exp.loop.metrics import (
 )
 from dlrm_exp.loop.trainer import BatchSources, FitResult, Trainer, TrainerState
 from dlrm_exp.modes.job import Job, ModeResult
-from dlrm_exp.modes.setup import prepare, rank_batches, run_on_ranks, shared_job, warn_dtype_change
+from dlrm_exp.modes.setup import (
+    prepare,
+    rank_batches,
+    run_on_ranks,
+    shared_job,
+    warn_dtype_change,
+    warn_list,
+)
 from dlrm_exp.perf.peak import PeakUnavailable
 from dlrm_exp.perf.profile import PROFILE_DIR, StepProfiler, profile_files
 from dlrm_exp.perf.theoretical_peak import cpu_flags
@@ -337,7 +344,7 @@ def _resume(
         set_kernel_iterations(run.experiment.model, int(saved[KERNEL_ITERATIONS]))
     changed = changed_settings(saved.get("settings"), layout.settings)
     if run.ctx.is_main:
-        _warn_list(
+        warn_list(
             f"train.resume: {{n}} setting(s) differ from the run that wrote {path}",
             changed,
             "this run continues another data stream or update than that run's; its "
@@ -440,14 +447,6 @@ def between_evictions(step: int, managed: Mapping[str, ManagedCollision]) -> str
         f"{first_few(off)}: the ids seen since their last "
         "eviction are not in the checkpoint, so this run continues closely, not bitwise"
     )
-
-
-def _warn_list(lead: str, changed: list[str], tail: str, shown: int = 4) -> None:
-    """One warning ``lead (first shown items, ...): tail`` when ``changed`` is not empty;
-    ``{n}`` in ``lead`` becomes the count."""
-    if changed:
-        listed = first_few(changed, shown)
-        log.warning("%s (%s): %s", lead.replace("{n}", str(len(changed))), listed, tail)
 
 
 #: The trainer-state key of the fused kernels' iteration counter (:func:`kernel_iterations`).

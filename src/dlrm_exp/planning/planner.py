@@ -172,9 +172,6 @@ def insufficient_memory_message(
     shape = (table_sizes, embedding_dim, optimizer)
     layout = (copies, data_types, replicated_tables)
     whole = (whole_tables or [], per_rank * HEADROOM_FRACTION)  # each within one rank
-    cap = largest_fitting_cap(*shape, offered * HEADROOM_FRACTION, *layout, whole, world_size)
-    quick_bytes = min(QUICK_TRY_BYTES, offered * HEADROOM_FRACTION)
-    quick = largest_fitting_cap(*shape, quick_bytes, *layout, whole, world_size)
     lines = _needed_lines(
         storage, optimizer, len(table_sizes), embedding_dim, replicated, world_size
     )
@@ -188,17 +185,33 @@ def insufficient_memory_message(
     held = _tables_fit(storage, replicated, world_size, per_rank, largest)
     if held is not None:
         fix = _batch_advice(held, offered, batch_size)
-    elif cap is None or quick is None:
-        fix = f"Fix: add ranks or memory: {more}; no table cap makes this fit."
-    else:
-        gib = {c: capped_bytes(*shape, c, *layout) / GIB for c in (cap, quick)}
-        fix = (
-            f"Fix: cap the tables with model.num_embeddings_cap={cap} ({gib[cap]:.2f} GiB, at "
-            f"most {HEADROOM_FRACTION:.0%} of the offered memory), or try model.num_embeddings"
-            f"_cap={quick} first ({gib[quick]:.2f} GiB, quick to train); or add ranks / memory: "
-            f"{more}."
-        )
+    else:  # the two caps' searches only where they are offered
+        fix = _cap_advice((*shape, *layout), whole, offered, world_size, more)
     return "\n".join([*lines, fix])
+
+
+def _cap_advice(
+    shape: tuple, whole: tuple[list[int], float], offered: int, world_size: int, more: str
+) -> str:
+    """The fix of :func:`insufficient_memory_message` when the tables themselves do not fit:
+    two ``model.num_embeddings_cap`` values (``shape``: table sizes, embedding_dim,
+    optimizer, copies, data types, replicated flags, as :func:`largest_fitting_cap` takes
+    them), or ``more`` ranks / memory alone when no cap fits."""
+    sizes, dim, optimizer, copies, types, replicated = shape
+    layout = (copies, types, replicated)
+    budget = offered * HEADROOM_FRACTION
+    cap = largest_fitting_cap(sizes, dim, optimizer, budget, *layout, whole, world_size)
+    quick_bytes = min(QUICK_TRY_BYTES, budget)
+    quick = largest_fitting_cap(sizes, dim, optimizer, quick_bytes, *layout, whole, world_size)
+    if cap is None or quick is None:
+        return f"Fix: add ranks or memory: {more}; no table cap makes this fit."
+    gib = {c: capped_bytes(sizes, dim, optimizer, c, *layout) / GIB for c in (cap, quick)}
+    return (
+        f"Fix: cap the tables with model.num_embeddings_cap={cap} ({gib[cap]:.2f} GiB, at "
+        f"most {HEADROOM_FRACTION:.0%} of the offered memory), or try model.num_embeddings"
+        f"_cap={quick} first ({gib[quick]:.2f} GiB, quick to train); or add ranks / memory: "
+        f"{more}."
+    )
 
 
 def _offered_line(per_rank: int, world_size: int, device_kind: str, source: str) -> str:

@@ -1,5 +1,7 @@
 """The embedding tables of a model: the planner's (and the model's) ``EmbeddingBagConfig``s."""
 
+import functools
+
 import torch
 from torchrec.distributed.sharding_plan import calculate_shard_sizes_and_offsets
 from torchrec.modules.embedding_configs import DataType, EmbeddingBagConfig
@@ -35,6 +37,7 @@ def torchrec_data_type(data_type: EmbeddingDataType) -> DataType:
     return DataType[data_type.value.upper()]
 
 
+@functools.cache
 def whole_pieces(kind: ShardingStrategy, embedding_dim: int) -> int:
     """How many shards a table of sharding type ``kind`` lies on ranks as, each whole on one
     rank: 1 for table_wise; for column_wise and table_column_wise its column shards, as

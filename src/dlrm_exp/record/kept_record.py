@@ -87,10 +87,12 @@ class KeptRecord:
             OSError: one cannot be written or removed.
         """
         changed: list[str] = []
+        if not self.saved:
+            return changed
         results = _results(self.run_dir)
         record = "metrics.json"
         kept = record in self.results and results.get(record) == self.results[record]
-        if not self.saved or not (kept if failed else results == self.results):
+        if not (kept if failed else results == self.results):
             return changed
         for name, text in self.saved.items():
             path = self.run_dir / name
