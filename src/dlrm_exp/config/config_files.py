@@ -63,15 +63,16 @@ def check_config_files(files: Sequence[Path]) -> None:
             (``data.schema.dense[0].log1p``) of a value of the wrong kind.
     """
     for file in files:
+        text = file.read_text(encoding="utf-8")
         try:
-            node = OmegaConf.load(file)
+            node = OmegaConf.create(text)  # (what OmegaConf.load does with the file's text)
         except yaml.YAMLError as err:
             mark = getattr(err, "problem_mark", None)
             where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
             problem = getattr(err, "problem", None) or str(err).splitlines()[0]
             raise ConfigError(f"{file}: not valid YAML ({problem}{where})") from None
-        composed = "defaults" in node if isinstance(node, DictConfig) else False
-        if _is_schema(file) and not composed and "@package" not in _head(file):
+        composed = isinstance(node, DictConfig) and "defaults" in node
+        if _is_schema(file) and not composed and "@package" not in _head(text):
             _check_schema(file, node)  # (one Hydra composes from others: checked composed)
 
 
@@ -80,9 +81,10 @@ def _is_schema(file: Path) -> bool:
     return file.parent.name == "schema" and file.parent.parent.name == "data"
 
 
-def _head(file: Path) -> str:
-    """The comment lines a file starts with (where Hydra reads a ``# @package`` header)."""
-    lines = file.read_text(encoding="utf-8", errors="replace").splitlines()
+def _head(text: str) -> str:
+    """The comment lines a file's ``text`` starts with (where Hydra reads a ``# @package``
+    header)."""
+    lines = text.splitlines()
     return "\n".join(line for line in lines[:20] if line.lstrip().startswith("#"))
 
 
