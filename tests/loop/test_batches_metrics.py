@@ -116,6 +116,14 @@ def test_throughput_excludes_warmup_and_pauses(monkeypatch):
     after(0.5)
     assert t.step(100) == 0.5
     assert t.samples == 300 and t.seconds == 2.5
+    after(0.25)  # work the last step left running (a sparse backward on the helper thread)
+    t.extend_last()
+    assert t.samples == 300 and t.seconds == 2.75
+    fresh = Throughput(warmup_steps=1)
+    fresh.step(100)
+    after(3.0)
+    fresh.extend_last()  # the last step was warm-up: its tail is not counted either
+    assert fresh.seconds == 0.0
 
 
 def test_a_short_run_warms_up_over_at_most_half_its_steps():

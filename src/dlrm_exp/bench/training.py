@@ -194,6 +194,9 @@ def unlike_the_plain_loop(cfg: Config) -> str:
             t.value != "fp32" for t in cfg.model.table_data_types
         ),
         "train.symmetric_interaction=true": train.symmetric_interaction,
+        f"train.sparse_backward={train.sparse_backward.value}": (
+            train.sparse_backward.value != "serial"
+        ),
         f"train.pipeline={train.pipeline.value}": train.pipeline.value != "sparse_dist",
         f"hardware.compute_device={cfg.hardware.compute_device.value}": (
             cfg.hardware.compute_device.value != "cpu"

@@ -87,11 +87,13 @@ from dlrm_exp.config.train import (
     OnNonFinite,
     Pipeline,
     ProfileSteps,
+    SparseBackward,
     TrainConfig,
 )
 
 __all__ = [
     "DensePrecision",
+    "SparseBackward",
     "EarlyStopping",
     "Monitor",
     "Pipeline",

@@ -56,6 +56,20 @@ class DensePrecision(Enum):
     fp16 = "fp16"
 
 
+class SparseBackward(Enum):
+    """Where the sparse arch's backward (FBGEMM's table backward with its fused update) runs:
+    ``serial``, on the training thread after the dense backward; ``overlap``, on a helper
+    thread beside it while the training thread keeps all threads but one (CPU, one rank, at
+    least 2 threads, no data_parallel table; a run elsewhere records a substitution and runs
+    ``serial``); ``auto``, ``overlap`` where it applies and ``serial`` elsewhere without a
+    substitution (``experiment=fast``, which goes on any hardware). ``metrics.json``'s
+    ``sparse_backward`` says which ran (:mod:`dlrm_exp.factories.sparse_backward`)."""
+
+    serial = "serial"
+    overlap = "overlap"
+    auto = "auto"
+
+
 class Monitor(Enum):
     """The validation metric early stopping and ``train.keep_best`` watch: ``auroc`` (higher is
     better), ``logloss`` or ``ne`` (lower is better)."""
@@ -162,6 +176,8 @@ class TrainConfig:
             backward that uses the symmetry of C C^T (one ``bmm`` instead of two); forward
             values as TorchRec's ``InteractionArch``, gradients equal up to float rounding
             (:mod:`dlrm_exp.factories.interaction`). Dot interaction only.
+        sparse_backward: see :class:`SparseBackward`; with ``overlap`` the tables end bit for
+            bit as with ``serial``, dense weights equal up to float rounding.
         profile: record ``torch.profiler`` traces of every rank into ``<run>/profile/``.
         profile_steps: the profiler's wait / warm-up / active schedule, in training steps.
     """
@@ -187,6 +203,7 @@ class TrainConfig:
     semi_sync_start_step: int | None = None
     dense_precision: DensePrecision = DensePrecision.fp32
     symmetric_interaction: bool = False
+    sparse_backward: SparseBackward = SparseBackward.serial
     profile: bool = False
     profile_steps: ProfileSteps = field(default_factory=ProfileSteps)
 

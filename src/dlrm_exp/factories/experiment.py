@@ -16,11 +16,11 @@ from fbgemm_gpu.split_table_batched_embeddings_ops_training import (
 )
 from torchrec.distributed.model_parallel import DistributedModelParallel
 from torchrec.distributed.train_pipeline.train_pipelines import TrainPipeline
-from torchrec.distributed.types import ShardingPlan
+from torchrec.distributed.types import ShardingPlan, ShardingType
 from torchrec.models.dlrm import DLRMTrain
 from torchrec.optim.keyed import CombinedOptimizer
 
-from dlrm_exp.config import Config, OnNonFinite, OptimizerConfig
+from dlrm_exp.config import Config, OnNonFinite, OptimizerConfig, SparseBackward
 from dlrm_exp.distributed.launch import DistContext
 from dlrm_exp.distributed.qcomms import effective_qcomms, qcomms_substitution
 from dlrm_exp.distributed.sharder import job_sharders
@@ -36,7 +36,8 @@ from dlrm_exp.factories.optim import (
 )
 from dlrm_exp.factories.pipeline import build_pipeline
 from dlrm_exp.factories.precision import apply_dense_precision
-from dlrm_exp.factories.sparse_arch import apply_pooled_sparse_arch
+from dlrm_exp.factories.sparse_arch import apply_pooled_sparse_arch, overlapped_backward
+from dlrm_exp.factories.sparse_backward import SparseBackwardThread, overlap_blocker
 from dlrm_exp.factories.table_init import init_tables
 from dlrm_exp.planning.constraints import managed_collision_substitution
 from dlrm_exp.planning.job import optimizer_substitution, plan_job
@@ -49,7 +50,8 @@ class Experiment:
     """The built objects of one run, with what runs other than the config asked:
     ``effective_qcomms`` (:func:`~dlrm_exp.distributed.qcomms.effective_qcomms`, read from
     ``model``), the table weights' dtypes (``table_data_types``, read from ``model``) and
-    ``substitutions``."""
+    ``substitutions``; ``sparse_backward``: the helper thread of ``train.sparse_backward``
+    where it runs (None: the backward runs serially)."""
 
     model: DistributedModelParallel
     optimizer: CombinedOptimizer
@@ -59,6 +61,16 @@ class Experiment:
     effective_qcomms: dict[str, dict[str, str]] = field(default_factory=dict)
     substitutions: list[Substitution] = field(default_factory=list)
     table_data_types: dict[str, str] = field(default_factory=dict)
+    sparse_backward: SparseBackwardThread | None = None
+
+    def settle_sparse_backward(self) -> bool:
+        """Wait for a sparse backward still running on the helper thread: before anything but
+        the next lookup reads or sets the tables or their rates. True when one was running.
+
+        Raises:
+            Exception: what that backward raised.
+        """
+        return self.sparse_backward is not None and self.sparse_backward.settle()
 
     def learning_rate(self) -> float:
         """The dense optimizer's learning rate, as it applies now (the ``lr`` scalar)."""
@@ -137,6 +149,29 @@ def build_module(
     return module
 
 
+def _overlap(
+    cfg: Config, module: DLRMTrain, ctx: DistContext, plan: ShardingPlan
+) -> tuple[SparseBackwardThread | None, Substitution | None]:
+    """``train.sparse_backward`` on ``module``: the helper thread where ``overlap`` or
+    ``auto`` applies; where it does not, for ``overlap`` the substitution that says why."""
+    asked = cfg.train.sparse_backward
+    if asked is SparseBackward.serial:
+        return None, None
+    replicated = sorted(
+        name
+        for tables in plan.plan.values()
+        for name, table in tables.items()  # type: ignore[attr-defined]
+        if table.sharding_type == ShardingType.DATA_PARALLEL.value
+    )
+    why = overlap_blocker(ctx.device.type, ctx.world_size, torch.get_num_threads(), replicated)
+    thread = None if why else overlapped_backward(module)
+    if thread is not None or asked is SparseBackward.auto:
+        return thread, None
+    why = why or "TorchRec's sparse arch of managed-collision tables keeps its backward"
+    serial = SparseBackward.serial.value
+    return None, Substitution("train.sparse_backward", asked.value, serial, why)
+
+
 def _lr_schedule(
     opt: OptimizerConfig, model: DistributedModelParallel, optimizer: CombinedOptimizer
 ) -> LRSchedule:
@@ -180,6 +215,7 @@ def build_experiment(
     sharders = job_sharders(cfg.qcomms, cfg.optimizer.stochastic_rounding)
     if plan is None:
         plan = plan_job(cfg, module, ctx, sharders).plan
+    backward_thread, not_overlapped = _overlap(cfg, module, ctx, plan)
     model = DistributedModelParallel(module=module, device=ctx.device, plan=plan, sharders=sharders)
     if init_weights:
         init_tables(model, table_configs(cfg.model), cfg.seed)
@@ -196,6 +232,7 @@ def build_experiment(
         rounding_substitution(cfg.model, cfg.optimizer, cfg.hardware.compute_device),
         interaction_substitution(cfg.model, cfg.train.symmetric_interaction),
         managed_collision_substitution(cfg.sharding, set(cfg.model.managed_tables)),
+        not_overlapped,
     )
     return Experiment(
         model,
@@ -206,4 +243,5 @@ def build_experiment(
         effective,
         [s for s in substituted if s],
         table_weight_dtypes(model),
+        backward_thread,
     )

@@ -11,13 +11,16 @@ Measured on TorchRec's quickstart shapes at batch 2048 with the fast setting on 
 the sparse arch's forward took 3.9 instead of 6.3 ms (docs/results.md, "The fast setting").
 
 Training builds it (:func:`apply_pooled_sparse_arch`); ``mode=export`` keeps TorchRec's
-``SparseArch``, which TorchScript compiles.
+``SparseArch``, which TorchScript compiles. With ``train.sparse_backward=overlap`` its backward
+runs on a helper thread (:mod:`dlrm_exp.factories.sparse_backward`).
 """
 
 import torch
 import torch.fx
 from torchrec.models.dlrm import DLRMTrain, SparseArch
 from torchrec.sparse.jagged_tensor import KeyedTensor
+
+from dlrm_exp.factories.sparse_backward import SparseBackwardThread, hand_off
 
 
 def stack_features(by_feature: dict[str, torch.Tensor], names: list[str]) -> torch.Tensor:
@@ -40,11 +43,34 @@ def pooled_embeddings(pooled: KeyedTensor, names: list[str], dim: int) -> torch.
 
 class PooledSparseArch(SparseArch):
     """TorchRec's ``SparseArch`` (same ``embedding_bag_collection``, so the same parameter
-    names and checkpoints) whose forward is :func:`pooled_embeddings`: KJT -> (B, F, D)."""
+    names and checkpoints) whose forward is :func:`pooled_embeddings`: KJT -> (B, F, D).
+    ``backward_thread``: where its backward runs (None: on the training thread)."""
+
+    def __init__(self, embedding_bag_collection) -> None:  # type: ignore[no-untyped-def]
+        super().__init__(embedding_bag_collection)
+        self.backward_thread: SparseBackwardThread | None = None
 
     def forward(self, features):  # type: ignore[override]
+        thread = self.backward_thread
+        if thread is not None:
+            thread.settle()  # the lookup reads the tables the last backward updates
         pooled = self.embedding_bag_collection(features)
-        return pooled_embeddings(pooled, self._sparse_feature_names, self.D)
+        embeddings = pooled_embeddings(pooled, self._sparse_feature_names, self.D)
+        # (TrainPipelineSparseDist traces forward symbolically, to find the lookups' inputs)
+        if thread is None or isinstance(embeddings, torch.fx.Proxy):
+            return embeddings
+        return hand_off(embeddings, thread)
+
+
+def overlapped_backward(module: DLRMTrain) -> SparseBackwardThread | None:
+    """Give ``module``'s :class:`PooledSparseArch` a helper thread for its backward
+    (``train.sparse_backward``) and return it; None, changing nothing, when the
+    sparse arch is another one (managed-collision tables)."""
+    arch = module.model.sparse_arch
+    if not isinstance(arch, PooledSparseArch):
+        return None
+    arch.backward_thread = SparseBackwardThread()
+    return arch.backward_thread
 
 
 def apply_pooled_sparse_arch(module: DLRMTrain) -> None:

@@ -143,6 +143,7 @@ class Throughput:
         self.samples = 0
         self.seconds = 0.0
         self._last = time.perf_counter()
+        self._last_counted = False
 
     def resume(self) -> None:
         self._last = time.perf_counter()
@@ -159,11 +160,21 @@ class Throughput:
         self.steps += 1
         seconds = now - self._last
         self._last = now
-        if not counted or self.steps <= self.warmup_steps:
+        self._last_counted = counted and self.steps > self.warmup_steps
+        if not self._last_counted:
             return None
         self.seconds += seconds
         self.samples += samples
         return seconds
+
+    def extend_last(self) -> None:
+        """Count the time since the last step as that step's: work it left running (the
+        sparse backward of ``train.sparse_backward=overlap``), which the next step would
+        have waited for, ended now."""
+        now = time.perf_counter()
+        if self._last_counted:
+            self.seconds += now - self._last
+        self._last = now
 
     @property
     def samples_per_sec(self) -> float | None:

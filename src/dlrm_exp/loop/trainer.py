@@ -491,15 +491,21 @@ class Trainer:
         schedule.apply(state.step + 1 - len(state.skipped_steps))
         queued = state.step
         pending: deque[tuple[Any, ...]] = deque()
-        for loss, logits, labels in drain(self.experiment.pipeline, batches):
-            queued += 1
-            profiled = self.profiler is not None and self.profiler.recording
-            pending.append((loss, logits, labels, profiled, self._logged_rates(queued)))
-            if len(pending) > self.loss_read_lag:
-                self._finish_step(*pending.popleft(), state, bar)
-            if self.profiler is not None and self.profiler.step():
-                self.throughput.resume()  # a trace written is not the next step's time
-            schedule.apply(queued + 1 - len(state.skipped_steps))
+        try:
+            for loss, logits, labels in drain(self.experiment.pipeline, batches):
+                queued += 1
+                profiled = self.profiler is not None and self.profiler.recording
+                pending.append((loss, logits, labels, profiled, self._logged_rates(queued)))
+                if len(pending) > self.loss_read_lag:
+                    self._finish_step(*pending.popleft(), state, bar)
+                if self.profiler is not None and self.profiler.step():
+                    self.throughput.resume()  # a trace written is not the next step's time
+                schedule.apply(queued + 1 - len(state.skipped_steps))
+            # the last step's table update: its time is that step's (the next would wait)
+            if self.experiment.settle_sparse_backward():
+                self.throughput.extend_last()
+        finally:  # a failed step leaves no backward running into what comes next
+            self.experiment.settle_sparse_backward()
         while pending:
             self._finish_step(*pending.popleft(), state, bar)
         if self.comm is not None:

@@ -137,6 +137,8 @@ class RunMetrics:
             back from rank 0's sharded model (``model.embedding_data_type``).
         dense_precision: what the dense arch, interaction and over arch computed in
             (``fp32``, or ``bf16`` under autocast: ``train.dense_precision``).
+        sparse_backward: where the sparse arch's backward ran, ``overlap`` (a helper thread)
+            or ``serial`` (``train.sparse_backward``; blank in a record from before the field).
         table_sharding_types: each table's sharding type as planned and run
             (``{table: "row_wise"}``, TorchRec's ``ShardingType`` strings; the planner's choice
             with ``sharding=auto``).
@@ -191,6 +193,7 @@ class RunMetrics:
     effective_qcomms: dict[str, dict[str, str]] | None = None
     table_data_types: dict[str, str] = field(default_factory=dict)
     dense_precision: str = ""
+    sparse_backward: str = ""
     table_sharding_types: dict[str, str] = field(default_factory=dict)
     table_rows: dict[str, int] = field(default_factory=dict)
     managed_rows_held: dict[str, int] = field(default_factory=dict)
