@@ -77,6 +77,21 @@ def test_the_dense_part_target_is_the_median_of_every_run_or_missed():
     assert math.isnan(fraction) and "n/a" in line and "the target is missed" in line
 
 
+def test_the_dense_parts_bound_is_a_step_of_lookups_alone():
+    """At 4 MFLOP a sample, batch 1000 and 8 ms of lookups a step, the dense part could run at
+    most 0.5 TFLOP/s: 50 % of a 1 TFLOP/s median peak, whatever the rest of the step does."""
+    from types import SimpleNamespace
+
+    def run(peak):
+        util = {"dense_flops_per_sample": 4e6, "peak_matmul_flops_per_sec": peak}
+        return SimpleNamespace(utilization=util)
+
+    bound, line = fast.dense_bound([run(0.9e12), run(1e12), run(2e12)], 0.008, 1000)
+    assert bound == pytest.approx(0.5) and "8.0 ms a step" in line and "at most 50.0%" in line
+    bound, line = fast.dense_bound([run(1e12), run(None)], 0.008, 1000)
+    assert math.isnan(bound) and "n/a" in line
+
+
 def test_a_whole_run_of_the_fast_bench_that_fails_says_what_it_printed(tmp_path):
     with pytest.raises(RuntimeError) as err:
         whole_run(["model=nonexistent"], tmp_path / "run")

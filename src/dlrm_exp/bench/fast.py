@@ -30,7 +30,11 @@ TorchRec's quickstart shapes (``model=quickstart``: 26 tables x 100,000 rows x 6
    is not worse beyond the noise of 3 seeds).
 3. **Dense part**: the fast runs' dense FLOP/s as a fraction of the measured matmul peak of
    their dense dtype (bf16; ``metrics.json`` utilization, :mod:`dlrm_exp.perf.utilization`),
-   median of the 3 seeds. Target >= 0.5.
+   median of the 3 seeds. Target >= 0.5. Printed beside it, what this machine allows at most:
+   the tables' lookups alone (FBGEMM's CPU forward and fused SGD backward, one thread, on the
+   bench's batches) take some milliseconds of every step whatever runs beside them, since each
+   lookup waits for the previous step's update; the dense FLOPs of a step over that time, as a
+   fraction of the same peak, bound the dense part from above.
 
     python -m dlrm_exp.bench.fast [--rounds 3] [--steps 60] [--train-samples 262144]
 """
@@ -40,10 +44,17 @@ import gc
 import math
 import statistics
 import tempfile
+import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import torch
+from fbgemm_gpu.split_embedding_configs import EmbOptimType
+from fbgemm_gpu.split_table_batched_embeddings_ops_common import EmbeddingLocation
+from fbgemm_gpu.split_table_batched_embeddings_ops_training import (
+    ComputeDevice,
+    SplitTableBatchedEmbeddingBagsCodegen,
+)
 from torchrec.models.dlrm import DLRMTrain
 
 from dlrm_exp.bench.targets import Target, report
@@ -130,6 +141,50 @@ def speed(rounds: int, steps: int, warmup: int) -> dict[str, list[float]]:
                 gc.collect()
                 results[name].append(runs[name]())
     return results
+
+
+def lookup_seconds(steps: int = 20, warmup: int = 5) -> float:
+    """Median wall seconds of one step's table lookups alone on the bench's batches: FBGEMM's
+    CPU forward and fused SGD backward of one table-batched kernel holding every quickstart
+    table (fp32, as the fast setting's), its output gradient precomputed. A step of any
+    schedule takes at least this long: the lookup of step i+1 reads step i's update."""
+    cfg = compose_config(RECIPE)
+    m = cfg.model
+    cfg.data.num_train_samples = (steps + warmup) * cfg.train.batch_size  # type: ignore[attr-defined]
+    splits = load_splits(cfg.data, m.table_sizes, m.num_dense_features, 0)
+    keys = feature_names(len(m.table_sizes))
+    batches = list(iter_batches(splits.train, cfg.train.batch_size, 0, 1, keys))
+    host = (EmbeddingLocation.HOST, ComputeDevice.CPU)
+    kernel = SplitTableBatchedEmbeddingBagsCodegen(
+        [(rows, m.embedding_dim, *host) for rows in m.table_sizes],
+        optimizer=EmbOptimType.EXACT_SGD,
+        learning_rate=cfg.optimizer.learning_rate,
+    )
+    grad, seconds = None, []
+    for i, batch in enumerate(batches):
+        ids = batch.sparse_features
+        start = time.perf_counter()
+        out = kernel(ids.values(), ids.offsets())
+        grad = torch.ones_like(out) if grad is None else grad
+        out.backward(grad)
+        if i >= warmup:
+            seconds.append(time.perf_counter() - start)
+    return statistics.median(seconds)
+
+
+def dense_bound(fast: Sequence[RunMetrics], lookup: float, batch_size: int) -> tuple[float, str]:
+    """The most the dense part could reach of the fast runs' median peak when a step took only
+    its ``lookup`` seconds, and the printed line."""
+    flops = fast[0].utilization.get("dense_flops_per_sample")
+    peaks = [m.utilization.get("peak_matmul_flops_per_sec") for m in fast]
+    if flops is None or None in peaks:
+        return math.nan, "dense part's bound here: n/a (a fast run measured no peak)"
+    bound = flops * batch_size / lookup / statistics.median(peaks)
+    return bound, (
+        f"table lookups alone (FBGEMM's CPU forward + fused SGD backward, one thread, the "
+        f"bench's batches): {lookup * 1e3:.1f} ms a step, so the dense part can reach at most "
+        f"{bound:.1%} of the median peak here (no step is shorter than its lookups)"
+    )
 
 
 def speed_table(results: dict[str, list[float]]) -> tuple[str, float]:
@@ -221,6 +276,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     fraction, line = dense_part(fast)
     print(line)
+    print(dense_bound(fast, lookup_seconds(), compose_config(RECIPE).train.batch_size)[1])
     return report(
         [
             Target(
