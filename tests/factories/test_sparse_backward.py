@@ -1,4 +1,4 @@
-"""``train.overlap_sparse_backward``: the sparse arch's backward runs on the helper thread, lands
+"""``train.sparse_backward=overlap``: the sparse arch's backward runs on the helper thread, lands
 at ``settle`` with TorchRec's gradients bit for bit, holds the training thread to one OpenMP
 thread meanwhile, raises the helper's failure on the training thread, and applies only on a
 CPU with one rank, two threads and no data_parallel table (a substitution elsewhere); FBGEMM

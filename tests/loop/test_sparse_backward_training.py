@@ -1,17 +1,24 @@
-"""Training with ``train.overlap_sparse_backward``: every step hands its sparse backward to the
+"""Training with ``train.sparse_backward=overlap``: every step hands its sparse backward to the
 helper thread, the tables and their optimizer state end bit for bit as in the serial run
 (through a learning-rate warm-up, validations and checkpoints), and a resume from a checkpoint
-continues bitwise."""
+continues bitwise; ``mode=verify`` gathers the tables after the last update, and a failed
+step leaves no backward running."""
 
+import math
 import shutil
 import time
 
+import numpy as np
+import pytest
 import torch
 from torch.distributed.checkpoint.format_utils import dcp_to_torch_save
 
 from conftest import SMALL, compose_cfg
+from dlrm_exp.errors import NonFiniteLossError
 from dlrm_exp.factories import sparse_backward
+from dlrm_exp.loop.trainer import Trainer
 from dlrm_exp.modes.train import run_train
+from dlrm_exp.modes.verify import reference_config, trace
 
 RUN = [
     *SMALL,
@@ -21,6 +28,7 @@ RUN = [
     "hardware.threads_per_rank=2",
 ]
 OVERLAP = "train.sparse_backward=overlap"
+_HELPER = sparse_backward._helper  # the process's helper, before a test replaces it
 
 
 def _flat(state: dict, prefix: str = "") -> dict[str, torch.Tensor]:
@@ -39,20 +47,31 @@ def _checkpoint(run_dir, step: int) -> dict[str, torch.Tensor]:
     return _flat(torch.load(saved, weights_only=False))
 
 
-def test_overlapped_training_keeps_the_tables_and_resumes_bitwise(tmp_path, monkeypatch):
-    handed = []
-    helper = sparse_backward._helper()
+def _late_helper(monkeypatch, fail_at: int | None = None) -> list[int]:
+    """Start each sparse backward 10 ms late on the helper: a step that read or set the tables
+    before it landed would see the previous update missing (the small tables' backward is
+    otherwise over before the training thread gets there). The hand-off ``fail_at`` (1-based)
+    raises on the helper. Returns the list that counts the hand-offs."""
+    handed: list[int] = []
+    helper = _HELPER()
+
+    def late(backward, grad):
+        time.sleep(0.01)
+        if len(handed) == fail_at:
+            raise RuntimeError("the helper's backward failed")
+        backward(grad)
 
     class LateHelper:
-        """Starts each sparse backward 10 ms late: a step that read or set the tables before
-        it landed would see the previous update missing (the small tables' backward is
-        otherwise over before the training thread gets there)."""
-
         def submit(self, backward, grad):
             handed.append(1)
-            return helper.submit(lambda: time.sleep(0.01) or backward(grad))
+            return helper.submit(late, backward, grad)
 
     monkeypatch.setattr(sparse_backward, "_helper", LateHelper)
+    return handed
+
+
+def test_overlapped_training_keeps_the_tables_and_resumes_bitwise(tmp_path, monkeypatch):
+    handed = _late_helper(monkeypatch)
     overlapped = run_train(compose_cfg([*RUN, OVERLAP]), tmp_path / "overlap", {})
     assert len(handed) == 32 and overlapped.substitutions == []  # one per training step
     assert overlapped.sparse_backward == "overlap"
@@ -74,3 +93,35 @@ def test_overlapped_training_keeps_the_tables_and_resumes_bitwise(tmp_path, monk
         assert getattr(resumed, key) == getattr(overlapped, key), key
     c = _checkpoint(tmp_path / "resumed", 32)
     assert all(torch.equal(a[k], c[k]) for k in a)
+
+
+def test_verify_gathers_the_tables_after_the_last_update(monkeypatch):
+    _late_helper(monkeypatch)
+    common = [*SMALL, "hardware.threads_per_rank=2"]
+    overlapped = trace(compose_cfg([*common, OVERLAP]), steps=4)
+    serial = trace(compose_cfg(common), steps=4)
+    assert overlapped.tables.keys() == serial.tables.keys() and overlapped.tables
+    assert all(np.array_equal(overlapped.tables[k], serial.tables[k]) for k in serial.tables)
+    assert reference_config(compose_cfg([*common, OVERLAP])).train.sparse_backward.value == (
+        "serial"
+    )
+
+
+def test_a_failed_step_waits_for_the_helper_and_raises_its_own_error(tmp_path, monkeypatch):
+    """The helper's failure surfaces at the next lookup; where the step itself failed first
+    (a NaN loss here), the step's error is raised and the helper's is logged. Either way the
+    training thread gets its threads back."""
+    _late_helper(monkeypatch, fail_at=3)
+    with pytest.raises(RuntimeError, match="the helper's backward failed"):
+        run_train(compose_cfg([*RUN, OVERLAP]), tmp_path / "helper", {})
+    assert torch.get_num_threads() == 2
+    _late_helper(monkeypatch, fail_at=3)
+    real = Trainer._check_finite
+
+    def nan_at_step_3(self, step_loss, state):
+        real(self, math.nan if state.step == 3 else step_loss, state)
+
+    monkeypatch.setattr(Trainer, "_check_finite", nan_at_step_3)
+    with pytest.raises(NonFiniteLossError, match="at step 3"):
+        run_train(compose_cfg([*RUN, OVERLAP]), tmp_path / "nan", {})
+    assert torch.get_num_threads() == 2

@@ -1,6 +1,7 @@
 """``train.profile``'s step profiler: which steps it records (left out of samples/s and step
 times) and when it takes part in a step at all."""
 
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import torch
@@ -15,9 +16,11 @@ def test_recorded_steps_are_known_before_they_end_and_the_profiler_stops_taking_
     profiler = StepProfiler(tmp_path, 0, steps, torch.device("cpu"), enabled=True)
     profiler.start()
     recording, took_part = [], []
+    helper = ThreadPoolExecutor(1)  # as train.sparse_backward=overlap's: its ops are traced too
     for _ in range(6):
         recording.append(profiler.recording)
         torch.ones(8).sum()
+        helper.submit(torch.cumsum, torch.ones(8), 0).result()
         took_part.append(profiler.step())
     # written when the recorded steps end, not at the end of training (on CUDA the allocator
     # history, a stack trace per allocation, ran on through every later step)
@@ -25,7 +28,8 @@ def test_recorded_steps_are_known_before_they_end_and_the_profiler_stops_taking_
     profiler.stop()  # the end of training calls it too: nothing left to do
     assert recording == [False, True, True, True, False, False]  # warm-up 1 + active 2
     assert took_part == [True, True, True, True, False, False]
-    assert (tmp_path / "profile" / "rank0.pt.trace.json").is_file()
+    trace = (tmp_path / "profile" / "rank0.pt.trace.json").read_text()
+    assert '"aten::sum"' in trace and '"aten::cumsum"' in trace
     off = StepProfiler(tmp_path, 0, steps, torch.device("cpu"), enabled=False)
     assert not off.recording and not off.step()
 

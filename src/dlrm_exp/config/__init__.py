@@ -93,11 +93,11 @@ from dlrm_exp.config.train import (
 
 __all__ = [
     "DensePrecision",
-    "SparseBackward",
     "EarlyStopping",
     "Monitor",
     "Pipeline",
     "ProfileSteps",
+    "SparseBackward",
     "CHECKPOINT_MODES",
     "EvalSplit",
     "ExportConfig",

@@ -21,6 +21,7 @@ times fewer bytes than the reduce-scatter it mirrors (half at 2 ranks, 1/8 at 8)
 gradient all-reduce runs in C++ and is not counted.
 """
 
+import threading
 from collections import defaultdict
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -71,6 +72,8 @@ class CollectiveBytes:
         self.bytes: dict[str, int] = defaultdict(int)
         self.calls: dict[str, int] = defaultdict(int)
         self.active = False
+        # the sparse backward may run on a helper thread (train.sparse_backward=overlap)
+        self._lock = threading.Lock()
 
     def _wrap(self, name: str, original: Callable[..., Any]) -> Callable[..., Any]:
         position, keyword = _SENT_ARG[name]
@@ -84,8 +87,9 @@ class CollectiveBytes:
                         phase = "input_dist"
                     else:
                         phase = "backward" if in_backward() else "forward"
-                    self.bytes[phase] += _nbytes(sent)
-                    self.calls[phase] += 1
+                    with self._lock:
+                        self.bytes[phase] += _nbytes(sent)
+                        self.calls[phase] += 1
             return original(*args, **kwargs)
 
         return counted

@@ -65,7 +65,8 @@ class Experiment:
 
     def settle_sparse_backward(self) -> bool:
         """Wait for a sparse backward still running on the helper thread: before anything but
-        the next lookup reads or sets the tables or their rates. True when one was running.
+        the next lookup reads the tables or the optimizer state (the rates may be set
+        meanwhile: FBGEMM took them at the lookup). True when one was running.
 
         Raises:
             Exception: what that backward raised.

@@ -14,11 +14,16 @@ The next lookup waits for the update (:meth:`SparseBackwardThread.settle` at the
 sparse arch's forward), so every lookup sees the previous step's update as in the serial
 backward, and the tables are the same bit for bit. Dense weights are equal up to float
 rounding: their backward ran on one thread fewer, which can split a matmul's sums
-differently. Program order, not timing, sets each op's thread count, so a run repeats bit for
-bit. The training loop settles the thread at the end of each training segment, before
-anything else reads the tables: validation, checkpoints and the end of training come after one.
-The learning-rate schedule may set the kernels' rate while a backward runs: FBGEMM's CPU lookup
-takes the rate at its forward (SGD, Adagrad, row-wise Adagrad: tests/factories).
+differently. Program order, not timing, sets the training thread's count for each op, so a
+run repeats bit for bit. (``torch.set_num_threads`` also sets the count a thread started
+meanwhile begins with, such as a batch-prefetch thread; that changes no result.)
+
+The training loop settles the thread at the end of each training segment, before anything
+else reads the tables: validation, checkpoints and the end of training come after one;
+``mode=verify`` settles it before gathering the tables. The learning-rate schedule may set the
+kernels' rate while a backward runs: FBGEMM's CPU lookup takes the rate at its forward (SGD,
+Adagrad, row-wise Adagrad: tests/factories). Profiles record the helper's operators too
+(:mod:`dlrm_exp.perf.profile` records every thread).
 
 It applies on CPU with one rank, at least 2 threads and no data_parallel table; elsewhere
 ``overlap`` records a substitution (:func:`overlap_blocker` says why) and ``auto`` runs the
@@ -105,6 +110,7 @@ class _HandOff(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad: torch.Tensor):  # type: ignore[override]
         attached, ctx.attached = ctx.attached, None
+        assert attached is not None, "the sparse arch's graph is handed off once (no retain_graph)"
         ctx.thread.hand_off(attached, grad)
         return None, None, None, None
 

@@ -167,14 +167,17 @@ class Throughput:
         self.samples += samples
         return seconds
 
-    def extend_last(self) -> None:
+    def extend_last(self) -> float | None:
         """Count the time since the last step as that step's: work it left running (the
         sparse backward of ``train.sparse_backward=overlap``), which the next step would
-        have waited for, ended now."""
+        have waited for, ended now. Returns the seconds added (None: the step did not count).
+        """
         now = time.perf_counter()
-        if self._last_counted:
-            self.seconds += now - self._last
-        self._last = now
+        tail, self._last = now - self._last, now
+        if not self._last_counted:
+            return None
+        self.seconds += tail
+        return tail
 
     @property
     def samples_per_sec(self) -> float | None:

@@ -503,13 +503,24 @@ class Trainer:
                 schedule.apply(queued + 1 - len(state.skipped_steps))
             # the last step's table update: its time is that step's (the next would wait)
             if self.experiment.settle_sparse_backward():
-                self.throughput.extend_last()
-        finally:  # a failed step leaves no backward running into what comes next
-            self.experiment.settle_sparse_backward()
+                tail = self.throughput.extend_last()
+                if tail is not None and self.step_seconds:
+                    self.step_seconds[-1] += tail
+        except BaseException:  # a failed step leaves no backward running into what follows
+            self._settle_after_failure()
+            raise
         while pending:
             self._finish_step(*pending.popleft(), state, bar)
         if self.comm is not None:
             self.comm.active = False
+
+    def _settle_after_failure(self) -> None:
+        """Wait for the sparse backward of a step that failed; a failure of its own is logged,
+        so the step's error (a NaN, an interrupt) is the one raised."""
+        try:
+            self.experiment.settle_sparse_backward()
+        except Exception:
+            log.exception("the failed step's sparse backward failed too")
 
     def _finish_step(
         self,

@@ -570,7 +570,7 @@ def _run_metrics(
         effective_qcomms=run.experiment.effective_qcomms,
         table_data_types=run.experiment.table_data_types,
         dense_precision=run.cfg.train.dense_precision.value,
-        sparse_backward="overlap" if run.experiment.sparse_backward else "serial",
+        sparse_backward="serial" if run.experiment.sparse_backward is None else "overlap",
         table_sharding_types={name: t.sharding_type for name, t in run.plan_data.tables.items()},
         table_rows={t.name: t.num_embeddings for t in table_configs(run.cfg.model)},
         managed_rows_held=held,

@@ -58,6 +58,7 @@ from dlrm_exp.config import (
     EmbeddingDataType,
     Pipeline,
     ShardingStrategy,
+    SparseBackward,
     SyntheticDataConfig,
 )
 from dlrm_exp.config.optimizer import fbgemm_fuses
@@ -173,10 +174,9 @@ def _effective_precision(effective: dict[str, dict[str, str]]) -> str:
 
 def reference_config(cfg: Config) -> Config:
     """The unsharded one-process twin of ``cfg``: table_wise on one rank, fused kernel, no
-    qcomms, ``TrainPipelineSparseDist``, fp32 dense part and tables, per-rank batch times the
-    world size. A sparse
-    optimizer FBGEMM cannot fuse on CPU (Adam) keeps its tables data_parallel (dense kernel),
-    the only placement it runs in."""
+    qcomms, ``TrainPipelineSparseDist``, serial sparse backward, fp32 dense part and tables,
+    per-rank batch times the world size. A sparse optimizer FBGEMM cannot fuse on CPU (Adam)
+    keeps its tables data_parallel (dense kernel), the only placement it runs in."""
     ref = copy.deepcopy(cfg)
     fused = fbgemm_fuses(
         cfg.optimizer.sparse_optimizer, cfg.hardware.compute_device is ComputeDevice.cpu
@@ -194,6 +194,7 @@ def reference_config(cfg: Config) -> Config:
     ref.hardware.local_world_size = None  # one process: its own ranks per host
     ref.train.pipeline = Pipeline.sparse_dist
     ref.train.dense_precision = DensePrecision.fp32
+    ref.train.sparse_backward = SparseBackward.serial
     ref.model.embedding_data_type = EmbeddingDataType.fp32
     ref.model.embedding_data_type_per_table = {}
     ref.train.batch_size = cfg.train.batch_size * cfg.hardware.world_size
@@ -243,10 +244,13 @@ def trace(cfg: Config, steps: int, slices: int = 1) -> Trace | None:
         batches = itertools.islice(rank_batches(cfg, ctx, splits.train, slices=slices), steps)
         losses = []
         experiment.model.train()
-        for loss, _logits, _labels in drain(experiment.pipeline, batches):
-            total = loss.detach().clone().reshape(1)
-            dist.all_reduce(total)
-            losses.append(float(total) / ctx.world_size)
+        try:
+            for loss, _logits, _labels in drain(experiment.pipeline, batches):
+                total = loss.detach().clone().reshape(1)
+                dist.all_reduce(total)
+                losses.append(float(total) / ctx.world_size)
+        finally:  # the last step's table update (train.sparse_backward=overlap) lands
+            experiment.settle_sparse_backward()
         tables, dense = _gather_parameters(experiment.model, ctx.rank)
         types = sorted(plan_sharding_types(experiment.plan))
         ran = experiment.effective_qcomms

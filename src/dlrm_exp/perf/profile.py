@@ -18,6 +18,7 @@ Files, one set per rank r:
 
 import time
 from pathlib import Path
+from typing import Any
 
 import psutil
 import torch
@@ -36,6 +37,17 @@ def profile_files(run_dir: Path) -> list[str]:
     temporary file a killed export left)."""
     found = (run_dir / PROFILE_DIR).glob("*")
     return sorted(str(p.relative_to(run_dir)) for p in found if not p.name.startswith("."))
+
+
+def _all_threads() -> Any:
+    """Kineto's option to record every thread's operators, not only the thread that started
+    the profiler: the sparse backward of ``train.sparse_backward=overlap`` runs on a helper
+    thread. None (the calling thread only) where this torch has no such option (Kineto's
+    experimental config, without a compatibility promise)."""
+    try:
+        return torch._C._profiler._ExperimentalConfig(profile_all_threads=True)
+    except (AttributeError, TypeError):
+        return None
 
 
 class StepProfiler:
@@ -69,6 +81,7 @@ class StepProfiler:
             on_trace_ready=self._write_trace,
             record_shapes=True,
             profile_memory=True,
+            experimental_config=_all_threads(),
         )
 
     def start(self) -> None:
