@@ -26,6 +26,7 @@ RUN = [
     "train.checkpoint_every_n_steps=8",
     "optimizer.lr_warmup_steps=8",  # the kernels' rate is set while a backward runs
     "hardware.threads_per_rank=2",
+    "train.on_nonfinite=skip",  # its gradient guards run on the training thread's backward
 ]
 OVERLAP = "train.sparse_backward=overlap"
 _HELPER = sparse_backward._helper  # the process's helper, before a test replaces it
@@ -123,5 +124,5 @@ def test_a_failed_step_waits_for_the_helper_and_raises_its_own_error(tmp_path, m
 
     monkeypatch.setattr(Trainer, "_check_finite", nan_at_step_3)
     with pytest.raises(NonFiniteLossError, match="at step 3"):
-        run_train(compose_cfg([*RUN, OVERLAP]), tmp_path / "nan", {})
+        run_train(compose_cfg([*RUN, OVERLAP, "train.on_nonfinite=stop"]), tmp_path / "nan", {})
     assert torch.get_num_threads() == 2
