@@ -39,6 +39,8 @@ from concurrent.futures import Future, ThreadPoolExecutor
 
 import torch
 
+from dlrm_exp.util.text import first_few
+
 _POOL_LOCK = threading.Lock()
 _POOL: ThreadPoolExecutor | None = None
 
@@ -141,7 +143,7 @@ def overlap_blocker(
         return f"{threads} thread per rank: no core to overlap on"
     if data_parallel:
         return (
-            f"data_parallel tables ({', '.join(data_parallel)}): their gradients go through "
+            f"data_parallel tables ({first_few(data_parallel)}): their gradients go through "
             "DDP, on the training thread"
         )
     return None
