@@ -18,6 +18,7 @@ from dlrm_exp.perf.flops import embedding_bytes_per_sample
 from dlrm_exp.perf.peak import CPU_SIZES, Peak, measured_peak, probe
 from dlrm_exp.perf.theoretical_peak import TheoreticalPeak, cpu_flags, cpu_peak, cuda_peak
 from dlrm_exp.perf.utilization import utilization
+from dlrm_exp.util import user_cache
 
 CPU = torch.device("cpu")
 NOW = datetime(2025, 6, 1, 12, 0, tzinfo=UTC)
@@ -149,7 +150,7 @@ def test_a_cache_whose_lock_cannot_be_taken_is_still_written(fake_machine, monke
         def __exit__(self, *exc):
             return False
 
-    monkeypatch.setattr(peak_module, "FileLock", NoLock)
+    monkeypatch.setattr(user_cache, "FileLock", NoLock)
     measured_peak(CPU)
     assert measured_peak(CPU).source == "cached" and len(calls) == 1 and path.exists()
 

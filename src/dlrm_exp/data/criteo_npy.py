@@ -20,6 +20,7 @@ import logging
 import os
 import re
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +30,7 @@ import torch
 
 from dlrm_exp.config import CriteoNpyDataConfig, NpyDataset, OutOfRange
 from dlrm_exp.data.batches import ClickData
+from dlrm_exp.data.check_cache import check_once
 from dlrm_exp.data.preprocess.convert import (
     CONTIGUOUS_MARKER,
     MARKER_SETTINGS,
@@ -188,14 +190,16 @@ def _load_day(folder: Path, day: int, mmap: bool) -> tuple[np.ndarray, np.ndarra
 def _check_days_labels(folder: Path, days: list[int]) -> None:
     """Every day's labels are 0 or 1, read through a mapping of their own (dropped after).
     Rank 0 reads them for every rank (:func:`load_criteo_npy`): the 1TB days hold 16 GiB of
-    labels, which every rank of a job read from the shared file system before.
+    labels, which every rank of a job read from the shared file system before; a day's file
+    that passed before, unchanged since, is not read again (:mod:`~dlrm_exp.data.check_cache`).
 
     Raises:
         DataError: see :func:`_check_labels`.
     """
     for day in days:
         path = folder / f"day_{day}_labels.npy"
-        _check_labels(path, np.load(path, mmap_mode="r", allow_pickle=False))
+        mapped = partial(np.load, path, mmap_mode="r", allow_pickle=False)
+        check_once("labels", path, lambda path=path, mapped=mapped: _check_labels(path, mapped()))
 
 
 def _check_labels(path: Path, labels: np.ndarray) -> None:
@@ -512,12 +516,15 @@ def _check_held_out_dense(
     folder: Path, days: list[int], dense: list[np.ndarray], held_out: tuple[int, int]
 ) -> None:
     """:func:`check_dense` of the rows ``held_out`` (first, end over all days) of the mapped
-    days' ``dense`` arrays, day by day (on the 1TB days: the last day, 9.2 GB read)."""
+    days' ``dense`` arrays, day by day (on the 1TB days: the last day, 9.2 GB read; not again
+    for an unchanged file that passed, :mod:`~dlrm_exp.data.check_cache`)."""
     start = 0
     for day, array in zip(days, dense, strict=True):
         part = held_out_rows(start, len(array), held_out)
         if part is not None:
-            check_dense(folder / f"day_{day}_dense.npy", array[part[0] : part[1]], part[0])
+            path = folder / f"day_{day}_dense.npy"
+            rows = array[part[0] : part[1]]
+            check_once("dense", path, partial(check_dense, path, rows, part[0]), part)
         start += len(array)
 
 

@@ -20,7 +20,6 @@ measured again. The returned :class:`Peak` says which happened and why.
 """
 
 import logging
-import os
 import platform
 import time
 from collections.abc import Callable
@@ -30,9 +29,9 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from filelock import FileLock, Timeout
 
-from dlrm_exp.util.files import read_json_object, write_json_atomic
+from dlrm_exp.util.files import read_json_object
+from dlrm_exp.util.user_cache import cache_path, store_entries
 
 log = logging.getLogger(__name__)
 
@@ -86,9 +85,8 @@ class Peak:
 
 
 def cache_file() -> Path:
-    """Where measured peaks are cached."""
-    root = os.environ.get("DLRM_EXP_CACHE_DIR") or Path.home() / ".cache" / "dlrm_exp"
-    return Path(root) / "peak.json"
+    """Where measured peaks are cached (:mod:`dlrm_exp.util.user_cache`)."""
+    return cache_path("peak.json")
 
 
 def _now() -> datetime:
@@ -319,30 +317,5 @@ def measured_peak(device: torch.device, dtype: torch.dtype = torch.float32) -> P
     if limited:
         log.info("the peak probe left out sizes that did not fit in GPU memory: not cached")
         return peak
-    _store(path, key, peak.cache_entry())
+    store_entries(path, {key: peak.cache_entry()})
     return peak
-
-
-def _store(path: Path, key: str, entry: dict[str, Any]) -> None:
-    """Put ``entry`` under ``key`` in the cache file, keeping what other processes stored
-    meanwhile: read again and written under a lock file beside it (``filelock``, writable by
-    every user of a shared cache), so ranks or hosts probing at once do not drop each other's
-    entries. Where no lock can be taken (a file system without ``flock``, a lock held past
-    10 s, another user's lock file) it is read again and written without one; a cache that
-    cannot be written is left as it is (the peak is probed again next time)."""
-
-    def merge() -> None:
-        cached = read_json_object(path) or {}
-        cached[key] = entry
-        write_json_atomic(path, cached)
-
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        with FileLock(f"{path}.lock", timeout=10, mode=0o666):
-            return merge()
-    except (OSError, Timeout, NotImplementedError):
-        pass
-    try:
-        merge()
-    except OSError:
-        pass
