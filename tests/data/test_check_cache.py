@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 from test_criteo_npy import SIZES, config, write_day
 
-from dlrm_exp.data import criteo_npy
-from dlrm_exp.data.check_cache import check_once
+from dlrm_exp.data import check_cache, criteo_npy
+from dlrm_exp.data.check_cache import check_once, file_state
 from dlrm_exp.data.criteo_npy import load_criteo_npy
 from dlrm_exp.errors import DataError
 
@@ -32,18 +32,26 @@ def test_a_passed_check_of_an_unchanged_file_runs_once(tmp_path):
     _age(path)
     runs = []
     for _ in range(2):
-        check_once("labels", path, lambda: runs.append("labels"))
+        check_once(file_state("labels", path), lambda: runs.append("labels"))
     assert runs == ["labels"]
-    check_once("dense", path, lambda: runs.append("dense"), (0, 4))  # another check, rows
-    check_once("dense", path, lambda: runs.append("dense 2-4"), (2, 4))
+    check_once(
+        file_state("dense", path, (0, 4)), lambda: runs.append("dense")
+    )  # another check, rows
+    check_once(file_state("dense", path, (2, 4)), lambda: runs.append("dense 2-4"))
     assert runs == ["labels", "dense", "dense 2-4"]
     path.write_bytes(b"3210")  # rewritten, same size: another modification time
     _age(path, 1800.0)
-    check_once("labels", path, lambda: runs.append("again"))
+    check_once(file_state("labels", path), lambda: runs.append("again"))
     assert runs[-1] == "again"
+    replacement = tmp_path / "new.npy"  # same size and time, renamed over it: another inode
+    replacement.write_bytes(b"9999")
+    os.utime(replacement, ns=(path.stat().st_atime_ns, path.stat().st_mtime_ns))
+    replacement.rename(path)
+    check_once(file_state("labels", path), lambda: runs.append("replaced"))
+    assert runs[-1] == "replaced"
 
 
-def test_failed_young_and_changing_files_are_checked_every_time(tmp_path):
+def test_failed_young_and_changing_files_are_checked_every_time(tmp_path, monkeypatch):
     path = tmp_path / "day_0_labels.npy"
     path.write_bytes(b"0123")
     _age(path)
@@ -53,12 +61,12 @@ def test_failed_young_and_changing_files_are_checked_every_time(tmp_path):
 
     for _ in range(2):
         with pytest.raises(DataError, match="bad labels"):
-            check_once("labels", path, fail)
+            check_once(file_state("labels", path), fail)
     young = tmp_path / "young.npy"
     young.write_bytes(b"0")  # modified now: a rewrite in the same clock tick could keep its time
     runs = []
     for _ in range(2):
-        check_once("labels", young, lambda: runs.append(1))
+        check_once(file_state("labels", young), lambda: runs.append(1))
     assert runs == [1, 1]
     changing = tmp_path / "changing.npy"
     changing.write_bytes(b"0")
@@ -69,9 +77,23 @@ def test_failed_young_and_changing_files_are_checked_every_time(tmp_path):
         _age(changing, 60.0)
         runs.append(2)
 
-    check_once("labels", changing, rewrite)
-    check_once("labels", changing, lambda: runs.append(3))
+    check_once(file_state("labels", changing), rewrite)
+    check_once(file_state("labels", changing), lambda: runs.append(3))
     assert runs == [1, 1, 2, 3]
+    fresh = tmp_path / "fresh.npy"
+    fresh.write_bytes(b"0")
+    state = file_state("labels", fresh)  # young when its content was taken
+
+    with monkeypatch.context() as clock:
+
+        def long_check():  # 16 GiB of labels take a while: the file is old by the end
+            later = time.time() + 60.0
+            clock.setattr(check_cache.time, "time", lambda: later)
+            runs.append(4)
+
+        check_once(state, long_check)
+    check_once(file_state("labels", fresh), lambda: runs.append(5))
+    assert runs[-2:] == [4, 5]
 
 
 def test_criteo_npy_reads_unchanged_labels_and_held_out_rows_once(tmp_path, monkeypatch):

@@ -30,7 +30,7 @@ import torch
 
 from dlrm_exp.config import CriteoNpyDataConfig, NpyDataset, OutOfRange
 from dlrm_exp.data.batches import ClickData
-from dlrm_exp.data.check_cache import check_once
+from dlrm_exp.data.check_cache import FileState, check_once, file_state
 from dlrm_exp.data.preprocess.convert import (
     CONTIGUOUS_MARKER,
     MARKER_SETTINGS,
@@ -199,7 +199,7 @@ def _check_days_labels(folder: Path, days: list[int]) -> None:
     for day in days:
         path = folder / f"day_{day}_labels.npy"
         mapped = partial(np.load, path, mmap_mode="r", allow_pickle=False)
-        check_once("labels", path, lambda path=path, mapped=mapped: _check_labels(path, mapped()))
+        check_once(file_state("labels", path), lambda: _check_labels(path, mapped()))  # noqa: B023
 
 
 def _check_labels(path: Path, labels: np.ndarray) -> None:
@@ -490,9 +490,11 @@ def _scan(
     if not cfg.mmap_mode:
         _check_read_fits(sum(len(day[2]) for day in loaded), shuffled, folder)
     _warn_day_gaps(folder, days)
+    # the held-out files as mapped: their state is taken before the labels' long scan
+    held = _held_out_parts(folder, days, [d[0] for d in loaded], held_out) if cfg.mmap_mode else []
     _check_days_labels(folder, days)
-    if cfg.mmap_mode:
-        _check_held_out_dense(folder, days, [day[0] for day in loaded], held_out)
+    for path, rows, first, state in held:
+        check_once(state, partial(check_dense, path, rows, first))
     if cfg.mmap_mode and cfg.out_of_range is OutOfRange.error:
         sizes = np.asarray(table_sizes, dtype=np.int64)
         _check_ranges([_id_range(sparse) for _, sparse, _ in loaded], sizes, days)
@@ -512,20 +514,22 @@ def _warn_day_gaps(folder: Path, days: list[int]) -> None:
         )  # fmt: skip
 
 
-def _check_held_out_dense(
+def _held_out_parts(
     folder: Path, days: list[int], dense: list[np.ndarray], held_out: tuple[int, int]
-) -> None:
-    """:func:`check_dense` of the rows ``held_out`` (first, end over all days) of the mapped
-    days' ``dense`` arrays, day by day (on the 1TB days: the last day, 9.2 GB read; not again
-    for an unchanged file that passed, :mod:`~dlrm_exp.data.check_cache`)."""
-    start = 0
+) -> list[tuple[Path, np.ndarray, int, FileState | None]]:
+    """The rows ``held_out`` (first, end over all days) of the mapped days' ``dense`` arrays,
+    day by day: each part's file, rows, first row in its day and file state, for
+    :func:`check_dense` (on the 1TB days: the last day, 9.2 GB read; not again for an
+    unchanged file that passed, :mod:`~dlrm_exp.data.check_cache`)."""
+    parts, start = [], 0
     for day, array in zip(days, dense, strict=True):
         part = held_out_rows(start, len(array), held_out)
         if part is not None:
             path = folder / f"day_{day}_dense.npy"
-            rows = array[part[0] : part[1]]
-            check_once("dense", path, partial(check_dense, path, rows, part[0]), part)
+            state = file_state("dense", path, part)
+            parts.append((path, array[part[0] : part[1]], part[0], state))
         start += len(array)
+    return parts
 
 
 def _mapped_splits(
