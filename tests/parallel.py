@@ -74,13 +74,17 @@ def make_scheduler(config: pytest.Config, log):
 
 def set_up_worker(worker: str) -> Path:
     """Set up the xdist ``worker`` (``gw0``, ...) process: ``TMPDIR`` (here and in what it
-    starts) and :mod:`tempfile` point at a new folder, returned; and one OpenMP thread unless
+    starts), :mod:`tempfile` and the user cache (``DLRM_EXP_CACHE_DIR``, unless set) point at
+    a new folder, returned; and one OpenMP thread unless
     ``OMP_NUM_THREADS`` says otherwise, so the workers' runs share the cores instead of each
     taking all of them (spinning OpenMP threads of two runs on the same cores take several
     times as long)."""
     folder = Path(tempfile.mkdtemp(prefix=f"dlrm_exp_tests_{worker}_"))
     os.environ["TMPDIR"] = str(folder)
     tempfile.tempdir = str(folder)
+    # the user's cache (peaks probed while the workers contend, data checks of temporary
+    # files) is left alone: each worker keeps its own for the session
+    os.environ.setdefault("DLRM_EXP_CACHE_DIR", str(folder / "cache"))
     if "OMP_NUM_THREADS" not in os.environ:
         import torch  # the worker's own (conftest imports this module in the controller too)
 

@@ -1,5 +1,8 @@
 """The suite's xdist grouping (tests/parallel.py): what shares a run goes to one worker."""
 
+import os
+import tempfile
+from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
@@ -30,3 +33,11 @@ def test_a_module_using_a_shared_fixture_outside_its_group_is_named():
 def test_another_dist_mode_asked_for_keeps_xdists_scheduler():
     asked = SimpleNamespace(getvalue=lambda name: {"dist": "worksteal"}[name])
     assert make_scheduler(asked, None) is None
+
+
+def test_a_worker_keeps_its_own_user_cache():
+    """Peaks probed while the workers contend for the cores, and data checks of temporary
+    files, stay out of the user's ``~/.cache/dlrm_exp``."""
+    if not os.environ.get("PYTEST_XDIST_WORKER"):
+        pytest.skip("only xdist workers get their own folder")
+    assert Path(os.environ["DLRM_EXP_CACHE_DIR"]).parent == Path(tempfile.gettempdir())
