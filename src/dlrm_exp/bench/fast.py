@@ -16,9 +16,9 @@ TorchRec's quickstart shapes (``model=quickstart``: 26 tables x 100,000 rows x 6
      dense, interaction and over arch (``nn.Module.compile``; measured here only: the framework
      has no switch for it while it does not help on CPU);
    - ``experiment=fast`` (``conf/experiment/fast.yaml``): the levers that help, together; and
-     the same with ``train.sparse_backward=serial``: the overlap slows fp32 alone (its training
-     thread's one-threaded dense backward is then the longer of the two) but speeds the fast
-     setting, whose bf16 dense part is short.
+     the same with ``train.sparse_backward=serial``: the overlap does not pay on fp32 alone
+     (its training thread's one-threaded dense backward is then the longer of the two) but
+     speeds the fast setting a little, whose bf16 dense part is short.
 
    Each line gives the median samples/s and its ratio to the reference: over adjacent rounds
    (one in each order), the median of their per-round ratios' geometric mean, in which a
@@ -32,10 +32,10 @@ TorchRec's quickstart shapes (``model=quickstart``: 26 tables x 100,000 rows x 6
    their dense dtype (bf16; ``metrics.json`` utilization, :mod:`dlrm_exp.perf.utilization`),
    median of the 3 seeds. Target >= 0.5. Printed beside it, what this machine allows at most:
    the tables' lookups alone (FBGEMM's CPU forward and fused SGD backward, one thread, on the
-   bench's batches) and the interaction's and over arch's FLOPs at the full peak form a chain
-   no step can undercut (each lookup waits for the previous step's update, which waits for
-   their backward); the dense FLOPs of a step over that time, as a fraction of the same peak,
-   bound the dense part from above (:func:`dense_bound`).
+   bench's batches) and the dense FLOPs between a lookup and its update (interaction, over arch
+   but its weight gradients) at the full peak form a chain no step can undercut (each lookup
+   waits for the previous step's update); the dense FLOPs of a step over that time, as a
+   fraction of the same peak, bound the dense part from above (:func:`dense_bound`).
 
     python -m dlrm_exp.bench.fast [--rounds 3] [--steps 60] [--train-samples 262144]
 """
@@ -70,7 +70,7 @@ from dlrm_exp.config import DensePrecision, feature_names
 from dlrm_exp.data import iter_batches, load_splits
 from dlrm_exp.distributed.launch import process_group
 from dlrm_exp.factories.precision import slow_precision_warning
-from dlrm_exp.perf.flops import TRAINING_FLOPS_PER_FORWARD, dense_flops
+from dlrm_exp.perf.flops import dense_flops
 from dlrm_exp.perf.theoretical_peak import cpu_flags
 from dlrm_exp.record.run_record import RunMetrics
 from dlrm_exp.record.stats import paired_difference
@@ -180,9 +180,10 @@ def dense_bound(
     """The most the dense part could reach of the fast runs' median peak, and the printed line.
 
     A step is a chain: its lookup (``lookup`` seconds with its update, measured alone) waits
-    for the previous step's update, the interaction and over arch (``chained`` of the dense
-    FLOPs a sample) wait for the lookup, and the update waits for their backward. No step is
-    shorter than the lookup plus those FLOPs at the full peak, whatever runs beside them.
+    for the previous step's update, the interaction and over arch wait for the lookup, and the
+    update waits for the gradient of the pooled embeddings (``chained`` dense FLOPs a sample:
+    :func:`chained_flops`). No schedule makes a step shorter than the lookup plus those FLOPs
+    at the full peak, whatever runs beside them.
     """
     flops = fast[0].utilization.get("dense_flops_per_sample")
     peaks = [m.utilization.get("peak_matmul_flops_per_sec") for m in fast]
@@ -193,20 +194,22 @@ def dense_bound(
     bound = flops * batch_size / step / peak
     return bound, (
         f"table lookups alone (FBGEMM's CPU forward + fused SGD backward, one thread, the "
-        f"bench's batches): {lookup * 1e3:.1f} ms a step; with the interaction and over arch "
-        f"they chain with ({chained / flops:.0%} of the dense FLOPs) at the full peak, no step "
+        f"bench's batches): {lookup * 1e3:.1f} ms a step; with the dense FLOPs they chain with "
+        f"({chained / flops:.0%}: interaction, over arch but its weight gradients) at the full "
+        "peak, no step "
         f"is under {step * 1e3:.1f} ms, so the dense part can reach at most {bound:.1%} of the "
         "median peak here"
     )
 
 
 def chained_flops() -> int:
-    """The fast setting's dense FLOPs a training sample on the lookups' chain: the
-    interaction's and the over arch's (all but the dense arch's,
-    :func:`~dlrm_exp.perf.flops.dense_flops`)."""
+    """The fast setting's dense FLOPs a training sample that lie on the lookups' chain
+    (:func:`~dlrm_exp.perf.flops.dense_flops`): the interaction's forward and backward, and
+    the over arch's forward and input gradients. Not the dense arch's, which can run beside the
+    lookup, nor the over arch's weight gradients, which the table update does not wait for."""
     cfg = compose_config([*RECIPE, *FAST])
     flops = dense_flops(cfg.model, cfg.train.symmetric_interaction)
-    return flops.training - (TRAINING_FLOPS_PER_FORWARD * flops.dense_arch - flops.first_layer)
+    return 2 * flops.over_arch + (1 + flops.interaction_backward) * flops.interaction
 
 
 def speed_table(results: dict[str, list[float]]) -> tuple[str, float]:

@@ -38,7 +38,8 @@ class FileState:
 
 def file_state(check: str, path: Path, rows: tuple[int, int] | None = None) -> FileState | None:
     """``path`` as it is now, for ``check`` over ``rows`` (None: all rows); None when it
-    cannot be read. Take it no later than the content the check reads is taken (a mapping)."""
+    cannot be read. Take it as close to when the check's content is taken as the caller can
+    (right after a mapping, not after a long scan of other files)."""
     try:
         stat = path.stat()
         name = f"{check}|{'all' if rows is None else f'{rows[0]}-{rows[1]}'}|{path.resolve()}"
