@@ -134,7 +134,7 @@ def test_where_it_cannot_apply_the_run_records_a_substitution(two_threads):
     assert thread is None and substitution.setting == "train.sparse_backward"
     assert (substitution.asked, substitution.ran) == ("overlap", "serial")
     assert "2 ranks" in substitution.reason
-    auto = compose_cfg([*SMALL, "train.sparse_backward=auto"])  # experiment=fast's
+    auto = compose_cfg([*SMALL, "train.sparse_backward=auto"])
     assert _overlap(auto, build_module(auto), two_ranks, sharded) == (None, None)
     assert _overlap(auto, build_module(auto), one_rank, sharded)[0] is not None
     replicated = _plan(t_cat_0="table_wise", t_cat_1="data_parallel")

@@ -62,7 +62,7 @@ class SparseBackward(Enum):
     thread beside it while the training thread keeps all threads but one (CPU, one rank, at
     least 2 threads, no data_parallel table; a run elsewhere records a substitution and runs
     ``serial``); ``auto``, ``overlap`` where it applies and ``serial`` elsewhere without a
-    substitution (``experiment=fast``, which goes on any hardware). ``metrics.json``'s
+    substitution (for a preset that goes on any hardware). ``metrics.json``'s
     ``sparse_backward`` says which ran (:mod:`dlrm_exp.factories.sparse_backward`)."""
 
     serial = "serial"
