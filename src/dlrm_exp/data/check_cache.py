@@ -7,14 +7,16 @@ days) and, with ``data.mmap_mode``, the validation and test rows' dense values (
 resolved path, the file's device, inode, size and modification time (ns) when its content was
 taken. A file rewritten or replaced since (``mode=preprocess``, a copy) differs in one of them,
 so it is checked again, as ``make`` and ``rsync`` judge a file unchanged; its new pass replaces
-the old record. A file modified within :data:`SETTLE_SECONDS` before its state was taken is
+the old record; a scan reads the cache once and stores its passes together. A file modified
+within :data:`SETTLE_SECONDS` before its state was taken is
 not recorded: a rewrite in the same tick of the file system's clock could keep its time (git's
 "racily clean" files). A failed check is never recorded. A cache that cannot be read or written
 (or a user without a home folder) only means the check runs again.
 """
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -49,20 +51,39 @@ def file_state(check: str, path: Path, rows: tuple[int, int] | None = None) -> F
     return FileState(name, stamp, time.time() - stat.st_mtime)
 
 
-def check_once(state: FileState | None, run: Callable[[], None]) -> None:
-    """Run ``run`` (the check of the file ``state`` describes; it raises on bad data) unless the
-    file, unchanged, passed it before; remember a pass.
+class RememberedChecks:
+    """The checks of one scan: the cache read once, its passes stored together at the end
+    (:func:`remembered_checks`)."""
 
-    Raises:
-        DataError: what ``run`` raises.
-    """
-    try:
-        cache = cache_path(CACHE_NAME)
-    except RuntimeError:  # no home folder and no DLRM_EXP_CACHE_DIR: nothing remembered
-        cache = None
-    if state is not None and cache is not None:
-        if (read_json_object(cache) or {}).get(state.name) == state.stamp:
+    def __init__(self) -> None:
+        try:
+            self.cache: Path | None = cache_path(CACHE_NAME)
+        except RuntimeError:  # no home folder and no DLRM_EXP_CACHE_DIR: nothing remembered
+            self.cache = None
+        self.known = (read_json_object(self.cache) or {}) if self.cache else {}
+        self.passed: dict[str, str] = {}
+
+    def once(self, state: FileState | None, run: Callable[[], None]) -> None:
+        """Run ``run`` (the check of the file ``state`` describes; it raises on bad data)
+        unless the file, unchanged, passed it before; remember a pass.
+
+        Raises:
+            DataError: what ``run`` raises.
+        """
+        if state is not None and self.known.get(state.name) == state.stamp:
             return
-    run()
-    if state is not None and cache is not None and state.age >= SETTLE_SECONDS:
-        store_entries(cache, {state.name: state.stamp})
+        run()
+        if state is not None and state.age >= SETTLE_SECONDS:
+            self.passed[state.name] = state.stamp
+
+
+@contextmanager
+def remembered_checks() -> Iterator[RememberedChecks]:
+    """The checks of one scan; their passes are stored when it ends, also when a later check
+    raised (one locked write of the cache file)."""
+    checks = RememberedChecks()
+    try:
+        yield checks
+    finally:
+        if checks.cache is not None and checks.passed:
+            store_entries(checks.cache, checks.passed)

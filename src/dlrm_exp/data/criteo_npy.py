@@ -30,7 +30,12 @@ import torch
 
 from dlrm_exp.config import CriteoNpyDataConfig, NpyDataset, OutOfRange
 from dlrm_exp.data.batches import ClickData
-from dlrm_exp.data.check_cache import FileState, check_once, file_state
+from dlrm_exp.data.check_cache import (
+    FileState,
+    RememberedChecks,
+    file_state,
+    remembered_checks,
+)
 from dlrm_exp.data.preprocess.convert import (
     CONTIGUOUS_MARKER,
     MARKER_SETTINGS,
@@ -187,19 +192,24 @@ def _load_day(folder: Path, day: int, mmap: bool) -> tuple[np.ndarray, np.ndarra
     return arrays[0], arrays[1], arrays[2]
 
 
-def _check_days_labels(folder: Path, days: list[int]) -> None:
+def _check_days_labels(folder: Path, days: list[int], checks: RememberedChecks) -> None:
     """Every day's labels are 0 or 1, read through a mapping of their own (dropped after).
     Rank 0 reads them for every rank (:func:`load_criteo_npy`): the 1TB days hold 16 GiB of
     labels, which every rank of a job read from the shared file system before; a day's file
-    that passed before, unchanged since, is not read again (:mod:`~dlrm_exp.data.check_cache`).
+    that passed before, unchanged since, is not read again (``checks``,
+    :mod:`~dlrm_exp.data.check_cache`).
 
     Raises:
         DataError: see :func:`_check_labels`.
     """
     for day in days:
         path = folder / f"day_{day}_labels.npy"
-        mapped = partial(np.load, path, mmap_mode="r", allow_pickle=False)
-        check_once(file_state("labels", path), lambda: _check_labels(path, mapped()))  # noqa: B023
+        checks.once(file_state("labels", path), partial(_check_labels_file, path))
+
+
+def _check_labels_file(path: Path) -> None:
+    """:func:`_check_labels` of ``path``'s labels, through a mapping of their own."""
+    _check_labels(path, np.load(path, mmap_mode="r", allow_pickle=False))
 
 
 def _check_labels(path: Path, labels: np.ndarray) -> None:
@@ -345,8 +355,8 @@ def _read_days(
         dense[start:stop] = day_dense
         part = held_out_rows(start, count, held_out)
         if part is not None:  # validation or test rows in this day
-            day_dense = dense[start + part[0] : start + part[1]]
-            check_dense(folder / f"day_{days[i]}_dense.npy", day_dense, part[0])
+            held = dense[start + part[0] : start + part[1]]
+            check_dense(folder / f"day_{days[i]}_dense.npy", held, part[0])
         sparse[start:stop] = day_sparse
         if policy is OutOfRange.error:  # from the copy: the day's file read once
             ranges.append(_id_range(sparse[start:stop]))
@@ -449,8 +459,9 @@ def load_criteo_npy(
     train_end = bounds[0][1]
     shuffled = train_end if cfg.shuffle_training_set else 0
     held_out = (min(bounds[1][0], bounds[2][0]), max(bounds[1][1], bounds[2][1]))
-    scan = (cfg, folder, days, loaded, table_sizes, shuffled, held_out)
-    on_rank_zero(lambda: _scan(*scan), SCAN_WAIT)
+    on_rank_zero(
+        partial(_scan, cfg, folder, days, loaded, table_sizes, shuffled, held_out), SCAN_WAIT
+    )
     if cfg.mmap_mode:
         return _mapped_splits(loaded, cfg, table_sizes, days, bounds)
     dense, sparse, labels = _read_days(
@@ -492,9 +503,10 @@ def _scan(
     _warn_day_gaps(folder, days)
     # the held-out files as mapped: their state is taken before the labels' long scan
     held = _held_out_parts(folder, days, [d[0] for d in loaded], held_out) if cfg.mmap_mode else []
-    _check_days_labels(folder, days)
-    for path, rows, first, state in held:
-        check_once(state, partial(check_dense, path, rows, first))
+    with remembered_checks() as checks:
+        _check_days_labels(folder, days, checks)
+        for path, rows, first, state in held:
+            checks.once(state, partial(check_dense, path, rows, first))
     if cfg.mmap_mode and cfg.out_of_range is OutOfRange.error:
         sizes = np.asarray(table_sizes, dtype=np.int64)
         _check_ranges([_id_range(sparse) for _, sparse, _ in loaded], sizes, days)

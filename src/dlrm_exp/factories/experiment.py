@@ -16,7 +16,7 @@ from fbgemm_gpu.split_table_batched_embeddings_ops_training import (
 )
 from torchrec.distributed.model_parallel import DistributedModelParallel
 from torchrec.distributed.train_pipeline.train_pipelines import TrainPipeline
-from torchrec.distributed.types import ShardingPlan, ShardingType
+from torchrec.distributed.types import ShardingPlan
 from torchrec.models.dlrm import DLRMTrain
 from torchrec.optim.keyed import CombinedOptimizer
 
@@ -41,6 +41,7 @@ from dlrm_exp.factories.sparse_backward import SparseBackwardThread, overlap_blo
 from dlrm_exp.factories.table_init import init_tables
 from dlrm_exp.planning.constraints import managed_collision_substitution
 from dlrm_exp.planning.job import optimizer_substitution, plan_job
+from dlrm_exp.planning.plan_record import replicated_tables
 from dlrm_exp.planning.tables import META, table_configs, table_weight_dtypes
 from dlrm_exp.util.substitution import Substitution
 
@@ -158,12 +159,7 @@ def _overlap(
     asked = cfg.train.sparse_backward
     if asked is SparseBackward.serial:
         return None, None
-    replicated = sorted(
-        name
-        for tables in plan.plan.values()
-        for name, table in tables.items()  # type: ignore[attr-defined]
-        if table.sharding_type == ShardingType.DATA_PARALLEL.value
-    )
+    replicated = sorted(replicated_tables(plan))
     why = overlap_blocker(ctx.device.type, ctx.world_size, torch.get_num_threads(), replicated)
     thread = None if why else overlapped_backward(module)
     if thread is not None or asked is SparseBackward.auto:
