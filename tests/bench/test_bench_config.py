@@ -112,7 +112,7 @@ def test_the_training_bench_refuses_settings_the_plain_loop_would_not_run():
     assert unlike_the_plain_loop(compose_config(fast.RECIPE)) == ""
     unlike = unlike_the_plain_loop(compose_config([*fast.RECIPE, *fast.FAST]))
     assert unlike == "train.dense_precision=bf16, train.symmetric_interaction=true"
-    overlap = unlike_the_plain_loop(compose_config([*fast.RECIPE, *fast.FAST_OVERLAP[1]]))
+    overlap = unlike_the_plain_loop(compose_config([*fast.RECIPE, *fast.FAST_OVERLAP]))
     assert overlap.endswith(", train.sparse_backward=overlap")
     fp16 = compose_config(["model.embedding_data_type=fp16", "train.pipeline=base"])
     assert (

@@ -64,10 +64,10 @@ from dlrm_exp.bench.training import (
     drift_free_ratio,
     framework_run,
     plain_torchrec_run,
+    training_batches,
     whole_run,
 )
-from dlrm_exp.config import DensePrecision, feature_names
-from dlrm_exp.data import iter_batches, load_splits
+from dlrm_exp.config import DensePrecision
 from dlrm_exp.distributed.launch import process_group
 from dlrm_exp.factories.precision import slow_precision_warning
 from dlrm_exp.perf.flops import dense_flops
@@ -90,7 +90,7 @@ LEVERS = (
 )
 #: The fast setting plus the lever whose gain, if any, shows only once bf16 made the dense
 #: part fast (measured within the noise: not in the preset).
-FAST_OVERLAP = ("fast_overlap", [*FAST, "train.sparse_backward=overlap"])
+FAST_OVERLAP = [*FAST, "train.sparse_backward=overlap"]
 TARGET_SPEEDUP = 2.0
 TARGET_PEAK_FRACTION = 0.5
 SEEDS = (0, 1, 2)
@@ -109,15 +109,12 @@ def speed(rounds: int, steps: int, warmup: int) -> dict[str, list[float]]:
     configs: dict[str, tuple[list[str], bool]] = {"fp32": ([], False)}
     configs.update({name: (overrides, c) for name, overrides, c in LEVERS})
     configs["fast"] = (FAST, False)
-    configs[FAST_OVERLAP[0]] = (FAST_OVERLAP[1], False)
+    configs["fast_overlap"] = (FAST_OVERLAP, False)
     reference_cfg = compose_config(RECIPE)
     reference_cfg.data.num_train_samples = steps * reference_cfg.train.batch_size  # type: ignore[attr-defined]
     results: dict[str, list[float]] = {"reference": [], **{name: [] for name in configs}}
     with process_group(reference_cfg.hardware) as ctx:
-        m = reference_cfg.model
-        splits = load_splits(reference_cfg.data, m.table_sizes, m.num_dense_features, 0)
-        keys = feature_names(len(m.table_sizes))
-        batches = list(iter_batches(splits.train, reference_cfg.train.batch_size, 0, 1, keys))
+        batches = training_batches(reference_cfg)
         threads = ctx.threads or torch.get_num_threads()
         print(
             f"speed: {len(batches)} steps of {reference_cfg.train.batch_size} per round "
@@ -154,9 +151,7 @@ def lookup_seconds(steps: int = 20, warmup: int = 5) -> float:
     cfg = compose_config(RECIPE)
     m = cfg.model
     cfg.data.num_train_samples = (steps + warmup) * cfg.train.batch_size  # type: ignore[attr-defined]
-    splits = load_splits(cfg.data, m.table_sizes, m.num_dense_features, 0)
-    keys = feature_names(len(m.table_sizes))
-    batches = list(iter_batches(splits.train, cfg.train.batch_size, 0, 1, keys))
+    batches = training_batches(cfg)
     host = (EmbeddingLocation.HOST, ComputeDevice.CPU)
     kernel = SplitTableBatchedEmbeddingBagsCodegen(
         [(rows, m.embedding_dim, *host) for rows in m.table_sizes],
@@ -221,7 +216,7 @@ def speed_table(results: dict[str, list[float]]) -> tuple[str, float]:
     labels["fp32"] = "dlrm_exp, same recipe"
     labels.update({name: f"dlrm_exp + {name} alone" for name, _, _ in LEVERS})
     labels["fast"] = "dlrm_exp experiment=fast"
-    labels[FAST_OVERLAP[0]] = "dlrm_exp experiment=fast + train.sparse_backward=overlap"
+    labels["fast_overlap"] = "dlrm_exp experiment=fast + train.sparse_backward=overlap"
     lines, speedup = [], float("nan")
     for name, values in results.items():
         ratios = [v / r for v, r in zip(values, reference, strict=True)]

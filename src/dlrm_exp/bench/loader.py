@@ -16,9 +16,9 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from dlrm_exp.bench.targets import Target, report
-from dlrm_exp.bench.training import compose_config, framework_run
+from dlrm_exp.bench.training import compose_config, framework_run, training_batches
 from dlrm_exp.config import Config
-from dlrm_exp.data import iter_batches, load_splits
+from dlrm_exp.data import load_splits
 from dlrm_exp.data.criteo_format import write_criteo_tsv
 from dlrm_exp.data.preprocess.convert import preprocess_files
 from dlrm_exp.distributed.launch import process_group
@@ -45,12 +45,7 @@ def training_samples_per_sec(cfg: Config, steps: int = 300) -> float:
     """Steady-state training samples/s of the framework's loop with ``cfg`` on one process,
     over its first ``steps`` batches (20 of them warm-up)."""
     with process_group(cfg.hardware) as ctx:
-        splits = load_splits(
-            cfg.data, cfg.model.table_sizes, cfg.model.num_dense_features, cfg.seed
-        )
-        keys = cfg.model.feature_names
-        batches = list(iter_batches(splits.train, cfg.train.batch_size, 0, 1, keys))[:steps]
-        return framework_run(cfg, ctx, batches, 20)[0]
+        return framework_run(cfg, ctx, training_batches(cfg)[:steps], 20)[0]
 
 
 def main(argv: Sequence[str] | None = None) -> int:

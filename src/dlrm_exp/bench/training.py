@@ -50,7 +50,6 @@ from dlrm_exp.config import (
     OptimizerConfig,
     SparseOptimizer,
     conf_dir,
-    feature_names,
     register_configs,
 )
 from dlrm_exp.data import iter_batches, load_splits
@@ -74,6 +73,14 @@ def compose_config(overrides: Sequence[str]) -> Config:
     cfg = OmegaConf.to_object(raw)
     assert isinstance(cfg, Config)
     return cfg
+
+
+def training_batches(cfg: Config) -> list[Batch]:
+    """Every training batch of ``cfg``'s data for one process, in memory: the same batches
+    for each loop a bench compares."""
+    m = cfg.model
+    splits = load_splits(cfg.data, m.table_sizes, m.num_dense_features, cfg.seed)
+    return list(iter_batches(splits.train, cfg.train.batch_size, 0, 1, m.feature_names))
 
 
 def framework_run(
@@ -243,11 +250,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     cfg.data.num_train_samples = args.steps * cfg.train.batch_size  # type: ignore[attr-defined]
     with process_group(cfg.hardware) as ctx:
-        splits = load_splits(
-            cfg.data, cfg.model.table_sizes, cfg.model.num_dense_features, cfg.seed
-        )
-        keys = feature_names(len(cfg.model.table_sizes))
-        batches = list(iter_batches(splits.train, cfg.train.batch_size, 0, 1, keys))
+        batches = training_batches(cfg)
         print(
             f"bench: batch_size {cfg.train.batch_size}, {len(batches)} steps per round "
             f"(warm-up {args.warmup} excluded), {args.rounds} alternating rounds, "

@@ -67,7 +67,7 @@ class SparseBackwardThread:
     def hand_off(self, attached: torch.Tensor, grad: torch.Tensor) -> None:
         """Run ``attached.backward(grad)`` (the sparse arch's graph, gradient (B, F, D)) on the
         helper thread; the training thread goes on with one thread fewer until :meth:`settle`."""
-        self.settle()
+        self.settle()  # a guard: the sparse arch's forward has settled the last one already
         self._threads = torch.get_num_threads()
         torch.set_num_threads(max(1, self._threads - 1))
         self._pending = _helper().submit(attached.backward, grad)

@@ -501,7 +501,8 @@ class Trainer:
                 if self.profiler is not None and self.profiler.step():
                     self.throughput.resume()  # a trace written is not the next step's time
                 schedule.apply(queued + 1 - len(state.skipped_steps))
-            # the last step's table update: its time is that step's (the next would wait)
+            # the last step's table update: its time is that step's (the next would wait); the
+            # overlap runs on CPU only, where the loss read lag is 0, so that step is counted
             if self.experiment.settle_sparse_backward():
                 tail = self.throughput.extend_last()
                 if tail is not None and self.step_seconds:
