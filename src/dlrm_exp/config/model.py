@@ -219,8 +219,14 @@ class ModelConfig:
     @property
     def table_data_types(self) -> list[EmbeddingDataType]:
         """The weight precision of each table, in table order."""
+        return list(self.table_data_type_of.values())
+
+    @property
+    def table_data_type_of(self) -> dict[str, EmbeddingDataType]:
+        """Each table's weight precision by table name, in table order
+        (``embedding_data_type_per_table``, else ``embedding_data_type``)."""
         per_table = self.embedding_data_type_per_table
-        return [per_table.get(name, self.embedding_data_type) for name in self.table_names]
+        return {name: per_table.get(name, self.embedding_data_type) for name in self.table_names}
 
     @property
     def table_sizes(self) -> list[int]:

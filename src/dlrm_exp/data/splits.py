@@ -93,9 +93,9 @@ def check_split_rows(
     if empty:
         split = " and ".join(empty) + (" split is" if len(empty) == 1 else " splits are")
         counts = ", ".join(f"{s} {n:,}" for s, n in rows.items())
-        asked = ", ".join(f"data.{s}_fraction={f:g}" for s, f in fractions.items())
+        given = ", ".join(f"data.{s}_fraction={f:g}" for s, f in fractions.items())
         raise DataError(
-            f"data.path: the rows split into {counts} ({asked}): the {split} empty; every "
+            f"data.path: the rows split into {counts} ({given}): the {split} empty; every "
             "split read needs at least one row: give more rows (or, to train without a "
             "split, set its fraction to 0)"
         )

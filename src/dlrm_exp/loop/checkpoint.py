@@ -595,8 +595,9 @@ def resolve_resume(resume: str, run_dir: Path) -> Path | None:
     """
     if resume == "auto":
         found = complete_checkpoints(run_dir)
-        warn_damaged(run_dir, found[-1] if found else None)
-        return found[-1] if found else None
+        newest = found[-1] if found else None
+        warn_damaged(run_dir, newest)
+        return newest
     return _complete_checkpoint(Path(resume), "train.resume")
 
 

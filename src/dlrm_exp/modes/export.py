@@ -116,7 +116,7 @@ def _export(cfg: Config, out: Path, started: float) -> dict:
     tables = table_shapes(cfg.model)
     # the dtypes the checkpoint holds, not the ones the export command repeats (or forgets)
     trained = {
-        **dict(zip(cfg.model.table_names, cfg.model.table_data_types, strict=True)),
+        **cfg.model.table_data_type_of,
         **saved_table_data_types(path),
     }
     quantized = quantize_tables(dlrm, cfg.export.quantization, trained)

@@ -250,8 +250,7 @@ def warn_unlike_training(
     warn_other_dense_precision(saved, cfg)
     warn_managed_collision_ranks(saved, cfg, world_size)
     warn_other_data_source(saved, cfg, run_data_overrides(checkpoint))
-    model = cfg.model
-    dtypes = {n: t.value for n, t in zip(model.table_names, model.table_data_types, strict=True)}
+    dtypes = {name: t.value for name, t in cfg.model.table_data_type_of.items()}
     warn_dtype_change(checkpoint, dtypes, "scoring")
 
 

@@ -248,7 +248,7 @@ def _check_fp16_replicas(cfg: Config, plan: ShardingPlan) -> None:
         return
     fp16 = {
         name
-        for name, data_type in zip(cfg.model.table_names, cfg.model.table_data_types, strict=True)
+        for name, data_type in cfg.model.table_data_type_of.items()
         if data_type is EmbeddingDataType.fp16
     }
     replicated = sorted(fp16 & replicated_tables(plan))

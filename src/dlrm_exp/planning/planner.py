@@ -1,6 +1,7 @@
 """The planner call: TorchRec's ``EmbeddingShardingPlanner``, run on one rank and broadcast,
 with its failures turned into one message each."""
 
+import itertools
 import math
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -181,31 +182,34 @@ def insufficient_memory_message(
             for n, t in zip(table_sizes, types, strict=True)]  # fmt: skip
     alone = whole_shards(each, whole_tables or [])
     more = _more_ranks(storage, replicated, per_rank, alone)
-    largest = _largest_piece(each, whole_tables or [], world_size)
+    largest = _largest_piece(each, whole_tables or [], world_size, alone)
     held = _tables_fit(storage, replicated, world_size, per_rank, largest)
     if held is not None:
         fix = _batch_advice(held, offered, batch_size)
     else:  # the two caps' searches only where they are offered
-        fix = _cap_advice((*shape, *layout), whole, offered, world_size, more)
+        fix = _cap_advice(shape, layout, whole, offered, world_size, more)
     return "\n".join([*lines, fix])
 
 
 def _cap_advice(
-    shape: tuple, whole: tuple[list[int], float], offered: int, world_size: int, more: str
+    shape: tuple,
+    layout: tuple,
+    whole: tuple[list[int], float],
+    offered: int,
+    world_size: int,
+    more: str,
 ) -> str:
     """The fix of :func:`insufficient_memory_message` when the tables themselves do not fit:
     two ``model.num_embeddings_cap`` values (``shape``: table sizes, embedding_dim,
-    optimizer, copies, data types, replicated flags, as :func:`largest_fitting_cap` takes
-    them), or ``more`` ranks / memory alone when no cap fits."""
-    sizes, dim, optimizer, copies, types, replicated = shape
-    layout = (copies, types, replicated)
+    optimizer; ``layout``: copies, data types, replicated flags; as
+    :func:`largest_fitting_cap` takes them), or ``more`` ranks / memory alone when no cap
+    fits."""
     budget = offered * HEADROOM_FRACTION
-    cap = largest_fitting_cap(sizes, dim, optimizer, budget, *layout, whole, world_size)
-    quick_bytes = min(QUICK_TRY_BYTES, budget)
-    quick = largest_fitting_cap(sizes, dim, optimizer, quick_bytes, *layout, whole, world_size)
+    cap = largest_fitting_cap(*shape, budget, *layout, whole, world_size)
+    quick = largest_fitting_cap(*shape, min(QUICK_TRY_BYTES, budget), *layout, whole, world_size)
     if cap is None or quick is None:
         return f"Fix: add ranks or memory: {more}; no table cap makes this fit."
-    gib = {c: capped_bytes(sizes, dim, optimizer, c, *layout) / GIB for c in (cap, quick)}
+    gib = {c: capped_bytes(*shape, c, *layout) / GIB for c in (cap, quick)}
     return (
         f"Fix: cap the tables with model.num_embeddings_cap={cap} ({gib[cap]:.2f} GiB, at "
         f"most {HEADROOM_FRACTION:.0%} of the offered memory), or try model.num_embeddings"
@@ -237,13 +241,16 @@ def _batch_advice(held: int, offered: int, batch_size: int | None) -> str:
     )
 
 
-def _largest_piece(table_bytes: list[float], pieces: list[int], world_size: int) -> float:
+def _largest_piece(
+    table_bytes: list[float], pieces: list[int], world_size: int, alone: list[float]
+) -> float:
     """The largest part of one table that a rank holds: a piece lying whole on one rank
-    (``pieces``: :func:`~dlrm_exp.planning.storage.whole_shards`), or a split table's even
-    share of ``world_size`` ranks."""
-    pieces = [*pieces, *[0] * (len(table_bytes) - len(pieces))]
-    split = [b / world_size for b, k in zip(table_bytes, pieces, strict=True) if not k]
-    return max([*whole_shards(table_bytes, pieces), *split, 0])
+    (``alone``: their bytes, :func:`~dlrm_exp.planning.storage.whole_shards` of ``pieces``),
+    or a split table's even share of ``world_size`` ranks."""
+    split = [
+        b / world_size for b, k in itertools.zip_longest(table_bytes, pieces, fillvalue=0) if not k
+    ]
+    return max([*alone, *split, 0])
 
 
 def _tables_fit(
