@@ -6,7 +6,7 @@ import re
 
 import pytest
 
-from conftest import GROUPS, REPO, compose_raw
+from conftest import GROUPS, REPO, compose_cfg, compose_raw
 from dlrm_exp.config import Config, Mode
 from dlrm_exp.config.keys import check_composed_keys, check_override_keys, suggest
 from dlrm_exp.errors import ConfigError
@@ -170,3 +170,19 @@ def test_a_sweeper_or_launcher_without_its_plugin_names_the_extra(monkeypatch):
         check_plugins(["-m", "hydra/sweeper=lr_search", "seed=1"])
     check_plugins(["-m", "hydra/launcher=local", "seed=1"])
     check_plugins(["seed=1"])
+
+
+def test_a_schema_feature_is_added_whole_and_the_key_by_key_form_says_so():
+    """OmegaConf cannot type ``+data.schema.sparse.new={...}`` (nor ``.new.column=``) as a
+    ``SparseFeature`` and failed with "Invalid type assigned: dict is not a subclass of
+    SparseFeature": refused before Hydra, naming the merge that adds a typed feature."""
+    works = "++data.schema.sparse={new: {column: C27, num_embeddings: 500}}"
+    hint = re.escape("'++data.schema.sparse={new: {column: ..., num_embeddings: ...}}'")
+    for added in ("+data.schema.sparse.new={column: C27, num_embeddings: 500}",
+                  "+data.schema.sparse.new.column=C27"):  # fmt: skip
+        with pytest.raises(ConfigError, match=hint):
+            check_override_keys([added], Config)
+    check_override_keys([works, "++data.schema.sparse.cat_0.table=t_new"], Config)
+    cfg = compose_cfg(["data=parquet", "data/schema=criteo", "data.path=x", works])
+    assert list(cfg.data.schema.sparse)[-1] == "new"
+    assert cfg.data.schema.sparse["new"].id_policy.name == "modulo"  # typed: defaults filled

@@ -67,8 +67,14 @@ def schema_keys(root: type) -> tuple[set[str], dict[str, set[str] | None]]:
     (``data: DataConfig``) counts the fields of every subclass. A map of dataclass values
     (``data.schema.sparse``: feature name -> ``SparseFeature``) takes any entry name, but
     each entry only its value's keys."""
+    keys, values = _schema_walk(root)
+    return keys, {m: None if v is None else schema_keys(v)[0] for m, v in values.items()}
+
+
+def _schema_walk(root: type) -> tuple[set[str], dict[str, type | None]]:
+    """(every full key of ``root``'s schema, its open maps' value dataclasses or None)."""
     keys: set[str] = set()
-    open_maps: dict[str, set[str] | None] = {}
+    open_maps: dict[str, type | None] = {}
 
     def walk(cls: type, prefix: str) -> None:
         hints = typing.get_type_hints(cls)
@@ -76,8 +82,7 @@ def schema_keys(root: type) -> tuple[set[str], dict[str, set[str] | None]]:
             key, tp = f"{prefix}{f.name}", hints[f.name]
             keys.add(key)
             if _is_open_map(tp):
-                value = _map_value_type(tp)
-                open_maps[key] = None if value is None else schema_keys(value)[0]
+                open_maps[key] = _map_value_type(tp)
             elif _is_dataclass_type(tp):
                 for sub in _subclasses(tp):
                     walk(sub, f"{key}.")
@@ -134,6 +139,33 @@ def _check_typed_map_key(key: str, open_maps: dict[str, set[str] | None]) -> Non
             raise unknown_key_error(key, {f"{m}.{entry}.{f}" for f in fields})
 
 
+def _refuse_entry_added_by_parts(key: str, root: type) -> None:
+    """Refuse ``+<map>.<entry>...`` on a map of dataclass values (``data.schema.sparse``).
+
+    OmegaConf cannot make a typed entry from ``+data.schema.sparse.new={...}`` or key by key
+    ("Invalid type assigned: dict is not a subclass of SparseFeature"), and an existing entry
+    takes no ``+``; merging the whole map, ``++data.schema.sparse={new: {...}}``, adds one.
+
+    Raises:
+        ConfigError: naming the form that adds an entry, with the entry's required keys.
+    """
+    for m, value in _schema_walk(root)[1].items():
+        if value is not None and key.startswith(f"{m}."):
+            entry = key[len(m) + 1 :].partition(".")[0]
+            required = ", ".join(
+                f"{f.name}: ..."
+                for f in dataclasses.fields(value)
+                if f.default is dataclasses.MISSING
+                and f.default_factory is dataclasses.MISSING
+                or f.default == "???"
+            )
+            raise ConfigError(
+                f"+{key}: an entry of {m} cannot be added key by key (OmegaConf cannot type "
+                f"it); add it whole by merging it into the map, '++{m}={{{entry}: "
+                f"{{{required}}}}}', or change a key of an entry the config has without +"
+            )
+
+
 def check_override_keys(overrides: Sequence[str], root: type) -> None:
     """Refuse a ``key=value`` (or ``+key`` / ``++key``) override whose key no schema has.
     Group choices (``model=mlperf``), ``hydra.*`` and deletions (``~key``) are left to Hydra,
@@ -157,6 +189,8 @@ def check_override_keys(overrides: Sequence[str], root: type) -> None:
             continue
         if _under_open_map(key, open_maps):
             _check_typed_map_key(key, open_maps)
+            if override.is_add():
+                _refuse_entry_added_by_parts(key, root)
             continue
         if _list_item_key(key, known):
             continue  # an item of a list (data.schema.dense.2.log1p): the list's node checks it
