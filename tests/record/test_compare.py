@@ -3,6 +3,7 @@ columns, the paired difference plot, and a --compare-to gate that fails on a pla
 only."""
 
 import csv
+import json
 import shutil
 
 import pytest
@@ -27,6 +28,9 @@ def test_the_sweep_summary_has_statistics_per_configuration(record_sweep):
     assert float(other["val_auroc"]["diff_vs_baseline"]) != 0  # the rates train differently
     assert float(other["val_auroc"]["ci_low"]) < float(other["val_auroc"]["mean"])
     assert other["test_auroc"]["diff_ci_low"] != "" and other["table_bytes_per_rank"]["mean"]
+    # each job records the seed it ran (what the report pairs repeats by)
+    seeds = [json.loads((folder / str(n) / "metrics.json").read_text())["seed"] for n in range(6)]
+    assert seeds == [0, 1, 2, 0, 1, 2]
 
 
 def _completed_jobs(folder, tmp_path):

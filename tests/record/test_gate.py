@@ -566,3 +566,78 @@ def test_a_drop_the_seeds_cannot_tell_from_noise_is_said_to_be_worse_on_average(
     (line,) = [x for x in result.lines if "val AUROC" in x]
     assert "worse on average, not significant (more seeds would tell)" in line
     assert result.passed and result.unsure == 1
+
+
+def test_single_runs_side_by_side_are_one_identity_by_folder_or_by_glob(tmp_path, capsys):
+    """A day folder of single runs (``outputs/<date>/<time>``, no ``multirun.yaml``) was read
+    as a sweep: the overrides its runs shared (``model=tiny``) left their identity, so a gate
+    of ``'day/*'`` against ``day`` compared nothing and failed. Numbered jobs of a sweep that
+    saved no ``multirun.yaml`` (Optuna's) are still named by what varies."""
+    from dlrm_exp.record.runs import load_runs
+
+    day, numbered = tmp_path / "day", tmp_path / "numbered"
+    for n, (q, seed) in enumerate([(q, s) for q in ("none", "fp16") for s in (0, 1, 2)]):
+        metrics = {"status": "completed", "val": {"auroc": SEED_AUROC[seed], "logloss": 0.45}}
+        for folder, name in ((day, f"12-00-0{n}"), (numbered, n)):
+            write_job(folder, name, [f"qcomms={q}", "model=tiny", f"seed={seed}"], metrics)
+    by_folder = [(r.config_id, r.fixed, r.seed) for r in load_runs([day])]
+    assert by_folder == [(r.config_id, r.fixed, r.seed) for r in load_runs(sorted(day.glob("*")))]
+    assert by_folder[0] == ("model=tiny,qcomms=none", "", 0)
+    assert [r.config_id for r in load_runs([numbered])][0] == "qcomms=none"
+    assert report.main([str(day)]) == 0
+    assert report.main([f"{day}/*", "--out", str(tmp_path / "o"), "--compare-to", str(day)]) == 0
+    assert "gate passed: 4 gated comparisons" in capsys.readouterr().out
+
+
+def test_whole_numbers_typed_as_floats_are_one_configuration(tmp_path, capsys):
+    """``optimizer.learning_rate=1`` and ``=1.0`` set one float: they were two configurations
+    (and ``--baseline optimizer.learning_rate=1.0`` matched no run typed ``1``)."""
+    from dlrm_exp.record.runs import canonical_overrides
+
+    whole = canonical_overrides(["a=1.0", "b=[1.0,0.5]"])
+    assert whole == canonical_overrides(["a=1e0", "b=[1,0.5]"])
+    assert canonical_overrides(["a=1.0"]) == "a=1" and canonical_overrides(["a=0.10"]) == "a=0.1"
+
+    def jobs(rates):
+        return [({"optimizer.learning_rate": lr, "seed": s}, SEED_AUROC[s])
+                for lr in rates for s in (0, 1)]  # fmt: skip
+
+    typed = ["optimizer.learning_rate=1,0.5", "seed=0,1"]
+    old = write_sweep(tmp_path / "old", typed, jobs((1, 0.5)))
+    typed = ["optimizer.learning_rate=1.0,0.5", "seed=0,1"]
+    new = write_sweep(tmp_path / "new", typed, jobs(("1.0", 0.5)))
+    assert report.main([str(old)]) == 0
+    assert gate(tmp_path, new, old, "--baseline", "optimizer.learning_rate=1.0") == 0
+    out = capsys.readouterr().out
+    assert "| optimizer.learning_rate=1 (baseline) |" in out and "gate passed" in out
+
+
+def test_a_seed_the_record_holds_is_taken_and_one_no_record_holds_is_named(tmp_path, capsys):
+    """``seed=${oc.env:SLURM_ARRAY_TASK_ID}`` (a Slurm array's seed) aborted the report with
+    "invalid literal for int()", naming no file: the seed is now read from ``metrics.json``,
+    and a failed job's, which records none, is refused naming its overrides."""
+    from dlrm_exp.record.runs import load_runs
+
+    typed = ["qcomms=fp16", "seed=${oc.env:SLURM_ARRAY_TASK_ID}"]
+    metrics = {"status": "completed", "val": {"auroc": 0.79, "logloss": 0.45}}
+    runs = [write_job(tmp_path, f"r{s}", typed, {**metrics, "seed": s}) for s in (3, 4)]
+    assert [r.seed for r in load_runs(runs)] == [3, 4]
+    failed = write_job(tmp_path, "f", typed, {"status": "failed", "error": "x"})
+    assert report.main([str(failed)]) == 2
+    assert "f/.hydra/overrides.yaml: seed=${oc.env:SLURM_ARRAY_TASK_ID} is no integer" in (
+        capsys.readouterr().err
+    )
+
+
+def test_a_baseline_whose_runs_all_failed_is_refused_not_left_blank(tmp_path, capsys):
+    folder = sweep(tmp_path / "s", {}, failed=("sgd",))
+    assert report.main([str(folder), "--baseline", "optimizer=sgd"]) == 2
+    assert "--baseline optimizer=sgd: no run of optimizer=sgd,sharding=rowwise completed (3 " in (
+        capsys.readouterr().err
+    )
+
+
+def test_a_folder_whose_name_has_brackets_is_taken_as_named(tmp_path, capsys):
+    metrics = {"status": "completed", "val": {"auroc": 0.79, "logloss": 0.45}}
+    run = write_job(tmp_path, "model.dense_arch_layer_sizes=[512,256,64]", ["seed=0"], metrics)
+    assert report.main([str(run), "--out", str(tmp_path / "o")]) == 0

@@ -133,3 +133,22 @@ def test_the_legend_says_what_ran_when_it_is_not_what_was_asked(tmp_path):
     legend = [t.get_text() for t in ax.get_legend().get_texts()]
     assert legend == ["qcomms=none", "qcomms=fp16 (ran: no embedding collective)"]
     plt.close(fig)
+
+
+def test_a_bar_pools_one_configuration_typed_in_two_orders(tmp_path):
+    """Two sweeps of the same configurations, keys typed in other orders (and ``0.1`` as
+    ``0.10``): the statistics pooled their 4 seeds, the bars split them into two groups of 2."""
+    jobs = []
+    for seed, typed in enumerate(
+        [["sharding=rowwise", "optimizer.learning_rate=0.1"]] * 2
+        + [["optimizer.learning_rate=0.10", "sharding=rowwise"]] * 2
+    ):
+        for q in ("none", "fp16"):
+            metrics = _completed("rowwise", q, 1000.0 + seed)
+            jobs.append(write_job(tmp_path, f"{seed}{q}", [*typed, f"qcomms={q}", f"seed={seed}"],
+                                  metrics))  # fmt: skip
+    pairs = report.bar_pairs(load_runs(jobs), "sharding", "qcomms")
+    assert {key: len(runs) for key, runs in pairs.items()} == {
+        ("optimizer.learning_rate=0.1,sharding=rowwise", "none"): 4,
+        ("optimizer.learning_rate=0.1,sharding=rowwise", "fp16"): 4,
+    }

@@ -552,6 +552,7 @@ def _run_metrics(
         data=info.to_json(),
         val_history=state.val_history,
         choices=dict(run.job.choices),
+        seed=run.cfg.seed,
         resumed=run.resumed,
         target_auroc=run.cfg.train.target_auroc,
         reached_target=state.target_step is not None,

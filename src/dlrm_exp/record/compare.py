@@ -71,8 +71,9 @@ def config_stats(runs: Sequence[RunRecord], baseline: str | None = None) -> list
     configuration with a completed run) comes first.
 
     Raises:
-        ValueError: no configuration or several match ``baseline``, two runs of one
-            configuration have the same seed, or were run with other fixed overrides.
+        ValueError: no configuration or several match ``baseline``, or none of its runs
+            completed; two runs of one configuration have the same seed, or were run with
+            other fixed overrides.
     """
     runs = without_superseded(runs)
     check_same_fixed(runs)
@@ -97,6 +98,12 @@ def config_stats(runs: Sequence[RunRecord], baseline: str | None = None) -> list
                 f"configurations: {have})"
             )
         matching = [n for n in matching if n in ran] or matching
+        if matching[0] not in ran:  # its runs all failed: every paired column would be empty
+            raise ValueError(
+                f"--baseline {baseline}: no run of {groups[matching[0]][0].config} completed "
+                f"({len(groups[matching[0]])} failed), so there is nothing to pair with: rerun "
+                "it, or name another baseline"
+            )
         if len(matching) > 1:
             which = "; ".join(groups[name][0].config for name in matching[:3])
             raise ValueError(

@@ -57,7 +57,12 @@ from dlrm_exp.record.compare import (  # noqa: E402
 from dlrm_exp.record.gate import GateResult, compare_runs, parse_tolerances  # noqa: E402
 from dlrm_exp.record.run_record import COMPLETED, RunMetrics  # noqa: E402
 from dlrm_exp.record.run_values import baseline_file, read_run_values, run_values  # noqa: E402
-from dlrm_exp.record.runs import RunRecord, load_runs, override_values  # noqa: E402
+from dlrm_exp.record.runs import (  # noqa: E402
+    RunRecord,
+    canonical_overrides,
+    load_runs,
+    override_values,
+)
 from dlrm_exp.record.stats import estimate  # noqa: E402
 from dlrm_exp.record.sweep import markdown_table, write_summary  # noqa: E402
 from dlrm_exp.util.files import write_bytes_atomic  # noqa: E402
@@ -76,10 +81,11 @@ def _group(run: RunRecord, group_by: str, bar_by: str) -> str:
     """A run's x-axis group: its configuration (every swept key but ``seed``; a single run's
     overrides but ``seed``) without ``bar_by``, so runs that differ in anything else
     (``optimizer.learning_rate``) are not pooled; when nothing else is left (a sweep of
-    ``bar_by`` and seeds), ``group_by=<its option>``."""
-    values = override_values(run.overrides)
-    keys = [k for k in run.config_keys if k != bar_by and k in values]
-    return ",".join(f"{k}={values[k]}" for k in keys) or f"{group_by}={_choice(run, group_by)}"
+    ``bar_by`` and seeds), ``group_by=<its option>``. In the canonical form of the
+    configuration's identity (keys sorted, values normalized), so one configuration typed in
+    two orders, or ``1`` and ``1.0``, is one group, as in the statistics."""
+    keys = [k for k in run.config_keys if k != bar_by]
+    return canonical_overrides(run.overrides, keys) or f"{group_by}={_choice(run, group_by)}"
 
 
 def bar_pairs(
@@ -267,11 +273,13 @@ def plot_auroc_diff(stats: Sequence[ConfigStats], path: Path) -> None:
 
 
 def expand(paths: Sequence[str]) -> list[Path]:
-    """Paths with globs expanded. Raises FileNotFoundError naming a path that matches
-    nothing."""
+    """Paths with globs expanded (a path that exists as written is taken as it is). Raises
+    FileNotFoundError naming a path that matches nothing."""
     out: list[Path] = []
     for raw in paths:
-        matches = sorted(glob.glob(raw)) if glob.has_magic(raw) else [raw]
+        # a folder named with brackets (model.dense_arch_layer_sizes=[512,256,64]) is itself
+        magic = glob.has_magic(raw) and not Path(raw).exists()
+        matches = sorted(glob.glob(raw)) if magic else [raw]
         if not matches or not all(Path(m).exists() for m in matches):
             raise FileNotFoundError(f"no run or sweep folder at {raw}")
         out.extend(Path(m) for m in matches)

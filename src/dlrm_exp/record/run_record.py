@@ -99,6 +99,9 @@ class RunMetrics:
         data: what the data source reported (row counts, skipped rows, ...).
         val_history: every validation's metrics with its ``step``.
         choices: each config group's chosen option.
+        seed: the run's ``seed``, as resolved (what a report pairs repeats by; an override
+            such as ``seed=${oc.env:SLURM_ARRAY_TASK_ID}`` is not a number); None in a record
+            from before the field or of a job that failed.
         resumed: after ``train.resume``, the ``checkpoint`` it continued, this job's ``step``
             there and the ``changed_settings`` (``key old -> new``) against the run that wrote
             it; empty for a run trained from the start.
@@ -175,6 +178,7 @@ class RunMetrics:
     data: dict[str, Any] = field(default_factory=dict)
     val_history: list[dict[str, float]] = field(default_factory=list)
     choices: dict[str, str] = field(default_factory=dict)
+    seed: int | None = None
     resumed: dict[str, Any] = field(default_factory=dict)
     target_auroc: float | None = None
     reached_target: bool = False

@@ -8,8 +8,8 @@ SIGTERM; both with ``error``); a job that left no ``metrics.json`` (killed outri
 every swept key, in command-line order, e.g. ``sharding=rowwise,qcomms=fp16``; its
 configuration is the same without ``seed``, which names the repeat. A configuration's identity
 (``config_id``, what a comparison matches on) is the canonical form of those overrides: keys
-sorted, values normalized (``0.10`` and ``1e-1`` are ``0.1``), so the order in which the swept
-keys were typed does not matter.
+sorted, values normalized (``0.10`` and ``1e-1`` are ``0.1``, ``1.0`` is ``1``), so the order
+in which the swept keys were typed does not matter.
 """
 
 import json
@@ -69,20 +69,33 @@ def parsed_override_values(
 
 def normalized_value(value: Any) -> str:
     """A parsed override value as canonical text: floats by ``repr`` (``0.10``, ``1e-1`` ->
-    ``0.1``), booleans and null in lower case, lists and dicts as compact sorted JSON."""
+    ``0.1``), whole ones as ints (``1.0`` -> ``1``), booleans and null in lower case, lists
+    and dicts as compact sorted JSON."""
     if isinstance(value, bool) or value is None:
         return json.dumps(value)
-    if isinstance(value, float):
-        return repr(value)
+    if isinstance(value, (int, float)):
+        return repr(_whole(value))
     if isinstance(value, (list, dict)):
-        return json.dumps(value, sort_keys=True, separators=(",", ":"))
+        return json.dumps(_whole(value), sort_keys=True, separators=(",", ":"))
     return str(value)
+
+
+def _whole(value: Any) -> Any:
+    """``value`` with whole floats as ints (``1.0``, ``1e0`` -> ``1``), in lists and dicts too:
+    a float key takes ``1`` and ``1.0`` alike, so they are one configuration."""
+    if isinstance(value, float) and value.is_integer() and abs(value) < 2**53:
+        return int(value)
+    if isinstance(value, list):
+        return [_whole(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _whole(v) for k, v in value.items()}
+    return value
 
 
 def canonical_overrides(overrides: Sequence[str], keys: Sequence[str] | None = None) -> str:
     """``key=value,...`` of ``overrides`` (only ``keys`` if given) with the keys sorted and
-    the values normalized: Hydra's parsed value, floats by ``repr`` (``0.10``, ``1e-1`` ->
-    ``0.1``), booleans and null in lower case, lists as compact JSON. The identity of a
+    the values normalized (:func:`normalized_value`: ``0.10``, ``1e-1`` -> ``0.1``; ``1.0``
+    -> ``1``), booleans and null in lower case, lists as compact JSON. The identity of a
     configuration, independent of typing order."""
     chosen = parsed_override_values(overrides, keys)
     return ",".join(f"{k}={normalized_value(chosen[k])}" for k in sorted(chosen))
@@ -217,7 +230,7 @@ def load_runs(paths: Iterable[Path]) -> list[RunRecord]:
         jobs = sorted((p for p in path.iterdir() if (p / ".hydra").is_dir()), key=_job_number)
         if jobs:
             overrides = [job_overrides(job) for job in jobs]
-            swept = saved_keys(path) or varying_keys(overrides)
+            swept = saved_keys(path) or _unsaved_sweep_keys(jobs, overrides)
             runs.extend(
                 _record(job, swept, typed)
                 for job, typed in zip(jobs, overrides, strict=True)
@@ -231,6 +244,15 @@ def load_runs(paths: Iterable[Path]) -> list[RunRecord]:
     return runs
 
 
+def _unsaved_sweep_keys(jobs: Sequence[Path], overrides: Sequence[Sequence[str]]) -> list[str]:
+    """The swept keys of a folder of run folders without a ``multirun.yaml``: the keys that
+    vary between its jobs when they are numbered as a sweep's (``0``, ``1``, ...: a sweeper
+    that saved none, such as Optuna's); none for single runs side by side
+    (``outputs/<date>/<time>``), each then its single run's identity, as when named on its own
+    or by a glob (else the same runs had another identity by the folder named)."""
+    return varying_keys(overrides) if all(job.name.isdigit() for job in jobs) else []
+
+
 def _record(run_dir: Path, swept: Sequence[str], overrides: list[str]) -> RunRecord:
     metrics_file = run_dir / "metrics.json"
     metrics = (
@@ -239,7 +261,7 @@ def _record(run_dir: Path, swept: Sequence[str], overrides: list[str]) -> RunRec
     name = run_name(overrides, swept) if overrides else run_dir.name
     others = [k for k in swept if k != SEED]
     values = override_values(overrides)
-    seed = int(values.get(SEED, 0))
+    seed = _seed(run_dir, overrides, metrics)
     if others:
         keys = others
         config = run_name(overrides, others)
@@ -264,6 +286,27 @@ def _record(run_dir: Path, swept: Sequence[str], overrides: list[str]) -> RunRec
         run_dir, name or run_dir.name, overrides, metrics, config, seed, identity, fixed,
         tuple(keys),
     )  # fmt: skip
+
+
+def _seed(run_dir: Path, overrides: Sequence[str], metrics: RunMetrics) -> int:
+    """The run's seed: as its ``metrics.json`` records it, else its ``seed`` override, else
+    the config's default 0.
+
+    Raises:
+        ValueError: the override is no integer (``seed=${oc.env:...}``) and the record holds
+            no seed (a job that failed, or one written before the field); names the file.
+    """
+    if metrics.seed is not None:
+        return metrics.seed
+    typed = parsed_override_values(overrides, [SEED]).get(SEED, 0)
+    try:
+        return int(typed)
+    except (TypeError, ValueError):
+        raise ValueError(
+            f"{run_dir / '.hydra' / 'overrides.yaml'}: seed={typed} is no integer and the run's "
+            "metrics.json records no seed (a failed job, or one written before it did): "
+            "the report cannot tell which repeat it is; report it apart or rerun it"
+        ) from None
 
 
 def check_same_fixed(runs: Iterable[RunRecord]) -> None:
