@@ -36,7 +36,8 @@ class RunFolderInUseError(Refusal):
 
 class OutputFolderInUseError(Refusal):
     """Another run writes into the output folder asked for (``preprocess.output_dir``,
-    ``export.output_dir``), whose writers use fixed temporary names; unlike
+    ``export.output_dir``) or the output file (``predict.output``), whose writers use fixed
+    temporary names; unlike
     :class:`RunFolderInUseError` the job's own run folder is its own (its record is written)."""
 
 

@@ -15,7 +15,7 @@ import torch
 
 from conftest import compose_cfg, two_process_job
 from dlrm_exp.data.criteo_format import write_criteo_tsv
-from dlrm_exp.errors import ConfigError, DataError
+from dlrm_exp.errors import ConfigError, DataError, OutputFolderInUseError
 from dlrm_exp.factories.inference import InferenceDLRM
 from dlrm_exp.loop.checkpoint import CheckpointError
 from dlrm_exp.modes.evaluate import run_evaluate
@@ -23,6 +23,7 @@ from dlrm_exp.modes.export import load_trained, run_export
 from dlrm_exp.modes.job import Job
 from dlrm_exp.modes.predict import run_predict
 from dlrm_exp.record.run_record import RunMetrics
+from dlrm_exp.util.folder_lock import held_output_file
 
 pytestmark = pytest.mark.slow
 
@@ -121,6 +122,15 @@ def test_predict_writes_one_probability_per_valid_row_in_order(trained, tmp_path
         run_predict(other_file, Job(tmp_path / "again"))
     assert (run_dir / "metrics.json").read_bytes() == record
     assert not list(tmp_path.glob("*.partial"))
+    # a second run given the same output while the first writes it: both wrote one .partial
+    # and the first to finish published it mid-write (an unreadable file its report vouched for)
+    published = (tmp_path / "predictions.parquet").read_bytes()
+    with held_output_file(tmp_path / "predictions.parquet", "predict.output"):  # the first
+        with pytest.raises(OutputFolderInUseError, match=r"predict.output=.*predictions.parquet "
+                           "is being written by another run .* name another file"):  # fmt: skip
+            same = f"predict.output={tmp_path / 'predictions.parquet'}"
+            run_predict(compose_cfg([*overrides, same]), Job(tmp_path / "second"))
+    assert (tmp_path / "predictions.parquet").read_bytes() == published
     # ~ is the home folder, as in data.path (a literal ./~ failed after scoring every row)
     monkeypatch.setenv("HOME", str(tmp_path / "home"))
     (tmp_path / "home").mkdir()

@@ -61,6 +61,7 @@ from dlrm_exp.modes.predict_parquet import Logits, predict_parquet, read_inputs
 from dlrm_exp.modes.setup import warn_unlike_training
 from dlrm_exp.planning.tables import table_shapes
 from dlrm_exp.util.files import check_writable, publish_file, write_json_atomic
+from dlrm_exp.util.folder_lock import held_output_file
 
 #: The Parquet schema of the predictions (see the module docstring); unlabeled input has no
 #: ``label`` column.
@@ -160,6 +161,7 @@ def run_predict(cfg: Config, job: Job) -> dict:
     Raises:
         ConfigError: more than one process asked for (prediction runs on one), or
             ``predict.output`` names a folder or a file other than earlier predictions.
+        OutputFolderInUseError: another run writes the same ``predict.output``.
         CheckpointError: missing, partial, another model shape, other id policies or id types.
         DataError: an input cannot be read, or no row of it is valid.
     """
@@ -171,6 +173,13 @@ def run_predict(cfg: Config, job: Job) -> dict:
     given = cfg.predict.output
     output = Path(given).expanduser() if given else job.run_dir / "predictions.parquet"
     _check_output(output)  # found now, not after scoring every row
+    with held_output_file(output, "predict.output"):  # one writer of its .partial at a time
+        return _predict(cfg, job, output)
+
+
+def _predict(cfg: Config, job: Job, output: Path) -> dict:
+    """:func:`run_predict` once ``output`` is checked and held: score, publish, report."""
+    assert cfg.checkpoint is not None
     path = find_checkpoint(cfg.checkpoint)
     partial = output.with_name(output.name + ".partial")
     if isinstance(cfg.data, ParquetDataConfig):

@@ -27,17 +27,20 @@ LOCK_FILE = ".lock"
 _held: dict[Path, int | None] = {}
 
 
-def _lock(run_dir: Path, key: str = "hydra.run.dir") -> int | None:
-    """The descriptor of ``run_dir``'s lock file, locked; None where the folder cannot hold
-    the file or its file system has no ``flock`` (some network or FUSE mounts: unlocked).
-    ``key``: the setting that named the folder (an output folder's other than the run's).
+def _lock(
+    run_dir: Path, key: str = "hydra.run.dir", lock_file: str = LOCK_FILE, named: Path | None = None
+) -> int | None:
+    """The descriptor of ``run_dir``'s lock file (``lock_file``), locked; None where the
+    folder cannot hold the file or its file system has no ``flock`` (some network or FUSE
+    mounts: unlocked). ``key``: the setting that named the folder (an output folder's other
+    than the run's), or, with ``named``, the output file it locks.
 
     Raises:
         RunFolderInUseError: another live process holds it (naming that process and host).
         OutputFolderInUseError: the same, for an output folder (``key`` not the run's).
     """
     try:
-        fd = os.open(run_dir / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o644)
+        fd = os.open(run_dir / lock_file, os.O_RDWR | os.O_CREAT, 0o644)
     except OSError:
         return None
     try:
@@ -49,8 +52,8 @@ def _lock(run_dir: Path, key: str = "hydra.run.dir") -> int | None:
             return None  # no flock here
         if key != "hydra.run.dir":
             raise OutputFolderInUseError(
-                f"{key}={run_dir} is being written by another run ({holder}): wait for it to "
-                "end, or name another folder"
+                f"{key}={named or run_dir} is being written by another run ({holder}): wait "
+                f"for it to end, or name another {'file' if named else 'folder'}"
             ) from None
         raise RunFolderInUseError(
             f"{run_dir} is in use by another run ({holder}): runs started within the same "
@@ -111,3 +114,24 @@ def held_run_folder(run_dir: Path, key: str = "hydra.run.dir") -> Iterator[None]
         yield
     finally:
         release_run_folder(run_dir)
+
+
+@contextmanager
+def held_output_file(path: Path, key: str) -> Iterator[None]:
+    """Hold the lock of the output file ``path`` (``.<name>.lock`` beside it) for the block:
+    its writer uses one fixed temporary name (``<name>.partial``), so two runs given the same
+    file (two ``mode=predict`` with one ``predict.output``) wrote into one partial file, and
+    the first to finish published it while the other still wrote (an unreadable file, vouched
+    for by its report).
+
+    Raises:
+        OutputFolderInUseError: another live process holds it (naming ``key``, the file and
+            that process).
+    """
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = _lock(path.parent, key, f".{path.name}.lock", named=path)
+    try:
+        yield
+    finally:
+        if fd is not None:
+            os.close(fd)
