@@ -204,6 +204,32 @@ def test_a_fresh_start_refuses_an_earlier_runs_best_or_record(tmp_path):
         run_train(compose_cfg(SMALL), tmp_path / "b", {})  # as the run calls it
 
 
+def test_a_resume_from_another_runs_checkpoint_refuses_a_folder_of_an_earlier_run(tmp_path):
+    """Review: ``train.resume=<run C's step_10>`` into folder B holding an earlier run's
+    ``step_10..step_40`` trained on, mixing the two: evaluate took B's old ``step_40``, and with
+    ``keep_last_checkpoints=1`` pruning (by samples) removed the new checkpoint. A lone
+    ``best`` is still adopted over (or removed), and B's own checkpoints resume as before."""
+
+    def checkpoint(folder, name):
+        path = folder / CHECKPOINTS / name
+        path.mkdir(parents=True)
+        (path / ".metadata").write_bytes(b"")
+        (path / STATE_FILE).write_text('{"step": 10, "samples": 10}')
+        return path
+
+    other = checkpoint(tmp_path / "c", "step_10")
+    checkpoint(tmp_path / "b", "best")
+    check_run_folder(tmp_path / "b", str(other), keep_best=True)
+    own = checkpoint(tmp_path / "b", "step_40")
+    with pytest.raises(RunFolderInUseError, match=r"checkpoints of an earlier run \(step_40\)"):
+        check_run_folder(tmp_path / "b", str(other), keep_best=True)
+    check_run_folder(tmp_path / "b", str(own), keep_best=True)
+    (tmp_path / "d").mkdir()
+    (tmp_path / "d" / "metrics.json").write_text("{}")
+    with pytest.raises(RunFolderInUseError, match=r"the record of an earlier run \(metrics.json"):
+        check_run_folder(tmp_path / "d", str(other), keep_best=True)
+
+
 @pytest.fixture(scope="module")
 def saved(tmp_path_factory):
     run_dir = tmp_path_factory.mktemp("saved")

@@ -230,17 +230,19 @@ def _positioned(run_dir: Path) -> list[tuple[tuple[int, int], Path]]:
     return sorted(found)
 
 
-def check_no_earlier_run(run_dir: Path) -> None:
+def check_no_earlier_run(run_dir: Path, best_too: bool = True) -> None:
     """A training run that starts fresh must start from an empty ``checkpoints/`` and no
     record: a later ``mode=evaluate|predict|export`` of the folder, or ``train.resume=auto``,
     would otherwise take an earlier run's checkpoint (its ``best``, or a later step) for this
     one's, and a run that failed would leave the earlier run's ``metrics.json`` beside its own
-    config.
+    config. ``best_too=False``: a ``best`` is let be (a run resumed from another run's
+    checkpoint adopts that run's best in its place, or removes it).
 
     Raises:
         RunFolderInUseError: naming the folder and what it holds.
     """
-    held = ([best] if (best := best_checkpoint(run_dir)) else []) + complete_checkpoints(run_dir)
+    best = best_checkpoint(run_dir) if best_too else None
+    held = ([best] if best else []) + complete_checkpoints(run_dir)
     if held:
         names = first_few([p.name for p in held])
         raise RunFolderInUseError(
@@ -261,13 +263,19 @@ def check_run_folder(run_dir: Path, resume: str | None, keep_best: bool) -> None
     step checkpoint starts fresh too, refused only beside a finished run's ``metrics.json``
     (an interrupted attempt of the job, a requeued one, may have left its ``best``, which the
     fresh start removes: :func:`drop_stale_best`); a resume, no ``best`` it would not keep
-    (:func:`check_best_is_kept`).
+    (:func:`check_best_is_kept`), and one from another run's checkpoint, no step checkpoint or
+    record of an earlier run here either.
 
     Raises:
         RunFolderInUseError: see those checks (a ``resume`` path that is no complete
             checkpoint is refused where it is loaded).
     """
     if resume and (resume != "auto" or complete_checkpoints(run_dir)):
+        if resume != "auto" and not _in_folder(Path(resume), run_dir):
+            # another run's checkpoint: training on from it here would mix this folder's
+            # earlier run with it (pruning by samples removed the new checkpoints, evaluate
+            # and train.resume=auto took the earlier run's later ones)
+            check_no_earlier_run(run_dir, best_too=False)
         check_best_is_kept(run_dir, keep_best)
     elif not resume or (run_dir / "metrics.json").is_file():  # a finished run's, no requeue
         check_no_earlier_run(run_dir)
@@ -298,11 +306,16 @@ def later_checkpoints(run_dir: Path, path: Path) -> list[Path]:
     resolved, target = [p.resolve() for _, p in found], path.resolve()
     if target in resolved:
         return [p for _, p in found[resolved.index(target) + 1 :]]
-    if target.parent != (run_dir / CHECKPOINTS).resolve():
+    if not _in_folder(path, run_dir):
         return []  # another run's checkpoint
     state = read_trainer_state(path)
     position = (int(state.get("samples", -1)), int(state.get("step", -1)))
     return [p for at, p in found if at > position]
+
+
+def _in_folder(checkpoint: Path, run_dir: Path) -> bool:
+    """Whether ``checkpoint`` is one of ``run_dir``'s (in its ``checkpoints/``)."""
+    return checkpoint.expanduser().resolve().parent == (run_dir / CHECKPOINTS).resolve()
 
 
 def _samples(path: Path) -> int:
