@@ -83,11 +83,13 @@ def test_a_resumed_stop_holds_only_where_this_job_asks_for_it():
     assert resumed(None, 40, None, target_auroc=0.65) == (TARGET, 20)
 
 
-def test_a_resume_with_another_monitor_rebuilds_the_best_from_the_history():
+def test_a_resume_with_another_monitor_rebuilds_the_best_from_the_history(tmp_path):
     """The best was kept as a bare number: resumed with monitor=logloss, an AUROC of 0.801
     was the log loss to beat, so a worse log loss "improved" and the best weights were
-    another validation's."""
+    another validation's. The saved best weights are those of the replayed best when it is
+    the same validation (they were left aside, and the resume removed checkpoints/best)."""
     from dlrm_exp.config import TrainConfig
+    from dlrm_exp.loop.checkpoint import holds_best
     from dlrm_exp.loop.trainer import TrainerState
 
     history = [
@@ -105,13 +107,23 @@ def test_a_resume_with_another_monitor_rebuilds_the_best_from_the_history():
     by_logloss = EarlyStopping(monitor=Monitor.logloss, patience=None)
     state.reconsider_stop(TrainConfig(early_stopping=by_logloss))
     assert (state.best.step, state.best.value, state.best.bad_validations) == (10, 0.450, 2)
-    assert state.best.monitor == "logloss" and state.best_checkpoint is None  # not its weights
-    # the same best step under both metrics: its saved record still holds the AUROC, which
-    # restoring compares with the log loss, so those weights are left aside as well
+    assert state.best.monitor == "logloss" and state.best_checkpoint == "run/checkpoints/best"
+
+    def saved_best(name, saved_history):  # checkpoints/best as the AUROC run saved it
+        folder = tmp_path / name
+        folder.mkdir()
+        state = {"best": best.to_json(), "val_history": saved_history}
+        (folder / "trainer_state.json").write_text(json.dumps(state))
+        return folder
+
+    assert holds_best(saved_best("a", history), by_auroc_best := best)
+    assert not holds_best(saved_best("b", history), state.best)  # step 20's, not step 10's
+    # the same best step under both metrics: the saved weights are the replayed best's
     alike = [{**h, "logloss": 0.5 - h["auroc"] / 10} for h in history]
-    kept = TrainerState(30, 0, alike, best=best, best_checkpoint="run/checkpoints/best")
+    kept = TrainerState(30, 0, alike, best=by_auroc_best, best_checkpoint="run/checkpoints/best")
     kept.reconsider_stop(TrainConfig(early_stopping=by_logloss))
-    assert kept.best.step == best.step == 20 and kept.best_checkpoint is None
+    assert kept.best.step == best.step == 20 and kept.best.monitor == "logloss"
+    assert holds_best(saved_best("c", alike), kept.best)
     same = TrainerState(30, 0, history, best=best, best_checkpoint="run/checkpoints/best")
     same.reconsider_stop(TrainConfig(early_stopping=by_auroc))
     assert same.best is best and same.best_checkpoint == "run/checkpoints/best"
@@ -278,15 +290,22 @@ def test_a_resumed_run_takes_only_the_best_its_checkpoint_recorded(tmp_path):
         return folder
 
     other = best_folder(tmp_path / "a" / "checkpoints" / "best", 0.80)  # trained on since
+
+    def at(value):
+        return BestValidation(step=10, value=value)
+
     with process_group(compose_cfg([]).hardware):
-        assert adopt_best(other, tmp_path / "b", True, 0.70) is None
+        assert adopt_best(other, tmp_path / "b", True, at(0.70)) is None
         assert not (tmp_path / "b" / "checkpoints" / "best").exists() and other.is_dir()
-        linked = adopt_best(other, tmp_path / "b", True, 0.80)  # the same best: held here
+        linked = adopt_best(other, tmp_path / "b", True, at(0.80))  # the same best: held here
         assert linked == tmp_path / "b" / "checkpoints" / "best" and linked.is_dir()
         own = best_folder(tmp_path / "c" / "checkpoints" / "best", 0.80)  # a lost branch's
-        assert adopt_best(own, tmp_path / "c", True, 0.70) is None and not own.exists()
+        # a resume that trains no step leaves the folder's best with its kept record
+        assert adopt_best(own, tmp_path / "c", True, at(0.70), trains=False) == own
+        assert adopt_best(own, tmp_path / "c", True, at(0.70)) is None and not own.exists()
         later = best_folder(tmp_path / "d" / "checkpoints" / "best", 0.80)  # none recorded
-        assert adopt_best(None, tmp_path / "d", True, None) is None and not later.exists()
+        assert adopt_best(None, tmp_path / "d", True, BestValidation()) is None
+        assert not later.exists()
 
 
 def test_a_run_stopped_at_its_best_and_resumed_without_the_stop_keeps_those_weights(

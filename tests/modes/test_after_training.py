@@ -186,7 +186,7 @@ def test_predict_scores_unlabeled_rows_and_refuses_a_mostly_malformed_file(
     )
     with pytest.raises(DataError, match=r"75 of 100 rows could not be scored \(75.0% > data.max"):
         run_predict(cfg, Job(tmp_path / "malformed"))
-    assert not list((tmp_path / "malformed").glob("*.parquet*"))
+    assert not list((tmp_path / "malformed").glob("predictions.parquet*"))  # (.lock stays)
     evaluate = [f"checkpoint={run_dir}", "data=criteo_tsv", f"data.path={malformed}"]
     with pytest.raises(DataError, match=r"^data.path: 75 of 100 rows could not be evaluated \(75"):
         run_evaluate(compose_cfg(["mode=evaluate", *evaluate]), Job(tmp_path / "evaluate"))
@@ -228,7 +228,7 @@ def test_predict_refuses_a_file_of_another_feature_count(trained, tmp_path):
         DataError, match=r"no valid Criteo row .*5 rows read, skipped: field_count 5"
     ):
         run_predict(cfg, Job(tmp_path))
-    assert not list(tmp_path.glob("*.parquet*"))
+    assert not list(tmp_path.glob("predictions.parquet*"))  # (its hidden .lock stays)
 
 
 #: Run in a fresh interpreter that imports only torch, fbgemm_gpu and the standard library:

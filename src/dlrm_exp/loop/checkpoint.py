@@ -47,7 +47,7 @@ import shutil
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 import torch.distributed as dist
@@ -62,6 +62,9 @@ from dlrm_exp.errors import CheckpointError, RunFolderInUseError
 from dlrm_exp.util.files import sync_file, sync_folder, write_json_atomic
 from dlrm_exp.util.rank_zero import on_rank_zero
 from dlrm_exp.util.text import first_few
+
+if TYPE_CHECKING:
+    from dlrm_exp.loop.early_stopping import BestValidation
 
 log = logging.getLogger(__name__)
 
@@ -403,7 +406,7 @@ def _link_dcp_files(source: Path, target: Path) -> None:
 
 
 def adopt_best(
-    source: Path | None, run_dir: Path, is_main: bool, value: float | None
+    source: Path | None, run_dir: Path, is_main: bool, best: "BestValidation", trains: bool = True
 ) -> Path | None:
     """Make the best validation's checkpoint ``source`` this run's ``checkpoints/best`` (a
     collective: every rank calls it). A run resumed from another run's checkpoint keeps that
@@ -411,15 +414,17 @@ def adopt_best(
     weights its record reports, and ``checkpoint=<this run>`` (evaluate, predict, export)
     takes them. Returns this run's ``best``; ``source`` unchanged when it is already this
     run's, or not a complete checkpoint (the end of training then reports the final weights,
-    with a warning); None when ``source`` now holds another best than the resumed one's
-    (``value``): that run trained on past the checkpoint, or this one's later save was lost
-    with a crash. Such a ``best`` of this folder is removed (evaluate would take it), and so
-    is one when the resumed state saved none (``source`` None: a save after the checkpoint)."""
+    with a warning); None when ``source`` now holds another validation's weights than the
+    resumed ``best``: that run trained on past the checkpoint, or this one's later save was
+    lost with a crash. Such a ``best`` of this folder is removed (evaluate would take it), and
+    so is one when the resumed state saved none (``source`` None: a save after the
+    checkpoint), unless the resume ``trains`` no step: then the folder keeps its run's record
+    and ``best`` as they are (``source`` returned; the end of training checks it again)."""
     final = run_dir / CHECKPOINTS / BEST
     own = {final.resolve(), _replaced(final).resolve()}
     # rank 0 decides for all: hosts may see a shared folder differently (NFS caching)
-    action = on_rank_zero(lambda: _adoption(source, value, own))
-    if action == _KEEP:
+    action = on_rank_zero(lambda: _adoption(source, best, own))
+    if action == _KEEP or (action == _DROP and not trains):
         return source
     if action == _DROP:
         stale = best_checkpoint(run_dir) if source is None else source  # this folder's: removed
@@ -443,22 +448,31 @@ def adopt_best(
 _KEEP, _DROP, _ADOPT = "keep", "drop", "adopt"
 
 
-def holds_best(path: Path, value: float | None) -> bool:
-    """Whether the checkpoint ``path`` holds the weights of the best validation of ``value``
-    (the best its trainer state recorded when saved).
+def holds_best(path: Path, best: "BestValidation") -> bool:
+    """Whether the checkpoint ``path`` holds the weights of the validation ``best`` names:
+    the best its trainer state recorded when saved has the same value, or, recorded under
+    another ``early_stopping.monitor``, names a validation (its step in the saved history)
+    whose value of ``best.monitor`` is ``best.value`` (a resume with another monitor whose
+    best is the same validation keeps those weights).
 
     Raises:
         CheckpointError: its trainer state cannot be read (:func:`read_trainer_state`).
     """
-    return (read_trainer_state(path).get("best") or {}).get("value") == value
+    state = read_trainer_state(path)
+    saved = state.get("best") or {}
+    if saved.get("monitor") in (None, best.monitor):
+        return saved.get("value") == best.value
+    at = [h for h in state.get("val_history") or [] if h.get("step") == saved.get("step")]
+    return len(at) == 1 and at[0].get(best.monitor) == best.value
 
 
-def _adoption(source: Path | None, value: float | None, own: set[Path]) -> str:
+def _adoption(source: Path | None, best: "BestValidation", own: set[Path]) -> str:
     """What :func:`adopt_best` does with ``source``: keep it as it is (not complete, or
-    already this run's), drop it (none, or another best than ``value``), or adopt it."""
+    already this run's), drop it (none, or another validation's than ``best``), or adopt
+    it."""
     if source is not None and not _is_complete(source):
         return _KEEP
-    if source is None or not holds_best(source, value):
+    if source is None or not holds_best(source, best):
         return _DROP
     return _KEEP if source.resolve() in own else _ADOPT
 

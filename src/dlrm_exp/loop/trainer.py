@@ -194,14 +194,14 @@ class TrainerState:
         the history already reached stops, as a fresh run of this job would have. Another
         ``early_stopping.monitor`` than the checkpoint's rebuilds the best validation and the
         patience count from the history (its value was another metric's); the best weights
-        saved under it are then left aside (recorded with its value, which restoring checks
-        against, a resume's adoption of them would remove or refuse them). A target first
+        saved under it stay where they are, kept when they are the replayed best validation's
+        (:func:`~dlrm_exp.loop.checkpoint.holds_best`), else removed or refused by the
+        resume's adoption and the restore. A target first
         reached at the last of ``total_steps`` is no stop (the run ended there anyway: ``end``,
         as it ran), and a NaN AUROC (stored as null) never reached one."""
         monitor = cfg.early_stopping.monitor.value
         if self.best.monitor not in (None, monitor):
             self.best = BestValidation.replayed(self.val_history, cfg.early_stopping)
-            self.best_checkpoint = None
         target = cfg.target_auroc
         reached = [
             h["step"]

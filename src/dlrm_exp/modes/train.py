@@ -360,7 +360,8 @@ def _resume(
         _restart_history(tracker, state, int(saved["step"]))
     if run.cfg.train.keep_best:  # another run's best: held here too; a stale one: removed
         source = Path(state.best_checkpoint) if state.best_checkpoint else None
-        best = adopt_best(source, run.job.run_dir, run.ctx.is_main, state.best.value)
+        trains = state.step < total_steps and state.stop_reason is None
+        best = adopt_best(source, run.job.run_dir, run.ctx.is_main, state.best, trains)
         state.best_checkpoint = None if best is None else str(best)
     if run.ctx.is_main:
         warn_other_data_order(saved, run.cfg, run.ctx.world_size)
@@ -513,7 +514,7 @@ class _BestCheckpoint:
         """The folder :meth:`restore` loads, None when none holds ``best``'s weights."""
         path = best_checkpoint(self.saver.run.job.run_dir) or Path(location)
         try:
-            return path if holds_best(path, best.value) else None
+            return path if holds_best(path, best) else None
         except CheckpointError:
             return None
 
