@@ -8,6 +8,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+import torch
 
 from dlrm_exp.config import (
     DenseColumn,
@@ -609,3 +610,36 @@ def test_a_label_column_of_nulls_only_is_no_label_for_rows_to_score():
     check_columns(Path("rows.parquet"), nulls, schema(), require_label=False)
     with pytest.raises(DataError, match=r"column 'click' \(label\) is null, data.schema expects"):
         check_columns(Path("rows.parquet"), nulls, schema())  # training needs labels
+
+
+def test_dense_values_beyond_float32_read_finite(tmp_path):
+    """A float64 sentinel (1e300, float64's max) became inf in the float32 batch, with log1p
+    too (the cast came before the log): a NaN loss, or a test split scored n/a."""
+    big = np.finfo(np.float64).max
+    tbl = table(4, price=pa.array([1e300, -1e300, 3.0, 1e39]), age=pa.array([1e39, -big, 5.0, 2.0]))
+    splits = load_splits(config(write(tmp_path / "a.parquet", tbl)), [], 2, 0)
+    (batch,) = all_rows(splits.train, schema().feature_names)
+    dense = batch.dense_features
+    assert torch.isfinite(dense).all()
+    assert dense[:, 0].tolist() == pytest.approx([math.log1p(1e300), 0.0, math.log(4), 89.80], 1e-4)
+    assert dense[:, 1].tolist() == [0.0, 0.0, 5.0, 2.0]  # beyond float32: 0, as inf is
+
+
+def test_a_column_of_nulls_only_in_one_file_reads_as_nulls(tmp_path):
+    """A feature absent from one day's file: pyarrow (and pandas) type such a column
+    ``null`` (``list<null>`` for lists), which was refused ("is null, data.schema expects
+    numbers"), though nulls read as 0 and empty bags, and mode=schema wrote a schema for it."""
+    write(tmp_path / "a.parquet", table(4))
+    nulls = {"price": pa.nulls(4), "user": pa.nulls(4), "item": pa.nulls(4),
+             "recent": pa.nulls(4, pa.list_(pa.null()))}  # fmt: skip
+    write(tmp_path / "b.parquet", table(4, **nulls))
+    assert all(pa.types.is_null(pq.read_schema(tmp_path / "b.parquet").field(c).type)
+               for c in ("price", "user", "item"))  # fmt: skip
+    splits = load_splits(config(tmp_path), [], 2, 0)
+    assert splits.info.read["nulls"] == {"price": 4, "user": 4, "item": 4, "recent": 4}
+    (batch,) = all_rows(splits.train, schema().feature_names)
+    assert batch.dense_features[4:, 0].tolist() == [0.0] * 4
+    kjt = batch.sparse_features.to_dict()
+    for name in ("user", "item", "recent"):
+        assert kjt[name].lengths().tolist()[4:] == [0] * 4, name
+    assert kjt["recent"].lengths().tolist()[:4] == [2] * 4

@@ -78,8 +78,9 @@ def decode(table: pa.Table, schema: FeatureSchema, where: str) -> Rows:
     """The rows of ``table`` (the schema's columns of a row group or a parsed block, label
     nulls already dropped).
 
-    Null (and NaN) dense values read as 0, null sparse entries (and null ids inside a list) as empty
-    bags; ``log1p`` dense columns become ``log(1 + max(x, 0))`` (:func:`log1p_clipped`).
+    Null (and NaN, infinite, or beyond float32's range) dense values read as 0, null sparse
+    entries (and null ids inside a list) as empty bags, columns typed ``null`` (nulls only)
+    alike; ``log1p`` dense columns become ``log(1 + max(x, 0))`` (:func:`_dense_values`).
 
     Raises:
         DataError: a label other than 0 / 1; ids the feature's id policy refuses (see
@@ -90,8 +91,7 @@ def decode(table: pa.Table, schema: FeatureSchema, where: str) -> Rows:
     refuse_non_clicks(labels, where, schema.label)
     dense = np.zeros((n, schema.num_dense), dtype=np.float32)
     for j, spec in enumerate(schema.dense):
-        x = _numbers(table.column(spec.column))
-        dense[:, j] = log1p_clipped(x) if spec.log1p else x
+        dense[:, j] = _dense_values(_numbers(table.column(spec.column)), spec.log1p)
     values, lengths = [], []
     for name in schema.feature_names:  # the batch's key order (tables grouped)
         feature = schema.sparse[name]
@@ -109,6 +109,8 @@ def decode(table: pa.Table, schema: FeatureSchema, where: str) -> Rows:
         else:
             counts = column.is_valid().cast(pa.int32())
             flat = column.drop_null()
+        if pa.types.is_null(flat.type):  # a column (or lists) of nulls only: no id
+            flat = pa.array([], pa.int64())
         where_column = f"{where}: column {feature.column!r} (sparse feature {name})"
         values.append(to_rows(flat, feature.id_policy, feature.num_embeddings, where_column))
         lengths.append(counts.to_numpy(zero_copy_only=False).astype(np.int32))
@@ -131,11 +133,29 @@ def refuse_non_clicks(labels: np.ndarray, where: str, column: str) -> None:
 
 
 def _numbers(column: pa.ChunkedArray) -> np.ndarray:
-    """A numeric or boolean column as float64, nulls and NaN as 0."""
-    if pa.types.is_boolean(column.type):
+    """A numeric or boolean column (or one of nulls only) as float64, nulls, NaN and
+    infinities as 0."""
+    if pa.types.is_boolean(column.type) or pa.types.is_null(column.type):
         column = column.cast(pa.int8())
     values = column.fill_null(0).to_numpy().astype(np.float64, copy=False)
     return np.nan_to_num(values, nan=0.0, posinf=0.0, neginf=0.0)
+
+
+#: The largest float32: a dense value beyond it would be inf in the batch.
+_FLOAT32_MAX = float(np.finfo(np.float32).max)
+
+
+def _dense_values(x: np.ndarray, log1p: bool) -> np.ndarray:
+    """One dense column (N,) float64, finite, as the batch holds it, float32: with ``log1p``
+    ``log(1 + max(x, 0))`` (:func:`log1p_clipped`; in float64 where a value lies beyond
+    float32's range, so 1e300 reads as 690.8, not inf), else the value, one beyond float32's
+    range read as 0, as an infinity is (it would be inf in the batch: a NaN loss)."""
+    beyond = np.abs(x) > _FLOAT32_MAX
+    if not beyond.any():
+        return log1p_clipped(x) if log1p else x
+    if log1p:
+        return np.log1p(np.maximum(x, 0)).astype(np.float32)
+    return np.where(beyond, 0.0, x)
 
 
 __all__ = ["Rows", "decode", "refuse_non_clicks"]

@@ -177,12 +177,15 @@ def _check_labels(path: Path, group: int, labels: pa.Array, column: str) -> None
         refuse_non_clicks(labels.to_numpy(zero_copy_only=False), where, column)
 
 
-def _id_kind(arrow_type: pa.DataType) -> str:
-    """``integer`` or ``string``: how a sparse column (or its list's items) stores ids."""
+def _id_kind(arrow_type: pa.DataType) -> str | None:
+    """``integer`` or ``string``: how a sparse column (or its list's items) stores ids; None
+    for a column of nulls only (typed ``null``: it stores none)."""
     if pa.types.is_list(arrow_type) or pa.types.is_large_list(arrow_type):
         return _id_kind(arrow_type.value_type)
     if pa.types.is_dictionary(arrow_type):
         return _id_kind(arrow_type.value_type)
+    if pa.types.is_null(arrow_type):
+        return None
     return "integer" if pa.types.is_integer(arrow_type) else "string"
 
 
@@ -199,6 +202,8 @@ def check_id_kinds(
     """
     for feature in schema.sparse.values():
         kind = _id_kind(arrow.field(feature.column).type)
+        if kind is None:  # nulls only: empty bags, of no kind
+            continue
         if feature.id_policy is IdPolicy.strict:
             if kind == "string":
                 raise DataError(
@@ -277,10 +282,10 @@ def check_columns(
     """
     wanted = []
     if require_label or has_label_column(arrow, schema):
-        wanted.append((schema.label, "label", _is_number))
+        wanted.append((schema.label, "label", _is_label))
     wanted += [(d.column, "dense", _is_number) for d in schema.dense]
     wanted += [
-        (f.column, f"sparse feature {name}", _is_id_list if f.multi_hot else is_id_type)
+        (f.column, f"sparse feature {name}", _is_id_list if f.multi_hot else _is_id)
         for name, f in schema.sparse.items()
     ]
     for column, role, accepts in wanted:
@@ -293,8 +298,9 @@ def check_columns(
         kind = arrow.field(index).type
         if not accepts(kind):
             expected = {
+                _is_label: "numbers (int, float or bool)",
                 _is_number: "numbers (int, float or bool)",
-                is_id_type: "one id per row (int or string)",
+                _is_id: "one id per row (int or string)",
                 _is_id_list: "a list of ids per row (list<int> or list<string>)",
             }[accepts]
             raise DataError(
@@ -309,12 +315,27 @@ def has_label_column(arrow: pa.Schema, schema: FeatureSchema) -> bool:
     return index >= 0 and not pa.types.is_null(arrow.field(index).type)
 
 
-def _is_number(kind: pa.DataType) -> bool:
+# A column holding only nulls in a file (a feature absent that day) is typed ``null`` by
+# pyarrow and pandas, a list column of only null or empty lists ``list<null>``: its values
+# read as 0 and its bags as empty, as the nulls of any other column.
+
+
+def _is_label(kind: pa.DataType) -> bool:
     return pa.types.is_integer(kind) or pa.types.is_floating(kind) or pa.types.is_boolean(kind)
 
 
+def _is_number(kind: pa.DataType) -> bool:
+    return _is_label(kind) or pa.types.is_null(kind)
+
+
+def _is_id(kind: pa.DataType) -> bool:
+    return is_id_type(kind) or pa.types.is_null(kind)
+
+
 def _is_id_list(kind: pa.DataType) -> bool:
-    return (pa.types.is_list(kind) or pa.types.is_large_list(kind)) and is_id_type(kind.value_type)
+    return pa.types.is_null(kind) or (
+        (pa.types.is_list(kind) or pa.types.is_large_list(kind)) and _is_id(kind.value_type)
+    )
 
 
 def _count_nulls(
