@@ -260,3 +260,23 @@ def test_log1p_is_suggested_for_large_count_columns_not_only_skewed_ones():
     assert not suggests_log1p(0, 3, 2)  # I10: a small count stays raw
     assert not suggests_log1p(1, 5, 5)  # a rating
     assert not suggests_log1p(-50, 100, 90)  # real negatives: log1p would read them as 0
+
+
+def test_files_with_columns_in_another_order_or_one_more_are_sampled_by_name(tmp_path, caplog):
+    """A day whose writer ordered the columns otherwise was refused ("its columns differ"),
+    though training reads columns by name; a later day's new column is left out with a
+    warning (a schema naming it could not read the earlier days)."""
+    from dlrm_exp.data.schema_scan import read_sample
+
+    base = log_table(100)
+    pq.write_table(base, tmp_path / "a.parquet")
+    reordered = base.select(list(reversed(base.column_names)))
+    pq.write_table(reordered.append_column("coupon", pa.array(["x"] * 100)), tmp_path / "b.parquet")
+    with caplog.at_level("WARNING"):
+        sample, total = read_sample([tmp_path / "a.parquet", tmp_path / "b.parquet"], 150)
+    assert total == 200 and sample.column_names == base.column_names
+    assert sample.slice(100).to_pydict()["user_id"] == base.to_pydict()["user_id"][:50]
+    assert "column(s) coupon left out: not in every file (a.parquet lacks coupon)" in caplog.text
+    pq.write_table(pa.table({"other": [1]}), tmp_path / "c.parquet")
+    with pytest.raises(DataError, match=r"a.parquet...: the files have no column in common"):
+        read_sample([tmp_path / "a.parquet", tmp_path / "c.parquet"], 10)

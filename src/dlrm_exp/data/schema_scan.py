@@ -10,6 +10,7 @@ Narasayya, "Towards estimation error guarantees for distinct values", PODS 2000)
 ``f1`` of them seen once (exact when the sample is everything).
 """
 
+import logging
 import math
 import re
 from collections.abc import Iterator
@@ -25,6 +26,9 @@ from dlrm_exp.data.decode import refuse_non_clicks
 from dlrm_exp.data.id_policy import is_id_type
 from dlrm_exp.data.parquet_files import open_parquet
 from dlrm_exp.errors import DataError
+from dlrm_exp.util.text import first_few
+
+log = logging.getLogger(__name__)
 
 #: Column names taken as the label when ``schema_scan.label`` is not given.
 LABEL_NAMES = ("label", "click", "clicked", "is_click", "y")
@@ -71,27 +75,44 @@ class ColumnStats:
 
 
 def read_sample(files: list[Path], sample_rows: int) -> tuple[pa.Table, int]:
-    """The first ``sample_rows`` rows of ``files``, read in batches, and the total row count
-    of the files (from their footers).
+    """The first ``sample_rows`` rows of ``files``, read in batches, of the columns every file
+    has (in the first file's order: files may order them otherwise; a column some files lack
+    is left out with a warning, since a schema naming it could not read those files), and the
+    total row count of the files (from their footers).
 
     Raises:
-        DataError: a file is not Parquet, a row group cannot be read, or the files' columns
-            differ.
+        DataError: a file is not Parquet, a row group cannot be read, or the files share no
+            column.
     """
-    parts: list[pa.Table] = []
-    taken = total = 0
-    first_schema = None
-    for path in files:
-        parquet = open_parquet(path, buffered=True)
+    total, seen, lacking = 0, {}, {}  # seen: column -> files having it; lacking: -> a file
+    for path in files:  # the footers first: which columns every file has
+        parquet = open_parquet(path)
         total += parquet.metadata.num_rows
-        if first_schema is None:
-            first_schema = parquet.schema_arrow
-        elif parquet.schema_arrow.names != first_schema.names:
-            raise DataError(f"{path}: its columns differ from {files[0]}'s")
-        if taken < sample_rows:
-            for part in _first_rows(parquet, path, sample_rows - taken):
-                parts.append(part)
-                taken += part.num_rows
+        for name in parquet.schema_arrow.names:
+            seen[name] = seen.get(name, 0) + 1
+        for name in seen:
+            if name not in parquet.schema_arrow.names:
+                lacking.setdefault(name, path)
+    common = [n for n, count in seen.items() if count == len(files)]
+    if not common:
+        raise DataError(f"{files[0]}...: the files have no column in common")
+    if len(common) < len(seen):
+        left = [n for n in seen if n not in common]
+        where = [f"{lacking[n].name} lacks {n}" if n in lacking else f"{files[0].name} lacks {n}"
+                 for n in left[:3]]  # fmt: skip
+        log.warning(
+            "mode=schema: column(s) %s left out: not in every file (%s)",
+            first_few(left), "; ".join(where),
+        )  # fmt: skip
+    parts: list[pa.Table] = []
+    taken = 0
+    for path in files:
+        if taken >= sample_rows:
+            break
+        parquet = open_parquet(path, buffered=True)
+        for part in _first_rows(parquet, path, sample_rows - taken, common):
+            parts.append(part)
+            taken += part.num_rows
     if not taken:
         raise DataError(f"{files[0]}: the files hold no rows")
     try:
@@ -105,8 +126,11 @@ def read_sample(files: list[Path], sample_rows: int) -> tuple[pa.Table, int]:
 _SAMPLE_BATCH_ROWS = 65536
 
 
-def _first_rows(parquet: pq.ParquetFile, path: Path, rows: int) -> Iterator[pa.Table]:
-    """The first ``rows`` rows of ``parquet`` (opened from ``path``), read a batch of
+def _first_rows(
+    parquet: pq.ParquetFile, path: Path, rows: int, columns: list[str]
+) -> Iterator[pa.Table]:
+    """The first ``rows`` rows of ``columns`` of ``parquet`` (opened from ``path``), read a
+    batch of
     :data:`_SAMPLE_BATCH_ROWS` at a time: whole row groups took all of a large one into
     memory to sample a few rows of it.
 
@@ -114,7 +138,8 @@ def _first_rows(parquet: pq.ParquetFile, path: Path, rows: int) -> Iterator[pa.T
         DataError: the file cannot be read (naming it).
     """
     try:
-        for batch in parquet.iter_batches(batch_size=min(rows, _SAMPLE_BATCH_ROWS)):
+        batches = parquet.iter_batches(batch_size=min(rows, _SAMPLE_BATCH_ROWS), columns=columns)
+        for batch in batches:
             yield pa.Table.from_batches([batch])
             rows -= batch.num_rows
             if rows <= 0:
