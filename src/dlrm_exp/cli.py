@@ -14,6 +14,7 @@ import importlib.util
 import logging
 import math
 import os
+import shutil
 import signal
 import sys
 from collections.abc import Iterator
@@ -280,6 +281,26 @@ PLUGIN_OPTIONS = {
 }
 
 
+#: Hydra's flags that print instead of running (``-c``/``--cfg`` take a value after them).
+_PRINTING_FLAGS = ("--cfg", "-c", "--info", "-i", "--shell-completion", "-sc")
+
+
+def check_flag_combination(args: list[str]) -> None:
+    """Refuse ``-m`` with a flag that prints (``--cfg``, ``--info``, ``--shell-completion``):
+    Hydra raised ``ValueError: Only one of --run, --multirun, --cfg, --info and
+    --shell_completion can be specified`` as a traceback.
+
+    Raises:
+        ConfigError: naming the flags and the way to print one job's config.
+    """
+    printing = [a for a in args if a.split("=", 1)[0] in _PRINTING_FLAGS]
+    if _is_multirun(args) and printing:
+        raise ConfigError(
+            f"-m runs a sweep, {printing[0]} prints one config: drop -m (and give each swept "
+            "key one value) to print a job's config, or drop the flag to run the sweep"
+        )
+
+
 def check_plugins(args: list[str]) -> None:
     """Refuse a ``hydra/sweeper=`` or ``hydra/launcher=`` option of conf/ whose Hydra plugin
     is not installed, naming the extra that brings it (Hydra's own error is "Could not load
@@ -294,6 +315,12 @@ def check_plugins(args: list[str]) -> None:
                 f"{group}={option} needs a Hydra plugin that is not installed "
                 f'({module.split(".")[-1]}): pip install -e ".[{extra}]"'
             )
+    if _last_value(args, "hydra/launcher") == "slurm_gpu" and shutil.which("srun") is None:
+        raise ConfigError(
+            "hydra/launcher=slurm_gpu submits the jobs to Slurm, but srun is not on this "
+            "machine's PATH (no Slurm cluster here): run it on the cluster's login node, or "
+            "hydra/launcher=local to run the jobs on this machine through submitit"
+        )
 
 
 def _other_primary_config(args: list[str]) -> bool:
@@ -414,6 +441,7 @@ def main() -> None:
         if env_rank() == 0:  # other ranks write no run folder
             refuse_another_runs_folder(sys.argv[1:])
             _keep_record(sys.argv[1:])
+        check_flag_combination(sys.argv[1:])
         check_plugins(sys.argv[1:])
         check_config_files(chosen_files(sys.argv[1:], config_dirs(sys.argv[1:])))
         overrides = [a for a in sys.argv[1:] if not a.startswith("-")]

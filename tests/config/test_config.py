@@ -184,6 +184,17 @@ RULES = [
     (["optimizer.eps=-1e-3"], r"optimizer.eps must be >= 0"),
     (["data.num_train_samples=0"], r"data.num_train_samples must be positive"),
     (["data.zipf_exponent=0"], r"data.zipf_exponent must be > 0"),
+    # accepted and ignored (config review): a NaN base rate gave all-0 labels and n/a AUROC;
+    # a plan file without sharding=from_file was planned anew; a decay start without a decay
+    (["data.base_logit=nan"], r"data.base_logit must be a finite number, got nan"),
+    (["sharding.plan_path=p.json"], r"plan_path=p.json is read by sharding=from_file only"),
+    (["optimizer.lr_decay_start=50"], r"lr_decay_start=50 is read only with a decay"),
+    (
+        ["data=criteo_multihot", "data.path=x", "data.num_train_samples=64"],
+        r"criteo_multihot data.path=... reads its one-hot rows from the files, so "
+        r"data.num_train_samples would be ignored",
+    ),
+    (["data=criteo_multihot", "data.dataset=criteo_kaggle"], r"data.dataset would be ignored"),
     (["data.categorical_signal=-1"], r"data.categorical_signal must be >= 0"),
     (["data=criteo_tsv"], r"(?s)missing mandatory value: path.*full_key: data.path"),
     (["data=criteo_tsv", "data.path=[]"], r"data.path is required"),

@@ -170,6 +170,24 @@ def test_a_sweeper_or_launcher_without_its_plugin_names_the_extra(monkeypatch):
         check_plugins(["-m", "hydra/sweeper=lr_search", "seed=1"])
     check_plugins(["-m", "hydra/launcher=local", "seed=1"])
     check_plugins(["seed=1"])
+    # off a Slurm cluster submitit raised "Could not detect srun" as a traceback (and left a
+    # sweep folder behind)
+    monkeypatch.setenv("PATH", "")
+    slurm = r"slurm_gpu submits .* srun is not on .*hydra/launcher=local"
+    with pytest.raises(ConfigError, match=slurm):
+        check_plugins(["-m", "hydra/launcher=slurm_gpu", "seed=1"])
+
+
+def test_a_sweep_that_asks_to_print_its_config_is_one_line():
+    """``-m --cfg job``: Hydra's ValueError ("Only one of --run, --multirun, --cfg ...") was a
+    raw traceback (config review)."""
+    from dlrm_exp.cli import check_flag_combination
+
+    for flag in (["--cfg", "job"], ["--info"], ["-c", "hydra"]):
+        with pytest.raises(ConfigError, match=r"-m runs a sweep, .* prints one config: drop -m"):
+            check_flag_combination(["-m", *flag, "seed=0,1"])
+    check_flag_combination(["--cfg", "job", "seed=0"])
+    check_flag_combination(["-m", "seed=0,1"])
 
 
 def test_a_schema_feature_is_added_whole_and_the_key_by_key_form_says_so():

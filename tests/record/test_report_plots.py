@@ -149,6 +149,6 @@ def test_a_bar_pools_one_configuration_typed_in_two_orders(tmp_path):
                                   metrics))  # fmt: skip
     pairs = report.bar_pairs(load_runs(jobs), "sharding", "qcomms")
     assert {key: len(runs) for key, runs in pairs.items()} == {
-        ("optimizer.learning_rate=0.1,sharding=rowwise", "none"): 4,
-        ("optimizer.learning_rate=0.1,sharding=rowwise", "fp16"): 4,
+        ("sharding=rowwise,optimizer.learning_rate=0.1", "none"): 4,  # as first typed
+        ("sharding=rowwise,optimizer.learning_rate=0.1", "fp16"): 4,
     }

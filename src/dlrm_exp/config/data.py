@@ -1,6 +1,8 @@
 """Schemas of the ``data`` group: one dataclass per data option, all extending
 :class:`DataConfig`, whose methods answer what other rooms need to know about any of them."""
 
+import dataclasses
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from enum import Enum
@@ -105,6 +107,10 @@ class SyntheticDataConfig(DataConfig):
         for name in ("categorical_signal", "dense_signal"):
             value = getattr(self, name)
             require(value >= 0, f"data.{name} must be >= 0, got {value}")
+        require(
+            math.isfinite(self.base_logit),
+            f"data.base_logit must be a finite number, got {self.base_logit}",
+        )
 
 
 def _as_path_list(key: str, value: Any) -> list[str]:
@@ -358,6 +364,7 @@ class CriteoMultiHotDataConfig(SyntheticDataConfig):
             ``criteo_npy``'s (TorchRec's ``--shuffle_batches``; works with ``mmap_mode``).
     """
 
+    num_train_samples: int = 262144  # (conf/data/criteo_multihot.yaml's)
     path: str | None = None
     dataset: NpyDataset = NpyDataset.criteo_1tb
     mmap_mode: bool = True
@@ -382,6 +389,24 @@ class CriteoMultiHotDataConfig(SyntheticDataConfig):
             f"data.multi_hot_sizes must all be >= 1, got {list(self.multi_hot_sizes)}",
         )
         require_positive({"data.max_lookup_gib": self.max_lookup_gib})
+        # with a path the generator's keys are unread, without one the files' keys
+        unread = _GENERATOR_KEYS if self.path else ("dataset", "mmap_mode")
+        changed = [k for k in unread if getattr(self, k) != _MULTI_HOT_DEFAULTS[k]]
+        require(
+            not changed,
+            f"data={'criteo_multihot data.path=...' if self.path else 'criteo_multihot'} reads "
+            f"its one-hot rows from {'the files' if self.path else 'the generator'}, so "
+            f"{', '.join(f'data.{k}' for k in changed)} would be ignored: drop "
+            f"{'it' if len(changed) == 1 else 'them'}"
+            + ("" if self.path else ", or give data.path"),
+        )
+
+
+#: The synthetic generator's keys, which ``data=criteo_multihot`` reads only without a path.
+_GENERATOR_KEYS = ("num_train_samples", "num_val_samples", "num_test_samples", "zipf_exponent",
+                   "categorical_signal", "dense_signal", "base_logit")  # fmt: skip
+#: ``CriteoMultiHotDataConfig``'s defaults (the YAML's), what an unread key keeps.
+_MULTI_HOT_DEFAULTS = {f.name: f.default for f in dataclasses.fields(CriteoMultiHotDataConfig)}
 
 
 @dataclass

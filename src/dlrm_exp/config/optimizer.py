@@ -104,6 +104,11 @@ class OptimizerConfig:
         for name in ("lr_warmup_steps", "lr_decay_start", "lr_decay_steps"):
             value = getattr(self, name)
             require(value >= 0, f"optimizer.{name} must be >= 0, got {value}")
+        require(
+            self.lr_decay_steps > 0 or self.lr_decay_start == 0,
+            f"optimizer.lr_decay_start={self.lr_decay_start} is read only with a decay: set "
+            "optimizer.lr_decay_steps=<N> too (without it the rate never decays)",
+        )
         if self.lr_decay_steps > 0:
             require(
                 self.lr_decay_start >= self.lr_warmup_steps,

@@ -83,6 +83,11 @@ class ShardingConfig:
             )
             return
         require(
+            self.plan_path is None,
+            f"sharding.plan_path={self.plan_path} is read by sharding=from_file only (sharding="
+            f"{self.sharding_type.value} plans anew and would ignore it): add sharding=from_file",
+        )
+        require(
             self.cache_load_factor is None or 0 < self.cache_load_factor <= 1,
             f"sharding.cache_load_factor must be in (0, 1], got {self.cache_load_factor}",
         )

@@ -5,8 +5,9 @@ the predicted click probability (natural log, nats). Normalized entropy (NE) is 
 divided by the entropy of the evaluated set's click-through rate p:
 ``NE = logloss / -(p log p + (1 - p) log(1 - p))``, as TorchRec's NE metric (He et al. 2014,
 "Practical Lessons from Predicting Clicks on Ads at Facebook", normalize by the training set's
-average CTR instead; the evaluated set's own gives an NE no lower); NE < 1 means better than
-always predicting p.
+average CTR instead: where the two CTRs differ, the NEs differ either way, the one whose CTR
+lies nearer 0.5 having the larger entropy and the lower NE, so compare NEs of one
+convention); NE < 1 means better than always predicting p.
 Calibration is the mean predicted click probability over the observed click-through rate,
 ``sum(sigmoid(logit)) / sum(label)`` (the CTR-prediction convention reported next to NE): 1 is
 calibrated, above 1 over-predicts clicks.

@@ -77,25 +77,31 @@ def _choice(run: RunRecord, group: str) -> str:
     return str(recorded or override_values(run.overrides).get(group, "?"))
 
 
-def _group(run: RunRecord, group_by: str, bar_by: str) -> str:
+def _group(run: RunRecord, group_by: str, bar_by: str) -> tuple[str, str]:
     """A run's x-axis group: its configuration (every swept key but ``seed``; a single run's
     overrides but ``seed``) without ``bar_by``, so runs that differ in anything else
     (``optimizer.learning_rate``) are not pooled; when nothing else is left (a sweep of
-    ``bar_by`` and seeds), ``group_by=<its option>``. In the canonical form of the
-    configuration's identity (keys sorted, values normalized), so one configuration typed in
-    two orders, or ``1`` and ``1.0``, is one group, as in the statistics."""
-    keys = [k for k in run.config_keys if k != bar_by]
-    return canonical_overrides(run.overrides, keys) or f"{group_by}={_choice(run, group_by)}"
+    ``bar_by`` and seeds), ``group_by=<its option>``. Returns (its identity: the canonical
+    form, keys sorted and values normalized, so one configuration typed in two orders, or
+    ``1`` and ``1.0``, is one group, as in the statistics; its label, as typed)."""
+    values = override_values(run.overrides)
+    keys = [k for k in run.config_keys if k != bar_by and k in values]
+    label = ",".join(f"{k}={values[k]}" for k in keys) or f"{group_by}={_choice(run, group_by)}"
+    return canonical_overrides(run.overrides, keys) or label, label
 
 
 def bar_pairs(
     runs: Sequence[RunRecord], group_by: str, bar_by: str
 ) -> dict[tuple[str, str], list[RunRecord]]:
     """``{(group, bar option): runs}`` in first-seen order: the runs a bar pools (its repeats,
-    which differ only by ``seed``); groups as :func:`_group` names them."""
+    which differ only by ``seed``); groups as :func:`_group` names them (each by the label
+    its first run has)."""
+    labels: dict[str, str] = {}
     pairs: dict[tuple[str, str], list[RunRecord]] = {}
     for run in runs:
-        pairs.setdefault((_group(run, group_by, bar_by), _choice(run, bar_by)), []).append(run)
+        identity, label = _group(run, group_by, bar_by)
+        group = labels.setdefault(identity, label)
+        pairs.setdefault((group, _choice(run, bar_by)), []).append(run)
     return pairs
 
 

@@ -70,7 +70,10 @@ class RunMetrics:
         val / test: ``auroc``, ``logloss`` (nats), ``ne`` and ``samples`` of the split, for the
             weights the run keeps (see ``weights``).
         samples_per_sec: steady-state global training throughput, samples/s (warm-up and
-            evaluation excluded); None if no step followed the warm-up.
+            evaluation excluded; the loop's own logging included, as the run pays it: the
+            training window's scoring every ``log_every_n_steps``, about 9 ms for 50 batches
+            of 2,048 on the 2-core VM of docs/results.md run 12, 2 % of the fast setting's
+            steps); None if no step followed the warm-up.
         steps: optimizer steps taken.
         train_samples: samples trained on, all ranks.
         train_seconds: wall seconds inside counted training steps.
