@@ -1,5 +1,7 @@
 """Schema of the ``model`` group: the DLRM shape, and the names of its features and tables."""
 
+import dataclasses
+from dataclasses import MISSING as MISSING_FIELD
 from dataclasses import dataclass, field
 from enum import Enum
 
@@ -96,6 +98,16 @@ class InteractionType(Enum):
     projection = "projection"
 
 
+#: The keys only one interaction reads.
+_INTERACTION_KEYS = {
+    InteractionType.dcn: ("dcn_num_layers", "dcn_low_rank_dim"),
+    InteractionType.projection: (
+        "interaction_branch1_layer_sizes",
+        "interaction_branch2_layer_sizes",
+    ),
+}
+
+
 @dataclass
 class ModelConfig:
     """DLRM shape (group ``model``). Field names follow TorchRec's ``DLRM`` constructors.
@@ -182,6 +194,7 @@ class ModelConfig:
             "sample): set model.over_arch_layer_sizes=[...,1]",
         )
         self._check_data_types()
+        self._check_interaction_keys()
         if self.interaction_type is InteractionType.dcn:
             require(
                 self.dcn_num_layers > 0 and self.dcn_low_rank_dim > 0,
@@ -197,6 +210,23 @@ class ModelConfig:
                     f"model.{name}[-1] ({sizes[-1]}) must be a multiple of model.embedding_dim "
                     f"({d}) for interaction_type=projection",
                 )
+
+    def _check_interaction_keys(self) -> None:
+        """Refuse a key of another interaction than ``interaction_type`` set away from its
+        default: the model would ignore it without a word (``model.dcn_num_layers=2`` with
+        ``interaction_type=original``)."""
+        defaults = {
+            f.name: f.default_factory() if f.default_factory is not MISSING_FIELD else f.default
+            for f in dataclasses.fields(ModelConfig)
+        }
+        for kind, keys in _INTERACTION_KEYS.items():
+            changed = [k for k in keys if getattr(self, k) != defaults[k]]
+            require(
+                kind is self.interaction_type or not changed,
+                f"model.{changed[0] if changed else ''} is read by model.interaction_type="
+                f"{kind.value} only; interaction_type={self.interaction_type.value} would ignore "
+                "it",
+            )
 
     def _check_data_types(self) -> None:
         """bf16 tables are refused (the table names of ``embedding_data_type_per_table`` are

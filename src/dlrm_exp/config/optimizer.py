@@ -104,6 +104,13 @@ class OptimizerConfig:
         for name in ("lr_warmup_steps", "lr_decay_start", "lr_decay_steps"):
             value = getattr(self, name)
             require(value >= 0, f"optimizer.{name} must be >= 0, got {value}")
+        sgd = self.sparse_optimizer is SparseOptimizer.sgd
+        sgd = sgd and self.dense_optimizer is DenseOptimizer.sgd
+        require(
+            not sgd or self.eps == 1e-8,
+            f"optimizer.eps={self.eps} is read by Adagrad and Adam only; SGD on the tables and "
+            "the dense part would ignore it",
+        )
         require(
             self.lr_decay_steps > 0 or self.lr_decay_start == 0,
             f"optimizer.lr_decay_start={self.lr_decay_start} is read only with a decay: set "

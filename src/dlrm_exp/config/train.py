@@ -243,6 +243,10 @@ class TrainConfig:
             f"train.semi_sync_start_step={start} is read by train.pipeline=semi_sync only; "
             f"train.pipeline={self.pipeline.value} would ignore it",
         )
+        require(
+            self.profile or self.profile_steps == ProfileSteps(),
+            "train.profile_steps is read by train.profile=true only: set it too",
+        )
         kept = self.keep_last_checkpoints
         require(
             kept is None or self.checkpoint_every_n_steps is not None,
