@@ -368,10 +368,50 @@ def test_whole_table_advice_keeps_each_table_within_one_rank(sharding):
     with pytest.raises(InsufficientMemoryError) as info:
         plan_job(cfg, _meta_model(cfg))
     message = str(info.value)
-    assert "column_wise shard, 140.70 GiB, exceeds a rank's 34.00 GiB" in message
+    assert "share of its host's ranks, 140.70 GiB, exceeds a rank's 34.00 GiB" in message
     cap = int(re.search(r"model\.num_embeddings_cap=(\d+)", message).group(1))
     capped = compose_cfg([*base, f"model.num_embeddings_cap={cap}"])
     plan_job(capped, _meta_model(capped))  # the suggestion fits
+
+
+@pytest.mark.parametrize("sharding", ["tablerowwise", "grid"])
+def test_a_host_bound_table_is_advised_on_its_hosts_ranks(sharding):
+    """TorchRec places a table_row_wise or grid table on one host and splits it over that
+    host's ranks only; the advice spread it over every rank: mlperf_x2 on 4 hosts of 2 ranks
+    was told cap 22,000,000 (two 10.6 GiB tables on one host of 2 x 10 GiB) and "at least 18
+    ranks", and TorchRec's "can't find a host" came through as a PlanError (review). Now a
+    memory refusal, whose cap plans."""
+    base = ["mode=plan", "model=mlperf_x2", f"sharding={sharding}", "hardware.nproc_per_node=2",
+            "hardware.nnodes=4", "hardware.ddr_cap=12"]  # fmt: skip
+    cfg = compose_cfg(base)
+    with pytest.raises(InsufficientMemoryError) as info:
+        plan_job(cfg, _meta_model(cfg))
+    message = str(info.value)
+    assert "more ranks cannot help (more ranks per host can, for table_row_wise / grid)" in message
+    # the old advice's cap: two 10.6 GiB tables on one host of 2 x 10.2 GiB; TorchRec's
+    # "can't find a host" is a memory refusal, not a PlanError without figures
+    old_cap = compose_cfg([*base, "model.num_embeddings_cap=22000000"])
+    with pytest.raises(InsufficientMemoryError):
+        plan_job(old_cap, _meta_model(old_cap))
+    cap = int(re.search(r"model\.num_embeddings_cap=(\d+)", message).group(1))
+    capped = compose_cfg([*base, f"model.num_embeddings_cap={cap}"])
+    plan_job(capped, _meta_model(capped))  # the suggestion fits
+
+
+def test_tables_that_fit_in_all_but_do_not_pack_get_caps_not_batch_advice():
+    """mlperf table_wise on 5 ranks of 23.5 GiB: 98 of 100 GiB fit in all, but five 19.2 GiB
+    tables leave no rank room for the 1.5 GiB one; "The tables alone fit ... lower
+    train.batch_size" was the advice even at batch 1 (review). Now a cap and 6 ranks."""
+    base = ["mode=plan", "model=mlperf", "sharding=tablewise", "hardware.nnodes=5",
+            "hardware.ddr_cap=23.54"]  # fmt: skip
+    cfg = compose_cfg(base)
+    with pytest.raises(InsufficientMemoryError) as info:
+        plan_job(cfg, _meta_model(cfg))
+    message = str(info.value)
+    assert "The tables alone fit" not in message and "at least 6 ranks" in message
+    cap = int(re.search(r"model\.num_embeddings_cap=(\d+)", message).group(1))
+    capped = compose_cfg([*base, f"model.num_embeddings_cap={cap}"])
+    plan_job(capped, _meta_model(capped))
 
 
 @pytest.mark.parametrize(
@@ -457,6 +497,14 @@ def test_uvm_tables_are_explained_against_the_host_memory_they_live_in():
         [*caches[:2], "sharding=tablewise", uvm[0], host, "sharding.cache_load_factor=0.17"]
     )
     plan_job(fitted, _meta_model(fitted))
+    # in the preset's 144 GiB the largest table's rows fit no rank's host memory: the factor
+    # was advised anyway (0.17, which then ran out of host memory: review); the DDR first
+    table_wise = [*caches[:2], "sharding=tablewise", uvm[0]]
+    preset = compose_cfg([*table_wise, "sharding.cache_load_factor=1"])
+    with pytest.raises(InsufficientMemoryError) as info:
+        plan_job(preset, _meta_model(preset))
+    message = str(info.value)
+    assert "cache_load_factor to" not in message and "GiB DDR on 8 rank(s)" in message
     # a factor below 0.01 is still a factor (it said the device tables fill the HBM)
     from dlrm_exp.planning.topology import MemoryCapacity
     from dlrm_exp.planning.uvm_cache import DevicePart, cache_message

@@ -169,9 +169,23 @@ def _memory_message(cfg: Config, capacity: MemoryCapacity, world_size: int) -> s
         data_types=cfg.model.table_data_types,
         on_hbm=on_device,  # the UVM kernels' rows live in host memory
         replicated_tables=replicated,
-        whole_tables=[whole_pieces(kind, cfg.model.embedding_dim) for kind, _ in placements],
+        whole_tables=[_whole_pieces(kind, cfg, world_size) for kind, _ in placements],
         batch_size=cfg.train.batch_size,
     )
+
+
+def _whole_pieces(kind: ShardingStrategy, cfg: Config, world_size: int) -> int:
+    """The shards a table of sharding type ``kind`` lies on ranks as, each whole on one rank
+    (:func:`~dlrm_exp.planning.tables.whole_pieces`), but a table_row_wise or grid_shard
+    table as the shards of one host: TorchRec places it on one host and splits its rows (of
+    each column shard) over that host's ranks only, so it is ``local_world_size`` pieces (per
+    column shard) a rank each, not a share of every rank (the memory advice counted it so,
+    and its cap and rank count did not fit)."""
+    if kind not in (ShardingStrategy.table_row_wise, ShardingStrategy.grid_shard):
+        return whole_pieces(kind, cfg.model.embedding_dim)
+    columns = whole_pieces(ShardingStrategy.column_wise, cfg.model.embedding_dim)
+    per_host = cfg.hardware.local_world_size or min(cfg.hardware.nproc_per_node, world_size)
+    return per_host * (columns if kind is ShardingStrategy.grid_shard else 1)
 
 
 def tables_storage(

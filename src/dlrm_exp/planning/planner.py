@@ -183,7 +183,7 @@ def insufficient_memory_message(
     alone = whole_shards(each, whole_tables or [])
     more = _more_ranks(storage, replicated, per_rank, alone)
     largest = _largest_piece(each, whole_tables or [], world_size, alone)
-    held = _tables_fit(storage, replicated, world_size, per_rank, largest)
+    held = _tables_fit(storage, replicated, world_size, per_rank, (largest, alone))
     if held is not None:
         fix = _batch_advice(held, offered, batch_size)
     else:  # the two caps' searches only where they are offered
@@ -258,16 +258,23 @@ def _tables_fit(
     replicated: EmbeddingStorage | None,
     world_size: int,
     per_rank: int,
-    largest: int,
+    pieces: tuple[float, list[float]],
 ) -> int | None:
     """The bytes the tables take over all ranks (the data_parallel ones once per rank) when
-    they fit what the planner gives tables: in all, and on each rank its data_parallel
-    tables beside the largest piece one rank holds (``largest`` bytes: a table_wise table, a
-    column_wise shard, or a split table's even share); else None."""
+    they fit what the planner gives tables: in all, on each rank its data_parallel tables
+    beside the largest piece one rank holds (``pieces``: that piece's bytes, a table_wise
+    table, a column_wise shard or a split table's even share; and the bytes of each shard
+    lying whole on one rank), and those whole shards packed onto the ranks beside an even
+    share of the split tables (:func:`~dlrm_exp.planning.storage.packs`: five 19 GiB tables
+    and a 1.5 GiB one on 5 ranks of 20 GiB fit in all, but not as placed); else None."""
+    largest, alone = pieces
     whole = replicated.total_bytes if replicated is not None else 0
     held = storage.total_bytes + whole * (world_size - 1)
-    fits_all = held <= usable_bytes(per_rank * world_size)
-    return held if fits_all and whole + largest <= usable_bytes(per_rank) else None
+    usable = usable_bytes(per_rank)
+    fits_all = held <= usable_bytes(per_rank * world_size) and whole + largest <= usable
+    spread = storage.total_bytes - whole - sum(alone)  # the tables split over the ranks
+    placed = packs(alone, spread / world_size, world_size, usable - whole)
+    return held if fits_all and placed else None
 
 
 def _needed_lines(
@@ -321,9 +328,11 @@ def _more_ranks(
     if largest_whole and (room < 0 or (room == 0 and spread > 0)):
         beside = f" beside {whole / GIB:.2f} GiB of data_parallel tables" if whole else ""
         return (
-            "more memory per rank (the largest table_wise table or column_wise shard, "
-            f"{largest_whole / GIB:.2f} GiB{beside}, exceeds a rank's {usable / GIB:.2f} GiB, "
-            "and each lies whole on one rank, so more ranks cannot help; or shard it row_wise)"
+            "more memory per rank (the largest piece a rank holds whole: a table_wise table, "
+            "a column_wise shard, or a table_row_wise / grid table's share of its host's "
+            f"ranks, {largest_whole / GIB:.2f} GiB{beside}, exceeds a rank's "
+            f"{usable / GIB:.2f} GiB, so more ranks cannot help (more ranks per host can, "
+            "for table_row_wise / grid); or shard it row_wise)"
         )
     if whole >= usable:
         return (
@@ -336,6 +345,15 @@ def _more_ranks(
     while not packs(alone, spread / ranks_needed, ranks_needed, usable - whole):
         ranks_needed += 1
     return f"at least {ranks_needed} ranks of {per_rank / GIB:.2f} GiB (hardware.nnodes=...)"
+
+
+#: TorchRec's partitioner's reasons for a shard (or a host's group of shards) that no rank
+#: (host) has room for: memory, whatever the error type says.
+_PACKING_REASONS = (
+    "Couldn't find a rank for shard",
+    "can't find a host for sharding option group",
+    "can't find hosts for sharding option group",
+)
 
 
 def plan_or_explain(
@@ -364,8 +382,9 @@ def plan_or_explain(
         except PlannerError as err:
             # TorchRec says INSUFFICIENT_STORAGE when the total exceeds the ranks' memory; a
             # shard that fits no single rank (a whole table_wise table) comes back as another
-            # error type, with its partitioner's "Couldn't find a rank for shard"
-            packing = "Couldn't find a rank for shard" in str(err)
+            # error type, with its partitioner's "Couldn't find a rank for shard", and a
+            # table_row_wise / grid table that fits no host's ranks with "can't find a host"
+            packing = any(reason in str(err) for reason in _PACKING_REASONS)
             if err.error_type is PlannerErrorType.INSUFFICIENT_STORAGE or packing:
                 raise InsufficientMemoryError(explain_memory()) from None
             reason = [line.strip() for line in str(err).splitlines() if line.strip()][-1]

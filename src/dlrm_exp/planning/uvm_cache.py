@@ -52,8 +52,9 @@ def cache_message(part: DevicePart, capacity: MemoryCapacity, world_size: int) -
     ``capacity``'s ranks, all together, or the rank holding the largest whole table's cache)
     while the host memory holds the cached rows, naming a ``sharding.cache_load_factor`` that
     fits within the planner's headroom share of the HBM; None without HBM, when the HBM holds
-    it, when the host memory overflows too (the DDR message comes first: a factor alone
-    cannot help), or when no table is cached."""
+    it, when the host memory overflows too (in all, or on the rank of the largest whole
+    table's rows: the DDR message comes first, a factor alone cannot help), or when no table
+    is cached."""
     if not capacity.hbm_bytes:
         return None
     hbm_per_rank, usable = capacity.hbm_bytes, usable_bytes(capacity.hbm_bytes)
@@ -61,7 +62,11 @@ def cache_message(part: DevicePart, capacity: MemoryCapacity, world_size: int) -
     share = part.resident_bytes / world_size  # a rank's part of the device tables
     whole = part.largest_whole_bytes * part.load_factor + share  # the rank holding it
     overflows = part.hbm_bytes > usable * world_size or whole > usable
-    if not part.cached_bytes or not overflows or part.cached_bytes > ddr_usable * world_size:
+    # the host memory overflows too: the cached rows in all, or a whole table's on its rank
+    ddr_overflows = part.cached_bytes > ddr_usable * world_size
+    if not part.cached_bytes or not overflows or ddr_overflows:
+        return None
+    if part.largest_whole_bytes > ddr_usable:
         return None
     offered = hbm_per_rank * world_size
     rooms = [(offered * HEADROOM_FRACTION - part.resident_bytes) / part.cached_bytes]
