@@ -114,7 +114,9 @@ def read_range(path: Path, start: int, end: int) -> bytes:
                 line_start = f.tell() - unfinished
                 while True:
                     if unfinished > MAX_LINE_BYTES:
-                        raise line_too_long(path, f"the line at byte {line_start:,}")
+                        raise line_too_long(
+                            path, f"the line at byte {line_start:,}", b"".join(tail)
+                        )
                     chunk = f.read(1 << 16)
                     unfinished += len(chunk)
                     newline = chunk.find(b"\n")

@@ -331,11 +331,20 @@ def open_text(path: Path) -> BinaryIO:
 MAX_LINE_BYTES = 1 << 20
 
 
-def line_too_long(path: Path, where: str) -> DataError:
-    """The refusal of a line longer than :data:`MAX_LINE_BYTES` (``where``: which line)."""
+def line_too_long(path: Path, where: str, text: bytes) -> DataError:
+    """The refusal of a line longer than :data:`MAX_LINE_BYTES` (``where``: which line;
+    ``text``: what was read of it): \\r line ends to convert when it holds a \\r, else a
+    damaged file (a corrupt gzip decompresses to bytes without line ends, before its
+    checksum is reached)."""
+    why = (
+        "a file with \\r line ends needs converting, e.g. tr '\\r' '\\n'"
+        if b"\r" in text
+        else "it holds no \\r either: the file may be damaged (a corrupt gzip decompresses to "
+        "bytes without line ends) or not a Criteo log"
+    )
     return DataError(
         f"{path}: {where} runs over {MAX_LINE_BYTES >> 20} MiB without a line end; Criteo rows "
-        "end in \\n (a file with \\r line ends needs converting, e.g. tr '\\r' '\\n')"
+        f"end in \\n ({why})"
     )
 
 
@@ -363,7 +372,7 @@ def iter_line_chunks(path: Path, block_bytes: int = BLOCK_BYTES) -> Iterator[tup
                 cut = data.rfind(b"\n") + 1
                 carry, ends = data[cut:], data.count(b"\n", 0, cut)
                 if len(carry) > MAX_LINE_BYTES:
-                    raise line_too_long(path, f"line {line + ends}")
+                    raise line_too_long(path, f"line {line + ends}", carry)
                 if cut:
                     yield data[:cut], line
                     line += ends
