@@ -30,6 +30,7 @@ from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import MissingMandatoryValue, OmegaConfBaseException
 
 from dlrm_exp.config import Config, Mode, conf_dir, register_configs
+from dlrm_exp.config.checks import sweeping
 from dlrm_exp.config.config_files import check_config_files, chosen_files, config_dirs
 from dlrm_exp.config.keys import check_composed_keys, check_data_option_keys, check_override_keys
 from dlrm_exp.config.store import DATA_OPTIONS
@@ -221,8 +222,9 @@ def _run(
 ) -> float | None:
     """Convert the config, run its mode and print the summary; returns the mode's value."""
     check_composed_keys(raw, Config)
-    try:
-        cfg = OmegaConf.to_object(raw)
+    try:  # a key whose reader the sweep turns off in this job: warned of, not refused
+        with sweeping(list(swept or {})):
+            cfg = OmegaConf.to_object(raw)
     except MissingMandatoryValue as err:
         key = err.full_key
         raise ConfigError(f"{key} is required here: set {key}=... on the command line") from None
@@ -315,7 +317,8 @@ def check_plugins(args: list[str]) -> None:
                 f"{group}={option} needs a Hydra plugin that is not installed "
                 f'({module.split(".")[-1]}): pip install -e ".[{extra}]"'
             )
-    if _last_value(args, "hydra/launcher") == "slurm_gpu" and shutil.which("srun") is None:
+    submits = _is_multirun(args) and not any(a.split("=", 1)[0] in _PRINTING_FLAGS for a in args)
+    if submits and _last_value(args, "hydra/launcher") == "slurm_gpu" and not shutil.which("srun"):
         raise ConfigError(
             "hydra/launcher=slurm_gpu submits the jobs to Slurm, but srun is not on this "
             "machine's PATH (no Slurm cluster here): run it on the cluster's login node, or "

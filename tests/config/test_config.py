@@ -456,3 +456,23 @@ def test_criteo_tsv_schema_takes_the_model_groups_table_sizes():
     sizes = [f.num_embeddings for f in cfg.data.schema.sparse.values()]
     assert sizes == cfg.model.num_embeddings_per_feature == cfg.model.table_sizes
     assert sizes[5] == 3
+
+
+def test_a_key_whose_reader_the_sweep_turns_off_in_a_job_is_warned_of_not_refused(caplog):
+    """``-m optimizer.lr_decay_steps=0,1000 optimizer.lr_decay_start=500``: a decay ablation
+    whose job without the decay was refused for the start it ignores (review of the refusals
+    of unread keys). In a sweep over the reader the job warns; elsewhere it is refused."""
+    from dlrm_exp.config.checks import sweeping
+
+    ablation = ["optimizer.lr_decay_start=500", "train.profile_steps.active=3"]
+    with sweeping(["optimizer.lr_decay_steps", "train.profile"]), caplog.at_level("WARNING"):
+        cfg = compose_cfg(ablation)
+    assert cfg.optimizer.lr_decay_start == 500
+    assert "this job of the sweep over optimizer.lr_decay_steps ignores it" in caplog.text
+    assert "this job of the sweep over train.profile ignores it" in caplog.text
+    with sweeping(["seed"]), pytest.raises(ConfigError, match="lr_decay_start=500 is read only"):
+        compose_cfg(ablation)  # the sweep does not vary what reads it
+    with sweeping(["experiment"]):  # a preset may turn anything on
+        compose_cfg(["sharding.plan_path=p.json"])
+    with pytest.raises(ConfigError, match="plan_path=p.json is read by sharding=from_file"):
+        compose_cfg(["sharding.plan_path=p.json"])

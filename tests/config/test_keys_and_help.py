@@ -176,6 +176,8 @@ def test_a_sweeper_or_launcher_without_its_plugin_names_the_extra(monkeypatch):
     slurm = r"slurm_gpu submits .* srun is not on .*hydra/launcher=local"
     with pytest.raises(ConfigError, match=slurm):
         check_plugins(["-m", "hydra/launcher=slurm_gpu", "seed=1"])
+    check_plugins(["hydra/launcher=slurm_gpu", "seed=1"])  # no sweep: no launcher used
+    check_plugins(["-m", "hydra/launcher=slurm_gpu", "--cfg", "hydra"])  # prints only
 
 
 def test_a_sweep_that_asks_to_print_its_config_is_one_line():

@@ -643,3 +643,7 @@ def test_a_column_of_nulls_only_in_one_file_reads_as_nulls(tmp_path):
     for name in ("user", "item", "recent"):
         assert kjt[name].lengths().tolist()[4:] == [0] * 4, name
     assert kjt["recent"].lengths().tolist()[:4] == [2] * 4
+    # a list column of nulls only as pandas writes it, typed null (not list<null>)
+    write(tmp_path / "b.parquet", table(4, recent=pa.nulls(4)))
+    (batch,) = all_rows(load_splits(config(tmp_path), [], 2, 0).train, schema().feature_names)
+    assert batch.sparse_features.to_dict()["recent"].lengths().tolist()[4:] == [0] * 4

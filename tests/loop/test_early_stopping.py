@@ -124,6 +124,10 @@ def test_a_resume_with_another_monitor_rebuilds_the_best_from_the_history(tmp_pa
     kept.reconsider_stop(TrainConfig(early_stopping=by_logloss))
     assert kept.best.step == best.step == 20 and kept.best.monitor == "logloss"
     assert holds_best(saved_best("c", alike), kept.best)
+    # every validation NaN under the new monitor (null): no value tells them apart
+    nan_history = [{**h, "logloss": None} for h in history]
+    nan_best = BestValidation(step=20, value=None, monitor="logloss")
+    assert not holds_best(saved_best("d", nan_history), nan_best)
     same = TrainerState(30, 0, history, best=best, best_checkpoint="run/checkpoints/best")
     same.reconsider_stop(TrainConfig(early_stopping=by_auroc))
     assert same.best is best and same.best_checkpoint == "run/checkpoints/best"

@@ -2,6 +2,7 @@
 runs write them, with realistic numbers: seeds spread val AUROC by +-0.009 while a change
 moves every seed alike (paired spread +-0.0005)."""
 
+import csv
 import json
 import math
 import re
@@ -610,6 +611,17 @@ def test_whole_numbers_typed_as_floats_are_one_configuration(tmp_path, capsys):
     assert gate(tmp_path, new, old, "--baseline", "optimizer.learning_rate=1.0") == 0
     out = capsys.readouterr().out
     assert "| optimizer.learning_rate=1 (baseline) |" in out and "gate passed" in out
+    # a baseline saved before: its identity written 1.0 is read as today's 1
+    saved = old / "summary_runs.csv"
+    rows = list(csv.DictReader(saved.open()))
+    for row in rows:
+        row["config_id"] = row["config_id"].replace("=1", "=1.0").replace("=0.5", "=0.50")
+    with saved.open("w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=list(rows[0]))
+        writer.writeheader()
+        writer.writerows(rows)
+    assert "optimizer.learning_rate=1.0" in saved.read_text()
+    assert gate(tmp_path, new, old) == 0
 
 
 def test_a_seed_the_record_holds_is_taken_and_one_no_record_holds_is_named(tmp_path, capsys):

@@ -10,7 +10,7 @@ from typing import Any
 
 from omegaconf import MISSING
 
-from dlrm_exp.config.checks import require, require_positive
+from dlrm_exp.config.checks import require, require_positive, require_read
 from dlrm_exp.config.criteo import (
     CRITEO_COLUMNS,
     CRITEO_LABEL,
@@ -392,13 +392,14 @@ class CriteoMultiHotDataConfig(SyntheticDataConfig):
         # with a path the generator's keys are unread, without one the files' keys
         unread = _GENERATOR_KEYS if self.path else ("dataset", "mmap_mode")
         changed = [k for k in unread if getattr(self, k) != _MULTI_HOT_DEFAULTS[k]]
-        require(
+        require_read(
             not changed,
             f"data={'criteo_multihot data.path=...' if self.path else 'criteo_multihot'} reads "
             f"its one-hot rows from {'the files' if self.path else 'the generator'}, so "
             f"{', '.join(f'data.{k}' for k in changed)} would be ignored: drop "
             f"{'it' if len(changed) == 1 else 'them'}"
             + ("" if self.path else ", or give data.path"),
+            ("data", "data.path"),
         )
 
 

@@ -7,7 +7,7 @@ from enum import Enum
 
 from omegaconf import MISSING
 
-from dlrm_exp.config.checks import check_layer_sizes, require
+from dlrm_exp.config.checks import check_layer_sizes, require, require_read
 from dlrm_exp.config.criteo import CRITEO_NUM_DENSE
 
 
@@ -221,11 +221,12 @@ class ModelConfig:
         }
         for kind, keys in _INTERACTION_KEYS.items():
             changed = [k for k in keys if getattr(self, k) != defaults[k]]
-            require(
+            require_read(
                 kind is self.interaction_type or not changed,
                 f"model.{changed[0] if changed else ''} is read by model.interaction_type="
                 f"{kind.value} only; interaction_type={self.interaction_type.value} would ignore "
                 "it",
+                ("model", "model.interaction_type"),
             )
 
     def _check_data_types(self) -> None:

@@ -4,7 +4,7 @@ learning-rate schedule both follow."""
 from dataclasses import dataclass
 from enum import Enum
 
-from dlrm_exp.config.checks import require, require_positive
+from dlrm_exp.config.checks import require, require_positive, require_read
 
 
 class SparseOptimizer(Enum):
@@ -106,15 +106,17 @@ class OptimizerConfig:
             require(value >= 0, f"optimizer.{name} must be >= 0, got {value}")
         sgd = self.sparse_optimizer is SparseOptimizer.sgd
         sgd = sgd and self.dense_optimizer is DenseOptimizer.sgd
-        require(
+        require_read(
             not sgd or self.eps == 1e-8,
             f"optimizer.eps={self.eps} is read by Adagrad and Adam only; SGD on the tables and "
             "the dense part would ignore it",
+            ("optimizer", "optimizer.sparse_optimizer", "optimizer.dense_optimizer"),
         )
-        require(
+        require_read(
             self.lr_decay_steps > 0 or self.lr_decay_start == 0,
             f"optimizer.lr_decay_start={self.lr_decay_start} is read only with a decay: set "
             "optimizer.lr_decay_steps=<N> too (without it the rate never decays)",
+            ("optimizer", "optimizer.lr_decay_steps"),
         )
         if self.lr_decay_steps > 0:
             require(

@@ -5,7 +5,7 @@ from dataclasses import dataclass, field, replace
 
 from omegaconf import MISSING
 
-from dlrm_exp.config.checks import require
+from dlrm_exp.config.checks import require, require_read
 from dlrm_exp.config.conf_tree import criteo_num_embeddings, criteo_schema
 from dlrm_exp.config.criteo import CRITEO_NUM_DENSE, CRITEO_NUM_SPARSE
 from dlrm_exp.config.data import (
@@ -166,11 +166,12 @@ class Config:
         would ignore it (training from random weights), so it is refused there."""
         if self.mode not in CHECKPOINT_MODES:
             resume = " (training continues a checkpoint with train.resume=<path>)"
-            require(
+            require_read(
                 self.checkpoint is None,
                 f"checkpoint={self.checkpoint} is read by mode=evaluate, predict and export "
                 f"only; mode={self.mode.value} would ignore it"
                 + (resume if self.mode is Mode.train else ""),
+                ("mode",),
             )
             return
         require(

@@ -3,7 +3,7 @@
 from dataclasses import dataclass, field
 from enum import Enum
 
-from dlrm_exp.config.checks import require
+from dlrm_exp.config.checks import require, require_read
 
 
 class ShardingStrategy(Enum):
@@ -82,10 +82,11 @@ class ShardingConfig:
                 "sharding.cache_load_factor (or plan again with it)",
             )
             return
-        require(
+        require_read(
             self.plan_path is None,
             f"sharding.plan_path={self.plan_path} is read by sharding=from_file only (sharding="
             f"{self.sharding_type.value} plans anew and would ignore it): add sharding=from_file",
+            ("sharding", "sharding.sharding_type"),
         )
         require(
             self.cache_load_factor is None or 0 < self.cache_load_factor <= 1,

@@ -3,7 +3,7 @@
 from dataclasses import dataclass, field
 from enum import Enum
 
-from dlrm_exp.config.checks import require, require_positive
+from dlrm_exp.config.checks import require, require_positive, require_read
 
 
 class OnNonFinite(Enum):
@@ -238,21 +238,24 @@ class TrainConfig:
         the run would ignore them without a word."""
         start = self.semi_sync_start_step
         require(start is None or start >= 0, "train.semi_sync_start_step must be >= 0")
-        require(
+        require_read(
             start is None or self.pipeline is Pipeline.semi_sync,
             f"train.semi_sync_start_step={start} is read by train.pipeline=semi_sync only; "
             f"train.pipeline={self.pipeline.value} would ignore it",
+            ("train.pipeline",),
         )
-        require(
+        require_read(
             self.profile or self.profile_steps == ProfileSteps(),
             "train.profile_steps is read by train.profile=true only: set it too",
+            ("train.profile",),
         )
         kept = self.keep_last_checkpoints
-        require(
+        require_read(
             kept is None or self.checkpoint_every_n_steps is not None,
             f"train.keep_last_checkpoints={kept} prunes the checkpoints that "
             "train.checkpoint_every_n_steps writes; without it none are written: set "
             "train.checkpoint_every_n_steps=N too",
+            ("train.checkpoint_every_n_steps",),
         )
 
     def prefetch_depth(self, cuda: bool) -> int:

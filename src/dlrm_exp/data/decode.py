@@ -96,6 +96,8 @@ def decode(table: pa.Table, schema: FeatureSchema, where: str) -> Rows:
     for name in schema.feature_names:  # the batch's key order (tables grouped)
         feature = schema.sparse[name]
         column = table.column(feature.column).combine_chunks()
+        if pa.types.is_null(column.type):  # nulls only (pandas types an all-None list so)
+            column = column.cast(pa.list_(pa.int64()) if feature.multi_hot else pa.int64())
         if feature.multi_hot:
             counts = pc.list_value_length(column).fill_null(0)
             flat = pc.list_flatten(column)

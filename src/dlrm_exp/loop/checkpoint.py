@@ -418,8 +418,9 @@ def adopt_best(
     resumed ``best``: that run trained on past the checkpoint, or this one's later save was
     lost with a crash. Such a ``best`` of this folder is removed (evaluate would take it), and
     so is one when the resumed state saved none (``source`` None: a save after the
-    checkpoint), unless the resume ``trains`` no step: then the folder keeps its run's record
-    and ``best`` as they are (``source`` returned; the end of training checks it again)."""
+    checkpoint), unless ``trains`` is false: a resume that trains no step beside the folder's
+    completed record of that step keeps that record, and its ``best`` stays as it is
+    (``source`` returned)."""
     final = run_dir / CHECKPOINTS / BEST
     own = {final.resolve(), _replaced(final).resolve()}
     # rank 0 decides for all: hosts may see a shared folder differently (NFS caching)
@@ -462,6 +463,8 @@ def holds_best(path: Path, best: "BestValidation") -> bool:
     saved = state.get("best") or {}
     if saved.get("monitor") in (None, best.monitor):
         return saved.get("value") == best.value
+    if best.value is None:  # no value to tell validations by (every one NaN: null)
+        return False
     at = [h for h in state.get("val_history") or [] if h.get("step") == saved.get("step")]
     return len(at) == 1 and at[0].get(best.monitor) == best.value
 

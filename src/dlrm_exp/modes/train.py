@@ -360,8 +360,11 @@ def _resume(
         _restart_history(tracker, state, int(saved["step"]))
     if run.cfg.train.keep_best:  # another run's best: held here too; a stale one: removed
         source = Path(state.best_checkpoint) if state.best_checkpoint else None
-        trains = state.step < total_steps and state.stop_reason is None
-        best = adopt_best(source, run.job.run_dir, run.ctx.is_main, state.best, trains)
+        # nothing to train beside a completed record of this step: the folder stays as it is
+        finished = state.step >= total_steps or state.stop_reason is not None
+        record = run.job.run_dir / "metrics.json"
+        kept = finished and on_rank_zero(lambda: _completed_record(record, state.step) is not None)
+        best = adopt_best(source, run.job.run_dir, run.ctx.is_main, state.best, not kept)
         state.best_checkpoint = None if best is None else str(best)
     if run.ctx.is_main:
         warn_other_data_order(saved, run.cfg, run.ctx.world_size)

@@ -138,7 +138,7 @@ def _device_part(
         full = n * row_bytes(dim, t, optimizer, replica)
         if kernel is ComputeKernel.fused_uvm_caching:
             cached += full
-            pieces = whole_pieces(kind, dim)  # a table_wise table, a column_wise shard
+            pieces = _whole_pieces(kind, cfg, world_size)  # a table, a column shard, a host's
             whole = max(whole, full // pieces if pieces else 0)
         elif kernel.value in DEVICE_RESIDENT_KERNELS:
             resident += full * (world_size if replica else 1)

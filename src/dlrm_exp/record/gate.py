@@ -329,6 +329,9 @@ def compare_runs(
             "nothing was compared: no gated metric of a configuration with completed runs on "
             "both sides "
             f"(new: {', '.join(sorted(new_groups)) or 'none'}; "
-            f"baseline: {', '.join(sorted(saved_groups)) or 'none'})"
+            f"baseline: {', '.join(sorted(saved_groups)) or 'none'}; a baseline of single "
+            "runs side by side written before 2026-11-27 named each by the overrides that "
+            "differ between them only: write it again with python -m dlrm_exp.report <its "
+            "folders>)"
         )
     return result

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from dlrm_exp.record.compare import COMPARED
 from dlrm_exp.record.metric_table import METRICS, as_number
-from dlrm_exp.record.runs import RunRecord
+from dlrm_exp.record.runs import RunRecord, recanonical
 from dlrm_exp.util.files import write_csv_atomic
 
 RUNS_FILE = "summary_runs.csv"
@@ -108,7 +108,7 @@ def read_run_values(path: Path) -> list[RunValues]:
         run = runs.setdefault(
             row["path"],
             RunValues(
-                row["config_id"],
+                recanonical(row["config_id"]),
                 row["config"],
                 int(row["seed"]),
                 row["status"],

@@ -172,7 +172,7 @@ class RunRecord:
         Raises:
             ValueError: ``selector`` is not ``key=value`` overrides; the message names it.
         """
-        parts = [p for p in re.split(r",(?=[\w.+~/@-]+=)", selector) if p]
+        parts = split_overrides(selector)
         try:
             wanted = parsed_override_values(parts)
         except HydraException as err:
@@ -182,6 +182,24 @@ class RunRecord:
             k in have and normalized_value(have[k]) == normalized_value(v)
             for k, v in wanted.items()
         )
+
+
+def split_overrides(text: str) -> list[str]:
+    """``a=x,b=[1,2]`` -> ``["a=x", "b=[1,2]"]``: overrides joined by commas, split where the
+    next ``key=`` starts (a list value keeps its commas)."""
+    return [p for p in re.split(r",(?=[\w.+~/@-]+=)", text) if p]
+
+
+def recanonical(config_id: str) -> str:
+    """A configuration identity as saved (``summary_runs.csv``) in today's canonical form: a
+    baseline saved before whole floats were normalized named ``lr=1.0`` what is now ``lr=1``.
+    Identities that are no overrides (all runs, the defaults) stay as they are."""
+    if config_id == ALL or config_id.startswith(DEFAULTS):
+        return config_id
+    try:
+        return canonical_overrides(split_overrides(config_id)) or config_id
+    except HydraException:
+        return config_id
 
 
 def job_overrides(run_dir: Path) -> list[str]:

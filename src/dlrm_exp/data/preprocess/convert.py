@@ -3,9 +3,10 @@
 For every input file (plain or gzip), ``day_<n>_dense.npy`` float32 (N, 13),
 ``day_<n>_sparse.npy`` int64 (N, 26) and ``day_<n>_labels.npy`` int32 (N, 1): the names and
 dtypes TorchRec's ``InMemoryBinaryCriteoIterDataPipe`` reads. ``n`` comes from the file name
-(``day_7``, ``day_7.gz``, ``day_7.tsv``) or, for other names, from the position in the sorted
-input list. Rows are handled as by ``data=criteo_tsv`` (:mod:`.tsv_parse`): short rows padded,
-malformed rows skipped and counted with their line numbers.
+(``day_7``, ``day_7.gz``, ``day_7.tsv``) or, for other names, from the position in
+``data.path`` as listed (a folder's files sorted). Rows are handled as by
+``data=criteo_tsv`` (:mod:`.tsv_parse`): short rows padded, malformed rows skipped and
+counted with their line numbers.
 
 A plain file is cut into 2 MiB byte ranges that ``preprocess.num_workers`` processes read,
 parse and write into the day's npy files themselves (:mod:`.parse_blocks`); a gzip file is
