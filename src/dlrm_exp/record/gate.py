@@ -49,6 +49,14 @@ class GateResult:
         return not self.failures and self.compared > 0
 
 
+#: Why a baseline may name its configurations otherwise than new runs of them.
+_OLDER_BASELINE = (
+    "a baseline of single runs side by side written before 2026-11-27 named each by the "
+    "overrides that differ between them only: write it again with python -m dlrm_exp.report "
+    "<its folders>"
+)
+
+
 def _by_config(runs: Sequence[RunValues]) -> dict[str, list[RunValues]]:
     groups: dict[str, list[RunValues]] = {}
     for run in runs:
@@ -329,9 +337,6 @@ def compare_runs(
             "nothing was compared: no gated metric of a configuration with completed runs on "
             "both sides "
             f"(new: {', '.join(sorted(new_groups)) or 'none'}; "
-            f"baseline: {', '.join(sorted(saved_groups)) or 'none'}; a baseline of single "
-            "runs side by side written before 2026-11-27 named each by the overrides that "
-            "differ between them only: write it again with python -m dlrm_exp.report <its "
-            "folders>)"
+            f"baseline: {', '.join(sorted(saved_groups)) or 'none'}; {_OLDER_BASELINE})"
         )
     return result
