@@ -127,10 +127,17 @@ def test_a_last_line_cut_short_is_warned_about(tmp_path, caplog):
     end, or a gzip file, says nothing."""
     cut = write(tmp_path / "cut.tsv", [row()] * 3 + [row()[:37]], final_newline=False)
     whole = write(tmp_path / "whole.tsv", [row()] * 3, final_newline=False)
+    # a last row whose two trailing empty fields were stripped ends in a whole 8-hex id, as
+    # the 1,000-row Kaggle sample's does: it was warned about on every command (README walk)
+    cats = [f"{i:08x}" for i in range(1, 25)] + ["", ""]
+    stripped = write(tmp_path / "stripped.tsv", [row()] * 3 + [row(cats=cats, strip=2)],
+                     final_newline=False)  # fmt: skip
+    mid_id = write(tmp_path / "mid_id.tsv", [row()] * 3 + [row()[:-20]], final_newline=False)
     with caplog.at_level(logging.WARNING):
-        read_files([cut, whole], SCHEMA, 5)
-    (warned,) = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
-    assert warned.startswith(f"{cut}:4, the last line, has no line end and 15 of 40 fields")
+        read_files([cut, whole, stripped, mid_id], SCHEMA, 5)
+    warned = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    assert len(warned) == 2 and warned[1].startswith(f"{mid_id}:4, the last line")
+    assert warned[0].startswith(f"{cut}:4, the last line, has no line end and 15 of 40 fields")
 
 
 def test_a_small_file_with_cr_line_ends_gets_the_cr_advice(tmp_path):

@@ -51,6 +51,9 @@ VERIFY_CASES |= {
 }
 VERIFY_CASES["rowwise+base_pipeline"] = ["sharding=rowwise", "train.pipeline=base", "qcomms=none"]
 VERIFY_CASES["rowwise+fp16_bf16"] = ["sharding=rowwise", "qcomms=fp16_bf16"]
+#: A seed whose run the reference, on every core while each rank had half, missed by 1.4e-4
+#: (review): the reference now runs on the ranks' thread count, and matches to the bit.
+VERIFY_CASES["rowwise+seed2"] = ["sharding=rowwise", "qcomms=none", "seed=2"]
 #: Data-parallel tables have no embedding collective, so asked-for qcomms never run: verify
 #: judges the run as the fp32 it is (and it still trains the reference's maths exactly).
 VERIFY_CASES["dataparallel"] = ["sharding=dataparallel", "qcomms=fp16_bf16"]

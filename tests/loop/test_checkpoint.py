@@ -117,6 +117,12 @@ def test_resume_continues_bitwise_and_prunes(tmp_path, caplog, monkeypatch):
     assert "optimizer.learning_rate 0.1 -> 0.05" in empty.resumed["changed_settings"]
     assert full.resumed == {}
     assert "the checkpoint is at step 32, past this job's last step 24" in caplog.text
+    # at this job's last step (another world size's steps, or max_steps equal): "train 32
+    # steps | n/a samples/s" without a word (README walk-through)
+    at_end = compose_cfg([*SMALL, f"train.resume={kept[1]}", "train.max_steps=32"])
+    with caplog.at_level(logging.WARNING, logger="dlrm_exp"):
+        run_train(at_end, tmp_path / "d", {})
+    assert "the checkpoint is at this job's last step 32 (train.max_steps" in caplog.text
     # from its earlier step_24 in its own folder, beside its later step_32: refused (pruning and
     # resume=auto would take the later branch), the folder untouched
     back = compose_cfg([*SMALL, f"train.resume={kept[0]}", "train.keep_last_checkpoints=1"])

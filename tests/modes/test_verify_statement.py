@@ -97,3 +97,28 @@ def test_an_unsupported_precision_is_refused_before_the_workers_start(tmp_path, 
     )
     assert verify._asked_sharding_types(mixed) == {"table_wise", "grid_shard"}
     assert verify._asked_sharding_types(compose_cfg([])) == set()  # auto: the plan's, later
+
+
+def test_the_reference_runs_on_the_ranks_thread_count(monkeypatch):
+    """The reference ran on every core while each of 2 ranks had half of them: its sums
+    added in another order, and seed 2 missed verify's tolerance (review). It now takes the
+    ranks' count, or ``hardware.threads_per_rank`` where set."""
+    import os
+
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(8)))
+    two = ["hardware.nproc_per_node=2"]
+    reference = reference_config(compose_cfg(two))
+    assert reference.hardware.threads_per_rank == 4 and reference.hardware.nproc_per_node == 1
+    given = reference_config(compose_cfg([*two, "hardware.threads_per_rank=3"]))
+    assert given.hardware.threads_per_rank == 3
+
+
+def test_verify_on_several_hosts_is_one_refusal(tmp_path):
+    """``mode=verify hardware.nnodes=2`` was told to start with torchrun on every host, which
+    verify then refused (review): one message now says it runs on one host."""
+    from dlrm_exp.errors import ConfigError
+    from dlrm_exp.modes.verify import run_verify
+
+    with pytest.raises(ConfigError, match="runs its ranks and their reference on one host"):
+        run_verify(compose_cfg(["mode=verify", "hardware.nnodes=2"]), tmp_path)

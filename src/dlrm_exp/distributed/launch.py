@@ -70,8 +70,8 @@ def check_devices(cfg: HardwareConfig) -> None:
         return
     if not torch.cuda.is_available():
         raise ConfigError(
-            "this hardware preset trains on CUDA GPUs and this machine has none: use mode=plan "
-            "to plan for it here, or hardware=cpu to train on this machine"
+            "hardware.compute_device=cuda trains on CUDA GPUs and this machine has none: use "
+            "mode=plan to plan for it here, or hardware=cpu to train on this machine"
         )
     count = torch.cuda.device_count()
     if cfg.nproc_per_node > count and not launched_by_torchrun():
@@ -259,12 +259,9 @@ def _warn_unlike_config(cfg: HardwareConfig, world_size: int, local: int) -> str
 
 
 def rank_threads(cfg: HardwareConfig, local_rank: int, local_world_size: int) -> int:
-    """Set this rank's intra-op thread count and return it: ``hardware.threads_per_rank``,
-    else ``OMP_NUM_THREADS`` when set, else the cores this process may run on divided by the
-    ranks on this host (at least 1; a Slurm task that submitit started, one rank, bound to at
-    most its ``SLURM_CPUS_PER_TASK`` cores, already has only its share: all of them); returns
-    what torch then uses. torch's own default, every core for every rank, makes ranks of one
-    host compete for the same cores.
+    """Set this rank's intra-op thread count (:func:`threads_of`) and return what torch then
+    uses. torch's own default, every core for every rank, makes ranks of one host compete
+    for the same cores.
 
     torchrun sets ``OMP_NUM_THREADS=1`` for its workers when it was not set and more than one
     runs per host; such a rank says once (local rank 0) how many threads its share would be.
@@ -272,31 +269,49 @@ def rank_threads(cfg: HardwareConfig, local_rank: int, local_world_size: int) ->
     Raises:
         ConfigError: ``OMP_NUM_THREADS`` is set but not a positive integer.
     """
-    cores = len(os.sched_getaffinity(0))
-    share = cores if _bound_slurm_task(cores) else max(1, cores // max(1, local_world_size))
-    omp = os.environ.get("OMP_NUM_THREADS")
-    if cfg.threads_per_rank is not None:
-        threads = cfg.threads_per_rank
-    elif omp is not None:
-        if not omp.isdigit() or int(omp) < 1:
-            raise ConfigError(
-                f"OMP_NUM_THREADS={omp!r}: give a positive integer, or unset it (each rank "
-                "then takes cores / local ranks), or set hardware.threads_per_rank"
-            )
-        threads = int(omp)
-        if threads == 1 < share and launched_by_torchrun() and local_rank == 0:
-            log.warning(
-                "OMP_NUM_THREADS=1 (torchrun sets it when it is not set): each of the %d "
-                "local ranks uses 1 thread, though its share of the cores is %d; set "
-                "hardware.threads_per_rank=%d (or OMP_NUM_THREADS) to use them",
-                local_world_size,
-                share,
-                share,
-            )
-    else:
-        threads = share
+    threads, share = threads_of(cfg, local_world_size), _core_share(local_world_size)
+    from_omp = cfg.threads_per_rank is None and "OMP_NUM_THREADS" in os.environ
+    if from_omp and threads == 1 < share and launched_by_torchrun() and local_rank == 0:
+        log.warning(
+            "OMP_NUM_THREADS=1 (torchrun sets it when it is not set): each of the %d "
+            "local ranks uses 1 thread, though its share of the cores is %d; set "
+            "hardware.threads_per_rank=%d (or OMP_NUM_THREADS) to use them",
+            local_world_size,
+            share,
+            share,
+        )
     torch.set_num_threads(threads)
     return torch.get_num_threads()
+
+
+def threads_of(cfg: HardwareConfig, local_world_size: int) -> int:
+    """The intra-op threads a rank of ``local_world_size`` ranks on its host takes:
+    ``hardware.threads_per_rank``, else ``OMP_NUM_THREADS`` when set, else the cores this
+    process may run on divided by the ranks on this host (at least 1; a Slurm task that
+    submitit started, one rank, bound to at most its ``SLURM_CPUS_PER_TASK`` cores, already
+    has only its share: all of them).
+
+    Raises:
+        ConfigError: ``OMP_NUM_THREADS`` is set but not a positive integer.
+    """
+    if cfg.threads_per_rank is not None:
+        return cfg.threads_per_rank
+    omp = os.environ.get("OMP_NUM_THREADS")
+    if omp is None:
+        return _core_share(local_world_size)
+    if not omp.isdigit() or int(omp) < 1:
+        raise ConfigError(
+            f"OMP_NUM_THREADS={omp!r}: give a positive integer, or unset it (each rank "
+            "then takes cores / local ranks), or set hardware.threads_per_rank"
+        )
+    return int(omp)
+
+
+def _core_share(local_world_size: int) -> int:
+    """This process's cores divided by the ranks on its host (all of them for a bound Slurm
+    task), at least 1."""
+    cores = len(os.sched_getaffinity(0))
+    return cores if _bound_slurm_task(cores) else max(1, cores // max(1, local_world_size))
 
 
 def _bound_slurm_task(cores: int) -> bool:

@@ -424,6 +424,14 @@ def _finished_record(run: _Run, start: TrainerState | None, total_steps: int) ->
             path,
             how,
         )
+    elif start.step == total_steps and run.ctx.is_main:  # (past it: said above)
+        log.warning(
+            "train.resume: the checkpoint is at this job's last step %d (train.max_steps / "
+            "train.epochs, in this job's steps: on another world size or batch size they count "
+            "other global batches); nothing is trained, and the record is of the checkpoint's "
+            "weights: raise train.max_steps or train.epochs to train on",
+            start.step,
+        )
     return record
 
 

@@ -69,6 +69,7 @@ from dlrm_exp.distributed.launch import (
     launched_by_torchrun,
     needs_launch,
     process_group,
+    threads_of,
 )
 from dlrm_exp.distributed.qcomms import check_supported, requested_precisions
 from dlrm_exp.errors import ConfigError, UserError
@@ -175,8 +176,9 @@ def _effective_precision(effective: dict[str, dict[str, str]]) -> str:
 def reference_config(cfg: Config) -> Config:
     """The unsharded one-process twin of ``cfg``: table_wise on one rank, fused kernel, no
     qcomms, ``TrainPipelineSparseDist``, serial sparse backward, fp32 dense part and tables,
-    per-rank batch times the world size. A sparse optimizer FBGEMM cannot fuse on CPU (Adam)
-    keeps its tables data_parallel (dense kernel), the only placement it runs in."""
+    per-rank batch times the world size, on as many threads as each of its ranks. A sparse
+    optimizer FBGEMM cannot fuse on CPU (Adam) keeps its tables data_parallel (dense kernel),
+    the only placement it runs in."""
     ref = copy.deepcopy(cfg)
     fused = fbgemm_fuses(
         cfg.optimizer.sparse_optimizer, cfg.hardware.compute_device is ComputeDevice.cpu
@@ -189,6 +191,9 @@ def reference_config(cfg: Config) -> Config:
     ref.sharding.per_table_compute_kernel = {}
     ref.qcomms.forward_precision = None
     ref.qcomms.backward_precision = None
+    # the ranks' thread count: sums split over other threads add in another order, and a
+    # one-ulp difference grew past the tolerance in a few steps of Adagrad
+    ref.hardware.threads_per_rank = threads_of(cfg.hardware, cfg.hardware.nproc_per_node)
     ref.hardware.nproc_per_node = 1
     ref.hardware.nnodes = 1
     ref.hardware.local_world_size = None  # one process: its own ranks per host
@@ -368,11 +373,16 @@ def run_verify_many(cfgs: list[Config], run_dirs: list[Path]) -> list[dict[str, 
     ``verify.json`` into its run folder; returns the comparisons (passed or not).
 
     Raises:
-        ConfigError: started under torchrun (the reference needs a process of its own), or
-            the jobs ask for different hardware.
+        ConfigError: started under torchrun (the reference needs a process of its own), on
+            several hosts, or the jobs ask for different hardware.
     """
     if launched_by_torchrun():
         raise ConfigError("mode=verify starts its own processes: run it without torchrun")
+    if any(cfg.hardware.nnodes > 1 for cfg in cfgs):  # (the launcher's advice is torchrun)
+        raise ConfigError(
+            "mode=verify runs its ranks and their reference on one host: set "
+            "hardware.nnodes=1 (hardware.nproc_per_node ranks)"
+        )
     cfgs = [_prepared(cfg) for cfg in cfgs]
     for cfg in cfgs:  # before the workers start, as training refuses them
         check_supported(cfg.qcomms, _asked_sharding_types(cfg), cfg.hardware.backend.value)
