@@ -43,7 +43,7 @@ from dlrm_exp.record.run_record import COMPLETED, RunMetrics
 from dlrm_exp.record.runs import (
     parsed_override_values,
     run_name,
-    saved_swept_keys,
+    saved_sweep_values,
 )
 from dlrm_exp.record.sweep import summarize_interrupted_sweep
 from dlrm_exp.util.folder_lock import held_run_folder, hold_run_folder, release_run_folders
@@ -85,11 +85,12 @@ def hydra_main(raw: DictConfig) -> float | None:
             _refused(err)
             raise
     sweep_dir = Path(hydra_cfg.sweep.dir)
-    swept = saved_swept_keys(sweep_dir)
+    sweep = saved_sweep_values(sweep_dir)
+    swept = list(sweep)
     name = run_name(list(hydra_cfg.overrides.task), swept)
     job_swept = parsed_override_values(list(hydra_cfg.overrides.task), swept)
     try:
-        return _run(raw, run_dir, sweep_dir / name if swept else None, job_swept)
+        return _run(raw, run_dir, sweep_dir / name if swept else None, job_swept, sweep)
     except (KeyboardInterrupt, Terminated) as err:  # the sweep ends here; the job says why
         if env_rank() == 0:  # rank 0's record (the other tasks of a submitit job write none)
             _record_interruption(run_dir / "metrics.json", err)
@@ -219,11 +220,13 @@ def _run(
     run_dir: Path,
     tensorboard_dir: Path | None,
     swept: dict[str, Any] | None = None,
+    sweep: dict[str, list[str]] | None = None,
 ) -> float | None:
-    """Convert the config, run its mode and print the summary; returns the mode's value."""
+    """Convert the config, run its mode and print the summary; returns the mode's value.
+    ``swept``: this job's values of the swept keys; ``sweep``: every value of each."""
     check_composed_keys(raw, Config)
-    try:  # a key whose reader the sweep turns off in this job: warned of, not refused
-        with sweeping(list(swept or {})):
+    try:  # a key another job of the sweep reads, unread in this one: warned of, not refused
+        with sweeping(sweep or {}):
             cfg = OmegaConf.to_object(raw)
     except MissingMandatoryValue as err:
         key = err.full_key

@@ -461,18 +461,43 @@ def test_criteo_tsv_schema_takes_the_model_groups_table_sizes():
 def test_a_key_whose_reader_the_sweep_turns_off_in_a_job_is_warned_of_not_refused(caplog):
     """``-m optimizer.lr_decay_steps=0,1000 optimizer.lr_decay_start=500``: a decay ablation
     whose job without the decay was refused for the start it ignores (review of the refusals
-    of unread keys). In a sweep over the reader the job warns; elsewhere it is refused."""
+    of unread keys). Where another job of the sweep reads the key, this one warns; where no
+    job does (``-m sharding=auto,rowwise sharding.plan_path=p.json``), it is refused."""
     from dlrm_exp.config.checks import sweeping
 
     ablation = ["optimizer.lr_decay_start=500", "train.profile_steps.active=3"]
-    with sweeping(["optimizer.lr_decay_steps", "train.profile"]), caplog.at_level("WARNING"):
+    both = {"optimizer.lr_decay_steps": ["0", "1000"], "train.profile": ["False", "True"]}
+    with sweeping(both), caplog.at_level("WARNING"):
         cfg = compose_cfg(ablation)
     assert cfg.optimizer.lr_decay_start == 500
     assert "this job of the sweep over optimizer.lr_decay_steps ignores it" in caplog.text
     assert "this job of the sweep over train.profile ignores it" in caplog.text
-    with sweeping(["seed"]), pytest.raises(ConfigError, match="lr_decay_start=500 is read only"):
+    with sweeping({"seed": ["0", "1"]}), pytest.raises(ConfigError, match="lr_decay_start=500"):
         compose_cfg(ablation)  # the sweep does not vary what reads it
-    with sweeping(["experiment"]):  # a preset may turn anything on
-        compose_cfg(["sharding.plan_path=p.json"])
+    plan = ["sharding.plan_path=p.json"]
+    with sweeping({"sharding": ["auto", "rowwise"]}), pytest.raises(ConfigError, match="plan_"):
+        compose_cfg(plan)  # swept, but no job of it reads the plan
+    with sweeping({"sharding": ["auto", "from_file"]}):
+        compose_cfg(plan)
+    with sweeping({"experiment": ["fast", "golden"]}):  # a preset may turn anything on
+        compose_cfg(plan)
     with pytest.raises(ConfigError, match="plan_path=p.json is read by sharding=from_file"):
-        compose_cfg(["sharding.plan_path=p.json"])
+        compose_cfg(plan)
+
+
+def test_a_sweeps_values_are_read_with_their_keys_as_hydra_parses_them(tmp_path):
+    """The sweeper's params of a preset (``+train.profile: true,false``) kept their ``+`` as
+    the swept key, which no job's override is named (review)."""
+    import yaml
+
+    from dlrm_exp.record.runs import saved_sweep_values
+
+    task = ["sharding=auto,from_file", "seed=0", "optimizer.lr_decay_steps=range(0,2000,1000)"]
+    params = {"+train.profile": "true,false"}
+    record = {"hydra": {"overrides": {"task": task}, "sweeper": {"params": params}}}
+    (tmp_path / "multirun.yaml").write_text(yaml.safe_dump(record))
+    assert saved_sweep_values(tmp_path) == {
+        "sharding": ["auto", "from_file"],
+        "optimizer.lr_decay_steps": ["0", "1000"],
+        "train.profile": ["True", "False"],
+    }

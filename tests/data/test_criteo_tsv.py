@@ -130,13 +130,16 @@ def test_a_last_line_cut_short_is_warned_about(tmp_path, caplog):
     # a last row whose two trailing empty fields were stripped ends in a whole 8-hex id, as
     # the 1,000-row Kaggle sample's does: it was warned about on every command (README walk)
     cats = [f"{i:08x}" for i in range(1, 25)] + ["", ""]
-    stripped = write(tmp_path / "stripped.tsv", [row()] * 3 + [row(cats=cats, strip=2)],
-                     final_newline=False)  # fmt: skip
-    mid_id = write(tmp_path / "mid_id.tsv", [row()] * 3 + [row()[:-20]], final_newline=False)
+    short = row(cats=cats, strip=2)
+    stripped = write(tmp_path / "stripped.tsv", [row(), short, row(), short], final_newline=False)
+    mid_id = write(tmp_path / "mid_id.tsv", [row(), short, row(), row()[:-20]],
+                   final_newline=False)  # fmt: skip
+    # cut right after a whole id, in a file of full rows: still a cut
+    at_tab = write(tmp_path / "at_tab.tsv", [row()] * 3 + [short], final_newline=False)
     with caplog.at_level(logging.WARNING):
-        read_files([cut, whole, stripped, mid_id], SCHEMA, 5)
+        read_files([cut, whole, stripped, mid_id, at_tab], SCHEMA, 5)
     warned = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
-    assert len(warned) == 2 and warned[1].startswith(f"{mid_id}:4, the last line")
+    assert [w.split(":")[0] for w in warned] == [str(cut), str(mid_id), str(at_tab)]
     assert warned[0].startswith(f"{cut}:4, the last line, has no line end and 15 of 40 fields")
 
 

@@ -616,12 +616,21 @@ def test_whole_numbers_typed_as_floats_are_one_configuration(tmp_path, capsys):
     rows = list(csv.DictReader(saved.open()))
     for row in rows:
         row["config_id"] = row["config_id"].replace("=1", "=1.0").replace("=0.5", "=0.50")
+        row["fixed"] = "model.embedding_dim=16,optimizer.eps=1e-6"  # as typed then
     with saved.open("w", newline="") as f:
         writer = csv.DictWriter(f, fieldnames=list(rows[0]))
         writer.writeheader()
         writer.writerows(rows)
     assert "optimizer.learning_rate=1.0" in saved.read_text()
-    assert gate(tmp_path, new, old) == 0
+    fixed = ["model.embedding_dim=16.0", "optimizer.eps=0.000001"]  # the same values
+    typed = ["optimizer.learning_rate=1.0,0.5", "seed=0,1", *fixed]
+    newer = write_sweep(tmp_path / "newer", typed, [
+        ({"optimizer.learning_rate": lr, "seed": s, "model.embedding_dim": "16.0",
+          "optimizer.eps": "0.000001"}, SEED_AUROC[s]) for lr in ("1.0", 0.5) for s in (0, 1)
+    ])  # fmt: skip
+    capsys.readouterr()
+    assert gate(tmp_path, newer, old) == 0
+    assert "may be of different experiments" not in capsys.readouterr().out
 
 
 def test_a_seed_the_record_holds_is_taken_and_one_no_record_holds_is_named(tmp_path, capsys):

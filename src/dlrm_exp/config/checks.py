@@ -2,9 +2,10 @@
 
 import logging
 import math
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from contextvars import ContextVar
+from types import MappingProxyType
 
 from dlrm_exp.errors import ConfigError
 
@@ -16,40 +17,65 @@ def require(condition: bool, message: str) -> None:
         raise ConfigError(message)
 
 
-#: The keys the running multirun sweeps (:func:`sweeping`); empty outside one.
-_SWEPT: ContextVar[frozenset[str]] = ContextVar("swept", default=frozenset())
+#: ``{swept key: its values}`` of the running multirun (:func:`sweeping`); empty outside one.
+_SWEPT: ContextVar[Mapping[str, Sequence[str]]] = ContextVar("swept", default=MappingProxyType({}))
 
 
 @contextmanager
-def sweeping(keys: Sequence[str]) -> Iterator[None]:
-    """Within the block, the config being built is a job of a multirun that sweeps ``keys``
-    (``sharding``, ``optimizer.lr_decay_steps``, ...): :func:`require_read` warns instead of
-    refusing where the sweep varies the setting that reads a key."""
-    token = _SWEPT.set(frozenset(keys))
+def sweeping(values: Mapping[str, Sequence[str]]) -> Iterator[None]:
+    """Within the block, the config being built is a job of a multirun that sweeps ``values``
+    (``{"sharding": ["auto", "from_file"], ...}``, each value as typed): :func:`require_read`
+    warns instead of refusing where another job of the sweep reads the key."""
+    token = _SWEPT.set(MappingProxyType(dict(values)))
     try:
         yield
     finally:
         _SWEPT.reset(token)
 
 
-def require_read(condition: bool, message: str, readers: Sequence[str]) -> None:
+#: A predicate on a swept value as typed: whether that value turns the key's reader on.
+Reads = Callable[[str], bool]
+
+
+def require_read(condition: bool, message: str, readers: Mapping[str, Reads]) -> None:
     """A key set where no setting reads it (``sharding.plan_path`` without
     ``sharding=from_file``): the run would ignore it without a word, so it is refused, unless
-    the multirun this job belongs to sweeps one of its ``readers`` (the keys or groups that
-    turn its reader on: ``-m sharding=auto,from_file sharding.plan_path=p.json``, an ablation
-    whose other jobs read it); then this job logs that it ignores the key.
+    another job of this multirun reads it: the sweep gives one of ``readers`` (``{key or
+    group: whether a value turns the reader on}``) a value that does (``-m
+    sharding=auto,from_file sharding.plan_path=p.json``, an ablation), or sweeps presets
+    (``experiment=``, which may set anything); then this job logs that it ignores the key.
 
     Raises:
         ConfigError: ``message``, outside such a sweep.
     """
     if condition:
         return
-    swept = _SWEPT.get().intersection([*readers, "experiment"])
-    if not swept:
+    swept = _SWEPT.get()
+    on = [k for k, reads in readers.items() if any(reads(v) for v in swept.get(k, ()))]
+    on += ["experiment"] if "experiment" in swept else []
+    if not on:
         raise ConfigError(message)
     logging.getLogger(__name__).warning(
-        "%s; this job of the sweep over %s ignores it", message, ", ".join(sorted(swept))
+        "%s; this job of the sweep over %s ignores it", message, ", ".join(sorted(on))
     )
+
+
+def is_value(*wanted: str) -> Reads:
+    """A :data:`Reads` true for the values ``wanted`` (case-insensitive, as typed)."""
+    return lambda value: value.lower() in {w.lower() for w in wanted}
+
+
+def is_not_value(*unwanted: str) -> Reads:
+    """A :data:`Reads` true for any value but ``unwanted`` (case-insensitive)."""
+    return lambda value: value.lower() not in {u.lower() for u in unwanted}
+
+
+def is_positive(value: str) -> bool:
+    """A :data:`Reads` for counts: a value above 0 (one that is no number counts as one)."""
+    try:
+        return float(value) > 0
+    except ValueError:
+        return True
 
 
 def require_positive(

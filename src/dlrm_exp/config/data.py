@@ -399,7 +399,7 @@ class CriteoMultiHotDataConfig(SyntheticDataConfig):
             f"{', '.join(f'data.{k}' for k in changed)} would be ignored: drop "
             f"{'it' if len(changed) == 1 else 'them'}"
             + ("" if self.path else ", or give data.path"),
-            ("data", "data.path"),
+            {"data.path": lambda _: True},
         )
 
 

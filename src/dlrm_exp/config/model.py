@@ -7,7 +7,7 @@ from enum import Enum
 
 from omegaconf import MISSING
 
-from dlrm_exp.config.checks import check_layer_sizes, require, require_read
+from dlrm_exp.config.checks import check_layer_sizes, is_value, require, require_read
 from dlrm_exp.config.criteo import CRITEO_NUM_DENSE
 
 
@@ -98,6 +98,8 @@ class InteractionType(Enum):
     projection = "projection"
 
 
+#: The shipped ``model=`` options of each interaction with keys of its own (conf/model/).
+_MODELS = {InteractionType.dcn: ("mlperf",), InteractionType.projection: ()}
 #: The keys only one interaction reads.
 _INTERACTION_KEYS = {
     InteractionType.dcn: ("dcn_num_layers", "dcn_low_rank_dim"),
@@ -226,7 +228,7 @@ class ModelConfig:
                 f"model.{changed[0] if changed else ''} is read by model.interaction_type="
                 f"{kind.value} only; interaction_type={self.interaction_type.value} would ignore "
                 "it",
-                ("model", "model.interaction_type"),
+                {"model.interaction_type": is_value(kind.value), "model": is_value(*_MODELS[kind])},
             )
 
     def _check_data_types(self) -> None:

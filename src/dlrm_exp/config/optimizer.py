@@ -4,7 +4,13 @@ learning-rate schedule both follow."""
 from dataclasses import dataclass
 from enum import Enum
 
-from dlrm_exp.config.checks import require, require_positive, require_read
+from dlrm_exp.config.checks import (
+    is_not_value,
+    is_positive,
+    require,
+    require_positive,
+    require_read,
+)
 
 
 class SparseOptimizer(Enum):
@@ -110,13 +116,17 @@ class OptimizerConfig:
             not sgd or self.eps == 1e-8,
             f"optimizer.eps={self.eps} is read by Adagrad and Adam only; SGD on the tables and "
             "the dense part would ignore it",
-            ("optimizer", "optimizer.sparse_optimizer", "optimizer.dense_optimizer"),
+            {
+                "optimizer": is_not_value("sgd"),
+                "optimizer.sparse_optimizer": is_not_value("sgd"),
+                "optimizer.dense_optimizer": is_not_value("sgd"),
+            },
         )
         require_read(
             self.lr_decay_steps > 0 or self.lr_decay_start == 0,
             f"optimizer.lr_decay_start={self.lr_decay_start} is read only with a decay: set "
             "optimizer.lr_decay_steps=<N> too (without it the rate never decays)",
-            ("optimizer", "optimizer.lr_decay_steps"),
+            {"optimizer.lr_decay_steps": is_positive},
         )
         if self.lr_decay_steps > 0:
             require(

@@ -5,7 +5,7 @@ from dataclasses import dataclass, field, replace
 
 from omegaconf import MISSING
 
-from dlrm_exp.config.checks import require, require_read
+from dlrm_exp.config.checks import is_value, require, require_read
 from dlrm_exp.config.conf_tree import criteo_num_embeddings, criteo_schema
 from dlrm_exp.config.criteo import CRITEO_NUM_DENSE, CRITEO_NUM_SPARSE
 from dlrm_exp.config.data import (
@@ -171,7 +171,7 @@ class Config:
                 f"checkpoint={self.checkpoint} is read by mode=evaluate, predict and export "
                 f"only; mode={self.mode.value} would ignore it"
                 + (resume if self.mode is Mode.train else ""),
-                ("mode",),
+                {"mode": is_value(*(m.value for m in CHECKPOINT_MODES))},
             )
             return
         require(

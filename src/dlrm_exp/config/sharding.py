@@ -3,7 +3,7 @@
 from dataclasses import dataclass, field
 from enum import Enum
 
-from dlrm_exp.config.checks import require, require_read
+from dlrm_exp.config.checks import is_value, require, require_read
 
 
 class ShardingStrategy(Enum):
@@ -86,7 +86,7 @@ class ShardingConfig:
             self.plan_path is None,
             f"sharding.plan_path={self.plan_path} is read by sharding=from_file only (sharding="
             f"{self.sharding_type.value} plans anew and would ignore it): add sharding=from_file",
-            ("sharding", "sharding.sharding_type"),
+            {"sharding": is_value("from_file"), "sharding.sharding_type": is_value("from_file")},
         )
         require(
             self.cache_load_factor is None or 0 < self.cache_load_factor <= 1,

@@ -3,7 +3,7 @@
 from dataclasses import dataclass, field
 from enum import Enum
 
-from dlrm_exp.config.checks import require, require_positive, require_read
+from dlrm_exp.config.checks import is_not_value, is_value, require, require_positive, require_read
 
 
 class OnNonFinite(Enum):
@@ -242,12 +242,12 @@ class TrainConfig:
             start is None or self.pipeline is Pipeline.semi_sync,
             f"train.semi_sync_start_step={start} is read by train.pipeline=semi_sync only; "
             f"train.pipeline={self.pipeline.value} would ignore it",
-            ("train.pipeline",),
+            {"train.pipeline": is_value("semi_sync")},
         )
         require_read(
             self.profile or self.profile_steps == ProfileSteps(),
             "train.profile_steps is read by train.profile=true only: set it too",
-            ("train.profile",),
+            {"train.profile": is_value("true")},
         )
         kept = self.keep_last_checkpoints
         require_read(
@@ -255,7 +255,7 @@ class TrainConfig:
             f"train.keep_last_checkpoints={kept} prunes the checkpoints that "
             "train.checkpoint_every_n_steps writes; without it none are written: set "
             "train.checkpoint_every_n_steps=N too",
-            ("train.checkpoint_every_n_steps",),
+            {"train.checkpoint_every_n_steps": is_not_value("null", "none")},
         )
 
     def prefetch_depth(self, cuda: bool) -> int:

@@ -227,18 +227,20 @@ def read_files(
             parts.append(
                 decode_block(merge_blocks(pending), schema, f"{path} lines {first}..{last}")
             )
-        _warn_cut_last_line(path, last)
+        _warn_cut_last_line(path, last, file_report.rows_padded)
         report.merge(file_report, max_bad_lines)
     if report.rows_valid == 0:
         raise DataError(no_valid_row_message(files, report))
     return ClickData.concat(parts), report
 
 
-def _warn_cut_last_line(path: Path, line: int) -> None:
+def _warn_cut_last_line(path: Path, line: int, padded: int) -> None:
     """Warn when a plain file's last line (``line``) has no line end and fewer than 40 fields:
     the mark of a download or copy cut short, which reads as a row with its missing fields
     empty (counted as padded, like rows whose trailing empty fields were stripped). Gzip
-    files are not looked at (their end is not at hand). Said by rank 0 (every rank reads)."""
+    files are not looked at (their end is not at hand). Not said where other rows of the file
+    were stripped too (``padded``: the rows read padded) and the last line ends in a whole
+    id. Said by rank 0 (every rank reads)."""
     if is_gzip(path) or not is_rank_zero():
         return
     with path.open("rb") as file:
@@ -248,7 +250,10 @@ def _warn_cut_last_line(path: Path, line: int) -> None:
         return
     last_line = tail[tail.rfind(b"\n") + 1 :]
     fields = last_line.count(b"\t") + 1
-    if fields < NUM_FIELDS and not _ends_in_whole_id(last_line, fields):
+    # a file whose rows come stripped of trailing empty fields (``padded``: such rows, the
+    # last line's too) ends in one when its last line ends in a whole id
+    stripped = padded > 1 and _ends_in_whole_id(last_line, fields)
+    if fields < NUM_FIELDS and not stripped:
         log.warning(
             "%s:%d, the last line, has no line end and %d of %d fields: cut short (an "
             "interrupted download or copy)? It was read with its missing fields empty",

@@ -113,7 +113,7 @@ def read_run_values(path: Path) -> list[RunValues]:
                 int(row["seed"]),
                 row["status"],
                 row["path"],
-                fixed=row.get(FIXED),
+                fixed=None if row.get(FIXED) is None else recanonical(row[FIXED]),
             ),
         )
         run.values[row["metric"]] = float(row["value"]) if row["value"] else None

@@ -122,16 +122,39 @@ def saved_swept_keys(sweep_dir: Path) -> list[str]:
     Raises:
         ValueError: the file is not a Hydra multirun record; the message names it.
     """
+    return list(saved_sweep_values(sweep_dir))
+
+
+def saved_sweep_values(sweep_dir: Path) -> dict[str, list[str]]:
+    """``{swept key: its values as typed}`` of a multirun, from its ``multirun.yaml``: the
+    command line's sweeps, then the sweeper's ``params`` not already named (their keys as
+    Hydra parses them: ``+train.profile`` is ``train.profile``). Empty without the file.
+
+    Raises:
+        ValueError: the file is not a Hydra multirun record; the message names it.
+    """
     saved = sweep_dir / "multirun.yaml"
     if not saved.is_file():
-        return []
+        return {}
     try:
         hydra_cfg = OmegaConf.load(saved).hydra  # type: ignore[union-attr]
-        keys = swept_keys(list(hydra_cfg.overrides.task))
+        task = [str(o) for o in hydra_cfg.overrides.task]
         params = OmegaConf.select(hydra_cfg, "sweeper.params") or {}
+        values = {
+            o.key_or_group: _values_of(o) for o in parse_overrides(task) if o.is_sweep_override()
+        }
+        for o in parse_overrides([f"{k}={v}" for k, v in params.items()]):
+            values.setdefault(o.key_or_group, _values_of(o))
     except (OmegaConfBaseException, HydraException, AttributeError, TypeError) as err:
         raise ValueError(f"{saved}: not a Hydra multirun.yaml ({err})") from None
-    return list(dict.fromkeys([*keys, *params]))
+    return values
+
+
+def _values_of(override: Any) -> list[str]:
+    """A parsed override's values as typed (a sweep's each, else its one)."""
+    if override.is_sweep_override():
+        return list(override.sweep_string_iterator())
+    return [override.get_value_element_as_str()]
 
 
 def varying_keys(jobs_overrides: Sequence[Sequence[str]]) -> list[str]:
