@@ -151,10 +151,14 @@ def saved_sweep_values(sweep_dir: Path) -> dict[str, list[str]]:
 
 
 def _values_of(override: Any) -> list[str]:
-    """A parsed override's values as typed (a sweep's each, else its one)."""
-    if override.is_sweep_override():
+    """A parsed override's values as typed (a sweep's each, else its one); none for a sweep
+    that has no list of values (an Optuna ``interval(...)``)."""
+    if not override.is_sweep_override():
+        return [override.get_value_element_as_str()]
+    try:
         return list(override.sweep_string_iterator())
-    return [override.get_value_element_as_str()]
+    except HydraException:  # "Can only enumerate CHOICE and RANGE sweeps"
+        return []
 
 
 def varying_keys(jobs_overrides: Sequence[Sequence[str]]) -> list[str]:
