@@ -290,6 +290,11 @@ PLUGIN_OPTIONS = {
 _PRINTING_FLAGS = ("--cfg", "-c", "--info", "-i", "--shell-completion", "-sc")
 
 
+def _printing_flags(args: list[str]) -> list[str]:
+    """The command line's flags that print instead of running (:data:`_PRINTING_FLAGS`)."""
+    return [a for a in args if a.split("=", 1)[0] in _PRINTING_FLAGS]
+
+
 def check_flag_combination(args: list[str]) -> None:
     """Refuse ``-m`` with a flag that prints (``--cfg``, ``--info``, ``--shell-completion``):
     Hydra raised ``ValueError: Only one of --run, --multirun, --cfg, --info and
@@ -298,7 +303,7 @@ def check_flag_combination(args: list[str]) -> None:
     Raises:
         ConfigError: naming the flags and the way to print one job's config.
     """
-    printing = [a for a in args if a.split("=", 1)[0] in _PRINTING_FLAGS]
+    printing = _printing_flags(args)
     if _is_multirun(args) and printing:
         raise ConfigError(
             f"-m runs a sweep, {printing[0]} prints one config: drop -m (and give each swept "
@@ -320,7 +325,7 @@ def check_plugins(args: list[str]) -> None:
                 f"{group}={option} needs a Hydra plugin that is not installed "
                 f'({module.split(".")[-1]}): pip install -e ".[{extra}]"'
             )
-    submits = _is_multirun(args) and not any(a.split("=", 1)[0] in _PRINTING_FLAGS for a in args)
+    submits = _is_multirun(args) and not _printing_flags(args)
     if submits and _last_value(args, "hydra/launcher") == "slurm_gpu" and not shutil.which("srun"):
         raise ConfigError(
             "hydra/launcher=slurm_gpu submits the jobs to Slurm, but srun is not on this "
@@ -347,10 +352,10 @@ def _installed(module: str) -> bool:
 
 
 def _writes_nothing(args: list[str]) -> bool:
-    """Whether Hydra only prints (``--cfg``, ``--help``, ``--hydra-help``, ``--info``) and
+    """Whether Hydra only prints (:data:`_PRINTING_FLAGS`, ``--help``, ``--hydra-help``) and
     writes no run folder."""
-    flags = {"-c", "--cfg", "-h", "--help", "--hydra-help", "-i", "--info"}
-    return any(a in flags or a.startswith(("--cfg=", "--info=")) for a in args)
+    helps = {"-h", "--help", "--hydra-help"}
+    return bool(_printing_flags(args)) or any(a in helps for a in args)
 
 
 def refuse_another_runs_folder(args: list[str]) -> None:

@@ -29,7 +29,7 @@ RUN = [
     "train.on_nonfinite=skip",  # its gradient guards run on the training thread's backward
 ]
 OVERLAP = "train.sparse_backward=overlap"
-_HELPER = sparse_backward._helper  # the process's helper, before a test replaces it
+_HELPER = sparse_backward._POOL  # the process's helper, before a test replaces it
 
 
 def _flat(state: dict, prefix: str = "") -> dict[str, torch.Tensor]:
@@ -54,7 +54,7 @@ def _late_helper(monkeypatch, fail_at: int | None = None) -> list[int]:
     otherwise over before the training thread gets there). The hand-off ``fail_at`` (1-based)
     raises on the helper. Returns the list that counts the hand-offs."""
     handed: list[int] = []
-    helper = _HELPER()
+    helper = _HELPER
 
     def late(backward, grad):
         time.sleep(0.01)
@@ -67,7 +67,7 @@ def _late_helper(monkeypatch, fail_at: int | None = None) -> list[int]:
             handed.append(1)
             return helper.submit(late, backward, grad)
 
-    monkeypatch.setattr(sparse_backward, "_helper", LateHelper)
+    monkeypatch.setattr(sparse_backward, "_POOL", LateHelper())
     return handed
 
 

@@ -1,5 +1,7 @@
 """Helpers shared by the group schemas: the check that raises :class:`ConfigError`."""
 
+import dataclasses
+import functools
 import logging
 import math
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -76,6 +78,19 @@ def is_positive(value: str) -> bool:
         return float(value) > 0
     except ValueError:
         return True
+
+
+@functools.cache
+def field_defaults(cls: type) -> MappingProxyType:
+    """``{field: its default}`` of the dataclass ``cls`` (a ``default_factory``'s value made
+    once): what a key left unset holds, for the rules that tell a set key from an unset one."""
+    unset = dataclasses.MISSING
+    return MappingProxyType(
+        {
+            f.name: f.default if f.default_factory is unset else f.default_factory()
+            for f in dataclasses.fields(cls)
+        }
+    )
 
 
 def require_positive(

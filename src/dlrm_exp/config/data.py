@@ -1,7 +1,6 @@
 """Schemas of the ``data`` group: one dataclass per data option, all extending
 :class:`DataConfig`, whose methods answer what other rooms need to know about any of them."""
 
-import dataclasses
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -10,7 +9,7 @@ from typing import Any
 
 from omegaconf import MISSING
 
-from dlrm_exp.config.checks import require, require_positive, require_read
+from dlrm_exp.config.checks import field_defaults, require, require_positive, require_read
 from dlrm_exp.config.criteo import (
     CRITEO_COLUMNS,
     CRITEO_LABEL,
@@ -391,7 +390,8 @@ class CriteoMultiHotDataConfig(SyntheticDataConfig):
         require_positive({"data.max_lookup_gib": self.max_lookup_gib})
         # with a path the generator's keys are unread, without one the files' keys
         unread = _GENERATOR_KEYS if self.path else ("dataset", "mmap_mode")
-        changed = [k for k in unread if getattr(self, k) != _MULTI_HOT_DEFAULTS[k]]
+        defaults = field_defaults(CriteoMultiHotDataConfig)
+        changed = [k for k in unread if getattr(self, k) != defaults[k]]
         require_read(
             not changed,
             f"data={'criteo_multihot data.path=...' if self.path else 'criteo_multihot'} reads "
@@ -406,8 +406,6 @@ class CriteoMultiHotDataConfig(SyntheticDataConfig):
 #: The synthetic generator's keys, which ``data=criteo_multihot`` reads only without a path.
 _GENERATOR_KEYS = ("num_train_samples", "num_val_samples", "num_test_samples", "zipf_exponent",
                    "categorical_signal", "dense_signal", "base_logit")  # fmt: skip
-#: ``CriteoMultiHotDataConfig``'s defaults (the YAML's), what an unread key keeps.
-_MULTI_HOT_DEFAULTS = {f.name: f.default for f in dataclasses.fields(CriteoMultiHotDataConfig)}
 
 
 @dataclass

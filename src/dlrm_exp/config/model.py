@@ -1,13 +1,17 @@
 """Schema of the ``model`` group: the DLRM shape, and the names of its features and tables."""
 
-import dataclasses
-from dataclasses import MISSING as MISSING_FIELD
 from dataclasses import dataclass, field
 from enum import Enum
 
 from omegaconf import MISSING
 
-from dlrm_exp.config.checks import check_layer_sizes, is_value, require, require_read
+from dlrm_exp.config.checks import (
+    check_layer_sizes,
+    field_defaults,
+    is_value,
+    require,
+    require_read,
+)
 from dlrm_exp.config.criteo import CRITEO_NUM_DENSE
 
 
@@ -217,10 +221,7 @@ class ModelConfig:
         """Refuse a key of another interaction than ``interaction_type`` set away from its
         default: the model would ignore it without a word (``model.dcn_num_layers=2`` with
         ``interaction_type=original``)."""
-        defaults = {
-            f.name: f.default_factory() if f.default_factory is not MISSING_FIELD else f.default
-            for f in dataclasses.fields(ModelConfig)
-        }
+        defaults = field_defaults(ModelConfig)
         for kind, keys in _INTERACTION_KEYS.items():
             changed = [k for k in keys if getattr(self, k) != defaults[k]]
             require_read(

@@ -505,8 +505,8 @@ def _scan(
     held = _held_out_parts(folder, days, [d[0] for d in loaded], held_out) if cfg.mmap_mode else []
     with remembered_checks() as checks:
         _check_days_labels(folder, days, checks)
-        for path, rows, first, state in held:
-            checks.once(state, partial(check_dense, path, rows, first))
+        for state, check in held:
+            checks.once(state, check)
     if cfg.mmap_mode and cfg.out_of_range is OutOfRange.error:
         sizes = np.asarray(table_sizes, dtype=np.int64)
         _check_ranges([_id_range(sparse) for _, sparse, _ in loaded], sizes, days)
@@ -528,18 +528,18 @@ def _warn_day_gaps(folder: Path, days: list[int]) -> None:
 
 def _held_out_parts(
     folder: Path, days: list[int], dense: list[np.ndarray], held_out: tuple[int, int]
-) -> list[tuple[Path, np.ndarray, int, FileState | None]]:
+) -> list[tuple[FileState | None, Callable[[], None]]]:
     """The rows ``held_out`` (first, end over all days) of the mapped days' ``dense`` arrays,
-    day by day: each part's file, rows, first row in its day and file state, for
-    :func:`check_dense` (on the 1TB days: the last day, 9.2 GB read; not again for an
-    unchanged file that passed, :mod:`~dlrm_exp.data.check_cache`)."""
+    day by day: each part's file state and its :func:`check_dense` (on the 1TB days: the
+    last day, 9.2 GB read; not again for an unchanged file that passed,
+    :mod:`~dlrm_exp.data.check_cache`)."""
     parts, start = [], 0
     for day, array in zip(days, dense, strict=True):
         part = held_out_rows(start, len(array), held_out)
         if part is not None:
             path = folder / f"day_{day}_dense.npy"
             state = file_state("dense", path, part)
-            parts.append((path, array[part[0] : part[1]], part[0], state))
+            parts.append((state, partial(check_dense, path, array[part[0] : part[1]], part[0])))
         start += len(array)
     return parts
 

@@ -33,7 +33,6 @@ thread, in an order that can differ between ranks; a data_parallel table's gradi
 DDP, whose reduction the training thread's backward finishes.
 """
 
-import threading
 from collections.abc import Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 
@@ -41,36 +40,29 @@ import torch
 
 from dlrm_exp.util.text import first_few
 
-_POOL_LOCK = threading.Lock()
-_POOL: ThreadPoolExecutor | None = None
-
-
-def _helper() -> ThreadPoolExecutor:
-    """The process's one helper thread (created on first use), set to one OpenMP thread."""
-    global _POOL
-    with _POOL_LOCK:
-        if _POOL is None:
-            _POOL = ThreadPoolExecutor(
-                1, "sparse-backward", initializer=torch.set_num_threads, initargs=(1,)
-            )
-        return _POOL
+#: The process's one helper thread, set to one OpenMP thread (an executor starts its thread
+#: at its first task, so a process that never overlaps has none).
+_POOL = ThreadPoolExecutor(1, "sparse-backward", initializer=torch.set_num_threads, initargs=(1,))
 
 
 class SparseBackwardThread:
-    """The sparse backward in flight, if any, and the training thread's thread count to
+    """The sparse backward in flight, if any, with the training thread's thread count to
     restore once it lands."""
 
     def __init__(self) -> None:
-        self._pending: Future | None = None
-        self._threads: int | None = None
+        self._pending: tuple[Future, int] | None = None
 
     def hand_off(self, attached: torch.Tensor, grad: torch.Tensor) -> None:
         """Run ``attached.backward(grad)`` (the sparse arch's graph, gradient (B, F, D)) on the
         helper thread; the training thread goes on with one thread fewer until :meth:`settle`."""
         self.settle()  # a guard: the sparse arch's forward has settled the last one already
-        self._threads = torch.get_num_threads()
-        torch.set_num_threads(max(1, self._threads - 1))
-        self._pending = _helper().submit(attached.backward, grad)
+        threads = torch.get_num_threads()
+        torch.set_num_threads(max(1, threads - 1))
+        try:
+            self._pending = (_POOL.submit(attached.backward, grad), threads)
+        except BaseException:
+            torch.set_num_threads(threads)
+            raise
 
     def settle(self) -> bool:
         """Wait for the sparse backward in flight and restore the training thread's count;
@@ -80,12 +72,11 @@ class SparseBackwardThread:
             Exception: what the sparse backward raised, on the training thread.
         """
         pending, self._pending = self._pending, None
-        if self._threads is not None:
-            torch.set_num_threads(self._threads)
-            self._threads = None
         if pending is None:
             return False
-        pending.result()
+        future, threads = pending
+        torch.set_num_threads(threads)
+        future.result()
         return True
 
     def __deepcopy__(self, memo: dict) -> "SparseBackwardThread":

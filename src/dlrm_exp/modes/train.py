@@ -200,8 +200,7 @@ def train_worker(cfg: Config, job: Job, plan: ShardingPlan | None = None) -> Run
                 ),
                 best_weights=_BestCheckpoint(saver),
             )
-            start = _resume(run, layout, samples_per_step, trainer.total_steps, tracker)
-            kept = _finished_record(run, start, trainer.total_steps)
+            start, kept = _resume(run, layout, samples_per_step, trainer.total_steps, tracker)
             if kept is not None:
                 return kept
             with comm.installed():
@@ -329,14 +328,15 @@ def _resume(
     samples_per_step: list[int],
     total_steps: int,
     tracker: Tracker,
-) -> TrainerState | None:
+) -> tuple[TrainerState | None, RunMetrics | None]:
     """Load the checkpoint ``train.resume`` names into the experiment; the loop's state at this
     job's step of the checkpoint's data position (of this job's ``total_steps``), or None to
-    start fresh. Where this job's steps count other global batches, ``tracker`` sets the
-    earlier event files aside (:meth:`Tracker.restart_history`)."""
+    start fresh, and the folder's record kept when nothing is left to train
+    (:func:`_finished_record`). Where this job's steps count other global batches,
+    ``tracker`` sets the earlier event files aside (:meth:`Tracker.restart_history`)."""
     path = run.resume_path
     if path is None:
-        return None
+        return None, None
     if run.ctx.is_main:
         warn_dtype_change(path, run.experiment.table_data_types, "resuming")
     saved = load_checkpoint(path, run.experiment.model, run.experiment.optimizer, layout)
@@ -358,20 +358,18 @@ def _resume(
     run.resumed.update(checkpoint=str(path), step=state.step, changed_settings=changed)
     if int(saved["step"]) != state.step:
         _restart_history(tracker, state, int(saved["step"]))
+    kept = _finished_record(run, state, total_steps)
     if run.cfg.train.keep_best:  # another run's best: held here too; a stale one: removed
         source = Path(state.best_checkpoint) if state.best_checkpoint else None
-        # nothing to train beside a completed record of this step: the folder stays as it is
-        finished = state.step >= total_steps or state.stop_reason is not None
-        record = run.job.run_dir / "metrics.json"
-        kept = finished and on_rank_zero(lambda: _completed_record(record, state.step) is not None)
-        best = adopt_best(source, run.job.run_dir, run.ctx.is_main, state.best, not kept)
+        # nothing to train beside the completed record kept: the folder stays as it is
+        best = adopt_best(source, run.job.run_dir, run.ctx.is_main, state.best, kept is None)
         state.best_checkpoint = None if best is None else str(best)
     if run.ctx.is_main:
         warn_other_data_order(saved, run.cfg, run.ctx.world_size)
     between = between_evictions(int(saved["step"]), run.cfg.model.managed_tables)
     if between and run.ctx.is_main:
         log.warning(between)
-    return state
+    return state, kept
 
 
 def _restart_history(tracker: Tracker, state: TrainerState, saved_step: int) -> None:

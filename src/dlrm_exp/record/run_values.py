@@ -105,17 +105,16 @@ def read_run_values(path: Path) -> list[RunValues]:
         raise ValueError(f"{path} is not a {RUNS_FILE} (columns {', '.join(COLUMNS)})")
     runs: dict[str, RunValues] = {}
     for row in rows:
-        run = runs.setdefault(
-            row["path"],
-            RunValues(
+        run = runs.get(row["path"])
+        if run is None:  # a run's first row (one row per metric): its identity read once
+            run = runs[row["path"]] = RunValues(
                 recanonical(row["config_id"]),
                 row["config"],
                 int(row["seed"]),
                 row["status"],
                 row["path"],
                 fixed=None if row.get(FIXED) is None else recanonical(row[FIXED]),
-            ),
-        )
+            )
         run.values[row["metric"]] = float(row["value"]) if row["value"] else None
     return list(runs.values())
 

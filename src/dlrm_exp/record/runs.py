@@ -117,7 +117,8 @@ def run_name(job_overrides: Sequence[str], swept: Sequence[str]) -> str:
 def saved_swept_keys(sweep_dir: Path) -> list[str]:
     """The keys a multirun swept, from its ``multirun.yaml``: those swept on the command line
     (:func:`swept_keys`, in order), then those of the sweeper's ``params`` (an experiment
-    preset's ``hydra.sweeper.params``) not already named. Empty without the file.
+    preset's ``hydra.sweeper.params``) not already named (:func:`saved_sweep_values`'s
+    keys). Empty without the file.
 
     Raises:
         ValueError: the file is not a Hydra multirun record; the message names it.
