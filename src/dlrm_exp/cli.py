@@ -17,6 +17,7 @@ import os
 import shutil
 import signal
 import sys
+import traceback
 from collections.abc import Iterator
 from contextlib import contextmanager, nullcontext
 from pathlib import Path
@@ -83,6 +84,8 @@ def hydra_main(raw: DictConfig) -> float | None:
             sys.exit(1)
         except BaseException as err:  # a crash or an interruption under way
             _refused(err)
+            if isinstance(err, Exception):
+                _report_crash(err)
             raise
     sweep_dir = Path(hydra_cfg.sweep.dir)
     sweep = saved_sweep_values(sweep_dir)
@@ -175,6 +178,20 @@ def _put_back_record(failed: bool = False) -> None:
         return
     if changed:
         log.info("put back %s of the run in %s", ", ".join(changed), _kept_record.run_dir)
+
+
+def _report_crash(err: Exception) -> None:
+    """A single run's crash (no refusal): its traceback into the run's log, so the folder says
+    why it stopped (Hydra prints it on stderr only), and, in a worker of torchrun or TorchX,
+    into the elastic agent's error file (``TORCHELASTIC_ERROR_FILE``): torchrun's summary then
+    gives the failed rank's exception and traceback as the root cause, not ``error_file:
+    <N/A>`` (Hydra catches the exception before torch's ``@record`` could see it)."""
+    trace = "".join(traceback.format_exception(err)).rstrip()
+    to_log_files(f"the run failed (rank {env_rank()}):\n{trace}", level=logging.ERROR)
+    if launched_by_torchrun():
+        from torch.distributed.elastic.multiprocessing.errors import get_error_handler
+
+        get_error_handler().record_exception(err)
 
 
 def _choices() -> dict[str, str | None]:

@@ -87,3 +87,34 @@ def test_a_launcher_that_does_not_say_where_a_rank_sits_on_its_host_is_refused(m
     monkeypatch.setenv("LOCAL_RANK", "1")
     monkeypatch.setenv("LOCAL_WORLD_SIZE", "8")
     _check_local_env()  # torchrun's full set
+
+
+def test_a_torchrun_workers_crash_is_in_the_run_log_and_the_agents_error_file(
+    tmp_path, monkeypatch
+):
+    """A rank's crash under torchrun was Hydra's traceback on that rank's stderr only:
+    torchrun's summary said ``error_file: <N/A>`` (Hydra catches the exception before
+    ``@record`` sees it) and the run's log did not name it (distributed review)."""
+    import logging
+
+    from dlrm_exp import cli
+
+    torchrun = {"RANK": "1", "WORLD_SIZE": "2", "MASTER_ADDR": "h", "MASTER_PORT": "1"}
+    for key, value in torchrun.items():
+        monkeypatch.setenv(key, value)
+    monkeypatch.setenv("TORCHELASTIC_ERROR_FILE", str(tmp_path / "error.json"))
+    handler = logging.FileHandler(tmp_path / "dlrm_exp.log")
+    logging.getLogger().addHandler(handler)
+    try:
+        raise RuntimeError("injected crash")
+    except RuntimeError as err:
+        cli._report_crash(err)
+    finally:
+        logging.getLogger().removeHandler(handler)
+        handler.close()
+    logged = (tmp_path / "dlrm_exp.log").read_text()
+    assert "the run failed (rank 1):\nTraceback" in logged
+    assert logged.rstrip().endswith("RuntimeError: injected crash")
+    recorded = json.loads((tmp_path / "error.json").read_text())["message"]
+    assert recorded["message"] == "RuntimeError: injected crash"
+    assert 'raise RuntimeError("injected crash")' in recorded["extraInfo"]["py_callstack"]
