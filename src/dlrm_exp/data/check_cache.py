@@ -11,7 +11,7 @@ the old record; a scan reads the cache once and stores its passes together. A fi
 within :data:`SETTLE_SECONDS` before its state was taken is
 not recorded: a rewrite in the same tick of the file system's clock could keep its time (git's
 "racily clean" files). A failed check is never recorded. A cache that cannot be read or written
-(or a user without a home folder) only means the check runs again.
+only means the check runs again.
 """
 
 import time
@@ -56,11 +56,8 @@ class RememberedChecks:
     (:func:`remembered_checks`)."""
 
     def __init__(self) -> None:
-        try:
-            self.cache: Path | None = cache_path(CACHE_NAME)
-        except RuntimeError:  # no home folder and no DLRM_EXP_CACHE_DIR: nothing remembered
-            self.cache = None
-        self.known = (read_json_object(self.cache) or {}) if self.cache else {}
+        self.cache = cache_path(CACHE_NAME)
+        self.known = read_json_object(self.cache) or {}
         self.passed: dict[str, str] = {}
 
     def once(self, state: FileState | None, run: Callable[[], None]) -> None:
@@ -85,5 +82,5 @@ def remembered_checks() -> Iterator[RememberedChecks]:
     try:
         yield checks
     finally:
-        if checks.cache is not None and checks.passed:
+        if checks.passed:
             store_entries(checks.cache, checks.passed)

@@ -1,12 +1,14 @@
 """The user's cache of measurements and checks: JSON files in one folder, shared by processes.
 
-``$DLRM_EXP_CACHE_DIR`` (default ``~/.cache/dlrm_exp``) holds one JSON object per file
-(``peak.json``: measured peaks, :mod:`dlrm_exp.perf.peak`; ``data_checks.json``: data checks
-passed, :mod:`dlrm_exp.data.check_cache`). Processes that write at once merge their entries
-under a lock file beside it.
+``$DLRM_EXP_CACHE_DIR`` (default ``~/.cache/dlrm_exp``; for a user without a home folder,
+e.g. a container's arbitrary user id, ``<temp dir>/dlrm_exp-cache-<uid>``) holds one JSON
+object per file (``peak.json``: measured peaks, :mod:`dlrm_exp.perf.peak`;
+``data_checks.json``: data checks passed, :mod:`dlrm_exp.data.check_cache`). Processes that
+write at once merge their entries under a lock file beside it.
 """
 
 import os
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -16,9 +18,16 @@ from dlrm_exp.util.files import read_json_object, write_json_atomic
 
 
 def cache_path(name: str) -> Path:
-    """The cache file ``name`` in ``$DLRM_EXP_CACHE_DIR`` (default ``~/.cache/dlrm_exp``)."""
-    root = os.environ.get("DLRM_EXP_CACHE_DIR") or Path.home() / ".cache" / "dlrm_exp"
-    return Path(root) / name
+    """The cache file ``name`` in ``$DLRM_EXP_CACHE_DIR`` (default ``~/.cache/dlrm_exp``, or
+    ``<temp dir>/dlrm_exp-cache-<uid>`` where the user has no home folder: ``Path.home()``
+    raises RuntimeError without ``$HOME`` and a passwd entry)."""
+    root = os.environ.get("DLRM_EXP_CACHE_DIR")
+    if root:
+        return Path(root) / name
+    try:
+        return Path.home() / ".cache" / "dlrm_exp" / name
+    except RuntimeError:
+        return Path(tempfile.gettempdir()) / f"dlrm_exp-cache-{os.getuid()}" / name
 
 
 def store_entries(path: Path, entries: dict[str, Any]) -> None:
