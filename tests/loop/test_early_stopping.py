@@ -72,7 +72,11 @@ def test_a_resumed_stop_holds_only_where_this_job_asks_for_it():
     stopped = EarlyStopping(patience=2)
     assert resumed(EARLY_STOPPING, early_stopping=stopped) == (EARLY_STOPPING, None)
     assert resumed(EARLY_STOPPING, early_stopping=EarlyStopping(patience=5)) == (None, None)
-    assert resumed(None, early_stopping=stopped) == (None, None)  # no early stop is added
+    # less patience than the history's validations without improvement: a fresh run of this
+    # job would have stopped earlier; it trained another interval (review)
+    assert resumed(None, 40, early_stopping=stopped) == (EARLY_STOPPING, None)
+    assert resumed(None, 40, early_stopping=EarlyStopping(patience=3)) == (None, None)
+    assert resumed(None, 30, early_stopping=stopped) == (None, None)  # at its last step: ends
     assert resumed(None, target_auroc=0.65) == (TARGET, 20)  # a lower target, reached earlier
     # reached at the last step, the run ended ("end") and was requeued while scoring the
     # test split: it recorded target_auroc

@@ -189,7 +189,9 @@ class TrainerState:
     def reconsider_stop(self, cfg: TrainConfig, total_steps: int | None = None) -> None:
         """Keep a checkpoint's stop only where this job asks for it too, so a resume with
         ``train.target_auroc`` removed or raised, or more ``early_stopping.patience``, trains
-        on (a requeue of the same job still stops). The target step becomes the first
+        on (a requeue of the same job still stops), and one with less patience than the
+        history's validations without improvement stops at once, as a fresh run of this job
+        would have stopped (earlier). The target step becomes the first
         validation that reached this job's target (None: no target, or not reached); a target
         the history already reached stops, as a fresh run of this job would have. Another
         ``early_stopping.monitor`` than the checkpoint's rebuilds the best validation and the
@@ -218,8 +220,20 @@ class TrainerState:
             self.stop_reason = TARGET
         elif self.stop_reason == TARGET and not stops:
             self.stop_reason = None
-        if self.stop_reason == EARLY_STOPPING and not self.best.should_stop(cfg.early_stopping):
+        patience_spent = self.best.should_stop(cfg.early_stopping)
+        before_end = total_steps is None or self.step < total_steps
+        if self.stop_reason == EARLY_STOPPING and not patience_spent:
             self.stop_reason = None
+        elif self.stop_reason is None and patience_spent and before_end:
+            self.stop_reason = EARLY_STOPPING  # (a fresh run would have stopped earlier)
+            log.info(
+                "early stopping at the resumed step %d: val %s did not improve for the last %d "
+                "validations, train.early_stopping.patience=%d",
+                self.step,
+                monitor,
+                self.best.bad_validations,
+                cfg.early_stopping.patience,
+            )
 
 
 @dataclass
