@@ -26,6 +26,17 @@ def test_per_rank_sizes_split_remainder_evenly():
     assert per_rank_sizes(8, 4, 2) == [4]
 
 
+def test_a_training_split_with_fewer_rows_than_ranks_is_refused():
+    """No step ran, and the record's epoch fractions divided by 0 after a whole validation and
+    test pass: a bare ZeroDivisionError (review)."""
+    from dlrm_exp.errors import DataError
+    from dlrm_exp.modes.train import _check_a_step
+
+    with pytest.raises(DataError, match="has 1 row\\(s\\), fewer than the 2 ranks"):
+        _check_a_step(1, 2, per_rank_sizes(1, 4, 2))
+    _check_a_step(2, 2, per_rank_sizes(2, 4, 2))  # a row each: one step
+
+
 def test_batches_cover_rows_in_order_per_rank():
     d = data(21)
     keys = ["cat_0", "cat_1", "cat_2"]

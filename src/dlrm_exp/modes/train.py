@@ -34,6 +34,7 @@ from dlrm_exp.distributed.launch import (
     env_rank,
     process_group,
 )
+from dlrm_exp.errors import DataError
 from dlrm_exp.factories.experiment import Experiment, kernel_iterations, set_kernel_iterations
 from dlrm_exp.factories.managed_collision import managed_rows_held
 from dlrm_exp.factories.precision import slow_precision_warning
@@ -179,6 +180,7 @@ def train_worker(cfg: Config, job: Job, plan: ShardingPlan | None = None) -> Run
         if ctx.is_main:
             _announce(run)
         sizes = per_rank_sizes(len(splits.train), cfg.train.batch_size, ctx.world_size)
+        _check_a_step(len(splits.train), ctx.world_size, sizes)
         samples_per_step = [s * ctx.world_size for s in sizes]
         layout = _layout(run)
         saver = _Saver(run, layout)
@@ -387,6 +389,22 @@ def _restart_history(tracker: Tracker, state: TrainerState, saved_step: int) -> 
             saved_step,
             state.step,
             aside,
+        )
+
+
+def _check_a_step(rows: int, world_size: int, sizes: list[int]) -> None:
+    """The training split gives every rank at least one row: with fewer rows than ranks no
+    step ran and the record's epoch fractions divided by 0 (a bare ZeroDivisionError after a
+    whole validation and test pass: review).
+
+    Raises:
+        DataError: naming the rows and the ranks.
+    """
+    if not sizes:
+        raise DataError(
+            f"the training split has {rows:,} row(s), fewer than the {world_size} ranks: no "
+            "training step (every step gives each rank a row at least); give more rows or "
+            "run fewer ranks (hardware.nproc_per_node)"
         )
 
 
