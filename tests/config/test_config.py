@@ -198,6 +198,7 @@ RULES = [
     (["model.dcn_num_layers=2"], r"model.dcn_num_layers is read by model.interaction_type=dcn"),
     (["train.profile_steps.active=3"], r"train.profile_steps is read by train.profile=true only"),
     (["optimizer=sgd", "optimizer.eps=0.1"], r"optimizer.eps=0.1 is read by Adagrad and Adam only"),
+    (["optimizer.stochastic_rounding=false"], r"stochastic_rounding=false is read for fp16 tab"),
     (["data.categorical_signal=-1"], r"data.categorical_signal must be >= 0"),
     (["data=criteo_tsv"], r"(?s)missing mandatory value: path.*full_key: data.path"),
     (["data=criteo_tsv", "data.path=[]"], r"data.path is required"),
@@ -481,6 +482,10 @@ def test_a_key_whose_reader_the_sweep_turns_off_in_a_job_is_warned_of_not_refuse
         compose_cfg(plan)
     with sweeping({"experiment": ["fast", "golden"]}):  # a preset may turn anything on
         compose_cfg(plan)
+    rounding = ["optimizer.stochastic_rounding=false"]  # the precision sweep's ablation
+    with sweeping({"model.embedding_data_type": ["fp32", "fp16"]}):
+        compose_cfg(rounding)
+    compose_cfg([*rounding, "+model.embedding_data_type_per_table.t_cat_0=fp16"])
     with pytest.raises(ConfigError, match="plan_path=p.json is read by sharding=from_file"):
         compose_cfg(plan)
 

@@ -17,7 +17,7 @@ from dlrm_exp.config.data import (
     lookup_refusal,
 )
 from dlrm_exp.config.hardware import ComputeDevice, HardwareConfig
-from dlrm_exp.config.model import ModelConfig
+from dlrm_exp.config.model import EmbeddingDataType, ModelConfig
 from dlrm_exp.config.modes import (
     CHECKPOINT_MODES,
     EvalSplit,
@@ -98,6 +98,7 @@ class Config:
         self._check_sparse_optimizer_on_cpu()
         self._check_skip_with_adam()
         self._check_dense_precision()
+        self._check_rounding_read()
         self._check_pipeline_on_device()
         self._check_multi_hot_sizes()
         self._check_criteo_feature_counts()
@@ -381,6 +382,18 @@ class Config:
             "train.dense_precision=fp16 needs a gradient scaler, and the fused embedding update "
             "applies its gradients inside TorchRec's backward, where they would arrive scaled: "
             "use train.dense_precision=bf16",
+        )
+
+    def _check_rounding_read(self) -> None:
+        """``optimizer.stochastic_rounding=false`` rounds the fused updates of tables whose
+        weights are not fp32: with every table fp32 nothing reads it (it was ignored)."""
+        fp32 = all(t is EmbeddingDataType.fp32 for t in self.model.table_data_types)
+        require_read(
+            self.optimizer.stochastic_rounding or not fp32,
+            "optimizer.stochastic_rounding=false is read for fp16 tables only "
+            "(model.embedding_data_type=fp16, or model.embedding_data_type_per_table); every "
+            "table here is fp32, whose updates are not rounded",
+            {"model.embedding_data_type": is_value("fp16")},
         )
 
     def _check_pipeline_on_device(self) -> None:
