@@ -2,6 +2,7 @@
 its whole recorded error, the signal that killed it, or its exit code."""
 
 import json
+import os
 from types import SimpleNamespace
 
 from torch.distributed.elastic.multiprocessing.errors import ProcessFailure
@@ -118,3 +119,24 @@ def test_a_torchrun_workers_crash_is_in_the_run_log_and_the_agents_error_file(
     recorded = json.loads((tmp_path / "error.json").read_text())["message"]
     assert recorded["message"] == "RuntimeError: injected crash"
     assert 'raise RuntimeError("injected crash")' in recorded["extraInfo"]["py_callstack"]
+
+
+def test_a_one_process_job_leaves_no_rank_variables_to_the_next_job(monkeypatch):
+    """A one-process job set RANK, WORLD_SIZE, LOCAL_* and left them: with MASTER_ADDR and
+    MASTER_PORT exported (an HPC job script), the next job of a one-process ``-m`` sweep took
+    itself for a launched rank, and ``hardware.nproc_per_node=2`` trained as one rank
+    (distributed review)."""
+    from conftest import compose_cfg
+    from dlrm_exp.distributed.env import launched_by_torchrun
+    from dlrm_exp.distributed.launch import process_group
+
+    for key in ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE"):
+        monkeypatch.delenv(key, raising=False)
+    monkeypatch.setenv("MASTER_ADDR", "127.0.0.1")
+    monkeypatch.setenv("MASTER_PORT", "29577")
+    monkeypatch.setenv("LOCAL_RANK", "0")  # set by the user: kept
+    with process_group(compose_cfg([]).hardware) as ctx:
+        assert (ctx.world_size, os.environ["WORLD_SIZE"]) == (1, "1")
+    assert not launched_by_torchrun()
+    assert "RANK" not in os.environ and "LOCAL_WORLD_SIZE" not in os.environ
+    assert os.environ["LOCAL_RANK"] == "0"

@@ -321,6 +321,10 @@ def _bound_slurm_task(cores: int) -> bool:
     return in_submitit_task() and per_task.isdigit() and cores <= int(per_task)
 
 
+#: What a one-process job sets for TorchRec's intra-host groups (:func:`process_group`).
+_ONE_RANK_ENV = {"RANK": "0", "LOCAL_RANK": "0", "WORLD_SIZE": "1", "LOCAL_WORLD_SIZE": "1"}
+
+
 @contextmanager
 def process_group(cfg: HardwareConfig) -> Iterator[DistContext]:
     """Join (or create) the default process group for the job and tear it down at exit.
@@ -332,7 +336,7 @@ def process_group(cfg: HardwareConfig) -> Iterator[DistContext]:
     Raises:
         ConfigError: CUDA was asked for but is not available.
     """
-    created = False
+    created, set_here = False, []
     _check_local_env()
     # where the rank sits on its host (a launched job of several ranks sets both: checked
     # above; one process is rank 0 of 1)
@@ -344,14 +348,12 @@ def process_group(cfg: HardwareConfig) -> Iterator[DistContext]:
         if launched_by_torchrun():
             dist.init_process_group(backend=cfg.backend.value, timeout=timeout)
         else:
-            # TorchRec reads these to size its intra-host groups; set them rather than let it guess.
-            for key, value in (
-                ("RANK", "0"),
-                ("LOCAL_RANK", "0"),
-                ("WORLD_SIZE", "1"),
-                ("LOCAL_WORLD_SIZE", "1"),
-            ):
-                os.environ.setdefault(key, value)
+            # TorchRec reads these to size its intra-host groups; set them rather than let it
+            # guess, for this job only: left set, with MASTER_ADDR / MASTER_PORT exported (an
+            # HPC job script), a later job of a one-process sweep took itself for a launched
+            # rank and trained hardware.nproc_per_node=2 as one rank (review)
+            set_here = [k for k in _ONE_RANK_ENV if k not in os.environ]
+            os.environ.update({k: _ONE_RANK_ENV[k] for k in set_here})
             dist.init_process_group(
                 backend=cfg.backend.value,
                 store=dist.HashStore(),
@@ -377,3 +379,5 @@ def process_group(cfg: HardwareConfig) -> Iterator[DistContext]:
     finally:
         if created:
             dist.destroy_process_group()
+        for key in set_here:
+            os.environ.pop(key, None)
