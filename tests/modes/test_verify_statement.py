@@ -122,3 +122,14 @@ def test_verify_on_several_hosts_is_one_refusal(tmp_path):
 
     with pytest.raises(ConfigError, match="runs its ranks and their reference on one host"):
         run_verify(compose_cfg(["mode=verify", "hardware.nnodes=2"]), tmp_path)
+
+
+def test_verify_as_a_submitit_task_says_which_launcher_to_drop(tmp_path, monkeypatch):
+    """Under hydra/launcher=local its tasks look launched, and verify said to run it without
+    torchrun, which the user never used (distributed review)."""
+    from dlrm_exp.errors import ConfigError
+    from dlrm_exp.modes.verify import run_verify
+
+    monkeypatch.setenv("SUBMITIT_EXECUTOR", "local")
+    with pytest.raises(ConfigError, match="without hydra/launcher=local / slurm_gpu"):
+        run_verify(compose_cfg(["mode=verify", "hardware.nproc_per_node=2"]), tmp_path)

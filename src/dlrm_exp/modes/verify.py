@@ -72,6 +72,7 @@ from dlrm_exp.distributed.launch import (
     threads_of,
 )
 from dlrm_exp.distributed.qcomms import check_supported, requested_precisions
+from dlrm_exp.distributed.submitit_env import in_submitit_task
 from dlrm_exp.errors import ConfigError, UserError
 from dlrm_exp.factories.pipeline import EXACT_PIPELINES
 from dlrm_exp.loop.evaluate import drain
@@ -373,9 +374,15 @@ def run_verify_many(cfgs: list[Config], run_dirs: list[Path]) -> list[dict[str, 
     ``verify.json`` into its run folder; returns the comparisons (passed or not).
 
     Raises:
-        ConfigError: started under torchrun (the reference needs a process of its own), on
-            several hosts, or the jobs ask for different hardware.
+        ConfigError: started under torchrun or as a submitit task (the reference needs a
+            process of its own), on several hosts, or the jobs ask for different hardware.
     """
+    if in_submitit_task():  # (its tasks look launched: adopt_submitit_environment)
+        raise ConfigError(
+            "mode=verify starts its own processes (the ranks and their one-process reference) "
+            "on one host: run it without hydra/launcher=local / slurm_gpu (on a Slurm node: "
+            "srun -N1 -n1 python -m dlrm_exp mode=verify ...)"
+        )
     if launched_by_torchrun():
         raise ConfigError("mode=verify starts its own processes: run it without torchrun")
     if any(cfg.hardware.nnodes > 1 for cfg in cfgs):  # (the launcher's advice is torchrun)
