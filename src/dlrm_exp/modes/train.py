@@ -32,6 +32,7 @@ from dlrm_exp.distributed.launch import (
     DistContext,
     check_devices,
     env_rank,
+    launched_by_torchrun,
     process_group,
 )
 from dlrm_exp.errors import DataError
@@ -127,11 +128,20 @@ def run_train(
         WorkerFailedError: a worker process failed or was killed.
     """
     check_devices(cfg.hardware)
-    if env_rank() == 0:  # a torchrun rank > 0 is in "." until rank 0 hands it the folder
-        check_writable(run_dir)
-        check_run_folder(run_dir, cfg.train.resume, cfg.train.keep_best)
+    # a rank of torchrun, TorchX or a submitit job checks its folder once its peers are
+    # connected (train_worker): its refusal then reaches them, where a task of a submitit
+    # job waited hardware.collective_timeout_s for a rank 0 that had refused and returned
+    launched = launched_by_torchrun()
+    if not launched:  # one process, or the parent of the workers it starts
+        _check_folder(cfg, run_dir)
     job = Job(run_dir, dict(choices), tensorboard_dir, dict(swept or {}))
-    return run_on_ranks(train_worker, cfg, job)
+    return run_on_ranks(train_worker, cfg, job, launched)
+
+
+def _check_folder(cfg: Config, run_dir: Path) -> None:
+    """What training may find in its folder (see :func:`run_train`'s errors)."""
+    check_writable(run_dir)
+    check_run_folder(run_dir, cfg.train.resume, cfg.train.keep_best)
 
 
 @dataclass(frozen=True)
@@ -162,11 +172,16 @@ def _announce(run: _Run) -> None:
     write_json_atomic(run.job.run_dir / "plan.json", run.plan_data.to_json())
 
 
-def train_worker(cfg: Config, job: Job, plan: ShardingPlan | None = None) -> RunMetrics:
+def train_worker(
+    cfg: Config, job: Job, check_folder: bool = False, plan: ShardingPlan | None = None
+) -> RunMetrics:
     """Train on this rank (joining or creating the process group); rank 0 writes the run
-    folder. Every rank returns the run's record (rank 0's is the one written)."""
+    folder. Every rank returns the run's record (rank 0's is the one written).
+    ``check_folder``: rank 0 checks the run folder first, every rank raising its refusal."""
     started = time.perf_counter()
     with process_group(cfg.hardware) as ctx:
+        if check_folder:  # (rank 0's job names the folder: the others are in "." till now)
+            on_rank_zero(lambda: _check_folder(cfg, job.run_dir))
         job = shared_job(job, ctx)
         # rank 0 decides for all: hosts may list a shared folder differently (NFS caching), and
         # ranks that loaded different steps would train apart, then hang
