@@ -662,3 +662,22 @@ def test_a_folder_whose_name_has_brackets_is_taken_as_named(tmp_path, capsys):
     metrics = {"status": "completed", "val": {"auroc": 0.79, "logloss": 0.45}}
     run = write_job(tmp_path, "model.dense_arch_layer_sizes=[512,256,64]", ["seed=0"], metrics)
     assert report.main([str(run), "--out", str(tmp_path / "o")]) == 0
+
+
+def test_a_rerun_of_one_configuration_of_a_baseline_sweep_is_compared_with_it(
+    tmp_path, baseline, capsys
+):
+    """``-m seed=0,1,2 optimizer=sgd sharding=rowwise`` against the baseline sweep over both
+    keys: the rerun's values are not swept, so it was named ``(all runs)`` and compared with
+    nothing, though it ran the very overrides of the baseline's sgd configuration (docs
+    walk-through)."""
+    jobs = [({"seed": s, "optimizer": "sgd", "sharding": "rowwise"}, SEED_AUROC[s] + JITTER[s])
+            for s in (0, 1, 2)]  # fmt: skip
+    typed = ["seed=0,1,2", "optimizer=sgd", "sharding=rowwise"]
+    rerun = write_sweep(tmp_path / "rerun", typed, jobs)
+    assert gate(tmp_path, rerun, baseline) == 1  # the baseline's other configuration: not run
+    out = capsys.readouterr().out
+    assert f"(all runs) is compared with the baseline's {SGD}: the same overrides" in out
+    assert re.search(rf"{SGD} val AUROC: 0.7900 -> 0.7900 \(\+0 \[\+0, \+0\], paired", out)
+    assert "nothing was compared" not in out and "note:" not in out
+    assert "optimizer=rowwise_adagrad,sharding=tablewise: in the baseline, but no run" in out

@@ -2,7 +2,8 @@
 against a saved one (its ``summary_runs.csv``, :mod:`dlrm_exp.record.run_values`), per
 configuration and metric.
 
-Configurations are matched by identity (canonical overrides), runs within one by seed. The
+Configurations are matched by identity (canonical overrides; where the two sets swept other
+keys, by all their overrides but the seed), runs within one by seed. The
 difference ``new - saved`` is paired by seed when the two sides share seeds (Student t on the
 per-seed differences, ``n - 1`` degrees of freedom) and otherwise unpaired (Welch's t with
 Welch-Satterthwaite degrees of freedom; the line says so). A gated metric *regressed* when
@@ -21,13 +22,21 @@ better direction can be gated (calibration cannot: it moves either way).
 
 from collections import Counter
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+
+from hydra.errors import HydraException
 
 from dlrm_exp.record.compare import COMPARED, DEFAULT_GATE
 from dlrm_exp.record.metric_table import METRICS, Metric
 from dlrm_exp.record.run_record import COMPLETED
 from dlrm_exp.record.run_values import RunValues, is_finite
-from dlrm_exp.record.runs import DEFAULTS, without_superseded
+from dlrm_exp.record.runs import (
+    ALL,
+    DEFAULTS,
+    canonical_overrides,
+    split_overrides,
+    without_superseded,
+)
 from dlrm_exp.record.stats import Difference, paired_difference, welch_difference
 
 
@@ -75,6 +84,41 @@ def _paired_defaults(
     (new_id,), (saved_id,) = new, saved
     defaults = all(i.startswith(f"{DEFAULTS} ") for i in (new_id, saved_id))
     return saved_id if defaults and new_id != saved_id else None
+
+
+def _whole_identity(runs: Sequence[RunValues]) -> str | None:
+    """Every override the runs of one configuration ran with but the seed (its identity and
+    the overrides that were not swept), canonical; None where they differ, a side does not
+    record the latter (older baselines) or the identity is the defaults' folder."""
+    wholes = set()
+    for run in runs:
+        if run.fixed is None or run.config_id.startswith(DEFAULTS):
+            return None
+        named = [] if run.config_id == ALL else split_overrides(run.config_id)
+        try:
+            wholes.add(canonical_overrides([*named, *split_overrides(run.fixed)]))
+        except HydraException:
+            return None
+    return wholes.pop() if len(wholes) == 1 else None
+
+
+def _matched_by_whole(
+    new: Mapping[str, list[RunValues]], saved: Mapping[str, list[RunValues]]
+) -> dict[str, str]:
+    """``{new id: saved id}`` of configurations named otherwise only because the two sets
+    swept other keys: a rerun of one configuration of a baseline sweep (``-m seed=0,1
+    optimizer.learning_rate=0.1`` against ``-m optimizer.learning_rate=0.1,0.05 seed=0,1``)
+    is named ``(all runs)``, its value not swept, though every override is the same. Only
+    configurations without a match by name, each whole identity once on its side."""
+    new_whole = {c: _whole_identity(r) for c, r in new.items() if c not in saved}
+    saved_whole = {c: _whole_identity(r) for c, r in saved.items() if c not in new}
+    once = [w for w, n in Counter([*new_whole.values(), *saved_whole.values()]).items() if n == 2]
+    return {
+        n: s
+        for n, nw in new_whole.items()
+        for s, sw in saved_whole.items()
+        if nw is not None and nw == sw and nw in once
+    }
 
 
 def _seed_values(runs: Sequence[RunValues], key: str) -> dict[int, float | None]:
@@ -225,6 +269,9 @@ def _fixed_differ(label: str, new_runs: list[RunValues], saved_runs: list[RunVal
     saved = {r.fixed for r in saved_runs if r.fixed is not None}
     if not new or not saved or new == saved:
         return None
+    whole = _whole_identity(new_runs)
+    if whole is not None and whole == _whole_identity(saved_runs):  # swept otherwise
+        return None
 
     def said(sets: set[str]) -> str:
         return " / ".join(sorted(sets)) or "no other overrides"
@@ -302,6 +349,13 @@ def compare_runs(
             f"the runs of the defaults in {new[0].config} are compared with the baseline's "
             f"in {saved[0].config}"
         )
+    for new_id, saved_id in _matched_by_whole(new_groups, saved_groups).items():
+        result.lines.append(
+            f"{new_groups[new_id][0].config} is compared with the baseline's "
+            f"{saved_groups[saved_id][0].config}: the same overrides, swept otherwise"
+        )
+        label = saved_groups[saved_id][0].config  # the lines name it as the baseline does
+        new_groups[saved_id] = [replace(r, config=label) for r in new_groups.pop(new_id)]
     for config_id, saved_runs in saved_groups.items():
         if config_id not in new_groups:
             result.failures.append(
