@@ -39,7 +39,8 @@ from dlrm_exp.modes.train import run_train
 from dlrm_exp.record.run_record import RunMetrics
 
 SMALL = [*QUICK, "train.val_every_n_steps=16", "train.checkpoint_every_n_steps=8"]
-QUALITY = ("val", "test", "val_history", "final_train_loss", "steps", "train_samples")
+QUALITY = ("val", "test", "val_history", "final_train_loss", "steps", "train_samples",
+           "train_windows")  # fmt: skip
 
 
 def _same_results(a: RunMetrics, b: RunMetrics) -> None:

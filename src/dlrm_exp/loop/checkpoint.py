@@ -36,7 +36,9 @@ managed-collision table evicts ids: TorchRec re-initializes the evicted rows wit
 update with FBGEMM's stochastic rounding, drawn from torch's CUDA generator: its state is saved
 and restored too (``cudarng_rank<r>.pt``; on CPU FBGEMM rounds to nearest). FBGEMM's kernels
 count their forwards in a buffer no state dict holds, which fused Adam's bias correction
-reads: the training mode saves and restores it with the trainer state.
+reads: the training mode saves and restores it with the trainer state. Each rank's training
+window (the last batches' logits and labels, :mod:`dlrm_exp.loop.train_window`) is saved as
+``state_rank<r>.pt``, so a resumed run's training-window metrics are the uninterrupted run's.
 """
 
 import json
@@ -360,8 +362,10 @@ def save_checkpoint(
     keep_last: int | None = None,
     name: str | None = None,
     same_as: Path | None = None,
+    rank_state: dict[str, Any] | None = None,
 ) -> Path:
-    """Save the model, the optimizers' state and ``trainer_state`` as checkpoint ``step``
+    """Save the model, the optimizers' state, ``trainer_state`` and each rank's own
+    ``rank_state`` (:func:`read_rank_state`) as checkpoint ``step``
     (a collective: every rank calls it), in ``checkpoints/step_<step>`` or, if given,
     ``checkpoints/<name>`` (which replaces an earlier one of that name). Returns the folder.
 
@@ -385,6 +389,8 @@ def save_checkpoint(
         if same_as is None:
             dcp.save(_state(model, optimizer.state_dict()), checkpoint_id=str(partial))
         save_rng(partial, dist.get_rank())
+        if rank_state is not None:
+            save_rank_state(partial, dist.get_rank(), rank_state)
         dist.barrier()
         if is_main:
             write_json_atomic(partial / STATE_FILE, {**trainer_state, "step": step})
@@ -575,6 +581,33 @@ def save_rng(path: Path, rank: int) -> None:
     if torch.cuda.is_available() and torch.cuda.is_initialized():
         torch.save(torch.cuda.get_rng_state(), _rng_file(path, rank, "cuda"))
         sync_file(_rng_file(path, rank, "cuda"))
+
+
+def save_rank_state(path: Path, rank: int, state: dict[str, Any]) -> None:
+    """Save rank ``rank``'s own ``state`` (its training window) into checkpoint ``path``."""
+    torch.save(state, _rank_state_file(path, rank))
+    sync_file(_rank_state_file(path, rank))
+
+
+def read_rank_state(path: Path, rank: int) -> dict[str, Any] | None:
+    """Rank ``rank``'s state that :func:`save_rank_state` saved in checkpoint ``path``; None
+    where it saved none (another world size, an earlier version).
+
+    Raises:
+        CheckpointError: the file cannot be read (truncated by a crash).
+    """
+    saved = _rank_state_file(path, rank)
+    try:
+        return torch.load(saved, weights_only=True) if saved.exists() else None
+    except (OSError, EOFError, RuntimeError, pickle.UnpicklingError) as err:
+        raise CheckpointError(
+            f"{path}: rank {rank}'s state cannot be read ({err}): resume from an earlier "
+            "checkpoint (train.resume=<its folder>), or remove this one"
+        ) from None
+
+
+def _rank_state_file(path: Path, rank: int) -> Path:
+    return path / f"state_rank{rank}.pt"
 
 
 def restore_rng(path: Path, rank: int) -> None:

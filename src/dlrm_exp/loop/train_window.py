@@ -5,8 +5,9 @@ Set against validation (TensorBoard's ``train_window/*`` beside ``val/*``), it s
 overfitting as it happens: train log loss keeps falling while validation's rises. The window
 is this rank's batches (rank 0 logs it), scored as they were trained on, so each batch's
 logits come from weights one update older than the next batch's; it is an estimate, not an
-evaluation. A resumed run refills its window from the resume step. The batches stay on their
-device: nothing is copied per step, only when the window is scored.
+evaluation. A checkpoint keeps each rank's window (:meth:`TrainWindow.state`), so a resumed
+run scores the same batches as one that ran through. The batches stay on their device: nothing
+is copied per step, only when the window is scored or saved.
 """
 
 from collections import deque
@@ -33,6 +34,21 @@ class TrainWindow:
         if self.batches:
             self._logits.append(logits.detach().reshape(-1))
             self._labels.append(labels.detach().reshape(-1))
+
+    def state(self) -> dict[str, list[torch.Tensor]]:
+        """The window's batches on the CPU, oldest first, for a checkpoint."""
+        return {
+            "logits": [t.cpu() for t in self._logits],
+            "labels": [t.cpu() for t in self._labels],
+        }
+
+    def restore(self, saved: dict[str, list[torch.Tensor]], device: torch.device) -> None:
+        """Hold the batches of :meth:`state` (on ``device``), the newest ``batches`` of them
+        where the window is shorter now."""
+        self._logits.clear()
+        self._labels.clear()
+        for logits, labels in zip(saved["logits"], saved["labels"], strict=True):
+            self.add(logits.to(device), labels.to(device))
 
     def metrics(self) -> dict[str, float]:
         """``{"logloss": nats per sample, "auroc": ...}`` of the window (empty when it holds

@@ -52,6 +52,7 @@ from dlrm_exp.loop.checkpoint import (
     later_checkpoints,
     load_checkpoint,
     load_model_weights,
+    read_rank_state,
     resolve_resume,
     resume_step,
     save_checkpoint,
@@ -62,6 +63,7 @@ from dlrm_exp.loop.metrics import (
     reset_peak_memory,
     step_time_ms,
 )
+from dlrm_exp.loop.train_window import TrainWindow
 from dlrm_exp.loop.trainer import BatchSources, FitResult, Trainer, TrainerState
 from dlrm_exp.modes.job import Job, ModeResult
 from dlrm_exp.modes.setup import (
@@ -217,7 +219,8 @@ def train_worker(
                 ),
                 best_weights=_BestCheckpoint(saver),
             )
-            start, kept = _resume(run, layout, samples_per_step, trainer.total_steps, tracker)
+            saver.window = trainer.window
+            start, kept = _resume(run, layout, samples_per_step, trainer, tracker)
             if kept is not None:
                 return kept
             with comm.installed():
@@ -343,20 +346,24 @@ def _resume(
     run: _Run,
     layout: CheckpointLayout,
     samples_per_step: list[int],
-    total_steps: int,
+    trainer: Trainer,
     tracker: Tracker,
 ) -> tuple[TrainerState | None, RunMetrics | None]:
-    """Load the checkpoint ``train.resume`` names into the experiment; the loop's state at this
-    job's step of the checkpoint's data position (of this job's ``total_steps``), or None to
-    start fresh, and the folder's record kept when nothing is left to train
-    (:func:`_finished_record`). Where this job's steps count other global batches,
-    ``tracker`` sets the earlier event files aside (:meth:`Tracker.restart_history`)."""
-    path = run.resume_path
+    """Load the checkpoint ``train.resume`` names into the experiment and the ``trainer``'s
+    training window; the loop's state at this job's step of the checkpoint's data position (of
+    the trainer's ``total_steps``), or None to start fresh, and the folder's record kept when
+    nothing is left to train (:func:`_finished_record`). Where this job's steps count other
+    global batches, ``tracker`` sets the earlier event files aside
+    (:meth:`Tracker.restart_history`)."""
+    path, total_steps = run.resume_path, trainer.total_steps
     if path is None:
         return None, None
     if run.ctx.is_main:
         warn_dtype_change(path, run.experiment.table_data_types, "resuming")
     saved = load_checkpoint(path, run.experiment.model, run.experiment.optimizer, layout)
+    rank_state = read_rank_state(path, run.ctx.rank) or {}  # (none: another world size)
+    if "train_window" in rank_state:
+        trainer.window.restore(rank_state["train_window"], run.ctx.device)
     if KERNEL_ITERATIONS in saved:  # (checkpoints of earlier versions: counted from 0)
         set_kernel_iterations(run.experiment.model, int(saved[KERNEL_ITERATIONS]))
     changed = changed_settings(saved.get("settings"), layout.settings)
@@ -506,6 +513,7 @@ class _Saver:
     run: _Run
     layout: CheckpointLayout
     last: tuple[int, Path] | None = None
+    window: TrainWindow | None = None  # the trainer's, saved with each checkpoint
 
     def _kernel_state(self) -> dict[str, int]:
         """The fused kernels' iteration counter (:func:`kernel_iterations`; a collective)."""
@@ -524,6 +532,7 @@ class _Saver:
             self.run.cfg.train.keep_last_checkpoints,
             name,
             same_as,
+            None if self.window is None else {"train_window": self.window.state()},
         )
         self.last = (step, path)
         linked = f" (DCP files linked from {same_as.name})" if same_as else ""
