@@ -204,22 +204,7 @@ def train_worker(
         tracker = Tracker(job.tensorboard_dir or job.run_dir, enabled=ctx.is_main)
         comm = CollectiveBytes()
         try:
-            trainer = Trainer(
-                experiment,
-                cfg.train,
-                samples_per_step,
-                ctx.device,
-                tracker,
-                show_progress=ctx.is_main and cfg.train.progress_bar,
-                log_progress=ctx.is_main,
-                comm=comm,
-                checkpoint=saver,
-                profiler=StepProfiler(
-                    job.run_dir, ctx.rank, cfg.train.profile_steps, ctx.device, cfg.train.profile
-                ),
-                best_weights=_BestCheckpoint(saver),
-            )
-            saver.window = trainer.window
+            trainer = _trainer(run, samples_per_step, tracker, comm, saver)
             start, kept = _resume(run, layout, samples_per_step, trainer, tracker)
             if kept is not None:
                 return kept
@@ -237,6 +222,35 @@ def train_worker(
         if ctx.is_main:
             metrics.write(job.run_dir / "metrics.json")
     return metrics
+
+
+def _trainer(
+    run: _Run,
+    samples_per_step: list[int],
+    tracker: Tracker,
+    comm: CollectiveBytes,
+    saver: "_Saver",
+) -> Trainer:
+    """The run's training loop, whose checkpoints ``saver`` writes (with its training
+    window)."""
+    cfg, ctx = run.cfg, run.ctx
+    trainer = Trainer(
+        run.experiment,
+        cfg.train,
+        samples_per_step,
+        ctx.device,
+        tracker,
+        show_progress=ctx.is_main and cfg.train.progress_bar,
+        log_progress=ctx.is_main,
+        comm=comm,
+        checkpoint=saver,
+        profiler=StepProfiler(
+            run.job.run_dir, ctx.rank, cfg.train.profile_steps, ctx.device, cfg.train.profile
+        ),
+        best_weights=_BestCheckpoint(saver),
+    )
+    saver.window = trainer.window
+    return trainer
 
 
 def _batch_sources(run: _Run) -> BatchSources:

@@ -121,6 +121,31 @@ def _matched_by_whole(
     }
 
 
+def _adopt_matched(
+    new: dict[str, list[RunValues]], saved: Mapping[str, list[RunValues]], result: GateResult
+) -> dict[str, list[RunValues]]:
+    """``new`` with the configurations that match the baseline's otherwise than by id keyed
+    by the baseline's id, saying so: single runs of the defaults in two folders
+    (:func:`_paired_defaults`), and those :func:`_matched_by_whole` matches (labelled as the
+    baseline does)."""
+    paired = _paired_defaults(new, saved)
+    if paired is not None:
+        (new_runs,), (saved_runs,) = new.values(), saved.values()
+        result.lines.append(
+            f"the runs of the defaults in {new_runs[0].config} are compared with the "
+            f"baseline's in {saved_runs[0].config}"
+        )
+        return {paired: new_runs}
+    for new_id, saved_id in _matched_by_whole(new, saved).items():
+        label = saved[saved_id][0].config
+        result.lines.append(
+            f"{new[new_id][0].config} is compared with the baseline's {label}: the same "
+            "overrides, swept otherwise"
+        )
+        new[saved_id] = [replace(r, config=label) for r in new.pop(new_id)]
+    return new
+
+
 def _seed_values(runs: Sequence[RunValues], key: str) -> dict[int, float | None]:
     return {run.seed: run.values.get(key) for run in runs if run.status == COMPLETED}
 
@@ -342,20 +367,7 @@ def compare_runs(
     tolerances = {"": tolerance} if isinstance(tolerance, (int, float)) else dict(tolerance)
     new, saved = without_superseded(new), without_superseded(saved)  # a failed seed rerun
     new_groups, saved_groups = _by_config(new), _by_config(saved)
-    paired = _paired_defaults(new_groups, saved_groups)
-    if paired is not None:
-        new_groups = {paired: next(iter(new_groups.values()))}
-        result.lines.append(
-            f"the runs of the defaults in {new[0].config} are compared with the baseline's "
-            f"in {saved[0].config}"
-        )
-    for new_id, saved_id in _matched_by_whole(new_groups, saved_groups).items():
-        result.lines.append(
-            f"{new_groups[new_id][0].config} is compared with the baseline's "
-            f"{saved_groups[saved_id][0].config}: the same overrides, swept otherwise"
-        )
-        label = saved_groups[saved_id][0].config  # the lines name it as the baseline does
-        new_groups[saved_id] = [replace(r, config=label) for r in new_groups.pop(new_id)]
+    new_groups = _adopt_matched(new_groups, saved_groups, result)
     for config_id, saved_runs in saved_groups.items():
         if config_id not in new_groups:
             result.failures.append(
