@@ -226,3 +226,15 @@ def test_one_rank_metrics_make_no_collective(monkeypatch):
     finally:
         monkeypatch.undo()
         dist.destroy_process_group()
+
+
+def test_max_steps_beyond_the_epochs_is_said_not_dropped_silently():
+    """``experiment=golden`` (1,000 steps) on 8,192 rows of batch 32 trained 256 steps, the
+    end of its one epoch, without a word (docs walk-through)."""
+    from dlrm_exp.loop.trainer import step_budget
+
+    assert step_budget(256, 1, None) == (256, None)
+    assert step_budget(256, 4, 1000) == (1000, None)
+    total, line = step_budget(256, 1, 1000)
+    assert total == 256 and line is not None
+    assert line.startswith("train.max_steps=1000 is more than train.epochs=1 of 256 steps give")

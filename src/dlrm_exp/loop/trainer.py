@@ -91,6 +91,21 @@ class BestWeights(Protocol):
         ...
 
 
+def step_budget(steps_per_epoch: int, epochs: int, max_steps: int | None) -> tuple[int, str | None]:
+    """The steps a run trains: ``epochs`` passes over the training split, or ``max_steps``
+    where that is fewer; and a line when ``max_steps`` asks for more than the epochs give (a
+    preset's 1,000 steps on a small split ended at the epoch's end without a word), else
+    None."""
+    total = steps_per_epoch * epochs
+    if max_steps is None or max_steps <= total:
+        return total if max_steps is None else max_steps, None
+    return total, (
+        f"train.max_steps={max_steps} is more than train.epochs={epochs} of "
+        f"{steps_per_epoch:,} steps give: training ends at step {total:,} (raise train.epochs "
+        "or give more rows to train the steps asked for)"
+    )
+
+
 def loss_read_lag(device: torch.device, on_nonfinite: OnNonFinite) -> int:
     """Steps queued before a step's loss is read (:meth:`Trainer._train_segment`): 1 on CUDA
     with ``on_nonfinite=stop``; 0 otherwise (on CPU a loss is ready when its step returns;
@@ -330,8 +345,9 @@ class Trainer:
         self.steps_per_epoch = len(samples_per_step)
         #: ``val_per_epoch``'s steps of an epoch, counted from its start (:func:`epoch_positions`)
         self.val_positions = epoch_positions(self.steps_per_epoch, cfg.val_per_epoch)
-        total = self.steps_per_epoch * cfg.epochs
-        self.total_steps = total if cfg.max_steps is None else min(total, cfg.max_steps)
+        self.total_steps, short = step_budget(self.steps_per_epoch, cfg.epochs, cfg.max_steps)
+        if short and log_progress:
+            log.warning(short)
         self.step_seconds: list[float] = []
         self.window = TrainWindow(cfg.train_window_batches)
         self.loss_read_lag = loss_read_lag(device, cfg.on_nonfinite)
