@@ -465,6 +465,25 @@ def test_files_among_the_paths_are_passed_over(tmp_path, capsys):
     assert report.main([*paths, "--out", str(tmp_path / "out")]) == 0
 
 
+def test_finished_runs_of_modes_that_record_no_measurements_are_passed_over(tmp_path, capsys):
+    """A glob of outputs/* listed a finished predict run as ``missing``, as if killed (docs
+    walk-through); a failed one records why and stays."""
+    day = tmp_path / "day"
+    write_job(day, "train", ["seed=0"], {"status": "completed", "val": {"auroc": 0.7}})
+    predicted = day / "predict" / ".hydra"
+    predicted.mkdir(parents=True)
+    (predicted / "config.yaml").write_text("mode: predict\n")
+    failed = write_job(day, "export", ["mode=export"], {"status": "failed", "error": "X"})
+    (failed / ".hydra" / "config.yaml").write_text("mode: export\n")
+    assert report.main([str(day)]) == 0
+    out = capsys.readouterr().out
+    assert "missing" not in out and "| failed |" in out
+    assert "passed over 1 run folder(s) of modes that record no measurements" in out
+    assert f"{day / 'predict'} (mode=predict)" in out
+    with pytest.raises(FileNotFoundError, match=r"passed over 1 run folder\(s\)"):
+        report.report([str(day / "predict")])
+
+
 def test_a_bool_in_an_edited_record_is_no_number_for_the_statistics_or_the_gate(tmp_path):
     """``"auroc": true`` was missing for the gate but AUROC 1.0 for the statistics, and
     ``false`` 0.0 for both (review)."""

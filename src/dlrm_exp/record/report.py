@@ -55,16 +55,17 @@ from dlrm_exp.record.compare import (  # noqa: E402
     stats_markdown,
 )
 from dlrm_exp.record.gate import GateResult, compare_runs, parse_tolerances  # noqa: E402
-from dlrm_exp.record.run_record import COMPLETED, RunMetrics  # noqa: E402
+from dlrm_exp.record.run_record import COMPLETED, MISSING, RunMetrics  # noqa: E402
 from dlrm_exp.record.run_values import baseline_file, read_run_values, run_values  # noqa: E402
 from dlrm_exp.record.runs import (  # noqa: E402
     RunRecord,
     canonical_overrides,
     load_runs,
     override_values,
+    recorded_mode,
 )
 from dlrm_exp.record.stats import estimate  # noqa: E402
-from dlrm_exp.record.sweep import markdown_table, write_summary  # noqa: E402
+from dlrm_exp.record.sweep import RECORDING_MODES, markdown_table, write_summary  # noqa: E402
 from dlrm_exp.util.files import write_bytes_atomic  # noqa: E402
 
 PLOTS = ("throughput.png", "val_auroc.png", "comm_bytes.png", "auroc_diff.png")
@@ -307,11 +308,11 @@ def report(
             share a seed, or the output folder holds ``keep``.
     """
     folders = expand(paths)
-    runs = load_runs(folders)
+    runs, passed_over = _measured(load_runs(folders))
     if not runs:
         raise FileNotFoundError(
             f"no runs under {', '.join(paths)} (expected run folders with metrics.json or "
-            "sweep folders with multirun.yaml)"
+            f"sweep folders with multirun.yaml){passed_over}"
         )
     out = out or (folders[0] if len(folders) == 1 else Path("report"))
     if keep is not None and keep.parent.resolve() == out.resolve():
@@ -335,6 +336,7 @@ def report(
             "or data_parallel tables only; sweep with hardware.nproc_per_node=2 and sharded "
             "tables to measure them)"
         )
+    text += f"\n\n({passed_over.lstrip('; ')})" if passed_over else ""
     diff_plot = out / PLOTS[3]
     if has_repeats(stats):
         plot_auroc_diff(stats, diff_plot)
@@ -343,6 +345,25 @@ def report(
         diff_plot.unlink(missing_ok=True)  # from an earlier report with repeats
         text += f"\n\n(no {PLOTS[3]}: no configuration has repeats; sweep seed=0,1,2 for them)"
     return text, out, runs
+
+
+def _measured(runs: list[RunRecord]) -> tuple[list[RunRecord], str]:
+    """``runs`` less the finished ones of modes that record no measurements (``mode=predict``,
+    ``export``, ``plan``, ...: their files are their result; a glob of ``outputs/*`` listed
+    them as ``missing``, as if killed), and a note naming those passed over ("" if none). A
+    failed or interrupted one, which records why, stays."""
+    kept, other = [], []
+    for run in runs:
+        mode = recorded_mode(run.path) if run.status == MISSING else "train"
+        (kept if mode in RECORDING_MODES else other).append((run, mode))
+    if not other:
+        return [run for run, _ in kept], ""
+    named = ", ".join(f"{run.path} (mode={mode})" for run, mode in other[:3])
+    more = f" and {len(other) - 3} more" if len(other) > 3 else ""
+    return [run for run, _ in kept], (
+        f"; passed over {len(other)} run folder(s) of modes that record no measurements, "
+        f"their files are their result: {named}{more}"
+    )
 
 
 def _parser() -> argparse.ArgumentParser:

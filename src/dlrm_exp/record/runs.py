@@ -290,6 +290,16 @@ def load_runs(paths: Iterable[Path]) -> list[RunRecord]:
     return runs
 
 
+def recorded_mode(run_dir: Path) -> str:
+    """The ``mode`` a run folder's ``.hydra/config.yaml`` ran (``train`` without the key or
+    the file, or where it cannot be read)."""
+    try:
+        mode = OmegaConf.load(run_dir / ".hydra" / "config.yaml").get("mode", "train")
+    except (OSError, OmegaConfBaseException, AttributeError):
+        return "train"
+    return str(mode)
+
+
 def _unsaved_sweep_keys(jobs: Sequence[Path], overrides: Sequence[Sequence[str]]) -> list[str]:
     """The swept keys of a folder of run folders without a ``multirun.yaml``: the keys that
     vary between its jobs when they are numbered as a sweep's (``0``, ``1``, ...: a sweeper
