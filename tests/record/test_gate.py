@@ -467,7 +467,8 @@ def test_files_among_the_paths_are_passed_over(tmp_path, capsys):
 
 def test_finished_runs_of_modes_that_record_no_measurements_are_passed_over(tmp_path, capsys):
     """A glob of outputs/* listed a finished predict run as ``missing``, as if killed (docs
-    walk-through); a failed one records why and stays."""
+    walk-through); a failed one records why and stays, and so does a single run refused at
+    its start, which its log names (it was ``missing`` too)."""
     day = tmp_path / "day"
     write_job(day, "train", ["seed=0"], {"status": "completed", "val": {"auroc": 0.7}})
     predicted = day / "predict" / ".hydra"
@@ -475,9 +476,16 @@ def test_finished_runs_of_modes_that_record_no_measurements_are_passed_over(tmp_
     (predicted / "config.yaml").write_text("mode: predict\n")
     failed = write_job(day, "export", ["mode=export"], {"status": "failed", "error": "X"})
     (failed / ".hydra" / "config.yaml").write_text("mode: export\n")
+    refused = day / "refused"  # a single run refused at its start: no record, its log says why
+    (refused / ".hydra").mkdir(parents=True)
+    (refused / ".hydra" / "overrides.yaml").write_text('["data.path=/nonexist.tsv"]')
+    (refused / "dlrm_exp.log").write_text(
+        "[2026-11-27 14:22:17,663][dlrm_exp][ERROR] - Error: data.path: no such file or folder\n"
+    )
     assert report.main([str(day)]) == 0
     out = capsys.readouterr().out
     assert "missing" not in out and "| failed |" in out
+    assert "- data.path=/nonexist.tsv: data.path: no such file or folder" in out
     assert "passed over 1 run folder(s) of modes that record no measurements" in out
     assert f"{day / 'predict'} (mode=predict)" in out
     with pytest.raises(FileNotFoundError, match=r"passed over 1 run folder\(s\)"):

@@ -25,7 +25,7 @@ from hydra.errors import HydraException
 from omegaconf import OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from dlrm_exp.record.run_record import COMPLETED, MISSING, RunMetrics
+from dlrm_exp.record.run_record import COMPLETED, FAILED, MISSING, RunMetrics
 
 #: The key whose swept values are repeats of one configuration, not configurations.
 SEED = "seed"
@@ -311,9 +311,7 @@ def _unsaved_sweep_keys(jobs: Sequence[Path], overrides: Sequence[Sequence[str]]
 
 def _record(run_dir: Path, swept: Sequence[str], overrides: list[str]) -> RunRecord:
     metrics_file = run_dir / "metrics.json"
-    metrics = (
-        RunMetrics.read(metrics_file) if metrics_file.is_file() else RunMetrics(status=MISSING)
-    )
+    metrics = RunMetrics.read(metrics_file) if metrics_file.is_file() else _unrecorded(run_dir)
     name = run_name(overrides, swept) if overrides else run_dir.name
     others = [k for k in swept if k != SEED]
     values = override_values(overrides)
@@ -342,6 +340,24 @@ def _record(run_dir: Path, swept: Sequence[str], overrides: list[str]) -> RunRec
         run_dir, name or run_dir.name, overrides, metrics, config, seed, identity, fixed,
         tuple(keys),
     )  # fmt: skip
+
+
+#: The line a single run refused before it wrote a record leaves in its log (``cli``).
+_REFUSAL = re.compile(r"^\[[^]]*\]\[dlrm_exp\]\[ERROR\] - Error: (.*)$", re.MULTILINE)
+
+
+def _unrecorded(run_dir: Path) -> RunMetrics:
+    """The record of a run folder without ``metrics.json``: a single run refused at its start
+    (a typo in ``data.path``, a memory refusal) is ``failed`` with the error its log gives,
+    as a sweep's refused job records it (it was listed as ``missing``, as if killed); else
+    ``missing``."""
+    try:
+        refusals = _REFUSAL.findall((run_dir / "dlrm_exp.log").read_text(errors="replace"))
+    except OSError:
+        refusals = []
+    if not refusals:
+        return RunMetrics(status=MISSING)
+    return RunMetrics(status=FAILED, error=refusals[-1])
 
 
 def _seed(run_dir: Path, overrides: Sequence[str], metrics: RunMetrics) -> int:
