@@ -201,7 +201,8 @@ def test_a_fresh_start_refuses_an_earlier_runs_best_or_record(tmp_path):
     with pytest.raises(RunFolderInUseError, match=r"train.keep_best=false, but .*best holds"):
         check_run_folder(tmp_path / "a", str(best), keep_best=False)
     (tmp_path / "a" / "metrics.json").write_text("{}")  # a finished run
-    with pytest.raises(RunFolderInUseError, match=r"checkpoints of an earlier run \(best\)"):
+    # with resume=auto the refusal advised train.resume=auto (TensorBoard review)
+    with pytest.raises(RunFolderInUseError, match=r"best weights \(best\) but no step checkp"):
         check_run_folder(tmp_path / "a", "auto", keep_best=True)
     (tmp_path / "b").mkdir()
     (tmp_path / "b" / "metrics.json").write_text("{}")

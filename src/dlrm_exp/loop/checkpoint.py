@@ -235,19 +235,28 @@ def _positioned(run_dir: Path) -> list[tuple[tuple[int, int], Path]]:
     return sorted(found)
 
 
-def check_no_earlier_run(run_dir: Path, best_too: bool = True) -> None:
+def check_no_earlier_run(run_dir: Path, best_too: bool = True, auto: bool = False) -> None:
     """A training run that starts fresh must start from an empty ``checkpoints/`` and no
     record: a later ``mode=evaluate|predict|export`` of the folder, or ``train.resume=auto``,
     would otherwise take an earlier run's checkpoint (its ``best``, or a later step) for this
     one's, and a run that failed would leave the earlier run's ``metrics.json`` beside its own
     config. ``best_too=False``: a ``best`` is let be (a run resumed from another run's
-    checkpoint adopts that run's best in its place, or removes it).
+    checkpoint adopts that run's best in its place, or removes it). ``auto``:
+    ``train.resume=auto`` found no step checkpoint here (the refusal then does not advise it).
 
     Raises:
         RunFolderInUseError: naming the folder and what it holds.
     """
     best = best_checkpoint(run_dir) if best_too else None
     held = ([best] if best else []) + complete_checkpoints(run_dir)
+    if held and auto:  # only a best: nothing train.resume=auto could continue
+        raise RunFolderInUseError(
+            f"{run_dir} holds a finished run (metrics.json) and its best weights "
+            f"({first_few([p.name for p in held])}) but no step checkpoint that "
+            "train.resume=auto could continue (it saved none: train.checkpoint_every_n_steps): "
+            f"train into another folder (hydra.run.dir=...), or remove {run_dir / CHECKPOINTS} "
+            "and its metrics.json"
+        )
     if held:
         names = first_few([p.name for p in held])
         raise RunFolderInUseError(
@@ -283,7 +292,7 @@ def check_run_folder(run_dir: Path, resume: str | None, keep_best: bool) -> None
             check_no_earlier_run(run_dir, best_too=False)
         check_best_is_kept(run_dir, keep_best)
     elif not resume or (run_dir / "metrics.json").is_file():  # a finished run's, no requeue
-        check_no_earlier_run(run_dir)
+        check_no_earlier_run(run_dir, auto=resume == "auto")
 
 
 def check_best_is_kept(run_dir: Path, keep_best: bool) -> None:
