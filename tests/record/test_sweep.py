@@ -604,3 +604,24 @@ def test_a_process_forked_under_the_sigterm_handler_dies_of_sigterm():
                 os._exit(3)
         _, status = os.waitpid(child, 0)
     assert os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGTERM
+
+
+def test_a_resume_marks_what_the_earlier_event_files_logged_after_its_checkpoint(tmp_path):
+    """A run killed at step 5 after a checkpoint at step 2, resumed: steps 3-5 were in the
+    folder's event files twice, and EventAccumulator (or a pandas export) read both
+    (TensorBoard review). The resume writes TensorBoard's SessionLog.START at step 3."""
+    import time
+
+    first = Tracker(tmp_path, enabled=True)
+    for step in range(1, 6):
+        first.scalar("train/loss", 1.0 / step, step)
+    first.close()
+    time.sleep(1.1)  # another event file name (they differ by the second)
+    resumed = Tracker(tmp_path, enabled=True)
+    resumed.purge_from(3)
+    for step in range(3, 7):
+        resumed.scalar("train/loss", 1.0 / step, step)
+    resumed.close()
+    events = EventAccumulator(str(tmp_path))
+    events.Reload()
+    assert [e.step for e in events.Scalars("train/loss")] == [1, 2, 3, 4, 5, 6]

@@ -396,6 +396,8 @@ def _resume(
     run.resumed.update(checkpoint=str(path), step=state.step, changed_settings=changed)
     if int(saved["step"]) != state.step:
         _restart_history(tracker, state, int(saved["step"]))
+    else:  # what the earlier run logged after its checkpoint is logged again
+        tracker.purge_from(state.step + 1)
     kept = _finished_record(run, state, total_steps)
     if run.cfg.train.keep_best:  # another run's best: held here too; a stale one: removed
         source = Path(state.best_checkpoint) if state.best_checkpoint else None

@@ -6,6 +6,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from tensorboard.compat.proto.event_pb2 import Event, SessionLog
 from torch.utils.tensorboard import SummaryWriter
 from torch.utils.tensorboard.summary import hparams as hparams_summary
 
@@ -138,6 +139,15 @@ class Tracker:
             values = {k: v for k, v in entry.items() if k != "step"}
             self.scalars("train_window", values, round(entry["step"]))
         return target
+
+    def purge_from(self, step: int) -> None:
+        """Mark a resume (TensorBoard's ``SessionLog.START``, what ``SummaryWriter``'s
+        ``purge_step`` writes): readers drop what earlier event files logged at ``step`` or
+        later, which the resumed run logs again (a crashed run's steps after its checkpoint
+        were read twice by EventAccumulator and pandas exports)."""
+        if self.writer is not None and self.earlier:
+            event = Event(step=step, session_log=SessionLog(status=SessionLog.START))
+            _event_file_writer(self.writer).add_event(event)  # type: ignore[attr-defined]
 
     def scalar(self, tag: str, value: float | None, step: int) -> None:
         if self.writer is not None and value is not None and math.isfinite(value):
