@@ -58,7 +58,7 @@ CUSTOM_SCALARS = {
             "Multiline",
             [r"^val/auroc$", r"^train_window/auroc$"],
         ],
-        "log loss: validation, the last training batches, each step": [
+        "log loss: validation, the last training batches, the logged steps": [
             "Multiline",
             [r"^val/logloss$", r"^train_window/logloss$", r"^train/loss$"],
         ],
