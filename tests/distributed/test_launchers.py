@@ -305,7 +305,8 @@ def test_a_submitit_task_takes_its_jobs_port_not_an_inherited_master_port(monkey
     monkeypatch.setattr(submitit, "JobEnvironment", Task)
     monkeypatch.setattr(helpers, "JobEnvironment", Task)
     for name in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR"):
-        monkeypatch.delenv(name, raising=False)
+        monkeypatch.setenv(name, "")  # so that the undo removes what the export sets: a
+        monkeypatch.delenv(name)  # leaked LOCAL_WORLD_SIZE=2 broke later plans in the worker
     monkeypatch.setenv("MASTER_PORT", "29500")
     adopt_submitit_environment(compose_cfg(["hardware.nproc_per_node=2"]).hardware)
     port = random.Random("4242").randint(20000, 60000)
