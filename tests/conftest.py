@@ -380,3 +380,16 @@ def tensorboard_experiment(logdir: Path) -> Any:
         context.RequestContext(), backend_context.Context(tb), "", request
     )
     return handler.run()
+
+
+def tensorboard_session_statuses(logdir: Path) -> list[int]:
+    """The ``api_pb2.Status`` of each HParams session end the event files of ``logdir`` hold."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+    from tensorboard.plugins.hparams import plugin_data_pb2
+
+    events = EventAccumulator(str(logdir))
+    events.Reload()
+    ends = events.PluginTagToContent("hparams").get("_hparams_/session_end_info")
+    if ends is None:
+        return []
+    return [plugin_data_pb2.HParamsPluginData.FromString(ends).session_end_info.status]

@@ -397,6 +397,14 @@ def test_on_nonfinite_stop_names_the_step_and_skip_equals_training_without_the_b
     stop = [*args[:-1], f"data.path={tmp_path / 'bad'}"]
     with pytest.raises(NonFiniteLossError, match="at step 3: "):
         run_train(compose_cfg(stop), tmp_path / "stop", {})
+    # TensorBoard's HParams table lists the failed run, marked so (it left it out: review)
+    from tensorboard.plugins.hparams import api_pb2
+
+    from conftest import tensorboard_session_statuses
+
+    statuses = tensorboard_session_statuses(tmp_path / "stop")
+    assert statuses == [api_pb2.Status.STATUS_FAILURE]
+    assert tensorboard_session_statuses(tmp_path / "a") == [api_pb2.Status.STATUS_SUCCESS]
 
 
 def test_a_loss_read_one_step_late_trains_the_same_and_stops_at_the_same_step(

@@ -209,7 +209,7 @@ def train_worker(
             if kept is not None:
                 return kept
             with comm.installed():
-                result = trainer.fit(_batch_sources(run), start)
+                result = _fit(trainer, run, start, tracker)
             metrics = _run_metrics(run, result, comm, time.perf_counter() - started)
             tracker.hparams(
                 run_hparams(cfg, job.choices, ctx.world_size, metrics.qcomms_ran),
@@ -251,6 +251,17 @@ def _trainer(
     )
     saver.window = trainer.window
     return trainer
+
+
+def _fit(trainer: Trainer, run: _Run, start: TrainerState | None, tracker: Tracker) -> FitResult:
+    """Train; a run that fails under way (a NaN loss, a crash) leaves its HParams session
+    marked failed in TensorBoard."""
+    try:
+        return trainer.fit(_batch_sources(run), start)
+    except Exception:
+        hparams = run_hparams(run.cfg, run.job.choices, run.ctx.world_size, "n/a")
+        tracker.hparams(hparams, {}, 0, run.job.swept, failed=True)
+        raise
 
 
 def _batch_sources(run: _Run) -> BatchSources:

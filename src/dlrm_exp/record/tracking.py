@@ -7,6 +7,9 @@ from pathlib import Path
 from typing import Any
 
 from tensorboard.compat.proto.event_pb2 import Event, SessionLog
+from tensorboard.compat.proto.summary_pb2 import Summary
+from tensorboard.plugins.hparams.api_pb2 import Status
+from tensorboard.plugins.hparams.plugin_data_pb2 import HParamsPluginData
 from torch.utils.tensorboard import SummaryWriter
 from torch.utils.tensorboard.summary import hparams as hparams_summary
 
@@ -75,6 +78,16 @@ def _event_file_writer(writer: SummaryWriter) -> object:
     sub-folder (a second TensorBoard run per run), which is what going through the file writer
     avoids. This adapter is the one place that touches the private method."""
     return writer._get_file_writer()
+
+
+def _with_status(end: Summary, status: int) -> Summary:
+    """``end``, torch's HParams session-end entry (which always says ``STATUS_SUCCESS``), with
+    ``status`` (``tensorboard.plugins.hparams.api_pb2.Status``) instead."""
+    data = end.value[0].metadata.plugin_data
+    content = HParamsPluginData.FromString(data.content)
+    content.session_end_info.status = status
+    data.content = content.SerializeToString()
+    return end
 
 
 def swept_hparams(hparams: Mapping[str, Scalar], swept: Mapping[str, Any]) -> dict[str, Scalar]:
@@ -168,11 +181,14 @@ class Tracker:
         metrics: Mapping[str, float],
         step: int,
         swept: Mapping[str, Any] | None = None,
+        failed: bool = False,
     ) -> None:
         """Write this run's HParams (TensorBoard's HParams plugin: the session start and end
         entries) into its event file, with each metric also logged as a scalar of the same tag
         at ``step``; ``swept`` (a sweep's swept keys and this job's parsed values) adds the
-        swept keys that have no HParam (:func:`swept_hparams`).
+        swept keys that have no HParam (:func:`swept_hparams`). ``failed``: the run failed
+        under way; its session ends with ``STATUS_FAILURE``, so the HParams table lists it
+        (its status filter) instead of leaving it out.
 
         No experiment entry is written: TensorBoard then infers the experiment from every run
         under ``--logdir`` (each HParam's type, its values or range, and whether it differs
@@ -183,6 +199,8 @@ class Tracker:
             return
         finite = {k: v for k, v in metrics.items() if v is not None and math.isfinite(v)}
         _, start, end = hparams_summary(swept_hparams(hparams, swept or {}), finite)
+        if failed:
+            end = _with_status(end, Status.STATUS_FAILURE)
         file_writer = _event_file_writer(self.writer)
         for summary in (start, end):
             file_writer.add_summary(summary)  # type: ignore[attr-defined]
