@@ -58,9 +58,12 @@ def test_a_resumed_stop_holds_only_where_this_job_asks_for_it():
     from dlrm_exp.loop.early_stopping import EARLY_STOPPING, TARGET
     from dlrm_exp.loop.trainer import TrainerState
 
-    def resumed(stop, total_steps=None, auroc=0.6, **train):
-        history = [{"step": 10.0, "auroc": auroc}, {"step": 20.0, "auroc": 0.7}]
-        best, _ = _run([0.7, 0.6, 0.6], EarlyStopping(patience=2))
+    def resumed(stop, total_steps=None, auroc=0.6, values=None, saved_rule=None, **train):
+        """A checkpoint at step 30 whose validations (steps 10, 20, 30) gave ``values``
+        (default: ``auroc``, 0.7), with the best and the count its ``saved_rule`` kept."""
+        values = values or [auroc, 0.7]
+        history = [{"step": 10.0 * (i + 1), "auroc": v} for i, v in enumerate(values)]
+        best, _ = _run(values, saved_rule or EarlyStopping(patience=None))
         state = TrainerState(30, 0, history, target_step=20, best=best, stop_reason=stop)
         state.reconsider_stop(TrainConfig(**train), total_steps)
         return state.stop_reason, state.target_step
@@ -69,14 +72,27 @@ def test_a_resumed_stop_holds_only_where_this_job_asks_for_it():
     assert resumed(TARGET, target_auroc=0.55) == (TARGET, 10)  # reached earlier in the history
     assert resumed(TARGET) == (None, None)
     assert resumed(TARGET, target_auroc=0.8) == (None, None)
-    stopped = EarlyStopping(patience=2)
-    assert resumed(EARLY_STOPPING, early_stopping=stopped) == (EARLY_STOPPING, None)
-    assert resumed(EARLY_STOPPING, early_stopping=EarlyStopping(patience=5)) == (None, None)
+    stopped, worse = EarlyStopping(patience=2), [0.7, 0.6, 0.6]  # the best, then 2 worse
+    assert resumed(EARLY_STOPPING, values=worse, early_stopping=stopped) == (EARLY_STOPPING, None)
+    assert resumed(EARLY_STOPPING, values=worse, early_stopping=EarlyStopping(patience=5)) == (
+        None,
+        None,
+    )
     # less patience than the history's validations without improvement: a fresh run of this
     # job would have stopped earlier; it trained another interval (review)
-    assert resumed(None, 40, early_stopping=stopped) == (EARLY_STOPPING, None)
-    assert resumed(None, 40, early_stopping=EarlyStopping(patience=3)) == (None, None)
-    assert resumed(None, 30, early_stopping=stopped) == (None, None)  # at its last step: ends
+    assert resumed(None, 40, values=worse, early_stopping=stopped) == (EARLY_STOPPING, None)
+    assert resumed(None, 40, values=worse, early_stopping=EarlyStopping(patience=3)) == (
+        None,
+        None,
+    )
+    assert resumed(None, 30, values=worse, early_stopping=stopped) == (None, None)  # ends there
+    # the count is this job's rule over the history: 0.700, 0.703, 0.706 kept under
+    # min_delta=0.01 count 2 without improvement, under min_delta=0 none (review)
+    rising, strict = [0.700, 0.703, 0.706], EarlyStopping(patience=5, min_delta=0.01)
+    assert resumed(None, 40, values=rising, saved_rule=strict, early_stopping=stopped) == (
+        None,
+        None,
+    )
     assert resumed(None, target_auroc=0.65) == (TARGET, 20)  # a lower target, reached earlier
     # reached at the last step, the run ended ("end") and was requeued while scoring the
     # test split: it recorded target_auroc

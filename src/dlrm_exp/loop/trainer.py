@@ -209,16 +209,21 @@ class TrainerState:
         would have stopped (earlier). The target step becomes the first
         validation that reached this job's target (None: no target, or not reached); a target
         the history already reached stops, as a fresh run of this job would have. Another
-        ``early_stopping.monitor`` than the checkpoint's rebuilds the best validation and the
-        patience count from the history (its value was another metric's); the best weights
+        ``early_stopping.monitor`` or ``min_delta`` than the checkpoint's rebuilds the best
+        validation and the patience count from the history (they were counted under the
+        checkpoint's rule); the best weights
         saved under it stay where they are, kept when they are the replayed best validation's
         (:func:`~dlrm_exp.loop.checkpoint.holds_best`), else removed or refused by the
         resume's adoption and the restore. A target first
         reached at the last of ``total_steps`` is no stop (the run ended there anyway: ``end``,
         as it ran), and a NaN AUROC (stored as null) never reached one."""
         monitor = cfg.early_stopping.monitor.value
-        if self.best.monitor not in (None, monitor):
-            self.best = BestValidation.replayed(self.val_history, cfg.early_stopping)
+        # the best and the patience count as this job's rule gives them over the history: a
+        # checkpoint's were counted under its monitor and min_delta (a resume with less
+        # patience and a lower min_delta stopped on a count a fresh run would not have)
+        replayed = BestValidation.replayed(self.val_history, cfg.early_stopping)
+        if self.val_history and replayed != self.best:
+            self.best = replayed
         target = cfg.target_auroc
         reached = [
             h["step"]
