@@ -220,23 +220,34 @@ def test_submitit_local_sweep_runs_two_task_jobs_and_requeues_a_preempted_one(tm
     assert "resumed from" not in "".join(p.read_text() for p in (tmp_path / "1").glob("*.log"))
 
 
-def test_a_submitit_jobs_folder_refusal_reaches_every_task(tmp_path):
+@pytest.mark.parametrize(
+    ("mode", "refusal"),
+    [
+        ("train", "holds the record of an earlier run (metrics.json)"),
+        ("evaluate", "holds another run's metrics.json"),
+    ],
+)
+def test_a_submitit_jobs_folder_refusal_reaches_every_task(tmp_path, mode, refusal):
     """Rank 0 checked the run folder before the process group existed: refused (the job
-    rerun into its folder, which holds its record), it returned, and rank 1 waited for it
-    in the rendezvous until hardware.collective_timeout_s (600 s by default; distributed
-    review). Now every task raises the refusal."""
+    rerun into its folder, which holds a training record), it returned, and rank 1 waited
+    for it in the rendezvous until hardware.collective_timeout_s (600 s by default;
+    distributed review, and for evaluate the review of that fix). Now every task raises the
+    refusal."""
     pytest.importorskip("hydra_plugins.hydra_submitit_launcher")
     (tmp_path / "0").mkdir()
     (tmp_path / "0" / "metrics.json").write_text('{"status": "completed"}')
     args = ["-m", "hydra/launcher=local", "hardware.nproc_per_node=2", "train.max_steps=4",
-            "hardware.collective_timeout_s=20", f"hydra.sweep.dir={tmp_path}"]  # fmt: skip
+            f"mode={mode}", "hardware.collective_timeout_s=20",
+            f"hydra.sweep.dir={tmp_path}"]  # fmt: skip
+    if mode == "evaluate":
+        args.append(f"checkpoint={tmp_path / 'trained'}")
     result = subprocess.run(
         [sys.executable, "-m", "dlrm_exp", *args], capture_output=True, text=True, timeout=120
     )
     assert "summary.md" in result.stdout, result.stderr[-3000:]  # (its kept record counts)
     task_errors = [p.read_text() for p in (tmp_path / ".submitit").rglob("*_log.err")]
     assert len(task_errors) == 2
-    assert all("holds the record of an earlier run (metrics.json)" in e for e in task_errors)
+    assert all(refusal in e for e in task_errors), task_errors
 
 
 def test_a_submitit_job_whose_hardware_disagrees_is_refused_with_the_fix(monkeypatch):

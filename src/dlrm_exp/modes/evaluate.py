@@ -59,13 +59,21 @@ def run_evaluate(cfg: Config, job: Job) -> EvalMetrics:
         DataError, InsufficientMemoryError, ConfigError: as in training.
     """
     check_devices(cfg.hardware)
-    if env_rank() == 0:  # a torchrun rank > 0 is in "." until rank 0 hands it the folder
-        check_writable(job.run_dir)
-        _keep_other_records(job.run_dir)
     assert cfg.checkpoint is not None  # Config.__post_init__ requires it
-    if not launched_by_torchrun():  # refused before workers start (torchrun: in the workers)
+    # a rank of torchrun, TorchX or a submitit job checks the folder once its peers are
+    # connected (evaluate_worker), so its refusal reaches them (a submitit task waited
+    # hardware.collective_timeout_s for a rank 0 that had refused and returned)
+    launched = launched_by_torchrun()
+    if not launched:  # refused before workers start
+        _check_folder(job.run_dir)
         find_checkpoint(cfg.checkpoint, warn=False)  # (the worker's look warns)
-    return run_on_ranks(evaluate_worker, cfg, job)
+    return run_on_ranks(evaluate_worker, cfg, job, launched)
+
+
+def _check_folder(run_dir: Path) -> None:
+    """The run folder can take this evaluation's record (see :func:`_keep_other_records`)."""
+    check_writable(run_dir)
+    _keep_other_records(run_dir)
 
 
 def _keep_other_records(run_dir: Path) -> None:
@@ -90,12 +98,17 @@ def _keep_other_records(run_dir: Path) -> None:
         )
 
 
-def evaluate_worker(cfg: Config, job: Job, plan: ShardingPlan | None = None) -> EvalMetrics:
+def evaluate_worker(
+    cfg: Config, job: Job, check_folder: bool = False, plan: ShardingPlan | None = None
+) -> EvalMetrics:
     """Load the checkpoint's weights on this rank and score the asked-for splits (every rank
     takes part; rank 0 writes). Rank 0 finds ``checkpoint=``'s folder for every rank (hosts
-    may list a shared folder differently)."""
+    may list a shared folder differently). ``check_folder``: rank 0 checks the run folder
+    first, every rank raising its refusal."""
     started = time.perf_counter()
     with process_group(cfg.hardware) as ctx:
+        if check_folder:  # (rank 0's job names the folder: the others are in "." till now)
+            on_rank_zero(lambda: _check_folder(job.run_dir))
         location = cfg.checkpoint
         assert location is not None  # Config.__post_init__ requires it
         path = on_rank_zero(lambda: find_checkpoint(location))
