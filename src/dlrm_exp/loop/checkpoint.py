@@ -275,6 +275,7 @@ def check_run_folder(run_dir: Path, resume: str | None, keep_best: bool) -> None
     """What a training run may find in its folder: a fresh start (``train.resume`` unset)
     nothing of an earlier run (:func:`check_no_earlier_run`); ``train.resume=auto`` finding no
     step checkpoint starts fresh too, refused only beside a finished run's ``metrics.json``
+    (not a failed or interrupted one's, :func:`_finished_record_here`)
     (an interrupted attempt of the job, a requeued one, may have left its ``best``, which the
     fresh start removes: :func:`drop_stale_best`); a resume, no ``best`` it would not keep
     (:func:`check_best_is_kept`), and one from another run's checkpoint, no step checkpoint or
@@ -291,8 +292,24 @@ def check_run_folder(run_dir: Path, resume: str | None, keep_best: bool) -> None
             # and train.resume=auto took the earlier run's later ones)
             check_no_earlier_run(run_dir, best_too=False)
         check_best_is_kept(run_dir, keep_best)
-    elif not resume or (run_dir / "metrics.json").is_file():  # a finished run's, no requeue
+    elif not resume or _finished_record_here(run_dir):  # (an unfinished one: start fresh)
         check_no_earlier_run(run_dir, auto=resume == "auto")
+
+
+def _finished_record_here(run_dir: Path) -> bool:
+    """Whether ``run_dir`` holds the record of a run that finished (``metrics.json`` of status
+    ``completed``, or one that cannot be read: kept to be safe). A sweep job interrupted
+    (Ctrl-C, SIGTERM) or failed before its first step checkpoint records so, beside its
+    ``best``: continued with ``train.resume=auto``, as the interruption's hint says, it starts
+    afresh (it was refused as a finished run)."""
+    record = run_dir / "metrics.json"
+    if not record.is_file():
+        return False
+    try:
+        status = json.loads(record.read_text()).get("status")
+    except (OSError, ValueError, AttributeError):
+        return True
+    return status not in ("failed", "interrupted")
 
 
 def check_best_is_kept(run_dir: Path, keep_best: bool) -> None:
