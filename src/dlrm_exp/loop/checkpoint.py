@@ -38,7 +38,8 @@ and restored too (``cudarng_rank<r>.pt``; on CPU FBGEMM rounds to nearest). FBGE
 count their forwards in a buffer no state dict holds, which fused Adam's bias correction
 reads: the training mode saves and restores it with the trainer state. Each rank's training
 window (the last batches' logits and labels, :mod:`dlrm_exp.loop.train_window`) is saved as
-``state_rank<r>.pt``, so a resumed run's training-window metrics are the uninterrupted run's.
+``state_rank<r>.pt`` and restored on a resume with the same world size, so a resumed run's
+training-window metrics are the uninterrupted run's.
 """
 
 import json
@@ -617,7 +618,7 @@ def save_rank_state(path: Path, rank: int, state: dict[str, Any]) -> None:
 
 def read_rank_state(path: Path, rank: int) -> dict[str, Any] | None:
     """Rank ``rank``'s state that :func:`save_rank_state` saved in checkpoint ``path``; None
-    where it saved none (another world size, an earlier version).
+    where it saved none (a rank the saving job did not have, an earlier version).
 
     Raises:
         CheckpointError: the file cannot be read (truncated by a crash).

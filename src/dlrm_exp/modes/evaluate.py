@@ -16,6 +16,7 @@ from torchrec.distributed.types import ShardingPlan
 
 from dlrm_exp.config import Config, CriteoTsvDataConfig, EvalSplit
 from dlrm_exp.data.criteo_tsv import check_skipped_rows, inputs_read, scored_inputs
+from dlrm_exp.data.splits import DataSplits
 from dlrm_exp.distributed.env import launched_by_torchrun
 from dlrm_exp.distributed.launch import (
     check_devices,
@@ -98,6 +99,19 @@ def _keep_other_records(run_dir: Path) -> None:
         )
 
 
+def _check_skipped(cfg: Config, splits: DataSplits, names: tuple[str, ...]) -> None:
+    """TSV rows of the scored splits skipped beyond ``data.max_skipped_fraction`` are refused
+    (:func:`check_skipped_rows`)."""
+    if isinstance(cfg.data, CriteoTsvDataConfig) and splits.info.read:
+        keys = scored_inputs(cfg.data, names)
+        check_skipped_rows(
+            inputs_read(splits.info.read, keys),
+            cfg.data.max_skipped_fraction,
+            "evaluated",
+            source=" + ".join(sorted(keys)),
+        )
+
+
 def evaluate_worker(
     cfg: Config, job: Job, check_folder: bool = False, plan: ShardingPlan | None = None
 ) -> EvalMetrics:
@@ -114,14 +128,7 @@ def evaluate_worker(
         path = on_rank_zero(lambda: find_checkpoint(location))
         names = ("val", "test") if cfg.split is EvalSplit.all else (cfg.split.value,)
         splits, experiment = prepare(cfg, ctx, plan, loads_weights=True, scored=names)
-        if isinstance(cfg.data, CriteoTsvDataConfig) and splits.info.read:
-            keys = scored_inputs(cfg.data, names)
-            check_skipped_rows(
-                inputs_read(splits.info.read, keys),
-                cfg.data.max_skipped_fraction,
-                "evaluated",
-                source=" + ".join(sorted(keys)),
-            )
+        _check_skipped(cfg, splits, names)
         saved = load_model_weights(
             path,
             experiment.model,

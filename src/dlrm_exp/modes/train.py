@@ -386,9 +386,10 @@ def _resume(
     if run.ctx.is_main:
         warn_dtype_change(path, run.experiment.table_data_types, "resuming")
     saved = load_checkpoint(path, run.experiment.model, run.experiment.optimizer, layout)
-    rank_state = read_rank_state(path, run.ctx.rank) or {}  # (none: another world size)
-    if "train_window" in rank_state:
-        trainer.window.restore(rank_state["train_window"], run.ctx.device)
+    if saved.get("world_size") == run.ctx.world_size:  # (else other ranks' batches, as RNG)
+        rank_state = read_rank_state(path, run.ctx.rank) or {}  # (none: an earlier version)
+        if "train_window" in rank_state:
+            trainer.window.restore(rank_state["train_window"], run.ctx.device)
     if KERNEL_ITERATIONS in saved:  # (checkpoints of earlier versions: counted from 0)
         set_kernel_iterations(run.experiment.model, int(saved[KERNEL_ITERATIONS]))
     changed = changed_settings(saved.get("settings"), layout.settings)
