@@ -5,7 +5,10 @@ moves every seed alike (paired spread +-0.0005)."""
 import csv
 import json
 import math
+import os
 import re
+import shutil
+import time
 from pathlib import Path
 
 import pytest
@@ -476,15 +479,22 @@ def test_finished_runs_of_modes_that_record_no_measurements_are_passed_over(tmp_
     (predicted / "config.yaml").write_text("mode: predict\n")
     failed = write_job(day, "export", ["mode=export"], {"status": "failed", "error": "X"})
     (failed / ".hydra" / "config.yaml").write_text("mode: export\n")
+    from datetime import datetime
+
     refused = day / "refused"  # a single run refused at its start: no record, its log says why
     (refused / ".hydra").mkdir(parents=True)
     (refused / ".hydra" / "overrides.yaml").write_text('["data.path=/nonexist.tsv"]')
-    (refused / "dlrm_exp.log").write_text(
-        "[2026-11-27 14:22:17,663][dlrm_exp][ERROR] - Error: data.path: no such file or folder\n"
-    )
+    (refused / ".hydra" / "config.yaml").write_text("mode: train\n")  # written at its start
+    now = datetime.now().strftime("%Y-%m-%d %H:%M:%S,%f")[:-3]
+    line = f"[{now}][dlrm_exp][ERROR] - Error: data.path: no such file or folder\n"
+    (refused / "dlrm_exp.log").write_text(line)
+    later = day / "later"  # refused, then a run started there that was killed: missing
+    shutil.copytree(refused, later)
+    (later / ".hydra" / "overrides.yaml").write_text('["data.path=/later.tsv"]')
+    os.utime(later / ".hydra" / "config.yaml", (time.time() + 60, time.time() + 60))
     assert report.main([str(day)]) == 0
     out = capsys.readouterr().out
-    assert "missing" not in out and "| failed |" in out
+    assert out.count("| missing |") == 1 and "| failed |" in out  # (later's)
     assert "- data.path=/nonexist.tsv: data.path: no such file or folder" in out
     assert "passed over 1 run folder(s) of modes that record no measurements" in out
     assert f"{day / 'predict'} (mode=predict)" in out

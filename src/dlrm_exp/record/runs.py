@@ -16,6 +16,7 @@ import json
 import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+from datetime import datetime
 from functools import lru_cache
 from pathlib import Path
 from typing import Any, Protocol, TypeVar
@@ -342,22 +343,26 @@ def _record(run_dir: Path, swept: Sequence[str], overrides: list[str]) -> RunRec
     )  # fmt: skip
 
 
-#: The line a single run refused before it wrote a record leaves in its log (``cli``).
-_REFUSAL = re.compile(r"^\[[^]]*\]\[dlrm_exp\]\[ERROR\] - Error: (.*)$", re.MULTILINE)
+#: The line a single run refused before it wrote a record leaves in its log (``cli``): its
+#: time (Hydra's ``asctime``, local) and the error's first line.
+_REFUSAL = re.compile(r"^\[([^]]*)\]\[dlrm_exp\]\[ERROR\] - Error: (.*)$", re.MULTILINE)
 
 
 def _unrecorded(run_dir: Path) -> RunMetrics:
     """The record of a run folder without ``metrics.json``: a single run refused at its start
     (a typo in ``data.path``, a memory refusal) is ``failed`` with the error its log gives,
     as a sweep's refused job records it (it was listed as ``missing``, as if killed); else
-    ``missing``."""
+    ``missing``, also where a run started in the folder after the refusal (Hydra appends to
+    the log and writes ``.hydra/`` at each start: a later run killed or still running)."""
     try:
         refusals = _REFUSAL.findall((run_dir / "dlrm_exp.log").read_text(errors="replace"))
-    except OSError:
-        refusals = []
-    if not refusals:
+        started = (run_dir / ".hydra" / "config.yaml").stat().st_mtime
+        when = datetime.strptime(refusals[-1][0], "%Y-%m-%d %H:%M:%S,%f").timestamp()
+    except (OSError, IndexError, ValueError):
         return RunMetrics(status=MISSING)
-    return RunMetrics(status=FAILED, error=refusals[-1])
+    if started > when + 1.0:  # (its .hydra is written before it refuses)
+        return RunMetrics(status=MISSING)
+    return RunMetrics(status=FAILED, error=refusals[-1][1])
 
 
 def _seed(run_dir: Path, overrides: Sequence[str], metrics: RunMetrics) -> int:
