@@ -238,3 +238,22 @@ def test_max_steps_beyond_the_epochs_is_said_not_dropped_silently():
     total, line = step_budget(256, 1, 1000)
     assert total == 256 and line is not None
     assert line.startswith("train.max_steps=1000 is more than train.epochs=1 of 256 steps give")
+
+
+def test_held_out_rows_left_unscored_on_several_ranks_are_said(caplog):
+    """99 validation rows on 2 ranks scored 98, and the run's AUROC differed from evaluate's
+    on one process without a word (Criteo review)."""
+    from types import SimpleNamespace
+
+    from conftest import compose_cfg
+    from dlrm_exp.modes.setup import warn_unscored
+
+    splits = SimpleNamespace(val=[0] * 99, test=[0] * 100)
+    cfg = compose_cfg(["train.batch_size=64"])
+    with caplog.at_level("WARNING"):
+        warn_unscored(cfg, splits, ("val", "test"), 2)
+        warn_unscored(cfg, splits, ("val",), 1)
+    assert caplog.messages == [
+        "val: the last 1 of its 99 rows are not scored on 2 ranks (every rank scores as many "
+        "rows as the others); mode=evaluate on one process scores every row"
+    ]

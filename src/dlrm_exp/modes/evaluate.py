@@ -33,6 +33,7 @@ from dlrm_exp.modes.setup import (
     run_on_ranks,
     warn_other_data_values,
     warn_unlike_training,
+    warn_unscored,
 )
 from dlrm_exp.planning.tables import table_shapes
 from dlrm_exp.record.metric_table import split_line
@@ -139,6 +140,7 @@ def evaluate_worker(
         )
         step = int(saved["step"])
         if ctx.is_main:
+            warn_unscored(cfg, splits, names, ctx.world_size)
             warn_unlike_training(saved, cfg, ctx.world_size, path)
             warn_other_data_values(saved, cfg)
         scores = {

@@ -25,6 +25,7 @@ from dlrm_exp.data import (
     check_input_paths,
     is_generated,
     load_splits,
+    per_rank_sizes,
 )
 from dlrm_exp.distributed.launch import (
     DistContext,
@@ -182,6 +183,26 @@ def rank_batches(
     keys = cfg.model.feature_names
     size = cfg.train.batch_size
     return data.batches(size, ctx.rank, ctx.world_size, keys, seed, slices, skip)
+
+
+def warn_unscored(cfg: Config, splits: DataSplits, names: tuple[str, ...], world_size: int) -> None:
+    """Say which rows of the held-out splits ``names`` a job of several ranks does not score:
+    every rank scores as many rows as the others (:func:`~dlrm_exp.data.per_rank_sizes`), so
+    up to ``world_size - 1`` rows at a split's end are left out, and its numbers can differ
+    from those of ``mode=evaluate`` on one process, which scores them all (review: 98 of 99
+    validation rows on 2 ranks)."""
+    for name in names:
+        rows = len(getattr(splits, name))
+        left = rows - sum(per_rank_sizes(rows, cfg.train.batch_size, world_size)) * world_size
+        if left > 0:
+            log.warning(
+                "%s: the last %d of its %d rows are not scored on %d ranks (every rank scores "
+                "as many rows as the others); mode=evaluate on one process scores every row",
+                name,
+                left,
+                rows,
+                world_size,
+            )
 
 
 def trained_dense_precision(saved: dict[str, Any]) -> str | None:

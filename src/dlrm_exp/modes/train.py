@@ -73,6 +73,7 @@ from dlrm_exp.modes.setup import (
     shared_job,
     warn_dtype_change,
     warn_list,
+    warn_unscored,
 )
 from dlrm_exp.perf.peak import PeakUnavailable
 from dlrm_exp.perf.profile import PROFILE_DIR, StepProfiler, profile_files
@@ -196,6 +197,7 @@ def train_worker(
         run = _Run(cfg, job, ctx, splits, experiment, plan_data, resume_path)
         if ctx.is_main:
             _announce(run)
+            warn_unscored(cfg, splits, ("val", "test"), ctx.world_size)
         sizes = per_rank_sizes(len(splits.train), cfg.train.batch_size, ctx.world_size)
         _check_a_step(len(splits.train), ctx.world_size, sizes)
         samples_per_step = [s * ctx.world_size for s in sizes]
