@@ -517,3 +517,17 @@ def test_a_re_indexed_day_that_cannot_be_finished_leaves_no_partial_file(tmp_pat
         with npy_stream.NpyRowWriter(tmp_path / "day_0_sparse.npy", np.int64, 26) as writer:
             writer.append(np.zeros((4, 26), dtype=np.int64))
     assert list(tmp_path.iterdir()) == []
+
+
+def test_ids_hashed_for_other_tables_are_refused_by_data_criteo_npy(tmp_path):
+    """A folder hashed for 1,000-row tables trained under a cap of 300 without a word: its
+    ids, hashed again, looked up other rows than the same TSV rows do (Criteo review)."""
+    from dlrm_exp.config import CriteoNpyDataConfig, NpyDataset
+    from dlrm_exp.data.criteo_npy import load_criteo_npy
+
+    files = [write_criteo_tsv(tmp_path / "day_0", 60, seed=1)]
+    convert(files, tmp_path / "o", categorical=CategoricalTransform.hash)
+    cfg = CriteoNpyDataConfig(path=str(tmp_path / "o"), dataset=NpyDataset.criteo_kaggle)
+    assert len(load_criteo_npy(cfg, SIZES, seed=0)[0]) > 0  # the tables it was hashed for
+    with pytest.raises(DataError, match=r"holds ids hashed for tables of \[1000, 1000"):
+        load_criteo_npy(cfg, [300] * 26, seed=0)

@@ -123,6 +123,32 @@ def _check_conversions(folder: Path, days: list[int]) -> None:
         )
 
 
+def _check_hashed_for(folder: Path, days: list[int], table_sizes: list[int]) -> None:
+    """Ids that ``mode=preprocess preprocess.categorical=hash`` hashed for tables of other
+    sizes than this model's are refused: hashed again modulo these sizes, they would look up
+    other rows than the same TSV rows do in training, evaluate and predict (a folder hashed for
+    ``model=tiny`` trained under ``model.num_embeddings_cap=300`` without a word: review).
+
+    Raises:
+        DataError: naming both sizes and the fix.
+    """
+    markers = converted_days(folder)
+    hashed = {
+        tuple(m["table_sizes"])
+        for d, m in markers.items()
+        if d in days and m.get("categorical") == "hash" and m.get("table_sizes")
+    }
+    if hashed and hashed != {tuple(table_sizes)}:
+        sizes = min(hashed)  # (one: find_days refuses days converted otherwise)
+        raise DataError(
+            f"data.path: {folder} holds ids hashed for tables of {list(sizes)} rows "
+            f"(mode=preprocess preprocess.categorical=hash), but this model's tables have "
+            f"{table_sizes}: hashed again they would look up other rows than the same rows "
+            "do in TSV training, evaluate and predict; train with the model it was hashed for, "
+            "or preprocess again for this one (into another folder)"
+        )
+
+
 def _check_same_settings(folder: Path, markers: dict[int, dict[str, Any]]) -> None:
     """Every day of ``folder`` was converted with the same settings (a re-run of some days
     with another ``preprocess.dense_transform`` or ``categorical`` left the others as they were).
@@ -447,6 +473,7 @@ def load_criteo_npy(
     """
     folder = Path(cfg.path).expanduser()
     days = find_days(folder)
+    _check_hashed_for(folder, days, table_sizes)
     if cfg.dataset is NpyDataset.criteo_1tb and len(days) < 2:
         raise DataError(
             f"data.dataset=criteo_1tb needs at least 2 days (train days and the last day for "
