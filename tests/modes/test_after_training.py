@@ -194,6 +194,14 @@ def test_predict_scores_unlabeled_rows_and_refuses_a_mostly_malformed_file(
     bad_val = [*evaluate[:2], f"data.path={labeled}", f"data.val_path={malformed}", "split=val"]
     with pytest.raises(DataError, match=r"^data.val_path: 75 of 100 rows could not be evaluated"):
         run_evaluate(compose_cfg(["mode=evaluate", *bad_val]), Job(tmp_path / "bad_val"))
+    # each file against its own rows: 2 bad of 102 (2 %) passed beside a clean test file, as
+    # 2 of 202 (Criteo review)
+    (tmp_path / "val2.tsv").write_text("".join(f"{x}\n" for x in lines[:100]) + "1\tbroken\n" * 2)
+    (tmp_path / "test2.tsv").write_text("".join(f"{x}\n" for x in lines[100:200]))
+    both = [*evaluate[:2], f"data.path={labeled}", f"data.val_path={tmp_path / 'val2.tsv'}",
+            f"data.test_path={tmp_path / 'test2.tsv'}"]  # fmt: skip
+    with pytest.raises(DataError, match=r"^data.val_path: 2 of 102 rows could not be evaluated"):
+        run_evaluate(compose_cfg(["mode=evaluate", *both]), Job(tmp_path / "both"))
     # the training file's rows are not held against splits read from files of their own
     clean = [*evaluate, f"data.val_path={labeled}", "split=val"]
     with caplog.at_level(logging.WARNING, logger="dlrm_exp.modes.setup"):
