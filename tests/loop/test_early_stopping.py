@@ -88,6 +88,11 @@ def test_a_resumed_stop_holds_only_where_this_job_asks_for_it():
     assert resumed(None, 30, values=worse, early_stopping=stopped) == (None, None)  # ends there
     # the count is this job's rule over the history: 0.700, 0.703, 0.706 kept under
     # min_delta=0.01 count 2 without improvement, under min_delta=0 none (review)
+    # validations of an empty split (data.val_fraction=0) count for nothing, replayed or not
+    empty = [{"step": 10.0 * i, "auroc": None, "samples": 0} for i in (1, 2, 3)]
+    state = TrainerState(30, 0, empty, best=BestValidation())
+    state.reconsider_stop(TrainConfig(early_stopping=stopped), 40)
+    assert state.stop_reason is None and state.best == BestValidation()
     rising, strict = [0.700, 0.703, 0.706], EarlyStopping(patience=5, min_delta=0.01)
     assert resumed(None, 40, values=rising, saved_rule=strict, early_stopping=stopped) == (
         None,

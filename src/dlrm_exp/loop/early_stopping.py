@@ -91,9 +91,11 @@ class BestValidation:
 
     @classmethod
     def replayed(cls, history: list[dict[str, float]], cfg: EarlyStopping) -> "BestValidation":
-        """The state the validations ``history`` give under ``cfg`` (another monitor than the
-        one a checkpoint's state was kept for)."""
+        """The state the validations ``history`` give under ``cfg`` (another monitor or
+        ``min_delta`` than the ones a checkpoint's state was kept for). A validation of an
+        empty split (no ``samples``) is passed over, as training passes over it."""
         best = cls()
         for entry in history:
-            best.update(step_value(entry["step"]), entry, cfg)  # type: ignore[arg-type]
+            if entry.get("samples", 1):  # (entries written before samples were kept: taken)
+                best.update(step_value(entry["step"]), entry, cfg)  # type: ignore[arg-type]
         return best
