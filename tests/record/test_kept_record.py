@@ -1,5 +1,7 @@
 """A run folder's record, put back when a run refused there wrote no result."""
 
+import os
+
 from dlrm_exp.record.kept_record import KeptRecord
 
 
@@ -18,6 +20,20 @@ def test_a_run_that_wrote_no_result_gets_the_earlier_record_back(tmp_path):
     assert sorted(kept.restore()) == [".hydra/config.yaml", "plan.json"]
     assert (run / ".hydra" / "config.yaml").read_text() == "seed: 1\n"
     assert not (run / "plan.json").exists()
+
+
+def test_the_records_times_are_put_back_too(tmp_path):
+    """The report dates a run by its .hydra/config.yaml (written at each start): a folder
+    refused twice, or rewritten with the same text, looked started after its refusal and was
+    listed as missing (review)."""
+    run = _run_folder(tmp_path)
+    config = run / ".hydra" / "config.yaml"
+    os.utime(config, ns=(1_000_000_000, 1_000_000_000))
+    for text in ("seed: 2\n", "seed: 1\n"):  # another run's settings, then the same text
+        kept = KeptRecord(run)
+        config.write_text(text)  # as Hydra writes it at the start
+        kept.restore()
+        assert config.stat().st_mtime_ns == 1_000_000_000 and config.read_text() == "seed: 1\n"
 
 
 def test_a_run_that_wrote_checkpoints_before_it_failed_keeps_its_own_record(tmp_path):

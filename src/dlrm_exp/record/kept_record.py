@@ -12,6 +12,7 @@ is unchanged, the failed run's own going to ``.hydra/failed_run/``; one that wro
 record keeps its settings beside it.
 """
 
+import os
 from pathlib import Path
 
 from dlrm_exp.util.files import write_text_atomic
@@ -63,6 +64,7 @@ class KeptRecord:
     def __init__(self, run_dir: Path) -> None:
         self.run_dir = run_dir
         self.saved: dict[str, str | None] = {}
+        self.mtimes: dict[str, int] = {}  # (ns) put back too: the report dates a run by them
         self.results: dict[str, tuple[int, int]] = {}
         if not (run_dir / RECORD_FILES[0]).is_file():
             return
@@ -70,6 +72,7 @@ class KeptRecord:
         for name in RECORD_FILES:
             try:
                 self.saved[name] = (run_dir / name).read_text(encoding="utf-8")
+                self.mtimes[name] = (run_dir / name).stat().st_mtime_ns
             except FileNotFoundError:
                 self.saved[name] = None
             except (OSError, UnicodeDecodeError):
@@ -102,13 +105,14 @@ class KeptRecord:
                 now = None
             except (OSError, UnicodeDecodeError):
                 now = ""
-            if now == text:
-                continue
-            if failed and now:  # the failed run's settings stay beside its logs and events
-                write_text_atomic(self.run_dir / FAILED_RUN / Path(name).name, now)
-            if text is None:
-                path.unlink(missing_ok=True)
-            else:
-                write_text_atomic(path, text)
-            changed.append(name)
+            if now != text:
+                if failed and now:  # the failed run's settings stay beside its logs and events
+                    write_text_atomic(self.run_dir / FAILED_RUN / Path(name).name, now)
+                if text is None:
+                    path.unlink(missing_ok=True)
+                else:
+                    write_text_atomic(path, text)
+                changed.append(name)
+            if name in self.mtimes:  # (Hydra rewrote it at this run's start, if unchanged)
+                os.utime(path, ns=(self.mtimes[name], self.mtimes[name]))
         return changed
