@@ -80,7 +80,7 @@ def hydra_main(raw: DictConfig) -> float | None:
                 to_log_files(f"Error: {err}", level=logging.ERROR)  # the folder says why
             if os.environ.get("HYDRA_FULL_ERROR") == "1":
                 raise
-            print(f"Error: {err}", file=sys.stderr)
+            _report_refusal(err)
             sys.exit(1)
         except BaseException as err:  # a crash or an interruption under way
             _refused(err)
@@ -178,6 +178,21 @@ def _put_back_record(failed: bool = False) -> None:
         return
     if changed:
         log.info("put back %s of the run in %s", ", ".join(changed), _kept_record.run_dir)
+
+
+def _report_refusal(err: Exception) -> None:
+    """A single run's refusal, in one line on stderr. Under torchrun or TorchX, where every rank
+    raises the refusals rank 0 broadcasts, rank 0 alone prints it (each rank printed the same
+    line), and every rank records it in the elastic agent's error file, so torchrun's summary
+    names it as the root cause (``error_file: <N/A>`` otherwise) whichever rank ends first."""
+    if not launched_by_torchrun():
+        print(f"Error: {err}", file=sys.stderr)
+        return
+    from torch.distributed.elastic.multiprocessing.errors import get_error_handler
+
+    get_error_handler().record_exception(err)
+    if env_rank() == 0:
+        print(f"Error: {err}", file=sys.stderr)
 
 
 def _report_crash(err: Exception) -> None:

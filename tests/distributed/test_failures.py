@@ -140,3 +140,21 @@ def test_a_one_process_job_leaves_no_rank_variables_to_the_next_job(monkeypatch)
     assert not launched_by_torchrun()
     assert "RANK" not in os.environ and "LOCAL_WORLD_SIZE" not in os.environ
     assert os.environ["LOCAL_RANK"] == "0"
+
+
+def test_a_torchrun_refusal_is_one_line_and_the_agents_root_cause(tmp_path, monkeypatch, capsys):
+    """Under torchrun every rank printed the same Error: line and torchrun's summary said
+    ``error_file: <N/A>`` (review): rank 0 alone prints it, every rank records it."""
+    from dlrm_exp import cli
+    from dlrm_exp.errors import RunFolderInUseError
+
+    torchrun = {"WORLD_SIZE": "2", "MASTER_ADDR": "h", "MASTER_PORT": "1"}
+    for key, value in torchrun.items():
+        monkeypatch.setenv(key, value)
+    for rank in (1, 0):
+        monkeypatch.setenv("RANK", str(rank))
+        monkeypatch.setenv("TORCHELASTIC_ERROR_FILE", str(tmp_path / f"error_{rank}.json"))
+        cli._report_refusal(RunFolderInUseError("f1 holds the record of an earlier run"))
+        recorded = json.loads((tmp_path / f"error_{rank}.json").read_text())["message"]
+        assert recorded["message"] == "RunFolderInUseError: f1 holds the record of an earlier run"
+    assert capsys.readouterr().err == "Error: f1 holds the record of an earlier run\n"
