@@ -200,11 +200,12 @@ def test_a_fresh_start_refuses_an_earlier_runs_best_or_record(tmp_path):
         check_run_folder(tmp_path / "a", None, keep_best=True)
     with pytest.raises(RunFolderInUseError, match=r"train.keep_best=false, but .*best holds"):
         check_run_folder(tmp_path / "a", str(best), keep_best=False)
-    # a sweep job interrupted (or failed) before its first step checkpoint records so beside
-    # its best: the interruption's hint (train.resume=auto) starts it afresh (review)
+    # a sweep job interrupted (or failed) without a step checkpoint keeps its best: the
+    # refusal says what the record is (it said "finished"; review)
     for status in ("interrupted", "failed"):
         (tmp_path / "a" / "metrics.json").write_text(json.dumps({"status": status}))
-        check_run_folder(tmp_path / "a", "auto", keep_best=True)
+        with pytest.raises(RunFolderInUseError, match=rf"holds a {status} run \(metrics.json\)"):
+            check_run_folder(tmp_path / "a", "auto", keep_best=True)
     (tmp_path / "a" / "metrics.json").write_text("{}")  # a finished run
     # with resume=auto the refusal advised train.resume=auto (TensorBoard review)
     with pytest.raises(RunFolderInUseError, match=r"best weights \(best\) but no step checkp"):

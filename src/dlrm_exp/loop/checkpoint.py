@@ -252,11 +252,11 @@ def check_no_earlier_run(run_dir: Path, best_too: bool = True, auto: bool = Fals
     held = ([best] if best else []) + complete_checkpoints(run_dir)
     if held and auto:  # only a best: nothing train.resume=auto could continue
         raise RunFolderInUseError(
-            f"{run_dir} holds a finished run (metrics.json) and its best weights "
-            f"({first_few([p.name for p in held])}) but no step checkpoint that "
+            f"{run_dir} holds a {_record_status(run_dir)} run (metrics.json) and its best "
+            f"weights ({first_few([p.name for p in held])}) but no step checkpoint that "
             "train.resume=auto could continue (it saved none: train.checkpoint_every_n_steps): "
             f"train into another folder (hydra.run.dir=...), or remove {run_dir / CHECKPOINTS} "
-            "and its metrics.json"
+            "and its metrics.json to train it afresh here"
         )
     if held:
         names = first_few([p.name for p in held])
@@ -275,8 +275,8 @@ def check_no_earlier_run(run_dir: Path, best_too: bool = True, auto: bool = Fals
 def check_run_folder(run_dir: Path, resume: str | None, keep_best: bool) -> None:
     """What a training run may find in its folder: a fresh start (``train.resume`` unset)
     nothing of an earlier run (:func:`check_no_earlier_run`); ``train.resume=auto`` finding no
-    step checkpoint starts fresh too, refused only beside a finished run's ``metrics.json``
-    (not a failed or interrupted one's, :func:`_finished_record_here`)
+    step checkpoint starts fresh too, refused only beside a run's ``metrics.json`` (of a run
+    that finished, failed or was interrupted: its ``best`` would be removed)
     (an interrupted attempt of the job, a requeued one, may have left its ``best``, which the
     fresh start removes: :func:`drop_stale_best`); a resume, no ``best`` it would not keep
     (:func:`check_best_is_kept`), and one from another run's checkpoint, no step checkpoint or
@@ -293,24 +293,18 @@ def check_run_folder(run_dir: Path, resume: str | None, keep_best: bool) -> None
             # and train.resume=auto took the earlier run's later ones)
             check_no_earlier_run(run_dir, best_too=False)
         check_best_is_kept(run_dir, keep_best)
-    elif not resume or _finished_record_here(run_dir):  # (an unfinished one: start fresh)
+    elif not resume or (run_dir / "metrics.json").is_file():  # a finished run's, no requeue
         check_no_earlier_run(run_dir, auto=resume == "auto")
 
 
-def _finished_record_here(run_dir: Path) -> bool:
-    """Whether ``run_dir`` holds the record of a run that finished (``metrics.json`` of status
-    ``completed``, or one that cannot be read: kept to be safe). A sweep job interrupted
-    (Ctrl-C, SIGTERM) or failed before its first step checkpoint records so, beside its
-    ``best``: continued with ``train.resume=auto``, as the interruption's hint says, it starts
-    afresh (it was refused as a finished run)."""
-    record = run_dir / "metrics.json"
-    if not record.is_file():
-        return False
+def _record_status(run_dir: Path) -> str:
+    """The ``status`` of the run folder's ``metrics.json`` (``finished`` where it cannot be
+    read or names none)."""
     try:
-        status = json.loads(record.read_text()).get("status")
+        status = json.loads((run_dir / "metrics.json").read_text()).get("status")
     except (OSError, ValueError, AttributeError):
-        return True
-    return status not in ("failed", "interrupted")
+        return "finished"
+    return status if status in ("failed", "interrupted") else "finished"
 
 
 def check_best_is_kept(run_dir: Path, keep_best: bool) -> None:
