@@ -64,11 +64,13 @@ def test_malformed_rows_are_counted_with_line_numbers(tmp_path):
         row(cats=["zzzzzzzz", *["a"] * 25]),  # line 6: categorical not hex
         row(cats=["123456789", *["a"] * 25]),  # line 7: more than 8 hex digits
         good + "\textra",  # line 8: 41 fields
-        "",  # line 9: empty line
+        "",  # line 9: an empty line, no row (it was a field_count skip: Criteo review)
         good,
+        "\r",  # line 11: an empty Windows line
+        "1\t2",  # line 12
     ]
     path = write(tmp_path / "bad.tsv", lines)
-    data, report = read_files([path], SCHEMA, max_bad_lines=3)
+    data, report = read_files([path], SCHEMA, max_bad_lines=4)
     assert report.rows_read == 10
     assert report.rows_valid == 3 == len(data)
     assert report.skipped_by_reason == {"field_count": 3, "label": 1, "dense": 1, "categorical": 2}
@@ -77,7 +79,10 @@ def test_malformed_rows_are_counted_with_line_numbers(tmp_path):
         f"{path}:2 (field_count)",
         f"{path}:3 (label)",
         f"{path}:5 (dense)",
+        f"{path}:6 (categorical)",
     ]
+    _, late = read_files([path], SCHEMA, max_bad_lines=10)  # the lines after it keep their numbers
+    assert late.first_bad_lines[-1] == f"{path}:12 (field_count)"
 
 
 def test_training_warns_of_rows_skipped_beyond_the_limit_and_goes_on(tmp_path, caplog):

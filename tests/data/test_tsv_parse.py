@@ -4,11 +4,14 @@ import numpy as np
 import pytest
 
 from dlrm_exp.data.criteo_format import criteo_lines
-from dlrm_exp.data.preprocess.tsv_parse import REASONS, iter_blocks, parse_block
+from dlrm_exp.data.preprocess.tsv_parse import EMPTY, REASONS, VALID, iter_blocks, parse_block
 
 
 def reference(line: str):
-    """(label, dense, sparse) or the rejection reason, by the documented rules."""
+    """(label, dense, sparse), the rejection reason, or ``"empty"`` (an empty line, no
+    row), by the documented rules."""
+    if line in ("", "\r"):
+        return "empty"
     fields = line.split("\t")
     if not 14 <= len(fields) <= 40:
         return "field_count"
@@ -39,7 +42,8 @@ def check_against_reference(lines):
     expected = [reference(line) for line in lines]
     valid = [e for e in expected if not isinstance(e, str)]
     assert block.num_lines == len(lines)
-    assert [REASONS[r] if r >= 0 else None for r in block.reasons] == [
+    named = {VALID: None, EMPTY: "empty"}
+    assert [REASONS[r] if r >= 0 else named[r] for r in block.reasons] == [
         e if isinstance(e, str) else None for e in expected
     ]
     assert block.labels.tolist() == [e[0] for e in valid]
@@ -88,7 +92,7 @@ def test_field_edge_cases(field, position):
 
 def test_field_counts():
     full = ["1"] + ["2"] * 13 + ["ff"] * 26
-    lines = ["\t".join(full[:n]) for n in (1, 13, 14, 27, 39, 40, 41)] + [""]
+    lines = ["\t".join(full[:n]) for n in (1, 13, 14, 27, 39, 40, 41)] + ["", "\r", " "]
     check_against_reference(lines)
 
 

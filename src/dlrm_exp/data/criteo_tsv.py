@@ -82,7 +82,6 @@ class ReadReport:
         """Count a parsed block whose first line is ``first_line`` of ``file_name``."""
         bad = np.flatnonzero(block.reasons >= 0)
         self.add_lines(
-            block.num_lines,
             len(block.labels),
             block.num_padded,
             bad,
@@ -94,7 +93,6 @@ class ReadReport:
 
     def add_lines(
         self,
-        num_lines: int,
         num_valid: int,
         num_padded: int,
         bad_lines: np.ndarray,
@@ -103,9 +101,10 @@ class ReadReport:
         file_name: str,
         max_bad_lines: int,
     ) -> None:
-        """Count ``num_lines`` lines from ``first_line`` of ``file_name``: the rejected ones
-        are ``bad_lines`` (0-based within them) for ``bad_reasons`` (indices in REASONS)."""
-        self.rows_read += num_lines
+        """Count the rows of lines from ``first_line`` of ``file_name``: ``num_valid`` valid
+        ones, and the rejected ones ``bad_lines`` (0-based within them) for ``bad_reasons``
+        (indices in REASONS); empty lines among them are no rows."""
+        self.rows_read += num_valid + len(bad_lines)
         self.rows_valid += num_valid
         self.rows_padded += num_padded
         counts = np.bincount(bad_reasons, minlength=len(REASONS))

@@ -48,6 +48,7 @@ from dlrm_exp.data.criteo_tsv import (
 )
 from dlrm_exp.data.paths import resolve_paths
 from dlrm_exp.data.preprocess.tsv_parse import (
+    VALID,
     iter_blocks,
     iter_line_chunks,
     parse_block,
@@ -323,7 +324,7 @@ def _predict_file(
             bar.update(len(buf) - 8)
             if not len(block.labels):
                 continue
-            lines = first_line + np.flatnonzero(block.reasons < 0)
+            lines = first_line + np.flatnonzero(block.reasons == VALID)
             where = f"{file} lines {first_line}..{first_line + block.num_lines - 1}"
             data = decode_block(block, cfg.data.schema, where)
             probabilities = [

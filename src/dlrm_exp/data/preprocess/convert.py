@@ -189,7 +189,6 @@ class _DayTally:
     def add(self, done: BlockResult) -> None:
         """Count one finished block (its lines follow those counted so far)."""
         self.report.add_lines(
-            done.num_lines,
             done.num_valid,
             done.num_padded,
             done.bad_lines,

@@ -7,6 +7,9 @@ eight-digit parse, hex digits with nibble packing. Fields longer than 8 characte
 sign (rare in Criteo: only negative counts) take a byte-wise path.
 
 Row rules (shared by ``data=criteo_tsv`` and ``mode=preprocess``):
+  * an empty line (nothing, or a lone ``\r``, before its newline) is no row: passed over and
+    not counted (a blank line at a file's end was a rejected row, which could refuse a small
+    file);
   * 14..39 fields: the trailing empty fields were stripped; pad with empty fields;
   * empty field: dense 0, categorical 0;
   * rejected rows, by the first rule they break, in this order: ``field_count`` (fewer than 14
@@ -31,6 +34,8 @@ NUM_SPARSE = 26
 NUM_FIELDS = 1 + NUM_DENSE + NUM_SPARSE  # 40
 MIN_FIELDS = 1 + NUM_DENSE  # label and the 13 dense fields must be present
 REASONS = ("field_count", "label", "dense", "categorical")
+#: :attr:`ParsedBlock.reasons` of a valid row, and of an empty line (no row).
+VALID, EMPTY = -1, -2
 BLOCK_BYTES = 8 << 20  # what is read (or decompressed) at a time
 PARSE_BYTES = 512 << 10  # what is parsed at a time: its arrays stay in the CPU caches
 _MAX_DENSE_CHARS = 19  # "-" and 18 digits: always fits int64
@@ -53,7 +58,8 @@ class ParsedBlock:
         sparse_empty: (N, 26) bool: the categorical field was empty.
         num_lines: lines in the block (valid or not).
         num_padded: valid rows that had fewer than 40 fields.
-        reasons: (num_lines,) int8: -1 valid, else the index in :data:`REASONS`.
+        reasons: (num_lines,) int8: :data:`VALID`, :data:`EMPTY` (no row), else the index
+            in :data:`REASONS`.
     """
 
     dense: np.ndarray
@@ -219,6 +225,14 @@ def _field_starts(sep: np.ndarray) -> np.ndarray:
     return starts
 
 
+def _empty_lines(body: np.ndarray, newlines: np.ndarray, nfields: np.ndarray) -> np.ndarray:
+    """(num_lines,) bool: the line holds nothing, or a lone ``\\r``, before its newline."""
+    starts = np.concatenate(([0], newlines[:-1] + 1)) if len(newlines) else newlines
+    length = newlines - starts
+    lone_cr = (length == 1) & (body[np.maximum(newlines - 1, 0)] == 13)
+    return (nfields == 1) & ((length == 0) | lone_cr)
+
+
 def _reject(reasons: np.ndarray, ok: np.ndarray, bad_rows: np.ndarray, reason: int) -> None:
     """Give the rows ``ok[bad_rows]`` ``reason`` unless an earlier rule rejected them."""
     rows = ok[bad_rows]
@@ -265,9 +279,10 @@ def parse_block(buf: np.ndarray) -> ParsedBlock:
     num_lines = len(line_last)
     nfields = np.diff(line_last, prepend=-1)
     first = line_last - nfields + 1
-    reasons = np.full(num_lines, -1, dtype=np.int8)
+    reasons = np.full(num_lines, VALID, dtype=np.int8)
     reasons[(nfields < MIN_FIELDS) | (nfields > NUM_FIELDS)] = 0
-    ok = np.flatnonzero(reasons < 0)
+    reasons[_empty_lines(body, sep[line_last], nfields)] = EMPTY
+    ok = np.flatnonzero(reasons == VALID)
 
     ends = _field_ends(body, sep, line_last)
     field_start, field_len = _field_table(
