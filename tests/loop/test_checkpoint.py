@@ -202,9 +202,9 @@ def test_a_fresh_start_refuses_an_earlier_runs_best_or_record(tmp_path):
         check_run_folder(tmp_path / "a", str(best), keep_best=False)
     # a sweep job interrupted (or failed) without a step checkpoint keeps its best: the
     # refusal says what the record is (it said "finished"; review)
-    for status in ("interrupted", "failed"):
+    for status, said in (("interrupted", "was interrupted"), ("failed", "failed")):
         (tmp_path / "a" / "metrics.json").write_text(json.dumps({"status": status}))
-        with pytest.raises(RunFolderInUseError, match=rf"holds a {status} run \(metrics.json\)"):
+        with pytest.raises(RunFolderInUseError, match=rf"of a run that {said} \(metrics.json\)"):
             check_run_folder(tmp_path / "a", "auto", keep_best=True)
     (tmp_path / "a" / "metrics.json").write_text("{}")  # a finished run
     # with resume=auto the refusal advised train.resume=auto (TensorBoard review)

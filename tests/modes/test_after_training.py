@@ -561,6 +561,14 @@ def test_a_file_with_cut_rows_of_39_fields_at_most_is_not_taken_for_unlabeled(tm
     assert has_label(whole, None) is False
     whole.write_text(("\t".join(row) + "\t\n") + "\t".join(row[1:]) + "\t\n")
     assert has_label(whole, None) is True  # a 40-field line: labeled
+    # an empty line, also a Windows one, is no row: not a 1-field line, nor labeled "0\t"
+    # (a blank line at an unlabeled file's end was a rejected row: review)
+    crlf = tmp_path / "crlf.tsv"
+    crlf.write_bytes((("\t".join(row[1:]) + "\t\r\n") * 2 + "\r\n").encode())
+    assert has_label(crlf, None) is False
+    from dlrm_exp.modes.predict import _with_label_column
+
+    assert _with_label_column(b"a\tb\n\nc\r\n\r\n\n") == b"0\ta\tb\n\n0\tc\r\n\r\n\n"
 
 
 def test_the_other_data_warning_names_the_run_s_own_data_overrides(tmp_path, caplog):

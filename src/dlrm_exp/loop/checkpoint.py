@@ -252,9 +252,10 @@ def check_no_earlier_run(run_dir: Path, best_too: bool = True, auto: bool = Fals
     held = ([best] if best else []) + complete_checkpoints(run_dir)
     if held and auto:  # only a best: nothing train.resume=auto could continue
         raise RunFolderInUseError(
-            f"{run_dir} holds a {_record_status(run_dir)} run (metrics.json) and its best "
-            f"weights ({first_few([p.name for p in held])}) but no step checkpoint that "
-            "train.resume=auto could continue (it saved none: train.checkpoint_every_n_steps): "
+            f"{run_dir} holds the record of a run that {_record_status(run_dir)} "
+            f"(metrics.json), its best weights ({first_few([p.name for p in held])}) but no "
+            "step checkpoint that train.resume=auto could continue (it saved none: "
+            "train.checkpoint_every_n_steps): "
             f"train into another folder (hydra.run.dir=...), or remove {run_dir / CHECKPOINTS} "
             "and its metrics.json to train it afresh here"
         )
@@ -298,13 +299,13 @@ def check_run_folder(run_dir: Path, resume: str | None, keep_best: bool) -> None
 
 
 def _record_status(run_dir: Path) -> str:
-    """The ``status`` of the run folder's ``metrics.json`` (``finished`` where it cannot be
-    read or names none)."""
+    """How the run of the folder's ``metrics.json`` ended, for a message: ``failed``, ``was
+    interrupted`` or ``finished`` (also where it cannot be read)."""
     try:
         status = json.loads((run_dir / "metrics.json").read_text()).get("status")
     except (OSError, ValueError, AttributeError):
         return "finished"
-    return status if status in ("failed", "interrupted") else "finished"
+    return {"failed": "failed", "interrupted": "was interrupted"}.get(status, "finished")
 
 
 def check_best_is_kept(run_dir: Path, keep_best: bool) -> None:

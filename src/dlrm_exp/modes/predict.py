@@ -26,6 +26,7 @@ in ``predict_report.json`` and the summary, as ``data=criteo_tsv`` reports them;
 ``data.max_skipped_fraction`` (1 %) of the rows are skipped the run fails with the counts.
 """
 
+import re
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -96,7 +97,7 @@ def has_label(file: Path, setting: bool | None) -> bool | None:
     if setting is not None:
         return setting
     data, _ = next(iter_line_chunks(file), (b"", 1))
-    lines = [line for line in data.split(b"\n", _SNIFF_LINES)[:_SNIFF_LINES] if line]
+    lines = [line for line in data.split(b"\n", _SNIFF_LINES)[:_SNIFF_LINES] if line.strip(b"\r")]
     if not lines:
         return None
     widths = [line.count(b"\t") + 1 for line in lines]
@@ -116,9 +117,12 @@ def has_label(file: Path, setting: bool | None) -> bool | None:
 
 def _with_label_column(data: bytes) -> bytes:
     """Whole unlabeled lines with a ``0`` label field put in front, so the Criteo parser reads
-    them (the label is not written)."""
-    labeled = b"0\t" + data.replace(b"\n", b"\n0\t")
-    return labeled[:-2] if labeled.endswith(b"\n0\t") else labeled
+    them (the label is not written); an empty line (or a lone ``\\r``) stays empty, no row."""
+    return _LINE_START.sub(b"0\t", data)
+
+
+#: The start of a line that holds something (not an empty line, nor a lone ``\r``).
+_LINE_START = re.compile(rb"^(?=[^\n\r]|\r[^\n])", re.MULTILINE)
 
 
 def run(cfg: Config, job: Job) -> ModeResult:
