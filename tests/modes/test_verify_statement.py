@@ -133,3 +133,15 @@ def test_verify_as_a_submitit_task_says_which_launcher_to_drop(tmp_path, monkeyp
     monkeypatch.setenv("SUBMITIT_EXECUTOR", "local")
     with pytest.raises(ConfigError, match="without hydra/launcher=local / slurm_gpu"):
         run_verify(compose_cfg(["mode=verify", "hardware.nproc_per_node=2"]), tmp_path)
+
+
+def test_the_summary_names_each_collectives_precisions():
+    """FP16 forward / BF16 backward comms were labelled "bf16 comms", the lowest precision
+    alone, which sets the tolerance (distributed review)."""
+    from dlrm_exp.modes.verify import _comms
+
+    fp16_bf16 = {"reduce_scatter": {"forward": "FP16", "backward": "BF16"}}
+    ran = {"precision": "bf16", "requested_precision": "bf16", "effective_qcomms": fp16_bf16}
+    assert _comms(ran) == "bf16 comms (reduce_scatter FP16/BF16)"
+    none = {"precision": "fp32", "requested_precision": "bf16", "effective_qcomms": {}}
+    assert _comms(none) == "fp32 comms (bf16 asked; it did not run)"

@@ -81,6 +81,7 @@ from dlrm_exp.modes.setup import prepare, rank_batches
 from dlrm_exp.planning.plan_record import plan_sharding_types
 from dlrm_exp.planning.tables import is_table_key, table_of_key
 from dlrm_exp.util.files import write_json_atomic
+from dlrm_exp.util.substitution import precisions_text
 
 log = logging.getLogger(__name__)
 
@@ -473,9 +474,13 @@ def pooled_tables(cfg: Config) -> list[str]:
 
 
 def _comms(result: dict[str, Any]) -> str:
-    """The precision the collectives ran in, and the one asked for where it differs."""
+    """The precision the collectives ran in (the lowest, which sets the loss tolerance, and
+    each collective's forward / backward: ``bf16 comms (reduce_scatter FP16/BF16)``), and the
+    one asked for where it differs."""
     ran, asked = result["precision"], result.get("requested_precision", result["precision"])
-    return f"{ran} comms" if ran == asked else f"{ran} comms ({asked} asked; it did not run)"
+    each = precisions_text(result.get("effective_qcomms") or {})
+    said = f"{ran} comms" + (f" ({each})" if each else "")
+    return said if ran == asked else f"{said} ({asked} asked; it did not run)"
 
 
 def summary(result: dict[str, Any]) -> str:
