@@ -198,8 +198,11 @@ def test_no_valid_row_is_one_error_with_advice(tmp_path):
     empty = tmp_path / "empty.tsv"
     empty.write_text("")
     with pytest.raises(
-        DataError, match=r"no valid Criteo row in .*empty.tsv: the file\(s\) are empty"
+        DataError, match=r"no valid Criteo row in .*empty.tsv: the file\(s\) are empty$"
     ):
+        read_files([empty], SCHEMA, 5)
+    empty.write_text("\n\r\n\n")  # empty lines are no rows (review)
+    with pytest.raises(DataError, match=r"are empty or hold empty lines only$"):
         read_files([empty], SCHEMA, 5)
 
 

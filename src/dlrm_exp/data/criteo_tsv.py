@@ -349,7 +349,10 @@ def no_valid_row_message(files: list[Path], report: ReadReport) -> str:
     """One line: what was read, why every row was refused, and what to check."""
     names = ", ".join(str(f) for f in files)
     if report.rows_read == 0:
-        return f"no valid Criteo row in {names}: the file(s) are empty"
+        blank = any(f.is_file() and f.stat().st_size > 0 for f in files)
+        return f"no valid Criteo row in {names}: the file(s) are empty" + (
+            " or hold empty lines only" if blank else ""
+        )
     if report.skipped_by_reason["field_count"] == report.rows_read and _cr_line_ends(files):
         advice = (
             "its lines end in \\r alone (old Mac line ends), so it reads as one line: convert "
