@@ -255,6 +255,16 @@ def test_a_checkpoint_of_another_model_shape_is_refused(saved, tmp_path):
     cfg = compose_cfg([*SMALL, "model.num_embeddings_cap=500", f"train.resume={saved}"])
     with pytest.raises(CheckpointError, match=r"another model shape \(t_cat_0: checkpoint"):
         run_train(cfg, tmp_path, {})
+    # tables named by another feature schema (C1..C26 of data/schema=criteo): not a model
+    # shape, which it said ("t_cat_0: checkpoint None"; Criteo review)
+    from dlrm_exp.loop.checkpoint import _trainer_state_matching
+
+    other = tmp_path / "schema_ckpt"
+    other.mkdir()
+    (other / "trainer_state.json").write_text(json.dumps({"tables": {"C1": [1000, 16]}}))
+    with pytest.raises(CheckpointError, match=r"names its tables C1, this job t_cat_0.*another"
+                       r" feature schema"):  # fmt: skip
+        _trainer_state_matching(other, {"t_cat_0": [1000, 16]})
     # the dense part's shape: DCP's raw "Size mismatch ... dense_arch" now says why (review)
     dense = [*SMALL, "model.dense_arch_layer_sizes=[32,16]", f"train.resume={saved}"]
     with pytest.raises(CheckpointError, match=r"Size mismatch.*the checkpoint holds another "

@@ -866,6 +866,13 @@ def _trainer_state_matching(
             for name, shape in tables.items()
             if not saved or saved.get(name) != shape
         )
+        if saved and not set(saved) & set(tables):  # no table name in common
+            raise CheckpointError(
+                f"checkpoint {path} names its tables {first_few(sorted(saved))}, this job "
+                f"{first_few(sorted(tables))}: it was trained with another feature schema "
+                "(data=... / data/schema=..., whose features name the tables): use the data "
+                "config it was trained with"
+            )
         raise CheckpointError(
             f"checkpoint {path} is from another model shape ({'; '.join(diff[:3])}): use "
             "the model config it was trained with (model=..., model.num_embeddings_cap=...)"
