@@ -3,6 +3,7 @@ run (one shared training run for every test here)."""
 
 import json
 import logging
+import re
 import subprocess
 import sys
 import textwrap
@@ -207,6 +208,11 @@ def test_predict_scores_unlabeled_rows_and_refuses_a_mostly_malformed_file(
     with caplog.at_level(logging.WARNING, logger="dlrm_exp.modes.setup"):
         scored = run_evaluate(compose_cfg(["mode=evaluate", *clean]), Job(tmp_path / "clean"))
     assert scored.val["samples"] == 300
+    from dlrm_exp.modes.evaluate import summary
+
+    # its rows read and skipped, as training prints them (it printed none: Criteo review)
+    printed = summary(scored, tmp_path)
+    assert re.search(r"\ndata [\d,]+ rows read, [\d,]+ valid, .* skipped\n", printed)
     # data.path is not even decoded when every scored split has files of its own (a Kaggle
     # training file is ~12 GB decoded): a file of no Criteo row goes unread
     garbage = tmp_path / "garbage.tsv"

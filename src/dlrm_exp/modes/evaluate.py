@@ -16,7 +16,7 @@ from torchrec.distributed.types import ShardingPlan
 
 from dlrm_exp.config import Config, CriteoTsvDataConfig, EvalSplit
 from dlrm_exp.data.criteo_tsv import check_skipped_rows, inputs_read, scored_inputs
-from dlrm_exp.data.splits import DataSplits
+from dlrm_exp.data.splits import DataSplits, read_summary
 from dlrm_exp.distributed.env import launched_by_torchrun
 from dlrm_exp.distributed.launch import (
     check_devices,
@@ -182,5 +182,8 @@ def summary(result: EvalMetrics, run_dir: Path) -> str:
     for name, values in (("val", result.val), ("test", result.test)):
         if values:
             lines.append(split_line(name, values))
+    read = result.data.get("read")
+    if read:  # the rows read, valid, padded and skipped, as training prints them
+        lines.append(read_summary(read))
     lines.append(f"run folder: {run_dir}")
     return "\n".join(lines)
