@@ -23,6 +23,7 @@ import numpy as np
 
 from dlrm_exp.data.preprocess.npy_stream import NpyRowFile
 from dlrm_exp.data.preprocess.tsv_parse import (
+    BOM,
     MAX_LINE_BYTES,
     ParsedBlock,
     convert_block,
@@ -108,6 +109,8 @@ def read_range(path: Path, start: int, end: int) -> bytes:
             if start > 0:  # the line holding byte start - 1 is the previous block's
                 cut = data.find(b"\n")
                 data = data[cut + 1 :] if cut >= 0 else b""
+            else:  # a UTF-8 byte-order mark is no row data (as iter_line_chunks drops it)
+                data = data.removeprefix(BOM)
             if data and not data.endswith(b"\n"):
                 tail = [data]
                 unfinished = len(data) - data.rfind(b"\n") - 1  # bytes of the last line so far

@@ -363,10 +363,15 @@ def line_too_long(path: Path, where: str, text: bytes) -> DataError:
     )
 
 
+#: A UTF-8 byte-order mark, which some editors write at a file's start: dropped (its first
+#: row was a ``label`` skip).
+BOM = b"\xef\xbb\xbf"
+
+
 def iter_line_chunks(path: Path, block_bytes: int = BLOCK_BYTES) -> Iterator[tuple[bytes, int]]:
     """Yield ``(data, first_line)``: about ``block_bytes`` of whole lines (plain or gzip
-    input), each ending in ``\n`` (supplied for a last line without one), and the 1-based
-    number of their first line.
+    input, a leading UTF-8 byte-order mark dropped), each ending in ``\n`` (supplied for a last
+    line without one), and the 1-based number of their first line.
 
     Raises:
         DataError: the file cannot be read or is not valid gzip; or a line is longer than
@@ -377,6 +382,8 @@ def iter_line_chunks(path: Path, block_bytes: int = BLOCK_BYTES) -> Iterator[tup
     carry = b""
     try:
         with open_text(path) as f:
+            first = f.read(len(BOM))
+            carry = b"" if first == BOM else first  # (a UTF-8 byte-order mark: not row data)
             while True:
                 chunk = f.read(block_bytes)
                 data = carry + chunk
