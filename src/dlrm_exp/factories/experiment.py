@@ -8,6 +8,7 @@ sparse optimizer in backward -> plan (:func:`dlrm_exp.planning.job.plan_job`) ->
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from datetime import timedelta
 
 import torch
 import torch.distributed as dist
@@ -24,6 +25,7 @@ from dlrm_exp.config import Config, OnNonFinite, OptimizerConfig, SparseBackward
 from dlrm_exp.distributed.launch import DistContext
 from dlrm_exp.distributed.qcomms import effective_qcomms, qcomms_substitution
 from dlrm_exp.distributed.sharder import job_sharders
+from dlrm_exp.distributed.torchrec_groups import time_out_torchrec_groups
 from dlrm_exp.factories.interaction import apply_symmetric_interaction, interaction_substitution
 from dlrm_exp.factories.lr_schedule import LRSchedule
 from dlrm_exp.factories.model import build_model
@@ -182,6 +184,21 @@ def _lr_schedule(
     )
 
 
+def _sharded(
+    module: torch.nn.Module,
+    cfg: Config,
+    ctx: DistContext,
+    plan: ShardingPlan,
+    sharders: list,
+) -> DistributedModelParallel:
+    """``module`` sharded by ``plan``; the groups TorchRec made for it (table_row_wise, grid)
+    time out after ``hardware.collective_timeout_s`` as the job's others do."""
+    model = DistributedModelParallel(module=module, device=ctx.device, plan=plan, sharders=sharders)
+    if ctx.world_size > 1:  # (a one-rank job's groups have no peer to wait for)
+        time_out_torchrec_groups(timedelta(seconds=cfg.hardware.collective_timeout_s))
+    return model
+
+
 def build_experiment(
     cfg: Config,
     ctx: DistContext,
@@ -213,7 +230,7 @@ def build_experiment(
     if plan is None:
         plan = plan_job(cfg, module, ctx, sharders).plan
     backward_thread, not_overlapped = _overlap(cfg, module, ctx, plan)
-    model = DistributedModelParallel(module=module, device=ctx.device, plan=plan, sharders=sharders)
+    model = _sharded(module, cfg, ctx, plan, sharders)
     if init_weights:
         init_tables(model, table_configs(cfg.model), cfg.seed)
     if skip_nonfinite:
