@@ -265,6 +265,12 @@ def test_a_checkpoint_of_another_model_shape_is_refused(saved, tmp_path):
     with pytest.raises(CheckpointError, match=r"names its tables C1, this job t_cat_0.*another"
                        r" feature schema"):  # fmt: skip
         _trainer_state_matching(other, {"t_cat_0": [1000, 16]})
+    # one table more than this job's (a feature added): it said "another model shape ()"
+    both = {"t_cat_0": [1000, 16], "t_cat_1": [1000, 16]}
+    (other / "trainer_state.json").write_text(json.dumps({"tables": both}))
+    with pytest.raises(CheckpointError, match=r"names its tables t_cat_0, t_cat_1, this job "
+                       r"t_cat_0: it was trained with another feature schema"):  # fmt: skip
+        _trainer_state_matching(other, {"t_cat_0": [1000, 16]})
     # the dense part's shape: DCP's raw "Size mismatch ... dense_arch" now says why (review)
     dense = [*SMALL, "model.dense_arch_layer_sizes=[32,16]", f"train.resume={saved}"]
     with pytest.raises(CheckpointError, match=r"Size mismatch.*the checkpoint holds another "

@@ -866,7 +866,7 @@ def _trainer_state_matching(
             for name, shape in tables.items()
             if not saved or saved.get(name) != shape
         )
-        if saved and not set(saved) & set(tables):  # no table name in common
+        if saved and set(saved) != set(tables):  # other table names: another schema
             raise CheckpointError(
                 f"checkpoint {path} names its tables {first_few(sorted(saved))}, this job "
                 f"{first_few(sorted(tables))}: it was trained with another feature schema "
