@@ -183,26 +183,26 @@ def _put_back_record(failed: bool = False) -> None:
 def _report_refusal(err: Exception) -> None:
     """A single run's refusal, in one line on stderr. Under torchrun or TorchX, where every rank
     raises the refusals rank 0 broadcasts, rank 0 alone prints it (each rank printed the same
-    line), and every rank records it in the elastic agent's error file, so torchrun's summary
-    names it as the root cause (``error_file: <N/A>`` otherwise) whichever rank ends first."""
-    if not launched_by_torchrun():
-        print(f"Error: {err}", file=sys.stderr)
-        return
-    from torch.distributed.elastic.multiprocessing.errors import get_error_handler
-
-    get_error_handler().record_exception(err)
-    if env_rank() == 0:
+    line), and every rank records it for the elastic agent (:func:`_record_for_agent`)."""
+    _record_for_agent(err)
+    if env_rank() == 0 or not launched_by_torchrun():
         print(f"Error: {err}", file=sys.stderr)
 
 
 def _report_crash(err: Exception) -> None:
     """A single run's crash (no refusal): its traceback into the run's log, so the folder says
-    why it stopped (Hydra prints it on stderr only), and, in a worker of torchrun or TorchX,
-    into the elastic agent's error file (``TORCHELASTIC_ERROR_FILE``): torchrun's summary then
-    gives the failed rank's exception and traceback as the root cause, not ``error_file:
-    <N/A>`` (Hydra catches the exception before torch's ``@record`` could see it)."""
+    why it stopped (Hydra prints it on stderr only), and for the elastic agent
+    (:func:`_record_for_agent`)."""
     trace = "".join(traceback.format_exception(err)).rstrip()
     to_log_files(f"the run failed (rank {env_rank()}):\n{trace}", level=logging.ERROR)
+    _record_for_agent(err)
+
+
+def _record_for_agent(err: Exception) -> None:
+    """In a worker of torchrun or TorchX, ``err`` into the elastic agent's error file
+    (``TORCHELASTIC_ERROR_FILE``): torchrun's summary then gives this rank's exception and
+    traceback as the root cause, not ``error_file: <N/A>`` (Hydra catches the exception
+    before torch's ``@record`` could see it). Elsewhere nothing."""
     if launched_by_torchrun():
         from torch.distributed.elastic.multiprocessing.errors import get_error_handler
 
