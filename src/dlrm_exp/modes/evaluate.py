@@ -10,6 +10,7 @@ final ones: the same weights see the same batches.
 """
 
 import time
+from functools import partial
 from pathlib import Path
 
 from torchrec.distributed.types import ShardingPlan
@@ -17,7 +18,6 @@ from torchrec.distributed.types import ShardingPlan
 from dlrm_exp.config import Config, CriteoTsvDataConfig, EvalSplit
 from dlrm_exp.data.criteo_tsv import check_skipped_rows, inputs_read, scored_inputs
 from dlrm_exp.data.splits import DataSplits, read_summary
-from dlrm_exp.distributed.env import launched_by_torchrun
 from dlrm_exp.distributed.launch import (
     check_devices,
     env_rank,
@@ -28,6 +28,9 @@ from dlrm_exp.loop.checkpoint import BEST, find_checkpoint, load_model_weights
 from dlrm_exp.loop.evaluate import evaluate, quality
 from dlrm_exp.modes.job import Job, ModeResult
 from dlrm_exp.modes.setup import (
+    FolderCheck,
+    check_folder_first,
+    check_folder_in_worker,
     prepare,
     rank_batches,
     run_on_ranks,
@@ -62,14 +65,10 @@ def run_evaluate(cfg: Config, job: Job) -> EvalMetrics:
     """
     check_devices(cfg.hardware)
     assert cfg.checkpoint is not None  # Config.__post_init__ requires it
-    # a rank of torchrun, TorchX or a submitit job checks the folder once its peers are
-    # connected (evaluate_worker), so its refusal reaches them (a submitit task waited
-    # hardware.collective_timeout_s for a rank 0 that had refused and returned)
-    launched = launched_by_torchrun()
-    if not launched:  # refused before workers start
-        _check_folder(job.run_dir)
+    pending = check_folder_first(partial(_check_folder, job.run_dir))
+    if pending is None:  # refused before workers start (launched: in the worker)
         find_checkpoint(cfg.checkpoint, warn=False)  # (the worker's look warns)
-    return run_on_ranks(evaluate_worker, cfg, job, launched)
+    return run_on_ranks(evaluate_worker, cfg, job, pending)
 
 
 def _check_folder(run_dir: Path) -> None:
@@ -114,16 +113,15 @@ def _check_skipped(cfg: Config, splits: DataSplits, names: tuple[str, ...]) -> N
 
 
 def evaluate_worker(
-    cfg: Config, job: Job, check_folder: bool = False, plan: ShardingPlan | None = None
+    cfg: Config, job: Job, check: FolderCheck | None = None, plan: ShardingPlan | None = None
 ) -> EvalMetrics:
     """Load the checkpoint's weights on this rank and score the asked-for splits (every rank
     takes part; rank 0 writes). Rank 0 finds ``checkpoint=``'s folder for every rank (hosts
-    may list a shared folder differently). ``check_folder``: rank 0 checks the run folder
-    first, every rank raising its refusal."""
+    may list a shared folder differently). ``check``: the run folder's, left to the worker
+    (:func:`check_folder_first`)."""
     started = time.perf_counter()
     with process_group(cfg.hardware) as ctx:
-        if check_folder:  # (rank 0's job names the folder: the others are in "." till now)
-            on_rank_zero(lambda: _check_folder(job.run_dir))
+        check_folder_in_worker(check)
         location = cfg.checkpoint
         assert location is not None  # Config.__post_init__ requires it
         path = on_rank_zero(lambda: find_checkpoint(location))

@@ -32,6 +32,7 @@ from dlrm_exp.distributed.launch import (
     check_one_host,
     init_worker,
     launch_workers,
+    launched_by_torchrun,
     needs_launch,
 )
 from dlrm_exp.errors import ConfigError
@@ -41,6 +42,7 @@ from dlrm_exp.modes.job import Job
 from dlrm_exp.planning.job import check_ranks_per_host, plan_job
 from dlrm_exp.planning.tables import DTYPE_NAMES, is_table_key, table_of_key
 from dlrm_exp.record.runs import job_overrides
+from dlrm_exp.util.rank_zero import on_rank_zero
 from dlrm_exp.util.text import first_few
 
 log = logging.getLogger(__name__)
@@ -69,6 +71,31 @@ def run_on_ranks(worker: Callable[..., Result], cfg: Config, job: Job, *args: An
         return worker(cfg, job, *args)
     check_one_host(cfg.hardware)  # before planning the whole job: minutes for a large one
     return launch_workers(_spawned, (worker, cfg, job, args, preflight(cfg)), cfg.hardware)
+
+
+#: A run-folder check (it raises the refusal) that a launched rank makes in its worker.
+FolderCheck = Callable[[], None]
+
+
+def check_folder_first(check: FolderCheck) -> FolderCheck | None:
+    """Run a run folder's ``check`` where its refusal reaches every rank: here, in one process
+    or the parent of the workers it starts, before any starts (returns None); in a rank that
+    torchrun, TorchX or a submitit job launched, later, in the worker once its peers are
+    connected (returned, for :func:`check_folder_in_worker`). Checked here, a refused rank 0
+    returned before the process group existed, and a submitit job's other tasks waited
+    ``hardware.collective_timeout_s`` for it."""
+    if launched_by_torchrun():
+        return check
+    check()
+    return None
+
+
+def check_folder_in_worker(check: FolderCheck | None) -> None:
+    """In a worker whose process group exists: rank 0 makes the ``check`` that
+    :func:`check_folder_first` left to it (rank 0's job names the folder: the others are in
+    "." until :func:`shared_job`), every rank raising its refusal."""
+    if check is not None:
+        on_rank_zero(check)
 
 
 @record

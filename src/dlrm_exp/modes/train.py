@@ -14,6 +14,7 @@ import logging
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -32,7 +33,6 @@ from dlrm_exp.distributed.launch import (
     DistContext,
     check_devices,
     env_rank,
-    launched_by_torchrun,
     process_group,
 )
 from dlrm_exp.errors import DataError
@@ -67,6 +67,9 @@ from dlrm_exp.loop.train_window import TrainWindow
 from dlrm_exp.loop.trainer import BatchSources, FitResult, Trainer, TrainerState
 from dlrm_exp.modes.job import Job, ModeResult
 from dlrm_exp.modes.setup import (
+    FolderCheck,
+    check_folder_first,
+    check_folder_in_worker,
     prepare,
     rank_batches,
     run_on_ranks,
@@ -131,14 +134,9 @@ def run_train(
         WorkerFailedError: a worker process failed or was killed.
     """
     check_devices(cfg.hardware)
-    # a rank of torchrun, TorchX or a submitit job checks its folder once its peers are
-    # connected (train_worker): its refusal then reaches them, where a task of a submitit
-    # job waited hardware.collective_timeout_s for a rank 0 that had refused and returned
-    launched = launched_by_torchrun()
-    if not launched:  # one process, or the parent of the workers it starts
-        _check_folder(cfg, run_dir)
+    pending = check_folder_first(partial(_check_folder, cfg, run_dir))
     job = Job(run_dir, dict(choices), tensorboard_dir, dict(swept or {}))
-    return run_on_ranks(train_worker, cfg, job, launched)
+    return run_on_ranks(train_worker, cfg, job, pending)
 
 
 def _check_folder(cfg: Config, run_dir: Path) -> None:
@@ -176,15 +174,14 @@ def _announce(run: _Run) -> None:
 
 
 def train_worker(
-    cfg: Config, job: Job, check_folder: bool = False, plan: ShardingPlan | None = None
+    cfg: Config, job: Job, check: FolderCheck | None = None, plan: ShardingPlan | None = None
 ) -> RunMetrics:
     """Train on this rank (joining or creating the process group); rank 0 writes the run
-    folder. Every rank returns the run's record (rank 0's is the one written).
-    ``check_folder``: rank 0 checks the run folder first, every rank raising its refusal."""
+    folder. Every rank returns the run's record (rank 0's is the one written). ``check``:
+    the run folder's, left to the worker (:func:`check_folder_first`)."""
     started = time.perf_counter()
     with process_group(cfg.hardware) as ctx:
-        if check_folder:  # (rank 0's job names the folder: the others are in "." till now)
-            on_rank_zero(lambda: _check_folder(cfg, job.run_dir))
+        check_folder_in_worker(check)
         job = shared_job(job, ctx)
         # rank 0 decides for all: hosts may list a shared folder differently (NFS caching), and
         # ranks that loaded different steps would train apart, then hang
