@@ -62,7 +62,8 @@ from torch.distributed.checkpoint.metadata import Metadata, StorageMeta, TensorS
 
 from dlrm_exp.distributed.preemption import preemption_held
 from dlrm_exp.errors import CheckpointError, RunFolderInUseError
-from dlrm_exp.util.files import sync_file, sync_folder, write_json_atomic
+from dlrm_exp.record.run_record import FAILED, INTERRUPTED
+from dlrm_exp.util.files import read_json_object, sync_file, sync_folder, write_json_atomic
 from dlrm_exp.util.rank_zero import on_rank_zero
 from dlrm_exp.util.text import first_few
 
@@ -301,11 +302,8 @@ def check_run_folder(run_dir: Path, resume: str | None, keep_best: bool) -> None
 def _record_status(run_dir: Path) -> str:
     """How the run of the folder's ``metrics.json`` ended, for a message: ``failed``, ``was
     interrupted`` or ``finished`` (also where it cannot be read)."""
-    try:
-        status = json.loads((run_dir / "metrics.json").read_text()).get("status")
-    except (OSError, ValueError, AttributeError):
-        return "finished"
-    return {"failed": "failed", "interrupted": "was interrupted"}.get(status, "finished")
+    status = (read_json_object(run_dir / "metrics.json") or {}).get("status")
+    return {FAILED: "failed", INTERRUPTED: "was interrupted"}.get(status, "finished")
 
 
 def check_best_is_kept(run_dir: Path, keep_best: bool) -> None:
@@ -618,14 +616,7 @@ def read_rank_state(path: Path, rank: int) -> dict[str, Any] | None:
     Raises:
         CheckpointError: the file cannot be read (truncated by a crash).
     """
-    saved = _rank_state_file(path, rank)
-    try:
-        return torch.load(saved, weights_only=True) if saved.exists() else None
-    except (OSError, EOFError, RuntimeError, pickle.UnpicklingError) as err:
-        raise CheckpointError(
-            f"{path}: rank {rank}'s state cannot be read ({err}): resume from an earlier "
-            "checkpoint (train.resume=<its folder>), or remove this one"
-        ) from None
+    return _load_rank_file(path, _rank_state_file(path, rank), f"rank {rank}'s state")
 
 
 def _rank_state_file(path: Path, rank: int) -> Path:
@@ -640,16 +631,30 @@ def restore_rng(path: Path, rank: int) -> None:
         CheckpointError: a generator file cannot be read (truncated by a crash: a traceback
             on every retry of ``train.resume=auto``, which takes this newest checkpoint).
     """
-    saved, on_device = _rng_file(path, rank), _rng_file(path, rank, "cuda")
+    what = "its random generator state"
+    saved = _load_rank_file(path, _rng_file(path, rank), what)
+    if saved is not None:
+        torch.set_rng_state(saved)
+    if torch.cuda.is_available():
+        on_device = _load_rank_file(path, _rng_file(path, rank, "cuda"), what)
+        if on_device is not None:
+            torch.cuda.set_rng_state(on_device)
+
+
+def _load_rank_file(path: Path, file: Path, what: str) -> Any:
+    """``file`` of checkpoint ``path`` as ``torch.save`` wrote it (tensors only), None where
+    it is absent.
+
+    Raises:
+        CheckpointError: it cannot be read (truncated by a crash: a traceback on every retry of
+            ``train.resume=auto``, which takes this newest checkpoint), naming ``what``.
+    """
     try:
-        if saved.exists():
-            torch.set_rng_state(torch.load(saved, weights_only=True))
-        if on_device.exists() and torch.cuda.is_available():
-            torch.cuda.set_rng_state(torch.load(on_device, weights_only=True))
+        return torch.load(file, weights_only=True) if file.exists() else None
     except (OSError, EOFError, RuntimeError, pickle.UnpicklingError) as err:
         raise CheckpointError(
-            f"{path}: its random generator state cannot be read ({err}): resume from an "
-            "earlier checkpoint (train.resume=<its folder>), or remove this one"
+            f"{path}: {what} cannot be read ({err}): resume from an earlier checkpoint "
+            "(train.resume=<its folder>), or remove this one"
         ) from None
 
 
