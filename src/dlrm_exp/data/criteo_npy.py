@@ -57,13 +57,15 @@ KAGGLE_PARTS = 7
 log = logging.getLogger(__name__)
 
 
-def find_days(folder: Path) -> list[int]:
-    """Day numbers with a complete ``day_<n>_{dense,sparse,labels}.npy`` triple, sorted.
+def find_days(folder: Path, table_sizes: list[int] | None = None) -> list[int]:
+    """Day numbers with a complete ``day_<n>_{dense,sparse,labels}.npy`` triple, sorted; with
+    ``table_sizes``, the model's, ids hashed for other sizes are refused
+    (:func:`_check_hashed_for`).
 
     Raises:
         DataError: the folder is missing, holds no day, a day number is written with leading
-            zeros (``day_01``: ``mode=preprocess`` and TorchRec write ``day_1``), or a day
-            lacks one of its files.
+            zeros (``day_01``: ``mode=preprocess`` and TorchRec write ``day_1``), a day
+            lacks one of its files, or its ids were hashed for other ``table_sizes``.
     """
     if not folder.is_dir():
         what = "a file, not the folder of the day files" if folder.is_file() else "no such folder"
@@ -86,11 +88,11 @@ def find_days(folder: Path) -> list[int]:
         for kind in ("sparse", "labels"):
             if not (folder / f"day_{day}_{kind}.npy").is_file():
                 raise DataError(f"data.path: day_{day}_{kind}.npy is missing in {folder}")
-    _check_conversions(folder, days)
+    _check_conversions(folder, days, table_sizes)
     return days
 
 
-def _check_conversions(folder: Path, days: list[int]) -> None:
+def _check_conversions(folder: Path, days: list[int], table_sizes: list[int] | None) -> None:
     """In a folder ``mode=preprocess`` wrote (it holds its day markers), every day's
     conversion finished (its ``day_<n>.json``, written last) and, with contiguous ids, so did
     the re-index over all days (``contiguous.json``, listing them). A folder of TorchRec's own
@@ -111,7 +113,10 @@ def _check_conversions(folder: Path, days: list[int]) -> None:
             "again, which finishes it; npy files from elsewhere (TorchRec's scripts) belong in "
             "a folder of their own"
         )
-    _check_same_settings(folder, {day: done[day] for day in days})
+    markers = {day: done[day] for day in days}
+    _check_same_settings(folder, markers)
+    if table_sizes is not None:
+        _check_hashed_for(folder, markers, table_sizes)
     contiguous = [d for d in days if done[d].get("categorical") == "contiguous"]
     indexed = (read_json_object(folder / CONTIGUOUS_MARKER) or {}).get("days", [])
     missing = [f"day_{d}" for d in contiguous if d not in indexed]
@@ -123,7 +128,9 @@ def _check_conversions(folder: Path, days: list[int]) -> None:
         )
 
 
-def _check_hashed_for(folder: Path, days: list[int], table_sizes: list[int]) -> None:
+def _check_hashed_for(
+    folder: Path, markers: dict[int, dict[str, Any]], table_sizes: list[int]
+) -> None:
     """Ids that ``mode=preprocess preprocess.categorical=hash`` hashed for tables of other
     sizes than this model's are refused: hashed again modulo these sizes, they would look up
     other rows than the same TSV rows do in training, evaluate and predict (a folder hashed for
@@ -132,11 +139,10 @@ def _check_hashed_for(folder: Path, days: list[int], table_sizes: list[int]) -> 
     Raises:
         DataError: naming both sizes and the fix.
     """
-    markers = converted_days(folder)
     hashed = {
         tuple(m["table_sizes"])
-        for d, m in markers.items()
-        if d in days and m.get("categorical") == "hash" and m.get("table_sizes")
+        for m in markers.values()
+        if m.get("categorical") == "hash" and m.get("table_sizes")
     }
     if hashed and hashed != {tuple(table_sizes)}:
         sizes = min(hashed)  # (one: find_days refuses days converted otherwise)
@@ -472,8 +478,7 @@ def load_criteo_npy(
             of range with ``out_of_range=error``.
     """
     folder = Path(cfg.path).expanduser()
-    days = find_days(folder)
-    _check_hashed_for(folder, days, table_sizes)
+    days = find_days(folder, table_sizes)
     if cfg.dataset is NpyDataset.criteo_1tb and len(days) < 2:
         raise DataError(
             f"data.dataset=criteo_1tb needs at least 2 days (train days and the last day for "
