@@ -225,14 +225,6 @@ def _field_starts(sep: np.ndarray) -> np.ndarray:
     return starts
 
 
-def _empty_lines(body: np.ndarray, newlines: np.ndarray, nfields: np.ndarray) -> np.ndarray:
-    """(num_lines,) bool: the line holds nothing, or a lone ``\\r``, before its newline."""
-    starts = np.concatenate(([0], newlines[:-1] + 1)) if len(newlines) else newlines
-    length = newlines - starts
-    lone_cr = (length == 1) & (body[np.maximum(newlines - 1, 0)] == 13)
-    return (nfields == 1) & ((length == 0) | lone_cr)
-
-
 def _reject(reasons: np.ndarray, ok: np.ndarray, bad_rows: np.ndarray, reason: int) -> None:
     """Give the rows ``ok[bad_rows]`` ``reason`` unless an earlier rule rejected them."""
     rows = ok[bad_rows]
@@ -279,15 +271,14 @@ def parse_block(buf: np.ndarray) -> ParsedBlock:
     num_lines = len(line_last)
     nfields = np.diff(line_last, prepend=-1)
     first = line_last - nfields + 1
+    ends, starts = _field_ends(body, sep, line_last), _field_starts(sep)
     reasons = np.full(num_lines, VALID, dtype=np.int8)
     reasons[(nfields < MIN_FIELDS) | (nfields > NUM_FIELDS)] = 0
-    reasons[_empty_lines(body, sep[line_last], nfields)] = EMPTY
+    # one field of no byte (its \r is the line end's): an empty line
+    reasons[(nfields == 1) & (ends[line_last] == starts[line_last])] = EMPTY
     ok = np.flatnonzero(reasons == VALID)
 
-    ends = _field_ends(body, sep, line_last)
-    field_start, field_len = _field_table(
-        ends, _field_starts(sep), first[ok], nfields[ok], num_lines
-    )
+    field_start, field_len = _field_table(ends, starts, first[ok], nfields[ok], num_lines)
     all_words = np.ndarray(shape=(data_len + 1,), dtype="<u8", buffer=buf, strides=(1,))
     dense_cols = slice(1, 1 + NUM_DENSE)
     sparse_cols = slice(1 + NUM_DENSE, None)
