@@ -43,6 +43,7 @@ from dlrm_exp.record.kept_record import KeptRecord
 from dlrm_exp.record.run_record import COMPLETED, RunMetrics
 from dlrm_exp.record.runs import (
     parsed_override_values,
+    recorded_mode,
     run_name,
     saved_sweep_values,
 )
@@ -402,10 +403,8 @@ def refuse_another_runs_folder(args: list[str]) -> None:
     run_dir = _last_value(args, "hydra.run.dir")
     if run_dir is None or _is_multirun(args) or _writes_nothing(args):
         return
-    saved = Path(run_dir) / ".hydra" / "config.yaml"  # as Hydra takes it: no ~ expansion
-    try:
-        recorded = str(OmegaConf.load(saved).get("mode", Mode.train.value))
-    except (OSError, OmegaConfBaseException, AttributeError):
+    recorded = recorded_mode(Path(run_dir))  # as Hydra takes the folder: no ~ expansion
+    if recorded is None:
         return  # no run there (or nothing readable to keep)
     mode = _last_value(args, "mode") or Mode.train.value
     if recorded != mode:

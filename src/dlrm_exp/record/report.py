@@ -354,7 +354,7 @@ def _measured(runs: list[RunRecord]) -> tuple[list[RunRecord], str]:
     failed or interrupted one, which records why, stays."""
     kept, other = [], []
     for run in runs:
-        mode = recorded_mode(run.path) if run.status == MISSING else "train"
+        mode = (recorded_mode(run.path) or "train") if run.status == MISSING else "train"
         (kept if mode in RECORDING_MODES else other).append((run, mode))
     if not other:
         return [run for run, _ in kept], ""

@@ -291,13 +291,13 @@ def load_runs(paths: Iterable[Path]) -> list[RunRecord]:
     return runs
 
 
-def recorded_mode(run_dir: Path) -> str:
-    """The ``mode`` a run folder's ``.hydra/config.yaml`` ran (``train`` without the key or
-    the file, or where it cannot be read)."""
+def recorded_mode(run_dir: Path) -> str | None:
+    """The ``mode`` a run folder's ``.hydra/config.yaml`` ran (``train`` without the key);
+    None without the file, or where it cannot be read."""
     try:
         mode = OmegaConf.load(run_dir / ".hydra" / "config.yaml").get("mode", "train")
     except (OSError, OmegaConfBaseException, AttributeError):
-        return "train"
+        return None
     return str(mode)
 
 
