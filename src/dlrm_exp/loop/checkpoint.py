@@ -251,11 +251,11 @@ def check_no_earlier_run(run_dir: Path, best_too: bool = True, auto: bool = Fals
     """
     best = best_checkpoint(run_dir) if best_too else None
     held = ([best] if best else []) + complete_checkpoints(run_dir)
-    if held and auto:  # only a best: nothing train.resume=auto could continue
+    if best is not None and auto:  # (auto comes here finding no step checkpoint)
         raise RunFolderInUseError(
             f"{run_dir} holds the record of a run that {_record_status(run_dir)} "
-            f"(metrics.json), its best weights ({first_few([p.name for p in held])}) but no "
-            "step checkpoint that train.resume=auto could continue (it saved none: "
+            f"(metrics.json), its best weights ({best.name}) but no step checkpoint that "
+            "train.resume=auto could continue (it saved none: "
             "train.checkpoint_every_n_steps): "
             f"train into another folder (hydra.run.dir=...), or remove {run_dir / CHECKPOINTS} "
             "and its metrics.json to train it afresh here"
