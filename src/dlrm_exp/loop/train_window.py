@@ -36,15 +36,21 @@ class TrainWindow:
             self._labels.append(labels.detach().reshape(-1))
 
     def state(self) -> dict[str, list[torch.Tensor]]:
-        """The window's batches on the CPU, oldest first, for a checkpoint."""
+        """The window's batches on the CPU, oldest first, for a checkpoint:
+        ``{"logits": [(B,) float], "labels": [(B,)]}``, one entry per batch (at most
+        ``batches``; B may differ between them, the last batch of an epoch being shorter)."""
         return {
             "logits": [t.cpu() for t in self._logits],
             "labels": [t.cpu() for t in self._labels],
         }
 
     def restore(self, saved: dict[str, list[torch.Tensor]], device: torch.device) -> None:
-        """Hold the batches of :meth:`state` (on ``device``), the newest ``batches`` of them
-        where the window is shorter now."""
+        """Hold the batches of :meth:`state` (moved to ``device``), the newest ``batches`` of
+        them where the window is shorter now.
+
+        Raises:
+            ValueError: ``saved`` holds lists of different lengths (not a :meth:`state`).
+        """
         self._logits.clear()
         self._labels.clear()
         for logits, labels in zip(saved["logits"], saved["labels"], strict=True):
