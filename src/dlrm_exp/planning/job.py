@@ -175,17 +175,10 @@ def _memory_message(cfg: Config, capacity: MemoryCapacity, world_size: int) -> s
 
 
 def _whole_pieces(kind: ShardingStrategy, cfg: Config, world_size: int) -> int:
-    """The shards a table of sharding type ``kind`` lies on ranks as, each whole on one rank
-    (:func:`~dlrm_exp.planning.tables.whole_pieces`), but a table_row_wise or grid_shard
-    table as the shards of one host: TorchRec places it on one host and splits its rows (of
-    each column shard) over that host's ranks only, so it is ``local_world_size`` pieces (per
-    column shard) a rank each, not a share of every rank (the memory advice counted it so,
-    and its cap and rank count did not fit)."""
-    if kind not in (ShardingStrategy.table_row_wise, ShardingStrategy.grid_shard):
-        return whole_pieces(kind, cfg.model.embedding_dim)
-    columns = whole_pieces(ShardingStrategy.column_wise, cfg.model.embedding_dim)
+    """:func:`~dlrm_exp.planning.tables.whole_pieces` of a table of ``cfg`` on this job's
+    hosts."""
     per_host = cfg.hardware.local_world_size or min(cfg.hardware.nproc_per_node, world_size)
-    return per_host * (columns if kind is ShardingStrategy.grid_shard else 1)
+    return whole_pieces(kind, cfg.model.embedding_dim, per_host)
 
 
 def tables_storage(

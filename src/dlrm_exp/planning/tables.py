@@ -38,18 +38,26 @@ def torchrec_data_type(data_type: EmbeddingDataType) -> DataType:
 
 
 @functools.cache
-def whole_pieces(kind: ShardingStrategy, embedding_dim: int) -> int:
+def whole_pieces(kind: ShardingStrategy, embedding_dim: int, ranks_per_host: int = 0) -> int:
     """How many shards a table of sharding type ``kind`` lies on ranks as, each whole on one
     rank: 1 for table_wise; for column_wise and table_column_wise its column shards, as
     TorchRec's ``calculate_shard_sizes_and_offsets`` cuts them (blocks of at least
     ``MIN_CW_DIM``, 128 columns: one shard for ``embedding_dim`` <= 128, whatever the ranks);
-    0 for a table split over the ranks (row_wise, table_row_wise, grid_shard) or held by
-    each (data_parallel)."""
+    for table_row_wise and grid_shard, given ``ranks_per_host``, the shards of one host:
+    TorchRec places such a table on one host and splits its rows (of each column shard) over
+    that host's ranks only, so it is ``ranks_per_host`` pieces (per column shard) a rank each,
+    not a share of every rank (the memory advice counted it so, and its cap and rank count did
+    not fit); 0 for a table split over all ranks (row_wise; table_row_wise and grid_shard
+    without ``ranks_per_host``) or held by each (data_parallel)."""
     if kind is ShardingStrategy.table_wise:
         return 1
     if kind in (ShardingStrategy.column_wise, ShardingStrategy.table_column_wise):
         one_row = torch.empty(1, embedding_dim, device=META)
         return len(calculate_shard_sizes_and_offsets(one_row, 1, 1, kind.value)[0])
+    if kind is ShardingStrategy.table_row_wise:
+        return ranks_per_host
+    if kind is ShardingStrategy.grid_shard:
+        return ranks_per_host * whole_pieces(ShardingStrategy.column_wise, embedding_dim)
     return 0
 
 
