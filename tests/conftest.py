@@ -55,6 +55,18 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log):
     return make_scheduler(config, log)
 
 
+@pytest.fixture(autouse=True)
+def _keeps_torch_threads():
+    """Each test ends with the intra-op thread count it began with: a run in this process
+    sets its rank's (``hardware.threads_per_rank``), which later tests of the worker would
+    otherwise keep (two workers' runs then contend for the cores)."""
+    import torch
+
+    threads = torch.get_num_threads()
+    yield
+    torch.set_num_threads(threads)
+
+
 def compose_raw(overrides: Sequence[str] = ()) -> DictConfig:
     with initialize_config_dir(config_dir=str(conf_dir()), version_base="1.3"):
         return compose(config_name="config", overrides=list(overrides))

@@ -126,6 +126,7 @@ def _resumes_bitwise(tmp_path, monkeypatch, overrides: list[str], fused: bool = 
     resumed_dir.mkdir(parents=True)
     shutil.copytree(complete_checkpoints(tmp_path / "a")[1], resumed_dir / "step_16")
     resumed = run_train(compose_cfg([*args, "train.resume=auto"]), tmp_path / "b", {})
+    assert resumed.resumed["step"] == 16  # (a fresh run would end the same: deterministic)
     for key in ("val", "test", "val_history", "final_train_loss", "steps"):
         assert getattr(resumed, key) == getattr(full, key), key
     assert bool(iterations[0]) == fused and iterations[1] == iterations[0]

@@ -275,6 +275,7 @@ def test_a_run_resumed_after_the_best_checkpoint_stops_at_the_same_step_bitwise(
         if int(path.name.removeprefix("step_")) > after_best:
             shutil.rmtree(path)
     resumed = run_train(compose_cfg([*OVERFIT, "train.resume=auto"]), again, {})
+    assert resumed.resumed["step"] == after_best  # (a fresh run would end the same)
     assert resumed.steps == metrics.steps and resumed.best_step == metrics.best_step
     assert resumed.val == metrics.val and resumed.test == metrics.test
     assert resumed.final_weights == metrics.final_weights

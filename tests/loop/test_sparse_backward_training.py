@@ -90,6 +90,7 @@ def test_overlapped_training_keeps_the_tables_and_resumes_bitwise(tmp_path, monk
         tmp_path / "resumed" / "checkpoints" / "step_24",
     )
     resumed = run_train(compose_cfg([*RUN, OVERLAP, "train.resume=auto"]), tmp_path / "resumed", {})
+    assert resumed.resumed["step"] == 24  # (a fresh run would end the same: deterministic)
     for key in ("val", "test", "val_history", "final_train_loss", "steps"):
         assert getattr(resumed, key) == getattr(overlapped, key), key
     c = _checkpoint(tmp_path / "resumed", 32)

@@ -98,7 +98,9 @@ def test_default_run_is_close_to_bayes_optimal(default_run):
         ("dataparallel", "data_parallel"),
     ],
 )
-def test_every_sharding_option_trains_on_cpu(tmp_path, option, expected):
+def test_the_one_process_sharding_options_train_on_cpu(tmp_path, option, expected):
+    """The other options (tablerowwise, tablecolumnwise, grid, auto) train on 2 processes
+    in tests/distributed/test_multiprocess.py."""
     cfg = compose_cfg([f"sharding={option}", *SMALL])
     metrics = run_train(cfg, tmp_path, {**CHOICES, "sharding": option})
     kernel = "dense" if option == "dataparallel" else "fused"
