@@ -109,6 +109,8 @@ def test_a_consistent_drop_of_0_005_on_three_seeds_is_caught(tmp_path, baseline,
         gate(tmp_path, new, baseline, "--tolerance", "0.002", "--tolerance", "val_auroc=0.006") == 0
     )
     assert "none worse beyond 0.002, val_auroc=0.006" in capsys.readouterr().out
+    assert gate(tmp_path, new, baseline, "--tolerance", "val_auroc=0.006") == 0
+    assert "none worse beyond val_auroc=0.006, others 0" in capsys.readouterr().out
     assert (
         gate(tmp_path, new, baseline, "--tolerance", "0.006", "--tolerance", "val_auroc=0.002") == 1
     )
@@ -247,6 +249,22 @@ def test_runs_of_one_side_alone_are_paired_by_seed_not_by_position():
     assert result.passed and "+0 [+0, +0], paired by seed, n=2" in result.lines[0]
     ungated = compare_runs(new, saved, gate=["test_auroc"])  # shown, but nothing gated
     assert not ungated.passed and "nothing was compared" in ungated.failures[0]
+
+
+def test_a_new_run_whose_seed_the_baseline_lacks_fails_the_gate():
+    """Pairing by the common seeds would leave it out: a worse run there passed unseen."""
+
+    def run(seed: int, auroc: float, status: str = "completed") -> RunValues:
+        return RunValues("optimizer=sgd", "optimizer=sgd", seed, status, f"/{seed}",
+                         {"val_auroc": auroc} if status == "completed" else {})  # fmt: skip
+
+    saved = [run(0, 0.79), run(1, 0.0, "failed"), run(2, 0.80)]
+    new = [run(0, 0.79), run(1, 0.50), run(2, 0.80), run(3, 0.50)]
+    result = compare_runs(new, saved, gate=["val_auroc"])
+    assert not result.passed and result.compared == 1
+    (failure,) = result.failures
+    assert "seed(s) 1 (failed in the baseline), 3 (no run in the baseline) of the new" in failure
+    assert compare_runs(new[:1] + new[2:3], saved, gate=["val_auroc"]).passed
 
 
 def test_seeds_or_values_missing_from_the_new_set_fail_the_gate(tmp_path, baseline, capsys):

@@ -11,10 +11,11 @@ the mean difference is worse than ``tolerance`` and its whole 95 % interval lies
 side of zero; with a single pair (no interval) the tolerance alone decides.
 
 The gate also fails, with one line naming what is wrong, when a saved configuration has no
-completed run in the new set, a seed of the baseline has no run in the new set while other seeds
-pair (jobs not launched), a run of a compared configuration did not complete (counted as failed,
-never dropped), a gated metric is NaN or infinite, a gated metric the baseline has is missing
-from a completed new run, the baseline holds one seed of a configuration in two completed runs,
+completed run in the new set; seeds pair, but a seed of the baseline has no run in the new set
+(jobs not launched) or a completed new run's seed has no completed baseline run (it would go
+uncompared); a run of a compared configuration did not complete (counted as failed, never
+dropped); a gated metric is NaN or infinite; a gated metric the baseline has is missing from a
+completed new run; the baseline holds one seed of a configuration in two completed runs;
 or nothing at all was compared (a metric that neither side has is skipped). A configuration only
 in the new set is listed as new (with its runs that did not complete). Only metrics with a
 better direction can be gated (calibration cannot: it moves either way).
@@ -201,7 +202,9 @@ def _verdict(metric: Metric, d: Difference) -> str:
 def _describe(label: str, metric: Metric, d: Difference, old: float, new: float) -> str:
     how = f"paired by seed, n={d.n}" if d.method == "paired" else "unpaired (Welch), no common seed"
     interval = "" if d.ci_low is None else f" [{d.ci_low:+.3g}, {d.ci_high:+.3g}]"
-    detect = "" if d.half_width is None else f"; detectable +-{d.half_width:.2g}"
+    # the smallest mean difference that shows as significant; a true one of that size shows
+    # only about half the time (review), so it is no "detectable" size
+    detect = "" if d.half_width is None else f"; significant beyond +-{d.half_width:.2g}"
     return (
         f"{label} {metric.label}: {metric.format(old)} -> {metric.format(new)} "
         f"({d.mean:+.3g}{interval}, {how}{detect}): {_verdict(metric, d)}"
@@ -270,20 +273,33 @@ def _mean(values: dict[int, float], seeds: list[int] | None) -> float:
     return sum(picked) / len(picked)
 
 
-def _missing_seeds(
-    label: str, new_runs: list[RunValues], saved_runs: list[RunValues]
-) -> str | None:
-    """The failure line when seeds of the baseline have no run in the new set while others
-    pair (with no common seed at all the sides are compared unpaired, by design)."""
+def _missing_seeds(label: str, new_runs: list[RunValues], saved_runs: list[RunValues]) -> list[str]:
+    """The failure lines when seeds pair but not all of them: seeds of the baseline with no
+    run in the new set, and completed new runs whose seed has no completed baseline run
+    (absent or failed there), which no paired difference would count: a worse run there
+    passed unseen (review). With no common seed at all the sides are compared unpaired, by
+    design."""
     new_seeds = {r.seed for r in new_runs}
     saved_seeds = {r.seed for r in saved_runs if r.status == COMPLETED}
+    if not saved_seeds & new_seeds:
+        return []
+    lines = []
     missing = sorted(saved_seeds - new_seeds)
-    if not missing or not saved_seeds & new_seeds:
-        return None
-    return (
-        f"{label}: seed(s) {', '.join(map(str, missing))} of the baseline have no run in the "
-        "new set (jobs not launched?): the comparison would rest on fewer seeds"
-    )
+    if missing:
+        lines.append(
+            f"{label}: seed(s) {', '.join(map(str, missing))} of the baseline have no run in "
+            "the new set (jobs not launched?): the comparison would rest on fewer seeds"
+        )
+    failed = {r.seed for r in saved_runs if r.status != COMPLETED}
+    unpaired = sorted({r.seed for r in new_runs if r.status == COMPLETED} - saved_seeds)
+    if unpaired:
+        why = [f"{s} ({'failed' if s in failed else 'no run'} in the baseline)" for s in unpaired]
+        lines.append(
+            f"{label}: seed(s) {', '.join(why)} of the new set have no completed baseline run "
+            "to pair with, so they would not be compared: run them into the baseline again "
+            "(python -m dlrm_exp.report <its folders> writes it) or leave them out"
+        )
+    return lines
 
 
 def _fixed_differ(label: str, new_runs: list[RunValues], saved_runs: list[RunValues]) -> str | None:
@@ -389,9 +405,7 @@ def compare_runs(
             continue
         if problem:
             result.failures.append(problem)
-        missing = _missing_seeds(label, new_runs, saved_groups[config_id])
-        if missing:
-            result.failures.append(missing)
+        result.failures += _missing_seeds(label, new_runs, saved_groups[config_id])
         differ = _fixed_differ(label, new_runs, saved_groups[config_id])
         if differ:
             result.lines.append(differ)

@@ -402,6 +402,7 @@ def _print_gate(result: GateResult, saved: Path, tolerances: dict[str, float]) -
     print("\n".join(result.lines))
     if result.passed:
         beyond = ", ".join(f"{k}={v:g}" if k else f"{v:g}" for k, v in tolerances.items())
+        beyond += "" if "" in tolerances else ", others 0"  # (review: read as every metric's)
         more = f" ({result.unsure} worse on average, not significant)" if result.unsure else ""
         print(f"gate passed: {result.compared} gated comparisons, none worse beyond {beyond}{more}")
         return 0
