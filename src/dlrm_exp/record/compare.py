@@ -190,8 +190,9 @@ def stats_markdown(stats: Sequence[ConfigStats]) -> str:
     lines.append(
         "Mean +- half-width of the 95 % Student t interval over the completed seeds (n; failed "
         "runs are counted beside it, never averaged); differences are paired by seed (paired "
-        "t-test), and the half-width of their interval is the smallest difference these "
-        "repeats can detect; * marks an interval that excludes 0."
+        "t-test), and the half-width of their interval is the smallest mean difference that "
+        "shows as significant (a true difference of that size shows only about half the "
+        "time); * marks an interval that excludes 0."
     )
     return "\n".join(lines)
 

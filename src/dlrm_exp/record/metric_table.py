@@ -5,7 +5,9 @@ The run summary printed at the end of training, the sweep summary (``summary.md`
 all read their labels and number formats from here, and print a missing value as ``n/a``.
 
 Quality metrics are per split (``val`` / ``test``): AUROC, log loss (nats), NE (normalized
-entropy, He et al. 2014, "Practical Lessons from Predicting Clicks on Ads at Facebook") and
+entropy over the split's own click rate, TorchRec's convention; He et al. 2014, "Practical
+Lessons from Predicting Clicks on Ads at Facebook", use the training set's: see
+:mod:`dlrm_exp.loop.metrics`) and
 calibration (mean prediction / click rate; ideal 1).
 """
 
