@@ -111,6 +111,8 @@ def test_a_metric_with_a_non_finite_seed_says_how_many_it_averaged():
     ]
     rows = stats_markdown(stats).splitlines()
     assert "(n=2: missing or non-finite left out)" in rows[3] and "left out" not in rows[2]
+    stats[0].estimates["val_logloss"] = estimate([0.45, 0.46, 0.44])  # gated by default: shown
+    assert "| val log loss |" in stats_markdown(stats).splitlines()[0]
 
 
 def test_a_difference_says_how_many_seeds_it_paired():

@@ -154,6 +154,7 @@ def stats_markdown(stats: Sequence[ConfigStats]) -> str:
         "test_auroc",
         "final_test_auroc",
         "val_ne",
+        "val_logloss",  # gated by default: shown where its failure would be read
         "val_calibration",
         "samples_per_sec",
         "step_ms_p50",
