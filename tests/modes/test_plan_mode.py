@@ -11,6 +11,7 @@ from conftest import compose_cfg, two_process_job
 from dlrm_exp.errors import ConfigError, InsufficientMemoryError
 from dlrm_exp.modes.plan import run_plan, summary
 from dlrm_exp.modes.train import run_train
+from dlrm_exp.planning.storage import GIB
 
 PRESETS = ["a100_40gb_x8", "a100_80gb_x8", "h100_80gb_x8", "h200_141gb_x8"]
 HBM_GIB = {"a100_40gb_x8": 40, "a100_80gb_x8": 80, "h100_80gb_x8": 80, "h200_141gb_x8": 140}
@@ -371,3 +372,27 @@ def test_int8_row_wise_layouts_are_refused_on_nccl_too(tmp_path):
     with pytest.raises(ConfigError, match=r"int8 with row_wise sharding is not supported \(here "
                        r"on nccl\): TorchRec's reduce-scatter gives"):  # fmt: skip
         run_plan(cfg, tmp_path)
+
+
+@pytest.mark.parametrize("qcomms", ["none", "fp16_bf16"])
+def test_fp16_tables_plan_the_collectives_of_fp32_outputs(tmp_path, qcomms):
+    """The kernels output fp32 whatever the weights' dtype, so the collectives move what fp32
+    tables' do (or what the qcomms codecs make of it); the planner's estimates had taken the
+    weights' dtype (half) for them."""
+    job = ["sharding=rowwise", f"qcomms={qcomms}"]
+    plans = {
+        dtype: json.loads(
+            _tiny_plan(tmp_path / dtype, *job, f"model.embedding_data_type={dtype}").read_text()
+        )
+        for dtype in ("fp16", "fp32")
+    }
+    comms = {
+        dtype: [(e["fwd_comms_ms"], e["bwd_comms_ms"]) for e in plan["estimates_per_rank"]]
+        for dtype, plan in plans.items()
+    }
+    assert comms["fp16"] == comms["fp32"] and all(f > 0 for f, _ in comms["fp16"])
+    weights = {d: p["storage"]["embedding_weights_gib"] for d, p in plans.items()}
+    assert weights["fp16"] == pytest.approx(weights["fp32"] / 2)
+    # the ranks' memory differs by the weights alone: the output buffers are fp32 in both
+    ddr = {d: sum(e["ddr_bytes"] for e in p["estimates_per_rank"]) for d, p in plans.items()}
+    assert ddr["fp32"] - ddr["fp16"] == pytest.approx((weights["fp32"] - weights["fp16"]) * GIB)

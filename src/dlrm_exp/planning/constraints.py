@@ -2,7 +2,7 @@
 
 from torchrec.distributed.planner import ParameterConstraints
 from torchrec.distributed.types import CacheParams, ShardingType
-from torchrec.modules.embedding_configs import EmbeddingBagConfig
+from torchrec.modules.embedding_configs import DataType, EmbeddingBagConfig
 
 from dlrm_exp.config import ComputeKernel, ShardingConfig, ShardingStrategy
 from dlrm_exp.util.substitution import Substitution
@@ -45,7 +45,9 @@ def build_constraints(
     ``fused_uvm_caching`` gets ``CacheParams(load_factor=cache_load_factor)``. The
     managed-collision tables (``managed``) are ``row_wise`` with the fused kernel whatever the
     group says: the only placement TorchRec's managed-collision sharder offers (recorded as a
-    substitution, :func:`managed_collision_substitution`).
+    substitution, :func:`managed_collision_substitution`). Each table's pooled output is
+    fp32 (``output_dtype``: what the kernels give, fp16 tables too), so the planner's
+    collective and buffer estimates do not follow the weights' dtype.
     """
     constraints = {}
     position = 0
@@ -67,6 +69,9 @@ def build_constraints(
             compute_kernels=[kernel.value],
             cache_params=cache,
             pooling_factors=[float(p) for p in pooling] or [1.0] * count,
+            # what the kernels output (FBGEMM's default, fp16 tables too): without it the
+            # estimates took the weights' dtype, halving fp16 tables' collectives (review)
+            output_dtype=DataType.FP32,
         )
     return constraints
 

@@ -404,13 +404,14 @@ def _plan_with_planner(
         fused_optimizer=fused,
         managed=set(cfg.model.managed_tables),
     )
-    collector = EstimateCollector()
+    collector, qcomms = EstimateCollector(), cfg.qcomms
     planner = build_planner(
         topology,
         constraints,
         cfg.train.batch_size,
         [collector],
         optimizer=cfg.optimizer.sparse_optimizer,
+        codecs=(qcomms.forward_precision is not None, qcomms.backward_precision is not None),
     )
     plan = plan_or_explain(
         planner,

@@ -27,6 +27,7 @@ from torchrec.distributed.types import ModuleSharder, ShardingPlan
 from dlrm_exp.config import EmbeddingDataType, SparseOptimizer
 from dlrm_exp.errors import InsufficientMemoryError, PlanError
 from dlrm_exp.planning.fused_state import FusedStateStorage
+from dlrm_exp.planning.output_comms import OutputSizedComms
 from dlrm_exp.planning.replica_gradients import ReplicaGradientStorage
 from dlrm_exp.planning.storage import (
     GIB,
@@ -109,15 +110,20 @@ def build_planner(
     stats: list[Stats] | None = None,
     *,
     optimizer: SparseOptimizer,
+    codecs: tuple[bool, bool] = (False, False),
 ) -> EmbeddingShardingPlanner:
     """TorchRec's ``EmbeddingShardingPlanner`` with a fixed storage reservation and TorchRec's
     perf and storage estimators, the latter corrected for the fused ``optimizer``'s fp32 state
     on narrower tables (:class:`~dlrm_exp.planning.fused_state.FusedStateStorage`) and for the
     data_parallel tables' gradients
-    (:class:`~dlrm_exp.planning.replica_gradients.ReplicaGradientStorage`); ``stats``
-    reporters are added to TorchRec's own ``EmbeddingStats``."""
+    (:class:`~dlrm_exp.planning.replica_gradients.ReplicaGradientStorage`), and the perf
+    estimator's collectives of narrower tables sized for their fp32 outputs where no qcomms
+    codec narrows them (``codecs``: forward, backward;
+    :class:`~dlrm_exp.planning.output_comms.OutputSizedComms`); ``stats`` reporters are added
+    to TorchRec's own ``EmbeddingStats``."""
     estimators = [
         EmbeddingPerfEstimator(topology=topology, constraints=constraints),
+        OutputSizedComms(*codecs),
         EmbeddingStorageEstimator(topology=topology, constraints=constraints),
         FusedStateStorage(topology, optimizer),
         ReplicaGradientStorage(topology),
