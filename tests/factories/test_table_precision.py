@@ -53,18 +53,27 @@ def test_fp16_tables_train_save_fp16_resume_bitwise_and_export(tmp_path, caplog)
     # resumed with fp32 tables: DCP casts the fp16 weights, and the run says so in one line
     (tmp_path / "c" / "checkpoints").mkdir(parents=True)
     shutil.copytree(first, tmp_path / "c" / "checkpoints" / first.name)
-    fp32 = [*SMALL, "train.resume=auto", "train.max_steps=17"]
+    fp32 = [*SMALL, "train.resume=auto", "train.max_steps=17", "train.checkpoint_every_n_steps=17"]
     with caplog.at_level(logging.WARNING, logger="dlrm_exp.modes.train"):
-        run_train(compose_cfg(fp32), tmp_path / "c", {})
+        widened = run_train(compose_cfg(fp32), tmp_path / "c", {})
     assert "resuming 26 table(s) in another dtype than checkpoint" in caplog.text
     assert "t_cat_0 fp16 -> fp32" in caplog.text
-    # scored (evaluate, predict) with fp32 tables: said too (it was silent: resume review)
+    # metrics.json says so too, as of other changed settings (only the log did: review)
+    assert "model.embedding_data_type fp16 -> fp32" in widened.resumed["changed_settings"]
+    # scored (evaluate, predict) with fp32 tables: exact, so only logged; scored with fp16
+    # tables, an fp32 checkpoint rounds: warned (it was silent: resume review)
     from dlrm_exp.loop.checkpoint import read_trainer_state
     from dlrm_exp.modes.setup import warn_unlike_training
 
     caplog.clear()
-    with caplog.at_level(logging.WARNING, logger="dlrm_exp.modes.setup"):
+    with caplog.at_level(logging.INFO, logger="dlrm_exp.modes.setup"):
         warn_unlike_training(read_trainer_state(last), compose_cfg(SMALL), 1, last)
+    assert [r.levelname for r in caplog.records] == ["INFO"]
+    assert "scoring the 26 fp16 table(s) of" in caplog.text
+    caplog.clear()
+    rounded = complete_checkpoints(tmp_path / "c")[-1]  # fp32 tables, trained on from step 16
+    with caplog.at_level(logging.WARNING, logger="dlrm_exp.modes.setup"):
+        warn_unlike_training(read_trainer_state(rounded), compose_cfg(FP16), 1, rounded)
     assert "scoring 26 table(s) in another dtype than checkpoint" in caplog.text
 
     # export: `none` keeps the trained fp16 tables (half the fp32 bytes, the same outputs),

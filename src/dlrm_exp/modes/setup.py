@@ -264,13 +264,19 @@ def saved_table_data_types(path: Path) -> dict[str, EmbeddingDataType]:
 def warn_dtype_change(path: Path, job_dtypes: Mapping[str, str], doing: str) -> None:
     """One warning line when this job's table dtypes (``{table: "fp16"}``) differ from those
     checkpoint ``path`` holds (``doing``: "resuming", "scoring"): DCP casts the saved weights
-    on load (fp16 -> fp32 exactly, fp32 -> fp16 rounded), so scores differ from the run's."""
+    on load (fp16 -> fp32 exactly, fp32 -> fp16 rounded), so a resume trains on otherwise and
+    rounded weights score otherwise. Scoring fp16 weights as fp32 gives the run's scores (the
+    kernels sum in fp32 either way): that is logged at INFO, not warned (review)."""
     saved = {table: dtype.value for table, dtype in saved_table_data_types(path).items()}
     changed = sorted(
         f"{table} {saved[table]} -> {dtype}"
         for table, dtype in job_dtypes.items()
         if table in saved and saved[table] != dtype
     )
+    if doing == "scoring" and all(c.endswith(" fp16 -> fp32") for c in changed):
+        if changed:
+            log.info("scoring the %d fp16 table(s) of %s as fp32: exact", len(changed), path)
+        return
     warn_list(
         f"{doing} {{n}} table(s) in another dtype than checkpoint {path} holds",
         changed,

@@ -313,6 +313,7 @@ def _layout(run: _Run) -> CheckpointLayout:
                 "train.batch_size": run.cfg.train.batch_size,
                 "train.dense_precision": run.cfg.train.dense_precision.value,
                 "train.symmetric_interaction": run.cfg.train.symmetric_interaction,
+                "model.embedding_data_type": _table_dtypes(run.cfg),
                 **flat_settings("data", run.cfg.data),
                 **flat_settings("optimizer", run.cfg.optimizer),
                 **flat_settings("qcomms", run.cfg.qcomms),
@@ -320,6 +321,20 @@ def _layout(run: _Run) -> CheckpointLayout:
             if key not in _HOW_NOT_WHAT
         },
     )
+
+
+def _table_dtypes(cfg: Config) -> str:
+    """The tables' weight precision as a resume compares it: ``fp16``, or with the tables
+    that differ, ``fp16 (t_cat_20=fp32)`` (a resume that changed it was not recorded as a
+    changed setting, only warned: review)."""
+    model = cfg.model
+    default = model.embedding_data_type.value
+    other = [
+        f"{name}={dtype.value}"
+        for name, dtype in zip(model.table_names, model.table_data_types, strict=True)
+        if dtype.value != default
+    ]
+    return f"{default} ({', '.join(other)})" if other else default
 
 
 def warn_other_data_order(saved: dict[str, Any], cfg: Config, world_size: int) -> None:
