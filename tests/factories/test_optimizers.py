@@ -169,6 +169,13 @@ def test_adam_on_cpu_replicates_auto_tables_and_refuses_sharded_ones(tmp_path):
     one_table = r"cannot be sharded: t_cat_0 \(per_table_sharding_type.t_cat_0=row_wise\);"
     with pytest.raises(ConfigError, match=one_table):
         compose_cfg(["optimizer=adam", "+sharding.per_table_sharding_type.t_cat_0=row_wise"])
+    # with fp16 tables, replicas would be refused in turn: the way out says so (review)
+    fp16 = r"DDP, which needs fp32 tables: .*\), a sparse optimizer FBGEMM fuses on CPU"
+    with pytest.raises(ConfigError, match=fp16):
+        compose_cfg(["optimizer=adam", "sharding=rowwise", "model.embedding_data_type=fp16"])
+    with pytest.raises(ConfigError) as fp32:
+        compose_cfg(["optimizer=adam", "sharding=rowwise"])
+    assert "fp32 tables" not in str(fp32.value)
 
 
 def test_the_schedule_sets_the_fused_kernels_rate_before_the_step_runs():

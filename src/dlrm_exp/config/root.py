@@ -357,14 +357,20 @@ class Config:
             for table in [None, *self.sharding.per_table_sharding_type]
             if (choice := self.sharding.table_choice(table)[0]) not in replicable
         ]
+        # replicas stepped by torch.optim must be fp32 (planning.job refuses fp16 ones)
+        fp32 = all(t is EmbeddingDataType.fp32 for t in self.model.table_data_types)
         require(
             not sharded,
             f"optimizer.sparse_optimizer={opt.value} on CPU: FBGEMM's CPU kernels cannot fuse "
             f"{opt.value} into backward, so these cannot be sharded: {', '.join(sharded)}; "
             "use sharding=auto or sharding=dataparallel, with no per-table sharding type but "
-            "data_parallel (tables replicated and stepped by torch.optim after DDP), or train "
-            "on CUDA (a GPU hardware preset, e.g. hardware=a100_80gb_x8)",
-        )
+            "data_parallel (tables replicated and stepped by torch.optim after DDP"
+            + ("" if fp32 else ", which needs fp32 tables: model.embedding_data_type=fp32")
+            + "), "
+            + ("" if fp32 else "a sparse optimizer FBGEMM fuses on CPU (optimizer=rowwise_adagrad, "
+               "adagrad or sgd), ")
+            + "or train on CUDA (a GPU hardware preset, e.g. hardware=a100_80gb_x8)",
+        )  # fmt: skip
         managed = sorted(self.model.managed_tables)
         require(
             not managed,
