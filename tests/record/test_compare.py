@@ -20,7 +20,11 @@ def test_the_sweep_summary_has_statistics_per_configuration(record_sweep):
     text = (folder / "summary.md").read_text()
     assert f"{CONFIGS[0]}{SWEEP_RAN} (baseline) | 3 | 0." in text
     assert "+-" in text and "val AUROC - baseline [95% CI]" in result.stdout
-    for column in ("test AUROC - baseline [95% CI]", "table bytes/rank", "peak RSS GiB"):
+    for column in (
+        "test AUROC - baseline [95% CI]",
+        "table bytes (max rank)",
+        "peak RSS GiB (max rank)",
+    ):
         assert column in result.stdout, column
     rows = list(csv.DictReader(open(folder / "summary_stats.csv")))
     other = {r["metric"]: r for r in rows if r["config"] == CONFIGS[1] + SWEEP_RAN}

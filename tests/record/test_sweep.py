@@ -464,14 +464,14 @@ def test_gpu_memory_is_reported_beside_host_memory_where_a_run_held_some(tmp_pat
     assert "GPU" not in cpu_line
     rows = [summary_row(RunRecord(tmp_path / n, n, [], m)) for n, m in (("g", gpu), ("c", cpu))]
     assert rows[0]["peak_gpu_gib"] == 61.5 and rows[1]["peak_gpu_gib"] is None
-    assert "| peak GPU GiB |" in markdown_table(rows).splitlines()[0]
+    assert "| peak GPU GiB (max rank) |" in markdown_table(rows).splitlines()[0]
     assert "| 61.50 |" in markdown_table(rows)
     assert "peak GPU GiB" not in markdown_table(rows[1:])
     from dlrm_exp.record.compare import ConfigStats, stats_markdown
     from dlrm_exp.record.stats import estimate
 
     held = ConfigStats("gpu", [0, 1], estimates={"peak_gpu_gib": estimate([61.5, 60.0])})
-    assert "| peak GPU GiB |" in stats_markdown([held]).splitlines()[0]
+    assert "| peak GPU GiB (max rank) |" in stats_markdown([held]).splitlines()[0]
     assert "peak GPU GiB" not in stats_markdown([ConfigStats("cpu", [0, 1])])
 
 

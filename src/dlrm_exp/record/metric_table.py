@@ -136,11 +136,15 @@ _RUN_METRICS = (
         True,
         lambda m: _percent(m.utilization.get("fraction_of_matmul_peak")),
     ),
-    Metric("peak_rss_gib", "peak RSS GiB", ".2f", False, lambda m: m.peak_rss_gib_max_rank),
-    Metric("peak_gpu_gib", "peak GPU GiB", ".2f", False, lambda m: m.peak_gpu_gib_max_rank),
+    Metric(
+        "peak_rss_gib", "peak RSS GiB (max rank)", ".2f", False, lambda m: m.peak_rss_gib_max_rank
+    ),
+    Metric(
+        "peak_gpu_gib", "peak GPU GiB (max rank)", ".2f", False, lambda m: m.peak_gpu_gib_max_rank
+    ),
     Metric(
         "table_bytes_per_rank",
-        "table bytes/rank",
+        "table bytes (max rank)",
         ",.0f",
         False,
         lambda m: max(m.embedding_bytes_per_rank, default=None),
