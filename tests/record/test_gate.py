@@ -198,6 +198,29 @@ def test_a_baseline_without_per_run_values_is_refused(tmp_path, baseline, capsys
     assert "no summary_runs.csv there" in capsys.readouterr().err
 
 
+def test_a_damaged_baseline_is_refused_naming_the_file_and_line(tmp_path, baseline, capsys):
+    """A baseline cut off mid-row was compared as far as it went, and the gate passed."""
+    saved = baseline / "summary_runs.csv"
+    text = saved.read_text()
+    copy = tmp_path / "copy" / "summary_runs.csv"
+    copy.parent.mkdir()
+    cut = text.index(",val_auroc,") + len(",val_auroc,0.7")
+    for damaged, message in [
+        (text[:cut], "ends mid-row: a copy cut short?"),
+        (text[:cut] + "\n", ":2: 6 of 8 fields"),
+        (text.splitlines(keepends=True)[0], "holds no run"),
+        ("", "is not a summary_runs.csv (columns"),
+        (text.replace(",val_auroc,0.", ",val_auroc,x0.", 1), ":2: value 'x0."),
+    ]:
+        copy.write_text(damaged)
+        assert gate(tmp_path, baseline, copy) == 2, message
+        assert message in capsys.readouterr().err
+    copy.write_bytes(text.encode() + b"\xff\n")
+    assert gate(tmp_path, baseline, copy) == 2 and "not UTF-8" in capsys.readouterr().err
+    copy.write_text(text)
+    assert gate(tmp_path, baseline, copy) == 0
+
+
 def test_the_rule_needs_the_whole_interval_on_the_worse_side():
     auroc = METRICS["val_auroc"]
     consistent = paired_difference([0.7850, 0.7940, 0.7760], [0.79, 0.799, 0.781])

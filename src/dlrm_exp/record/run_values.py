@@ -9,10 +9,12 @@ not complete keeps its rows, so a baseline records its failures too.
 """
 
 import csv
+import io
 import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from dlrm_exp.record.compare import COMPARED
 from dlrm_exp.record.metric_table import METRICS, as_number
@@ -97,26 +99,52 @@ def read_run_values(path: Path) -> list[RunValues]:
     """The runs saved in a ``summary_runs.csv``, in file order.
 
     Raises:
-        ValueError: the file lacks the columns of a ``summary_runs.csv``.
+        ValueError: naming the file (and line): it is not UTF-8, lacks the columns of a
+            ``summary_runs.csv``, holds no run, ends mid-row (a copy cut short), or a row has
+            too few fields or a seed or value that is not a number. A cut-off baseline was
+            compared as far as it went, a gated metric dropped, and the gate passed (review).
     """
-    with open(path, newline="", encoding="utf-8") as f:
-        rows = list(csv.DictReader(f))
-    if rows and set(COLUMNS) - set(rows[0]):
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except UnicodeDecodeError as err:
+        raise ValueError(f"{path} is not a {RUNS_FILE} (not UTF-8 text: {err.reason})") from None
+    reader = csv.reader(io.StringIO(text, newline=""))
+    header = next(reader, [])
+    if set(COLUMNS) - set(header):
         raise ValueError(f"{path} is not a {RUNS_FILE} (columns {', '.join(COLUMNS)})")
+    if not text.endswith("\n"):
+        raise ValueError(f"{path} ends mid-row: a copy cut short? Write it again with "
+                         "python -m dlrm_exp.report <the baseline's folders>")  # fmt: skip
     runs: dict[str, RunValues] = {}
-    for row in rows:
+    for fields in reader:
+        if len(fields) < len(header):
+            raise ValueError(f"{path}:{reader.line_num}: {len(fields)} of {len(header)} fields")
+        row = dict(zip(header, fields, strict=False))
         run = runs.get(row["path"])
         if run is None:  # a run's first row (one row per metric): its identity read once
             run = runs[row["path"]] = RunValues(
                 recanonical(row["config_id"]),
                 row["config"],
-                int(row["seed"]),
+                _number(path, reader.line_num, "seed", row["seed"], int),
                 row["status"],
                 row["path"],
                 fixed=None if row.get(FIXED) is None else recanonical(row[FIXED]),
             )
-        run.values[row["metric"]] = float(row["value"]) if row["value"] else None
+        value = row["value"]
+        run.values[row["metric"]] = (
+            _number(path, reader.line_num, "value", value, float) if value else None
+        )
+    if not runs:
+        raise ValueError(f"{path} holds no run (a {RUNS_FILE} has a row per run and metric)")
     return list(runs.values())
+
+
+def _number(path: Path, line: int, column: str, text: str, kind: type) -> Any:
+    """``kind(text)``, or a ValueError naming the file, line and column."""
+    try:
+        return kind(text)
+    except ValueError:
+        raise ValueError(f"{path}:{line}: {column} {text!r} is not a number") from None
 
 
 def is_finite(value: float | None) -> bool:
