@@ -471,6 +471,9 @@ def test_runs_of_the_defaults_in_other_folders_are_gated(tmp_path, capsys):
         ("no_status", r"0/metrics.json: not a dlrm_exp metrics.json"),
         ("comm_null", r"0/metrics.json: .*comm_bytes_per_step is null, not of the kind dict"),
         ("speed_text", r'0/metrics.json: .*samples_per_sec is "fast", not of the kind float'),
+        ("auroc_text", r'0/metrics.json: .*val is \{"auroc": "0.7"\}, not of the kind dict'),
+        ("auroc_list", r'0/metrics.json: .*test is \{"auroc": \[1\]\}, not of the kind dict'),
+        ("p50_text", r'0/metrics.json: .*step_time_ms is \{"p50": "x"\}, not of the kind dict'),
         ("multirun_list", r"multirun.yaml: not a Hydra multirun.yaml"),
         ("overrides", r"0/.hydra/overrides.yaml: not a list of Hydra overrides"),
     ],
@@ -492,6 +495,13 @@ def test_a_folder_of_another_tool_is_an_error_naming_the_file(tmp_path, capsys, 
         (job / "metrics.json").write_text('{"status": "completed", "comm_bytes_per_step": null}')
     elif case == "speed_text":
         (job / "metrics.json").write_text('{"status": "completed", "samples_per_sec": "fast"}')
+    elif case in ("auroc_text", "auroc_list", "p50_text"):  # a raw traceback, or no file named
+        key, value = {
+            "auroc_text": ("val", '{"auroc": "0.7"}'),
+            "auroc_list": ("test", '{"auroc": [1]}'),
+            "p50_text": ("step_time_ms", '{"p50": "x"}'),
+        }[case]
+        (job / "metrics.json").write_text(f'{{"status": "completed", "{key}": {value}}}')
     elif case == "multirun_list":
         (folder / "multirun.yaml").write_text("[1, 2]")
     else:
@@ -545,19 +555,15 @@ def test_finished_runs_of_modes_that_record_no_measurements_are_passed_over(tmp_
 
 def test_a_bool_in_an_edited_record_is_no_number_for_the_statistics_or_the_gate(tmp_path):
     """``"auroc": true`` was missing for the gate but AUROC 1.0 for the statistics, and
-    ``false`` 0.0 for both (review)."""
-    from dlrm_exp.record.compare import config_stats
-    from dlrm_exp.record.run_values import run_values
+    ``false`` 0.0 for both (review); such a record is refused, naming the file and key, as
+    any metric that is no number is."""
     from dlrm_exp.record.runs import load_runs
 
-    jobs = [
-        write_job(tmp_path, seed, [f"seed={seed}"], {"status": "completed", "val": {"auroc": v}})
-        for seed, v in enumerate((True, False, 0.7))
-    ]
-    runs = load_runs(jobs)
-    assert [r.values["val_auroc"] for r in run_values(runs)] == [None, None, 0.7]
-    (stats,) = config_stats(runs)
-    assert stats.estimates["val_auroc"].n == 1
+    for seed, value in enumerate((True, False)):
+        job = write_job(tmp_path, seed, [], {"status": "completed", "val": {"auroc": value}})
+        with pytest.raises(ValueError, match=rf"{seed}/metrics.json: .*val is .*not of the kind"):
+            load_runs([job])
+    assert load_runs([write_job(tmp_path, 2, [], {"status": "completed", "val": {"auroc": 0.7}})])
 
 
 def test_a_baseline_holding_one_seed_twice_fails_the_gate():

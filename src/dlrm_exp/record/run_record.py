@@ -31,7 +31,9 @@ def json_fits(tp: Any, value: Any) -> bool:
     """Whether the JSON ``value`` has the shape of the field type ``tp``: an object for a
     ``dict``, a list (of items that fit) for a ``list``, a number (not a bool) for ``float``
     and ``int``, a string for ``str``, a bool for ``bool``; null where ``tp`` allows None. An
-    object's entries are not checked (readers take them with ``.get``)."""
+    object's entries are checked where they are numbers (``dict[str, float]``: a number or
+    null, as NaN is written), which tables format (an edited ``"auroc": "0.7"`` or ``[1]``
+    crashed the report: review); others not (readers take them with ``.get``)."""
     if tp is Any:
         return True
     origin, args = typing.get_origin(tp), typing.get_args(tp)
@@ -45,6 +47,10 @@ def json_fits(tp: Any, value: Any) -> bool:
     if base is list:
         item = args[0] if args else Any
         return isinstance(value, list) and all(json_fits(item, v) for v in value)
+    if base is dict and len(args) == 2 and args[1] in (float, int, float | None):
+        return isinstance(value, dict) and all(
+            v is None or json_fits(float, v) for v in value.values()
+        )
     # a number for int too: a step rescaled to another world size may be a fraction
     kinds = {float: (int, float), int: (int, float), str: (str,), dict: (dict,)}
     return isinstance(value, kinds.get(base, (object,)))

@@ -96,16 +96,17 @@ def write_summary(
     a later ``--compare-to`` pairs by seed; :mod:`dlrm_exp.record.run_values`) into
     ``out_dir``, with ``stats`` (the per-configuration statistics of
     :mod:`dlrm_exp.record.compare`) also ``summary_stats.csv`` and their table; return the
-    per-run rows."""
+    per-run rows. The tables are built before any file is written, so one that cannot be
+    built leaves the folder's earlier summary whole, not half replaced (review)."""
     rows = [summary_row(run) for run in runs]
+    text = markdown_table(rows) + "\n"
+    if has_repeats(stats):
+        text += "\n" + stats_markdown(stats) + "\n"
     out_dir.mkdir(parents=True, exist_ok=True)
     write_csv_atomic(out_dir / "summary.csv", list(rows[0]) if rows else [], rows)
     write_run_values(out_dir, runs)
-    text = markdown_table(rows) + "\n"
     if stats:
         write_stats(out_dir, stats)
-    if has_repeats(stats):
-        text += "\n" + stats_markdown(stats) + "\n"
     write_text_atomic(out_dir / "summary.md", text)
     return rows
 
