@@ -899,7 +899,11 @@ def test_the_cuda_generator_is_saved_and_restored_where_cuda_is_used(tmp_path, m
     assert state["cuda"].tolist() == list(range(8))
     # a generator file a crash truncated: one line naming the fix, not a raw EOFError
     (tmp_path / "rng_rank0.pt").write_bytes((tmp_path / "rng_rank0.pt").read_bytes()[:40])
-    with pytest.raises(CheckpointError, match=r"random generator state cannot be read"):
+    with pytest.raises(CheckpointError, match=r"random generator state rng_rank0.pt cannot be"):
+        restore_rng(tmp_path, 0)
+    # junk: said to be damaged, without torch's advice to load it with weights_only=False
+    (tmp_path / "rng_rank0.pt").write_bytes(bytes(range(7, 57)))
+    with pytest.raises(CheckpointError, match=r"\(damaged: not a file torch.save wrote\)"):
         restore_rng(tmp_path, 0)
 
 

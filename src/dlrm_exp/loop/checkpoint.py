@@ -652,9 +652,16 @@ def _load_rank_file(path: Path, file: Path, what: str) -> Any:
     try:
         return torch.load(file, weights_only=True) if file.exists() else None
     except (OSError, EOFError, RuntimeError, pickle.UnpicklingError) as err:
+        # torch's own text of a damaged file advises weights_only=False ("arbitrary code
+        # execution"): not the way out here (review)
+        why = (
+            "damaged: not a file torch.save wrote"
+            if isinstance(err, pickle.UnpicklingError)
+            else str(err).strip().splitlines()[0][:120] or type(err).__name__
+        )
         raise CheckpointError(
-            f"{path}: {what} cannot be read ({err}): resume from an earlier checkpoint "
-            "(train.resume=<its folder>), or remove this one"
+            f"{path}: {what} {file.name} cannot be read ({why}): resume from an earlier "
+            "checkpoint (train.resume=<its folder>), or remove this one"
         ) from None
 
 
