@@ -35,7 +35,7 @@ from dlrm_exp.config.checks import sweeping
 from dlrm_exp.config.config_files import check_config_files, chosen_files, config_dirs
 from dlrm_exp.config.keys import check_composed_keys, check_data_option_keys, check_override_keys
 from dlrm_exp.config.store import DATA_OPTIONS
-from dlrm_exp.distributed.env import env_rank, launched_by_torchrun
+from dlrm_exp.distributed.env import check_launcher_env, env_rank, launched_by_torchrun
 from dlrm_exp.distributed.submitit_env import adopt_submitit_environment, in_submitit_task
 from dlrm_exp.errors import ConfigError, Refusal, RunFolderInUseError, Terminated, UserError
 from dlrm_exp.modes import Job, run_mode
@@ -470,6 +470,11 @@ def main() -> None:
     """Console-script entry (``dlrm-exp``); a sweep with a failed job exits 1."""
     global _job_folder
     _job_folder = None  # (a second call in one process: not the first one's folder)
+    try:  # every later env_rank() reads a number (a bad one was a raw traceback: review)
+        check_launcher_env()
+    except UserError as err:
+        print(f"Error: {err}", file=sys.stderr)
+        sys.exit(1)
     if env_rank() > 0 and "MASTER_ADDR" in os.environ:
         sys.argv += list(_QUIET_RANK_OVERRIDES)
     sys.argv = [sys.argv[0], *_default_data_for_preprocess(sys.argv[1:])]

@@ -82,3 +82,15 @@ def test_each_local_rank_takes_its_gpu_and_one_gpu_per_task_is_refused():
         rank_gpu(3, 8, 1)
     with pytest.raises(ConfigError, match="local rank 3 sees 2 GPU"):
         rank_gpu(3, 4, 2)
+
+
+@pytest.mark.parametrize("name", ["RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE"])
+def test_a_launcher_variable_that_is_no_number_is_one_error_line(cli_here, monkeypatch, name):
+    """``LOCAL_WORLD_SIZE=abc`` was a raw ValueError traceback (error-path review)."""
+    monkeypatch.setenv(name, "abc")
+    result = cli_here(["train.max_steps=1"])
+    assert result.returncode == 1 and "Traceback" not in result.stderr
+    assert result.stderr.strip() == (
+        f"Error: {name}='abc': a launcher variable must be a number >= 0; unset it (one "
+        "process) or start the job with torchrun, which sets it"
+    )

@@ -17,7 +17,7 @@ import torch
 import torch.distributed as dist
 
 from dlrm_exp.config import ComputeDevice, HardwareConfig
-from dlrm_exp.distributed.env import env_rank, launched_by_torchrun
+from dlrm_exp.distributed.env import env_int, env_rank, launched_by_torchrun
 from dlrm_exp.distributed.host_memory import apply_host_memory
 from dlrm_exp.distributed.submitit_env import in_submitit_task
 from dlrm_exp.errors import ConfigError, Terminated, WorkerFailedError
@@ -226,7 +226,7 @@ def _check_local_env() -> None:
     Raises:
         ConfigError: naming the missing variables.
     """
-    if not launched_by_torchrun() or int(os.environ["WORLD_SIZE"]) == 1:
+    if not launched_by_torchrun() or env_int("WORLD_SIZE", 1) == 1:
         return
     missing = [k for k in ("LOCAL_RANK", "LOCAL_WORLD_SIZE") if k not in os.environ]
     if missing:
@@ -334,14 +334,14 @@ def process_group(cfg: HardwareConfig) -> Iterator[DistContext]:
     that already exists is reused and left in place.
 
     Raises:
-        ConfigError: CUDA was asked for but is not available.
+        ConfigError: CUDA was asked for but is not available; a launcher variable
+            (``LOCAL_RANK``, ``LOCAL_WORLD_SIZE``, ...) is not a number.
     """
     created, set_here = False, []
     _check_local_env()
     # where the rank sits on its host (a launched job of several ranks sets both: checked
     # above; one process is rank 0 of 1)
-    local_rank = int(os.environ.get("LOCAL_RANK", 0))
-    local_world_size = int(os.environ.get("LOCAL_WORLD_SIZE", 1))
+    local_rank, local_world_size = env_int("LOCAL_RANK", 0), env_int("LOCAL_WORLD_SIZE", 1)
     device = _device(cfg, local_rank, local_world_size)
     if not dist.is_initialized():
         timeout = timedelta(seconds=cfg.collective_timeout_s)
