@@ -194,6 +194,10 @@ def _edit_first_table(entry: dict, case: str) -> None:
         entry["shards"][1]["sizes"] = [900, 16]
     elif case == "missing":
         del entry["module"]
+    elif case == "null_shards":  # a raw TypeError traceback (review)
+        entry["shards"] = None
+    elif case == "text_rank":
+        entry["ranks"] = ["0", 1]
 
 
 @pytest.mark.parametrize(
@@ -212,6 +216,8 @@ def _edit_first_table(entry: dict, case: str) -> None:
         ("outside", r"a shard at offsets \[500, 0\] of sizes \[900, 16\] on rank 1, outside its "
          r"1000 x 16"),
         ("missing", r"table t_cat_0 lacks \['module'\]: not a dlrm_exp plan.json"),
+        ("null_shards", r"t_cat_0 has ranks \[0, 1\] and shards None: lists \(of rank"),
+        ("text_rank", r"t_cat_0 has ranks \['0', 1\] and shards .*: lists \(of rank"),
     ],
 )  # fmt: skip
 def test_a_plan_file_the_job_cannot_run_is_refused_naming_the_table(tmp_path, case, message):

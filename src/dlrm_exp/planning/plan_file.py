@@ -233,6 +233,14 @@ def _checked_placement(
     missing = [key for key in _ENTRY_KEYS if key not in entry]
     if missing:
         raise ConfigError(f"{where}: table {name} lacks {missing}: not a dlrm_exp plan.json")
+    # an edited file: "shards": null was a raw TypeError traceback (review)
+    lists = [key for key in ("ranks", "shards") if not isinstance(entry[key], list)]
+    if lists or not all(isinstance(r, int) and not isinstance(r, bool) for r in entry["ranks"]):
+        raise ConfigError(
+            f"{where}: table {name} has ranks {entry['ranks']!r} and shards "
+            f"{str(entry['shards'])[:60]}: lists (of rank numbers, of shards) in a dlrm_exp "
+            "plan.json"
+        )
     shape = [table.num_embeddings, table.embedding_dim]
     if [entry["num_embeddings"], entry["embedding_dim"]] != shape:
         raise ConfigError(
@@ -242,7 +250,7 @@ def _checked_placement(
             "num_embeddings_cap)"
         )
     _check_offered(where, name, entry, offered)
-    ranks = [int(r) for r in entry["ranks"]]
+    ranks = list(entry["ranks"])
     if any(not 0 <= r < world_size for r in ranks):
         raise ConfigError(f"{where}: table {name} has ranks {ranks} outside 0..{world_size - 1}")
     if entry["sharding_type"] in _UNSHARDED:
