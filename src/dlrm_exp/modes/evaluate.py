@@ -119,7 +119,6 @@ def evaluate_worker(
     takes part; rank 0 writes). Rank 0 finds ``checkpoint=``'s folder for every rank (hosts
     may list a shared folder differently). ``check``: the run folder's, left to the worker
     (:func:`check_folder_first`)."""
-    started = time.perf_counter()
     with process_group(cfg.hardware) as ctx:
         check_folder_in_worker(check)
         location = cfg.checkpoint
@@ -163,7 +162,7 @@ def evaluate_worker(
             test=scores.get("test", {}),
             world_size=ctx.world_size,
             data=splits.info.to_json(),
-            wall_seconds=time.perf_counter() - started,
+            wall_seconds=time.time() - job.started,
         )
         if ctx.is_main:
             result.write(job.run_dir / "metrics.json")

@@ -1,5 +1,6 @@
 """What every mode receives and returns."""
 
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -17,12 +18,16 @@ class Job:
             named after the swept overrides so TensorBoard names runs by them.
         swept: in a sweep, the swept keys and this job's values as Hydra parsed them
             (``{"sharding": "rowwise", "optimizer.learning_rate": 0.1}``); empty otherwise.
+        started: when the job began, in the process that made it (``time.time()``, s): a
+            run's ``wall_seconds`` counts from here, its worker processes' start included
+            (counted from inside the workers it left out most of a short job: review).
     """
 
     run_dir: Path
     choices: Mapping[str, str | None] = field(default_factory=dict)
     tensorboard_dir: Path | None = None
     swept: Mapping[str, Any] = field(default_factory=dict)
+    started: float = field(default_factory=time.time)
 
 
 @dataclass(frozen=True)

@@ -179,7 +179,6 @@ def train_worker(
     """Train on this rank (joining or creating the process group); rank 0 writes the run
     folder. Every rank returns the run's record (rank 0's is the one written). ``check``:
     the run folder's, left to the worker (:func:`check_folder_first`)."""
-    started = time.perf_counter()
     with process_group(cfg.hardware) as ctx:
         check_folder_in_worker(check)
         job = shared_job(job, ctx)
@@ -209,7 +208,7 @@ def train_worker(
                 return kept
             with comm.installed():
                 result = _fit(trainer, run, start, tracker)
-            metrics = _run_metrics(run, result, comm, time.perf_counter() - started)
+            metrics = _run_metrics(run, result, comm, time.time() - job.started)
             tracker.hparams(
                 run_hparams(cfg, job.choices, ctx.world_size, metrics.qcomms_ran),
                 _final_scalars(metrics),
@@ -822,7 +821,7 @@ def summary(metrics: RunMetrics, run_dir: Path, logdir: str = "outputs") -> str:
     lines.append(
         f"train {metrics.steps} steps | {throughput} samples/s "
         f"| peak host memory {host:.2f} GiB (max rank){gpu_text} "
-        f"| {metrics.wall_seconds:.1f} s"
+        f"| job {metrics.wall_seconds:.1f} s"
     )
     ran = []  # what ran, where a precision is easy to miss
     if metrics.table_data_types:

@@ -83,7 +83,8 @@ class RunMetrics:
         steps: optimizer steps taken.
         train_samples: samples trained on, all ranks.
         train_seconds: wall seconds inside counted training steps.
-        wall_seconds: wall seconds of the whole run on rank 0 (data, build, train, evaluate).
+        wall_seconds: wall seconds of the whole job, from its start in the process that
+            launched its workers (their start, data, build, train, evaluate) to its record.
         peak_memory_gib: rank 0's peak resident set, GiB.
         comm_bytes_per_step: embedding collective bytes per training step, all ranks summed,
             by ``forward`` / ``backward`` / ``input_dist``, over the steps this job trained
@@ -344,7 +345,7 @@ class EvalMetrics:
             (empty when the split was not asked for).
         world_size: ranks that evaluated.
         data: what the data source reported (row counts, skipped rows, ...).
-        wall_seconds: wall seconds of the whole run on rank 0.
+        wall_seconds: wall seconds of the whole job, its workers' start included.
     """
 
     checkpoint: str
