@@ -37,7 +37,8 @@ $(PY):
 # torchrec last and without its declared deps (they name the CUDA fbgemm-gpu and
 # torchmetrics==1.0.3): installed before, every later pip call would print a red "ERROR: ...
 # torchrec requires fbgemm-gpu, which is not installed" for a dependency that is deliberately
-# the CPU build. setuptools' build chatter stays in pip's log (-q); errors still show.
+# the CPU build. setuptools' build chatter stays in pip's log (-q), but for its one warning about
+# editable installs (harmless: the checkout is the package); errors still show.
 $(STAMP): pyproject.toml | $(PY)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install "$(TORCH)" "$(FBGEMM)"

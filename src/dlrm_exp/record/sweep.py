@@ -162,7 +162,8 @@ def summarize_sweep(config: DictConfig) -> bool:
     if has_repeats(stats):
         print()
         print(stats_markdown(stats))
-    print(f"sweep summary: {sweep_dir / 'summary.md'} and summary.csv")
+    written = ["summary.csv", "summary_runs.csv", *(["summary_stats.csv"] if stats else [])]
+    print(f"sweep summary: {sweep_dir / 'summary.md'} and {', '.join(written)} beside it")
     print(f"compare runs: tensorboard --logdir {sweep_dir}")
     return _print_unfinished([row["run"] for row in rows if row["status"] != COMPLETED], len(rows))
 
