@@ -119,6 +119,17 @@ def test_a_plan_sweep_lists_its_jobs_and_succeeds(tmp_path, cli_here):
     assert "mode=plan: 2 jobs, each one's files in its folder:" in done.stdout
     assert f"- sharding=tablewise: {sweep / '1'}" in done.stdout
     assert (sweep / "1" / "plan.json").is_file() and "missing" not in done.stdout
+    assert "will be refused" not in done.stdout + done.stderr
+    # a job its config refuses is named before the first job starts, not hours in (review);
+    # it still records its failure and the others run
+    bad = ["-m", "mode=plan", "train.batch_size=64,-1", "optimizer.lr_decay_steps=0,1000",
+           "optimizer.lr_decay_start=500", f"hydra.sweep.dir={tmp_path / 'bad'}"]  # fmt: skip
+    refused = cli_here(bad)
+    out = refused.stdout + refused.stderr
+    warned = out.index("2 of the 4 jobs of this sweep will be refused")
+    assert warned < out.index("Launching 4 jobs")
+    assert "job 2 (train.batch_size=-1, optimizer.lr_decay_steps=0): train.batch_size must" in out
+    assert "2 of 4 jobs did not complete" in out and (tmp_path / "bad" / "1" / "plan.json").exists()
 
 
 def test_an_evaluate_run_reports_no_collective_precision(tmp_path):

@@ -141,14 +141,21 @@ def saved_sweep_values(sweep_dir: Path) -> dict[str, list[str]]:
     try:
         hydra_cfg = OmegaConf.load(saved).hydra  # type: ignore[union-attr]
         task = [str(o) for o in hydra_cfg.overrides.task]
-        params = OmegaConf.select(hydra_cfg, "sweeper.params") or {}
-        values = {
-            o.key_or_group: _values_of(o) for o in parse_overrides(task) if o.is_sweep_override()
-        }
-        for o in parse_overrides([f"{k}={v}" for k, v in params.items()]):
-            values.setdefault(o.key_or_group, _values_of(o))
+        return sweep_values(task, OmegaConf.select(hydra_cfg, "sweeper.params") or {})
     except (OmegaConfBaseException, HydraException, AttributeError, TypeError) as err:
         raise ValueError(f"{saved}: not a Hydra multirun.yaml ({err})") from None
+
+
+def sweep_values(task: Sequence[str], params: Any) -> dict[str, list[str]]:
+    """``{swept key: its values as typed}`` of the command line's overrides ``task``, then
+    of the sweeper's ``params`` (``{key: "a,b"}``) not already named.
+
+    Raises:
+        HydraException: an override Hydra cannot parse.
+    """
+    values = {o.key_or_group: _values_of(o) for o in parse_overrides(task) if o.is_sweep_override()}
+    for o in parse_overrides([f"{k}={v}" for k, v in params.items()]):
+        values.setdefault(o.key_or_group, _values_of(o))
     return values
 
 
