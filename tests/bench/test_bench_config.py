@@ -1,6 +1,7 @@
 """The benchmarks compose their configs on their own (they run outside Hydra's entry point)."""
 
 import math
+import re
 
 import pytest
 
@@ -137,3 +138,19 @@ def test_a_whole_run_of_the_fast_bench_probes_its_own_peak(tmp_path, monkeypatch
         tmp_path / "run",
     )  # fmt: skip
     assert metrics.utilization["peak_source"] == PROBED
+
+
+def test_a_bench_refuses_a_mistake_in_one_line(capsys):
+    """A misspelt or refused override, and ``--rounds 0``, were raw tracebacks (review)."""
+    from dlrm_exp.bench import training
+
+    for overrides, message in [
+        (["train.batchsize=4"], "Error: unknown config key train.batchsize: did you mean"),
+        (["train.batch_size=-1"], "Error: train.batch_size must be positive, got -1"),
+        (["model=tinyy"], "Error: In 'config': Could not find 'model/tinyy'"),
+    ]:
+        with pytest.raises(SystemExit, match=re.escape(message)):
+            compose_config(overrides)
+    with pytest.raises(SystemExit) as parsed:
+        training.main(["--rounds", "0"])
+    assert parsed.value.code == 2 and "--rounds: 0 is below 1" in capsys.readouterr().err

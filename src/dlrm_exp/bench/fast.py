@@ -61,6 +61,7 @@ from torchrec.models.dlrm import DLRMTrain
 
 from dlrm_exp.bench.targets import Target, report
 from dlrm_exp.bench.training import (
+    at_least,
     compose_config,
     drift_free_ratio,
     framework_run,
@@ -274,10 +275,10 @@ def dense_part(fast: Sequence[RunMetrics]) -> tuple[float, str]:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--steps", type=int, default=60, help="timed steps per round")
-    parser.add_argument("--warmup", type=int, default=15, help="steps excluded from samples/s")
-    parser.add_argument("--train-samples", type=int, default=262144, help="per quality run")
+    parser.add_argument("--rounds", type=at_least(1), default=3)
+    parser.add_argument("--steps", type=at_least(1), default=60, help="timed steps per round")
+    parser.add_argument("--warmup", type=at_least(0), default=15, help="untimed steps")
+    parser.add_argument("--train-samples", type=at_least(1), default=262144, help="per quality run")
     args = parser.parse_args(argv)
     quiet_libraries()
     slow = slow_precision_warning(DensePrecision.bf16, "cpu", cpu_flags())

@@ -22,7 +22,7 @@ import torch
 from torchmetrics.functional.classification import binary_auroc
 
 from dlrm_exp.bench.targets import Target, report
-from dlrm_exp.bench.training import compose_config
+from dlrm_exp.bench.training import at_least, compose_config
 from dlrm_exp.config import ExportQuantization
 from dlrm_exp.data import load_splits
 from dlrm_exp.factories.inference import InferenceDLRM, one_hot_inputs
@@ -66,7 +66,7 @@ def _latency(
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--calls", type=int, default=200, help="timed calls per batch size")
+    parser.add_argument("--calls", type=at_least(1), default=200, help="timed calls per batch size")
     parser.add_argument("overrides", nargs="*", help="Hydra overrides of the trained model")
     args = parser.parse_args(argv)
     quiet_libraries()

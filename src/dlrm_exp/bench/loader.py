@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from dlrm_exp.bench.targets import Target, report
-from dlrm_exp.bench.training import compose_config, framework_run, training_batches
+from dlrm_exp.bench.training import at_least, compose_config, framework_run, training_batches
 from dlrm_exp.config import Config
 from dlrm_exp.data import load_splits
 from dlrm_exp.data.criteo_format import write_criteo_tsv
@@ -50,7 +50,7 @@ def training_samples_per_sec(cfg: Config, steps: int = 300) -> float:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--batches", type=int, default=400)
+    parser.add_argument("--batches", type=at_least(1), default=400)
     args = parser.parse_args(argv)
     quiet_libraries()
     base = compose_config([])

@@ -30,7 +30,7 @@ import pyarrow.parquet as pq
 
 from dlrm_exp.bench.loader import batches_per_sec, training_samples_per_sec
 from dlrm_exp.bench.targets import Target, report
-from dlrm_exp.bench.training import compose_config
+from dlrm_exp.bench.training import at_least, compose_config
 from dlrm_exp.config import CRITEO_COLUMNS, CRITEO_DENSE_COLUMNS, CRITEO_SPARSE_COLUMNS, conf_dir
 from dlrm_exp.data.criteo_format import write_criteo_tsv
 from dlrm_exp.util.logs import quiet_libraries
@@ -89,7 +89,7 @@ def stream_peak_gib(path: Path, schema: Path) -> tuple[int, float, float]:
 def main(argv: Sequence[str] | None = None) -> int:
     """Run both measurements, print them and report the targets (exit 1 if one is missed)."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--batches", type=int, default=300)
+    parser.add_argument("--batches", type=at_least(1), default=300)
     args = parser.parse_args(argv)
     quiet_libraries()
     base = compose_config([])

@@ -25,6 +25,7 @@ import numpy as np
 from torchrec.datasets.criteo import BinaryCriteoUtils
 
 from dlrm_exp.bench.targets import Target, report
+from dlrm_exp.bench.training import at_least
 from dlrm_exp.config import DenseTransform, PreprocessConfig
 from dlrm_exp.data.criteo_format import write_criteo_tsv
 from dlrm_exp.data.preprocess.convert import preprocess_files
@@ -61,9 +62,9 @@ def outputs_agree(out: Path) -> bool:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--rows", type=int, default=500_000)
-    parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--rows", type=at_least(1), default=500_000)
+    parser.add_argument("--rounds", type=at_least(1), default=3)
+    parser.add_argument("--workers", type=at_least(1), default=2)
     args = parser.parse_args(argv)
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp)

@@ -28,7 +28,9 @@ from pathlib import Path
 
 import torch
 from hydra import compose, initialize_config_dir
+from hydra.errors import HydraException
 from omegaconf import OmegaConf
+from omegaconf.errors import OmegaConfBaseException
 from torch.optim import SGD, Adagrad
 from torchrec.datasets.utils import Batch
 from torchrec.distributed import TrainPipelineSparseDist
@@ -52,9 +54,11 @@ from dlrm_exp.config import (
     conf_dir,
     register_configs,
 )
+from dlrm_exp.config.keys import check_override_keys
 from dlrm_exp.data import iter_batches, load_splits
 from dlrm_exp.distributed.launch import DistContext, process_group
 from dlrm_exp.distributed.sharder import build_sharder
+from dlrm_exp.errors import UserError
 from dlrm_exp.factories.experiment import TrainWrapper, build_experiment
 from dlrm_exp.loop.metrics import capped_warmup
 from dlrm_exp.loop.trainer import BatchSources, Trainer
@@ -66,13 +70,39 @@ TARGET_RATIO = 0.95
 
 
 def compose_config(overrides: Sequence[str]) -> Config:
-    """The typed config for ``overrides``, composed with Hydra's compose API."""
+    """The typed config for ``overrides``, composed with Hydra's compose API.
+
+    Raises:
+        SystemExit: one ``Error:`` line, as ``python -m dlrm_exp`` prints it, for an override
+            Hydra or the config refuses (a misspelt key named with the closest one); a bench
+            printed the raw traceback (review).
+    """
     register_configs()
-    with initialize_config_dir(config_dir=str(conf_dir()), version_base="1.3"):
-        raw = compose(config_name="config", overrides=list(overrides))
-    cfg = OmegaConf.to_object(raw)
+    try:
+        check_override_keys(overrides, Config)
+        with initialize_config_dir(config_dir=str(conf_dir()), version_base="1.3"):
+            raw = compose(config_name="config", overrides=list(overrides))
+        cfg = OmegaConf.to_object(raw)
+    except (UserError, HydraException, OmegaConfBaseException) as err:
+        raise SystemExit(f"Error: {err}") from None
     assert isinstance(cfg, Config)
     return cfg
+
+
+def at_least(low: int) -> Callable[[str], int]:
+    """An argparse ``type``: an integer >= ``low`` (``--rounds 0`` ran the setup, then
+    crashed on an empty median: review)."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+        if value < low:
+            raise argparse.ArgumentTypeError(f"{value} is below {low}")
+        return value
+
+    return parse
 
 
 def training_batches(cfg: Config) -> list[Batch]:
@@ -237,9 +267,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("--rounds", type=int, default=3, help="alternating rounds per loop")
-    parser.add_argument("--steps", type=int, default=300, help="training steps per round")
-    parser.add_argument("--warmup", type=int, default=20, help="steps excluded from samples/s")
+    parser.add_argument("--rounds", type=at_least(1), default=3, help="alternating rounds per loop")
+    parser.add_argument("--steps", type=at_least(1), default=300, help="training steps per round")
+    parser.add_argument("--warmup", type=at_least(0), default=20, help="untimed steps")
     parser.add_argument("overrides", nargs="*", help="Hydra overrides, e.g. train.batch_size=1024")
     args = parser.parse_args(argv)
     quiet_libraries()

@@ -22,7 +22,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from dlrm_exp.bench.targets import Target, report
-from dlrm_exp.bench.training import whole_run
+from dlrm_exp.bench.training import at_least, whole_run
 from dlrm_exp.record.run_record import RunMetrics
 from dlrm_exp.util.logs import quiet_libraries
 
@@ -73,7 +73,7 @@ def bf16_effect(fp32: RunMetrics, bf16: RunMetrics) -> str:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quickstart-steps", type=int, default=100)
+    parser.add_argument("--quickstart-steps", type=at_least(1), default=100)
     parser.add_argument("--skip-default", action="store_true", help="only the quickstart model")
     args = parser.parse_args(argv)
     quiet_libraries()
