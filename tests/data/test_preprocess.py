@@ -337,6 +337,9 @@ def test_training_refuses_a_conversion_that_did_not_finish(tmp_path):
     (out / "day_1.json").unlink()  # what a kill in day 1's conversion leaves
     with pytest.raises(DataError, match=r"day_1 has no day_<n>.json .* run that command again"):
         _load(out)
+    (out / "day_1.json").write_text("{not json")  # there, but unreadable: said so (review)
+    with pytest.raises(DataError, match=r"day_1 has no readable day_<n>.json \(day_1.json does"):
+        _load(out)
     contiguous = tmp_path / "c"
     convert(files, contiguous, categorical=CategoricalTransform.contiguous)
     _load(contiguous)

@@ -929,3 +929,23 @@ def test_a_resume_in_other_steps_sets_tensorboard_s_earlier_points_aside(tmp_pat
     assert [e.step for e in events.Scalars("val/auroc")] == [4, 8, 16]
     assert "val/samples" not in events.Tags()["scalars"]  # only the tags a validation logs
     assert [e.step for e in events.Scalars("train/loss")][0] > 8  # none in the old steps
+
+
+def test_a_run_folder_given_as_the_checkpoint_to_resume_names_its_newest(tmp_path):
+    """``train.resume=<run folder>`` said only "not a complete checkpoint" (review)."""
+    from dlrm_exp.loop.checkpoint import resolve_resume
+
+    for step in (8, 16):
+        saved = tmp_path / "run" / CHECKPOINTS / f"step_{step}"
+        saved.mkdir(parents=True)
+        (saved / ".metadata").write_bytes(b"")
+        (saved / STATE_FILE).write_text("{}")
+    run = tmp_path / "run"
+    newest = run / CHECKPOINTS / "step_16"
+    with pytest.raises(CheckpointError, match=re.escape(
+        f"train.resume={run} is a run folder, not a checkpoint: give one of its checkpoints "
+        f"(train.resume={newest}, its newest), or continue the run in its own folder with "
+        f"hydra.run.dir={run} train.resume=auto"
+    )):  # fmt: skip
+        resolve_resume(str(run), tmp_path / "other")
+    assert resolve_resume(str(newest), tmp_path / "other") == newest

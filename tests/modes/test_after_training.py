@@ -608,3 +608,19 @@ def test_the_other_data_warning_names_the_run_s_own_data_overrides(tmp_path, cap
     with caplog.at_level(logging.WARNING, logger="dlrm_exp.modes.setup"):
         warn_other_data_source(default_run, criteo, [])
     assert "leave out this job's data overrides (the run read the default data)" in caplog.text
+
+
+def test_an_empty_split_asked_for_is_refused(tmp_path):
+    """``split=test`` with ``data.test_fraction=0`` scored nothing and recorded a completed
+    run without a metric (review)."""
+    from types import SimpleNamespace
+
+    from dlrm_exp.errors import DataError
+    from dlrm_exp.modes.evaluate import _check_rows
+
+    cfg = compose_cfg(["mode=evaluate", f"checkpoint={tmp_path}", "split=test"])
+    with pytest.raises(DataError, match=r"split=test: the test split has no rows here"):
+        _check_rows(cfg, SimpleNamespace(val=[1], test=[]))
+    _check_rows(cfg, SimpleNamespace(val=[], test=[1]))
+    every = compose_cfg(["mode=evaluate", f"checkpoint={tmp_path}"])
+    _check_rows(every, SimpleNamespace(val=[1], test=[]))  # split=all: the other is scored

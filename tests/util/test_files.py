@@ -1,5 +1,7 @@
 """``dlrm_exp.util.files``: reading the JSON markers and caches the framework leaves."""
 
+import pytest
+
 from dlrm_exp.util.files import read_json_object
 
 
@@ -57,3 +59,14 @@ def test_text_files_are_utf8_whatever_the_locale(tmp_path):
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "True"
     assert (tmp_path / "a.yaml").read_bytes() == "prix_€: 1\n".encode()
+
+
+def test_an_output_folder_under_a_file_is_said_to_be_under_a_file(tmp_path):
+    """``predict.output=data.tsv/p.parquet`` said "File exists" (review)."""
+    from dlrm_exp.errors import ConfigError
+    from dlrm_exp.util.files import check_writable
+
+    afile = tmp_path / "data.tsv"
+    afile.write_text("1\n")
+    with pytest.raises(ConfigError, match=rf"{afile} is a file, not a folder \(choose another"):
+        check_writable(afile / "out", "predict.output")

@@ -106,9 +106,15 @@ def _check_conversions(folder: Path, days: list[int], table_sizes: list[int] | N
         return
     unfinished = [day for day in days if day not in done]
     if unfinished:
+        unreadable = [f"day_{d}.json" for d in unfinished if (folder / f"day_{d}.json").exists()]
+        has = (  # a marker that is there but does not read: said so (review)
+            f"has no readable day_<n>.json ({', '.join(unreadable)} does not read as a JSON object)"
+            if unreadable
+            else "has no day_<n>.json"
+        )
         raise DataError(
             f"data.path: {folder}: mode=preprocess wrote this folder, but "
-            f"{', '.join(f'day_{d}' for d in unfinished)} has no day_<n>.json beside its npy "
+            f"{', '.join(f'day_{d}' for d in unfinished)} {has} beside its npy "
             "files (written last): if mode=preprocess was converting it, run that command "
             "again, which finishes it; npy files from elsewhere (TorchRec's scripts) belong in "
             "a folder of their own"

@@ -23,7 +23,7 @@ from dlrm_exp.distributed.launch import (
     env_rank,
     process_group,
 )
-from dlrm_exp.errors import ConfigError
+from dlrm_exp.errors import ConfigError, DataError
 from dlrm_exp.loop.checkpoint import BEST, find_checkpoint, load_model_weights
 from dlrm_exp.loop.evaluate import evaluate, quality
 from dlrm_exp.modes.job import Job, ModeResult
@@ -99,6 +99,21 @@ def _keep_other_records(run_dir: Path) -> None:
         )
 
 
+def _check_rows(cfg: Config, splits: DataSplits) -> None:
+    """The one split asked for (``split=val`` / ``test``) has rows to score.
+
+    Raises:
+        DataError: it has none (``data.test_fraction=0``): the run scored nothing and
+            recorded ``status: completed`` with no metric (review).
+    """
+    if cfg.split is not EvalSplit.all and len(getattr(splits, cfg.split.value)) == 0:
+        name = cfg.split.value
+        raise DataError(
+            f"split={name}: the {name} split has no rows here (e.g. data.{name}_fraction=0, or "
+            f"an empty {name} input): nothing to score; give it rows, or score another split"
+        )
+
+
 def _check_skipped(cfg: Config, splits: DataSplits, names: tuple[str, ...]) -> None:
     """TSV rows of a scored input skipped beyond ``data.max_skipped_fraction`` of its rows
     are refused (:func:`check_skipped_rows`), input by input."""
@@ -127,6 +142,7 @@ def evaluate_worker(
         names = ("val", "test") if cfg.split is EvalSplit.all else (cfg.split.value,)
         splits, experiment = prepare(cfg, ctx, plan, loads_weights=True, scored=names)
         _check_skipped(cfg, splits, names)
+        _check_rows(cfg, splits)
         saved = load_model_weights(
             path,
             experiment.model,

@@ -161,7 +161,9 @@ def check_writable(run_dir: Path, key: str = "hydra.run.dir") -> None:
             probe.flush()
     except OSError as err:
         what = "the run folder" if key == "hydra.run.dir" else f"{key}:"
+        # "File exists" for a file where a folder goes says nothing of which (review)
+        in_the_way = next((p for p in (run_dir, *run_dir.parents) if p.is_file()), None)
+        why = f"{in_the_way} is a file, not a folder" if in_the_way else err.strerror or err
         raise ConfigError(
-            f"cannot write {what} {run_dir}: {err.strerror or err} (choose another "
-            f"with {key}=..., or free space)"
+            f"cannot write {what} {run_dir}: {why} (choose another with {key}=..., or free space)"
         ) from None
