@@ -206,3 +206,14 @@ def test_a_schema_feature_is_added_whole_and_the_key_by_key_form_says_so():
     cfg = compose_cfg(["data=parquet", "data/schema=criteo", "data.path=x", works])
     assert list(cfg.data.schema.sparse)[-1] == "new"
     assert cfg.data.schema.sparse["new"].id_policy.name == "modulo"  # typed: defaults filled
+
+
+def test_a_list_of_group_options_is_refused_as_the_sweep_it_was_meant_to_be():
+    """``model=[tiny,golden]`` ran golden's 26 x 1,048,576 tables merged over tiny's without a
+    word (review)."""
+    with pytest.raises(ConfigError, match=re.escape(
+        "model=[tiny,golden] merges those model options into one config; to run each, sweep "
+        "them: -m model=tiny,golden"
+    )):  # fmt: skip
+        check_override_keys(["model=[tiny,golden]"], Config)
+    check_override_keys(["model=tiny", "model.dense_arch_layer_sizes=[8,4]"], Config)

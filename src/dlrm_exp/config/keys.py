@@ -24,7 +24,7 @@ from enum import Enum
 from typing import Any
 
 from hydra.core.override_parser.overrides_parser import OverridesParser
-from hydra.core.override_parser.types import Override
+from hydra.core.override_parser.types import Override, ValueType
 from hydra.errors import HydraException
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
@@ -179,6 +179,14 @@ def check_override_keys(overrides: Sequence[str], root: type) -> None:
         key = override.key_or_group
         if not key:  # "=256": a value without its key
             raise ConfigError(f"the override {text!r} names no key (key=value)")
+        if key in SELECTORS and override.value_type == ValueType.ELEMENT and isinstance(
+            override.value(), list
+        ):  # Hydra merges the options into one config: meant as a sweep (review)
+            options = ",".join(str(v) for v in override.value())
+            raise ConfigError(
+                f"{text} merges those {key} options into one config; to run each, sweep "
+                f"them: -m {key}={options}"
+            )
         if (
             override.is_delete()
             or key.split(".")[0] == "hydra"
