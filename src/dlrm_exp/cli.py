@@ -91,8 +91,9 @@ def hydra_main(raw: DictConfig) -> float | None:
     sweep_dir = Path(hydra_cfg.sweep.dir)
     sweep = saved_sweep_values(sweep_dir)
     swept = list(sweep)
-    name = run_name(list(hydra_cfg.overrides.task), swept)
-    job_swept = parsed_override_values(list(hydra_cfg.overrides.task), swept)
+    task = [str(o) for o in OmegaConf.to_container(hydra_cfg.overrides.task, resolve=False)]
+    name = run_name(task, swept)  # the overrides as typed, as multirun.yaml's are read
+    job_swept = parsed_override_values(task, swept)
     try:
         return _run(raw, run_dir, sweep_dir / name if swept else None, job_swept, sweep)
     except (KeyboardInterrupt, Terminated) as err:  # the sweep ends here; the job says why

@@ -508,3 +508,9 @@ def test_a_sweeps_values_are_read_with_their_keys_as_hydra_parses_them(tmp_path)
         "train.profile": ["True", "False"],
         "optimizer.learning_rate": [],
     }
+    # interpolations are read as typed: resolved, ${hydra:...} failed outside the run and an
+    # unset ${oc.env:...} on another shell, and the sweep lost its summary (review)
+    task += ["data.path=${hydra:runtime.cwd}/logs", "model.embedding_dim=${oc.env:NO_SUCH_DIM}"]
+    params["train.max_steps"] = "${oc.env:NO_SUCH_STEPS},2"
+    (tmp_path / "multirun.yaml").write_text(yaml.safe_dump(record))
+    assert saved_sweep_values(tmp_path)["train.max_steps"][1] == "2"

@@ -179,8 +179,10 @@ def check_override_keys(overrides: Sequence[str], root: type) -> None:
         key = override.key_or_group
         if not key:  # "=256": a value without its key
             raise ConfigError(f"the override {text!r} names no key (key=value)")
-        if key in SELECTORS and override.value_type == ValueType.ELEMENT and isinstance(
-            override.value(), list
+        if (
+            key in SELECTORS
+            and override.value_type == ValueType.ELEMENT
+            and isinstance(override.value(), list)
         ):  # Hydra merges the options into one config: meant as a sweep (review)
             options = ",".join(str(v) for v in override.value())
             raise ConfigError(

@@ -140,10 +140,18 @@ def saved_sweep_values(sweep_dir: Path) -> dict[str, list[str]]:
         return {}
     try:
         hydra_cfg = OmegaConf.load(saved).hydra  # type: ignore[union-attr]
-        task = [str(o) for o in hydra_cfg.overrides.task]
-        return sweep_values(task, OmegaConf.select(hydra_cfg, "sweeper.params") or {})
+        # as typed: a ${hydra:...} or ${oc.env:...} in an override resolved here, where it no
+        # longer can, and the sweep lost its summary (review)
+        task = [str(o) for o in _as_typed(hydra_cfg.overrides.task)]
+        params = OmegaConf.select(hydra_cfg, "sweeper.params")
+        return sweep_values(task, {} if params is None else _as_typed(params))
     except (OmegaConfBaseException, HydraException, AttributeError, TypeError) as err:
         raise ValueError(f"{saved}: not a Hydra multirun.yaml ({err})") from None
+
+
+def _as_typed(node: Any) -> Any:
+    """A config node as plain data, its interpolations as typed (not resolved)."""
+    return OmegaConf.to_container(node, resolve=False)
 
 
 def sweep_values(task: Sequence[str], params: Any) -> dict[str, list[str]]:

@@ -48,11 +48,12 @@ class SweepCheck(Callback):
         if sweeper.get("_target_") != _BASIC or not GlobalHydra.instance().is_initialized():
             return
         loader = GlobalHydra.instance().config_loader()
-        params = [f"{k}={v}" for k, v in (sweeper.get("params") or {}).items()]
+        typed = OmegaConf.to_container(sweeper.get("params") or {}, resolve=False)
+        params = [f"{k}={v}" for k, v in typed.items()]  # as typed: ${...} left alone
         task = list(OmegaConf.to_container(config.hydra.overrides.task, resolve=False))
         parsed = OverridesParser.create(config_loader=loader).parse_overrides([*params, *task])
         jobs = [job for batch in BasicSweeper.split_arguments(parsed, None) for job in batch]
-        values = sweep_values(task, sweeper.get("params") or {})  # as each job reads them
+        values = sweep_values(task, typed)  # as each job reads them
         compose = lambda job: loader.load_sweep_config(config, list(job))  # noqa: E731
         refused = refused_jobs(compose, jobs, values)
         if refused:
