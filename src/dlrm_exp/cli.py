@@ -370,10 +370,16 @@ def check_plugins(args: list[str]) -> None:
 
 def _other_primary_config(args: list[str]) -> bool:
     """Whether the command names a primary config of its own (``-cn`` / ``--config-name``,
-    ``-cp`` / ``--config-path``, ``-cd`` / ``--config-dir``), whose defaults may pick other
-    group options than conf/config.yaml's."""
-    flags = ("-cn", "--config-name", "-cp", "--config-path", "-cd", "--config-dir")
+    ``-cp`` / ``--config-path``), whose defaults may pick other group options than
+    conf/config.yaml's. ``-cd`` / ``--config-dir`` only adds a folder of options: the
+    primary config stays conf/config.yaml (its data option check was lost: review)."""
+    flags = ("-cn", "--config-name", "-cp", "--config-path")
     return any(a in flags or a.startswith(tuple(f"{f}=" for f in flags)) for a in args)
+
+
+def _completing(args: list[str]) -> bool:
+    """Whether the command asks Hydra's shell completion (``-sc install=bash``)."""
+    return "-sc" in args or "--shell-completion" in args
 
 
 def _installed(module: str) -> bool:
@@ -478,6 +484,9 @@ def main() -> None:
         sys.exit(1)
     if env_rank() > 0 and "MASTER_ADDR" in os.environ:
         sys.argv += list(_QUIET_RANK_OVERRIDES)
+    if _completing(sys.argv[1:]):  # its "overrides" (install=bash, query=...) are Hydra's
+        hydra_main()  # shell-completion commands, no config keys (review)
+        return
     sys.argv = [sys.argv[0], *_default_data_for_preprocess(sys.argv[1:])]
     try:
         if launched_by_torchrun() and _is_multirun(sys.argv[1:]):

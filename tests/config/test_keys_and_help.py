@@ -217,3 +217,14 @@ def test_a_list_of_group_options_is_refused_as_the_sweep_it_was_meant_to_be():
     )):  # fmt: skip
         check_override_keys(["model=[tiny,golden]"], Config)
     check_override_keys(["model=tiny", "model.dense_arch_layer_sizes=[8,4]"], Config)
+
+
+def test_shell_completion_and_a_config_dir_pass_the_checks_they_should(tmp_path, cli_here):
+    """``-sc install=bash`` was refused as an unknown key ``install``; ``-cd`` (a folder of
+    options, not a primary config) turned off the data option check, so Hydra's hint
+    (``+data.path``) failed next (extension review)."""
+    completion = cli_here(["-sc", "install=bash"])
+    assert completion.returncode == 0 and "hydra_bash_completion" in completion.stdout
+    refused = cli_here(["-cd", str(tmp_path), "mode=plan", "data.path=x"])
+    assert refused.returncode == 1
+    assert "data.path does not apply to the chosen data option (synthetic" in refused.stderr
