@@ -157,8 +157,13 @@ RULES = [
     ),
     (
         ["+sharding.per_table_sharding_type.t_cat_99=row_wise"],
-        r"sharding.per_table_\* names unknown table\(s\) \['t_cat_99'\]: "
-        r"tables are t_cat_0 .. t_cat_25",
+        r"sharding.per_table_sharding_type.t_cat_99: no table t_cat_99 \(did you mean "
+        r"t_cat_9\?\); tables: t_cat_0 .. t_cat_25",
+    ),
+    (  # a feature named where its table goes: the table it has (review)
+        ["+sharding.per_table_compute_kernel.cat_3=dense"],
+        r"sharding.per_table_compute_kernel.cat_3: no table cat_3 \(feature cat_3's table is "
+        r"t_cat_3\)",
     ),
     (
         ["sharding.compute_kernel=fused_uvm_caching"],
@@ -358,7 +363,7 @@ RULES = [
     ),
     (
         ["+model.embedding_data_type_per_table.t_cat_99=fp16"],
-        r"model.embedding_data_type_per_table names unknown table\(s\) \['t_cat_99'\]",
+        r"model.embedding_data_type_per_table.t_cat_99: no table t_cat_99",
     ),
     (["train.profile_steps.active=0"], r"train.profile_steps.active must be positive"),
     (["train.semi_sync_start_step=-1"], r"semi_sync_start_step must be >= 0"),

@@ -1,6 +1,7 @@
 """The root config: the six groups plus ``train``, ``verify`` and ``preprocess``, and the rules
 that cross groups (checked in ``Config.__post_init__``)."""
 
+import difflib
 from dataclasses import dataclass, field, replace
 
 from omegaconf import MISSING
@@ -280,17 +281,29 @@ class Config:
 
     def _check_overridden_tables_exist(self) -> None:
         """``sharding.per_table_*`` and ``model.embedding_data_type_per_table`` name only the
-        model's tables (after a feature schema named them)."""
+        model's tables (after a feature schema named them). The refusal names the exact key,
+        the table of a feature named in its place, else the closest table, and every table
+        of a short list (``first .. last`` hid a schema's own names: review)."""
         tables = self.model.table_names
+        table_of = {
+            f: t for t, fs in zip(tables, self.model.table_features, strict=True) for f in fs
+        }
         for key, named in (
-            ("sharding.per_table_*", self.sharding.overridden_tables),
+            ("sharding.per_table_sharding_type", self.sharding.per_table_sharding_type),
+            ("sharding.per_table_compute_kernel", self.sharding.per_table_compute_kernel),
             ("model.embedding_data_type_per_table", self.model.embedding_data_type_per_table),
         ):
-            unknown = sorted(set(named) - set(tables))
-            require(
-                not unknown,
-                f"{key} names unknown table(s) {unknown}: tables are {tables[0]} .. {tables[-1]}",
-            )
+            for name in sorted(set(named) - set(tables)):
+                close = difflib.get_close_matches(name, tables, n=1, cutoff=0.6)
+                hint = (
+                    f"feature {name}'s table is {table_of[name]}"
+                    if name in table_of
+                    else f"did you mean {close[0]}?"
+                    if close
+                    else "no table is close"
+                )
+                listed = ", ".join(tables) if len(tables) <= 12 else f"{tables[0]} .. {tables[-1]}"
+                require(False, f"{key}.{name}: no table {name} ({hint}); tables: {listed}")
 
     def _check_uvm_caching_on_device(self) -> None:
         """``fused_uvm_caching`` (CUDA unified memory) is refused on CPU, for the default
