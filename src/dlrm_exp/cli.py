@@ -258,6 +258,15 @@ def _run(
 ) -> float | None:
     """Convert the config, run its mode and print the summary; returns the mode's value.
     ``swept``: this job's values of the swept keys; ``sweep``: every value of each."""
+    if HydraConfig.get().job.chdir:  # (Hydra 1.3's default is false)
+        # relative paths were read from the start folder by some readers and from the run
+        # folder by others (extension review)
+        raise ConfigError(
+            "hydra.job.chdir=true runs the job inside its run folder, where the relative paths "
+            "of data.path, checkpoint=, predict.output, ... would be read from, while dlrm_exp "
+            "reads them from where it was started and writes into the run folder itself: leave "
+            "hydra.job.chdir false"
+        )
     check_composed_keys(raw, Config)
     try:  # a key another job of the sweep reads, unread in this one: warned of, not refused
         with sweeping(sweep or {}):

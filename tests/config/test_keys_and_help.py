@@ -228,3 +228,11 @@ def test_shell_completion_and_a_config_dir_pass_the_checks_they_should(tmp_path,
     refused = cli_here(["-cd", str(tmp_path), "mode=plan", "data.path=x"])
     assert refused.returncode == 1
     assert "data.path does not apply to the chosen data option (synthetic" in refused.stderr
+
+
+def test_hydra_job_chdir_is_refused(tmp_path, cli_here):
+    """Relative paths were read from the start folder by some readers and from the run
+    folder by others under ``hydra.job.chdir=true`` (extension review)."""
+    refused = cli_here(["mode=plan", "hydra.job.chdir=true", f"hydra.run.dir={tmp_path / 'r'}"])
+    assert refused.returncode == 1 and not (tmp_path / "r" / "plan.json").exists()
+    assert "Error: hydra.job.chdir=true runs the job inside its run folder" in refused.stderr
