@@ -46,6 +46,9 @@ def test_the_files_a_command_line_picks(tmp_path):
          r"data.schema.sparse.user_id.num_embeddings: Value 'ten' (of type 'str' )?could not"),
         ("label: clicked\ndense:\n  - price\n", r"data.schema.dense\[0\] is a mapping of Dense"),
         ("label: clicked\nlabell: x\n", r"data.schema.labell: Key 'labell' not in 'FeatureSchema'"),
+        (SHOP.replace("num_embeddings: 10", "num_embedings: 10"),  # (extension review)
+         r"user_id.num_embedings: Key 'num_embedings' not in 'SparseFeature': did you mean "
+         r"num_embeddings\?"),
     ],
 )  # fmt: skip
 def test_a_broken_schema_file_is_named_with_its_place(tmp_path, text, refusal):

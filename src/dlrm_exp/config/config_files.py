@@ -4,6 +4,8 @@ Hydra and the YAML parser, and a feature schema of the wrong shape was refused b
 naming ``full_key: log1p`` (or no key at all) instead of where it sits.
 """
 
+import dataclasses
+import difflib
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -117,4 +119,7 @@ def _check_schema(file: Path, node: DictConfig | ListConfig) -> None:
         except OmegaConfBaseException as err:
             key = f"{where}.{err.full_key}" if getattr(err, "full_key", "") else where
             reason = str(err).splitlines()[0]
-            raise ConfigError(f"{file}: {key}: {reason}") from None
+            fields = [f.name for f in dataclasses.fields(cls)]
+            close = difflib.get_close_matches(str(err.full_key or ""), fields, n=1, cutoff=0.7)
+            hint = f": did you mean {close[0]}?" if close and err.full_key not in fields else ""
+            raise ConfigError(f"{file}: {key}: {reason}{hint}") from None
