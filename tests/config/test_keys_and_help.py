@@ -217,6 +217,7 @@ def test_a_list_of_group_options_is_refused_as_the_sweep_it_was_meant_to_be():
     )):  # fmt: skip
         check_override_keys(["model=[tiny,golden]"], Config)
     check_override_keys(["model=tiny", "model.dense_arch_layer_sizes=[8,4]"], Config)
+    check_override_keys(["experiment=[quickstart,fast]"], Config)  # presets stack (review)
 
 
 def test_shell_completion_and_a_config_dir_pass_the_checks_they_should(tmp_path, cli_here):

@@ -901,10 +901,12 @@ def test_the_cuda_generator_is_saved_and_restored_where_cuda_is_used(tmp_path, m
     (tmp_path / "rng_rank0.pt").write_bytes((tmp_path / "rng_rank0.pt").read_bytes()[:40])
     with pytest.raises(CheckpointError, match=r"random generator state rng_rank0.pt cannot be"):
         restore_rng(tmp_path, 0)
-    # junk: said to be damaged, without torch's advice to load it with weights_only=False
-    (tmp_path / "rng_rank0.pt").write_bytes(bytes(range(7, 57)))
-    with pytest.raises(CheckpointError, match=r"\(damaged: not a file torch.save wrote\)"):
-        restore_rng(tmp_path, 0)
+    # junk, text or nothing: said to be damaged, without torch's advice to load it with
+    # weights_only=False (an empty file was a raw IndexError, a text one a KeyError)
+    for junk in (bytes(range(7, 57)), b"hello", b""):
+        (tmp_path / "rng_rank0.pt").write_bytes(junk)
+        with pytest.raises(CheckpointError, match=r"\(damaged: not a file torch.save wrote\)"):
+            restore_rng(tmp_path, 0)
 
 
 def test_a_resume_in_other_steps_sets_tensorboard_s_earlier_points_aside(tmp_path):

@@ -255,3 +255,19 @@ def test_wall_seconds_count_from_the_jobs_start_in_the_launching_process(tmp_pat
     job = Job(tmp_path, started=time.time() - 1000.0)  # as if the launcher took 1000 s
     metrics = train_worker(compose_cfg([*SMALL, "train.max_steps=2"]), job)
     assert 1000.0 < metrics.wall_seconds < 1000.0 + 600
+
+
+def test_a_launched_ranks_job_starts_with_its_process(monkeypatch):
+    """Under torchrun each rank is a process of its own for this job: its start (imports,
+    Hydra) counts, as the spawned workers' does (diff review: 8.5 s against 21.1 s)."""
+    import time
+
+    import psutil
+
+    from dlrm_exp.modes.job import job_start
+
+    assert abs(job_start() - time.time()) < 5  # a process that may run several jobs: now
+    for key, value in (("RANK", "0"), ("WORLD_SIZE", "2"), ("MASTER_ADDR", "127.0.0.1"),
+                       ("MASTER_PORT", "1")):  # fmt: skip
+        monkeypatch.setenv(key, value)
+    assert job_start() == psutil.Process().create_time()

@@ -180,7 +180,7 @@ def check_override_keys(overrides: Sequence[str], root: type) -> None:
         if not key:  # "=256": a value without its key
             raise ConfigError(f"the override {text!r} names no key (key=value)")
         if (
-            key in SELECTORS
+            key in SELECTORS - {"experiment"}  # presets are add-ons: a list stacks them
             and override.value_type == ValueType.ELEMENT
             and isinstance(override.value(), list)
         ):  # Hydra merges the options into one config: meant as a sweep (review)

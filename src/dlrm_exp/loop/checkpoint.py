@@ -651,13 +651,15 @@ def _load_rank_file(path: Path, file: Path, what: str) -> Any:
     """
     try:
         return torch.load(file, weights_only=True) if file.exists() else None
-    except (OSError, EOFError, RuntimeError, pickle.UnpicklingError) as err:
+    except (OSError, EOFError, RuntimeError, KeyError, pickle.UnpicklingError) as err:
         # torch's own text of a damaged file advises weights_only=False ("arbitrary code
-        # execution"): not the way out here (review)
+        # execution"): not the way out here (review); an empty file's EOFError has no text
+        # and a text file's a KeyError of a byte (diff review)
+        lines = str(err).strip().splitlines()
         why = (
             "damaged: not a file torch.save wrote"
-            if isinstance(err, pickle.UnpicklingError)
-            else str(err).strip().splitlines()[0][:120] or type(err).__name__
+            if isinstance(err, pickle.UnpicklingError | KeyError) or not lines
+            else lines[0][:120]
         )
         raise CheckpointError(
             f"{path}: {what} {file.name} cannot be read ({why}): resume from an earlier "

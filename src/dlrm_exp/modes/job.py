@@ -6,6 +6,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import psutil
+
+from dlrm_exp.distributed.env import launched_by_torchrun
+from dlrm_exp.distributed.submitit_env import in_submitit_task
+
 
 @dataclass(frozen=True)
 class Job:
@@ -18,16 +23,26 @@ class Job:
             named after the swept overrides so TensorBoard names runs by them.
         swept: in a sweep, the swept keys and this job's values as Hydra parsed them
             (``{"sharding": "rowwise", "optimizer.learning_rate": 0.1}``); empty otherwise.
-        started: when the job began, in the process that made it (``time.time()``, s): a
-            run's ``wall_seconds`` counts from here, its worker processes' start included
-            (counted from inside the workers it left out most of a short job: review).
+        started: when the job began (``time.time()`` scale, s; :func:`job_start`): a run's
+            ``wall_seconds`` counts from here, its worker processes' start included (counted
+            from inside the workers it left out most of a short job: review).
     """
 
     run_dir: Path
     choices: Mapping[str, str | None] = field(default_factory=dict)
     tensorboard_dir: Path | None = None
     swept: Mapping[str, Any] = field(default_factory=dict)
-    started: float = field(default_factory=time.time)
+    started: float = field(default_factory=lambda: job_start())
+
+
+def job_start() -> float:
+    """When this job began: the start of this process where the launcher made it for this job
+    alone (a torchrun / TorchX rank, a submitit task: its imports and setup count, as the
+    spawned workers' do), else now (a job made in a process that runs several, one after
+    another: a sweep's)."""
+    if launched_by_torchrun() or in_submitit_task():
+        return psutil.Process().create_time()
+    return time.time()
 
 
 @dataclass(frozen=True)

@@ -12,10 +12,11 @@ side of zero; with a single pair (no interval) the tolerance alone decides.
 
 The gate also fails, with one line naming what is wrong, when a saved configuration has no
 completed run in the new set; seeds pair, but a seed of the baseline has no run in the new set
-(jobs not launched) or a completed new run's seed has no completed baseline run (it would go
-uncompared); a run of a compared configuration did not complete (counted as failed, never
-dropped); a gated metric is NaN or infinite; a gated metric the baseline has is missing from a
-completed new run; the baseline holds one seed of a configuration in two completed runs;
+(jobs not launched) or a completed new run's seed failed in the baseline (it would go
+uncompared; a seed the baseline never ran gets a note); a run of a compared configuration did
+not complete (counted as failed, never dropped); a gated metric is NaN or infinite; a gated
+metric the baseline has is missing from a completed new run; the baseline holds one seed of a
+configuration in two completed runs;
 or nothing at all was compared (a metric that neither side has is skipped). A configuration only
 in the new set is listed as new (with its runs that did not complete). Only metrics with a
 better direction can be gated (calibration cannot: it moves either way).
@@ -273,33 +274,39 @@ def _mean(values: dict[int, float], seeds: list[int] | None) -> float:
     return sum(picked) / len(picked)
 
 
-def _missing_seeds(label: str, new_runs: list[RunValues], saved_runs: list[RunValues]) -> list[str]:
-    """The failure lines when seeds pair but not all of them: seeds of the baseline with no
-    run in the new set, and completed new runs whose seed has no completed baseline run
-    (absent or failed there), which no paired difference would count: a worse run there
-    passed unseen (review). With no common seed at all the sides are compared unpaired, by
-    design."""
+def _missing_seeds(
+    label: str, new_runs: list[RunValues], saved_runs: list[RunValues]
+) -> tuple[list[str], list[str]]:
+    """(failure lines, note lines) when seeds pair but not all of them. Failures: seeds of
+    the baseline with no run in the new set, and completed new runs whose seed failed in the
+    baseline (a worse run there passed unseen: review). A note: completed new runs whose seed
+    the baseline never ran (repeats added for power), which no paired difference counts. With
+    no common seed at all the sides are compared unpaired, by design."""
     new_seeds = {r.seed for r in new_runs}
     saved_seeds = {r.seed for r in saved_runs if r.status == COMPLETED}
     if not saved_seeds & new_seeds:
-        return []
-    lines = []
+        return [], []
+    failures, notes = [], []
     missing = sorted(saved_seeds - new_seeds)
     if missing:
-        lines.append(
+        failures.append(
             f"{label}: seed(s) {', '.join(map(str, missing))} of the baseline have no run in "
             "the new set (jobs not launched?): the comparison would rest on fewer seeds"
         )
     failed = {r.seed for r in saved_runs if r.status != COMPLETED}
     unpaired = sorted({r.seed for r in new_runs if r.status == COMPLETED} - saved_seeds)
-    if unpaired:
-        why = [f"{s} ({'failed' if s in failed else 'no run'} in the baseline)" for s in unpaired]
-        lines.append(
-            f"{label}: seed(s) {', '.join(why)} of the new set have no completed baseline run "
-            "to pair with, so they would not be compared: run them into the baseline again "
-            "(python -m dlrm_exp.report <its folders> writes it) or leave them out"
+    if unpaired_failed := [s for s in unpaired if s in failed]:
+        failures.append(
+            f"{label}: seed(s) {', '.join(map(str, unpaired_failed))} failed in the baseline, "
+            "so the new runs of them would not be compared: run them into the baseline again "
+            "(python -m dlrm_exp.report <its folders> writes it)"
         )
-    return lines
+    if extra := [s for s in unpaired if s not in failed]:
+        notes.append(
+            f"{label}: note: seed(s) {', '.join(map(str, extra))} of the new set have no run in "
+            "the baseline: not compared (the paired difference is over the common seeds)"
+        )
+    return failures, notes
 
 
 def _fixed_differ(label: str, new_runs: list[RunValues], saved_runs: list[RunValues]) -> str | None:
@@ -405,7 +412,9 @@ def compare_runs(
             continue
         if problem:
             result.failures.append(problem)
-        result.failures += _missing_seeds(label, new_runs, saved_groups[config_id])
+        failures, notes = _missing_seeds(label, new_runs, saved_groups[config_id])
+        result.failures += failures
+        result.lines += notes
         differ = _fixed_differ(label, new_runs, saved_groups[config_id])
         if differ:
             result.lines.append(differ)

@@ -83,8 +83,9 @@ class RunMetrics:
         steps: optimizer steps taken.
         train_samples: samples trained on, all ranks.
         train_seconds: wall seconds inside counted training steps.
-        wall_seconds: wall seconds of the whole job, from its start in the process that
-            launched its workers (their start, data, build, train, evaluate) to its record.
+        wall_seconds: wall seconds of the whole job, from its start
+            (:func:`dlrm_exp.modes.job.job_start`: its processes' start, data, build, train,
+            evaluate) to its record.
         peak_memory_gib: rank 0's peak resident set, GiB.
         comm_bytes_per_step: embedding collective bytes per training step, all ranks summed,
             by ``forward`` / ``backward`` / ``input_dist``, over the steps this job trained

@@ -17,6 +17,7 @@ from typing import Any
 from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
 from hydra.core.global_hydra import GlobalHydra
 from hydra.core.override_parser.overrides_parser import OverridesParser
+from hydra.errors import HydraException
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf, open_dict
 from omegaconf.errors import MissingMandatoryValue, OmegaConfBaseException
@@ -48,11 +49,15 @@ class SweepCheck(Callback):
         if sweeper.get("_target_") != _BASIC or not GlobalHydra.instance().is_initialized():
             return
         loader = GlobalHydra.instance().config_loader()
-        typed = OmegaConf.to_container(sweeper.get("params") or {}, resolve=False)
+        node = sweeper.get("params")  # (None in a sweep of the command line's keys only)
+        typed = {} if node is None else OmegaConf.to_container(node, resolve=False)
         params = [f"{k}={v}" for k, v in typed.items()]  # as typed: ${...} left alone
         task = list(OmegaConf.to_container(config.hydra.overrides.task, resolve=False))
-        parsed = OverridesParser.create(config_loader=loader).parse_overrides([*params, *task])
-        jobs = [job for batch in BasicSweeper.split_arguments(parsed, None) for job in batch]
+        try:
+            parsed = OverridesParser.create(config_loader=loader).parse_overrides([*params, *task])
+            jobs = [job for batch in BasicSweeper.split_arguments(parsed, None) for job in batch]
+        except HydraException:  # the sweeper says it, once (it was said twice: review)
+            return
         values = sweep_values(task, typed)  # as each job reads them
         compose = lambda job: loader.load_sweep_config(config, list(job))  # noqa: E731
         refused = refused_jobs(compose, jobs, values)
@@ -84,6 +89,8 @@ def refused_jobs(
         for number, job in enumerate(jobs):
             try:
                 _build(compose(job), values)
+            except HydraException:  # a missing option: the sweeper says it, once
+                return []
             except (UserError, OmegaConfBaseException) as err:
                 named = [o for o in job if o.split("=", 1)[0].lstrip("+~") in swept] or job
                 refused.append(f"job {number} ({', '.join(named)}): {err}")
