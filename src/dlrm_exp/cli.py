@@ -32,7 +32,12 @@ from omegaconf.errors import MissingMandatoryValue, OmegaConfBaseException
 
 from dlrm_exp.config import Config, Mode, conf_dir, register_configs
 from dlrm_exp.config.checks import sweeping
-from dlrm_exp.config.config_files import check_config_files, chosen_files, config_dirs
+from dlrm_exp.config.config_files import (
+    check_config_files,
+    check_schema_feature_overrides,
+    chosen_files,
+    config_dirs,
+)
 from dlrm_exp.config.keys import check_composed_keys, check_data_option_keys, check_override_keys
 from dlrm_exp.config.store import DATA_OPTIONS
 from dlrm_exp.distributed.env import check_launcher_env, env_rank, launched_by_torchrun
@@ -509,9 +514,12 @@ def main() -> None:
             _keep_record(sys.argv[1:])
         check_flag_combination(sys.argv[1:])
         check_plugins(sys.argv[1:])
-        check_config_files(chosen_files(sys.argv[1:], config_dirs(sys.argv[1:])))
+        dirs = config_dirs(sys.argv[1:])
+        check_config_files(chosen_files(sys.argv[1:], dirs))
         overrides = [a for a in sys.argv[1:] if not a.startswith("-")]
         check_override_keys(overrides, Config)
+        # the shipped options too: their features are the ones an override names
+        check_schema_feature_overrides(overrides, chosen_files(sys.argv[1:], [conf_dir(), *dirs]))
         if not _other_primary_config(sys.argv[1:]):  # else its own data default
             check_data_option_keys(overrides, DATA_OPTIONS)
     except UserError as err:

@@ -76,3 +76,22 @@ def test_a_schema_composed_from_others_is_left_to_hydra(tmp_path):
     check_config_files([_schema(tmp_path, "pkg", packaged)])
     with pytest.raises(ConfigError, match="not valid YAML"):
         check_config_files([_schema(tmp_path, "broken", extends + "  cat_1: {num_\n")])
+
+
+def test_an_override_of_a_feature_the_chosen_schema_lacks_names_the_closest(tmp_path, cli_here):
+    """``data.schema.sparse.usr_id.id_policy=strict`` met Hydra's hint to add it with ``+``:
+    a phantom feature (extension review)."""
+    from dlrm_exp.config.config_files import check_schema_feature_overrides
+
+    shop = _schema(tmp_path, "shop", SHOP)
+    with pytest.raises(ConfigError, match=(
+        r"data.schema.sparse.usr_id.id_policy=strict: the schema shop has no feature usr_id "
+        r"\(did you mean user_id\? features: user_id\); to add one: '\+\+data.schema.sparse="
+    )):  # fmt: skip
+        check_schema_feature_overrides(["data.schema.sparse.usr_id.id_policy=strict"], [shop])
+    check_schema_feature_overrides(["data.schema.sparse.user_id.id_policy=strict"], [shop])
+    check_schema_feature_overrides(["+data.schema.sparse.usr_id.column=u"], [shop])  # adds
+    args = ["-cd", str(tmp_path), "data=parquet", "data/schema=shop", "data.path=x",
+            "data.schema.sparse.usr_id.id_policy=strict"]  # fmt: skip
+    refused = cli_here(args)
+    assert refused.returncode == 1 and "has no feature usr_id (did you mean" in refused.stderr

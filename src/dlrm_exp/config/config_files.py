@@ -15,6 +15,7 @@ from omegaconf.errors import OmegaConfBaseException
 
 from dlrm_exp.config.schema import DenseColumn, FeatureSchema, SparseFeature
 from dlrm_exp.errors import ConfigError
+from dlrm_exp.util.text import first_few
 
 #: The flags that name a config folder of the user's.
 _DIR_FLAGS = ("-cd", "--config-dir")
@@ -76,6 +77,35 @@ def check_config_files(files: Sequence[Path]) -> None:
         composed = isinstance(node, DictConfig) and "defaults" in node
         if _is_schema(file) and not composed and "@package" not in _head(text):
             _check_schema(file, node)  # (one Hydra composes from others: checked composed)
+
+
+def check_schema_feature_overrides(overrides: Sequence[str], files: Sequence[Path]) -> None:
+    """An override of a feature (``data.schema.sparse.<name>...``, no ``+``) names a feature
+    of the schema file the command line chose (``data/schema=<option>``, in ``files``).
+    Hydra's own error hinted ``+data.schema.sparse.itme...``, which adds a phantom feature
+    (review). Left alone without such a file, or with one Hydra composes from others.
+
+    Raises:
+        ConfigError: naming the closest feature and how to add one.
+    """
+    schemas = [f for f in files if _is_schema(f)]
+    nodes = [OmegaConf.create(f.read_text(encoding="utf-8")) for f in schemas]
+    if not nodes or any(not isinstance(n, DictConfig) or "defaults" in n for n in nodes):
+        return
+    features = list(dict.fromkeys(name for n in nodes for name in (n.get("sparse") or {})))
+    for text in overrides:
+        key = text.split("=", 1)[0]
+        if not key.startswith("data.schema.sparse."):  # (+ / ++ / ~: adding on purpose)
+            continue
+        name = key.removeprefix("data.schema.sparse.").split(".", 1)[0]
+        if name and name not in features:
+            close = difflib.get_close_matches(name, features, n=1, cutoff=0.6)
+            hint = f"did you mean {close[0]}? " if close else ""
+            raise ConfigError(
+                f"{text}: the schema {', '.join(f.stem for f in schemas)} has no feature "
+                f"{name} ({hint}features: {first_few(features, 6)}); to add one: "
+                f"'++data.schema.sparse={{{name}: {{column: ..., num_embeddings: ...}}}}'"
+            )
 
 
 def _is_schema(file: Path) -> bool:
