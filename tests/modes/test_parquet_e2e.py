@@ -65,6 +65,7 @@ def test_schema_builds_the_model_trains_and_predicts(toy, tmp_path, cli_here):
     metrics = run_train(cfg, tmp_path, {**choices, "qcomms": "none", "data": "parquet"})
     assert metrics.data["rows"] == {"train": 6554, "val": 819, "test": 819}
     assert metrics.data["read"]["rows_read"] == 8192
+    assert metrics.data["read"]["files"] == [str(root / "toy.parquet")]  # as TSV's say (review)
     tables = set(re.findall(r"^(t_\w+)\s*\|", (tmp_path / "plan.txt").read_text(), re.M))
     assert tables == {"t_user_id", "t_item", "t_tags"}
     assert metrics.val["auroc"] > 0.6, (metrics.val, bayes)  # learned (Bayes ~0.8)
