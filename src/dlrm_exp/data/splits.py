@@ -28,8 +28,9 @@ class DataInfo:
 
     Attributes:
         rows: rows per split, ``{"train": n, "val": n, "test": n}``.
-        read: ``data=criteo_tsv``'s read report (rows read / valid / padded / skipped, bad
-            lines with their line numbers).
+        read: the read report of ``data=criteo_tsv`` (the files, rows read / valid / padded
+            / skipped, bad lines with their line numbers) and ``data=parquet`` (the files,
+            rows read, null labels, row groups, nulls).
         bayes_auroc: the Bayes-optimal AUROC per split (synthetic data only; None for a
             split of one class).
         days: ``data=criteo_npy``: the day numbers read.
