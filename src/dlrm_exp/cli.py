@@ -217,8 +217,16 @@ def _record_for_agent(err: Exception) -> None:
 
 
 def _choices() -> dict[str, str | None]:
-    """The job's config group choices (``{"sharding": "rowwise", "experiment": None, ...}``)."""
-    return {k: None if v is None else str(v) for k, v in HydraConfig.get().runtime.choices.items()}
+    """The job's config group choices (``{"sharding": "rowwise", "experiment": None, ...}``);
+    stacked presets (``experiment=[quickstart,fast]``, which Hydra leaves out of its
+    choices) as typed (review)."""
+    hydra_cfg = HydraConfig.get()
+    choices = {k: None if v is None else str(v) for k, v in hydra_cfg.runtime.choices.items()}
+    if "experiment" not in choices:
+        task = OmegaConf.to_container(hydra_cfg.overrides.task, resolve=False)
+        stacked = [str(o).split("=", 1)[1] for o in task if str(o).startswith("experiment=")]
+        choices["experiment"] = stacked[-1] if stacked else None
+    return choices
 
 
 def _signal(err: KeyboardInterrupt | Terminated) -> signal.Signals:
@@ -336,6 +344,9 @@ PLUGIN_OPTIONS = {
 
 #: Hydra's flags that print instead of running (``-c``/``--cfg`` take a value after them).
 _PRINTING_FLAGS = ("--cfg", "-c", "--info", "-i", "--shell-completion", "-sc")
+#: Each printing flag's long name: Hydra takes one of them at a time.
+_FLAG_KIND = {"--cfg": "--cfg", "-c": "--cfg", "--info": "--info", "-i": "--info",
+              "--shell-completion": "--shell-completion", "-sc": "--shell-completion"}  # fmt: skip
 
 
 def _printing_flags(args: list[str]) -> list[str]:
@@ -356,6 +367,11 @@ def check_flag_combination(args: list[str]) -> None:
         raise ConfigError(
             f"-m runs a sweep, {printing[0]} prints one config: drop -m (and give each swept "
             "key one value) to print a job's config, or drop the flag to run the sweep"
+        )
+    kinds = {_FLAG_KIND[a.split("=", 1)[0]] for a in printing}
+    if len(kinds) > 1:  # Hydra's own refusal was a traceback (review)
+        raise ConfigError(
+            f"{' and '.join(sorted(kinds))} each print something else: give one of them"
         )
 
 
@@ -499,7 +515,12 @@ def main() -> None:
     if env_rank() > 0 and "MASTER_ADDR" in os.environ:
         sys.argv += list(_QUIET_RANK_OVERRIDES)
     if _completing(sys.argv[1:]):  # its "overrides" (install=bash, query=...) are Hydra's
-        hydra_main()  # shell-completion commands, no config keys (review)
+        try:  # shell-completion commands, no config keys (review)
+            check_flag_combination(sys.argv[1:])
+        except UserError as err:
+            print(f"Error: {err}", file=sys.stderr)
+            sys.exit(1)
+        hydra_main()
         return
     sys.argv = [sys.argv[0], *_default_data_for_preprocess(sys.argv[1:])]
     try:

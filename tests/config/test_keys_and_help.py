@@ -237,3 +237,14 @@ def test_hydra_job_chdir_is_refused(tmp_path, cli_here):
     refused = cli_here(["mode=plan", "hydra.job.chdir=true", f"hydra.run.dir={tmp_path / 'r'}"])
     assert refused.returncode == 1 and not (tmp_path / "r" / "plan.json").exists()
     assert "Error: hydra.job.chdir=true runs the job inside its run folder" in refused.stderr
+
+
+def test_printing_flags_are_one_at_a_time(cli_here):
+    """``-sc`` beside ``-m``, ``--cfg`` or ``--info`` was Hydra's raw traceback (review)."""
+    for args, message in [
+        (["-m", "-sc", "install=bash"], "Error: -m runs a sweep, -sc prints one config"),
+        (["--cfg", "job", "-sc", "install=bash"], "Error: --cfg and --shell-completion each"),
+        (["--cfg", "job", "--info"], "Error: --cfg and --info each print something else"),
+    ]:
+        refused = cli_here(args)
+        assert refused.returncode == 1 and refused.stderr.strip().startswith(message), args

@@ -271,3 +271,13 @@ def test_a_launched_ranks_job_starts_with_its_process(monkeypatch):
                        ("MASTER_PORT", "1")):  # fmt: skip
         monkeypatch.setenv(key, value)
     assert job_start() == psutil.Process().create_time()
+
+
+def test_stacked_presets_are_recorded_among_the_choices(tmp_path, cli_here):
+    """Hydra leaves a list of options out of its choices: ``experiment=[fast]`` ran with no
+    ``experiment`` in metrics.json's choices (review)."""
+    run = tmp_path / "run"
+    done = cli_here(["experiment=[fast]", "model=tiny", "train.max_steps=2",
+                     "data.num_train_samples=4096", f"hydra.run.dir={run}"])  # fmt: skip
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert json.loads((run / "metrics.json").read_text())["choices"]["experiment"] == "[fast]"

@@ -636,3 +636,14 @@ def test_a_resume_marks_what_the_earlier_event_files_logged_after_its_checkpoint
     events = EventAccumulator(str(tmp_path))
     events.Reload()
     assert [e.step for e in events.Scalars("train/loss")] == [1, 2, 3, 4, 5, 6]
+
+
+def test_a_swept_value_resolving_through_hydra_is_not_called_refused(tmp_path, cli_here):
+    """``${hydra:runtime.cwd}`` resolved nowhere when the sweep check built the jobs, so every
+    job was said to be refused, then ran (review)."""
+    (tmp_path / "x.tsv").write_text("")
+    path = "data.path=${hydra:runtime.cwd}/x.tsv"
+    args = ["-m", "mode=plan", "seed=0,1", "data=criteo_tsv", path, f"hydra.sweep.dir={tmp_path}/s"]
+    done = cli_here(args, cwd=tmp_path)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    assert "will be refused" not in done.stdout + done.stderr

@@ -16,6 +16,7 @@ from typing import Any
 
 from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
 from hydra.core.global_hydra import GlobalHydra
+from hydra.core.hydra_config import HydraConfig
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.errors import HydraException
 from hydra.experimental.callback import Callback
@@ -45,6 +46,8 @@ class SweepCheck(Callback):
 
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
         """Warn of the jobs whose config is refused (:func:`refused_jobs`)."""
+        if config.hydra.job.get("chdir"):
+            log.warning("hydra.job.chdir=true: every job of this sweep will be refused")
         sweeper = config.hydra.sweeper
         if sweeper.get("_target_") != _BASIC or not GlobalHydra.instance().is_initialized():
             return
@@ -100,12 +103,19 @@ def refused_jobs(
 
 
 def _build(raw: DictConfig, values: dict[str, list[str]]) -> None:
-    """Build the job's :class:`Config` as the entry point's task does (its checks run)."""
-    with open_dict(raw):
-        raw.pop("hydra", None)
-    check_composed_keys(raw, Config)
+    """Build the job's :class:`Config` as the entry point's task does (its checks run), with
+    its Hydra config set as Hydra sets it for the job: a ``${hydra:runtime.cwd}`` in a value
+    resolved nowhere, and every job was said to be refused (review)."""
+    hydra_config = HydraConfig.instance()
+    before = hydra_config.cfg
+    hydra_config.set_config(raw)
     try:
+        with open_dict(raw):
+            raw.pop("hydra", None)
+        check_composed_keys(raw, Config)
         with sweeping(values):
             OmegaConf.to_object(raw)
     except MissingMandatoryValue:  # the job names the key when it starts, as a run does
         pass
+    finally:
+        hydra_config.cfg = before
