@@ -211,12 +211,20 @@ def test_a_damaged_baseline_is_refused_naming_the_file_and_line(tmp_path, baseli
         (text.splitlines(keepends=True)[0], "holds no run"),
         ("", "is not a summary_runs.csv (columns"),
         (text.replace(",val_auroc,0.", ",val_auroc,x0.", 1), ":2: value 'x0."),
+        ("".join(text.splitlines(keepends=True)[:16]), ", which the other runs have: a copy"),
     ]:
         copy.write_text(damaged)
         assert gate(tmp_path, baseline, copy) == 2, message
         assert message in capsys.readouterr().err
     copy.write_bytes(text.encode() + b"\xff\n")
     assert gate(tmp_path, baseline, copy) == 2 and "not UTF-8" in capsys.readouterr().err
+    # cut at a line end inside its first run: gated metrics it lacks fail the gate (the
+    # gate passed on the two it had: docs review)
+    copy.write_text("".join(text.splitlines(keepends=True)[:4]))
+    assert gate(tmp_path, baseline, copy) == 1
+    assert ": the new set has it, the baseline has no value (a baseline cut short" in (
+        capsys.readouterr().out
+    )
     copy.write_text(text)
     assert gate(tmp_path, baseline, copy) == 0
 

@@ -250,8 +250,12 @@ def _compare_metric(
             + f", its other runs have{why}"
         )
     if not new_f or not saved_f:
-        if gated and new_f:
-            result.lines.append(f"{label} {metric.label}: not compared (the baseline has no value)")
+        if gated and new_f:  # a gated metric left uncompared: the gate passed without it
+            result.failures.append(  # (a baseline cut at a line end: docs review)
+                f"{label} {metric.label}: the new set has it, the baseline has no value (a "
+                "baseline cut short, or written before it was recorded: write it again with "
+                "python -m dlrm_exp.report <its folders>, or leave it out of --gate)"
+            )
         return
     d = difference(new_f, saved_f)
     common = sorted(set(new_f) & set(saved_f)) if d.method == "paired" else None

@@ -100,8 +100,9 @@ def read_run_values(path: Path) -> list[RunValues]:
 
     Raises:
         ValueError: naming the file (and line): it is not UTF-8, lacks the columns of a
-            ``summary_runs.csv``, holds no run, ends mid-row (a copy cut short), or a row has
-            too few fields or a seed or value that is not a number. A cut-off baseline was
+            ``summary_runs.csv``, holds no run, ends mid-row (a copy cut short), a run lacks
+            a metric's row that others have (cut at a line end), or a row has too few fields
+            or a seed or value that is not a number. A cut-off baseline was
             compared as far as it went, a gated metric dropped, and the gate passed (review).
     """
     try:
@@ -136,6 +137,14 @@ def read_run_values(path: Path) -> list[RunValues]:
         )
     if not runs:
         raise ValueError(f"{path} holds no run (a {RUNS_FILE} has a row per run and metric)")
+    every = set().union(*(run.values for run in runs.values()))
+    for run in runs.values():  # each run has a row per metric: a copy cut at a line end
+        if lacking := sorted(every - set(run.values)):  # dropped metrics without a word
+            raise ValueError(
+                f"{path}: run {run.path} has no row for {', '.join(lacking)}, which the other "
+                "runs have: a copy cut short? Write it again with python -m dlrm_exp.report "
+                "<the baseline's folders>"
+            )
     return list(runs.values())
 
 
