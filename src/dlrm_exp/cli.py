@@ -539,8 +539,10 @@ def main() -> None:
         check_config_files(chosen_files(sys.argv[1:], dirs))
         overrides = [a for a in sys.argv[1:] if not a.startswith("-")]
         check_override_keys(overrides, Config)
-        # the shipped options too: their features are the ones an override names
-        check_schema_feature_overrides(overrides, chosen_files(sys.argv[1:], [conf_dir(), *dirs]))
+        if not _other_primary_config(sys.argv[1:]):  # (its defaults may add features)
+            # the shipped options too: their features are the ones an override names
+            shipped = chosen_files(sys.argv[1:], [conf_dir(), *dirs])
+            check_schema_feature_overrides(overrides, shipped)
         if not _other_primary_config(sys.argv[1:]):  # else its own data default
             check_data_option_keys(overrides, DATA_OPTIONS)
     except UserError as err:

@@ -91,6 +91,12 @@ def test_an_override_of_a_feature_the_chosen_schema_lacks_names_the_closest(tmp_
         check_schema_feature_overrides(["data.schema.sparse.usr_id.id_policy=strict"], [shop])
     check_schema_feature_overrides(["data.schema.sparse.user_id.id_policy=strict"], [shop])
     check_schema_feature_overrides(["+data.schema.sparse.usr_id.column=u"], [shop])  # adds
+    for adder in (
+        "++data.schema.sparse={usr_id: {column: u, num_embeddings: 4}}",
+        "experiment=mine",
+    ):  # may add the feature first: Hydra composes it (review)
+        check_schema_feature_overrides([adder, "data.schema.sparse.usr_id.id_policy=strict"],
+                                       [shop])  # fmt: skip
     args = ["-cd", str(tmp_path), "data=parquet", "data/schema=shop", "data.path=x",
             "data.schema.sparse.usr_id.id_policy=strict"]  # fmt: skip
     refused = cli_here(args)

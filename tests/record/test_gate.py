@@ -222,7 +222,7 @@ def test_a_damaged_baseline_is_refused_naming_the_file_and_line(tmp_path, baseli
     # gate passed on the two it had: docs review)
     copy.write_text("".join(text.splitlines(keepends=True)[:4]))
     assert gate(tmp_path, baseline, copy) == 1
-    assert ": the new set has it, the baseline has no value (a baseline cut short" in (
+    assert ": the baseline has no value: it has no row for it (its runs predate the" in (
         capsys.readouterr().out
     )
     copy.write_text(text)
@@ -779,3 +779,23 @@ def test_a_rerun_of_one_configuration_of_a_baseline_sweep_is_compared_with_it(
     assert re.search(rf"{SGD} val AUROC: 0.7900 -> 0.7900 \(\+0 \[\+0, \+0\], paired", out)
     assert "nothing was compared" not in out and "note:" not in out
     assert "optimizer=rowwise_adagrad,sharding=tablewise: in the baseline, but no run" in out
+
+
+def test_a_gated_metric_the_baseline_lacks_fails_with_its_cause():
+    """Left uncompared, the gate passed without it; the cause is named (a row missing, or no
+    finite value), and a baseline whose runs all failed fails on that alone (review)."""
+
+    def run(seed: int, values: dict, status: str = "completed") -> RunValues:
+        return RunValues("optimizer=sgd", "optimizer=sgd", seed, status, f"/{seed}", values)
+
+    new = [run(s, {"val_auroc": 0.79, "val_ne": 0.9}) for s in (0, 1)]
+    saved = [run(s, {"val_auroc": 0.79, "val_ne": None}) for s in (0, 1)]
+    nulls = compare_runs(new, saved, gate=["val_auroc", "val_ne"])
+    assert nulls.failures == [
+        "optimizer=sgd val NE: the baseline has no value: its runs recorded no finite value "
+        "(diverged, or not measured there)"
+    ]
+    older = compare_runs(new, [run(s, {"val_auroc": 0.79}) for s in (0, 1)], gate=["val_ne"])
+    assert "it has no row for it (its runs predate the metric" in older.failures[0]
+    failed = compare_runs(new, [run(s, {}, "failed") for s in (0, 1)], gate=["val_ne"])
+    assert not any("the baseline has no value" in f for f in failed.failures)

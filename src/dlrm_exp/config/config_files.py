@@ -83,11 +83,18 @@ def check_schema_feature_overrides(overrides: Sequence[str], files: Sequence[Pat
     """An override of a feature (``data.schema.sparse.<name>...``, no ``+``) names a feature
     of the schema file the command line chose (``data/schema=<option>``, in ``files``).
     Hydra's own error hinted ``+data.schema.sparse.itme...``, which adds a phantom feature
-    (review). Left alone without such a file, or with one Hydra composes from others.
+    (review). Left alone without such a file, with one Hydra composes from others, and where
+    something else may add features: an override of the map itself (``++data.schema.sparse=
+    {x: ...}``), a preset (``experiment=``) or a primary config of one's own (``-cn`` /
+    ``-cp``); the check would refuse what Hydra composes (diff review).
 
     Raises:
         ConfigError: naming the closest feature and how to add one.
     """
+    keys = [a.split("=", 1)[0].lstrip("+~") for a in overrides]
+    adders = ("data.schema", "data.schema.sparse", "experiment")
+    if any(k in adders for k in keys):
+        return
     schemas = [f for f in files if _is_schema(f)]
     nodes = [OmegaConf.create(f.read_text(encoding="utf-8")) for f in schemas]
     if not nodes or any(not isinstance(n, DictConfig) or "defaults" in n for n in nodes):

@@ -250,12 +250,17 @@ def _compare_metric(
             + f", its other runs have{why}"
         )
     if not new_f or not saved_f:
-        if gated and new_f:  # a gated metric left uncompared: the gate passed without it
-            result.failures.append(  # (a baseline cut at a line end: docs review)
-                f"{label} {metric.label}: the new set has it, the baseline has no value (a "
-                "baseline cut short, or written before it was recorded: write it again with "
-                "python -m dlrm_exp.report <its folders>, or leave it out of --gate)"
+        completed = [r for r in saved_runs if r.status == COMPLETED]
+        if gated and new_f and completed:  # left uncompared, the gate passed without it
+            rows = any(key in r.values for r in completed)  # (a baseline cut at a line end)
+            why = (
+                "its runs recorded no finite value (diverged, or not measured there)"
+                if rows
+                else "it has no row for it (its runs predate the metric: leave it out of "
+                "--gate or run the baseline again; a copy cut short: write it again with "
+                "python -m dlrm_exp.report <its folders>)"
             )
+            result.failures.append(f"{label} {metric.label}: the baseline has no value: {why}")
         return
     d = difference(new_f, saved_f)
     common = sorted(set(new_f) & set(saved_f)) if d.method == "paired" else None
