@@ -503,6 +503,24 @@ def _continue_hint() -> str:
     return f"the same command with hydra.run.dir={job_dir} train.resume=auto"
 
 
+def _check_keys_and_files(args: list[str]) -> None:
+    """The command line's config files and override keys, before Hydra composes.
+
+    Raises:
+        ConfigError: a config file that does not read, an unknown key, a feature the chosen
+            schema lacks, a key of another data option.
+    """
+    dirs = config_dirs(args)
+    check_config_files(chosen_files(args, dirs))
+    overrides = [a for a in args if not a.startswith("-")]
+    check_override_keys(overrides, Config)
+    if _other_primary_config(args):  # its defaults may add features and pick other data
+        return
+    # the shipped options too: their features are the ones an override names
+    check_schema_feature_overrides(overrides, chosen_files(args, [conf_dir(), *dirs]))
+    check_data_option_keys(overrides, DATA_OPTIONS)
+
+
 def main() -> None:
     """Console-script entry (``dlrm-exp``); a sweep with a failed job exits 1."""
     global _job_folder
@@ -535,16 +553,7 @@ def main() -> None:
             _keep_record(sys.argv[1:])
         check_flag_combination(sys.argv[1:])
         check_plugins(sys.argv[1:])
-        dirs = config_dirs(sys.argv[1:])
-        check_config_files(chosen_files(sys.argv[1:], dirs))
-        overrides = [a for a in sys.argv[1:] if not a.startswith("-")]
-        check_override_keys(overrides, Config)
-        if not _other_primary_config(sys.argv[1:]):  # (its defaults may add features)
-            # the shipped options too: their features are the ones an override names
-            shipped = chosen_files(sys.argv[1:], [conf_dir(), *dirs])
-            check_schema_feature_overrides(overrides, shipped)
-        if not _other_primary_config(sys.argv[1:]):  # else its own data default
-            check_data_option_keys(overrides, DATA_OPTIONS)
+        _check_keys_and_files(sys.argv[1:])
     except UserError as err:
         print(f"Error: {err}", file=sys.stderr)
         sys.exit(1)

@@ -250,17 +250,8 @@ def _compare_metric(
             + f", its other runs have{why}"
         )
     if not new_f or not saved_f:
-        completed = [r for r in saved_runs if r.status == COMPLETED]
-        if gated and new_f and completed:  # left uncompared, the gate passed without it
-            rows = any(key in r.values for r in completed)  # (a baseline cut at a line end)
-            why = (
-                "its runs recorded no finite value (diverged, or not measured there)"
-                if rows
-                else "it has no row for it (its runs predate the metric: leave it out of "
-                "--gate or run the baseline again; a copy cut short: write it again with "
-                "python -m dlrm_exp.report <its folders>)"
-            )
-            result.failures.append(f"{label} {metric.label}: the baseline has no value: {why}")
+        uncompared = _baseline_lacks(key, saved_runs) if gated and new_f else None
+        result.failures += [f"{label} {metric.label}: {uncompared}"] if uncompared else []
         return
     d = difference(new_f, saved_f)
     common = sorted(set(new_f) & set(saved_f)) if d.method == "paired" else None
@@ -274,6 +265,25 @@ def _compare_metric(
         result.unsure += _worse_unsure(metric, d)
     result.lines.append(line)
     result.compared += gated
+
+
+def _baseline_lacks(key: str, saved_runs: list[RunValues]) -> str | None:
+    """Why a gated metric the new runs have goes uncompared, where the baseline has completed
+    runs of the configuration (left uncompared, the gate passed without it: a baseline cut at
+    a line end, review); None where none completed (said by the other checks)."""
+    completed = [r for r in saved_runs if r.status == COMPLETED]
+    if not completed:
+        return None
+    if any(key in r.values for r in completed):
+        return (
+            "the baseline has no value: its runs recorded no finite value (diverged, or not "
+            "measured there)"
+        )
+    return (
+        "the baseline has no value: it has no row for it (its runs predate the metric: leave "
+        "it out of --gate or run the baseline again; a copy cut short: write it again with "
+        "python -m dlrm_exp.report <its folders>)"
+    )
 
 
 def _mean(values: dict[int, float], seeds: list[int] | None) -> float:
