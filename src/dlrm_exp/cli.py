@@ -222,9 +222,10 @@ def _choices() -> dict[str, str | None]:
     choices) as typed (review)."""
     hydra_cfg = HydraConfig.get()
     choices = {k: None if v is None else str(v) for k, v in hydra_cfg.runtime.choices.items()}
-    if "experiment" not in choices:
+    if choices.get("experiment") is None:  # (absent, or None beside a +experiment list)
         task = OmegaConf.to_container(hydra_cfg.overrides.task, resolve=False)
-        stacked = [str(o).split("=", 1)[1] for o in task if str(o).startswith("experiment=")]
+        typed = [str(o).lstrip("+") for o in task]  # (+experiment=[a,b] too)
+        stacked = [o.split("=", 1)[1] for o in typed if o.startswith("experiment=")]
         choices["experiment"] = stacked[-1] if stacked else None
     return choices
 

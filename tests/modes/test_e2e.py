@@ -277,7 +277,7 @@ def test_stacked_presets_are_recorded_among_the_choices(tmp_path, cli_here):
     """Hydra leaves a list of options out of its choices: ``experiment=[fast]`` ran with no
     ``experiment`` in metrics.json's choices (review)."""
     run = tmp_path / "run"
-    done = cli_here(["experiment=[fast]", "model=tiny", "train.max_steps=2",
+    done = cli_here(["+experiment=[fast]", "model=tiny", "train.max_steps=2",
                      "data.num_train_samples=4096", f"hydra.run.dir={run}"])  # fmt: skip
     assert done.returncode == 0, done.stderr[-2000:]
     assert json.loads((run / "metrics.json").read_text())["choices"]["experiment"] == "[fast]"
