@@ -263,6 +263,7 @@ def test_preprocess_then_train_on_three_1tb_days(tmp_path, cli_here):
     metrics = json.loads((tmp_path / "r2" / "metrics.json").read_text())
     assert metrics["data"]["rows"] == {"train": 6000, "val": 1500, "test": 1500}
     assert metrics["data"]["days"] == [0, 1, 23] and metrics["data"]["mmap_mode"]
+    assert metrics["data"]["folder"] == str((tmp_path / "npy").resolve())  # (review)
     assert 0 <= metrics["val"]["auroc"] <= 1 and 0 <= metrics["test"]["auroc"] <= 1
 
 

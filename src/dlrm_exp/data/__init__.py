@@ -13,6 +13,7 @@ May import: config, util, errors.
 
 import logging
 from dataclasses import replace
+from pathlib import Path
 
 from dlrm_exp.config import (
     CriteoMultiHotDataConfig,
@@ -94,7 +95,8 @@ def load_splits(
         return DataSplits(train, val, test, info)
     if isinstance(cfg, CriteoNpyDataConfig):
         train, val, test, info = load_criteo_npy(cfg, table_sizes, seed)
-        return DataSplits(train, val, test, info)
+        folder = str(Path(cfg.path).expanduser().resolve())
+        return DataSplits(train, val, test, replace(info, folder=folder))
     if isinstance(cfg, ParquetDataConfig):
         splits = load_parquet(cfg)
         check_split_rows(splits.info.rows, _cut_fractions(cfg), scored)

@@ -34,6 +34,8 @@ class DataInfo:
         bayes_auroc: the Bayes-optimal AUROC per split (synthetic data only; None for a
             split of one class).
         days: ``data=criteo_npy``: the day numbers read.
+        folder: ``data=criteo_npy`` / ``criteo_multihot``: the folder read, resolved (a
+            ``${oc.env:...}`` path was recorded nowhere in the run folder: review).
         dataset: ``data=criteo_npy``: the split rule (``criteo_1tb`` / ``criteo_kaggle``).
         mmap_mode: ``data=criteo_npy``: whether the days are memory-mapped.
         multi_hot_sizes: ``data=criteo_multihot``: ids per table and sample.
@@ -47,6 +49,7 @@ class DataInfo:
     read: dict[str, Any] | None = None
     bayes_auroc: dict[str, float | None] | None = None
     days: list[int] | None = None
+    folder: str | None = None
     dataset: str | None = None
     mmap_mode: bool | None = None
     multi_hot_sizes: list[int] | None = None
