@@ -647,3 +647,15 @@ def test_a_swept_value_resolving_through_hydra_is_not_called_refused(tmp_path, c
     done = cli_here(args, cwd=tmp_path)
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
     assert "will be refused" not in done.stdout + done.stderr
+
+
+def test_a_tracker_never_written_to_leaves_no_event_file(tmp_path):
+    """A run refused before it logged anything (a checkpoint that cannot be loaded) left an
+    empty event file in its folder (review); one that logs opens its file then."""
+    idle = Tracker(tmp_path / "idle", enabled=True)
+    idle.close()
+    assert not list((tmp_path / "idle").glob("events.out.tfevents.*"))
+    used = Tracker(tmp_path / "used", enabled=True)
+    used.scalar("train/loss", 0.5, 1)
+    used.close()
+    assert len(list((tmp_path / "used").glob("events.out.tfevents.*"))) == 1

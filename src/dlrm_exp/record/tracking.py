@@ -125,9 +125,18 @@ class Tracker:
         self.folder = run_dir
         #: The event files of an earlier job in this folder (a resumed run's).
         self.earlier = sorted(run_dir.glob(EVENT_FILES)) if on and run_dir.is_dir() else []
-        self.writer: SummaryWriter | None = SummaryWriter(str(run_dir)) if on else None
-        if self.writer is not None:
-            self.writer.add_custom_scalars(CUSTOM_SCALARS)
+        self._on = on
+        self._writer: SummaryWriter | None = None
+
+    @property
+    def writer(self) -> SummaryWriter | None:
+        """The event writer, opened (with the Custom Scalars charts) when first written to:
+        a run refused before it logs anything (a checkpoint that cannot be loaded) left an
+        empty event file in the folder (review). None on ranks other than 0."""
+        if self._on and self._writer is None:
+            self._writer = SummaryWriter(str(self.folder))
+            self._writer.add_custom_scalars(CUSTOM_SCALARS)
+        return self._writer
 
     def restart_history(
         self, aside: str, validations: list[dict[str, float]], windows: list[dict[str, float]]
@@ -208,5 +217,5 @@ class Tracker:
             self.writer.add_scalar(tag, value, step)
 
     def close(self) -> None:
-        if self.writer is not None:
-            self.writer.close()
+        if self._writer is not None:  # (one never written to is not opened to be closed)
+            self._writer.close()
