@@ -504,6 +504,39 @@ def _continue_hint() -> str:
     return f"the same command with hydra.run.dir={job_dir} train.resume=auto"
 
 
+@contextmanager
+def _one_line_refusal() -> Iterator[None]:
+    """A user mistake raised in the block is one ``Error:`` line and exit status 1."""
+    try:
+        yield
+    except UserError as err:
+        print(f"Error: {err}", file=sys.stderr)
+        sys.exit(1)
+
+
+def _check_command(args: list[str]) -> None:
+    """What the command line can be refused for before Hydra composes (rank 0 also checks
+    the run folder it names).
+
+    Raises:
+        ConfigError: a sweep under torchrun, flags that conflict, a missing plugin, a bad
+            config file or key (:func:`_check_keys_and_files`); RunFolderInUseError and the
+            like from the run folder checks.
+    """
+    if launched_by_torchrun() and _is_multirun(args):
+        raise ConfigError(
+            "a -m sweep starts its own jobs: run it without torchrun / TorchX (each job "
+            "launches its processes for hardware.nproc_per_node; on a cluster, "
+            "hydra/launcher=slurm_gpu), or torchrun one job without -m"
+        )
+    if env_rank() == 0:  # other ranks write no run folder
+        refuse_another_runs_folder(args)
+        _keep_record(args)
+    check_flag_combination(args)
+    check_plugins(args)
+    _check_keys_and_files(args)
+
+
 def _check_keys_and_files(args: list[str]) -> None:
     """The command line's config files and override keys, before Hydra composes.
 
@@ -526,38 +559,18 @@ def main() -> None:
     """Console-script entry (``dlrm-exp``); a sweep with a failed job exits 1."""
     global _job_folder
     _job_folder = None  # (a second call in one process: not the first one's folder)
-    try:  # every later env_rank() reads a number (a bad one was a raw traceback: review)
-        check_launcher_env()
-    except UserError as err:
-        print(f"Error: {err}", file=sys.stderr)
-        sys.exit(1)
+    with _one_line_refusal():  # every later env_rank() reads a number (a bad one was a raw
+        check_launcher_env()  # traceback: review)
     if env_rank() > 0 and "MASTER_ADDR" in os.environ:
         sys.argv += list(_QUIET_RANK_OVERRIDES)
     if _completing(sys.argv[1:]):  # its "overrides" (install=bash, query=...) are Hydra's
-        try:  # shell-completion commands, no config keys (review)
+        with _one_line_refusal():  # shell-completion commands, no config keys (review)
             check_flag_combination(sys.argv[1:])
-        except UserError as err:
-            print(f"Error: {err}", file=sys.stderr)
-            sys.exit(1)
         hydra_main()
         return
     sys.argv = [sys.argv[0], *_default_data_for_preprocess(sys.argv[1:])]
-    try:
-        if launched_by_torchrun() and _is_multirun(sys.argv[1:]):
-            raise ConfigError(
-                "a -m sweep starts its own jobs: run it without torchrun / TorchX (each job "
-                "launches its processes for hardware.nproc_per_node; on a cluster, "
-                "hydra/launcher=slurm_gpu), or torchrun one job without -m"
-            )
-        if env_rank() == 0:  # other ranks write no run folder
-            refuse_another_runs_folder(sys.argv[1:])
-            _keep_record(sys.argv[1:])
-        check_flag_combination(sys.argv[1:])
-        check_plugins(sys.argv[1:])
-        _check_keys_and_files(sys.argv[1:])
-    except UserError as err:
-        print(f"Error: {err}", file=sys.stderr)
-        sys.exit(1)
+    with _one_line_refusal():
+        _check_command(sys.argv[1:])
     try:
         with _stop_on_sigterm():
             hydra_main()
