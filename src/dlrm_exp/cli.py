@@ -47,10 +47,12 @@ from dlrm_exp.modes import Job, run_mode
 from dlrm_exp.record.kept_record import KeptRecord
 from dlrm_exp.record.run_record import COMPLETED, RunMetrics
 from dlrm_exp.record.runs import (
+    override_values,
     parsed_override_values,
     recorded_mode,
     run_name,
     saved_sweep_values,
+    typed_task,
 )
 from dlrm_exp.record.sweep import summarize_interrupted_sweep
 from dlrm_exp.util.folder_lock import held_run_folder, hold_run_folder, release_run_folders
@@ -96,7 +98,7 @@ def hydra_main(raw: DictConfig) -> float | None:
     sweep_dir = Path(hydra_cfg.sweep.dir)
     sweep = saved_sweep_values(sweep_dir)
     swept = list(sweep)
-    task = [str(o) for o in OmegaConf.to_container(hydra_cfg.overrides.task, resolve=False)]
+    task = typed_task(hydra_cfg)
     name = run_name(task, swept)  # the overrides as typed, as multirun.yaml's are read
     job_swept = parsed_override_values(task, swept)
     try:
@@ -223,10 +225,8 @@ def _choices() -> dict[str, str | None]:
     hydra_cfg = HydraConfig.get()
     choices = {k: None if v is None else str(v) for k, v in hydra_cfg.runtime.choices.items()}
     if choices.get("experiment") is None:  # (absent, or None beside a +experiment list)
-        task = OmegaConf.to_container(hydra_cfg.overrides.task, resolve=False)
-        typed = [str(o).lstrip("+") for o in task]  # (+experiment=[a,b] too)
-        stacked = [o.split("=", 1)[1] for o in typed if o.startswith("experiment=")]
-        choices["experiment"] = stacked[-1] if stacked else None
+        typed = typed_task(hydra_cfg)
+        choices["experiment"] = override_values(typed).get("experiment")  # (+experiment=[a,b])
     return choices
 
 
@@ -343,11 +343,11 @@ PLUGIN_OPTIONS = {
 }
 
 
-#: Hydra's flags that print instead of running (``-c``/``--cfg`` take a value after them).
-_PRINTING_FLAGS = ("--cfg", "-c", "--info", "-i", "--shell-completion", "-sc")
-#: Each printing flag's long name: Hydra takes one of them at a time.
-_FLAG_KIND = {"--cfg": "--cfg", "-c": "--cfg", "--info": "--info", "-i": "--info",
-              "--shell-completion": "--shell-completion", "-sc": "--shell-completion"}  # fmt: skip
+#: Hydra's flags that print instead of running (``-c``/``--cfg`` take a value after them), each
+#: with its long name: Hydra takes one of them at a time.
+_PRINTING_FLAGS = {"--cfg": "--cfg", "-c": "--cfg", "--info": "--info", "-i": "--info",
+                   "--shell-completion": "--shell-completion",
+                   "-sc": "--shell-completion"}  # fmt: skip
 
 
 def _printing_flags(args: list[str]) -> list[str]:
@@ -369,7 +369,7 @@ def check_flag_combination(args: list[str]) -> None:
             f"-m runs a sweep, {printing[0]} prints one config: drop -m (and give each swept "
             "key one value) to print a job's config, or drop the flag to run the sweep"
         )
-    kinds = {_FLAG_KIND[a.split("=", 1)[0]] for a in printing}
+    kinds = {_PRINTING_FLAGS[a.split("=", 1)[0]] for a in printing}
     if len(kinds) > 1:  # Hydra's own refusal was a traceback (review)
         raise ConfigError(
             f"{' and '.join(sorted(kinds))} each print something else: give one of them"
@@ -410,7 +410,8 @@ def _other_primary_config(args: list[str]) -> bool:
 
 def _completing(args: list[str]) -> bool:
     """Whether the command asks Hydra's shell completion (``-sc install=bash``)."""
-    return "-sc" in args or "--shell-completion" in args
+    kinds = {_PRINTING_FLAGS[a.split("=", 1)[0]] for a in _printing_flags(args)}
+    return "--shell-completion" in kinds
 
 
 def _installed(module: str) -> bool:

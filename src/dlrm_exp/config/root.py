@@ -285,25 +285,30 @@ class Config:
         the table of a feature named in its place, else the closest table, and every table
         of a short list (``first .. last`` hid a schema's own names: review)."""
         tables = self.model.table_names
-        table_of = {
-            f: t for t, fs in zip(tables, self.model.table_features, strict=True) for f in fs
-        }
-        for key, named in (
-            ("sharding.per_table_sharding_type", self.sharding.per_table_sharding_type),
-            ("sharding.per_table_compute_kernel", self.sharding.per_table_compute_kernel),
-            ("model.embedding_data_type_per_table", self.model.embedding_data_type_per_table),
-        ):
-            for name in sorted(set(named) - set(tables)):
-                close = difflib.get_close_matches(name, tables, n=1, cutoff=0.6)
-                hint = (
-                    f"feature {name}'s table is {table_of[name]}"
-                    if name in table_of
-                    else f"did you mean {close[0]}?"
-                    if close
-                    else "no table is close"
-                )
-                listed = ", ".join(tables) if len(tables) <= 12 else f"{tables[0]} .. {tables[-1]}"
-                require(False, f"{key}.{name}: no table {name} ({hint}); tables: {listed}")
+        unknown = [
+            (key, name)
+            for key, named in (
+                ("sharding.per_table_sharding_type", self.sharding.per_table_sharding_type),
+                ("sharding.per_table_compute_kernel", self.sharding.per_table_compute_kernel),
+                ("model.embedding_data_type_per_table", self.model.embedding_data_type_per_table),
+            )
+            for name in sorted(set(named) - set(tables))
+        ]
+        if not unknown:  # (the common case: nothing below is built)
+            return
+        key, name = unknown[0]
+        features = zip(tables, self.model.table_features, strict=True)
+        table_of = {f: t for t, fs in features for f in fs}
+        close = difflib.get_close_matches(name, tables, n=1, cutoff=0.6)
+        hint = (
+            f"feature {name}'s table is {table_of[name]}"
+            if name in table_of
+            else f"did you mean {close[0]}?"
+            if close
+            else "no table is close"
+        )
+        listed = ", ".join(tables) if len(tables) <= 12 else f"{tables[0]} .. {tables[-1]}"
+        raise ConfigError(f"{key}.{name}: no table {name} ({hint}); tables: {listed}")
 
     def _check_uvm_caching_on_device(self) -> None:
         """``fused_uvm_caching`` (CUDA unified memory) is refused on CPU, for the default

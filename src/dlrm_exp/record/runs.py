@@ -142,7 +142,7 @@ def saved_sweep_values(sweep_dir: Path) -> dict[str, list[str]]:
         hydra_cfg = OmegaConf.load(saved).hydra  # type: ignore[union-attr]
         # as typed: a ${hydra:...} or ${oc.env:...} in an override resolved here, where it no
         # longer can, and the sweep lost its summary (review)
-        task = [str(o) for o in _as_typed(hydra_cfg.overrides.task)]
+        task = typed_task(hydra_cfg)
         params = OmegaConf.select(hydra_cfg, "sweeper.params")
         return sweep_values(task, {} if params is None else _as_typed(params))
     except (OmegaConfBaseException, HydraException, AttributeError, TypeError) as err:
@@ -152,6 +152,12 @@ def saved_sweep_values(sweep_dir: Path) -> dict[str, list[str]]:
 def _as_typed(node: Any) -> Any:
     """A config node as plain data, its interpolations as typed (not resolved)."""
     return OmegaConf.to_container(node, resolve=False)
+
+
+def typed_task(hydra_cfg: Any) -> list[str]:
+    """A Hydra config's command-line overrides (``hydra.overrides.task``) as typed: a
+    ``${hydra:...}`` or ``${oc.env:...}`` in one is not resolved where it no longer can be."""
+    return [str(o) for o in _as_typed(hydra_cfg.overrides.task)]
 
 
 def sweep_values(task: Sequence[str], params: Any) -> dict[str, list[str]]:

@@ -27,13 +27,13 @@ from dlrm_exp.config.checks import sweeping
 from dlrm_exp.config.keys import check_composed_keys
 from dlrm_exp.config.root import Config
 from dlrm_exp.errors import UserError
-from dlrm_exp.record.runs import sweep_values
+from dlrm_exp.record.runs import sweep_values, typed_task
 from dlrm_exp.util.text import first_few
 
 log = logging.getLogger(__name__)
 
 #: The sweeper whose jobs are the product of the swept values (Hydra's default).
-_BASIC = "hydra._internal.core_plugins.basic_sweeper.BasicSweeper"
+_BASIC = f"{BasicSweeper.__module__}.{BasicSweeper.__qualname__}"
 
 
 class SweepCheck(Callback):
@@ -55,7 +55,7 @@ class SweepCheck(Callback):
         node = sweeper.get("params")  # (None in a sweep of the command line's keys only)
         typed = {} if node is None else OmegaConf.to_container(node, resolve=False)
         params = [f"{k}={v}" for k, v in typed.items()]  # as typed: ${...} left alone
-        task = list(OmegaConf.to_container(config.hydra.overrides.task, resolve=False))
+        task = typed_task(config.hydra)
         try:
             parsed = OverridesParser.create(config_loader=loader).parse_overrides([*params, *task])
             jobs = [job for batch in BasicSweeper.split_arguments(parsed, None) for job in batch]

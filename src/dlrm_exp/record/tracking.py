@@ -147,8 +147,8 @@ class Tracker:
         checkpoint's ``validations`` and training ``windows`` again at their rescaled steps
         (``val/*``, ``train_window/*``), so this run's curves share one step unit. Returns the
         subfolder (None: nothing was moved)."""
-        if self.writer is None or self.folder is None or not self.earlier:
-            return None
+        if not self.earlier or self.folder is None or self.writer is None:
+            return None  # (the writer opened only where something is logged)
         target = self.folder / aside
         target.mkdir(parents=True, exist_ok=True)
         for path in self.earlier:
@@ -167,7 +167,7 @@ class Tracker:
         ``purge_step`` writes): readers drop what earlier event files logged at ``step`` or
         later, which the resumed run logs again (a crashed run's steps after its checkpoint
         were read twice by EventAccumulator and pandas exports)."""
-        if self.writer is not None and self.earlier:
+        if self.earlier and self.writer is not None:
             event = Event(step=step, session_log=SessionLog(status=SessionLog.START))
             _event_file_writer(self.writer).add_event(event)  # type: ignore[attr-defined]
 
