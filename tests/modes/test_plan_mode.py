@@ -380,7 +380,7 @@ def test_int8_row_wise_layouts_are_refused_on_nccl_too(tmp_path):
         run_plan(cfg, tmp_path)
 
 
-@pytest.mark.parametrize("qcomms", ["none", "fp16_bf16"])
+@pytest.mark.parametrize("qcomms", ["none", "fp32", "fp16_bf16"])
 def test_fp16_tables_plan_the_collectives_of_fp32_outputs(tmp_path, qcomms):
     """The kernels output fp32 whatever the weights' dtype, so the collectives move what fp32
     tables' do (or what the qcomms codecs make of it); the planner's estimates had taken the

@@ -70,7 +70,8 @@ def build_constraints(
             cache_params=cache,
             pooling_factors=[float(p) for p in pooling] or [1.0] * count,
             # what the kernels output (FBGEMM's default, fp16 tables too): without it the
-            # estimates took the weights' dtype, halving fp16 tables' collectives (review)
+            # storage estimates took the weights' dtype, halving fp16 tables' output buffers
+            # (the collectives: planning.output_comms)
             output_dtype=DataType.FP32,
         )
     return constraints

@@ -13,6 +13,7 @@ from torchrec.distributed.planner.constants import UVM_CACHING_RATIO
 from torchrec.distributed.types import ModuleSharder, ShardingPlan
 
 from dlrm_exp.config import (
+    CommPrecision,
     ComputeDevice,
     ComputeKernel,
     Config,
@@ -411,7 +412,10 @@ def _plan_with_planner(
         cfg.train.batch_size,
         [collector],
         optimizer=cfg.optimizer.sparse_optimizer,
-        codecs=(qcomms.forward_precision is not None, qcomms.backward_precision is not None),
+        codecs=any(  # TorchRec builds none where both directions are fp32 (or unset)
+            p not in (None, CommPrecision.fp32)
+            for p in (qcomms.forward_precision, qcomms.backward_precision)
+        ),
     )
     plan = plan_or_explain(
         planner,

@@ -8,9 +8,9 @@ precision (FBGEMM's ``output_dtype`` default, which TorchRec keeps), so for fp16
 without a codec in a direction those collectives move twice the bytes TorchRec counts: the
 same ``comm_bytes_per_step`` as fp32 tables were measured on 2 ranks (review). Plan mode
 printed half the time, and ``sharding=auto`` saw fp16 tables as cheaper to send.
-:class:`OutputSizedComms` runs after TorchRec's estimator and scales each such shard's
-``fwd_comms`` / ``bwd_comms`` (TorchRec's model: bytes over bandwidth, linear in the width) to
-fp32 outputs.
+:class:`OutputSizedComms` runs after TorchRec's estimator and, where the job builds no codecs,
+scales each such shard's ``fwd_comms`` / ``bwd_comms`` (TorchRec's model: bytes over
+bandwidth, linear in the width) to fp32 outputs.
 """
 
 import dataclasses
@@ -23,35 +23,36 @@ from dlrm_exp.planning.storage import FP32_BYTES
 
 
 class OutputSizedComms(ShardEstimator):
-    """Scales the collective estimates of tables narrower than fp32 to fp32 outputs, in each
-    direction that no qcomms codec narrows (run after TorchRec's ``EmbeddingPerfEstimator``).
+    """Scales the collective estimates of tables narrower than fp32 to fp32 outputs, where no
+    qcomms codec sets their width (run after TorchRec's ``EmbeddingPerfEstimator``).
 
-    data_parallel tables are left as they are: their collective is the all-reduce of the
-    table's gradient, at the weights' width.
+    TorchRec builds codecs for both directions or none (``get_qcomm_codecs_registry``: none
+    when both are fp32; a null direction gets an fp32 codec), and with codecs counts both
+    directions at their codec's width: nothing to correct then. data_parallel tables are
+    left as they are: their collective is the all-reduce of the table's gradient, at the
+    weights' width.
 
     Args:
-        forward_codec: a qcomms codec sets the forward collectives' width
-            (``qcomms.forward_precision`` set), which TorchRec then counts right.
-        backward_codec: the same for the backward collectives.
+        codecs: the job's qcomms build codecs (a precision other than fp32 in a direction).
     """
 
-    def __init__(self, forward_codec: bool, backward_codec: bool) -> None:
-        self._forward = not forward_codec
-        self._backward = not backward_codec
+    def __init__(self, codecs: bool) -> None:
+        self._codecs = codecs
 
     def estimate(self, sharding_options: list[ShardingOption], *_: Any, **__: Any) -> None:
         """Update ``sharding_options``' shard perf in place (TorchRec's interface; the sharder
         map TorchRec passes is not needed)."""
+        if self._codecs:
+            return
         for option in sharding_options:
             width = option.tensor.element_size()
             if width >= FP32_BYTES or option.sharding_type == ShardingType.DATA_PARALLEL.value:
                 continue
             scale = FP32_BYTES / width
             for shard in option.shards:
-                if shard.perf is None:
-                    continue
-                shard.perf = dataclasses.replace(
-                    shard.perf,
-                    fwd_comms=shard.perf.fwd_comms * (scale if self._forward else 1),
-                    bwd_comms=shard.perf.bwd_comms * (scale if self._backward else 1),
-                )
+                if shard.perf is not None:
+                    shard.perf = dataclasses.replace(
+                        shard.perf,
+                        fwd_comms=shard.perf.fwd_comms * scale,
+                        bwd_comms=shard.perf.bwd_comms * scale,
+                    )

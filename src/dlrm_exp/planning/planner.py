@@ -110,7 +110,7 @@ def build_planner(
     stats: list[Stats] | None = None,
     *,
     optimizer: SparseOptimizer,
-    codecs: tuple[bool, bool] = (False, False),
+    codecs: bool = False,
 ) -> EmbeddingShardingPlanner:
     """TorchRec's ``EmbeddingShardingPlanner`` with a fixed storage reservation and TorchRec's
     perf and storage estimators, the latter corrected for the fused ``optimizer``'s fp32 state
@@ -118,12 +118,12 @@ def build_planner(
     data_parallel tables' gradients
     (:class:`~dlrm_exp.planning.replica_gradients.ReplicaGradientStorage`), and the perf
     estimator's collectives of narrower tables sized for their fp32 outputs where no qcomms
-    codec narrows them (``codecs``: forward, backward;
+    codec sets their width (``codecs``: the job's qcomms build codecs;
     :class:`~dlrm_exp.planning.output_comms.OutputSizedComms`); ``stats`` reporters are added
     to TorchRec's own ``EmbeddingStats``."""
     estimators = [
         EmbeddingPerfEstimator(topology=topology, constraints=constraints),
-        OutputSizedComms(*codecs),
+        OutputSizedComms(codecs),
         EmbeddingStorageEstimator(topology=topology, constraints=constraints),
         FusedStateStorage(topology, optimizer),
         ReplicaGradientStorage(topology),
