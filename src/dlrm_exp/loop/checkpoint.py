@@ -743,14 +743,14 @@ def _complete_checkpoint(path: Path, key: str) -> Path:
     if not path.is_dir():
         what = "a file, not a checkpoint folder" if path.is_file() else "no such folder"
         raise CheckpointError(f"{key}: no checkpoint folder at {path} ({what})")
-    held = complete_checkpoints(path) if (path / CHECKPOINTS).is_dir() else []
-    if held and key == "train.resume":  # a run folder: its checkpoints are inside (review)
-        raise CheckpointError(
-            f"{key}={path} is a run folder, not a checkpoint: give one of its checkpoints "
-            f"({key}={held[-1]}, its newest), or continue the run in its own folder with "
-            f"hydra.run.dir={path} {key}=auto"
-        )
     if not _is_complete(path):
+        # a run folder (never complete itself): its checkpoints are inside (review)
+        if key == "train.resume" and (held := complete_checkpoints(path)):
+            raise CheckpointError(
+                f"{key}={path} is a run folder, not a checkpoint: give one of its checkpoints "
+                f"({key}={held[-1]}, its newest), or continue the run in its own folder with "
+                f"hydra.run.dir={path} {key}=auto"
+            )
         raise CheckpointError(
             f"{key}: {path} is not a complete checkpoint (it needs DCP's .metadata and "
             f"{STATE_FILE}; a .partial folder is a save, or a pruning of an older step, that "

@@ -11,10 +11,9 @@ Not the entry point (:mod:`dlrm_exp.cli`) or :mod:`dlrm_exp.bench`.
 """
 
 import importlib
-import os
 
 from dlrm_exp.config import Config, Mode
-from dlrm_exp.distributed.env import launched_by_torchrun
+from dlrm_exp.distributed.env import env_int, launched_by_torchrun
 from dlrm_exp.errors import ConfigError
 from dlrm_exp.modes.job import Job, ModeResult
 
@@ -46,7 +45,7 @@ def run_mode(cfg: Config, job: Job) -> ModeResult:
             submitit job of several tasks; ``mode=verify`` refuses torchrun itself: it starts
             its own processes).
     """
-    ranks = int(os.environ.get("WORLD_SIZE", "1")) if launched_by_torchrun() else 1
+    ranks = env_int("WORLD_SIZE", 1) if launched_by_torchrun() else 1
     if cfg.mode in ONE_PROCESS and ranks > 1:
         raise ConfigError(
             f"mode={cfg.mode.value} runs in one process, but this job was started as {ranks} "
