@@ -5,14 +5,17 @@ CUDA-only pipelines train, ``train.profile`` writes the CUDA memory snapshot, bf
 fp16 tables train with stochastic rounding, resume and export (on the GPU), fused Adam resumes
 its bias correction, ``mode=verify`` gathers its tables over NCCL, and the loop prefetches
 pinned batches, reads each loss a step late (a NaN still names its own step) and reports its
-GPU memory; ``experiment=fast`` with fp16 tables trains. Needs a CUDA build of torch and
-``fbgemm-gpu`` (``make install FBGEMM=fbgemm-gpu==1.8.0`` with a CUDA torch). All passed on one
-NVIDIA H200 (2026-11-27; torch 2.11.0+cu130, fbgemm-gpu 1.6.0, torchrec 1.6.1: docs/results.md,
-"On a GPU"). With one GPU every run had one rank (NCCL refuses two ranks on one GPU), so the
-all-to-alls between GPUs have not run.
+GPU memory; ``experiment=fast`` with fp16 tables trains; the training bench compares its two
+loops on the GPU. Needs a CUDA build of torch and ``fbgemm-gpu`` (``make install
+FBGEMM=fbgemm-gpu==1.8.0`` with a CUDA torch). All but the bench's passed on one NVIDIA H200
+(2026-11-27, twice, the second time at 2e8f4f5; torch 2.11.0+cu130, fbgemm-gpu 1.6.0, torchrec
+1.6.1: docs/results.md, "On a GPU"). With one GPU every run had one rank (NCCL refuses two
+ranks on one GPU), so the all-to-alls between GPUs have not run.
 """
 
 import json
+import subprocess
+import sys
 
 import pytest
 import torch
@@ -176,3 +179,15 @@ def test_a_nan_on_the_gpu_stops_at_its_own_step_with_no_later_checkpoint(tmp_pat
     step = int(last.split(" at step ")[1].split(":")[0])
     saved = [p.name for p in (tmp_path / "checkpoints").glob("step_*")]  # .partial too
     assert all(int(name.split("_")[1].split(".")[0]) < step for name in saved)
+
+
+def test_the_training_bench_compares_its_loops_on_the_gpu():
+    """``dlrm_exp.bench.training`` on CUDA: the plain TorchRec loop runs on the run's device,
+    beside the framework's (the ratio's target is not asserted: timings vary)."""
+    done = subprocess.run(
+        [sys.executable, "-m", "dlrm_exp.bench.training", "--rounds", "1", "--steps", "30",
+         "--warmup", "5", "model=quickstart", "optimizer=sgd", *_gpu(1)],
+        capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    assert done.returncode in (0, 1), done.stderr[-3000:]  # 1: the target missed
+    assert "ratio framework / plain:" in done.stdout

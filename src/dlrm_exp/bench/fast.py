@@ -125,9 +125,8 @@ def speed(rounds: int, steps: int, warmup: int) -> dict[str, list[float]]:
             "that is torch's own default, so threads are no lever here)"
         )
         _, plan = framework_run(reference_cfg, ctx, batches[: warmup + 2], warmup)
-        runs: dict[str, Callable[[], float]] = {
-            "reference": lambda: plain_torchrec_run(reference_cfg, plan, batches, warmup)
-        }
+        reference = (reference_cfg, plan, batches, warmup, ctx.device)
+        runs: dict[str, Callable[[], float]] = {"reference": lambda: plain_torchrec_run(*reference)}
         for name, (overrides, c) in configs.items():
             cfg = compose_config([*RECIPE, *overrides])
             wrap = compiled if c else None
