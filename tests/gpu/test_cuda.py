@@ -7,9 +7,9 @@ its bias correction, ``mode=verify`` gathers its tables over NCCL, and the loop 
 pinned batches, reads each loss a step late (a NaN still names its own step) and reports its
 GPU memory; ``experiment=fast`` with fp16 tables trains; the training bench compares its two
 loops on the GPU. Needs a CUDA build of torch and ``fbgemm-gpu`` (``make install
-FBGEMM=fbgemm-gpu==1.8.0`` with a CUDA torch). All but the bench's passed on one NVIDIA H200
-(2026-11-27, twice, the second time at 2e8f4f5; torch 2.11.0+cu130, fbgemm-gpu 1.6.0, torchrec
-1.6.1: docs/results.md, "On a GPU"). With one GPU every run had one rank (NCCL refuses two
+FBGEMM=fbgemm-gpu==1.8.0`` with a CUDA torch). All passed on one NVIDIA H200 (2026-11-27,
+three times, the last at fc12b7e; torch 2.11.0+cu130, fbgemm-gpu 1.6.0, torchrec 1.6.1:
+docs/results.md, "On a GPU"). With one GPU every run had one rank (NCCL refuses two
 ranks on one GPU), so the all-to-alls between GPUs have not run.
 """
 
