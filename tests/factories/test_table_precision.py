@@ -56,10 +56,23 @@ def test_fp16_tables_train_save_fp16_resume_bitwise_and_export(tmp_path, caplog)
     fp32 = [*SMALL, "train.resume=auto", "train.max_steps=17", "train.checkpoint_every_n_steps=17"]
     with caplog.at_level(logging.WARNING, logger="dlrm_exp.modes.train"):
         widened = run_train(compose_cfg(fp32), tmp_path / "c", {})
+    # once, among the changed settings (it was also warned table by table: review), and in
+    # metrics.json too (only the log said it: review)
+    assert caplog.text.count("fp16 -> fp32") == 1
+    assert "setting(s) differ from the run that wrote" in caplog.text
+    assert "model.embedding_data_type fp16 -> fp32" in widened.resumed["changed_settings"]
+    # a checkpoint of an earlier version (no table dtype among its settings): the weights'
+    # dtypes say it, table by table
+    (tmp_path / "d" / "checkpoints").mkdir(parents=True)
+    older = shutil.copytree(first, tmp_path / "d" / "checkpoints" / first.name)
+    state = json.loads((older / "trainer_state.json").read_text())
+    del state["settings"]["model.embedding_data_type"]
+    (older / "trainer_state.json").write_text(json.dumps(state))
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="dlrm_exp.modes.train"):
+        run_train(compose_cfg(fp32), tmp_path / "d", {})
     assert "resuming 26 table(s) in another dtype than checkpoint" in caplog.text
     assert "t_cat_0 fp16 -> fp32" in caplog.text
-    # metrics.json says so too, as of other changed settings (only the log did: review)
-    assert "model.embedding_data_type fp16 -> fp32" in widened.resumed["changed_settings"]
     # scored (evaluate, predict) with fp32 tables: exact, so only logged; scored with fp16
     # tables, an fp32 checkpoint rounds: warned (it was silent: resume review)
     from dlrm_exp.loop.checkpoint import read_trainer_state

@@ -396,9 +396,11 @@ def _resume(
     path, total_steps = run.resume_path, trainer.total_steps
     if path is None:
         return None, None
-    if run.ctx.is_main:
-        warn_dtype_change(path, run.experiment.table_data_types, "resuming")
     saved = load_checkpoint(path, run.experiment.model, run.experiment.optimizer, layout)
+    if run.ctx.is_main and "model.embedding_data_type" not in (saved.get("settings") or {}):
+        # a checkpoint of an earlier version: its weights' dtypes say what the settings'
+        # line below cannot (else that line names a change, once)
+        warn_dtype_change(path, run.experiment.table_data_types, "resuming")
     if saved.get("world_size") == run.ctx.world_size:  # (else other ranks' batches, as RNG)
         rank_state = read_rank_state(path, run.ctx.rank) or {}  # (none: an earlier version)
         if "train_window" in rank_state:
