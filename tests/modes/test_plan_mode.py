@@ -198,6 +198,8 @@ def _edit_first_table(entry: dict, case: str) -> None:
         entry["shards"] = None
     elif case == "text_rank":
         entry["ranks"] = ["0", 1]
+    elif case == "data_type":
+        entry["data_type"] = "fp99"
 
 
 @pytest.mark.parametrize(
@@ -218,6 +220,7 @@ def _edit_first_table(entry: dict, case: str) -> None:
         ("missing", r"table t_cat_0 lacks \['module'\]: not a dlrm_exp plan.json"),
         ("null_shards", r"t_cat_0 has ranks \[0, 1\] and shards None: lists \(of rank"),
         ("text_rank", r"t_cat_0 has ranks \['0', 1\] and shards .*: lists \(of rank"),
+        ("data_type", r"t_cat_0 has data_type 'fp99': one of fp32, fp16 in a dlrm_exp plan"),
     ],
 )  # fmt: skip
 def test_a_plan_file_the_job_cannot_run_is_refused_naming_the_table(tmp_path, case, message):

@@ -31,6 +31,8 @@ from dlrm_exp.errors import ConfigError
 from dlrm_exp.util.text import first_few
 
 _UNSHARDED = {ShardingType.DATA_PARALLEL.value}
+#: The table precisions a plan.json records: those a job trains (bf16 tables are refused).
+_DATA_TYPES = ("fp32", "fp16")
 #: The keys every table entry of a plan.json has.
 _ENTRY_KEYS = ("module", "sharding_type", "compute_kernel", "ranks", "num_embeddings",
                "embedding_dim", "shards")  # fmt: skip
@@ -240,6 +242,13 @@ def _checked_placement(
             f"{where}: table {name} has ranks {entry['ranks']!r} and shards "
             f"{str(entry['shards'])[:60]}: lists (of rank numbers, of shards) in a dlrm_exp "
             "plan.json"
+        )
+    # informational (the fit is checked for this job's dtypes), but a value that is no table
+    # precision marks an edited or foreign file (review: "fp99" passed)
+    if entry.get("data_type", "fp32") not in _DATA_TYPES:
+        raise ConfigError(
+            f"{where}: table {name} has data_type {entry['data_type']!r}: one of "
+            f"{', '.join(_DATA_TYPES)} in a dlrm_exp plan.json"
         )
     shape = [table.num_embeddings, table.embedding_dim]
     if [entry["num_embeddings"], entry["embedding_dim"]] != shape:
