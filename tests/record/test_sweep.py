@@ -26,6 +26,11 @@ def test_run_names_use_the_swept_keys_in_command_order_and_values_as_parsed():
         "sharding=rowwise,qcomms=fp16"
     )
     assert run_name(["seed=3"], []) == "seed=3"
+    # a swept path with an interpolation, as the job's overrides hold it: without Hydra's
+    # escapes ($\{hydra\:runtime.cwd\} named the run and its TensorBoard folder)
+    cwd = ["data.path=${hydra:runtime.cwd}/a.tsv", "seed=3", "note='a b'"]
+    assert run_name(cwd, ["data.path"]) == "data.path=${hydra:runtime.cwd}/a.tsv"
+    assert run_name(cwd[1:], []) == "seed=3,note='a b'"  # a quoted string as typed
     job = ["seed=3", "hardware.nproc_per_node=2", "sharding=rowwise", "train.lr=0.10"]
     assert parsed_override_values(job, ["sharding", "hardware.nproc_per_node", "train.lr"]) == {
         "sharding": "rowwise",

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any, Protocol, TypeVar
 
 from hydra.core.override_parser.overrides_parser import OverridesParser
+from hydra.core.override_parser.types import Override
 from hydra.errors import HydraException
 from omegaconf import OmegaConf
 from omegaconf.errors import OmegaConfBaseException
@@ -54,8 +55,16 @@ def _parsed(override: str) -> Any:
 
 
 def override_values(overrides: Sequence[str]) -> dict[str, str]:
-    """``{key: value as typed}`` of overrides, e.g. ``["qcomms=fp16"] -> {"qcomms": "fp16"}``."""
-    return {o.key_or_group: o.get_value_element_as_str() for o in parse_overrides(overrides)}
+    """``{key: value as typed}`` of overrides, e.g. ``["qcomms=fp16"] -> {"qcomms": "fp16"}``;
+    a string without Hydra's escapes (``${hydra:runtime.cwd}/x.tsv``, which Hydra writes
+    ``$\\{hydra\\:runtime.cwd\\}/x.tsv``: run names and TensorBoard folders showed that)."""
+    return {o.key_or_group: _value_text(o) for o in parse_overrides(overrides)}
+
+
+def _value_text(override: Override) -> str:
+    text = override.get_value_element_as_str()
+    value = override.value()
+    return value if isinstance(value, str) and "\\" in text else text
 
 
 def parsed_override_values(
