@@ -34,6 +34,7 @@ from dlrm_exp.config import Config, Mode, conf_dir, register_configs
 from dlrm_exp.config.checks import sweeping
 from dlrm_exp.config.config_files import (
     check_config_files,
+    check_option_file_keys,
     check_schema_feature_overrides,
     chosen_files,
     config_dirs,
@@ -546,7 +547,9 @@ def _check_keys_and_files(args: list[str]) -> None:
             schema lacks, a key of another data option.
     """
     dirs = config_dirs(args)
-    check_config_files(chosen_files(args, dirs))
+    own = chosen_files(args, dirs)
+    check_config_files(own)
+    check_option_file_keys(own, Config)
     overrides = [a for a in args if not a.startswith("-")]
     check_override_keys(overrides, Config)
     if _other_primary_config(args):  # its defaults may add features and pick other data

@@ -1,10 +1,17 @@
 """The user's own config files, read before Hydra: one line naming the file and the place."""
 
+import re
 from pathlib import Path
 
 import pytest
 
-from dlrm_exp.config.config_files import check_config_files, chosen_files, config_dirs
+from dlrm_exp.config import Config, conf_dir
+from dlrm_exp.config.config_files import (
+    check_config_files,
+    check_option_file_keys,
+    chosen_files,
+    config_dirs,
+)
 from dlrm_exp.errors import ConfigError
 
 SHOP = """label: clicked
@@ -101,3 +108,45 @@ def test_an_override_of_a_feature_the_chosen_schema_lacks_names_the_closest(tmp_
             "data.schema.sparse.usr_id.id_policy=strict"]  # fmt: skip
     refused = cli_here(args)
     assert refused.returncode == 1 and "has no feature usr_id (did you mean" in refused.stderr
+
+
+def test_every_shipped_option_file_sets_known_keys():
+    """The check of one's own option files passes every shipped one (no false refusal)."""
+    groups = ("model", "sharding", "optimizer", "qcomms", "hardware", "experiment")
+    files = [f for g in groups for f in sorted((conf_dir() / g).glob("*.yaml"))]
+    assert len(files) > 30
+    check_option_file_keys(files, Config)
+
+
+@pytest.mark.parametrize(
+    ("path", "text", "refusal"),
+    [
+        ("model/mine.yaml", "defaults:\n  - tiny\n  - _self_\nembeding_dim: 8\n",
+         r"model/mine.yaml: unknown config key model.embeding_dim: did you mean "
+         r"model.embedding_dim\?"),
+        ("experiment/mine.yaml", "# @package _global_\ntrain:\n  batchsize: 64\n",
+         r"experiment/mine.yaml: unknown config key train.batchsize: did you mean "
+         r"train.batch_size\?"),
+    ],
+)  # fmt: skip
+def test_a_misspelt_key_in_ones_own_option_file_gets_the_closest(
+    tmp_path, cli_here, path, text, refusal
+):
+    """Hydra refused it in a multi-line ConfigKeyError naming no close key (review)."""
+    (tmp_path / path).parent.mkdir(parents=True)
+    (tmp_path / path).write_text(text)
+    group, option = path.removesuffix(".yaml").split("/")
+    result = cli_here(["--config-dir", str(tmp_path), f"{group}={option}", "mode=plan"])
+    assert result.returncode == 1 and "Traceback" not in result.stderr
+    (line,) = result.stderr.strip().splitlines()
+    assert re.search(refusal, line), line
+
+
+def test_ones_own_option_file_with_known_keys_passes(tmp_path):
+    good = tmp_path / "experiment" / "mine.yaml"
+    good.parent.mkdir()
+    good.write_text(
+        "# @package _global_\ndefaults:\n  - override /model: tiny\n"
+        "model:\n  embedding_data_type_per_table: {t_cat_0: fp16}\ntrain:\n  batch_size: 64\n"
+    )
+    check_option_file_keys([good], Config)

@@ -13,12 +13,16 @@ import yaml
 from omegaconf import DictConfig, ListConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
+from dlrm_exp.config.keys import check_override_keys
 from dlrm_exp.config.schema import DenseColumn, FeatureSchema, SparseFeature
 from dlrm_exp.errors import ConfigError
 from dlrm_exp.util.text import first_few
 
 #: The flags that name a config folder of the user's.
 _DIR_FLAGS = ("-cd", "--config-dir")
+#: The groups whose option files :func:`check_option_file_keys` reads (``data`` options differ
+#: in their keys, checked once composed; schema files by :func:`check_config_files`).
+_KEYED_GROUPS = ("model", "sharding", "optimizer", "qcomms", "hardware", "experiment")
 
 
 def config_dirs(args: Sequence[str]) -> list[Path]:
@@ -77,6 +81,55 @@ def check_config_files(files: Sequence[Path]) -> None:
         composed = isinstance(node, DictConfig) and "defaults" in node
         if _is_schema(file) and not composed and "@package" not in _head(text):
             _check_schema(file, node)  # (one Hydra composes from others: checked composed)
+
+
+def check_option_file_keys(files: Sequence[Path], root: type) -> None:
+    """The keys each group option file among ``files`` sets (``model/mine.yaml``'s
+    ``embedding_dim``; an experiment's ``train.batch_size`` under ``# @package _global_``)
+    exist in the schema ``root``, as an override's key must. Hydra refused a misspelt one with
+    a multi-line ``ConfigKeyError`` naming no close key (review).
+
+    Raises:
+        ConfigError: the file and the unknown key, with the closest known one.
+    """
+    for file in files:
+        group = file.parent.name
+        if group not in _KEYED_GROUPS:
+            continue
+        text = file.read_text(encoding="utf-8")
+        node = OmegaConf.create(text)  # (parsed: check_config_files ran first)
+        if not isinstance(node, DictConfig):
+            continue
+        package = _package(_head(text), group)
+        plain = OmegaConf.to_container(node, resolve=False)
+        keys = [".".join(filter(None, [package, k])) for k in _leaf_keys(plain) if k]
+        try:
+            check_override_keys([f"{key}=0" for key in keys], root)
+        except ConfigError as err:
+            raise ConfigError(f"{file}: {err}") from None
+
+
+def _package(head: str, group: str) -> str:
+    """The package of a group's option file from its ``# @package`` header (its group's by
+    default; ``_global_``: the root)."""
+    for line in head.splitlines():
+        if "@package" in line:
+            package = line.split("@package", 1)[1].strip()
+            return {"_global_": "", "_group_": group}.get(package, package)
+    return group
+
+
+def _leaf_keys(node: object, prefix: str = "") -> list[str]:
+    """The dotted keys of a plain mapping down to its non-mapping values (``defaults``, the
+    defaults list, left out at the top)."""
+    if not isinstance(node, dict) or not node:
+        return [prefix]
+    keys = []
+    for key, value in node.items():
+        if not prefix and key == "defaults":
+            continue
+        keys += _leaf_keys(value, f"{prefix}.{key}" if prefix else str(key))
+    return keys
 
 
 def check_schema_feature_overrides(overrides: Sequence[str], files: Sequence[Path]) -> None:
