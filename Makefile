@@ -105,7 +105,7 @@ gpu-check: $(STAMP) ## the CUDA-marked tests: every sharding type with fused_uvm
 # libraries: a few GB); runs the fast tests there. Not part of make test.
 compat: ## the fast tests on the oldest supported torch / torchrec / fbgemm, in .venv-compat
 	$(MAKE) install VENV=$(COMPAT_VENV) $(COMPAT_SET) PINS="torchmetrics==1.9.0 tensordict==0.15.3"
-	$(COMPAT_VENV)/bin/python -c "import torch, torchrec, fbgemm_gpu; print('compat:', torch.__version__, torchrec.__version__, fbgemm_gpu.__version__)"
+	$(COMPAT_VENV)/bin/python -c "import dlrm_exp, torch, torchrec, fbgemm_gpu; print('compat:', torch.__version__, torchrec.__version__, fbgemm_gpu.__version__)"
 	$(COMPAT_VENV)/bin/python -m pytest -q -m "not slow and not cuda" $(PYTEST_ARGS)
 
 tensorboard: $(STAMP) ## compare runs in TensorBoard (scalars + HParams)

@@ -119,6 +119,9 @@ def test_the_training_bench_refuses_settings_the_plain_loop_would_not_run():
     assert (
         unlike_the_plain_loop(fp16) == "model.embedding_data_type (not fp32), train.pipeline=base"
     )
+    # both loops run on the run's device: a GPU is no difference (it was refused)
+    gpu = compose_config(["hardware.compute_device=cuda", "hardware.backend=nccl"])
+    assert unlike_the_plain_loop(gpu) == ""
     assert main(["train.dense_precision=bf16"]) == 2  # refused before anything runs
 
 

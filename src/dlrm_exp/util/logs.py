@@ -1,6 +1,8 @@
 """Console hygiene: keep library chatter (TorchRec planner INFO lines, FBGEMM's INFO lines on
 the root logger, known deprecation warnings from TorchRec and torch.fx) out of the user's
-terminal and log file; our own INFO lines and every library WARNING or worse stay."""
+terminal and log file; our own INFO lines and every library WARNING or worse stay, but for
+those a run replaces by its own line (``_REPLACED_PATHS``) and FBGEMM's import-time "no entry"
+warning of a tested release pair (:mod:`dlrm_exp.util.fbgemm_compat`)."""
 
 import logging
 import warnings
