@@ -518,6 +518,25 @@ def test_uvm_tables_are_explained_against_the_host_memory_they_live_in():
         plan_job(both, _meta_model(both))
 
 
+def test_tables_split_between_uvm_and_device_kernels_are_explained_by_their_own_memory():
+    """Some tables on a UVM kernel, the rest in HBM: every table was counted against host
+    memory ("needed 98.12 GiB" of DDR for 4 cached tables of 76.89 GiB; review)."""
+    gpu = ["hardware.compute_device=cuda", "hardware.backend=nccl", "hardware.hbm_cap=80"]
+    cached = [f"+sharding.per_table_compute_kernel.t_cat_{i}=fused_uvm_caching"
+              for i in (0, 9, 19, 20)]  # fmt: skip
+    base = ["model=mlperf", "sharding=rowwise", *gpu, *cached]
+    cfg = compose_cfg([*base, "hardware.ddr_cap=64"])
+    with pytest.raises(InsufficientMemoryError) as info:
+        plan_job(cfg, _meta_model(cfg))
+    message = str(info.value)
+    assert "the 4 table(s) on UVM kernels, whose rows live in host memory: t_cat_0, " in message
+    assert "= 76.89 GiB" in message and "offered: 64.00 GiB DDR on 1 rank(s)" in message
+    # the HBM short instead: the caches' message names the device tables
+    cfg = compose_cfg([*base[:-1], "hardware.hbm_cap=16", "hardware.ddr_cap=512"])
+    with pytest.raises(InsufficientMemoryError, match="the tables kept on the device alone"):
+        plan_job(cfg, _meta_model(cfg))
+
+
 def test_a_plan_files_uvm_caches_are_sized_as_the_planner_sizes_them():
     """A from_file plan's check counted a cache as the factor of the weights alone; TorchRec
     (and the memory message) cache the optimizer state too: with Adam 3x as much."""

@@ -149,30 +149,44 @@ def _device_part(
 
 def _memory_message(cfg: Config, capacity: MemoryCapacity, world_size: int) -> str:
     """The insufficient-memory explanation for this job (data_parallel tables, as planned,
-    counted once per rank with their gradient; against DDR when a table uses a UVM kernel,
-    unless the HBM caches of UVM-cached tables are what overflows: :mod:`.uvm_cache`)."""
+    counted once per rank with their gradient), unless the HBM caches of UVM-cached tables
+    are what overflows (:mod:`.uvm_cache`: the HBM with the device-resident tables and the
+    caches). With tables on both kinds of kernel, the DDR is then what overflows: explained
+    with the UVM kernels' tables alone (every table was counted against it: review)."""
     placements = _placements(cfg)
     cache = cache_message(_device_part(cfg, placements, world_size), capacity, world_size)
     if cache is not None:
         return cache
-    replicated = [kind is ShardingStrategy.data_parallel for kind, _ in placements]
-    on_device = all(kernel.value in DEVICE_RESIDENT_KERNELS for _, kernel in placements)
-    dp_names = {n for n, dp in zip(cfg.model.table_names, replicated, strict=True) if dp}
-    return insufficient_memory_message(
-        tables_storage(cfg, set(cfg.model.table_names), dp_names),
+    names = cfg.model.table_names
+    in_host = [kernel.value not in DEVICE_RESIDENT_KERNELS for _, kernel in placements]
+    chosen, on_hbm, note = list(range(len(names))), not any(in_host), ""
+    if capacity.hbm_bytes and any(in_host) and not all(in_host):  # (the HBM fits: above)
+        chosen = [i for i, host in enumerate(in_host) if host]
+        shown = first_few([names[i] for i in chosen], 4)
+        note = f"the {len(chosen)} table(s) on UVM kernels, whose rows live in host memory: {shown}"
+    replicated = [placements[i][0] is ShardingStrategy.data_parallel for i in chosen]
+    picked = {names[i] for i in chosen}
+    dp_names = {names[i] for i, dp in zip(chosen, replicated, strict=True) if dp}
+    sizes, types = cfg.model.table_sizes, cfg.model.table_data_types
+    message = insufficient_memory_message(
+        tables_storage(cfg, picked, dp_names),
         cfg.optimizer.sparse_optimizer,
-        cfg.model.table_sizes,
+        [sizes[i] for i in chosen],
         cfg.model.embedding_dim,
         capacity,
         world_size,
         replicated=tables_storage(cfg, dp_names, dp_names),
         copies=[world_size if is_dp else 1 for is_dp in replicated],
-        data_types=cfg.model.table_data_types,
-        on_hbm=on_device,  # the UVM kernels' rows live in host memory
+        data_types=[types[i] for i in chosen],
+        on_hbm=on_hbm,  # the UVM kernels' rows live in host memory
         replicated_tables=replicated,
-        whole_tables=[_whole_pieces(kind, cfg, world_size) for kind, _ in placements],
+        whole_tables=[_whole_pieces(placements[i][0], cfg, world_size) for i in chosen],
         batch_size=cfg.train.batch_size,
     )
+    if not note:
+        return message
+    first, rest = message.split("\n", 1)
+    return f"{first}\n  {note}\n{rest}"
 
 
 def _whole_pieces(kind: ShardingStrategy, cfg: Config, world_size: int) -> int:
