@@ -518,6 +518,32 @@ def test_uvm_tables_are_explained_against_the_host_memory_they_live_in():
         plan_job(both, _meta_model(both))
 
 
+def test_tables_over_the_hbm_are_told_the_ways_that_keep_every_row():
+    """Only caps (rows cut) and more ranks were offered on a GPU (GPU review); the ranks are
+    now also said as nodes of the job's ranks per node."""
+    cfg = compose_cfg(["hardware=a100_40gb_x8", "model=criteo_full"])
+    with pytest.raises(InsufficientMemoryError) as info:
+        plan_job(cfg, _meta_model(cfg))
+    message = str(info.value)
+    assert "at least 13 ranks of 40.00 GiB (hardware.nnodes=2 of 8 rank(s))" in message
+    assert message.splitlines()[-1] == (
+        "Or, keeping every row: keep the rows in host memory, cached in HBM: "
+        "sharding.compute_kernel=fused_uvm_caching (424.23 GiB of the 979.20 GiB of DDR the "
+        "ranks give tables); or train fp16 tables: model.embedding_data_type=fp16 (213.76 GiB "
+        "of 272.00)."
+    )
+    fp16 = compose_cfg(
+        ["hardware=a100_40gb_x8", "model=criteo_full", "model.embedding_data_type=fp16"]
+    )
+    plan_job(fp16, _meta_model(fp16))  # the advice plans
+    # neither fits: no such line
+    small = compose_cfg(["hardware=a100_40gb_x8", "model=criteo_full", "hardware.ddr_cap=10",
+                         "hardware.hbm_cap=10"])  # fmt: skip
+    with pytest.raises(InsufficientMemoryError) as info:
+        plan_job(small, _meta_model(small))
+    assert "keeping every row" not in str(info.value)
+
+
 def test_tables_split_between_uvm_and_device_kernels_are_explained_by_their_own_memory():
     """Some tables on a UVM kernel, the rest in HBM: every table was counted against host
     memory ("needed 98.12 GiB" of DDR for 4 cached tables of 76.89 GiB; review)."""

@@ -182,6 +182,7 @@ def _memory_message(cfg: Config, capacity: MemoryCapacity, world_size: int) -> s
         replicated_tables=replicated,
         whole_tables=[_whole_pieces(placements[i][0], cfg, world_size) for i in chosen],
         batch_size=cfg.train.batch_size,
+        ranks_per_node=cfg.hardware.nproc_per_node,
     )
     if not note:
         return message

@@ -160,6 +160,7 @@ def insufficient_memory_message(
     replicated_tables: list[bool] | None = None,
     whole_tables: list[int] | None = None,
     batch_size: int | None = None,
+    ranks_per_node: int | None = None,
 ) -> str:
     """One message with what the tables need, what the hardware offers, and two caps to try;
     when the tables alone fit, the batch-sized buffers beside them (``batch_size``: per rank)
@@ -173,7 +174,9 @@ def insufficient_memory_message(
     memory offered is each rank's HBM where ``capacity`` knows it, else its DDR.
     ``whole_tables``: each table's shards that lie whole on one rank (``whole_pieces`` of
     :mod:`.tables`): both caps keep each within 60 % of a rank, and more ranks are not
-    offered when one exceeds a rank."""
+    offered when one exceeds a rank. ``ranks_per_node``: the job's, to say how many nodes
+    the ranks asked for are. On a GPU (tables in HBM) it also names the two ways that keep
+    every row (:func:`_gpu_ways`)."""
     per_rank, device_kind, source = capacity.for_tables(on_hbm)
     offered = per_rank * world_size
     shape = (table_sizes, embedding_dim, optimizer)
@@ -187,14 +190,47 @@ def insufficient_memory_message(
     each = [n * row_bytes(embedding_dim, t, optimizer)
             for n, t in zip(table_sizes, types, strict=True)]  # fmt: skip
     alone = whole_shards(each, whole_tables or [])
-    more = _more_ranks(storage, replicated, per_rank, alone)
+    more = _more_ranks(storage, replicated, per_rank, alone, ranks_per_node)
     largest = _largest_piece(each, whole_tables or [], world_size, alone)
     held = _tables_fit(storage, replicated, world_size, per_rank, (largest, alone))
     if held is not None:
         fix = _batch_advice(held, offered, batch_size)
     else:  # the two caps' searches only where they are offered
         fix = _cap_advice(shape, layout, whole, offered, world_size, more)
-    return "\n".join([*lines, fix])
+    gpu = device_kind == "HBM" and not (replicated and replicated.total_bytes)
+    ways = _gpu_ways(storage, shape[:2], types, capacity, world_size) if gpu else ""
+    return "\n".join([*lines, fix, *([ways] if ways else [])])
+
+
+def _gpu_ways(
+    storage: EmbeddingStorage,
+    shape: tuple[list[int], int],
+    types: list[EmbeddingDataType],
+    capacity: MemoryCapacity,
+    world_size: int,
+) -> str:
+    """The ways on a GPU to keep every row of tables that overflow the HBM (GPU review: only
+    caps and more ranks were offered): their rows in host memory (``fused_uvm_caching``)
+    where the ranks' DDR holds them, and fp16 weights where the halved tables fit the HBM;
+    both counted in all (placing each rank's share is the planner's). ``shape``: the tables'
+    rows and embedding_dim; ``""`` when neither fits."""
+    ways = []
+    ddr = usable_bytes(capacity.ddr_bytes) * world_size
+    if storage.total_bytes <= ddr:
+        ways.append(
+            "keep the rows in host memory, cached in HBM: sharding.compute_kernel="
+            f"fused_uvm_caching ({storage.total_bytes / GIB:.2f} GiB of the "
+            f"{ddr / GIB:.2f} GiB of DDR the ranks give tables)"
+        )
+    sizes, dim = shape
+    saved = sum(n * dim * 2 for n, t in zip(sizes, types, strict=True) if t.value == "fp32")
+    hbm = usable_bytes(capacity.hbm_bytes or 0) * world_size
+    if saved and storage.total_bytes - saved <= hbm:
+        ways.append(
+            f"train fp16 tables: model.embedding_data_type=fp16 "
+            f"({(storage.total_bytes - saved) / GIB:.2f} GiB of {hbm / GIB:.2f})"
+        )
+    return f"Or, keeping every row: {'; or '.join(ways)}." if ways else ""
 
 
 def _cap_advice(
@@ -320,8 +356,10 @@ def _more_ranks(
     replicated: EmbeddingStorage | None,
     per_rank: int,
     alone: Sequence[float] = (),
+    ranks_per_node: int | None = None,
 ) -> str:
-    """How many ranks of ``per_rank`` bytes would hold the tables: each holds the
+    """How many ranks of ``per_rank`` bytes would hold the tables (and, given the job's
+    ``ranks_per_node``, on how many nodes): each holds the
     data_parallel ones (``replicated``) whole and its share of the others, the shards placed
     whole on one rank (table_wise tables, column_wise column shards; ``alone``: bytes each)
     packed among them (:func:`~dlrm_exp.planning.storage.packs`); none when the
@@ -350,7 +388,13 @@ def _more_ranks(
     # ends: with a rank per whole table and the split share within ``room``, all fit
     while not packs(alone, spread / ranks_needed, ranks_needed, usable - whole):
         ranks_needed += 1
-    return f"at least {ranks_needed} ranks of {per_rank / GIB:.2f} GiB (hardware.nnodes=...)"
+    if not ranks_per_node:
+        return f"at least {ranks_needed} ranks of {per_rank / GIB:.2f} GiB (hardware.nnodes=...)"
+    nodes = math.ceil(ranks_needed / ranks_per_node)
+    return (
+        f"at least {ranks_needed} ranks of {per_rank / GIB:.2f} GiB (hardware.nnodes={nodes} "
+        f"of {ranks_per_node} rank(s))"
+    )
 
 
 #: TorchRec's partitioner's reasons for a shard (or a host's group of shards) that no rank
