@@ -39,8 +39,14 @@ $(PY):
 # torchrec requires fbgemm-gpu, which is not installed" for a dependency that is deliberately
 # the CPU build. setuptools' build chatter stays in pip's log (-q), but for its one warning about
 # editable installs (harmless: the checkout is the package); errors still show.
+# One FBGEMM build at a time: fbgemm-gpu and fbgemm-gpu-cpu both own the fbgemm_gpu package, so
+# switching (FBGEMM=fbgemm-gpu==1.8.0 in a .venv made with the default) removes the other first.
+FBGEMM_NAME = $(firstword $(subst =, ,$(subst <, ,$(subst >, ,$(FBGEMM)))))
+OTHER_FBGEMM = $(if $(filter fbgemm-gpu-cpu,$(FBGEMM_NAME)),fbgemm-gpu,fbgemm-gpu-cpu)
 $(STAMP): pyproject.toml | $(PY)
 	$(PY) -m pip install -q --upgrade pip
+	if $(PY) -m pip show -q $(OTHER_FBGEMM) >/dev/null 2>&1; then \
+		$(PY) -m pip uninstall -q -y $(OTHER_FBGEMM); fi
 	$(PY) -m pip install "$(TORCH)" "$(FBGEMM)"
 	$(PY) -m pip install -q -e ".[dev,launchers]" $(PINS)
 	$(PY) -m pip install --no-deps "$(TORCHREC)"

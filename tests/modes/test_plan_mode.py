@@ -104,15 +104,43 @@ def test_a_gpu_preset_does_not_train_on_this_cpu_machine(tmp_path, cli_here):
 
 def test_more_processes_than_gpus_is_refused(monkeypatch):
     """Here with a pretended 4-GPU machine (no GPU is needed for the check itself)."""
+    import fbgemm_gpu
+
     from dlrm_exp.distributed.launch import check_devices
     from dlrm_exp.errors import ConfigError
 
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 4)
+    monkeypatch.setattr(fbgemm_gpu, "__variant__", "cuda", raising=False)  # (here: cpu)
     monkeypatch.delenv("MASTER_ADDR", raising=False)
     check_devices(compose_cfg(["hardware=a100_40gb_x8", "hardware.nproc_per_node=4"]).hardware)
     with pytest.raises(ConfigError, match=r"nproc_per_node=8 but this machine has 4 GPU\(s\): set"):
         check_devices(compose_cfg(["hardware=a100_40gb_x8"]).hardware)
+
+
+def test_a_gpu_job_names_what_the_environment_lacks(monkeypatch):
+    """ "This machine has none" was said whatever the cause (GPU review): a CPU build of torch,
+    or FBGEMM's CPU build beside a CUDA torch (here pretended: no GPU is needed)."""
+    import fbgemm_gpu
+
+    from dlrm_exp.distributed.launch import check_devices
+    from dlrm_exp.errors import ConfigError
+
+    gpu = compose_cfg(["hardware=a100_40gb_x8", "hardware.nproc_per_node=1"]).hardware
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    monkeypatch.setattr(torch.version, "cuda", None)
+    with pytest.raises(ConfigError, match=r"this torch \(.*\) is built without CUDA: install a"):
+        check_devices(gpu)
+    monkeypatch.setattr(torch.version, "cuda", "13.0")
+    with pytest.raises(ConfigError, match=r"this machine has none: use mode=plan"):
+        check_devices(gpu)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    monkeypatch.setattr(fbgemm_gpu, "__variant__", "cpu", raising=False)
+    with pytest.raises(ConfigError, match=r"its CPU build \(fbgemm-gpu-cpu\) is installed: pip"):
+        check_devices(gpu)
+    monkeypatch.setattr(fbgemm_gpu, "__variant__", "cuda")
+    check_devices(gpu)
 
 
 def _tiny_plan(tmp_path, *overrides):

@@ -60,24 +60,41 @@ def needs_launch(cfg: HardwareConfig) -> bool:
 
 
 def check_devices(cfg: HardwareConfig) -> None:
-    """Fail before anything starts when the job asks for GPUs this machine does not have.
+    """Fail before anything starts when the job asks for GPUs this machine, or this
+    environment, cannot train on.
 
     Raises:
-        ConfigError: ``compute_device=cuda`` without CUDA (suggests ``mode=plan``, which plans
-            for any hardware), or more processes per node than GPUs.
+        ConfigError: ``compute_device=cuda`` without CUDA (a CPU build of torch named as such;
+            both suggest ``mode=plan``, which plans for any hardware), more processes per node
+            than GPUs, or FBGEMM's CPU build (``fbgemm-gpu-cpu``) beside a CUDA torch (its
+            kernels would fail inside TorchRec: GPU review).
     """
     if cfg.compute_device.value != "cuda":
         return
     if not torch.cuda.is_available():
+        cause = (
+            f"this torch ({torch.__version__}) is built without CUDA: install a CUDA torch and "
+            "fbgemm-gpu (docs/install.md), "
+            if torch.version.cuda is None
+            else "this machine has none: "
+        )
         raise ConfigError(
-            "hardware.compute_device=cuda trains on CUDA GPUs and this machine has none: use "
-            "mode=plan to plan for it here, or hardware=cpu to train on this machine"
+            f"hardware.compute_device=cuda trains on CUDA GPUs and {cause}use mode=plan to plan "
+            "for it here, or hardware=cpu to train on this machine"
         )
     count = torch.cuda.device_count()
     if cfg.nproc_per_node > count and not launched_by_torchrun():
         raise ConfigError(
             f"hardware.nproc_per_node={cfg.nproc_per_node} but this machine has {count} GPU(s): "
             f"set hardware.nproc_per_node={count}"
+        )
+    import fbgemm_gpu  # here: the CLI's refusals need not load FBGEMM
+
+    if getattr(fbgemm_gpu, "__variant__", None) == "cpu":
+        raise ConfigError(
+            "hardware.compute_device=cuda needs FBGEMM's CUDA build, and its CPU build "
+            "(fbgemm-gpu-cpu) is installed: pip uninstall fbgemm-gpu-cpu, then install the "
+            f"fbgemm-gpu release of this torch ({torch.__version__}; docs/install.md)"
         )
 
 
