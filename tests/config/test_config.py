@@ -167,7 +167,8 @@ RULES = [
     ),
     (
         ["sharding.compute_kernel=fused_uvm_caching"],
-        r"sharding.compute_kernel=fused_uvm_caching .* needs hardware.compute_device=cuda",
+        r"sharding.compute_kernel=fused_uvm_caching .* needs hardware.compute_device=cuda: on "
+        r"CPU use fused; to plan for GPUs here, choose a GPU preset \(mode=plan hardware=",
     ),
     (["sharding.cache_load_factor=0"], r"sharding.cache_load_factor must be in \(0, 1\]"),
     (["hardware.nproc_per_node=0"], r"hardware.nproc_per_node must be positive"),

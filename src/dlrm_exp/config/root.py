@@ -324,7 +324,8 @@ class Config:
             require(
                 kernel is not ComputeKernel.fused_uvm_caching,
                 f"{key}=fused_uvm_caching keeps tables in CUDA unified memory with an "
-                "HBM cache and needs hardware.compute_device=cuda: on CPU use fused",
+                "HBM cache and needs hardware.compute_device=cuda: on CPU use fused; to plan "
+                "for GPUs here, choose a GPU preset (mode=plan hardware=a100_80gb_x8, ...)",
             )
 
     def _check_skip_with_adam(self) -> None:
