@@ -5,7 +5,6 @@ naming ``full_key: log1p`` (or no key at all) instead of where it sits.
 """
 
 import dataclasses
-import difflib
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -16,7 +15,7 @@ from omegaconf.errors import OmegaConfBaseException
 from dlrm_exp.config.keys import check_override_keys
 from dlrm_exp.config.schema import DenseColumn, FeatureSchema, SparseFeature
 from dlrm_exp.errors import ConfigError
-from dlrm_exp.util.text import first_few
+from dlrm_exp.util.text import closest, first_few
 
 #: The flags that name a config folder of the user's.
 _DIR_FLAGS = ("-cd", "--config-dir")
@@ -159,8 +158,8 @@ def check_schema_feature_overrides(overrides: Sequence[str], files: Sequence[Pat
             continue
         name = key.removeprefix("data.schema.sparse.").split(".", 1)[0]
         if name and name not in features:
-            close = difflib.get_close_matches(name, features, n=1, cutoff=0.6)
-            hint = f"did you mean {close[0]}? " if close else ""
+            close = closest(name, features)
+            hint = f"did you mean {close}? " if close else ""
             raise ConfigError(
                 f"{text}: the schema {', '.join(f.stem for f in schemas)} has no feature "
                 f"{name} ({hint}features: {first_few(features, 6)}); to add one: "
@@ -210,6 +209,6 @@ def _check_schema(file: Path, node: DictConfig | ListConfig) -> None:
             key = f"{where}.{err.full_key}" if getattr(err, "full_key", "") else where
             reason = str(err).splitlines()[0]
             fields = [f.name for f in dataclasses.fields(cls)]
-            close = difflib.get_close_matches(str(err.full_key or ""), fields, n=1, cutoff=0.7)
-            hint = f": did you mean {close[0]}?" if close and err.full_key not in fields else ""
+            close = closest(str(err.full_key or ""), fields, cutoff=0.7)
+            hint = f": did you mean {close}?" if close and err.full_key not in fields else ""
             raise ConfigError(f"{file}: {key}: {reason}{hint}") from None

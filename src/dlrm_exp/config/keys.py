@@ -30,6 +30,7 @@ from omegaconf import DictConfig, ListConfig, OmegaConf
 
 from dlrm_exp.config.conf_tree import conf_dir
 from dlrm_exp.errors import ConfigError
+from dlrm_exp.util.text import closest
 
 #: Short names users type for a key of another name (``train.lr`` means a learning rate).
 ALIASES = {
@@ -99,12 +100,12 @@ def suggest(key: str, known: Iterable[str]) -> str | None:
     leaf = key.rsplit(".", 1)[-1]
     if leaf in ALIASES:
         return ALIASES[leaf]
-    close = difflib.get_close_matches(key, known, n=1, cutoff=0.75)
+    close = closest(key, known, cutoff=0.75)
     if close:
-        return close[0]
+        return close
     by_leaf = {k.rsplit(".", 1)[-1]: k for k in known}
-    close = difflib.get_close_matches(leaf, list(by_leaf), n=1, cutoff=0.7)
-    return by_leaf[close[0]] if close else None
+    close = closest(leaf, by_leaf, cutoff=0.7)
+    return by_leaf[close] if close else None
 
 
 def unknown_key_error(key: str, known: Iterable[str]) -> ConfigError:
@@ -372,8 +373,8 @@ def check_composed_keys(raw: DictConfig, root: type) -> None:
         parent, name = key.rsplit(".", 1)
         item = OmegaConf.get_type(OmegaConf.select(raw, parent))
         fields = [f.name for f in dataclasses.fields(item)] if _is_dataclass_type(item) else []
-        close = difflib.get_close_matches(name, fields, n=1)
-        hint = f"did you mean {parent}.{close[0]}?" if close else f"its keys: {', '.join(fields)}"
+        close = closest(name, fields)
+        hint = f"did you mean {parent}.{close}?" if close else f"its keys: {', '.join(fields)}"
         raise ConfigError(f"unknown config key {key}: {hint}")
     _check_typed_map_key(key, open_maps)  # a field of a map's value
     raise unknown_key_error(key, known)

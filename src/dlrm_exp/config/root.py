@@ -1,7 +1,6 @@
 """The root config: the six groups plus ``train``, ``verify`` and ``preprocess``, and the rules
 that cross groups (checked in ``Config.__post_init__``)."""
 
-import difflib
 from dataclasses import dataclass, field, replace
 
 from omegaconf import MISSING
@@ -41,7 +40,7 @@ from dlrm_exp.config.schema import FeatureSchema
 from dlrm_exp.config.sharding import ComputeKernel, ShardingConfig, ShardingStrategy
 from dlrm_exp.config.train import CUDA_PIPELINES, DensePrecision, OnNonFinite, TrainConfig
 from dlrm_exp.errors import ConfigError
-from dlrm_exp.util.text import first_few
+from dlrm_exp.util.text import closest, first_few
 
 #: The ``preprocess.*`` options of ``preprocess.format=npy`` alone.
 _NPY_PREPROCESS = (
@@ -299,11 +298,11 @@ class Config:
         key, name = unknown[0]
         features = zip(tables, self.model.table_features, strict=True)
         table_of = {f: t for t, fs in features for f in fs}
-        close = difflib.get_close_matches(name, tables, n=1, cutoff=0.6)
+        close = closest(name, tables)
         hint = (
             f"feature {name}'s table is {table_of[name]}"
             if name in table_of
-            else f"did you mean {close[0]}?"
+            else f"did you mean {close}?"
             if close
             else "no table is close"
         )
