@@ -28,10 +28,10 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.experimental.callback import Callback
 from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
-from omegaconf.errors import MissingMandatoryValue, OmegaConfBaseException
+from omegaconf.errors import OmegaConfBaseException
 
 from dlrm_exp.config import Config, Mode, conf_dir, register_configs
-from dlrm_exp.config.checks import sweeping
+from dlrm_exp.config.build import build_config
 from dlrm_exp.config.config_files import (
     check_config_files,
     check_option_file_keys,
@@ -39,7 +39,7 @@ from dlrm_exp.config.config_files import (
     chosen_files,
     config_dirs,
 )
-from dlrm_exp.config.keys import check_composed_keys, check_data_option_keys, check_override_keys
+from dlrm_exp.config.keys import check_data_option_keys, check_override_keys
 from dlrm_exp.config.store import DATA_OPTIONS
 from dlrm_exp.distributed.env import check_launcher_env, env_rank, launched_by_torchrun
 from dlrm_exp.distributed.submitit_env import adopt_submitit_environment, in_submitit_task
@@ -273,23 +273,7 @@ def _run(
 ) -> float | None:
     """Convert the config, run its mode and print the summary; returns the mode's value.
     ``swept``: this job's values of the swept keys; ``sweep``: every value of each."""
-    if HydraConfig.get().job.chdir:  # (Hydra 1.3's default is false)
-        # relative paths were read from the start folder by some readers and from the run
-        # folder by others (extension review)
-        raise ConfigError(
-            "hydra.job.chdir=true runs the job inside its run folder, where the relative paths "
-            "of data.path, checkpoint=, predict.output, ... would be read from, while dlrm_exp "
-            "reads them from where it was started and writes into the run folder itself: leave "
-            "hydra.job.chdir false"
-        )
-    check_composed_keys(raw, Config)
-    try:  # a key another job of the sweep reads, unread in this one: warned of, not refused
-        with sweeping(sweep or {}):
-            cfg = OmegaConf.to_object(raw)
-    except MissingMandatoryValue as err:
-        key = err.full_key
-        raise ConfigError(f"{key} is required here: set {key}=... on the command line") from None
-    assert isinstance(cfg, Config)
+    cfg = build_config(raw, sweep)
     if in_submitit_task():
         adopt_submitit_environment(cfg.hardware)
         if env_rank() > 0:  # like a torchrun rank > 0: warnings only, and not into the job's log

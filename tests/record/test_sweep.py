@@ -135,6 +135,11 @@ def test_a_plan_sweep_lists_its_jobs_and_succeeds(tmp_path, cli_here):
     assert warned < out.index("Launching 4 jobs")
     assert "job 2 (train.batch_size=-1, optimizer.lr_decay_steps=0): train.batch_size must" in out
     assert "2 of 4 jobs did not complete" in out and (tmp_path / "bad" / "1" / "plan.json").exists()
+    # hydra.job.chdir=true: each job refused as the entry point refuses it (one builder)
+    moved = cli_here(["-m", "mode=plan", "seed=0,1", "hydra.job.chdir=true",
+                      f"hydra.sweep.dir={tmp_path / 'moved'}"])  # fmt: skip
+    assert "2 of the 2 jobs of this sweep will be refused" in moved.stdout + moved.stderr
+    assert "job 0 (seed=0): hydra.job.chdir=true runs the job inside" in moved.stdout + moved.stderr
 
 
 def test_an_evaluate_run_reports_no_collective_precision(tmp_path):

@@ -21,11 +21,9 @@ from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.errors import HydraException
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf, open_dict
-from omegaconf.errors import MissingMandatoryValue, OmegaConfBaseException
+from omegaconf.errors import OmegaConfBaseException
 
-from dlrm_exp.config.checks import sweeping
-from dlrm_exp.config.keys import check_composed_keys
-from dlrm_exp.config.root import Config
+from dlrm_exp.config.build import MissingValueError, build_config
 from dlrm_exp.errors import UserError
 from dlrm_exp.record.runs import sweep_values, typed_task
 from dlrm_exp.util.text import first_few
@@ -46,8 +44,6 @@ class SweepCheck(Callback):
 
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
         """Warn of the jobs whose config is refused (:func:`refused_jobs`)."""
-        if config.hydra.job.get("chdir"):
-            log.warning("hydra.job.chdir=true: every job of this sweep will be refused")
         sweeper = config.hydra.sweeper
         if sweeper.get("_target_") != _BASIC or not GlobalHydra.instance().is_initialized():
             return
@@ -103,19 +99,18 @@ def refused_jobs(
 
 
 def _build(raw: DictConfig, values: dict[str, list[str]]) -> None:
-    """Build the job's :class:`Config` as the entry point's task does (its checks run), with
-    its Hydra config set as Hydra sets it for the job: a ``${hydra:runtime.cwd}`` in a value
-    resolved nowhere, and every job was said to be refused (review)."""
+    """Build the job's :class:`Config` as the entry point's task does
+    (:func:`~dlrm_exp.config.build.build_config`), with its Hydra config set as Hydra sets it
+    for the job: a ``${hydra:runtime.cwd}`` in a value resolved nowhere, and every job was
+    said to be refused (review)."""
     hydra_config = HydraConfig.instance()
     before = hydra_config.cfg
     hydra_config.set_config(raw)
     try:
         with open_dict(raw):
             raw.pop("hydra", None)
-        check_composed_keys(raw, Config)
-        with sweeping(values):
-            OmegaConf.to_object(raw)
-    except MissingMandatoryValue:  # the job names the key when it starts, as a run does
+        build_config(raw, values)
+    except MissingValueError:  # the job names the key when it starts, as a run does
         pass
     finally:
         hydra_config.cfg = before
