@@ -59,9 +59,8 @@ from fbgemm_gpu.split_table_batched_embeddings_ops_training import (
 )
 from torchrec.models.dlrm import DLRMTrain
 
-from dlrm_exp.bench.targets import Target, report
+from dlrm_exp.bench.targets import Target, at_least, report
 from dlrm_exp.bench.training import (
-    at_least,
     compose_config,
     drift_free_ratio,
     framework_run,

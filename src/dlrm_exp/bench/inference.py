@@ -21,8 +21,8 @@ import numpy as np
 import torch
 from torchmetrics.functional.classification import binary_auroc
 
-from dlrm_exp.bench.targets import Target, report
-from dlrm_exp.bench.training import at_least, compose_config
+from dlrm_exp.bench.targets import Target, at_least, report
+from dlrm_exp.bench.training import compose_config
 from dlrm_exp.config import ExportQuantization
 from dlrm_exp.data import load_splits
 from dlrm_exp.factories.inference import InferenceDLRM, one_hot_inputs

@@ -15,8 +15,8 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from dlrm_exp.bench.targets import Target, report
-from dlrm_exp.bench.training import at_least, compose_config, framework_run, training_batches
+from dlrm_exp.bench.targets import Target, at_least, report
+from dlrm_exp.bench.training import compose_config, framework_run, training_batches
 from dlrm_exp.config import Config
 from dlrm_exp.data import load_splits
 from dlrm_exp.data.criteo_format import write_criteo_tsv

@@ -29,8 +29,8 @@ import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 
 from dlrm_exp.bench.loader import batches_per_sec, training_samples_per_sec
-from dlrm_exp.bench.targets import Target, report
-from dlrm_exp.bench.training import at_least, compose_config
+from dlrm_exp.bench.targets import Target, at_least, report
+from dlrm_exp.bench.training import compose_config
 from dlrm_exp.config import CRITEO_COLUMNS, CRITEO_DENSE_COLUMNS, CRITEO_SPARSE_COLUMNS, conf_dir
 from dlrm_exp.data.criteo_format import write_criteo_tsv
 from dlrm_exp.util.logs import quiet_libraries

@@ -24,8 +24,7 @@ from pathlib import Path
 import numpy as np
 from torchrec.datasets.criteo import BinaryCriteoUtils
 
-from dlrm_exp.bench.targets import Target, report
-from dlrm_exp.bench.training import at_least
+from dlrm_exp.bench.targets import Target, at_least, report
 from dlrm_exp.config import DenseTransform, PreprocessConfig
 from dlrm_exp.data.criteo_format import write_criteo_tsv
 from dlrm_exp.data.preprocess.convert import preprocess_files

@@ -44,7 +44,7 @@ from torchrec.optim.keyed import CombinedOptimizer, KeyedOptimizerWrapper
 from torchrec.optim.optimizers import in_backward_optimizer_filter
 from torchrec.optim.rowwise_adagrad import RowWiseAdagrad
 
-from dlrm_exp.bench.targets import Target, report
+from dlrm_exp.bench.targets import Target, at_least, report
 from dlrm_exp.config import (
     Config,
     DenseOptimizer,
@@ -87,22 +87,6 @@ def compose_config(overrides: Sequence[str]) -> Config:
         raise SystemExit(f"Error: {err}") from None
     assert isinstance(cfg, Config)
     return cfg
-
-
-def at_least(low: int) -> Callable[[str], int]:
-    """An argparse ``type``: an integer >= ``low`` (``--rounds 0`` ran the setup, then
-    crashed on an empty median: review)."""
-
-    def parse(text: str) -> int:
-        try:
-            value = int(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
-        if value < low:
-            raise argparse.ArgumentTypeError(f"{value} is below {low}")
-        return value
-
-    return parse
 
 
 def training_batches(cfg: Config) -> list[Batch]:

@@ -21,8 +21,8 @@ import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 
-from dlrm_exp.bench.targets import Target, report
-from dlrm_exp.bench.training import at_least, whole_run
+from dlrm_exp.bench.targets import Target, at_least, report
+from dlrm_exp.bench.training import whole_run
 from dlrm_exp.record.run_record import RunMetrics
 from dlrm_exp.util.logs import quiet_libraries
 
