@@ -386,8 +386,15 @@ def test_one_process_modes_refuse_torchrun(monkeypatch, mode):
         monkeypatch.setenv(key, value)
     cfg = compose_cfg(["mode=plan"])
     cfg.mode = Mode(mode)
-    with pytest.raises(ConfigError, match=f"mode={mode} runs in one process, but this job was "
-                       "started as 2 ranks"):  # fmt: skip
+    refusal = (f"mode={mode} runs in one process, but this job was started as 2 ranks: start it "
+               "as one, python -m dlrm_exp, not torchrun")  # fmt: skip
+    with pytest.raises(ConfigError, match=refusal):
+        run_mode(cfg, Job(Path("/nonexistent")))
+    # a submitit task: the launcher's settings are the way out (it said python -m dlrm_exp)
+    monkeypatch.setenv("SUBMITIT_EXECUTOR", "slurm")
+    with pytest.raises(
+        ConfigError, match=r"hydra.launcher.nodes=1 hydra.launcher.tasks_per_node=1"
+    ):
         run_mode(cfg, Job(Path("/nonexistent")))
 
 

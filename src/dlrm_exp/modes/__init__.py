@@ -14,6 +14,7 @@ import importlib
 
 from dlrm_exp.config import Config, Mode
 from dlrm_exp.distributed.env import env_int, launched_by_torchrun
+from dlrm_exp.distributed.submitit_env import in_submitit_task
 from dlrm_exp.errors import ConfigError
 from dlrm_exp.modes.job import Job, ModeResult
 
@@ -47,9 +48,14 @@ def run_mode(cfg: Config, job: Job) -> ModeResult:
     """
     ranks = env_int("WORLD_SIZE", 1) if launched_by_torchrun() else 1
     if cfg.mode in ONE_PROCESS and ranks > 1:
+        how = (  # (the sweep's launcher: python -m dlrm_exp alone was no way out there)
+            "a launcher job of one task (hydra.launcher.nodes=1 hydra.launcher.tasks_per_node=1)"
+            if in_submitit_task()
+            else "python -m dlrm_exp, not torchrun"
+        )
         raise ConfigError(
             f"mode={cfg.mode.value} runs in one process, but this job was started as {ranks} "
-            "ranks (torchrun, or a launcher's tasks): start it as one (python -m dlrm_exp)"
+            f"ranks: start it as one, {how}"
         )
     return importlib.import_module(MODES[cfg.mode]).run(cfg, job)
 
