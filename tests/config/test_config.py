@@ -178,6 +178,11 @@ RULES = [
         r"nnodes\): set hardware.local_world_size=2",
     ),
     (["hardware.intra_host_bw=-1"], r"hardware.intra_host_bw must be positive"),
+    (  # on CPU nothing reads them: they were ignored (GPU review)
+        ["hardware.hbm_cap=80"],
+        r"hardware.hbm_cap describes GPU memory, which only hardware.compute_device=cuda reads",
+    ),
+    (["hardware.hbm_mem_bw=3350"], r"hardware.hbm_mem_bw describes GPU memory"),
     (["verify.steps=0"], r"verify.steps must be positive"),
     (["seed=-1"], r"seed=-1: give a non-negative integer below 2\*\*64"),
     (

@@ -3,7 +3,13 @@
 from dataclasses import dataclass
 from enum import Enum
 
-from dlrm_exp.config.checks import require, require_positive
+from dlrm_exp.config.checks import (
+    is_not_value,
+    is_value,
+    require,
+    require_positive,
+    require_read,
+)
 
 
 class ComputeDevice(Enum):
@@ -32,9 +38,9 @@ class HardwareConfig:
         ddr_cap: host memory per rank for the planner, GiB. Null: measured on this machine
             (total RAM / local world size); TorchRec's own default (128 GiB) would let plans
             through that cannot be allocated here.
-        hbm_cap: device memory per rank for the planner, GiB (cuda only). Null: the device's
-            own memory; refused when this machine has none (plan for GPUs elsewhere with a
-            GPU preset or a value).
+        hbm_cap: device memory per rank for the planner, GiB (cuda only: refused on CPU).
+            Null: the device's own memory; refused when this machine has none (plan for GPUs
+            elsewhere with a GPU preset or a value).
         intra_host_bw: bandwidth between ranks of one host, GB/s (null: TorchRec's default).
         inter_host_bw: network bandwidth of one rank to other hosts, GB/s: the host's network
             divided by its ranks, as TorchRec's ``Topology`` counts one NIC share per device
@@ -97,6 +103,22 @@ class HardwareConfig:
             require(
                 self.backend is Backend.gloo,
                 "hardware.backend=nccl needs CUDA devices: set hardware.backend=gloo for CPU",
+            )
+            self._check_no_gpu_memory_keys()
+
+    def _check_no_gpu_memory_keys(self) -> None:
+        """``hbm_cap`` and ``hbm_mem_bw`` describe GPU memory: on CPU nothing reads them
+        (TorchRec's CPU kernels are costed by DDR bandwidth), so a set one is refused rather
+        than ignored (GPU review)."""
+        gpu = {"hardware.compute_device": is_value("cuda"), "hardware": is_not_value("cpu")}
+        for key, value in (("hbm_cap", self.hbm_cap), ("hbm_mem_bw", self.hbm_mem_bw)):
+            require_read(
+                value is None,
+                f"hardware.{key} describes GPU memory, which only hardware.compute_device=cuda "
+                "reads: "
+                f"leave it null on CPU, or plan for GPUs with a GPU preset "
+                "(hardware=a100_80gb_x8, ...)",
+                gpu,
             )
 
     @property
