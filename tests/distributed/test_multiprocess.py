@@ -351,7 +351,7 @@ def test_verify_reports_the_precision_that_ran_not_the_one_asked(verify_runs):
 def test_int8_row_wise_layouts_are_refused_before_training(tmp_path, option):
     cfg = compose_cfg([*TWO, *SMALL, f"sharding={option}", "qcomms=int8"])
     with pytest.raises(
-        ConfigError, match=r"qcomms int8 with \w+ sharding is not supported \(here on gloo\)"
+        ConfigError, match=r"qcomms int8 with \w+ sharding is not supported: TorchRec\'s"
     ):
         run_train(cfg, tmp_path, {})
     assert not (tmp_path / "metrics.json").exists()
@@ -364,7 +364,7 @@ def test_int8_refusal_is_one_line_on_the_cli(tmp_path, cli_here):
     assert result.returncode == 1
     lines = result.stderr.strip().splitlines()
     assert lines[-1].startswith(
-        "Error: qcomms int8 with row_wise sharding is not supported (here on gloo)"
+        "Error: qcomms int8 with row_wise sharding is not supported: TorchRec's"
     )
     assert "Traceback" not in result.stderr
 

@@ -48,7 +48,7 @@ def test_failed_job_is_recorded_and_the_sweep_goes_on(record_sweep):
         rows = list(csv.DictReader(f))
     assert [r["run"] for r in rows] == RUNS
     assert [r["status"] for r in rows] == ["completed"] * 6 + ["failed"] * 6
-    assert "int8 with row_wise sharding is not supported (here on gloo)" in rows[6]["error"]
+    assert "int8 with row_wise sharding is not supported: TorchRec's" in rows[6]["error"]
     assert all(0.5 < float(r["val_auroc"]) < 1 for r in rows[:6])
     assert {r["qcomms_ran"] for r in rows[:6]} == {"FP32"}  # one process: nothing quantized
     assert [r["sharding_ran"] for r in rows] == ["table_wise"] * 6 + [""] * 6
@@ -77,6 +77,8 @@ def test_tensorboard_runs_are_named_by_overrides_with_readable_hparams(record_sw
         assert start.hparams["qcomms"].string_value == "int8"
         assert start.hparams["learning_rate"].number_value == float(lr)
         assert start.hparams["qcomms_ran"].string_value == "FP32"
+        assert start.hparams["seed"].string_value in ("0", "1", "2")  # (it showed 1.0000)
+        assert "sharding_type" not in start.hparams  # the choice says it (it hid sharding)
         assert "_hparams_/experiment" not in content  # TensorBoard infers it over the runs
         assert "val/auroc" in events.Tags()["scalars"]
         assert "summary/fraction_of_matmul_peak" in events.Tags()["scalars"]
@@ -337,12 +339,14 @@ def test_a_report_without_sent_bytes_removes_an_earlier_bytes_plot(tmp_path, cap
 
 
 def test_a_swept_key_without_an_hparam_becomes_one_as_parsed():
-    hparams = {"sharding": "tablewise", "learning_rate": 0.1, "seed": 0, "world_size": 2}
+    hparams = {"sharding": "tablewise", "learning_rate": 0.1, "seed": "0", "world_size": 2,
+               "batch_size_per_rank": 64}  # fmt: skip
     swept = {"sharding": "rowwise", "optimizer.learning_rate": 0.02, "seed": 1,
-             "hardware.nproc_per_node": 2, "data.paths": ["a", "b"], "x.y": None}  # fmt: skip
+             "hardware.nproc_per_node": 2, "train.batch_size": 64, "model.dcn_num_layers": 3,
+             "data.paths": ["a", "b"], "x.y": None}  # fmt: skip
     assert swept_hparams(hparams, swept) == {
         **hparams,  # their own HParams: the run's values, typed as the config has them
-        "hardware.nproc_per_node": 2,
+        "model.dcn_num_layers": 3,  # (nproc_per_node is world_size: it was added beside it)
         "data.paths": '["a","b"]',
         "x.y": "null",
     }
@@ -358,6 +362,8 @@ def test_tensorboard_infers_one_experiment_over_sweeps_and_single_runs(tmp_path)
         "sweep_a/nproc=2": ({**base, "world_size": 2}, {"hardware.nproc_per_node": 2}),
         "sweep_b/lr=0.02": ({**base, "learning_rate": 0.02}, {"optimizer.learning_rate": 0.02}),
         "sweep_c/sr=false": ({**base}, {"optimizer.stochastic_rounding": False}),
+        "sweep_d/dcn=1": ({**base}, {"model.dcn_num_layers": 1}),
+        "sweep_d/dcn=2": ({**base}, {"model.dcn_num_layers": 2}),
         "single": ({**base, "sharding": "rowwise"}, {}),
     }
     for name, (hparams, swept) in runs.items():
@@ -370,10 +376,10 @@ def test_tensorboard_infers_one_experiment_over_sweeps_and_single_runs(tmp_path)
     experiment = tensorboard_experiment(tmp_path)
     infos = {info.name: info for info in experiment.hparam_infos}
     differing = [info.name for info in experiment.hparam_infos if info.differs]
-    assert differing == ["hardware.nproc_per_node", "learning_rate", "sharding", "world_size"]
-    assert not infos["seed"].differs
-    nproc = infos["hardware.nproc_per_node"]  # a number: TensorBoard offers a range filter
-    assert (nproc.domain_interval.min_value, nproc.domain_interval.max_value) == (1, 2)
+    assert differing == ["learning_rate", "model.dcn_num_layers", "sharding", "world_size"]
+    assert not infos["seed"].differs and "hardware.nproc_per_node" not in infos  # world_size
+    layers = infos["model.dcn_num_layers"]  # a number: TensorBoard offers a range filter
+    assert (layers.domain_interval.min_value, layers.domain_interval.max_value) == (1, 2)
     assert set(infos["sharding"].domain_discrete.values[i].string_value for i in range(2)) == {
         "tablewise",
         "rowwise",
@@ -381,6 +387,41 @@ def test_tensorboard_infers_one_experiment_over_sweeps_and_single_runs(tmp_path)
     assert "val/auroc" in {m.name.tag for m in experiment.metric_infos}
     rounding = infos["optimizer.stochastic_rounding"].domain_discrete.values  # not 0.0
     assert [v.string_value for v in rounding] == ["false"]
+
+
+def test_the_plots_say_what_their_bars_and_axes_are(tmp_path, capsys):
+    """Found by looking at them (review): whiskers unlabelled and an axis down to -200,000
+    samples/s; long x names overlapping; an empty auroc_diff.png where every configuration
+    but the baseline failed; a managed-collision column of n/a in every sweep."""
+    import matplotlib.pyplot as plt
+
+    jobs = [
+        ([f"hardware.nproc_per_node={n}", f"qcomms={q}", f"seed={s}"],
+         _completed(samples_per_sec=1000.0 * (1 + s * 9), seed=s))
+        for n in (1, 2) for q in ("none", "fp16") for s in (0, 1)
+    ]  # fmt: skip
+    typed = ["hardware.nproc_per_node=1,2", "qcomms=none,fp16", "seed=0,1"]
+    runs = load_runs([_written_sweep(tmp_path / "sweep", typed, jobs)])
+    fig, ax = plt.subplots()
+    x = report._grouped_bars(ax, runs, "sharding", "qcomms", lambda m: m.samples_per_sec)
+    assert x == "configuration" and ax.get_ylim()[0] == 0  # (the interval reaches below 0)
+    assert ax.get_legend().get_title().get_text() == (
+        "bars: mean; whiskers: 95 % t interval, 2 runs"
+    )
+    assert [t.get_text() for t in ax.get_xticklabels()] == ["1", "2"]
+    assert ax.get_xlabel() == "hardware.nproc_per_node"
+    plt.close(fig)
+    assert report._tick_labels(["a=[1,2],b=x"]) == (["a=[1,2],b=x"], "")  # (a comma inside)
+    # every configuration but the baseline failed: no empty auroc_diff.png
+    failed = {"status": "failed", "error": "refused"}
+    jobs = [([f"qcomms={q}", f"seed={s}"], _completed() if q == "none" else failed)
+            for q in ("none", "int8") for s in (0, 1)]  # fmt: skip
+    sweep = _written_sweep(tmp_path / "int8", ["qcomms=none,int8", "seed=0,1"], jobs)
+    assert report.main([str(sweep)]) == 0
+    out = capsys.readouterr().out
+    assert "(no auroc_diff.png: no configuration but the baseline has a val AUROC)" in out
+    assert not (sweep / "auroc_diff.png").exists() and "MC rows held" not in out
+    assert "| samples/s (all ranks) |" in out
 
 
 def test_report_refuses_a_path_without_runs(tmp_path, capsys):

@@ -93,9 +93,9 @@ UNSUPPORTED: dict[tuple[str, str], str] = {
 }
 
 
-def check_supported(cfg: QCommsConfig, sharding_types: set[str], backend: str) -> None:
-    """Refuse a precision / sharding-type combination known not to run (:data:`UNSUPPORTED`;
-    ``backend`` is named in the message).
+def check_supported(cfg: QCommsConfig, sharding_types: set[str]) -> None:
+    """Refuse a precision / sharding-type combination known not to run (:data:`UNSUPPORTED`,
+    on any backend: the message named the backend, then said "on any backend"; review).
 
     Raises:
         ConfigError: one line naming the combination and why.
@@ -108,9 +108,8 @@ def check_supported(cfg: QCommsConfig, sharding_types: set[str], backend: str) -
             reason = UNSUPPORTED.get((precision, kind))
             if reason:
                 raise ConfigError(
-                    f"qcomms {precision} with {kind} sharding is not supported (here on "
-                    f"{backend}): {reason}; use qcomms=fp16 / bf16 / fp8, or "
-                    "sharding=tablewise / columnwise"
+                    f"qcomms {precision} with {kind} sharding is not supported: {reason}; use "
+                    "qcomms=fp16 / bf16 / fp8, or sharding=tablewise / columnwise"
                 )
 
 

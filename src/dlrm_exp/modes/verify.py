@@ -393,7 +393,7 @@ def run_verify_many(cfgs: list[Config], run_dirs: list[Path]) -> list[dict[str, 
         )
     cfgs = [_prepared(cfg) for cfg in cfgs]
     for cfg in cfgs:  # before the workers start, as training refuses them
-        check_supported(cfg.qcomms, _asked_sharding_types(cfg), cfg.hardware.backend.value)
+        check_supported(cfg.qcomms, _asked_sharding_types(cfg))
     hardware = cfgs[0].hardware
     if any(cfg.hardware != hardware for cfg in cfgs):
         raise ConfigError("run_verify_many verifies jobs of one hardware configuration")

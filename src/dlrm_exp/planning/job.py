@@ -250,7 +250,7 @@ def plan_job(
         result = _plan_from_file(cfg, module, target, sharders)
     else:
         result = _plan_with_planner(cfg, module, target, sharders)
-    check_supported(cfg.qcomms, plan_sharding_types(result.plan), cfg.hardware.backend.value)
+    check_supported(cfg.qcomms, plan_sharding_types(result.plan))
     _check_fp16_replicas(cfg, result.plan)
     return result
 

@@ -113,17 +113,17 @@ _RUN_METRICS = (
         "final_test_auroc", "test AUROC final weights", ".4f", True, _final_weights("test", "auroc")
     ),
     Metric("best_epoch", "best epoch", ".2f", None, lambda m: m.best_epoch),
-    Metric("samples_per_sec", "samples/s", ",.0f", True, lambda m: m.samples_per_sec),
+    Metric("samples_per_sec", "samples/s (all ranks)", ",.0f", True, lambda m: m.samples_per_sec),
     Metric(
         "fwd_bytes_per_step",
-        "fwd bytes/step",
+        "fwd bytes/step (all ranks)",
         ",.0f",
         False,
         lambda m: m.comm_bytes_per_step.get("forward"),
     ),
     Metric(
         "bwd_bytes_per_step",
-        "bwd bytes/step",
+        "bwd bytes/step (all ranks)",
         ",.0f",
         False,
         lambda m: m.comm_bytes_per_step.get("backward"),
@@ -173,8 +173,9 @@ METRICS: dict[str, Metric] = {
 }
 
 
-#: Table columns left out when no run has a value (CPU runs hold no GPU memory).
-OPTIONAL_METRICS = frozenset({"peak_gpu_gib"})
+#: Table columns left out when no run has a value (CPU runs hold no GPU memory; only
+#: managed-collision tables hold rows of their own: the column was n/a in every other sweep).
+OPTIONAL_METRICS = frozenset({"peak_gpu_gib", "managed_rows_held"})
 
 
 def shown(keys: Sequence[str], has_value: Callable[[str], bool]) -> list[str]:

@@ -113,15 +113,20 @@ def _grouped_bars(
     bar_by: str,
     value: Callable[[RunMetrics], float | None],
     scale: float = 1.0,
-) -> None:
+) -> str:
     """One bar per (group, bar) pair of :func:`bar_pairs`: the mean over its completed runs
-    that have the value, with a 95 % Student t error bar only when 2 or more do; a pair with
-    no value is an empty bar labelled "failed" when none of its runs completed, else "n/a"
-    (completed without it: e.g. no samples/s from a run no longer than its warm-up)."""
+    that have the value, with a 95 % Student t error bar only when 2 or more do (the legend's
+    title says so, with the runs per bar: they were unlabelled; review); a pair with no value
+    is an empty bar labelled "failed" when none of its runs completed, else "n/a" (completed
+    without it: e.g. no samples/s from a run no longer than its warm-up). The values are
+    never negative: the axis starts at 0 (an interval of 2 seeds reached -200,000 samples/s).
+    Returns what the x-axis shows: ``group_by``, or "configuration" where the groups are
+    the other swept settings (for the title)."""
     pairs = bar_pairs(runs, group_by, bar_by)
     groups = list(dict.fromkeys(group for group, _ in pairs))
     bars = list(dict.fromkeys(bar for _, bar in pairs))
     width = 0.8 / max(len(bars), 1)
+    counts: list[int] = []  # runs behind each bar that has an error bar
     for j, bar in enumerate(bars):
         first = next(group for group, option in pairs if option == bar)  # its legend entry
         of_bar = [r for (_, option), match in pairs.items() if option == bar for r in match]
@@ -134,6 +139,7 @@ def _grouped_bars(
             if numbers:
                 e = estimate(numbers)
                 error = e.half_width if e.half_width is not None else None
+                counts += [len(numbers)] if error is not None else []
                 ax.bar(x, e.mean, width, yerr=error, capsize=3, color=f"C{j}", label=label)
             elif match:
                 completed = any(r.status == COMPLETED for r in match)
@@ -141,12 +147,32 @@ def _grouped_bars(
                 ax.annotate("n/a" if completed else "failed", (x, 0), ha="center",
                             va="bottom", rotation=90, fontsize="small",
                             color="tab:gray" if completed else "tab:red")  # fmt: skip
-    ax.set_xticks(range(len(groups)), groups)
+    ticks, keys = _tick_labels(groups)
+    ax.set_xticks(range(len(groups)), ticks)
     plt.setp(ax.get_xticklabels(), rotation=25, ha="right", fontsize="small")
-    low, high = ax.get_ylim()
-    ax.set_ylim(low, high + 0.15 * (high - low))  # headroom: the legend above the bars
-    ax.legend(fontsize="small", loc="upper right")
+    if keys:
+        ax.set_xlabel(keys, fontsize="small")
+    _, high = ax.get_ylim()
+    ax.set_ylim(0, high * 1.15)  # headroom: the legend above the bars
+    runs_per_bar = "-".join(str(n) for n in sorted({min(counts), max(counts)})) if counts else ""
+    title = f"bars: mean; whiskers: 95 % t interval, {runs_per_bar} runs" if counts else None
+    ax.legend(fontsize="small", loc="upper right", title=title, title_fontsize="small")
     ax.grid(axis="y", alpha=0.3)
+    by_setting = all(g.startswith(f"{group_by}=") and "," not in g for g in groups)
+    return group_by if by_setting else "configuration"
+
+
+def _tick_labels(groups: Sequence[str]) -> tuple[list[str], str]:
+    """Groups named ``k1=v1,k2=v2`` with the same keys: their values as tick labels and the
+    keys as the axis label (the whole names overlapped; review); else the names as they are
+    and no axis label."""
+    parts = [g.split(",") for g in groups]
+    if not all(all("=" in p for p in ps) for ps in parts):  # (a value with a comma)
+        return list(groups), ""
+    keys = {tuple(p.split("=", 1)[0] for p in ps) for ps in parts}
+    if len(keys) != 1:
+        return list(groups), ""
+    return [", ".join(p.split("=", 1)[1] for p in ps) for ps in parts], ", ".join(keys.pop())
 
 
 def _ran_note(runs: Sequence[RunRecord], setting: str) -> str:
@@ -177,9 +203,9 @@ def plot_throughput(runs: Sequence[RunRecord], path: Path) -> None:
     without qcomms, :func:`bar_pairs`), one bar per qcomms (its repeats averaged), written as
     PNG to ``path``."""
     fig, ax = plt.subplots(figsize=(8, 4.5))
-    _grouped_bars(ax, runs, "sharding", "qcomms", lambda m: m.samples_per_sec)
+    x = _grouped_bars(ax, runs, "sharding", "qcomms", lambda m: m.samples_per_sec)
     ax.set_ylabel("training throughput (samples/s, all ranks)")
-    ax.set_title("Throughput by sharding and communication precision")
+    ax.set_title(f"Throughput by {x} and communication precision (qcomms)")
     fig.tight_layout()
     save_figure(fig, path)
 
@@ -240,12 +266,14 @@ def plot_comm_bytes(runs: Sequence[RunRecord], path: Path) -> None:
     per sharding; PNG."""
     fig, axes = plt.subplots(1, 2, figsize=(11, 4.5), sharey=True)
     for ax, phase in zip(axes, ("forward", "backward"), strict=True):
-        _grouped_bars(
+        x = _grouped_bars(
             ax, runs, "qcomms", "sharding", lambda m, p=phase: m.comm_bytes_per_step.get(p), 2**20
         )
         ax.set_title(f"{phase} embedding collectives")
-    axes[0].set_ylabel("MiB sent per training step (all ranks)")
-    fig.suptitle("Communication volume by precision")
+    # each collective's larger side, summed over ranks: a rank's own share counted too (it
+    # said "sent", about twice what left 2 ranks: review)
+    axes[0].set_ylabel("collective MiB per training step\n(all ranks, own share included)")
+    fig.suptitle(f"Communication volume by {x}" + (" (qcomms)" if x == "qcomms" else ""))
     fig.tight_layout()
     save_figure(fig, path)
 
@@ -338,9 +366,14 @@ def report(
         )
     text += f"\n\n({passed_over.lstrip('; ')})" if passed_over else ""
     diff_plot = out / PLOTS[3]
-    if has_repeats(stats):
+    compared = [s for s in stats[1:] if "val_auroc" in s.vs_baseline]
+    if has_repeats(stats) and compared:
         plot_auroc_diff(stats, diff_plot)
         text += "\n\n" + stats_markdown(stats)
+    elif has_repeats(stats):  # the baseline's repeats alone: an empty plot was drawn (review)
+        diff_plot.unlink(missing_ok=True)
+        text += "\n\n" + stats_markdown(stats)
+        text += f"\n\n(no {PLOTS[3]}: no configuration but the baseline has a val AUROC)"
     else:
         diff_plot.unlink(missing_ok=True)  # from an earlier report with repeats
         text += f"\n\n(no {PLOTS[3]}: no configuration has repeats; sweep seed=0,1,2 for them)"

@@ -29,26 +29,34 @@ def run_hparams(
     """The run's HParams: each group's choice and the key fields, as TensorBoard scalars;
     ``qcomms_ran`` is the precision each embedding collective ran in
     (:attr:`~dlrm_exp.record.run_record.RunMetrics.qcomms_ran`, e.g.
-    ``reduce_scatter FP16/BF16``), which TorchRec may have substituted for the asked one."""
-    q = cfg.qcomms
+    ``reduce_scatter FP16/BF16``), which TorchRec may have substituted for the asked one.
+    Fields a group choice already says (the sharding type, the sparse optimizer, the asked
+    qcomms precisions) are left out: TensorBoard's table shows the first 5 differing HParams,
+    and four such copies pushed the swept ``sharding`` out of them (review). ``seed`` is text
+    (a number showed as ``1.0000``); ``batch_size_per_rank`` says what ``train.batch_size``
+    counts."""
     return {
         **{group: str(choices.get(group, "?")) for group in GROUPS},
         "embedding_dim": cfg.model.embedding_dim,
         "num_tables": len(cfg.model.table_sizes),
         "num_embeddings_cap": cfg.model.num_embeddings_cap or 0,
         "interaction_type": cfg.model.interaction_type.value,
-        "sharding_type": cfg.sharding.sharding_type.value,
         "compute_kernel": cfg.sharding.compute_kernel.value,
-        "forward_precision": q.forward_precision.value if q.forward_precision else "fp32",
-        "backward_precision": q.backward_precision.value if q.backward_precision else "fp32",
         "qcomms_ran": qcomms_ran,
-        "sparse_optimizer": cfg.optimizer.sparse_optimizer.value,
         "learning_rate": cfg.optimizer.learning_rate,
         "dense_learning_rate": cfg.optimizer.dense_learning_rate,
-        "batch_size": cfg.train.batch_size,
+        "batch_size_per_rank": cfg.train.batch_size,
         "world_size": world_size,
-        "seed": cfg.seed,
+        "seed": str(cfg.seed),
     }
+
+
+#: Swept keys an HParam of another name already shows (its value, or what it sets).
+_SHOWN_AS = {
+    "hardware.nproc_per_node": "world_size",
+    "hardware.nnodes": "world_size",
+    "train.batch_size": "batch_size_per_rank",
+}
 
 
 #: TensorBoard's Custom Scalars tab: the charts a DLRM run is read by, each over every run of
@@ -94,12 +102,14 @@ def swept_hparams(hparams: Mapping[str, Scalar], swept: Mapping[str, Any]) -> di
     """``hparams`` with each of a sweep's swept keys (``{key: this job's parsed value}``) that
     has no HParam added as one of its own: a key is the HParam of its name (``sharding``,
     ``seed``), else of its last part (``optimizer.learning_rate`` -> ``learning_rate``), else
-    it is added under its key with its value as parsed (``hardware.nproc_per_node=2`` -> 2, a
+    the one of :data:`_SHOWN_AS` (``hardware.nproc_per_node`` -> ``world_size``: both were
+    shown; review), else it is added under its key with its value as parsed
+    (``optimizer.stochastic_rounding=false`` -> ``false``, ``model.dcn_num_layers=3`` -> 3, a
     number, so TensorBoard offers a range filter); booleans (which torch's ``hparams`` would
     turn into 1.0 / 0.0), lists, dicts and null as canonical text (``true``)."""
     values = dict(hparams)
     for key, value in swept.items():
-        if key in hparams or key.rsplit(".", 1)[-1] in hparams:
+        if key in hparams or key.rsplit(".", 1)[-1] in hparams or _SHOWN_AS.get(key) in hparams:
             continue
         scalar = isinstance(value, (int, float, str)) and not isinstance(value, bool)
         values[key] = value if scalar else normalized_value(value)
