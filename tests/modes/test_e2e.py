@@ -82,7 +82,7 @@ def test_default_run_is_close_to_bayes_optimal(default_run):
     start = plugin_data_pb2.HParamsPluginData.FromString(content["_hparams_/session_start_info"])
     hparams = start.session_start_info.hparams
     assert hparams["model"].string_value == "tiny" and hparams["sharding"].string_value == "auto"
-    assert hparams["batch_size"].number_value == 512
+    assert hparams["batch_size_per_rank"].number_value == 512
     assert "_hparams_/experiment" not in content  # TensorBoard infers it over --logdir's runs
     experiment = tensorboard_experiment(tmp_path)
     assert "val/auroc" in {m.name.tag for m in experiment.metric_infos}

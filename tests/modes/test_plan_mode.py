@@ -413,8 +413,8 @@ def test_int8_row_wise_layouts_are_refused_on_nccl_too(tmp_path):
     """The INT8 codec fails for want of a context TorchRec's reduce-scatter never gives it,
     whatever the backend: a GPU job was refused only on gloo and crashed at its first step."""
     cfg = compose_cfg(["mode=plan", "hardware=a100_40gb_x8", "sharding=rowwise", "qcomms=int8"])
-    with pytest.raises(ConfigError, match=r"int8 with row_wise sharding is not supported \(here "
-                       r"on nccl\): TorchRec's reduce-scatter gives"):  # fmt: skip
+    with pytest.raises(ConfigError, match=r"int8 with row_wise sharding is not supported: "
+                       r"TorchRec's reduce-scatter gives .* on any backend"):  # fmt: skip
         run_plan(cfg, tmp_path)
 
 
