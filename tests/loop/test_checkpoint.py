@@ -293,6 +293,50 @@ def test_a_truncated_checkpoint_is_refused(saved, tmp_path):
         _dcp_load(broken, {})
 
 
+def test_ctrl_c_while_loading_is_an_interruption_not_a_damaged_checkpoint(saved, monkeypatch):
+    """DCP wraps the KeyboardInterrupt (or SIGTERM's Terminated) in a CheckpointException:
+    'checkpoint ... cannot be read: KeyboardInterrupt' sent users to delete a good one (crash
+    review)."""
+    import traceback
+
+    from torch.distributed.checkpoint.api import CheckpointException
+
+    from dlrm_exp.errors import Terminated
+    from dlrm_exp.loop import checkpoint
+
+    for stop in (KeyboardInterrupt(), Terminated(15)):
+
+        def interrupted(*args, stop=stop, **kwargs):
+            raise CheckpointException("load", {0: (stop, traceback.StackSummary())})
+
+        monkeypatch.setattr(checkpoint.dcp, "load", interrupted)
+        with pytest.raises(type(stop)):
+            _dcp_load(saved, {})
+
+
+def test_a_save_on_a_full_disk_is_one_line_saying_the_earlier_checkpoints_stand(
+    tmp_path, monkeypatch
+):
+    """A 113-line traceback that never said the disk was full (torch.save fails there with
+    'unexpected pos'; crash review, a 12 MB tmpfs); other failures stay as they are."""
+    import errno
+    import shutil as shutil_module
+    from collections import namedtuple
+
+    from dlrm_exp.loop import checkpoint
+
+    final = tmp_path / "checkpoints" / "step_4"
+    final.parent.mkdir(parents=True)
+    refusal = checkpoint._full_disk(OSError(errno.ENOSPC, "No space left on device"), final)
+    assert str(refusal).startswith(f"cannot save checkpoint {final}: its disk is full (")
+    assert "the earlier checkpoints are intact" in str(refusal)
+    pos = RuntimeError("[enforce fail at inline_container.cc:672] . unexpected pos 704 vs 598")
+    assert checkpoint._full_disk(pos, final) is None  # room left: not the disk's doing
+    usage = namedtuple("usage", "total used free")
+    monkeypatch.setattr(shutil_module, "disk_usage", lambda path: usage(10, 10, 1024))
+    assert "(0.0 MiB free there)" in str(checkpoint._full_disk(pos, final))
+
+
 class _Payload:
     """Unpickling it would create the file ``path`` (what a crafted checkpoint could do)."""
 

@@ -42,6 +42,7 @@ window (the last batches' logits and labels, :mod:`dlrm_exp.loop.train_window`) 
 training-window metrics are the uninterrupted run's.
 """
 
+import errno
 import json
 import logging
 import pickle
@@ -60,8 +61,8 @@ from torch.distributed.checkpoint import FileSystemReader
 from torch.distributed.checkpoint.api import CheckpointException
 from torch.distributed.checkpoint.metadata import Metadata, StorageMeta, TensorStorageMetadata
 
-from dlrm_exp.distributed.preemption import preemption_held
-from dlrm_exp.errors import CheckpointError, RunFolderInUseError
+from dlrm_exp.distributed.preemption import save_signals_held
+from dlrm_exp.errors import CheckpointError, RunFolderInUseError, Terminated
 from dlrm_exp.record.run_record import FAILED, INTERRUPTED
 from dlrm_exp.util.files import read_json_object, sync_file, sync_folder, write_json_atomic
 from dlrm_exp.util.rank_zero import on_rank_zero
@@ -395,33 +396,84 @@ def save_checkpoint(
     link; rank 0 links them, so every rank's files must be visible to it, as a resume needs);
     the RNG files and ``trainer_state`` are written as in any save.
 
-    A preemption signal arriving meanwhile is handled after the save is committed
-    (:func:`dlrm_exp.distributed.preemption.preemption_held`)."""
+    A preemption signal, Ctrl-C or SIGTERM arriving meanwhile is handled after the save is
+    committed (:func:`dlrm_exp.distributed.preemption.save_signals_held`)."""
     final = checkpoint_path(run_dir, step) if name is None else run_dir / CHECKPOINTS / name
     partial = _partial(final)
-    with preemption_held():
-        if is_main:
-            shutil.rmtree(partial, ignore_errors=True)
-            partial.mkdir(parents=True)
-            if same_as is not None:
-                _link_dcp_files(same_as, partial)
-        dist.barrier()
-        if same_as is None:
-            dcp.save(_state(model, optimizer.state_dict()), checkpoint_id=str(partial))
-        save_rng(partial, dist.get_rank())
-        if rank_state is not None:
-            save_rank_state(partial, dist.get_rank(), rank_state)
-        dist.barrier()
-        if is_main:
-            write_json_atomic(partial / STATE_FILE, {**trainer_state, "step": step})
-            if name is None:
-                keep_other_branch(final, trainer_state.get("samples"))
-            _replace_folder(partial, final)
-            if keep_last:
-                for old in complete_checkpoints(run_dir)[:-keep_last]:
-                    _remove_folder(old)
-        dist.barrier()
+    try:
+        with save_signals_held():
+            _save(final, partial, step, (model, optimizer), trainer_state, is_main, keep_last,
+                  name, same_as, rank_state)  # fmt: skip
+    except (OSError, RuntimeError, CheckpointException) as err:
+        full = _full_disk(err, final)
+        if full is None:
+            raise
+        raise full from None
     return final
+
+
+def _save(
+    final: Path,
+    partial: Path,
+    step: int,
+    parts: tuple[torch.nn.Module, Any],
+    trainer_state: dict[str, Any],
+    is_main: bool,
+    keep_last: int | None,
+    name: str | None,
+    same_as: Path | None,
+    rank_state: dict[str, Any] | None,
+) -> None:
+    """:func:`save_checkpoint`'s writing, in ``partial`` then renamed to ``final``."""
+    model, optimizer = parts
+    run_dir = final.parent.parent
+    if is_main:
+        shutil.rmtree(partial, ignore_errors=True)
+        partial.mkdir(parents=True)
+        if same_as is not None:
+            _link_dcp_files(same_as, partial)
+    dist.barrier()
+    if same_as is None:
+        dcp.save(_state(model, optimizer.state_dict()), checkpoint_id=str(partial))
+    save_rng(partial, dist.get_rank())
+    if rank_state is not None:
+        save_rank_state(partial, dist.get_rank(), rank_state)
+    dist.barrier()
+    if is_main:
+        write_json_atomic(partial / STATE_FILE, {**trainer_state, "step": step})
+        if name is None:
+            keep_other_branch(final, trainer_state.get("samples"))
+        _replace_folder(partial, final)
+        if keep_last:
+            for old in complete_checkpoints(run_dir)[:-keep_last]:
+                _remove_folder(old)
+    dist.barrier()
+
+
+#: Free bytes under which a failed save is put down to a full disk: torch.save there fails
+#: with "[enforce fail at inline_container.cc] unexpected pos", no ENOSPC in sight (review).
+_NEARLY_FULL = 64 * 2**20
+
+
+def _full_disk(err: BaseException, final: Path) -> CheckpointError | None:
+    """A one-line refusal for a save that failed on a full disk (an ``ENOSPC`` anywhere in
+    it, or less than :data:`_NEARLY_FULL` left where it was written), saying the earlier
+    checkpoints are intact; None for any other failure (raised as it is)."""
+    wrapped = err.failures.values() if isinstance(err, CheckpointException) else []
+    errors = [err, *(exc for exc, _ in wrapped)]
+    try:
+        free = shutil.disk_usage(final.parent).free
+    except OSError:
+        free = None
+    no_space = any(isinstance(e, OSError) and e.errno == errno.ENOSPC for e in errors)
+    if not no_space and (free is None or free >= _NEARLY_FULL):
+        return None
+    left = "" if free is None else f" ({free / 2**20:.1f} MiB free there)"
+    return CheckpointError(
+        f"cannot save checkpoint {final}: its disk is full{left}; the earlier checkpoints are "
+        "intact: free some space, then the same command with train.resume=auto continues "
+        "from the newest"
+    )
 
 
 def _link_dcp_files(source: Path, target: Path) -> None:
@@ -971,9 +1023,22 @@ def _dcp_load(path: Path, state: dict[str, Any]) -> None:
             warnings.filterwarnings("ignore", message=r"torch.distributed is disabled")
             dcp.load(state, storage_reader=reader)
     except (Exception, CheckpointException) as err:  # CheckpointException is a BaseException
+        stop = _interruption(err)
+        if stop is not None:  # Ctrl-C / SIGTERM while loading: no damaged checkpoint (review)
+            raise stop from None
         lines = [line for line in str(err).strip().splitlines() if line.strip()]
         first = lines[-1][:300] if lines else type(err).__name__
         raise CheckpointError(f"checkpoint {path} cannot be read: {first}{_hint(first)}") from None
+
+
+def _interruption(err: BaseException) -> BaseException | None:
+    """The Ctrl-C (``KeyboardInterrupt``) or SIGTERM (:class:`Terminated`) a DCP collective
+    wrapped in its ``CheckpointException`` (every rank's failure is in ``failures``), or
+    None."""
+    wrapped = err.failures.values() if isinstance(err, CheckpointException) else []
+    return next(
+        (exc for exc, _ in wrapped if isinstance(exc, (KeyboardInterrupt, Terminated))), None
+    )
 
 
 def _check_data_files(path: Path, metadata: Metadata) -> None:
