@@ -22,6 +22,7 @@ import collections
 import itertools
 import logging
 import multiprocessing
+import os
 import re
 import sys
 import time
@@ -55,6 +56,7 @@ from dlrm_exp.data.preprocess.tsv_parse import (
 )
 from dlrm_exp.errors import DataError
 from dlrm_exp.util.files import read_json_object, write_json_atomic
+from dlrm_exp.util.parent_death import die_with_parent
 
 log = logging.getLogger(__name__)
 
@@ -433,14 +435,16 @@ def _worker_pool(num_workers: int, files: list[Path]) -> ProcessPoolExecutor | N
         num_workers,
         mp_context=fork,
         initializer=_parse_worker,
-        initargs=(make_chain(fork),),
+        initargs=(make_chain(fork), os.getpid()),
     )
 
 
-def _parse_worker(chain: tuple[Any, Any, Any]) -> None:
-    """Pool initializer: the row-offset chain (:func:`install_chain`). SIGTERM keeps its
+def _parse_worker(chain: tuple[Any, Any, Any], parent: int) -> None:
+    """Pool initializer: the row-offset chain (:func:`install_chain`); the worker ends with
+    its ``parent`` (:func:`~dlrm_exp.util.parent_death.die_with_parent`). SIGTERM keeps its
     default action in the forked worker: the CLI's handler acts only in its own process."""
     install_chain(chain)
+    die_with_parent(parent)
 
 
 def _convert_days(
