@@ -65,8 +65,8 @@ register_configs()
 #: The record of the folder ``hydra.run.dir=`` names, read before Hydra writes into it
 #: (:func:`main`); put back when the run is refused before it starts (:func:`_refused`).
 _kept_record: KeptRecord | None = None
-#: (multirun, folder) of the job this process started last: where an interrupted run goes on.
-_job_folder: tuple[bool, Path] | None = None
+#: (multirun, folder, mode) of the job this process started last: where an interrupted run goes on.
+_job_folder: tuple[bool, Path, str] | None = None
 
 
 @hydra.main(version_base="1.3", config_path=str(conf_dir()), config_name="config")
@@ -79,7 +79,9 @@ def hydra_main(raw: DictConfig) -> float | None:
     hydra_cfg = HydraConfig.get()
     run_dir = Path(hydra_cfg.runtime.output_dir)
     if env_rank() == 0:  # a torchrun rank > 0 runs in "." (it writes no folder)
-        _job_folder = (hydra_cfg.mode == RunMode.MULTIRUN, run_dir.absolute())
+        mode = OmegaConf.select(raw, "mode", default="train")  # (an enum in the schema)
+        mode = str(getattr(mode, "value", mode))
+        _job_folder = (hydra_cfg.mode == RunMode.MULTIRUN, run_dir.absolute(), mode)
     if hydra_cfg.mode != RunMode.MULTIRUN:
         try:
             return _run(raw, run_dir, None)
@@ -480,14 +482,27 @@ def _stop_on_sigterm() -> Iterator[None]:
 
 
 def _continue_hint() -> str:
-    """How to continue the interrupted run: ``train.resume=auto`` in its own folder (the
-    default folder is a new one each time, where auto finds nothing)."""
+    """How to go on after an interruption: a training run continues with
+    ``train.resume=auto`` in its own folder (the default folder is a new one each time, where
+    auto finds nothing); preprocess run again converts only the unfinished days; the other
+    modes write their files whole or not at all, so the same command runs again (it said to
+    resume training for them too: crash review)."""
     if _job_folder is None:  # interrupted before a job started
-        return "the same command with hydra.run.dir=<its run folder> train.resume=auto"
-    multirun, job_dir = _job_folder
+        return (
+            "the same command with hydra.run.dir=<its run folder> train.resume=auto continues "
+            "training from the newest checkpoint, and mode=preprocess run again converts only "
+            "the unfinished days (and re-indexes contiguous ids)"
+        )
+    multirun, job_dir, mode = _job_folder
+    if mode == "preprocess":
+        return "the same command converts only the unfinished days (and re-indexes contiguous ids)"
+    if mode != "train":
+        return f"mode={mode} leaves no half-written output: run the same command again"
     if multirun:  # the job folders are <sweep dir>/<job number>
-        return f"the same -m command with hydra.sweep.dir={job_dir.parent} train.resume=auto"
-    return f"the same command with hydra.run.dir={job_dir} train.resume=auto"
+        where = f"the same -m command with hydra.sweep.dir={job_dir.parent}"
+    else:
+        where = f"the same command with hydra.run.dir={job_dir}"
+    return f"{where} train.resume=auto continues training from the newest checkpoint"
 
 
 @contextmanager
@@ -568,9 +583,7 @@ def main() -> None:
         print(
             f"Interrupted ({signum.name}): what was finished stays (complete "
             "checkpoints, converted days; a sweep's unfinished job records status "
-            f"interrupted): {_continue_hint()} continues training from the newest checkpoint, "
-            "and mode=preprocess run again converts only the unfinished days (and re-indexes "
-            "contiguous ids)",
+            f"interrupted): {_continue_hint()}",
             file=sys.stderr,
         )
         sys.exit(128 + signum)

@@ -611,6 +611,24 @@ def test_an_interrupted_sweep_still_gets_the_summary_of_its_finished_jobs(
     assert capsys.readouterr().out == ""
 
 
+def test_the_interruption_hint_fits_the_mode(monkeypatch, tmp_path):
+    """It told an interrupted predict or export to resume training (crash review)."""
+    import dlrm_exp.cli as cli
+
+    hints = {}
+    for mode in ("train", "preprocess", "predict"):
+        monkeypatch.setattr(cli, "_job_folder", (False, tmp_path, mode))
+        hints[mode] = cli._continue_hint()
+    assert hints["train"] == (
+        f"the same command with hydra.run.dir={tmp_path} train.resume=auto continues training "
+        "from the newest checkpoint"
+    )
+    assert hints["preprocess"].startswith("the same command converts only the unfinished days")
+    assert hints["predict"] == (
+        "mode=predict leaves no half-written output: run the same command again"
+    )
+
+
 def test_sigterm_ends_a_one_process_sweep_in_one_line_with_its_summary(tmp_path):
     """SIGTERM (``kill``, a container stopping) killed a one-process run mid-step with no word;
     it now ends it as Ctrl-C does: the finished jobs' summary, one line, exit 143."""
