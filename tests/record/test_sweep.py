@@ -587,7 +587,7 @@ def test_an_interrupted_sweep_still_gets_the_summary_of_its_finished_jobs(
     from dlrm_exp.record.sweep import SweepSummary, summarize_interrupted_sweep
 
     sweep = _written_sweep(
-        tmp_path / "sweep", ["seed=0,1"], [(["seed=0"], _completed())]
+        tmp_path / "sweep", ["seed=0,1,2"], [(["seed=0"], _completed())]
     )  # fmt: skip
     config = OmegaConf.create({"hydra": {"sweep": {"dir": str(sweep)}}, "mode": "train"})
 
@@ -605,6 +605,8 @@ def test_an_interrupted_sweep_still_gets_the_summary_of_its_finished_jobs(
     out, err = capsys.readouterr()
     assert "The sweep was interrupted; the jobs that finished:" in out
     assert "1 of 2 jobs did not complete: seed=1" in out
+    # seed=2 never started: said (the count was of the folders alone: crash review)
+    assert "1 of its 3 jobs did not start: the same -m command with the same" in out
     assert "Interrupted (SIGINT)" in err
     assert "seed=0" in (sweep / "summary.md").read_text()
     summarize_interrupted_sweep()  # the sweep's summary is written once, not at a later Ctrl-C

@@ -4,6 +4,7 @@ records (:mod:`dlrm_exp.record.runs`), written by a Hydra callback when the swee
 Columns, labels and number formats come from :mod:`dlrm_exp.record.metric_table`.
 """
 
+import math
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -21,7 +22,7 @@ from dlrm_exp.record.compare import (
 from dlrm_exp.record.metric_table import METRICS, fmt, shown
 from dlrm_exp.record.run_record import COMPLETED, FAILED, INTERRUPTED
 from dlrm_exp.record.run_values import write_run_values
-from dlrm_exp.record.runs import RunRecord, load_runs
+from dlrm_exp.record.runs import RunRecord, load_runs, saved_sweep_values
 from dlrm_exp.util.files import write_csv_atomic, write_text_atomic
 
 #: The metric columns of ``summary.csv``, in order (keys of the metric table).
@@ -176,7 +177,7 @@ _running: DictConfig | None = None
 def summarize_interrupted_sweep() -> None:
     """After Ctrl-C (or a signal turned into :class:`~dlrm_exp.errors.Terminated`) ended a
     multirun, whose ``on_multirun_end`` then never comes: the summary of the jobs that
-    finished (the interrupted job as ``interrupted``, the jobs not started not listed). Does
+    finished (the interrupted job as ``interrupted``), and how many did not start. Does
     nothing when no multirun was under way; a summary that cannot be written is reported in
     one line, and the interruption stays what ends the process."""
     global _running
@@ -186,8 +187,26 @@ def summarize_interrupted_sweep() -> None:
     print("The sweep was interrupted; the jobs that finished:")
     try:
         summarize_sweep(config)
+        _print_not_started(Path(config.hydra.sweep.dir))
     except Exception as err:  # noqa: BLE001 - the interruption, not this, must end the process
         print(f"(no sweep summary: {type(err).__name__}: {err})")
+
+
+def _print_not_started(sweep_dir: Path) -> None:
+    """How many of the sweep's jobs (the product of its swept values, as Hydra's basic
+    sweeper runs them; ``multirun.yaml``) never started: the summary counted only the jobs
+    that had a folder ("1 of 2 jobs did not complete" of a sweep of 3; crash review)."""
+    values = saved_sweep_values(sweep_dir)
+    if not values or not all(values.values()):  # (an Optuna interval: no count)
+        return
+    planned = math.prod(len(v) for v in values.values())
+    started = sum(1 for job in sweep_dir.iterdir() if (job / ".hydra").is_dir())
+    if planned > started:
+        print(
+            f"{planned - started} of its {planned} jobs did not start: the same -m command "
+            "with the same hydra.sweep.dir and train.resume=auto runs them (and continues the "
+            "interrupted one)"
+        )
 
 
 class SweepSummary(Callback):
