@@ -346,6 +346,12 @@ def test_training_refuses_a_conversion_that_did_not_finish(tmp_path):
     (contiguous / "contiguous.json").unlink()
     with pytest.raises(DataError, match=r"the re-index of contiguous ids over every day did not"):
         _load(contiguous)
+    # killed while re-indexing: a day's raw ids still there, its re-indexed file not yet ("day_0_
+    # sparse.npy is missing" named no cause; crash review)
+    (contiguous / "day_0_sparse.npy").rename(contiguous / "day_0_sparse_raw.npy")
+    with pytest.raises(DataError, match=r"day_0_sparse.npy is missing beside its raw ids .*"
+                       r"did not finish; run the same mode=preprocess again"):  # fmt: skip
+        _load(contiguous)
 
 
 def test_an_input_that_changes_while_it_is_converted_gets_no_marker(tmp_path, monkeypatch):

@@ -86,8 +86,15 @@ def find_days(folder: Path, table_sizes: list[int] | None = None) -> list[int]:
     days = sorted(int(n) for n in numbers)
     for day in days:
         for kind in ("sparse", "labels"):
-            if not (folder / f"day_{day}_{kind}.npy").is_file():
-                raise DataError(f"data.path: day_{day}_{kind}.npy is missing in {folder}")
+            if (folder / f"day_{day}_{kind}.npy").is_file():
+                continue
+            if kind == "sparse" and (folder / f"day_{day}_sparse_raw.npy").is_file():
+                raise DataError(  # (a preprocess killed while re-indexing; crash review)
+                    f"data.path: {folder}: day_{day}_sparse.npy is missing beside its raw ids "
+                    f"(day_{day}_sparse_raw.npy): the re-index of contiguous ids over every "
+                    "day did not finish; run the same mode=preprocess again, which finishes it"
+                )
+            raise DataError(f"data.path: day_{day}_{kind}.npy is missing in {folder}")
     _check_conversions(folder, days, table_sizes)
     return days
 
