@@ -107,3 +107,17 @@ def test_refusals_are_the_errors_raised_before_a_run_starts():
     assert all(issubclass(e, errors.Refusal) for e in refusals)
     assert not any(issubclass(e, errors.Refusal) for e in under_way)
     assert all(issubclass(e, errors.UserError) for e in refusals + under_way)
+
+
+def test_an_interrupted_rerun_of_predict_or_export_puts_the_folders_record_back(tmp_path):
+    """A predict (or export) run again into its folder and interrupted left .hydra naming its
+    checkpoint beside the earlier predictions (crash review): the reports are records too."""
+    for report in ("predict_report.json", "export.json"):
+        run = tmp_path / report
+        (run / ".hydra").mkdir(parents=True)
+        (run / ".hydra" / "config.yaml").write_text("checkpoint: step_13\n")
+        (run / report).write_text("{}")
+        kept = KeptRecord(run)
+        (run / ".hydra" / "config.yaml").write_text("checkpoint: step_10\n")  # the rerun's
+        assert kept.restore(failed=True) == [".hydra/config.yaml"]
+        assert (run / ".hydra" / "config.yaml").read_text() == "checkpoint: step_13\n"

@@ -42,6 +42,12 @@ def _results(run_dir: Path) -> dict[str, tuple[int, int]]:
     return found
 
 
+#: The files that say what a run folder's run produced: a training run's record, a predict or
+#: export run's report (a rerun of predict into its folder, interrupted, left .hydra naming
+#: its checkpoint beside the earlier predictions: crash review).
+RECORDS = ("metrics.json", "predict_report.json", "export.json")
+
+
 #: The files describing a run folder's run, relative to the folder.
 RECORD_FILES = (
     ".hydra/config.yaml",
@@ -82,7 +88,7 @@ class KeptRecord:
         """Put the files back as they were read, unless the run changed a result (then they
         describe it); returns the names changed back. ``failed``: the run failed under way,
         after it may have written checkpoints; the files go back while the folder's earlier
-        record (``metrics.json``) is the one they describe, unchanged (a resumed run that
+        record (one of :data:`RECORDS`) is the one they describe, unchanged (a resumed run that
         then failed left a completed record beside the failed run's settings, which the
         report showed as that run's); the failed run's files go to :data:`FAILED_RUN`.
 
@@ -93,8 +99,10 @@ class KeptRecord:
         if not self.saved:
             return changed
         results = _results(self.run_dir)
-        record = "metrics.json"
-        kept = record in self.results and results.get(record) == self.results[record]
+        kept = any(
+            record in self.results and results.get(record) == self.results[record]
+            for record in RECORDS
+        )
         if not (kept if failed else results == self.results):
             return changed
         for name, text in self.saved.items():
