@@ -764,6 +764,8 @@ def test_a_rank_killed_inside_a_save_then_resume_matches_an_uninterrupted_run(
     killed = KILLED["job"]
     assert killed.ended_after_kill < 60
     assert killed.job.returncode != 0 and "killed by signal SIGKILL" in killed.job.stderr
+    # how to go on, from the checkpoint that stands (it said nothing of it: crash review)
+    assert "train.resume=auto continues from step_8" in killed.job.stderr
     assert not killed.metrics_written
     assert killed.checkpoints == ["step_16.partial", "step_8"]
     resumed = two_process_runs[RESUMED_AFTER_KILL]

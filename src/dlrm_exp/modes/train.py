@@ -35,7 +35,7 @@ from dlrm_exp.distributed.launch import (
     env_rank,
     process_group,
 )
-from dlrm_exp.errors import DataError
+from dlrm_exp.errors import DataError, WorkerFailedError
 from dlrm_exp.factories.experiment import Experiment, kernel_iterations, set_kernel_iterations
 from dlrm_exp.factories.managed_collision import managed_rows_held
 from dlrm_exp.factories.precision import slow_precision_warning
@@ -47,6 +47,7 @@ from dlrm_exp.loop.checkpoint import (
     best_checkpoint,
     changed_settings,
     check_run_folder,
+    complete_checkpoints,
     drop_stale_best,
     holds_best,
     later_checkpoints,
@@ -136,7 +137,16 @@ def run_train(
     check_devices(cfg.hardware)
     pending = check_folder_first(partial(_check_folder, cfg, run_dir))
     job = Job(run_dir, dict(choices), tensorboard_dir, dict(swept or {}))
-    return run_on_ranks(train_worker, cfg, job, pending)
+    try:
+        return run_on_ranks(train_worker, cfg, job, pending)
+    except WorkerFailedError as err:  # (a killed worker said nothing of them: crash review)
+        saved = complete_checkpoints(run_dir)
+        if not saved:
+            raise
+        raise WorkerFailedError(
+            f"{err}; the complete checkpoints stay: the same command with "
+            f"hydra.run.dir={run_dir} train.resume=auto continues from {saved[-1].name}"
+        ) from None
 
 
 def _check_folder(cfg: Config, run_dir: Path) -> None:
