@@ -53,6 +53,11 @@ class WorkerFailedError(UserError):
     """A worker process of a multi-process job failed; the message names the rank and cause."""
 
 
+class DiskFullError(UserError):
+    """A write failed for want of disk space; the message names where, the space left and
+    what stays (earlier checkpoints, converted days)."""
+
+
 class NonFiniteLossError(UserError):
     """A training step produced a NaN or infinite loss; the message names the step and the
     settings that fix it (learning rates, ``train.on_nonfinite=skip``)."""

@@ -166,6 +166,25 @@ def test_npy_writer_abort_leaves_nothing(tmp_path):
     assert list(tmp_path.iterdir()) == []
 
 
+def test_a_full_disk_is_one_line_saying_the_converted_days_stay(tmp_path, cli_here, monkeypatch):
+    """A 53-line traceback ending in ENOSPC (crash review, a 100 MB tmpfs)."""
+    import errno
+
+    from dlrm_exp.modes import preprocess
+
+    def full(*args, **kwargs):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(preprocess, "run_preprocess", full)
+    tsv = write_criteo_tsv(tmp_path / "train.txt", 40, seed=1)
+    out, run = f"preprocess.output_dir={tmp_path / 'npy'}", f"hydra.run.dir={tmp_path / 'r'}"
+    done = cli_here(["mode=preprocess", f"data.path={tsv}", out, run])
+    assert done.returncode == 1 and "Traceback" not in done.stderr
+    (line,) = done.stderr.strip().splitlines()
+    assert line.startswith(f"Error: preprocess.output_dir={tmp_path / 'npy'}: its disk ran full;")
+    assert line.endswith("free some space, then the same command converts the rest")
+
+
 def test_cli_preprocess_and_its_errors(tmp_path, cli_here):
     tsv = write_criteo_tsv(tmp_path / "train.txt", 40, seed=1)
     done = cli_here(

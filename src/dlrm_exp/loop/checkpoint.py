@@ -62,7 +62,7 @@ from torch.distributed.checkpoint.api import CheckpointException
 from torch.distributed.checkpoint.metadata import Metadata, StorageMeta, TensorStorageMetadata
 
 from dlrm_exp.distributed.preemption import save_signals_held
-from dlrm_exp.errors import CheckpointError, RunFolderInUseError, Terminated
+from dlrm_exp.errors import CheckpointError, DiskFullError, RunFolderInUseError, Terminated
 from dlrm_exp.record.run_record import FAILED, INTERRUPTED
 from dlrm_exp.util.files import read_json_object, sync_file, sync_folder, write_json_atomic
 from dlrm_exp.util.rank_zero import on_rank_zero
@@ -455,7 +455,7 @@ def _save(
 _NEARLY_FULL = 64 * 2**20
 
 
-def _full_disk(err: BaseException, final: Path) -> CheckpointError | None:
+def _full_disk(err: BaseException, final: Path) -> DiskFullError | None:
     """A one-line refusal for a save that failed on a full disk (an ``ENOSPC`` anywhere in
     it, or less than :data:`_NEARLY_FULL` left where it was written), saying the earlier
     checkpoints are intact; None for any other failure (raised as it is)."""
@@ -469,7 +469,7 @@ def _full_disk(err: BaseException, final: Path) -> CheckpointError | None:
     if not no_space and (free is None or free >= _NEARLY_FULL):
         return None
     left = "" if free is None else f" ({free / 2**20:.1f} MiB free there)"
-    return CheckpointError(
+    return DiskFullError(
         f"cannot save checkpoint {final}: its disk is full{left}; the earlier checkpoints are "
         "intact: free some space, then the same command with train.resume=auto continues "
         "from the newest"

@@ -1,14 +1,17 @@
 """``mode=preprocess``: Criteo TSV to TorchRec's npy layout, or to Parquet with its feature
 schema, with a report of what was read."""
 
+import errno
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from dlrm_exp.config import Config, CriteoTsvDataConfig, PreprocessFormat
 from dlrm_exp.data.criteo_parquet import SCHEMA_NAME, write_criteo_parquet
 from dlrm_exp.data.paths import resolve_paths
 from dlrm_exp.data.preprocess.convert import REPORT_FILE, run_preprocess, summary_lines
-from dlrm_exp.errors import DataError
+from dlrm_exp.errors import DataError, DiskFullError
 from dlrm_exp.modes.job import Job, ModeResult
 from dlrm_exp.util.files import check_writable, write_json_atomic
 from dlrm_exp.util.folder_lock import held_run_folder
@@ -33,7 +36,7 @@ def run(cfg: Config, job: Job) -> ModeResult:
     # found now, not after reading every row; one message for both formats
     check_writable(out, "preprocess.output_dir")
     # one conversion at a time there: its writers use fixed temporary names (day_<n>_*.tmp)
-    with held_run_folder(out, "preprocess.output_dir"):
+    with held_run_folder(out, "preprocess.output_dir"), _disk_full_said(out):
         if cfg.preprocess.format is PreprocessFormat.parquet:
             return _to_parquet(cfg, job, out)
         report = run_preprocess(
@@ -41,6 +44,23 @@ def run(cfg: Config, job: Job) -> ModeResult:
         )
     write_json_atomic(job.run_dir / REPORT_FILE, report)
     return ModeResult(summary=summary_lines(report))
+
+
+@contextmanager
+def _disk_full_said(out: Path) -> Iterator[None]:
+    """A write that fails for want of space in ``out`` is one line saying what stays (a
+    53-line traceback ending in ENOSPC: crash review)."""
+    try:
+        yield
+    except OSError as err:
+        if err.errno != errno.ENOSPC:
+            raise
+        size = sum(p.stat().st_size for p in out.glob("*") if p.is_file()) / 2**20
+        raise DiskFullError(  # (the unfinished day's files are gone by now: its space is free)
+            f"preprocess.output_dir={out}: its disk ran full; the days converted before stay "
+            f"(their markers; {size:.1f} MiB in the folder): free some space, then the same "
+            "command converts the rest"
+        ) from None
 
 
 def _refuse_output_among_inputs(data_paths: list[str], output_dir: str) -> None:
