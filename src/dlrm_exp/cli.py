@@ -474,6 +474,7 @@ def _stop_on_sigterm() -> Iterator[None]:
             return
         raise Terminated(signum)
 
+    stop.stops_the_run = True  # type: ignore[attr-defined]  # (held during a save)
     signal.signal(signal.SIGTERM, stop)
     try:
         yield

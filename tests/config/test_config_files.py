@@ -150,3 +150,11 @@ def test_ones_own_option_file_with_known_keys_passes(tmp_path):
         "model:\n  embedding_data_type_per_table: {t_cat_0: fp16}\ntrain:\n  batch_size: 64\n"
     )
     check_option_file_keys([good], Config)
+    # a package under the root, as Hydra composes it (it was checked as _global_.model.*:
+    # diff review); a "@package" comment after the content is no header
+    sub = tmp_path / "model" / "sub.yaml"
+    sub.parent.mkdir()
+    sub.write_text("# @package _global_.model\ndefaults: [tiny, _self_]\nembedding_dim: 8\n")
+    late = tmp_path / "model" / "late.yaml"
+    late.write_text("embedding_dim: 8\n# @package _global_\n")
+    check_option_file_keys([sub, late], Config)

@@ -328,13 +328,16 @@ def test_a_save_on_a_full_disk_is_one_line_saying_the_earlier_checkpoints_stand(
     final = tmp_path / "checkpoints" / "step_4"
     final.parent.mkdir(parents=True)
     refusal = checkpoint._full_disk(OSError(errno.ENOSPC, "No space left on device"), final)
-    assert str(refusal).startswith(f"cannot save checkpoint {final}: its disk is full (")
+    assert str(refusal).startswith(f"cannot save checkpoint {final}: no space left for it (")
     assert "the earlier checkpoints are intact" in str(refusal)
+    assert checkpoint._full_disk(OSError(errno.EDQUOT, "Disk quota exceeded"), final)
     pos = RuntimeError("[enforce fail at inline_container.cc:672] . unexpected pos 704 vs 598")
     assert checkpoint._full_disk(pos, final) is None  # room left: not the disk's doing
     usage = namedtuple("usage", "total used free")
     monkeypatch.setattr(shutil_module, "disk_usage", lambda path: usage(10, 10, 1024))
-    assert "(0.0 MiB free there)" in str(checkpoint._full_disk(pos, final))
+    assert "(0.0 MiB free here)" in str(checkpoint._full_disk(pos, final))
+    # nearly full, but another failure (a peer rank gone): not called a full disk (diff review)
+    assert checkpoint._full_disk(RuntimeError("Connection closed by peer"), final) is None
 
 
 class _Payload:

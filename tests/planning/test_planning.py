@@ -536,6 +536,12 @@ def test_tables_over_the_hbm_are_told_the_ways_that_keep_every_row():
         ["hardware=a100_40gb_x8", "model=criteo_full", "model.embedding_data_type=fp16"]
     )
     plan_job(fp16, _meta_model(fp16))  # the advice plans
+    # a table's dtype set on its own: the default would not change it, so no fp16 way
+    pinned = compose_cfg(["hardware=a100_40gb_x8", "model=criteo_full",
+                          "+model.embedding_data_type_per_table.t_cat_0=fp32"])  # fmt: skip
+    with pytest.raises(InsufficientMemoryError) as info:
+        plan_job(pinned, _meta_model(pinned))
+    assert "fused_uvm_caching (" in str(info.value) and "fp16" not in str(info.value)
     # neither fits: no such line
     small = compose_cfg(["hardware=a100_40gb_x8", "model=criteo_full", "hardware.ddr_cap=10",
                          "hardware.hbm_cap=10"])  # fmt: skip

@@ -607,6 +607,10 @@ def test_an_interrupted_sweep_still_gets_the_summary_of_its_finished_jobs(
     assert "1 of 2 jobs did not complete: seed=1" in out
     # seed=2 never started: said (the count was of the folders alone: crash review)
     assert "1 of its 3 jobs did not start: the same -m command with the same" in out
+    from dlrm_exp.record.sweep import _print_not_started
+
+    _print_not_started(sweep, "plan")  # no train.resume for a plan sweep (diff review)
+    assert capsys.readouterr().out.strip().endswith("with the same hydra.sweep.dir runs them")
     assert "Interrupted (SIGINT)" in err
     assert "seed=0" in (sweep / "summary.md").read_text()
     summarize_interrupted_sweep()  # the sweep's summary is written once, not at a later Ctrl-C

@@ -99,7 +99,7 @@ def check_option_file_keys(files: Sequence[Path], root: type) -> None:
         node = OmegaConf.create(text)  # (parsed: check_config_files ran first)
         if not isinstance(node, DictConfig):
             continue
-        package = _package(_head(text), group)
+        package = _package(text, group)
         plain = OmegaConf.to_container(node, resolve=False)
         keys = [".".join(filter(None, [package, k])) for k in _leaf_keys(plain) if k]
         try:
@@ -108,13 +108,21 @@ def check_option_file_keys(files: Sequence[Path], root: type) -> None:
             raise ConfigError(f"{file}: {err}") from None
 
 
-def _package(head: str, group: str) -> str:
-    """The package of a group's option file from its ``# @package`` header (its group's by
-    default; ``_global_``: the root)."""
-    for line in head.splitlines():
+def _package(text: str, group: str) -> str:
+    """The package of a group's option file from the ``# @package`` header of its leading
+    comment lines, as Hydra reads it (its group's by default; ``_global_``: the root, and
+    ``_global_.model`` the root's ``model``: it was taken as a key named ``_global_``; diff
+    review)."""
+    for line in text.splitlines():
+        if not line.lstrip().startswith("#"):
+            if line.strip():
+                break  # the header ends at the first content line
+            continue
         if "@package" in line:
             package = line.split("@package", 1)[1].strip()
-            return {"_global_": "", "_group_": group}.get(package, package)
+            if package == "_group_":
+                return group
+            return package.removeprefix("_global_").lstrip(".")
     return group
 
 

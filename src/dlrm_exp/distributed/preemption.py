@@ -17,6 +17,7 @@ import os
 import signal
 import sys
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from types import FrameType
@@ -45,43 +46,61 @@ def preemption_held() -> Iterator[None]:
 
 #: Signals that stop a run (Ctrl-C; SIGTERM where the entry point raises ``Terminated``).
 _STOPS = (signal.SIGINT, signal.SIGTERM)
+#: A second stop signal within this many seconds of the first is the same request: a
+#: terminal's Ctrl-C reaches every worker, and torch's elastic agent sends them its own SIGINT
+#: a millisecond later, which ended the save at once (diff review).
+_SAME_REQUEST_S = 1.0
+
+
+def stops_the_run(handler: object) -> bool:
+    """Whether a signal ``handler`` ends the run: Ctrl-C's ``KeyboardInterrupt``, or one
+    marked ``stops_the_run`` (the entry point's SIGTERM, which raises ``Terminated``); not
+    submitit's SIGTERM handler, which logs and goes on."""
+    return handler is signal.default_int_handler or bool(getattr(handler, "stops_the_run", False))
 
 
 @contextmanager
 def save_signals_held() -> Iterator[None]:
-    """:func:`preemption_held` for the preemption signal, Ctrl-C and SIGTERM: each is handled
-    once the block ends (a line says the save finishes first); a second Ctrl-C or SIGTERM
-    meanwhile is handled at once."""
+    """:func:`preemption_held` for the preemption signal, Ctrl-C and SIGTERM (where their
+    handler stops the run): each is handled once the block ends (a line says the save
+    finishes first); another Ctrl-C or SIGTERM more than a second later is handled at once."""
     with _held([preemption_signal(), *_STOPS]):
         yield
 
 
 @contextmanager
 def _held(signals: list[signal.Signals | None]) -> Iterator[None]:
-    """Hold ``signals`` (those with a Python handler, in the main thread) within the block;
-    the first one received goes to its handler when the block ends. A second stop signal
-    (:data:`_STOPS`) goes to its handler when it comes."""
+    """Hold ``signals`` (those with a Python handler, in the main thread; a stop signal only
+    where its handler stops the run) within the block; when it ends, each signal received
+    goes to its handler once, the preemption signal first (it requeues the job: a stop
+    handled first would lose it; diff review). A stop signal more than
+    :data:`_SAME_REQUEST_S` after the first goes to its handler when it comes."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
     handlers = {s: signal.getsignal(s) for s in signals if s is not None}
-    held = {s: h for s, h in handlers.items() if callable(h)}
-    received: list[tuple[int, FrameType | None]] = []
+    held = {
+        s: h for s, h in handlers.items() if callable(h) and (s not in _STOPS or stops_the_run(h))
+    }
+    received: dict[int, FrameType | None] = {}  # the first of each signal
+    first_stop: list[float] = []
 
     def restore() -> None:
         for sig, handler in held.items():
             signal.signal(sig, handler)
 
     def hold(signum: int, frame: FrameType | None) -> None:
-        if signum in _STOPS and any(r in _STOPS for r, _ in received):
-            restore()  # asked twice: now
-            held[signal.Signals(signum)](signum, frame)  # type: ignore[operator]
-            return
-        received.append((signum, frame))
         if signum in _STOPS:
-            name = signal.Signals(signum).name
-            sys.stderr.write(f"{name}: the checkpoint being saved is finished first ({name} "
-                             "again stops at once, leaving it unfinished)\n")  # fmt: skip
+            if first_stop and time.monotonic() - first_stop[0] > _SAME_REQUEST_S:
+                restore()  # asked again: now
+                held[signal.Signals(signum)](signum, frame)  # type: ignore[operator]
+                return
+            if not first_stop:
+                first_stop.append(time.monotonic())
+                name = signal.Signals(signum).name
+                sys.stderr.write(f"{name}: the checkpoint being saved is finished first ({name} "
+                                 "again stops at once, leaving it unfinished)\n")  # fmt: skip
+        received.setdefault(signum, frame)
 
     for sig in held:
         signal.signal(sig, hold)
@@ -89,6 +108,5 @@ def _held(signals: list[signal.Signals | None]) -> Iterator[None]:
         yield
     finally:
         restore()
-        if received:
-            signum, frame = received[0]
-            held[signal.Signals(signum)](signum, frame)  # type: ignore[operator]
+        for signum in sorted(received, key=lambda s: s in _STOPS):  # (stable: arrival order)
+            held[signal.Signals(signum)](signum, received[signum])  # type: ignore[operator]

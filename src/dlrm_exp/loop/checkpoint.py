@@ -450,28 +450,33 @@ def _save(
     dist.barrier()
 
 
-#: Free bytes under which a failed save is put down to a full disk: torch.save there fails
-#: with "[enforce fail at inline_container.cc] unexpected pos", no ENOSPC in sight (review).
+#: Free bytes under which torch.save's "unexpected pos" is put down to a full disk: it fails
+#: so there, no ENOSPC in sight (crash review, a 12 MB tmpfs).
 _NEARLY_FULL = 64 * 2**20
+#: The errnos of a write refused for want of space: the disk's, or the user's quota.
+_NO_SPACE = (errno.ENOSPC, errno.EDQUOT)
 
 
 def _full_disk(err: BaseException, final: Path) -> DiskFullError | None:
-    """A one-line refusal for a save that failed on a full disk (an ``ENOSPC`` anywhere in
-    it, or less than :data:`_NEARLY_FULL` left where it was written), saying the earlier
-    checkpoints are intact; None for any other failure (raised as it is)."""
+    """A one-line refusal for a save that failed for want of space (``ENOSPC`` or ``EDQUOT``
+    anywhere in it, on any rank; or torch.save's "unexpected pos" with less than
+    :data:`_NEARLY_FULL` left where it was written), saying the earlier checkpoints are
+    intact; None for any other failure (raised as it is: a peer rank's death on a nearly
+    full disk is no full disk; diff review)."""
     wrapped = err.failures.values() if isinstance(err, CheckpointException) else []
     errors = [err, *(exc for exc, _ in wrapped)]
     try:
         free = shutil.disk_usage(final.parent).free
     except OSError:
         free = None
-    no_space = any(isinstance(e, OSError) and e.errno == errno.ENOSPC for e in errors)
-    if not no_space and (free is None or free >= _NEARLY_FULL):
+    no_space = any(isinstance(e, OSError) and e.errno in _NO_SPACE for e in errors)
+    cut = any("unexpected pos" in str(e) for e in errors)
+    if not (no_space or (cut and free is not None and free < _NEARLY_FULL)):
         return None
-    left = "" if free is None else f" ({free / 2**20:.1f} MiB free there)"
+    left = "" if free is None else f" ({free / 2**20:.1f} MiB free here)"
     return DiskFullError(
-        f"cannot save checkpoint {final}: its disk is full{left}; the earlier checkpoints are "
-        "intact: free some space, then the same command with train.resume=auto continues "
+        f"cannot save checkpoint {final}: no space left for it{left}; the earlier checkpoints "
+        "are intact: free some space, then the same command with train.resume=auto continues "
         "from the newest"
     )
 

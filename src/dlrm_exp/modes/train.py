@@ -20,6 +20,8 @@ from typing import Any
 
 import torch
 import torch.distributed as dist
+from hydra.core.hydra_config import HydraConfig
+from hydra.types import RunMode
 from torchrec.distributed.types import ShardingPlan
 
 from dlrm_exp.config import Config
@@ -143,9 +145,16 @@ def run_train(
         saved = complete_checkpoints(run_dir)
         if not saved:
             raise
+        # (a sweep's jobs go where hydra.sweep.dir says: hydra.run.dir is not read; review)
+        multirun = HydraConfig.initialized() and HydraConfig.get().mode == RunMode.MULTIRUN
+        where = (
+            f"the same -m command with hydra.sweep.dir={run_dir.parent}"
+            if multirun
+            else f"the same command with hydra.run.dir={run_dir}"
+        )
         raise WorkerFailedError(
-            f"{err}; the complete checkpoints stay: the same command with "
-            f"hydra.run.dir={run_dir} train.resume=auto continues from {saved[-1].name}"
+            f"{err}; the complete checkpoints stay: {where} train.resume=auto continues from "
+            f"{saved[-1].name}"
         ) from None
 
 

@@ -183,6 +183,7 @@ def _memory_message(cfg: Config, capacity: MemoryCapacity, world_size: int) -> s
         whole_tables=[_whole_pieces(placements[i][0], cfg, world_size) for i in chosen],
         batch_size=cfg.train.batch_size,
         ranks_per_node=cfg.hardware.nproc_per_node,
+        pinned_dtypes=bool(cfg.model.embedding_data_type_per_table),
     )
     if not note:
         return message

@@ -161,6 +161,7 @@ def insufficient_memory_message(
     whole_tables: list[int] | None = None,
     batch_size: int | None = None,
     ranks_per_node: int | None = None,
+    pinned_dtypes: bool = False,
 ) -> str:
     """One message with what the tables need, what the hardware offers, and two caps to try;
     when the tables alone fit, the batch-sized buffers beside them (``batch_size``: per rank)
@@ -176,7 +177,8 @@ def insufficient_memory_message(
     :mod:`.tables`): both caps keep each within 60 % of a rank, and more ranks are not
     offered when one exceeds a rank. ``ranks_per_node``: the job's, to say how many nodes
     the ranks asked for are. On a GPU (tables in HBM) it also names the two ways that keep
-    every row (:func:`_gpu_ways`)."""
+    every row (:func:`_gpu_ways`; fp16 tables only where no table's dtype is set on its own,
+    ``pinned_dtypes``: the default would not change those)."""
     per_rank, device_kind, source = capacity.for_tables(on_hbm)
     offered = per_rank * world_size
     shape = (table_sizes, embedding_dim, optimizer)
@@ -198,7 +200,7 @@ def insufficient_memory_message(
     else:  # the two caps' searches only where they are offered
         fix = _cap_advice(shape, layout, whole, offered, world_size, more)
     gpu = device_kind == "HBM" and not (replicated and replicated.total_bytes)
-    ways = _gpu_ways(storage, shape[:2], types, capacity, world_size) if gpu else ""
+    ways = _gpu_ways(storage, shape[:2], types, capacity, world_size, pinned_dtypes) if gpu else ""
     return "\n".join([*lines, fix, *([ways] if ways else [])])
 
 
@@ -208,6 +210,7 @@ def _gpu_ways(
     types: list[EmbeddingDataType],
     capacity: MemoryCapacity,
     world_size: int,
+    pinned_dtypes: bool = False,
 ) -> str:
     """The ways on a GPU to keep every row of tables that overflow the HBM (GPU review: only
     caps and more ranks were offered): their rows in host memory (``fused_uvm_caching``)
@@ -225,7 +228,7 @@ def _gpu_ways(
     sizes, dim = shape
     saved = sum(n * dim * 2 for n, t in zip(sizes, types, strict=True) if t.value == "fp32")
     hbm = usable_bytes(capacity.hbm_bytes or 0) * world_size
-    if saved and storage.total_bytes - saved <= hbm:
+    if saved and not pinned_dtypes and storage.total_bytes - saved <= hbm:
         ways.append(
             f"train fp16 tables: model.embedding_data_type=fp16 "
             f"({(storage.total_bytes - saved) / GIB:.2f} GiB of {hbm / GIB:.2f})"

@@ -187,12 +187,13 @@ def summarize_interrupted_sweep() -> None:
     print("The sweep was interrupted; the jobs that finished:")
     try:
         summarize_sweep(config)
-        _print_not_started(Path(config.hydra.sweep.dir))
+        chosen = config.get("mode", "train")
+        _print_not_started(Path(config.hydra.sweep.dir), str(getattr(chosen, "value", chosen)))
     except Exception as err:  # noqa: BLE001 - the interruption, not this, must end the process
         print(f"(no sweep summary: {type(err).__name__}: {err})")
 
 
-def _print_not_started(sweep_dir: Path) -> None:
+def _print_not_started(sweep_dir: Path, mode: str) -> None:
     """How many of the sweep's jobs (the product of its swept values, as Hydra's basic
     sweeper runs them; ``multirun.yaml``) never started: the summary counted only the jobs
     that had a folder ("1 of 2 jobs did not complete" of a sweep of 3; crash review)."""
@@ -202,10 +203,14 @@ def _print_not_started(sweep_dir: Path) -> None:
     planned = math.prod(len(v) for v in values.values())
     started = sum(1 for job in sweep_dir.iterdir() if (job / ".hydra").is_dir())
     if planned > started:
+        how = (  # (train.resume means nothing to the other modes: diff review)
+            "and train.resume=auto runs them (and continues the interrupted one)"
+            if mode == "train"
+            else "runs them"
+        )
         print(
             f"{planned - started} of its {planned} jobs did not start: the same -m command "
-            "with the same hydra.sweep.dir and train.resume=auto runs them (and continues the "
-            "interrupted one)"
+            f"with the same hydra.sweep.dir {how}"
         )
 
 
