@@ -114,3 +114,59 @@ def test_a_sigterm_handler_that_does_not_stop_the_run_is_not_held():
             assert got == [signal.SIGTERM]  # handled in the block, as before
     finally:
         signal.signal(signal.SIGTERM, previous)
+
+
+def test_a_preemption_signal_named_term_is_held_as_the_preemption(monkeypatch):
+    """submitit's handler sits on its preemption signal, which may be TERM: it was not held
+    (not a handler that stops the run), so its requeue exit landed inside the save (review)."""
+    monkeypatch.setenv("SUBMITIT_PREEMPT_SIGNAL", "TERM")
+    got = []
+
+    def requeue(signum, frame):
+        got.append(signum)
+
+    previous = signal.signal(signal.SIGTERM, requeue)
+    try:
+        for held in (preemption_held, save_signals_held):
+            with held():
+                os.kill(os.getpid(), signal.SIGTERM)
+                assert got == []  # held: the save goes on
+            assert got == [signal.SIGTERM]
+            got.clear()
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def test_a_stop_asked_again_is_handled_once_and_the_entry_points_sigterm_is_held(monkeypatch):
+    """Asked again (more than a second later), the stop went to its handler at once and again
+    when the block ended (review); the entry point's SIGTERM handler is one that stops the
+    run, so it is held during a save."""
+    from dlrm_exp import cli
+    from dlrm_exp.distributed import preemption
+    from dlrm_exp.errors import Terminated
+
+    if signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL:
+        pytest.skip("SIGTERM has a handler here")
+    monkeypatch.delenv("MASTER_ADDR", raising=False)
+    with cli._stop_on_sigterm():
+        assert preemption.stops_the_run(signal.getsignal(signal.SIGTERM))
+        with pytest.raises(Terminated), save_signals_held():
+            os.kill(os.getpid(), signal.SIGTERM)
+            done = "saved"  # held: the block goes on
+        assert done == "saved"
+    calls = []
+
+    def stop(signum, frame):
+        calls.append(signum)
+        raise Terminated(signum)
+
+    stop.stops_the_run = True
+    previous = signal.signal(signal.SIGTERM, stop)
+    monkeypatch.setattr(preemption, "_SAME_REQUEST_S", -1.0)
+    try:
+        with pytest.raises(Terminated), save_signals_held():
+            os.kill(os.getpid(), signal.SIGTERM)
+            os.kill(os.getpid(), signal.SIGTERM)  # asked again: now
+        assert calls == [signal.SIGTERM]  # once
+    finally:
+        signal.signal(signal.SIGTERM, previous)

@@ -21,6 +21,7 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from types import FrameType
+from typing import Any
 
 PREEMPT_SIGNAL_ENV = "SUBMITIT_PREEMPT_SIGNAL"
 """The variable submitit reads for the name of its preemption signal (default ``USR2``)."""
@@ -40,7 +41,7 @@ def preemption_held() -> Iterator[None]:
     Does nothing outside the main thread (only it may set handlers) or when the signal has no
     Python handler (default or ignored: nothing would raise mid-save).
     """
-    with _held([preemption_signal()]):
+    with _held(preemption_signal(), ()):
         yield
 
 
@@ -64,36 +65,44 @@ def save_signals_held() -> Iterator[None]:
     """:func:`preemption_held` for the preemption signal, Ctrl-C and SIGTERM (where their
     handler stops the run): each is handled once the block ends (a line says the save
     finishes first); another Ctrl-C or SIGTERM more than a second later is handled at once."""
-    with _held([preemption_signal(), *_STOPS]):
+    with _held(preemption_signal(), _STOPS):
         yield
 
 
 @contextmanager
-def _held(signals: list[signal.Signals | None]) -> Iterator[None]:
-    """Hold ``signals`` (those with a Python handler, in the main thread; a stop signal only
-    where its handler stops the run) within the block; when it ends, each signal received
-    goes to its handler once, the preemption signal first (it requeues the job: a stop
-    handled first would lose it; diff review). A stop signal more than
-    :data:`_SAME_REQUEST_S` after the first goes to its handler when it comes."""
+def _held(preempt: signal.Signals | None, stops: tuple[signal.Signals, ...]) -> Iterator[None]:
+    """Hold the preemption signal ``preempt`` and the ``stops`` (in the main thread, those
+    with a Python handler; a stop only where its handler stops the run; ``preempt`` is held
+    as the preemption whatever its number: submitit's may be TERM; review) within the block.
+    When it ends, each signal received goes to its handler once, the preemption signal first
+    (it requeues the job: a stop handled first would lose it; diff review). A stop more than
+    :data:`_SAME_REQUEST_S` after the first goes to its handler when it comes, and the held
+    stops are then dropped (one stop, not two)."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
-    handlers = {s: signal.getsignal(s) for s in signals if s is not None}
-    held = {
-        s: h for s, h in handlers.items() if callable(h) and (s not in _STOPS or stops_the_run(h))
-    }
-    received: dict[int, FrameType | None] = {}  # the first of each signal
+    held: dict[int, Any] = {}
+    if preempt is not None and callable(handler := signal.getsignal(preempt)):
+        held[preempt] = handler
+    for sig in stops:
+        if sig not in held and stops_the_run(handler := signal.getsignal(sig)):
+            held[sig] = handler
+    received: dict[int, FrameType | None] = {}  # the first of each signal, in arrival order
     first_stop: list[float] = []
+    installed: list[int] = []
 
     def restore() -> None:
-        for sig, handler in held.items():
-            signal.signal(sig, handler)
+        while installed:
+            sig = installed.pop()
+            signal.signal(sig, held[sig])
 
     def hold(signum: int, frame: FrameType | None) -> None:
-        if signum in _STOPS:
+        if signum != preempt:  # a stop
             if first_stop and time.monotonic() - first_stop[0] > _SAME_REQUEST_S:
-                restore()  # asked again: now
-                held[signal.Signals(signum)](signum, frame)  # type: ignore[operator]
+                restore()  # asked again: now, and once
+                for stop in [s for s in received if s != preempt]:
+                    del received[stop]
+                held[signum](signum, frame)
                 return
             if not first_stop:
                 first_stop.append(time.monotonic())
@@ -102,11 +111,12 @@ def _held(signals: list[signal.Signals | None]) -> Iterator[None]:
                                  "again stops at once, leaving it unfinished)\n")  # fmt: skip
         received.setdefault(signum, frame)
 
-    for sig in held:
-        signal.signal(sig, hold)
     try:
+        for sig in held:  # (inside the try: a signal meanwhile still restores them)
+            signal.signal(sig, hold)
+            installed.append(sig)
         yield
     finally:
         restore()
-        for signum in sorted(received, key=lambda s: s in _STOPS):  # (stable: arrival order)
-            held[signal.Signals(signum)](signum, received[signum])  # type: ignore[operator]
+        for signum in sorted(received, key=lambda s: s != preempt):  # (stable: arrival order)
+            held[signum](signum, received[signum])

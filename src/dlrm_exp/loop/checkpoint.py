@@ -405,6 +405,9 @@ def save_checkpoint(
             _save(final, partial, step, (model, optimizer), trainer_state, is_main, keep_last,
                   name, same_as, rank_state)  # fmt: skip
     except (OSError, RuntimeError, CheckpointException) as err:
+        stop = _interruption(err)  # a second Ctrl-C / SIGTERM, raised inside DCP's save
+        if stop is not None:
+            raise stop from None
         full = _full_disk(err, final)
         if full is None:
             raise
