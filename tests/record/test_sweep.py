@@ -422,6 +422,12 @@ def test_the_plots_say_what_their_bars_and_axes_are(tmp_path, capsys):
     assert "(no auroc_diff.png: no configuration but the baseline has a val AUROC)" in out
     assert not (sweep / "auroc_diff.png").exists() and "MC rows held" not in out
     assert "| samples/s (all ranks) |" in out
+    # a sweep of seeds cut short (a SIGKILL): not told to sweep the seeds it swept (review)
+    cut = _written_sweep(tmp_path / "cut", ["seed=0,1,2"], [(["seed=0"], _completed())])
+    assert report.main([str(cut)]) == 0
+    assert "no configuration has repeats yet: of the sweep's seeds 0,1,2, not all ran" in (
+        capsys.readouterr().out
+    )
 
 
 def test_report_refuses_a_path_without_runs(tmp_path, capsys):

@@ -63,6 +63,7 @@ from dlrm_exp.record.runs import (  # noqa: E402
     load_runs,
     override_values,
     recorded_mode,
+    saved_sweep_values,
 )
 from dlrm_exp.record.stats import estimate  # noqa: E402
 from dlrm_exp.record.sweep import RECORDING_MODES, markdown_table, write_summary  # noqa: E402
@@ -365,19 +366,40 @@ def report(
             "tables to measure them)"
         )
     text += f"\n\n({passed_over.lstrip('; ')})" if passed_over else ""
-    diff_plot = out / PLOTS[3]
+    text += _auroc_diff(stats, out / PLOTS[3], folders)
+    return text, out, runs
+
+
+def _auroc_diff(stats: Sequence[ConfigStats], path: Path, folders: Sequence[Path]) -> str:
+    """Draw ``auroc_diff.png`` where a configuration beside the baseline has repeats (else
+    remove one an earlier report drew); returns the report's text about it: the statistics
+    table, or why there is no plot."""
     compared = [s for s in stats[1:] if "val_auroc" in s.vs_baseline]
     if has_repeats(stats) and compared:
-        plot_auroc_diff(stats, diff_plot)
-        text += "\n\n" + stats_markdown(stats)
-    elif has_repeats(stats):  # the baseline's repeats alone: an empty plot was drawn (review)
-        diff_plot.unlink(missing_ok=True)
-        text += "\n\n" + stats_markdown(stats)
-        text += f"\n\n(no {PLOTS[3]}: no configuration but the baseline has a val AUROC)"
-    else:
-        diff_plot.unlink(missing_ok=True)  # from an earlier report with repeats
-        text += f"\n\n(no {PLOTS[3]}: no configuration has repeats; sweep seed=0,1,2 for them)"
-    return text, out, runs
+        plot_auroc_diff(stats, path)
+        return "\n\n" + stats_markdown(stats)
+    path.unlink(missing_ok=True)
+    if has_repeats(stats):  # the baseline's repeats alone: an empty plot was drawn (review)
+        return (
+            f"\n\n{stats_markdown(stats)}\n\n(no {PLOTS[3]}: no configuration but the "
+            "baseline has a val AUROC)"
+        )
+    seeds = next((v for f in folders for k, v in _swept(f).items() if k == "seed"), [])
+    if len(seeds) > 1:  # swept, but not all ran (it advised sweeping them: crash review)
+        return (
+            f"\n\n(no {PLOTS[3]}: no configuration has repeats yet: of the sweep's seeds "
+            f"{','.join(seeds)}, not all ran)"
+        )
+    return f"\n\n(no {PLOTS[3]}: no configuration has repeats; sweep seed=0,1,2 for them)"
+
+
+def _swept(folder: Path) -> dict[str, list[str]]:
+    """A sweep folder's swept values (``multirun.yaml``); none where it has none or it does
+    not read (the runs' own loading says so)."""
+    try:
+        return saved_sweep_values(folder)
+    except (ValueError, OSError):
+        return {}
 
 
 def _measured(runs: list[RunRecord]) -> tuple[list[RunRecord], str]:
