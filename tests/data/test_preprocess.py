@@ -166,14 +166,17 @@ def test_npy_writer_abort_leaves_nothing(tmp_path):
     assert list(tmp_path.iterdir()) == []
 
 
-def test_a_full_disk_is_one_line_saying_the_converted_days_stay(tmp_path, cli_here, monkeypatch):
+@pytest.mark.parametrize("code", ["ENOSPC", "EDQUOT"])  # a full disk, a quota
+def test_a_full_disk_is_one_line_saying_the_converted_days_stay(
+    tmp_path, cli_here, monkeypatch, code
+):
     """A 53-line traceback ending in ENOSPC (crash review, a 100 MB tmpfs)."""
     import errno
 
     from dlrm_exp.modes import preprocess
 
     def full(*args, **kwargs):
-        raise OSError(errno.ENOSPC, "No space left on device")
+        raise OSError(getattr(errno, code), "No space left")
 
     monkeypatch.setattr(preprocess, "run_preprocess", full)
     tsv = write_criteo_tsv(tmp_path / "train.txt", 40, seed=1)

@@ -115,9 +115,9 @@ class HardwareConfig:
             require_read(
                 value is None,
                 f"hardware.{key} describes GPU memory, which only hardware.compute_device=cuda "
-                "reads: "
-                f"leave it null on CPU, or plan for GPUs with a GPU preset "
-                "(hardware=a100_80gb_x8, ...)",
+                f"reads: on CPU set hardware.{key}=null (a GPU preset sets it: hardware=cpu runs "
+                "on this machine; plan for the preset's GPUs with its compute_device=cuda and "
+                "mode=plan)",
                 gpu,
             )
 

@@ -53,7 +53,7 @@ def _disk_full_said(out: Path) -> Iterator[None]:
     try:
         yield
     except OSError as err:
-        if err.errno != errno.ENOSPC:
+        if err.errno not in (errno.ENOSPC, errno.EDQUOT):  # a full disk, a quota
             raise
         size = sum(p.stat().st_size for p in out.glob("*") if p.is_file()) / 2**20
         raise DiskFullError(  # (the unfinished day's files are gone by now: its space is free)
