@@ -42,7 +42,6 @@ window (the last batches' logits and labels, :mod:`dlrm_exp.loop.train_window`) 
 training-window metrics are the uninterrupted run's.
 """
 
-import errno
 import json
 import logging
 import pickle
@@ -64,7 +63,13 @@ from torch.distributed.checkpoint.metadata import Metadata, StorageMeta, TensorS
 from dlrm_exp.distributed.preemption import save_signals_held
 from dlrm_exp.errors import CheckpointError, DiskFullError, RunFolderInUseError, Terminated
 from dlrm_exp.record.run_record import FAILED, INTERRUPTED
-from dlrm_exp.util.files import read_json_object, sync_file, sync_folder, write_json_atomic
+from dlrm_exp.util.files import (
+    out_of_space,
+    read_json_object,
+    sync_file,
+    sync_folder,
+    write_json_atomic,
+)
 from dlrm_exp.util.rank_zero import on_rank_zero
 from dlrm_exp.util.text import first_few
 
@@ -456,8 +461,6 @@ def _save(
 #: Free bytes under which torch.save's "unexpected pos" is put down to a full disk: it fails
 #: so there, no ENOSPC in sight (crash review, a 12 MB tmpfs).
 _NEARLY_FULL = 64 * 2**20
-#: The errnos of a write refused for want of space: the disk's, or the user's quota.
-_NO_SPACE = (errno.ENOSPC, errno.EDQUOT)
 
 
 def _full_disk(err: BaseException, final: Path) -> DiskFullError | None:
@@ -466,13 +469,12 @@ def _full_disk(err: BaseException, final: Path) -> DiskFullError | None:
     :data:`_NEARLY_FULL` left where it was written), saying the earlier checkpoints are
     intact; None for any other failure (raised as it is: a peer rank's death on a nearly
     full disk is no full disk; diff review)."""
-    wrapped = err.failures.values() if isinstance(err, CheckpointException) else []
-    errors = [err, *(exc for exc, _ in wrapped)]
+    errors = [err, *_failures(err)]
     try:
         free = shutil.disk_usage(final.parent).free
     except OSError:
         free = None
-    no_space = any(isinstance(e, OSError) and e.errno in _NO_SPACE for e in errors)
+    no_space = any(out_of_space(e) for e in errors)
     cut = any("unexpected pos" in str(e) for e in errors)
     if not (no_space or (cut and free is not None and free < _NEARLY_FULL)):
         return None
@@ -1043,10 +1045,15 @@ def _interruption(err: BaseException) -> BaseException | None:
     """The Ctrl-C (``KeyboardInterrupt``) or SIGTERM (:class:`Terminated`) a DCP collective
     wrapped in its ``CheckpointException`` (every rank's failure is in ``failures``), or
     None."""
+    stops = (exc for exc in _failures(err) if isinstance(exc, (KeyboardInterrupt, Terminated)))
+    return next(stops, None)
+
+
+def _failures(err: BaseException) -> list[BaseException]:
+    """The exceptions a DCP collective's ``CheckpointException`` wraps, every rank's; none for
+    another error."""
     wrapped = err.failures.values() if isinstance(err, CheckpointException) else []
-    return next(
-        (exc for exc, _ in wrapped if isinstance(exc, (KeyboardInterrupt, Terminated))), None
-    )
+    return [exc for exc, _ in wrapped]
 
 
 def _check_data_files(path: Path, metadata: Metadata) -> None:

@@ -1,7 +1,6 @@
 """``mode=preprocess``: Criteo TSV to TorchRec's npy layout, or to Parquet with its feature
 schema, with a report of what was read."""
 
-import errno
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -13,7 +12,7 @@ from dlrm_exp.data.paths import resolve_paths
 from dlrm_exp.data.preprocess.convert import REPORT_FILE, run_preprocess, summary_lines
 from dlrm_exp.errors import DataError, DiskFullError
 from dlrm_exp.modes.job import Job, ModeResult
-from dlrm_exp.util.files import check_writable, write_json_atomic
+from dlrm_exp.util.files import check_writable, out_of_space, write_json_atomic
 from dlrm_exp.util.folder_lock import held_run_folder
 
 
@@ -53,7 +52,7 @@ def _disk_full_said(out: Path) -> Iterator[None]:
     try:
         yield
     except OSError as err:
-        if err.errno not in (errno.ENOSPC, errno.EDQUOT):  # a full disk, a quota
+        if not out_of_space(err):
             raise
         size = sum(p.stat().st_size for p in out.glob("*") if p.is_file()) / 2**20
         raise DiskFullError(  # (the unfinished day's files are gone by now: its space is free)

@@ -1,6 +1,7 @@
 """Atomic file writes: a crash never leaves a half-written JSON or text file."""
 
 import csv
+import errno
 import io
 import json
 import math
@@ -167,3 +168,9 @@ def check_writable(run_dir: Path, key: str = "hydra.run.dir") -> None:
         raise ConfigError(
             f"cannot write {what} {run_dir}: {why} (choose another with {key}=..., or free space)"
         ) from None
+
+
+def out_of_space(err: BaseException) -> bool:
+    """Whether ``err`` is a write refused for want of space: a full disk (``ENOSPC``) or the
+    user's quota (``EDQUOT``)."""
+    return isinstance(err, OSError) and err.errno in (errno.ENOSPC, errno.EDQUOT)
