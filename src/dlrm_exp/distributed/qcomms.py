@@ -197,6 +197,13 @@ def requested_precisions(cfg: QCommsConfig) -> dict[str, str]:
     }
 
 
+def builds_codecs(cfg: QCommsConfig) -> bool:
+    """Whether TorchRec builds qcomms codecs for ``cfg``: a precision other than FP32 in
+    either direction (``get_qcomm_codecs_registry`` builds none where both are FP32, and a
+    null direction is FP32)."""
+    return set(requested_precisions(cfg).values()) != {"FP32"}
+
+
 def qcomms_substitution(
     cfg: QCommsConfig, effective: dict[str, dict[str, str]], world_size: int
 ) -> Substitution | None:
@@ -207,7 +214,7 @@ def qcomms_substitution(
     anything) or when every table is data-parallel; None when everything ran as asked or
     nothing but FP32 was asked (``qcomms=none`` / ``fp32``: no codecs)."""
     asked = requested_precisions(cfg)
-    if set(asked.values()) == {"FP32"}:  # no codecs asked: TorchRec builds none
+    if not builds_codecs(cfg):
         return None
     wanted = "/".join(dict.fromkeys(asked.values()))
     if world_size <= 1 or not effective:

@@ -13,7 +13,6 @@ from torchrec.distributed.planner.constants import UVM_CACHING_RATIO
 from torchrec.distributed.types import ModuleSharder, ShardingPlan
 
 from dlrm_exp.config import (
-    CommPrecision,
     ComputeDevice,
     ComputeKernel,
     Config,
@@ -23,7 +22,7 @@ from dlrm_exp.config import (
 )
 from dlrm_exp.config.optimizer import fbgemm_fuses, fbgemm_steps_replicas
 from dlrm_exp.distributed.launch import DistContext
-from dlrm_exp.distributed.qcomms import check_supported
+from dlrm_exp.distributed.qcomms import builds_codecs, check_supported
 from dlrm_exp.distributed.sharder import job_sharders
 from dlrm_exp.errors import ConfigError, InsufficientMemoryError
 from dlrm_exp.planning.constraints import build_constraints, table_placement
@@ -428,10 +427,7 @@ def _plan_with_planner(
         cfg.train.batch_size,
         [collector],
         optimizer=cfg.optimizer.sparse_optimizer,
-        codecs=any(  # TorchRec builds none where both directions are fp32 (or unset)
-            p not in (None, CommPrecision.fp32)
-            for p in (qcomms.forward_precision, qcomms.backward_precision)
-        ),
+        codecs=builds_codecs(qcomms),
     )
     plan = plan_or_explain(
         planner,

@@ -210,7 +210,7 @@ def _gpu_ways(
     types: list[EmbeddingDataType],
     capacity: MemoryCapacity,
     world_size: int,
-    pinned_dtypes: bool = False,
+    pinned_dtypes: bool,
 ) -> str:
     """The ways on a GPU to keep every row of tables that overflow the HBM (GPU review: only
     caps and more ranks were offered): their rows in host memory (``fused_uvm_caching``)
@@ -226,7 +226,8 @@ def _gpu_ways(
             f"{ddr / GIB:.2f} GiB of DDR the ranks give tables)"
         )
     sizes, dim = shape
-    saved = sum(n * dim * 2 for n, t in zip(sizes, types, strict=True) if t.value == "fp32")
+    half = EmbeddingDataType.fp16.element_bytes
+    saved = sum(n * dim * (t.element_bytes - half) for n, t in zip(sizes, types, strict=True))
     hbm = usable_bytes(capacity.hbm_bytes or 0) * world_size
     if saved and not pinned_dtypes and storage.total_bytes - saved <= hbm:
         ways.append(
