@@ -109,15 +109,10 @@ def check_option_file_keys(files: Sequence[Path], root: type) -> None:
 
 
 def _package(text: str, group: str) -> str:
-    """The package of a group's option file from the ``# @package`` header of its leading
-    comment lines, as Hydra reads it (its group's by default; ``_global_``: the root, and
-    ``_global_.model`` the root's ``model``: it was taken as a key named ``_global_``; diff
-    review)."""
-    for line in text.splitlines():
-        if not line.lstrip().startswith("#"):
-            if line.strip():
-                break  # the header ends at the first content line
-            continue
+    """The package of a group's option file from its ``# @package`` header (:func:`_head`):
+    its group's by default; ``_global_``: the root, and ``_global_.model`` the root's
+    ``model`` (it was taken as a key named ``_global_``; diff review)."""
+    for line in _head(text).splitlines():
         if "@package" in line:
             package = line.split("@package", 1)[1].strip()
             if package == "_group_":
@@ -181,10 +176,15 @@ def _is_schema(file: Path) -> bool:
 
 
 def _head(text: str) -> str:
-    """The comment lines a file's ``text`` starts with (where Hydra reads a ``# @package``
-    header)."""
-    lines = text.splitlines()
-    return "\n".join(line for line in lines[:20] if line.lstrip().startswith("#"))
+    """The comment lines a file's ``text`` starts with, up to its first content line (where
+    Hydra reads a ``# @package`` header)."""
+    head = []
+    for line in text.splitlines():
+        if line.lstrip().startswith("#"):
+            head.append(line)
+        elif line.strip():
+            break
+    return "\n".join(head)
 
 
 def _check_schema(file: Path, node: DictConfig | ListConfig) -> None:
