@@ -48,6 +48,7 @@ from dlrm_exp.modes import Job, run_mode
 from dlrm_exp.record.kept_record import KeptRecord
 from dlrm_exp.record.run_record import COMPLETED, RunMetrics
 from dlrm_exp.record.runs import (
+    mode_name,
     override_values,
     parsed_override_values,
     recorded_mode,
@@ -79,9 +80,7 @@ def hydra_main(raw: DictConfig) -> float | None:
     hydra_cfg = HydraConfig.get()
     run_dir = Path(hydra_cfg.runtime.output_dir)
     if env_rank() == 0:  # a torchrun rank > 0 runs in "." (it writes no folder)
-        mode = OmegaConf.select(raw, "mode", default="train")  # (an enum in the schema)
-        mode = str(getattr(mode, "value", mode))
-        _job_folder = (hydra_cfg.mode == RunMode.MULTIRUN, run_dir.absolute(), mode)
+        _job_folder = (hydra_cfg.mode == RunMode.MULTIRUN, run_dir.absolute(), mode_name(raw))
     if hydra_cfg.mode != RunMode.MULTIRUN:
         try:
             return _run(raw, run_dir, None)

@@ -24,7 +24,7 @@ from typing import Any, Protocol, TypeVar
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.core.override_parser.types import Override
 from hydra.errors import HydraException
-from omegaconf import OmegaConf
+from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from dlrm_exp.record.run_record import COMPLETED, FAILED, MISSING, RunMetrics
@@ -319,6 +319,13 @@ def load_runs(paths: Iterable[Path]) -> list[RunRecord]:
             if unseen(path):
                 runs.append(_record(path, saved_keys(path.parent), job_overrides(path)))
     return runs
+
+
+def mode_name(config: DictConfig) -> str:
+    """The ``mode`` a composed ``config`` runs, as text (``train`` without the key; the
+    structured config holds a :class:`~dlrm_exp.config.Mode` enum)."""
+    mode = config.get("mode", "train")
+    return str(getattr(mode, "value", mode))
 
 
 def recorded_mode(run_dir: Path) -> str | None:

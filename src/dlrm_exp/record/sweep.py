@@ -22,7 +22,7 @@ from dlrm_exp.record.compare import (
 from dlrm_exp.record.metric_table import METRICS, fmt, shown
 from dlrm_exp.record.run_record import COMPLETED, FAILED, INTERRUPTED
 from dlrm_exp.record.run_values import write_run_values
-from dlrm_exp.record.runs import RunRecord, load_runs, saved_sweep_values
+from dlrm_exp.record.runs import RunRecord, load_runs, mode_name, saved_sweep_values
 from dlrm_exp.util.files import write_csv_atomic, write_text_atomic
 
 #: The metric columns of ``summary.csv``, in order (keys of the metric table).
@@ -149,8 +149,7 @@ def summarize_sweep(config: DictConfig) -> bool:
     """
     sweep_dir = Path(config.hydra.sweep.dir)
     runs = load_runs([sweep_dir])
-    chosen = config.get("mode", "train")
-    mode = str(getattr(chosen, "value", chosen))  # the Mode enum of the structured config
+    mode = mode_name(config)
     if mode not in RECORDING_MODES:
         return _list_outputs(runs, mode)
     try:
@@ -187,8 +186,7 @@ def summarize_interrupted_sweep() -> None:
     print("The sweep was interrupted; the jobs that finished:")
     try:
         summarize_sweep(config)
-        chosen = config.get("mode", "train")
-        _print_not_started(Path(config.hydra.sweep.dir), str(getattr(chosen, "value", chosen)))
+        _print_not_started(Path(config.hydra.sweep.dir), mode_name(config))
     except Exception as err:  # noqa: BLE001 - the interruption, not this, must end the process
         print(f"(no sweep summary: {type(err).__name__}: {err})")
 
