@@ -498,11 +498,9 @@ def _continue_hint() -> str:
         return "the same command converts only the unfinished days (and re-indexes contiguous ids)"
     if mode != "train":
         return f"mode={mode} leaves no half-written output: run the same command again"
-    if multirun:  # the job folders are <sweep dir>/<job number>
-        where = f"the same -m command with hydra.sweep.dir={job_dir.parent}"
-    else:
-        where = f"the same command with hydra.run.dir={job_dir}"
-    return f"{where} train.resume=auto continues training from the newest checkpoint"
+    from dlrm_exp.loop.checkpoint import resume_command  # (here: refusals need not load it)
+
+    return f"{resume_command(job_dir, multirun)} continues training from the newest checkpoint"
 
 
 @contextmanager

@@ -378,6 +378,16 @@ def _state(model: torch.nn.Module, optim_state: dict[str, Any]) -> dict[str, Any
     return {"model": model.state_dict(), "optim": optim_state["state"]}
 
 
+def resume_command(run_dir: Path, multirun: bool) -> str:
+    """The command that continues the training of run folder ``run_dir``: the same command
+    with ``hydra.run.dir=<run_dir> train.resume=auto``, or for a job of a ``-m`` sweep (whose
+    jobs go where ``hydra.sweep.dir`` says; ``hydra.run.dir`` is not read) the same ``-m``
+    command with ``hydra.sweep.dir=<its sweep folder>``."""
+    if multirun:  # the job folders are <sweep dir>/<job number>
+        return f"the same -m command with hydra.sweep.dir={run_dir.parent} train.resume=auto"
+    return f"the same command with hydra.run.dir={run_dir} train.resume=auto"
+
+
 def save_checkpoint(
     run_dir: Path,
     step: int,

@@ -57,6 +57,7 @@ from dlrm_exp.loop.checkpoint import (
     load_model_weights,
     read_rank_state,
     resolve_resume,
+    resume_command,
     resume_step,
     save_checkpoint,
 )
@@ -145,16 +146,10 @@ def run_train(
         saved = complete_checkpoints(run_dir)
         if not saved:
             raise
-        # (a sweep's jobs go where hydra.sweep.dir says: hydra.run.dir is not read; review)
         multirun = HydraConfig.initialized() and HydraConfig.get().mode == RunMode.MULTIRUN
-        where = (
-            f"the same -m command with hydra.sweep.dir={run_dir.parent}"
-            if multirun
-            else f"the same command with hydra.run.dir={run_dir}"
-        )
         raise WorkerFailedError(
-            f"{err}; the complete checkpoints stay: {where} train.resume=auto continues from "
-            f"{saved[-1].name}"
+            f"{err}; the complete checkpoints stay: {resume_command(run_dir, multirun)} "
+            f"continues from {saved[-1].name}"
         ) from None
 
 
