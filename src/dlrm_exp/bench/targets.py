@@ -116,10 +116,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     return 0 if ok else 1
 
 
-if __name__ == "__main__":
-    raise SystemExit(main())
-
-
 def at_least(low: int) -> Callable[[str], int]:
     """An argparse ``type``: an integer >= ``low`` (``--rounds 0`` ran the setup, then
     crashed on an empty median: review)."""
@@ -134,3 +130,7 @@ def at_least(low: int) -> Callable[[str], int]:
         return value
 
     return parse
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

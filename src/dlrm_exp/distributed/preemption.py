@@ -6,11 +6,11 @@ requeues the job and calls ``sys.exit``, so the ``SystemExit`` is raised whereve
 happens to be. Inside ``torch.distributed.checkpoint.save`` it is caught and re-raised as a
 ``CheckpointException``: the task then exits 1 instead of submitit's requeue code, the job is not
 requeued, and the checkpoint is left as a ``.partial`` folder (seen in CI, issue 23's suite).
-:func:`preemption_held` records such a signal during the save and hands it to the original
+:func:`save_signals_held` records such a signal during the save and hands it to the original
 handler once the save is committed, so a preempted job always resumes from a complete checkpoint.
 Ctrl-C and SIGTERM met the same fate (a 111-line ``CheckpointException`` traceback, exit 1, a
-sweep without its summary: crash review): :func:`save_signals_held` holds them too, saying so,
-and a second one stops the save at once.
+sweep without its summary: crash review): it holds them too, saying so, and a second one more
+than a second later stops the save at once.
 """
 
 import os
@@ -33,18 +33,6 @@ def preemption_signal() -> signal.Signals | None:
     return getattr(signal, "SIG" + os.environ.get(PREEMPT_SIGNAL_ENV, "USR2"), None)
 
 
-@contextmanager
-def preemption_held() -> Iterator[None]:
-    """Within the block, a preemption signal is recorded instead of handled; on leaving it
-    (normally or by an exception) the Python handler that was installed gets it.
-
-    Does nothing outside the main thread (only it may set handlers) or when the signal has no
-    Python handler (default or ignored: nothing would raise mid-save).
-    """
-    with _held(preemption_signal(), ()):
-        yield
-
-
 #: Signals that stop a run (Ctrl-C; SIGTERM where the entry point raises ``Terminated``).
 _STOPS = (signal.SIGINT, signal.SIGTERM)
 #: A second stop signal within this many seconds of the first is the same request: a
@@ -62,8 +50,9 @@ def stops_the_run(handler: object) -> bool:
 
 @contextmanager
 def save_signals_held() -> Iterator[None]:
-    """:func:`preemption_held` for the preemption signal, Ctrl-C and SIGTERM (where their
-    handler stops the run): each is handled once the block ends (a line says the save
+    """Within the block, the preemption signal (where it has a Python handler: default or
+    ignored, nothing would raise mid-save), Ctrl-C and SIGTERM (where their handler stops the
+    run) are recorded instead of handled; each is handled once the block ends (a line says the save
     finishes first); another Ctrl-C or SIGTERM more than a second later is handled at once."""
     with _held(preemption_signal(), _STOPS):
         yield

@@ -384,7 +384,7 @@ def _auroc_diff(stats: Sequence[ConfigStats], path: Path, folders: Sequence[Path
             f"\n\n{stats_markdown(stats)}\n\n(no {PLOTS[3]}: no configuration but the "
             "baseline has a val AUROC)"
         )
-    seeds = next((v for f in folders for k, v in _swept(f).items() if k == "seed"), [])
+    seeds = next((v for f in folders if (v := _swept(f).get("seed"))), [])
     if len(seeds) > 1:  # swept, but not all ran (it advised sweeping them: crash review)
         return (
             f"\n\n(no {PLOTS[3]}: no configuration has repeats yet: of the sweep's seeds "

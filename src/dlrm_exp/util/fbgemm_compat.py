@@ -29,18 +29,14 @@ def _tested_pair_unlisted(record: logging.LogRecord) -> bool:
     return torch_version.startswith(TESTED_FBGEMM_TORCH.get(fbgemm, "-"))
 
 
-class _TestedPairFilter(logging.Filter):
-    """Drops FBGEMM's "no entry" warning for the release pairs of ``TESTED_FBGEMM_TORCH``."""
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        return not _tested_pair_unlisted(record)
-
-
-_TESTED_PAIR_FILTER = _TestedPairFilter()
+def _keeps(record: logging.LogRecord) -> bool:
+    """A root-logger filter (logging takes a callable): False for FBGEMM's "no entry" warning
+    of a tested release pair."""
+    return not _tested_pair_unlisted(record)
 
 
 def drop_tested_fbgemm_warning() -> None:
     """Filter FBGEMM's "no entry" warning of a tested release pair on the root logger, which
     FBGEMM warns through while it is imported: in a spawned worker that is before any handler
     of ours exists (``import dlrm_exp`` calls this). Idempotent."""
-    logging.getLogger().addFilter(_TESTED_PAIR_FILTER)
+    logging.getLogger().addFilter(_keeps)
