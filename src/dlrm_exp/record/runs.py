@@ -14,7 +14,7 @@ in which the swept keys were typed does not matter.
 
 import json
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from functools import lru_cache
@@ -151,9 +151,7 @@ def saved_sweep_values(sweep_dir: Path) -> dict[str, list[str]]:
         hydra_cfg = OmegaConf.load(saved).hydra  # type: ignore[union-attr]
         # as typed: a ${hydra:...} or ${oc.env:...} in an override resolved here, where it no
         # longer can, and the sweep lost its summary (review)
-        task = typed_task(hydra_cfg)
-        params = OmegaConf.select(hydra_cfg, "sweeper.params")
-        return sweep_values(task, {} if params is None else _as_typed(params))
+        return sweep_values(typed_task(hydra_cfg), typed_params(hydra_cfg))
     except (OmegaConfBaseException, HydraException, AttributeError, TypeError) as err:
         raise ValueError(f"{saved}: not a Hydra multirun.yaml ({err})") from None
 
@@ -169,6 +167,18 @@ def typed_task(hydra_cfg: Any) -> list[str]:
     return [str(o) for o in _as_typed(hydra_cfg.overrides.task)]
 
 
+def typed_params(hydra_cfg: Any) -> dict[str, Any]:
+    """A Hydra config's sweeper ``params`` (``hydra.sweeper.params``: ``{key: "a,b"}``) as
+    typed; empty in a sweep of the command line's keys only."""
+    params = OmegaConf.select(hydra_cfg, "sweeper.params")
+    return {} if params is None else _as_typed(params)
+
+
+def override_texts(params: Mapping[str, Any]) -> list[str]:
+    """Sweeper ``params`` as the overrides they stand for, ``["key=a,b", ...]``."""
+    return [f"{k}={v}" for k, v in params.items()]
+
+
 def sweep_values(task: Sequence[str], params: Any) -> dict[str, list[str]]:
     """``{swept key: its values as typed}`` of the command line's overrides ``task``, then
     of the sweeper's ``params`` (``{key: "a,b"}``) not already named.
@@ -177,7 +187,7 @@ def sweep_values(task: Sequence[str], params: Any) -> dict[str, list[str]]:
         HydraException: an override Hydra cannot parse.
     """
     values = {o.key_or_group: _values_of(o) for o in parse_overrides(task) if o.is_sweep_override()}
-    for o in parse_overrides([f"{k}={v}" for k, v in params.items()]):
+    for o in parse_overrides(override_texts(params)):
         values.setdefault(o.key_or_group, _values_of(o))
     return values
 

@@ -20,12 +20,12 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.errors import HydraException
 from hydra.experimental.callback import Callback
-from omegaconf import DictConfig, OmegaConf, open_dict
+from omegaconf import DictConfig, open_dict
 from omegaconf.errors import OmegaConfBaseException
 
 from dlrm_exp.config.build import MissingValueError, build_config
 from dlrm_exp.errors import UserError
-from dlrm_exp.record.runs import sweep_values, typed_task
+from dlrm_exp.record.runs import override_texts, sweep_values, typed_params, typed_task
 from dlrm_exp.util.text import first_few
 
 log = logging.getLogger(__name__)
@@ -48,9 +48,8 @@ class SweepCheck(Callback):
         if sweeper.get("_target_") != _BASIC or not GlobalHydra.instance().is_initialized():
             return
         loader = GlobalHydra.instance().config_loader()
-        node = sweeper.get("params")  # (None in a sweep of the command line's keys only)
-        typed = {} if node is None else OmegaConf.to_container(node, resolve=False)
-        params = [f"{k}={v}" for k, v in typed.items()]  # as typed: ${...} left alone
+        typed = typed_params(config.hydra)  # as typed: ${...} left alone
+        params = override_texts(typed)
         task = typed_task(config.hydra)
         try:
             parsed = OverridesParser.create(config_loader=loader).parse_overrides([*params, *task])
