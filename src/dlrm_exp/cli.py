@@ -341,6 +341,11 @@ def _printing_flags(args: list[str]) -> list[str]:
     return [a for a in args if a.split("=", 1)[0] in _PRINTING_FLAGS]
 
 
+def _printing_kinds(flags: list[str]) -> set[str]:
+    """The long names of printing ``flags`` (``-c`` and ``--cfg`` are one kind)."""
+    return {_PRINTING_FLAGS[a.split("=", 1)[0]] for a in flags}
+
+
 def check_flag_combination(args: list[str]) -> None:
     """Refuse ``-m`` with a flag that prints (``--cfg``, ``--info``, ``--shell-completion``):
     Hydra raised ``ValueError: Only one of --run, --multirun, --cfg, --info and
@@ -355,7 +360,7 @@ def check_flag_combination(args: list[str]) -> None:
             f"-m runs a sweep, {printing[0]} prints one config: drop -m (and give each swept "
             "key one value) to print a job's config, or drop the flag to run the sweep"
         )
-    kinds = {_PRINTING_FLAGS[a.split("=", 1)[0]] for a in printing}
+    kinds = _printing_kinds(printing)
     if len(kinds) > 1:  # Hydra's own refusal was a traceback (review)
         raise ConfigError(
             f"{' and '.join(sorted(kinds))} each print something else: give one of them"
@@ -396,8 +401,7 @@ def _other_primary_config(args: list[str]) -> bool:
 
 def _completing(args: list[str]) -> bool:
     """Whether the command asks Hydra's shell completion (``-sc install=bash``)."""
-    kinds = {_PRINTING_FLAGS[a.split("=", 1)[0]] for a in _printing_flags(args)}
-    return "--shell-completion" in kinds
+    return "--shell-completion" in _printing_kinds(_printing_flags(args))
 
 
 def _installed(module: str) -> bool:
