@@ -340,6 +340,38 @@ def test_a_save_on_a_full_disk_is_one_line_saying_the_earlier_checkpoints_stand(
     assert checkpoint._full_disk(RuntimeError("Connection closed by peer"), final) is None
 
 
+def test_a_second_stop_inside_the_save_is_raised_as_itself(tmp_path, monkeypatch):
+    """A Ctrl-C (or SIGTERM) repeated during a save stops it at once; DCP's save wraps it in
+    a CheckpointException, which save_checkpoint unwraps: the interruption, not a failed
+    save (its 111-line traceback and exit 1: crash review). A full disk inside DCP's wrapper
+    is still told as one; another failure stays as it is."""
+    import errno
+    import traceback
+
+    from torch.distributed.checkpoint.api import CheckpointException
+
+    from dlrm_exp.errors import DiskFullError, Terminated
+
+    def wrapped(exc: BaseException) -> CheckpointException:
+        return CheckpointException("save", {0: (exc, traceback.StackSummary())})
+
+    cases = [
+        (wrapped(KeyboardInterrupt()), KeyboardInterrupt),
+        (wrapped(Terminated(15)), Terminated),
+        (wrapped(OSError(errno.ENOSPC, "No space left on device")), DiskFullError),
+        (wrapped(RuntimeError("Connection closed by peer")), CheckpointException),
+    ]
+    for failure, raised in cases:
+
+        def failing(*args, failure=failure):
+            raise failure
+
+        monkeypatch.setattr(checkpoint_module, "_save", failing)
+        with pytest.raises(raised) as caught:
+            checkpoint_module.save_checkpoint(tmp_path, 4, torch.nn.Linear(1, 1), None, {}, True)
+        assert (caught.value is failure) == (raised is CheckpointException)
+
+
 class _Payload:
     """Unpickling it would create the file ``path`` (what a crafted checkpoint could do)."""
 
