@@ -167,7 +167,7 @@ def _memory_message(cfg: Config, capacity: MemoryCapacity, world_size: int) -> s
     picked = {names[i] for i in chosen}
     dp_names = {names[i] for i, dp in zip(chosen, replicated, strict=True) if dp}
     sizes, types = cfg.model.table_sizes, cfg.model.table_data_types
-    message = insufficient_memory_message(
+    return insufficient_memory_message(
         tables_storage(cfg, picked, dp_names),
         cfg.optimizer.sparse_optimizer,
         [sizes[i] for i in chosen],
@@ -183,11 +183,8 @@ def _memory_message(cfg: Config, capacity: MemoryCapacity, world_size: int) -> s
         batch_size=cfg.train.batch_size,
         ranks_per_node=cfg.hardware.nproc_per_node,
         pinned_dtypes=bool(cfg.model.embedding_data_type_per_table),
+        note=note,
     )
-    if not note:
-        return message
-    first, rest = message.split("\n", 1)
-    return f"{first}\n  {note}\n{rest}"
 
 
 def _whole_pieces(kind: ShardingStrategy, cfg: Config, world_size: int) -> int:

@@ -162,6 +162,7 @@ def insufficient_memory_message(
     batch_size: int | None = None,
     ranks_per_node: int | None = None,
     pinned_dtypes: bool = False,
+    note: str = "",
 ) -> str:
     """One message with what the tables need, what the hardware offers, and two caps to try;
     when the tables alone fit, the batch-sized buffers beside them (``batch_size``: per rank)
@@ -178,7 +179,8 @@ def insufficient_memory_message(
     offered when one exceeds a rank. ``ranks_per_node``: the job's, to say how many nodes
     the ranks asked for are. On a GPU (tables in HBM) it also names the two ways that keep
     every row (:func:`_gpu_ways`; fp16 tables only where no table's dtype is set on its own,
-    ``pinned_dtypes``: the default would not change those)."""
+    ``pinned_dtypes``: the default would not change those). ``note``: a line said under the
+    first (which tables are counted, where not all)."""
     per_rank, device_kind, source = capacity.for_tables(on_hbm)
     offered = per_rank * world_size
     shape = (table_sizes, embedding_dim, optimizer)
@@ -187,6 +189,7 @@ def insufficient_memory_message(
     lines = _needed_lines(
         storage, optimizer, len(table_sizes), embedding_dim, replicated, world_size
     )
+    lines[1:1] = [f"  {note}"] if note else []
     lines.append(_offered_line(per_rank, world_size, device_kind, source))
     types = data_types or [EmbeddingDataType.fp32] * len(table_sizes)
     each = [n * row_bytes(embedding_dim, t, optimizer)
