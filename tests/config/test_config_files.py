@@ -127,6 +127,10 @@ def test_every_shipped_option_file_sets_known_keys():
         ("experiment/mine.yaml", "# @package _global_\ntrain:\n  batchsize: 64\n",
          r"experiment/mine.yaml: unknown config key train.batchsize: did you mean "
          r"train.batch_size\?"),
+        # a key Hydra's override grammar cannot parse (it was skipped)
+        ("model/spaced.yaml", "defaults: [tiny, _self_]\nembedding dim: 8\n",
+         r"model/spaced.yaml: unknown config key model.embedding dim: did you mean "
+         r"model.embedding_dim\?"),
     ],
 )  # fmt: skip
 def test_a_misspelt_key_in_ones_own_option_file_gets_the_closest(

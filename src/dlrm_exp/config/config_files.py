@@ -12,7 +12,7 @@ import yaml
 from omegaconf import DictConfig, ListConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from dlrm_exp.config.keys import check_override_keys
+from dlrm_exp.config.keys import check_key
 from dlrm_exp.config.schema import DenseColumn, FeatureSchema, SparseFeature
 from dlrm_exp.errors import ConfigError
 from dlrm_exp.util.text import closest, first_few
@@ -101,9 +101,10 @@ def check_option_file_keys(files: Sequence[Path], root: type) -> None:
             continue
         package = _package(text, group)
         plain = OmegaConf.to_container(node, resolve=False)
-        keys = [".".join(filter(None, [package, k])) for k in _leaf_keys(plain) if k]
         try:
-            check_override_keys([f"{key}=0" for key in keys], root)
+            for key in _leaf_keys(plain):
+                if key:
+                    check_key(".".join(filter(None, [package, key])), root)
         except ConfigError as err:
             raise ConfigError(f"{file}: {err}") from None
 

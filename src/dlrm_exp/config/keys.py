@@ -175,7 +175,6 @@ def check_override_keys(overrides: Sequence[str], root: type) -> None:
     Raises:
         ConfigError: an unknown key, naming the closest known one.
     """
-    known, open_maps = schema_keys(root)
     for text, override in _parsed(overrides):
         key = override.key_or_group
         if not key:  # "=256": a value without its key
@@ -190,25 +189,34 @@ def check_override_keys(overrides: Sequence[str], root: type) -> None:
                 f"{text} merges those {key} options into one config; to run each, sweep "
                 f"them: -m {key}={options}"
             )
-        if (
-            override.is_delete()
-            or key.split(".")[0] == "hydra"
-            or "/" in key
-            or key in SELECTORS
-            or key in known
-        ):
+        if override.is_delete():
             continue
-        if _under_open_map(key, open_maps):
-            _check_typed_map_key(key, open_maps)
-            if override.is_add():
-                _refuse_entry_added_by_parts(key, root)
-            continue
-        if _list_item_key(key, known):
-            continue  # an item of a list (data.schema.dense.2.log1p): the list's node checks it
-        choice = group_choice_hint(key, text.split("=", 1)[-1])
-        if choice is not None:
-            raise ConfigError(f"unknown config key {key}: did you mean {choice}?")
-        raise unknown_key_error(key, known)
+        check_key(key, root, added=override.is_add(), value=text.split("=", 1)[-1])
+
+
+def check_key(key: str, root: type, added: bool = False, value: str = "") -> None:
+    """Refuse a dotted ``key`` that the schema ``root`` lacks (``hydra.*``, group choices and
+    ``group/option`` keys are left to Hydra): a key under an open map must be one its values
+    take, and an entry is not added by its parts (``added``: a ``+key``). ``value``: what the
+    key is set to, to suggest ``group=value`` for a misspelt group.
+
+    Raises:
+        ConfigError: the unknown key, naming the closest known one.
+    """
+    known, open_maps = _schema_keys_of(root)
+    if key.split(".")[0] == "hydra" or "/" in key or key in SELECTORS or key in known:
+        return
+    if _under_open_map(key, open_maps):
+        _check_typed_map_key(key, open_maps)
+        if added:
+            _refuse_entry_added_by_parts(key, root)
+        return
+    if _list_item_key(key, known):
+        return  # an item of a list (data.schema.dense.2.log1p): the list's node checks it
+    choice = group_choice_hint(key, value)
+    if choice is not None:
+        raise ConfigError(f"unknown config key {key}: did you mean {choice}?")
+    raise unknown_key_error(key, known)
 
 
 def check_data_option_keys(overrides: Sequence[str], options: dict[str, type]) -> None:
@@ -287,7 +295,8 @@ def _option_has(cls: type, field: str) -> bool:
 
 @functools.cache
 def _schema_keys_of(cls: type) -> tuple[set[str], dict[str, set[str] | None]]:
-    """:func:`schema_keys` of a data option's schema, built once per class (read only)."""
+    """:func:`schema_keys` of a schema (the root, a data option's), built once per class
+    (read only)."""
     return schema_keys(cls)
 
 
