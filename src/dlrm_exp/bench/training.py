@@ -29,7 +29,6 @@ from pathlib import Path
 import torch
 from hydra import compose, initialize_config_dir
 from hydra.errors import HydraException
-from omegaconf import OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 from torch.optim import SGD, Adagrad
 from torchrec.datasets.utils import Batch
@@ -54,6 +53,7 @@ from dlrm_exp.config import (
     conf_dir,
     register_configs,
 )
+from dlrm_exp.config.build import build_config
 from dlrm_exp.config.keys import check_override_keys
 from dlrm_exp.data import iter_batches, load_splits
 from dlrm_exp.distributed.launch import DistContext, process_group
@@ -70,7 +70,8 @@ TARGET_RATIO = 0.95
 
 
 def compose_config(overrides: Sequence[str]) -> Config:
-    """The typed config for ``overrides``, composed with Hydra's compose API.
+    """The typed config for ``overrides``, composed with Hydra's compose API and built as a
+    run's (:func:`~dlrm_exp.config.build.build_config`: every key and check of a run).
 
     Raises:
         SystemExit: one ``Error:`` line, as ``python -m dlrm_exp`` prints it, for an override
@@ -82,11 +83,9 @@ def compose_config(overrides: Sequence[str]) -> Config:
         check_override_keys(overrides, Config)
         with initialize_config_dir(config_dir=str(conf_dir()), version_base="1.3"):
             raw = compose(config_name="config", overrides=list(overrides))
-        cfg = OmegaConf.to_object(raw)
+        return build_config(raw)
     except (UserError, HydraException, OmegaConfBaseException) as err:
         raise SystemExit(f"Error: {err}") from None
-    assert isinstance(cfg, Config)
-    return cfg
 
 
 def training_batches(cfg: Config) -> list[Batch]:
