@@ -36,7 +36,7 @@ from dlrm_exp.factories.optim import (
     dense_learning_rate,
     rounding_substitution,
 )
-from dlrm_exp.factories.pipeline import build_pipeline
+from dlrm_exp.factories.pipeline import build_pipeline, pipeline_substitution
 from dlrm_exp.factories.precision import apply_dense_precision
 from dlrm_exp.factories.sparse_arch import apply_pooled_sparse_arch, overlapped_backward
 from dlrm_exp.factories.sparse_backward import SparseBackwardThread, overlap_blocker
@@ -199,6 +199,22 @@ def _sharded(
     return model
 
 
+def _substitutions(
+    cfg: Config, world_size: int, plan: ShardingPlan, effective: dict
+) -> list[Substitution | None]:
+    """What of ``cfg`` ran otherwise than asked, one entry per setting (None: as asked):
+    the collectives' precisions that ran (``effective``), the optimizer, fp16 rounding, the
+    interaction, managed-collision placement and the pipeline."""
+    return [
+        qcomms_substitution(cfg.qcomms, effective, world_size),
+        optimizer_substitution(cfg),
+        rounding_substitution(cfg.model, cfg.optimizer, cfg.hardware.compute_device),
+        interaction_substitution(cfg.model, cfg.train.symmetric_interaction),
+        managed_collision_substitution(cfg.sharding, set(cfg.model.managed_tables)),
+        pipeline_substitution(cfg.train, plan),
+    ]
+
+
 def build_experiment(
     cfg: Config,
     ctx: DistContext,
@@ -240,14 +256,7 @@ def build_experiment(
     schedule = _lr_schedule(cfg.optimizer, model, optimizer)
     # on one rank TorchRec skips every collective (and so its codecs): nothing is quantized
     effective = effective_qcomms(model) if ctx.world_size > 1 else {}
-    substituted = (
-        qcomms_substitution(cfg.qcomms, effective, ctx.world_size),
-        optimizer_substitution(cfg),
-        rounding_substitution(cfg.model, cfg.optimizer, cfg.hardware.compute_device),
-        interaction_substitution(cfg.model, cfg.train.symmetric_interaction),
-        managed_collision_substitution(cfg.sharding, set(cfg.model.managed_tables)),
-        not_overlapped,
-    )
+    substituted = _substitutions(cfg, ctx.world_size, plan, effective) + [not_overlapped]
     return Experiment(
         model,
         optimizer,

@@ -9,7 +9,9 @@ numerics (``mode=verify`` compares them with a single-process reference):
 - ``semi_sync``: from ``train.semi_sync_start_step`` on, the lookup of step i+1 runs before
   step i's embedding update lands, so a step sees embeddings one update staler (TorchRec's
   "semi-synchronous" training); not exact.
-- ``prefetch_sparse_dist``: exact; prefetches ``fused_uvm_caching`` rows into the HBM cache.
+- ``prefetch_sparse_dist``: exact; prefetches ``fused_uvm_caching`` rows into the HBM cache
+  (with no such table in the plan there is nothing to prefetch: recorded as a substitution,
+  :func:`pipeline_substitution`).
 
 ``semi_sync``, ``fused_sparse_dist`` and ``prefetch_sparse_dist`` need CUDA
 (:data:`dlrm_exp.config.train.CUDA_PIPELINES`; refused at compose time on CPU): they call
@@ -26,8 +28,11 @@ from torchrec.distributed.train_pipeline.train_pipelines import (
     TrainPipelineSemiSync,
     TrainPipelineSparseDist,
 )
+from torchrec.distributed.types import ShardingPlan
 
-from dlrm_exp.config import Pipeline, TrainConfig
+from dlrm_exp.config import ComputeKernel, Pipeline, TrainConfig
+from dlrm_exp.planning.plan_record import plan_compute_kernels
+from dlrm_exp.util.substitution import Substitution
 
 #: Pipelines whose every step equals the single-process reference (up to float reduction
 #: order); ``semi_sync`` trains on one-update-stale embeddings instead.
@@ -64,3 +69,20 @@ def build_pipeline(
         Pipeline.prefetch_sparse_dist: PrefetchTrainPipelineSparseDist,
     }
     return classes[kind](model, optimizer, device, execute_all_batches=True)
+
+
+def pipeline_substitution(cfg: TrainConfig, plan: ShardingPlan) -> Substitution | None:
+    """The substitution when ``train.pipeline=prefetch_sparse_dist`` runs a ``plan`` with no
+    ``fused_uvm_caching`` table: its prefetch stage fills the HBM caches of those tables, so
+    it has nothing to prefetch (GPU review: accepted without a word); None otherwise."""
+    cached = ComputeKernel.fused_uvm_caching.value
+    if cfg.pipeline is not Pipeline.prefetch_sparse_dist or cached in plan_compute_kernels(plan):
+        return None
+    return Substitution(
+        "train.pipeline",
+        Pipeline.prefetch_sparse_dist.value,
+        "without prefetching",
+        f"it prefetches the rows of {cached} tables into their HBM cache, and the plan put no "
+        f"table on that kernel: sharding.compute_kernel={cached} uses it, "
+        "train.pipeline=sparse_dist runs without it",
+    )

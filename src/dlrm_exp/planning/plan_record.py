@@ -9,8 +9,19 @@ from torchrec.modules.embedding_configs import DATA_TYPE_NUM_BITS, EmbeddingBagC
 
 def plan_sharding_types(plan: ShardingPlan) -> set[str]:
     """The sharding types used anywhere in ``plan`` (TorchRec ``ShardingType`` strings)."""
+    return _used(plan, "sharding_type")
+
+
+def plan_compute_kernels(plan: ShardingPlan) -> set[str]:
+    """The compute kernels used anywhere in ``plan`` (TorchRec ``EmbeddingComputeKernel``
+    strings)."""
+    return _used(plan, "compute_kernel")
+
+
+def _used(plan: ShardingPlan, field: str) -> set[str]:
+    """The values of a ``ParameterSharding`` ``field`` over every table of ``plan``."""
     return {
-        ps.sharding_type
+        getattr(ps, field)
         for module_plan in plan.plan.values()
         for ps in module_plan.values()  # type: ignore[union-attr]
     }
