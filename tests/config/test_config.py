@@ -183,6 +183,7 @@ RULES = [
         r"hardware.hbm_cap describes GPU memory, which only hardware.compute_device=cuda reads",
     ),
     (["hardware.hbm_mem_bw=3350"], r"hardware.hbm_mem_bw describes GPU memory"),
+    (["hardware.hbm_to_ddr_mem_bw=64"], r"hardware.hbm_to_ddr_mem_bw describes GPU memory"),
     (["verify.steps=0"], r"verify.steps must be positive"),
     (["seed=-1"], r"seed=-1: give a non-negative integer below 2\*\*64"),
     (

@@ -441,6 +441,21 @@ def test_a_tie_goes_to_the_sharding_type_listed_first(order):
 
 
 @pytest.mark.parametrize(
+    ("preset", "gbps"), [("a100_40gb_x8", 32), ("h100_80gb_x8", 64), ("h200_141gb_x8", 64)]
+)
+def test_the_gpu_presets_give_the_planner_their_host_link(preset, gbps):
+    """The planner costs fused_uvm_caching's cache misses at the GPU-to-host bandwidth; it
+    was TorchRec's fixed PCIe Gen4 figure (32 GB/s) for the Gen5 hosts too (GPU review)."""
+    from dlrm_exp.planning.topology import build_topology, gbps_to_bytes_per_ms
+
+    cfg = compose_cfg([f"hardware={preset}", "mode=plan"])
+    capacity = memory_capacity(cfg.hardware, cfg.hardware.world_size)
+    topology = build_topology(cfg.hardware, 8, 8, capacity)
+    assert topology.hbm_to_ddr_mem_bw == gbps_to_bytes_per_ms(gbps)
+    assert topology.hbm_mem_bw == gbps_to_bytes_per_ms(cfg.hardware.hbm_mem_bw)
+
+
+@pytest.mark.parametrize(
     ("overrides", "way_out"),
     [
         (["optimizer=adam"], r"optimizer=rowwise_adagrad, adagrad or sgd"),

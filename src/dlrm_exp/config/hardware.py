@@ -47,6 +47,9 @@ class HardwareConfig:
             (null: TorchRec's default, 12.5).
         hbm_mem_bw: device memory bandwidth, GB/s, for the planner's compute estimates
             (null: TorchRec's default, 897).
+        hbm_to_ddr_mem_bw: bandwidth between a GPU and host memory, GB/s, at which the
+            planner costs the ``fused_uvm_caching`` kernel's cache misses (TorchRec's name;
+            null: its default, 32, a PCIe Gen4 x16 link; Gen5: 64). Cuda only.
         collective_timeout_s: seconds a collective may wait for a peer before the job fails
             (torch.distributed's own default is 30 minutes).
         threads_per_rank: intra-op CPU threads of each rank (``torch.set_num_threads``);
@@ -68,6 +71,7 @@ class HardwareConfig:
     intra_host_bw: float | None = None
     inter_host_bw: float | None = None
     hbm_mem_bw: float | None = None
+    hbm_to_ddr_mem_bw: float | None = None
     collective_timeout_s: float = 600.0
     threads_per_rank: int | None = None
     reuse_host_memory: bool = True
@@ -88,6 +92,7 @@ class HardwareConfig:
                 "hardware.intra_host_bw": self.intra_host_bw,
                 "hardware.inter_host_bw": self.inter_host_bw,
                 "hardware.hbm_mem_bw": self.hbm_mem_bw,
+                "hardware.hbm_to_ddr_mem_bw": self.hbm_to_ddr_mem_bw,
                 "hardware.threads_per_rank": self.threads_per_rank,
             },
             nullable=True,
@@ -107,11 +112,16 @@ class HardwareConfig:
             self._check_no_gpu_memory_keys()
 
     def _check_no_gpu_memory_keys(self) -> None:
-        """``hbm_cap`` and ``hbm_mem_bw`` describe GPU memory: on CPU nothing reads them
-        (TorchRec's CPU kernels are costed by DDR bandwidth), so a set one is refused rather
-        than ignored (GPU review)."""
+        """``hbm_cap``, ``hbm_mem_bw`` and ``hbm_to_ddr_mem_bw`` describe GPU memory: on CPU
+        nothing reads them (TorchRec's CPU kernels are costed by DDR bandwidth), so a set one
+        is refused rather than ignored (GPU review)."""
         gpu = {"hardware.compute_device": is_value("cuda"), "hardware": is_not_value("cpu")}
-        for key, value in (("hbm_cap", self.hbm_cap), ("hbm_mem_bw", self.hbm_mem_bw)):
+        keys = {
+            "hbm_cap": self.hbm_cap,
+            "hbm_mem_bw": self.hbm_mem_bw,
+            "hbm_to_ddr_mem_bw": self.hbm_to_ddr_mem_bw,
+        }
+        for key, value in keys.items():
             require_read(
                 value is None,
                 f"hardware.{key} describes GPU memory, which only hardware.compute_device=cuda "

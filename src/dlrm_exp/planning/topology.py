@@ -86,16 +86,16 @@ def build_topology(
 ) -> Topology:
     """TorchRec ``Topology`` for ``world_size`` ranks with the given per-rank capacity and the
     config's bandwidths (GB/s; null keeps TorchRec's 600 GB/s intra-host, 12.5 GB/s
-    inter-host, 897 GB/s HBM)."""
-    bandwidths = any(v is not None for v in (cfg.intra_host_bw, cfg.inter_host_bw, cfg.hbm_mem_bw))
+    inter-host, 897 GB/s HBM, 32 GB/s between HBM and host memory)."""
+    gbps = {
+        "intra_host_bw": cfg.intra_host_bw,
+        "inter_host_bw": cfg.inter_host_bw,
+        "hbm_mem_bw": cfg.hbm_mem_bw,
+        "hbm_to_ddr_mem_bw": cfg.hbm_to_ddr_mem_bw,
+    }
+    bandwidths = any(v is not None for v in gbps.values())
     hardware = TorchRecHardwareConfig(
-        intra_host_bw=None
-        if cfg.intra_host_bw is None
-        else gbps_to_bytes_per_ms(cfg.intra_host_bw),
-        inter_host_bw=None
-        if cfg.inter_host_bw is None
-        else gbps_to_bytes_per_ms(cfg.inter_host_bw),
-        hbm_mem_bw=None if cfg.hbm_mem_bw is None else gbps_to_bytes_per_ms(cfg.hbm_mem_bw),
+        **{key: None if v is None else gbps_to_bytes_per_ms(v) for key, v in gbps.items()}
     )
     return TopologyFactory.create_topology(
         trainer_config=TrainerConfig(
