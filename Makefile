@@ -97,10 +97,12 @@ bench: $(STAMP) ## framework vs TorchRec loop, preprocessing, loaders, quality b
 	exit $$status
 
 # On a CUDA machine, install the CUDA stack first: make install TORCH=<cuda torch> FBGEMM=fbgemm-gpu==1.8.0
+# Each CUDA test is one single-rank job: GPU_WORKERS of them share the GPU (tests/parallel.py).
+GPU_WORKERS ?= 4
 gpu-check: $(STAMP) ## the CUDA-marked tests: every sharding type with fused_uvm_caching + NCCL, CUDA pipelines (skips without CUDA)
 	@$(PY) -c "import sys, torch; sys.exit(0 if torch.cuda.is_available() else 3)"; found=$$?; \
 	if [ $$found = 0 ]; then \
-		$(PY) -m pytest -q -m cuda tests $(PYTEST_ARGS); \
+		$(PY) -m pytest -q -m cuda tests $(if $(filter-out 0,$(GPU_WORKERS)),-n $(GPU_WORKERS)) $(PYTEST_ARGS); \
 	elif [ $$found = 3 ]; then \
 		echo "gpu-check skipped: no CUDA device here (torch.cuda.is_available() is False); the GPU path is not checked here"; \
 	else \

@@ -31,11 +31,18 @@ GROUPS = {
 }
 SHARED = tuple(GROUPS)
 _GROUP_OF = {module: group for group, modules in GROUPS.items() for module in modules}
+#: Folders whose tests each run one self-contained job (no module fixture): spread test by
+#: test, so ``make gpu-check``'s one-rank CUDA jobs share the GPU instead of queueing on one
+#: worker (19 tests took 165-480 s there in a row).
+PER_TEST = ("tests/gpu/",)
 
 
 def group_of(nodeid: str) -> str:
-    """The worker group of a test (its ``nodeid``): its shared fixture's, or its module."""
+    """The worker group of a test (its ``nodeid``): its shared fixture's, itself under
+    :data:`PER_TEST`, or its module."""
     module = nodeid.split("::")[0]
+    if module.startswith(PER_TEST) and module not in _GROUP_OF:
+        return nodeid
     return _GROUP_OF.get(module, module)
 
 

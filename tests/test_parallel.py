@@ -18,6 +18,8 @@ def test_a_test_goes_to_its_shared_fixtures_group_or_its_modules():
     listed = GROUPS["record_sweep"][0]
     assert group_of(f"{listed}::test_x") == "record_sweep"
     assert group_of("tests/new.py::test_x") == "tests/new.py"
+    # the GPU checks' one-rank jobs spread test by test (they queued on one worker)
+    assert group_of("tests/gpu/test_cuda.py::test_x[a]") == "tests/gpu/test_cuda.py::test_x[a]"
 
 
 def test_a_module_using_a_shared_fixture_outside_its_group_is_named():
