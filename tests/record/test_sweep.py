@@ -50,7 +50,8 @@ def test_failed_job_is_recorded_and_the_sweep_goes_on(record_sweep):
     assert [r["status"] for r in rows] == ["completed"] * 6 + ["failed"] * 6
     assert "int8 with row_wise sharding is not supported: TorchRec's" in rows[6]["error"]
     assert all(0.5 < float(r["val_auroc"]) < 1 for r in rows[:6])
-    assert {r["qcomms_ran"] for r in rows[:6]} == {"FP32"}  # one process: nothing quantized
+    # one process: no collective ran, quantized or not (it said FP32: review)
+    assert {r["qcomms_ran"] for r in rows[:6]} == {"none"}
     assert [r["sharding_ran"] for r in rows] == ["table_wise"] * 6 + [""] * 6
     assert [r["substituted"] for r in rows] == ["qcomms: no embedding collective"] * 6 + [""] * 6
     failed = json.loads((sweep_dir / "6" / "metrics.json").read_text())
@@ -76,7 +77,7 @@ def test_tensorboard_runs_are_named_by_overrides_with_readable_hparams(record_sw
         assert start.hparams["sharding"].string_value == sharding
         assert start.hparams["qcomms"].string_value == "int8"
         assert start.hparams["learning_rate"].number_value == float(lr)
-        assert start.hparams["qcomms_ran"].string_value == "FP32"
+        assert start.hparams["qcomms_ran"].string_value == "none"
         assert start.hparams["seed"].string_value in ("0", "1", "2")  # (it showed 1.0000)
         assert "sharding_type" not in start.hparams  # the choice says it (it hid sharding)
         assert "_hparams_/experiment" not in content  # TensorBoard infers it over the runs
@@ -146,15 +147,24 @@ def test_a_plan_sweep_lists_its_jobs_and_succeeds(tmp_path, cli_here):
 
 def test_an_evaluate_run_reports_no_collective_precision(tmp_path):
     """``mode=evaluate`` records no collectives: its row said FP32 for a qcomms=fp16 job
-    (review); a training run without codecs still says FP32."""
+    (review); a training run of several ranks without codecs still says FP32, and one whose
+    tables had no embedding collective (one rank, or every table data_parallel) says none (it
+    said FP32: review)."""
     from dlrm_exp.record.sweep import summary_row
 
     scored = {"status": "completed", "mode": "evaluate", "val": {"auroc": 0.7}, "world_size": 2}
     trained = {"status": "completed", "val": {"auroc": 0.7}, "effective_qcomms": {}}
-    write_job(tmp_path, 0, ["qcomms=fp16"], scored)
-    write_job(tmp_path, 1, ["qcomms=none"], trained)
-    rows = [summary_row(run) for run in load_runs([tmp_path / "0", tmp_path / "1"])]
-    assert [row["qcomms_ran"] for row in rows] == ["", "FP32"]
+    sharded, replicated = {"t0": "data_parallel", "t1": "row_wise"}, {"t0": "data_parallel"}
+    jobs = [
+        (["qcomms=fp16"], scored),
+        (["qcomms=none"], {**trained, "world_size": 2, "table_sharding_types": sharded}),
+        (["qcomms=fp16"], {**trained, "world_size": 1}),
+        (["qcomms=fp16"], {**trained, "world_size": 2, "table_sharding_types": replicated}),
+    ]
+    for i, (overrides, metrics) in enumerate(jobs):
+        write_job(tmp_path, i, overrides, metrics)
+    rows = [summary_row(run) for run in load_runs([tmp_path / str(i) for i in range(4)])]
+    assert [row["qcomms_ran"] for row in rows] == ["", "FP32", "none", "none"]
 
 
 def test_a_plan_sweeps_failed_and_interrupted_jobs_are_listed_as_not_completed(tmp_path, capsys):

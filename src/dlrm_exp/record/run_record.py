@@ -233,11 +233,14 @@ class RunMetrics:
     @property
     def qcomms_ran(self) -> str:
         """The effective precisions in one cell: ``reduce_scatter FP16/BF16`` (forward /
-        backward; collectives comma-separated), ``FP32`` without codecs, ``""`` for a record
-        without them (``mode=evaluate``)."""
+        backward; collectives comma-separated), ``FP32`` without codecs, ``none`` where no
+        embedding collective ran (one rank, or every table data_parallel: it said ``FP32``;
+        review), ``""`` for a record without them (``mode=evaluate``)."""
         if self.effective_qcomms is None:
             return ""
-        return precisions_text(self.effective_qcomms) or "FP32"
+        ran = precisions_text(self.effective_qcomms)
+        replicated = set(self.table_sharding_types.values()) == {"data_parallel"}
+        return ran or ("none" if self.world_size == 1 or replicated else "FP32")
 
     @property
     def tables_ran(self) -> str:
