@@ -83,6 +83,25 @@ def test_default_run_is_close_to_bayes_optimal(default_run):
     hparams = start.session_start_info.hparams
     assert hparams["model"].string_value == "tiny" and hparams["sharding"].string_value == "auto"
     assert hparams["batch_size_per_rank"].number_value == 512
+    # what ran, from the record (runs that differed in these had the same HParams: review)
+    ran = {
+        k: hparams[k].string_value
+        for k in (
+            "compute_kernel",
+            "embedding_data_type",
+            "dense_precision",
+            "experiment",
+            "qcomms_ran",
+        )
+    }
+    assert ran == {
+        "compute_kernel": "fused",
+        "embedding_data_type": "fp32",
+        "dense_precision": "fp32",
+        "experiment": "none",
+        "qcomms_ran": "none",
+    }
+    assert hparams["threads_per_rank"].number_value == metrics["threads_per_rank"] > 0
     assert "_hparams_/experiment" not in content  # TensorBoard infers it over --logdir's runs
     experiment = tensorboard_experiment(tmp_path)
     assert "val/auroc" in {m.name.tag for m in experiment.metric_infos}

@@ -224,7 +224,7 @@ def train_worker(
                 result = _fit(trainer, run, start, tracker)
             metrics = _run_metrics(run, result, comm, time.time() - job.started)
             tracker.hparams(
-                run_hparams(cfg, job.choices, ctx.world_size, metrics.qcomms_ran),
+                run_hparams(cfg, job.choices, ctx.world_size, ctx.threads, metrics),
                 _final_scalars(metrics),
                 metrics.steps,
                 job.swept,
@@ -271,7 +271,7 @@ def _fit(trainer: Trainer, run: _Run, start: TrainerState | None, tracker: Track
     try:
         return trainer.fit(_batch_sources(run), start)
     except Exception:
-        hparams = run_hparams(run.cfg, run.job.choices, run.ctx.world_size, "n/a")
+        hparams = run_hparams(run.cfg, run.job.choices, run.ctx.world_size, run.ctx.threads)
         tracker.hparams(hparams, {}, 0, run.job.swept, failed=True)
         raise
 
@@ -682,6 +682,7 @@ def _run_metrics(
         dense_precision=run.cfg.train.dense_precision.value,
         sparse_backward="serial" if run.experiment.sparse_backward is None else "overlap",
         table_sharding_types={name: t.sharding_type for name, t in run.plan_data.tables.items()},
+        table_compute_kernels={n: t.compute_kernel for n, t in run.plan_data.tables.items()},
         table_rows={t.name: t.num_embeddings for t in table_configs(run.cfg.model)},
         managed_rows_held=held,
         substitutions=[s.to_json() for s in run.experiment.substitutions],

@@ -156,6 +156,10 @@ class RunMetrics:
         table_sharding_types: each table's sharding type as planned and run
             (``{table: "row_wise"}``, TorchRec's ``ShardingType`` strings; the planner's choice
             with ``sharding=auto``).
+        table_compute_kernels: each table's compute kernel as planned and run
+            (``{table: "fused"}``, TorchRec's ``EmbeddingComputeKernel`` strings: ``dense`` for
+            the data_parallel tables of ``optimizer=adam``, whatever ``sharding.compute_kernel``
+            asked).
         table_rows: each table's rows (``{table: num_embeddings}``, after the cap).
         managed_rows_held: for each managed-collision table (``id_policy=managed_collision``),
             the rows holding a raw id of their own at the end of training, all ranks.
@@ -210,6 +214,7 @@ class RunMetrics:
     dense_precision: str = ""
     sparse_backward: str = ""
     table_sharding_types: dict[str, str] = field(default_factory=dict)
+    table_compute_kernels: dict[str, str] = field(default_factory=dict)
     table_rows: dict[str, int] = field(default_factory=dict)
     managed_rows_held: dict[str, int] = field(default_factory=dict)
     substitutions: list[dict[str, str]] = field(default_factory=list)
@@ -253,6 +258,11 @@ class RunMetrics:
         """The tables' sharding types in one cell: ``row_wise``, or ``table_column_wise x 25,
         table_wise x 1`` when they differ; ``""`` for a record without them."""
         return _counted(self.table_sharding_types.values())
+
+    @property
+    def kernels_ran(self) -> str:
+        """The tables' compute kernels in one cell, as :attr:`sharding_ran` counts them."""
+        return _counted(self.table_compute_kernels.values())
 
     @property
     def substituted(self) -> str:

@@ -15,6 +15,7 @@ from torch.utils.tensorboard.summary import hparams as hparams_summary
 
 from dlrm_exp.config import Config
 from dlrm_exp.record.metric_table import QUALITY
+from dlrm_exp.record.run_record import RunMetrics
 from dlrm_exp.record.runs import normalized_value
 
 Scalar = int | float | str | bool
@@ -24,29 +25,53 @@ GROUPS = ("model", "sharding", "optimizer", "qcomms", "data", "hardware")
 
 
 def run_hparams(
-    cfg: Config, choices: Mapping[str, str], world_size: int, qcomms_ran: str
+    cfg: Config,
+    choices: Mapping[str, str],
+    world_size: int,
+    threads: int,
+    metrics: RunMetrics | None = None,
 ) -> dict[str, Scalar]:
-    """The run's HParams: each group's choice and the key fields, as TensorBoard scalars;
-    ``qcomms_ran`` is the precision each embedding collective ran in
+    """The run's HParams: each group's choice (and the ``experiment`` preset) and the key
+    fields, as TensorBoard scalars; where a run's ``metrics`` say what ran, the tables' compute
+    kernels and weight dtypes and the precision of each embedding collective
     (:attr:`~dlrm_exp.record.run_record.RunMetrics.qcomms_ran`, e.g.
-    ``reduce_scatter FP16/BF16``), which TorchRec may have substituted for the asked one.
+    ``reduce_scatter FP16/BF16``) as they ran (what was asked could differ; runs that
+    differed only in them, the dense precision, the threads or the pipeline had the same
+    HParams: what-ran review); without (a run failed under way) what was asked, and
+    ``qcomms_ran`` n/a. ``threads``: each rank's intra-op threads.
     Fields a group choice already says (the sharding type, the sparse optimizer, the asked
     qcomms precisions) are left out: TensorBoard's table shows the first 5 differing HParams,
     and four such copies pushed the swept ``sharding`` out of them (review). ``seed`` is text
     (a number showed as ``1.0000``); ``batch_size_per_rank`` says what ``train.batch_size``
     counts."""
+    ran = {
+        "compute_kernel": cfg.sharding.compute_kernel.value,
+        "embedding_data_type": cfg.model.embedding_data_type.value,
+        "qcomms_ran": "n/a",
+    }
+    if metrics is not None:
+        kernels, tables = metrics.kernels_ran, metrics.tables_ran
+        ran = {
+            "compute_kernel": kernels or ran["compute_kernel"],  # (an evaluate-only record)
+            "embedding_data_type": tables or ran["embedding_data_type"],
+            "qcomms_ran": metrics.qcomms_ran,
+        }
     return {
         **{group: str(choices.get(group, "?")) for group in GROUPS},
+        "experiment": str(choices.get("experiment") or "none"),
         "embedding_dim": cfg.model.embedding_dim,
         "num_tables": len(cfg.model.table_sizes),
         "num_embeddings_cap": cfg.model.num_embeddings_cap or 0,
         "interaction_type": cfg.model.interaction_type.value,
-        "compute_kernel": cfg.sharding.compute_kernel.value,
-        "qcomms_ran": qcomms_ran,
+        **ran,
+        "dense_precision": cfg.train.dense_precision.value,
+        "pipeline": cfg.train.pipeline.value,
+        "sparse_backward": metrics.sparse_backward if metrics else cfg.train.sparse_backward.value,
         "learning_rate": cfg.optimizer.learning_rate,
         "dense_learning_rate": cfg.optimizer.dense_learning_rate,
         "batch_size_per_rank": cfg.train.batch_size,
         "world_size": world_size,
+        "threads_per_rank": threads,
         "seed": str(cfg.seed),
     }
 

@@ -1,0 +1,32 @@
+"""The run's HParams say what ran (:func:`dlrm_exp.record.tracking.run_hparams`)."""
+
+from conftest import compose_cfg
+from dlrm_exp.record.run_record import RunMetrics
+from dlrm_exp.record.tracking import run_hparams
+
+
+def test_hparams_name_the_kernels_and_dtypes_that_ran_not_those_asked():
+    """``optimizer=adam`` runs its data_parallel tables on the dense kernel while
+    ``sharding.compute_kernel`` says fused; runs that differed in the dense precision, the
+    preset, the pipeline or the threads had the same HParams (what-ran review)."""
+    cfg = compose_cfg(["optimizer=adam", "train.dense_precision=bf16"])
+    choices = {"model": "tiny", "experiment": "fast"}
+    ran = RunMetrics(
+        world_size=2,
+        effective_qcomms={},
+        table_compute_kernels={"t0": "dense", "t1": "dense"},
+        table_data_types={"t0": "fp16", "t1": "fp32"},
+        table_sharding_types={"t0": "data_parallel", "t1": "data_parallel"},
+        sparse_backward="serial",
+    )
+    hparams = run_hparams(cfg, choices, 2, 3, ran)
+    assert cfg.sharding.compute_kernel.value == "fused" and hparams["compute_kernel"] == "dense"
+    assert hparams["embedding_data_type"] == "fp16 x 1, fp32 x 1"
+    assert hparams["qcomms_ran"] == "none"  # every table data_parallel: no embedding collective
+    assert hparams["dense_precision"] == "bf16" and hparams["experiment"] == "fast"
+    assert hparams["pipeline"] == "sparse_dist" and hparams["threads_per_rank"] == 3
+    assert hparams["sparse_backward"] == "serial"
+    # a run failed under way: what was asked, and no collective precision
+    failed = run_hparams(cfg, {"model": "tiny"}, 2, 3)
+    assert failed["compute_kernel"] == "fused" and failed["qcomms_ran"] == "n/a"
+    assert failed["experiment"] == "none"
