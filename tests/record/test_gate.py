@@ -207,7 +207,7 @@ def test_a_damaged_baseline_is_refused_naming_the_file_and_line(tmp_path, baseli
     cut = text.index(",val_auroc,") + len(",val_auroc,0.7")
     for damaged, message in [
         (text[:cut], "ends mid-row: a copy cut short?"),
-        (text[:cut] + "\n", ":2: 6 of 8 fields"),
+        (text[:cut] + "\n", ":2: 6 of 9 fields"),
         (text.splitlines(keepends=True)[0], "holds no run"),
         ("", "is not a summary_runs.csv (columns"),
         (text.replace(",val_auroc,0.", ",val_auroc,x0.", 1), ":2: value 'x0."),
@@ -421,6 +421,35 @@ def test_configurations_run_with_other_fixed_overrides_are_noted(tmp_path, capsy
     out = capsys.readouterr().out
     assert "optimizer=sgd: note: the baseline ran it with model=tiny, the new set with " in out
     assert "model=mlperf (overrides that were not swept)" in out
+
+
+def test_configurations_that_ran_differently_are_noted(tmp_path, baseline, capsys):
+    """The same overrides on 2 threads a rank against 1 passed a speed gate unsaid (the
+    record's threads, planned sharding, kernels, dtypes and precisions are compared between the
+    sides: what-ran review); a baseline without them is compared as before."""
+
+    def ran(folder: Path, threads: int, sharding: str) -> Path:
+        for job in folder.iterdir():
+            path = job / "metrics.json"
+            if path.is_file():
+                metrics = json.loads(path.read_text())
+                metrics.update(threads_per_rank=threads, table_sharding_types={"t0": sharding})
+                path.write_text(json.dumps(metrics))
+        return folder
+
+    capsys.readouterr()
+    assert gate(tmp_path, ran(sweep(tmp_path / "unrecorded", {}), 1, "row_wise"), baseline) == 0
+    assert "note:" not in capsys.readouterr().out  # the baseline recorded nothing of it
+    saved = ran(sweep(tmp_path / "saved", {}), 2, "row_wise")
+    assert report.main([str(saved)]) == 0
+    assert gate(tmp_path, ran(sweep(tmp_path / "same", {}), 2, "row_wise"), saved) == 0
+    assert "note:" not in capsys.readouterr().out
+    assert gate(tmp_path, ran(sweep(tmp_path / "other", {}), 1, "table_wise"), saved) == 0
+    out = capsys.readouterr().out
+    assert (
+        f"{SGD}: note: ran differently from the baseline: threads_per_rank 2 -> 1; "
+        "sharding row_wise -> table_wise"
+    ) in out
 
 
 def test_run_folders_given_one_by_one_pool_their_seeds(tmp_path):

@@ -349,6 +349,26 @@ def _fixed_differ(label: str, new_runs: list[RunValues], saved_runs: list[RunVal
     )
 
 
+def _ran_differ(label: str, new_runs: list[RunValues], saved_runs: list[RunValues]) -> str | None:
+    """A note when the completed runs of the two sides ran this configuration differently
+    (:attr:`~dlrm_exp.record.run_record.RunMetrics.ran`: ``threads_per_rank 2 -> 1``): the
+    same overrides, not the same run (2 threads against 1 passed a speed gate unsaid;
+    what-ran review). Only what both sides recorded is compared; None when it agrees."""
+
+    def values(runs: list[RunValues], key: str) -> str:
+        return " / ".join(sorted({r.ran[key] for r in runs if r.ran and key in r.ran}))
+
+    keys = [k for r in new_runs if r.ran for k in r.ran]
+    changes = [
+        f"{key} {old} -> {new}"
+        for key in dict.fromkeys(keys)
+        if (old := values(saved_runs, key)) and (new := values(new_runs, key)) and old != new
+    ]
+    if not changes:
+        return None
+    return f"{label}: note: ran differently from the baseline: {'; '.join(changes)}"
+
+
 def _config_failures(label: str, runs: list[RunValues]) -> str | None:
     failed = [r for r in runs if r.status != COMPLETED]
     if not failed:
@@ -434,9 +454,9 @@ def compare_runs(
         failures, notes = _missing_seeds(label, new_runs, saved_groups[config_id])
         result.failures += failures
         result.lines += notes
-        differ = _fixed_differ(label, new_runs, saved_groups[config_id])
-        if differ:
-            result.lines.append(differ)
+        for differ in (_fixed_differ, _ran_differ):
+            note = differ(label, new_runs, saved_groups[config_id])
+            result.lines += [note] if note else []
         for key in COMPARED:
             tol = tolerances.get(key, tolerances.get("", 0.0))
             _compare_metric(label, key, new_runs, saved_groups[config_id], key in gate, tol, result)

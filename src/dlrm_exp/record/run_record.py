@@ -265,6 +265,23 @@ class RunMetrics:
         return _counted(self.table_compute_kernels.values())
 
     @property
+    def ran(self) -> dict[str, str]:
+        """What ran that a configuration's name does not say, for the gate to compare
+        between two sets (the threads, the planner's choice of sharding, the kernels, the
+        tables' dtypes, the collectives' precision, the dense precision: a change of any of
+        them passed the gate unsaid; what-ran review); the fields this record has."""
+        threads = "" if self.threads_per_rank is None else str(self.threads_per_rank)
+        values = {
+            "threads_per_rank": threads,
+            "sharding": self.sharding_ran,
+            "compute_kernel": self.kernels_ran,
+            "embedding_data_type": self.tables_ran,
+            "qcomms": self.qcomms_ran,
+            "dense_precision": self.dense_precision,
+        }
+        return {key: value for key, value in values.items() if value}
+
+    @property
     def substituted(self) -> str:
         """What ran instead of what was asked, in one cell (``""`` when everything ran as
         asked): ``qcomms: reduce_scatter FP16/BF16``, ``; ``-separated."""

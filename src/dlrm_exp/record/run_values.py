@@ -10,6 +10,7 @@ not complete keeps its rows, so a baseline records its failures too.
 
 import csv
 import io
+import json
 import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -18,6 +19,7 @@ from typing import Any
 
 from dlrm_exp.record.compare import COMPARED
 from dlrm_exp.record.metric_table import METRICS, as_number
+from dlrm_exp.record.run_record import COMPLETED
 from dlrm_exp.record.runs import RunRecord, recanonical
 from dlrm_exp.util.files import write_csv_atomic
 
@@ -26,13 +28,18 @@ COLUMNS = ["config_id", "config", "seed", "status", "metric", "value", "path"]
 #: Written since the gate notes runs whose fixed (not swept) overrides differ; optional when
 #: read (older files lack it).
 FIXED = "fixed"
+#: Written since the gate notes runs that ran differently (:attr:`RunMetrics.ran`, as JSON);
+#: optional when read.
+RAN = "ran"
 
 
 @dataclass
 class RunValues:
-    """One run's compared metrics (``None``: the run has no value for it) and, in ``fixed``,
-    its overrides that were not swept (canonical ``key=value,...``; None: a baseline written
-    before they were recorded), which the gate compares between the two sides."""
+    """One run's compared metrics (``None``: the run has no value for it); in ``fixed``, its
+    overrides that were not swept (canonical ``key=value,...``; None: a baseline written
+    before they were recorded), and in ``ran``, what it ran
+    (:attr:`~dlrm_exp.record.run_record.RunMetrics.ran`; None: not recorded, or a run that
+    did not complete): the gate compares both between the two sides."""
 
     config_id: str
     config: str
@@ -41,6 +48,7 @@ class RunValues:
     path: str
     values: dict[str, float | None] = field(default_factory=dict)
     fixed: str | None = None
+    ran: dict[str, str] | None = None
 
 
 def run_values(runs: Iterable[RunRecord]) -> list[RunValues]:
@@ -54,6 +62,7 @@ def run_values(runs: Iterable[RunRecord]) -> list[RunValues]:
             str(run.path),
             {key: as_number(METRICS[key].read(run.metrics)) for key in COMPARED},
             run.fixed,
+            run.metrics.ran if run.status == COMPLETED else None,
         )
         for run in runs
     ]
@@ -68,11 +77,12 @@ def write_run_values(out_dir: Path, runs: Sequence[RunRecord]) -> Path:
             "status": run.status, "metric": metric,
             "value": "" if value is None else repr(value), "path": run.path,
             FIXED: run.fixed or "",
+            RAN: "" if run.ran is None else json.dumps(run.ran, sort_keys=True),
         }
         for run in run_values(runs)
         for metric, value in run.values.items()
     ]  # fmt: skip
-    write_csv_atomic(path, [*COLUMNS, FIXED], rows)
+    write_csv_atomic(path, [*COLUMNS, FIXED, RAN], rows)
     return path
 
 
@@ -130,6 +140,7 @@ def read_run_values(path: Path) -> list[RunValues]:
                 row["status"],
                 row["path"],
                 fixed=None if row.get(FIXED) is None else recanonical(row[FIXED]),
+                ran=_ran(path, reader.line_num, row.get(RAN)),
             )
         value = row["value"]
         run.values[row["metric"]] = (
@@ -146,6 +157,23 @@ def read_run_values(path: Path) -> list[RunValues]:
                 "<the baseline's folders>"
             )
     return list(runs.values())
+
+
+def _ran(path: Path, line: int, text: str | None) -> dict[str, str] | None:
+    """A row's ``ran`` cell: None where empty or absent (an older file).
+
+    Raises:
+        ValueError: naming the file and line, for a cell that is not a JSON object.
+    """
+    if not text:
+        return None
+    try:
+        ran = json.loads(text)
+    except json.JSONDecodeError:
+        ran = None
+    if not isinstance(ran, dict):
+        raise ValueError(f"{path}:{line}: ran {text[:60]!r} is not a JSON object")
+    return {str(k): str(v) for k, v in ran.items()}
 
 
 def _number(path: Path, line: int, column: str, text: str, kind: type) -> Any:
