@@ -93,7 +93,7 @@ from dlrm_exp.record.run_record import COMPLETED, RunMetrics
 from dlrm_exp.record.tracking import Tracker, run_hparams
 from dlrm_exp.util.files import check_writable, write_json_atomic, write_text_atomic
 from dlrm_exp.util.rank_zero import on_rank_zero
-from dlrm_exp.util.substitution import Substitution
+from dlrm_exp.util.substitution import Substitution, collectives_ran
 from dlrm_exp.util.text import first_few
 
 log = logging.getLogger(__name__)
@@ -329,7 +329,13 @@ def _layout(run: _Run) -> CheckpointLayout:
                 "model.embedding_data_type": _table_dtypes(run.cfg),
                 **flat_settings("data", run.cfg.data),
                 **flat_settings("optimizer", run.cfg.optimizer),
-                **flat_settings("qcomms", run.cfg.qcomms),
+                # what the collectives ran in (asked and never run, on one rank, it was a
+                # change of the update a resume warned of: what-ran review)
+                "qcomms": collectives_ran(
+                    run.experiment.effective_qcomms,
+                    run.ctx.world_size,
+                    [t.sharding_type for t in tables.values()],
+                ),
             }.items()
             if key not in _HOW_NOT_WHAT
         },

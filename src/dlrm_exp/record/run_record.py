@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from dlrm_exp.util.files import write_json_atomic
-from dlrm_exp.util.substitution import precisions_text
+from dlrm_exp.util.substitution import collectives_ran
 
 COMPLETED = "completed"
 _TARGET_KEYS = ("target_auroc", "reached_target", "target_step", "target_epoch")
@@ -243,9 +243,8 @@ class RunMetrics:
         review), ``""`` for a record without them (``mode=evaluate``)."""
         if self.effective_qcomms is None:
             return ""
-        ran = precisions_text(self.effective_qcomms)
-        replicated = set(self.table_sharding_types.values()) == {"data_parallel"}
-        return ran or ("none" if self.world_size == 1 or replicated else "FP32")
+        sharding = self.table_sharding_types.values()
+        return collectives_ran(self.effective_qcomms, self.world_size, sharding)
 
     @property
     def tables_ran(self) -> str:

@@ -5,7 +5,7 @@ an FP8 reduce-scatter in FP16 / BF16); a run records each such substitution in
 ``metrics.json`` and says so in one line, so a comparison is labelled by what ran.
 """
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass
 
 
@@ -43,3 +43,13 @@ def precisions_text(precisions: Mapping[str, Mapping[str, str]]) -> str:
     ``{"reduce_scatter": {"forward": "FP16", "backward": "BF16"}}`` ->
     ``reduce_scatter FP16/BF16``; collectives comma-separated, ``""`` when empty."""
     return ", ".join(f"{name} {p['forward']}/{p['backward']}" for name, p in precisions.items())
+
+
+def collectives_ran(
+    precisions: Mapping[str, Mapping[str, str]], world_size: int, sharding_types: Iterable[str]
+) -> str:
+    """What the embedding collectives ran in, as one text: :func:`precisions_text` of the
+    codecs built (``precisions``), ``FP32`` without codecs, ``none`` where no embedding
+    collective ran (one rank, or every table's sharding type ``data_parallel``)."""
+    replicated = set(sharding_types) == {"data_parallel"}
+    return precisions_text(precisions) or ("none" if world_size == 1 or replicated else "FP32")
