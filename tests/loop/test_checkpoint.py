@@ -35,7 +35,7 @@ from dlrm_exp.loop.checkpoint import (
     complete_checkpoints,
     resume_step,
 )
-from dlrm_exp.modes.train import run_train
+from dlrm_exp.modes.train import run_train, summary
 from dlrm_exp.record.run_record import RunMetrics
 
 SMALL = [*QUICK, "train.val_every_n_steps=16", "train.checkpoint_every_n_steps=8"]
@@ -90,6 +90,10 @@ def test_resume_continues_bitwise_and_prunes(tmp_path, caplog, monkeypatch):
     monkeypatch.undo()
     assert built == [step * 128 for step in range(24, 32)] and initialized == []
     _same_results(resumed, full)
+    # the summary's samples/s are of this run's steps: it says which (the total beside them
+    # read as one run's: what-ran review)
+    assert "train 32 steps (25-32 in this run, resumed at step 24) |" in summary(resumed, tmp_path)
+    assert "train 32 steps |" in summary(full, tmp_path)
     # 8 steps were left: the warm-up (10 by default) shrinks to half of them, so the resumed
     # job still measures its throughput, over its own steps after that warm-up
     assert resumed.samples_per_sec is not None and resumed.step_time_ms["p50"] is not None
@@ -109,6 +113,7 @@ def test_resume_continues_bitwise_and_prunes(tmp_path, caplog, monkeypatch):
         empty = run_train(ended, tmp_path / "c", {})
     assert empty.steps == 32 and empty.comm_bytes_per_step == {}
     assert empty.samples_per_sec is None and empty.val == full.val
+    assert "train 32 steps (none in this run, resumed at step 32)" in summary(empty, tmp_path)
     # a setting that changes the update was accepted without a word
     assert "1 setting(s) differ from the run that wrote" in caplog.text
     assert "optimizer.learning_rate 0.1 -> 0.05" in caplog.text

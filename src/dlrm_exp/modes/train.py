@@ -830,6 +830,17 @@ def _best_lines(metrics: RunMetrics) -> list[str]:
     return lines
 
 
+def _steps_text(metrics: RunMetrics) -> str:
+    """``32 steps``; after a resume, also the steps this run trained, which its samples/s and
+    step times are of (the total beside this run's speed read as one run: what-ran review)."""
+    start = metrics.resumed.get("step")
+    if start is None:
+        return f"{metrics.steps} steps"
+    end = metrics.steps
+    trained = "none" if start >= end else f"{start + 1}-{end}"
+    return f"{end} steps ({trained} in this run, resumed at step {start})"
+
+
 def summary(metrics: RunMetrics, run_dir: Path, logdir: str = "outputs") -> str:
     """The lines printed at the end of a training run."""
     bayes = metrics.bayes_auroc or {}
@@ -842,7 +853,7 @@ def summary(metrics: RunMetrics, run_dir: Path, logdir: str = "outputs") -> str:
     host = metrics.peak_rss_gib_max_rank
     host = metrics.peak_memory_gib if host is None else host  # (as gpu: the largest rank's)
     lines.append(
-        f"train {metrics.steps} steps | {throughput} samples/s "
+        f"train {_steps_text(metrics)} | {throughput} samples/s "
         f"| peak host memory {host:.2f} GiB (max rank){gpu_text} "
         f"| job {metrics.wall_seconds:.1f} s"
     )
