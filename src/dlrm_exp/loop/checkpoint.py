@@ -161,6 +161,9 @@ class CheckpointLayout:
             ``optimizer.*`` key), which a resume compares (:func:`changed_settings`) and
             evaluate / predict / export read the dense precision from; None in older
             checkpoints.
+        inputs: what the model reads by position, ``{"sparse": [...], "dense": [...]}``
+            (``model_inputs`` of the planning tables), which every later job must give
+            in the same order; None without a feature schema, and in older checkpoints.
     """
 
     tables: dict[str, list[int]]
@@ -169,6 +172,7 @@ class CheckpointLayout:
     id_policies: dict[str, str] | None = None
     id_kinds: dict[str, str] | None = None
     settings: dict[str, Any] | None = None
+    inputs: dict[str, list[str]] | None = None
 
     def state_dict(self) -> dict[str, Any]:
         """The entries of ``trainer_state.json`` that describe the layout."""
@@ -179,6 +183,7 @@ class CheckpointLayout:
             "id_policies": self.id_policies,
             "id_kinds": self.id_kinds,
             "settings": self.settings,
+            "inputs": self.inputs,
         }
 
 
@@ -883,7 +888,7 @@ def load_checkpoint(
             divide the saved one, or files DCP cannot read (truncated, missing).
     """
     trainer_state = _trainer_state_matching(
-        path, expected.tables, expected.id_policies, expected.id_kinds
+        path, expected.tables, expected.id_policies, expected.id_kinds, expected.inputs
     )
     saved_dp = trainer_state.get("data_parallel_tables")
     wanted_dp = expected.data_parallel_tables
@@ -940,16 +945,19 @@ def _trainer_state_matching(
     tables: dict[str, list[int]],
     id_policies: dict[str, str] | None = None,
     id_kinds: dict[str, str] | None = None,
+    inputs: dict[str, list[str]] | None = None,
 ) -> dict[str, Any]:
     """The checkpoint's ``trainer_state.json``, after checking that it holds ``tables``
     ({name: [rows, dim]}) and, where both the checkpoint (written since they are recorded)
     and this job name them, that its features took their rows by ``id_policies`` from ids
-    stored as ``id_kinds``.
+    stored as ``id_kinds``, and that it read ``inputs`` in this order
+    (:attr:`CheckpointLayout.inputs`).
 
     Raises:
         CheckpointError: unreadable state, another model shape (naming the tables), a
             feature whose id policy differs (naming its ``data.schema`` key) or whose ids
-            this job's data stores as the other kind (naming the feature and both kinds).
+            this job's data stores as the other kind (naming the feature and both kinds),
+            sparse features or dense columns in another order or form (naming both).
     """
     trainer_state = read_trainer_state(path)
     saved = trainer_state.get("tables")
@@ -971,7 +979,30 @@ def _trainer_state_matching(
             "the model config it was trained with (model=..., model.num_embeddings_cap=...)"
         )
     _check_id_records(path, trainer_state, {"id_policies": id_policies, "id_kinds": id_kinds})
+    _check_inputs(path, trainer_state.get("inputs"), inputs)
     return trainer_state
+
+
+def _check_inputs(
+    path: Path, saved: dict[str, list[str]] | None, wanted: dict[str, list[str]] | None
+) -> None:
+    """Refuse a job that gives the checkpoint's model its inputs in another order or form
+    (:attr:`CheckpointLayout.inputs`; not checked where either side has no record).
+
+    Raises:
+        CheckpointError: naming the first part that differs, both ways.
+    """
+    for part, what in (("sparse", "sparse features"), ("dense", "dense columns")):
+        trained, given = (saved or {}).get(part), (wanted or {}).get(part)
+        if trained is None or given is None or trained == given:
+            continue
+        raise CheckpointError(
+            f"checkpoint {path} was trained on its {what} in this order: {', '.join(trained)}; "
+            f"this job's feature schema gives {', '.join(given)}: the model reads them by "
+            "position and would score other inputs; use the data/schema it was trained with "
+            "(a schema made again from a file that stores its columns in another order lists "
+            "them in that order: reorder it)"
+        )
 
 
 #: The id records a checkpoint keeps and its users must share, with one line per differing
@@ -1148,6 +1179,7 @@ def load_model_weights(
     id_policies: dict[str, str] | None = None,
     id_kinds: dict[str, str] | None = None,
     world_size: int = 1,
+    inputs: dict[str, list[str]] | None = None,
 ) -> dict[str, Any]:
     """Load only the model's weights of checkpoint ``path`` into ``model`` (a collective when a
     process group exists) and return its trainer state. Any sharding type and world size, on
@@ -1156,14 +1188,15 @@ def load_model_weights(
 
     ``id_policies``: this job's ``{feature: id policy}``; ``id_kinds``: how this job's data
     stores the ids of its hashed features (``DataInfo.id_kinds``); None: not checked.
-    ``world_size``: this job's ranks (:func:`check_managed_ranks`).
+    ``world_size``: this job's ranks (:func:`check_managed_ranks`). ``inputs``: what this
+    job's model reads by position (:attr:`CheckpointLayout.inputs`; None: not checked).
 
     Raises:
-        CheckpointError: another model shape, other id policies or id kinds, managed-collision
-            tables on a world size that does not divide the saved one, or files DCP cannot
-            read.
+        CheckpointError: another model shape, other id policies or id kinds, inputs in
+            another order, managed-collision tables on a world size that does not divide the
+            saved one, or files DCP cannot read.
     """
-    trainer_state = _trainer_state_matching(path, tables, id_policies, id_kinds)
+    trainer_state = _trainer_state_matching(path, tables, id_policies, id_kinds, inputs)
     check_managed_ranks(path, trainer_state.get("world_size"), id_policies, world_size)
     state = {"model": model.state_dict()}
     _dcp_load(path, state)

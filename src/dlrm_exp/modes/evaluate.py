@@ -38,7 +38,7 @@ from dlrm_exp.modes.setup import (
     warn_unlike_training,
     warn_unscored,
 )
-from dlrm_exp.planning.tables import table_shapes
+from dlrm_exp.planning.tables import model_inputs, table_shapes
 from dlrm_exp.record.metric_table import split_line
 from dlrm_exp.record.run_record import FAILED, INTERRUPTED, EvalMetrics
 from dlrm_exp.record.tracking import Tracker
@@ -150,6 +150,7 @@ def evaluate_worker(
             cfg.data.id_policies(),
             splits.info.id_kinds,
             ctx.world_size,
+            model_inputs(cfg),
         )
         step = int(saved["step"])
         if ctx.is_main:

@@ -35,7 +35,7 @@ from dlrm_exp.modes.setup import (
     trained_dense_precision,
     warn_managed_collision_ranks,
 )
-from dlrm_exp.planning.tables import table_shapes
+from dlrm_exp.planning.tables import model_inputs, table_shapes
 from dlrm_exp.util.files import check_writable, publish_file, write_json_atomic
 from dlrm_exp.util.folder_lock import held_run_folder
 
@@ -63,7 +63,7 @@ def load_trained(cfg: Config, path: Path) -> tuple[torch.nn.Module, dict]:
         embedding_data_type_per_table={},
     )
     module = build_model(fp32, dense_device=CPU, table_device=CPU)
-    saved = load_model_weights(path, module, table_shapes(cfg.model))
+    saved = load_model_weights(path, module, table_shapes(cfg.model), inputs=model_inputs(cfg))
     return module.model.eval(), saved
 
 

@@ -61,7 +61,7 @@ from dlrm_exp.loop.checkpoint import find_checkpoint, load_model_weights
 from dlrm_exp.modes.job import Job, ModeResult
 from dlrm_exp.modes.predict_parquet import Logits, predict_parquet, read_inputs
 from dlrm_exp.modes.setup import warn_unlike_training
-from dlrm_exp.planning.tables import table_shapes
+from dlrm_exp.planning.tables import model_inputs, table_shapes
 from dlrm_exp.util.files import check_writable, publish_file, write_json_atomic
 from dlrm_exp.util.folder_lock import held_output_file
 
@@ -251,7 +251,12 @@ def _score(
     with process_group(cfg.hardware) as ctx:
         experiment = build_experiment(cfg, ctx, init_weights=False)
         saved = load_model_weights(
-            path, experiment.model, table_shapes(cfg.model), cfg.data.id_policies(), id_kinds
+            path,
+            experiment.model,
+            table_shapes(cfg.model),
+            cfg.data.id_policies(),
+            id_kinds,
+            inputs=model_inputs(cfg),
         )
         warn_unlike_training(saved, cfg, ctx.world_size, path)
         experiment.model.eval()

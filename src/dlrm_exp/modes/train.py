@@ -87,7 +87,7 @@ from dlrm_exp.perf.profile import PROFILE_DIR, StepProfiler, profile_files
 from dlrm_exp.perf.theoretical_peak import cpu_flags
 from dlrm_exp.perf.utilization import rank_bound, rank_peak, utilization
 from dlrm_exp.planning.plan_record import PlanRecord, plan_record, plan_text
-from dlrm_exp.planning.tables import table_configs, table_shapes
+from dlrm_exp.planning.tables import model_inputs, table_configs, table_shapes
 from dlrm_exp.record.metric_table import METRICS, QUALITY, split_line
 from dlrm_exp.record.run_record import COMPLETED, RunMetrics
 from dlrm_exp.record.tracking import Tracker, run_hparams
@@ -318,6 +318,7 @@ def _layout(run: _Run) -> CheckpointLayout:
         world_size=run.ctx.world_size,
         id_policies=run.cfg.data.id_policies(),
         id_kinds=run.splits.info.id_kinds,
+        inputs=model_inputs(run.cfg),
         settings={
             key: value
             for key, value in {
@@ -621,7 +622,9 @@ class _BestCheckpoint:
         if path is None:
             return False
         layout, model = self.saver.layout, self.saver.run.experiment.model
-        load_model_weights(path, model, layout.tables, layout.id_policies, layout.id_kinds)
+        load_model_weights(
+            path, model, layout.tables, layout.id_policies, layout.id_kinds, inputs=layout.inputs
+        )
         return True
 
     def _holding(self, location: str, best: BestValidation) -> Path | None:
