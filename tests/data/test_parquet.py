@@ -151,8 +151,13 @@ def test_modulo_hash_is_stable_and_strict_refuses_with_counts():
     assert to_rows(pa.array([3, 0]), IdPolicy.strict, 4, "f").tolist() == [3, 0]
     with pytest.raises(DataError, match=r"a.parquet: column 'x': 2 of 4 ids outside \[0, 4\)"):
         to_rows(pa.array([3, 4, -1, 0]), IdPolicy.strict, 4, "a.parquet: column 'x'")
-    with pytest.raises(DataError, match="holds strings, but id_policy=strict"):
+    with pytest.raises(DataError, match="holds strings, but id_policy=strict") as strings:
         to_rows(pa.array(["a"]), IdPolicy.strict, 4, "f")
+    # the advice is a training run's: evaluate and predict refuse other policies and rows
+    # for a checkpoint's tables, so it led to a second refusal there (own-data review)
+    assert "when training; a trained model keeps its tables' rows and policies" in str(
+        strings.value
+    )
     # managed_collision: the same hash, kept to 63 bits (the managed-collision module's raw
     # ids), not reduced to the table's rows.
     managed = to_rows(pa.array(raw, pa.int64()), IdPolicy.managed_collision, 97, "f")

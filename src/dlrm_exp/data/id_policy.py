@@ -38,6 +38,15 @@ for _i, _c in enumerate(b"0123456789abcdef"):
 MAX_HEX_DIGITS = 16
 
 
+#: Said after a strict policy's advice, which only a training run can follow: evaluate and
+#: predict refuse a checkpoint's tables with other rows or policies (own-data review: the
+#: advice led to a second refusal).
+_TRAINED = (
+    " when training; a trained model keeps its tables' rows and policies: to score these "
+    "rows with its checkpoint, leave them out of the file, or train again with that change"
+)
+
+
 def _string_bytes(strings: pa.Array) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """The UTF-8 bytes of a string array without nulls: ``(data, offsets, lengths, position)``:
     all bytes (M,) uint8, each string's start (N + 1,) int64 into them, its length (N,) and each
@@ -149,7 +158,7 @@ def to_rows(ids: pa.Array, policy: IdPolicy, num_embeddings: int, where: str) ->
         if strings:
             raise DataError(
                 f"{where} holds strings, but id_policy=strict takes integer rows in "
-                f"[0, {num_embeddings}): use id_policy=modulo to hash them"
+                f"[0, {num_embeddings}): use id_policy=modulo to hash them{_TRAINED}"
             )
         raw = ids.to_numpy(zero_copy_only=False)
         rows = raw.astype(np.int64, copy=False)
@@ -163,6 +172,7 @@ def to_rows(ids: pa.Array, policy: IdPolicy, num_embeddings: int, where: str) ->
                 f"under id_policy=strict (first: {int(raw[bad][0])}); give the table more rows "
                 "(data.schema's num_embeddings; for Criteo files model.num_embeddings_per_feature) "
                 "or hash the ids (id_policy=modulo; hex_modulo for Criteo's hexadecimal ids)"
+                + _TRAINED
             )
         return rows
     if policy is IdPolicy.hex_modulo:

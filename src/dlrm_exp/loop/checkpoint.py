@@ -62,6 +62,7 @@ from torch.distributed.checkpoint.metadata import Metadata, StorageMeta, TensorS
 
 from dlrm_exp.distributed.preemption import save_signals_held
 from dlrm_exp.errors import CheckpointError, DiskFullError, RunFolderInUseError, Terminated
+from dlrm_exp.loop.run_origin import data_command
 from dlrm_exp.record.run_record import FAILED, INTERRUPTED
 from dlrm_exp.util.files import (
     out_of_space,
@@ -967,16 +968,24 @@ def _trainer_state_matching(
             for name, shape in tables.items()
             if not saved or saved.get(name) != shape
         )
+        command = data_command(run_folder_of(path))
+        run = f" (its run's: {command})" if command else ""
         if saved and set(saved) != set(tables):  # other table names: another schema
             raise CheckpointError(
                 f"checkpoint {path} names its tables {first_few(sorted(saved))}, this job "
                 f"{first_few(sorted(tables))}: it was trained with another feature schema "
                 "(data=... / data/schema=..., whose features name the tables): use the data "
-                "config it was trained with"
+                f"config it was trained with{run}"
             )
+        rows = (  # a schema's tables take their rows from it (own-data review)
+            "; with a feature schema, its data.schema.sparse.<feature>.num_embeddings, "
+            f"and the data config it was trained with{run}"
+            if id_policies is not None
+            else ""
+        )
         raise CheckpointError(
             f"checkpoint {path} is from another model shape ({'; '.join(diff[:3])}): use "
-            "the model config it was trained with (model=..., model.num_embeddings_cap=...)"
+            f"the model config it was trained with (model=..., model.num_embeddings_cap=...{rows})"
         )
     _check_id_records(path, trainer_state, {"id_policies": id_policies, "id_kinds": id_kinds})
     _check_inputs(path, trainer_state.get("inputs"), inputs)

@@ -3,7 +3,6 @@
 rank's batches of a split."""
 
 import logging
-import re
 import socket
 import uuid
 from collections.abc import Callable, Iterator, Mapping
@@ -38,10 +37,10 @@ from dlrm_exp.distributed.launch import (
 from dlrm_exp.errors import ConfigError
 from dlrm_exp.factories.experiment import Experiment, TrainWrapper, build_experiment, build_module
 from dlrm_exp.loop.checkpoint import CheckpointError, SafeFileSystemReader, run_folder_of
+from dlrm_exp.loop.run_origin import data_overrides
 from dlrm_exp.modes.job import Job
 from dlrm_exp.planning.job import check_ranks_per_host, plan_job
 from dlrm_exp.planning.tables import DTYPE_NAMES, is_table_key, table_of_key
-from dlrm_exp.record.runs import job_overrides
 from dlrm_exp.util.rank_zero import on_rank_zero
 from dlrm_exp.util.text import first_few
 
@@ -309,18 +308,9 @@ def warn_unlike_training(
 
 
 def run_data_overrides(checkpoint: Path) -> list[str] | None:
-    """The data overrides (``data=...``, ``data.*=...``, ``data/schema=...``, and an
-    ``experiment=``, whose preset may choose the data) of the run that wrote ``checkpoint``
-    (``<run>/checkpoints/<name>``), from its folder's ``.hydra/overrides.yaml``; None where
-    that folder has none to read."""
-    run = run_folder_of(checkpoint)
-    if not (run / ".hydra" / "overrides.yaml").is_file():
-        return None
-    try:
-        overrides = job_overrides(run)
-    except ValueError:
-        return None
-    return [o for o in overrides if re.match(r"[+~]*(data([./=]|$)|experiment=)", o)]
+    """The data overrides of the run that wrote ``checkpoint`` (``<run>/checkpoints/<name>``;
+    :func:`~dlrm_exp.loop.run_origin.data_overrides`); None where its folder has none."""
+    return data_overrides(run_folder_of(checkpoint))
 
 
 #: Data settings a job may change and still score the rows the run was scored on: other

@@ -1,0 +1,48 @@
+"""The command a run was started with, read back from its folder's Hydra records, to tell a
+later job how to give a checkpoint the data it was trained on."""
+
+import re
+from pathlib import Path
+
+from omegaconf import OmegaConf
+
+from dlrm_exp.record.runs import job_overrides
+
+#: The overrides that choose a run's data: ``data=...``, ``data.*=...``, ``data/schema=...``,
+#: and an ``experiment=``, whose preset may choose the data.
+_DATA_OVERRIDE = re.compile(r"[+~]*(data([./=]|$)|experiment=)")
+
+
+def data_overrides(run_dir: Path) -> list[str] | None:
+    """The data overrides of the run in ``run_dir`` (:data:`_DATA_OVERRIDE`), from its
+    ``.hydra/overrides.yaml``; None where the folder has none to read."""
+    if not (run_dir / ".hydra" / "overrides.yaml").is_file():
+        return None
+    try:
+        overrides = job_overrides(run_dir)
+    except ValueError:
+        return None
+    return [o for o in overrides if _DATA_OVERRIDE.match(o)]
+
+
+def config_dirs(run_dir: Path) -> list[str]:
+    """The ``--config-dir`` folders the run in ``run_dir`` was started with (a schema of one's
+    own lives there), from its ``.hydra/hydra.yaml`` (``hydra.runtime.config_sources`` given on
+    the command line); none where it has no record."""
+    try:
+        hydra = OmegaConf.load(run_dir / ".hydra" / "hydra.yaml")
+        sources = OmegaConf.select(hydra, "hydra.runtime.config_sources", default=None) or []
+    except (OSError, ValueError):
+        return []
+    return [str(s.path) for s in sources if s.get("provider") == "command-line" and s.get("path")]
+
+
+def data_command(run_dir: Path) -> str | None:
+    """What to add to a command to read the run's data as it did: ``--config-dir <dir>`` for
+    each of its :func:`config_dirs` and its :func:`data_overrides` (relative paths as it read
+    them, from the folder it started in); None where the folder has no record."""
+    overrides = data_overrides(run_dir)
+    if overrides is None:
+        return None
+    dirs = [f"--config-dir {d}" for d in config_dirs(run_dir)]
+    return " ".join([*dirs, *overrides]) or "no data overrides (the default data)"
