@@ -289,6 +289,16 @@ def test_folder_and_glob_inputs(tmp_path):
             r"a.parquet: column 'recent' \(sparse feature recent\) is double, "
             r"data.schema expects a list of ids",
         ),
+        (  # the key that says which (own-data review: not named)
+            lambda t: t.set_column(5, "recent", pa.array(list(range(len(t))), pa.int64())),
+            r"expects a list of ids per row \(list<int> or list<string>\): set "
+            r"data.schema.sparse.recent.multi_hot=false for one id per row",
+        ),
+        (
+            lambda t: t.set_column(4, "item", pa.array([[i] for i in range(len(t))])),
+            r"expects one id per row \(int or string\): set data.schema.sparse.item.multi_hot="
+            r"true for a list per row",
+        ),
         (
             lambda t: t.set_column(1, "price", pa.array(["x"] * len(t))),
             r"a.parquet: column 'price' \(dense\) is string, data.schema expects numbers",
@@ -309,13 +319,15 @@ def test_bad_files_are_refused_naming_file_and_column(tmp_path, change, message)
 def test_not_parquet_and_truncated_files_are_refused_with_the_file(tmp_path):
     text = tmp_path / "a.parquet"
     text.write_text("label,price\n1,2\n")
-    with pytest.raises(DataError, match=r"a.parquet: not a readable Parquet file"):
+    with pytest.raises(DataError, match=r"a.parquet: not a readable Parquet file") as csv:
         load_splits(config(text), [], 2, 0)
+    assert "convert CSV / TSV with pyarrow" in str(csv.value)  # (own-data review)
     good = write(tmp_path / "b.parquet", table(8)).read_bytes()
     cut = tmp_path / "c.parquet"
     cut.write_bytes(good[: len(good) // 2])
-    with pytest.raises(DataError, match=r"c.parquet: not a readable Parquet file"):
+    with pytest.raises(DataError, match=r"c.parquet: not a readable Parquet file") as cut_short:
         load_splits(config(cut), [], 2, 0)
+    assert "convert CSV" not in str(cut_short.value)  # a Parquet file cut short
 
 
 def test_strict_ids_out_of_range_are_refused_before_training_or_stop_the_stream(tmp_path):

@@ -381,6 +381,11 @@ def test_a_managed_collision_model_exports_with_its_id_map(toy, tmp_path, cli_he
     assert record["inputs"]["id_policies"]["user_id"] == "managed_collision"
     assert record["inputs"]["id_policies"]["tags"] == "modulo"
     assert record["inputs"]["id_kinds"]["user_id"] == "string"  # the toy's user ids
+    # the columns each input is read from, in order (the record did not say: own-data review)
+    assert record["inputs"]["model_inputs"] == {
+        "sparse": ["user_id", "item", "recent_items", "tags"],
+        "dense": ["price (log1p)", "hour"],
+    }
     rows = decode(pq.read_table(root / "toy.parquet"), cfg.data.schema, "toy")
     batch = rows.batch(cfg.model.feature_names)
     exported = torch.jit.load(str(tmp_path / "export" / "model.pt"))

@@ -245,7 +245,14 @@ def open_parquet(path: Path, buffered: bool = False) -> pq.ParquetFile:
     try:
         return pq.ParquetFile(path, **options)
     except (pa.ArrowException, OSError) as err:
-        raise DataError(f"{path}: not a readable Parquet file ({err})") from None
+        hint = (  # (own-data review: a TSV given to mode=schema said only this)
+            "; data=parquet and mode=schema read Parquet: convert CSV / TSV with pyarrow "
+            "(pyarrow.csv.read_csv, then pyarrow.parquet.write_table); Criteo's TSV is "
+            "data=criteo_tsv"
+            if not _starts_as_parquet(path)
+            else ""
+        )
+        raise DataError(f"{path}: not a readable Parquet file ({err}){hint}") from None
 
 
 def read_row_group(
@@ -304,8 +311,30 @@ def check_columns(
                 _is_id_list: "a list of ids per row (list<int> or list<string>)",
             }[accepts]
             raise DataError(
-                f"{path}: column {column!r} ({role}) is {kind}, data.schema expects {expected}"
+                f"{path}: column {column!r} ({role}) is {kind}, data.schema expects "
+                f"{expected}{_multi_hot_hint(role, kind, accepts)}"
             )
+
+
+def _starts_as_parquet(path: Path) -> bool:
+    """Whether ``path`` begins with Parquet's magic bytes ``PAR1`` (a file cut short still
+    does; a CSV or TSV does not)."""
+    try:
+        with open(path, "rb") as f:
+            return f.read(4) == b"PAR1"
+    except OSError:
+        return True  # (unreadable: pyarrow's own reason says so)
+
+
+def _multi_hot_hint(role: str, kind: pa.DataType, accepts: object) -> str:
+    """Where a sparse feature's column holds lists but its schema entry says one id (or the
+    other way), the key that says which (own-data review: not named)."""
+    name = role.removeprefix("sparse feature ")
+    if accepts is _is_id and _is_id_list(kind):
+        return f": set data.schema.sparse.{name}.multi_hot=true for a list per row"
+    if accepts is _is_id_list and _is_id(kind):
+        return f": set data.schema.sparse.{name}.multi_hot=false for one id per row"
+    return ""
 
 
 def has_label_column(arrow: pa.Schema, schema: FeatureSchema) -> bool:

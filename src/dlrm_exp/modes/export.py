@@ -137,8 +137,13 @@ def _export(cfg: Config, out: Path, started: float) -> dict:
             "(log(1 + max(x, 0)) of Criteo's counts; in general data.schema's log1p columns)",
             "values": "(N,) int64: the table rows of each feature for the B samples, "
             "feature-major (Criteo's int(C, 16) % num_embeddings; in general after "
-            "data.schema's id policy; for the managed_tables, the 63-bit hashed raw ids, "
+            "data.schema's id policy, in Python dlrm_exp.data.id_policy.to_rows(ids, policy, "
+            "num_embeddings, where); for the managed_tables, the 63-bit hashed raw ids, "
             "which the model maps to rows itself)",
+            # with a feature schema, the columns each input is read from, in the model's order:
+            # "price (log1p)" takes log(1 + max(x, 0)) of the column (own-data review: not
+            # recorded, so the artifact could not be fed from its record)
+            "model_inputs": model_inputs(cfg),
             "lengths": f"({len(cfg.model.feature_names)} * B,) int32: ids per (feature, sample), "
             "same order",
             "feature_names": cfg.model.feature_names,
