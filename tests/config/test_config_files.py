@@ -51,7 +51,9 @@ def test_the_files_a_command_line_picks(tmp_path):
          r"shop.yaml: data.schema.dense\[0\].log1p: Value 'yes_please' is not a valid bool"),
         (SHOP.replace("num_embeddings: 10", "num_embeddings: ten"),
          r"data.schema.sparse.user_id.num_embeddings: Value 'ten' (of type 'str' )?could not"),
-        ("label: clicked\ndense:\n  - price\n", r"data.schema.dense\[0\] is a mapping of Dense"),
+        ("label: clicked\ndense:\n  - price\n",
+         r"data.schema.dense\[0\] is a mapping of DenseColumn.s fields, e.g. \{column: price\}, "
+         r"not .price."),
         ("label: clicked\nlabell: x\n", r"data.schema.labell: Key 'labell' not in 'FeatureSchema'"),
         (SHOP.replace("num_embeddings: 10", "num_embedings: 10"),  # (extension review)
          r"user_id.num_embedings: Key 'num_embedings' not in 'SparseFeature': did you mean "
@@ -83,6 +85,22 @@ def test_a_schema_composed_from_others_is_left_to_hydra(tmp_path):
     check_config_files([_schema(tmp_path, "pkg", packaged)])
     with pytest.raises(ConfigError, match="not valid YAML"):
         check_config_files([_schema(tmp_path, "broken", extends + "  cat_1: {num_\n")])
+
+
+def test_an_override_of_a_dense_column_the_chosen_schema_lacks_names_those_it_has(tmp_path):
+    """``data.schema.dense.5.log1p=false`` with 1 dense column met Hydra's "Invalid type
+    assigned: dict is not a subclass of DenseColumn" (own-data review)."""
+    from dlrm_exp.config.config_files import check_schema_feature_overrides
+
+    shop = _schema(tmp_path, "shop", SHOP)
+    with pytest.raises(ConfigError, match=(
+        r"data.schema.dense.5.log1p=false: the schema shop has 1 dense column\(s\) \(0 to 0: "
+        r"price\); to give others, set the whole list: 'data.schema.dense="
+    )):  # fmt: skip
+        check_schema_feature_overrides(["data.schema.dense.5.log1p=false"], [shop])
+    check_schema_feature_overrides(["data.schema.dense.0.log1p=false"], [shop])
+    check_schema_feature_overrides(["data.schema.dense=[{column: a}, {column: b}]",
+                                    "data.schema.dense.1.log1p=true"], [shop])  # fmt: skip
 
 
 def test_an_override_of_a_feature_the_chosen_schema_lacks_names_the_closest(tmp_path, cli_here):

@@ -148,7 +148,7 @@ def check_schema_feature_overrides(overrides: Sequence[str], files: Sequence[Pat
         ConfigError: naming the closest feature and how to add one.
     """
     keys = [a.split("=", 1)[0].lstrip("+~") for a in overrides]
-    adders = ("data.schema", "data.schema.sparse", "experiment")
+    adders = ("data.schema", "data.schema.sparse", "data.schema.dense", "experiment")
     if any(k in adders for k in keys):
         return
     schemas = [f for f in files if _is_schema(f)]
@@ -156,8 +156,11 @@ def check_schema_feature_overrides(overrides: Sequence[str], files: Sequence[Pat
     if not nodes or any(not isinstance(n, DictConfig) or "defaults" in n for n in nodes):
         return
     features = list(dict.fromkeys(name for n in nodes for name in (n.get("sparse") or {})))
+    stems = ", ".join(f.stem for f in schemas)
     for text in overrides:
         key = text.split("=", 1)[0]
+        if key.startswith("data.schema.dense."):
+            _check_dense_index(text, key, stems, [list(n.get("dense") or []) for n in nodes])
         if not key.startswith("data.schema.sparse."):  # (+ / ++ / ~: adding on purpose)
             continue
         name = key.removeprefix("data.schema.sparse.").split(".", 1)[0]
@@ -165,10 +168,30 @@ def check_schema_feature_overrides(overrides: Sequence[str], files: Sequence[Pat
             close = closest(name, features)
             hint = f"did you mean {close}? " if close else ""
             raise ConfigError(
-                f"{text}: the schema {', '.join(f.stem for f in schemas)} has no feature "
+                f"{text}: the schema {stems} has no feature "
                 f"{name} ({hint}features: {first_few(features, 6)}); to add one: "
                 f"'++data.schema.sparse={{{name}: {{column: ..., num_embeddings: ...}}}}'"
             )
+
+
+def _check_dense_index(text: str, key: str, stems: str, dense: list[list]) -> None:
+    """An override of a dense column by its index (``data.schema.dense.5.log1p=false``)
+    names one the chosen schemas (``dense``: each one's list) have: Hydra's own error was
+    "Invalid type assigned: dict is not a subclass of DenseColumn" (own-data review).
+
+    Raises:
+        ConfigError: naming the columns there are and how to give others.
+    """
+    index = key.removeprefix("data.schema.dense.").split(".", 1)[0]
+    count = max(len(d) for d in dense)
+    if not index.isdigit() or int(index) < count:
+        return
+    columns = [str(c.get("column", "?")) for c in max(dense, key=len) if isinstance(c, DictConfig)]
+    listed = f" (0 to {count - 1}: {first_few(columns, 6)})" if count else ""
+    raise ConfigError(
+        f"{text}: the schema {stems} has {count} dense column(s){listed}; to give others, "
+        "set the whole list: 'data.schema.dense=[{column: ..., log1p: ...}, ...]'"
+    )
 
 
 def _is_schema(file: Path) -> bool:
@@ -211,7 +234,10 @@ def _check_schema(file: Path, node: DictConfig | ListConfig) -> None:
     parts += [(f"data.schema.sparse.{n}", SparseFeature, f) for n, f in (sparse or {}).items()]
     for where, cls, value in parts:
         if not isinstance(value, DictConfig | dict):
-            raise ConfigError(f"{file}: {where} is a mapping of {cls.__name__}'s fields")
+            example = f", e.g. {{column: {value}}}" if isinstance(value, str) else ""
+            raise ConfigError(
+                f"{file}: {where} is a mapping of {cls.__name__}'s fields{example}, not {value!r}"
+            )
         try:
             OmegaConf.merge(OmegaConf.structured(cls), value)
         except OmegaConfBaseException as err:

@@ -120,7 +120,8 @@ def scan_files(
             if n:
                 scan.segments.append(Segment(path, group, 0, n, valid))
     if not scan.segments:
-        raise DataError(f"{files[0]}...: no row has a label ({scan.rows} rows read)")
+        where = str(files[0]) if len(files) == 1 else f"{files[0]} and {len(files) - 1} more"
+        raise DataError(f"{where}: no row has a label ({scan.rows} rows read)")
     return scan
 
 
