@@ -176,6 +176,30 @@ def test_a_non_finite_validation_never_becomes_the_best():
     assert "val auroc was never a finite number" in _best_lines(stopped)[0]
 
 
+def test_best_weights_from_before_a_resume_are_said_to_be_the_earlier_runs():
+    """Resumed in other settings (bf16, 1 thread), a run that never beat the best of the run
+    it continued reported those weights under its own settings, val as scored then (what-ran
+    review)."""
+    from dlrm_exp.modes.train import _best_lines
+    from dlrm_exp.record.run_record import RunMetrics
+
+    final = {"val": {"auroc": 0.70}, "test": {"auroc": 0.71}}
+    kept = {
+        "weights": "best",
+        "final_weights": final,
+        "monitor": "auroc",
+        "steps": 40,
+        "best_value": 0.7057,
+    }
+    history = [{"step": 30, "auroc": 0.7057}, {"step": 40, "auroc": 0.70}]
+    before = RunMetrics(**kept, best_step=30, resumed={"step": 30}, val_history=history)
+    assert "trained before this run resumed at step 30" in _best_lines(before)[-1]
+    after = RunMetrics(**kept, best_step=40, resumed={"step": 30}, val_history=history)
+    uninterrupted = RunMetrics(**kept, best_step=30, val_history=history)
+    for lines in (_best_lines(after), _best_lines(uninterrupted)):
+        assert not any("resumed" in line for line in lines)
+
+
 def test_the_state_survives_a_checkpoint():
     best, _ = _run([0.7, 0.6], EarlyStopping())
     assert BestValidation.from_json(best.to_json()) == best

@@ -830,6 +830,12 @@ def _best_lines(metrics: RunMetrics) -> list[str]:
             f"the final weights (step {metrics.steps}): val AUROC {final['val']['auroc']:.4f}, "
             f"test AUROC {final['test']['auroc']:.4f}"
         )
+        start = metrics.resumed.get("step")
+        if start is not None and metrics.best_step is not None and metrics.best_step <= start:
+            lines.append(  # (what-ran review: shown beside this run's settings, unsaid)
+                f"those weights were trained before this run resumed at step {start}, by the "
+                "checkpoint's run and in its settings; their val metrics are as it scored them"
+            )
     return lines
 
 
