@@ -92,6 +92,8 @@ def test_two_processes_match_one_unsharded_process(verify_runs):
             assert result["plan_sharding_types"] == [SHARDING[name]]
         assert json.loads((folder / "verify.json").read_text())["passed"] is True
         assert result["exact"] is True
+        # where the sparse backward ran and the threads, as the job ran them (what-ran review)
+        assert result["sparse_backward"] == "serial" and result["threads_per_rank"] >= 1
     assert exact["auto+adam"][1]["plan_sharding_types"] == ["data_parallel"]  # Adam on CPU
     # what ran instead of what was asked is recorded and printed, as a training run's is
     (adam,) = [s for s in exact["auto+adam"][1]["substitutions"] if s["setting"] == "optimizer"]

@@ -113,7 +113,8 @@ class Trace:
     """What one training run left: per-step global losses, the final parameters, the plan's
     sharding types, the precision each embedding collective ran in (rank 0's,
     :func:`~dlrm_exp.distributed.qcomms.effective_qcomms`) and what ran instead of what the
-    config asked (:class:`~dlrm_exp.util.substitution.Substitution` entries)."""
+    config asked (:class:`~dlrm_exp.util.substitution.Substitution` entries), where the sparse
+    backward ran (``serial`` or ``overlap``) and each rank's intra-op threads."""
 
     losses: list[float]
     tables: dict[str, np.ndarray]
@@ -121,6 +122,8 @@ class Trace:
     sharding_types: list[str]
     effective_qcomms: dict[str, dict[str, str]] = field(default_factory=dict)
     substitutions: list[dict[str, str]] = field(default_factory=list)
+    sparse_backward: str = "serial"
+    threads_per_rank: int = 0
 
 
 class RankSlicedDLRMTrain(DLRMTrain):
@@ -262,7 +265,10 @@ def trace(cfg: Config, steps: int, slices: int = 1) -> Trace | None:
         types = sorted(plan_sharding_types(experiment.plan))
         ran = experiment.effective_qcomms
         instead = [s.to_json() for s in experiment.substitutions]
-        return Trace(losses, tables, dense, types, ran, instead) if ctx.is_main else None
+        backward = "serial" if experiment.sparse_backward is None else "overlap"
+        if not ctx.is_main:
+            return None
+        return Trace(losses, tables, dense, types, ran, instead, backward, ctx.threads)
 
 
 @record
@@ -418,6 +424,9 @@ def run_verify_many(cfgs: list[Config], run_dirs: list[Path]) -> list[dict[str, 
         result["table_data_types"] = sorted({t.value for t in cfg.model.table_data_types})
         result["inexact_because"] = inexact_because(cfg)
         result["substitutions"] = job.substitutions
+        # as the job ran them (verify.json said neither: what-ran review)
+        result["sparse_backward"] = job.sparse_backward
+        result["threads_per_rank"] = job.threads_per_rank
         write_json_atomic(run_dir / "verify.json", result)
         results.append(result)
     return results
