@@ -518,6 +518,32 @@ def test_the_table_shows_the_matmul_peak_and_links_profiles(tmp_path):
     assert f"- sharding=rowwise: [rank0.pt.trace.json]({trace})" in table
 
 
+def test_runs_the_planner_placed_differently_say_so_in_the_table(tmp_path):
+    """``-m model.embedding_data_type=fp32,fp16`` with ``sharding=auto``: fp16 tables were
+    planned table_column_wise, fp32 ones row_wise, shown only in summary.csv (what-ran
+    review); a swept sharding names itself."""
+    from dlrm_exp.record.run_record import RunMetrics
+    from dlrm_exp.record.runs import RunRecord
+    from dlrm_exp.record.sweep import markdown_table, summary_row
+
+    def row(name: str, *types: str) -> dict:
+        planned = {f"t{i}": t for i, t in enumerate(types)}
+        metrics = RunMetrics(val={"auroc": 0.8}, table_sharding_types=planned)
+        return summary_row(RunRecord(tmp_path / name, name, [], metrics))
+
+    fp32 = row("model.embedding_data_type=fp32", "row_wise", "row_wise")
+    fp16 = row("model.embedding_data_type=fp16", "table_column_wise", "table_wise")
+    table = markdown_table([fp32, fp16])
+    assert "| model.embedding_data_type=fp32 (planned: row_wise) |" in table
+    assert (
+        "| model.embedding_data_type=fp16 (planned: table_column_wise x 1, table_wise x 1) |"
+    ) in table
+    same = markdown_table([fp32, row("model.embedding_data_type=fp16", "row_wise")])
+    assert "planned" not in same  # nothing to tell apart
+    swept = [row("sharding=rowwise", "row_wise"), row("sharding=tablewise", "table_wise")]
+    assert "planned" not in markdown_table(swept)  # each name says its sharding type
+
+
 def test_gpu_memory_is_reported_beside_host_memory_where_a_run_held_some(tmp_path):
     """On a GPU the summary, the tables and the comparisons showed only host RSS: the memory
     a plan is checked against, HBM, never appeared (review). The column is left out where no

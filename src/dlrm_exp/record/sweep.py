@@ -61,8 +61,13 @@ def summary_row(run: RunRecord) -> dict[str, Any]:
 def markdown_table(rows: Sequence[dict[str, Any]]) -> str:
     """The summary as a GitHub markdown table, with the failed jobs' errors and the profiled
     runs' trace files (``train.profile``) listed below. A run in which something ran other
-    than asked is labelled by what ran: ``qcomms=fp8 (ran qcomms: reduce_scatter FP16/BF16)``."""
+    than asked is labelled by what ran: ``qcomms=fp8 (ran qcomms: reduce_scatter FP16/BF16)``;
+    where the completed runs' plans used different sharding types (``sharding=auto`` planning
+    fp16 tables otherwise than fp32 ones), each run whose name does not say its sharding type
+    (or says ``auto``) says what was planned (``planned: row_wise``: it showed only in
+    summary.csv; what-ran review)."""
     keys = shown(TABLE_METRICS, lambda k: any(row[k] is not None for row in rows))
+    planned = {row["sharding_ran"] for row in rows if row.get("sharding_ran")}
     headers = ["run", "status"] + [METRICS[k].label for k in keys]
     lines = [
         "| " + " | ".join(headers) + " |",
@@ -70,6 +75,9 @@ def markdown_table(rows: Sequence[dict[str, Any]]) -> str:
     ]
     for row in rows:
         label = row["run"] + (f" (ran {row['substituted']})" if row.get("substituted") else "")
+        chose = "sharding=" not in row["run"] or "sharding=auto" in row["run"]  # the planner
+        if len(planned) > 1 and row.get("sharding_ran") and chose:
+            label += f" (planned: {row['sharding_ran']})"
         cells = [label, row["status"]]
         cells += [fmt(row[k], METRICS[k].spec) for k in keys]
         lines.append("| " + " | ".join(cells) + " |")
