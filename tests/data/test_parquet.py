@@ -328,6 +328,11 @@ def test_not_parquet_and_truncated_files_are_refused_with_the_file(tmp_path):
     with pytest.raises(DataError, match=r"c.parquet: not a readable Parquet file") as cut_short:
         load_splits(config(cut), [], 2, 0)
     assert "convert CSV" not in str(cut_short.value)  # a Parquet file cut short
+    empty = tmp_path / "d.parquet"
+    empty.write_bytes(b"")
+    with pytest.raises(DataError, match=r"d.parquet: not a readable Parquet file") as nothing:
+        load_splits(config(empty), [], 2, 0)
+    assert "convert CSV" not in str(nothing.value)  # no CSV either (diff review)
 
 
 def test_strict_ids_out_of_range_are_refused_before_training_or_stop_the_stream(tmp_path):

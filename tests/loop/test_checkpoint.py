@@ -347,6 +347,31 @@ def test_a_save_on_a_full_disk_is_one_line_saying_the_earlier_checkpoints_stand(
     assert checkpoint._full_disk(RuntimeError("Connection closed by peer"), final) is None
 
 
+def test_inputs_in_another_order_are_refused_and_renamed_columns_warned(tmp_path, caplog):
+    """A schema listing the features or dense columns in another order scored the inputs
+    swapped (own-data review); a file whose columns were only renamed was scored as before
+    and must still be (diff review): the features compare by name, the dense columns by
+    log1p at each position and by a trained name at another position."""
+    check = checkpoint_module._check_inputs
+    trained = {"sparse": ["user_id", "item"], "dense": ["price (log1p)", "hour"]}
+    refused = [
+        {"sparse": ["item", "user_id"], "dense": trained["dense"]},  # features reordered
+        {"sparse": trained["sparse"], "dense": ["hour", "price (log1p)"]},  # columns swapped
+        {"sparse": trained["sparse"], "dense": ["hour (log1p)", "price"]},  # names swapped
+        {"sparse": trained["sparse"], "dense": ["price", "hour"]},  # log1p dropped
+        {"sparse": trained["sparse"], "dense": ["price (log1p)"]},  # a column fewer
+    ]
+    for wanted in refused:
+        with pytest.raises(CheckpointError, match="in this order: "):
+            check(tmp_path, trained, wanted)
+    with caplog.at_level(logging.WARNING, logger="dlrm_exp"):
+        check(tmp_path, trained, trained)
+        check(tmp_path, None, trained)  # a checkpoint without the record
+        assert not caplog.records
+        check(tmp_path, trained, {"sparse": trained["sparse"], "dense": ["cost (log1p)", "hour"]})
+    assert "read from other names than the run read (cost (log1p), hour for" in caplog.text
+
+
 def test_a_second_stop_inside_the_save_is_raised_as_itself(tmp_path, monkeypatch):
     """A Ctrl-C (or SIGTERM) repeated during a save stops it at once; DCP's save wraps it in
     a CheckpointException, which save_checkpoint unwraps: the interruption, not a failed

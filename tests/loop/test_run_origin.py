@@ -28,7 +28,10 @@ def _run_folder(tmp_path, with_hydra=True):
             {"path": "hydra.conf", "schema": "pkg", "provider": "hydra"},
             {"path": "/work/conf", "schema": "file", "provider": "main"},
             {"path": "/own/conf", "schema": "file", "provider": "command-line"},
-        ]
+            # hydra.searchpath=[file:///searched/conf], the tests' way (diff review)
+            {"path": "/searched/conf", "schema": "file",
+             "provider": "hydra.searchpath in command-line"},
+        ]  # fmt: skip
         (hydra / "hydra.yaml").write_text(
             yaml.safe_dump({"hydra": {"runtime": {"config_sources": sources}}})
         )
@@ -39,8 +42,11 @@ def test_the_runs_data_command_is_read_back(tmp_path):
     checkpoint = _run_folder(tmp_path)
     run = checkpoint.parent.parent
     assert data_overrides(run) == OVERRIDES[:3]
-    assert config_dirs(run) == ["/own/conf"]
-    command = "--config-dir /own/conf data=parquet data/schema=shop data.path=logs/*.parquet"
+    assert config_dirs(run) == ["/own/conf", "/searched/conf"]
+    command = (  # (Hydra takes one --config-dir)
+        "'hydra.searchpath=[file:///own/conf,file:///searched/conf]' data=parquet "
+        "data/schema=shop data.path=logs/*.parquet"
+    )
     assert data_command(run) == command
     assert data_command(tmp_path) is None  # no records
 
@@ -50,7 +56,7 @@ def test_a_checkpoint_of_other_tables_names_its_runs_data_command(tmp_path):
     them nor its --config-dir; a schema's other row counts were sent to model.* keys, which
     do not size its tables (own-data review)."""
     checkpoint = _run_folder(tmp_path)
-    run = "(its run's: --config-dir /own/conf data=parquet data/schema=shop"
+    run = "(its run's: 'hydra.searchpath=[file:///own/conf,file:///searched/conf]' data=parquet"
     with pytest.raises(CheckpointError, match="another feature schema") as other:
         _trainer_state_matching(checkpoint, {"t_cat_0": [250, 16]})
     assert run in str(other.value)

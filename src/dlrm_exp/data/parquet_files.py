@@ -318,13 +318,14 @@ def check_columns(
 
 
 def _starts_as_parquet(path: Path) -> bool:
-    """Whether ``path`` begins with Parquet's magic bytes ``PAR1`` (a file cut short still
-    does; a CSV or TSV does not)."""
+    """Whether ``path`` begins with Parquet's magic bytes ``PAR1`` or is empty (a file cut
+    short still does; a CSV or TSV does not)."""
     try:
         with open(path, "rb") as f:
-            return f.read(4) == b"PAR1"
+            start = f.read(4)
     except OSError:
         return True  # (unreadable: pyarrow's own reason says so)
+    return start in (b"PAR1", b"")  # (an empty file: pyarrow says "size is 0 bytes")
 
 
 def _multi_hot_hint(role: str, kind: pa.DataType, accepts: object) -> str:

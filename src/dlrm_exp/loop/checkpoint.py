@@ -60,6 +60,7 @@ from torch.distributed.checkpoint import FileSystemReader
 from torch.distributed.checkpoint.api import CheckpointException
 from torch.distributed.checkpoint.metadata import Metadata, StorageMeta, TensorStorageMetadata
 
+from dlrm_exp.config.schema import LOG1P_MARK
 from dlrm_exp.distributed.preemption import save_signals_held
 from dlrm_exp.errors import CheckpointError, DiskFullError, RunFolderInUseError, Terminated
 from dlrm_exp.loop.run_origin import data_command
@@ -996,22 +997,49 @@ def _check_inputs(
     path: Path, saved: dict[str, list[str]] | None, wanted: dict[str, list[str]] | None
 ) -> None:
     """Refuse a job that gives the checkpoint's model its inputs in another order or form
-    (:attr:`CheckpointLayout.inputs`; not checked where either side has no record).
+    (:attr:`CheckpointLayout.inputs`; not checked where either side has no record): the
+    sparse features by name; the dense columns by ``log1p`` at each position and by name
+    where a trained column's name sits at another position (swapped). A dense column read
+    from a name the run never read is warned of, not refused: a file of other column names
+    (renamed) is scored as it was before (diff review).
 
     Raises:
-        CheckpointError: naming the first part that differs, both ways.
+        CheckpointError: naming both orders, or the position whose ``log1p`` differs.
     """
-    for part, what in (("sparse", "sparse features"), ("dense", "dense columns")):
-        trained, given = (saved or {}).get(part), (wanted or {}).get(part)
-        if trained is None or given is None or trained == given:
-            continue
+    trained, given = (saved or {}).get("sparse"), (wanted or {}).get("sparse")
+    if trained is not None and given is not None and trained != given:
         raise CheckpointError(
-            f"checkpoint {path} was trained on its {what} in this order: {', '.join(trained)}; "
-            f"this job's feature schema gives {', '.join(given)}: the model reads them by "
-            "position and would score other inputs; use the data/schema it was trained with "
-            "(a schema made again from a file that stores its columns in another order lists "
-            "them in that order: reorder it)"
+            f"checkpoint {path} was trained on its sparse features in this order: "
+            f"{', '.join(trained)}; this job's feature schema gives {', '.join(given)}: the "
+            "model reads them by position and would score other inputs; use the data/schema "
+            "it was trained with (a schema made again from a file that stores its columns in "
+            "another order lists them in that order: reorder it)"
         )
+    trained, given = (saved or {}).get("dense"), (wanted or {}).get("dense")
+    if trained is None or given is None or trained == given:
+        return
+    names = [_dense_name(c) for c in trained]
+    moved = [c for i, c in enumerate(given) if _dense_name(c) in names[:i] + names[i + 1 :]]
+    pairs = zip(trained, given, strict=False)
+    form = [a for a, b in pairs if a.endswith(LOG1P_MARK) != b.endswith(LOG1P_MARK)]
+    if moved or form or len(trained) != len(given):
+        raise CheckpointError(
+            f"checkpoint {path} was trained on its dense columns in this order: "
+            f"{', '.join(trained)}; this job's feature schema gives {', '.join(given)}: the "
+            "model reads them by position and would score other inputs; use the data/schema "
+            "it was trained with"
+        )
+    log.warning(
+        "the dense columns are read from other names than the run read (%s for %s): the "
+        "model takes them by position, so they must hold the same inputs",
+        ", ".join(given),
+        ", ".join(trained),
+    )
+
+
+def _dense_name(column: str) -> str:
+    """A dense column's name in the ``inputs`` record (without its ``log1p`` mark)."""
+    return column.removesuffix(LOG1P_MARK)
 
 
 #: The id records a checkpoint keeps and its users must share, with one line per differing

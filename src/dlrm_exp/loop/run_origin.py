@@ -26,23 +26,31 @@ def data_overrides(run_dir: Path) -> list[str] | None:
 
 
 def config_dirs(run_dir: Path) -> list[str]:
-    """The ``--config-dir`` folders the run in ``run_dir`` was started with (a schema of one's
-    own lives there), from its ``.hydra/hydra.yaml`` (``hydra.runtime.config_sources`` given on
-    the command line); none where it has no record."""
+    """The config folders the run in ``run_dir`` was given on its command line (a schema of
+    one's own lives there), by ``--config-dir`` or ``hydra.searchpath=[...]`` (diff review),
+    from its ``.hydra/hydra.yaml`` (``hydra.runtime.config_sources``); none where it has no
+    record. Either is given back as ``--config-dir``, which adds the folder to the same search
+    path."""
     try:
         hydra = OmegaConf.load(run_dir / ".hydra" / "hydra.yaml")
         sources = OmegaConf.select(hydra, "hydra.runtime.config_sources", default=None) or []
     except (OSError, ValueError):
         return []
-    return [str(s.path) for s in sources if s.get("provider") == "command-line" and s.get("path")]
+    given = ("command-line", "hydra.searchpath in command-line")
+    return [str(s.path) for s in sources if s.get("provider") in given and s.get("path")]
 
 
 def data_command(run_dir: Path) -> str | None:
-    """What to add to a command to read the run's data as it did: ``--config-dir <dir>`` for
-    each of its :func:`config_dirs` and its :func:`data_overrides` (relative paths as it read
-    them, from the folder it started in); None where the folder has no record."""
+    """What to add to a command to read the run's data as it did: its :func:`config_dirs`
+    (``--config-dir <dir>``; several as ``hydra.searchpath=[...]``) and its
+    :func:`data_overrides` (relative paths as it read them, from the folder it started in);
+    None where the folder has no record."""
     overrides = data_overrides(run_dir)
     if overrides is None:
         return None
-    dirs = [f"--config-dir {d}" for d in config_dirs(run_dir)]
+    dirs = config_dirs(run_dir)
+    if len(dirs) > 1:  # (Hydra takes one --config-dir)
+        dirs = [f"'hydra.searchpath=[{','.join(f'file://{d}' for d in dirs)}]'"]
+    elif dirs:
+        dirs = [f"--config-dir {dirs[0]}"]
     return " ".join([*dirs, *overrides]) or "no data overrides (the default data)"

@@ -331,7 +331,13 @@ def _layout(run: _Run) -> CheckpointLayout:
                 **flat_settings("data", run.cfg.data),
                 **flat_settings("optimizer", run.cfg.optimizer),
                 # what the collectives ran in (asked and never run, on one rank, it was a
-                # change of the update a resume warned of: what-ran review)
+                # change of the update a resume warned of: what-ran review), and the codecs'
+                # loss scales where codecs ran (diff review)
+                **{
+                    key: value
+                    for key, value in flat_settings("qcomms", run.cfg.qcomms).items()
+                    if key.endswith("_loss_scale") and run.experiment.effective_qcomms
+                },
                 "qcomms": collectives_ran(
                     run.experiment.effective_qcomms,
                     run.ctx.world_size,
