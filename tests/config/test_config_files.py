@@ -87,33 +87,30 @@ def test_a_schema_composed_from_others_is_left_to_hydra(tmp_path):
         check_config_files([_schema(tmp_path, "broken", extends + "  cat_1: {num_\n")])
 
 
-def test_an_override_of_a_dense_column_the_chosen_schema_lacks_names_those_it_has(tmp_path):
-    """``data.schema.dense.5.log1p=false`` with 1 dense column met Hydra's "Invalid type
-    assigned: dict is not a subclass of DenseColumn" (own-data review)."""
+def test_an_override_of_a_feature_the_chosen_schema_lacks_names_the_closest(tmp_path, cli_here):
+    """``data.schema.sparse.usr_id.id_policy=strict`` met Hydra's hint to add it with ``+``:
+    a phantom feature (extension review); ``data.schema.dense.5.log1p=false`` with 1 dense
+    column met "Invalid type assigned: dict is not a subclass of DenseColumn" (own-data
+    review)."""
     from dlrm_exp.config.config_files import check_schema_feature_overrides
 
     shop = _schema(tmp_path, "shop", SHOP)
-    with pytest.raises(ConfigError, match=(
-        r"data.schema.dense.5.log1p=false: the schema shop has 1 dense column\(s\) \(0 to 0: "
-        r"price\); to give others, set the whole list: 'data.schema.dense="
-    )):  # fmt: skip
-        check_schema_feature_overrides(["data.schema.dense.5.log1p=false"], [shop])
+    refused = {
+        "data.schema.sparse.usr_id.id_policy=strict": (
+            r"the schema shop has no feature usr_id \(did you mean user_id\? features: "
+            r"user_id\); to add one: '\+\+data.schema.sparse="
+        ),
+        "data.schema.dense.5.log1p=false": (
+            r"the schema shop has 1 dense column\(s\) \(0 to 0: price\); to give others, set "
+            r"the whole list: 'data.schema.dense="
+        ),
+    }
+    for override, refusal in refused.items():
+        with pytest.raises(ConfigError, match=f"{re.escape(override)}: {refusal}"):
+            check_schema_feature_overrides([override], [shop])
     check_schema_feature_overrides(["data.schema.dense.0.log1p=false"], [shop])
     check_schema_feature_overrides(["data.schema.dense=[{column: a}, {column: b}]",
                                     "data.schema.dense.1.log1p=true"], [shop])  # fmt: skip
-
-
-def test_an_override_of_a_feature_the_chosen_schema_lacks_names_the_closest(tmp_path, cli_here):
-    """``data.schema.sparse.usr_id.id_policy=strict`` met Hydra's hint to add it with ``+``:
-    a phantom feature (extension review)."""
-    from dlrm_exp.config.config_files import check_schema_feature_overrides
-
-    shop = _schema(tmp_path, "shop", SHOP)
-    with pytest.raises(ConfigError, match=(
-        r"data.schema.sparse.usr_id.id_policy=strict: the schema shop has no feature usr_id "
-        r"\(did you mean user_id\? features: user_id\); to add one: '\+\+data.schema.sparse="
-    )):  # fmt: skip
-        check_schema_feature_overrides(["data.schema.sparse.usr_id.id_policy=strict"], [shop])
     check_schema_feature_overrides(["data.schema.sparse.user_id.id_policy=strict"], [shop])
     check_schema_feature_overrides(["+data.schema.sparse.usr_id.column=u"], [shop])  # adds
     for adder in (
