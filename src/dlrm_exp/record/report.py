@@ -37,6 +37,7 @@ import argparse
 import glob
 import io
 import sys
+import textwrap
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -194,7 +195,7 @@ def save_figure(fig: Any, path: Path) -> None:
     """Write ``fig`` as PNG to ``path`` atomically (a report interrupted while plotting leaves
     the earlier plot, not a truncated one) and close it."""
     buffer = io.BytesIO()
-    fig.savefig(buffer, dpi=120, format="png")
+    fig.savefig(buffer, dpi=120, format="png", bbox_inches="tight")  # (no label cut off)
     plt.close(fig)
     write_bytes_atomic(path, buffer.getvalue())
 
@@ -283,29 +284,39 @@ def plot_auroc_diff(stats: Sequence[ConfigStats], path: Path) -> None:
     """Each configuration's val AUROC minus the baseline's, paired by seed: the mean with its
     95 % interval as a horizontal error bar, and the zero line; PNG. A difference resting on
     one paired seed has no interval: a hollow gray marker, its label saying so. Drawn only for
-    sweeps with repeats (seeds)."""
+    sweeps with repeats (seeds). The configurations are named by their values, the keys in the
+    axis label (:func:`_tick_labels`; the whole names were cut off at the figure's edge:
+    review), wrapped."""
     rows = [
         (s.config, s.vs_baseline["val_auroc"]) for s in stats[1:] if "val_auroc" in s.vs_baseline
     ]
-    fig, ax = plt.subplots(figsize=(8, 0.6 * max(len(rows), 1) + 1.8))
+    baseline = stats[0].config if stats else "?"
+    names, keys = _tick_labels([baseline, *(name for name, _ in rows)])
+    fig, ax = plt.subplots(figsize=(9, 0.7 * max(len(rows), 1) + 2.0))
     labels = []
-    for y, (name, d) in enumerate(rows):
+    for y, ((_, d), name) in enumerate(zip(rows, names[1:], strict=True)):
         if d.ci_low is None or d.ci_high is None:  # one paired seed: no interval to draw
             ax.plot(d.mean, y, "o", markerfacecolor="none", color="tab:gray")
-            labels.append(f"{name} (n={d.n}, no interval)")
+            labels.append(_wrapped(f"{name} (n={d.n}, no interval)"))
             continue
         color = "tab:red" if d.significant else "tab:blue"
         xerr = [[d.mean - d.ci_low], [d.ci_high - d.mean]]
         ax.errorbar(d.mean, y, xerr=xerr, fmt="o", capsize=4, color=color)
-        labels.append(name)
+        labels.append(_wrapped(name))
     ax.axvline(0.0, color="black", linewidth=1)
     ax.set_yticks(range(len(rows)), labels, fontsize="small")
-    baseline = stats[0].config if stats else "?"
-    ax.set_xlabel(f"val AUROC - baseline\n({baseline}), 95 % CI paired by seed")
+    if keys:
+        ax.set_ylabel(_wrapped(keys), fontsize="small")
+    ax.set_xlabel(f"val AUROC - baseline ({_wrapped(names[0])}), 95 % CI paired by seed")
     ax.set_title("AUROC difference to the baseline (red: interval excludes 0)")
     ax.grid(axis="x", alpha=0.3)
     fig.tight_layout()
     save_figure(fig, path)
+
+
+def _wrapped(text: str, width: int = 40) -> str:
+    """``text`` broken into lines of at most ``width`` characters, for a plot's labels."""
+    return "\n".join(textwrap.wrap(text, width)) or text
 
 
 def expand(paths: Sequence[str]) -> list[Path]:
