@@ -513,7 +513,8 @@ def test_the_table_shows_the_matmul_peak_and_links_profiles(tmp_path):
     row = summary_row(RunRecord(tmp_path / "run", "sharding=rowwise", [], metrics))
     assert row["matmul_peak_pct"] == pytest.approx(54.6)
     table = markdown_table([row])
-    assert "| % matmul peak |" in table.splitlines()[0] and "| 54.6 |" in table
+    # each run against the peak of its dense dtype (fp32 or bf16): the label says so (review)
+    assert "| % of own-dtype matmul peak |" in table.splitlines()[0] and "| 54.6 |" in table
     trace = tmp_path / "run" / "profile" / "rank0.pt.trace.json"
     assert f"- sharding=rowwise: [rank0.pt.trace.json]({trace})" in table
 

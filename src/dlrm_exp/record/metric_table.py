@@ -131,7 +131,7 @@ _RUN_METRICS = (
     Metric("step_ms_p50", "step p50 ms", ".1f", False, lambda m: m.step_time_ms.get("p50")),
     Metric(
         "matmul_peak_pct",
-        "% matmul peak",
+        "% of own-dtype matmul peak",
         ".1f",
         True,
         lambda m: _percent(m.utilization.get("fraction_of_matmul_peak")),
