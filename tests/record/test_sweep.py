@@ -53,6 +53,7 @@ def test_failed_job_is_recorded_and_the_sweep_goes_on(record_sweep):
     # one process: no collective ran, quantized or not (it said FP32: review)
     assert {r["qcomms_ran"] for r in rows[:6]} == {"none"}
     assert [r["sharding_ran"] for r in rows] == ["table_wise"] * 6 + [""] * 6
+    assert [r["dense_ran"] for r in rows] == ["fp32"] * 6 + [""] * 6  # (review: JSON only)
     assert [r["substituted"] for r in rows] == ["qcomms: no embedding collective"] * 6 + [""] * 6
     failed = json.loads((sweep_dir / "6" / "metrics.json").read_text())
     assert failed["status"] == "failed" and failed["error_type"] == "ConfigError"
@@ -83,6 +84,7 @@ def test_tensorboard_runs_are_named_by_overrides_with_readable_hparams(record_sw
         assert "_hparams_/experiment" not in content  # TensorBoard infers it over the runs
         assert "val/auroc" in events.Tags()["scalars"]
         assert "summary/fraction_of_matmul_peak" in events.Tags()["scalars"]
+        assert "summary/table_bytes_max_rank" in events.Tags()["scalars"]  # (review)
     assert not any((sweep_dir / name).exists() for name in REFUSED)  # refused jobs never trained
     experiment = tensorboard_experiment(sweep_dir)  # what its HParams table shows first
     differing = [info.name for info in experiment.hparam_infos if info.differs]

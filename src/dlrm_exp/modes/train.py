@@ -745,9 +745,9 @@ def _utilization(run: _Run, result: FitResult) -> dict[str, Any]:
 
 def _final_scalars(metrics: RunMetrics) -> dict[str, float | None]:
     """The HParams metrics: the kept weights' quality, throughput, collective bytes, peak
-    memory, the fraction of the measured matmul peak. Validation's are ``summary/val_*``: under
-    ``val/*`` at the last step they would end the validation curve on the best weights'
-    value when ``train.keep_best`` restored them."""
+    memory, the fraction of the measured matmul peak, the largest rank's table bytes.
+    Validation's are ``summary/val_*``: under ``val/*`` at the last step they would end the
+    validation curve on the best weights' value when ``train.keep_best`` restored them."""
     return {
         **{f"summary/val_{q.key}": metrics.val[q.key] for q in QUALITY},
         **{f"test/{q.key}": metrics.test[q.key] for q in QUALITY},
@@ -757,6 +757,8 @@ def _final_scalars(metrics: RunMetrics) -> dict[str, float | None]:
         "summary/peak_memory_gib_max_rank": metrics.peak_rss_gib_max_rank,
         "summary/peak_gpu_gib_max_rank": metrics.peak_gpu_gib_max_rank,
         "summary/fraction_of_matmul_peak": metrics.utilization.get("fraction_of_matmul_peak"),
+        # what fp16 tables buy (only RSS was there, which small tables do not move: review)
+        "summary/table_bytes_max_rank": METRICS["table_bytes_per_rank"].read(metrics),
     }
 
 

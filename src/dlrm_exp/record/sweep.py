@@ -40,7 +40,8 @@ TABLE_METRICS = tuple(k for k in CSV_METRICS if k != "test_ne")
 def summary_row(run: RunRecord) -> dict[str, Any]:
     """One summary row: run name, status, quality, speed, bytes/step, memory, wall time; the
     precision each collective ran in (``qcomms_ran``), the tables' weight dtypes
-    (``tables_ran``) and sharding types (``sharding_ran``), and what ran instead of what the run
+    (``tables_ran``) and sharding types (``sharding_ran``), the dense part's precision
+    (``dense_ran``), and what ran instead of what the run
     asked (``substituted``, empty when nothing was substituted)."""
     m = run.metrics
     completed = m.status == COMPLETED
@@ -51,6 +52,7 @@ def summary_row(run: RunRecord) -> dict[str, Any]:
         "qcomms_ran": m.qcomms_ran if completed else "",
         "tables_ran": m.tables_ran if completed else "",
         "sharding_ran": m.sharding_ran if completed else "",
+        "dense_ran": (m.dense_precision or "fp32") if completed else "",  # (review: only in JSON)
         "substituted": m.substituted,
         "error": m.error or "",
         "path": str(run.path),
