@@ -119,6 +119,26 @@ def test_a_metric_with_a_non_finite_seed_says_how_many_it_averaged():
     assert "| val log loss |" in stats_markdown(stats).splitlines()[0]
 
 
+def test_paired_differences_of_speed_memory_and_ne_get_their_own_table():
+    """The seed also changes the data, so NE's unpaired interval (0.9530 +- 0.1925) hid a
+    paired difference of -0.00159 [-0.00259, -0.00060] shown only in summary_stats.csv
+    (precision-sweep review)."""
+    from dlrm_exp.record.compare import ConfigStats, stats_markdown
+    from dlrm_exp.record.stats import paired_difference
+
+    base = ConfigStats("train.dense_precision=fp32", [0, 1, 2])
+    ne = paired_difference([0.951, 0.961, 0.941], [0.9526, 0.9626, 0.9426])
+    speed = paired_difference([26000.0, 27000.0, 25500.0], [25000.0, 26000.0, 25000.0])
+    paired = {"val_ne": ne, "samples_per_sec": speed}
+    bf16 = ConfigStats("train.dense_precision=bf16", [0, 1, 2], vs_baseline=paired)
+    rows = stats_markdown([base, bf16]).splitlines()
+    header = next(r for r in rows if r.startswith("| configuration | val NE - baseline"))
+    assert "samples/s (all ranks) - baseline [95% CI]" in header
+    (row,) = [r for r in rows if r.startswith("| train.dense_precision=bf16 | -0.00160 [")]
+    assert "+833 [" in row  # samples/s signed, in their own format
+    assert "| val NE - baseline" not in stats_markdown([base]).replace("\n", "")  # no others
+
+
 def test_a_difference_says_how_many_seeds_it_paired():
     """A NaN seed of the baseline left a difference over 2 pairs labelled like one over 3."""
     from dlrm_exp.record.compare import ConfigStats, stats_markdown

@@ -148,7 +148,7 @@ def has_repeats(stats: Sequence[ConfigStats]) -> bool:
 def stats_markdown(stats: Sequence[ConfigStats]) -> str:
     """Mean +- 95 % CI half-width (n) per configuration (quality, speed, bytes per step,
     memory), and the paired differences of val and test AUROC to the baseline (the first row)
-    with their intervals and p-values."""
+    with their intervals and p-values; those of :data:`PAIRED_SHOWN` in a second table."""
     keys = [
         "val_auroc",
         "test_auroc",
@@ -187,27 +187,57 @@ def stats_markdown(stats: Sequence[ConfigStats]) -> str:
             for split in ("val", "test")
         ]
         lines.append("| " + " | ".join(cells) + " |")
+    lines += _differences_table(stats)
     lines.append("")
     lines.append(
         "Mean +- half-width of the 95 % Student t interval over the completed seeds (n; failed "
         "runs are counted beside it, never averaged); differences are paired by seed (paired "
         "t-test), and the half-width of their interval is the smallest mean difference that "
         "shows as significant (a true difference of that size shows only about half the "
-        "time); * marks an interval that excludes 0."
+        "time); * marks an interval that excludes 0: at 95 %, about 1 in 20 differences with no "
+        "true effect is marked by chance, so with many configurations and metrics expect some "
+        "(review)."
     )
     return "\n".join(lines)
 
 
-def _difference_cell(d: Difference | None, seeds: int) -> str:
+def _difference_cell(d: Difference | None, seeds: int, spec: str = ".5f") -> str:
     """``+0.00123 [-0.00010, +0.00256] (p 0.07)``, `` *`` when the interval excludes 0; the
     pairs it rests on when fewer than the configuration's ``seeds`` (a seed the baseline lacks
-    or whose value is not finite on either side)."""
+    or whose value is not finite on either side). ``spec``: the numbers' format, signed."""
     if d is None:
         return ""
-    interval = "" if d.ci_low is None else f" [{d.ci_low:+.5f}, {d.ci_high:+.5f}]"
+    interval = "" if d.ci_low is None else f" [{d.ci_low:+{spec}}, {d.ci_high:+{spec}}]"
     mark = " *" if d.significant else ""
     pairs = f"; {d.n} of {seeds} seeds paired" if d.n != seeds else ""
-    return f"{d.mean:+.5f}{interval}{mark} (p {fmt(d.p_value, '.3g')}{pairs})"
+    return f"{d.mean:+{spec}}{interval}{mark} (p {fmt(d.p_value, '.3g')}{pairs})"
+
+
+#: The metrics whose paired differences to the baseline get a table of their own beside
+#: AUROC's columns, with the numbers' format: the seed also changes the data, so their unpaired
+#: intervals hid paired effects that summary_stats.csv alone showed (precision-sweep review).
+PAIRED_SHOWN = {
+    "val_ne": ".5f",
+    "val_logloss": ".5f",
+    "samples_per_sec": ",.0f",
+    "peak_rss_gib": ".3f",
+    "table_bytes_per_rank": ",.0f",
+}
+
+
+def _differences_table(stats: Sequence[ConfigStats]) -> list[str]:
+    """The paired differences to the baseline of :data:`PAIRED_SHOWN`, one row per other
+    configuration (the metrics none of them has left out); no lines without such a row."""
+    keys = [k for k in PAIRED_SHOWN if any(k in s.vs_baseline for s in stats[1:])]
+    if not keys:
+        return []
+    header = ["configuration", *(f"{METRICS[k].label} - baseline [95% CI]" for k in keys)]
+    lines = ["", "| " + " | ".join(header) + " |", "| " + " | ".join("---" for _ in header) + " |"]
+    for s in stats[1:]:
+        seeds = len(s.seeds)
+        cells = [_difference_cell(s.vs_baseline.get(k), seeds, PAIRED_SHOWN[k]) for k in keys]
+        lines.append("| " + " | ".join([s.config, *cells]) + " |")
+    return lines
 
 
 STATS_COLUMNS = [
