@@ -32,6 +32,10 @@ def test_the_sweep_summary_has_statistics_per_configuration(record_sweep):
     assert float(other["val_auroc"]["diff_vs_baseline"]) != 0  # the rates train differently
     assert float(other["val_auroc"]["ci_low"]) < float(other["val_auroc"]["mean"])
     assert other["test_auroc"]["diff_ci_low"] != "" and other["table_bytes_per_rank"]["mean"]
+    # keyed as summary_runs.csv keys its runs: the config carries a note of what ran (review)
+    with open(folder / "summary_runs.csv") as f:
+        run_ids = {r["config_id"] for r in csv.DictReader(f)}
+    assert other["val_auroc"]["config_id"] in run_ids
     # each job records the seed it ran (what the report pairs repeats by)
     seeds = [json.loads((folder / str(n) / "metrics.json").read_text())["seed"] for n in range(6)]
     assert seeds == [0, 1, 2, 0, 1, 2]

@@ -49,6 +49,9 @@ class ConfigStats:
     failed: list[str] = field(default_factory=list)
     estimates: dict[str, Estimate] = field(default_factory=dict)
     vs_baseline: dict[str, Difference] = field(default_factory=dict)
+    #: the configuration's identity (canonical overrides, as ``summary_runs.csv`` keys its
+    #: runs; ``config`` may carry a note of what ran: review)
+    config_id: str = ""
 
 
 def _values(runs: Sequence[RunRecord], metric: Metric) -> dict[int, float]:
@@ -123,7 +126,7 @@ def _stats(runs: list[RunRecord], base_runs: list[RunRecord] | None) -> ConfigSt
     label = runs[0].config
     if len(ran) == 1 and "" not in ran:  # every repeat ran something else than asked
         label += f" (ran {ran.pop()})"
-    stats = ConfigStats(label, [r.seed for r in completed], failed)
+    stats = ConfigStats(label, [r.seed for r in completed], failed, config_id=runs[0].config_id)
     for key in COMPARED:
         metric = METRICS[key]
         values = _values(completed, metric)
@@ -242,7 +245,7 @@ def _differences_table(stats: Sequence[ConfigStats]) -> list[str]:
 
 STATS_COLUMNS = [
     "config", "metric", "n", "mean", "sd", "ci_low", "ci_high",
-    "diff_vs_baseline", "diff_ci_low", "diff_ci_high", "p_value", "diff_n",
+    "diff_vs_baseline", "diff_ci_low", "diff_ci_high", "p_value", "diff_n", "config_id",
 ]  # fmt: skip
 
 
@@ -258,6 +261,7 @@ def write_stats(out_dir: Path, stats: Sequence[ConfigStats]) -> Path:
             "diff_ci_high": d.ci_high if d else None,
             "p_value": d.p_value if d else None,
             "diff_n": d.n if d else None,
+            "config_id": s.config_id,
         }
         for s in stats
         for key, e in s.estimates.items()
