@@ -90,6 +90,28 @@ def test_identical_validation_curves_share_a_labelled_line(tmp_path):
     assert (tmp_path / "v.png").stat().st_size > 10_000
 
 
+def test_repeats_are_drawn_as_one_mean_line_per_configuration(tmp_path, monkeypatch):
+    """16 runs of a precision sweep were 16 lines whose colours repeated and whose seed
+    spread hid the levers (review): with seeds, one line per configuration, the mean at the
+    steps all its runs validated, named by its values under the keys."""
+    folder = tmp_path / "sweep"
+    jobs = [("none", 0, 5000.0), ("none", 1, 7000.0), ("fp16", 0, 9000.0), ("fp16", 1, 9000.0)]
+    for number, (qcomms, seed, speed) in enumerate(jobs):
+        write_job(folder, number, [f"qcomms={qcomms}", f"seed={seed}"],
+                  {**_completed("tablewise", qcomms, speed), "seed": seed})  # fmt: skip
+    drawn = {}
+    monkeypatch.setattr(report, "save_figure", lambda fig, path: drawn.update(fig=fig))
+    report.plot_val_auroc(load_runs([folder]), tmp_path / "v.png")
+    ax = drawn["fig"].axes[0]
+    legend = ax.get_legend()
+    assert [t.get_text() for t in legend.get_texts()] == ["none (mean of 2)", "fp16 (mean of 2)"]
+    assert legend.get_title().get_text() == "qcomms"
+    (none, _) = ax.get_lines()
+    assert list(none.get_xdata()) == [8.0, 16.0]
+    assert none.get_ydata()[0] == pytest.approx(0.606)  # (0.605 + 0.607) / 2
+    plt.close(drawn["fig"])
+
+
 def test_many_identical_curves_get_a_short_legend_entry():
     assert report._curve_label(["a"]) == "a"
     assert report._curve_label(["a", "b"]) == "a = b (identical)"
