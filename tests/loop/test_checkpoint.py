@@ -350,26 +350,46 @@ def test_a_save_on_a_full_disk_is_one_line_saying_the_earlier_checkpoints_stand(
 def test_inputs_in_another_order_are_refused_and_renamed_columns_warned(tmp_path, caplog):
     """A schema listing the features or dense columns in another order scored the inputs
     swapped (own-data review); a file whose columns were only renamed was scored as before
-    and must still be (diff review): the features compare by name, the dense columns by
-    log1p at each position and by a trained name at another position."""
+    and must still be, while features keeping their names but reading each other's columns
+    are a swap (diff reviews)."""
     check = checkpoint_module._check_inputs
-    trained = {"sparse": ["user_id", "item"], "dense": ["price (log1p)", "hour"]}
-    refused = [
-        {"sparse": ["item", "user_id"], "dense": trained["dense"]},  # features reordered
-        {"sparse": trained["sparse"], "dense": ["hour", "price (log1p)"]},  # columns swapped
-        {"sparse": trained["sparse"], "dense": ["hour (log1p)", "price"]},  # names swapped
-        {"sparse": trained["sparse"], "dense": ["price", "hour"]},  # log1p dropped
-        {"sparse": trained["sparse"], "dense": ["price (log1p)"]},  # a column fewer
-    ]
-    for wanted in refused:
-        with pytest.raises(CheckpointError, match="in this order: "):
+
+    def inputs(sparse, dense):
+        return {
+            "sparse": [{"feature": f, "column": c} for f, c in sparse],
+            "dense": [{"column": c, "log1p": log1p} for c, log1p in dense],
+        }
+
+    users, items = ("user_id", "user_id"), ("item", "item")
+    price, hour = ("price", True), ("hour", False)
+    trained = inputs([users, items], [price, hour])
+    refused = {
+        "sparse features in this order: user_id, item; this job's feature schema gives item,":
+            inputs([items, users], [price, hour]),
+        "inputs read from other positions: item at position 0": inputs(
+            [("user_id", "item"), ("item", "user_id")], [price, hour]),  # columns swapped
+        "inputs read from other positions: hour at position 0": inputs(
+            [users, items], [("hour", True), ("price", False)]),
+        "dense columns price (log1p), hour; this job gives price, hour": inputs(
+            [users, items], [("price", False), hour]),
+        "dense columns price (log1p), hour; this job gives price (log1p)": inputs(
+            [users, items], [price]),
+    }  # fmt: skip
+    for message, wanted in refused.items():
+        with pytest.raises(CheckpointError, match=re.escape(message)):
             check(tmp_path, trained, wanted)
     with caplog.at_level(logging.WARNING, logger="dlrm_exp"):
         check(tmp_path, trained, trained)
         check(tmp_path, None, trained)  # a checkpoint without the record
+        earlier = {"sparse": ["user_id"], "dense": ["price (log1p)"]}  # this record's first form
+        check(tmp_path, earlier, trained)
         assert not caplog.records
-        check(tmp_path, trained, {"sparse": trained["sparse"], "dense": ["cost (log1p)", "hour"]})
-    assert "read from other names than the run read (cost (log1p), hour for" in caplog.text
+        check(tmp_path, trained, inputs([("user_id", "uid"), items], [("cost", True), hour]))
+    assert "read from other columns than its run read (user_id -> uid, price -> cost)" in (
+        caplog.text
+    )
+    shared = inputs([("item", "item"), ("item_hashed", "item")], [price])  # one column, twice
+    check(tmp_path, shared, inputs([("item", "item"), ("item_hashed", "item")], [("cost", True)]))
 
 
 def test_a_second_stop_inside_the_save_is_raised_as_itself(tmp_path, monkeypatch):

@@ -31,6 +31,9 @@ def _run_folder(tmp_path, with_hydra=True):
             # hydra.searchpath=[file:///searched/conf], the tests' way (diff review)
             {"path": "/searched/conf", "schema": "file",
              "provider": "hydra.searchpath in command-line"},
+            # a package on the search path is no folder to give back (diff review)
+            {"path": "my_pkg.conf", "schema": "pkg",
+             "provider": "hydra.searchpath in command-line"},
         ]  # fmt: skip
         (hydra / "hydra.yaml").write_text(
             yaml.safe_dump({"hydra": {"runtime": {"config_sources": sources}}})

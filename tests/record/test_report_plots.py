@@ -2,6 +2,8 @@
 gets no paired-difference plot and no n=1 error bars, a failed job is labelled, and identical
 validation curves are named together."""
 
+import json
+
 import matplotlib.pyplot as plt
 import pytest
 
@@ -109,6 +111,25 @@ def test_repeats_are_drawn_as_one_mean_line_per_configuration(tmp_path, monkeypa
     (none, _) = ax.get_lines()
     assert list(none.get_xdata()) == [8.0, 16.0]
     assert none.get_ydata()[0] == pytest.approx(0.606)  # (0.605 + 0.607) / 2
+    plt.close(drawn["fig"])
+    # a seed stopped early: the mean goes on over the others, and says so; two configurations
+    # with one curve both stay (one overwrote the other: diff review)
+    stopped = json.loads((folder / "1" / "metrics.json").read_text())
+    stopped["val_history"] = stopped["val_history"][:1]
+    (folder / "1" / "metrics.json").write_text(json.dumps(stopped))
+    for job in (2, 3):  # fp16 now draws none's first curve, bitwise
+        path = folder / str(job) / "metrics.json"
+        same = json.loads(path.read_text())
+        same["val_history"] = json.loads((folder / "0" / "metrics.json").read_text())["val_history"]
+        path.write_text(json.dumps(same))
+    report.plot_val_auroc(load_runs([folder]), tmp_path / "v.png")
+    texts = [t.get_text() for t in drawn["fig"].axes[0].get_legend().get_texts()]
+    assert texts == ["none (mean of 2; fewer from step 16)", "fp16 (mean of 2)"]
+    plt.close(drawn["fig"])
+    # one configuration (a sweep of seeds alone): each run's own line, as before
+    runs = [r for r in load_runs([folder]) if "qcomms=none" in r.overrides]
+    report.plot_val_auroc(runs, tmp_path / "v.png")
+    assert len(drawn["fig"].axes[0].get_lines()) == 2
     plt.close(drawn["fig"])
 
 

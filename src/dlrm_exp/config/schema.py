@@ -50,11 +50,6 @@ class IdPolicy(Enum):
     managed_collision = "managed_collision"
 
 
-#: How a record of the model's inputs (a checkpoint's, ``export.json``'s) marks a dense
-#: column fed through ``log1p``: ``"price (log1p)"``.
-LOG1P_MARK = " (log1p)"
-
-
 @dataclass
 class DenseColumn:
     """One dense input column (float; nulls read as 0 and counted).

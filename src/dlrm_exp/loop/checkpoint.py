@@ -60,7 +60,6 @@ from torch.distributed.checkpoint import FileSystemReader
 from torch.distributed.checkpoint.api import CheckpointException
 from torch.distributed.checkpoint.metadata import Metadata, StorageMeta, TensorStorageMetadata
 
-from dlrm_exp.config.schema import LOG1P_MARK
 from dlrm_exp.distributed.preemption import save_signals_held
 from dlrm_exp.errors import CheckpointError, DiskFullError, RunFolderInUseError, Terminated
 from dlrm_exp.loop.run_origin import data_command
@@ -163,9 +162,10 @@ class CheckpointLayout:
             ``optimizer.*`` key), which a resume compares (:func:`changed_settings`) and
             evaluate / predict / export read the dense precision from; None in older
             checkpoints.
-        inputs: what the model reads by position, ``{"sparse": [...], "dense": [...]}``
-            (``model_inputs`` of the planning tables), which every later job must give
-            in the same order; None without a feature schema, and in older checkpoints.
+        inputs: what the model reads by position, ``{"sparse": [{"feature", "column"}],
+            "dense": [{"column", "log1p"}]}`` (``model_inputs`` of the planning tables),
+            which every later job must give in the same order; None without a feature
+            schema, and in older checkpoints.
     """
 
     tables: dict[str, list[int]]
@@ -174,7 +174,7 @@ class CheckpointLayout:
     id_policies: dict[str, str] | None = None
     id_kinds: dict[str, str] | None = None
     settings: dict[str, Any] | None = None
-    inputs: dict[str, list[str]] | None = None
+    inputs: dict[str, list[dict[str, Any]]] | None = None
 
     def state_dict(self) -> dict[str, Any]:
         """The entries of ``trainer_state.json`` that describe the layout."""
@@ -947,7 +947,7 @@ def _trainer_state_matching(
     tables: dict[str, list[int]],
     id_policies: dict[str, str] | None = None,
     id_kinds: dict[str, str] | None = None,
-    inputs: dict[str, list[str]] | None = None,
+    inputs: dict[str, list[dict[str, Any]]] | None = None,
 ) -> dict[str, Any]:
     """The checkpoint's ``trainer_state.json``, after checking that it holds ``tables``
     ({name: [rows, dim]}) and, where both the checkpoint (written since they are recorded)
@@ -993,53 +993,79 @@ def _trainer_state_matching(
     return trainer_state
 
 
-def _check_inputs(
-    path: Path, saved: dict[str, list[str]] | None, wanted: dict[str, list[str]] | None
-) -> None:
+def _check_inputs(path: Path, saved: dict | None, wanted: dict | None) -> None:
     """Refuse a job that gives the checkpoint's model its inputs in another order or form
-    (:attr:`CheckpointLayout.inputs`; not checked where either side has no record): the
-    sparse features by name; the dense columns by ``log1p`` at each position and by name
-    where a trained column's name sits at another position (swapped). A dense column read
-    from a name the run never read is warned of, not refused: a file of other column names
-    (renamed) is scored as it was before (diff review).
+    (:attr:`CheckpointLayout.inputs`; not checked where either side has no record or an
+    earlier form of it): the sparse features in another order, a dense column count or
+    ``log1p`` that differs at a position, or a column the run read at one position given at
+    another (swapped). A column the run never read is warned of, not refused: a file whose
+    columns were only renamed is scored as before (diff review).
 
     Raises:
-        CheckpointError: naming both orders, or the position whose ``log1p`` differs.
+        CheckpointError: naming what differs, both ways.
     """
-    trained, given = (saved or {}).get("sparse"), (wanted or {}).get("sparse")
-    if trained is not None and given is not None and trained != given:
-        raise CheckpointError(
-            f"checkpoint {path} was trained on its sparse features in this order: "
-            f"{', '.join(trained)}; this job's feature schema gives {', '.join(given)}: the "
-            "model reads them by position and would score other inputs; use the data/schema "
-            "it was trained with (a schema made again from a file that stores its columns in "
-            "another order lists them in that order: reorder it)"
-        )
-    trained, given = (saved or {}).get("dense"), (wanted or {}).get("dense")
+    trained, given = _input_lists(saved), _input_lists(wanted)
     if trained is None or given is None or trained == given:
         return
-    names = [_dense_name(c) for c in trained]
-    moved = [c for i, c in enumerate(given) if _dense_name(c) in names[:i] + names[i + 1 :]]
-    pairs = zip(trained, given, strict=False)
-    form = [a for a, b in pairs if a.endswith(LOG1P_MARK) != b.endswith(LOG1P_MARK)]
-    if moved or form or len(trained) != len(given):
+    (t_sparse, t_dense), (g_sparse, g_dense) = trained, given
+    problem = None
+    if [f["feature"] for f in t_sparse] != [f["feature"] for f in g_sparse]:
+        problem = "sparse features in this order: {}; this job's feature schema gives {}"
+        problem = problem.format(_features(t_sparse), _features(g_sparse))
+    elif len(t_dense) != len(g_dense) or any(
+        a["log1p"] != b["log1p"] for a, b in zip(t_dense, g_dense, strict=True)
+    ):
+        problem = f"dense columns {_columns(t_dense)}; this job gives {_columns(g_dense)}"
+    else:
+        moved = _moved(t_sparse, g_sparse) + _moved(t_dense, g_dense)
+        if moved:
+            problem = f"inputs read from other positions: {'; '.join(moved)}"
+    if problem:
         raise CheckpointError(
-            f"checkpoint {path} was trained on its dense columns in this order: "
-            f"{', '.join(trained)}; this job's feature schema gives {', '.join(given)}: the "
-            "model reads them by position and would score other inputs; use the data/schema "
-            "it was trained with"
+            f"checkpoint {path} was trained on its {problem}: the model reads its inputs by "
+            "position and would score other ones; use the data/schema it was trained with (a "
+            "schema made again from a file that stores its columns in another order lists "
+            "them in that order: reorder it)"
         )
+    pairs = zip(t_sparse + t_dense, g_sparse + g_dense, strict=True)
+    renamed = [f"{a['column']} -> {b['column']}" for a, b in pairs if a["column"] != b["column"]]
     log.warning(
-        "the dense columns are read from other names than the run read (%s for %s): the "
-        "model takes them by position, so they must hold the same inputs",
-        ", ".join(given),
-        ", ".join(trained),
+        "the checkpoint's inputs are read from other columns than its run read (%s): the "
+        "model takes them by position, so they must hold the same values",
+        ", ".join(renamed),
     )
 
 
-def _dense_name(column: str) -> str:
-    """A dense column's name in the ``inputs`` record (without its ``log1p`` mark)."""
-    return column.removesuffix(LOG1P_MARK)
+def _input_lists(record: dict | None) -> tuple[list[dict], list[dict]] | None:
+    """(sparse, dense) of an inputs record; None for none, or one of an earlier form."""
+    if not record:
+        return None
+    sparse, dense = record.get("sparse"), record.get("dense")
+    entries = [*(sparse or []), *(dense or [])]
+    if sparse is None or dense is None or not all(isinstance(e, dict) for e in entries):
+        return None
+    return sparse, dense
+
+
+def _features(sparse: list[dict]) -> str:
+    return ", ".join(f["feature"] for f in sparse)
+
+
+def _columns(dense: list[dict]) -> str:
+    return ", ".join(c["column"] + (" (log1p)" if c["log1p"] else "") for c in dense) or "none"
+
+
+def _moved(trained: list[dict], given: list[dict]) -> list[str]:
+    """``<column> at <i> (was at <j>)`` for each given column that the run read at another
+    position of the same list."""
+    at: dict[str, list[int]] = {}  # (two features may read one column)
+    for i, entry in enumerate(trained):
+        at.setdefault(entry["column"], []).append(i)
+    return [
+        f"{entry['column']} at position {i} (the run read it at {at[entry['column']][0]})"
+        for i, entry in enumerate(given)
+        if i not in at.get(entry["column"], [i])
+    ]
 
 
 #: The id records a checkpoint keeps and its users must share, with one line per differing
@@ -1216,7 +1242,7 @@ def load_model_weights(
     id_policies: dict[str, str] | None = None,
     id_kinds: dict[str, str] | None = None,
     world_size: int = 1,
-    inputs: dict[str, list[str]] | None = None,
+    inputs: dict[str, list[dict[str, Any]]] | None = None,
 ) -> dict[str, Any]:
     """Load only the model's weights of checkpoint ``path`` into ``model`` (a collective when a
     process group exists) and return its trainer state. Any sharding type and world size, on

@@ -37,7 +37,11 @@ def config_dirs(run_dir: Path) -> list[str]:
     except (OSError, ValueError):
         return []
     given = ("command-line", "hydra.searchpath in command-line")
-    return [str(s.path) for s in sources if s.get("provider") in given and s.get("path")]
+    return [  # folders only (a pkg:// source is no folder to give back: diff review)
+        str(s.path)
+        for s in sources
+        if s.get("provider") in given and s.get("schema") == "file" and s.get("path")
+    ]
 
 
 def data_command(run_dir: Path) -> str | None:

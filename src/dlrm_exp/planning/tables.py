@@ -1,13 +1,13 @@
 """The embedding tables of a model: the planner's (and the model's) ``EmbeddingBagConfig``s."""
 
 import functools
+from typing import Any
 
 import torch
 from torchrec.distributed.sharding_plan import calculate_shard_sizes_and_offsets
 from torchrec.modules.embedding_configs import DataType, EmbeddingBagConfig
 
 from dlrm_exp.config import Config, EmbeddingDataType, ModelConfig, ShardingStrategy
-from dlrm_exp.config.schema import LOG1P_MARK
 
 #: Where tables are built before sharding: no storage, only shapes.
 META = torch.device("meta")
@@ -67,20 +67,23 @@ def table_shapes(cfg: ModelConfig) -> dict[str, list[int]]:
     return {t.name: [t.num_embeddings, t.embedding_dim] for t in table_configs(cfg)}
 
 
-def model_inputs(cfg: Config) -> dict[str, list[str]] | None:
-    """What a model of a feature schema reads by position, which a checkpoint must match: the
-    sparse features in the order its ``EmbeddingBagCollection`` pools them (the interaction
-    takes their embeddings in that order), and the dense columns in the dense arch's order,
-    ``"price (log1p)"`` where ``log1p`` is applied. A schema run again on a file storing its
-    columns in another order kept the tables' names and shapes and scored every row with the
-    inputs swapped (own-data review). None without a schema: the Criteo-shaped inputs have one
-    fixed order."""
+def model_inputs(cfg: Config) -> dict[str, list[dict[str, Any]]] | None:
+    """What a model of a feature schema reads by position, which a checkpoint must match:
+    the sparse features in the order its ``EmbeddingBagCollection`` pools them (the
+    interaction takes their embeddings in that order), each with its column, and the dense
+    columns in the dense arch's order with their ``log1p``: ``{"sparse": [{"feature",
+    "column"}, ...], "dense": [{"column", "log1p"}, ...]}``. A schema run again on a file
+    storing its columns in another order kept the tables' names and shapes and scored every
+    row with the inputs swapped (own-data review). None without a schema: the Criteo-shaped
+    inputs have one fixed order."""
     schema = cfg.data.feature_schema()
     if schema is None:
         return None
     return {
-        "sparse": list(cfg.model.feature_names),
-        "dense": [c.column + (LOG1P_MARK if c.log1p else "") for c in schema.dense],
+        "sparse": [
+            {"feature": f, "column": schema.sparse[f].column} for f in cfg.model.feature_names
+        ],
+        "dense": [{"column": c.column, "log1p": c.log1p} for c in schema.dense],
     }
 
 

@@ -238,22 +238,23 @@ def _curve_label(names: Sequence[str]) -> str:
 
 def plot_val_auroc(runs: Sequence[RunRecord], path: Path) -> None:
     """Validation AUROC against training step (``val_history``), PNG: one line per run, runs
-    whose curves are identical sharing one line labelled with all their names; where a
-    configuration has repeats (seeds), one line per configuration, the mean over its seeds
-    at the steps they all validated (16 runs of a precision sweep were 16 lines whose colours
-    repeated and whose seed-to-seed spread hid the levers: review). Lines differ by colour,
-    marker and dash; the legend sits beside the axes; steps are whole numbers."""
+    whose curves are identical sharing one line labelled with all their names; where several
+    configurations are compared and one has repeats (seeds), one line per configuration, the
+    mean over its seeds at each step, said where fewer seeds reached a step (16 runs of a
+    precision sweep were 16 lines whose colours repeated and whose seed-to-seed spread hid
+    the levers: review). Lines differ by colour, marker and dash; the legend sits beside the
+    axes; steps are whole numbers."""
     fig, ax = plt.subplots(figsize=(10, 4.5))
-    curves, title = _mean_curves(runs), None
-    if curves:  # the configurations by their values, the keys as the legend's title
-        labels, keys = _tick_labels([config for config, _ in curves.values()])
-        means = zip(curves.items(), labels, strict=True)
-        curves = {p: f"{label} (mean of {n})" for (p, (_, n)), label in means}
+    means, title = _mean_curves(runs), None
+    if means:  # the configurations by their values, the keys as the legend's title
+        labels, keys = _tick_labels([label for label, _, _ in means])
+        lines = [(points, f"{name} ({note})") for (_, points, note), name in zip(
+            means, labels, strict=True)]  # fmt: skip
         title = _wrapped(keys, 60) if keys else None
     else:
-        curves = {points: _curve_label(names) for points, names in val_auroc_curves(runs).items()}
+        lines = [(p, _curve_label(names)) for p, names in val_auroc_curves(runs).items()]
     markers, dashes = "os^Dvx*P", ("-", "--", ":", "-.")
-    for k, (points, label) in enumerate(curves.items()):
+    for k, (points, label) in enumerate(lines):
         steps, aurocs = zip(*points, strict=True)
         ax.plot(steps, aurocs, marker=markers[k % len(markers)], color=f"C{k % 10}",
                 linestyle=dashes[k // 10 % len(dashes)], label=label)  # fmt: skip
@@ -262,34 +263,39 @@ def plot_val_auroc(runs: Sequence[RunRecord], path: Path) -> None:
     ax.set_title("Validation AUROC during training")
     ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     ax.grid(alpha=0.3)
-    if curves:
+    if lines:
         ax.legend(fontsize="x-small", loc="upper left", bbox_to_anchor=(1.02, 1.0), title=title,
                   title_fontsize="x-small")  # fmt: skip
     fig.tight_layout()
     save_figure(fig, path)
 
 
-def _mean_curves(runs: Sequence[RunRecord]) -> dict[tuple, tuple[str, int]]:
-    """``{((step, mean val AUROC), ...): (configuration, runs averaged)}`` per configuration
-    (``config_id``) when any has two or more runs with a validation history; ``{}``
-    otherwise. The mean is over the configuration's runs at the steps every one of them
-    validated."""
+def _mean_curves(runs: Sequence[RunRecord]) -> list[tuple[str, tuple, str]]:
+    """``[(configuration label, ((step, mean val AUROC), ...), note)]``, one per configuration
+    (``config_id``; labelled as the statistics label it, what ran included) when there are two
+    or more and one has two or more runs with a validation history; ``[]`` otherwise. Each
+    step's mean is over the runs that validated there; the note says ``mean of N``, and from
+    which step fewer runs remain (early stopping ends seeds at other steps: diff review)."""
     groups: dict[str, list[RunRecord]] = {}
     for run in runs:
         if any(h.get("auroc") is not None for h in run.metrics.val_history):
             groups.setdefault(run.config_id, []).append(run)
-    if all(len(group) < 2 for group in groups.values()):
-        return {}
-    curves = {}
+    if len(groups) < 2 or all(len(group) < 2 for group in groups.values()):
+        return []
+    curves = []
     for group in groups.values():
-        by_run = [
-            {h["step"]: h["auroc"] for h in r.metrics.val_history if h.get("auroc") is not None}
-            for r in group
-        ]
-        steps = sorted(set.intersection(*(set(points) for points in by_run)))
-        points = tuple((step, sum(p[step] for p in by_run) / len(by_run)) for step in steps)
-        if points:
-            curves[points] = (group[0].config, len(group))
+        by_step: dict[float, list[float]] = {}
+        for run in group:
+            for h in run.metrics.val_history:
+                if h.get("auroc") is not None and h.get("step") is not None:
+                    by_step.setdefault(h["step"], []).append(h["auroc"])
+        steps = sorted(by_step)
+        points = tuple((step, sum(by_step[step]) / len(by_step[step])) for step in steps)
+        fewer = next((step for step in steps if len(by_step[step]) < len(group)), None)
+        note = f"mean of {len(group)}" + ("" if fewer is None else f"; fewer from step {fewer:g}")
+        ran = {r.metrics.substituted for r in group if r.status == COMPLETED}
+        label = group[0].config + (f" (ran {ran.pop()})" if len(ran) == 1 and "" not in ran else "")
+        curves.append((label, points, note))
     return curves
 
 
