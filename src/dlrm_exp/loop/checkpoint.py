@@ -1029,6 +1029,8 @@ def _check_inputs(path: Path, saved: dict | None, wanted: dict | None) -> None:
         )
     pairs = zip(t_sparse + t_dense, g_sparse + g_dense, strict=True)
     renamed = [f"{a['column']} -> {b['column']}" for a, b in pairs if a["column"] != b["column"]]
+    if dist.is_initialized() and dist.get_rank() != 0:
+        return  # (said once, by rank 0)
     log.warning(
         "the checkpoint's inputs are read from other columns than its run read (%s): the "
         "model takes them by position, so they must hold the same values",
