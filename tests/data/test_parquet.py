@@ -632,6 +632,12 @@ def test_a_label_column_of_nulls_only_is_no_label_for_rows_to_score():
     check_columns(Path("rows.parquet"), nulls, schema(), require_label=False)
     with pytest.raises(DataError, match=r"column 'click' \(label\) is null, data.schema expects"):
         check_columns(Path("rows.parquet"), nulls, schema())  # training needs labels
+    # a label column of strings: rows to score need no label (it was refused: own-data review)
+    strings = table(4, click=pa.array(["yes", "no", "yes", "no"])).schema
+    assert not has_label_column(strings, schema())
+    check_columns(Path("rows.parquet"), strings, schema(), require_label=False)
+    with pytest.raises(DataError, match=r"column 'click' \(label\) is string"):
+        check_columns(Path("rows.parquet"), strings, schema())  # training still refuses it
 
 
 def test_dense_values_beyond_float32_read_finite(tmp_path):

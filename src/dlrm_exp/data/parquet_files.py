@@ -340,10 +340,12 @@ def _multi_hot_hint(role: str, kind: pa.DataType, accepts: object) -> str:
 
 
 def has_label_column(arrow: pa.Schema, schema: FeatureSchema) -> bool:
-    """Whether a file's schema ``arrow`` has the label column with values in it: a column
-    of nulls only (pyarrow and pandas type it ``null``) is none, as for rows to score."""
+    """Whether a file's schema ``arrow`` has the label column with labels in it (numbers or
+    booleans): a column of nulls only (pyarrow and pandas type it ``null``) is none, as for
+    rows to score, and so is one of another type (strings), which training refuses
+    (:func:`check_columns` with ``require_label``) and prediction leaves unread."""
     index = arrow.get_field_index(schema.label)
-    return index >= 0 and not pa.types.is_null(arrow.field(index).type)
+    return index >= 0 and _is_label(arrow.field(index).type)
 
 
 # A column holding only nulls in a file (a feature absent that day) is typed ``null`` by

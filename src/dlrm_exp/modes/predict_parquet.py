@@ -18,6 +18,7 @@ label       int8    the row's label where the files have the label column
 The file is written under a temporary name and renamed when complete.
 """
 
+import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -50,6 +51,8 @@ OUTPUT = pa.schema(
         ("label", pa.int8()),
     ]
 )
+
+log = logging.getLogger(__name__)
 
 
 #: A trained model as prediction uses it: a CPU batch in, its (B,) click logits on the CPU out.
@@ -89,6 +92,15 @@ def read_inputs(cfg: Config) -> PredictInputs:
         check_columns(path, arrow, schema, require_label=False)
         check_id_kinds(path, arrow, schema, kinds)
         labeled[path] = has_label_column(arrow, schema)
+        index = arrow.get_field_index(schema.label)
+        if not labeled[path] and index >= 0 and not pa.types.is_null(arrow.field(index).type):
+            log.warning(  # (it was refused, though predict needs no label: own-data review)
+                "%s: column %r (data.schema's label) is %s, not labels: its rows are scored, "
+                "and it is not written beside them",
+                path,
+                schema.label,
+                arrow.field(index).type,
+            )
     return PredictInputs(files, labeled, feature_id_kinds(kinds, schema))
 
 
