@@ -99,6 +99,19 @@ def test_schema_builds_the_model_trains_and_predicts(toy, tmp_path, cli_here):
     run_predict(compose_cfg(overrides(root, "mode=predict", *paths)), Job(tmp_path / "nan"))
     echoed = pq.read_table(tmp_path / "nan" / "predictions.parquet").column("label").to_pylist()
     assert echoed == [None] * 3 + table.column("clicked").to_pylist()[3:]
+    # a file of rows to score beside a labelled one: the labels kept, null for the other's
+    # rows (every file's were dropped: review)
+    mixed = tmp_path / "mixed"
+    mixed.mkdir()
+    for part in ("unlabeled", "float_labels"):
+        (mixed / f"{part}.parquet").write_bytes((tmp_path / f"{part}.parquet").read_bytes())
+    paths = [f"checkpoint={tmp_path}", f"data.path={mixed}"]
+    run_predict(compose_cfg(overrides(root, "mode=predict", *paths)), Job(tmp_path / "mixed_out"))
+    out = pq.read_table(tmp_path / "mixed_out" / "predictions.parquet").to_pydict()
+    by_file = {f: [lab for g, lab in zip(out["file"], out["label"], strict=True) if g == f]
+               for f in set(out["file"])}  # fmt: skip
+    assert by_file[str(mixed / "float_labels.parquet")] == echoed
+    assert set(by_file[str(mixed / "unlabeled.parquet")]) == {None}
 
     # a schema listing the same features in another order (mode=schema run again on a file
     # storing its columns so), or the dense columns swapped, keeps every table's name and shape:

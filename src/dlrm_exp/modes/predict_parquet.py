@@ -96,7 +96,7 @@ def read_inputs(cfg: Config) -> PredictInputs:
         if not labeled[path] and index >= 0 and not pa.types.is_null(arrow.field(index).type):
             log.warning(  # (it was refused, though predict needs no label: own-data review)
                 "%s: column %r (data.schema's label) is %s, not labels: its rows are scored, "
-                "and it is not written beside them",
+                "their label written as null",
                 path,
                 schema.label,
                 arrow.field(index).type,
@@ -117,7 +117,9 @@ def predict_parquet(
     assert isinstance(cfg.data, ParquetDataConfig)
     schema = cfg.data.schema
     files, labeled = inputs.files, inputs.labeled
-    out_schema = OUTPUT if all(labeled.values()) else OUTPUT.remove(3)
+    # a label column where any file has one, null for the rows of files without (a file of
+    # rows to score beside labelled ones dropped every file's labels: review)
+    out_schema = OUTPUT if any(labeled.values()) else OUTPUT.remove(3)
     keys = cfg.model.feature_names
     rows = 0
     with pq.ParquetWriter(output, out_schema) as writer:
