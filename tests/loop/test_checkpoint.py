@@ -366,9 +366,10 @@ def test_inputs_in_another_order_are_refused_and_renamed_columns_warned(tmp_path
     refused = {
         "sparse features in this order: user_id, item; this job's feature schema gives item,":
             inputs([items, users], [price, hour]),
-        "inputs read from other positions: item at position 0": inputs(
+        "from other columns: sparse feature user_id reads item, which the run read for item":
+            inputs(
             [("user_id", "item"), ("item", "user_id")], [price, hour]),  # columns swapped
-        "inputs read from other positions: hour at position 0": inputs(
+        "dense column 0 reads hour, which the run read for column 1": inputs(
             [users, items], [("hour", True), ("price", False)]),
         "dense columns price (log1p), hour; this job gives price, hour": inputs(
             [users, items], [("price", False), hour]),
@@ -381,13 +382,16 @@ def test_inputs_in_another_order_are_refused_and_renamed_columns_warned(tmp_path
     with caplog.at_level(logging.WARNING, logger="dlrm_exp"):
         check(tmp_path, trained, trained)
         check(tmp_path, None, trained)  # a checkpoint without the record
-        earlier = {"sparse": ["user_id"], "dense": ["price (log1p)"]}  # this record's first form
-        check(tmp_path, earlier, trained)
+        earlier = {"sparse": ["user_id", "item"], "dense": ["price (log1p)", "hour"]}
+        check(tmp_path, earlier, trained)  # this record's first form: order and log1p agree
         assert not caplog.records
         check(tmp_path, trained, inputs([("user_id", "uid"), items], [("cost", True), hour]))
     assert "read from other columns than its run read (user_id -> uid, price -> cost)" in (
         caplog.text
     )
+    with pytest.raises(CheckpointError, match="sparse features in this order: item, user_id"):
+        check(tmp_path, {"sparse": ["item", "user_id"], "dense": ["price (log1p)", "hour"]},
+              trained)  # fmt: skip
     shared = inputs([("item", "item"), ("item_hashed", "item")], [price])  # one column, twice
     check(tmp_path, shared, inputs([("item", "item"), ("item_hashed", "item")], [("cost", True)]))
 

@@ -31,7 +31,7 @@ def _run_folder(tmp_path, with_hydra=True):
             # hydra.searchpath=[file:///searched/conf], the tests' way (diff review)
             {"path": "/searched/conf", "schema": "file",
              "provider": "hydra.searchpath in command-line"},
-            # a package on the search path is no folder to give back (diff review)
+            # a package on the search path is given back as one (diff review)
             {"path": "my_pkg.conf", "schema": "pkg",
              "provider": "hydra.searchpath in command-line"},
         ]  # fmt: skip
@@ -45,10 +45,10 @@ def test_the_runs_data_command_is_read_back(tmp_path):
     checkpoint = _run_folder(tmp_path)
     run = checkpoint.parent.parent
     assert data_overrides(run) == OVERRIDES[:3]
-    assert config_dirs(run) == ["/own/conf", "/searched/conf"]
-    command = (  # (Hydra takes one --config-dir)
-        "'hydra.searchpath=[file:///own/conf,file:///searched/conf]' data=parquet "
-        "data/schema=shop data.path=logs/*.parquet"
+    assert config_dirs(run) == ["/own/conf", "/searched/conf", "pkg://my_pkg.conf"]
+    command = (  # (Hydra takes one --config-dir, and a folder)
+        "'hydra.searchpath=[file:///own/conf,file:///searched/conf,pkg://my_pkg.conf]' "
+        "data=parquet data/schema=shop data.path=logs/*.parquet"
     )
     assert data_command(run) == command
     assert data_command(tmp_path) is None  # no records
@@ -59,7 +59,7 @@ def test_a_checkpoint_of_other_tables_names_its_runs_data_command(tmp_path):
     them nor its --config-dir; a schema's other row counts were sent to model.* keys, which
     do not size its tables (own-data review)."""
     checkpoint = _run_folder(tmp_path)
-    run = "(its run's: 'hydra.searchpath=[file:///own/conf,file:///searched/conf]' data=parquet"
+    run = "(its run's: 'hydra.searchpath=[file:///own/conf,file:///searched/conf,pkg://my_pkg"
     with pytest.raises(CheckpointError, match="another feature schema") as other:
         _trainer_state_matching(checkpoint, {"t_cat_0": [250, 16]})
     assert run in str(other.value)

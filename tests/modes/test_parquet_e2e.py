@@ -122,7 +122,7 @@ def test_schema_builds_the_model_trains_and_predicts(toy, tmp_path, cli_here):
     swapped_dense = ["data.schema.dense.0.column=hour", "data.schema.dense.1.column=price"]
     for mode, run in (("predict", run_predict), ("evaluate", run_evaluate)):
         for extra, part in ((["data/schema=toy_reordered"], "sparse features"),
-                            (swapped_dense, "inputs read from other positions")):  # fmt: skip
+                            (swapped_dense, "inputs from other columns")):  # fmt: skip
             cfg = compose_cfg(overrides(root, f"mode={mode}", f"checkpoint={tmp_path}", *extra))
             with pytest.raises(CheckpointError, match=f"trained on its {part}"):
                 run(cfg, Job(tmp_path / f"{mode}_{part[:6]}"))

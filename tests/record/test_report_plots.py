@@ -124,7 +124,7 @@ def test_repeats_are_drawn_as_one_mean_line_per_configuration(tmp_path, monkeypa
         path.write_text(json.dumps(same))
     report.plot_val_auroc(load_runs([folder]), tmp_path / "v.png")
     texts = [t.get_text() for t in drawn["fig"].axes[0].get_legend().get_texts()]
-    assert texts == ["none (mean of 2; fewer from step 16)", "fp16 (mean of 2)"]
+    assert texts == ["none (mean of 2; fewer at step(s) 16)", "fp16 (mean of 2)"]
     plt.close(drawn["fig"])
     # one configuration (a sweep of seeds alone): each run's own line, as before
     runs = [r for r in load_runs([folder]) if "qcomms=none" in r.overrides]

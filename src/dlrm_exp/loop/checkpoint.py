@@ -1017,9 +1017,14 @@ def _check_inputs(path: Path, saved: dict | None, wanted: dict | None) -> None:
     ):
         problem = f"dense columns {_columns(t_dense)}; this job gives {_columns(g_dense)}"
     else:
-        moved = _moved(t_sparse, g_sparse) + _moved(t_dense, g_dense)
+        moved = _moved(t_sparse, g_sparse, "sparse feature") + _moved(t_dense, g_dense, "dense")
         if moved:
-            problem = f"inputs read from other positions: {'; '.join(moved)}"
+            raise CheckpointError(
+                f"checkpoint {path} was trained on its inputs from other columns: "
+                f"{'; '.join(moved)}: the model reads its inputs by position and would score "
+                "other ones; give each input the column it was trained on "
+                "(data.schema.sparse.<feature>.column, data.schema.dense.<i>.column)"
+            )
     if problem:
         raise CheckpointError(
             f"checkpoint {path} was trained on its {problem}: the model reads its inputs by "
@@ -1028,8 +1033,9 @@ def _check_inputs(path: Path, saved: dict | None, wanted: dict | None) -> None:
             "them in that order: reorder it)"
         )
     pairs = zip(t_sparse + t_dense, g_sparse + g_dense, strict=True)
-    renamed = [f"{a['column']} -> {b['column']}" for a, b in pairs if a["column"] != b["column"]]
-    if dist.is_initialized() and dist.get_rank() != 0:
+    renamed = [f"{a['column']} -> {b['column']}" for a, b in pairs
+               if a["column"] is not None and a["column"] != b["column"]]  # fmt: skip
+    if not renamed or (dist.is_initialized() and dist.get_rank() != 0):
         return  # (said once, by rank 0)
     log.warning(
         "the checkpoint's inputs are read from other columns than its run read (%s): the "
@@ -1039,13 +1045,15 @@ def _check_inputs(path: Path, saved: dict | None, wanted: dict | None) -> None:
 
 
 def _input_lists(record: dict | None) -> tuple[list[dict], list[dict]] | None:
-    """(sparse, dense) of an inputs record; None for none, or one of an earlier form."""
-    if not record:
+    """(sparse, dense) of an inputs record; None for none. The record's first form (this
+    session's: ``["feature", ...]`` and ``["price (log1p)", ...]``) gives its order and
+    ``log1p`` without columns (compared as such: review)."""
+    if not record or record.get("sparse") is None or record.get("dense") is None:
         return None
-    sparse, dense = record.get("sparse"), record.get("dense")
-    entries = [*(sparse or []), *(dense or [])]
-    if sparse is None or dense is None or not all(isinstance(e, dict) for e in entries):
-        return None
+    sparse = [e if isinstance(e, dict) else {"feature": str(e), "column": None}
+              for e in record["sparse"]]  # fmt: skip
+    dense = [e if isinstance(e, dict) else {"column": None, "log1p": str(e).endswith(" (log1p)")}
+             for e in record["dense"]]  # fmt: skip
     return sparse, dense
 
 
@@ -1057,16 +1065,24 @@ def _columns(dense: list[dict]) -> str:
     return ", ".join(c["column"] + (" (log1p)" if c["log1p"] else "") for c in dense) or "none"
 
 
-def _moved(trained: list[dict], given: list[dict]) -> list[str]:
-    """``<column> at <i> (was at <j>)`` for each given column that the run read at another
-    position of the same list."""
+def _moved(trained: list[dict], given: list[dict], kind: str) -> list[str]:
+    """``sparse feature cat_0 reads C2, which the run read for cat_1`` (``kind``: dense
+    columns by position) for each given column that the run read at another position of the
+    same list (a swap; a column the run never read is a rename, and a record without columns
+    says nothing of them)."""
     at: dict[str, list[int]] = {}  # (two features may read one column)
     for i, entry in enumerate(trained):
-        at.setdefault(entry["column"], []).append(i)
+        if entry["column"] is not None:
+            at.setdefault(entry["column"], []).append(i)
+
+    def name(entries: list[dict], i: int) -> str:
+        return entries[i]["feature"] if "feature" in entries[i] else f"column {i}"
+
     return [
-        f"{entry['column']} at position {i} (the run read it at {at[entry['column']][0]})"
+        f"{kind} {name(given, i)} reads {entry['column']}, which the run read for "
+        f"{name(trained, at[entry['column']][0])}"
         for i, entry in enumerate(given)
-        if i not in at.get(entry["column"], [i])
+        if entry["column"] in at and i not in at[entry["column"]]
     ]
 
 

@@ -26,35 +26,35 @@ def data_overrides(run_dir: Path) -> list[str] | None:
 
 
 def config_dirs(run_dir: Path) -> list[str]:
-    """The config folders the run in ``run_dir`` was given on its command line (a schema of
+    """The config sources the run in ``run_dir`` was given on its command line (a schema of
     one's own lives there), by ``--config-dir`` or ``hydra.searchpath=[...]`` (diff review),
-    from its ``.hydra/hydra.yaml`` (``hydra.runtime.config_sources``); none where it has no
-    record. Either is given back as ``--config-dir``, which adds the folder to the same search
-    path."""
+    from its ``.hydra/hydra.yaml`` (``hydra.runtime.config_sources``): a folder as its path,
+    a package as ``pkg://<module>``; none where it has no record."""
     try:
         hydra = OmegaConf.load(run_dir / ".hydra" / "hydra.yaml")
         sources = OmegaConf.select(hydra, "hydra.runtime.config_sources", default=None) or []
     except (OSError, ValueError):
         return []
     given = ("command-line", "hydra.searchpath in command-line")
-    return [  # folders only (a pkg:// source is no folder to give back: diff review)
-        str(s.path)
+    return [
+        str(s.path) if s.get("schema") == "file" else f"{s.get('schema')}://{s.path}"
         for s in sources
-        if s.get("provider") in given and s.get("schema") == "file" and s.get("path")
+        if s.get("provider") in given and s.get("path")
     ]
 
 
 def data_command(run_dir: Path) -> str | None:
     """What to add to a command to read the run's data as it did: its :func:`config_dirs`
-    (``--config-dir <dir>``; several as ``hydra.searchpath=[...]``) and its
+    (``--config-dir <dir>``; several, or a package, as ``hydra.searchpath=[...]``) and its
     :func:`data_overrides` (relative paths as it read them, from the folder it started in);
     None where the folder has no record."""
     overrides = data_overrides(run_dir)
     if overrides is None:
         return None
     dirs = config_dirs(run_dir)
-    if len(dirs) > 1:  # (Hydra takes one --config-dir)
-        dirs = [f"'hydra.searchpath=[{','.join(f'file://{d}' for d in dirs)}]'"]
-    elif dirs:
+    if len(dirs) == 1 and "://" not in dirs[0]:
         dirs = [f"--config-dir {dirs[0]}"]
+    elif dirs:  # (Hydra takes one --config-dir, and a folder)
+        paths = ",".join(d if "://" in d else f"file://{d}" for d in dirs)
+        dirs = [f"'hydra.searchpath=[{paths}]'"]
     return " ".join([*dirs, *overrides]) or "no data overrides (the default data)"

@@ -140,8 +140,8 @@ def _export(cfg: Config, out: Path, started: float) -> dict:
             "data.schema's id policy, in Python dlrm_exp.data.id_policy.to_rows(ids, policy, "
             "num_embeddings, where); for the managed_tables, the 63-bit hashed raw ids, "
             "which the model maps to rows itself)",
-            # with a feature schema, the columns each input is read from, in the model's order:
-            # "price (log1p)" takes log(1 + max(x, 0)) of the column (own-data review: not
+            # with a feature schema, the column each input is read from, in the model's order;
+            # a dense one with log1p takes log(1 + max(x, 0)) of it (own-data review: not
             # recorded, so the artifact could not be fed from its record)
             "model_inputs": model_inputs(cfg),
             "lengths": f"({len(cfg.model.feature_names)} * B,) int32: ids per (feature, sample), "

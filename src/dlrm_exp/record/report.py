@@ -70,6 +70,7 @@ from dlrm_exp.record.runs import (  # noqa: E402
 from dlrm_exp.record.stats import estimate  # noqa: E402
 from dlrm_exp.record.sweep import RECORDING_MODES, markdown_table, write_summary  # noqa: E402
 from dlrm_exp.util.files import write_bytes_atomic  # noqa: E402
+from dlrm_exp.util.text import first_few  # noqa: E402
 
 PLOTS = ("throughput.png", "val_auroc.png", "comm_bytes.png", "auroc_diff.png")
 
@@ -274,11 +275,13 @@ def _mean_curves(runs: Sequence[RunRecord]) -> list[tuple[str, tuple, str]]:
     """``[(configuration label, ((step, mean val AUROC), ...), note)]``, one per configuration
     (``config_id``; labelled as the statistics label it, what ran included) when there are two
     or more and one has two or more runs with a validation history; ``[]`` otherwise. Each
-    step's mean is over the runs that validated there; the note says ``mean of N``, and from
-    which step fewer runs remain (early stopping ends seeds at other steps: diff review)."""
+    step's mean is over the completed runs that validated there; the note says ``mean of N``
+    and the steps fewer runs reached (early stopping ends seeds at other steps: diff review)."""
     groups: dict[str, list[RunRecord]] = {}
-    for run in runs:
-        if any(h.get("auroc") is not None for h in run.metrics.val_history):
+    for run in runs:  # completed runs, as the statistics count them (review)
+        if run.status == COMPLETED and any(
+            h.get("auroc") is not None for h in run.metrics.val_history
+        ):
             groups.setdefault(run.config_id, []).append(run)
     if len(groups) < 2 or all(len(group) < 2 for group in groups.values()):
         return []
@@ -291,9 +294,10 @@ def _mean_curves(runs: Sequence[RunRecord]) -> list[tuple[str, tuple, str]]:
                     by_step.setdefault(h["step"], []).append(h["auroc"])
         steps = sorted(by_step)
         points = tuple((step, sum(by_step[step]) / len(by_step[step])) for step in steps)
-        fewer = next((step for step in steps if len(by_step[step]) < len(group)), None)
-        note = f"mean of {len(group)}" + ("" if fewer is None else f"; fewer from step {fewer:g}")
-        ran = {r.metrics.substituted for r in group if r.status == COMPLETED}
+        fewer = [f"{step:g}" for step in steps if len(by_step[step]) < len(group)]
+        shown = first_few(fewer, 3)
+        note = f"mean of {len(group)}" + (f"; fewer at step(s) {shown}" if fewer else "")
+        ran = {r.metrics.substituted for r in group}
         label = group[0].config + (f" (ran {ran.pop()})" if len(ran) == 1 and "" not in ran else "")
         curves.append((label, points, note))
     return curves
