@@ -127,6 +127,13 @@ def test_cli_refuses_unknown_keys_with_a_suggestion_and_names_a_missing_value(tm
     assert missing.stderr.strip() == (
         "Error: data.path is required here: set data.path=... on the command line"
     )
+    # export reads no rows, yet builds its tables from the data config: said (own-data review)
+    args = ["data=criteo_tsv", "mode=export", "checkpoint=x", f"hydra.run.dir={tmp_path / 'e'}"]
+    export = cli_here(args)
+    assert export.returncode == 1
+    assert "give the run's data options, this one included; its files are not read" in (
+        export.stderr
+    ), export.stderr
 
 
 def test_help_lists_the_modes_and_every_real_option(cli_here):

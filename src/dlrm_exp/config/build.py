@@ -43,8 +43,15 @@ def build_config(raw: DictConfig, sweep: Mapping[str, Sequence[str]] | None = No
             cfg = OmegaConf.to_object(raw)
     except MissingMandatoryValue as err:
         key = err.full_key
+        unread = (  # its tables come from the data config's schema (own-data review)
+            " (mode=export builds the model's tables from the data config the run was trained "
+            "with and reads no rows: give the run's data options, this one included; its "
+            "files are not read)"
+            if key == "data.path" and getattr(raw.get("mode"), "value", None) == "export"
+            else ""
+        )
         raise MissingValueError(
-            f"{key} is required here: set {key}=... on the command line"
+            f"{key} is required here: set {key}=... on the command line{unread}"
         ) from None
     assert isinstance(cfg, Config)
     return cfg
