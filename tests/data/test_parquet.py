@@ -306,7 +306,7 @@ def test_folder_and_glob_inputs(tmp_path):
         (lambda t: t.slice(0, 0), r"a.parquet: the file holds no rows"),
         (
             lambda t: t.set_column(0, "click", pa.array([None] * len(t), pa.int64())),
-            r"a.parquet: no row has a label \(4 rows read\)",  # (it said "a.parquet...")
+            r"a.parquet \(data.path\): no row has a label \(4 rows read\)",  # (a.parquet...)
         ),
     ],
 )

@@ -187,7 +187,7 @@ def load_parquet(cfg: ParquetDataConfig) -> DataSplits:
 def _scan(
     files: list[Path], key: str, schema: FeatureSchema, kinds: dict[str, tuple[str, Path]]
 ) -> ParquetScan:
-    scan = scan_files(files, schema, kinds)
+    scan = scan_files(files, schema, kinds, key)
     log.info(
         "%s: %d file(s), %d row groups, %d rows (%d without label, skipped)",
         key, len(files), len(scan.segments), scan.rows, scan.null_labels,

@@ -78,9 +78,13 @@ def resolve_parquet_paths(paths: list[str], key: str) -> list[Path]:
 
 
 def scan_files(
-    files: list[Path], schema: FeatureSchema, id_kinds: dict[str, tuple[str, Path]]
+    files: list[Path],
+    schema: FeatureSchema,
+    id_kinds: dict[str, tuple[str, Path]],
+    key: str = "",
 ) -> ParquetScan:
-    """Check ``files`` against ``schema`` and cut them into segments of valid rows.
+    """Check ``files`` against ``schema`` and cut them into segments of valid rows (``key``:
+    the option that named them, ``data.val_path``, for the messages).
 
     ``id_kinds`` (shared by the scans of one job's splits) records, per sparse column, whether
     the first file holding it stores integers or strings: a hashing policy maps ``123`` and
@@ -121,7 +125,8 @@ def scan_files(
                 scan.segments.append(Segment(path, group, 0, n, valid))
     if not scan.segments:
         where = str(files[0]) if len(files) == 1 else f"{files[0]} and {len(files) - 1} more"
-        raise DataError(f"{where}: no row has a label ({scan.rows} rows read)")
+        named = f" ({key})" if key else ""  # (which option: own-data review)
+        raise DataError(f"{where}{named}: no row has a label ({scan.rows} rows read)")
     return scan
 
 
