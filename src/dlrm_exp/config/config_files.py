@@ -157,10 +157,11 @@ def check_schema_feature_overrides(overrides: Sequence[str], files: Sequence[Pat
         return
     features = list(dict.fromkeys(name for n in nodes for name in (n.get("sparse") or {})))
     stems = ", ".join(f.stem for f in schemas)
+    dense = [list(n.get("dense") or []) for n in nodes]
     for text in overrides:
         key = text.split("=", 1)[0]
         if key.startswith("data.schema.dense."):
-            _check_dense_index(text, key, stems, [list(n.get("dense") or []) for n in nodes])
+            _check_dense_index(text, key, stems, dense)
         if not key.startswith("data.schema.sparse."):  # (+ / ++ / ~: adding on purpose)
             continue
         name = key.removeprefix("data.schema.sparse.").split(".", 1)[0]
@@ -183,10 +184,11 @@ def _check_dense_index(text: str, key: str, stems: str, dense: list[list]) -> No
         ConfigError: naming the columns there are and how to give others.
     """
     index = key.removeprefix("data.schema.dense.").split(".", 1)[0]
-    count = max(len(d) for d in dense)
+    longest = max(dense, key=len)
+    count = len(longest)
     if not index.isdigit() or int(index) < count:
         return
-    columns = [str(c.get("column", "?")) for c in max(dense, key=len) if isinstance(c, DictConfig)]
+    columns = [str(c.get("column", "?")) for c in longest if isinstance(c, DictConfig)]
     listed = f" (0 to {count - 1}: {first_few(columns, 6)})" if count else ""
     raise ConfigError(
         f"{text}: the schema {stems} has {count} dense column(s){listed}; to give others, "

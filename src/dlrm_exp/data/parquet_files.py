@@ -81,7 +81,7 @@ def scan_files(
     files: list[Path],
     schema: FeatureSchema,
     id_kinds: dict[str, tuple[str, Path]],
-    key: str = "",
+    key: str,
 ) -> ParquetScan:
     """Check ``files`` against ``schema`` and cut them into segments of valid rows (``key``:
     the option that named them, ``data.val_path``, for the messages).
@@ -125,8 +125,7 @@ def scan_files(
                 scan.segments.append(Segment(path, group, 0, n, valid))
     if not scan.segments:
         where = str(files[0]) if len(files) == 1 else f"{files[0]} and {len(files) - 1} more"
-        named = f" ({key})" if key else ""  # (which option: own-data review)
-        raise DataError(f"{where}{named}: no row has a label ({scan.rows} rows read)")
+        raise DataError(f"{where} ({key}): no row has a label ({scan.rows} rows read)")
     return scan
 
 

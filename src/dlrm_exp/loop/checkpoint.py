@@ -71,7 +71,7 @@ from dlrm_exp.util.files import (
     sync_folder,
     write_json_atomic,
 )
-from dlrm_exp.util.rank_zero import on_rank_zero
+from dlrm_exp.util.rank_zero import is_rank_zero, on_rank_zero
 from dlrm_exp.util.text import first_few
 
 if TYPE_CHECKING:
@@ -1008,34 +1008,35 @@ def _check_inputs(path: Path, saved: dict | None, wanted: dict | None) -> None:
     if trained is None or given is None or trained == given:
         return
     (t_sparse, t_dense), (g_sparse, g_dense) = trained, given
-    problem = None
+    by_position = "the model reads its inputs by position and would score other ones"
+    reorder = (
+        "use the data/schema it was trained with (a schema made again from a file that stores "
+        "its columns in another order lists them in that order: reorder it)"
+    )
     if [f["feature"] for f in t_sparse] != [f["feature"] for f in g_sparse]:
-        problem = "sparse features in this order: {}; this job's feature schema gives {}"
-        problem = problem.format(_features(t_sparse), _features(g_sparse))
-    elif len(t_dense) != len(g_dense) or any(
+        raise CheckpointError(
+            f"checkpoint {path} was trained on its sparse features in this order: "
+            f"{_features(t_sparse)}; this job's feature schema gives {_features(g_sparse)}: "
+            f"{by_position}; {reorder}"
+        )
+    if len(t_dense) != len(g_dense) or any(
         a["log1p"] != b["log1p"] for a, b in zip(t_dense, g_dense, strict=True)
     ):
-        problem = f"dense columns {_columns(t_dense)}; this job gives {_columns(g_dense)}"
-    else:
-        moved = _moved(t_sparse, g_sparse, "sparse feature") + _moved(t_dense, g_dense, "dense")
-        if moved:
-            raise CheckpointError(
-                f"checkpoint {path} was trained on its inputs from other columns: "
-                f"{'; '.join(moved)}: the model reads its inputs by position and would score "
-                "other ones; give each input the column it was trained on "
-                "(data.schema.sparse.<feature>.column, data.schema.dense.<i>.column)"
-            )
-    if problem:
         raise CheckpointError(
-            f"checkpoint {path} was trained on its {problem}: the model reads its inputs by "
-            "position and would score other ones; use the data/schema it was trained with (a "
-            "schema made again from a file that stores its columns in another order lists "
-            "them in that order: reorder it)"
+            f"checkpoint {path} was trained on its dense columns {_columns(t_dense)}; this job "
+            f"gives {_columns(g_dense)}: {by_position}; {reorder}"
+        )
+    moved = _moved(t_sparse, g_sparse, "sparse feature") + _moved(t_dense, g_dense, "dense")
+    if moved:
+        raise CheckpointError(
+            f"checkpoint {path} was trained on its inputs from other columns: "
+            f"{'; '.join(moved)}: {by_position}; give each input the column it was trained on "
+            "(data.schema.sparse.<feature>.column, data.schema.dense.<i>.column)"
         )
     pairs = zip(t_sparse + t_dense, g_sparse + g_dense, strict=True)
     renamed = [f"{a['column']} -> {b['column']}" for a, b in pairs
                if a["column"] is not None and a["column"] != b["column"]]  # fmt: skip
-    if not renamed or (dist.is_initialized() and dist.get_rank() != 0):
+    if not renamed or not is_rank_zero():
         return  # (said once, by rank 0)
     log.warning(
         "the checkpoint's inputs are read from other columns than its run read (%s): the "

@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from dlrm_exp.record.metric_table import METRICS, Metric, as_number, fmt, shown
+from dlrm_exp.record.metric_table import METRICS, Metric, as_number, fmt, markdown_lines, shown
 from dlrm_exp.record.run_record import COMPLETED
 from dlrm_exp.record.runs import (
     RunRecord,
@@ -119,13 +119,17 @@ def config_stats(runs: Sequence[RunRecord], baseline: str | None = None) -> list
     return [_stats(groups[name], base_runs if i else None) for i, name in enumerate(names)]
 
 
+def config_label(runs: Sequence[RunRecord]) -> str:
+    """A configuration's name (its first run's) and, where every completed run of it ran
+    something else than asked, what: ``qcomms=fp8 (ran qcomms: reduce_scatter FP16/BF16)``."""
+    ran = {r.metrics.substituted for r in runs if r.status == COMPLETED}
+    return runs[0].config + (f" (ran {ran.pop()})" if len(ran) == 1 and "" not in ran else "")
+
+
 def _stats(runs: list[RunRecord], base_runs: list[RunRecord] | None) -> ConfigStats:
     completed = sorted((r for r in runs if r.status == COMPLETED), key=lambda r: r.seed)
     failed = [r.name for r in runs if r.status != COMPLETED]
-    ran = {r.metrics.substituted for r in completed}
-    label = runs[0].config
-    if len(ran) == 1 and "" not in ran:  # every repeat ran something else than asked
-        label += f" (ran {ran.pop()})"
+    label = config_label(runs)
     stats = ConfigStats(label, [r.seed for r in completed], failed, config_id=runs[0].config_id)
     for key in COMPARED:
         metric = METRICS[key]
@@ -170,7 +174,7 @@ def stats_markdown(stats: Sequence[ConfigStats]) -> str:
     keys = shown(keys, lambda k: any(k in s.estimates for s in stats))
     header = ["configuration", "n"] + [METRICS[k].label for k in keys]
     header += [f"{split} AUROC - baseline [95% CI]" for split in ("val", "test")]
-    lines = ["| " + " | ".join(header) + " |", "| " + " | ".join("---" for _ in header) + " |"]
+    rows = []
     for i, s in enumerate(stats):
         failed = f" ({len(s.failed)} failed)" if s.failed else ""
         cells = [s.config + (" (baseline)" if i == 0 else ""), f"{len(s.seeds)}{failed}"]
@@ -189,8 +193,8 @@ def stats_markdown(stats: Sequence[ConfigStats]) -> str:
             _difference_cell(s.vs_baseline.get(f"{split}_auroc"), len(s.seeds))
             for split in ("val", "test")
         ]
-        lines.append("| " + " | ".join(cells) + " |")
-    lines += _differences_table(stats)
+        rows.append(cells)
+    lines = markdown_lines(header, rows) + _differences_table(stats)
     lines.append("")
     lines.append(
         "Mean +- half-width of the 95 % Student t interval over the completed seeds (n; failed "
@@ -235,12 +239,12 @@ def _differences_table(stats: Sequence[ConfigStats]) -> list[str]:
     if not keys:
         return []
     header = ["configuration", *(f"{METRICS[k].label} - baseline [95% CI]" for k in keys)]
-    lines = ["", "| " + " | ".join(header) + " |", "| " + " | ".join("---" for _ in header) + " |"]
-    for s in stats[1:]:
-        seeds = len(s.seeds)
-        cells = [_difference_cell(s.vs_baseline.get(k), seeds, PAIRED_SHOWN[k]) for k in keys]
-        lines.append("| " + " | ".join([s.config, *cells]) + " |")
-    return lines
+    rows = [
+        [s.config, *(_difference_cell(s.vs_baseline.get(k), len(s.seeds), PAIRED_SHOWN[k])
+                     for k in keys)]
+        for s in stats[1:]
+    ]  # fmt: skip
+    return ["", *markdown_lines(header, rows)]
 
 
 STATS_COLUMNS = [

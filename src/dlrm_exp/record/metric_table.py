@@ -178,6 +178,14 @@ METRICS: dict[str, Metric] = {
 OPTIONAL_METRICS = frozenset({"peak_gpu_gib", "managed_rows_held"})
 
 
+def markdown_lines(header: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]:
+    """A GitHub markdown table: the header line, its rule, one line per row of cells."""
+    return [
+        "| " + " | ".join(cells) + " |"
+        for cells in [list(header), ["---"] * len(header), *map(list, rows)]
+    ]
+
+
 def shown(keys: Sequence[str], has_value: Callable[[str], bool]) -> list[str]:
     """``keys`` less the :data:`OPTIONAL_METRICS` for which ``has_value(key)`` is false."""
     return [k for k in keys if k not in OPTIONAL_METRICS or has_value(k)]

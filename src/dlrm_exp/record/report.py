@@ -52,6 +52,7 @@ from dlrm_exp.record.compare import (  # noqa: E402
     DEFAULT_GATE,
     GATEABLE,
     ConfigStats,
+    config_label,
     config_stats,
     has_repeats,
     stats_markdown,
@@ -297,9 +298,7 @@ def _mean_curves(runs: Sequence[RunRecord]) -> list[tuple[str, tuple, str]]:
         fewer = [f"{step:g}" for step in steps if len(by_step[step]) < len(group)]
         shown = first_few(fewer, 3)
         note = f"mean of {len(group)}" + (f"; fewer at step(s) {shown}" if fewer else "")
-        ran = {r.metrics.substituted for r in group}
-        label = group[0].config + (f" (ran {ran.pop()})" if len(ran) == 1 and "" not in ran else "")
-        curves.append((label, points, note))
+        curves.append((config_label(group), points, note))
     return curves
 
 

@@ -19,7 +19,7 @@ from dlrm_exp.record.compare import (
     stats_markdown,
     write_stats,
 )
-from dlrm_exp.record.metric_table import METRICS, fmt, shown
+from dlrm_exp.record.metric_table import METRICS, fmt, markdown_lines, shown
 from dlrm_exp.record.run_record import COMPLETED, FAILED, INTERRUPTED
 from dlrm_exp.record.run_values import write_run_values
 from dlrm_exp.record.runs import RunRecord, load_runs, mode_name, saved_sweep_values
@@ -71,10 +71,7 @@ def markdown_table(rows: Sequence[dict[str, Any]]) -> str:
     keys = shown(TABLE_METRICS, lambda k: any(row[k] is not None for row in rows))
     planned = {row["sharding_ran"] for row in rows if row.get("sharding_ran")}
     headers = ["run", "status"] + [METRICS[k].label for k in keys]
-    lines = [
-        "| " + " | ".join(headers) + " |",
-        "| " + " | ".join("---" for _ in headers) + " |",
-    ]
+    cells_of = []
     for row in rows:
         label = row["run"] + (f" (ran {row['substituted']})" if row.get("substituted") else "")
         chose = "sharding=" not in row["run"] or "sharding=auto" in row["run"]  # the planner
@@ -82,7 +79,8 @@ def markdown_table(rows: Sequence[dict[str, Any]]) -> str:
             label += f" (planned: {row['sharding_ran']})"
         cells = [label, row["status"]]
         cells += [fmt(row[k], METRICS[k].spec) for k in keys]
-        lines.append("| " + " | ".join(cells) + " |")
+        cells_of.append(cells)
+    lines = markdown_lines(headers, cells_of)
     errors = [f"- {row['run']}: {row['error']}" for row in rows if row["error"]]
     profiles = [
         f"- {row['run']}: " + ", ".join(f"[{Path(f).name}]({f})" for f in row["profile"].split(";"))
