@@ -66,6 +66,13 @@ class Experiment:
     table_data_types: dict[str, str] = field(default_factory=dict)
     sparse_backward: SparseBackwardThread | None = None
 
+    @property
+    def sparse_backward_ran(self) -> str:
+        """Where the sparse arch's backward runs: ``overlap`` (the helper thread) or
+        ``serial`` (``train.sparse_backward``'s values)."""
+        ran = SparseBackward.serial if self.sparse_backward is None else SparseBackward.overlap
+        return ran.value
+
     def settle_sparse_backward(self) -> bool:
         """Wait for a sparse backward still running on the helper thread: before anything but
         the next lookup reads the tables or the optimizer state (the rates may be set
@@ -200,11 +207,16 @@ def _sharded(
 
 
 def _substitutions(
-    cfg: Config, world_size: int, plan: ShardingPlan, effective: dict
+    cfg: Config,
+    world_size: int,
+    plan: ShardingPlan,
+    effective: dict,
+    sparse_backward: Substitution | None,
 ) -> list[Substitution | None]:
     """What of ``cfg`` ran otherwise than asked, one entry per setting (None: as asked):
     the collectives' precisions that ran (``effective``), the optimizer, fp16 rounding, the
-    interaction, managed-collision placement and the pipeline."""
+    interaction, managed-collision placement, the pipeline and the sparse backward (as
+    :func:`_overlap` found it)."""
     return [
         qcomms_substitution(cfg.qcomms, effective, world_size),
         optimizer_substitution(cfg),
@@ -212,6 +224,7 @@ def _substitutions(
         interaction_substitution(cfg.model, cfg.train.symmetric_interaction),
         managed_collision_substitution(cfg.sharding, set(cfg.model.managed_tables)),
         pipeline_substitution(cfg.train, plan),
+        sparse_backward,
     ]
 
 
@@ -256,7 +269,7 @@ def build_experiment(
     schedule = _lr_schedule(cfg.optimizer, model, optimizer)
     # on one rank TorchRec skips every collective (and so its codecs): nothing is quantized
     effective = effective_qcomms(model) if ctx.world_size > 1 else {}
-    substituted = _substitutions(cfg, ctx.world_size, plan, effective) + [not_overlapped]
+    substituted = _substitutions(cfg, ctx.world_size, plan, effective, not_overlapped)
     return Experiment(
         model,
         optimizer,

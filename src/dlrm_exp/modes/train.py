@@ -695,7 +695,7 @@ def _run_metrics(
         effective_qcomms=run.experiment.effective_qcomms,
         table_data_types=run.experiment.table_data_types,
         dense_precision=run.cfg.train.dense_precision.value,
-        sparse_backward="serial" if run.experiment.sparse_backward is None else "overlap",
+        sparse_backward=run.experiment.sparse_backward_ran,
         table_sharding_types={name: t.sharding_type for name, t in run.plan_data.tables.items()},
         table_compute_kernels={n: t.compute_kernel for n, t in run.plan_data.tables.items()},
         table_rows={t.name: t.num_embeddings for t in table_configs(run.cfg.model)},

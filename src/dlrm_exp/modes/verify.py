@@ -265,10 +265,11 @@ def trace(cfg: Config, steps: int, slices: int = 1) -> Trace | None:
         types = sorted(plan_sharding_types(experiment.plan))
         ran = experiment.effective_qcomms
         instead = [s.to_json() for s in experiment.substitutions]
-        backward = "serial" if experiment.sparse_backward is None else "overlap"
         if not ctx.is_main:
             return None
-        return Trace(losses, tables, dense, types, ran, instead, backward, ctx.threads)
+        return Trace(
+            losses, tables, dense, types, ran, instead, experiment.sparse_backward_ran, ctx.threads
+        )
 
 
 @record

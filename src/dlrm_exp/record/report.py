@@ -219,15 +219,19 @@ def val_auroc_curves(runs: Sequence[RunRecord]) -> dict[tuple, list[str]]:
     """``{((step, val AUROC), ...): [names of the runs with exactly that curve]}``."""
     curves: dict[tuple, list[str]] = {}
     for run in runs:
-        history = run.metrics.val_history
-        points = tuple(
-            (h["step"], h["auroc"])
-            for h in history
-            if h.get("auroc") is not None and h.get("step") is not None
-        )
+        points = _val_points(run)
         if points:
             curves.setdefault(points, []).append(run.name)
     return curves
+
+
+def _val_points(run: RunRecord) -> tuple[tuple[float, float], ...]:
+    """A run's ``(step, val AUROC)`` points, those of its validations that have both."""
+    return tuple(
+        (h["step"], h["auroc"])
+        for h in run.metrics.val_history
+        if h.get("auroc") is not None and h.get("step") is not None
+    )
 
 
 def _curve_label(names: Sequence[str]) -> str:
@@ -280,19 +284,15 @@ def _mean_curves(runs: Sequence[RunRecord]) -> list[tuple[str, tuple, str]]:
     and the steps fewer runs reached (early stopping ends seeds at other steps: diff review)."""
     groups: dict[str, list[RunRecord]] = {}
     for run in runs:  # completed runs, as the statistics count them (review)
-        if run.status == COMPLETED and any(
-            h.get("auroc") is not None for h in run.metrics.val_history
-        ):
+        if run.status == COMPLETED and _val_points(run):
             groups.setdefault(run.config_id, []).append(run)
     if len(groups) < 2 or all(len(group) < 2 for group in groups.values()):
         return []
     curves = []
     for group in groups.values():
         by_step: dict[float, list[float]] = {}
-        for run in group:
-            for h in run.metrics.val_history:
-                if h.get("auroc") is not None and h.get("step") is not None:
-                    by_step.setdefault(h["step"], []).append(h["auroc"])
+        for step, auroc in (point for run in group for point in _val_points(run)):
+            by_step.setdefault(step, []).append(auroc)
         steps = sorted(by_step)
         points = tuple((step, sum(by_step[step]) / len(by_step[step])) for step in steps)
         fewer = [f"{step:g}" for step in steps if len(by_step[step]) < len(group)]

@@ -44,18 +44,7 @@ def run_hparams(
     and four such copies pushed the swept ``sharding`` out of them (review). ``seed`` is text
     (a number showed as ``1.0000``); ``batch_size_per_rank`` says what ``train.batch_size``
     counts."""
-    ran = {
-        "compute_kernel": cfg.sharding.compute_kernel.value,
-        "embedding_data_type": cfg.model.embedding_data_type.value,
-        "qcomms_ran": "n/a",
-    }
-    if metrics is not None:
-        kernels, tables = metrics.kernels_ran, metrics.tables_ran
-        ran = {
-            "compute_kernel": kernels or ran["compute_kernel"],  # (an evaluate-only record)
-            "embedding_data_type": tables or ran["embedding_data_type"],
-            "qcomms_ran": metrics.qcomms_ran,
-        }
+    ran = metrics or RunMetrics()  # (none: failed under way, so what was asked)
     return {
         **{group: str(choices.get(group, "?")) for group in GROUPS},
         "experiment": str(choices.get("experiment") or "none"),
@@ -63,10 +52,12 @@ def run_hparams(
         "num_tables": len(cfg.model.table_sizes),
         "num_embeddings_cap": cfg.model.num_embeddings_cap or 0,
         "interaction_type": cfg.model.interaction_type.value,
-        **ran,
+        "compute_kernel": ran.kernels_ran or cfg.sharding.compute_kernel.value,
+        "embedding_data_type": ran.tables_ran or cfg.model.embedding_data_type.value,
+        "qcomms_ran": ran.qcomms_ran if metrics else "n/a",
         "dense_precision": cfg.train.dense_precision.value,
         "pipeline": cfg.train.pipeline.value,
-        "sparse_backward": metrics.sparse_backward if metrics else cfg.train.sparse_backward.value,
+        "sparse_backward": ran.sparse_backward or cfg.train.sparse_backward.value,
         "learning_rate": cfg.optimizer.learning_rate,
         "dense_learning_rate": cfg.optimizer.dense_learning_rate,
         "batch_size_per_rank": cfg.train.batch_size,
