@@ -152,7 +152,7 @@ def test_a_bench_refuses_a_mistake_in_one_line(capsys):
         (["train.batch_size=-1"], "Error: train.batch_size must be positive, got -1"),
         (["model=tinyy"], "Error: In 'config': Could not find 'model/tinyy'"),
         # built as a run's config: OmegaConf's MissingMandatoryValue text named no fix
-        (["data=criteo_tsv"], "Error: data.path is required here: set data.path=..."),
+        (["data=criteo_tsv"], "Error: data.path is required: set data.path=<tsv file or"),
     ]:
         with pytest.raises(SystemExit, match=re.escape(message)):
             compose_config(overrides)

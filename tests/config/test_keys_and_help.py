@@ -124,16 +124,23 @@ def test_cli_refuses_unknown_keys_with_a_suggestion_and_names_a_missing_value(tm
     assert not (tmp_path / "metrics.json").exists()
     missing = cli_here(["data=criteo_tsv", f"hydra.run.dir={tmp_path}"])
     assert missing.returncode == 1
-    assert missing.stderr.strip() == (
-        "Error: data.path is required here: set data.path=... on the command line"
+    required = "Error: data.path is required: set data.path=<tsv file or folder>"
+    assert missing.stderr.strip() == required
+    # to evaluate, files of their own for every split scored do without it
+    evaluate = ["data=criteo_tsv", "mode=evaluate", "checkpoint=x", "data.val_path=v.tsv"]
+    refused = cli_here([*evaluate, f"hydra.run.dir={tmp_path / 'v'}"])
+    assert refused.returncode == 1
+    assert (
+        "data.path is required: set data.path=<tsv file or folder> (or, to score files of "
+        "their own, data.val_path / data.test_path for each split scored)" in refused.stderr
     )
-    # export reads no rows, yet builds its tables from the data config: said (own-data review)
-    args = ["data=criteo_tsv", "mode=export", "checkpoint=x", f"hydra.run.dir={tmp_path / 'e'}"]
-    export = cli_here(args)
-    assert export.returncode == 1
-    assert "give the run's data options, this one included; its files are not read" in (
-        export.stderr
-    ), export.stderr
+    # export reads no rows (its tables come from the data config): the checkpoint is looked
+    # for, data.path is not asked for (it was refused for it: own-data review)
+    for mode, args in (("evaluate", [*evaluate, "split=val"]),
+                       ("export", ["data=criteo_tsv", "mode=export", "checkpoint=x"])):  # fmt: skip
+        done = cli_here([*args, f"hydra.run.dir={tmp_path / mode}"])
+        assert done.returncode == 1
+        assert "data.path" not in done.stderr and "checkpoint" in done.stderr, done.stderr
 
 
 def test_help_lists_the_modes_and_every_real_option(cli_here):

@@ -14,7 +14,8 @@ import pyarrow.parquet as pq
 import pytest
 import torch
 
-from conftest import compose_cfg, two_process_job
+from conftest import compose_cfg, compose_raw, two_process_job
+from dlrm_exp.config.build import build_config
 from dlrm_exp.data.criteo_format import write_criteo_tsv
 from dlrm_exp.errors import ConfigError, DataError, OutputFolderInUseError
 from dlrm_exp.factories.inference import InferenceDLRM
@@ -221,6 +222,10 @@ def test_predict_scores_unlabeled_rows_and_refuses_a_mostly_malformed_file(
     unread_run = run_evaluate(compose_cfg(unread), Job(tmp_path / "unread"))
     assert unread_run.val["samples"] == 300
     assert unread_run.data["rows"] == {"val": 300}  # no "train": 0 for rows never read
+    # nor needed: a labelled file scored whole without data.path (own-data review)
+    alone = build_config(compose_raw(["mode=evaluate", *clean[:2], *clean[3:]]))
+    assert alone.data.path == []
+    assert run_evaluate(alone, Job(tmp_path / "alone")).val == unread_run.val
     # the checkpoint was trained on synthetic data: scored on Criteo rows, said so
     assert "the checkpoint was trained on other data than this job reads (its run set " in (
         caplog.text
@@ -542,6 +547,10 @@ def test_evaluate_warns_when_the_split_or_the_generated_data_differ(caplog):
         assert "read its data with data.val_fraction=0.2 (here 0.1): " in caplog.text
         assert "seed" not in caplog.text and "data.path" not in caplog.text
         caplog.clear()
+        own = compose_cfg(["mode=evaluate", "checkpoint=x", "data=criteo_tsv", "data.path=a.tsv",
+                           "data.val_path=v.tsv"])  # fmt: skip
+        warn_other_data_values(saved, own)  # the val rows are v.tsv's whatever the fraction
+        assert caplog.text == ""
         synthetic = compose_cfg(["mode=evaluate", "checkpoint=x", "seed=1"])
         warn_other_data_values({"settings": {"seed": 2, "data.num_train_samples": 9}}, synthetic)
         assert "read its data with seed=2 (here 1): " in caplog.text

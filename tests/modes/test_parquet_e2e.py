@@ -12,8 +12,9 @@ import pytest
 import torch
 from torchmetrics.functional.classification import binary_auroc
 
-from conftest import compose_cfg, run_cli, tensorboard_experiment, two_process_job
+from conftest import compose_cfg, compose_raw, run_cli, tensorboard_experiment, two_process_job
 from dlrm_exp.config import load_schema_file
+from dlrm_exp.config.build import build_config
 from dlrm_exp.data.synthetic_parquet import SyntheticLayout, write_synthetic_parquet
 from dlrm_exp.loop.checkpoint import CheckpointError
 from dlrm_exp.modes.evaluate import run_evaluate
@@ -112,6 +113,19 @@ def test_schema_builds_the_model_trains_and_predicts(toy, tmp_path, cli_here):
                for f in set(out["file"])}  # fmt: skip
     assert by_file[str(mixed / "float_labels.parquet")] == echoed
     assert set(by_file[str(mixed / "unlabeled.parquet")]) == {None}
+
+    # one labelled file scored whole, without data.path (it was required beside
+    # data.val_path, and data.val_fraction=1.0 refused: own-data review): the run's val rows
+    # give its val AUROC
+    pq.write_table(table.slice(val.start, 819), tmp_path / "val_rows.parquet")
+    alone = [o for o in overrides(root) if not o.startswith("data.path=")]
+    scored = [f"data.val_path={tmp_path / 'val_rows.parquet'}", "split=val"]
+    cfg = build_config(compose_raw([*alone, "mode=evaluate", f"checkpoint={tmp_path}", *scored]))
+    assert cfg.data.path == []
+    result = run_evaluate(cfg, Job(tmp_path / "val_alone"))
+    assert result.val["auroc"] == pytest.approx(metrics.val["auroc"], abs=1e-6)
+    assert result.val["samples"] == 819 and not result.test
+    assert result.data["read"]["files"] == [str(tmp_path / "val_rows.parquet")]
 
     # a schema listing the same features in another order (mode=schema run again on a file
     # storing its columns so), or the dense columns swapped, keeps every table's name and shape:
@@ -383,9 +397,10 @@ def test_a_managed_collision_model_exports_with_its_id_map(toy, tmp_path, cli_he
     cfg = compose_cfg(overrides(root, *managed, "train.max_steps=12",
                                 "train.checkpoint_every_n_steps=1000"))  # fmt: skip
     metrics = run_train(cfg, tmp_path, {"data": "parquet"})
-    for mode in ("export", "predict"):
+    for mode in ("export", "predict"):  # export reads no rows: no data.path (own-data review)
+        args = overrides(root, *managed, f"mode={mode}", f"checkpoint={tmp_path}")
         done = cli_here(
-            overrides(root, *managed, f"mode={mode}", f"checkpoint={tmp_path}")
+            [a for a in args if mode == "predict" or not a.startswith("data.path=")]
             + [f"hydra.run.dir={tmp_path / mode}"]
         )
         assert done.returncode == 0, done.stderr[-2000:]

@@ -2,6 +2,7 @@
 entry point runs and what the sweep-start check (:mod:`dlrm_exp.record.sweep_check`) runs
 for every job of a sweep before the first starts, so the two cannot differ."""
 
+import copy
 from collections.abc import Mapping, Sequence
 
 from hydra.core.hydra_config import HydraConfig
@@ -38,20 +39,21 @@ def build_config(raw: DictConfig, sweep: Mapping[str, Sequence[str]] | None = No
             "hydra.job.chdir false"
         )
     check_composed_keys(raw, Config)
+    data = raw.get("data")
+    if (
+        isinstance(data, DictConfig)
+        and "path" in data.keys()
+        and OmegaConf.is_missing(data, "path")
+    ):
+        raw = copy.deepcopy(raw)  # left unset: empty; the Config refuses it where rows of it
+        raw.data.path = []  # are read (an export was refused for a path it never read)
     try:  # a key another job of the sweep reads, unread in this one: warned of, not refused
         with sweeping(sweep or {}):
             cfg = OmegaConf.to_object(raw)
     except MissingMandatoryValue as err:
         key = err.full_key
-        unread = (  # its tables come from the data config's schema (own-data review)
-            " (mode=export builds the model's tables from the data config the run was trained "
-            "with and reads no rows: give the run's data options, this one included; its "
-            "files are not read)"
-            if key == "data.path" and getattr(raw.get("mode"), "value", None) == "export"
-            else ""
-        )
         raise MissingValueError(
-            f"{key} is required here: set {key}=... on the command line{unread}"
+            f"{key} is required here: set {key}=... on the command line"
         ) from None
     assert isinstance(cfg, Config)
     return cfg

@@ -5,7 +5,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import Any
+from typing import Any, ClassVar
 
 from omegaconf import MISSING
 
@@ -158,11 +158,13 @@ class FileSplitsConfig(DataConfig):
         }
         return {k: v for k, v in keys.items() if v}
 
-    def _check_files(self, what: str) -> None:
-        """Paths as lists, ``data.path`` given (``what`` names the files in the message), the
-        fractions in range."""
+    #: What ``data.path`` names, for the refusal of a job that reads it without it.
+    path_holds: ClassVar[str] = "files"
+
+    def _check_files(self) -> None:
+        """Paths as lists, the fractions in range. (``data.path`` may be empty where the job
+        reads none of its rows: ``Config._check_data_path``.)"""
         self.path = _as_path_list("data.path", self.path)
-        require(len(self.path) > 0, f"data.path is required: set data.path=<{what}>")
         self.val_path = _as_path_list("data.val_path", self.val_path)
         self.test_path = _as_path_list("data.test_path", self.test_path)
         _check_fractions(self.val_fraction, self.test_fraction)
@@ -190,6 +192,7 @@ class CriteoTsvDataConfig(FileSplitsConfig):
             or a list-valued (``multi_hot``) feature.
     """
 
+    path_holds: ClassVar[str] = "tsv file or folder"
     max_reported_bad_lines: int = 5
     max_skipped_fraction: float | None = 0.01
     schema: FeatureSchema = MISSING
@@ -201,7 +204,7 @@ class CriteoTsvDataConfig(FileSplitsConfig):
         return True
 
     def __post_init__(self) -> None:
-        self._check_files("tsv file or folder")
+        self._check_files()
         limit = self.max_skipped_fraction
         require(
             limit is None or 0 <= limit <= 1,
@@ -423,6 +426,7 @@ class ParquetDataConfig(FileSplitsConfig):
             :class:`~dlrm_exp.config.schema.FeatureSchema`).
     """
 
+    path_holds: ClassVar[str] = "parquet files"
     shuffle_row_groups: bool = True
     schema: FeatureSchema = MISSING
 
@@ -439,4 +443,4 @@ class ParquetDataConfig(FileSplitsConfig):
         return True  # each rank streams its own contiguous block of the rows
 
     def __post_init__(self) -> None:
-        self._check_files("parquet files")
+        self._check_files()

@@ -13,6 +13,7 @@ from dlrm_exp.config.data import (
     CriteoNpyDataConfig,
     CriteoTsvDataConfig,
     DataConfig,
+    FileSplitsConfig,
     ParquetDataConfig,
     lookup_refusal,
 )
@@ -93,6 +94,7 @@ class Config:
         self._check_preprocess_inputs()
         self._check_schema_scan_path()
         self._check_npy_path()
+        self._check_data_path()
         self._check_overridden_tables_exist()
         self._check_uvm_caching_on_device()
         self._check_sparse_optimizer_on_cpu()
@@ -277,6 +279,37 @@ class Config:
             "data=criteo_npy needs data.path=<folder of day_<n>_{dense,sparse,labels}.npy> "
             "(mode=preprocess writes them)",
         )
+
+    def scored_splits(self) -> tuple[str, ...]:
+        """The splits ``mode=evaluate`` scores (``split=``): ``("val", "test")`` or one."""
+        return ("val", "test") if self.split is EvalSplit.all else (self.split.value,)
+
+    def reads_data_path(self) -> bool:
+        """Whether this job reads rows of ``data.path``: not to plan or export (they build
+        the tables from the data config and read no rows), nor to evaluate splits that each
+        have a file of their own (``data.val_path`` / ``data.test_path``)."""
+        if self.mode in (Mode.plan, Mode.export):
+            return False
+        if self.mode is not Mode.evaluate or not isinstance(self.data, FileSplitsConfig):
+            return True
+        own = {"val": self.data.val_path, "test": self.data.test_path}
+        return not all(own[name] for name in self.scored_splits())
+
+    def _check_data_path(self) -> None:
+        """``data=criteo_tsv`` and ``data=parquet`` need ``data.path`` where the job reads its
+        rows (:meth:`reads_data_path`; left unset elsewhere, it is empty:
+        :func:`~dlrm_exp.config.build.build_config`)."""
+        if isinstance(self.data, FileSplitsConfig) and self.reads_data_path():
+            require(
+                bool(self.data.path),
+                f"data.path is required: set data.path=<{self.data.path_holds}>"
+                + (
+                    " (or, to score files of their own, data.val_path / data.test_path for "
+                    "each split scored)"
+                    if self.mode is Mode.evaluate
+                    else ""
+                ),
+            )
 
     def _check_overridden_tables_exist(self) -> None:
         """``sharding.per_table_*`` and ``model.embedding_data_type_per_table`` name only the

@@ -168,8 +168,8 @@ def load_parquet(cfg: ParquetDataConfig) -> DataSplits:
         return scans, feature_id_kinds(kinds, schema)
 
     scans, id_kinds = on_rank_zero(scan_splits, SCAN_WAIT)  # labels read once, not per rank
-    train_scan = scans["data.path"]
-    segments = train_scan.segments
+    # no data.path: an evaluation of files of their own (Config.reads_data_path)
+    segments = scans["data.path"].segments if "data.path" in scans else []
     total = sum(len(s) for s in segments)
     n_val = 0 if cfg.val_path else fraction_rows(total, cfg.val_fraction)
     n_test = 0 if cfg.test_path else fraction_rows(total, cfg.test_fraction)

@@ -332,10 +332,12 @@ def warn_other_data_values(saved: dict[str, Any], cfg: Config) -> None:
     """``mode=evaluate``: one warning when this job reads the checkpoint's data source with
     other values that decide which rows are scored: another ``data.val_fraction`` moves rows
     the run trained on into validation, and on generated data (synthetic, multi-hot) another
-    ``seed`` plants another click model, scored near 0.5 AUROC."""
+    ``seed`` plants another click model, scored near 0.5 AUROC. A split read from a file of
+    its own (``data.val_path``) takes no fraction: its fraction is not compared."""
     recorded = saved.get("settings") or {}
     here = {"seed": cfg.seed, **flat_settings("data", cfg.data)}
-    keys = [k for k in recorded if k.startswith("data.") and k not in _SCORED_ROWS_KEEP]
+    own = {f"data.{s}_fraction" for s in ("val", "test") if getattr(cfg.data, f"{s}_path", None)}
+    keys = [k for k in recorded if k.startswith("data.") and k not in _SCORED_ROWS_KEEP | own]
     if is_generated(cfg.data):
         keys.append("seed")  # generated rows are the seed's
     differ = [f"{k}={recorded[k]} (here {here[k]})" for k in keys
