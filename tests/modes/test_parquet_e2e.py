@@ -369,7 +369,7 @@ def test_a_sweep_over_id_policies_reports_table_rows(toy, tmp_path, cli_here):
          f"hydra.sweep.dir={tmp_path}"]
     )  # fmt: skip
     assert result.returncode == 0, result.stderr[-2000:]
-    table = (tmp_path / "summary.md").read_text().splitlines()
+    table = [r for r in (tmp_path / "summary.md").read_text().splitlines() if r.startswith("|")]
     header = [c.strip() for c in table[0].split("|")]
     rows = {line.split("|")[1].strip(): [c.strip() for c in line.split("|")] for line in table[2:4]}
     modulo = rows["data.schema.sparse.user_id.id_policy=modulo"]

@@ -19,6 +19,23 @@ def test_the_sweep_summary_has_statistics_per_configuration(record_sweep):
     folder, result = record_sweep
     text = (folder / "summary.md").read_text()
     assert f"{CONFIGS[0]}{SWEEP_RAN} (baseline) | 3 | 0." in text
+    # what the sweep varied, held and compared against, read in the file alone (it opened
+    # with the table: precision-sweep review)
+    heading = text.split("\n\n| run |")[0].splitlines()
+    assert heading[:4] == [
+        "# Sweep summary",
+        "",
+        f"- 12 run(s) of 4 configuration(s), seed(s) 0, 1, 2, in {folder}.",
+        "- Swept: `sharding` = tablewise, rowwise; `optimizer.learning_rate` = 0.1, 0.02; "
+        "`seed` = 0, 1, 2.",
+    ]
+    assert heading[4].startswith("- Fixed in every run: `data.num_test_samples=1024 ")
+    assert " qcomms=int8 " in heading[4] and "seed" not in heading[4]
+    assert heading[5:] == [
+        f"- Paired differences are taken against `{CONFIGS[0]}{SWEEP_RAN}` (the first "
+        "configuration with a completed run; `python -m dlrm_exp.report <folder> --baseline "
+        "KEY=VALUE` picks another)."
+    ]
     assert "+-" in text and "val AUROC - baseline [95% CI]" in result.stdout
     for column in (
         "test AUROC - baseline [95% CI]",
@@ -69,6 +86,8 @@ def test_report_draws_the_difference_plot_and_the_gate_passes_a_rerun(
     assert flipped == 0
     baseline = "| sharding=tablewise,optimizer.learning_rate=0.02 (ran qcomms: no embedding "
     assert baseline + "collective) (baseline) |" in capsys.readouterr().out  # the one asked
+    chosen = "(chosen with `--baseline optimizer.learning_rate=0.02`).\n"
+    assert chosen in (out / "summary.md").read_text()
     assert report.main([str(folder), "--baseline", "qcomms=fp8"]) == 2
     no_match = capsys.readouterr().err  # names what there is to choose from
     assert "no configuration has these overrides (the runs' configurations: sharding=" in no_match

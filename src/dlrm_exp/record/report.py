@@ -407,7 +407,7 @@ def report(
             "compare the new set with itself); give --out another folder"
         )
     stats = config_stats(runs, baseline)
-    rows = write_summary(out, runs, stats)
+    rows = write_summary(out, runs, stats, baseline)
     completed = [r for r in runs if r.status == COMPLETED]
     plot_throughput(runs, out / PLOTS[0])
     plot_val_auroc(completed, out / PLOTS[1])

@@ -23,6 +23,7 @@ from dlrm_exp.record.metric_table import METRICS, fmt, markdown_lines, shown
 from dlrm_exp.record.run_record import COMPLETED, FAILED, INTERRUPTED
 from dlrm_exp.record.run_values import write_run_values
 from dlrm_exp.record.runs import RunRecord, load_runs, mode_name, saved_sweep_values
+from dlrm_exp.record.sweep_heading import heading_lines
 from dlrm_exp.util.files import write_csv_atomic, write_text_atomic
 
 #: The metric columns of ``summary.csv``, in order (keys of the metric table).
@@ -99,16 +100,21 @@ def markdown_table(rows: Sequence[dict[str, Any]]) -> str:
 
 
 def write_summary(
-    out_dir: Path, runs: Sequence[RunRecord], stats: Sequence[ConfigStats] = ()
+    out_dir: Path,
+    runs: Sequence[RunRecord],
+    stats: Sequence[ConfigStats] = (),
+    baseline: str | None = None,
 ) -> list[dict[str, Any]]:
     """Write ``summary.csv``, ``summary.md`` and ``summary_runs.csv`` (every run's values, what
     a later ``--compare-to`` pairs by seed; :mod:`dlrm_exp.record.run_values`) into
     ``out_dir``, with ``stats`` (the per-configuration statistics of
     :mod:`dlrm_exp.record.compare`) also ``summary_stats.csv`` and their table; return the
     per-run rows. The tables are built before any file is written, so one that cannot be
-    built leaves the folder's earlier summary whole, not half replaced (review)."""
+    built leaves the folder's earlier summary whole, not half replaced (review).
+    ``summary.md`` opens with :func:`~dlrm_exp.record.sweep_heading.heading_lines`
+    (``baseline``: the ``--baseline`` the statistics were computed with)."""
     rows = [summary_row(run) for run in runs]
-    text = markdown_table(rows) + "\n"
+    text = "\n".join([*heading_lines(runs, stats, baseline), "", markdown_table(rows)]) + "\n"
     if has_repeats(stats):
         text += "\n" + stats_markdown(stats) + "\n"
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -166,7 +172,7 @@ def summarize_sweep(config: DictConfig) -> bool:
         print(f"Error: {err}")
         stats = []
     rows = write_summary(sweep_dir, runs, stats)
-    print(markdown_table(rows))
+    print("\n".join([*heading_lines(runs, stats), "", markdown_table(rows)]))
     if has_repeats(stats):
         print()
         print(stats_markdown(stats))
