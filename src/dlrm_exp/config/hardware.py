@@ -2,6 +2,7 @@
 
 from dataclasses import dataclass
 from enum import Enum
+from typing import ClassVar
 
 from dlrm_exp.config.checks import (
     is_not_value,
@@ -76,6 +77,20 @@ class HardwareConfig:
     threads_per_rank: int | None = None
     reuse_host_memory: bool = True
 
+    #: The bandwidths (GB/s) the planner's ``Topology`` takes, by TorchRec's names.
+    BANDWIDTHS: ClassVar[tuple[str, ...]] = (
+        "intra_host_bw",
+        "inter_host_bw",
+        "hbm_mem_bw",
+        "hbm_to_ddr_mem_bw",
+    )
+    #: The keys that describe GPU memory, refused on CPU (:meth:`_check_no_gpu_memory_keys`).
+    GPU_MEMORY: ClassVar[tuple[str, ...]] = ("hbm_cap", "hbm_mem_bw", "hbm_to_ddr_mem_bw")
+
+    def bandwidths(self) -> dict[str, float | None]:
+        """``{TorchRec name: GB/s}`` of :data:`BANDWIDTHS` (None: TorchRec's default)."""
+        return {key: getattr(self, key) for key in self.BANDWIDTHS}
+
     def __post_init__(self) -> None:
         require_positive(
             {
@@ -89,10 +104,7 @@ class HardwareConfig:
                 "hardware.local_world_size": self.local_world_size,
                 "hardware.ddr_cap": self.ddr_cap,
                 "hardware.hbm_cap": self.hbm_cap,
-                "hardware.intra_host_bw": self.intra_host_bw,
-                "hardware.inter_host_bw": self.inter_host_bw,
-                "hardware.hbm_mem_bw": self.hbm_mem_bw,
-                "hardware.hbm_to_ddr_mem_bw": self.hbm_to_ddr_mem_bw,
+                **{f"hardware.{key}": gbps for key, gbps in self.bandwidths().items()},
                 "hardware.threads_per_rank": self.threads_per_rank,
             },
             nullable=True,
@@ -116,14 +128,9 @@ class HardwareConfig:
         nothing reads them (TorchRec's CPU kernels are costed by DDR bandwidth), so a set one
         is refused rather than ignored (GPU review)."""
         gpu = {"hardware.compute_device": is_value("cuda"), "hardware": is_not_value("cpu")}
-        keys = {
-            "hbm_cap": self.hbm_cap,
-            "hbm_mem_bw": self.hbm_mem_bw,
-            "hbm_to_ddr_mem_bw": self.hbm_to_ddr_mem_bw,
-        }
-        for key, value in keys.items():
+        for key in self.GPU_MEMORY:
             require_read(
-                value is None,
+                getattr(self, key) is None,
                 f"hardware.{key} describes GPU memory, which only hardware.compute_device=cuda "
                 f"reads: on CPU set hardware.{key}=null (a GPU preset sets it: hardware=cpu runs "
                 "on this machine; plan for the preset's GPUs with its compute_device=cuda and "

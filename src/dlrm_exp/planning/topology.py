@@ -87,12 +87,7 @@ def build_topology(
     """TorchRec ``Topology`` for ``world_size`` ranks with the given per-rank capacity and the
     config's bandwidths (GB/s; null keeps TorchRec's 600 GB/s intra-host, 12.5 GB/s
     inter-host, 897 GB/s HBM, 32 GB/s between HBM and host memory)."""
-    gbps = {
-        "intra_host_bw": cfg.intra_host_bw,
-        "inter_host_bw": cfg.inter_host_bw,
-        "hbm_mem_bw": cfg.hbm_mem_bw,
-        "hbm_to_ddr_mem_bw": cfg.hbm_to_ddr_mem_bw,
-    }
+    gbps = cfg.bandwidths()
     bandwidths = any(v is not None for v in gbps.values())
     hardware = TorchRecHardwareConfig(
         **{key: None if v is None else gbps_to_bytes_per_ms(v) for key, v in gbps.items()}
