@@ -178,6 +178,14 @@ def test_the_legend_says_what_ran_when_it_is_not_what_was_asked(tmp_path):
     legend = [t.get_text() for t in ax.get_legend().get_texts()]
     assert legend == ["qcomms=none", "qcomms=fp16 (ran: no embedding collective)"]
     plt.close(fig)
+    # qcomms not swept: its one option is every run's, not one side of a comparison (review)
+    for number, sharding in enumerate(("tablewise", "rowwise")):
+        metrics = _completed(sharding, "none", 1.0)
+        write_job(tmp_path / "s2", number, [f"sharding={sharding}"], metrics)
+    fig, ax = plt.subplots()
+    report._grouped_bars(ax, load_runs([tmp_path / "s2"]), "sharding", "qcomms", lambda m: 1.0)
+    assert [t.get_text() for t in ax.get_legend().get_texts()] == ["qcomms=none (every run)"]
+    plt.close(fig)
 
 
 def test_a_bar_pools_one_configuration_typed_in_two_orders(tmp_path):

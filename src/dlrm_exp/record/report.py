@@ -131,6 +131,9 @@ def _grouped_bars(
     groups = list(dict.fromkeys(group for group, _ in pairs))
     bars = list(dict.fromkeys(bar for _, bar in pairs))
     width = 0.8 / max(len(bars), 1)
+    # one option that no run chose by a swept key: the legend says all runs share it (it
+    # read as if the option had been compared: review)
+    every = " (every run)" if len(bars) == 1 and not _varied(runs, bar_by) else ""
     counts: list[int] = []  # runs behind each bar that has an error bar
     for j, bar in enumerate(bars):
         first = next(group for group, option in pairs if option == bar)  # its legend entry
@@ -138,7 +141,7 @@ def _grouped_bars(
         for i, group in enumerate(groups):
             match = pairs.get((group, bar), [])
             x = i + (j - (len(bars) - 1) / 2) * width
-            label = f"{bar_by}={bar}{_ran_note(of_bar, bar_by)}" if group == first else None
+            label = f"{bar_by}={bar}{every}{_ran_note(of_bar, bar_by)}" if group == first else None
             numbers = [value(r.metrics) for r in match if r.status == COMPLETED]
             numbers = [n / scale for n in numbers if n is not None]
             if numbers:
@@ -165,6 +168,11 @@ def _grouped_bars(
     ax.grid(axis="y", alpha=0.3)
     by_setting = all(g.startswith(f"{group_by}=") and "," not in g for g in groups)
     return group_by if by_setting else "configuration"
+
+
+def _varied(runs: Sequence[RunRecord], key: str) -> bool:
+    """Whether ``key`` is among the keys that make some run's configuration."""
+    return any(key in run.config_keys for run in runs)
 
 
 def _tick_labels(groups: Sequence[str]) -> tuple[list[str], str]:
@@ -210,7 +218,8 @@ def plot_throughput(runs: Sequence[RunRecord], path: Path) -> None:
     fig, ax = plt.subplots(figsize=(8, 4.5))
     x = _grouped_bars(ax, runs, "sharding", "qcomms", lambda m: m.samples_per_sec)
     ax.set_ylabel("training throughput (samples/s, all ranks)")
-    ax.set_title(f"Throughput by {x} and communication precision (qcomms)")
+    qcomms = " and communication precision (qcomms)" if _varied(runs, "qcomms") else ""
+    ax.set_title(f"Throughput by {x}{qcomms}")
     fig.tight_layout()
     save_figure(fig, path)
 
