@@ -226,6 +226,12 @@ def test_predict_scores_unlabeled_rows_and_refuses_a_mostly_malformed_file(
     alone = build_config(compose_raw(["mode=evaluate", *clean[:2], *clean[3:]]))
     assert alone.data.path == []
     assert run_evaluate(alone, Job(tmp_path / "alone")).val == unread_run.val
+    # a data.path given but read for no scored split need not exist; nor is it needed for a
+    # test split of fraction 0 (it was read whole for nothing: diff review)
+    for extra in ([f"data.path={tmp_path / 'gone.tsv'}", "split=val"], ["data.test_fraction=0"]):
+        cfg = build_config(compose_raw(["mode=evaluate", *clean[:2], clean[3], *extra]))
+        done = run_evaluate(cfg, Job(tmp_path / f"unread_{len(extra[0])}"))
+        assert done.val == unread_run.val and "data.path" not in done.data["read"]["inputs"]
     # the checkpoint was trained on synthetic data: scored on Criteo rows, said so
     assert "the checkpoint was trained on other data than this job reads (its run set " in (
         caplog.text
@@ -551,6 +557,15 @@ def test_evaluate_warns_when_the_split_or_the_generated_data_differ(caplog):
                            "data.val_path=v.tsv"])  # fmt: skip
         warn_other_data_values(saved, own)  # the val rows are v.tsv's whatever the fraction
         assert caplog.text == ""
+        # data.path unread (split=val from v.tsv): the other split's fraction says nothing of
+        # the rows scored (it was warned: diff review)
+        alone = build_config(compose_raw(["mode=evaluate", "checkpoint=x", "data=criteo_tsv",
+                                          "data.val_path=v.tsv", "split=val"]))  # fmt: skip
+        warn_other_data_values({"settings": {"data.test_fraction": 0.05}}, alone)
+        assert caplog.text == ""
+        warn_other_data_values({"settings": {"data.test_fraction": 0.05}}, own)
+        assert "data.test_fraction=0.05 (here 0.1)" in caplog.text
+        caplog.clear()
         synthetic = compose_cfg(["mode=evaluate", "checkpoint=x", "seed=1"])
         warn_other_data_values({"settings": {"seed": 2, "data.num_train_samples": 9}}, synthetic)
         assert "read its data with seed=2 (here 1): " in caplog.text

@@ -126,6 +126,7 @@ def test_schema_builds_the_model_trains_and_predicts(toy, tmp_path, cli_here):
     assert result.val["auroc"] == pytest.approx(metrics.val["auroc"], abs=1e-6)
     assert result.val["samples"] == 819 and not result.test
     assert result.data["read"]["files"] == [str(tmp_path / "val_rows.parquet")]
+    assert result.data["rows"] == {"val": 819}  # no splits of 0 rows never read (review)
 
     # a schema listing the same features in another order (mode=schema run again on a file
     # storing its columns so), or the dense columns swapped, keeps every table's name and shape:

@@ -23,26 +23,17 @@ def test_the_sweep_summary_has_statistics_per_configuration(record_sweep):
     # with the table: precision-sweep review)
     heading = text.split("\n\n| run |")[0].splitlines()
     assert heading[:4] == [
-        "# Sweep summary",
+        "# Summary of runs",
         "",
-        f"- 12 run(s) of 4 configuration(s), seed(s) 0, 1, 2, in {folder}.",
-        "- Swept: `sharding` = tablewise, rowwise; `optimizer.learning_rate` = 0.1, 0.02; "
-        "`seed` = 0, 1, 2.",
+        f"- 12 run(s) of 4 configuration(s), seed(s) 0, 1, 2, in `{folder.resolve()}`.",
+        "- Varied: `sharding` = `tablewise`, `rowwise`; `optimizer.learning_rate` = `0.1`, `0.02`.",
     ]
-    assert heading[4].startswith("- Fixed in every run: `data.num_test_samples=1024 ")
-    assert " qcomms=int8 " in heading[4] and "seed" not in heading[4]
+    assert heading[4].startswith("- The same in every run: `qcomms=int8 data.num_train_sampl")
     assert heading[5:] == [
         f"- Paired differences are taken against `{CONFIGS[0]}{SWEEP_RAN}` (the first "
         "configuration with a completed run; `python -m dlrm_exp.report <folder> --baseline "
         "KEY=VALUE` picks another)."
     ]
-    assert "+-" in text and "val AUROC - baseline [95% CI]" in result.stdout
-    for column in (
-        "test AUROC - baseline [95% CI]",
-        "table bytes (max rank)",
-        "peak RSS GiB (max rank)",
-    ):
-        assert column in result.stdout, column
     rows = list(csv.DictReader(open(folder / "summary_stats.csv")))
     other = {r["metric"]: r for r in rows if r["config"] == CONFIGS[1] + SWEEP_RAN}
     assert other["val_auroc"]["n"] == "3" and other["val_auroc"]["p_value"] != ""
@@ -85,9 +76,11 @@ def test_report_draws_the_difference_plot_and_the_gate_passes_a_rerun(
     )
     assert flipped == 0
     baseline = "| sharding=tablewise,optimizer.learning_rate=0.02 (ran qcomms: no embedding "
-    assert baseline + "collective) (baseline) |" in capsys.readouterr().out  # the one asked
+    printed = capsys.readouterr().out
+    assert baseline + "collective) (baseline) |" in printed  # the one asked
     chosen = "(chosen with `--baseline optimizer.learning_rate=0.02`).\n"
     assert chosen in (out / "summary.md").read_text()
+    assert chosen in printed  # the report prints the heading too (it did not: diff review)
     assert report.main([str(folder), "--baseline", "qcomms=fp8"]) == 2
     no_match = capsys.readouterr().err  # names what there is to choose from
     assert "no configuration has these overrides (the runs' configurations: sharding=" in no_match

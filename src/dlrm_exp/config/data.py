@@ -34,6 +34,11 @@ class DataConfig:
         data."""
         return {}
 
+    def read_inputs(self, scored: tuple[str, ...] | None = None) -> dict[str, list[str]]:
+        """The :meth:`input_paths` a job reads that scores only the splits ``scored``
+        (``mode=evaluate``; None: every input, as training reads them)."""
+        return self.input_paths()
+
     def pooling_factors(self) -> list[float] | None:
         """Ids per sample of each feature, in the model's feature order, for the planner's
         cost model (None: one-hot)."""
@@ -157,6 +162,24 @@ class FileSplitsConfig(DataConfig):
             "data.test_path": self.test_path,
         }
         return {k: v for k, v in keys.items() if v}
+
+    def split_source(self, split: str) -> str | None:
+        """The input the rows of ``split`` (``train``, ``val``, ``test``) come from:
+        ``data.<split>_path`` where it has files of its own, else ``data.path`` (the
+        training rows; a validation or test split as a fraction of its rows), None for a
+        validation or test split whose fraction is 0 (it has no rows)."""
+        own = {"val": self.val_path, "test": self.test_path}.get(split)
+        if own:
+            return f"data.{split}_path"
+        fraction = {"val": self.val_fraction, "test": self.test_fraction}.get(split)
+        return None if fraction == 0 else "data.path"
+
+    def read_inputs(self, scored: tuple[str, ...] | None = None) -> dict[str, list[str]]:
+        inputs = self.input_paths()
+        if scored is None:
+            return inputs
+        sources = {self.split_source(split) for split in scored}
+        return {key: paths for key, paths in inputs.items() if key in sources}
 
     #: What ``data.path`` names, for the refusal of a job that reads it without it.
     path_holds: ClassVar[str] = "files"

@@ -292,24 +292,32 @@ class Config:
             return False
         if self.mode is not Mode.evaluate or not isinstance(self.data, FileSplitsConfig):
             return True
-        own = {"val": self.data.val_path, "test": self.data.test_path}
-        return not all(own[name] for name in self.scored_splits())
+        sources = {self.data.split_source(split) for split in self.scored_splits()}
+        return "data.path" in sources
+
+    def scored_inputs(self) -> tuple[str, ...] | None:
+        """The splits whose inputs this job reads (:meth:`DataConfig.read_inputs`):
+        ``mode=evaluate``'s scored ones; None: all."""
+        return self.scored_splits() if self.mode is Mode.evaluate else None
 
     def _check_data_path(self) -> None:
         """``data=criteo_tsv`` and ``data=parquet`` need ``data.path`` where the job reads its
         rows (:meth:`reads_data_path`; left unset elsewhere, it is empty:
         :func:`~dlrm_exp.config.build.build_config`)."""
-        if isinstance(self.data, FileSplitsConfig) and self.reads_data_path():
-            require(
-                bool(self.data.path),
-                f"data.path is required: set data.path=<{self.data.path_holds}>"
-                + (
-                    " (or, to score files of their own, data.val_path / data.test_path for "
-                    "each split scored)"
-                    if self.mode is Mode.evaluate
-                    else ""
-                ),
-            )
+        if not isinstance(self.data, FileSplitsConfig) or not self.reads_data_path():
+            return
+        data = self.data
+        missing = [f"data.{split}_path" for split in self.scored_splits()
+                   if data.split_source(split) == "data.path"]  # fmt: skip
+        require(
+            bool(data.path),
+            f"data.path is required: set data.path=<{data.path_holds}>"
+            + (  # the keys still missing, not every key (diff review)
+                f" (or, to score files of their own, {' and '.join(missing)}=<files>)"
+                if self.mode is Mode.evaluate
+                else ""
+            ),
+        )
 
     def _check_overridden_tables_exist(self) -> None:
         """``sharding.per_table_*`` and ``model.embedding_data_type_per_table`` name only the

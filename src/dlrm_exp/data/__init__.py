@@ -51,17 +51,18 @@ def is_generated(cfg: DataConfig) -> bool:
     return isinstance(cfg, SyntheticDataConfig)
 
 
-def check_input_paths(cfg: DataConfig) -> None:
-    """Every input path of ``cfg`` names at least one file, and no file is named twice (before
-    any worker starts): a file under ``data.path`` and ``data.val_path`` would have its rows
-    trained on and validated on, one listed twice trained on twice.
+def check_input_paths(cfg: DataConfig, scored: tuple[str, ...] | None = None) -> None:
+    """Every input path of ``cfg`` the job reads (``scored``: :meth:`DataConfig.read_inputs`)
+    names at least one file, and no file is named twice (before any worker starts): a file
+    under ``data.path`` and ``data.val_path`` would have its rows trained on and validated on,
+    one listed twice trained on twice.
 
     Raises:
         DataError: a path names nothing (the config key and the path), or a file is named
             twice (the file and both keys).
     """
     resolve = resolve_parquet_paths if isinstance(cfg, ParquetDataConfig) else resolve_paths
-    resolve_inputs(cfg.input_paths(), resolve)
+    resolve_inputs(cfg.read_inputs(scored), resolve)
 
 
 def load_splits(
@@ -89,8 +90,7 @@ def load_splits(
             _warn_skipped(read, cfg.max_skipped_fraction)
         kinds = criteo_id_kinds(cfg.feature_schema())
         info = DataInfo.of_splits(train, val, test, read=read, id_kinds=kinds)
-        if "data.path" not in report.inputs:  # its rows unread: no count for its splits
-            info.rows = {k: v for k, v in info.rows.items() if k in scored}
+        info.rows = _rows_read(info.rows, scored, "data.path" in report.inputs)
         check_split_rows(info.rows, _cut_fractions(cfg), scored)
         return DataSplits(train, val, test, info)
     if isinstance(cfg, CriteoNpyDataConfig):
@@ -98,10 +98,23 @@ def load_splits(
         folder = str(Path(cfg.path).expanduser().resolve())
         return DataSplits(train, val, test, replace(info, folder=folder))
     if isinstance(cfg, ParquetDataConfig):
-        splits = load_parquet(cfg)
+        splits = load_parquet(cfg, scored)
+        read_path = "data.path" in cfg.read_inputs(scored)
+        splits.info.rows = _rows_read(splits.info.rows, scored, read_path)
         check_split_rows(splits.info.rows, _cut_fractions(cfg), scored)
         return splits
     raise TypeError(f"unknown data config {type(cfg).__name__}")
+
+
+def _rows_read(
+    rows: dict[str, int], scored: tuple[str, ...] | None, read_path: bool
+) -> dict[str, int]:
+    """The row counts to record of a job that scores ``scored`` (None: all): those splits, and
+    the training split where ``data.path`` was read (``read_path``); a split never read had
+    "0" rows recorded (``train``, or a validation split beside a scored test file: review)."""
+    if scored is None:
+        return rows
+    return {k: n for k, n in rows.items() if k in scored or (k == "train" and read_path)}
 
 
 def _cut_fractions(cfg: CriteoTsvDataConfig | ParquetDataConfig) -> dict[str, float]:

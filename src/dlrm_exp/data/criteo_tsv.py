@@ -386,17 +386,11 @@ def _cr_line_ends(files: list[Path]) -> bool:
 
 
 def scored_inputs(cfg: CriteoTsvDataConfig, names: tuple[str, ...]) -> set[str]:
-    """The inputs whose rows the splits ``names`` are: ``data.val_path`` / ``data.test_path``
-    when given, else ``data.path`` (always for ``train``; for val or test a fraction of its
-    rows, whose skipped ones cannot be told apart from the training rows')."""
-    given = {"train": None, "val": cfg.val_path, "test": cfg.test_path}
-    return {f"data.{name}_path" if given[name] else "data.path" for name in names}
-
-
-def reads_path(cfg: CriteoTsvDataConfig, scored: tuple[str, ...] | None) -> bool:
-    """Whether the splits ``scored`` (None: all) need the rows of ``data.path``: some split
-    among them has no file of its own (``data.val_path`` / ``data.test_path``)."""
-    return scored is None or "data.path" in scored_inputs(cfg, scored)
+    """The inputs whose rows the splits ``names`` are (:meth:`FileSplitsConfig.split_source`):
+    ``data.val_path`` / ``data.test_path`` when given, else ``data.path`` (always for
+    ``train``; for val or test a fraction of its rows, whose skipped ones cannot be told apart
+    from the training rows'), none for a split of fraction 0."""
+    return set(cfg.read_inputs(names))
 
 
 def load_criteo_tsv(
@@ -414,8 +408,8 @@ def load_criteo_tsv(
         DataError: missing path, empty folder, unreadable file, or no valid row.
     """
     max_bad = cfg.max_reported_bad_lines
-    files = resolve_inputs(cfg.input_paths())
-    if reads_path(cfg, scored):
+    files = resolve_inputs(cfg.read_inputs(scored))
+    if "data.path" in files:
         main, report = read_files(files["data.path"], cfg.schema, max_bad)
         report.inputs["data.path"] = report.counts()
     else:  # every scored split has files of its own (a training day need not be decoded)
@@ -429,8 +423,8 @@ def load_criteo_tsv(
     train = main.rows(0, n_train)
     val = main.rows(n_train, n_train + n_val)
     test = main.rows(n_train + n_val, n)
-    for key, paths in (("data.val_path", cfg.val_path), ("data.test_path", cfg.test_path)):
-        if paths:
+    for key in ("data.val_path", "data.test_path"):
+        if key in files:  # (a split not scored: its file not read)
             split, split_report = read_files(files[key], cfg.schema, max_bad)
             report.merge(split_report, max_bad)
             report.inputs[key] = split_report.counts()

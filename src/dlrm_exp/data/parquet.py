@@ -150,11 +150,12 @@ def _opened(files: "OrderedDict[Path, pq.ParquetFile]", path: Path) -> pq.Parque
     return files[path]
 
 
-def load_parquet(cfg: ParquetDataConfig) -> DataSplits:
+def load_parquet(cfg: ParquetDataConfig, scored: tuple[str, ...] | None = None) -> DataSplits:
     """The train / val / test splits of ``cfg`` (explicit files, or the last fractions of
     ``data.path``'s valid rows, validation first), checked against the schema. In a process
     group of several ranks, rank 0 reads the footers and labels for all (a collective: every
-    rank calls it).
+    rank calls it). ``scored``: the only splits the job reads (``mode=evaluate``; None: all):
+    the other inputs are not scanned, their splits empty.
 
     Raises:
         DataError: see :func:`~dlrm_exp.data.parquet_files.scan_files` (on every rank).
@@ -162,22 +163,22 @@ def load_parquet(cfg: ParquetDataConfig) -> DataSplits:
     schema = cfg.schema
 
     def scan_splits() -> tuple[dict[str, ParquetScan], dict[str, str]]:
-        files = resolve_inputs(cfg.input_paths(), resolve_parquet_paths)
+        files = resolve_inputs(cfg.read_inputs(scored), resolve_parquet_paths)
         kinds: dict[str, tuple[str, Path]] = {}  # one id type per column over every split
         scans = {key: _scan(named, key, schema, kinds) for key, named in files.items()}
         return scans, feature_id_kinds(kinds, schema)
 
     scans, id_kinds = on_rank_zero(scan_splits, SCAN_WAIT)  # labels read once, not per rank
-    # no data.path: an evaluation of files of their own (Config.reads_data_path)
+    # data.path unread: an evaluation of files of their own (Config.reads_data_path)
     segments = scans["data.path"].segments if "data.path" in scans else []
     total = sum(len(s) for s in segments)
     n_val = 0 if cfg.val_path else fraction_rows(total, cfg.val_fraction)
     n_test = 0 if cfg.test_path else fraction_rows(total, cfg.test_fraction)
     train, rest = _cut(segments, total - n_val - n_test)
     val, test = _cut(rest, n_val)
-    if cfg.val_path:
+    if "data.val_path" in scans:
         val = scans["data.val_path"].segments
-    if cfg.test_path:
+    if "data.test_path" in scans:
         test = scans["data.test_path"].segments
     splits = [ParquetSplit(s, schema) for s in (train, val, test)]
     info = DataInfo.of_splits(*splits, read=_report(scans), id_kinds=id_kinds)

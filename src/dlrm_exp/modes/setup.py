@@ -53,7 +53,7 @@ def preflight(cfg: Config) -> ShardingPlan:
     """What the parent can check before starting workers: data paths and the sharding plan
     (on the meta device, for the whole job, exactly as ``mode=plan`` plans it). Returns the
     plan, which the workers then use."""
-    check_input_paths(cfg.data)
+    check_input_paths(cfg.data, cfg.scored_inputs())
     check_ranks_per_host(cfg.hardware, cfg.hardware.nproc_per_node)  # the workers' own
     return plan_job(cfg, build_module(cfg)).plan
 
@@ -333,11 +333,16 @@ def warn_other_data_values(saved: dict[str, Any], cfg: Config) -> None:
     other values that decide which rows are scored: another ``data.val_fraction`` moves rows
     the run trained on into validation, and on generated data (synthetic, multi-hot) another
     ``seed`` plants another click model, scored near 0.5 AUROC. A split read from a file of
-    its own (``data.val_path``) takes no fraction: its fraction is not compared."""
+    its own (``data.val_path``) takes no fraction, nor any split where no scored row comes
+    from ``data.path``: their fractions are not compared (an untrue warning: diff review)."""
     recorded = saved.get("settings") or {}
     here = {"seed": cfg.seed, **flat_settings("data", cfg.data)}
-    own = {f"data.{s}_fraction" for s in ("val", "test") if getattr(cfg.data, f"{s}_path", None)}
-    keys = [k for k in recorded if k.startswith("data.") and k not in _SCORED_ROWS_KEEP | own]
+    uncut = {  # splits with files of their own, or every split where data.path goes unread
+        f"data.{s}_fraction"
+        for s in ("val", "test")
+        if getattr(cfg.data, f"{s}_path", None) or not cfg.reads_data_path()
+    }
+    keys = [k for k in recorded if k.startswith("data.") and k not in _SCORED_ROWS_KEEP | uncut]
     if is_generated(cfg.data):
         keys.append("seed")  # generated rows are the seed's
     differ = [f"{k}={recorded[k]} (here {here[k]})" for k in keys

@@ -1,36 +1,35 @@
-"""The heading of ``summary.md``: which runs it reads, what they varied, what they held fixed
-and which configuration the paired differences are taken against (a ``summary.md`` read on
-its own named none of these: precision-sweep review)."""
+"""The heading of ``summary.md``: which runs it reads, what varied between them, what they
+held the same and which configuration the paired differences are taken against (a
+``summary.md`` read on its own named none of these: precision-sweep review)."""
 
 from collections.abc import Sequence
 
 from dlrm_exp.record.compare import ConfigStats, has_repeats
-from dlrm_exp.record.runs import SEED, RunRecord, override_values, split_overrides
+from dlrm_exp.record.runs import SEED, RunRecord, override_values
 
 
 def heading_lines(
     runs: Sequence[RunRecord], stats: Sequence[ConfigStats] = (), baseline: str | None = None
 ) -> list[str]:
     """The Markdown lines above the summary table of ``runs``: a title, the runs'
-    configurations, seeds and folders, each swept key with its values in sweep order, the
-    overrides every run shared, and, where the statistics pair differences (``stats`` with
-    repeats), their baseline (``baseline``: the ``--baseline`` it was chosen by; None: the
-    first configuration with a completed run)."""
-    folders = ", ".join(dict.fromkeys(str(run.path.parent) for run in runs))
-    seeds = sorted({run.seed for run in runs})
+    configurations, seeds and folders (absolute), each override that varied between the runs
+    with its values in first-seen order, those every run shared, and, where the statistics
+    pair differences (``stats`` with repeats), their baseline (``baseline``: the
+    ``--baseline`` it was chosen by; None: the first configuration with a completed run)."""
+    folders = ", ".join(dict.fromkeys(f"`{run.path.parent.resolve()}`" for run in runs))
+    seeds = ", ".join(str(seed) for seed in sorted({run.seed for run in runs}))
     configs = len({run.config_id for run in runs})
+    varied, same = override_spread(runs)
     lines = [
-        "# Sweep summary",
+        "# Summary of runs",
         "",
-        f"- {len(runs)} run(s) of {configs} configuration(s), seed(s) "
-        f"{', '.join(map(str, seeds))}, in {folders}.",
+        f"- {len(runs)} run(s) of {configs} configuration(s), seed(s) {seeds}, in {folders}.",
     ]
-    swept = swept_values(runs)
-    if swept:
-        lines.append(
-            "- Swept: " + "; ".join(f"`{k}` = {', '.join(v)}" for k, v in swept.items()) + "."
-        )
-    lines.append(_fixed_line(runs))
+    if varied:
+        listed = "; ".join(f"`{k}` = {', '.join(f'`{v}`' for v in vs)}" for k, vs in varied.items())
+        lines.append(f"- Varied: {listed}.")
+    shared = " ".join(f"{k}={v}" for k, v in same.items())
+    lines.append(f"- The same in every run: `{shared}`." if shared else "- No other override.")
     if has_repeats(stats) and len(stats) > 1:
         how = (
             f"chosen with `--baseline {baseline}`"
@@ -42,29 +41,14 @@ def heading_lines(
     return lines
 
 
-def swept_values(runs: Sequence[RunRecord]) -> dict[str, list[str]]:
-    """``{key: its values as typed, in first-seen order}`` of the keys that make the runs'
-    configurations, then ``seed`` where the runs have several."""
-    keys = list(dict.fromkeys(key for run in runs for key in run.config_keys))
-    values: dict[str, list[str]] = {key: [] for key in keys}
-    for run in runs:
-        given = override_values(run.overrides)
-        for key in keys:
-            if key in given and given[key] not in values[key]:
-                values[key].append(given[key])
-    seeds = list(dict.fromkeys(str(run.seed) for run in runs))
-    if len(seeds) > 1:
-        values[SEED] = seeds
-    return {key: v for key, v in values.items() if v}
-
-
-def _fixed_line(runs: Sequence[RunRecord]) -> str:
-    """The overrides every run shared (neither swept nor the seed), or each configuration's
-    where they differ (sweeps reported together)."""
-    fixed = [" ".join(split_overrides(f)) for f in dict.fromkeys(run.fixed for run in runs)]
-    if fixed == [""]:
-        return "- Fixed: no other override (the config groups' defaults)."
-    if len(fixed) == 1:
-        return f"- Fixed in every run: `{fixed[0]}`."
-    listed = "; ".join(f"`{f}`" if f else "none" for f in fixed)
-    return f"- Fixed overrides differ between runs: {listed}."
+def override_spread(runs: Sequence[RunRecord]) -> tuple[dict[str, list[str]], dict[str, str]]:
+    """The runs' overrides but ``seed`` (given by the runs' seeds), split into those that
+    varied, ``{key: its values as typed, in first-seen order}`` (a key some runs leave unset
+    counts as ``(unset)``), and those every run gave the same value, ``{key: value}``. A
+    sweep's swept keys vary; what was swept in one of two sweeps reported together but fixed
+    in the other varies too (both called it swept or fixed: diff review)."""
+    given = [{k: v for k, v in override_values(run.overrides).items() if k != SEED} for run in runs]
+    keys = list(dict.fromkeys(key for values in given for key in values))
+    spread = {k: list(dict.fromkeys(values.get(k, "(unset)") for values in given)) for k in keys}
+    varied = {k: vs for k, vs in spread.items() if len(vs) > 1}
+    return varied, {k: vs[0] for k, vs in spread.items() if len(vs) == 1}

@@ -1,0 +1,34 @@
+"""summary.md's heading: what varied between the runs reported, what they shared."""
+
+from conftest import write_job
+from dlrm_exp.record.runs import load_runs
+from dlrm_exp.record.sweep_heading import heading_lines
+
+METRICS = {"status": "completed", "val": {"auroc": 0.7}, "seed": 0}
+
+
+def test_single_runs_list_what_varied_and_what_they_shared(tmp_path):
+    """Single runs reported together listed every shared override as swept, then "no other
+    override" (diff review)."""
+    for name, batch, seed in (("a", 32, 0), ("b", 64, 0), ("c", 64, 1)):
+        overrides = ["model=tiny", f"train.batch_size={batch}", f"seed={seed}", "data.path=*.pq"]
+        write_job(tmp_path / "runs", name, overrides, {**METRICS, "seed": seed})
+    lines = heading_lines(load_runs(sorted((tmp_path / "runs").iterdir())))
+    assert lines == [
+        "# Summary of runs",
+        "",
+        f"- 3 run(s) of 2 configuration(s), seed(s) 0, 1, in `{(tmp_path / 'runs').resolve()}`.",
+        "- Varied: `train.batch_size` = `32`, `64`.",  # each value as code: `*` is no emphasis
+        "- The same in every run: `model=tiny data.path=*.pq`.",
+    ]
+
+
+def test_a_key_swept_in_one_sweep_and_fixed_in_another_varies(tmp_path):
+    """Two sweeps reported together: the batch size fixed in each, at other values, varies;
+    a key one sweep left unset is said so."""
+    for number, qcomms in enumerate(("none", "fp16")):
+        write_job(tmp_path / "one", number, ["train.batch_size=64", f"qcomms={qcomms}"], METRICS)
+    write_job(tmp_path / "two", 0, ["train.batch_size=16"], METRICS)
+    lines = heading_lines(load_runs([tmp_path / "one", tmp_path / "two"]))
+    varied = "- Varied: `train.batch_size` = `64`, `16`; `qcomms` = `none`, `fp16`, `(unset)`."
+    assert varied in lines and lines[-1] == "- No other override."
