@@ -184,6 +184,17 @@ RULES = [
     ),
     (["hardware.hbm_mem_bw=3350"], r"hardware.hbm_mem_bw describes GPU memory"),
     (["hardware.hbm_to_ddr_mem_bw=64"], r"hardware.hbm_to_ddr_mem_bw describes GPU memory"),
+    (  # a GPU preset on CPU: every null to set in one message (one a refusal: docs review)
+        ["hardware=a100_40gb_x8", "hardware.compute_device=cpu"],
+        r"set hardware.backend=gloo for CPU \(and hardware.hbm_cap=null hardware.hbm_mem_bw=null "
+        r"hardware.hbm_to_ddr_mem_bw=null: GPU memory, which nothing reads on CPU\)",
+    ),
+    (
+        ["hardware=a100_40gb_x8", "hardware.compute_device=cpu", "hardware.backend=gloo"],
+        r"hardware.hbm_cap, hardware.hbm_mem_bw, hardware.hbm_to_ddr_mem_bw describe GPU memory, "
+        r"which only hardware.compute_device=cuda reads: on CPU set hardware.hbm_cap=null "
+        r"hardware.hbm_mem_bw=null hardware.hbm_to_ddr_mem_bw=null \(a GPU preset sets them",
+    ),
     (["verify.steps=0"], r"verify.steps must be positive"),
     (["seed=-1"], r"seed=-1: give a non-negative integer below 2\*\*64"),
     (

@@ -720,6 +720,12 @@ def test_only_settings_both_record_are_compared():
 
     assert changed_settings({"a": 1, "b": 2}, {"a": 1, "b": 3, "c": 4}) == ["b 2 -> 3"]
     assert changed_settings(None, {"a": 1}) == []
+    # no collective (one rank) and FP32 ones are one exact update: a 2-rank run resumed on 1
+    # rank was warned "qcomms FP32 -> none" (docs review); a codec is a change
+    assert changed_settings({"qcomms": "FP32"}, {"qcomms": "none"}) == []
+    assert changed_settings({"qcomms": "FP16/BF16"}, {"qcomms": "none"}) == [
+        "qcomms FP16/BF16 -> none"
+    ]
 
 
 def test_resume_step_maps_the_sample_position_to_another_world_size_or_batch():

@@ -117,26 +117,34 @@ class HardwareConfig:
                 f"hardware.local_world_size={self.nproc_per_node}",
             )
         if self.compute_device is ComputeDevice.cpu:
-            require(
+            nulls = " ".join(f"hardware.{key}=null" for key in self._gpu_memory_set())
+            require(  # with the nulls still to set: one refusal, not one a key (docs review)
                 self.backend is Backend.gloo,
-                "hardware.backend=nccl needs CUDA devices: set hardware.backend=gloo for CPU",
+                "hardware.backend=nccl needs CUDA devices: set hardware.backend=gloo for CPU"
+                + (f" (and {nulls}: GPU memory, which nothing reads on CPU)" if nulls else ""),
             )
             self._check_no_gpu_memory_keys()
 
+    def _gpu_memory_set(self) -> list[str]:
+        """The keys of :data:`GPU_MEMORY` that are set."""
+        return [key for key in self.GPU_MEMORY if getattr(self, key) is not None]
+
     def _check_no_gpu_memory_keys(self) -> None:
         """``hbm_cap``, ``hbm_mem_bw`` and ``hbm_to_ddr_mem_bw`` describe GPU memory: on CPU
-        nothing reads them (TorchRec's CPU kernels are costed by DDR bandwidth), so a set one
-        is refused rather than ignored (GPU review)."""
+        nothing reads them (TorchRec's CPU kernels are costed by DDR bandwidth), so set ones
+        are refused rather than ignored (GPU review), all named in one message."""
         gpu = {"hardware.compute_device": is_value("cuda"), "hardware": is_not_value("cpu")}
-        for key in self.GPU_MEMORY:
-            require_read(
-                getattr(self, key) is None,
-                f"hardware.{key} describes GPU memory, which only hardware.compute_device=cuda "
-                f"reads: on CPU set hardware.{key}=null (a GPU preset sets it: hardware=cpu runs "
-                "on this machine; plan for the preset's GPUs with its compute_device=cuda and "
-                "mode=plan)",
-                gpu,
-            )
+        keys = self._gpu_memory_set()
+        named = ", ".join(f"hardware.{key}" for key in keys)
+        require_read(
+            not keys,
+            f"{named} describe{'s' * (len(keys) == 1)} GPU memory, which only "
+            "hardware.compute_device=cuda reads: on CPU set "
+            f"{' '.join(f'hardware.{key}=null' for key in keys)} (a GPU preset sets "
+            f"{'them' if len(keys) > 1 else 'it'}: hardware=cpu runs on this machine; plan for "
+            "the preset's GPUs with its compute_device=cuda and mode=plan)",
+            gpu,
+        )
 
     @property
     def world_size(self) -> int:

@@ -192,14 +192,22 @@ class CheckpointLayout:
 def changed_settings(saved: dict[str, Any] | None, job: dict[str, Any] | None) -> list[str]:
     """``key old -> new`` for each setting (:attr:`CheckpointLayout.settings`) this job
     changes from the checkpoint's, sorted; only keys both record (a key added by a later
-    version is no change); none when either side has no record."""
+    version is no change), values as the update sees them (:func:`_as_update`); none when
+    either side has no record."""
     if not saved or not job:
         return []
     return [
         f"{key} {saved[key]} -> {job[key]}"
         for key in sorted(set(saved) & set(job))
-        if saved[key] != job[key]
+        if _as_update(key, saved[key]) != _as_update(key, job[key])
     ]
+
+
+def _as_update(key: str, value: Any) -> Any:
+    """A setting's value as the update sees it: embedding collectives in FP32 and none at all
+    (one rank) are one exact update, so a 2-rank run resumed on 1 rank changes no
+    ``qcomms`` (it was warned as ``qcomms FP32 -> none``: docs review)."""
+    return "FP32" if key == "qcomms" and value == "none" else value
 
 
 def checkpoint_path(run_dir: Path, step: int) -> Path:
