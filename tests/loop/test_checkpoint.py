@@ -192,6 +192,30 @@ def test_resume_auto_without_checkpoints_starts_fresh(tmp_path):
     assert run_train(cfg, tmp_path, {}).steps == 8
 
 
+def test_resume_auto_trains_an_interrupted_attempt_afresh_hiding_its_events(tmp_path):
+    """An interrupted sweep job without a step checkpoint, rerun with train.resume=auto as
+    the sweep's hint says, was refused (docs review): it trains afresh, and TensorBoard's
+    SessionLog.START at step 0 hides the attempt's points."""
+    from tensorboard.backend.event_processing.event_file_loader import EventFileLoader
+    from tensorboard.compat.proto.event_pb2 import SessionLog
+
+    run = [*QUICK, "train.max_steps=8", "train.val_every_n_steps=4", "train.keep_best=false"]
+    run_train(compose_cfg(run), tmp_path, {})
+    record = json.loads((tmp_path / "metrics.json").read_text())
+    (tmp_path / "metrics.json").write_text(json.dumps({**record, "status": "interrupted"}))
+    time.sleep(1.1)  # another event file name (they differ by the second)
+    again = run_train(compose_cfg([*run, "train.resume=auto"]), tmp_path, {})
+    assert again.status == "completed" and again.steps == 8
+    assert json.loads((tmp_path / "metrics.json").read_text())["status"] == "completed"
+    files = sorted(tmp_path.glob("events.out.tfevents.*"))
+    starts = [
+        [e.step for e in EventFileLoader(str(f)).Load()
+         if e.HasField("session_log") and e.session_log.status == SessionLog.START]
+        for f in files
+    ]  # fmt: skip
+    assert starts == [[], [0]]
+
+
 def test_a_fresh_start_refuses_an_earlier_runs_best_or_record(tmp_path):
     """Review: ``train.resume=auto`` finding no step checkpoint started fresh beside a finished
     run's ``checkpoints/best``, which evaluate then scored for this run's; a resume with
@@ -207,20 +231,31 @@ def test_a_fresh_start_refuses_an_earlier_runs_best_or_record(tmp_path):
         check_run_folder(tmp_path / "a", None, keep_best=True)
     with pytest.raises(RunFolderInUseError, match=r"train.keep_best=false, but .*best holds"):
         check_run_folder(tmp_path / "a", str(best), keep_best=False)
-    # a sweep job interrupted (or failed) without a step checkpoint keeps its best: the
-    # refusal says what the record is (it said "finished"; review)
-    for status, said in (("interrupted", "was interrupted"), ("failed", "failed")):
+    # a sweep job interrupted (or failed) without a step checkpoint, rerun with
+    # train.resume=auto as the sweep's hint says, starts afresh, its best dropped (it was
+    # refused: docs review)
+    for status in ("interrupted", "failed"):
         (tmp_path / "a" / "metrics.json").write_text(json.dumps({"status": status}))
-        with pytest.raises(RunFolderInUseError, match=rf"of a run that {said} \(metrics.json\)"):
-            check_run_folder(tmp_path / "a", "auto", keep_best=True)
-    (tmp_path / "a" / "metrics.json").write_text("{}")  # a finished run
-    # with resume=auto the refusal advised train.resume=auto (TensorBoard review)
-    with pytest.raises(RunFolderInUseError, match=r"best weights \(best\) but no step checkp"):
+        check_run_folder(tmp_path / "a", "auto", keep_best=True)
+    (tmp_path / "a" / "metrics.json").write_text("{}")  # a finished run: kept, said so (the
+    # refusal with resume=auto advised train.resume=auto: TensorBoard review; then removal)
+    kept = r"a run that finished \(metrics.json\) and its best weights \(best\), kept, but no"
+    with pytest.raises(RunFolderInUseError, match=kept):
         check_run_folder(tmp_path / "a", "auto", keep_best=True)
     (tmp_path / "b").mkdir()
     (tmp_path / "b" / "metrics.json").write_text("{}")
     with pytest.raises(RunFolderInUseError, match=r"the record of an earlier run \(metrics.json"):
         check_run_folder(tmp_path / "b", None, keep_best=True)
+    # train.resume=auto: a finished run's record is kept, not offered for removal; an
+    # attempt that failed or was interrupted and kept nothing starts afresh (an interrupted
+    # sweep rerun as its hint said was refused: docs review)
+    with pytest.raises(RunFolderInUseError, match=r"a run that finished \(metrics.json\), kept,"):
+        check_run_folder(tmp_path / "b", "auto", keep_best=True)
+    for status in ("interrupted", "failed"):  # (no best either)
+        (tmp_path / "b" / "metrics.json").write_text(json.dumps({"status": status}))
+        check_run_folder(tmp_path / "b", "auto", keep_best=True)
+        with pytest.raises(RunFolderInUseError, match=r"the record of an earlier run"):
+            check_run_folder(tmp_path / "b", None, keep_best=True)
     with pytest.raises(RunFolderInUseError, match=r"the record of an earlier run \(metrics.json"):
         run_train(compose_cfg(SMALL), tmp_path / "b", {})  # as the run calls it
 

@@ -192,6 +192,8 @@ def test_predict_scores_unlabeled_rows_and_refuses_a_mostly_malformed_file(
     evaluate = [f"checkpoint={run_dir}", "data=criteo_tsv", f"data.path={malformed}"]
     with pytest.raises(DataError, match=r"^data.path: 75 of 100 rows could not be evaluated \(75"):
         run_evaluate(compose_cfg(["mode=evaluate", *evaluate]), Job(tmp_path / "evaluate"))
+    with pytest.raises(DataError, match=r"\. Evaluation scores labelled rows; to score the valid"):
+        run_evaluate(compose_cfg(["mode=evaluate", *evaluate]), Job(tmp_path / "evaluate"))
     # the refusal names the file the scored rows came from
     bad_val = [*evaluate[:2], f"data.path={labeled}", f"data.val_path={malformed}", "split=val"]
     with pytest.raises(DataError, match=r"^data.val_path: 75 of 100 rows could not be evaluated"):

@@ -265,22 +265,27 @@ def check_no_earlier_run(run_dir: Path, best_too: bool = True, auto: bool = Fals
     one's, and a run that failed would leave the earlier run's ``metrics.json`` beside its own
     config. ``best_too=False``: a ``best`` is let be (a run resumed from another run's
     checkpoint adopts that run's best in its place, or removes it). ``auto``:
-    ``train.resume=auto`` found no step checkpoint here (the refusal then does not advise it).
+    ``train.resume=auto`` found no step checkpoint here (the refusal then does not advise it):
+    the record of an attempt that failed or was interrupted is no refusal, the run starts
+    afresh and drops that attempt's ``best`` (:func:`drop_stale_best`; an interrupted sweep's
+    job rerun as its hint says was refused: docs review); a finished run's record and
+    ``best`` are kept, and the refusal says so.
 
     Raises:
         RunFolderInUseError: naming the folder and what it holds.
     """
     best = best_checkpoint(run_dir) if best_too else None
-    held = ([best] if best else []) + complete_checkpoints(run_dir)
-    if best is not None and auto:  # (auto comes here finding no step checkpoint)
+    if auto:  # train.resume=auto found no step checkpoint beside this record
+        if _record_status(run_dir) != "finished":
+            return  # an attempt that failed or was interrupted: afresh, its best dropped
+        weights = f" and its best weights ({best.name})" if best else ""
         raise RunFolderInUseError(
-            f"{run_dir} holds the record of a run that {_record_status(run_dir)} "
-            f"(metrics.json), its best weights ({best.name}) but no step checkpoint that "
-            "train.resume=auto could continue (it saved none: "
-            "train.checkpoint_every_n_steps): "
-            f"train into another folder (hydra.run.dir=...), or remove {run_dir / CHECKPOINTS} "
-            "and its metrics.json to train it afresh here"
+            f"{run_dir} holds the record of a run that finished (metrics.json){weights}, "
+            "kept, but no step checkpoint that train.resume=auto could continue (it saved "
+            "none: train.checkpoint_every_n_steps): train into another folder "
+            "(hydra.run.dir=...) to train it again"
         )
+    held = ([best] if best else []) + complete_checkpoints(run_dir)
     if held:
         names = first_few([p.name for p in held])
         raise RunFolderInUseError(

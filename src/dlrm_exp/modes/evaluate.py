@@ -123,6 +123,9 @@ def _check_skipped(cfg: Config, splits: DataSplits, names: tuple[str, ...]) -> N
                 inputs_read(splits.info.read, {key}),
                 cfg.data.max_skipped_fraction,
                 "evaluated",
+                # (predict's advice, has_label=false, is none here: docs review)
+                fix="Evaluation scores labelled rows; to score the valid ones, raise "
+                "data.max_skipped_fraction (or set it to null)",
                 source=key,
             )
 

@@ -422,6 +422,8 @@ def _resume(
     (:meth:`Tracker.restart_history`)."""
     path, total_steps = run.resume_path, trainer.total_steps
     if path is None:
+        if run.cfg.train.resume == "auto":  # afresh over an earlier attempt: its events hidden
+            tracker.purge_from(0)
         return None, None
     saved = load_checkpoint(path, run.experiment.model, run.experiment.optimizer, layout)
     if run.ctx.is_main and "model.embedding_data_type" not in (saved.get("settings") or {}):

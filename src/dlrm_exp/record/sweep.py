@@ -216,7 +216,8 @@ def _print_not_started(sweep_dir: Path, mode: str) -> None:
     started = sum(1 for job in sweep_dir.iterdir() if (job / ".hydra").is_dir())
     if planned > started:
         how = (  # (train.resume means nothing to the other modes: diff review)
-            "and train.resume=auto runs them (and continues the interrupted one)"
+            "and train.resume=auto runs them (and continues the interrupted one from its "
+            "last step checkpoint, or trains it afresh; completed jobs are kept)"
             if mode == "train"
             else "runs them"
         )
