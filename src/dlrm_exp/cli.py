@@ -502,9 +502,15 @@ def _continue_hint() -> str:
         return "the same command converts only the unfinished days (and re-indexes contiguous ids)"
     if mode != "train":
         return f"mode={mode} leaves no half-written output: run the same command again"
-    from dlrm_exp.loop.checkpoint import resume_command  # (here: refusals need not load it)
+    from dlrm_exp.loop.checkpoint import complete_checkpoints, resume_command  # (refusals
+    # need not load it)
 
-    return f"{resume_command(job_dir, multirun)} continues training from the newest checkpoint"
+    if complete_checkpoints(job_dir):
+        return f"{resume_command(job_dir, multirun)} continues training from the newest checkpoint"
+    return (  # (it promised to continue where nothing could be: diff review)
+        f"it saved no step checkpoint (train.checkpoint_every_n_steps): "
+        f"{resume_command(job_dir, multirun, auto=False)} trains it again from its start"
+    )
 
 
 @contextmanager

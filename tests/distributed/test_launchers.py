@@ -223,7 +223,7 @@ def test_submitit_local_sweep_runs_two_task_jobs_and_requeues_a_preempted_one(tm
 @pytest.mark.parametrize(
     ("mode", "refusal"),
     [
-        ("train", "holds the record of an earlier run (metrics.json)"),
+        ("train", "holds the record of a run that finished (metrics.json), kept"),
         ("evaluate", "holds another run's metrics.json"),
     ],
 )

@@ -192,6 +192,30 @@ def test_resume_auto_without_checkpoints_starts_fresh(tmp_path):
     assert run_train(cfg, tmp_path, {}).steps == 8
 
 
+def test_an_abandoned_attempts_record_and_best_are_dropped_and_nothing_else(tmp_path, caplog):
+    """A failed first attempt's record stayed beside a second attempt's files (and a sweep's
+    summary gave its error) until the second wrote its own (diff review)."""
+    from dlrm_exp.loop.checkpoint import abandoned_attempt, drop_abandoned_attempt
+
+    def folder(name, status, steps=()):
+        for step in ("best", *steps):
+            (tmp_path / name / CHECKPOINTS / step).mkdir(parents=True)
+            (tmp_path / name / CHECKPOINTS / step / ".metadata").write_bytes(b"")
+            (tmp_path / name / CHECKPOINTS / step / STATE_FILE).write_text("{}")
+        (tmp_path / name / "metrics.json").write_text(json.dumps({"status": status}))
+        return tmp_path / name
+
+    with caplog.at_level(logging.WARNING):
+        for run_dir, abandoned in ((folder("f", "failed"), True),
+                                   (folder("i", "interrupted", ["step_4"]), False),
+                                   (folder("c", "completed"), False)):  # fmt: skip
+            assert abandoned_attempt(run_dir) is abandoned
+            drop_abandoned_attempt(run_dir)
+            assert (run_dir / "metrics.json").exists() is not abandoned
+            assert (run_dir / CHECKPOINTS / "best").exists() is not abandoned
+    assert "replacing the record of an earlier attempt that failed" in caplog.text
+
+
 def test_resume_auto_trains_an_interrupted_attempt_afresh_hiding_its_events(tmp_path):
     """An interrupted sweep job without a step checkpoint, rerun with train.resume=auto as
     the sweep's hint says, was refused (docs review): it trains afresh, and TensorBoard's
@@ -244,20 +268,23 @@ def test_a_fresh_start_refuses_an_earlier_runs_best_or_record(tmp_path):
         check_run_folder(tmp_path / "a", "auto", keep_best=True)
     (tmp_path / "b").mkdir()
     (tmp_path / "b" / "metrics.json").write_text("{}")
-    with pytest.raises(RunFolderInUseError, match=r"the record of an earlier run \(metrics.json"):
+    finished = r"the record of a run that finished \(metrics.json\), kept"
+    with pytest.raises(RunFolderInUseError, match=finished + r": train into another folder "):
         check_run_folder(tmp_path / "b", None, keep_best=True)
-    # train.resume=auto: a finished run's record is kept, not offered for removal; an
-    # attempt that failed or was interrupted and kept nothing starts afresh (an interrupted
-    # sweep rerun as its hint said was refused: docs review)
-    with pytest.raises(RunFolderInUseError, match=r"a run that finished \(metrics.json\), kept,"):
+    # a sweep's job is sent to another sweep folder, its record not offered for removal
+    with pytest.raises(RunFolderInUseError, match=r"sweep folder \(hydra.sweep.dir=...\) to tra"):
+        check_run_folder(tmp_path / "b", None, keep_best=True, multirun=True)
+    # train.resume=auto: a finished run's record is kept too; an attempt that failed or was
+    # interrupted and saved no step checkpoint is replaced, afresh or from another run's
+    # checkpoint (an interrupted sweep rerun as its hint said was refused: docs review)
+    with pytest.raises(RunFolderInUseError, match=finished + ", but no step checkpoint"):
         check_run_folder(tmp_path / "b", "auto", keep_best=True)
+    with pytest.raises(RunFolderInUseError, match=finished):
+        run_train(compose_cfg(SMALL), tmp_path / "b", {})  # as the run calls it
     for status in ("interrupted", "failed"):  # (no best either)
         (tmp_path / "b" / "metrics.json").write_text(json.dumps({"status": status}))
-        check_run_folder(tmp_path / "b", "auto", keep_best=True)
-        with pytest.raises(RunFolderInUseError, match=r"the record of an earlier run"):
-            check_run_folder(tmp_path / "b", None, keep_best=True)
-    with pytest.raises(RunFolderInUseError, match=r"the record of an earlier run \(metrics.json"):
-        run_train(compose_cfg(SMALL), tmp_path / "b", {})  # as the run calls it
+        for resume in ("auto", None, str(best)):
+            check_run_folder(tmp_path / "b", resume, keep_best=True)
 
 
 def test_a_resume_from_another_runs_checkpoint_refuses_a_folder_of_an_earlier_run(tmp_path):
@@ -282,7 +309,7 @@ def test_a_resume_from_another_runs_checkpoint_refuses_a_folder_of_an_earlier_ru
     check_run_folder(tmp_path / "b", str(own), keep_best=True)
     (tmp_path / "d").mkdir()
     (tmp_path / "d" / "metrics.json").write_text("{}")
-    with pytest.raises(RunFolderInUseError, match=r"the record of an earlier run \(metrics.json"):
+    with pytest.raises(RunFolderInUseError, match=r"the record of a run that finished \(metrics"):
         check_run_folder(tmp_path / "d", str(other), keep_best=True)
 
 

@@ -215,7 +215,7 @@ def test_a_job_rerun_that_fails_keeps_its_earlier_completed_record(tmp_path, cli
     write_job(sweep, 0, ["data=criteo_tsv"], done)
     missing = f"data.path={tmp_path / 'gone.tsv'}"
     rerun = cli_here(["-m", "data=criteo_tsv", missing, f"hydra.sweep.dir={sweep}"])
-    assert "Error in job " in rerun.stderr and "holds the record of an earlier run" in rerun.stderr
+    assert "Error in job " in rerun.stderr and "the record of a run that finished" in rerun.stderr
     assert json.loads((sweep / "0" / "metrics.json").read_text()) == done
     step = sweep / "0" / "checkpoints" / "step_4"  # what a resume finds: a complete checkpoint
     step.mkdir(parents=True)
@@ -670,7 +670,16 @@ def test_the_interruption_hint_fits_the_mode(monkeypatch, tmp_path):
     for mode in ("train", "preprocess", "predict"):
         monkeypatch.setattr(cli, "_job_folder", (False, tmp_path, mode))
         hints[mode] = cli._continue_hint()
+    # no step checkpoint: nothing to continue (it promised to: diff review)
     assert hints["train"] == (
+        "it saved no step checkpoint (train.checkpoint_every_n_steps): the same command with "
+        f"hydra.run.dir={tmp_path} trains it again from its start"
+    )
+    (tmp_path / "checkpoints" / "step_4").mkdir(parents=True)
+    (tmp_path / "checkpoints" / "step_4" / ".metadata").write_bytes(b"")
+    (tmp_path / "checkpoints" / "step_4" / "trainer_state.json").write_text("{}")
+    monkeypatch.setattr(cli, "_job_folder", (False, tmp_path, "train"))
+    assert cli._continue_hint() == (
         f"the same command with hydra.run.dir={tmp_path} train.resume=auto continues training "
         "from the newest checkpoint"
     )
@@ -702,8 +711,12 @@ def test_sigterm_ends_a_one_process_sweep_in_one_line_with_its_summary(tmp_path)
     assert job.returncode == 128 + signal.SIGTERM, err[-3000:]
     assert "The sweep was interrupted; the jobs that finished:" in out
     assert "Interrupted (SIGTERM)" in err and "Traceback" not in err
-    # continued in its own folders (the default one is new each time: auto found nothing)
-    assert f"the same -m command with hydra.sweep.dir={sweep} train.resume=auto continues" in err
+    # run again in its own folders (the default one is new each time), from its start: it
+    # saved no step checkpoint to continue from (it promised to: diff review)
+    assert (
+        "it saved no step checkpoint (train.checkpoint_every_n_steps): the same -m command with "
+        f"hydra.sweep.dir={sweep} trains it again from its start"
+    ) in err
     rows = list(csv.DictReader((sweep / "summary.csv").open()))
     assert [(r["run"], r["status"]) for r in rows] == [
         ("train.epochs=1", "completed"),

@@ -258,57 +258,95 @@ def _positioned(run_dir: Path) -> list[tuple[tuple[int, int], Path]]:
     return sorted(found)
 
 
-def check_no_earlier_run(run_dir: Path, best_too: bool = True, auto: bool = False) -> None:
+def check_no_earlier_run(
+    run_dir: Path, best_too: bool = True, auto: bool = False, multirun: bool = False
+) -> None:
     """A training run that starts fresh must start from an empty ``checkpoints/`` and no
     record: a later ``mode=evaluate|predict|export`` of the folder, or ``train.resume=auto``,
     would otherwise take an earlier run's checkpoint (its ``best``, or a later step) for this
     one's, and a run that failed would leave the earlier run's ``metrics.json`` beside its own
-    config. ``best_too=False``: a ``best`` is let be (a run resumed from another run's
-    checkpoint adopts that run's best in its place, or removes it). ``auto``:
-    ``train.resume=auto`` found no step checkpoint here (the refusal then does not advise it):
-    the record of an attempt that failed or was interrupted is no refusal, the run starts
-    afresh and drops that attempt's ``best`` (:func:`drop_stale_best`; an interrupted sweep's
-    job rerun as its hint says was refused: docs review); a finished run's record and
-    ``best`` are kept, and the refusal says so.
+    config. An abandoned attempt (:func:`abandoned_attempt`) is no refusal: the run replaces
+    it (:func:`drop_abandoned_attempt`; an interrupted sweep's job rerun as its hint said was
+    refused: docs review). ``best_too=False``: a ``best`` is let be (a run resumed from
+    another run's checkpoint adopts that run's best in its place, or removes it). ``auto``:
+    ``train.resume=auto`` found no step checkpoint beside a finished run's record, which is
+    kept, and the refusal says so. ``multirun``: a sweep's job (whose folder is chosen by
+    ``hydra.sweep.dir``, not ``hydra.run.dir``).
 
     Raises:
         RunFolderInUseError: naming the folder and what it holds.
     """
+    if abandoned_attempt(run_dir):
+        return
     best = best_checkpoint(run_dir) if best_too else None
-    if auto:  # train.resume=auto found no step checkpoint beside this record
-        if _record_status(run_dir) != "finished":
-            return  # an attempt that failed or was interrupted: afresh, its best dropped
+    other = (
+        "another sweep folder (hydra.sweep.dir=...)"
+        if multirun
+        else "another folder (hydra.run.dir=...)"
+    )
+    steps = complete_checkpoints(run_dir)
+    if (run_dir / "metrics.json").is_file() and not steps:  # a finished run's: kept
         weights = f" and its best weights ({best.name})" if best else ""
+        nothing = (  # (to say why auto cannot continue it, or why a best is no resume)
+            ", but no step checkpoint that train.resume=auto could continue (it saved none: "
+            "train.checkpoint_every_n_steps)"
+            if auto or best
+            else ""
+        )
+        remove = f"its metrics.json{' and checkpoints/' if best else ''}"
         raise RunFolderInUseError(
             f"{run_dir} holds the record of a run that finished (metrics.json){weights}, "
-            "kept, but no step checkpoint that train.resume=auto could continue (it saved "
-            "none: train.checkpoint_every_n_steps): train into another folder "
-            "(hydra.run.dir=...) to train it again"
+            f"kept{nothing}: train into {other} to train it again"
+            + ("" if multirun else f", or remove {remove}")  # (a sweep's rerun keeps them)
         )
-    held = ([best] if best else []) + complete_checkpoints(run_dir)
+    held = ([best] if best else []) + steps
     if held:
         names = first_few([p.name for p in held])
         raise RunFolderInUseError(
             f"{run_dir} holds the checkpoints of an earlier run ({names}): continue it with "
-            "train.resume=auto, train into another folder (hydra.run.dir=...), or remove "
-            f"{run_dir / CHECKPOINTS}"
-        )
-    if (run_dir / "metrics.json").is_file():
-        raise RunFolderInUseError(
-            f"{run_dir} holds the record of an earlier run (metrics.json): train into another "
-            "folder (hydra.run.dir=...), or remove it"
+            f"train.resume=auto, train into {other}, or remove {run_dir / CHECKPOINTS}"
         )
 
 
-def check_run_folder(run_dir: Path, resume: str | None, keep_best: bool) -> None:
+def abandoned_attempt(run_dir: Path) -> bool:
+    """Whether ``run_dir`` holds an abandoned attempt: the record of a run that failed or was
+    interrupted (``metrics.json``) and no complete step checkpoint to continue it from. A
+    training job started in the folder (afresh, ``train.resume=auto``, or from another run's
+    checkpoint) replaces it."""
+    record = run_dir / "metrics.json"
+    return (
+        record.is_file()
+        and _record_status(run_dir) != "finished"
+        and (not complete_checkpoints(run_dir))
+    )
+
+
+def drop_abandoned_attempt(run_dir: Path) -> None:
+    """Remove what an abandoned attempt (:func:`abandoned_attempt`) left that would be taken
+    for this run's: its ``best`` (:func:`drop_stale_best`) and its record (a failed record
+    stayed beside the new attempt's files, and a sweep's summary reported its error: diff
+    review). Its event files stay, hidden by the new run's TensorBoard purge."""
+    if not abandoned_attempt(run_dir):
+        return
+    drop_stale_best(run_dir)
+    log.warning(
+        "%s: replacing the record of an earlier attempt that %s and saved no step checkpoint",
+        run_dir, _record_status(run_dir),
+    )  # fmt: skip
+    (run_dir / "metrics.json").unlink()
+
+
+def check_run_folder(
+    run_dir: Path, resume: str | None, keep_best: bool, multirun: bool = False
+) -> None:
     """What a training run may find in its folder: a fresh start (``train.resume`` unset)
-    nothing of an earlier run (:func:`check_no_earlier_run`); ``train.resume=auto`` finding no
-    step checkpoint starts fresh too, refused only beside a run's ``metrics.json`` (of a run
-    that finished, failed or was interrupted: its ``best`` would be removed)
-    (an interrupted attempt of the job, a requeued one, may have left its ``best``, which the
-    fresh start removes: :func:`drop_stale_best`); a resume, no ``best`` it would not keep
+    nothing of an earlier run (:func:`check_no_earlier_run`, which lets an abandoned attempt
+    be replaced); ``train.resume=auto`` finding no step checkpoint starts fresh too, refused
+    only beside a finished run's ``metrics.json`` (an interrupted attempt of the job, a
+    requeued one, may have left its ``best``, which the fresh start removes:
+    :func:`drop_stale_best`); a resume, no ``best`` it would not keep
     (:func:`check_best_is_kept`), and one from another run's checkpoint, no step checkpoint or
-    record of an earlier run here either.
+    record of an earlier run here either. ``multirun``: a sweep's job.
 
     Raises:
         RunFolderInUseError: see those checks (a ``resume`` path that is no complete
@@ -319,10 +357,10 @@ def check_run_folder(run_dir: Path, resume: str | None, keep_best: bool) -> None
             # another run's checkpoint: training on from it here would mix this folder's
             # earlier run with it (pruning by samples removed the new checkpoints, evaluate
             # and train.resume=auto took the earlier run's later ones)
-            check_no_earlier_run(run_dir, best_too=False)
+            check_no_earlier_run(run_dir, best_too=False, multirun=multirun)
         check_best_is_kept(run_dir, keep_best)
     elif not resume or (run_dir / "metrics.json").is_file():  # a finished run's, no requeue
-        check_no_earlier_run(run_dir, auto=resume == "auto")
+        check_no_earlier_run(run_dir, auto=resume == "auto", multirun=multirun)
 
 
 def _record_status(run_dir: Path) -> str:
@@ -398,14 +436,16 @@ def _state(model: torch.nn.Module, optim_state: dict[str, Any]) -> dict[str, Any
     return {"model": model.state_dict(), "optim": optim_state["state"]}
 
 
-def resume_command(run_dir: Path, multirun: bool) -> str:
+def resume_command(run_dir: Path, multirun: bool, auto: bool = True) -> str:
     """The command that continues the training of run folder ``run_dir``: the same command
     with ``hydra.run.dir=<run_dir> train.resume=auto``, or for a job of a ``-m`` sweep (whose
     jobs go where ``hydra.sweep.dir`` says; ``hydra.run.dir`` is not read) the same ``-m``
-    command with ``hydra.sweep.dir=<its sweep folder>``."""
+    command with ``hydra.sweep.dir=<its sweep folder>``; ``auto=False``: without
+    ``train.resume=auto`` (a job that saved no step checkpoint runs again as it was asked)."""
+    resume = " train.resume=auto" if auto else ""
     if multirun:  # the job folders are <sweep dir>/<job number>
-        return f"the same -m command with hydra.sweep.dir={run_dir.parent} train.resume=auto"
-    return f"the same command with hydra.run.dir={run_dir} train.resume=auto"
+        return f"the same -m command with hydra.sweep.dir={run_dir.parent}{resume}"
+    return f"the same command with hydra.run.dir={run_dir}{resume}"
 
 
 def save_checkpoint(
@@ -614,8 +654,8 @@ def drop_stale_best(run_dir: Path) -> None:
     stale = best_checkpoint(run_dir)
     if stale is not None:
         log.warning(
-            "train.resume=auto starts fresh: removing %s, the best weights of an earlier "
-            "attempt in this folder whose step checkpoints are gone", stale,
+            "starting afresh: removing %s, the best weights of an earlier attempt in this "
+            "folder that saved no step checkpoint (or whose step checkpoints are gone)", stale,
         )  # fmt: skip
         _remove_folder(stale)
 

@@ -50,6 +50,7 @@ from dlrm_exp.loop.checkpoint import (
     changed_settings,
     check_run_folder,
     complete_checkpoints,
+    drop_abandoned_attempt,
     drop_stale_best,
     holds_best,
     later_checkpoints,
@@ -146,9 +147,8 @@ def run_train(
         saved = complete_checkpoints(run_dir)
         if not saved:
             raise
-        multirun = HydraConfig.initialized() and HydraConfig.get().mode == RunMode.MULTIRUN
         raise WorkerFailedError(
-            f"{err}; the complete checkpoints stay: {resume_command(run_dir, multirun)} "
+            f"{err}; the complete checkpoints stay: {resume_command(run_dir, _in_multirun())} "
             f"continues from {saved[-1].name}"
         ) from None
 
@@ -156,7 +156,12 @@ def run_train(
 def _check_folder(cfg: Config, run_dir: Path) -> None:
     """What training may find in its folder (see :func:`run_train`'s errors)."""
     check_writable(run_dir)
-    check_run_folder(run_dir, cfg.train.resume, cfg.train.keep_best)
+    check_run_folder(run_dir, cfg.train.resume, cfg.train.keep_best, _in_multirun())
+
+
+def _in_multirun() -> bool:
+    """Whether this job is one of a ``-m`` sweep's (its folder chosen by hydra.sweep.dir)."""
+    return HydraConfig.initialized() and HydraConfig.get().mode == RunMode.MULTIRUN
 
 
 @dataclass(frozen=True)
@@ -388,6 +393,7 @@ def _resume_path(cfg: Config, job: Job) -> Path | None:
         CheckpointError: the path is not a complete checkpoint folder, or one this run folder
             holds later checkpoints than (training on from it here would mix two runs).
     """
+    drop_abandoned_attempt(job.run_dir)  # (its record and best: this job replaces them)
     if not cfg.train.resume:
         return None
     path = resolve_resume(cfg.train.resume, job.run_dir)
@@ -421,9 +427,8 @@ def _resume(
     global batches, ``tracker`` sets the earlier event files aside
     (:meth:`Tracker.restart_history`)."""
     path, total_steps = run.resume_path, trainer.total_steps
-    if path is None:
-        if run.cfg.train.resume == "auto":  # afresh over an earlier attempt: its events hidden
-            tracker.purge_from(0)
+    if path is None:  # afresh: an earlier attempt's events here (if any) hidden
+        tracker.purge_from(0)
         return None, None
     saved = load_checkpoint(path, run.experiment.model, run.experiment.optimizer, layout)
     if run.ctx.is_main and "model.embedding_data_type" not in (saved.get("settings") or {}):

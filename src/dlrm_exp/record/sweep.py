@@ -216,8 +216,8 @@ def _print_not_started(sweep_dir: Path, mode: str) -> None:
     started = sum(1 for job in sweep_dir.iterdir() if (job / ".hydra").is_dir())
     if planned > started:
         how = (  # (train.resume means nothing to the other modes: diff review)
-            "and train.resume=auto runs them (and continues the interrupted one from its "
-            "last step checkpoint, or trains it afresh; completed jobs are kept)"
+            "runs them and the interrupted one again, completed jobs kept (add "
+            "train.resume=auto to continue jobs from their last step checkpoint)"
             if mode == "train"
             else "runs them"
         )
