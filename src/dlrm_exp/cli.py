@@ -43,7 +43,14 @@ from dlrm_exp.config.keys import check_data_option_keys, check_override_keys
 from dlrm_exp.config.store import DATA_OPTIONS
 from dlrm_exp.distributed.env import check_launcher_env, env_rank, launched_by_torchrun
 from dlrm_exp.distributed.submitit_env import adopt_submitit_environment, in_submitit_task
-from dlrm_exp.errors import ConfigError, Refusal, RunFolderInUseError, Terminated, UserError
+from dlrm_exp.errors import (
+    ConfigError,
+    FinishedRunKeptError,
+    Refusal,
+    RunFolderInUseError,
+    Terminated,
+    UserError,
+)
 from dlrm_exp.modes import Job, run_mode
 from dlrm_exp.record.kept_record import KeptRecord
 from dlrm_exp.record.run_record import COMPLETED, RunMetrics
@@ -114,6 +121,9 @@ def hydra_main(raw: DictConfig) -> float | None:
             # job's failure (a record here would replace it); a raise would fail this task,
             # and the submitit launcher ends the whole sweep on a failed task (FailedJobError)
             print(f"Error in job {name} (rank {env_rank()}): {err}", file=sys.stderr)
+            return math.nan
+        if isinstance(err, FinishedRunKeptError):  # a sweep rerun to finish the rest: no error
+            print(f"Job {name} kept: {err}", file=sys.stderr)
             return math.nan
         user_error = isinstance(err, (UserError, OmegaConfBaseException))
         if not user_error:

@@ -34,6 +34,11 @@ class RunFolderInUseError(Refusal):
     point puts back the ``.hydra/`` files Hydra wrote, :mod:`dlrm_exp.record.kept_record`)."""
 
 
+class FinishedRunKeptError(RunFolderInUseError):
+    """The run folder holds a finished run's record, which is kept: a sweep rerun into its
+    folder (to run its jobs that did not finish) says so of each such job, not as an error."""
+
+
 class OutputFolderInUseError(Refusal):
     """Another run writes into the output folder asked for (``preprocess.output_dir``,
     ``export.output_dir``) or the output file (``predict.output``), whose writers use fixed

@@ -61,7 +61,13 @@ from torch.distributed.checkpoint.api import CheckpointException
 from torch.distributed.checkpoint.metadata import Metadata, StorageMeta, TensorStorageMetadata
 
 from dlrm_exp.distributed.preemption import save_signals_held
-from dlrm_exp.errors import CheckpointError, DiskFullError, RunFolderInUseError, Terminated
+from dlrm_exp.errors import (
+    CheckpointError,
+    DiskFullError,
+    FinishedRunKeptError,
+    RunFolderInUseError,
+    Terminated,
+)
 from dlrm_exp.loop.run_origin import data_command
 from dlrm_exp.record.run_record import FAILED, INTERRUPTED
 from dlrm_exp.util.files import (
@@ -294,7 +300,7 @@ def check_no_earlier_run(
             else ""
         )
         remove = f"its metrics.json{' and checkpoints/' if best else ''}"
-        raise RunFolderInUseError(
+        raise FinishedRunKeptError(
             f"{run_dir} holds the record of a run that finished (metrics.json){weights}, "
             f"kept{nothing}: train into {other} to train it again"
             + ("" if multirun else f", or remove {remove}")  # (a sweep's rerun keeps them)
