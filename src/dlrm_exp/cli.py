@@ -53,7 +53,7 @@ from dlrm_exp.errors import (
 )
 from dlrm_exp.modes import Job, run_mode
 from dlrm_exp.record.kept_record import KeptRecord
-from dlrm_exp.record.run_record import COMPLETED, RunMetrics
+from dlrm_exp.record.run_record import COMPLETED, FAILED, INTERRUPTED, RunMetrics
 from dlrm_exp.record.runs import (
     mode_name,
     override_values,
@@ -64,6 +64,7 @@ from dlrm_exp.record.runs import (
     typed_task,
 )
 from dlrm_exp.record.sweep import summarize_interrupted_sweep
+from dlrm_exp.util.files import read_json_object
 from dlrm_exp.util.folder_lock import held_run_folder, hold_run_folder, release_run_folders
 from dlrm_exp.util.logs import configure_worker_logging, quiet_libraries, to_log_files
 
@@ -267,9 +268,13 @@ def _record_failure(path: Path, message: str, err: Exception) -> None:
 def _record_interruption(path: Path, err: KeyboardInterrupt | Terminated) -> None:
     """An interrupted sweep job's ``metrics.json`` (status ``interrupted``), so its summary
     and reports tell it from a job killed outright (``missing``); a record already there (the
-    job rerun in its folder) is kept. Never raises: the interruption ends the process."""
+    job rerun in its folder) is kept, unless it is an earlier attempt's that failed or was
+    interrupted (its error then stood for this one's: diff review). Never raises: the
+    interruption ends the process."""
     try:
-        if not path.exists():
+        # (an unreadable record, or one without a status, is kept as a finished run's)
+        earlier = (read_json_object(path) or {}).get("status", COMPLETED) if path.exists() else None
+        if earlier in (None, FAILED, INTERRUPTED):
             RunMetrics.interrupted(_signal(err).name, type(err).__name__).write(path)
     except OSError as write_error:
         log.warning("no interrupted record %s: %s", path, write_error)
@@ -517,9 +522,13 @@ def _continue_hint() -> str:
 
     if complete_checkpoints(job_dir):
         return f"{resume_command(job_dir, multirun)} continues training from the newest checkpoint"
-    return (  # (it promised to continue where nothing could be: diff review)
-        f"it saved no step checkpoint (train.checkpoint_every_n_steps): "
-        f"{resume_command(job_dir, multirun, auto=False)} trains it again from its start"
+    # (it promised to continue where nothing could be: diff review); a sweep's job, whose
+    # record marks it abandoned, runs again as asked (its train.resume=PATH kept), a single
+    # run, which left no record beside its best, with auto
+    again = resume_command(job_dir, multirun, auto=not multirun)
+    return (
+        f"it saved no step checkpoint (train.checkpoint_every_n_steps): {again} trains it "
+        "again from its start"
     )
 
 

@@ -192,10 +192,11 @@ def test_resume_auto_without_checkpoints_starts_fresh(tmp_path):
     assert run_train(cfg, tmp_path, {}).steps == 8
 
 
-def test_an_abandoned_attempts_record_and_best_are_dropped_and_nothing_else(tmp_path, caplog):
-    """A failed first attempt's record stayed beside a second attempt's files (and a sweep's
-    summary gave its error) until the second wrote its own (diff review)."""
-    from dlrm_exp.loop.checkpoint import abandoned_attempt, drop_abandoned_attempt
+def test_what_replaces_an_abandoned_attempt(tmp_path, caplog):
+    """A failed or interrupted record with no step checkpoint is an abandoned attempt, which a
+    job started afresh or from another run's checkpoint replaces, not one resumed from the
+    folder's own best (that best was removed, then not found: diff review)."""
+    from dlrm_exp.loop.checkpoint import abandoned_attempt, drop_attempt_record, replaces_attempt
 
     def folder(name, status, steps=()):
         for step in ("best", *steps):
@@ -205,14 +206,19 @@ def test_an_abandoned_attempts_record_and_best_are_dropped_and_nothing_else(tmp_
         (tmp_path / name / "metrics.json").write_text(json.dumps({"status": status}))
         return tmp_path / name
 
+    failed = folder("f", "failed")
+    for run_dir in (folder("i", "interrupted", ["step_4"]), folder("c", "completed")):
+        assert not abandoned_attempt(run_dir) and not replaces_attempt(run_dir, None)
+    assert abandoned_attempt(failed)
+    assert replaces_attempt(failed, None) and replaces_attempt(failed, "auto")
+    assert replaces_attempt(failed, str(tmp_path / "other" / CHECKPOINTS / "step_8"))
+    assert not replaces_attempt(failed, str(failed / CHECKPOINTS / "best"))
+    # resumed from another run's checkpoint, keep_best=false: the attempt's best is no best of
+    # this run from before its resume (it was refused so: diff review)
+    check_run_folder(failed, str(tmp_path / "other" / CHECKPOINTS / "step_8"), keep_best=False)
     with caplog.at_level(logging.WARNING):
-        for run_dir, abandoned in ((folder("f", "failed"), True),
-                                   (folder("i", "interrupted", ["step_4"]), False),
-                                   (folder("c", "completed"), False)):  # fmt: skip
-            assert abandoned_attempt(run_dir) is abandoned
-            drop_abandoned_attempt(run_dir)
-            assert (run_dir / "metrics.json").exists() is not abandoned
-            assert (run_dir / CHECKPOINTS / "best").exists() is not abandoned
+        drop_attempt_record(failed)
+    assert not (failed / "metrics.json").exists() and (failed / CHECKPOINTS / "best").exists()
     assert "replacing the record of an earlier attempt that failed" in caplog.text
 
 
@@ -238,6 +244,13 @@ def test_resume_auto_trains_an_interrupted_attempt_afresh_hiding_its_events(tmp_
         for f in files
     ]  # fmt: skip
     assert starts == [[], [0]]
+    # refused in the worker (a checkpoint to resume from that is not there), the rerun
+    # removed nothing: the attempt's record was gone before the refusal (diff review)
+    (tmp_path / "metrics.json").write_text(json.dumps({**record, "status": "interrupted"}))
+    gone = f"train.resume={tmp_path / 'other' / CHECKPOINTS / 'step_8'}"
+    with pytest.raises(CheckpointError, match="no checkpoint folder"):
+        run_train(compose_cfg([*run, gone]), tmp_path, {})
+    assert json.loads((tmp_path / "metrics.json").read_text())["status"] == "interrupted"
 
 
 def test_a_fresh_start_refuses_an_earlier_runs_best_or_record(tmp_path):
@@ -251,7 +264,9 @@ def test_a_fresh_start_refuses_an_earlier_runs_best_or_record(tmp_path):
     (best / ".metadata").write_bytes(b"")
     (best / STATE_FILE).write_text("{}")
     check_run_folder(tmp_path / "a", "auto", keep_best=True)  # an interrupted attempt: on
-    with pytest.raises(RunFolderInUseError, match=r"checkpoints of an earlier run \(best\)"):
+    # a best alone is no checkpoint train.resume=auto continues: said (it was told to)
+    alone = r"the best weights of an earlier run \(best\) and no step checkpoint to continue fr"
+    with pytest.raises(RunFolderInUseError, match=alone):
         check_run_folder(tmp_path / "a", None, keep_best=True)
     with pytest.raises(RunFolderInUseError, match=r"train.keep_best=false, but .*best holds"):
         check_run_folder(tmp_path / "a", str(best), keep_best=False)
@@ -714,15 +729,18 @@ def test_resume_under_another_sharding_type_or_world_size(
 def test_resume_auto_starting_fresh_removes_an_earlier_attempts_best(tmp_path, caplog):
     """Its step checkpoints gone, an earlier attempt's best stayed: the fresh run, validating
     once at its end, never replaced it, and evaluate scored the earlier attempt's weights
-    (resume review)."""
-    from dlrm_exp.modes.job import Job
-    from dlrm_exp.modes.train import _resume_path
-
+    (resume review). It goes once the run has passed its checks (removed before them, a
+    refusal lost it: diff review)."""
     best = tmp_path / "checkpoints" / "best"
     best.mkdir(parents=True)
     (best / ".metadata").write_bytes(b"")
     (best / "trainer_state.json").write_text("{}")
-    assert _resume_path(compose_cfg(["train.resume=auto"]), Job(tmp_path, {})) is None
+    auto = [*QUICK, "train.max_steps=4", "train.resume=auto", "train.keep_best=false"]
+    with pytest.raises(ConfigError):  # refused in the worker: kept
+        run_train(compose_cfg([*auto, "sharding=from_file", f"sharding.plan_path={tmp_path}"]),
+                  tmp_path, {})  # fmt: skip
+    assert best.is_dir()
+    run_train(compose_cfg(auto), tmp_path, {})
     assert not list((tmp_path / "checkpoints").iterdir())
     assert "removing" in caplog.text and "best weights of an earlier attempt" in caplog.text
 

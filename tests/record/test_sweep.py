@@ -672,10 +672,11 @@ def test_the_interruption_hint_fits_the_mode(monkeypatch, tmp_path):
     for mode in ("train", "preprocess", "predict"):
         monkeypatch.setattr(cli, "_job_folder", (False, tmp_path, mode))
         hints[mode] = cli._continue_hint()
-    # no step checkpoint: nothing to continue (it promised to: diff review)
+    # no step checkpoint: nothing to continue (it promised to: diff review); a single run
+    # left its best without a record, which auto replaces
     assert hints["train"] == (
         "it saved no step checkpoint (train.checkpoint_every_n_steps): the same command with "
-        f"hydra.run.dir={tmp_path} trains it again from its start"
+        f"hydra.run.dir={tmp_path} train.resume=auto trains it again from its start"
     )
     (tmp_path / "checkpoints" / "step_4").mkdir(parents=True)
     (tmp_path / "checkpoints" / "step_4" / ".metadata").write_bytes(b"")

@@ -272,7 +272,7 @@ def check_no_earlier_run(
     would otherwise take an earlier run's checkpoint (its ``best``, or a later step) for this
     one's, and a run that failed would leave the earlier run's ``metrics.json`` beside its own
     config. An abandoned attempt (:func:`abandoned_attempt`) is no refusal: the run replaces
-    it (:func:`drop_abandoned_attempt`; an interrupted sweep's job rerun as its hint said was
+    it (:func:`replaces_attempt`; an interrupted sweep's job rerun as its hint said was
     refused: docs review). ``best_too=False``: a ``best`` is let be (a run resumed from
     another run's checkpoint adopts that run's best in its place, or removes it). ``auto``:
     ``train.resume=auto`` found no step checkpoint beside a finished run's record, which is
@@ -305,9 +305,14 @@ def check_no_earlier_run(
             f"kept{nothing}: train into {other} to train it again"
             + ("" if multirun else f", or remove {remove}")  # (a sweep's rerun keeps them)
         )
-    held = ([best] if best else []) + steps
-    if held:
-        names = first_few([p.name for p in held])
+    if best is not None and not steps:  # (auto cannot continue a best: it trains afresh)
+        raise RunFolderInUseError(
+            f"{run_dir} holds the best weights of an earlier run ({best.name}) and no step "
+            "checkpoint to continue from: train.resume=auto trains afresh here, replacing "
+            f"them; or train into {other}, or remove {run_dir / CHECKPOINTS}"
+        )
+    if steps:
+        names = first_few([p.name for p in ([best] if best else []) + steps])
         raise RunFolderInUseError(
             f"{run_dir} holds the checkpoints of an earlier run ({names}): continue it with "
             f"train.resume=auto, train into {other}, or remove {run_dir / CHECKPOINTS}"
@@ -327,19 +332,25 @@ def abandoned_attempt(run_dir: Path) -> bool:
     )
 
 
-def drop_abandoned_attempt(run_dir: Path) -> None:
-    """Remove what an abandoned attempt (:func:`abandoned_attempt`) left that would be taken
-    for this run's: its ``best`` (:func:`drop_stale_best`) and its record (a failed record
-    stayed beside the new attempt's files, and a sweep's summary reported its error: diff
-    review). Its event files stay, hidden by the new run's TensorBoard purge."""
-    if not abandoned_attempt(run_dir):
-        return
-    drop_stale_best(run_dir)
+def replaces_attempt(run_dir: Path, resume: str | None) -> bool:
+    """Whether a training job with ``train.resume=resume`` replaces an abandoned attempt in
+    ``run_dir`` (:func:`abandoned_attempt`): it starts afresh or from another run's
+    checkpoint, not from the folder's own ``best`` (which an attempt resumed from is kept:
+    it was removed, then not found: diff review)."""
+    own = bool(resume) and resume != "auto" and _in_folder(Path(str(resume)), run_dir)
+    return abandoned_attempt(run_dir) and not own
+
+
+def drop_attempt_record(run_dir: Path) -> None:
+    """Remove an abandoned attempt's record once the job replacing it has passed every check
+    and loaded what it starts from (removed at the job's start, a refusal then lost it: diff
+    review); a failed record stayed beside the new attempt's files until it wrote its own,
+    and a sweep's summary gave its error."""
     log.warning(
         "%s: replacing the record of an earlier attempt that %s and saved no step checkpoint",
         run_dir, _record_status(run_dir),
     )  # fmt: skip
-    (run_dir / "metrics.json").unlink()
+    (run_dir / "metrics.json").unlink(missing_ok=True)
 
 
 def check_run_folder(
@@ -364,7 +375,8 @@ def check_run_folder(
             # earlier run with it (pruning by samples removed the new checkpoints, evaluate
             # and train.resume=auto took the earlier run's later ones)
             check_no_earlier_run(run_dir, best_too=False, multirun=multirun)
-        check_best_is_kept(run_dir, keep_best)
+        if not replaces_attempt(run_dir, resume):  # (that best is no run's of this job's)
+            check_best_is_kept(run_dir, keep_best)
     elif not resume or (run_dir / "metrics.json").is_file():  # a finished run's, no requeue
         check_no_earlier_run(run_dir, auto=resume == "auto", multirun=multirun)
 

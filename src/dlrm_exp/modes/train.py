@@ -50,13 +50,14 @@ from dlrm_exp.loop.checkpoint import (
     changed_settings,
     check_run_folder,
     complete_checkpoints,
-    drop_abandoned_attempt,
+    drop_attempt_record,
     drop_stale_best,
     holds_best,
     later_checkpoints,
     load_checkpoint,
     load_model_weights,
     read_rank_state,
+    replaces_attempt,
     resolve_resume,
     resume_command,
     resume_step,
@@ -175,6 +176,7 @@ class _Run:
     experiment: Experiment
     plan_data: PlanRecord
     resume_path: Path | None = None  # the checkpoint train.resume loads (None: fresh)
+    replaces: bool = False  # it replaces an abandoned attempt (loop.checkpoint.replaces_attempt)
     resumed: dict[str, Any] = field(default_factory=dict)  # metrics.json's, filled on resume
 
 
@@ -203,13 +205,15 @@ def train_worker(
         job = shared_job(job, ctx)
         # rank 0 decides for all: hosts may list a shared folder differently (NFS caching), and
         # ranks that loaded different steps would train apart, then hang
-        resume_path = on_rank_zero(lambda: _resume_path(cfg, job))  # before building
+        resume_path, replaces = on_rank_zero(  # before building
+            lambda: (_resume_path(cfg, job), replaces_attempt(job.run_dir, cfg.train.resume))
+        )
         reset_peak_memory(ctx.device)  # this run's peak, not an earlier job's in this process
         splits, experiment = prepare(cfg, ctx, plan, loads_weights=resume_path is not None)
         plan_data = plan_record(
             experiment.plan, table_configs(cfg.model), ctx.world_size, ctx.local_world_size
         )
-        run = _Run(cfg, job, ctx, splits, experiment, plan_data, resume_path)
+        run = _Run(cfg, job, ctx, splits, experiment, plan_data, resume_path, replaces)
         if ctx.is_main:
             _announce(run)
             warn_unscored(cfg, splits, ("val", "test"), ctx.world_size)
@@ -225,6 +229,8 @@ def train_worker(
             start, kept = _resume(run, layout, samples_per_step, trainer, tracker)
             if kept is not None:
                 return kept
+            if ctx.is_main:
+                _replace_attempt(run, start, tracker)
             with comm.installed():
                 result = _fit(trainer, run, start, tracker)
             metrics = _run_metrics(run, result, comm, time.time() - job.started)
@@ -393,14 +399,12 @@ def _resume_path(cfg: Config, job: Job) -> Path | None:
         CheckpointError: the path is not a complete checkpoint folder, or one this run folder
             holds later checkpoints than (training on from it here would mix two runs).
     """
-    drop_abandoned_attempt(job.run_dir)  # (its record and best: this job replaces them)
     if not cfg.train.resume:
         return None
     path = resolve_resume(cfg.train.resume, job.run_dir)
     if path is None:
         log.info("train.resume=auto: no complete checkpoint in %s, starting fresh", job.run_dir)
-        drop_stale_best(job.run_dir)
-        return None
+        return None  # (a stale best goes once the run passed its checks: _replace_attempt)
     auto = cfg.train.resume == "auto"  # the newest: none is later
     later = [] if auto else later_checkpoints(job.run_dir, path)
     if later:
@@ -471,6 +475,28 @@ def _resume(
     if between and run.ctx.is_main:
         log.warning(between)
     return state, kept
+
+
+def _replace_attempt(run: _Run, start: TrainerState | None, tracker: Tracker) -> None:
+    """Rank 0, once every check passed and the start point is loaded (earlier, a refusal
+    lost what was removed: diff review): what an earlier attempt in the folder left that
+    would be taken for this run's goes. Starting afresh with ``train.resume=auto`` or over an
+    abandoned attempt, its ``best`` (:func:`drop_stale_best`; a requeued job's too); over an
+    abandoned attempt, its record (:func:`drop_attempt_record`) and, where this job resumed
+    from another run's checkpoint, its TensorBoard points, set aside (one curve joined the
+    two: diff review; a fresh start hides them with :func:`_resume`'s purge)."""
+    run_dir = run.job.run_dir
+    if start is None and (run.cfg.train.resume == "auto" or run.replaces):
+        drop_stale_best(run_dir)
+    if not run.replaces:
+        return
+    drop_attempt_record(run_dir)
+    if start is not None:
+        aside = tracker.restart_history(
+            "tensorboard_earlier_attempt", start.val_history, start.train_windows
+        )
+        if aside is not None:
+            log.warning("the earlier attempt's TensorBoard points moved to %s", aside)
 
 
 def _restart_history(tracker: Tracker, state: TrainerState, saved_step: int) -> None:

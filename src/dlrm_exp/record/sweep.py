@@ -216,8 +216,8 @@ def _print_not_started(sweep_dir: Path, mode: str) -> None:
     started = sum(1 for job in sweep_dir.iterdir() if (job / ".hydra").is_dir())
     if planned > started:
         how = (  # (train.resume means nothing to the other modes: diff review)
-            "runs them and the interrupted one again, completed jobs kept (add "
-            "train.resume=auto to continue jobs from their last step checkpoint)"
+            "runs them, and an interrupted job that saved no step checkpoint again from its "
+            "start (one that did continues with train.resume=auto); completed jobs are kept"
             if mode == "train"
             else "runs them"
         )
