@@ -75,7 +75,7 @@ register_configs()
 #: (:func:`main`); put back when the run is refused before it starts (:func:`_refused`).
 _kept_record: KeptRecord | None = None
 #: (multirun, folder, mode) of the job this process started last: where an interrupted run goes on.
-_job_folder: tuple[bool, Path, str] | None = None
+_job_folder: tuple[bool, Path, str, str | None] | None = None
 
 
 @hydra.main(version_base="1.3", config_path=str(conf_dir()), config_name="config")
@@ -88,7 +88,9 @@ def hydra_main(raw: DictConfig) -> float | None:
     hydra_cfg = HydraConfig.get()
     run_dir = Path(hydra_cfg.runtime.output_dir)
     if env_rank() == 0:  # a torchrun rank > 0 runs in "." (it writes no folder)
-        _job_folder = (hydra_cfg.mode == RunMode.MULTIRUN, run_dir.absolute(), mode_name(raw))
+        resume = OmegaConf.select(raw, "train.resume")  # (the hint keeps a PATH: review)
+        multirun = hydra_cfg.mode == RunMode.MULTIRUN
+        _job_folder = (multirun, run_dir.absolute(), mode_name(raw), resume)
     if hydra_cfg.mode != RunMode.MULTIRUN:
         try:
             return _run(raw, run_dir, None)
@@ -512,7 +514,7 @@ def _continue_hint() -> str:
             "training from the newest checkpoint, and mode=preprocess run again converts only "
             "the unfinished days (and re-indexes contiguous ids)"
         )
-    multirun, job_dir, mode = _job_folder
+    multirun, job_dir, mode, resume = _job_folder
     if mode == "preprocess":
         return "the same command converts only the unfinished days (and re-indexes contiguous ids)"
     if mode != "train":
@@ -522,13 +524,16 @@ def _continue_hint() -> str:
 
     if complete_checkpoints(job_dir):
         return f"{resume_command(job_dir, multirun)} continues training from the newest checkpoint"
-    # (it promised to continue where nothing could be: diff review); a sweep's job, whose
-    # record marks it abandoned, runs again as asked (its train.resume=PATH kept), a single
-    # run, which left no record beside its best, with auto
-    again = resume_command(job_dir, multirun, auto=not multirun)
+    # (it promised to continue where nothing could be: diff review); a job started from a
+    # checkpoint (train.resume=PATH) starts from it again with the same command (auto threw
+    # that away: diff review); a sweep's job, whose record marks it abandoned, runs again as
+    # asked; a single run, which left no record beside its best, with auto
+    fresh = resume in (None, "", "auto")
+    again = resume_command(job_dir, multirun, auto=fresh and not multirun)
+    start = "its start" if fresh else f"train.resume={resume}"
     return (
         f"it saved no step checkpoint (train.checkpoint_every_n_steps): {again} trains it "
-        "again from its start"
+        f"again from {start}"
     )
 
 

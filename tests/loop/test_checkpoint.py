@@ -21,7 +21,12 @@ import torch
 from conftest import REPO, compose_cfg, two_process_job
 from conftest import SMALL as QUICK
 from dlrm_exp.data import batches
-from dlrm_exp.errors import ConfigError, NonFiniteLossError, RunFolderInUseError
+from dlrm_exp.errors import (
+    ConfigError,
+    FinishedRunKeptError,
+    NonFiniteLossError,
+    RunFolderInUseError,
+)
 from dlrm_exp.factories import experiment
 from dlrm_exp.loop import checkpoint as checkpoint_module
 from dlrm_exp.loop import trainer
@@ -150,9 +155,10 @@ def test_a_fresh_run_into_a_folder_with_checkpoints_is_refused_and_keeps_its_rec
     assert cli_here(first).returncode == 0
     record = (run_dir / "metrics.json").read_bytes()
     again = cli_here([*first, "optimizer.learning_rate=0.05"])
-    assert f"{run_dir} holds the checkpoints of an earlier run (step_8): continue it with " in (
-        again.stderr
-    )
+    assert (  # a finished job's: kept, said as such (an error line before: diff review)
+        f"{run_dir} holds the record of a run that finished (metrics.json) and its checkpoints "
+        "(step_8), kept: train.resume=auto trains it on where more steps are asked for"
+    ) in again.stderr and "Error in job" not in again.stderr
     assert (run_dir / "metrics.json").read_bytes() == record  # still the first run's record
     assert [p.name for p in complete_checkpoints(run_dir)] == ["step_8"]
     assert cli_here([*first, "train.resume=auto"]).returncode == 0  # resuming is the way on
@@ -220,6 +226,26 @@ def test_what_replaces_an_abandoned_attempt(tmp_path, caplog):
         drop_attempt_record(failed)
     assert not (failed / "metrics.json").exists() and (failed / CHECKPOINTS / "best").exists()
     assert "replacing the record of an earlier attempt that failed" in caplog.text
+
+
+def test_a_resume_from_another_run_over_an_abandoned_attempt(tmp_path):
+    """The attempt's best stayed with train.keep_best=false and evaluate scored it; its
+    TensorBoard points joined the new run's curve (diff review): the best goes, the points
+    move to tensorboard_earlier_attempt/."""
+    run = [*QUICK, "train.max_steps=8", "train.val_every_n_steps=4"]
+    run_train(compose_cfg([*run, "train.checkpoint_every_n_steps=4"]), tmp_path / "a", {})
+    run_train(compose_cfg(run), tmp_path / "b", {})
+    record = json.loads((tmp_path / "b" / "metrics.json").read_text())
+    (tmp_path / "b" / "metrics.json").write_text(json.dumps({**record, "status": "failed"}))
+    assert (tmp_path / "b" / CHECKPOINTS / "best").is_dir()
+    time.sleep(1.1)  # another event file name (they differ by the second)
+    step_4 = f"train.resume={tmp_path / 'a' / CHECKPOINTS / 'step_4'}"
+    again = run_train(compose_cfg([*run, step_4, "train.keep_best=false"]), tmp_path / "b", {})
+    assert again.status == "completed" and again.resumed["step"] == 4
+    assert not (tmp_path / "b" / CHECKPOINTS / "best").exists()
+    aside = tmp_path / "b" / "tensorboard_earlier_attempt"
+    assert len(list(aside.glob("events.out.tfevents.*"))) == 1
+    assert len(list((tmp_path / "b").glob("events.out.tfevents.*"))) == 1
 
 
 def test_resume_auto_trains_an_interrupted_attempt_afresh_hiding_its_events(tmp_path):
@@ -294,6 +320,13 @@ def test_a_fresh_start_refuses_an_earlier_runs_best_or_record(tmp_path):
     # checkpoint (an interrupted sweep rerun as its hint said was refused: docs review)
     with pytest.raises(RunFolderInUseError, match=finished + ", but no step checkpoint"):
         check_run_folder(tmp_path / "b", "auto", keep_best=True)
+    # with step checkpoints too: kept, not an error in a sweep's rerun (diff review)
+    (tmp_path / "e" / CHECKPOINTS / "step_4").mkdir(parents=True)
+    (tmp_path / "e" / CHECKPOINTS / "step_4" / ".metadata").write_bytes(b"")
+    (tmp_path / "e" / CHECKPOINTS / "step_4" / STATE_FILE).write_text("{}")
+    (tmp_path / "e" / "metrics.json").write_text("{}")
+    with pytest.raises(FinishedRunKeptError, match=r"and its checkpoints \(step_4\), kept: "):
+        check_run_folder(tmp_path / "e", None, keep_best=True, multirun=True)
     with pytest.raises(RunFolderInUseError, match=finished):
         run_train(compose_cfg(SMALL), tmp_path / "b", {})  # as the run calls it
     for status in ("interrupted", "failed"):  # (no best either)

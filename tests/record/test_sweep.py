@@ -670,7 +670,7 @@ def test_the_interruption_hint_fits_the_mode(monkeypatch, tmp_path):
 
     hints = {}
     for mode in ("train", "preprocess", "predict"):
-        monkeypatch.setattr(cli, "_job_folder", (False, tmp_path, mode))
+        monkeypatch.setattr(cli, "_job_folder", (False, tmp_path, mode, None))
         hints[mode] = cli._continue_hint()
     # no step checkpoint: nothing to continue (it promised to: diff review); a single run
     # left its best without a record, which auto replaces
@@ -681,7 +681,14 @@ def test_the_interruption_hint_fits_the_mode(monkeypatch, tmp_path):
     (tmp_path / "checkpoints" / "step_4").mkdir(parents=True)
     (tmp_path / "checkpoints" / "step_4" / ".metadata").write_bytes(b"")
     (tmp_path / "checkpoints" / "step_4" / "trainer_state.json").write_text("{}")
-    monkeypatch.setattr(cli, "_job_folder", (False, tmp_path, "train"))
+    # started from another checkpoint: the same command starts from it again (auto threw
+    # it away and trained from random weights: diff review)
+    monkeypatch.setattr(cli, "_job_folder", (True, tmp_path / "0", "train", "/r/checkpoints/b"))
+    assert cli._continue_hint() == (
+        "it saved no step checkpoint (train.checkpoint_every_n_steps): the same -m command with "
+        f"hydra.sweep.dir={tmp_path} trains it again from train.resume=/r/checkpoints/b"
+    )
+    monkeypatch.setattr(cli, "_job_folder", (False, tmp_path, "train", None))
     assert cli._continue_hint() == (
         f"the same command with hydra.run.dir={tmp_path} train.resume=auto continues training "
         "from the newest checkpoint"

@@ -311,8 +311,14 @@ def check_no_earlier_run(
             "checkpoint to continue from: train.resume=auto trains afresh here, replacing "
             f"them; or train into {other}, or remove {run_dir / CHECKPOINTS}"
         )
+    names = first_few([p.name for p in ([best] if best else []) + steps])
+    if steps and _record_status(run_dir) == "finished" and (run_dir / "metrics.json").is_file():
+        raise FinishedRunKeptError(  # (a sweep rerun called it an error: diff review)
+            f"{run_dir} holds the record of a run that finished (metrics.json) and its "
+            f"checkpoints ({names}), kept: train.resume=auto trains it on where more steps "
+            f"are asked for; train into {other} to train it again"
+        )
     if steps:
-        names = first_few([p.name for p in ([best] if best else []) + steps])
         raise RunFolderInUseError(
             f"{run_dir} holds the checkpoints of an earlier run ({names}): continue it with "
             f"train.resume=auto, train into {other}, or remove {run_dir / CHECKPOINTS}"

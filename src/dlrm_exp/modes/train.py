@@ -459,7 +459,9 @@ def _resume(
     state.reconsider_stop(run.cfg.train, total_steps)
     log.info("resumed from %s at step %d", path, state.step)
     run.resumed.update(checkpoint=str(path), step=state.step, changed_settings=changed)
-    if int(saved["step"]) != state.step:
+    if run.replaces:  # the folder's events are an abandoned attempt's: _replace_attempt's
+        pass
+    elif int(saved["step"]) != state.step:
         _restart_history(tracker, state, int(saved["step"]))
     else:  # what the earlier run logged after its checkpoint is logged again
         tracker.purge_from(state.step + 1)
@@ -485,16 +487,20 @@ def _replace_attempt(run: _Run, start: TrainerState | None, tracker: Tracker) ->
     abandoned attempt, its record (:func:`drop_attempt_record`) and, where this job resumed
     from another run's checkpoint, its TensorBoard points, set aside (one curve joined the
     two: diff review; a fresh start hides them with :func:`_resume`'s purge)."""
-    run_dir = run.job.run_dir
-    if start is None and (run.cfg.train.resume == "auto" or run.replaces):
+    run_dir, fresh = run.job.run_dir, start is None
+    # (resumed with keep_best, adopt_best replaced or removed it; without, it stayed and was
+    # scored: diff review)
+    auto_fresh = fresh and run.cfg.train.resume == "auto"
+    if auto_fresh or (run.replaces and (fresh or not run.cfg.train.keep_best)):
         drop_stale_best(run_dir)
     if not run.replaces:
         return
     drop_attempt_record(run_dir)
-    if start is not None:
-        aside = tracker.restart_history(
-            "tensorboard_earlier_attempt", start.val_history, start.train_windows
-        )
+    if start is not None:  # a folder of its own for each attempt set aside (they overlapped)
+        taken = {p.name for p in (tracker.folder or run_dir).glob("tensorboard_earlier_*")}
+        name = next(f"tensorboard_earlier_attempt{n or ''}" for n in range(len(taken) + 1)
+                    if f"tensorboard_earlier_attempt{n or ''}" not in taken)  # fmt: skip
+        aside = tracker.restart_history(name, start.val_history, start.train_windows)
         if aside is not None:
             log.warning("the earlier attempt's TensorBoard points moved to %s", aside)
 
