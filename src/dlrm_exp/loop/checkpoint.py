@@ -678,8 +678,9 @@ def drop_stale_best(run_dir: Path) -> None:
     stale = best_checkpoint(run_dir)
     if stale is not None:
         log.warning(
-            "starting afresh: removing %s, the best weights of an earlier attempt in this "
-            "folder that saved no step checkpoint (or whose step checkpoints are gone)", stale,
+            "removing %s, the best weights of an earlier attempt in this folder that saved "
+            "no step checkpoint (or whose step checkpoints are gone): this run replaces it",
+            stale,
         )  # fmt: skip
         _remove_folder(stale)
 
