@@ -522,13 +522,19 @@ def _continue_hint() -> str:
     from dlrm_exp.loop.checkpoint import complete_checkpoints, resume_command  # (refusals
     # need not load it)
 
+    fresh = resume in (None, "", "auto")
     if complete_checkpoints(job_dir):
-        return f"{resume_command(job_dir, multirun)} continues training from the newest checkpoint"
+        hint = f"{resume_command(job_dir, multirun)} continues training from the newest checkpoint"
+        if multirun and not fresh:  # auto replaces the sweep's PATH for every job (review)
+            hint += (
+                f" (the sweep's jobs that saved none then start afresh, not from "
+                f"train.resume={resume}: run those again with it)"
+            )
+        return hint
     # (it promised to continue where nothing could be: diff review); a job started from a
     # checkpoint (train.resume=PATH) starts from it again with the same command (auto threw
     # that away: diff review); a sweep's job, whose record marks it abandoned, runs again as
     # asked; a single run, which left no record beside its best, with auto
-    fresh = resume in (None, "", "auto")
     again = resume_command(job_dir, multirun, auto=fresh and not multirun)
     start = "its start" if fresh else f"train.resume={resume}"
     return (

@@ -688,6 +688,14 @@ def test_the_interruption_hint_fits_the_mode(monkeypatch, tmp_path):
         "it saved no step checkpoint (train.checkpoint_every_n_steps): the same -m command with "
         f"hydra.sweep.dir={tmp_path} trains it again from train.resume=/r/checkpoints/b"
     )
+    monkeypatch.setattr(cli, "_job_folder", (True, tmp_path / "0", "train", "/r/b"))
+    (tmp_path / "0" / "checkpoints" / "step_4").mkdir(parents=True)
+    (tmp_path / "0" / "checkpoints" / "step_4" / ".metadata").write_bytes(b"")
+    (tmp_path / "0" / "checkpoints" / "step_4" / "trainer_state.json").write_text("{}")
+    assert cli._continue_hint().endswith(  # auto replaces the PATH for every job: said (review)
+        "continues training from the newest checkpoint (the sweep's jobs that saved none then "
+        "start afresh, not from train.resume=/r/b: run those again with it)"
+    )
     monkeypatch.setattr(cli, "_job_folder", (False, tmp_path, "train", None))
     assert cli._continue_hint() == (
         f"the same command with hydra.run.dir={tmp_path} train.resume=auto continues training "
