@@ -174,6 +174,18 @@ class FileSplitsConfig(DataConfig):
         fraction = {"val": self.val_fraction, "test": self.test_fraction}.get(split)
         return None if fraction == 0 else "data.path"
 
+    def cut_fractions(self) -> dict[str, float]:
+        """``{split: fraction}`` of the validation and test splits cut from ``data.path``'s
+        rows (a split read from a file of its own has none)."""
+        return {
+            split: fraction
+            for split, fraction, own in (
+                ("val", self.val_fraction, self.val_path),
+                ("test", self.test_fraction, self.test_path),
+            )
+            if not own
+        }
+
     def read_inputs(self, scored: tuple[str, ...] | None = None) -> dict[str, list[str]]:
         inputs = self.input_paths()
         if scored is None:

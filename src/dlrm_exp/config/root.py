@@ -272,7 +272,7 @@ class Config:
     def _check_npy_path(self) -> None:
         """``data=criteo_npy`` needs its folder, except to plan or export (which read no
         data: a ``dlrm_main_*`` run exported with its own ``experiment=`` was refused)."""
-        if not isinstance(self.data, CriteoNpyDataConfig) or self.mode in (Mode.plan, Mode.export):
+        if not isinstance(self.data, CriteoNpyDataConfig) or not self.reads_data_path():
             return
         require(
             bool(self.data.path),
@@ -292,10 +292,14 @@ class Config:
             return False
         if self.mode is not Mode.evaluate or not isinstance(self.data, FileSplitsConfig):
             return True
-        sources = {self.data.split_source(split) for split in self.scored_splits()}
-        return "data.path" in sources
+        return bool(self._splits_from_path())
 
-    def scored_inputs(self) -> tuple[str, ...] | None:
+    def _splits_from_path(self) -> list[str]:
+        """The scored splits (:meth:`scored_splits`) whose rows ``data.path`` holds."""
+        assert isinstance(self.data, FileSplitsConfig)
+        return [s for s in self.scored_splits() if self.data.split_source(s) == "data.path"]
+
+    def read_splits(self) -> tuple[str, ...] | None:
         """The splits whose inputs this job reads (:meth:`DataConfig.read_inputs`):
         ``mode=evaluate``'s scored ones; None: all."""
         return self.scored_splits() if self.mode is Mode.evaluate else None
@@ -307,8 +311,7 @@ class Config:
         if not isinstance(self.data, FileSplitsConfig) or not self.reads_data_path():
             return
         data = self.data
-        missing = [f"data.{split}_path" for split in self.scored_splits()
-                   if data.split_source(split) == "data.path"]  # fmt: skip
+        missing = [f"data.{split}_path" for split in self._splits_from_path()]
         require(
             bool(data.path),
             f"data.path is required: set data.path=<{data.path_holds}>"

@@ -20,6 +20,7 @@ from dlrm_exp.config import (
     CriteoNpyDataConfig,
     CriteoTsvDataConfig,
     DataConfig,
+    FileSplitsConfig,
     ParquetDataConfig,
     SyntheticDataConfig,
 )
@@ -90,44 +91,29 @@ def load_splits(
             _warn_skipped(read, cfg.max_skipped_fraction)
         kinds = criteo_id_kinds(cfg.feature_schema())
         info = DataInfo.of_splits(train, val, test, read=read, id_kinds=kinds)
-        info.rows = _rows_read(info.rows, scored, "data.path" in report.inputs)
-        check_split_rows(info.rows, _cut_fractions(cfg), scored)
-        return DataSplits(train, val, test, info)
+        return _counted(DataSplits(train, val, test, info), cfg, scored)
     if isinstance(cfg, CriteoNpyDataConfig):
         train, val, test, info = load_criteo_npy(cfg, table_sizes, seed)
         folder = str(Path(cfg.path).expanduser().resolve())
         return DataSplits(train, val, test, replace(info, folder=folder))
     if isinstance(cfg, ParquetDataConfig):
-        splits = load_parquet(cfg, scored)
-        read_path = "data.path" in cfg.read_inputs(scored)
-        splits.info.rows = _rows_read(splits.info.rows, scored, read_path)
-        check_split_rows(splits.info.rows, _cut_fractions(cfg), scored)
-        return splits
+        return _counted(load_parquet(cfg, scored), cfg, scored)
     raise TypeError(f"unknown data config {type(cfg).__name__}")
 
 
-def _rows_read(
-    rows: dict[str, int], scored: tuple[str, ...] | None, read_path: bool
-) -> dict[str, int]:
-    """The row counts to record of a job that scores ``scored`` (None: all): those splits, and
-    the training split where ``data.path`` was read (``read_path``); a split never read had
-    "0" rows recorded (``train``, or a validation split beside a scored test file: review)."""
-    if scored is None:
-        return rows
-    return {k: n for k, n in rows.items() if k in scored or (k == "train" and read_path)}
-
-
-def _cut_fractions(cfg: CriteoTsvDataConfig | ParquetDataConfig) -> dict[str, float]:
-    """The fractions of ``data.path``'s rows cut off as validation and test (a split read
-    from a file of its own is none: it holds a valid row, or its read was refused)."""
-    return {
-        split: fraction
-        for split, fraction, own in (
-            ("val", cfg.val_fraction, cfg.val_path),
-            ("test", cfg.test_fraction, cfg.test_path),
-        )
-        if not own
-    }
+def _counted(
+    splits: DataSplits, cfg: FileSplitsConfig, scored: tuple[str, ...] | None
+) -> DataSplits:
+    """``splits`` of a file source with the row counts of the splits it read (``scored``:
+    :func:`load_splits`'), checked (:func:`check_split_rows`): a job scoring ``scored`` records
+    those splits, and the training split where ``data.path`` was read (a split never read had
+    "0" rows recorded: review)."""
+    if scored is not None:
+        read_path = "data.path" in cfg.read_inputs(scored)
+        splits.info.rows = {k: n for k, n in splits.info.rows.items()
+                            if k in scored or (k == "train" and read_path)}  # fmt: skip
+    check_split_rows(splits.info.rows, cfg.cut_fractions(), scored)
+    return splits
 
 
 def _warn_skipped(read: dict, limit: float | None) -> None:

@@ -385,14 +385,6 @@ def _cr_line_ends(files: list[Path]) -> bool:
     return b"\r" in head and b"\n" not in head
 
 
-def scored_inputs(cfg: CriteoTsvDataConfig, names: tuple[str, ...]) -> set[str]:
-    """The inputs whose rows the splits ``names`` are (:meth:`FileSplitsConfig.split_source`):
-    ``data.val_path`` / ``data.test_path`` when given, else ``data.path`` (always for
-    ``train``; for val or test a fraction of its rows, whose skipped ones cannot be told apart
-    from the training rows'), none for a split of fraction 0."""
-    return set(cfg.read_inputs(names))
-
-
 def load_criteo_tsv(
     cfg: CriteoTsvDataConfig, scored: tuple[str, ...] | None = None
 ) -> tuple[ClickData, ClickData, ClickData, ReadReport]:

@@ -16,7 +16,7 @@ from pathlib import Path
 from torchrec.distributed.types import ShardingPlan
 
 from dlrm_exp.config import Config, CriteoTsvDataConfig, EvalSplit
-from dlrm_exp.data.criteo_tsv import check_skipped_rows, inputs_read, scored_inputs
+from dlrm_exp.data.criteo_tsv import check_skipped_rows, inputs_read
 from dlrm_exp.data.splits import DataSplits, read_summary
 from dlrm_exp.distributed.launch import (
     check_devices,
@@ -118,7 +118,7 @@ def _check_skipped(cfg: Config, splits: DataSplits, names: tuple[str, ...]) -> N
     """TSV rows of a scored input skipped beyond ``data.max_skipped_fraction`` of its rows
     are refused (:func:`check_skipped_rows`), input by input."""
     if isinstance(cfg.data, CriteoTsvDataConfig) and splits.info.read:
-        for key in sorted(scored_inputs(cfg.data, names)):  # each file on its own: a clean
+        for key in sorted(cfg.data.read_inputs(names)):  # each file on its own: a clean
             check_skipped_rows(  # test file let a bad val file through (Criteo review)
                 inputs_read(splits.info.read, {key}),
                 cfg.data.max_skipped_fraction,
@@ -142,7 +142,7 @@ def evaluate_worker(
         location = cfg.checkpoint
         assert location is not None  # Config.__post_init__ requires it
         path = on_rank_zero(lambda: find_checkpoint(location))
-        names = ("val", "test") if cfg.split is EvalSplit.all else (cfg.split.value,)
+        names = cfg.scored_splits()
         splits, experiment = prepare(cfg, ctx, plan, loads_weights=True, scored=names)
         _check_skipped(cfg, splits, names)
         _check_rows(cfg, splits)

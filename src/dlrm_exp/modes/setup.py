@@ -15,7 +15,7 @@ from torch.distributed.elastic.multiprocessing.errors import record
 from torchrec.datasets.utils import Batch
 from torchrec.distributed.types import ShardingPlan
 
-from dlrm_exp.config import Config, EmbeddingDataType
+from dlrm_exp.config import Config, EmbeddingDataType, FileSplitsConfig
 from dlrm_exp.config.keys import flat_settings
 from dlrm_exp.data import (
     ClickData,
@@ -53,7 +53,7 @@ def preflight(cfg: Config) -> ShardingPlan:
     """What the parent can check before starting workers: data paths and the sharding plan
     (on the meta device, for the whole job, exactly as ``mode=plan`` plans it). Returns the
     plan, which the workers then use."""
-    check_input_paths(cfg.data, cfg.scored_inputs())
+    check_input_paths(cfg.data, cfg.read_splits())
     check_ranks_per_host(cfg.hardware, cfg.hardware.nproc_per_node)  # the workers' own
     return plan_job(cfg, build_module(cfg)).plan
 
@@ -337,10 +337,9 @@ def warn_other_data_values(saved: dict[str, Any], cfg: Config) -> None:
     from ``data.path``: their fractions are not compared (an untrue warning: diff review)."""
     recorded = saved.get("settings") or {}
     here = {"seed": cfg.seed, **flat_settings("data", cfg.data)}
+    cut = cfg.data.cut_fractions() if isinstance(cfg.data, FileSplitsConfig) else {}
     uncut = {  # splits with files of their own, or every split where data.path goes unread
-        f"data.{s}_fraction"
-        for s in ("val", "test")
-        if getattr(cfg.data, f"{s}_path", None) or not cfg.reads_data_path()
+        f"data.{s}_fraction" for s in ("val", "test") if s not in cut or not cfg.reads_data_path()
     }
     keys = [k for k in recorded if k.startswith("data.") and k not in _SCORED_ROWS_KEEP | uncut]
     if is_generated(cfg.data):

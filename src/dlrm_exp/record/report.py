@@ -69,8 +69,11 @@ from dlrm_exp.record.runs import (  # noqa: E402
     saved_sweep_values,
 )
 from dlrm_exp.record.stats import estimate  # noqa: E402
-from dlrm_exp.record.sweep import RECORDING_MODES, markdown_table, write_summary  # noqa: E402
-from dlrm_exp.record.sweep_heading import heading_lines  # noqa: E402
+from dlrm_exp.record.sweep import (  # noqa: E402
+    RECORDING_MODES,
+    summary_head,
+    write_summary,
+)
 from dlrm_exp.util.files import write_bytes_atomic  # noqa: E402
 from dlrm_exp.util.text import first_few  # noqa: E402
 
@@ -421,7 +424,7 @@ def report(
     completed = [r for r in runs if r.status == COMPLETED]
     plot_throughput(runs, out / PLOTS[0])
     plot_val_auroc(completed, out / PLOTS[1])
-    text = "\n".join([*heading_lines(runs, stats, baseline), "", markdown_table(rows)])
+    text = summary_head(runs, rows, stats, baseline)
     if any(_sent_embedding_bytes(run.metrics) for run in completed):
         plot_comm_bytes(runs, out / PLOTS[2])
     else:  # one process (or data_parallel tables only): bars of zero bytes say nothing

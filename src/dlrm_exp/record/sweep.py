@@ -99,6 +99,18 @@ def markdown_table(rows: Sequence[dict[str, Any]]) -> str:
     )
 
 
+def summary_head(
+    runs: Sequence[RunRecord],
+    rows: Sequence[dict[str, Any]],
+    stats: Sequence[ConfigStats] = (),
+    baseline: str | None = None,
+) -> str:
+    """``summary.md``'s heading (:func:`~dlrm_exp.record.sweep_heading.heading_lines`) and its
+    table of the runs' ``rows`` (:func:`summary_row`), as the sweep and the report print
+    them."""
+    return "\n".join([*heading_lines(runs, stats, baseline), "", markdown_table(rows)])
+
+
 def write_summary(
     out_dir: Path,
     runs: Sequence[RunRecord],
@@ -114,7 +126,7 @@ def write_summary(
     ``summary.md`` opens with :func:`~dlrm_exp.record.sweep_heading.heading_lines`
     (``baseline``: the ``--baseline`` the statistics were computed with)."""
     rows = [summary_row(run) for run in runs]
-    text = "\n".join([*heading_lines(runs, stats, baseline), "", markdown_table(rows)]) + "\n"
+    text = summary_head(runs, rows, stats, baseline) + "\n"
     if has_repeats(stats):
         text += "\n" + stats_markdown(stats) + "\n"
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -172,7 +184,7 @@ def summarize_sweep(config: DictConfig) -> bool:
         print(f"Error: {err}")
         stats = []
     rows = write_summary(sweep_dir, runs, stats)
-    print("\n".join([*heading_lines(runs, stats), "", markdown_table(rows)]))
+    print(summary_head(runs, rows, stats))
     if has_repeats(stats):
         print()
         print(stats_markdown(stats))
