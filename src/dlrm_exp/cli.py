@@ -53,7 +53,13 @@ from dlrm_exp.errors import (
 )
 from dlrm_exp.modes import Job, run_mode
 from dlrm_exp.record.kept_record import KeptRecord
-from dlrm_exp.record.run_record import COMPLETED, FAILED, INTERRUPTED, RunMetrics
+from dlrm_exp.record.run_record import (
+    COMPLETED,
+    FAILED,
+    INTERRUPTED,
+    RunMetrics,
+    record_status,
+)
 from dlrm_exp.record.runs import (
     mode_name,
     override_values,
@@ -64,7 +70,6 @@ from dlrm_exp.record.runs import (
     typed_task,
 )
 from dlrm_exp.record.sweep import summarize_interrupted_sweep
-from dlrm_exp.util.files import read_json_object
 from dlrm_exp.util.folder_lock import held_run_folder, hold_run_folder, release_run_folders
 from dlrm_exp.util.logs import configure_worker_logging, quiet_libraries, to_log_files
 
@@ -74,7 +79,8 @@ register_configs()
 #: The record of the folder ``hydra.run.dir=`` names, read before Hydra writes into it
 #: (:func:`main`); put back when the run is refused before it starts (:func:`_refused`).
 _kept_record: KeptRecord | None = None
-#: (multirun, folder, mode) of the job this process started last: where an interrupted run goes on.
+#: (multirun, folder, mode, train.resume) of the job this process started last: where an
+#: interrupted run goes on, and from what.
 _job_folder: tuple[bool, Path, str, str | None] | None = None
 
 
@@ -274,9 +280,7 @@ def _record_interruption(path: Path, err: KeyboardInterrupt | Terminated) -> Non
     interrupted (its error then stood for this one's: diff review). Never raises: the
     interruption ends the process."""
     try:
-        # (an unreadable record, or one without a status, is kept as a finished run's)
-        earlier = (read_json_object(path) or {}).get("status", COMPLETED) if path.exists() else None
-        if earlier in (None, FAILED, INTERRUPTED):
+        if record_status(path) in (None, FAILED, INTERRUPTED):  # (unreadable: kept)
             RunMetrics.interrupted(_signal(err).name, type(err).__name__).write(path)
     except OSError as write_error:
         log.warning("no interrupted record %s: %s", path, write_error)

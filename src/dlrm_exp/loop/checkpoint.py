@@ -69,10 +69,9 @@ from dlrm_exp.errors import (
     Terminated,
 )
 from dlrm_exp.loop.run_origin import data_command
-from dlrm_exp.record.run_record import FAILED, INTERRUPTED
+from dlrm_exp.record.run_record import FAILED, INTERRUPTED, record_status
 from dlrm_exp.util.files import (
     out_of_space,
-    read_json_object,
     sync_file,
     sync_folder,
     write_json_atomic,
@@ -280,49 +279,61 @@ def check_no_earlier_run(
     ``hydra.sweep.dir``, not ``hydra.run.dir``).
 
     Raises:
-        RunFolderInUseError: naming the folder and what it holds.
+        FinishedRunKeptError: a finished run's record is there (kept).
+        RunFolderInUseError: naming the folder and what else it holds.
     """
-    if abandoned_attempt(run_dir):
-        return
+    status = record_status(run_dir / "metrics.json")
+    steps = complete_checkpoints(run_dir)
+    if status in (FAILED, INTERRUPTED) and not steps:
+        return  # an abandoned attempt (abandoned_attempt): this run replaces it
     best = best_checkpoint(run_dir) if best_too else None
     other = (
         "another sweep folder (hydra.sweep.dir=...)"
         if multirun
         else "another folder (hydra.run.dir=...)"
     )
-    steps = complete_checkpoints(run_dir)
-    if (run_dir / "metrics.json").is_file() and not steps:  # a finished run's: kept
-        weights = f" and its best weights ({best.name})" if best else ""
-        nothing = (  # (to say why auto cannot continue it, or why a best is no resume)
-            ", but no step checkpoint that train.resume=auto could continue (it saved none: "
-            "train.checkpoint_every_n_steps)"
-            if auto or best
-            else ""
-        )
-        remove = f"its metrics.json{' and checkpoints/' if best else ''}"
-        raise FinishedRunKeptError(
-            f"{run_dir} holds the record of a run that finished (metrics.json){weights}, "
-            f"kept{nothing}: train into {other} to train it again"
-            + ("" if multirun else f", or remove {remove}")  # (a sweep's rerun keeps them)
-        )
+    if status not in (None, FAILED, INTERRUPTED):  # a finished run's: kept
+        raise FinishedRunKeptError(_finished_kept(run_dir, other, steps, best, auto, multirun))
     if best is not None and not steps:  # (auto cannot continue a best: it trains afresh)
         raise RunFolderInUseError(
             f"{run_dir} holds the best weights of an earlier run ({best.name}) and no step "
             "checkpoint to continue from: train.resume=auto trains afresh here, replacing "
             f"them; or train into {other}, or remove {run_dir / CHECKPOINTS}"
         )
-    names = first_few([p.name for p in ([best] if best else []) + steps])
-    if steps and _record_status(run_dir) == "finished" and (run_dir / "metrics.json").is_file():
-        raise FinishedRunKeptError(  # (a sweep rerun called it an error: diff review)
-            f"{run_dir} holds the record of a run that finished (metrics.json) and its "
-            f"checkpoints ({names}), kept: train.resume=auto trains it on where more steps "
-            f"are asked for; train into {other} to train it again"
-        )
     if steps:
+        names = first_few([p.name for p in ([best] if best else []) + steps])
         raise RunFolderInUseError(
             f"{run_dir} holds the checkpoints of an earlier run ({names}): continue it with "
             f"train.resume=auto, train into {other}, or remove {run_dir / CHECKPOINTS}"
         )
+
+
+def _finished_kept(
+    run_dir: Path, other: str, steps: list[Path], best: Path | None, auto: bool, multirun: bool
+) -> str:
+    """The refusal of a fresh start (or ``auto`` without a step checkpoint) beside a finished
+    run's record, which is kept, with its ``steps`` and ``best`` (a sweep's rerun said each
+    an error: diff review)."""
+    if steps:
+        names = first_few([p.name for p in ([best] if best else []) + steps])
+        return (
+            f"{run_dir} holds the record of a run that finished (metrics.json) and its "
+            f"checkpoints ({names}), kept: train.resume=auto trains it on where more steps "
+            f"are asked for; train into {other} to train it again"
+        )
+    weights = f" and its best weights ({best.name})" if best else ""
+    nothing = (  # (to say why auto cannot continue it, or why a best is no resume)
+        ", but no step checkpoint that train.resume=auto could continue (it saved none: "
+        "train.checkpoint_every_n_steps)"
+        if auto or best
+        else ""
+    )
+    remove = f"its metrics.json{' and checkpoints/' if best else ''}"
+    return (
+        f"{run_dir} holds the record of a run that finished (metrics.json){weights}, "
+        f"kept{nothing}: train into {other} to train it again"
+        + ("" if multirun else f", or remove {remove}")  # (a sweep's rerun keeps them)
+    )
 
 
 def abandoned_attempt(run_dir: Path) -> bool:
@@ -330,12 +341,8 @@ def abandoned_attempt(run_dir: Path) -> bool:
     interrupted (``metrics.json``) and no complete step checkpoint to continue it from. A
     training job started in the folder (afresh, ``train.resume=auto``, or from another run's
     checkpoint) replaces it."""
-    record = run_dir / "metrics.json"
-    return (
-        record.is_file()
-        and _record_status(run_dir) != "finished"
-        and (not complete_checkpoints(run_dir))
-    )
+    status = record_status(run_dir / "metrics.json")
+    return status in (FAILED, INTERRUPTED) and not complete_checkpoints(run_dir)
 
 
 def replaces_attempt(run_dir: Path, resume: str | None) -> bool:
@@ -343,7 +350,7 @@ def replaces_attempt(run_dir: Path, resume: str | None) -> bool:
     ``run_dir`` (:func:`abandoned_attempt`): it starts afresh or from another run's
     checkpoint, not from the folder's own ``best`` (which an attempt resumed from is kept:
     it was removed, then not found: diff review)."""
-    own = bool(resume) and resume != "auto" and _in_folder(Path(str(resume)), run_dir)
+    own = bool(resume) and resume != "auto" and _in_folder(Path(resume or ""), run_dir)
     return abandoned_attempt(run_dir) and not own
 
 
@@ -390,8 +397,8 @@ def check_run_folder(
 def _record_status(run_dir: Path) -> str:
     """How the run of the folder's ``metrics.json`` ended, for a message: ``failed``, ``was
     interrupted`` or ``finished`` (also where it cannot be read)."""
-    status = (read_json_object(run_dir / "metrics.json") or {}).get("status")
-    return {FAILED: "failed", INTERRUPTED: "was interrupted"}.get(status, "finished")
+    status = record_status(run_dir / "metrics.json")
+    return {FAILED: "failed", INTERRUPTED: "was interrupted"}.get(status or "", "finished")
 
 
 def check_best_is_kept(run_dir: Path, keep_best: bool) -> None:
@@ -671,8 +678,10 @@ def _link_or_copy(path: Path, target: Path) -> None:
 
 
 def drop_stale_best(run_dir: Path) -> None:
-    """Remove the ``best`` of an earlier attempt in ``run_dir`` whose step checkpoints are gone
-    (``train.resume=auto`` starting fresh): the fresh run replaces it only at a validation
+    """Remove the ``best`` of an earlier attempt in ``run_dir`` that saved no step checkpoint,
+    or whose step checkpoints are gone (``train.resume=auto`` starting fresh, or an abandoned
+    attempt replaced: ``modes.train._replace_attempt``): the fresh run replaces it only at a
+    validation
     better than its own earlier ones, and one that validates once, at its end, never did, so
     ``checkpoint=<run>`` (evaluate, predict, export) took the earlier attempt's weights."""
     stale = best_checkpoint(run_dir)

@@ -497,7 +497,7 @@ def _replace_attempt(run: _Run, start: TrainerState | None, tracker: Tracker) ->
         return
     drop_attempt_record(run_dir)
     if start is not None:  # a folder of its own for each attempt set aside (they overlapped)
-        taken = {p.name for p in (tracker.folder or run_dir).glob("tensorboard_earlier_*")}
+        taken = {p.name for p in tracker.folder.glob("tensorboard_earlier_*")}
         name = next(f"tensorboard_earlier_attempt{n or ''}" for n in range(len(taken) + 1)
                     if f"tensorboard_earlier_attempt{n or ''}" not in taken)  # fmt: skip
         aside = tracker.restart_history(name, start.val_history, start.train_windows)

@@ -15,7 +15,7 @@ from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-from dlrm_exp.util.files import write_json_atomic
+from dlrm_exp.util.files import read_json_object, write_json_atomic
 from dlrm_exp.util.substitution import collectives_ran
 
 COMPLETED = "completed"
@@ -25,6 +25,14 @@ FAILED = "failed"
 MISSING = "missing"
 #: A job of a sweep that Ctrl-C or SIGTERM ended while it ran.
 INTERRUPTED = "interrupted"
+
+
+def record_status(path: Path) -> str | None:
+    """The ``status`` of the run record ``path`` (a ``metrics.json``): None where there is
+    none; ``completed`` where it cannot be read or says none (kept as a finished run's)."""
+    if not path.exists():
+        return None
+    return (read_json_object(path) or {}).get("status", COMPLETED)
 
 
 def json_fits(tp: Any, value: Any) -> bool:
