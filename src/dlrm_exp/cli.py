@@ -88,7 +88,7 @@ _job_folder: tuple[bool, Path, str, str | None] | None = None
 def hydra_main(raw: DictConfig) -> float | None:
     """Hydra task: returns the mode's value (for sweepers: train's final validation AUROC;
     NaN for a failed job of a multirun, which Optuna-style sweepers record as a failed
-    trial)."""
+    trial; a finished job kept by a rerun, its record's: :func:`_job_failed`)."""
     quiet_libraries()
     global _job_folder
     hydra_cfg = HydraConfig.get()
@@ -126,25 +126,44 @@ def hydra_main(raw: DictConfig) -> float | None:
             _record_interruption(run_dir / "metrics.json", err)
         raise
     except Exception as err:  # one job's failure must not end the sweep
-        if env_rank() > 0:  # a task of a several-task (submitit) job: rank 0 records the
-            # job's failure (a record here would replace it); a raise would fail this task,
-            # and the submitit launcher ends the whole sweep on a failed task (FailedJobError)
-            print(f"Error in job {name} (rank {env_rank()}): {err}", file=sys.stderr)
-            return math.nan
-        if isinstance(err, FinishedRunKeptError):  # a sweep rerun to finish the rest: no error
-            print(f"Job {name} kept: {err}", file=sys.stderr)
-            return math.nan
-        user_error = isinstance(err, (UserError, OmegaConfBaseException))
-        if not user_error:
-            log.exception("job %s failed", name)
-        message = str(err) if user_error else f"{type(err).__name__}: {err}"
-        print(f"Error in job {name}: {message}", file=sys.stderr)
-        in_use = isinstance(err, RunFolderInUseError)  # (its log is the other run's)
-        if user_error and not in_use:  # (an unexpected error's traceback is logged already)
-            to_log_files(f"Error: {message}", level=logging.ERROR)
-        if not in_use:  # else the folder's record is another run's
-            _record_failure(run_dir / "metrics.json", message, err)
+        return _job_failed(err, name, run_dir)
+
+
+def _job_failed(err: Exception, name: str, run_dir: Path) -> float:
+    """A sweep's job ``name`` ended by ``err``: said on stderr (and in the job's log and
+    record, where the folder's record is this job's), without ending the sweep. Returns the
+    job's value for the sweeper: a finished run kept in its folder gives its record's val
+    AUROC (what it returned when it ran, and what a resume with nothing left to train
+    returns: a kept job was NaN, a failed trial to an Optuna-style sweeper: re-read); a
+    failure, NaN."""
+    if env_rank() > 0:  # a task of a several-task (submitit) job: rank 0 records the
+        # job's failure (a record here would replace it); a raise would fail this task,
+        # and the submitit launcher ends the whole sweep on a failed task (FailedJobError)
+        print(f"Error in job {name} (rank {env_rank()}): {err}", file=sys.stderr)
         return math.nan
+    if isinstance(err, FinishedRunKeptError):  # a sweep rerun to finish the rest: no error
+        print(f"Job {name} kept: {err}", file=sys.stderr)
+        return _kept_value(run_dir / "metrics.json")
+    user_error = isinstance(err, (UserError, OmegaConfBaseException))
+    if not user_error:
+        log.exception("job %s failed", name)
+    message = str(err) if user_error else f"{type(err).__name__}: {err}"
+    print(f"Error in job {name}: {message}", file=sys.stderr)
+    in_use = isinstance(err, RunFolderInUseError)  # (its log is the other run's)
+    if user_error and not in_use:  # (an unexpected error's traceback is logged already)
+        to_log_files(f"Error: {message}", level=logging.ERROR)
+    if not in_use:  # else the folder's record is another run's
+        _record_failure(run_dir / "metrics.json", message, err)
+    return math.nan
+
+
+def _kept_value(path: Path) -> float:
+    """The val AUROC of the finished run's record ``path`` (NaN: none, or unreadable)."""
+    try:
+        auroc = RunMetrics.read(path).val.get("auroc")
+    except (OSError, ValueError):
+        return math.nan
+    return float(auroc) if isinstance(auroc, (int, float)) else math.nan
 
 
 class RunFolderLock(Callback):

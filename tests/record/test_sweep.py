@@ -3,6 +3,7 @@ override-named runs, the report command, and a job re-run alone giving the same 
 
 import csv
 import json
+import math
 import sys
 
 import pytest
@@ -229,6 +230,12 @@ def test_a_job_rerun_that_fails_keeps_its_earlier_completed_record(tmp_path, cli
     assert json.loads((sweep / "0" / "metrics.json").read_text()) == done
     # a failure once training ran (not a refusal) is the job's news: recorded
     from dlrm_exp import cli
+    from dlrm_exp.errors import FinishedRunKeptError
+
+    # the kept job gives the sweeper its record's val AUROC, as when it ran (it gave NaN,
+    # a failed trial to an Optuna-style sweeper: re-read)
+    assert cli._job_failed(FinishedRunKeptError("kept"), "j", sweep / "0") == 0.7
+    assert math.isnan(cli._job_failed(FinishedRunKeptError("kept"), "j", tmp_path / "none"))
     from dlrm_exp.errors import NonFiniteLossError
 
     monkeypatch.setattr(cli, "_choices", dict)
