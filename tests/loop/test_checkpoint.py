@@ -40,6 +40,7 @@ from dlrm_exp.loop.checkpoint import (
     complete_checkpoints,
     resume_step,
 )
+from dlrm_exp.modes import train as train_mode
 from dlrm_exp.modes.train import run_train, summary
 from dlrm_exp.record.run_record import RunMetrics
 
@@ -140,6 +141,10 @@ def test_resume_continues_bitwise_and_prunes(tmp_path, caplog, monkeypatch):
     # resume=auto would take the later branch), the folder untouched
     back = compose_cfg([*SMALL, f"train.resume={kept[0]}", "train.keep_last_checkpoints=1"])
     with pytest.raises(CheckpointError, match=r"holds later checkpoints \(step_32\)"):
+        run_train(back, tmp_path / "a", {})
+    # a sweep's job is told of the key a sweep reads (it was told hydra.run.dir: re-read)
+    monkeypatch.setattr(train_mode, "_in_multirun", lambda: True)
+    with pytest.raises(CheckpointError, match=r"resume into another sweep folder \(hydra.sweep"):
         run_train(back, tmp_path / "a", {})
     assert [p.name for p in complete_checkpoints(tmp_path / "a")] == ["step_24", "step_32"]
 

@@ -287,11 +287,7 @@ def check_no_earlier_run(
     if status in (FAILED, INTERRUPTED) and not steps:
         return  # an abandoned attempt (abandoned_attempt): this run replaces it
     best = best_checkpoint(run_dir) if best_too else None
-    other = (
-        "another sweep folder (hydra.sweep.dir=...)"
-        if multirun
-        else "another folder (hydra.run.dir=...)"
-    )
+    other = other_folder(multirun)
     if status not in (None, FAILED, INTERRUPTED):  # a finished run's: kept
         raise FinishedRunKeptError(_finished_kept(run_dir, other, steps, best, auto, multirun))
     if best is not None and not steps:  # (auto cannot continue a best: it trains afresh)
@@ -465,6 +461,14 @@ def _state(model: torch.nn.Module, optim_state: dict[str, Any]) -> dict[str, Any
     """What DCP saves and loads: tensors only (optimizer hyper-parameters come from the
     config, so nothing is pickled)."""
     return {"model": model.state_dict(), "optim": optim_state["state"]}
+
+
+def other_folder(multirun: bool) -> str:
+    """Where a refused training job may go instead, for a message: for a job of a ``-m``
+    sweep ``hydra.sweep.dir`` (``hydra.run.dir`` is not read there), else ``hydra.run.dir``."""
+    if multirun:
+        return "another sweep folder (hydra.sweep.dir=...)"
+    return "another folder (hydra.run.dir=...)"
 
 
 def resume_command(run_dir: Path, multirun: bool, auto: bool = True) -> str:

@@ -56,6 +56,7 @@ from dlrm_exp.loop.checkpoint import (
     later_checkpoints,
     load_checkpoint,
     load_model_weights,
+    other_folder,
     read_rank_state,
     replaces_attempt,
     resolve_resume,
@@ -412,7 +413,7 @@ def _resume_path(cfg: Config, job: Job) -> Path | None:
             f"train.resume={cfg.train.resume}: this run folder holds later checkpoints "
             f"({first_few([p.name for p in later])}); training on from an earlier one here "
             "would mix the two runs (pruning and train.resume=auto take the later ones): "
-            "resume into another folder (hydra.run.dir=...), or remove them"
+            f"resume into {other_folder(_in_multirun())}, or remove them"
         )
     return path
 
