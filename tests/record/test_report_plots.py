@@ -161,7 +161,7 @@ def test_a_difference_on_one_paired_seed_is_drawn_without_an_interval(tmp_path, 
     plt.close(drawn["fig"])
 
 
-def test_the_legend_says_what_ran_when_it_is_not_what_was_asked(tmp_path):
+def test_the_legend_says_what_ran_when_it_is_not_what_was_asked(tmp_path, monkeypatch):
     """One process: ``qcomms=fp16`` ran no embedding collective, which summary.md said and
     the throughput legend did not (docs review)."""
     folder = tmp_path / "sweep"
@@ -186,6 +186,20 @@ def test_the_legend_says_what_ran_when_it_is_not_what_was_asked(tmp_path):
     report._grouped_bars(ax, load_runs([tmp_path / "s2"]), "sharding", "qcomms", lambda m: 1.0)
     assert [t.get_text() for t in ax.get_legend().get_texts()] == ["qcomms=none (every run)"]
     plt.close(fig)
+    # single runs reported together, each with qcomms=fp16 typed: no comparison of qcomms,
+    # in the legend or the title (every override of a single run counted as swept: re-read)
+    done = lambda sharding: _completed(sharding, "fp16", 1.0)  # noqa: E731
+    singles = [
+        write_job(tmp_path / f"one{n}", "run", [f"sharding={s}", "qcomms=fp16"], done(s))
+        for n, s in enumerate(("tablewise", "rowwise"))
+    ]
+    drawn = {}
+    monkeypatch.setattr(report, "save_figure", lambda fig, path: drawn.update(fig=fig))
+    report.plot_throughput(load_runs(singles), tmp_path / "t.png")
+    ax = drawn["fig"].axes[0]
+    assert [t.get_text() for t in ax.get_legend().get_texts()] == ["qcomms=fp16 (every run)"]
+    assert ax.get_title() == "Throughput by sharding"
+    plt.close(drawn["fig"])
 
 
 def test_a_bar_pools_one_configuration_typed_in_two_orders(tmp_path):

@@ -135,9 +135,9 @@ def _grouped_bars(
     groups = list(dict.fromkeys(group for group, _ in pairs))
     bars = list(dict.fromkeys(bar for _, bar in pairs))
     width = 0.8 / max(len(bars), 1)
-    # one option that no run chose by a swept key: the legend says all runs share it (it
-    # read as if the option had been compared: review)
-    every = " (every run)" if len(bars) == 1 and not _varied(runs, bar_by) else ""
+    # one option: the legend says all runs share it (it read as if the option had been
+    # compared: review)
+    every = " (every run)" if len(bars) == 1 else ""
     counts: list[int] = []  # runs behind each bar that has an error bar
     for j, bar in enumerate(bars):
         first = next(group for group, option in pairs if option == bar)  # its legend entry
@@ -174,9 +174,11 @@ def _grouped_bars(
     return group_by if by_setting else "configuration"
 
 
-def _varied(runs: Sequence[RunRecord], key: str) -> bool:
-    """Whether ``key`` is among the keys that make some run's configuration."""
-    return any(key in run.config_keys for run in runs)
+def _varied(runs: Sequence[RunRecord], group: str) -> bool:
+    """Whether the ``runs`` chose more than one option of ``group`` (:func:`_choice`). Single
+    runs reported together count every override as configuration: a set of them that all had
+    ``qcomms=fp16`` was titled as comparing communication precisions (re-read)."""
+    return len({_choice(run, group) for run in runs}) > 1
 
 
 def _tick_labels(groups: Sequence[str]) -> tuple[list[str], str]:
