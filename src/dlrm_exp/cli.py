@@ -546,14 +546,11 @@ def _continue_hint() -> str:
     # need not load it)
 
     fresh = resume in (None, "", "auto")
-    if complete_checkpoints(job_dir):
-        hint = f"{resume_command(job_dir, multirun)} continues training from the newest checkpoint"
-        if multirun and not fresh:  # auto replaces the sweep's PATH for every job (review)
-            hint += (
-                f" (the sweep's jobs that saved none then start afresh, not from "
-                f"train.resume={resume}: run those again with it)"
-            )
-        return hint
+    if complete_checkpoints(job_dir):  # begun from train.resume=PATH: that PATH continues
+        # it (continued_resume) and starts a sweep's other jobs from it (auto started them
+        # afresh: review)
+        again = resume_command(job_dir, multirun, auto=fresh)
+        return f"{again} continues training from the newest checkpoint"
     # (it promised to continue where nothing could be: diff review); a job started from a
     # checkpoint (train.resume=PATH) starts from it again with the same command (auto threw
     # that away: diff review); a sweep's job, whose record marks it abandoned, runs again as

@@ -169,6 +169,46 @@ def test_a_fresh_run_into_a_folder_with_checkpoints_is_refused_and_keeps_its_rec
     assert cli_here([*first, "train.resume=auto"]).returncode == 0  # resuming is the way on
 
 
+def test_a_job_begun_from_a_checkpoint_continues_when_rerun_with_it(tmp_path, monkeypatch, caplog):
+    """An interrupted sweep started with ``train.resume=PATH`` had no command that finished
+    it: the same one refused the job's own step checkpoints, and ``train.resume=auto``
+    started the jobs that had not run afresh, not from PATH (review). Given PATH again, a
+    job whose folder holds its own attempt begun from PATH continues its newest checkpoint,
+    as the uninterrupted run would have trained; checkpoints begun elsewhere stay refused."""
+    run_train(compose_cfg([*SMALL, "train.max_steps=8"]), tmp_path / "base", {})
+    start = tmp_path / "base" / CHECKPOINTS / "step_8"
+    asked = compose_cfg([*SMALL, f"train.resume={start}", "train.max_steps=24"])
+    direct = run_train(asked, tmp_path / "direct", {})
+    real_save = train_mode.save_checkpoint
+
+    def interrupted_after_16(run_dir, step, *args, **kwargs):
+        saved = real_save(run_dir, step, *args, **kwargs)
+        if saved.name == "step_16":
+            raise KeyboardInterrupt
+        return saved
+
+    monkeypatch.setattr(train_mode, "save_checkpoint", interrupted_after_16)
+    job = tmp_path / "sweep" / "1"
+    with pytest.raises(KeyboardInterrupt):
+        run_train(compose_cfg([*SMALL, f"train.resume={start}", "train.max_steps=24"]), job, {})
+    monkeypatch.undo()
+    RunMetrics.interrupted("SIGINT", "KeyboardInterrupt").write(job / "metrics.json")
+    with caplog.at_level(logging.WARNING, logger="dlrm_exp"):
+        again = run_train(
+            compose_cfg([*SMALL, f"train.resume={start}", "train.max_steps=24"]), job, {}
+        )
+    assert "holds this job's earlier attempt, begun from that checkpoint" in caplog.text
+    assert again.resumed["checkpoint"] == str(job / CHECKPOINTS / "step_16")
+    _same_results(again, direct)
+    # checkpoints begun from another checkpoint (a copy of it elsewhere): refused as before
+    other = tmp_path / "copy" / CHECKPOINTS / "step_8"
+    shutil.copytree(start, other)
+    RunMetrics.interrupted("SIGINT", "KeyboardInterrupt").write(job / "metrics.json")
+    elsewhere = compose_cfg([*SMALL, f"train.resume={other}", "train.max_steps=24"])
+    with pytest.raises(RunFolderInUseError, match="checkpoints of an earlier run"):
+        run_train(elsewhere, job, {})
+
+
 def test_a_resume_with_nothing_left_to_train_keeps_the_folders_config_and_plan(tmp_path, cli_here):
     """It kept the finished run's metrics.json but wrote its own .hydra config and plan.json
     beside it (another sharding), which sharding=from_file would then replay (review)."""
@@ -800,6 +840,15 @@ def test_newer_checkpoints_with_a_damaged_state_are_named_when_passed_over(tmp_p
     (first, second) = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
     assert first == second and "step_16, step_24 passed over" in first
     assert first.endswith("taking step_8")
+    # the folder's run failed (a refused job's record beside an earlier attempt's weights):
+    # said, not scored without a word (diff review)
+    RunMetrics.failed("bad data", "DataError").write(tmp_path / "metrics.json")
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="dlrm_exp"):
+        assert find_checkpoint(str(tmp_path), warn=False).name == "step_8"
+        assert caplog.text == ""
+        assert find_checkpoint(str(tmp_path)).name == "step_8"
+    assert "the run of this folder failed (metrics.json); taking step_8" in caplog.text
 
 
 def test_a_save_of_another_branch_sets_the_earlier_step_folder_aside(tmp_path, caplog):

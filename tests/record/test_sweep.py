@@ -699,9 +699,11 @@ def test_the_interruption_hint_fits_the_mode(monkeypatch, tmp_path):
     (tmp_path / "0" / "checkpoints" / "step_4").mkdir(parents=True)
     (tmp_path / "0" / "checkpoints" / "step_4" / ".metadata").write_bytes(b"")
     (tmp_path / "0" / "checkpoints" / "step_4" / "trainer_state.json").write_text("{}")
-    assert cli._continue_hint().endswith(  # auto replaces the PATH for every job: said (review)
-        "continues training from the newest checkpoint (the sweep's jobs that saved none then "
-        "start afresh, not from train.resume=/r/b: run those again with it)"
+    # the same command, its PATH kept, continues the job and starts the others from PATH
+    # (auto started them afresh: review)
+    assert cli._continue_hint() == (
+        f"the same -m command with hydra.sweep.dir={tmp_path} continues training from the "
+        "newest checkpoint"
     )
     monkeypatch.setattr(cli, "_job_folder", (False, tmp_path, "train", None))
     assert cli._continue_hint() == (

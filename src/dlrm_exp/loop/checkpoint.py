@@ -855,6 +855,43 @@ def requeued_resume(resume: str | None, run_dir: Path) -> str:
     return "auto"
 
 
+def continued_resume(resume: str | None, run_dir: Path) -> str | None:
+    """``train.resume`` for a job rerun into its folder: ``PATH``, another run's checkpoint,
+    is ``auto`` where ``run_dir`` holds no finished run's record and its newest complete step
+    checkpoint is of a run that began from that PATH (:func:`began_from`): the job's own
+    attempt, interrupted, which the rerun continues. An interrupted sweep started with
+    ``train.resume=PATH`` had no command that finished it: the same one refused the job's own
+    checkpoints, and ``auto`` started the jobs that had not run afresh instead of from PATH
+    (review). Else ``resume`` as given."""
+    if not resume or resume == "auto" or _in_folder(Path(resume), run_dir):
+        return resume
+    if record_status(run_dir / "metrics.json") not in (None, FAILED, INTERRUPTED):
+        return resume  # a finished run's folder: kept (check_no_earlier_run)
+    found = complete_checkpoints(run_dir)
+    if not found or read_trainer_state(found[-1]).get("started_from") != _resolved(resume):
+        return resume  # (another run's checkpoints: refused by check_no_earlier_run)
+    log.warning(
+        "train.resume=%s: %s holds this job's earlier attempt, begun from that checkpoint; "
+        "continuing it from its newest checkpoint, %s (train.resume=auto)",
+        resume, run_dir, found[-1].name,
+    )  # fmt: skip
+    return "auto"
+
+
+def began_from(path: Path, run_dir: Path, saved: dict[str, Any]) -> str | None:
+    """Where the training of a run in ``run_dir`` resumed from checkpoint ``path`` (trainer
+    state ``saved``) began (:attr:`~dlrm_exp.loop.trainer.TrainerState.started_from`):
+    ``path`` itself, resolved, where it is another run's; else where the run of its own
+    checkpoint began."""
+    if _in_folder(path, run_dir):
+        return saved.get("started_from")
+    return _resolved(str(path))
+
+
+def _resolved(path: str) -> str:
+    return str(Path(path).expanduser().resolve())
+
+
 def resolve_resume(resume: str, run_dir: Path) -> Path | None:
     """``auto``: the newest complete checkpoint of ``run_dir`` (None if there is none);
     otherwise the given checkpoint folder.
@@ -1330,19 +1367,33 @@ def find_checkpoint(location: str, warn: bool = True) -> Path:
     path = Path(location).expanduser()
     if path.is_dir() and not (path / STATE_FILE).is_file() and not path.name.endswith(".partial"):
         run_dir = path.parent if path.name == CHECKPOINTS else path
-        best = best_checkpoint(run_dir)
-        if best is not None:
-            return best
-        found = complete_checkpoints(run_dir)
-        if not found:
-            raise CheckpointError(
-                f"checkpoint={location}: no complete checkpoint in this run folder (train with "
-                "train.checkpoint_every_n_steps=N to write some)"
-            )
-        if warn:  # (once: a job's pre-flight looks too)
-            warn_damaged(run_dir, found[-1])
-        return found[-1]
+        found = best_checkpoint(run_dir)
+        if found is None:
+            steps = complete_checkpoints(run_dir)
+            if not steps:
+                raise CheckpointError(
+                    f"checkpoint={location}: no complete checkpoint in this run folder (train "
+                    "with train.checkpoint_every_n_steps=N to write some)"
+                )
+            found = steps[-1]
+            if warn:  # (once: a job's pre-flight looks too)
+                warn_damaged(run_dir, found)
+        if warn:
+            _warn_unfinished(run_dir, found)
+        return found
     return _complete_checkpoint(path, "checkpoint")
+
+
+def _warn_unfinished(run_dir: Path, taken: Path) -> None:
+    """A warning where the run of ``run_dir`` whose checkpoint ``taken`` is scored did not
+    finish (its ``metrics.json`` says failed or interrupted): a best or step from before the
+    end, or of an earlier attempt beside a refused job's record, was scored without a word
+    (diff review)."""
+    if record_status(run_dir / "metrics.json") in (FAILED, INTERRUPTED):
+        log.warning(
+            "%s: the run of this folder %s (metrics.json); taking %s, saved before that",
+            run_dir, _record_status(run_dir), taken.name,
+        )  # fmt: skip
 
 
 def load_model_weights(

@@ -140,6 +140,10 @@ class TrainerState:
             ``early_stopping``), None while it runs on.
         train_windows: rank 0's training window (:mod:`dlrm_exp.loop.train_window`) at each
             validation, ``{"step", "logloss", "auroc"}``: the train side of the gap.
+        started_from: the checkpoint of another run this run's training began from
+            (``train.resume=PATH``, resolved), kept by resumes from the run's own checkpoints;
+            None for a fresh start. A rerun given that PATH again continues the run's newest
+            checkpoint (:func:`~dlrm_exp.loop.checkpoint.continued_resume`).
     """
 
     step: int = 0
@@ -152,6 +156,7 @@ class TrainerState:
     best_checkpoint: str | None = None
     stop_reason: str | None = None
     train_windows: list[dict[str, float]] = field(default_factory=list)
+    started_from: str | None = None
 
     def state_dict(self) -> dict[str, Any]:
         """The JSON-able state a checkpoint stores (its ``step`` is the checkpoint's own)."""
@@ -165,6 +170,7 @@ class TrainerState:
             "best_checkpoint": self.best_checkpoint,
             "stop_reason": self.stop_reason,
             "train_windows": list(self.train_windows),
+            "started_from": self.started_from,
         }
 
     @classmethod
@@ -199,6 +205,7 @@ class TrainerState:
             best_checkpoint=saved.get("best_checkpoint"),
             stop_reason=saved.get("stop_reason"),
             train_windows=at(list(saved.get("train_windows", []))),
+            started_from=saved.get("started_from"),
         )
 
     def reconsider_stop(self, cfg: TrainConfig, total_steps: int | None = None) -> None:

@@ -46,10 +46,12 @@ from dlrm_exp.loop.checkpoint import (
     CheckpointError,
     CheckpointLayout,
     adopt_best,
+    began_from,
     best_checkpoint,
     changed_settings,
     check_run_folder,
     complete_checkpoints,
+    continued_resume,
     drop_attempt_record,
     drop_stale_best,
     holds_best,
@@ -141,6 +143,8 @@ def run_train(
         WorkerFailedError: a worker process failed or was killed.
     """
     check_devices(cfg.hardware)
+    if env_rank() == 0:  # (a torchrun rank above 0 is in ".": rank 0 decides for all)
+        cfg.train.resume = continued_resume(cfg.train.resume, run_dir)
     pending = check_folder_first(partial(_check_folder, cfg, run_dir))
     job = Job(run_dir, dict(choices), tensorboard_dir, dict(swept or {}))
     try:
@@ -457,15 +461,12 @@ def _resume(
     state = TrainerState.from_checkpoint(
         saved, resume_step(saved, samples_per_step, run.ctx.world_size)
     )
+    state.started_from = began_from(path, run.job.run_dir, saved)
     state.reconsider_stop(run.cfg.train, total_steps)
     log.info("resumed from %s at step %d", path, state.step)
     run.resumed.update(checkpoint=str(path), step=state.step, changed_settings=changed)
-    if run.replaces:  # the folder's events are an abandoned attempt's: _replace_attempt's
-        pass
-    elif int(saved["step"]) != state.step:
-        _restart_history(tracker, state, int(saved["step"]))
-    else:  # what the earlier run logged after its checkpoint is logged again
-        tracker.purge_from(state.step + 1)
+    if not run.replaces:  # (else the events are an abandoned attempt's: _replace_attempt's)
+        _continue_history(tracker, state, int(saved["step"]))
     kept = _finished_record(run, state, total_steps)
     if run.cfg.train.keep_best:  # another run's best: held here too; a stale one: removed
         source = Path(state.best_checkpoint) if state.best_checkpoint else None
@@ -504,6 +505,16 @@ def _replace_attempt(run: _Run, start: TrainerState | None, tracker: Tracker) ->
         aside = tracker.restart_history(name, start.val_history, start.train_windows)
         if aside is not None:
             log.warning("the earlier attempt's TensorBoard points moved to %s", aside)
+
+
+def _continue_history(tracker: Tracker, state: TrainerState, saved_step: int) -> None:
+    """The folder's TensorBoard points, for a job resumed at ``state.step`` from checkpoint
+    step ``saved_step``: those logged after the checkpoint hidden (logged again), or where
+    the steps count other global batches, all set aside (:func:`_restart_history`)."""
+    if saved_step != state.step:
+        _restart_history(tracker, state, saved_step)
+    else:
+        tracker.purge_from(state.step + 1)
 
 
 def _restart_history(tracker: Tracker, state: TrainerState, saved_step: int) -> None:

@@ -229,7 +229,8 @@ def _print_not_started(sweep_dir: Path, mode: str) -> None:
     if planned > started:
         how = (  # (train.resume means nothing to the other modes: diff review)
             "runs them, and an interrupted job that saved no step checkpoint again from its "
-            "start (one that did continues with train.resume=auto); completed jobs are kept"
+            "start (one that did continues: with train.resume=auto, or the train.resume=PATH "
+            "it began from); completed jobs are kept"
             if mode == "train"
             else "runs them"
         )
