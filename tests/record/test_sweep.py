@@ -798,6 +798,23 @@ def test_a_resume_marks_what_the_earlier_event_files_logged_after_its_checkpoint
     assert [e.step for e in events.Scalars("train/loss")] == [1, 2, 3, 4, 5, 6]
 
 
+def test_each_set_aside_of_tensorboard_points_gets_a_folder_of_its_own(tmp_path):
+    """Two resumes in other steps from one checkpoint step (or two abandoned attempts) moved
+    their event files into one subfolder, mixing two histories in one curve (re-read)."""
+    import time
+
+    for attempt in range(3):
+        tracker = Tracker(tmp_path, enabled=True)
+        aside = tracker.restart_history("tensorboard_before_step_8", [], [])
+        tracker.scalar("train/loss", 1.0, 1)
+        tracker.close()
+        time.sleep(1.1)  # another event file name (they differ by the second)
+        want = [None, "tensorboard_before_step_8", "tensorboard_before_step_8_2"][attempt]
+        assert (aside and aside.name) == want
+    for name in ("tensorboard_before_step_8", "tensorboard_before_step_8_2"):
+        assert len(list((tmp_path / name).glob("events.out.tfevents.*"))) == 1
+
+
 def test_a_swept_value_resolving_through_hydra_is_not_called_refused(tmp_path, cli_here):
     """``${hydra:runtime.cwd}`` resolved nowhere when the sweep check built the jobs, so every
     job was said to be refused, then ran (review)."""

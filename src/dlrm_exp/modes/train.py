@@ -498,11 +498,10 @@ def _replace_attempt(run: _Run, start: TrainerState | None, tracker: Tracker) ->
     if not run.replaces:
         return
     drop_attempt_record(run_dir)
-    if start is not None:  # a folder of its own for each attempt set aside (they overlapped)
-        taken = {p.name for p in tracker.folder.glob("tensorboard_earlier_*")}
-        name = next(f"tensorboard_earlier_attempt{n or ''}" for n in range(len(taken) + 1)
-                    if f"tensorboard_earlier_attempt{n or ''}" not in taken)  # fmt: skip
-        aside = tracker.restart_history(name, start.val_history, start.train_windows)
+    if start is not None:  # (each attempt set aside into a folder of its own)
+        aside = tracker.restart_history(
+            "tensorboard_earlier_attempt", start.val_history, start.train_windows
+        )
         if aside is not None:
             log.warning("the earlier attempt's TensorBoard points moved to %s", aside)
 

@@ -168,15 +168,18 @@ class Tracker:
         self, aside: str, validations: list[dict[str, float]], windows: list[dict[str, float]]
     ) -> Path | None:
         """For a resume whose steps count other global batches (another world size or batch
-        size): move the earlier jobs' event files, whose steps are in their units, into the
-        subfolder ``aside`` (TensorBoard shows it as a run of its own), and log the
-        checkpoint's ``validations`` and training ``windows`` again at their rescaled steps
-        (``val/*``, ``train_window/*``), so this run's curves share one step unit. Returns the
-        subfolder (None: nothing was moved)."""
+        size), or one over an abandoned attempt: move the earlier jobs' event files into the
+        subfolder ``aside`` (``aside_2``, ... where taken: two set-asides mixed their points
+        in one; TensorBoard shows each as a run of its own), and log the checkpoint's
+        ``validations`` and training ``windows`` again at their (rescaled) steps (``val/*``,
+        ``train_window/*``), so this run's curves share one step unit. Returns the subfolder
+        (None: nothing was moved)."""
         if not self.earlier or self.folder is None or self.writer is None:
             return None  # (the writer opened only where something is logged)
-        target = self.folder / aside
-        target.mkdir(parents=True, exist_ok=True)
+        taken = {path.name for path in self.folder.iterdir()}
+        free = (f"{aside}_{n}" if n > 1 else aside for n in range(1, len(taken) + 2))
+        target = self.folder / next(name for name in free if name not in taken)
+        target.mkdir()
         for path in self.earlier:
             path.rename(target / path.name)
         self.earlier = []
