@@ -206,9 +206,23 @@ def _values_of(override: Any) -> list[str]:
 def varying_keys(jobs_overrides: Sequence[Sequence[str]]) -> list[str]:
     """Keys whose value differs between jobs, or that only some jobs have (for sweeps that
     saved no ``multirun.yaml``, such as Optuna's), in first-seen order."""
-    parsed = [override_values(overrides) for overrides in jobs_overrides]
-    keys = list(dict.fromkeys(key for job in parsed for key in job))
-    return [key for key in keys if len({job.get(key) for job in parsed}) > 1]
+    return list(override_spread(jobs_overrides)[0])
+
+
+def override_spread(
+    jobs_overrides: Sequence[Sequence[str]], leave_out: Sequence[str] = ()
+) -> tuple[dict[str, list[str]], dict[str, str]]:
+    """The jobs' overrides but the keys ``leave_out``, split into those that varied, ``{key:
+    its values as typed, in first-seen order}`` (a key some jobs leave unset counts as
+    ``(unset)``), and those every job gave the same value, ``{key: value}``."""
+    given = [
+        {k: v for k, v in override_values(overrides).items() if k not in leave_out}
+        for overrides in jobs_overrides
+    ]
+    keys = list(dict.fromkeys(key for values in given for key in values))
+    spread = {k: list(dict.fromkeys(values.get(k, "(unset)") for values in given)) for k in keys}
+    varied = {k: vs for k, vs in spread.items() if len(vs) > 1}
+    return varied, {k: vs[0] for k, vs in spread.items() if len(vs) == 1}
 
 
 @dataclass

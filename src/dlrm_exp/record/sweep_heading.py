@@ -5,7 +5,7 @@ held the same and which configuration the paired differences are taken against (
 from collections.abc import Sequence
 
 from dlrm_exp.record.compare import ConfigStats, has_repeats
-from dlrm_exp.record.runs import SEED, RunRecord, override_values
+from dlrm_exp.record.runs import SEED, RunRecord, override_spread
 
 
 def heading_lines(
@@ -19,7 +19,9 @@ def heading_lines(
     folders = ", ".join(dict.fromkeys(f"`{run.path.parent.resolve()}`" for run in runs))
     seeds = ", ".join(str(seed) for seed in sorted({run.seed for run in runs}))
     configs = len({run.config_id for run in runs})
-    varied, same = override_spread(runs)
+    # (what was swept in one of two sweeps reported together but fixed in the other varies:
+    # both called it swept or fixed: diff review)
+    varied, same = override_spread([run.overrides for run in runs], leave_out=[SEED])
     lines = [
         "# Summary of runs",
         "",
@@ -39,16 +41,3 @@ def heading_lines(
         )
         lines.append(f"- Paired differences are taken against `{stats[0].config}` ({how}).")
     return lines
-
-
-def override_spread(runs: Sequence[RunRecord]) -> tuple[dict[str, list[str]], dict[str, str]]:
-    """The runs' overrides but ``seed`` (given by the runs' seeds), split into those that
-    varied, ``{key: its values as typed, in first-seen order}`` (a key some runs leave unset
-    counts as ``(unset)``), and those every run gave the same value, ``{key: value}``. A
-    sweep's swept keys vary; what was swept in one of two sweeps reported together but fixed
-    in the other varies too (both called it swept or fixed: diff review)."""
-    given = [{k: v for k, v in override_values(run.overrides).items() if k != SEED} for run in runs]
-    keys = list(dict.fromkeys(key for values in given for key in values))
-    spread = {k: list(dict.fromkeys(values.get(k, "(unset)") for values in given)) for k in keys}
-    varied = {k: vs for k, vs in spread.items() if len(vs) > 1}
-    return varied, {k: vs[0] for k, vs in spread.items() if len(vs) == 1}
