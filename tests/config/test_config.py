@@ -513,6 +513,28 @@ def test_a_key_whose_reader_the_sweep_turns_off_in_a_job_is_warned_of_not_refuse
         compose_cfg(plan)
 
 
+def test_gpu_memory_keys_of_a_sweep_held_on_the_cpu_are_refused(tmp_path, cli_here):
+    """``-m hardware=cpu,h100_80gb_x8 hardware.compute_device=cpu``: no job of the sweep
+    reads the H100 preset's GPU memory keys, but the swept preset counted as their reader,
+    and its job only warned (review); with the device left to the presets it still warns."""
+    from dlrm_exp.config.checks import sweeping
+
+    gpu_on_cpu = ["hardware=h100_80gb_x8", "hardware.compute_device=cpu", "hardware.backend=gloo"]
+    presets = {"hardware": ["cpu", "h100_80gb_x8"]}
+    with sweeping(presets, ["hardware.compute_device", "hardware.backend"]):
+        with pytest.raises(ConfigError, match="hardware.hbm_cap, hardware.hbm_mem_bw, hardware"):
+            compose_cfg(gpu_on_cpu)
+    with sweeping(presets):
+        compose_cfg(gpu_on_cpu)
+    swept = ["-m", "mode=plan", "hardware=cpu,h100_80gb_x8", *gpu_on_cpu[1:],
+             f"hydra.sweep.dir={tmp_path / 's'}"]  # fmt: skip
+    done = cli_here(swept)
+    assert done.returncode == 1
+    assert (
+        "Error in job hardware=h100_80gb_x8: hardware.hbm_cap, hardware.hbm_mem_bw" in done.stderr
+    )
+
+
 def test_a_sweeps_values_are_read_with_their_keys_as_hydra_parses_them(tmp_path):
     """The sweeper's params of a preset (``+train.profile: true,false``) kept their ``+`` as
     the swept key, which no job's override is named (review)."""

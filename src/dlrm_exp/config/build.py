@@ -48,7 +48,7 @@ def build_config(raw: DictConfig, sweep: Mapping[str, Sequence[str]] | None = No
         raw = copy.deepcopy(raw)  # left unset: empty; the Config refuses it where rows of it
         raw.data.path = []  # are read (an export was refused for a path it never read)
     try:  # a key another job of the sweep reads, unread in this one: warned of, not refused
-        with sweeping(sweep or {}):
+        with sweeping(sweep or {}, _fixed_keys(sweep or {})):
             cfg = OmegaConf.to_object(raw)
     except MissingMandatoryValue as err:
         key = err.full_key
@@ -57,3 +57,12 @@ def build_config(raw: DictConfig, sweep: Mapping[str, Sequence[str]] | None = No
         ) from None
     assert isinstance(cfg, Config)
     return cfg
+
+
+def _fixed_keys(sweep: Mapping[str, Sequence[str]]) -> list[str]:
+    """The keys this job's command-line overrides (Hydra's ``overrides.task``) set that
+    ``sweep`` does not sweep: one value in every job of the sweep."""
+    if not sweep or not HydraConfig.initialized():
+        return []
+    keys = [str(o).split("=", 1)[0].lstrip("+~") for o in HydraConfig.get().overrides.task]
+    return [key for key in keys if key not in sweep]

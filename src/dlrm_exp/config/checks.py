@@ -4,7 +4,7 @@ import dataclasses
 import functools
 import logging
 import math
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from contextvars import ContextVar
 from types import MappingProxyType
@@ -23,16 +23,29 @@ def require(condition: bool, message: str) -> None:
 _SWEPT: ContextVar[Mapping[str, Sequence[str]]] = ContextVar("swept", default=MappingProxyType({}))
 
 
+#: The keys the running multirun's command line gives one value for every job
+#: (:func:`sweeping`); empty outside one.
+_FIXED: ContextVar[frozenset[str]] = ContextVar("fixed", default=frozenset())
+
+
 @contextmanager
-def sweeping(values: Mapping[str, Sequence[str]]) -> Iterator[None]:
+def sweeping(values: Mapping[str, Sequence[str]], fixed: Iterable[str] = ()) -> Iterator[None]:
     """Within the block, the config being built is a job of a multirun that sweeps ``values``
-    (``{"sharding": ["auto", "from_file"], ...}``, each value as typed): :func:`require_read`
-    warns instead of refusing where another job of the sweep reads the key."""
-    token = _SWEPT.set(MappingProxyType(dict(values)))
+    (``{"sharding": ["auto", "from_file"], ...}``, each value as typed) and gives the keys
+    ``fixed`` one value for every job: :func:`require_read` warns instead of refusing where
+    another job of the sweep reads the key."""
+    swept, held = _SWEPT.set(MappingProxyType(dict(values))), _FIXED.set(frozenset(fixed))
     try:
         yield
     finally:
-        _SWEPT.reset(token)
+        _SWEPT.reset(swept)
+        _FIXED.reset(held)
+
+
+def fixed_in_sweep(key: str) -> bool:
+    """Whether the running multirun gives ``key`` one value for every job on its command
+    line (no group preset then sets it another way in another job)."""
+    return key in _FIXED.get()
 
 
 #: A predicate on a swept value as typed: whether that value turns the key's reader on.

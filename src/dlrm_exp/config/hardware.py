@@ -5,6 +5,7 @@ from enum import Enum
 from typing import ClassVar
 
 from dlrm_exp.config.checks import (
+    fixed_in_sweep,
     is_not_value,
     is_value,
     require,
@@ -117,30 +118,31 @@ class HardwareConfig:
                 f"hardware.local_world_size={self.nproc_per_node}",
             )
         if self.compute_device is ComputeDevice.cpu:
-            nulls = " ".join(f"hardware.{key}=null" for key in self._gpu_memory_set())
+            keys = [key for key in self.GPU_MEMORY if getattr(self, key) is not None]
+            nulls = " ".join(f"hardware.{key}=null" for key in keys)
             require(  # with the nulls still to set: one refusal, not one a key (docs review)
                 self.backend is Backend.gloo,
                 "hardware.backend=nccl needs CUDA devices: set hardware.backend=gloo for CPU"
                 + (f" (and {nulls}: GPU memory, which nothing reads on CPU)" if nulls else ""),
             )
-            self._check_no_gpu_memory_keys()
+            self._check_no_gpu_memory_keys(keys, nulls)
 
-    def _gpu_memory_set(self) -> list[str]:
-        """The keys of :data:`GPU_MEMORY` that are set."""
-        return [key for key in self.GPU_MEMORY if getattr(self, key) is not None]
-
-    def _check_no_gpu_memory_keys(self) -> None:
-        """``hbm_cap``, ``hbm_mem_bw`` and ``hbm_to_ddr_mem_bw`` describe GPU memory: on CPU
-        nothing reads them (TorchRec's CPU kernels are costed by DDR bandwidth), so set ones
-        are refused rather than ignored (GPU review), all named in one message."""
-        gpu = {"hardware.compute_device": is_value("cuda"), "hardware": is_not_value("cpu")}
-        keys = self._gpu_memory_set()
+    @staticmethod
+    def _check_no_gpu_memory_keys(keys: list[str], nulls: str) -> None:
+        """``hbm_cap``, ``hbm_mem_bw`` and ``hbm_to_ddr_mem_bw`` (``keys``: those set)
+        describe GPU memory: on CPU nothing reads them (TorchRec's CPU kernels are costed by
+        DDR bandwidth), so set ones are refused rather than ignored (GPU review), all named
+        in one message with the overrides that unset them (``nulls``). In a sweep a job of
+        a GPU preset reads them, unless the command line holds every job on the CPU (it was
+        warned of: review)."""
+        gpu = {"hardware.compute_device": is_value("cuda")}
+        if not fixed_in_sweep("hardware.compute_device"):
+            gpu["hardware"] = is_not_value("cpu")
         named = ", ".join(f"hardware.{key}" for key in keys)
         require_read(
             not keys,
             f"{named} describe{'s' * (len(keys) == 1)} GPU memory, which only "
-            "hardware.compute_device=cuda reads: on CPU set "
-            f"{' '.join(f'hardware.{key}=null' for key in keys)} (a GPU preset sets "
+            f"hardware.compute_device=cuda reads: on CPU set {nulls} (a GPU preset sets "
             f"{'them' if len(keys) > 1 else 'it'}: hardware=cpu runs on this machine; plan for "
             "the preset's GPUs with its compute_device=cuda and mode=plan)",
             gpu,
