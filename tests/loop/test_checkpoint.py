@@ -209,6 +209,34 @@ def test_a_job_begun_from_a_checkpoint_continues_when_rerun_with_it(tmp_path, mo
         run_train(elsewhere, job, {})
 
 
+def test_a_failed_workers_hint_keeps_the_checkpoint_the_run_began_from(tmp_path, monkeypatch):
+    """A job begun from ``train.resume=PATH`` continues with that PATH (its folder's attempt
+    is taken up); the hint said ``train.resume=auto``, which starts a sweep's jobs not yet
+    run afresh (re-read)."""
+    from dlrm_exp.errors import WorkerFailedError
+
+    def saved(step: Path) -> None:
+        step.mkdir(parents=True)
+        (step / ".metadata").write_bytes(b"")
+        (step / STATE_FILE).write_text('{"step": 4, "samples": 512}')
+
+    def a_worker_fails(*args):
+        saved(tmp_path / "run" / CHECKPOINTS / "step_4")
+        raise WorkerFailedError("rank 1 failed")
+
+    start = tmp_path / "base" / CHECKPOINTS / "step_8"
+    saved(start)
+    monkeypatch.setattr(train_mode, "run_on_ranks", a_worker_fails)
+    for resume, again in ((f"train.resume={start}", ""), ("seed=0", " train.resume=auto")):
+        shutil.rmtree(tmp_path / "run", ignore_errors=True)
+        with pytest.raises(WorkerFailedError) as failed:
+            run_train(compose_cfg([*QUICK, resume]), tmp_path / "run", {})
+        assert str(failed.value) == (
+            "rank 1 failed; the complete checkpoints stay: the same command with "
+            f"hydra.run.dir={tmp_path / 'run'}{again} continues from step_4"
+        )
+
+
 def test_a_resume_with_nothing_left_to_train_keeps_the_folders_config_and_plan(tmp_path, cli_here):
     """It kept the finished run's metrics.json but wrote its own .hydra config and plan.json
     beside it (another sharding), which sharding=from_file would then replay (review)."""

@@ -157,7 +157,8 @@ def inputs_read(read: dict[str, Any], keys: set[str]) -> dict[str, Any]:
     }
 
 
-#: The fixes :func:`check_skipped_rows` names for evaluate and predict.
+#: The fixes :func:`check_skipped_rows` names unless told others: predict's (evaluate, training
+#: and the converters give their own).
 _SKIPPED_FIX = (
     "Unlabeled rows? predict with predict.has_label=false; to go on with the valid rows, raise "
     "data.max_skipped_fraction"

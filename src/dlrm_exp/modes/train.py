@@ -143,8 +143,9 @@ def run_train(
         WorkerFailedError: a worker process failed or was killed.
     """
     check_devices(cfg.hardware)
+    asked = cfg.train.resume
     if env_rank() == 0:  # (a torchrun rank above 0 is in ".": rank 0 decides for all)
-        cfg.train.resume = continued_resume(cfg.train.resume, run_dir)
+        cfg.train.resume = continued_resume(asked, run_dir)
     pending = check_folder_first(partial(_check_folder, cfg, run_dir))
     job = Job(run_dir, dict(choices), tensorboard_dir, dict(swept or {}))
     try:
@@ -153,9 +154,11 @@ def run_train(
         saved = complete_checkpoints(run_dir)
         if not saved:
             raise
+        # (begun from train.resume=PATH, that PATH continues it: auto would start a sweep's
+        # jobs not yet run afresh)
+        again = resume_command(run_dir, _in_multirun(), auto=asked in (None, "", "auto"))
         raise WorkerFailedError(
-            f"{err}; the complete checkpoints stay: {resume_command(run_dir, _in_multirun())} "
-            f"continues from {saved[-1].name}"
+            f"{err}; the complete checkpoints stay: {again} continues from {saved[-1].name}"
         ) from None
 
 
