@@ -199,11 +199,19 @@ def test_a_job_begun_from_a_checkpoint_continues_when_rerun_with_it(tmp_path, mo
         )
     assert "holds this job's earlier attempt, begun from that checkpoint" in caplog.text
     assert again.resumed["checkpoint"] == str(job / CHECKPOINTS / "step_16")
+    # where the training began, in the record (it named only its own checkpoint: diff review)
+    began = {"checkpoint": str(start.resolve()), "step": 8, "changed_settings": []}
+    assert again.resumed["started_from"] == began
     _same_results(again, direct)
-    # checkpoints begun from another checkpoint (a copy of it elsewhere): refused as before
+    # another job given the folder (a sweep rerun with an edited list numbers its jobs into
+    # other jobs' folders: it continued their attempts: diff review), or checkpoints begun
+    # from another checkpoint (a copy of it elsewhere): refused as before
+    RunMetrics.interrupted("SIGINT", "KeyboardInterrupt").write(job / "metrics.json")
+    reseeded = compose_cfg([*SMALL, f"train.resume={start}", "train.max_steps=24", "seed=2"])
+    with pytest.raises(RunFolderInUseError, match="checkpoints of an earlier run"):
+        run_train(reseeded, job, {})
     other = tmp_path / "copy" / CHECKPOINTS / "step_8"
     shutil.copytree(start, other)
-    RunMetrics.interrupted("SIGINT", "KeyboardInterrupt").write(job / "metrics.json")
     elsewhere = compose_cfg([*SMALL, f"train.resume={other}", "train.max_steps=24"])
     with pytest.raises(RunFolderInUseError, match="checkpoints of an earlier run"):
         run_train(elsewhere, job, {})

@@ -200,6 +200,11 @@ def test_the_legend_says_what_ran_when_it_is_not_what_was_asked(tmp_path, monkey
     assert [t.get_text() for t in ax.get_legend().get_texts()] == ["qcomms=fp16 (every run)"]
     assert ax.get_title() == "Throughput by sharding"
     plt.close(drawn["fig"])
+    (singles[1] / "metrics.json").unlink()  # killed before its record: its qcomms unknown
+    (singles[1] / ".hydra" / "overrides.yaml").write_text('["sharding=rowwise"]')
+    report.plot_throughput(load_runs(singles), tmp_path / "t.png")
+    assert drawn["fig"].axes[0].get_title() == "Throughput by sharding"  # (not compared)
+    plt.close(drawn["fig"])
 
 
 def test_a_bar_pools_one_configuration_typed_in_two_orders(tmp_path):

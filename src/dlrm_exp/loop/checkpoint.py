@@ -42,6 +42,7 @@ window (the last batches' logits and labels, :mod:`dlrm_exp.loop.train_window`) 
 training-window metrics are the uninterrupted run's.
 """
 
+import hashlib
 import json
 import logging
 import pickle
@@ -56,6 +57,7 @@ import torch
 import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
 import torch.distributed.checkpoint.metadata as dcp_metadata
+from omegaconf import OmegaConf
 from torch.distributed.checkpoint import FileSystemReader
 from torch.distributed.checkpoint.api import CheckpointException
 from torch.distributed.checkpoint.metadata import Metadata, StorageMeta, TensorStorageMetadata
@@ -171,6 +173,8 @@ class CheckpointLayout:
             "dense": [{"column", "log1p"}]}`` (``model_inputs`` of the planning tables),
             which every later job must give in the same order; None without a feature
             schema, and in older checkpoints.
+        job_config: the saving job's :func:`job_config_digest`, by which a rerun knows its
+            own attempt (:func:`continued_resume`); None in older checkpoints.
     """
 
     tables: dict[str, list[int]]
@@ -180,6 +184,7 @@ class CheckpointLayout:
     id_kinds: dict[str, str] | None = None
     settings: dict[str, Any] | None = None
     inputs: dict[str, list[dict[str, Any]]] | None = None
+    job_config: str | None = None
 
     def state_dict(self) -> dict[str, Any]:
         """The entries of ``trainer_state.json`` that describe the layout."""
@@ -191,6 +196,7 @@ class CheckpointLayout:
             "id_kinds": self.id_kinds,
             "settings": self.settings,
             "inputs": self.inputs,
+            "job_config": self.job_config,
         }
 
 
@@ -346,7 +352,7 @@ def replaces_attempt(run_dir: Path, resume: str | None) -> bool:
     ``run_dir`` (:func:`abandoned_attempt`): it starts afresh or from another run's
     checkpoint, not from the folder's own ``best`` (which an attempt resumed from is kept:
     it was removed, then not found: diff review)."""
-    own = bool(resume) and resume != "auto" and _in_folder(Path(resume or ""), run_dir)
+    own = bool(resume) and resume != "auto" and in_run_folder(Path(resume or ""), run_dir)
     return abandoned_attempt(run_dir) and not own
 
 
@@ -379,7 +385,7 @@ def check_run_folder(
             checkpoint is refused where it is loaded).
     """
     if resume and (resume != "auto" or complete_checkpoints(run_dir)):
-        if resume != "auto" and not _in_folder(Path(resume), run_dir):
+        if resume != "auto" and not in_run_folder(Path(resume), run_dir):
             # another run's checkpoint: training on from it here would mix this folder's
             # earlier run with it (pruning by samples removed the new checkpoints, evaluate
             # and train.resume=auto took the earlier run's later ones)
@@ -422,14 +428,14 @@ def later_checkpoints(run_dir: Path, path: Path) -> list[Path]:
     resolved, target = [p.resolve() for _, p in found], path.resolve()
     if target in resolved:
         return [p for _, p in found[resolved.index(target) + 1 :]]
-    if not _in_folder(path, run_dir):
+    if not in_run_folder(path, run_dir):
         return []  # another run's checkpoint
     state = read_trainer_state(path)
     position = (int(state.get("samples", -1)), int(state.get("step", -1)))
     return [p for at, p in found if at > position]
 
 
-def _in_folder(checkpoint: Path, run_dir: Path) -> bool:
+def in_run_folder(checkpoint: Path, run_dir: Path) -> bool:
     """Whether ``checkpoint`` is one of ``run_dir``'s (in its ``checkpoints/``)."""
     return checkpoint.expanduser().resolve().parent == (run_dir / CHECKPOINTS).resolve()
 
@@ -855,20 +861,28 @@ def requeued_resume(resume: str | None, run_dir: Path) -> str:
     return "auto"
 
 
-def continued_resume(resume: str | None, run_dir: Path) -> str | None:
+def continued_resume(resume: str | None, run_dir: Path, job_config: str) -> str | None:
     """``train.resume`` for a job rerun into its folder: ``PATH``, another run's checkpoint,
     is ``auto`` where ``run_dir`` holds no finished run's record and its newest complete step
-    checkpoint is of a run that began from that PATH (:func:`began_from`): the job's own
-    attempt, interrupted, which the rerun continues. An interrupted sweep started with
-    ``train.resume=PATH`` had no command that finished it: the same one refused the job's own
-    checkpoints, and ``auto`` started the jobs that had not run afresh instead of from PATH
-    (review). Else ``resume`` as given."""
-    if not resume or resume == "auto" or _in_folder(Path(resume), run_dir):
+    checkpoint was saved by this job (``job_config``: :func:`job_config_digest`) in training
+    that began from that PATH (:func:`began_from`): the job's own attempt, interrupted, which
+    the rerun continues. An interrupted sweep started with ``train.resume=PATH`` had no
+    command that finished it: the same one refused the job's own checkpoints, and ``auto``
+    started the jobs that had not run afresh instead of from PATH (review); a sweep rerun
+    with an edited list, whose jobs Hydra numbers into other jobs' folders, is refused as
+    before (it continued another job's attempt: diff review). Else ``resume`` as given."""
+    if not resume or resume == "auto" or in_run_folder(Path(resume), run_dir):
         return resume
     if record_status(run_dir / "metrics.json") not in (None, FAILED, INTERRUPTED):
         return resume  # a finished run's folder: kept (check_no_earlier_run)
     found = complete_checkpoints(run_dir)
-    if not found or read_trainer_state(found[-1]).get("started_from") != _resolved(resume):
+    state = read_trainer_state(found[-1]) if found else {}
+    began = state.get("started_from")
+    if (
+        not isinstance(began, dict)
+        or began.get("checkpoint") != _resolved(resume)
+        or state.get("job_config") != job_config
+    ):
         return resume  # (another run's checkpoints: refused by check_no_earlier_run)
     log.warning(
         "train.resume=%s: %s holds this job's earlier attempt, begun from that checkpoint; "
@@ -878,14 +892,26 @@ def continued_resume(resume: str | None, run_dir: Path) -> str | None:
     return "auto"
 
 
-def began_from(path: Path, run_dir: Path, saved: dict[str, Any]) -> str | None:
+def job_config_digest(cfg: Any) -> str:
+    """SHA-256 (hex) of the job's whole config (a :class:`~dlrm_exp.config.root.Config`) as
+    YAML, but ``train.resume`` (a rerun gives the PATH an attempt continued as ``auto``): the
+    job a checkpoint was saved by (:attr:`CheckpointLayout.job_config`)."""
+    config = OmegaConf.structured(cfg)
+    config.train.resume = None
+    return hashlib.sha256(OmegaConf.to_yaml(config).encode()).hexdigest()
+
+
+def began_from(
+    path: Path, run_dir: Path, saved: dict[str, Any], resumed: dict[str, Any]
+) -> dict[str, Any] | None:
     """Where the training of a run in ``run_dir`` resumed from checkpoint ``path`` (trainer
-    state ``saved``) began (:attr:`~dlrm_exp.loop.trainer.TrainerState.started_from`):
-    ``path`` itself, resolved, where it is another run's; else where the run of its own
-    checkpoint began."""
-    if _in_folder(path, run_dir):
+    state ``saved``) began (:attr:`~dlrm_exp.loop.trainer.TrainerState.started_from`): where
+    ``path`` is another run's, ``resumed`` (the record's ``{"checkpoint", "step",
+    "changed_settings"}`` of this resume) with the checkpoint resolved; else what the run of
+    its own checkpoint began from (None: a fresh start)."""
+    if in_run_folder(path, run_dir):
         return saved.get("started_from")
-    return _resolved(str(path))
+    return {**resumed, "checkpoint": _resolved(str(path))}
 
 
 def _resolved(path: str) -> str:

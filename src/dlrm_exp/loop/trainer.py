@@ -140,9 +140,10 @@ class TrainerState:
             ``early_stopping``), None while it runs on.
         train_windows: rank 0's training window (:mod:`dlrm_exp.loop.train_window`) at each
             validation, ``{"step", "logloss", "auroc"}``: the train side of the gap.
-        started_from: the checkpoint of another run this run's training began from
-            (``train.resume=PATH``, resolved), kept by resumes from the run's own checkpoints;
-            None for a fresh start. A rerun given that PATH again continues the run's newest
+        started_from: the resume from another run's checkpoint this run's training began
+            with (``train.resume=PATH``): the record's ``{"checkpoint" (resolved), "step",
+            "changed_settings"}`` of it, kept by resumes from the run's own checkpoints; None
+            for a fresh start. A rerun given that PATH again continues the run's newest
             checkpoint (:func:`~dlrm_exp.loop.checkpoint.continued_resume`).
     """
 
@@ -156,7 +157,7 @@ class TrainerState:
     best_checkpoint: str | None = None
     stop_reason: str | None = None
     train_windows: list[dict[str, float]] = field(default_factory=list)
-    started_from: str | None = None
+    started_from: dict[str, Any] | None = None
 
     def state_dict(self) -> dict[str, Any]:
         """The JSON-able state a checkpoint stores (its ``step`` is the checkpoint's own)."""

@@ -55,6 +55,8 @@ from dlrm_exp.loop.checkpoint import (
     drop_attempt_record,
     drop_stale_best,
     holds_best,
+    in_run_folder,
+    job_config_digest,
     later_checkpoints,
     load_checkpoint,
     load_model_weights,
@@ -145,7 +147,7 @@ def run_train(
     check_devices(cfg.hardware)
     asked = cfg.train.resume
     if env_rank() == 0:  # (a torchrun rank above 0 is in ".": rank 0 decides for all)
-        cfg.train.resume = continued_resume(asked, run_dir)
+        cfg.train.resume = continued_resume(asked, run_dir, job_config_digest(cfg))
     pending = check_folder_first(partial(_check_folder, cfg, run_dir))
     job = Job(run_dir, dict(choices), tensorboard_dir, dict(swept or {}))
     try:
@@ -338,6 +340,7 @@ def _layout(run: _Run) -> CheckpointLayout:
         id_policies=run.cfg.data.id_policies(),
         id_kinds=run.splits.info.id_kinds,
         inputs=model_inputs(run.cfg),
+        job_config=job_config_digest(run.cfg),
         settings={
             key: value
             for key, value in {
@@ -464,10 +467,12 @@ def _resume(
     state = TrainerState.from_checkpoint(
         saved, resume_step(saved, samples_per_step, run.ctx.world_size)
     )
-    state.started_from = began_from(path, run.job.run_dir, saved)
     state.reconsider_stop(run.cfg.train, total_steps)
     log.info("resumed from %s at step %d", path, state.step)
     run.resumed.update(checkpoint=str(path), step=state.step, changed_settings=changed)
+    state.started_from = began_from(path, run.job.run_dir, saved, dict(run.resumed))
+    if state.started_from and in_run_folder(path, run.job.run_dir):  # (where it began: the
+        run.resumed["started_from"] = state.started_from  # record said its own checkpoint)
     if not run.replaces:  # (else the events are an abandoned attempt's: _replace_attempt's)
         _continue_history(tracker, state, int(saved["step"]))
     kept = _finished_record(run, state, total_steps)

@@ -177,8 +177,9 @@ def _grouped_bars(
 def _varied(runs: Sequence[RunRecord], group: str) -> bool:
     """Whether the ``runs`` chose more than one option of ``group`` (:func:`_choice`). Single
     runs reported together count every override as configuration: a set of them that all had
-    ``qcomms=fp16`` was titled as comparing communication precisions (re-read)."""
-    return len({_choice(run, group) for run in runs}) > 1
+    ``qcomms=fp16`` was titled as comparing communication precisions (re-read). A run whose
+    choice is unknown (``?``: a job killed before its record) is none (diff review)."""
+    return len({_choice(run, group) for run in runs} - {"?"}) > 1
 
 
 def _tick_labels(groups: Sequence[str]) -> tuple[list[str], str]:

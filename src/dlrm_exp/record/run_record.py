@@ -123,7 +123,9 @@ class RunMetrics:
             from before the field or of a job that failed.
         resumed: after ``train.resume``, the ``checkpoint`` it continued, this job's ``step``
             there and the ``changed_settings`` (``key old -> new``) against the run that wrote
-            it; empty for a run trained from the start.
+            it; from the run's own checkpoint, ``started_from``: the same of the resume from
+            another run's checkpoint its training began with; empty for a run trained from
+            the start.
         target_auroc: ``train.target_auroc`` (the target keys appear only when it is set).
         reached_target: whether a validation reached it.
         target_step / target_epoch: the step, and the epochs trained (a fraction), of the
