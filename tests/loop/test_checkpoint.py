@@ -217,6 +217,24 @@ def test_a_job_begun_from_a_checkpoint_continues_when_rerun_with_it(tmp_path, mo
         run_train(elsewhere, job, {})
 
 
+def test_a_resume_that_validates_on_other_rows_forgets_the_checkpoints_validations(
+    tmp_path, caplog
+):
+    """Resumed from a seed-0 checkpoint with seed=1 on generated data (other rows), a job
+    kept that run's best: it reported that run's val AUROC and scored the test split with
+    its weights, though its own validations never came near (review). Another learning rate
+    on the same rows keeps the history."""
+    run_train(compose_cfg([*SMALL, "train.max_steps=16"]), tmp_path / "base", {})
+    start = f"train.resume={tmp_path / 'base' / CHECKPOINTS / 'step_16'}"
+    with caplog.at_level(logging.WARNING, logger="dlrm_exp"):
+        reseeded = run_train(compose_cfg([*SMALL, start, "seed=1"]), tmp_path / "s1", {})
+    assert [h["step"] for h in reseeded.val_history] == [32]  # its own validation only
+    assert reseeded.val["auroc"] == reseeded.val_history[0]["auroc"]
+    assert "seed 0 -> 1 give this run other validation rows than the run of" in caplog.text
+    relearned = compose_cfg([*SMALL, start, "optimizer.learning_rate=0.05"])
+    assert [h["step"] for h in run_train(relearned, tmp_path / "lr", {}).val_history] == [16, 32]
+
+
 def test_a_failed_workers_hint_keeps_the_checkpoint_the_run_began_from(tmp_path, monkeypatch):
     """A job begun from ``train.resume=PATH`` continues with that PATH (its folder's attempt
     is taken up); the hint said ``train.resume=auto``, which starts a sweep's jobs not yet

@@ -214,6 +214,27 @@ def changed_settings(saved: dict[str, Any] | None, job: dict[str, Any] | None) -
     ]
 
 
+#: The data settings that decide only the training rows or their order.
+_TRAINING_ROWS_ONLY = frozenset(
+    {"data.num_train_samples", "data.shuffle_training_set", "data.shuffle_batches"}
+)
+
+
+def validation_changes(changed: list[str], seed_draws_rows: bool) -> list[str]:
+    """The ``changed`` settings (:func:`changed_settings`) that give a resumed run other
+    validation rows than the run of its checkpoint, or decode them otherwise: the data source
+    (``data``), every ``data.*`` key but those of the training rows alone, and ``seed`` where
+    it draws the rows (``seed_draws_rows``: generated data). The checkpoint's validations
+    then measure another task than this run's."""
+
+    def other_rows(key: str) -> bool:
+        if key == "seed":
+            return seed_draws_rows
+        return key == "data" or (key.startswith("data.") and key not in _TRAINING_ROWS_ONLY)
+
+    return [change for change in changed if other_rows(change.split(" ", 1)[0])]
+
+
 def _as_update(key: str, value: Any) -> Any:
     """A setting's value as the update sees it: embedding collectives in FP32 and none at all
     (one rank) are one exact update, so a 2-rank run resumed on 1 rank changes no

@@ -209,6 +209,15 @@ class TrainerState:
             started_from=saved.get("started_from"),
         )
 
+    def forget_validations(self) -> None:
+        """Drop the checkpoint's validations, its best (and where its weights were saved),
+        its target step and stop, and the training windows beside them: a resume that
+        validates on other rows (:func:`~dlrm_exp.loop.checkpoint.validation_changes`)
+        compares its validations with its own only."""
+        self.val_history, self.train_windows = [], []
+        self.best, self.best_checkpoint = BestValidation(), None
+        self.target_step = self.stop_reason = None
+
     def reconsider_stop(self, cfg: TrainConfig, total_steps: int | None = None) -> None:
         """Keep a checkpoint's stop only where this job asks for it too, so a resume with
         ``train.target_auroc`` removed or raised, or more ``early_stopping.patience``, trains

@@ -67,6 +67,7 @@ from dlrm_exp.loop.checkpoint import (
     resume_command,
     resume_step,
     save_checkpoint,
+    validation_changes,
 )
 from dlrm_exp.loop.early_stopping import EARLY_STOPPING, TARGET, BestValidation
 from dlrm_exp.loop.metrics import (
@@ -467,6 +468,7 @@ def _resume(
     state = TrainerState.from_checkpoint(
         saved, resume_step(saved, samples_per_step, run.ctx.world_size)
     )
+    _forget_other_validations(run, state, changed, path)
     state.reconsider_stop(run.cfg.train, total_steps)
     log.info("resumed from %s at step %d", path, state.step)
     run.resumed.update(checkpoint=str(path), step=state.step, changed_settings=changed)
@@ -487,6 +489,28 @@ def _resume(
     if between and run.ctx.is_main:
         log.warning(between)
     return state, kept
+
+
+def _forget_other_validations(
+    run: _Run, state: TrainerState, changed: list[str], path: Path
+) -> None:
+    """A resume whose changed settings give it other validation rows than the run of
+    checkpoint ``path`` (:func:`validation_changes`: another data source or data key, or
+    seed for generated data) forgets that run's validations and best: a job resumed from
+    another seed's checkpoint on generated data kept that run's best, reported its val AUROC
+    (0.7907, of other rows; its own reached 0.6963) and scored the test split with its
+    weights (review)."""
+    other = validation_changes(changed, seed_draws_rows=not run.cfg.data.input_paths())
+    if not other or not (state.val_history or state.best_checkpoint):
+        return
+    if run.ctx.is_main:
+        log.warning(
+            "train.resume: %s give this run other validation rows than the run of %s: its "
+            "%d validation(s) and best weights are set aside; this run's best, early "
+            "stopping and target count its own validations",
+            ", ".join(other), path, len(state.val_history),
+        )  # fmt: skip
+    state.forget_validations()
 
 
 def _replace_attempt(run: _Run, start: TrainerState | None, tracker: Tracker) -> None:
