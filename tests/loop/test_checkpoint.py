@@ -172,13 +172,16 @@ def test_a_fresh_run_into_a_folder_with_checkpoints_is_refused_and_keeps_its_rec
 def test_a_job_begun_from_a_checkpoint_continues_when_rerun_with_it(tmp_path, monkeypatch, caplog):
     """An interrupted sweep started with ``train.resume=PATH`` had no command that finished
     it: the same one refused the job's own step checkpoints, and ``train.resume=auto``
-    started the jobs that had not run afresh, not from PATH (review). Given PATH again, a
-    job whose folder holds its own attempt begun from PATH continues its newest checkpoint,
-    as the uninterrupted run would have trained; checkpoints begun elsewhere stay refused."""
+    started the jobs that had not run afresh, not from PATH (review). Given PATH again, the
+    sweep's job of the same swept values continues its attempt's newest checkpoint, as the
+    uninterrupted run would have trained (a fixed setting changed too: warned of, as with
+    auto); another job's (an edited sweep list), or checkpoints begun elsewhere, stay
+    refused."""
     run_train(compose_cfg([*SMALL, "train.max_steps=8"]), tmp_path / "base", {})
     start = tmp_path / "base" / CHECKPOINTS / "step_8"
-    asked = compose_cfg([*SMALL, f"train.resume={start}", "train.max_steps=24"])
-    direct = run_train(asked, tmp_path / "direct", {})
+    asked = [*SMALL, f"train.resume={start}", "train.max_steps=24"]
+    job_of = {"train.max_steps": 24}  # the sweep's job: its swept values
+    direct = run_train(compose_cfg(asked), tmp_path / "direct", {}, swept=job_of)
     real_save = train_mode.save_checkpoint
 
     def interrupted_after_16(run_dir, step, *args, **kwargs):
@@ -190,13 +193,12 @@ def test_a_job_begun_from_a_checkpoint_continues_when_rerun_with_it(tmp_path, mo
     monkeypatch.setattr(train_mode, "save_checkpoint", interrupted_after_16)
     job = tmp_path / "sweep" / "1"
     with pytest.raises(KeyboardInterrupt):
-        run_train(compose_cfg([*SMALL, f"train.resume={start}", "train.max_steps=24"]), job, {})
+        run_train(compose_cfg(asked), job, {}, swept=job_of)
     monkeypatch.undo()
     RunMetrics.interrupted("SIGINT", "KeyboardInterrupt").write(job / "metrics.json")
+    timeout = "hardware.collective_timeout_s=1200"  # (the fix after a collective timed out)
     with caplog.at_level(logging.WARNING, logger="dlrm_exp"):
-        again = run_train(
-            compose_cfg([*SMALL, f"train.resume={start}", "train.max_steps=24"]), job, {}
-        )
+        again = run_train(compose_cfg([*asked, timeout]), job, {}, swept=job_of)
     assert "holds this job's earlier attempt, begun from that checkpoint" in caplog.text
     assert again.resumed["checkpoint"] == str(job / CHECKPOINTS / "step_16")
     # where the training began, in the record (it named only its own checkpoint: diff review)
@@ -207,14 +209,14 @@ def test_a_job_begun_from_a_checkpoint_continues_when_rerun_with_it(tmp_path, mo
     # other jobs' folders: it continued their attempts: diff review), or checkpoints begun
     # from another checkpoint (a copy of it elsewhere): refused as before
     RunMetrics.interrupted("SIGINT", "KeyboardInterrupt").write(job / "metrics.json")
-    reseeded = compose_cfg([*SMALL, f"train.resume={start}", "train.max_steps=24", "seed=2"])
+    edited = compose_cfg([*SMALL, f"train.resume={start}", "train.max_steps=32"])
     with pytest.raises(RunFolderInUseError, match="checkpoints of an earlier run"):
-        run_train(reseeded, job, {})
+        run_train(edited, job, {}, swept={"train.max_steps": 32})
     other = tmp_path / "copy" / CHECKPOINTS / "step_8"
     shutil.copytree(start, other)
     elsewhere = compose_cfg([*SMALL, f"train.resume={other}", "train.max_steps=24"])
     with pytest.raises(RunFolderInUseError, match="checkpoints of an earlier run"):
-        run_train(elsewhere, job, {})
+        run_train(elsewhere, job, {}, swept=job_of)
 
 
 def test_a_resume_that_validates_on_other_rows_forgets_the_checkpoints_validations(
@@ -233,6 +235,47 @@ def test_a_resume_that_validates_on_other_rows_forgets_the_checkpoints_validatio
     assert "seed 0 -> 1 give this run other validation rows than the run of" in caplog.text
     relearned = compose_cfg([*SMALL, start, "optimizer.learning_rate=0.05"])
     assert [h["step"] for h in run_train(relearned, tmp_path / "lr", {}).val_history] == [16, 32]
+    # in its own folder, the earlier points leave TensorBoard's curve too (they stayed in it
+    # beside the new rows': diff review)
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    more_rows = compose_cfg([*SMALL, "train.resume=auto", "data.num_val_samples=512"])
+    run_train(more_rows, tmp_path / "base", {})
+    events = EventAccumulator(str(tmp_path / "base"))
+    events.Reload()
+    assert [e.step for e in events.Scalars("val/auroc")] == [32]
+    assert list((tmp_path / "base" / "tensorboard_before_step_16").glob("events.out.*"))
+    # nothing left to train: the record kept is of the checkpoint's rows, not set aside (it
+    # said it set them aside, then kept them: diff review)
+    caplog.clear()
+    ended = compose_cfg([*SMALL, "train.resume=auto", "data.num_val_samples=256"])
+    with caplog.at_level(logging.WARNING, logger="dlrm_exp"):
+        run_train(ended, tmp_path / "base", {})
+    assert "nothing left to train" in caplog.text and "set aside" not in caplog.text
+
+
+def test_only_what_decides_the_validation_rows_counts_as_changing_them(tmp_path, monkeypatch):
+    """Every data key but three counted: another test split, a planner's pooling factor, the
+    next day's training file beside a fixed validation file, or one file typed relative then
+    absolute threw the checkpoint's validations away (diff review)."""
+    from dlrm_exp.loop.checkpoint import changed_settings, validation_changes
+
+    synthetic = compose_cfg([]).data
+    assert synthetic.decides_validation("seed") and synthetic.decides_validation("data.base_logit")
+    assert not synthetic.decides_validation("data.num_test_samples")
+    tsv = compose_cfg(["data=criteo_tsv", "data.path=a.tsv", "data.val_path=v.tsv"]).data
+    feature = "data.schema.sparse.cat_0"
+    keys = ("seed", "data.path", "data.val_path", "data.test_fraction",
+            f"{feature}.pooling_factor", f"{feature}.id_policy")  # fmt: skip
+    decided = [k for k in keys if tsv.decides_validation(k)]
+    assert decided == ["data.val_path", f"{feature}.id_policy"]
+    cut = compose_cfg(["data=criteo_tsv", "data.path=a.tsv"]).data  # validation cut from path
+    assert cut.decides_validation("data.path") and cut.decides_validation("data.test_fraction")
+    monkeypatch.chdir(tmp_path)
+    same_file = changed_settings({"data.path": [str(tmp_path / "a.tsv")]}, {"data.path": ["a.tsv"]})
+    assert same_file == []
+    changed = ["data.path ['a'] -> ['b']", "data.val_path None -> ['v']", "data Parquet -> Tsv"]
+    assert validation_changes(changed, tsv.decides_validation) == changed[1:]
 
 
 def test_a_failed_workers_hint_keeps_the_checkpoint_the_run_began_from(tmp_path, monkeypatch):

@@ -20,6 +20,20 @@ from dlrm_exp.config.criteo import (
 from dlrm_exp.config.schema import FeatureSchema
 from dlrm_exp.errors import ConfigError
 
+#: The data keys that decide only the training or the test rows, or their order.
+_NOT_VALIDATION = frozenset(
+    {
+        "data.num_train_samples",
+        "data.num_test_samples",
+        "data.test_path",
+        "data.shuffle_training_set",
+        "data.shuffle_batches",
+        "data.shuffle_row_groups",
+    }
+)
+#: The schema keys of a feature that do not change how its ids are read.
+_NOT_DECODING = (".pooling_factor", ".eviction_policy", ".eviction_interval", ".table")
+
 
 @dataclass
 class DataConfig:
@@ -74,6 +88,14 @@ class DataConfig:
         model presets' (tiny, MLPerf), not the data's."""
         return False
 
+    def decides_validation(self, key: str) -> bool:
+        """Whether the setting ``key`` (``seed`` or a flat ``data.*`` key, as a checkpoint
+        records them) decides this data's validation rows or how they are decoded: a resume
+        that changes it validates on other rows than its checkpoint's run
+        (:func:`~dlrm_exp.loop.checkpoint.validation_changes`). Here every data key but
+        those of the training and test rows alone, and not ``seed``."""
+        return key.startswith("data.") and key not in _NOT_VALIDATION
+
 
 @dataclass
 class SyntheticDataConfig(DataConfig):
@@ -98,6 +120,12 @@ class SyntheticDataConfig(DataConfig):
     categorical_signal: float = 1.5
     dense_signal: float = 0.5
     base_logit: float = -1.4
+
+    def decides_validation(self, key: str) -> bool:
+        """Generated rows: ``seed`` draws them, unless read from files (a path)."""
+        if key == "seed":
+            return not self.input_paths()
+        return super().decides_validation(key)
 
     def __post_init__(self) -> None:
         require_positive(
@@ -185,6 +213,17 @@ class FileSplitsConfig(DataConfig):
             )
             if not own
         }
+
+    def decides_validation(self, key: str) -> bool:
+        """The validation file, or where validation is cut from ``data.path`` the path and
+        the cut (its fraction, and the test split's where that is cut after it), and the
+        schema keys that decode the rows (not the planner's ``pooling_factor``, the
+        ``eviction_*`` of managed tables or the ``table`` a feature shares)."""
+        if key.startswith("data.schema."):
+            return not key.endswith(_NOT_DECODING)
+        cut = {"data.path", "data.val_fraction", "data.test_path"}
+        cut |= {"data.test_fraction"} if not self.test_path else set()
+        return key == "data.val_path" or (not self.val_path and key in cut)
 
     def read_inputs(self, scored: tuple[str, ...] | None = None) -> dict[str, list[str]]:
         inputs = self.input_paths()

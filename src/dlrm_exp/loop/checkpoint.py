@@ -42,13 +42,13 @@ window (the last batches' logits and labels, :mod:`dlrm_exp.loop.train_window`) 
 training-window metrics are the uninterrupted run's.
 """
 
-import hashlib
 import json
 import logging
 import pickle
 import re
 import shutil
 import warnings
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -57,7 +57,6 @@ import torch
 import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
 import torch.distributed.checkpoint.metadata as dcp_metadata
-from omegaconf import OmegaConf
 from torch.distributed.checkpoint import FileSystemReader
 from torch.distributed.checkpoint.api import CheckpointException
 from torch.distributed.checkpoint.metadata import Metadata, StorageMeta, TensorStorageMetadata
@@ -173,8 +172,9 @@ class CheckpointLayout:
             "dense": [{"column", "log1p"}]}`` (``model_inputs`` of the planning tables),
             which every later job must give in the same order; None without a feature
             schema, and in older checkpoints.
-        job_config: the saving job's :func:`job_config_digest`, by which a rerun knows its
-            own attempt (:func:`continued_resume`); None in older checkpoints.
+        sweep_job: the swept keys and values of the sweep's job that saved it (``{}``
+            outside a sweep; :func:`sweep_job`), by which a rerun of the sweep knows its
+            job's own attempt (:func:`continued_resume`); None in older checkpoints.
     """
 
     tables: dict[str, list[int]]
@@ -184,7 +184,7 @@ class CheckpointLayout:
     id_kinds: dict[str, str] | None = None
     settings: dict[str, Any] | None = None
     inputs: dict[str, list[dict[str, Any]]] | None = None
-    job_config: str | None = None
+    sweep_job: dict[str, Any] | None = None
 
     def state_dict(self) -> dict[str, Any]:
         """The entries of ``trainer_state.json`` that describe the layout."""
@@ -196,7 +196,7 @@ class CheckpointLayout:
             "id_kinds": self.id_kinds,
             "settings": self.settings,
             "inputs": self.inputs,
-            "job_config": self.job_config,
+            "sweep_job": self.sweep_job,
         }
 
 
@@ -214,32 +214,32 @@ def changed_settings(saved: dict[str, Any] | None, job: dict[str, Any] | None) -
     ]
 
 
-#: The data settings that decide only the training rows or their order.
-_TRAINING_ROWS_ONLY = frozenset(
-    {"data.num_train_samples", "data.shuffle_training_set", "data.shuffle_batches"}
-)
-
-
-def validation_changes(changed: list[str], seed_draws_rows: bool) -> list[str]:
+def validation_changes(changed: list[str], decides: Callable[[str], bool]) -> list[str]:
     """The ``changed`` settings (:func:`changed_settings`) that give a resumed run other
     validation rows than the run of its checkpoint, or decode them otherwise: the data source
-    (``data``), every ``data.*`` key but those of the training rows alone, and ``seed`` where
-    it draws the rows (``seed_draws_rows``: generated data). The checkpoint's validations
-    then measure another task than this run's."""
-
-    def other_rows(key: str) -> bool:
-        if key == "seed":
-            return seed_draws_rows
-        return key == "data" or (key.startswith("data.") and key not in _TRAINING_ROWS_ONLY)
-
-    return [change for change in changed if other_rows(change.split(" ", 1)[0])]
+    (``data``) and each key ``decides`` (the job's
+    :meth:`~dlrm_exp.config.data.DataConfig.decides_validation`) names. The checkpoint's
+    validations then measure another task than this run's."""
+    return [
+        change for change in changed if (key := change.split(" ", 1)[0]) == "data" or decides(key)
+    ]
 
 
 def _as_update(key: str, value: Any) -> Any:
     """A setting's value as the update sees it: embedding collectives in FP32 and none at all
     (one rank) are one exact update, so a 2-rank run resumed on 1 rank changes no
-    ``qcomms`` (it was warned as ``qcomms FP32 -> none``: docs review)."""
-    return "FP32" if key == "qcomms" and value == "none" else value
+    ``qcomms`` (it was warned as ``qcomms FP32 -> none``: docs review); an input path is the
+    file it names (one typed relative, one absolute was a change: diff review)."""
+    if key == "qcomms" and value == "none":
+        return "FP32"
+    if key in _PATH_KEYS and isinstance(value, (str, list)):
+        paths = [value] if isinstance(value, str) else value
+        return [_resolved(str(p)) for p in paths]
+    return value
+
+
+#: The settings that name input files (relative to where the job started).
+_PATH_KEYS = frozenset({"data.path", "data.val_path", "data.test_path"})
 
 
 def checkpoint_path(run_dir: Path, step: int) -> Path:
@@ -882,16 +882,18 @@ def requeued_resume(resume: str | None, run_dir: Path) -> str:
     return "auto"
 
 
-def continued_resume(resume: str | None, run_dir: Path, job_config: str) -> str | None:
+def continued_resume(resume: str | None, run_dir: Path, swept: Mapping[str, Any]) -> str | None:
     """``train.resume`` for a job rerun into its folder: ``PATH``, another run's checkpoint,
     is ``auto`` where ``run_dir`` holds no finished run's record and its newest complete step
-    checkpoint was saved by this job (``job_config``: :func:`job_config_digest`) in training
-    that began from that PATH (:func:`began_from`): the job's own attempt, interrupted, which
-    the rerun continues. An interrupted sweep started with ``train.resume=PATH`` had no
-    command that finished it: the same one refused the job's own checkpoints, and ``auto``
-    started the jobs that had not run afresh instead of from PATH (review); a sweep rerun
-    with an edited list, whose jobs Hydra numbers into other jobs' folders, is refused as
-    before (it continued another job's attempt: diff review). Else ``resume`` as given."""
+    checkpoint was saved in training that began from that PATH (:func:`began_from`) by this
+    job: a single run, or the sweep's job of the same swept values (``swept``:
+    :func:`sweep_job`): the job's own attempt, interrupted, which the rerun continues (a
+    changed fixed setting is warned of, as with ``auto``). An interrupted sweep started with
+    ``train.resume=PATH`` had no command that finished it: the same one refused the job's own
+    checkpoints, and ``auto`` started the jobs that had not run afresh instead of from PATH
+    (review); a sweep rerun with an edited list, whose jobs Hydra numbers into other jobs'
+    folders, is refused as before (it continued another job's attempt: diff review). Else
+    ``resume`` as given."""
     if not resume or resume == "auto" or in_run_folder(Path(resume), run_dir):
         return resume
     if record_status(run_dir / "metrics.json") not in (None, FAILED, INTERRUPTED):
@@ -902,7 +904,7 @@ def continued_resume(resume: str | None, run_dir: Path, job_config: str) -> str 
     if (
         not isinstance(began, dict)
         or began.get("checkpoint") != _resolved(resume)
-        or state.get("job_config") != job_config
+        or state.get("sweep_job") != sweep_job(swept)
     ):
         return resume  # (another run's checkpoints: refused by check_no_earlier_run)
     log.warning(
@@ -913,13 +915,11 @@ def continued_resume(resume: str | None, run_dir: Path, job_config: str) -> str 
     return "auto"
 
 
-def job_config_digest(cfg: Any) -> str:
-    """SHA-256 (hex) of the job's whole config (a :class:`~dlrm_exp.config.root.Config`) as
-    YAML, but ``train.resume`` (a rerun gives the PATH an attempt continued as ``auto``): the
-    job a checkpoint was saved by (:attr:`CheckpointLayout.job_config`)."""
-    config = OmegaConf.structured(cfg)
-    config.train.resume = None
-    return hashlib.sha256(OmegaConf.to_yaml(config).encode()).hexdigest()
+def sweep_job(swept: Mapping[str, Any]) -> dict[str, Any]:
+    """A sweep's job as a checkpoint records it (:attr:`CheckpointLayout.sweep_job`): its
+    swept keys and values (:class:`~dlrm_exp.modes.job.Job`'s ``swept``) as JSON reads them
+    back (a tuple is a list, an object its text)."""
+    return json.loads(json.dumps(dict(swept), default=str, sort_keys=True))
 
 
 def began_from(

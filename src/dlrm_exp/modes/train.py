@@ -56,7 +56,6 @@ from dlrm_exp.loop.checkpoint import (
     drop_stale_best,
     holds_best,
     in_run_folder,
-    job_config_digest,
     later_checkpoints,
     load_checkpoint,
     load_model_weights,
@@ -67,6 +66,7 @@ from dlrm_exp.loop.checkpoint import (
     resume_command,
     resume_step,
     save_checkpoint,
+    sweep_job,
     validation_changes,
 )
 from dlrm_exp.loop.early_stopping import EARLY_STOPPING, TARGET, BestValidation
@@ -148,7 +148,7 @@ def run_train(
     check_devices(cfg.hardware)
     asked = cfg.train.resume
     if env_rank() == 0:  # (a torchrun rank above 0 is in ".": rank 0 decides for all)
-        cfg.train.resume = continued_resume(asked, run_dir, job_config_digest(cfg))
+        cfg.train.resume = continued_resume(asked, run_dir, swept or {})
     pending = check_folder_first(partial(_check_folder, cfg, run_dir))
     job = Job(run_dir, dict(choices), tensorboard_dir, dict(swept or {}))
     try:
@@ -341,7 +341,7 @@ def _layout(run: _Run) -> CheckpointLayout:
         id_policies=run.cfg.data.id_policies(),
         id_kinds=run.splits.info.id_kinds,
         inputs=model_inputs(run.cfg),
-        job_config=job_config_digest(run.cfg),
+        sweep_job=sweep_job(run.job.swept),
         settings={
             key: value
             for key, value in {
@@ -468,7 +468,7 @@ def _resume(
     state = TrainerState.from_checkpoint(
         saved, resume_step(saved, samples_per_step, run.ctx.world_size)
     )
-    _forget_other_validations(run, state, changed, path)
+    forgot = _forget_other_validations(run, state, changed, path, total_steps)
     state.reconsider_stop(run.cfg.train, total_steps)
     log.info("resumed from %s at step %d", path, state.step)
     run.resumed.update(checkpoint=str(path), step=state.step, changed_settings=changed)
@@ -476,7 +476,7 @@ def _resume(
     if state.started_from and in_run_folder(path, run.job.run_dir):  # (where it began: the
         run.resumed["started_from"] = state.started_from  # record said its own checkpoint)
     if not run.replaces:  # (else the events are an abandoned attempt's: _replace_attempt's)
-        _continue_history(tracker, state, int(saved["step"]))
+        _continue_history(tracker, state, int(saved["step"]), forgot)
     kept = _finished_record(run, state, total_steps)
     if run.cfg.train.keep_best:  # another run's best: held here too; a stale one: removed
         source = Path(state.best_checkpoint) if state.best_checkpoint else None
@@ -492,17 +492,19 @@ def _resume(
 
 
 def _forget_other_validations(
-    run: _Run, state: TrainerState, changed: list[str], path: Path
-) -> None:
+    run: _Run, state: TrainerState, changed: list[str], path: Path, total_steps: int
+) -> bool:
     """A resume whose changed settings give it other validation rows than the run of
-    checkpoint ``path`` (:func:`validation_changes`: another data source or data key, or
-    seed for generated data) forgets that run's validations and best: a job resumed from
-    another seed's checkpoint on generated data kept that run's best, reported its val AUROC
-    (0.7907, of other rows; its own reached 0.6963) and scored the test split with its
-    weights (review)."""
-    other = validation_changes(changed, seed_draws_rows=not run.cfg.data.input_paths())
-    if not other or not (state.val_history or state.best_checkpoint):
-        return
+    checkpoint ``path`` (:func:`validation_changes`: another data source, a data key that
+    decides the validation rows, or seed for generated data) forgets that run's validations
+    and best: a job resumed from another seed's checkpoint on generated data kept that run's
+    best, reported its val AUROC (0.7907, of other rows; its own reached 0.6963) and scored
+    the test split with its weights (review). Not where nothing is left to train (the
+    record is of the checkpoint's weights). Returns whether it forgot any."""
+    other = validation_changes(changed, run.cfg.data.decides_validation)
+    trains = state.step < total_steps
+    if not (other and trains and (state.val_history or state.best_checkpoint)):
+        return False
     if run.ctx.is_main:
         log.warning(
             "train.resume: %s give this run other validation rows than the run of %s: its "
@@ -511,6 +513,7 @@ def _forget_other_validations(
             ", ".join(other), path, len(state.val_history),
         )  # fmt: skip
     state.forget_validations()
+    return True
 
 
 def _replace_attempt(run: _Run, start: TrainerState | None, tracker: Tracker) -> None:
@@ -538,11 +541,15 @@ def _replace_attempt(run: _Run, start: TrainerState | None, tracker: Tracker) ->
             log.warning("the earlier attempt's TensorBoard points moved to %s", aside)
 
 
-def _continue_history(tracker: Tracker, state: TrainerState, saved_step: int) -> None:
+def _continue_history(
+    tracker: Tracker, state: TrainerState, saved_step: int, forgot: bool = False
+) -> None:
     """The folder's TensorBoard points, for a job resumed at ``state.step`` from checkpoint
     step ``saved_step``: those logged after the checkpoint hidden (logged again), or where
-    the steps count other global batches, all set aside (:func:`_restart_history`)."""
-    if saved_step != state.step:
+    the steps count other global batches, or the validations were of other rows
+    (``forgot``: :func:`_forget_other_validations`; they stayed in the curve: diff review),
+    all set aside (:func:`_restart_history`)."""
+    if saved_step != state.step or forgot:
         _restart_history(tracker, state, saved_step)
     else:
         tracker.purge_from(state.step + 1)
@@ -550,12 +557,13 @@ def _continue_history(tracker: Tracker, state: TrainerState, saved_step: int) ->
 
 def _restart_history(tracker: Tracker, state: TrainerState, saved_step: int) -> None:
     """TensorBoard's earlier points of a resume whose steps count other global batches
-    (checkpoint step ``saved_step`` is this job's ``state.step``) set aside, the validations
-    logged again in this job's steps."""
+    (checkpoint step ``saved_step`` is this job's ``state.step``), or whose validations were
+    of other rows (forgotten: none to log), set aside, the validations logged again in this
+    job's steps."""
     aside = tracker.restart_history(
         f"tensorboard_before_step_{saved_step}", state.val_history, state.train_windows
     )
-    if aside is not None:
+    if aside is not None and saved_step != state.step:
         log.warning(
             "the checkpoint's step %d is this job's step %d (another world size or batch "
             "size): TensorBoard's earlier points, in its steps, moved to %s; the validations "
@@ -564,6 +572,8 @@ def _restart_history(tracker: Tracker, state: TrainerState, saved_step: int) -> 
             state.step,
             aside,
         )
+    elif aside is not None:
+        log.warning("TensorBoard's earlier points, of other validation rows, moved to %s", aside)
 
 
 def _check_a_step(rows: int, world_size: int, sizes: list[int]) -> None:
