@@ -210,7 +210,8 @@ def test_a_job_begun_from_a_checkpoint_continues_when_rerun_with_it(tmp_path, mo
     # from another checkpoint (a copy of it elsewhere): refused as before
     RunMetrics.interrupted("SIGINT", "KeyboardInterrupt").write(job / "metrics.json")
     edited = compose_cfg([*SMALL, f"train.resume={start}", "train.max_steps=32"])
-    with pytest.raises(RunFolderInUseError, match="checkpoints of an earlier run"):
+    whose = r"checkpoints of an earlier run \(its job train.max_steps=24\) \(step_16, step_24\)"
+    with pytest.raises(RunFolderInUseError, match=whose):  # (whose: auto would continue it)
         run_train(edited, job, {}, swept={"train.max_steps": 32})
     other = tmp_path / "copy" / CHECKPOINTS / "step_8"
     shutil.copytree(start, other)
@@ -226,13 +227,17 @@ def test_a_resume_that_validates_on_other_rows_forgets_the_checkpoints_validatio
     kept that run's best: it reported that run's val AUROC and scored the test split with
     its weights, though its own validations never came near (review). Another learning rate
     on the same rows keeps the history."""
-    run_train(compose_cfg([*SMALL, "train.max_steps=16"]), tmp_path / "base", {})
+    base = run_train(compose_cfg([*SMALL, "train.max_steps=16"]), tmp_path / "base", {})
     start = f"train.resume={tmp_path / 'base' / CHECKPOINTS / 'step_16'}"
     with caplog.at_level(logging.WARNING, logger="dlrm_exp"):
         reseeded = run_train(compose_cfg([*SMALL, start, "seed=1"]), tmp_path / "s1", {})
     assert [h["step"] for h in reseeded.val_history] == [32]  # its own validation only
     assert reseeded.val["auroc"] == reseeded.val_history[0]["auroc"]
     assert "seed 0 -> 1 give this run other validation rows than the run of" in caplog.text
+    # nothing left to train: the weights validated on this run's rows (the record gave the
+    # checkpoint's run's val AUROC beside a test AUROC of this run's rows: diff review)
+    ended_there = compose_cfg([*SMALL, start, "seed=1", "train.max_steps=16"])
+    assert run_train(ended_there, tmp_path / "z", {}).val["auroc"] != base.val["auroc"]
     relearned = compose_cfg([*SMALL, start, "optimizer.learning_rate=0.05"])
     assert [h["step"] for h in run_train(relearned, tmp_path / "lr", {}).val_history] == [16, 32]
     # in its own folder, the earlier points leave TensorBoard's curve too (they stayed in it
@@ -258,7 +263,7 @@ def test_only_what_decides_the_validation_rows_counts_as_changing_them(tmp_path,
     """Every data key but three counted: another test split, a planner's pooling factor, the
     next day's training file beside a fixed validation file, or one file typed relative then
     absolute threw the checkpoint's validations away (diff review)."""
-    from dlrm_exp.loop.checkpoint import changed_settings, validation_changes
+    from dlrm_exp.loop.checkpoint import changed_settings, resolved_inputs, validation_changes
 
     synthetic = compose_cfg([]).data
     assert synthetic.decides_validation("seed") and synthetic.decides_validation("data.base_logit")
@@ -271,9 +276,27 @@ def test_only_what_decides_the_validation_rows_counts_as_changing_them(tmp_path,
     assert decided == ["data.val_path", f"{feature}.id_policy"]
     cut = compose_cfg(["data=criteo_tsv", "data.path=a.tsv"]).data  # validation cut from path
     assert cut.decides_validation("data.path") and cut.decides_validation("data.test_fraction")
+    # the files a checkpoint records: one typed relative, or from another folder, is the
+    # same file; a symlink moved to another day is another (diff reviews)
     monkeypatch.chdir(tmp_path)
-    same_file = changed_settings({"data.path": [str(tmp_path / "a.tsv")]}, {"data.path": ["a.tsv"]})
-    assert same_file == []
+    (tmp_path / "day2.tsv").write_text("")
+    (tmp_path / "cur.tsv").symlink_to(tmp_path / "a.tsv")
+    saved = resolved_inputs({"data.path": ["cur.tsv"], "data.val_path": str(tmp_path / "a.tsv")})
+    (tmp_path / "cur.tsv").unlink()
+    (tmp_path / "cur.tsv").symlink_to(tmp_path / "day2.tsv")
+    here = resolved_inputs({"data.path": ["cur.tsv"], "data.val_path": "a.tsv"})
+    assert changed_settings(saved, here) == [
+        f"data.path ['{tmp_path / 'a.tsv'}'] -> ['{tmp_path / 'day2.tsv'}']"
+    ]
+    # a run records the file it read, wherever it was typed from
+    from dlrm_exp.data.criteo_format import write_criteo_tsv
+
+    write_criteo_tsv(tmp_path / "day.tsv", 256)
+    ran = ["data=criteo_tsv", "data.path=day.tsv", "train.batch_size=64", "train.max_steps=2",
+           "train.checkpoint_every_n_steps=2", "train.progress_bar=false"]  # fmt: skip
+    run_train(compose_cfg(ran), tmp_path / "run", {})
+    recorded = json.loads((tmp_path / "run" / CHECKPOINTS / "step_2" / STATE_FILE).read_text())
+    assert recorded["settings"]["data.path"] == [str(tmp_path / "day.tsv")]
     changed = ["data.path ['a'] -> ['b']", "data.val_path None -> ['v']", "data Parquet -> Tsv"]
     assert validation_changes(changed, tsv.decides_validation) == changed[1:]
 

@@ -228,14 +228,25 @@ def validation_changes(changed: list[str], decides: Callable[[str], bool]) -> li
 def _as_update(key: str, value: Any) -> Any:
     """A setting's value as the update sees it: embedding collectives in FP32 and none at all
     (one rank) are one exact update, so a 2-rank run resumed on 1 rank changes no
-    ``qcomms`` (it was warned as ``qcomms FP32 -> none``: docs review); an input path is the
-    file it names (one typed relative, one absolute was a change: diff review)."""
-    if key == "qcomms" and value == "none":
-        return "FP32"
-    if key in _PATH_KEYS and isinstance(value, (str, list)):
-        paths = [value] if isinstance(value, str) else value
-        return [_resolved(str(p)) for p in paths]
-    return value
+    ``qcomms`` (it was warned as ``qcomms FP32 -> none``: docs review)."""
+    return "FP32" if key == "qcomms" and value == "none" else value
+
+
+def resolved_inputs(settings: dict[str, Any]) -> dict[str, Any]:
+    """``settings`` with the input paths (``data.path``, ``data.val_path``,
+    ``data.test_path``: a path or a list) as the files they name when the job runs, symlinks
+    followed: what a checkpoint records, so a resume from another folder, or with one file
+    typed relative then absolute, compares files, not texts (its validations were thrown
+    away for one file; diff review), and a symlink moved to another file is a change (diff
+    review)."""
+    resolved = dict(settings)
+    for key in _PATH_KEYS & settings.keys():
+        value = settings[key]
+        if isinstance(value, str) and value:
+            resolved[key] = _resolved(value)
+        elif isinstance(value, list):
+            resolved[key] = [_resolved(str(p)) for p in value]
+    return resolved
 
 
 #: The settings that name input files (relative to where the job started).
@@ -325,10 +336,24 @@ def check_no_earlier_run(
         )
     if steps:
         names = first_few([p.name for p in ([best] if best else []) + steps])
+        saved_by = _saved_state(steps[-1]).get("sweep_job") or {}
+        # whose: a sweep rerun with an edited list meets another job's attempt, which auto
+        # would continue as this job's (diff review)
+        job = " ".join(f"{k}={v}" for k, v in saved_by.items())
+        whose, where = (f" (its job {job})", " where that job is this one") if job else ("", "")
         raise RunFolderInUseError(
-            f"{run_dir} holds the checkpoints of an earlier run ({names}): continue it with "
-            f"train.resume=auto, train into {other}, or remove {run_dir / CHECKPOINTS}"
+            f"{run_dir} holds the checkpoints of an earlier run{whose} ({names}): continue it "
+            f"with train.resume=auto{where}, train into {other}, or remove "
+            f"{run_dir / CHECKPOINTS}"
         )
+
+
+def _saved_state(path: Path) -> dict[str, Any]:
+    """Checkpoint ``path``'s trainer state, empty where it cannot be read."""
+    try:
+        return read_trainer_state(path)
+    except CheckpointError:
+        return {}
 
 
 def _finished_kept(

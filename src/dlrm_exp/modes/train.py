@@ -63,6 +63,7 @@ from dlrm_exp.loop.checkpoint import (
     read_rank_state,
     replaces_attempt,
     resolve_resume,
+    resolved_inputs,
     resume_command,
     resume_step,
     save_checkpoint,
@@ -351,7 +352,7 @@ def _layout(run: _Run) -> CheckpointLayout:
                 "train.dense_precision": run.cfg.train.dense_precision.value,
                 "train.symmetric_interaction": run.cfg.train.symmetric_interaction,
                 "model.embedding_data_type": _table_dtypes(run.cfg),
-                **flat_settings("data", run.cfg.data),
+                **resolved_inputs(flat_settings("data", run.cfg.data)),
                 **flat_settings("optimizer", run.cfg.optimizer),
                 # what the collectives ran in (asked and never run, on one rank, it was a
                 # change of the update a resume warned of: what-ran review), and the codecs'
@@ -468,16 +469,16 @@ def _resume(
     state = TrainerState.from_checkpoint(
         saved, resume_step(saved, samples_per_step, run.ctx.world_size)
     )
-    forgot = _forget_other_validations(run, state, changed, path, total_steps)
     state.reconsider_stop(run.cfg.train, total_steps)
     log.info("resumed from %s at step %d", path, state.step)
     run.resumed.update(checkpoint=str(path), step=state.step, changed_settings=changed)
     state.started_from = began_from(path, run.job.run_dir, saved, dict(run.resumed))
     if state.started_from and in_run_folder(path, run.job.run_dir):  # (where it began: the
         run.resumed["started_from"] = state.started_from  # record said its own checkpoint)
+    kept = _finished_record(run, state, total_steps)  # (a record kept stays whole)
+    forgot = kept is None and _forget_other_validations(run, state, changed, path)
     if not run.replaces:  # (else the events are an abandoned attempt's: _replace_attempt's)
         _continue_history(tracker, state, int(saved["step"]), forgot)
-    kept = _finished_record(run, state, total_steps)
     if run.cfg.train.keep_best:  # another run's best: held here too; a stale one: removed
         source = Path(state.best_checkpoint) if state.best_checkpoint else None
         # nothing to train beside the completed record kept: the folder stays as it is
@@ -492,18 +493,18 @@ def _resume(
 
 
 def _forget_other_validations(
-    run: _Run, state: TrainerState, changed: list[str], path: Path, total_steps: int
+    run: _Run, state: TrainerState, changed: list[str], path: Path
 ) -> bool:
     """A resume whose changed settings give it other validation rows than the run of
     checkpoint ``path`` (:func:`validation_changes`: another data source, a data key that
     decides the validation rows, or seed for generated data) forgets that run's validations
     and best: a job resumed from another seed's checkpoint on generated data kept that run's
     best, reported its val AUROC (0.7907, of other rows; its own reached 0.6963) and scored
-    the test split with its weights (review). Not where nothing is left to train (the
-    record is of the checkpoint's weights). Returns whether it forgot any."""
+    the test split with its weights (review); with nothing left to train, the final
+    weights are validated on this run's rows (a kept record of the folder's stays whole).
+    Returns whether it forgot any."""
     other = validation_changes(changed, run.cfg.data.decides_validation)
-    trains = state.step < total_steps
-    if not (other and trains and (state.val_history or state.best_checkpoint)):
+    if not (other and (state.val_history or state.best_checkpoint)):
         return False
     if run.ctx.is_main:
         log.warning(
