@@ -288,6 +288,10 @@ def test_only_what_decides_the_validation_rows_counts_as_changing_them(tmp_path,
     assert changed_settings(saved, here) == [
         f"data.path ['{tmp_path / 'a.tsv'}'] -> ['{tmp_path / 'day2.tsv'}']"
     ]
+    # a checkpoint of an earlier version recorded the path as typed: the file it names from
+    # here (every resume of one was a change of data, its validations forgotten)
+    typed = {"data.path": ["cur.tsv"], "data.val_path": "a.tsv"}
+    assert changed_settings(typed, here) == []
     # a run records the file it read, wherever it was typed from
     from dlrm_exp.data.criteo_format import write_criteo_tsv
 

@@ -228,24 +228,35 @@ def validation_changes(changed: list[str], decides: Callable[[str], bool]) -> li
 def _as_update(key: str, value: Any) -> Any:
     """A setting's value as the update sees it: embedding collectives in FP32 and none at all
     (one rank) are one exact update, so a 2-rank run resumed on 1 rank changes no
-    ``qcomms`` (it was warned as ``qcomms FP32 -> none``: docs review)."""
-    return "FP32" if key == "qcomms" and value == "none" else value
+    ``qcomms`` (it was warned as ``qcomms FP32 -> none``: docs review). An input path a
+    checkpoint of an earlier version recorded as typed, relative, is taken as the file it
+    names from here (:func:`resolved_inputs` records absolute ones: every resume of such a
+    checkpoint was a change of the data, its validations forgotten)."""
+    if key == "qcomms" and value == "none":
+        return "FP32"
+    if key in _PATH_KEYS and isinstance(value, (str, list)):
+        return resolved_inputs({key: value}, relative_only=True)[key]
+    return value
 
 
-def resolved_inputs(settings: dict[str, Any]) -> dict[str, Any]:
+def resolved_inputs(settings: dict[str, Any], relative_only: bool = False) -> dict[str, Any]:
     """``settings`` with the input paths (``data.path``, ``data.val_path``,
     ``data.test_path``: a path or a list) as the files they name when the job runs, symlinks
     followed: what a checkpoint records, so a resume from another folder, or with one file
     typed relative then absolute, compares files, not texts (its validations were thrown
     away for one file; diff review), and a symlink moved to another file is a change (diff
-    review)."""
+    review). ``relative_only``: absolute paths stay as they are."""
+
+    def file_of(path: str) -> str:
+        return path if relative_only and Path(path).is_absolute() else _resolved(path)
+
     resolved = dict(settings)
     for key in _PATH_KEYS & settings.keys():
         value = settings[key]
         if isinstance(value, str) and value:
-            resolved[key] = _resolved(value)
+            resolved[key] = file_of(value)
         elif isinstance(value, list):
-            resolved[key] = [_resolved(str(p)) for p in value]
+            resolved[key] = [file_of(str(p)) for p in value]
     return resolved
 
 
