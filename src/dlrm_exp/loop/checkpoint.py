@@ -228,35 +228,32 @@ def validation_changes(changed: list[str], decides: Callable[[str], bool]) -> li
 def _as_update(key: str, value: Any) -> Any:
     """A setting's value as the update sees it: embedding collectives in FP32 and none at all
     (one rank) are one exact update, so a 2-rank run resumed on 1 rank changes no
-    ``qcomms`` (it was warned as ``qcomms FP32 -> none``: docs review). An input path a
-    checkpoint of an earlier version recorded as typed, relative, is taken as the file it
-    names from here (:func:`resolved_inputs` records absolute ones: every resume of such a
-    checkpoint was a change of the data, its validations forgotten)."""
+    ``qcomms`` (it was warned as ``qcomms FP32 -> none``: docs review). An input path is
+    the file it names from here: what :func:`resolved_inputs` recorded stays that file, and
+    one a checkpoint of an earlier version recorded as typed (relative, or through a
+    symlink) is the file it names now (each resume of one was a change of data, its
+    validations and best forgotten: diff review)."""
     if key == "qcomms" and value == "none":
         return "FP32"
     if key in _PATH_KEYS and isinstance(value, (str, list)):
-        return resolved_inputs({key: value}, relative_only=True)[key]
+        return resolved_inputs({key: value})[key]
     return value
 
 
-def resolved_inputs(settings: dict[str, Any], relative_only: bool = False) -> dict[str, Any]:
+def resolved_inputs(settings: dict[str, Any]) -> dict[str, Any]:
     """``settings`` with the input paths (``data.path``, ``data.val_path``,
     ``data.test_path``: a path or a list) as the files they name when the job runs, symlinks
     followed: what a checkpoint records, so a resume from another folder, or with one file
     typed relative then absolute, compares files, not texts (its validations were thrown
     away for one file; diff review), and a symlink moved to another file is a change (diff
-    review). ``relative_only``: absolute paths stay as they are."""
-
-    def file_of(path: str) -> str:
-        return path if relative_only and Path(path).is_absolute() else _resolved(path)
-
+    review)."""
     resolved = dict(settings)
     for key in _PATH_KEYS & settings.keys():
         value = settings[key]
         if isinstance(value, str) and value:
-            resolved[key] = file_of(value)
+            resolved[key] = _resolved(value)
         elif isinstance(value, list):
-            resolved[key] = [file_of(str(p)) for p in value]
+            resolved[key] = [_resolved(str(p)) for p in value]
     return resolved
 
 
@@ -313,7 +310,11 @@ def _positioned(run_dir: Path) -> list[tuple[tuple[int, int], Path]]:
 
 
 def check_no_earlier_run(
-    run_dir: Path, best_too: bool = True, auto: bool = False, multirun: bool = False
+    run_dir: Path,
+    best_too: bool = True,
+    auto: bool = False,
+    multirun: bool = False,
+    job: Mapping[str, Any] | None = None,
 ) -> None:
     """A training run that starts fresh must start from an empty ``checkpoints/`` and no
     record: a later ``mode=evaluate|predict|export`` of the folder, or ``train.resume=auto``,
@@ -325,7 +326,8 @@ def check_no_earlier_run(
     another run's checkpoint adopts that run's best in its place, or removes it). ``auto``:
     ``train.resume=auto`` found no step checkpoint beside a finished run's record, which is
     kept, and the refusal says so. ``multirun``: a sweep's job (whose folder is chosen by
-    ``hydra.sweep.dir``, not ``hydra.run.dir``).
+    ``hydra.sweep.dir``, not ``hydra.run.dir``), of the swept values ``job`` (None: not
+    known), refused with its own words where the checkpoints are another job's.
 
     Raises:
         FinishedRunKeptError: a finished run's record is there (kept).
@@ -347,15 +349,18 @@ def check_no_earlier_run(
         )
     if steps:
         names = first_few([p.name for p in ([best] if best else []) + steps])
-        saved_by = _saved_state(steps[-1]).get("sweep_job") or {}
-        # whose: a sweep rerun with an edited list meets another job's attempt, which auto
-        # would continue as this job's (diff review)
-        job = " ".join(f"{k}={v}" for k, v in saved_by.items())
-        whose, where = (f" (its job {job})", " where that job is this one") if job else ("", "")
+        saved_by = _saved_state(steps[-1]).get("sweep_job")
+        if saved_by and job is not None and saved_by != sweep_job(job):
+            # a sweep rerun with an edited list: another job's attempt, which auto would
+            # continue as this job's (diff review)
+            whose = " ".join(f"{k}={v}" for k, v in saved_by.items())
+            raise RunFolderInUseError(
+                f"{run_dir} holds the checkpoints of another job of an earlier sweep, "
+                f"{whose} ({names}): train into {other}, or remove {run_dir / CHECKPOINTS}"
+            )
         raise RunFolderInUseError(
-            f"{run_dir} holds the checkpoints of an earlier run{whose} ({names}): continue it "
-            f"with train.resume=auto{where}, train into {other}, or remove "
-            f"{run_dir / CHECKPOINTS}"
+            f"{run_dir} holds the checkpoints of an earlier run ({names}): continue it with "
+            f"train.resume=auto, train into {other}, or remove {run_dir / CHECKPOINTS}"
         )
 
 
@@ -426,7 +431,11 @@ def drop_attempt_record(run_dir: Path) -> None:
 
 
 def check_run_folder(
-    run_dir: Path, resume: str | None, keep_best: bool, multirun: bool = False
+    run_dir: Path,
+    resume: str | None,
+    keep_best: bool,
+    multirun: bool = False,
+    job: Mapping[str, Any] | None = None,
 ) -> None:
     """What a training run may find in its folder: a fresh start (``train.resume`` unset)
     nothing of an earlier run (:func:`check_no_earlier_run`, which lets an abandoned attempt
@@ -446,11 +455,11 @@ def check_run_folder(
             # another run's checkpoint: training on from it here would mix this folder's
             # earlier run with it (pruning by samples removed the new checkpoints, evaluate
             # and train.resume=auto took the earlier run's later ones)
-            check_no_earlier_run(run_dir, best_too=False, multirun=multirun)
+            check_no_earlier_run(run_dir, best_too=False, multirun=multirun, job=job)
         if not replaces_attempt(run_dir, resume):  # (that best is no run's of this job's)
             check_best_is_kept(run_dir, keep_best)
     elif not resume or (run_dir / "metrics.json").is_file():  # a finished run's, no requeue
-        check_no_earlier_run(run_dir, auto=resume == "auto", multirun=multirun)
+        check_no_earlier_run(run_dir, auto=resume == "auto", multirun=multirun, job=job)
 
 
 def _record_status(run_dir: Path) -> str:

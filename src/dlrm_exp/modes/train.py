@@ -150,7 +150,7 @@ def run_train(
     asked = cfg.train.resume
     if env_rank() == 0:  # (a torchrun rank above 0 is in ".": rank 0 decides for all)
         cfg.train.resume = continued_resume(asked, run_dir, swept or {})
-    pending = check_folder_first(partial(_check_folder, cfg, run_dir))
+    pending = check_folder_first(partial(_check_folder, cfg, run_dir, swept or {}))
     job = Job(run_dir, dict(choices), tensorboard_dir, dict(swept or {}))
     try:
         return run_on_ranks(train_worker, cfg, job, pending)
@@ -166,10 +166,13 @@ def run_train(
         ) from None
 
 
-def _check_folder(cfg: Config, run_dir: Path) -> None:
-    """What training may find in its folder (see :func:`run_train`'s errors)."""
+def _check_folder(cfg: Config, run_dir: Path, swept: Mapping[str, Any]) -> None:
+    """What training may find in its folder (see :func:`run_train`'s errors); ``swept``:
+    the sweep's job's swept values."""
     check_writable(run_dir)
-    check_run_folder(run_dir, cfg.train.resume, cfg.train.keep_best, _in_multirun())
+    multirun = _in_multirun()
+    job = swept if multirun else None
+    check_run_folder(run_dir, cfg.train.resume, cfg.train.keep_best, multirun, job)
 
 
 def _in_multirun() -> bool:
@@ -452,10 +455,6 @@ def _resume(
         # a checkpoint of an earlier version: its weights' dtypes say what the settings'
         # line below cannot (else that line names a change, once)
         warn_dtype_change(path, run.experiment.table_data_types, "resuming")
-    if saved.get("world_size") == run.ctx.world_size:  # (else other ranks' batches, as RNG)
-        rank_state = read_rank_state(path, run.ctx.rank) or {}  # (none: an earlier version)
-        if "train_window" in rank_state:
-            trainer.window.restore(rank_state["train_window"], run.ctx.device)
     if KERNEL_ITERATIONS in saved:  # (checkpoints of earlier versions: counted from 0)
         set_kernel_iterations(run.experiment.model, int(saved[KERNEL_ITERATIONS]))
     changed = changed_settings(saved.get("settings"), layout.settings)
@@ -469,14 +468,18 @@ def _resume(
     state = TrainerState.from_checkpoint(
         saved, resume_step(saved, samples_per_step, run.ctx.world_size)
     )
+    # (before the stop is reconsidered: a stop on other rows kept the other run's record)
+    forgot = _forget_other_validations(run, state, changed, path)
+    if not forgot:  # (else other rows: the gap paired another run's window: diff review)
+        _restore_window(run, trainer, path, saved)
     state.reconsider_stop(run.cfg.train, total_steps)
     log.info("resumed from %s at step %d", path, state.step)
     run.resumed.update(checkpoint=str(path), step=state.step, changed_settings=changed)
     state.started_from = began_from(path, run.job.run_dir, saved, dict(run.resumed))
     if state.started_from and in_run_folder(path, run.job.run_dir):  # (where it began: the
         run.resumed["started_from"] = state.started_from  # record said its own checkpoint)
-    kept = _finished_record(run, state, total_steps)  # (a record kept stays whole)
-    forgot = kept is None and _forget_other_validations(run, state, changed, path)
+    # a record kept stays whole: not where this run validates on other rows (review)
+    kept = None if forgot else _finished_record(run, state, total_steps)
     if not run.replaces:  # (else the events are an abandoned attempt's: _replace_attempt's)
         _continue_history(tracker, state, int(saved["step"]), forgot)
     if run.cfg.train.keep_best:  # another run's best: held here too; a stale one: removed
@@ -492,6 +495,16 @@ def _resume(
     return state, kept
 
 
+def _restore_window(run: _Run, trainer: Trainer, path: Path, saved: dict[str, Any]) -> None:
+    """The training window of checkpoint ``path`` (trainer state ``saved``) on this rank:
+    with the same world size only (else other ranks' batches), none from an earlier
+    version."""
+    if saved.get("world_size") == run.ctx.world_size:
+        rank_state = read_rank_state(path, run.ctx.rank) or {}
+        if "train_window" in rank_state:
+            trainer.window.restore(rank_state["train_window"], run.ctx.device)
+
+
 def _forget_other_validations(
     run: _Run, state: TrainerState, changed: list[str], path: Path
 ) -> bool:
@@ -501,8 +514,8 @@ def _forget_other_validations(
     and best: a job resumed from another seed's checkpoint on generated data kept that run's
     best, reported its val AUROC (0.7907, of other rows; its own reached 0.6963) and scored
     the test split with its weights (review); with nothing left to train, the final
-    weights are validated on this run's rows (a kept record of the folder's stays whole).
-    Returns whether it forgot any."""
+    weights are validated on this run's rows (the folder's record is not kept). Returns
+    whether it forgot any."""
     other = validation_changes(changed, run.cfg.data.decides_validation)
     if not (other and (state.val_history or state.best_checkpoint)):
         return False
