@@ -212,10 +212,16 @@ def test_a_job_begun_from_a_checkpoint_continues_when_rerun_with_it(tmp_path, mo
     edited = compose_cfg([*SMALL, f"train.resume={start}", "train.max_steps=32"])
     with pytest.raises(RunFolderInUseError, match="checkpoints of an earlier run"):
         run_train(edited, job, {}, swept={"train.max_steps": 32})
-    monkeypatch.setattr(train_mode, "_in_multirun", lambda: True)  # whose, in a sweep: auto
+    # whose, in a sweep: auto would continue it (diff review)
+    monkeypatch.setattr(train_mode, "_in_multirun", lambda: True)
     whose = "another job of an earlier sweep, train.max_steps=24 (step_16, step_24): train into"
-    with pytest.raises(RunFolderInUseError, match=re.escape(whose)):  # would continue it (diff review)
+    with pytest.raises(RunFolderInUseError, match=re.escape(whose)):
         run_train(edited, job, {}, swept={"train.max_steps": 32})
+    # with train.resume=auto too (it continued that job's attempt, or replaced a finished
+    # job's record with one of no step trained, its best removed: diff review)
+    auto = compose_cfg([*SMALL, "train.resume=auto", "train.max_steps=32"])
+    with pytest.raises(RunFolderInUseError, match=re.escape(whose)):
+        run_train(auto, job, {}, swept={"train.max_steps": 32})
     monkeypatch.undo()
     other = tmp_path / "copy" / CHECKPOINTS / "step_8"
     shutil.copytree(start, other)
@@ -225,7 +231,7 @@ def test_a_job_begun_from_a_checkpoint_continues_when_rerun_with_it(tmp_path, mo
 
 
 def test_a_resume_that_validates_on_other_rows_forgets_the_checkpoints_validations(
-    tmp_path, caplog
+    tmp_path, caplog, monkeypatch
 ):
     """Resumed from a seed-0 checkpoint with seed=1 on generated data (other rows), a job
     kept that run's best: it reported that run's val AUROC and scored the test split with
@@ -254,12 +260,29 @@ def test_a_resume_that_validates_on_other_rows_forgets_the_checkpoints_validatio
     events.Reload()
     assert [e.step for e in events.Scalars("val/auroc")] == [32]
     assert list((tmp_path / "base" / "tensorboard_before_step_16").glob("events.out.*"))
-    # nothing left to train, on other rows: the weights validated on them, the folder's
-    # record not kept (it said it set them aside, then kept them; a stop on other rows kept
-    # the other run's record: diff reviews)
+    # nothing left to train beside a finished record: kept whole, nothing said set aside (it
+    # said so, then kept them; then a zero-step record replaced it, its best removed: diff
+    # reviews)
+    record = (tmp_path / "base" / "metrics.json").read_bytes()
+    caplog.clear()
     ended = compose_cfg([*SMALL, "train.resume=auto", "data.num_val_samples=256"])
-    redone = run_train(ended, tmp_path / "base", {})
-    assert redone.val["samples"] == 256 and [h["step"] for h in redone.val_history] == [32]
+    with caplog.at_level(logging.WARNING, logger="dlrm_exp"):
+        run_train(ended, tmp_path / "base", {})
+    assert "nothing left to train" in caplog.text and "set aside" not in caplog.text
+    assert (tmp_path / "base" / "metrics.json").read_bytes() == record
+    # the training window of other rows is not restored, though the checkpoint had no
+    # validation to forget (the gap paired another run's window: diff review)
+    early = f"train.resume={tmp_path / 'base' / CHECKPOINTS / 'step_8'}"
+    reseeded = compose_cfg([*SMALL, early, "seed=1", "train.max_steps=16"])
+    windows = run_train(reseeded, tmp_path / "w", {}).train_windows
+    monkeypatch.setattr(train_mode, "_restore_window", lambda *args: None)
+    assert run_train(reseeded, tmp_path / "w2", {}).train_windows == windows
+    # a stop reached on the other rows is no stop here: it trains on (it kept the other
+    # run's record and trained nothing: diff review)
+    target = [*SMALL, "train.target_auroc=0.5"]
+    assert run_train(compose_cfg(target), tmp_path / "t", {}).steps == 16  # reached at 16
+    on = run_train(compose_cfg([*target, "train.resume=auto", "seed=1"]), tmp_path / "t", {})
+    assert [h["step"] for h in on.val_history] == [32]
 
 
 def test_only_what_decides_the_validation_rows_counts_as_changing_them(tmp_path, monkeypatch):

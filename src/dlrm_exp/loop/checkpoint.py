@@ -310,11 +310,7 @@ def _positioned(run_dir: Path) -> list[tuple[tuple[int, int], Path]]:
 
 
 def check_no_earlier_run(
-    run_dir: Path,
-    best_too: bool = True,
-    auto: bool = False,
-    multirun: bool = False,
-    job: Mapping[str, Any] | None = None,
+    run_dir: Path, best_too: bool = True, auto: bool = False, multirun: bool = False
 ) -> None:
     """A training run that starts fresh must start from an empty ``checkpoints/`` and no
     record: a later ``mode=evaluate|predict|export`` of the folder, or ``train.resume=auto``,
@@ -326,8 +322,7 @@ def check_no_earlier_run(
     another run's checkpoint adopts that run's best in its place, or removes it). ``auto``:
     ``train.resume=auto`` found no step checkpoint beside a finished run's record, which is
     kept, and the refusal says so. ``multirun``: a sweep's job (whose folder is chosen by
-    ``hydra.sweep.dir``, not ``hydra.run.dir``), of the swept values ``job`` (None: not
-    known), refused with its own words where the checkpoints are another job's.
+    ``hydra.sweep.dir``, not ``hydra.run.dir``).
 
     Raises:
         FinishedRunKeptError: a finished run's record is there (kept).
@@ -349,18 +344,33 @@ def check_no_earlier_run(
         )
     if steps:
         names = first_few([p.name for p in ([best] if best else []) + steps])
-        saved_by = _saved_state(steps[-1]).get("sweep_job")
-        if saved_by and job is not None and saved_by != sweep_job(job):
-            # a sweep rerun with an edited list: another job's attempt, which auto would
-            # continue as this job's (diff review)
-            whose = " ".join(f"{k}={v}" for k, v in saved_by.items())
-            raise RunFolderInUseError(
-                f"{run_dir} holds the checkpoints of another job of an earlier sweep, "
-                f"{whose} ({names}): train into {other}, or remove {run_dir / CHECKPOINTS}"
-            )
         raise RunFolderInUseError(
             f"{run_dir} holds the checkpoints of an earlier run ({names}): continue it with "
             f"train.resume=auto, train into {other}, or remove {run_dir / CHECKPOINTS}"
+        )
+
+
+def check_same_sweep_job(
+    run_dir: Path, steps: list[Path], job: Mapping[str, Any] | None, other: str
+) -> None:
+    """A sweep's job (of the swept values ``job``; None: no sweep) finds in its folder no
+    step checkpoints (``steps``) of another job of the sweep (their ``sweep_job``): a sweep
+    rerun with an edited list numbers its jobs into other jobs' folders, where
+    ``train.resume=auto`` continued another job's attempt, or replaced a finished job's
+    record with one of no step trained, its best removed (diff review). ``other``: where
+    to train instead.
+
+    Raises:
+        RunFolderInUseError: naming that job's swept values.
+    """
+    saved_by = _saved_state(steps[-1]).get("sweep_job") if steps and job is not None else None
+    if saved_by and saved_by != sweep_job(job or {}):
+        whose = " ".join(f"{k}={v}" for k, v in saved_by.items())
+        names = first_few([p.name for p in steps])
+        kept = "its record and " if (run_dir / "metrics.json").is_file() else ""
+        raise RunFolderInUseError(
+            f"{run_dir} holds {kept}the checkpoints of another job of an earlier sweep, "
+            f"{whose} ({names}): train into {other}, or remove them"
         )
 
 
@@ -444,22 +454,25 @@ def check_run_folder(
     requeued one, may have left its ``best``, which the fresh start removes:
     :func:`drop_stale_best`); a resume, no ``best`` it would not keep
     (:func:`check_best_is_kept`), and one from another run's checkpoint, no step checkpoint or
-    record of an earlier run here either. ``multirun``: a sweep's job.
+    record of an earlier run here either. ``multirun``: a sweep's job, of the swept values
+    ``job`` (None: not known), finding no other job's checkpoints
+    (:func:`check_same_sweep_job`).
 
     Raises:
         RunFolderInUseError: see those checks (a ``resume`` path that is no complete
             checkpoint is refused where it is loaded).
     """
+    check_same_sweep_job(run_dir, complete_checkpoints(run_dir), job, other_folder(multirun))
     if resume and (resume != "auto" or complete_checkpoints(run_dir)):
         if resume != "auto" and not in_run_folder(Path(resume), run_dir):
             # another run's checkpoint: training on from it here would mix this folder's
             # earlier run with it (pruning by samples removed the new checkpoints, evaluate
             # and train.resume=auto took the earlier run's later ones)
-            check_no_earlier_run(run_dir, best_too=False, multirun=multirun, job=job)
+            check_no_earlier_run(run_dir, best_too=False, multirun=multirun)
         if not replaces_attempt(run_dir, resume):  # (that best is no run's of this job's)
             check_best_is_kept(run_dir, keep_best)
     elif not resume or (run_dir / "metrics.json").is_file():  # a finished run's, no requeue
-        check_no_earlier_run(run_dir, auto=resume == "auto", multirun=multirun, job=job)
+        check_no_earlier_run(run_dir, auto=resume == "auto", multirun=multirun)
 
 
 def _record_status(run_dir: Path) -> str:

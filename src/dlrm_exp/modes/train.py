@@ -468,9 +468,8 @@ def _resume(
     state = TrainerState.from_checkpoint(
         saved, resume_step(saved, samples_per_step, run.ctx.world_size)
     )
-    # (before the stop is reconsidered: a stop on other rows kept the other run's record)
-    forgot = _forget_other_validations(run, state, changed, path)
-    if not forgot:  # (else other rows: the gap paired another run's window: diff review)
+    other, kept, forgot = _on_other_rows(run, state, changed, path, total_steps)
+    if not other:  # (other rows: the gap paired another run's window: diff review)
         _restore_window(run, trainer, path, saved)
     state.reconsider_stop(run.cfg.train, total_steps)
     log.info("resumed from %s at step %d", path, state.step)
@@ -478,8 +477,7 @@ def _resume(
     state.started_from = began_from(path, run.job.run_dir, saved, dict(run.resumed))
     if state.started_from and in_run_folder(path, run.job.run_dir):  # (where it began: the
         run.resumed["started_from"] = state.started_from  # record said its own checkpoint)
-    # a record kept stays whole: not where this run validates on other rows (review)
-    kept = None if forgot else _finished_record(run, state, total_steps)
+    kept = kept if other else _finished_record(run, state, total_steps)
     if not run.replaces:  # (else the events are an abandoned attempt's: _replace_attempt's)
         _continue_history(tracker, state, int(saved["step"]), forgot)
     if run.cfg.train.keep_best:  # another run's best: held here too; a stale one: removed
@@ -495,6 +493,21 @@ def _resume(
     return state, kept
 
 
+def _on_other_rows(
+    run: _Run, state: TrainerState, changed: list[str], path: Path, total_steps: int
+) -> tuple[list[str], RunMetrics | None, bool]:
+    """What a resume from checkpoint ``path`` whose ``changed`` settings give it other
+    validation rows (:func:`validation_changes`) keeps: where nothing is left to train, the
+    folder's finished record, whole (a zero-step record replaced it, its best removed: diff
+    review); else nothing of the checkpoint's validations (:func:`_forget_other_validations`,
+    before the stop is reconsidered: a stop on other rows kept the other run's record: diff
+    review). Returns (those settings, the record kept or None, whether it forgot)."""
+    other = validation_changes(changed, run.cfg.data.decides_validation)
+    ends = bool(other) and state.step >= total_steps
+    kept = _finished_record(run, state, total_steps) if ends else None
+    return other, kept, kept is None and _forget_other_validations(run, state, other, path)
+
+
 def _restore_window(run: _Run, trainer: Trainer, path: Path, saved: dict[str, Any]) -> None:
     """The training window of checkpoint ``path`` (trainer state ``saved``) on this rank:
     with the same world size only (else other ranks' batches), none from an earlier
@@ -505,18 +518,14 @@ def _restore_window(run: _Run, trainer: Trainer, path: Path, saved: dict[str, An
             trainer.window.restore(rank_state["train_window"], run.ctx.device)
 
 
-def _forget_other_validations(
-    run: _Run, state: TrainerState, changed: list[str], path: Path
-) -> bool:
-    """A resume whose changed settings give it other validation rows than the run of
-    checkpoint ``path`` (:func:`validation_changes`: another data source, a data key that
+def _forget_other_validations(run: _Run, state: TrainerState, other: list[str], path: Path) -> bool:
+    """A resume whose changed settings ``other`` give it other validation rows than the run
+    of checkpoint ``path`` (:func:`validation_changes`: another data source, a data key that
     decides the validation rows, or seed for generated data) forgets that run's validations
     and best: a job resumed from another seed's checkpoint on generated data kept that run's
     best, reported its val AUROC (0.7907, of other rows; its own reached 0.6963) and scored
-    the test split with its weights (review); with nothing left to train, the final
-    weights are validated on this run's rows (the folder's record is not kept). Returns
-    whether it forgot any."""
-    other = validation_changes(changed, run.cfg.data.decides_validation)
+    the test split with its weights (review); with nothing left to train and no record kept,
+    the final weights are validated on this run's rows. Returns whether it forgot any."""
     if not (other and (state.val_history or state.best_checkpoint)):
         return False
     if run.ctx.is_main:
