@@ -322,7 +322,7 @@ def _run(
         if cfg.mode is Mode.train:  # a requeued job continues from its newest checkpoint
             from dlrm_exp.loop.checkpoint import requeued_resume
 
-            cfg.train.resume = requeued_resume(cfg.train.resume, run_dir)
+            cfg.train.resume = requeued_resume(cfg.train.resume)
     # rank 0 holds the folder (other ranks write into rank 0's, or none: torchrun's run in ".")
     with held_run_folder(run_dir) if env_rank() == 0 else nullcontext():
         result = run_mode(cfg, Job(run_dir, _choices(), tensorboard_dir, swept or {}))

@@ -214,7 +214,7 @@ def test_a_job_begun_from_a_checkpoint_continues_when_rerun_with_it(tmp_path, mo
         run_train(edited, job, {}, swept={"train.max_steps": 32})
     # whose, in a sweep: auto would continue it (diff review)
     monkeypatch.setattr(train_mode, "_in_multirun", lambda: True)
-    whose = "another job of an earlier sweep, train.max_steps=24 (step_16, step_24): train into"
+    whose = "another job of an earlier sweep, train.max_steps=24 (best, step_16, step_24): train"
     with pytest.raises(RunFolderInUseError, match=re.escape(whose)):
         run_train(edited, job, {}, swept={"train.max_steps": 32})
     # with train.resume=auto too (it continued that job's attempt, or replaced a finished
@@ -1019,16 +1019,45 @@ def test_a_save_of_another_branch_sets_the_earlier_step_folder_aside(tmp_path, c
 
 
 def test_a_requeued_job_resumes_from_its_own_checkpoint_over_the_path_it_started_from(tmp_path):
-    """An explicit ``train.resume`` path trained again from there on every requeue."""
-    from dlrm_exp.loop.checkpoint import requeued_resume
+    """An explicit ``train.resume`` path trained again from there on every requeue; then
+    every path became ``auto`` where the folder held checkpoints, so a first start into a
+    finished run's folder replaced its record and best (diff review): only the task's own
+    attempt begun from that path is continued."""
+    from dlrm_exp.loop.checkpoint import continued_resume, requeued_resume
 
-    assert requeued_resume(None, tmp_path) == "auto"
-    assert requeued_resume("/runs/a/checkpoints/step_10", tmp_path) == "/runs/a/checkpoints/step_10"
+    start = "/runs/a/checkpoints/step_10"
+    assert requeued_resume(None) == "auto" and requeued_resume(start) == start
     own = tmp_path / "checkpoints" / "step_250"
     own.mkdir(parents=True)
     (own / ".metadata").write_bytes(b"")
-    (own / "trainer_state.json").write_text('{"step": 250, "samples": 128000}')
-    assert requeued_resume("/runs/a/checkpoints/step_10", tmp_path) == "auto"
+    state = {"step": 250, "samples": 128000}
+    (own / "trainer_state.json").write_text(json.dumps(state))
+    assert continued_resume(start, tmp_path, {}) == start  # another run's: left to refuse
+    began = {"checkpoint": str(Path(start).resolve())}
+    own_state = {**state, "started_from": began, "sweep_job": {}}
+    (own / "trainer_state.json").write_text(json.dumps(own_state))
+    assert continued_resume(start, tmp_path, {}) == "auto"  # the task's own attempt
+
+
+def test_a_sweep_job_meets_no_other_jobs_checkpoints(tmp_path):
+    """An edited sweep list reran its jobs into other jobs' folders with auto: a finished job
+    with only its best, or checkpoints written before sweep_job was recorded, went unchecked
+    and its record was replaced; a list narrowed to one value (no swept key) was refused
+    for its own folder (diff review)."""
+    best = tmp_path / CHECKPOINTS / "best"
+    best.mkdir(parents=True)
+    (best / ".metadata").write_bytes(b"")
+    (best / STATE_FILE).write_text(json.dumps({"step": 8, "sweep_job": {"seed": 0}}))
+    with pytest.raises(RunFolderInUseError, match=r"another job of an earlier sweep, seed=0 "):
+        check_run_folder(tmp_path, "auto", keep_best=True, multirun=True, job={"seed": 1})
+    for same_or_unswept in ({"seed": 0}, {}):
+        check_run_folder(tmp_path, "auto", keep_best=True, multirun=True, job=same_or_unswept)
+    older = {"step": 8, "settings": {"seed": 0, "optimizer.learning_rate": 0.1}}
+    (best / STATE_FILE).write_text(json.dumps(older))  # (no sweep_job: its settings say)
+    with pytest.raises(RunFolderInUseError, match=r"another job of an earlier sweep, seed=0 "):
+        check_run_folder(tmp_path, "auto", keep_best=True, multirun=True, job={"seed": 1})
+    for fits in ({"seed": 0, "sharding": "rowwise"}, {"optimizer.learning_rate": 0.1}):
+        check_run_folder(tmp_path, "auto", keep_best=True, multirun=True, job=fits)
 
 
 def test_only_settings_both_record_are_compared():

@@ -351,22 +351,32 @@ def check_no_earlier_run(
 
 
 def check_same_sweep_job(
-    run_dir: Path, steps: list[Path], job: Mapping[str, Any] | None, other: str
+    run_dir: Path, saved: list[Path], job: Mapping[str, Any] | None, other: str
 ) -> None:
-    """A sweep's job (of the swept values ``job``; None: no sweep) finds in its folder no
-    step checkpoints (``steps``) of another job of the sweep (their ``sweep_job``): a sweep
-    rerun with an edited list numbers its jobs into other jobs' folders, where
+    """A sweep's job (of the swept values ``job``; None or empty: nothing to compare) finds
+    in its folder no checkpoint (the newest of ``saved``) of another job of the sweep: a
+    sweep rerun with an edited list numbers its jobs into other jobs' folders, where
     ``train.resume=auto`` continued another job's attempt, or replaced a finished job's
-    record with one of no step trained, its best removed (diff review). ``other``: where
-    to train instead.
+    record with one of no step trained, its best removed (diff review). The checkpoint's
+    ``sweep_job`` says whose it is; one written before it was recorded, the swept keys its
+    ``settings`` record (``seed``, ``optimizer.*``, ``data.*``). ``other``: where to train
+    instead.
 
     Raises:
         RunFolderInUseError: naming that job's swept values.
     """
-    saved_by = _saved_state(steps[-1]).get("sweep_job") if steps and job is not None else None
-    if saved_by and saved_by != sweep_job(job or {}):
-        whose = " ".join(f"{k}={v}" for k, v in saved_by.items())
-        names = first_few([p.name for p in steps])
+    state = _saved_state(saved[-1]) if saved and job else {}
+    theirs = state.get("sweep_job")
+    mine = sweep_job(job or {})
+    if theirs is None:  # (an earlier version's checkpoint)
+        recorded = state.get("settings") or {}
+        theirs = {k: recorded[k] for k in mine if k in recorded}
+        mine = {k: v for k, v in mine.items() if k in recorded}
+    differ = [k for k in theirs.keys() | mine.keys()
+              if _as_update(k, theirs.get(k)) != _as_update(k, mine.get(k))]  # fmt: skip
+    if theirs and differ:
+        whose = " ".join(f"{k}={v}" for k, v in theirs.items())
+        names = first_few([p.name for p in saved])
         kept = "its record and " if (run_dir / "metrics.json").is_file() else ""
         raise RunFolderInUseError(
             f"{run_dir} holds {kept}the checkpoints of another job of an earlier sweep, "
@@ -462,7 +472,9 @@ def check_run_folder(
         RunFolderInUseError: see those checks (a ``resume`` path that is no complete
             checkpoint is refused where it is loaded).
     """
-    check_same_sweep_job(run_dir, complete_checkpoints(run_dir), job, other_folder(multirun))
+    best = best_checkpoint(run_dir)  # (a finished job may have saved no step checkpoint)
+    saved = [*([best] if best else []), *complete_checkpoints(run_dir)]
+    check_same_sweep_job(run_dir, saved, job, other_folder(multirun))
     if resume and (resume != "auto" or complete_checkpoints(run_dir)):
         if resume != "auto" and not in_run_folder(Path(resume), run_dir):
             # another run's checkpoint: training on from it here would mix this folder's
@@ -922,22 +934,14 @@ def _load_rank_file(path: Path, file: Path, what: str) -> Any:
         ) from None
 
 
-def requeued_resume(resume: str | None, run_dir: Path) -> str:
+def requeued_resume(resume: str | None) -> str | None:
     """``train.resume`` of a job a cluster scheduler may requeue (a submitit task): ``auto``
-    when unset, and also when ``run_dir`` already holds a complete checkpoint (the job's own,
-    written before it was preempted), which an explicit checkpoint path would otherwise make
-    every requeue train again from; else the path given."""
-    if resume in (None, "auto"):
-        return "auto"
-    if not complete_checkpoints(run_dir):
-        return resume
-    log.warning(
-        "train.resume=%s: this (requeued) task's run folder %s holds checkpoints, so it "
-        "resumes from the newest of them (train.resume=auto)",
-        resume,
-        run_dir,
-    )
-    return "auto"
+    when unset, so a requeue continues from the task's newest checkpoint; a PATH as given,
+    which :func:`continued_resume` turns into ``auto`` where the folder holds the task's own
+    attempt begun from it (every PATH was ``auto`` where the folder held checkpoints: a
+    first start into a finished run's folder replaced that run's record and best: diff
+    review)."""
+    return "auto" if resume in (None, "auto") else resume
 
 
 def continued_resume(resume: str | None, run_dir: Path, swept: Mapping[str, Any]) -> str | None:
@@ -957,14 +961,14 @@ def continued_resume(resume: str | None, run_dir: Path, swept: Mapping[str, Any]
     if record_status(run_dir / "metrics.json") not in (None, FAILED, INTERRUPTED):
         return resume  # a finished run's folder: kept (check_no_earlier_run)
     found = complete_checkpoints(run_dir)
-    state = read_trainer_state(found[-1]) if found else {}
+    state = _saved_state(found[-1]) if found else {}
     began = state.get("started_from")
     if (
         not isinstance(began, dict)
         or began.get("checkpoint") != _resolved(resume)
         or state.get("sweep_job") != sweep_job(swept)
     ):
-        return resume  # (another run's checkpoints: refused by check_no_earlier_run)
+        return resume  # (another run's or job's: refused by check_run_folder)
     log.warning(
         "train.resume=%s: %s holds this job's earlier attempt, begun from that checkpoint; "
         "continuing it from its newest checkpoint, %s (train.resume=auto)",

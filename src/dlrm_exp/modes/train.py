@@ -531,8 +531,9 @@ def _forget_other_validations(run: _Run, state: TrainerState, other: list[str], 
     if run.ctx.is_main:
         log.warning(
             "train.resume: %s give this run other validation rows than the run of %s: its "
-            "%d validation(s) and best weights are set aside; this run's best, early "
-            "stopping and target count its own validations",
+            "%d validation(s) are not compared with this run's, nor its best weights kept "
+            "as this run's best; this run's best, early stopping and target count its own "
+            "validations",
             ", ".join(other), path, len(state.val_history),
         )  # fmt: skip
     state.forget_validations()
