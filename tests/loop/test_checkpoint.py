@@ -1041,23 +1041,34 @@ def test_a_requeued_job_resumes_from_its_own_checkpoint_over_the_path_it_started
 
 def test_a_sweep_job_meets_no_other_jobs_checkpoints(tmp_path):
     """An edited sweep list reran its jobs into other jobs' folders with auto: a finished job
-    with only its best, or checkpoints written before sweep_job was recorded, went unchecked
-    and its record was replaced; a list narrowed to one value (no swept key) was refused
-    for its own folder (diff review)."""
+    with only its best, checkpoints written before sweep_job was recorded or by a sweep
+    without swept keys, and a list narrowed to one other value went unchecked, the finished
+    record replaced; a swept group or interpolated seed must not be told apart from what the
+    checkpoint recorded (diff reviews)."""
     best = tmp_path / CHECKPOINTS / "best"
     best.mkdir(parents=True)
     (best / ".metadata").write_bytes(b"")
-    (best / STATE_FILE).write_text(json.dumps({"step": 8, "sweep_job": {"seed": 0}}))
-    with pytest.raises(RunFolderInUseError, match=r"another job of an earlier sweep, seed=0 "):
-        check_run_folder(tmp_path, "auto", keep_best=True, multirun=True, job={"seed": 1})
-    for same_or_unswept in ({"seed": 0}, {}):
-        check_run_folder(tmp_path, "auto", keep_best=True, multirun=True, job=same_or_unswept)
-    older = {"step": 8, "settings": {"seed": 0, "optimizer.learning_rate": 0.1}}
-    (best / STATE_FILE).write_text(json.dumps(older))  # (no sweep_job: its settings say)
-    with pytest.raises(RunFolderInUseError, match=r"another job of an earlier sweep, seed=0 "):
-        check_run_folder(tmp_path, "auto", keep_best=True, multirun=True, job={"seed": 1})
-    for fits in ({"seed": 0, "sharding": "rowwise"}, {"optimizer.learning_rate": 0.1}):
-        check_run_folder(tmp_path, "auto", keep_best=True, multirun=True, job=fits)
+    recorded = {"seed": 0, "data": "SyntheticDataConfig", "optimizer.learning_rate": 0.1}
+
+    def saved_by(**state):
+        (best / STATE_FILE).write_text(json.dumps({"step": 8, "settings": recorded, **state}))
+
+    def check(swept, **settings):
+        job = (swept, {**recorded, **settings})
+        check_run_folder(tmp_path, "auto", keep_best=True, multirun=True, job=job)
+
+    other_job = r"another job of an earlier sweep, seed=0 \(best\)"
+    for state in ({"sweep_job": {"seed": 0}}, {"sweep_job": {}}, {}):  # (the last: older)
+        saved_by(**state)
+        with pytest.raises(RunFolderInUseError, match=other_job):
+            check({"seed": 1}, seed=1)
+        with pytest.raises(RunFolderInUseError, match=other_job):  # narrowed to seed=1
+            check({}, seed=1) if state.get("sweep_job") else check({"seed": 1}, seed=1)
+        check({"seed": 0})
+        check({"data": "synthetic", "seed": "${oc.env:S,0}", "sharding": "rowwise"})
+    saved_by(sweep_job={"sharding": "rowwise"})  # a group choice no setting records
+    with pytest.raises(RunFolderInUseError, match="sharding=rowwise"):
+        check({"sharding": "tablewise"})
 
 
 def test_only_settings_both_record_are_compared():

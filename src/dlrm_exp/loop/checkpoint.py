@@ -350,32 +350,44 @@ def check_no_earlier_run(
         )
 
 
+#: A sweep's job as the run-folder check knows it: its swept values (``Job.swept``) and its
+#: :func:`~dlrm_exp.modes.train.job_settings`.
+SweepJob = tuple[Mapping[str, Any], Mapping[str, Any]]
+
+
 def check_same_sweep_job(
-    run_dir: Path, saved: list[Path], job: Mapping[str, Any] | None, other: str
+    run_dir: Path, saved: list[Path], job: SweepJob | None, other: str
 ) -> None:
-    """A sweep's job (of the swept values ``job``; None or empty: nothing to compare) finds
-    in its folder no checkpoint (the newest of ``saved``) of another job of the sweep: a
-    sweep rerun with an edited list numbers its jobs into other jobs' folders, where
-    ``train.resume=auto`` continued another job's attempt, or replaced a finished job's
-    record with one of no step trained, its best removed (diff review). The checkpoint's
-    ``sweep_job`` says whose it is; one written before it was recorded, the swept keys its
-    ``settings`` record (``seed``, ``optimizer.*``, ``data.*``). ``other``: where to train
-    instead.
+    """A sweep's job (``job``; None: no sweep) finds in its folder no checkpoint (the newest
+    of ``saved``) of another job of the sweep: a sweep rerun with an edited list numbers its
+    jobs into other jobs' folders, where ``train.resume=auto`` continued another job's
+    attempt, or replaced a finished job's record with one of no step trained, its best
+    removed (diff reviews). Each key either job swept is compared, by the settings both
+    record where they do (seed, data, optimizer: resolved values), else by the swept values
+    (``sweep_job``; a group choice such as ``sharding``); a list narrowed to one value, or a
+    checkpoint of a sweep without swept keys or of an earlier version, is compared so too.
+    ``other``: where to train instead.
 
     Raises:
-        RunFolderInUseError: naming that job's swept values.
+        RunFolderInUseError: naming that job's values of the keys that differ.
     """
-    state = _saved_state(saved[-1]) if saved and job else {}
-    theirs = state.get("sweep_job")
-    mine = sweep_job(job or {})
-    if theirs is None:  # (an earlier version's checkpoint)
-        recorded = state.get("settings") or {}
-        theirs = {k: recorded[k] for k in mine if k in recorded}
-        mine = {k: v for k, v in mine.items() if k in recorded}
-    differ = [k for k in theirs.keys() | mine.keys()
-              if _as_update(k, theirs.get(k)) != _as_update(k, mine.get(k))]  # fmt: skip
-    if theirs and differ:
-        whose = " ".join(f"{k}={v}" for k, v in theirs.items())
+    if job is None or not saved:
+        return
+    state = _saved_state(saved[-1])
+    theirs, recorded = state.get("sweep_job") or {}, state.get("settings") or {}
+    mine, settings = sweep_job(job[0]), job[1]
+    differ = {}
+    for key in sorted(theirs.keys() | mine.keys()):
+        if key in recorded and key in settings:
+            was, now = recorded[key], settings[key]
+        elif key in theirs and key in mine:
+            was, now = theirs[key], mine[key]
+        else:
+            continue
+        if _as_update(key, was) != _as_update(key, now):
+            differ[key] = was
+    if differ:
+        whose = " ".join(f"{k}={v}" for k, v in differ.items())
         names = first_few([p.name for p in saved])
         kept = "its record and " if (run_dir / "metrics.json").is_file() else ""
         raise RunFolderInUseError(
@@ -455,7 +467,7 @@ def check_run_folder(
     resume: str | None,
     keep_best: bool,
     multirun: bool = False,
-    job: Mapping[str, Any] | None = None,
+    job: SweepJob | None = None,
 ) -> None:
     """What a training run may find in its folder: a fresh start (``train.resume`` unset)
     nothing of an earlier run (:func:`check_no_earlier_run`, which lets an abandoned attempt
@@ -464,8 +476,8 @@ def check_run_folder(
     requeued one, may have left its ``best``, which the fresh start removes:
     :func:`drop_stale_best`); a resume, no ``best`` it would not keep
     (:func:`check_best_is_kept`), and one from another run's checkpoint, no step checkpoint or
-    record of an earlier run here either. ``multirun``: a sweep's job, of the swept values
-    ``job`` (None: not known), finding no other job's checkpoints
+    record of an earlier run here either. ``multirun``: a sweep's job, ``job`` (its swept
+    values and settings; None: not known), finding no other job's checkpoints
     (:func:`check_same_sweep_job`).
 
     Raises:

@@ -171,7 +171,7 @@ def _check_folder(cfg: Config, run_dir: Path, swept: Mapping[str, Any]) -> None:
     the sweep's job's swept values."""
     check_writable(run_dir)
     multirun = _in_multirun()
-    job = swept if multirun else None
+    job = (swept, job_settings(cfg)) if multirun else None
     check_run_folder(run_dir, cfg.train.resume, cfg.train.keep_best, multirun, job)
 
 
@@ -347,33 +347,40 @@ def _layout(run: _Run) -> CheckpointLayout:
         inputs=model_inputs(run.cfg),
         sweep_job=sweep_job(run.job.swept),
         settings={
-            key: value
-            for key, value in {
-                "seed": run.cfg.seed,
-                "data": type(run.cfg.data).__name__,  # the source: its keys differ
-                "train.batch_size": run.cfg.train.batch_size,
-                "train.dense_precision": run.cfg.train.dense_precision.value,
-                "train.symmetric_interaction": run.cfg.train.symmetric_interaction,
-                "model.embedding_data_type": _table_dtypes(run.cfg),
-                **resolved_inputs(flat_settings("data", run.cfg.data)),
-                **flat_settings("optimizer", run.cfg.optimizer),
-                # what the collectives ran in (asked and never run, on one rank, it was a
-                # change of the update a resume warned of: what-ran review), and the codecs'
-                # loss scales where codecs ran (diff review)
-                **{
-                    key: value
-                    for key, value in flat_settings("qcomms", run.cfg.qcomms).items()
-                    if key.endswith("_loss_scale") and run.experiment.effective_qcomms
-                },
-                "qcomms": collectives_ran(
-                    run.experiment.effective_qcomms,
-                    run.ctx.world_size,
-                    [t.sharding_type for t in tables.values()],
-                ),
-            }.items()
-            if key not in _HOW_NOT_WHAT
+            **job_settings(run.cfg),
+            # what the collectives ran in (asked and never run, on one rank, it was a change
+            # of the update a resume warned of: what-ran review), and the codecs' loss scales
+            # where codecs ran (diff review)
+            **{
+                key: value
+                for key, value in flat_settings("qcomms", run.cfg.qcomms).items()
+                if key.endswith("_loss_scale") and run.experiment.effective_qcomms
+            },
+            "qcomms": collectives_ran(
+                run.experiment.effective_qcomms,
+                run.ctx.world_size,
+                [t.sharding_type for t in tables.values()],
+            ),
         },
     )
+
+
+def job_settings(cfg: Config) -> dict[str, Any]:
+    """The settings a checkpoint records that the config alone decides (``seed``, the data
+    source and its keys, input files resolved, ``optimizer.*``, batch size, precisions; not
+    the loaders' knobs, :data:`_HOW_NOT_WHAT`): what a resume compares, and a sweep's job
+    its folder's checkpoints by (:func:`check_same_sweep_job`)."""
+    settings = {
+        "seed": cfg.seed,
+        "data": type(cfg.data).__name__,  # the source: its keys differ
+        "train.batch_size": cfg.train.batch_size,
+        "train.dense_precision": cfg.train.dense_precision.value,
+        "train.symmetric_interaction": cfg.train.symmetric_interaction,
+        "model.embedding_data_type": _table_dtypes(cfg),
+        **resolved_inputs(flat_settings("data", cfg.data)),
+        **flat_settings("optimizer", cfg.optimizer),
+    }
+    return {key: value for key, value in settings.items() if key not in _HOW_NOT_WHAT}
 
 
 def _table_dtypes(cfg: Config) -> str:
