@@ -79,6 +79,9 @@ register_configs()
 #: The record of the folder ``hydra.run.dir=`` names, read before Hydra writes into it
 #: (:func:`main`); put back when the run is refused before it starts (:func:`_refused`).
 _kept_record: KeptRecord | None = None
+#: The records of a sweep's existing job folders, by folder (absolute), read before Hydra
+#: writes each job's ``.hydra/`` (:func:`_keep_record`).
+_kept_job_records: dict[Path, KeptRecord] = {}
 #: (multirun, folder, mode, train.resume) of the job this process started last: where an
 #: interrupted run goes on, and from what.
 _job_folder: tuple[bool, Path, str, str | None] | None = None
@@ -141,6 +144,8 @@ def _job_failed(err: Exception, name: str, run_dir: Path) -> float:
         # and the submitit launcher ends the whole sweep on a failed task (FailedJobError)
         print(f"Error in job {name} (rank {env_rank()}): {err}", file=sys.stderr)
         return math.nan
+    if isinstance(err, _REFUSALS):  # its .hydra/ stood beside the folder's record (review)
+        _put_back_job_record(run_dir)
     if isinstance(err, FinishedRunKeptError):  # a sweep rerun to finish the rest: no error
         print(f"Job {name} kept: {err}", file=sys.stderr)
         return _kept_value(run_dir / "metrics.json")
@@ -155,6 +160,21 @@ def _job_failed(err: Exception, name: str, run_dir: Path) -> float:
     if not in_use:  # else the folder's record is another run's
         _record_failure(run_dir / "metrics.json", message, err)
     return math.nan
+
+
+def _put_back_job_record(run_dir: Path) -> None:
+    """A sweep's job refused in (or keeping) the folder of an earlier job: the folder's
+    record files as they were before Hydra wrote this job's ``.hydra/`` (:class:`KeptRecord`,
+    read by :func:`_keep_record`): the summary labelled the earlier job's record with this
+    job's overrides (``seed=1 | 0.7907``, seed 0's number: review)."""
+    kept = _kept_job_records.get(run_dir.absolute())
+    try:
+        changed = kept.restore() if kept is not None else []
+    except OSError as write_error:
+        log.warning("the record of %s was not put back: %s", run_dir, write_error)
+        return
+    if changed:
+        log.info("put back %s of the job in %s", ", ".join(changed), run_dir)
 
 
 def _kept_value(path: Path) -> float:
@@ -328,6 +348,7 @@ def _run(
         result = run_mode(cfg, Job(run_dir, _choices(), tensorboard_dir, swept or {}))
     if cfg.mode is Mode.train:  # a resume with nothing left to train keeps the folder's run's
         _put_back_record()  # record: its config and plan describe it, not this job
+        _put_back_job_record(run_dir)  # (a sweep's job: the same)
     if result.summary is not None:
         print(result.summary, flush=True)
         to_log_files(result.summary)
@@ -486,12 +507,16 @@ def refuse_another_runs_folder(args: list[str]) -> None:
 
 def _keep_record(args: list[str]) -> None:
     """Read the record of the run folder ``hydra.run.dir=`` names (a single run's), before
-    Hydra replaces its ``.hydra/`` files (see :func:`_refused`)."""
-    global _kept_record
+    Hydra replaces its ``.hydra/`` files (see :func:`_refused`); for a sweep into a
+    ``hydra.sweep.dir=`` that holds jobs, each job folder's (:func:`_put_back_job_record`)."""
+    global _kept_record, _kept_job_records
     run_dir = _last_value(args, "hydra.run.dir")
     single = not _is_multirun(args)
     # absolute now: hydra.job.chdir=true changes the working folder before a refusal
     _kept_record = KeptRecord(Path(run_dir).absolute()) if run_dir and single else None
+    sweep_dir = None if single else _last_value(args, "hydra.sweep.dir")
+    jobs = Path(sweep_dir).absolute().iterdir() if sweep_dir and Path(sweep_dir).is_dir() else []
+    _kept_job_records = {job: KeptRecord(job) for job in jobs if job.name.isdigit()}
 
 
 @contextmanager

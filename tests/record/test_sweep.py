@@ -220,6 +220,15 @@ def test_a_job_rerun_that_fails_keeps_its_earlier_completed_record(tmp_path, cli
     assert "Job data=criteo_tsv," in rerun.stderr and "Error in job" not in rerun.stderr
     assert "kept: /" in rerun.stderr and "a run that finished (metrics.json), kept" in rerun.stderr
     assert json.loads((sweep / "0" / "metrics.json").read_text()) == done
+    # its .hydra/ put back: the summary labelled the kept record with the rerun's overrides
+    # (seed=1 beside seed 0's numbers: review)
+    record = {name: f"# the first job's {name}\n" for name in ("config", "overrides")}
+    for name, text in record.items():
+        (sweep / "0" / ".hydra" / f"{name}.yaml").write_text(text)
+    edited = cli_here(["-m", "data=criteo_tsv", missing, "seed=1", f"hydra.sweep.dir={sweep}"])
+    assert "Job data=criteo_tsv" in edited.stderr and " kept: " in edited.stderr
+    for name, text in record.items():
+        assert (sweep / "0" / ".hydra" / f"{name}.yaml").read_text() == text
     step = sweep / "0" / "checkpoints" / "step_4"  # what a resume finds: a complete checkpoint
     step.mkdir(parents=True)
     (step / ".metadata").write_bytes(b"")
