@@ -55,10 +55,8 @@ from dlrm_exp.modes import Job, run_mode
 from dlrm_exp.record.kept_record import KeptRecord
 from dlrm_exp.record.run_record import (
     COMPLETED,
-    FAILED,
-    INTERRUPTED,
     RunMetrics,
-    record_status,
+    finished_record,
 )
 from dlrm_exp.record.runs import (
     mode_name,
@@ -145,7 +143,7 @@ def _job_failed(err: Exception, name: str, run_dir: Path) -> float:
         print(f"Error in job {name} (rank {env_rank()}): {err}", file=sys.stderr)
         return math.nan
     if isinstance(err, _REFUSALS):  # its .hydra/ stood beside the folder's record (review)
-        _put_back_job_record(run_dir)
+        _put_back_record(run_dir)
     if isinstance(err, FinishedRunKeptError):  # a sweep rerun to finish the rest: no error
         print(f"Job {name} kept: {err}", file=sys.stderr)
         return _kept_value(run_dir / "metrics.json")
@@ -160,21 +158,6 @@ def _job_failed(err: Exception, name: str, run_dir: Path) -> float:
     if not in_use:  # else the folder's record is another run's
         _record_failure(run_dir / "metrics.json", message, err)
     return math.nan
-
-
-def _put_back_job_record(run_dir: Path) -> None:
-    """A sweep's job refused in (or keeping) the folder of an earlier job: the folder's
-    record files as they were before Hydra wrote this job's ``.hydra/`` (:class:`KeptRecord`,
-    read by :func:`_keep_record`): the summary labelled the earlier job's record with this
-    job's overrides (``seed=1 | 0.7907``, seed 0's number: review)."""
-    kept = _kept_job_records.get(run_dir.absolute())
-    try:
-        changed = kept.restore() if kept is not None else []
-    except OSError as write_error:
-        log.warning("the record of %s was not put back: %s", run_dir, write_error)
-        return
-    if changed:
-        log.info("put back %s of the job in %s", ", ".join(changed), run_dir)
 
 
 def _kept_value(path: Path) -> float:
@@ -235,18 +218,22 @@ def _refused(err: BaseException) -> None:
     _put_back_record(failed=not isinstance(err, _REFUSALS))
 
 
-def _put_back_record(failed: bool = False) -> None:
-    """Put back the record of the folder ``hydra.run.dir=`` named (:class:`KeptRecord`) if
-    the run wrote no result there (``failed``: no record, see ``KeptRecord.restore``)."""
-    if _kept_record is None:
+def _put_back_record(run_dir: Path | None = None, failed: bool = False) -> None:
+    """Put back the record of the folder ``hydra.run.dir=`` named, or of the sweep's job
+    folder ``run_dir`` (:class:`KeptRecord`, read by :func:`_keep_record`: a refused or kept
+    sweep job left its ``.hydra/`` beside the earlier job's record, which the summary then
+    labelled with this job's overrides: review) if the run wrote no result there
+    (``failed``: no record, see ``KeptRecord.restore``)."""
+    kept = _kept_job_records.get(run_dir.absolute(), _kept_record) if run_dir else _kept_record
+    if kept is None:
         return
     try:
-        changed = _kept_record.restore(failed)
+        changed = kept.restore(failed)
     except OSError as write_error:
-        log.warning("the record of %s was not put back: %s", _kept_record.run_dir, write_error)
+        log.warning("the record of %s was not put back: %s", kept.run_dir, write_error)
         return
     if changed:
-        log.info("put back %s of the run in %s", ", ".join(changed), _kept_record.run_dir)
+        log.info("put back %s of the run in %s", ", ".join(changed), kept.run_dir)
 
 
 def _report_refusal(err: Exception) -> None:
@@ -319,7 +306,7 @@ def _record_interruption(path: Path, err: KeyboardInterrupt | Terminated) -> Non
     interrupted (its error then stood for this one's: diff review). Never raises: the
     interruption ends the process."""
     try:
-        if record_status(path) in (None, FAILED, INTERRUPTED):  # (unreadable: kept)
+        if not finished_record(path):  # (unreadable: kept)
             RunMetrics.interrupted(_signal(err).name, type(err).__name__).write(path)
     except OSError as write_error:
         log.warning("no interrupted record %s: %s", path, write_error)
@@ -347,8 +334,7 @@ def _run(
     with held_run_folder(run_dir) if env_rank() == 0 else nullcontext():
         result = run_mode(cfg, Job(run_dir, _choices(), tensorboard_dir, swept or {}))
     if cfg.mode is Mode.train:  # a resume with nothing left to train keeps the folder's run's
-        _put_back_record()  # record: its config and plan describe it, not this job
-        _put_back_job_record(run_dir)  # (a sweep's job: the same)
+        _put_back_record(run_dir)  # record: its config and plan describe it, not this job
     if result.summary is not None:
         print(result.summary, flush=True)
         to_log_files(result.summary)
@@ -508,7 +494,7 @@ def refuse_another_runs_folder(args: list[str]) -> None:
 def _keep_record(args: list[str]) -> None:
     """Read the record of the run folder ``hydra.run.dir=`` names (a single run's), before
     Hydra replaces its ``.hydra/`` files (see :func:`_refused`); for a sweep into a
-    ``hydra.sweep.dir=`` that holds jobs, each job folder's (:func:`_put_back_job_record`)."""
+    ``hydra.sweep.dir=`` that holds jobs, each job folder's (:func:`_put_back_record`)."""
     global _kept_record, _kept_job_records
     run_dir = _last_value(args, "hydra.run.dir")
     single = not _is_multirun(args)

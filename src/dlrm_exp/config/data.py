@@ -20,15 +20,14 @@ from dlrm_exp.config.criteo import (
 from dlrm_exp.config.schema import FeatureSchema
 from dlrm_exp.errors import ConfigError
 
-#: The data keys that decide only the training or the test rows, or their order.
+#: The data keys that decide only the training or the test rows, or their order (of the
+#: options without a split file of their own: :class:`FileSplitsConfig` decides its own).
 _NOT_VALIDATION = frozenset(
     {
         "data.num_train_samples",
         "data.num_test_samples",
-        "data.test_path",
         "data.shuffle_training_set",
         "data.shuffle_batches",
-        "data.shuffle_row_groups",
     }
 )
 #: The schema keys of a feature that do not change how its ids are read.

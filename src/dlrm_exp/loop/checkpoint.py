@@ -70,7 +70,13 @@ from dlrm_exp.errors import (
     Terminated,
 )
 from dlrm_exp.loop.run_origin import data_command
-from dlrm_exp.record.run_record import FAILED, INTERRUPTED, record_status
+from dlrm_exp.record.run_record import (
+    FAILED,
+    INTERRUPTED,
+    UNFINISHED,
+    finished_record,
+    record_status,
+)
 from dlrm_exp.util.files import (
     out_of_space,
     sync_file,
@@ -330,11 +336,11 @@ def check_no_earlier_run(
     """
     status = record_status(run_dir / "metrics.json")
     steps = complete_checkpoints(run_dir)
-    if status in (FAILED, INTERRUPTED) and not steps:
+    if status in UNFINISHED and not steps:
         return  # an abandoned attempt (abandoned_attempt): this run replaces it
     best = best_checkpoint(run_dir) if best_too else None
     other = other_folder(multirun)
-    if status not in (None, FAILED, INTERRUPTED):  # a finished run's: kept
+    if status is not None and status not in UNFINISHED:  # a finished run's: kept
         raise FinishedRunKeptError(_finished_kept(run_dir, other, steps, best, auto, multirun))
     if best is not None and not steps:  # (auto cannot continue a best: it trains afresh)
         raise RunFolderInUseError(
@@ -438,7 +444,7 @@ def abandoned_attempt(run_dir: Path) -> bool:
     training job started in the folder (afresh, ``train.resume=auto``, or from another run's
     checkpoint) replaces it."""
     status = record_status(run_dir / "metrics.json")
-    return status in (FAILED, INTERRUPTED) and not complete_checkpoints(run_dir)
+    return status in UNFINISHED and not complete_checkpoints(run_dir)
 
 
 def replaces_attempt(run_dir: Path, resume: str | None) -> bool:
@@ -970,7 +976,7 @@ def continued_resume(resume: str | None, run_dir: Path, swept: Mapping[str, Any]
     ``resume`` as given."""
     if not resume or resume == "auto" or in_run_folder(Path(resume), run_dir):
         return resume
-    if record_status(run_dir / "metrics.json") not in (None, FAILED, INTERRUPTED):
+    if finished_record(run_dir / "metrics.json"):
         return resume  # a finished run's folder: kept (check_no_earlier_run)
     found = complete_checkpoints(run_dir)
     state = _saved_state(found[-1]) if found else {}
@@ -1510,7 +1516,7 @@ def _warn_unfinished(run_dir: Path, taken: Path) -> None:
     finish (its ``metrics.json`` says failed or interrupted): a best or step from before the
     end, or of an earlier attempt beside a refused job's record, was scored without a word
     (diff review)."""
-    if record_status(run_dir / "metrics.json") in (FAILED, INTERRUPTED):
+    if record_status(run_dir / "metrics.json") in UNFINISHED:
         log.warning(
             "%s: the run of this folder %s (metrics.json); taking %s, saved before that",
             run_dir, _record_status(run_dir), taken.name,

@@ -40,7 +40,7 @@ from dlrm_exp.modes.setup import (
 )
 from dlrm_exp.planning.tables import model_inputs, table_shapes
 from dlrm_exp.record.metric_table import split_line
-from dlrm_exp.record.run_record import FAILED, INTERRUPTED, EvalMetrics
+from dlrm_exp.record.run_record import UNFINISHED, EvalMetrics
 from dlrm_exp.record.tracking import Tracker
 from dlrm_exp.util.files import check_writable, read_json_object
 from dlrm_exp.util.rank_zero import on_rank_zero
@@ -90,7 +90,7 @@ def _keep_other_records(run_dir: Path) -> None:
     if not record.is_file():
         return
     content = read_json_object(record) or {}
-    replaceable = content.get("status") in (FAILED, INTERRUPTED)
+    replaceable = content.get("status") in UNFINISHED
     if content.get("mode") != EvalMetrics.mode and not replaceable:
         raise ConfigError(
             f"hydra.run.dir={run_dir} holds another run's metrics.json (a training record): "

@@ -572,29 +572,22 @@ def _replace_attempt(run: _Run, start: TrainerState | None, tracker: Tracker) ->
             log.warning("the earlier attempt's TensorBoard points moved to %s", aside)
 
 
-def _continue_history(
-    tracker: Tracker, state: TrainerState, saved_step: int, forgot: bool = False
-) -> None:
+def _continue_history(tracker: Tracker, state: TrainerState, saved_step: int, forgot: bool) -> None:
     """The folder's TensorBoard points, for a job resumed at ``state.step`` from checkpoint
-    step ``saved_step``: those logged after the checkpoint hidden (logged again), or where
-    the steps count other global batches, or the validations were of other rows
-    (``forgot``: :func:`_forget_other_validations`; they stayed in the curve: diff review),
-    all set aside (:func:`_restart_history`)."""
-    if saved_step != state.step or forgot:
-        _restart_history(tracker, state, saved_step)
-    else:
+    step ``saved_step``: those logged after the checkpoint hidden (logged again); where the
+    steps count other global batches (another world size or batch size), or the
+    validations were of other rows (``forgot``: :func:`_forget_other_validations`; they
+    stayed in the curve: diff review), all set aside into ``tensorboard_before_step_<n>/``
+    (:meth:`Tracker.restart_history`) and the validations kept logged again in this job's
+    steps."""
+    rescaled = saved_step != state.step
+    if not (rescaled or forgot):
         tracker.purge_from(state.step + 1)
-
-
-def _restart_history(tracker: Tracker, state: TrainerState, saved_step: int) -> None:
-    """TensorBoard's earlier points of a resume whose steps count other global batches
-    (checkpoint step ``saved_step`` is this job's ``state.step``), or whose validations were
-    of other rows (forgotten: none to log), set aside, the validations logged again in this
-    job's steps."""
+        return
     aside = tracker.restart_history(
         f"tensorboard_before_step_{saved_step}", state.val_history, state.train_windows
     )
-    if aside is not None and saved_step != state.step:
+    if aside is not None and rescaled:
         log.warning(
             "the checkpoint's step %d is this job's step %d (another world size or batch "
             "size): TensorBoard's earlier points, in its steps, moved to %s; the validations "

@@ -27,12 +27,23 @@ MISSING = "missing"
 INTERRUPTED = "interrupted"
 
 
+#: The statuses of a run that did not finish: an attempt a later job may replace or continue.
+UNFINISHED = frozenset({FAILED, INTERRUPTED})
+
+
 def record_status(path: Path) -> str | None:
     """The ``status`` of the run record ``path`` (a ``metrics.json``): None where there is
     none; ``completed`` where it cannot be read or says none (kept as a finished run's)."""
     if not path.exists():
         return None
     return (read_json_object(path) or {}).get("status", COMPLETED)
+
+
+def finished_record(path: Path) -> bool:
+    """Whether ``path`` (a ``metrics.json``) is the record of a run that finished (completed,
+    or unreadable: kept as a finished run's), not none or an :data:`UNFINISHED` one's."""
+    status = record_status(path)
+    return status is not None and status not in UNFINISHED
 
 
 def json_fits(tp: Any, value: Any) -> bool:
@@ -324,7 +335,7 @@ class RunMetrics:
     def to_json(self) -> dict[str, Any]:
         """The ``metrics.json`` content: every field of a completed run; ``status``, ``error``,
         ``error_type`` and, where known, ``choices`` of a failed or interrupted one."""
-        if self.status in (FAILED, INTERRUPTED):
+        if self.status in UNFINISHED:
             failure = {"status": self.status, "error": self.error, "error_type": self.error_type}
             return {**failure, "choices": self.choices} if self.choices else failure
         content = asdict(self)

@@ -20,7 +20,7 @@ from dlrm_exp.record.compare import (
     write_stats,
 )
 from dlrm_exp.record.metric_table import METRICS, fmt, markdown_lines, shown
-from dlrm_exp.record.run_record import COMPLETED, FAILED, INTERRUPTED
+from dlrm_exp.record.run_record import COMPLETED, FAILED, INTERRUPTED, UNFINISHED
 from dlrm_exp.record.run_values import write_run_values
 from dlrm_exp.record.runs import RunRecord, load_runs, mode_name, saved_sweep_values
 from dlrm_exp.record.sweep_heading import heading_lines
@@ -148,7 +148,7 @@ RECORDING_MODES = ("train", "evaluate")
 def _list_outputs(runs: Sequence[RunRecord], mode: str) -> bool:
     """A sweep of a mode that records no measurements: each job's folder, or its error;
     returns whether a job failed or was interrupted."""
-    unfinished = [run for run in runs if run.status in (FAILED, INTERRUPTED)]
+    unfinished = [run for run in runs if run.status in UNFINISHED]
     print(f"mode={mode}: {len(runs)} jobs, each one's files in its folder:")
     for run in runs:
         error = run.metrics.error
