@@ -26,6 +26,9 @@ class Job:
         started: when the job began (``time.time()`` scale, s; :func:`job_start`): a run's
             ``wall_seconds`` counts from here, its worker processes' start included (counted
             from inside the workers it left out most of a short job: review).
+        multirun: the job is one of a ``-m`` sweep's (its folder chosen by
+            ``hydra.sweep.dir``), decided where Hydra runs it: worker processes have no
+            Hydra state (a 2-rank sweep job's refusal named hydra.run.dir: re-read).
     """
 
     run_dir: Path
@@ -33,6 +36,7 @@ class Job:
     tensorboard_dir: Path | None = None
     swept: Mapping[str, Any] = field(default_factory=dict)
     started: float = field(default_factory=lambda: job_start())
+    multirun: bool = False
 
 
 def job_start() -> float:

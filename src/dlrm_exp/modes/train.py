@@ -151,7 +151,7 @@ def run_train(
     if env_rank() == 0:  # (a torchrun rank above 0 is in ".": rank 0 decides for all)
         cfg.train.resume = continued_resume(asked, run_dir, swept or {})
     pending = check_folder_first(partial(_check_folder, cfg, run_dir, swept or {}))
-    job = Job(run_dir, dict(choices), tensorboard_dir, dict(swept or {}))
+    job = Job(run_dir, dict(choices), tensorboard_dir, dict(swept or {}), multirun=_in_multirun())
     try:
         return run_on_ranks(train_worker, cfg, job, pending)
     except WorkerFailedError as err:  # (a killed worker said nothing of them: crash review)
@@ -435,7 +435,7 @@ def _resume_path(cfg: Config, job: Job) -> Path | None:
             f"train.resume={cfg.train.resume}: this run folder holds later checkpoints "
             f"({first_few([p.name for p in later])}); training on from an earlier one here "
             "would mix the two runs (pruning and train.resume=auto take the later ones): "
-            f"resume into {other_folder(_in_multirun())}, or remove them"
+            f"resume into {other_folder(job.multirun)}, or remove them"
         )
     return path
 
