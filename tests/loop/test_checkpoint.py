@@ -1085,6 +1085,23 @@ def test_only_settings_both_record_are_compared():
     ]
 
 
+def test_a_non_finite_setting_matches_its_own_record(tmp_path):
+    """trainer_state.json writes inf and nan as null: a resume of a job with one, or a sweep's
+    job that swept one, compared them with null, a change or another job (re-read)."""
+    from dlrm_exp.loop.checkpoint import changed_settings, sweep_job
+    from dlrm_exp.util.files import write_json_atomic
+
+    swept = {"optimizer.eps": float("inf"), "train.clip": float("nan"), "a": (1, 2)}
+    write_json_atomic(tmp_path / "state.json", {"sweep_job": sweep_job(swept), "settings": swept})
+    saved = json.loads((tmp_path / "state.json").read_text())
+    assert saved["sweep_job"] == sweep_job(swept) == {"a": [1, 2], "optimizer.eps": None,
+                                                      "train.clip": None}  # fmt: skip
+    assert changed_settings(saved["settings"], swept) == []
+    assert changed_settings(saved["settings"], {"optimizer.eps": 1e-8}) == [
+        "optimizer.eps None -> 1e-08"
+    ]
+
+
 def test_resume_step_maps_the_sample_position_to_another_world_size_or_batch():
     state = {"step": 3, "samples": 768, "world_size": 2}  # 3 steps of 2 x 128
     assert resume_step(state, [256] * 10, 2) == 3

@@ -78,6 +78,7 @@ from dlrm_exp.record.run_record import (
     record_status,
 )
 from dlrm_exp.util.files import (
+    json_safe,
     out_of_space,
     sync_file,
     sync_folder,
@@ -239,6 +240,7 @@ def _as_update(key: str, value: Any) -> Any:
     one a checkpoint of an earlier version recorded as typed (relative, or through a
     symlink) is the file it names now (each resume of one was a change of data, its
     validations and best forgotten: diff review)."""
+    value = json_safe(value)  # as the checkpoint's record reads back: inf there is null
     if key == "qcomms" and value == "none":
         return "FP32"
     if key in _PATH_KEYS and isinstance(value, (str, list)):
@@ -998,8 +1000,9 @@ def continued_resume(resume: str | None, run_dir: Path, swept: Mapping[str, Any]
 def sweep_job(swept: Mapping[str, Any]) -> dict[str, Any]:
     """A sweep's job as a checkpoint records it (:attr:`CheckpointLayout.sweep_job`): its
     swept keys and values (:class:`~dlrm_exp.modes.job.Job`'s ``swept``) as JSON reads them
-    back (a tuple is a list, an object its text)."""
-    return json.loads(json.dumps(dict(swept), default=str, sort_keys=True))
+    back (a tuple is a list, an object its text, ``inf`` or ``nan`` null: a job that swept
+    one never matched its own checkpoint)."""
+    return json.loads(json.dumps(json_safe(dict(swept)), default=str, sort_keys=True))
 
 
 def began_from(

@@ -15,15 +15,19 @@ from typing import IO, Any
 from dlrm_exp.errors import ConfigError
 
 
-def _json_safe(value: Any) -> Any:
+def json_safe(value: Any) -> Any:
+    """``value`` as :func:`write_json_atomic` writes it: a non-finite float is ``null``
+    (JSON has no ``inf`` or ``nan``), an enum its value, a mapping's keys text, a tuple a
+    list. What a file written so reads back equals this (a setting compared with its
+    record must be taken so first)."""
     if isinstance(value, float) and not math.isfinite(value):
         return None
     if isinstance(value, Enum):
         return value.value
     if isinstance(value, Mapping):
-        return {str(k): _json_safe(v) for k, v in value.items()}
+        return {str(k): json_safe(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
-        return [_json_safe(v) for v in value]
+        return [json_safe(v) for v in value]
     return value
 
 
@@ -132,7 +136,7 @@ def write_csv_atomic(
 def write_json_atomic(path: Path, data: Mapping[str, Any]) -> None:
     """Write ``data`` as JSON to ``path`` atomically (:func:`write_text_atomic`). Non-finite
     floats become null."""
-    write_text_atomic(path, json.dumps(_json_safe(data), indent=2, sort_keys=False) + "\n")
+    write_text_atomic(path, json.dumps(json_safe(data), indent=2, sort_keys=False) + "\n")
 
 
 def read_json_object(path: Path) -> dict[str, Any] | None:
