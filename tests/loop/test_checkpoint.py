@@ -292,16 +292,17 @@ def test_only_what_decides_the_validation_rows_counts_as_changing_them(tmp_path,
     from dlrm_exp.loop.checkpoint import changed_settings, resolved_inputs, validation_changes
 
     synthetic = compose_cfg([]).data
-    assert synthetic.decides_validation("seed") and synthetic.decides_validation("data.base_logit")
-    assert not synthetic.decides_validation("data.num_test_samples")
+    val = ("val",)
+    assert synthetic.decides_rows("seed", val) and synthetic.decides_rows("data.base_logit", val)
+    assert not synthetic.decides_rows("data.num_test_samples", val)
     tsv = compose_cfg(["data=criteo_tsv", "data.path=a.tsv", "data.val_path=v.tsv"]).data
     feature = "data.schema.sparse.cat_0"
     keys = ("seed", "data.path", "data.val_path", "data.test_fraction",
             f"{feature}.pooling_factor", f"{feature}.id_policy")  # fmt: skip
-    decided = [k for k in keys if tsv.decides_validation(k)]
+    decided = [k for k in keys if tsv.decides_rows(k, val)]
     assert decided == ["data.val_path", f"{feature}.id_policy"]
     cut = compose_cfg(["data=criteo_tsv", "data.path=a.tsv"]).data  # validation cut from path
-    assert cut.decides_validation("data.path") and cut.decides_validation("data.test_fraction")
+    assert cut.decides_rows("data.path", val) and cut.decides_rows("data.test_fraction", val)
     # the files a checkpoint records: one typed relative, or from another folder, is the
     # same file; a symlink moved to another day is another (diff reviews)
     monkeypatch.chdir(tmp_path)
@@ -328,7 +329,7 @@ def test_only_what_decides_the_validation_rows_counts_as_changing_them(tmp_path,
     recorded = json.loads((tmp_path / "run" / CHECKPOINTS / "step_2" / STATE_FILE).read_text())
     assert recorded["settings"]["data.path"] == [str(tmp_path / "day.tsv")]
     changed = ["data.path ['a'] -> ['b']", "data.val_path None -> ['v']", "data Parquet -> Tsv"]
-    assert validation_changes(changed, tsv.decides_validation) == changed[1:]
+    assert validation_changes(changed, lambda key: tsv.decides_rows(key, val)) == changed[1:]
 
 
 def test_a_failed_workers_hint_keeps_the_checkpoint_the_run_began_from(tmp_path, monkeypatch):

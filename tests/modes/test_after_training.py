@@ -574,6 +574,18 @@ def test_evaluate_warns_when_the_split_or_the_generated_data_differ(caplog):
         caplog.clear()
         warn_other_data_values({"settings": {"seed": 1, "data.num_train_samples": 9}}, synthetic)
         assert caplog.text == ""
+        # what decides no scored row, as a resume judges its validation's (re-read): the test
+        # rows (the last of data.path) whatever the val cut; the planner's schema keys
+        test = compose_cfg(["mode=evaluate", "checkpoint=x", "data=criteo_tsv",
+                            "data.path=a.tsv", "split=test"])  # fmt: skip
+        feature = "data.schema.sparse.C1"
+        planner = {f"{feature}.pooling_factor": 9.0, f"{feature}.table": "t_other"}
+        warn_other_data_values({"settings": {"data.val_fraction": 0.3, **planner}}, test)
+        synthetic_test = compose_cfg(["mode=evaluate", "checkpoint=x", "split=test"])
+        warn_other_data_values({"settings": {"data.num_val_samples": 9}}, synthetic_test)
+        assert caplog.text == ""
+        warn_other_data_values({"settings": {"data.test_fraction": 0.3}}, test)
+        assert "data.test_fraction=0.3 (here 0.1)" in caplog.text
 
 
 def test_a_file_with_cut_rows_of_39_fields_at_most_is_not_taken_for_unlabeled(tmp_path):

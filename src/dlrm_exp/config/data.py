@@ -20,16 +20,16 @@ from dlrm_exp.config.criteo import (
 from dlrm_exp.config.schema import FeatureSchema
 from dlrm_exp.errors import ConfigError
 
-#: The data keys that decide only the training or the test rows, or their order (of the
+#: The data keys that decide one split's rows alone, or the training rows' order (of the
 #: options without a split file of their own: :class:`FileSplitsConfig` decides its own).
-_NOT_VALIDATION = frozenset(
-    {
-        "data.num_train_samples",
-        "data.num_test_samples",
-        "data.shuffle_training_set",
-        "data.shuffle_batches",
-    }
-)
+#: Each generated split is its own stream of the seed, so its size moves no other split.
+_ONE_SPLIT = {
+    "data.num_train_samples": "train",
+    "data.num_val_samples": "val",
+    "data.num_test_samples": "test",
+    "data.shuffle_training_set": "train",
+    "data.shuffle_batches": "train",
+}
 #: The schema keys of a feature that do not change how its ids are read.
 _NOT_DECODING = (".pooling_factor", ".eviction_policy", ".eviction_interval", ".table")
 
@@ -87,13 +87,15 @@ class DataConfig:
         model presets' (tiny, MLPerf), not the data's."""
         return False
 
-    def decides_validation(self, key: str) -> bool:
+    def decides_rows(self, key: str, splits: tuple[str, ...]) -> bool:
         """Whether the setting ``key`` (``seed`` or a flat ``data.*`` key, as a checkpoint
-        records them) decides this data's validation rows or how they are decoded: a resume
-        that changes it validates on other rows than its checkpoint's run
-        (:func:`~dlrm_exp.loop.checkpoint.validation_changes`). Here every data key but
-        those of the training and test rows alone, and not ``seed``."""
-        return key.startswith("data.") and key not in _NOT_VALIDATION
+        records them) decides which rows of ``splits`` (``"train"``, ``"val"``, ``"test"``)
+        this data gives, or how they are decoded: a resume that changes one of validation's
+        validates on other rows than its checkpoint's run
+        (:func:`~dlrm_exp.loop.checkpoint.validation_changes`), and ``mode=evaluate`` warns of
+        one of the splits it scores (``modes.setup.warn_other_data_values``). Here every data
+        key but those of other splits alone (:data:`_ONE_SPLIT`), and not ``seed``."""
+        return key.startswith("data.") and _ONE_SPLIT.get(key, splits[0]) in splits
 
 
 @dataclass
@@ -120,11 +122,11 @@ class SyntheticDataConfig(DataConfig):
     dense_signal: float = 0.5
     base_logit: float = -1.4
 
-    def decides_validation(self, key: str) -> bool:
+    def decides_rows(self, key: str, splits: tuple[str, ...]) -> bool:
         """Generated rows: ``seed`` draws them, unless read from files (a path)."""
         if key == "seed":
             return not self.input_paths()
-        return super().decides_validation(key)
+        return super().decides_rows(key, splits)
 
     def __post_init__(self) -> None:
         require_positive(
@@ -213,16 +215,25 @@ class FileSplitsConfig(DataConfig):
             if not own
         }
 
-    def decides_validation(self, key: str) -> bool:
-        """The validation file, or where validation is cut from ``data.path`` the path and
-        the cut (its fraction, and the test split's where that is cut after it), and the
-        schema keys that decode the rows (not the planner's ``pooling_factor``, the
-        ``eviction_*`` of managed tables or the ``table`` a feature shares)."""
+    def decides_rows(self, key: str, splits: tuple[str, ...]) -> bool:
+        """A split's own file, or where it is cut from ``data.path`` the path and the cut:
+        rows are train, then validation, then test, so validation's rows move with the test
+        cut too, test's with its own alone (the training rows: any data key); and the schema
+        keys that decode the rows (not the planner's ``pooling_factor``, the ``eviction_*``
+        of managed tables or the ``table`` a feature shares)."""
         if key.startswith("data.schema."):
             return not key.endswith(_NOT_DECODING)
-        cut = {"data.path", "data.val_fraction", "data.test_path"}
-        cut |= {"data.test_fraction"} if not self.test_path else set()
-        return key == "data.val_path" or (not self.val_path and key in cut)
+        if "train" in splits:
+            return key.startswith("data.")
+        return any(key in self._decided_by(split) for split in splits)
+
+    def _decided_by(self, split: str) -> set[str]:
+        if split == "val" and self.val_path or split == "test" and self.test_path:
+            return {f"data.{split}_path"}
+        keys = {"data.path", f"data.{split}_fraction", f"data.{split}_path"}
+        if split == "val":  # the test rows are cut after it, unless read from a file
+            keys |= {"data.test_path"} | (set() if self.test_path else {"data.test_fraction"})
+        return keys
 
     def read_inputs(self, scored: tuple[str, ...] | None = None) -> dict[str, list[str]]:
         inputs = self.input_paths()

@@ -225,7 +225,7 @@ def validation_changes(changed: list[str], decides: Callable[[str], bool]) -> li
     """The ``changed`` settings (:func:`changed_settings`) that give a resumed run other
     validation rows than the run of its checkpoint, or decode them otherwise: the data source
     (``data``) and each key ``decides`` (the job's
-    :meth:`~dlrm_exp.config.data.DataConfig.decides_validation`) names. The checkpoint's
+    :meth:`~dlrm_exp.config.data.DataConfig.decides_rows` of ``val``) names. The checkpoint's
     validations then measure another task than this run's."""
     return [
         change for change in changed if (key := change.split(" ", 1)[0]) == "data" or decides(key)

@@ -15,7 +15,7 @@ from torch.distributed.elastic.multiprocessing.errors import record
 from torchrec.datasets.utils import Batch
 from torchrec.distributed.types import ShardingPlan
 
-from dlrm_exp.config import Config, EmbeddingDataType, FileSplitsConfig
+from dlrm_exp.config import Config, EmbeddingDataType
 from dlrm_exp.config.keys import flat_settings
 from dlrm_exp.data import (
     ClickData,
@@ -313,39 +313,25 @@ def run_data_overrides(checkpoint: Path) -> list[str] | None:
     return data_overrides(run_folder_of(checkpoint))
 
 
-#: Data settings a job may change and still score the rows the run was scored on: other
-#: files (what evaluate is for) and the training rows' size and order.
-_SCORED_ROWS_KEEP = frozenset(
-    {
-        "data.path",
-        "data.val_path",
-        "data.test_path",
-        "data.num_train_samples",
-        "data.shuffle_batches",
-        "data.shuffle_training_set",
-        "data.shuffle_row_groups",
-    }
-)
+#: Input files: scoring other files than the run read (another day) is what evaluate is for.
+_SCORED_FILES = frozenset({"data.path", "data.val_path", "data.test_path"})
 
 
 def warn_other_data_values(saved: dict[str, Any], cfg: Config) -> None:
     """``mode=evaluate``: one warning when this job reads the checkpoint's data source with
-    other values that decide which rows are scored: another ``data.val_fraction`` moves rows
-    the run trained on into validation, and on generated data (synthetic, multi-hot) another
-    ``seed`` plants another click model, scored near 0.5 AUROC. A split read from a file of
-    its own (``data.val_path``) takes no fraction, nor any split where no scored row comes
-    from ``data.path``: their fractions are not compared (an untrue warning: diff review)."""
+    other values that decide which rows of the splits it scores are scored, or how they are
+    decoded (:meth:`~dlrm_exp.config.data.DataConfig.decides_rows`, as a resume decides its
+    validation's): another ``data.val_fraction`` moves rows the run trained on into
+    validation, and on generated data (synthetic, multi-hot) another ``seed`` plants another
+    click model, scored near 0.5 AUROC. A split read from a file of its own takes no
+    fraction, test's rows none of validation's, and the planner's schema keys decode nothing
+    (each an untrue warning: diff review, re-read)."""
     recorded = saved.get("settings") or {}
     here = {"seed": cfg.seed, **flat_settings("data", cfg.data)}
-    cut = cfg.data.cut_fractions() if isinstance(cfg.data, FileSplitsConfig) else {}
-    uncut = {  # splits with files of their own, or every split where data.path goes unread
-        f"data.{s}_fraction" for s in ("val", "test") if s not in cut or not cfg.reads_data_path()
-    }
-    keys = [k for k in recorded if k.startswith("data.") and k not in _SCORED_ROWS_KEEP | uncut]
-    if is_generated(cfg.data):
-        keys.append("seed")  # generated rows are the seed's
-    differ = [f"{k}={recorded[k]} (here {here[k]})" for k in keys
-              if k in recorded and k in here and recorded[k] != here[k]]  # fmt: skip
+    splits = cfg.scored_splits()
+    differ = [f"{k}={recorded[k]} (here {here[k]})" for k in recorded
+              if k in here and k not in _SCORED_FILES and recorded[k] != here[k]
+              and cfg.data.decides_rows(k, splits)]  # fmt: skip
     if differ:
         log.warning(
             "the checkpoint's run read its data with %s: this job scores other rows than the "

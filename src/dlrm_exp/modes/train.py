@@ -509,7 +509,7 @@ def _on_other_rows(
     review); else nothing of the checkpoint's validations (:func:`_forget_other_validations`,
     before the stop is reconsidered: a stop on other rows kept the other run's record: diff
     review). Returns (those settings, the record kept or None, whether it forgot)."""
-    other = validation_changes(changed, run.cfg.data.decides_validation)
+    other = validation_changes(changed, lambda key: run.cfg.data.decides_rows(key, ("val",)))
     ends = bool(other) and state.step >= total_steps
     kept = _finished_record(run, state, total_steps) if ends else None
     return other, kept, kept is None and _forget_other_validations(run, state, other, path)
