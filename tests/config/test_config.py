@@ -526,6 +526,23 @@ def test_gpu_memory_keys_of_a_sweep_held_on_the_cpu_are_refused(tmp_path, cli_he
             compose_cfg(gpu_on_cpu)
     with sweeping(presets):
         compose_cfg(gpu_on_cpu)
+    # the same in every group: a preset cannot turn on what the command line fixes (re-read)
+    sgd = ["optimizer.sparse_optimizer=sgd", "optimizer.dense_optimizer=sgd", "optimizer.eps=1e-6"]
+    both = ["optimizer.sparse_optimizer", "optimizer.dense_optimizer"]
+    with sweeping({"optimizer": ["sgd", "adagrad"]}, both), pytest.raises(ConfigError, match="eps"):
+        compose_cfg(sgd)
+    with sweeping({"optimizer": ["sgd", "adagrad"]}, both[:1]):  # adagrad's dense part reads it
+        compose_cfg(sgd)
+    base = ["train.pipeline=base", "train.semi_sync_start_step=4"]
+    with sweeping({"experiment": ["fast", "golden"]}, ["train.pipeline"]):
+        with pytest.raises(ConfigError, match="semi_sync_start_step=4 is read"):
+            compose_cfg(base)
+    with sweeping({"experiment": ["fast", "golden"]}, ["sharding.sharding_type"]):
+        with pytest.raises(ConfigError, match="plan_path=p.json is read"):
+            compose_cfg(["sharding=rowwise", "sharding.plan_path=p.json"])
+    rounding = ["model.embedding_data_type=fp32", "optimizer.stochastic_rounding=false"]
+    with sweeping({"experiment": ["fast", "golden"]}, ["model.embedding_data_type"]):
+        compose_cfg(rounding)  # a preset's per-table map may still hold an fp16 table
     swept = ["-m", "mode=plan", "hardware=cpu,h100_80gb_x8", *gpu_on_cpu[1:],
              f"hydra.sweep.dir={tmp_path / 's'}"]  # fmt: skip
     done = cli_here(swept)

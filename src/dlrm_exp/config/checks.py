@@ -59,6 +59,10 @@ def require_read(condition: bool, message: str, readers: Mapping[str, Reads]) ->
     group: whether a value turns the reader on}``) a value that does (``-m
     sharding=auto,from_file sharding.plan_path=p.json``, an ablation), or sweeps presets
     (``experiment=``, which may set anything); then this job logs that it ignores the key.
+    A preset (a group reader such as ``optimizer``, or ``experiment``) turns nothing on
+    where the command line gives every job the keys among ``readers`` that decide it
+    (:func:`fixed_in_sweep`): ``-m hardware=cpu,h100_80gb_x8 hardware.compute_device=cpu``
+    reads no job's GPU memory keys (each such job warned: reviews).
 
     Raises:
         ConfigError: ``message``, outside such a sweep.
@@ -66,8 +70,11 @@ def require_read(condition: bool, message: str, readers: Mapping[str, Reads]) ->
     if condition:
         return
     swept = _SWEPT.get()
-    on = [k for k, reads in readers.items() if any(reads(v) for v in swept.get(k, ()))]
-    on += ["experiment"] if "experiment" in swept else []
+    deciding = [k for k in readers if "." in k]
+    presets = not deciding or not all(fixed_in_sweep(k) for k in deciding)
+    on = [k for k, reads in readers.items()
+          if ("." in k or presets) and any(reads(v) for v in swept.get(k, ()))]  # fmt: skip
+    on += ["experiment"] if "experiment" in swept and presets else []
     if not on:
         raise ConfigError(message)
     logging.getLogger(__name__).warning(

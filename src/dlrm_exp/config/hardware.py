@@ -5,7 +5,6 @@ from enum import Enum
 from typing import ClassVar
 
 from dlrm_exp.config.checks import (
-    fixed_in_sweep,
     is_not_value,
     is_value,
     require,
@@ -133,11 +132,8 @@ class HardwareConfig:
         describe GPU memory: on CPU nothing reads them (TorchRec's CPU kernels are costed by
         DDR bandwidth), so set ones are refused rather than ignored (GPU review), all named
         in one message with the overrides that unset them (``nulls``). In a sweep a job of
-        a GPU preset reads them, unless the command line holds every job on the CPU (it was
-        warned of: review)."""
-        gpu = {"hardware.compute_device": is_value("cuda")}
-        if not fixed_in_sweep("hardware.compute_device"):
-            gpu["hardware"] = is_not_value("cpu")
+        a GPU preset reads them, unless the command line holds every job on the CPU."""
+        gpu = {"hardware.compute_device": is_value("cuda"), "hardware": is_not_value("cpu")}
         named = ", ".join(f"hardware.{key}" for key in keys)
         require_read(
             not keys,

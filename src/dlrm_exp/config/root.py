@@ -461,7 +461,10 @@ class Config:
             "optimizer.stochastic_rounding=false is read for fp16 tables only "
             "(model.embedding_data_type=fp16, or model.embedding_data_type_per_table); every "
             "table here is fp32, whose updates are not rounded",
-            {"model.embedding_data_type": is_value("fp16")},
+            {  # (a preset's table map may hold an fp16 table: fixing the default is not all)
+                "model.embedding_data_type": is_value("fp16"),
+                "model.embedding_data_type_per_table": lambda value: "fp16" in value.lower(),
+            },
         )
 
     def _check_pipeline_on_device(self) -> None:
