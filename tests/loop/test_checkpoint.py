@@ -322,12 +322,22 @@ def test_only_what_decides_the_validation_rows_counts_as_changing_them(tmp_path,
     # a run records the file it read, wherever it was typed from
     from dlrm_exp.data.criteo_format import write_criteo_tsv
 
-    write_criteo_tsv(tmp_path / "day.tsv", 256)
-    ran = ["data=criteo_tsv", "data.path=day.tsv", "train.batch_size=64", "train.max_steps=2",
+    (tmp_path / "days").mkdir()
+    write_criteo_tsv(tmp_path / "days" / "day.tsv", 256)
+    ran = ["data=criteo_tsv", "data.path=days", "train.batch_size=64", "train.max_steps=2",
            "train.checkpoint_every_n_steps=2", "train.progress_bar=false"]  # fmt: skip
     run_train(compose_cfg(ran), tmp_path / "run", {})
     recorded = json.loads((tmp_path / "run" / CHECKPOINTS / "step_2" / STATE_FILE).read_text())
-    assert recorded["settings"]["data.path"] == [str(tmp_path / "day.tsv")]
+    assert recorded["settings"]["data.path"] == [str(tmp_path / "days")]
+    # and the files it names: a day added to the folder moves the validation cut of the
+    # same path (it was no change: a review's reading)
+    assert recorded["settings"]["data.path.files"].startswith("1 file, ")
+    write_criteo_tsv(tmp_path / "days" / "day2.tsv", 64)
+    now = compose_cfg(ran)
+    added = changed_settings(recorded["settings"], train_mode.job_settings(now))
+    assert [c.split(" ", 1)[0] for c in added] == ["data.path.files"] and "-> 2 files, " in added[0]
+    assert validation_changes(added, lambda key: now.data.decides_rows(key, val)) == added
+    assert not tsv.decides_rows("data.path.files", val)  # validation from v.tsv: not moved
     changed = ["data.path ['a'] -> ['b']", "data.val_path None -> ['v']", "data Parquet -> Tsv"]
     assert validation_changes(changed, lambda key: tsv.decides_rows(key, val)) == changed[1:]
 

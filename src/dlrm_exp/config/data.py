@@ -223,6 +223,7 @@ class FileSplitsConfig(DataConfig):
         of managed tables or the ``table`` a feature shares)."""
         if key.startswith("data.schema."):
             return not key.endswith(_NOT_DECODING)
+        key = key.removesuffix(".files")  # the files a path names (modes.train.job_settings)
         if "train" in splits:
             return key.startswith("data.")
         return any(key in self._decided_by(split) for split in splits)

@@ -12,6 +12,7 @@ May import: config, util, errors.
 """
 
 import logging
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 
@@ -30,15 +31,15 @@ from dlrm_exp.data.criteo_tsv import check_skipped_rows, criteo_id_kinds, load_c
 from dlrm_exp.data.multi_hot import MultiHot
 from dlrm_exp.data.parquet import ParquetSplit, load_parquet
 from dlrm_exp.data.parquet_files import resolve_parquet_paths
-from dlrm_exp.data.paths import resolve_inputs, resolve_paths
+from dlrm_exp.data.paths import files_digest, resolve_inputs, resolve_paths
 from dlrm_exp.data.splits import DataInfo, DataSplits, check_split_rows
 from dlrm_exp.data.synthetic import generate
 from dlrm_exp.errors import DataError
 from dlrm_exp.util.rank_zero import is_rank_zero
 
 __all__ = [
-    "ClickData", "DataInfo", "DataSplits", "ParquetSplit", "check_input_paths", "is_generated",
-    "iter_batches", "load_splits", "per_rank_sizes",
+    "ClickData", "DataInfo", "DataSplits", "ParquetSplit", "check_input_paths", "input_digests",
+    "is_generated", "iter_batches", "load_splits", "per_rank_sizes",
 ]  # fmt: skip
 
 log = logging.getLogger(__name__)
@@ -62,8 +63,28 @@ def check_input_paths(cfg: DataConfig, scored: tuple[str, ...] | None = None) ->
         DataError: a path names nothing (the config key and the path), or a file is named
             twice (the file and both keys).
     """
-    resolve = resolve_parquet_paths if isinstance(cfg, ParquetDataConfig) else resolve_paths
-    resolve_inputs(cfg.read_inputs(scored), resolve)
+    resolve_inputs(cfg.read_inputs(scored), _resolver(cfg))
+
+
+def _resolver(cfg: DataConfig) -> Callable[[list[str], str], list[Path]]:
+    """How ``cfg``'s source turns a key's paths into files (Parquet: globs, ``*.parquet``)."""
+    return resolve_parquet_paths if isinstance(cfg, ParquetDataConfig) else resolve_paths
+
+
+def input_digests(cfg: DataConfig) -> dict[str, str]:
+    """``{"data.path.files": files_digest, ...}``: for each input path of ``cfg``
+    (:meth:`DataConfig.input_paths`), the digest of the files it names now
+    (:func:`~dlrm_exp.data.paths.files_digest`), which a checkpoint records beside the path:
+    a resume whose path reads other files (a day added to the folder, a glob matching more)
+    validates on other rows where validation is cut from them. A path that names nothing
+    here has none (the job's own read reports it)."""
+    digests = {}
+    for key, paths in cfg.input_paths().items():
+        try:
+            digests[f"{key}.files"] = files_digest(_resolver(cfg)(paths, key))
+        except (DataError, OSError):
+            continue
+    return digests
 
 
 def load_splits(

@@ -1,6 +1,7 @@
 """Input paths to files: what ``data.path`` (and ``val_path`` / ``test_path``) name."""
 
 import glob
+import hashlib
 import os
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
@@ -87,3 +88,15 @@ def resolve_inputs(
     files = {key: resolve(paths, key) for key, paths in paths_by_key.items()}
     refuse_repeated(files)
     return files
+
+
+def files_digest(files: Sequence[Path]) -> str:
+    """``"<n> file(s), <bytes> bytes, <digest>"`` of ``files``: their count, total size and a
+    digest of their resolved names and sizes (SHA-1, 10 hex digits), in order. What a
+    checkpoint records of each input path (:func:`dlrm_exp.data.input_digests`): a folder
+    that gained a file, a glob matching others, or a file of another size reads other rows
+    under the same path (a review's reading)."""
+    sizes = [(str(f.resolve()), f.stat().st_size) for f in files]
+    digest = hashlib.sha1(repr(sizes).encode()).hexdigest()[:10]
+    total = sum(size for _, size in sizes)
+    return f"{len(sizes)} file{'s' * (len(sizes) != 1)}, {total:,} bytes, {digest}"

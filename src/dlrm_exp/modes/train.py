@@ -27,7 +27,7 @@ from torchrec.distributed.types import ShardingPlan
 from dlrm_exp.config import Config
 from dlrm_exp.config.keys import flat_settings
 from dlrm_exp.config.model import ManagedCollision
-from dlrm_exp.data import DataSplits, per_rank_sizes
+from dlrm_exp.data import DataSplits, input_digests, per_rank_sizes
 from dlrm_exp.data.prefetch import prefetched
 from dlrm_exp.data.splits import read_summary
 from dlrm_exp.distributed.comm_stats import CollectiveBytes
@@ -366,10 +366,11 @@ def _layout(run: _Run) -> CheckpointLayout:
 
 
 def job_settings(cfg: Config) -> dict[str, Any]:
-    """The settings a checkpoint records that the config alone decides (``seed``, the data
-    source and its keys, input files resolved, ``optimizer.*``, batch size, precisions; not
-    the loaders' knobs, :data:`_HOW_NOT_WHAT`): what a resume compares, and a sweep's job
-    its folder's checkpoints by (:func:`check_same_sweep_job`)."""
+    """The settings a checkpoint records that the config decides (``seed``, the data source
+    and its keys, input paths resolved and the digest of the files each names now
+    (``data.path.files``: :func:`~dlrm_exp.data.input_digests`), ``optimizer.*``, batch
+    size, precisions; not the loaders' knobs, :data:`_HOW_NOT_WHAT`): what a resume
+    compares, and a sweep's job its folder's checkpoints by (:func:`check_same_sweep_job`)."""
     settings = {
         "seed": cfg.seed,
         "data": type(cfg.data).__name__,  # the source: its keys differ
@@ -378,6 +379,7 @@ def job_settings(cfg: Config) -> dict[str, Any]:
         "train.symmetric_interaction": cfg.train.symmetric_interaction,
         "model.embedding_data_type": _table_dtypes(cfg),
         **resolved_inputs(flat_settings("data", cfg.data)),
+        **input_digests(cfg.data),
         **flat_settings("optimizer", cfg.optimizer),
     }
     return {key: value for key, value in settings.items() if key not in _HOW_NOT_WHAT}
