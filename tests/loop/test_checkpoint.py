@@ -269,6 +269,7 @@ def test_a_resume_that_validates_on_other_rows_forgets_the_checkpoints_validatio
     with caplog.at_level(logging.WARNING, logger="dlrm_exp"):
         run_train(ended, tmp_path / "base", {})
     assert "nothing left to train" in caplog.text and "set aside" not in caplog.text
+    assert "its validations are of that run's rows, not of this job's (data.num_val" in caplog.text
     assert (tmp_path / "base" / "metrics.json").read_bytes() == record
     # the training window of other rows is not restored, though the checkpoint had no
     # validation to forget (the gap paired another run's window: diff review)

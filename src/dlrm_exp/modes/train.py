@@ -12,7 +12,7 @@ launcher; under torchrun the process is already a worker and trains directly.
 
 import logging
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
@@ -513,7 +513,7 @@ def _on_other_rows(
     review). Returns (those settings, the record kept or None, whether it forgot)."""
     other = validation_changes(changed, lambda key: run.cfg.data.decides_rows(key, ("val",)))
     ends = bool(other) and state.step >= total_steps
-    kept = _finished_record(run, state, total_steps) if ends else None
+    kept = _finished_record(run, state, total_steps, other) if ends else None
     return other, kept, kept is None and _forget_other_validations(run, state, other, path)
 
 
@@ -618,12 +618,16 @@ def _check_a_step(rows: int, world_size: int, sizes: list[int]) -> None:
         )
 
 
-def _finished_record(run: _Run, start: TrainerState | None, total_steps: int) -> RunMetrics | None:
+def _finished_record(
+    run: _Run, start: TrainerState | None, total_steps: int, other: Sequence[str] = ()
+) -> RunMetrics | None:
     """The run folder's completed ``metrics.json``, kept, when ``train.resume`` gives a
     checkpoint where its training ended (the last step, or a stop) and that record is of the
     same step: a job that trains no step measures no throughput, step time or collective
     bytes, so it must not replace the record that did (a requeued job that finished after its
-    last checkpoint). None: train (and write a record) as usual."""
+    last checkpoint). Where this job's ``other`` settings give other validation rows, the
+    warning says the kept record's validations are not of them (it said only "kept": review).
+    None: train (and write a record) as usual."""
     if start is None or (start.step < total_steps and start.stop_reason is None):
         return None
     if start.step > total_steps and run.ctx.is_main:
@@ -642,13 +646,20 @@ def _finished_record(run: _Run, start: TrainerState | None, total_steps: int) ->
             TARGET: "remove or raise train.target_auroc",
             EARLY_STOPPING: "raise train.early_stopping.patience",
         }.get(start.stop_reason or "", "raise train.epochs or train.max_steps")
+        rows = (
+            f"; its validations are of that run's rows, not of this job's ({', '.join(other)}: "
+            "mode=evaluate checkpoint=<this folder> with this job's data scores them)"
+            if other
+            else ""
+        )
         log.warning(
             "train.resume: training ended at step %d (%s) in this run folder; nothing left to "
-            "train, %s kept (%s to train on)",
+            "train, %s kept (%s to train on)%s",
             start.step,
             start.stop_reason or "its last step",
             path,
             how,
+            rows,
         )
     elif start.step == total_steps and run.ctx.is_main:  # (past it: said above)
         log.warning(
