@@ -327,7 +327,7 @@ def _run(
         if env_rank() > 0:  # like a torchrun rank > 0: warnings only, and not into the job's log
             configure_worker_logging(None)
         if cfg.mode is Mode.train:  # a requeued job continues from its newest checkpoint
-            from dlrm_exp.loop.checkpoint import requeued_resume
+            from dlrm_exp.loop.run_folder import requeued_resume
 
             cfg.train.resume = requeued_resume(cfg.train.resume)
     # rank 0 holds the folder (other ranks write into rank 0's, or none: torchrun's run in ".")
@@ -553,7 +553,8 @@ def _continue_hint() -> str:
         return "the same command converts only the unfinished days (and re-indexes contiguous ids)"
     if mode != "train":
         return f"mode={mode} leaves no half-written output: run the same command again"
-    from dlrm_exp.loop.checkpoint import complete_checkpoints, resume_command  # (refusals
+    from dlrm_exp.loop.checkpoint import complete_checkpoints
+    from dlrm_exp.loop.run_folder import resume_command
     # need not load it)
 
     fresh = resume in (None, "", "auto")

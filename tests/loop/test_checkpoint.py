@@ -36,10 +36,11 @@ from dlrm_exp.loop.checkpoint import (
     CheckpointError,
     SafeFileSystemReader,
     _dcp_load,
-    check_run_folder,
     complete_checkpoints,
     resume_step,
 )
+from dlrm_exp.loop.run_folder import check_run_folder
+from dlrm_exp.modes import resume as resume_mode
 from dlrm_exp.modes import train as train_mode
 from dlrm_exp.modes.train import run_train, summary
 from dlrm_exp.record.run_record import RunMetrics
@@ -276,7 +277,7 @@ def test_a_resume_that_validates_on_other_rows_forgets_the_checkpoints_validatio
     early = f"train.resume={tmp_path / 'base' / CHECKPOINTS / 'step_8'}"
     reseeded = compose_cfg([*SMALL, early, "seed=1", "train.max_steps=16"])
     windows = run_train(reseeded, tmp_path / "w", {}).train_windows
-    monkeypatch.setattr(train_mode, "_restore_window", lambda *args: None)
+    monkeypatch.setattr(resume_mode, "_restore_window", lambda *args: None)
     assert run_train(reseeded, tmp_path / "w2", {}).train_windows == windows
     # a stop reached on the other rows is no stop here: it trains on (it kept the other
     # run's record and trained nothing: diff review)
@@ -290,7 +291,7 @@ def test_only_what_decides_the_validation_rows_counts_as_changing_them(tmp_path,
     """Every data key but three counted: another test split, a planner's pooling factor, the
     next day's training file beside a fixed validation file, or one file typed relative then
     absolute threw the checkpoint's validations away (diff review)."""
-    from dlrm_exp.loop.checkpoint import changed_settings, resolved_inputs, validation_changes
+    from dlrm_exp.loop.settings import changed_settings, resolved_inputs, validation_changes
 
     synthetic = compose_cfg([]).data
     val = ("val",)
@@ -409,7 +410,7 @@ def test_what_replaces_an_abandoned_attempt(tmp_path, caplog):
     """A failed or interrupted record with no step checkpoint is an abandoned attempt, which a
     job started afresh or from another run's checkpoint replaces, not one resumed from the
     folder's own best (that best was removed, then not found: diff review)."""
-    from dlrm_exp.loop.checkpoint import abandoned_attempt, drop_attempt_record, replaces_attempt
+    from dlrm_exp.loop.run_folder import abandoned_attempt, drop_attempt_record, replaces_attempt
 
     def folder(name, status, steps=()):
         for step in ("best", *steps):
@@ -1035,7 +1036,7 @@ def test_a_requeued_job_resumes_from_its_own_checkpoint_over_the_path_it_started
     every path became ``auto`` where the folder held checkpoints, so a first start into a
     finished run's folder replaced its record and best (diff review): only the task's own
     attempt begun from that path is continued."""
-    from dlrm_exp.loop.checkpoint import continued_resume, requeued_resume
+    from dlrm_exp.loop.run_folder import continued_resume, requeued_resume
 
     start = "/runs/a/checkpoints/step_10"
     assert requeued_resume(None) == "auto" and requeued_resume(start) == start
@@ -1085,7 +1086,7 @@ def test_a_sweep_job_meets_no_other_jobs_checkpoints(tmp_path):
 
 def test_only_settings_both_record_are_compared():
     """A key a later version records (``c``) is no change; older checkpoints record none."""
-    from dlrm_exp.loop.checkpoint import changed_settings
+    from dlrm_exp.loop.settings import changed_settings
 
     assert changed_settings({"a": 1, "b": 2}, {"a": 1, "b": 3, "c": 4}) == ["b 2 -> 3"]
     assert changed_settings(None, {"a": 1}) == []
@@ -1100,7 +1101,7 @@ def test_only_settings_both_record_are_compared():
 def test_a_non_finite_setting_matches_its_own_record(tmp_path):
     """trainer_state.json writes inf and nan as null: a resume of a job with one, or a sweep's
     job that swept one, compared them with null, a change or another job (re-read)."""
-    from dlrm_exp.loop.checkpoint import changed_settings, sweep_job
+    from dlrm_exp.loop.settings import changed_settings, sweep_job
     from dlrm_exp.util.files import write_json_atomic
 
     swept = {"optimizer.eps": float("inf"), "train.clip": float("nan"), "a": (1, 2)}
@@ -1303,7 +1304,7 @@ def test_a_crash_while_a_better_best_replaces_the_old_one_keeps_a_complete_best(
 
 def test_a_resume_between_managed_collision_evictions_is_named():
     from dlrm_exp.config.model import EvictionPolicy, ManagedCollision
-    from dlrm_exp.modes.train import between_evictions
+    from dlrm_exp.modes.resume import between_evictions
 
     managed = {
         "t_a": ManagedCollision(EvictionPolicy.lfu, 4),
@@ -1354,7 +1355,7 @@ def test_a_resume_on_other_ranks_says_when_the_data_order_follows_the_ranks(data
     """The sample count carries over to another world size, but Parquet's blocks per rank and
     shuffled global batches are other rows there: 12 of 72 rows trained twice, 12 never, and
     no word."""
-    from dlrm_exp.modes.train import warn_other_data_order
+    from dlrm_exp.modes.resume import warn_other_data_order
 
     cfg = compose_cfg(data)
     with caplog.at_level(logging.WARNING, logger="dlrm_exp"):

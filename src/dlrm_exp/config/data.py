@@ -92,7 +92,7 @@ class DataConfig:
         records them) decides which rows of ``splits`` (``"train"``, ``"val"``, ``"test"``)
         this data gives, or how they are decoded: a resume that changes one of validation's
         validates on other rows than its checkpoint's run
-        (:func:`~dlrm_exp.loop.checkpoint.validation_changes`), and ``mode=evaluate`` warns of
+        (:func:`~dlrm_exp.loop.settings.validation_changes`), and ``mode=evaluate`` warns of
         one of the splits it scores (``modes.setup.warn_other_data_values``). Here every data
         key but those of other splits alone (:data:`_ONE_SPLIT`), and not ``seed``."""
         return key.startswith("data.") and _ONE_SPLIT.get(key, splits[0]) in splits

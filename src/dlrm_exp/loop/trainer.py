@@ -144,7 +144,7 @@ class TrainerState:
             with (``train.resume=PATH``): the record's ``{"checkpoint" (resolved), "step",
             "changed_settings"}`` of it, kept by resumes from the run's own checkpoints; None
             for a fresh start. A rerun given that PATH again continues the run's newest
-            checkpoint (:func:`~dlrm_exp.loop.checkpoint.continued_resume`).
+            checkpoint (:func:`~dlrm_exp.loop.run_folder.continued_resume`).
     """
 
     step: int = 0
@@ -212,7 +212,7 @@ class TrainerState:
     def forget_validations(self) -> None:
         """Drop the checkpoint's validations, its best (and where its weights were saved),
         its target step and stop, and the training windows beside them: a resume that
-        validates on other rows (:func:`~dlrm_exp.loop.checkpoint.validation_changes`)
+        validates on other rows (:func:`~dlrm_exp.loop.settings.validation_changes`)
         compares its validations with its own only."""
         self.val_history, self.train_windows = [], []
         self.best, self.best_checkpoint = BestValidation(), None

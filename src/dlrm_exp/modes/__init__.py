@@ -1,10 +1,10 @@
 """Modes room: one module per ``mode=`` value, each a short list of build -> loop -> record
 calls with a ``run(cfg, job) -> ModeResult`` function (``job``: :class:`~dlrm_exp.modes.job.Job`).
 
-Owns: ``train``, ``verify``, ``plan``, ``preprocess``, ``evaluate``, ``predict``, ``export``,
-``schema``,
-what they share (``setup``, ``job``), and the registry below that the entry point dispatches
-through.
+Owns: ``train`` (with its resume from a checkpoint, ``resume``, and the built run both share,
+``train_run``), ``verify``, ``plan``, ``preprocess``, ``evaluate``, ``predict``, ``export``,
+``schema``, what they share (``setup``, ``job``), and the registry below that the entry point
+dispatches through.
 
 May import: factories, planning, loop, perf, distributed, data, record, config, util, errors.
 Not the entry point (:mod:`dlrm_exp.cli`) or :mod:`dlrm_exp.bench`.
