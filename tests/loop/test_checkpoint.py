@@ -336,12 +336,24 @@ def test_only_what_decides_the_validation_rows_counts_as_changing_them(tmp_path,
     assert recorded["settings"]["data.path.files"].startswith("1 file, ")
     write_criteo_tsv(tmp_path / "days" / "day2.tsv", 64)
     now = compose_cfg(ran)
-    added = changed_settings(recorded["settings"], train_mode.job_settings(now))
+    job = train_mode.job_settings(now)
+    added = changed_settings(recorded["settings"], job)
     assert [c.split(" ", 1)[0] for c in added] == ["data.path.files"] and "-> 2 files, " in added[0]
-    assert validation_changes(added, lambda key: now.data.decides_rows(key, val)) == added
+
+    def moved(data, saved, job):
+        return validation_changes(saved, job, lambda *change: data.rows_differ(*change, val))
+
+    assert moved(now.data, recorded["settings"], job) == added
     assert not tsv.decides_rows("data.path.files", val)  # validation from v.tsv: not moved
-    changed = ["data.path ['a'] -> ['b']", "data.val_path None -> ['v']", "data Parquet -> Tsv"]
-    assert validation_changes(changed, lambda key: tsv.decides_rows(key, val)) == changed[1:]
+    saved = {"data.path": ["a"], "data.val_path": None, "data": "Parquet"}
+    here = {"data.path": ["b"], "data.val_path": ["v"], "data": "Tsv"}
+    assert moved(tsv, saved, here) == ["data Parquet -> Tsv",
+                                       "data.val_path None -> ['v']"]  # fmt: skip
+    # another test file moves no validation row, a test split cut or read from a file does
+    # (the checkpoint's validations and best were forgotten for the next day's test: review)
+    cut = compose_cfg(["data=criteo_tsv", "data.path=a.tsv", "data.test_path=t.tsv"]).data
+    assert moved(cut, {"data.test_path": ["t1"]}, {"data.test_path": ["t2"]}) == []
+    assert moved(cut, {"data.test_path": None}, {"data.test_path": ["t2"]}) != []
 
 
 def test_a_failed_workers_hint_keeps_the_checkpoint_the_run_began_from(tmp_path, monkeypatch):

@@ -586,6 +586,17 @@ def test_evaluate_warns_when_the_split_or_the_generated_data_differ(caplog):
         assert caplog.text == ""
         warn_other_data_values({"settings": {"data.test_fraction": 0.3}}, test)
         assert "data.test_fraction=0.3 (here 0.1)" in caplog.text
+        caplog.clear()
+        # a split file the run read and this job leaves out cuts data.path elsewhere: the
+        # run's validation rows scored as test, its training rows as validation (review)
+        warn_other_data_values({"settings": {"data.test_path": ["t.tsv"]}}, test)
+        assert "data.test_path=['t.tsv'] (here [])" in caplog.text
+        caplog.clear()
+        files = compose_cfg(["mode=evaluate", "checkpoint=x", "data=criteo_tsv", "data.path=a.tsv",
+                             "data.val_path=v.tsv", "data.test_path=t.tsv"])  # fmt: skip
+        other_days = {"data.val_path": ["v1.tsv"], "data.test_path": ["t1.tsv"]}
+        warn_other_data_values({"settings": other_days}, files)  # what evaluate is for
+        assert caplog.text == ""
 
 
 def test_a_file_with_cut_rows_of_39_fields_at_most_is_not_taken_for_unlabeled(tmp_path):
@@ -646,6 +657,23 @@ def test_the_other_data_warning_names_the_run_s_own_data_overrides(tmp_path, cap
     with caplog.at_level(logging.WARNING, logger="dlrm_exp.modes.setup"):
         warn_other_data_source(default_run, criteo, [])
     assert "leave out this job's data overrides (the run read the default data)" in caplog.text
+
+
+def test_the_run_s_own_data_is_no_other_data(tmp_path, monkeypatch, caplog):
+    """The digest of the files a checkpoint records (``data.path.files``) is no data key this
+    job sets: every evaluate and predict of a run on files warned "trained on other data",
+    the same overrides repeated (review)."""
+    from dlrm_exp.modes.setup import warn_other_data_source
+    from dlrm_exp.modes.train import job_settings
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "day.tsv").write_text("0\t1\n")
+    criteo = compose_cfg(["data=criteo_tsv", "data.path=day.tsv"])
+    trained = {"settings": job_settings(criteo)}
+    assert "data.path.files" in trained["settings"]
+    with caplog.at_level(logging.WARNING, logger="dlrm_exp.modes.setup"):
+        warn_other_data_source(trained, criteo, [])
+    assert caplog.text == ""
 
 
 def test_an_empty_split_asked_for_is_refused(tmp_path):

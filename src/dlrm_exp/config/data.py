@@ -87,6 +87,11 @@ class DataConfig:
         model presets' (tiny, MLPerf), not the data's."""
         return False
 
+    def rows_differ(self, key: str, was: Any, now: Any, splits: tuple[str, ...]) -> bool:
+        """Whether setting ``key`` changed from ``was`` to ``now`` gives other rows of
+        ``splits`` (:meth:`decides_rows`; the values matter to a source with split files)."""
+        return self.decides_rows(key, splits)
+
     def decides_rows(self, key: str, splits: tuple[str, ...]) -> bool:
         """Whether the setting ``key`` (``seed`` or a flat ``data.*`` key, as a checkpoint
         records them) decides which rows of ``splits`` (``"train"``, ``"val"``, ``"test"``)
@@ -235,6 +240,15 @@ class FileSplitsConfig(DataConfig):
         if split == "val":  # the test rows are cut after it, unless read from a file
             keys |= {"data.test_path"} | (set() if self.test_path else {"data.test_fraction"})
         return keys
+
+    def rows_differ(self, key: str, was: Any, now: Any, splits: tuple[str, ...]) -> bool:
+        """Another split's own file for another (``data.test_path`` of one day, then of the
+        next) moves no row of ``splits``: only whether that split is cut from ``data.path``
+        does (a resume with another test file forgot its validations: review)."""
+        other = {f"data.{s}_path" for s in ("val", "test")} - {f"data.{s}_path" for s in splits}
+        if key.removesuffix(".files") in other and was and now:
+            return False
+        return self.decides_rows(key, splits)
 
     def read_inputs(self, scored: tuple[str, ...] | None = None) -> dict[str, list[str]]:
         inputs = self.input_paths()

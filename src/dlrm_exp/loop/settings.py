@@ -18,23 +18,37 @@ def changed_settings(saved: dict[str, Any] | None, job: dict[str, Any] | None) -
     changes from the checkpoint's, sorted; only keys both record (a key added by a later
     version is no change), values as the update sees them (:func:`as_update`); none when
     either side has no record."""
+    return [f"{key} {was} -> {now}" for key, was, now in _changes(saved, job)]
+
+
+Settings = dict[str, Any] | None
+
+
+def _changes(saved: Settings, job: Settings) -> list[tuple[str, Any, Any]]:
+    """``(key, old, new)`` of :func:`changed_settings`."""
     if not saved or not job:
         return []
     return [
-        f"{key} {saved[key]} -> {job[key]}"
+        (key, saved[key], job[key])
         for key in sorted(set(saved) & set(job))
         if as_update(key, saved[key]) != as_update(key, job[key])
     ]
 
 
-def validation_changes(changed: list[str], decides: Callable[[str], bool]) -> list[str]:
-    """The ``changed`` settings (:func:`changed_settings`) that give a resumed run other
-    validation rows than the run of its checkpoint, or decode them otherwise: the data source
-    (``data``) and each key ``decides`` (the job's
-    :meth:`~dlrm_exp.config.data.DataConfig.decides_rows` of ``val``) names. The checkpoint's
-    validations then measure another task than this run's."""
+def validation_changes(
+    saved: dict[str, Any] | None,
+    job: dict[str, Any] | None,
+    differ: Callable[[str, Any, Any], bool],
+) -> list[str]:
+    """The changed settings (:func:`changed_settings`, as its lines) that give a resumed run
+    other validation rows than the run of its checkpoint, or decode them otherwise: the data
+    source (``data``) and each key whose change ``differ`` (the job's
+    :meth:`~dlrm_exp.config.data.DataConfig.rows_differ` of ``val``) says moves them. The
+    checkpoint's validations then measure another task than this run's."""
     return [
-        change for change in changed if (key := change.split(" ", 1)[0]) == "data" or decides(key)
+        f"{key} {was} -> {now}"
+        for key, was, now in _changes(saved, job)
+        if key == "data" or differ(key, was, now)
     ]
 
 

@@ -125,7 +125,7 @@ def resume_from_checkpoint(
     state = TrainerState.from_checkpoint(
         saved, resume_step(saved, samples_per_step, run.ctx.world_size)
     )
-    other, kept, forgot = _on_other_rows(run, state, changed, path, total_steps)
+    other, kept, forgot = _on_other_rows(run, state, (saved, layout), path, total_steps)
     if not other:  # (other rows: the gap paired another run's window: diff review)
         _restore_window(run, trainer, path, saved)
     state.reconsider_stop(run.cfg.train, total_steps)
@@ -151,15 +151,25 @@ def resume_from_checkpoint(
 
 
 def _on_other_rows(
-    run: TrainRun, state: TrainerState, changed: list[str], path: Path, total_steps: int
+    run: TrainRun,
+    state: TrainerState,
+    sides: tuple[dict[str, Any], CheckpointLayout],
+    path: Path,
+    total_steps: int,
 ) -> tuple[list[str], RunMetrics | None, bool]:
-    """What a resume from checkpoint ``path`` whose ``changed`` settings give it other
-    validation rows (:func:`validation_changes`) keeps: where nothing is left to train, the
-    folder's finished record, whole (a zero-step record replaced it, its best removed: diff
-    review); else nothing of the checkpoint's validations (:func:`_forget_other_validations`,
-    before the stop is reconsidered: a stop on other rows kept the other run's record: diff
-    review). Returns (those settings, the record kept or None, whether it forgot)."""
-    other = validation_changes(changed, lambda key: run.cfg.data.decides_rows(key, ("val",)))
+    """What a resume from checkpoint ``path`` (``sides``: its trainer state and this job's
+    layout) whose changed settings give it other validation rows (:func:`validation_changes`;
+    another test file moves none: review) keeps: where nothing is left to train, the folder's
+    finished record, whole (a zero-step record replaced it, its best removed: diff review);
+    else nothing of the checkpoint's validations (:func:`_forget_other_validations`, before
+    the stop is reconsidered: a stop on other rows kept the other run's record: diff review).
+    Returns (those settings, the record kept or None, whether it forgot)."""
+    saved, layout = sides
+    other = validation_changes(
+        saved.get("settings"),
+        layout.settings,
+        lambda key, was, now: run.cfg.data.rows_differ(key, was, now, ("val",)),
+    )
     ends = bool(other) and state.step >= total_steps
     kept = _finished_record(run, state, total_steps, other) if ends else None
     return other, kept, kept is None and _forget_other_validations(run, state, other, path)

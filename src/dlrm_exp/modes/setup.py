@@ -317,21 +317,29 @@ def run_data_overrides(checkpoint: Path) -> list[str] | None:
 _SCORED_FILES = frozenset({"data.path", "data.val_path", "data.test_path"})
 
 
+def _other_files(key: str, recorded: Any, here: Any) -> bool:
+    """Whether ``key`` names other files here than the run read, both naming some: what
+    evaluate is for. A split file given on one side only cuts ``data.path`` elsewhere (the
+    run's validation rows were scored as test, or its training rows as validation: review)."""
+    return key in _SCORED_FILES and bool(recorded) and bool(here)
+
+
 def warn_other_data_values(saved: dict[str, Any], cfg: Config) -> None:
     """``mode=evaluate``: one warning when this job reads the checkpoint's data source with
     other values that decide which rows of the splits it scores are scored, or how they are
     decoded (:meth:`~dlrm_exp.config.data.DataConfig.decides_rows`, as a resume decides its
     validation's): another ``data.val_fraction`` moves rows the run trained on into
     validation, and on generated data (synthetic, multi-hot) another ``seed`` plants another
-    click model, scored near 0.5 AUROC. A split read from a file of its own takes no
-    fraction, test's rows none of validation's, and the planner's schema keys decode nothing
-    (each an untrue warning: diff review, re-read)."""
+    click model, scored near 0.5 AUROC; a split file the run read and this job does not (or
+    the other way) moves the cut of ``data.path``. A split read from a file of its own takes
+    no fraction, test's rows none of validation's, and the planner's schema keys decode
+    nothing (each an untrue warning: diff review, re-read)."""
     recorded = saved.get("settings") or {}
     here = {"seed": cfg.seed, **flat_settings("data", cfg.data)}
     splits = cfg.scored_splits()
     differ = [f"{k}={recorded[k]} (here {here[k]})" for k in recorded
-              if k in here and k not in _SCORED_FILES and recorded[k] != here[k]
-              and cfg.data.decides_rows(k, splits)]  # fmt: skip
+              if k in here and recorded[k] != here[k] and not _other_files(k, recorded[k], here[k])
+              and cfg.data.rows_differ(k, recorded[k], here[k], splits)]  # fmt: skip
     if differ:
         log.warning(
             "the checkpoint's run read its data with %s: this job scores other rows than the "
@@ -349,7 +357,9 @@ def warn_other_data_source(
     run's own data overrides (``run_overrides``, :func:`run_data_overrides`) where known.
     Other files of one source (another day) are not warned about: scoring them is what
     evaluate is for."""
-    recorded = {k for k in saved.get("settings") or {} if k.startswith("data.")}
+    recorded = {  # (data.path.files: the files' digest, no key of the config)
+        k for k in saved.get("settings") or {} if k.startswith("data.") and not k.endswith(".files")
+    }
     here = set(flat_settings("data", cfg.data))
     if not recorded or not recorded - here:
         return
