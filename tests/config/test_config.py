@@ -543,6 +543,20 @@ def test_gpu_memory_keys_of_a_sweep_held_on_the_cpu_are_refused(tmp_path, cli_he
     rounding = ["model.embedding_data_type=fp32", "optimizer.stochastic_rounding=false"]
     with sweeping({"experiment": ["fast", "golden"]}, ["model.embedding_data_type"]):
         compose_cfg(rounding)  # a preset's per-table map may still hold an fp16 table
+    # one table's dtype swept (as docs/performance.md writes it): its fp16 job reads the
+    # rounding, so the fp32 job warns (it was refused: review); mode is a key, not a group
+    with sweeping({"model.embedding_data_type_per_table.t_cat_0": ["fp16", "fp32"]}):
+        compose_cfg(rounding)
+    kept = ["mode=plan", "checkpoint=run"]
+    with sweeping({"experiment": ["fast", "golden"]}, ["mode"]):
+        with pytest.raises(ConfigError, match="checkpoint=run is read by mode=evaluate"):
+            compose_cfg(kept)
+    with sweeping({"experiment": ["fast", "golden"]}):  # a preset may set the mode
+        compose_cfg(kept)
+    from dlrm_exp.config.checks import GROUPS
+    from dlrm_exp.config.conf_tree import conf_dir
+
+    assert {p.name for p in conf_dir().iterdir() if p.is_dir()} - {"hydra"} == GROUPS
     swept = ["-m", "mode=plan", "hardware=cpu,h100_80gb_x8", *gpu_on_cpu[1:],
              f"hydra.sweep.dir={tmp_path / 's'}"]  # fmt: skip
     done = cli_here(swept)

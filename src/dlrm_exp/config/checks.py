@@ -61,8 +61,9 @@ def require_read(condition: bool, message: str, readers: Mapping[str, Reads]) ->
     (``experiment=``, which may set anything); then this job logs that it ignores the key.
     A preset (a group reader such as ``optimizer``, or ``experiment``) turns nothing on
     where the command line gives every job the keys among ``readers`` that decide it
-    (:func:`fixed_in_sweep`): ``-m hardware=cpu,h100_80gb_x8 hardware.compute_device=cpu``
-    reads no job's GPU memory keys (each such job warned: reviews).
+    (:func:`fixed_in_sweep`; ``mode`` is such a key, no group): ``-m hardware=cpu,h100_80gb_x8
+    hardware.compute_device=cpu`` reads no job's GPU memory keys (each such job warned:
+    reviews). A reader key also reads the keys under it that a sweep names (a map's entry).
 
     Raises:
         ConfigError: ``message``, outside such a sweep.
@@ -70,16 +71,30 @@ def require_read(condition: bool, message: str, readers: Mapping[str, Reads]) ->
     if condition:
         return
     swept = _SWEPT.get()
-    deciding = [k for k in readers if "." in k]
+    deciding = [k for k in readers if k not in GROUPS]
     presets = not deciding or not all(fixed_in_sweep(k) for k in deciding)
-    on = [k for k, reads in readers.items()
-          if ("." in k or presets) and any(reads(v) for v in swept.get(k, ()))]  # fmt: skip
+    on = [
+        k
+        for k, reads in readers.items()
+        if (k not in GROUPS or presets) and any(reads(v) for v in _swept_values(swept, k))
+    ]
     on += ["experiment"] if "experiment" in swept and presets else []
     if not on:
         raise ConfigError(message)
     logging.getLogger(__name__).warning(
         "%s; this job of the sweep over %s ignores it", message, ", ".join(sorted(on))
     )
+
+
+#: The config groups (``conf/<group>/``): a preset of one may set any of its keys.
+GROUPS = frozenset({"data", "experiment", "hardware", "model", "optimizer", "qcomms", "sharding"})
+
+
+def _swept_values(swept: Mapping[str, Sequence[str]], key: str) -> list[str]:
+    """The values a sweep gives ``key`` or a key under it (a map's entry:
+    ``+model.embedding_data_type_per_table.t_cat_0=fp16,fp32``; refused in its fp32 job:
+    review)."""
+    return [v for k, values in swept.items() if k == key or k.startswith(f"{key}.") for v in values]
 
 
 def is_value(*wanted: str) -> Reads:
