@@ -124,6 +124,12 @@ def test_predict_writes_one_probability_per_valid_row_in_order(trained, tmp_path
         run_predict(other_file, Job(tmp_path / "again"))
     assert (run_dir / "metrics.json").read_bytes() == record
     assert not list(tmp_path.glob("*.partial"))
+    # the file names the checkpoint that made it; a .csv name got Parquet (review)
+    made = pq.read_schema(tmp_path / "predictions.parquet").metadata[b"dlrm_exp.checkpoint"]
+    assert made.decode() == report["checkpoint"]
+    csv = compose_cfg([*overrides, f"predict.output={tmp_path / 'p.csv'}"])
+    with pytest.raises(ConfigError, match=r"p.csv: predictions are written as Parquet; .*p.parq"):
+        run_predict(csv, Job(tmp_path / "again"))
     # a second run given the same output while the first writes it: both wrote one .partial
     # and the first to finish published it mid-write (an unreadable file its report vouched for)
     published = (tmp_path / "predictions.parquet").read_bytes()

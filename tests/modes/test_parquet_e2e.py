@@ -85,6 +85,7 @@ def test_schema_builds_the_model_trains_and_predicts(toy, tmp_path, cli_here):
     assert "predicted 8,192 rows of 1 file(s)" in result.stdout
     predicted = pq.read_table(tmp_path / "predict" / "predictions.parquet")
     assert predicted.column_names == ["file", "row", "probability"]
+    assert b"/checkpoints/" in predicted.schema.metadata[b"dlrm_exp.checkpoint"]  # who made it
     assert predicted.column("row").to_pylist() == list(range(8192))
     val = slice(6554, 6554 + 819)
     probability = torch.tensor(predicted.column("probability").to_numpy()[val])

@@ -59,7 +59,7 @@ from dlrm_exp.errors import ConfigError, DataError
 from dlrm_exp.factories.experiment import build_experiment
 from dlrm_exp.loop.checkpoint import find_checkpoint, load_model_weights
 from dlrm_exp.modes.job import Job, ModeResult
-from dlrm_exp.modes.predict_parquet import Logits, predict_parquet, read_inputs
+from dlrm_exp.modes.predict_parquet import Logits, made_by, predict_parquet, read_inputs
 from dlrm_exp.modes.setup import warn_unlike_training
 from dlrm_exp.planning.tables import model_inputs, table_shapes
 from dlrm_exp.util.files import check_writable, publish_file, write_json_atomic
@@ -145,7 +145,8 @@ def _check_output(output: Path) -> None:
     Parquet file) that would be lost.
 
     Raises:
-        ConfigError: ``output`` is a folder, or an existing file that holds no predictions.
+        ConfigError: ``output`` is a folder, an existing file that holds no predictions, or a
+            name that does not end in ``.parquet`` (``p.csv`` got Parquet: review).
     """
     if output.is_dir():
         raise ConfigError(
@@ -156,6 +157,11 @@ def _check_output(output: Path) -> None:
         raise ConfigError(
             f"predict.output={output} exists and holds no predictions (a Parquet file with a "
             "probability column): it would be replaced; name a new file"
+        )
+    if output.suffix != ".parquet":
+        raise ConfigError(
+            f"predict.output={output}: predictions are written as Parquet; name a .parquet "
+            f"file, e.g. predict.output={output.with_suffix('.parquet')}"
         )
     check_writable(output.parent, "predict.output")
 
@@ -193,7 +199,7 @@ def _predict(cfg: Config, job: Job, output: Path) -> dict:
     files = resolve_paths(cfg.data.path, "data.path")
     report = ReadReport()
     labeled = _labeled_files(files, cfg.predict.has_label)
-    schema = SCHEMA if all(labeled.values()) else UNLABELED_SCHEMA
+    schema = made_by(SCHEMA if all(labeled.values()) else UNLABELED_SCHEMA, path)
 
     def write(model: Logits) -> None:
         with pq.ParquetWriter(partial, schema) as writer:
@@ -276,7 +282,7 @@ def _run_parquet(cfg: Config, job: Job, path: Path, output: Path, partial: Path)
         cfg,
         path,
         partial,
-        lambda model: predict_parquet(cfg, inputs, model, partial),
+        lambda model: predict_parquet(cfg, inputs, model, partial, path),
         inputs.id_kinds,
     )
     publish_file(partial, output)  # synced: the report written next vouches for it
