@@ -93,7 +93,15 @@ def test_click_metrics_auroc_and_degenerate_cases():
     assert m.compute()["auroc"] == pytest.approx(0.75)
     one_class = ClickMetrics(torch.device("cpu"))
     one_class.update(torch.tensor([1.0, 2.0]), torch.tensor([0.0, 0.0]))
-    assert math.isnan(one_class.compute()["auroc"])
+    values = one_class.compute()
+    assert math.isnan(values["auroc"]) and values["positives"] == 0
+    # the summary says why it is n/a (it said n/a for no reason: review)
+    from dlrm_exp.record.metric_table import split_line
+
+    assert split_line("val", values).endswith(
+        "| 2 samples (every row is label 0: AUROC, NE and calibration are undefined)"
+    )
+    assert "every row" not in split_line("val", m.compute())
     empty = ClickMetrics(torch.device("cpu")).compute()
     assert empty["samples"] == 0
     assert all(math.isnan(empty[k]) for k in ("auroc", "logloss", "ne"))

@@ -105,8 +105,9 @@ class ClickMetrics:
         self.logloss_ne.update(logits, labels)
 
     def compute(self) -> dict[str, float]:
-        """``{"auroc", "logloss", "ne", "calibration", "samples"}``; AUROC is NaN when only
-        one class (or nothing) was seen, or a logit was NaN."""
+        """``{"auroc", "logloss", "ne", "calibration", "samples", "positives"}``; AUROC is NaN
+        when only one class (or nothing) was seen, or a logit was NaN (``positives`` says
+        which: the summary names the class, :func:`~dlrm_exp.record.metric_table.split_line`)."""
         if self.logloss_ne.update_count == 0:  # same on every rank: batches are equal per rank
             return {
                 "auroc": math.nan,
@@ -114,10 +115,10 @@ class ClickMetrics:
                 "ne": math.nan,
                 "calibration": math.nan,
                 "samples": 0.0,
+                "positives": 0.0,
             }
         values = self.logloss_ne.compute()  # synced: every rank takes the same branch below
-        positives = values.pop("positives")
-        one_class = positives in (0.0, values["samples"])
+        one_class = values["positives"] in (0.0, values["samples"])
         # a NaN logit (its log loss NaN) leaves torchmetrics' AUROC finite: ranked somewhere
         nan_scores = math.isnan(values["logloss"])
         auroc = math.nan if one_class or nan_scores else float(self.auroc.compute())

@@ -85,7 +85,18 @@ def split_line(split: str, values: dict[str, float], bayes: float | None = None)
     cells = [f"{q.label} {fmt(values.get(q.key), q.spec)}" for q in QUALITY]
     if bayes is not None:
         cells[0] += f" (Bayes-optimal {fmt(bayes, '.4f')})"
-    return f"{split:<4} " + " | ".join(cells) + f" | {int(values['samples']):,} samples"
+    line = f"{split:<4} " + " | ".join(cells) + f" | {int(values['samples']):,} samples"
+    return line + _one_class(values)
+
+
+def _one_class(values: dict[str, float]) -> str:
+    """Why AUROC and NE read ``n/a`` where the split holds one class (``positives``: 0, or
+    every sample): without it, n/a was said for no reason (review)."""
+    samples, positives = values.get("samples") or 0, values.get("positives")
+    if not samples or positives not in (0, samples):
+        return ""
+    label, undefined = (0, "AUROC, NE and calibration") if positives == 0 else (1, "AUROC and NE")
+    return f" (every row is label {label}: {undefined} are undefined)"
 
 
 def _split_metric(split: str, q: Quality) -> Metric:
