@@ -35,6 +35,7 @@ from dlrm_exp.config.build import build_config
 from dlrm_exp.config.config_files import (
     check_config_files,
     check_option_file_keys,
+    check_schema_choice,
     check_schema_feature_overrides,
     chosen_files,
     config_dirs,
@@ -623,6 +624,7 @@ def _check_keys_and_files(args: list[str]) -> None:
     check_override_keys(overrides, Config)
     if _other_primary_config(args):  # its defaults may add features and pick other data
         return
+    check_schema_choice(args, [conf_dir(), *dirs])
     # the shipped options too: their features are the ones an override names
     check_schema_feature_overrides(overrides, chosen_files(args, [conf_dir(), *dirs]))
     check_data_option_keys(overrides, DATA_OPTIONS)

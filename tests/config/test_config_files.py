@@ -177,3 +177,23 @@ def test_ones_own_option_file_with_known_keys_passes(tmp_path):
     late = tmp_path / "model" / "late.yaml"
     late.write_text("embedding_dim: 8\n# @package _global_\n")
     check_option_file_keys([sub, late], Config)
+
+
+def test_a_schema_no_folder_holds_names_config_dir_and_mode_schema(tmp_path, cli_here):
+    """Hydra's own errors for a missing ``data/schema`` named neither ``--config-dir`` nor
+    ``mode=schema`` (a second day's run without the folder: review)."""
+    from dlrm_exp.config.config_files import check_schema_choice
+
+    folders = [conf_dir(), tmp_path]
+    with pytest.raises(ConfigError, match=r"data/schema=shop: no data/schema/shop.yaml in .*--c"):
+        check_schema_choice(["data=parquet", "data/schema=shop"], folders)
+    with pytest.raises(ConfigError, match="data=parquet reads its files by a feature schema"):
+        check_schema_choice(["data=parquet", "data.path=x.parquet"], folders)
+    _schema(tmp_path, "shop", SHOP)
+    check_schema_choice(["data=parquet", "data/schema=shop"], folders)
+    check_schema_choice(["data=parquet", "data/schema=criteo"], [conf_dir()])  # shipped
+    check_schema_choice(["data=parquet", "experiment=mine"], folders)  # it may choose one
+    done = cli_here(["mode=plan", "data=parquet", "data/schema=shop", "data.path=x.parquet"])
+    assert done.returncode == 1 and done.stderr.strip().splitlines()[-1].startswith(
+        "Error: data/schema=shop: no data/schema/shop.yaml"
+    )

@@ -59,6 +59,40 @@ def chosen_files(args: Sequence[str], dirs: Sequence[Path]) -> list[Path]:
     return [d / f"{n}.yaml" for d in dirs for n in names if (d / f"{n}.yaml").is_file()]
 
 
+def check_schema_choice(args: Sequence[str], folders: Sequence[Path]) -> None:
+    """``data/schema=<name>`` names a file one of the config ``folders`` holds, and
+    ``data=parquet`` names a schema at all: Hydra's own errors for either name neither
+    ``--config-dir`` nor ``mode=schema`` (a second day's run without the folder: review).
+    Skipped where something else may choose or hold one (a sweep function, an
+    ``experiment=``, a ``pkg://`` search path, a ``data/parquet.yaml`` of the user's own).
+
+    Raises:
+        ConfigError: naming the schema, where it was looked for and how to make one.
+    """
+    choices = {}
+    for arg in args:
+        if not arg.startswith("-") and "=" in arg:
+            group, options = arg.lstrip("+~").split("=", 1)
+            choices[group] = [o.strip() for o in options.split(",")]
+    if any("(" in o for o in choices.get("data/schema", [])) or "pkg://" in " ".join(args):
+        return
+    make = (
+        "a schema of your own lives in a folder given by --config-dir (mode=schema writes one "
+        "from your files and prints the command that trains on it: python -m dlrm_exp "
+        "mode=schema schema_scan.path=<files> schema_scan.name=<name>)"
+    )
+    for name in choices.get("data/schema", []):
+        if not any((d / "data" / "schema" / f"{name}.yaml").is_file() for d in folders):
+            where = ", ".join(str(d) for d in folders)
+            raise ConfigError(f"data/schema={name}: no data/schema/{name}.yaml in {where}: {make}")
+    own_option = any((d / "data" / "parquet.yaml").is_file() for d in folders[1:])
+    if "parquet" in choices.get("data", []) and not {"data/schema", "experiment"} & set(choices):
+        if not own_option:
+            raise ConfigError(
+                f"data=parquet reads its files by a feature schema: add data/schema=<name>; {make}"
+            )
+
+
 def check_config_files(files: Sequence[Path]) -> None:
     """Each of ``files`` (:func:`chosen_files`) parses, and a feature schema among them
     (``data/schema/*.yaml``) has the shape of :class:`FeatureSchema`: the rest (values
