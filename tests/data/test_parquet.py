@@ -440,6 +440,19 @@ def test_nan_is_missing_and_labels_must_be_clicks(tmp_path):
         load_splits(config(write(tmp_path / "b.parquet", bad)), [], 2, 0)  # while scanning
 
 
+def test_a_decimal_column_is_a_dense_number(tmp_path):
+    """A SQL or Spark export's ``decimal128`` price was refused as no number (review)."""
+    from decimal import Decimal
+
+    cents = [Decimal("1.50"), None, Decimal("3.00"), Decimal("0.25")]
+    prices = pa.array(cents, pa.decimal128(12, 2))
+    tbl = table(4, price=prices)
+    splits = load_splits(config(write(tmp_path / "d.parquet", tbl)), [], 2, 0)
+    (batch,) = all_rows(splits.train, schema().feature_names)
+    expected = [math.log1p(1.5), 0.0, math.log1p(3.0), math.log1p(0.25)][: len(splits.train)]
+    assert batch.dense_features[:, 0].tolist() == pytest.approx(expected)
+
+
 def test_strict_dictionary_ids_check_the_values_used(tmp_path):
     ids = pa.DictionaryArray.from_arrays(pa.array([0, 1, 0], pa.int32()), pa.array([3, 7, 900]))
     assert to_rows(ids, IdPolicy.strict, 10, "f").tolist() == [3, 7, 3]  # 900 is never used

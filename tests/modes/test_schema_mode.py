@@ -96,6 +96,16 @@ def test_integer_columns_are_ids_when_their_name_says_so():
                      "grid": "dense"}  # fmt: skip
 
 
+def test_a_decimal_column_is_dense():
+    """A ``decimal128`` price went to the unused columns (review)."""
+    from decimal import Decimal
+
+    prices = pa.array([Decimal(i) / 4 for i in range(10)], pa.decimal128(12, 2))
+    table = pa.table({"clicked": pa.array([0, 1] * 5), "price": prices})
+    (_, price) = scan_table(table, 10, None, 1000)
+    assert price.role == "dense" and price.max == 2.25
+
+
 def test_no_sparse_column_names_the_integers_taken_as_dense_and_the_way_out():
     """mode=schema on the Parquet files mode=preprocess writes (integer C1..C26) said only
     "no sparse column found" (docs review)."""

@@ -135,10 +135,12 @@ def refuse_non_clicks(labels: np.ndarray, where: str, column: str) -> None:
 
 
 def _numbers(column: pa.ChunkedArray) -> np.ndarray:
-    """A numeric or boolean column (or one of nulls only) as float64, nulls, NaN and
+    """A numeric, decimal or boolean column (or one of nulls only) as float64, nulls, NaN and
     infinities as 0."""
     if pa.types.is_boolean(column.type) or pa.types.is_null(column.type):
         column = column.cast(pa.int8())
+    elif pa.types.is_decimal(column.type):  # (a SQL or Spark export's prices: review)
+        column = column.cast(pa.float64())
     values = column.fill_null(0).to_numpy().astype(np.float64, copy=False)
     return np.nan_to_num(values, nan=0.0, posinf=0.0, neginf=0.0)
 

@@ -311,7 +311,7 @@ def check_columns(
         if not accepts(kind):
             expected = {
                 _is_label: "numbers (int, float or bool)",
-                _is_number: "numbers (int, float or bool)",
+                _is_number: "numbers (int, float, decimal or bool)",
                 _is_id: "one id per row (int or string)",
                 _is_id_list: "a list of ids per row (list<int> or list<string>)",
             }[accepts]
@@ -362,7 +362,8 @@ def _is_label(kind: pa.DataType) -> bool:
 
 
 def _is_number(kind: pa.DataType) -> bool:
-    return _is_label(kind) or pa.types.is_null(kind)
+    """A dense column's type: numbers, booleans, decimals (read as float64), or nulls only."""
+    return _is_label(kind) or pa.types.is_null(kind) or pa.types.is_decimal(kind)
 
 
 def _is_id(kind: pa.DataType) -> bool:

@@ -205,7 +205,7 @@ def _role(name: str, kind: pa.DataType, label: str) -> str:
         return "sparse" if is_id_type(kind.value_type) else "skip"
     if pa.types.is_integer(kind):
         return "sparse" if is_id_name(name) else "dense"
-    if pa.types.is_floating(kind) or pa.types.is_boolean(kind):
+    if pa.types.is_floating(kind) or pa.types.is_boolean(kind) or pa.types.is_decimal(kind):
         return "dense"
     return "sparse" if is_id_type(kind) else "skip"
 
@@ -228,6 +228,8 @@ def suggests_log1p(low: float, high: float, p99: float) -> bool:
 
 
 def _numeric(stats: ColumnStats, column: pa.Array) -> None:
+    if pa.types.is_decimal(column.type) and stats.role == "dense":  # read as float64
+        column = column.cast(pa.float64())
     kind = column.type
     if not (pa.types.is_integer(kind) or pa.types.is_floating(kind) or pa.types.is_boolean(kind)):
         raise DataError(f"label column {stats.name!r} is {kind}: a click label is 0 / 1 or boolean")
