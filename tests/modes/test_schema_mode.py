@@ -290,3 +290,13 @@ def test_files_with_columns_in_another_order_or_one_more_are_sampled_by_name(tmp
     pq.write_table(pa.table({"other": [1]}), tmp_path / "c.parquet")
     with pytest.raises(DataError, match=r"a.parquet...: the files have no column in common"):
         read_sample([tmp_path / "a.parquet", tmp_path / "c.parquet"], 10)
+
+
+def test_files_whose_column_types_differ_are_named_with_their_types(tmp_path):
+    """pyarrow's merge error named neither file (review)."""
+    from dlrm_exp.data.schema_scan import read_sample
+
+    for name, ids in (("a", pa.array(["x", "y"])), ("b", pa.array([1, 2]))):
+        pq.write_table(pa.table({"clicked": pa.array([0, 1]), "category": ids}), tmp_path / name)
+    with pytest.raises(DataError, match=r"column 'category' is string in .*a, int64 in .*b \("):
+        read_sample([tmp_path / "a", tmp_path / "b"], 10)

@@ -104,22 +104,40 @@ def read_sample(files: list[Path], sample_rows: int) -> tuple[pa.Table, int]:
             "mode=schema: column(s) %s left out: not in every file (%s)",
             first_few(left), "; ".join(where),
         )  # fmt: skip
-    parts: list[pa.Table] = []
+    parts: list[tuple[Path, pa.Table]] = []
     taken = 0
     for path in files:
         if taken >= sample_rows:
             break
         parquet = open_parquet(path, buffered=True)
         for part in _first_rows(parquet, path, sample_rows - taken, common):
-            parts.append(part)
+            parts.append((path, part))
             taken += part.num_rows
     if not taken:
         raise DataError(f"{files[0]}: the files hold no rows")
     try:
-        table = pa.concat_tables(parts, promote_options="permissive")
+        table = pa.concat_tables([part for _, part in parts], promote_options="permissive")
     except (pa.ArrowInvalid, pa.ArrowTypeError) as err:
-        raise DataError(f"{files[0]}...: the files' column types differ ({err})") from None
+        raise DataError(_types_differ(parts, err)) from None
     return table.slice(0, sample_rows), total
+
+
+def _types_differ(parts: list[tuple[Path, pa.Table]], err: Exception) -> str:
+    """Which file holds which type of each column whose types differ (pyarrow's merge error
+    named neither file: review)."""
+    seen: dict[str, dict[str, Path]] = {}
+    for path, part in parts:
+        for column in part.schema:
+            seen.setdefault(column.name, {}).setdefault(str(column.type), path)
+    differ = [
+        f"column {name!r} is " + ", ".join(f"{kind} in {path}" for kind, path in kinds.items())
+        for name, kinds in seen.items()
+        if len(kinds) > 1
+    ]
+    return (
+        f"the files' column types differ: {first_few(differ)} ({err}): a column holds one type "
+        "in every file (write them again with one type, or scan the files of one type)"
+    )
 
 
 #: Rows read at a time while sampling (a row group may hold tens of millions).
