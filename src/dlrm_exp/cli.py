@@ -554,9 +554,8 @@ def _continue_hint() -> str:
         return "the same command converts only the unfinished days (and re-indexes contiguous ids)"
     if mode != "train":
         return f"mode={mode} leaves no half-written output: run the same command again"
-    from dlrm_exp.loop.checkpoint import complete_checkpoints
+    from dlrm_exp.loop.checkpoint import complete_checkpoints  # (refusals need not load it)
     from dlrm_exp.loop.run_folder import resume_command
-    # need not load it)
 
     fresh = resume in (None, "", "auto")
     if complete_checkpoints(job_dir):  # begun from train.resume=PATH: that PATH continues
