@@ -547,6 +547,9 @@ def test_gpu_memory_keys_of_a_sweep_held_on_the_cpu_are_refused(tmp_path, cli_he
     # rounding, so the fp32 job warns (it was refused: review); mode is a key, not a group
     with sweeping({"model.embedding_data_type_per_table.t_cat_0": ["fp16", "fp32"]}):
         compose_cfg(rounding)
+    with sweeping({"optimizer.learning_rate": ["0.1", "0.2"]}):  # no optimizer swept
+        with pytest.raises(ConfigError, match="eps"):
+            compose_cfg(sgd)
     kept = ["mode=plan", "checkpoint=run"]
     with sweeping({"experiment": ["fast", "golden"]}, ["mode"]):
         with pytest.raises(ConfigError, match="checkpoint=run is read by mode=evaluate"):

@@ -38,6 +38,8 @@ def test_the_files_a_command_line_picks(tmp_path):
     named = [f"hydra.searchpath=[pkg://x,file://{tmp_path}]", "-cn", "mine", "model=tiny"]
     assert config_dirs(named) == [tmp_path]
     assert chosen_files(named, [tmp_path]) == [tmp_path / "mine.yaml"]  # no model/tiny.yaml
+    quoted = [f"hydra.searchpath=[\"file://{tmp_path}\",'file:///b']"]  # as Hydra's docs write
+    assert config_dirs(quoted) == [tmp_path, Path("/b")]  # (left out: diff review)
 
 
 @pytest.mark.parametrize(

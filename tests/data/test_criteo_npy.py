@@ -391,3 +391,16 @@ def test_the_id_range_of_a_day_taken_in_blocks_is_the_whole_days(monkeypatch):
     high, low = criteo_npy._id_range(ids)
     assert (high == ids.max(axis=0)).all() and (low == ids.min(axis=0)).all()
     assert criteo_npy._id_range(ids[:0]) is None
+
+
+def test_the_files_digest_of_a_day_folder_is_of_its_day_files(tmp_path):
+    """A preprocess run again rewrites its reports in the folder: the digest a checkpoint
+    records moved, and every resume forgot its validations (diff review)."""
+    from dlrm_exp.data import input_digests
+
+    (tmp_path / "day_0_dense.npy").write_bytes(b"0")
+    (tmp_path / "preprocess_report.json").write_text("{}")
+    cfg = CriteoNpyDataConfig(path=str(tmp_path))
+    before = input_digests(cfg)
+    (tmp_path / "preprocess_report.json").write_text('{"rows_written": 0}')
+    assert input_digests(cfg) == before and before["data.path.files"].startswith("1 file, ")

@@ -54,7 +54,7 @@ def test_fp16_tables_train_save_fp16_resume_bitwise_and_export(tmp_path, caplog)
     (tmp_path / "c" / "checkpoints").mkdir(parents=True)
     shutil.copytree(first, tmp_path / "c" / "checkpoints" / first.name)
     fp32 = [*SMALL, "train.resume=auto", "train.max_steps=17", "train.checkpoint_every_n_steps=17"]
-    with caplog.at_level(logging.WARNING, logger="dlrm_exp.modes.train"):
+    with caplog.at_level(logging.WARNING, logger="dlrm_exp.modes.setup"):
         widened = run_train(compose_cfg(fp32), tmp_path / "c", {})
     # once, among the changed settings (it was also warned table by table: review), and in
     # metrics.json too (only the log said it: review)
@@ -69,7 +69,7 @@ def test_fp16_tables_train_save_fp16_resume_bitwise_and_export(tmp_path, caplog)
     del state["settings"]["model.embedding_data_type"]
     (older / "trainer_state.json").write_text(json.dumps(state))
     caplog.clear()
-    with caplog.at_level(logging.WARNING, logger="dlrm_exp.modes.train"):
+    with caplog.at_level(logging.WARNING, logger="dlrm_exp.modes.setup"):
         run_train(compose_cfg(fp32), tmp_path / "d", {})
     assert "resuming 26 table(s) in another dtype than checkpoint" in caplog.text
     assert "t_cat_0 fp16 -> fp32" in caplog.text

@@ -125,8 +125,9 @@ def test_predict_writes_one_probability_per_valid_row_in_order(trained, tmp_path
     assert (run_dir / "metrics.json").read_bytes() == record
     assert not list(tmp_path.glob("*.partial"))
     # the file names the checkpoint that made it; a .csv name got Parquet (review)
-    made = pq.read_schema(tmp_path / "predictions.parquet").metadata[b"dlrm_exp.checkpoint"]
-    assert made.decode() == report["checkpoint"]
+    made = pq.read_schema(tmp_path / "predictions.parquet").metadata
+    assert made[b"dlrm_exp.checkpoint"].decode() == report["checkpoint"]
+    assert made[b"dlrm_exp.step"].decode() == str(report["step"])  # a best is replaced
     csv = compose_cfg([*overrides, f"predict.output={tmp_path / 'p.csv'}"])
     with pytest.raises(ConfigError, match=r"p.csv: predictions are written as Parquet; .*p.parq"):
         run_predict(csv, Job(tmp_path / "again"))
@@ -602,6 +603,19 @@ def test_evaluate_warns_when_the_split_or_the_generated_data_differ(caplog):
                              "data.val_path=v.tsv", "data.test_path=t.tsv"])  # fmt: skip
         other_days = {"data.val_path": ["v1.tsv"], "data.test_path": ["t1.tsv"]}
         warn_other_data_values({"settings": other_days}, files)  # what evaluate is for
+        assert caplog.text == ""
+        # new labelled files as a split's own, as after-training.md says, of a run that cut its
+        # splits from data.path or read them from files (both warned: diff review)
+        cut_run = {"data.path": ["tr.tsv"], "data.val_path": [], "data.test_path": [],
+                   "data.val_fraction": 0.1, "data.test_fraction": 0.1}  # fmt: skip
+        new_test = build_config(compose_raw(["mode=evaluate", "checkpoint=x", "data=criteo_tsv",
+                                             "data.test_path=t2.tsv", "split=test"]))  # fmt: skip
+        warn_other_data_values({"settings": cut_run}, new_test)
+        files_run = {**cut_run, "data.val_path": ["v.tsv"], "data.test_path": ["t.tsv"]}
+        new_val = build_config(compose_raw(["mode=evaluate", "checkpoint=x", "data=criteo_tsv",
+                                            "data.val_path=v2.tsv",
+                                            "data.test_fraction=0"]))  # fmt: skip
+        warn_other_data_values({"settings": files_run}, new_val)
         assert caplog.text == ""
 
 

@@ -91,9 +91,12 @@ GROUPS = frozenset({"data", "experiment", "hardware", "model", "optimizer", "qco
 
 
 def _swept_values(swept: Mapping[str, Sequence[str]], key: str) -> list[str]:
-    """The values a sweep gives ``key`` or a key under it (a map's entry:
-    ``+model.embedding_data_type_per_table.t_cat_0=fp16,fp32``; refused in its fp32 job:
-    review)."""
+    """The values a sweep gives ``key``, or a key under it where ``key`` is no group (a map's
+    entry: ``+model.embedding_data_type_per_table.t_cat_0=fp16,fp32``; refused in its fp32
+    job: review). A group's preset is its own value: ``optimizer.learning_rate=0.1,0.2``
+    sweeps no optimizer (it was taken for one: diff review)."""
+    if key in GROUPS:
+        return list(swept.get(key, ()))
     return [v for k, values in swept.items() if k == key or k.startswith(f"{key}.") for v in values]
 
 

@@ -34,10 +34,9 @@ def config_dirs(args: Sequence[str]) -> list[Path]:
         elif arg.startswith(tuple(f"{flag}=" for flag in _DIR_FLAGS)):
             dirs.append(arg.split("=", 1)[1])
         elif arg.lstrip("+").startswith("hydra.searchpath="):
-            entries = arg.split("=", 1)[1].strip("[]").split(",")
-            dirs += [
-                e.strip()[len("file://") :] for e in entries if e.strip().startswith("file://")
-            ]
+            entries = [e.strip().strip("'\"") for e in arg.split("=", 1)[1].strip("[]").split(",")]
+            dirs += [e[len("file://") :] for e in entries if e.startswith("file://")]  # (quoted
+            # entries, as Hydra's docs write them, were left out: diff review)
     return [Path(d).expanduser() for d in dirs]
 
 

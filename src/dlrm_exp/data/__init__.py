@@ -14,6 +14,7 @@ May import: config, util, errors.
 import logging
 from collections.abc import Callable
 from dataclasses import replace
+from functools import partial
 from pathlib import Path
 
 from dlrm_exp.config import (
@@ -67,8 +68,13 @@ def check_input_paths(cfg: DataConfig, scored: tuple[str, ...] | None = None) ->
 
 
 def _resolver(cfg: DataConfig) -> Callable[[list[str], str], list[Path]]:
-    """How ``cfg``'s source turns a key's paths into files (Parquet: globs, ``*.parquet``)."""
-    return resolve_parquet_paths if isinstance(cfg, ParquetDataConfig) else resolve_paths
+    """How ``cfg``'s source turns a key's paths into files (Parquet: globs, ``*.parquet``;
+    a folder of npy days: the day files, not the reports ``mode=preprocess`` rewrites)."""
+    if isinstance(cfg, ParquetDataConfig):
+        return resolve_parquet_paths
+    if isinstance(cfg, (CriteoNpyDataConfig, CriteoMultiHotDataConfig)):
+        return partial(resolve_paths, folder_files="day_*.npy")
+    return resolve_paths
 
 
 def input_digests(cfg: DataConfig) -> dict[str, str]:

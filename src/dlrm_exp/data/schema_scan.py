@@ -122,17 +122,26 @@ def read_sample(files: list[Path], sample_rows: int) -> tuple[pa.Table, int]:
     return table.slice(0, sample_rows), total
 
 
+def _merge(name: str, kinds: list[pa.DataType]) -> bool:
+    """Whether column ``name`` of types ``kinds`` merges as the sample's tables do."""
+    try:
+        pa.unify_schemas([pa.schema([(name, k)]) for k in kinds], promote_options="permissive")
+    except (pa.ArrowInvalid, pa.ArrowTypeError):
+        return False
+    return True
+
+
 def _types_differ(parts: list[tuple[Path, pa.Table]], err: Exception) -> str:
     """Which file holds which type of each column whose types differ (pyarrow's merge error
     named neither file: review)."""
-    seen: dict[str, dict[str, Path]] = {}
+    seen: dict[str, dict[pa.DataType, Path]] = {}
     for path, part in parts:
         for column in part.schema:
-            seen.setdefault(column.name, {}).setdefault(str(column.type), path)
+            seen.setdefault(column.name, {}).setdefault(column.type, path)
     differ = [
         f"column {name!r} is " + ", ".join(f"{kind} in {path}" for kind, path in kinds.items())
         for name, kinds in seen.items()
-        if len(kinds) > 1
+        if len(kinds) > 1 and not _merge(name, list(kinds))  # (decimal and double merge)
     ]
     return (
         f"the files' column types differ: {first_few(differ)} ({err}): a column holds one type "

@@ -199,10 +199,10 @@ def _predict(cfg: Config, job: Job, output: Path) -> dict:
     files = resolve_paths(cfg.data.path, "data.path")
     report = ReadReport()
     labeled = _labeled_files(files, cfg.predict.has_label)
-    schema = made_by(SCHEMA if all(labeled.values()) else UNLABELED_SCHEMA, path)
+    schema = SCHEMA if all(labeled.values()) else UNLABELED_SCHEMA
 
-    def write(model: Logits) -> None:
-        with pq.ParquetWriter(partial, schema) as writer:
+    def write(model: Logits, step: int) -> None:
+        with pq.ParquetWriter(partial, made_by(schema, path, step)) as writer:
             for file in files:
                 _predict_file(cfg, file, labeled[file], model, writer, report)
 
@@ -247,13 +247,13 @@ def _score(
     cfg: Config,
     path: Path,
     partial: Path,
-    write: Callable[[Logits], Result],
+    write: Callable[[Logits, int], Result],
     id_kinds: dict[str, str],
 ) -> tuple[int, Result]:
     """The checkpoint at ``path`` loaded onto a one-process model in eval mode (refused if
     it was trained on other id policies or, for ``id_kinds``, ids of another type), and
-    ``write(model)`` run under ``torch.no_grad()`` to fill ``partial`` (removed if it fails);
-    returns the checkpoint's step and what ``write`` returned."""
+    ``write(model, step)`` run under ``torch.no_grad()`` to fill ``partial`` (removed if it
+    fails); returns the checkpoint's step and what ``write`` returned."""
     with process_group(cfg.hardware) as ctx:
         experiment = build_experiment(cfg, ctx, init_weights=False)
         saved = load_model_weights(
@@ -269,7 +269,8 @@ def _score(
         partial.parent.mkdir(parents=True, exist_ok=True)
         try:
             with torch.no_grad():
-                return int(saved["step"]), write(_logits_on(experiment.model, ctx.device))
+                step = int(saved["step"])
+                return step, write(_logits_on(experiment.model, ctx.device), step)
         except BaseException:
             partial.unlink(missing_ok=True)
             raise
@@ -282,7 +283,7 @@ def _run_parquet(cfg: Config, job: Job, path: Path, output: Path, partial: Path)
         cfg,
         path,
         partial,
-        lambda model: predict_parquet(cfg, inputs, model, partial, path),
+        lambda model, step: predict_parquet(cfg, inputs, model, partial, (path, step)),
         inputs.id_kinds,
     )
     publish_file(partial, output)  # synced: the report written next vouches for it

@@ -104,19 +104,22 @@ def read_inputs(cfg: Config) -> PredictInputs:
     return PredictInputs(files, labeled, feature_id_kinds(kinds, schema))
 
 
-def made_by(schema: pa.Schema, checkpoint: Path) -> pa.Schema:
+def made_by(schema: pa.Schema, checkpoint: Path, step: int) -> pa.Schema:
     """``schema`` with the checkpoint that scored the rows in its key-value metadata
-    (``dlrm_exp.checkpoint``: the folder, resolved): the file says which model made it, as
-    ``predict_report.json`` beside it cannot once it is written elsewhere (review)."""
-    return schema.with_metadata({"dlrm_exp.checkpoint": str(checkpoint.resolve())})
+    (``dlrm_exp.checkpoint``: the folder, resolved; ``dlrm_exp.step``: its step, since a
+    ``best`` folder is replaced as its run trains on): the file says which model made it,
+    as ``predict_report.json`` beside it cannot once it is written elsewhere (reviews)."""
+    made = {"dlrm_exp.checkpoint": str(checkpoint.resolve()), "dlrm_exp.step": str(step)}
+    return schema.with_metadata(made)
 
 
 def predict_parquet(
-    cfg: Config, inputs: PredictInputs, model: Logits, output: Path, checkpoint: Path
+    cfg: Config, inputs: PredictInputs, model: Logits, output: Path, made: tuple[Path, int]
 ) -> dict[str, int]:
     """Score every row of ``inputs`` (from :func:`read_inputs`) with ``model`` (in eval mode,
-    under ``no_grad``; loaded from ``checkpoint``) into ``output`` (a ``.partial`` file the
-    caller renames); returns ``{"files": n, "rows_written": n}``.
+    under ``no_grad``; ``made``: the checkpoint it was loaded from and its step) into
+    ``output`` (a ``.partial`` file the caller renames); returns ``{"files": n,
+    "rows_written": n}``.
 
     Raises:
         DataError: a row group cannot be read or decoded, or holds a label that is no 0/1.
@@ -126,7 +129,7 @@ def predict_parquet(
     files, labeled = inputs.files, inputs.labeled
     # a label column where any file has one, null for the rows of files without (a file of
     # rows to score beside labelled ones dropped every file's labels: review)
-    out_schema = made_by(OUTPUT if any(labeled.values()) else OUTPUT.remove(3), checkpoint)
+    out_schema = made_by(OUTPUT if any(labeled.values()) else OUTPUT.remove(3), *made)
     keys = cfg.model.feature_names
     rows = 0
     with pq.ParquetWriter(output, out_schema) as writer:

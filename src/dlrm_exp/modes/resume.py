@@ -165,10 +165,14 @@ def _on_other_rows(
     the stop is reconsidered: a stop on other rows kept the other run's record: diff review).
     Returns (those settings, the record kept or None, whether it forgot)."""
     saved, layout = sides
-    other = validation_changes(
-        saved.get("settings"),
-        layout.settings,
-        lambda key, was, now: run.cfg.data.rows_differ(key, was, now, ("val",)),
+    # decided once: hosts may list a shared folder differently (the files' digest), and ranks
+    # that kept different bests would stop apart (diff review)
+    other = on_rank_zero(
+        lambda: validation_changes(
+            saved.get("settings"),
+            layout.settings,
+            lambda key, was, now: run.cfg.data.rows_differ(key, was, now, ("val",)),
+        )
     )
     ends = bool(other) and state.step >= total_steps
     kept = _finished_record(run, state, total_steps, other) if ends else None

@@ -15,7 +15,7 @@ from torch.distributed.elastic.multiprocessing.errors import record
 from torchrec.datasets.utils import Batch
 from torchrec.distributed.types import ShardingPlan
 
-from dlrm_exp.config import Config, EmbeddingDataType
+from dlrm_exp.config import Config, EmbeddingDataType, FileSplitsConfig
 from dlrm_exp.config.keys import flat_settings
 from dlrm_exp.data import (
     ClickData,
@@ -313,15 +313,23 @@ def run_data_overrides(checkpoint: Path) -> list[str] | None:
     return data_overrides(run_folder_of(checkpoint))
 
 
-#: Input files: scoring other files than the run read (another day) is what evaluate is for.
-_SCORED_FILES = frozenset({"data.path", "data.val_path", "data.test_path"})
+def _other_files(key: str, here: Any, scored: tuple[str, ...]) -> bool:
+    """Whether ``key`` names the files this job scores, other than the run's: what evaluate
+    is for (``data.val_path=<new files> split=val``, as documented, was warned of: review).
+    That is ``data.path`` (another day, or none read here) and the file of a scored split
+    given here; a scored split whose file the run read and this job leaves out is cut from
+    ``data.path`` instead (the run's validation rows scored as test: review)."""
+    if key == "data.path":
+        return True
+    return {"data.val_path": "val", "data.test_path": "test"}.get(key) in scored and bool(here)
 
 
-def _other_files(key: str, recorded: Any, here: Any) -> bool:
-    """Whether ``key`` names other files here than the run read, both naming some: what
-    evaluate is for. A split file given on one side only cuts ``data.path`` elsewhere (the
-    run's validation rows were scored as test, or its training rows as validation: review)."""
-    return key in _SCORED_FILES and bool(recorded) and bool(here)
+def _scored_with_rows(cfg: Config) -> tuple[str, ...]:
+    """The splits this job scores that have rows here (a fraction of 0 and no file: none)."""
+    splits = cfg.scored_splits()
+    if not isinstance(cfg.data, FileSplitsConfig):
+        return splits
+    return tuple(s for s in splits if cfg.data.split_source(s) is not None)
 
 
 def warn_other_data_values(saved: dict[str, Any], cfg: Config) -> None:
@@ -336,9 +344,11 @@ def warn_other_data_values(saved: dict[str, Any], cfg: Config) -> None:
     nothing (each an untrue warning: diff review, re-read)."""
     recorded = saved.get("settings") or {}
     here = {"seed": cfg.seed, **flat_settings("data", cfg.data)}
-    splits = cfg.scored_splits()
+    splits = _scored_with_rows(cfg)
+    if not splits:  # (nothing scored: refused elsewhere)
+        return
     differ = [f"{k}={recorded[k]} (here {here[k]})" for k in recorded
-              if k in here and recorded[k] != here[k] and not _other_files(k, recorded[k], here[k])
+              if k in here and recorded[k] != here[k] and not _other_files(k, here[k], splits)
               and cfg.data.rows_differ(k, recorded[k], here[k], splits)]  # fmt: skip
     if differ:
         log.warning(
