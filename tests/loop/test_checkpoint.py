@@ -143,6 +143,12 @@ def test_resume_continues_bitwise_and_prunes(tmp_path, caplog, monkeypatch):
     back = compose_cfg([*SMALL, f"train.resume={kept[0]}", "train.keep_last_checkpoints=1"])
     with pytest.raises(CheckpointError, match=r"holds later checkpoints \(step_32\)"):
         run_train(back, tmp_path / "a", {})
+    # refused before any worker starts: from a worker, the hint to rerun the same command
+    # followed (review)
+    monkeypatch.setattr(train_mode, "run_on_ranks", lambda *a: pytest.fail("a worker started"))
+    with pytest.raises(CheckpointError, match=r"holds later checkpoints \(step_32\)"):
+        run_train(back, tmp_path / "a", {})
+    monkeypatch.undo()
     # a sweep's job is told of the key a sweep reads (it was told hydra.run.dir: re-read)
     monkeypatch.setattr(train_mode, "_in_multirun", lambda: True)
     with pytest.raises(CheckpointError, match=r"resume into another sweep folder \(hydra.sweep"):

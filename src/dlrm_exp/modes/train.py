@@ -163,6 +163,11 @@ def _check_folder(cfg: Config, run_dir: Path, swept: Mapping[str, Any]) -> None:
     multirun = _in_multirun()
     job = (swept, job_settings(cfg)) if multirun else None
     check_run_folder(run_dir, cfg.train.resume, cfg.train.keep_best, multirun, job)
+    # the checkpoint to resume, refused here (a missing one, or one this folder holds later
+    # ones than) rather than in a worker, whose failure the hint to rerun the same command
+    # followed (review)
+    if cfg.train.resume not in (None, "", "auto"):  # (auto finds the newest, or none)
+        checkpoint_to_resume(cfg, Job(run_dir, {}, None, dict(swept), multirun=multirun))
 
 
 def _in_multirun() -> bool:
