@@ -578,7 +578,8 @@ def test_a_sweeps_values_are_read_with_their_keys_as_hydra_parses_them(tmp_path)
 
     task = ["sharding=auto,from_file", "seed=0", "optimizer.lr_decay_steps=range(0,2000,1000)"]
     params = {"+train.profile": "true,false",  # an Optuna search space: keyed, no values
-              "optimizer.learning_rate": "tag(log, interval(0.01, 0.5))"}  # fmt: skip
+              "optimizer.learning_rate": "tag(log, interval(0.01, 0.5))",
+              "seed": "0,1,2"}  # seed=0 typed replaces it, as in Hydra (review)  # fmt: skip
     record = {"hydra": {"overrides": {"task": task}, "sweeper": {"params": params}}}
     (tmp_path / "multirun.yaml").write_text(yaml.safe_dump(record))
     assert saved_sweep_values(tmp_path) == {

@@ -181,14 +181,20 @@ def override_texts(params: Mapping[str, Any]) -> list[str]:
 
 def sweep_values(task: Sequence[str], params: Any) -> dict[str, list[str]]:
     """``{swept key: its values as typed}`` of the command line's overrides ``task``, then
-    of the sweeper's ``params`` (``{key: "a,b"}``) not already named.
+    of the sweeper's ``params`` (``{key: "a,b"}``) the command line does not name: one value
+    typed there replaces the params' list, as Hydra's basic sweeper does (``seed=0`` beside
+    ``experiment=precision_sweep``'s ``seed: 0,1,2`` ran seed 0 alone, and the sweep was said
+    cut short: review).
 
     Raises:
         HydraException: an override Hydra cannot parse.
     """
-    values = {o.key_or_group: _values_of(o) for o in parse_overrides(task) if o.is_sweep_override()}
+    typed = parse_overrides(task)
+    values = {o.key_or_group: _values_of(o) for o in typed if o.is_sweep_override()}
+    named = {o.key_or_group for o in typed}
     for o in parse_overrides(override_texts(params)):
-        values.setdefault(o.key_or_group, _values_of(o))
+        if o.key_or_group not in named:
+            values.setdefault(o.key_or_group, _values_of(o))
     return values
 
 
