@@ -198,6 +198,10 @@ def test_best_weights_from_before_a_resume_are_said_to_be_the_earlier_runs():
     uninterrupted = RunMetrics(**kept, best_step=30, val_history=history)
     for lines in (_best_lines(after), _best_lines(uninterrupted)):
         assert not any("resumed" in line for line in lines)
+    # a validation rescaled to this run's steps (another world size) prints as a step, not
+    # as 28.846153846153847 (review)
+    rescaled = RunMetrics(**{**kept, "best_step": 28.846153846153847}, val_history=history)
+    assert "(step 28.85, epoch" in _best_lines(rescaled)[-1]
 
 
 def test_the_state_survives_a_checkpoint():
