@@ -5,6 +5,7 @@ import csv
 import json
 import math
 import sys
+from pathlib import Path
 
 import pytest
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
@@ -519,7 +520,7 @@ def test_the_optuna_example_searches_keys_the_config_has():
     check_override_keys([f"{key}=0.1" for key in tuned], Config)  # raises on an unknown key
 
 
-def test_the_table_shows_the_matmul_peak_and_links_profiles(tmp_path):
+def test_the_table_shows_the_matmul_peak_and_links_profiles(tmp_path, monkeypatch):
     """Utilization and ``train.profile`` files reach the summary without a training run."""
     from dlrm_exp.record.run_record import RunMetrics
     from dlrm_exp.record.runs import RunRecord
@@ -537,6 +538,10 @@ def test_the_table_shows_the_matmul_peak_and_links_profiles(tmp_path):
     assert "| % of own-dtype matmul peak |" in table.splitlines()[0] and "| 54.6 |" in table
     trace = tmp_path / "run" / "profile" / "rank0.pt.trace.json"
     assert f"- sharding=rowwise: [rank0.pt.trace.json]({trace})" in table
+    # the report, run elsewhere on a relative folder, wrote its paths relative (review)
+    monkeypatch.chdir(tmp_path)
+    relative = summary_row(RunRecord(Path("run"), "sharding=rowwise", [], metrics))
+    assert relative["path"] == str(tmp_path / "run") and str(trace) in relative["profile"]
 
 
 def test_runs_the_planner_placed_differently_say_so_in_the_table(tmp_path):

@@ -336,7 +336,7 @@ def plot_comm_bytes(runs: Sequence[RunRecord], path: Path) -> None:
     # each collective's larger side, summed over ranks: a rank's own share counted too (it
     # said "sent", about twice what left 2 ranks: review)
     axes[0].set_ylabel("collective MiB per training step\n(all ranks, own share included)")
-    fig.suptitle(f"Communication volume by {x}" + (" (qcomms)" if x == "qcomms" else ""))
+    fig.suptitle(f"Communication volume by {'precision (qcomms)' if x == 'qcomms' else x}")
     fig.tight_layout()
     save_figure(fig, path)
 

@@ -56,8 +56,10 @@ def summary_row(run: RunRecord) -> dict[str, Any]:
         "dense_ran": (m.dense_precision or "fp32") if completed else "",  # (review: only in JSON)
         "substituted": m.substituted,
         "error": m.error or "",
-        "path": str(run.path),
-        "profile": ";".join(str(run.path / name) for name in m.profile),
+        # absolute: the report, run from another folder, rewrote them relative to its own
+        # (a baseline's paths then depended on where it ran: review)
+        "path": str(run.path.absolute()),
+        "profile": ";".join(str(run.path.absolute() / name) for name in m.profile),
     }
 
 
