@@ -257,9 +257,15 @@ def test_a_resume_that_validates_on_other_rows_forgets_the_checkpoints_validatio
     assert run_train(ended_there, tmp_path / "z", {}).val["auroc"] != base.val["auroc"]
     relearned = compose_cfg([*SMALL, start, "optimizer.learning_rate=0.05"])
     assert [h["step"] for h in run_train(relearned, tmp_path / "lr", {}).val_history] == [16, 32]
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    # a folder of its own shows the validations it kept, one of which it may report (its
+    # curve began after the resume: review)
+    events = EventAccumulator(str(tmp_path / "lr"))
+    events.Reload()
+    assert [e.step for e in events.Scalars("val/auroc")] == [16, 32]
     # in its own folder, the earlier points leave TensorBoard's curve too (they stayed in it
     # beside the new rows': diff review)
-    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
     more_rows = compose_cfg([*SMALL, "train.resume=auto", "data.num_val_samples=512"])
     run_train(more_rows, tmp_path / "base", {})

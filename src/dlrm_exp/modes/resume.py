@@ -245,8 +245,12 @@ def _continue_history(tracker: Tracker, state: TrainerState, saved_step: int, fo
     validations were of other rows (``forgot``: :func:`_forget_other_validations`; they
     stayed in the curve: diff review), all set aside into ``tensorboard_before_step_<n>/``
     (:meth:`Tracker.restart_history`) and the validations kept logged again in this job's
-    steps."""
+    steps. In a folder of its own (another run's checkpoint), the validations kept are logged
+    (:meth:`Tracker.log_history`)."""
     rescaled = saved_step != state.step
+    if not tracker.earlier:  # a folder of its own: the checkpoint's run's history is its too
+        tracker.log_history(state.val_history, state.train_windows)
+        return
     if not (rescaled or forgot):
         tracker.purge_from(state.step + 1)
         return

@@ -183,13 +183,22 @@ class Tracker:
         for path in self.earlier:
             path.rename(target / path.name)
         self.earlier = []
+        self.log_history(validations, windows)
+        return target
+
+    def log_history(
+        self, validations: list[dict[str, float]], windows: list[dict[str, float]]
+    ) -> None:
+        """Log a checkpoint's ``validations`` and training ``windows`` at their (rescaled)
+        steps (``val/*``, ``train_window/*``): after :meth:`restart_history`, or for a run
+        resumed into a folder of its own, whose curve lacked the validations one of which it
+        reported as its result (review)."""
         for entry in validations:  # the tags a validation logs (quality(): no sample count)
             quality = {q.key: entry[q.key] for q in QUALITY if q.key in entry}
             self.scalars("val", quality, round(entry["step"]))
         for entry in windows:
             values = {k: v for k, v in entry.items() if k != "step"}
             self.scalars("train_window", values, round(entry["step"]))
-        return target
 
     def purge_from(self, step: int) -> None:
         """Mark a resume (TensorBoard's ``SessionLog.START``, what ``SummaryWriter``'s
