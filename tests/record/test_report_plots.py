@@ -224,3 +224,21 @@ def test_a_bar_pools_one_configuration_typed_in_two_orders(tmp_path):
         ("sharding=rowwise,optimizer.learning_rate=0.1", "none"): 4,  # as first typed
         ("sharding=rowwise,optimizer.learning_rate=0.1", "fp16"): 4,
     }
+
+
+def test_runs_of_other_global_batches_are_drawn_against_samples(tmp_path, monkeypatch):
+    """A 2-process run's curve ended at step 7 and the same run's on 1 process at step 13:
+    the 2-process run looked twice as fast (review). Other global batches: samples."""
+    folder = tmp_path / "sweep"
+    for number, (nproc, steps) in enumerate(((1, 16), (2, 8))):
+        metrics = {**_completed("tablewise", "none", 5000.0), "steps": steps,
+                   "train_samples": 1024 * 16, "world_size": nproc}  # fmt: skip
+        metrics["val_history"] = [{"step": steps / 2, "auroc": 0.6}, {"step": steps, "auroc": 0.7}]
+        write_job(folder, number, [f"hardware.nproc_per_node={nproc}"], metrics)
+    drawn = {}
+    monkeypatch.setattr(report, "save_figure", lambda fig, path: drawn.update(fig=fig))
+    report.plot_val_auroc(load_runs([folder]), tmp_path / "v.png")
+    ax = drawn["fig"].axes[0]
+    assert ax.get_xlabel() == "training samples (all ranks)"
+    assert [list(line.get_xdata()) for line in ax.get_lines()] == [[8192.0, 16384.0]]  # one
+    plt.close(drawn["fig"])

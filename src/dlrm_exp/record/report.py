@@ -231,23 +231,42 @@ def plot_throughput(runs: Sequence[RunRecord], path: Path) -> None:
     save_figure(fig, path)
 
 
-def val_auroc_curves(runs: Sequence[RunRecord]) -> dict[tuple, list[str]]:
-    """``{((step, val AUROC), ...): [names of the runs with exactly that curve]}``."""
+def val_auroc_curves(
+    runs: Sequence[RunRecord], per_step: dict[Path, float] | None = None
+) -> dict[tuple, list[str]]:
+    """``{((step, val AUROC), ...): [names of the runs with exactly that curve]}`` (with
+    ``per_step``: samples, not steps)."""
     curves: dict[tuple, list[str]] = {}
     for run in runs:
-        points = _val_points(run)
+        points = _val_points(run, (per_step or {}).get(run.path, 1.0))
         if points:
             curves.setdefault(points, []).append(run.name)
     return curves
 
 
-def _val_points(run: RunRecord) -> tuple[tuple[float, float], ...]:
-    """A run's ``(step, val AUROC)`` points, those of its validations that have both."""
+def _val_points(run: RunRecord, per_step: float = 1.0) -> tuple[tuple[float, float], ...]:
+    """A run's ``(step, val AUROC)`` points, those of its validations that have both; with
+    ``per_step``, the step as that many samples (:func:`_samples_per_step`)."""
     return tuple(
-        (h["step"], h["auroc"])
+        (h["step"] * per_step, h["auroc"])
         for h in run.metrics.val_history
         if h.get("auroc") is not None and h.get("step") is not None
     )
+
+
+def _samples_per_step(runs: Sequence[RunRecord]) -> dict[Path, float] | None:
+    """``{run folder: samples a step (all ranks)}`` where the runs' global batches differ
+    (another world size or ``train.batch_size``): their steps are then no common axis (a
+    2-process run's curve looked twice as fast as the same run on 1 process: review); None
+    where they agree, or a run's cannot be told (no step trained)."""
+    batches = {
+        run.path: run.metrics.train_samples / run.metrics.steps
+        for run in runs
+        if run.metrics.steps and run.metrics.train_samples
+    }
+    if len(batches) < len(runs) or len({round(b) for b in batches.values()}) < 2:
+        return None
+    return batches
 
 
 def _curve_label(names: Sequence[str]) -> str:
@@ -265,22 +284,25 @@ def plot_val_auroc(runs: Sequence[RunRecord], path: Path) -> None:
     mean over its seeds at each step, said where fewer seeds reached a step (16 runs of a
     precision sweep were 16 lines whose colours repeated and whose seed-to-seed spread hid
     the levers: review). Lines differ by colour, marker and dash; the legend sits beside the
-    axes; steps are whole numbers."""
+    axes; steps are whole numbers. Runs of other global batches (world size, batch size) are
+    plotted against training samples instead (:func:`_samples_per_step`)."""
     fig, ax = plt.subplots(figsize=(10, 4.5))
-    means, title = _mean_curves(runs), None
+    per_step = _samples_per_step(runs)
+    means, title = _mean_curves(runs, per_step), None
     if means:  # the configurations by their values, the keys as the legend's title
         labels, keys = _tick_labels([label for label, _, _ in means])
         lines = [(points, f"{name} ({note})") for (_, points, note), name in zip(
             means, labels, strict=True)]  # fmt: skip
         title = _wrapped(keys, 60) if keys else None
     else:
-        lines = [(p, _curve_label(names)) for p, names in val_auroc_curves(runs).items()]
+        curves = val_auroc_curves(runs, per_step).items()
+        lines = [(p, _curve_label(names)) for p, names in curves]
     markers, dashes = "os^Dvx*P", ("-", "--", ":", "-.")
     for k, (points, label) in enumerate(lines):
         steps, aurocs = zip(*points, strict=True)
         ax.plot(steps, aurocs, marker=markers[k % len(markers)], color=f"C{k % 10}",
                 linestyle=dashes[k // 10 % len(dashes)], label=label)  # fmt: skip
-    ax.set_xlabel("training step")
+    ax.set_xlabel("training samples (all ranks)" if per_step else "training step")
     ax.set_ylabel("validation AUROC")
     ax.set_title("Validation AUROC during training")
     ax.xaxis.set_major_locator(MaxNLocator(integer=True))
@@ -292,7 +314,9 @@ def plot_val_auroc(runs: Sequence[RunRecord], path: Path) -> None:
     save_figure(fig, path)
 
 
-def _mean_curves(runs: Sequence[RunRecord]) -> list[tuple[str, tuple, str]]:
+def _mean_curves(
+    runs: Sequence[RunRecord], per_step: dict[Path, float] | None = None
+) -> list[tuple[str, tuple, str]]:
     """``[(configuration label, ((step, mean val AUROC), ...), note)]``, one per configuration
     (``config_id``; labelled as the statistics label it, what ran included) when there are two
     or more and one has two or more runs with a validation history; ``[]`` otherwise. Each
@@ -307,13 +331,16 @@ def _mean_curves(runs: Sequence[RunRecord]) -> list[tuple[str, tuple, str]]:
     curves = []
     for group in groups.values():
         by_step: dict[float, list[float]] = {}
-        for step, auroc in (point for run in group for point in _val_points(run)):
+        scale = per_step or {}
+        points_of = (_val_points(run, scale.get(run.path, 1.0)) for run in group)
+        for step, auroc in (point for points in points_of for point in points):
             by_step.setdefault(step, []).append(auroc)
         steps = sorted(by_step)
         points = tuple((step, sum(by_step[step]) / len(by_step[step])) for step in steps)
         fewer = [f"{step:g}" for step in steps if len(by_step[step]) < len(group)]
         shown = first_few(fewer, 3)
-        note = f"mean of {len(group)}" + (f"; fewer at step(s) {shown}" if fewer else "")
+        at = "sample(s)" if per_step else "step(s)"
+        note = f"mean of {len(group)}" + (f"; fewer at {at} {shown}" if fewer else "")
         curves.append((config_label(group), points, note))
     return curves
 
