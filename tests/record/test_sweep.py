@@ -544,6 +544,22 @@ def test_the_table_shows_the_matmul_peak_and_links_profiles(tmp_path, monkeypatc
     assert relative["path"] == str(tmp_path / "run") and str(trace) in relative["profile"]
 
 
+def test_weights_trained_before_the_resume_are_said_to_be_the_checkpoints_runs(tmp_path):
+    """A run resumed on 1 process reported the 2-process run's best weights under its own
+    labels, world size and sharding (review)."""
+    from dlrm_exp.record.run_record import RunMetrics
+    from dlrm_exp.record.runs import RunRecord
+    from dlrm_exp.record.sweep import markdown_table, summary_row
+
+    kept = {"status": "completed", "weights": "best", "best_step": 15.0, "val": {"auroc": 0.7}}
+    before = RunMetrics(**kept, resumed={"step": 20})
+    row = summary_row(RunRecord(tmp_path / "r", "hardware.nproc_per_node=1", [], before))
+    assert row["weights_from"] == "before the resume at step 20 (best at step 15)"
+    assert "nproc_per_node=1 (weights from before the resume at step 20" in markdown_table([row])
+    after = RunMetrics(**{**kept, "best_step": 30.0}, resumed={"step": 20})
+    assert summary_row(RunRecord(tmp_path / "a", "x", [], after))["weights_from"] == ""
+
+
 def test_runs_the_planner_placed_differently_say_so_in_the_table(tmp_path):
     """``-m model.embedding_data_type=fp32,fp16`` with ``sharding=auto``: fp16 tables were
     planned table_column_wise, fp32 ones row_wise, shown only in summary.csv (what-ran
