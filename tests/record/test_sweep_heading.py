@@ -32,3 +32,28 @@ def test_a_key_swept_in_one_sweep_and_fixed_in_another_varies(tmp_path):
     lines = heading_lines(load_runs([tmp_path / "one", tmp_path / "two"]))
     varied = "- Varied: `train.batch_size` = `64`, `16`; `qcomms` = `none`, `fp16`, `(unset)`."
     assert varied in lines and lines[-1] == "- No other override."
+
+
+def test_single_runs_reported_together_are_named_by_what_differs(tmp_path):
+    """Three single runs were named by all their overrides: 250-character rows and legends
+    repeating what "the same in every run" lists (review); their identity stays whole."""
+    from dlrm_exp.record.runs import named_by_difference
+
+    shared = ["data=criteo_tsv", "data.path=day.tsv", "train.batch_size=64"]
+    for name, extra in (("a", ["sharding=rowwise"]), ("b", ["sharding=tablewise"])):
+        write_job(tmp_path, name, [*shared, *extra], {"status": "completed"})
+    runs = named_by_difference(load_runs([tmp_path / "a", tmp_path / "b"]))
+    assert [(r.name, r.config) for r in runs] == [
+        ("sharding=rowwise", "sharding=rowwise"),
+        ("sharding=tablewise", "sharding=tablewise"),
+    ]
+    assert "data.path=day.tsv" in runs[0].config_id  # what the statistics and the gate match
+    import csv
+
+    from dlrm_exp.record import report
+
+    out = tmp_path / "out"
+    assert report.main([str(tmp_path / "a"), str(tmp_path / "b"), "--out", str(out)]) == 0
+    with open(out / "summary.csv") as f:
+        names = [row["run"] for row in csv.DictReader(f)]
+    assert names == ["sharding=rowwise", "sharding=tablewise"]

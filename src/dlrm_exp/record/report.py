@@ -64,6 +64,7 @@ from dlrm_exp.record.runs import (  # noqa: E402
     RunRecord,
     canonical_overrides,
     load_runs,
+    named_by_difference,
     override_values,
     recorded_mode,
     saved_sweep_values,
@@ -436,7 +437,7 @@ def report(
             share a seed, or the output folder holds ``keep``.
     """
     folders = expand(paths)
-    runs, passed_over = _measured(load_runs(folders))
+    runs, passed_over = _measured(named_by_difference(load_runs(folders)))
     if not runs:
         raise FileNotFoundError(
             f"no runs under {', '.join(paths)} (expected run folders with metrics.json or "

@@ -15,7 +15,7 @@ in which the swept keys were typed does not matter.
 import json
 import re
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from functools import lru_cache
 from pathlib import Path
@@ -349,6 +349,30 @@ def load_runs(paths: Iterable[Path]) -> list[RunRecord]:
             if unseen(path):
                 runs.append(_record(path, saved_keys(path.parent), job_overrides(path)))
     return runs
+
+
+def named_by_difference(runs: Sequence[RunRecord]) -> list[RunRecord]:
+    """``runs`` with the single runs among them (named by every override) named and labelled
+    by the overrides that differ between those runs (``config_keys`` and ``config_id`` kept:
+    what the statistics and the gate match by): three runs named by all their overrides made
+    250-character rows and legends, each repeating what "the same in every run" lists
+    (review)."""
+    singles = [r for r in runs if r.config_keys and list(r.config_keys) == _keys_but_seed(r)]
+    if len(singles) < 2:
+        return list(runs)
+    varying = set(override_spread([r.overrides for r in singles])[0])
+    renamed = {}
+    for run in singles:
+        keys = [k for k in run.config_keys if k in varying]
+        named = [k for k in override_values(run.overrides) if k in varying]  # seed too
+        if keys:
+            config, name = run_name(run.overrides, keys), run_name(run.overrides, named)
+            renamed[run.path] = replace(run, name=name, config=config)
+    return [renamed.get(run.path, run) for run in runs]
+
+
+def _keys_but_seed(run: RunRecord) -> list[str]:
+    return [k for k in override_values(run.overrides) if k != SEED]
 
 
 def mode_name(config: DictConfig) -> str:
