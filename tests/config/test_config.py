@@ -588,6 +588,10 @@ def test_a_sweeps_values_are_read_with_their_keys_as_hydra_parses_them(tmp_path)
         "train.profile": ["True", "False"],
         "optimizer.learning_rate": [],
     }
+    from dlrm_exp.record.runs import sweep_values
+
+    # ++seed=0 is another key to Hydra's basic sweeper: the params' seeds are swept beside it
+    assert sweep_values(["++seed=0"], {"seed": "0,1,2"}) == {"seed": ["0", "1", "2"]}
     # interpolations are read as typed: resolved, ${hydra:...} failed outside the run and an
     # unset ${oc.env:...} on another shell, and the sweep lost its summary (review)
     task += ["data.path=${hydra:runtime.cwd}/logs", "model.embedding_dim=${oc.env:NO_SUCH_DIM}"]

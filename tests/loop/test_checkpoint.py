@@ -264,6 +264,16 @@ def test_a_resume_that_validates_on_other_rows_forgets_the_checkpoints_validatio
     events = EventAccumulator(str(tmp_path / "lr"))
     events.Reload()
     assert [e.step for e in events.Scalars("val/auroc")] == [16, 32]
+    # so does a sweep's job that replaces its abandoned attempt (which logged nothing: diff
+    # review)
+    (tmp_path / "attempt").mkdir()
+    (tmp_path / "attempt" / "metrics.json").write_text(json.dumps({"status": "failed"}))
+    with monkeypatch.context() as patched:
+        patched.setattr(train_mode, "_in_multirun", lambda: True)
+        run_train(relearned, tmp_path / "attempt", {})
+    events = EventAccumulator(str(tmp_path / "attempt"))
+    events.Reload()
+    assert [e.step for e in events.Scalars("val/auroc")] == [16, 32]
     # in its own folder, the earlier points leave TensorBoard's curve too (they stayed in it
     # beside the new rows': diff review)
 

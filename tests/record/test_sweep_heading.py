@@ -48,6 +48,18 @@ def test_single_runs_reported_together_are_named_by_what_differs(tmp_path):
         ("sharding=tablewise", "sharding=tablewise"),
     ]
     assert "data.path=day.tsv" in runs[0].config_id  # what the statistics and the gate match
+    # beside a sweep's jobs, a single run is not named like a job of another configuration
+    # (it was: diff review)
+    import yaml
+
+    sweep = tmp_path / "sweep"
+    for number, sharding in enumerate(("rowwise", "tablewise")):
+        job = [*shared, f"sharding={sharding}", "train.max_steps=4"]
+        write_job(sweep, number, job, {"status": "completed"})
+    task = ["sharding=rowwise,tablewise", "train.max_steps=4", *shared]
+    (sweep / "multirun.yaml").write_text(yaml.safe_dump({"hydra": {"overrides": {"task": task}}}))
+    mixed = named_by_difference(load_runs([sweep, tmp_path / "a", tmp_path / "b"]))
+    assert len({r.config for r in mixed}) == 4
     import csv
 
     from dlrm_exp.record import report

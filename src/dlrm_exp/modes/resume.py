@@ -236,6 +236,8 @@ def replace_attempt(run: TrainRun, start: TrainerState | None, tracker: Tracker)
         )
         if aside is not None:
             log.warning("the earlier attempt's TensorBoard points moved to %s", aside)
+        else:  # (it logged none: the checkpoint's validations are this run's history too)
+            tracker.log_history(start.val_history, start.train_windows)
 
 
 def _continue_history(tracker: Tracker, state: TrainerState, saved_step: int, forgot: bool) -> None:

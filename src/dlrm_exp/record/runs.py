@@ -191,7 +191,8 @@ def sweep_values(task: Sequence[str], params: Any) -> dict[str, list[str]]:
     """
     typed = parse_overrides(task)
     values = {o.key_or_group: _values_of(o) for o in typed if o.is_sweep_override()}
-    named = {o.key_or_group for o in typed}
+    # (as Hydra keys them: ++seed=0 is another key than the params' seed, both applied)
+    named = {o.key_or_group for o in typed if o.get_key_element() == o.key_or_group}
     for o in parse_overrides(override_texts(params)):
         if o.key_or_group not in named:
             values.setdefault(o.key_or_group, _values_of(o))
@@ -360,7 +361,9 @@ def named_by_difference(runs: Sequence[RunRecord]) -> list[RunRecord]:
     singles = [r for r in runs if r.config_keys and list(r.config_keys) == _keys_but_seed(r)]
     if len(singles) < 2:
         return list(runs)
-    varying = set(override_spread([r.overrides for r in singles])[0])
+    # over every run reported: a single run beside a sweep's named like one of its jobs of
+    # another configuration (diff review)
+    varying = set(override_spread([r.overrides for r in runs])[0])
     renamed = {}
     for run in singles:
         keys = [k for k in run.config_keys if k in varying]
@@ -368,7 +371,12 @@ def named_by_difference(runs: Sequence[RunRecord]) -> list[RunRecord]:
         if keys:
             config, name = run_name(run.overrides, keys), run_name(run.overrides, named)
             renamed[run.path] = replace(run, name=name, config=config)
-    return [renamed.get(run.path, run) for run in runs]
+    out = [renamed.get(run.path, run) for run in runs]
+    configs: dict[str, set[str]] = {}
+    for run in out:
+        configs.setdefault(run.config, set()).add(run.config_id)
+    clash = {config for config, ids in configs.items() if len(ids) > 1}
+    return [run if new.config in clash else new for run, new in zip(runs, out, strict=True)]
 
 
 def _keys_but_seed(run: RunRecord) -> list[str]:
