@@ -7,9 +7,9 @@ its bias correction, ``mode=verify`` gathers its tables over NCCL, and the loop 
 pinned batches, reads each loss a step late (a NaN still names its own step) and reports its
 GPU memory; ``experiment=fast`` with fp16 tables trains; the training bench compares its two
 loops on the GPU. Needs a CUDA build of torch and ``fbgemm-gpu`` (``make install
-FBGEMM=fbgemm-gpu==1.8.0`` with a CUDA torch). All passed at 1249675 on one NVIDIA H200
-(2026-11-28, 183 s on 4 workers; torch 2.11.0+cu130, fbgemm-gpu 1.6.0, torchrec 1.6.1), and
-at fc12b7e before it (docs/results.md, "On a GPU").
+FBGEMM=fbgemm-gpu==1.8.0`` with a CUDA torch). All passed at 5571416 and 1249675 on one NVIDIA
+H200 (2026-11-28, 173 s and 183 s on 4 workers; torch 2.11.0+cu130, fbgemm-gpu 1.6.0,
+torchrec 1.6.1), and at fc12b7e before them (docs/results.md, "On a GPU").
 With one GPU every run had one rank (NCCL refuses two ranks on one GPU), so the all-to-alls
 between GPUs have not run.
 """
