@@ -30,3 +30,9 @@ def test_hparams_name_the_kernels_and_dtypes_that_ran_not_those_asked():
     failed = run_hparams(cfg, {"model": "tiny"}, 2, 3)
     assert failed["compute_kernel"] == "fused" and failed["qcomms_ran"] == "n/a"
     assert failed["experiment"] == "none"
+    # a resumed run's best weights trained before its resume, by the checkpoint's run under
+    # its settings, were shown under this run's world size and sharding alone (review)
+    assert hparams["weights_from"] == "this run"
+    resumed = RunMetrics(weights="best", best_step=15.0, resumed={"step": 20})
+    before = run_hparams(cfg, choices, 1, 3, resumed)["weights_from"]
+    assert before == "before the resume at step 20 (best at step 15)"

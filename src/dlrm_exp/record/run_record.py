@@ -257,6 +257,21 @@ class RunMetrics:
         return cls(status=INTERRUPTED, error=f"interrupted by {signal_name}", error_type=error_type)
 
     @property
+    def weights_from(self) -> str:
+        """Where the reported (best) weights come from when they were trained before this run
+        resumed, by the checkpoint's run under its world size and sharding: ``before the
+        resume at step 20 (best at step 15)``; else empty (the summaries and HParams labelled
+        them by the resumed run's settings alone: review)."""
+        start = self.resumed.get("step")
+        if self.weights != "best" or start is None or self.best_step is None:
+            return ""
+        return (
+            ""
+            if self.best_step > start
+            else (f"before the resume at step {start} (best at step {self.best_step:g})")
+        )
+
+    @property
     def qcomms_ran(self) -> str:
         """The effective precisions in one cell: ``reduce_scatter FP16/BF16`` (forward /
         backward; collectives comma-separated), ``FP32`` without codecs, ``none`` where no

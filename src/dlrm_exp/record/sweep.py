@@ -20,7 +20,7 @@ from dlrm_exp.record.compare import (
     write_stats,
 )
 from dlrm_exp.record.metric_table import METRICS, fmt, markdown_lines, shown
-from dlrm_exp.record.run_record import COMPLETED, FAILED, INTERRUPTED, UNFINISHED, RunMetrics
+from dlrm_exp.record.run_record import COMPLETED, FAILED, INTERRUPTED, UNFINISHED
 from dlrm_exp.record.run_values import write_run_values
 from dlrm_exp.record.runs import RunRecord, load_runs, mode_name, saved_sweep_values
 from dlrm_exp.record.sweep_heading import heading_lines
@@ -55,24 +55,13 @@ def summary_row(run: RunRecord) -> dict[str, Any]:
         "sharding_ran": m.sharding_ran if completed else "",
         "dense_ran": (m.dense_precision or "fp32") if completed else "",  # (review: only in JSON)
         "substituted": m.substituted,
-        "weights_from": _weights_from(m) if completed else "",
+        "weights_from": m.weights_from if completed else "",
         "error": m.error or "",
         # absolute: the report, run from another folder, rewrote them relative to its own
         # (a baseline's paths then depended on where it ran: review)
         "path": str(run.path.absolute()),
         "profile": ";".join(str(run.path.absolute() / name) for name in m.profile),
     }
-
-
-def _weights_from(m: RunMetrics) -> str:
-    """Where the reported (best) weights come from when they were trained before this run
-    resumed, by the checkpoint's run, under its world size and sharding: ``before the resume
-    at step 20 (best at step 15)``; else empty (the row was labelled by the resumed run's
-    settings alone: review)."""
-    start = m.resumed.get("step")
-    if m.weights != "best" or start is None or m.best_step is None or m.best_step > start:
-        return ""
-    return f"before the resume at step {start} (best at step {m.best_step:g})"
 
 
 def markdown_table(rows: Sequence[dict[str, Any]]) -> str:

@@ -64,6 +64,8 @@ def run_hparams(
         "world_size": world_size,
         "threads_per_rank": threads,
         "seed": str(cfg.seed),
+        # (the best weights of a checkpoint's run, trained under its settings: review)
+        "weights_from": (ran.weights_from or "this run") if metrics else "n/a",
     }
 
 
