@@ -401,8 +401,9 @@ def test_a_failed_workers_hint_keeps_the_checkpoint_the_run_began_from(tmp_path,
         with pytest.raises(WorkerFailedError) as failed:
             run_train(compose_cfg([*QUICK, resume]), tmp_path / "run", {})
         assert str(failed.value) == (
-            "rank 1 failed; the complete checkpoints stay: the same command with "
-            f"hydra.run.dir={tmp_path / 'run'}{again} continues from step_4"
+            "rank 1 failed; the complete checkpoints stay (newest: step_4): once what failed "
+            f"is mended, the same command with hydra.run.dir={tmp_path / 'run'}{again} "
+            "continues from it"
         )
 
 
@@ -1283,7 +1284,8 @@ def test_a_rank_killed_inside_a_save_then_resume_matches_an_uninterrupted_run(
     assert killed.ended_after_kill < 60
     assert killed.job.returncode != 0 and "killed by signal SIGKILL" in killed.job.stderr
     # how to go on, from the checkpoint that stands (it said nothing of it: crash review)
-    assert "train.resume=auto continues from step_8" in killed.job.stderr
+    assert "(newest: step_8)" in killed.job.stderr
+    assert "train.resume=auto continues from it" in killed.job.stderr
     assert not killed.metrics_written
     assert killed.checkpoints == ["step_16.partial", "step_8"]
     resumed = two_process_runs[RESUMED_AFTER_KILL]

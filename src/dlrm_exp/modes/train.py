@@ -149,10 +149,12 @@ def run_train(
         if not saved:
             raise
         # (begun from train.resume=PATH, that PATH continues it: auto would start a sweep's
-        # jobs not yet run afresh)
+        # jobs not yet run afresh); a refusal in a worker is no crash the same command gets
+        # past, hence "once mended" (it said to rerun a refused command: review)
         again = resume_command(run_dir, _in_multirun(), auto=asked in (None, "", "auto"))
         raise WorkerFailedError(
-            f"{err}; the complete checkpoints stay: {again} continues from {saved[-1].name}"
+            f"{err}; the complete checkpoints stay (newest: {saved[-1].name}): once what failed "
+            f"is mended, {again} continues from it"
         ) from None
 
 
