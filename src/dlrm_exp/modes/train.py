@@ -94,6 +94,7 @@ from dlrm_exp.record.tracking import Tracker, run_hparams
 from dlrm_exp.util.files import check_writable, write_json_atomic, write_text_atomic
 from dlrm_exp.util.rank_zero import on_rank_zero
 from dlrm_exp.util.substitution import Substitution, collectives_ran
+from dlrm_exp.util.text import step_text
 
 log = logging.getLogger(__name__)
 
@@ -640,22 +641,13 @@ def _utilization_lines(util: Mapping[str, Any]) -> list[str]:
     return lines + warnings
 
 
-def _step(step: float | None) -> str:
-    """A step as the summary prints it: a validation of a checkpoint's run resumed on another
-    world size or batch sits at a fractional step of this run's (``28.85``; it printed
-    ``28.846153846153847``: review)."""
-    if step is None or float(step).is_integer():
-        return str(step if step is None else int(step))
-    return f"{step:.2f}"
-
-
 def _best_lines(metrics: RunMetrics) -> list[str]:
     """Why training stopped early, and whose weights the val / test lines are."""
     lines = []
     epoch = metrics.best_epoch or 0.0
     if metrics.stop_reason == EARLY_STOPPING:
         after = (
-            f"stopped improving after step {_step(metrics.best_step)} (epoch {epoch:.2f}"
+            f"stopped improving after step {step_text(metrics.best_step)} (epoch {epoch:.2f}"
             if metrics.best_step is not None
             else "was never a finite number (a one-class validation split? a diverged model?"
         )
@@ -668,21 +660,22 @@ def _best_lines(metrics: RunMetrics) -> list[str]:
     if gaps:
         lines.append(
             "generalization gap (val log loss - train window log loss): "
-            + ", ".join(f"{g:+.4f} at step {_step(s)}" for s, g in gaps)
+            + ", ".join(f"{g:+.4f} at step {step_text(s)}" for s, g in gaps)
         )
     if metrics.weights == "best":
         final = metrics.final_weights
         lines.append(
-            f"val / test are the best validation's weights (step {_step(metrics.best_step)}, epoch "
-            f"{epoch:.2f}, val {metrics.monitor} {metrics.best_value:.4f}; checkpoints/best); "
+            f"val / test are the best validation's weights (step {step_text(metrics.best_step)}, "
+            f"epoch {epoch:.2f}, val {metrics.monitor} {metrics.best_value:.4f}; "
+            "checkpoints/best); "
             f"the final weights (step {metrics.steps}): val AUROC {final['val']['auroc']:.4f}, "
             f"test AUROC {final['test']['auroc']:.4f}"
         )
-        start = metrics.resumed.get("step")
-        if start is not None and metrics.best_step is not None and metrics.best_step <= start:
-            lines.append(  # (what-ran review: shown beside this run's settings, unsaid)
-                f"those weights were trained before this run resumed at step {start}, by the "
-                "checkpoint's run and in its settings; their val metrics are as it scored them"
+        if metrics.weights_from:  # (what-ran review: shown beside this run's settings, unsaid)
+            lines.append(
+                f"those weights were trained before this run resumed at step "
+                f"{metrics.resumed['step']}, by the checkpoint's run and in its settings; their "
+                "val metrics are as it scored them"
             )
     return lines
 
@@ -731,7 +724,7 @@ def summary(metrics: RunMetrics, run_dir: Path, logdir: str = "outputs") -> str:
         lines.append(read_summary(read))
     if metrics.target_auroc is not None:
         lines.append(
-            f"target AUROC {metrics.target_auroc} reached at step {_step(metrics.target_step)} "
+            f"target AUROC {metrics.target_auroc} reached at step {step_text(metrics.target_step)} "
             f"(epoch {metrics.target_epoch:.3f})"
             if metrics.reached_target
             else f"target AUROC {metrics.target_auroc} not reached in {metrics.steps} steps"

@@ -17,6 +17,7 @@ from typing import Any
 
 from dlrm_exp.util.files import read_json_object, write_json_atomic
 from dlrm_exp.util.substitution import collectives_ran
+from dlrm_exp.util.text import step_text
 
 COMPLETED = "completed"
 _TARGET_KEYS = ("target_auroc", "reached_target", "target_step", "target_epoch")
@@ -268,7 +269,7 @@ class RunMetrics:
         return (
             ""
             if self.best_step > start
-            else (f"before the resume at step {start} (best at step {self.best_step:g})")
+            else (f"before the resume at step {start} (best at step {step_text(self.best_step)})")
         )
 
     @property

@@ -14,3 +14,12 @@ def closest(word: str, choices: Iterable[str], cutoff: float = 0.6) -> str | Non
     for a "did you mean" hint; None when none is that close."""
     close = difflib.get_close_matches(word, list(choices), n=1, cutoff=cutoff)
     return close[0] if close else None
+
+
+def step_text(step: float | None) -> str:
+    """A training step as messages print it: whole, or where a validation of a checkpoint's
+    run was rescaled to another world size or batch, two decimals (``28.85``; it printed
+    ``28.846153846153847``: review)."""
+    if step is None or float(step).is_integer():
+        return str(step if step is None else int(step))
+    return f"{step:.2f}"
