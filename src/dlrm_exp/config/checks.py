@@ -86,7 +86,8 @@ def require_read(condition: bool, message: str, readers: Mapping[str, Reads]) ->
     )
 
 
-#: The config groups (``conf/<group>/``): a preset of one may set any of its keys.
+#: The config groups (``conf/<group>/``): a preset of one may set any of its keys; an override
+#: of one chooses an option, not a key (:data:`dlrm_exp.config.keys.SELECTORS`).
 GROUPS = frozenset({"data", "experiment", "hardware", "model", "optimizer", "qcomms", "sharding"})
 
 

@@ -28,6 +28,7 @@ from hydra.core.override_parser.types import Override, ValueType
 from hydra.errors import HydraException
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
+from dlrm_exp.config.checks import GROUPS
 from dlrm_exp.config.conf_tree import conf_dir
 from dlrm_exp.errors import ConfigError
 from dlrm_exp.util.text import closest
@@ -45,7 +46,7 @@ ALIASES = {
     "world_size": "hardware.nproc_per_node",
 }
 #: Config groups and other selectors whose override chooses an option, not a key.
-SELECTORS = {"model", "sharding", "optimizer", "qcomms", "data", "hardware", "experiment"}
+SELECTORS = set(GROUPS)
 
 
 def _is_dataclass_type(tp: object) -> bool:
