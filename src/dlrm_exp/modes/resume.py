@@ -236,8 +236,6 @@ def replace_attempt(run: TrainRun, start: TrainerState | None, tracker: Tracker)
         )
         if aside is not None:
             log.warning("the earlier attempt's TensorBoard points moved to %s", aside)
-        else:  # (it logged none: the checkpoint's validations are this run's history too)
-            tracker.log_history(start.val_history, start.train_windows)
 
 
 def _continue_history(tracker: Tracker, state: TrainerState, saved_step: int, forgot: bool) -> None:
@@ -250,10 +248,7 @@ def _continue_history(tracker: Tracker, state: TrainerState, saved_step: int, fo
     steps. In a folder of its own (another run's checkpoint), the validations kept are logged
     (:meth:`Tracker.log_history`)."""
     rescaled = saved_step != state.step
-    if not tracker.earlier:  # a folder of its own: the checkpoint's run's history is its too
-        tracker.log_history(state.val_history, state.train_windows)
-        return
-    if not (rescaled or forgot):
+    if not (rescaled or forgot) and tracker.earlier:  # (a folder of its own: history logged)
         tracker.purge_from(state.step + 1)
         return
     aside = tracker.restart_history(

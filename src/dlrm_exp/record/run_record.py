@@ -263,14 +263,10 @@ class RunMetrics:
         resumed, by the checkpoint's run under its world size and sharding: ``before the
         resume at step 20 (best at step 15)``; else empty (the summaries and HParams labelled
         them by the resumed run's settings alone: review)."""
-        start = self.resumed.get("step")
-        if self.weights != "best" or start is None or self.best_step is None:
+        start, best = self.resumed.get("step"), self.best_step
+        if self.weights != "best" or start is None or best is None or best > start:
             return ""
-        return (
-            ""
-            if self.best_step > start
-            else (f"before the resume at step {start} (best at step {step_text(self.best_step)})")
-        )
+        return f"before the resume at step {start} (best at step {step_text(best)})"
 
     @property
     def qcomms_ran(self) -> str:

@@ -175,9 +175,11 @@ class Tracker:
         in one; TensorBoard shows each as a run of its own), and log the checkpoint's
         ``validations`` and training ``windows`` again at their (rescaled) steps (``val/*``,
         ``train_window/*``), so this run's curves share one step unit. Returns the subfolder
-        (None: nothing was moved)."""
+        (None: nothing was moved; the history is logged all the same, as a folder of its own
+        lacked it: review)."""
         if not self.earlier or self.folder is None or self.writer is None:
-            return None  # (the writer opened only where something is logged)
+            self.log_history(validations, windows)  # (the writer opened only where it logs)
+            return None
         taken = {path.name for path in self.folder.iterdir()}
         free = (f"{aside}_{n}" if n > 1 else aside for n in range(1, len(taken) + 2))
         target = self.folder / next(name for name in free if name not in taken)
