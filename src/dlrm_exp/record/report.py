@@ -38,8 +38,9 @@ import glob
 import io
 import sys
 import textwrap
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any
 
 import matplotlib
@@ -233,40 +234,44 @@ def plot_throughput(runs: Sequence[RunRecord], path: Path) -> None:
 
 
 def val_auroc_curves(
-    runs: Sequence[RunRecord], per_step: dict[Path, float] | None = None
+    runs: Sequence[RunRecord], per_step: Mapping[Path, float] = MappingProxyType({})
 ) -> dict[tuple, list[str]]:
     """``{((step, val AUROC), ...): [names of the runs with exactly that curve]}`` (with
-    ``per_step``: samples, not steps)."""
+    ``per_step``, ``{run folder: samples a step, all ranks}`` of :func:`_samples_per_step`:
+    samples, not steps)."""
     curves: dict[tuple, list[str]] = {}
     for run in runs:
-        points = _val_points(run, (per_step or {}).get(run.path, 1.0))
+        points = _val_points(run, per_step)
         if points:
             curves.setdefault(points, []).append(run.name)
     return curves
 
 
-def _val_points(run: RunRecord, per_step: float = 1.0) -> tuple[tuple[float, float], ...]:
-    """A run's ``(step, val AUROC)`` points, those of its validations that have both; with
-    ``per_step``, the step as that many samples (:func:`_samples_per_step`)."""
+def _val_points(
+    run: RunRecord, per_step: Mapping[Path, float] = MappingProxyType({})
+) -> tuple[tuple[float, float], ...]:
+    """A run's ``(step, val AUROC)`` points, those of its validations that have both; where
+    ``per_step`` names the run, the step as that many samples (:func:`_samples_per_step`)."""
+    scale = per_step.get(run.path, 1.0)
     return tuple(
-        (h["step"] * per_step, h["auroc"])
+        (h["step"] * scale, h["auroc"])
         for h in run.metrics.val_history
         if h.get("auroc") is not None and h.get("step") is not None
     )
 
 
-def _samples_per_step(runs: Sequence[RunRecord]) -> dict[Path, float] | None:
+def _samples_per_step(runs: Sequence[RunRecord]) -> dict[Path, float]:
     """``{run folder: samples a step (all ranks)}`` where the runs' global batches differ
     (another world size or ``train.batch_size``): their steps are then no common axis (a
-    2-process run's curve looked twice as fast as the same run on 1 process: review); None
-    where they agree, or a run's cannot be told (no step trained)."""
+    2-process run's curve looked twice as fast as the same run on 1 process: review); empty
+    where they agree, or where a run's cannot be told (no step trained)."""
     batches = {
         run.path: run.metrics.train_samples / run.metrics.steps
         for run in runs
         if run.metrics.steps and run.metrics.train_samples
     }
     if len(batches) < len(runs) or len({round(b) for b in batches.values()}) < 2:
-        return None
+        return {}
     return batches
 
 
@@ -316,7 +321,7 @@ def plot_val_auroc(runs: Sequence[RunRecord], path: Path) -> None:
 
 
 def _mean_curves(
-    runs: Sequence[RunRecord], per_step: dict[Path, float] | None = None
+    runs: Sequence[RunRecord], per_step: Mapping[Path, float] = MappingProxyType({})
 ) -> list[tuple[str, tuple, str]]:
     """``[(configuration label, ((step, mean val AUROC), ...), note)]``, one per configuration
     (``config_id``; labelled as the statistics label it, what ran included) when there are two
@@ -332,8 +337,7 @@ def _mean_curves(
     curves = []
     for group in groups.values():
         by_step: dict[float, list[float]] = {}
-        scale = per_step or {}
-        points_of = (_val_points(run, scale.get(run.path, 1.0)) for run in group)
+        points_of = (_val_points(run, per_step) for run in group)
         for step, auroc in (point for points in points_of for point in points):
             by_step.setdefault(step, []).append(auroc)
         steps = sorted(by_step)
