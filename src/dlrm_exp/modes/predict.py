@@ -201,8 +201,8 @@ def _predict(cfg: Config, job: Job, output: Path) -> dict:
     labeled = _labeled_files(files, cfg.predict.has_label)
     schema = SCHEMA if all(labeled.values()) else UNLABELED_SCHEMA
 
-    def write(model: Logits, step: int) -> None:
-        with pq.ParquetWriter(partial, made_by(schema, path, step)) as writer:
+    def write(model: Logits, made: dict[str, str]) -> None:
+        with pq.ParquetWriter(partial, schema.with_metadata(made)) as writer:
             for file in files:
                 _predict_file(cfg, file, labeled[file], model, writer, report)
 
@@ -247,13 +247,14 @@ def _score(
     cfg: Config,
     path: Path,
     partial: Path,
-    write: Callable[[Logits, int], Result],
+    write: Callable[[Logits, dict[str, str]], Result],
     id_kinds: dict[str, str],
 ) -> tuple[int, Result]:
     """The checkpoint at ``path`` loaded onto a one-process model in eval mode (refused if
     it was trained on other id policies or, for ``id_kinds``, ids of another type), and
-    ``write(model, step)`` run under ``torch.no_grad()`` to fill ``partial`` (removed if it
-    fails); returns the checkpoint's step and what ``write`` returned."""
+    ``write(model, metadata)`` run under ``torch.no_grad()`` to fill ``partial`` (removed if
+    it fails; ``metadata``: :func:`made_by`'s); returns the checkpoint's step and what
+    ``write`` returned."""
     with process_group(cfg.hardware) as ctx:
         experiment = build_experiment(cfg, ctx, init_weights=False)
         saved = load_model_weights(
@@ -270,7 +271,8 @@ def _score(
         try:
             with torch.no_grad():
                 step = int(saved["step"])
-                return step, write(_logits_on(experiment.model, ctx.device), step)
+                made = made_by(path, step)  # the file's metadata
+                return step, write(_logits_on(experiment.model, ctx.device), made)
         except BaseException:
             partial.unlink(missing_ok=True)
             raise
@@ -283,7 +285,7 @@ def _run_parquet(cfg: Config, job: Job, path: Path, output: Path, partial: Path)
         cfg,
         path,
         partial,
-        lambda model, step: predict_parquet(cfg, inputs, model, partial, (path, step)),
+        lambda model, made: predict_parquet(cfg, inputs, model, partial, made),
         inputs.id_kinds,
     )
     publish_file(partial, output)  # synced: the report written next vouches for it

@@ -104,20 +104,19 @@ def read_inputs(cfg: Config) -> PredictInputs:
     return PredictInputs(files, labeled, feature_id_kinds(kinds, schema))
 
 
-def made_by(schema: pa.Schema, checkpoint: Path, step: int) -> pa.Schema:
-    """``schema`` with the checkpoint that scored the rows in its key-value metadata
-    (``dlrm_exp.checkpoint``: the folder, resolved; ``dlrm_exp.step``: its step, since a
-    ``best`` folder is replaced as its run trains on): the file says which model made it,
-    as ``predict_report.json`` beside it cannot once it is written elsewhere (reviews)."""
-    made = {"dlrm_exp.checkpoint": str(checkpoint.resolve()), "dlrm_exp.step": str(step)}
-    return schema.with_metadata(made)
+def made_by(checkpoint: Path, step: int) -> dict[str, str]:
+    """The key-value metadata predictions carry: the checkpoint that scored the rows
+    (``dlrm_exp.checkpoint``: the folder, resolved) and its step (``dlrm_exp.step``, since a
+    ``best`` folder is replaced as its run trains on): the file says which model made it, as
+    ``predict_report.json`` beside it cannot once it is written elsewhere (reviews)."""
+    return {"dlrm_exp.checkpoint": str(checkpoint.resolve()), "dlrm_exp.step": str(step)}
 
 
 def predict_parquet(
-    cfg: Config, inputs: PredictInputs, model: Logits, output: Path, made: tuple[Path, int]
+    cfg: Config, inputs: PredictInputs, model: Logits, output: Path, made: dict[str, str]
 ) -> dict[str, int]:
     """Score every row of ``inputs`` (from :func:`read_inputs`) with ``model`` (in eval mode,
-    under ``no_grad``; ``made``: the checkpoint it was loaded from and its step) into
+    under ``no_grad``; ``made``: the file's metadata, :func:`made_by`) into
     ``output`` (a ``.partial`` file the caller renames); returns ``{"files": n,
     "rows_written": n}``.
 
@@ -129,7 +128,7 @@ def predict_parquet(
     files, labeled = inputs.files, inputs.labeled
     # a label column where any file has one, null for the rows of files without (a file of
     # rows to score beside labelled ones dropped every file's labels: review)
-    out_schema = made_by(OUTPUT if any(labeled.values()) else OUTPUT.remove(3), *made)
+    out_schema = (OUTPUT if any(labeled.values()) else OUTPUT.remove(3)).with_metadata(made)
     keys = cfg.model.feature_names
     rows = 0
     with pq.ParquetWriter(output, out_schema) as writer:
