@@ -30,6 +30,17 @@ _ONE_SPLIT = {
     "data.shuffle_training_set": "train",
     "data.shuffle_batches": "train",
 }
+#: The suffix of the setting that records the files an input path names
+#: (``data.path.files``: :func:`dlrm_exp.data.input_digests`); no key of the config.
+FILES = ".files"
+
+
+def input_path_key(key: str) -> str:
+    """The input path setting a files digest belongs to (``data.path.files`` ->
+    ``data.path``); any other key as it is."""
+    return key.removesuffix(FILES)
+
+
 #: The schema keys of a feature that do not change how its ids are read.
 _NOT_DECODING = (".pooling_factor", ".eviction_policy", ".eviction_interval", ".table")
 
@@ -228,7 +239,7 @@ class FileSplitsConfig(DataConfig):
         of managed tables or the ``table`` a feature shares)."""
         if key.startswith("data.schema."):
             return not key.endswith(_NOT_DECODING)
-        key = key.removesuffix(".files")  # the files a path names (modes.train.job_settings)
+        key = input_path_key(key)  # the files a path names (modes.train.job_settings)
         if "train" in splits:
             return key.startswith("data.")
         return any(key in self._decided_by(split) for split in splits)
@@ -246,7 +257,7 @@ class FileSplitsConfig(DataConfig):
         next) moves no row of ``splits``: only whether that split is cut from ``data.path``
         does (a resume with another test file forgot its validations: review)."""
         other = {f"data.{s}_path" for s in ("val", "test")} - {f"data.{s}_path" for s in splits}
-        if key.removesuffix(".files") in other and was and now:
+        if input_path_key(key) in other and was and now:
             return False
         return self.decides_rows(key, splits)
 

@@ -26,6 +26,7 @@ from dlrm_exp.config import (
     ParquetDataConfig,
     SyntheticDataConfig,
 )
+from dlrm_exp.config.data import FILES
 from dlrm_exp.data.batches import ClickData, iter_batches, per_rank_sizes
 from dlrm_exp.data.criteo_npy import load_criteo_npy
 from dlrm_exp.data.criteo_tsv import check_skipped_rows, criteo_id_kinds, load_criteo_tsv
@@ -87,7 +88,7 @@ def input_digests(cfg: DataConfig) -> dict[str, str]:
     digests = {}
     for key, paths in cfg.input_paths().items():
         try:
-            digests[f"{key}.files"] = files_digest(_resolver(cfg)(paths, key))
+            digests[f"{key}{FILES}"] = files_digest(_resolver(cfg)(paths, key))
         except (DataError, OSError):
             continue
     return digests

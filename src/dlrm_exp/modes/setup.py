@@ -16,6 +16,7 @@ from torchrec.datasets.utils import Batch
 from torchrec.distributed.types import ShardingPlan
 
 from dlrm_exp.config import Config, EmbeddingDataType, FileSplitsConfig
+from dlrm_exp.config.data import input_path_key
 from dlrm_exp.config.keys import flat_settings
 from dlrm_exp.data import (
     ClickData,
@@ -368,7 +369,7 @@ def warn_other_data_source(
     Other files of one source (another day) are not warned about: scoring them is what
     evaluate is for."""
     recorded = {  # (data.path.files: the files' digest, no key of the config)
-        k for k in saved.get("settings") or {} if k.startswith("data.") and not k.endswith(".files")
+        k for k in saved.get("settings") or {} if k.startswith("data.") and input_path_key(k) == k
     }
     here = set(flat_settings("data", cfg.data))
     if not recorded or not recorded - here:
