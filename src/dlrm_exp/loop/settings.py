@@ -98,4 +98,6 @@ def sweep_job(swept: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def resolved_path(path: str) -> str:
+    """``path`` (``~`` expanded, relative to where the job started) as the absolute path it
+    names, symlinks followed; the file need not exist."""
     return str(Path(path).expanduser().resolve())

@@ -33,7 +33,6 @@ from dlrm_exp.loop.run_folder import (
 )
 from dlrm_exp.loop.settings import changed_settings, validation_changes
 from dlrm_exp.loop.trainer import Trainer, TrainerState
-from dlrm_exp.modes.job import Job
 from dlrm_exp.modes.setup import (
     warn_dtype_change,
     warn_list,
@@ -65,8 +64,10 @@ def warn_other_data_order(saved: dict[str, Any], cfg: Config, world_size: int) -
     )
 
 
-def checkpoint_to_resume(cfg: Config, job: Job) -> Path | None:
-    """The checkpoint ``train.resume`` names (None: start fresh, also when ``auto`` finds none).
+def checkpoint_to_resume(cfg: Config, run_dir: Path, multirun: bool) -> Path | None:
+    """The checkpoint ``train.resume`` names for a run in ``run_dir`` (None: start fresh, also
+    when ``auto`` finds none); ``multirun``: a sweep's job (its refusal names
+    ``hydra.sweep.dir``).
 
     Raises:
         CheckpointError: the path is not a complete checkpoint folder, or one this run folder
@@ -74,18 +75,18 @@ def checkpoint_to_resume(cfg: Config, job: Job) -> Path | None:
     """
     if not cfg.train.resume:
         return None
-    path = resolve_resume(cfg.train.resume, job.run_dir)
+    path = resolve_resume(cfg.train.resume, run_dir)
     if path is None:
-        log.info("train.resume=auto: no complete checkpoint in %s, starting fresh", job.run_dir)
+        log.info("train.resume=auto: no complete checkpoint in %s, starting fresh", run_dir)
         return None  # (a stale best goes once the run passed its checks: replace_attempt)
     auto = cfg.train.resume == "auto"  # the newest: none is later
-    later = [] if auto else later_checkpoints(job.run_dir, path)
+    later = [] if auto else later_checkpoints(run_dir, path)
     if later:
         raise CheckpointError(
             f"train.resume={cfg.train.resume}: this run folder holds later checkpoints "
             f"({first_few([p.name for p in later])}); training on from an earlier one here "
             "would mix the two runs (pruning and train.resume=auto take the later ones): "
-            f"resume into {other_folder(job.multirun)}, or remove them"
+            f"resume into {other_folder(multirun)}, or remove them"
         )
     return path
 

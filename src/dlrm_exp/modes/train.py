@@ -170,7 +170,7 @@ def _check_folder(cfg: Config, run_dir: Path, swept: Mapping[str, Any]) -> None:
     # ones than) rather than in a worker, whose failure the hint to rerun the same command
     # followed (review)
     if cfg.train.resume not in (None, "", "auto"):  # (auto finds the newest, or none)
-        checkpoint_to_resume(cfg, Job(run_dir, {}, None, dict(swept), multirun=multirun))
+        checkpoint_to_resume(cfg, run_dir, multirun)
 
 
 def _in_multirun() -> bool:
@@ -205,7 +205,7 @@ def train_worker(
         # ranks that loaded different steps would train apart, then hang
         resume_path, replaces = on_rank_zero(  # before building
             lambda: (
-                checkpoint_to_resume(cfg, job),
+                checkpoint_to_resume(cfg, job.run_dir, job.multirun),
                 replaces_attempt(job.run_dir, cfg.train.resume),
             )
         )
