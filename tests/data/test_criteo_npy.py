@@ -394,13 +394,18 @@ def test_the_id_range_of_a_day_taken_in_blocks_is_the_whole_days(monkeypatch):
 
 
 def test_the_files_digest_of_a_day_folder_is_of_its_day_files(tmp_path):
-    """A preprocess run again rewrites its reports in the folder: the digest a checkpoint
-    records moved, and every resume forgot its validations (diff review)."""
+    """A preprocess run again rewrites its reports in the folder, and a contiguous-id one keeps
+    the raw ids beside the days: the digest a checkpoint records moved when either changed,
+    and every resume forgot its validations (diff review, re-read)."""
     from dlrm_exp.data import input_digests
 
-    (tmp_path / "day_0_dense.npy").write_bytes(b"0")
-    (tmp_path / "preprocess_report.json").write_text("{}")
+    for kind in ("dense", "sparse", "labels", "sparse_raw"):
+        (tmp_path / f"day_0_{kind}.npy").write_bytes(b"0")
+    (tmp_path / "notes.txt").write_text("a")  # (a report is read as preprocess's folder)
     cfg = CriteoNpyDataConfig(path=str(tmp_path))
     before = input_digests(cfg)
-    (tmp_path / "preprocess_report.json").write_text('{"rows_written": 0}')
-    assert input_digests(cfg) == before and before["data.path.files"].startswith("1 file, ")
+    (tmp_path / "notes.txt").write_text("ab")
+    (tmp_path / "day_0_sparse_raw.npy").unlink()
+    assert input_digests(cfg) == before and before["data.path.files"].startswith("3 files, ")
+    (tmp_path / "day_1_dense.npy").write_bytes(b"0")  # a day without its other files: none
+    assert input_digests(cfg) == {}

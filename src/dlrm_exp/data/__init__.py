@@ -14,7 +14,6 @@ May import: config, util, errors.
 import logging
 from collections.abc import Callable
 from dataclasses import replace
-from functools import partial
 from pathlib import Path
 
 from dlrm_exp.config import (
@@ -28,7 +27,7 @@ from dlrm_exp.config import (
 )
 from dlrm_exp.config.data import FILES
 from dlrm_exp.data.batches import ClickData, iter_batches, per_rank_sizes
-from dlrm_exp.data.criteo_npy import load_criteo_npy
+from dlrm_exp.data.criteo_npy import day_files, load_criteo_npy
 from dlrm_exp.data.criteo_tsv import check_skipped_rows, criteo_id_kinds, load_criteo_tsv
 from dlrm_exp.data.multi_hot import MultiHot
 from dlrm_exp.data.parquet import ParquetSplit, load_parquet
@@ -70,12 +69,21 @@ def check_input_paths(cfg: DataConfig, scored: tuple[str, ...] | None = None) ->
 
 def _resolver(cfg: DataConfig) -> Callable[[list[str], str], list[Path]]:
     """How ``cfg``'s source turns a key's paths into files (Parquet: globs, ``*.parquet``;
-    a folder of npy days: the day files, not the reports ``mode=preprocess`` rewrites)."""
+    a folder of npy days: its day files, :func:`~dlrm_exp.data.criteo_npy.day_files`)."""
     if isinstance(cfg, ParquetDataConfig):
         return resolve_parquet_paths
     if isinstance(cfg, (CriteoNpyDataConfig, CriteoMultiHotDataConfig)):
-        return partial(resolve_paths, folder_files="day_*.npy")
+        return _npy_files
     return resolve_paths
+
+
+def _npy_files(paths: list[str], key: str) -> list[Path]:
+    """The day files of each folder in ``paths`` (a file: itself), for ``key``."""
+    files: list[Path] = []
+    for path in paths:
+        folder = Path(path).expanduser()
+        files += day_files(folder) if folder.is_dir() else resolve_paths([path], key)
+    return files
 
 
 def input_digests(cfg: DataConfig) -> dict[str, str]:

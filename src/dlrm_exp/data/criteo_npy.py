@@ -99,6 +99,19 @@ def find_days(folder: Path, table_sizes: list[int] | None = None) -> list[int]:
     return days
 
 
+def day_files(folder: Path) -> list[Path]:
+    """The files of the days :func:`find_days` finds in ``folder``, day by day (dense, sparse,
+    labels): what a checkpoint's digest of ``data.path`` is of
+    (:func:`~dlrm_exp.data.input_digests`), not the reports ``mode=preprocess`` rewrites nor
+    the raw ids a contiguous-id preprocess keeps beside the days (``day_<n>_sparse_raw.npy``:
+    deleting them changed the digest, and a resume forgot its validations: re-read).
+
+    Raises:
+        DataError: as :func:`find_days`.
+    """
+    return [folder / f"day_{day}_{kind}.npy" for day in find_days(folder) for kind in _KINDS]
+
+
 def _check_conversions(folder: Path, days: list[int], table_sizes: list[int] | None) -> None:
     """In a folder ``mode=preprocess`` wrote (it holds its day markers), every day's
     conversion finished (its ``day_<n>.json``, written last) and, with contiguous ids, so did
