@@ -599,6 +599,11 @@ def test_evaluate_warns_when_the_split_or_the_generated_data_differ(caplog):
         warn_other_data_values({"settings": {"data.test_path": ["t.tsv"]}}, test)
         assert "data.test_path=['t.tsv'] (here [])" in caplog.text
         caplog.clear()
+        # compared as a resume compares (loop.settings): the record holds inf as null (re-read)
+        inf = compose_cfg(["mode=evaluate", "checkpoint=x", "data.categorical_signal=inf"])
+        warn_other_data_values({"settings": {"data.categorical_signal": None}}, inf)
+        assert caplog.text == ""
+        caplog.clear()
         files = compose_cfg(["mode=evaluate", "checkpoint=x", "data=criteo_tsv", "data.path=a.tsv",
                              "data.val_path=v.tsv", "data.test_path=t.tsv"])  # fmt: skip
         other_days = {"data.val_path": ["v1.tsv"], "data.test_path": ["t1.tsv"]}

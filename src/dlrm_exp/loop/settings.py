@@ -18,14 +18,15 @@ def changed_settings(saved: dict[str, Any] | None, job: dict[str, Any] | None) -
     changes from the checkpoint's, sorted; only keys both record (a key added by a later
     version is no change), values as the update sees them (:func:`as_update`); none when
     either side has no record."""
-    return [f"{key} {was} -> {now}" for key, was, now in _changes(saved, job)]
+    return [f"{key} {was} -> {now}" for key, was, now in setting_changes(saved, job)]
 
 
 Settings = dict[str, Any] | None
 
 
-def _changes(saved: Settings, job: Settings) -> list[tuple[str, Any, Any]]:
-    """``(key, old, new)`` of :func:`changed_settings`."""
+def setting_changes(saved: Settings, job: Settings) -> list[tuple[str, Any, Any]]:
+    """``(key, old, new)`` of :func:`changed_settings`: the values as each side has them,
+    compared as the update sees them (:func:`as_update`)."""
     if not saved or not job:
         return []
     return [
@@ -47,7 +48,7 @@ def validation_changes(
     checkpoint's validations then measure another task than this run's."""
     return [
         f"{key} {was} -> {now}"
-        for key, was, now in _changes(saved, job)
+        for key, was, now in setting_changes(saved, job)
         if key == "data" or differ(key, was, now)
     ]
 

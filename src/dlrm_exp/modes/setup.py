@@ -39,6 +39,7 @@ from dlrm_exp.errors import ConfigError
 from dlrm_exp.factories.experiment import Experiment, TrainWrapper, build_experiment, build_module
 from dlrm_exp.loop.checkpoint import CheckpointError, SafeFileSystemReader, run_folder_of
 from dlrm_exp.loop.run_origin import data_overrides
+from dlrm_exp.loop.settings import setting_changes
 from dlrm_exp.modes.job import Job
 from dlrm_exp.planning.job import check_ranks_per_host, plan_job
 from dlrm_exp.planning.tables import DTYPE_NAMES, is_table_key, table_of_key
@@ -342,15 +343,18 @@ def warn_other_data_values(saved: dict[str, Any], cfg: Config) -> None:
     click model, scored near 0.5 AUROC; a split file the run read and this job does not (or
     the other way) moves the cut of ``data.path``. A split read from a file of its own takes
     no fraction, test's rows none of validation's, and the planner's schema keys decode
-    nothing (each an untrue warning: diff review, re-read)."""
+    nothing (each an untrue warning: diff review, re-read). Values compare as a resume's do
+    (:func:`~dlrm_exp.loop.settings.setting_changes`: inf, recorded as null, is no change)."""
     recorded = saved.get("settings") or {}
     here = {"seed": cfg.seed, **flat_settings("data", cfg.data)}
     splits = _scored_with_rows(cfg)
     if not splits:  # (nothing scored: refused elsewhere)
         return
-    differ = [f"{k}={recorded[k]} (here {here[k]})" for k in recorded
-              if k in here and recorded[k] != here[k] and not _other_files(k, here[k], splits)
-              and cfg.data.rows_differ(k, recorded[k], here[k], splits)]  # fmt: skip
+    differ = [
+        f"{k}={was} (here {now})"
+        for k, was, now in setting_changes(recorded, here)
+        if not _other_files(k, now, splits) and cfg.data.rows_differ(k, was, now, splits)
+    ]
     if differ:
         log.warning(
             "the checkpoint's run read its data with %s: this job scores other rows than the "
