@@ -563,6 +563,19 @@ def test_tables_over_the_hbm_are_told_the_ways_that_keep_every_row():
     with pytest.raises(InsufficientMemoryError) as info:
         plan_job(small, _meta_model(small))
     assert "keeping every row" not in str(info.value)
+    # table_wise: a table larger than a rank's HBM (fp16) or DDR (uvm) is no way, though the
+    # totals fit (both were offered and each refused when taken: review)
+    whole = ["hardware=a100_40gb_x8", "model=criteo_full", "sharding=tablewise"]
+    with pytest.raises(InsufficientMemoryError) as info:
+        plan_job(compose_cfg(whole), _meta_model(compose_cfg(whole)))
+    assert "keeping every row" not in str(info.value)
+    halved = compose_cfg([*whole, "model.embedding_data_type=fp16"])
+    with pytest.raises(InsufficientMemoryError) as info:
+        plan_job(halved, _meta_model(halved))
+    assert str(info.value).splitlines()[-1].startswith("Or, keeping every row: keep the rows in")
+    uvm = compose_cfg([*whole, "model.embedding_data_type=fp16",
+                       "sharding.compute_kernel=fused_uvm_caching"])  # fmt: skip
+    plan_job(uvm, _meta_model(uvm))  # the advice plans
 
 
 def test_tables_split_between_uvm_and_device_kernels_are_explained_by_their_own_memory():

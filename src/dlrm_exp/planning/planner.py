@@ -4,6 +4,7 @@ with its failures turned into one message each."""
 import itertools
 import math
 from collections.abc import Callable, Sequence
+from functools import partial
 from typing import Any
 
 import torch
@@ -197,45 +198,68 @@ def insufficient_memory_message(
     alone = whole_shards(each, whole_tables or [])
     more = _more_ranks(storage, replicated, per_rank, alone, ranks_per_node)
     largest = _largest_piece(each, whole_tables or [], world_size, alone)
-    held = _tables_fit(storage, replicated, world_size, per_rank, (largest, alone))
+    whole_replicas = replicated.total_bytes if replicated is not None else 0
+    held = _tables_fit(storage.total_bytes, whole_replicas, world_size, per_rank, (largest, alone))
     if held is not None:
         fix = _batch_advice(held, offered, batch_size)
     else:  # the two caps' searches only where they are offered
         fix = _cap_advice(shape, layout, whole, offered, world_size, more)
-    gpu = device_kind == "HBM" and not (replicated and replicated.total_bytes)
-    ways = _gpu_ways(storage, shape[:2], types, capacity, world_size, pinned_dtypes) if gpu else ""
+    ways = ""
+    if device_kind == "HBM" and not whole_replicas:
+        placed = partial(_shares_fit, pieces=whole_tables or [], world_size=world_size)
+        ways = _gpu_ways(storage, (shape, types), capacity, world_size, (pinned_dtypes, placed))
     return "\n".join([*lines, fix, *([ways] if ways else [])])
+
+
+def _shares_fit(
+    table_bytes: list[float], per_rank: float, pieces: list[int], world_size: int
+) -> bool:
+    """Whether tables of ``table_bytes`` each (none data_parallel) fit ``world_size`` ranks of
+    ``per_rank`` bytes as :func:`_tables_fit` places them, ``pieces``: each table's shards
+    lying whole on one rank (0: split over the ranks)."""
+    alone = whole_shards(table_bytes, pieces)
+    largest = _largest_piece(table_bytes, pieces, world_size, alone)
+    pieces_held = (largest, alone)
+    return _tables_fit(sum(table_bytes), 0, world_size, per_rank, pieces_held) is not None
 
 
 def _gpu_ways(
     storage: EmbeddingStorage,
-    shape: tuple[list[int], int],
-    types: list[EmbeddingDataType],
+    tables: tuple[tuple, list[EmbeddingDataType]],
     capacity: MemoryCapacity,
     world_size: int,
-    pinned_dtypes: bool,
+    rules: tuple[bool, Callable[[list[float], int], bool]],
 ) -> str:
     """The ways on a GPU to keep every row of tables that overflow the HBM (GPU review: only
     caps and more ranks were offered): their rows in host memory (``fused_uvm_caching``)
     where the ranks' DDR holds them, and fp16 weights where the halved tables fit the HBM;
-    both counted in all (placing each rank's share is the planner's). ``shape``: the tables'
-    rows and embedding_dim; ``""`` when neither fits."""
+    each only where the tables are also placed so (``rules``: whether a table's dtype is set
+    on its own, which the default would not change, and whether tables of these bytes each
+    fit ranks of those bytes, :func:`_shares_fit`): a table_wise table larger than a rank
+    was offered both, each refused when taken (review). ``tables``: (rows, embedding_dim,
+    optimizer) and the tables' dtypes; ``""`` when neither fits."""
+    (sizes, dim, optimizer), types = tables
+    pinned_dtypes, placed = rules
     ways = []
+    each = [n * row_bytes(dim, t, optimizer) for n, t in zip(sizes, types, strict=True)]
     ddr = usable_bytes(capacity.ddr_bytes) * world_size
-    if storage.total_bytes <= ddr:
+    if storage.total_bytes <= ddr and placed(each, capacity.ddr_bytes):
         ways.append(
             "keep the rows in host memory, cached in HBM: sharding.compute_kernel="
             f"fused_uvm_caching ({storage.total_bytes / GIB:.2f} GiB of the "
             f"{ddr / GIB:.2f} GiB of DDR the ranks give tables)"
         )
-    sizes, dim = shape
-    half = EmbeddingDataType.fp16.element_bytes
-    saved = sum(n * dim * (t.element_bytes - half) for n, t in zip(sizes, types, strict=True))
-    hbm = usable_bytes(capacity.hbm_bytes or 0) * world_size
-    if saved and not pinned_dtypes and storage.total_bytes - saved <= hbm:
+    fp16 = EmbeddingDataType.fp16
+    halved = [t if t.element_bytes <= fp16.element_bytes else fp16 for t in types]
+    each16 = [n * row_bytes(dim, t, optimizer) for n, t in zip(sizes, halved, strict=True)]
+    saved = sum(each) - sum(each16)
+    hbm = capacity.hbm_bytes or 0
+    fits = storage.total_bytes - saved <= usable_bytes(hbm) * world_size and placed(each16, hbm)
+    if saved and not pinned_dtypes and fits:
         ways.append(
             f"train fp16 tables: model.embedding_data_type=fp16 "
-            f"({(storage.total_bytes - saved) / GIB:.2f} GiB of {hbm / GIB:.2f})"
+            f"({(storage.total_bytes - saved) / GIB:.2f} GiB of "
+            f"{usable_bytes(hbm) * world_size / GIB:.2f})"
         )
     return f"Or, keeping every row: {'; or '.join(ways)}." if ways else ""
 
@@ -303,25 +327,25 @@ def _largest_piece(
 
 
 def _tables_fit(
-    storage: EmbeddingStorage,
-    replicated: EmbeddingStorage | None,
+    total: float,
+    whole: float,
     world_size: int,
     per_rank: int,
     pieces: tuple[float, list[float]],
-) -> int | None:
-    """The bytes the tables take over all ranks (the data_parallel ones once per rank) when
-    they fit what the planner gives tables: in all, on each rank its data_parallel tables
-    beside the largest piece one rank holds (``pieces``: that piece's bytes, a table_wise
-    table, a column_wise shard or a split table's even share; and the bytes of each shard
-    lying whole on one rank), and those whole shards packed onto the ranks beside an even
-    share of the split tables (:func:`~dlrm_exp.planning.storage.packs`: five 19 GiB tables
-    and a 1.5 GiB one on 5 ranks of 20 GiB fit in all, but not as placed); else None."""
+) -> float | None:
+    """The bytes tables of ``total`` bytes take over all ranks (the data_parallel ones,
+    ``whole`` bytes, once per rank) when they fit what the planner gives tables: in all, on
+    each rank its data_parallel tables beside the largest piece one rank holds (``pieces``:
+    that piece's bytes, a table_wise table, a column_wise shard or a split table's even
+    share; and the bytes of each shard lying whole on one rank), and those whole shards
+    packed onto the ranks beside an even share of the split tables
+    (:func:`~dlrm_exp.planning.storage.packs`: five 19 GiB tables and a 1.5 GiB one on 5
+    ranks of 20 GiB fit in all, but not as placed); else None."""
     largest, alone = pieces
-    whole = replicated.total_bytes if replicated is not None else 0
-    held = storage.total_bytes + whole * (world_size - 1)
+    held = total + whole * (world_size - 1)
     usable = usable_bytes(per_rank)
     fits_all = held <= usable_bytes(per_rank * world_size) and whole + largest <= usable
-    spread = storage.total_bytes - whole - sum(alone)  # the tables split over the ranks
+    spread = total - whole - sum(alone)  # the tables split over the ranks
     placed = packs(alone, spread / world_size, world_size, usable - whole)
     return held if fits_all and placed else None
 
