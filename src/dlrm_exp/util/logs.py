@@ -1,8 +1,9 @@
 """Console hygiene: keep library chatter (TorchRec planner INFO lines, FBGEMM's INFO lines on
 the root logger, known deprecation warnings from TorchRec and torch.fx) out of the user's
 terminal and log file; our own INFO lines and every library WARNING or worse stay, but for
-those a run replaces by its own line (``_REPLACED_PATHS``) and FBGEMM's import-time "no entry"
-warning of a tested release pair (:mod:`dlrm_exp.util.fbgemm_compat`)."""
+those a run replaces by its own line (``_REPLACED_PATHS``), TorchRec's per-table notes on
+data_parallel tables (``_NOISE``) and FBGEMM's import-time "no entry" warning of a tested
+release pair (:mod:`dlrm_exp.util.fbgemm_compat`)."""
 
 import logging
 import warnings
@@ -15,15 +16,27 @@ _NOISY_PATHS = ("/fbgemm_gpu/", "/torchrec/")
 #: in FP16/BF16; the run reads the codecs back from the built model and says so once, only when
 #: it happened (:mod:`dlrm_exp.util.substitution`).
 _REPLACED_PATHS = ("/torchrec/distributed/fbgemm_qcomm_codec.py",)
+#: TorchRec's warnings of what every data_parallel table is (not a problem): one per table and
+#: rank of its sharder ("caching params will be ignored", whether or not any were given), and
+#: one per table of its planner (a replicated table has no sharding spec); a 2-rank run of
+#: ``model=tiny`` printed 52 lines (planning review).
+_NOISE = (
+    ("/torchrec/distributed/utils.py", "Sharding Type is data_parallel, caching params"),
+    ("/torchrec/distributed/utils.py", "Compute Kernel is dense, caching params"),
+    ("/torchrec/distributed/planner/planners.py", "Sharding spec not found for "),
+)
 
 
 class _LibraryInfoFilter(logging.Filter):
     """Drops records below WARNING emitted from FBGEMM or TorchRec source files (FBGEMM logs
     its kernel arguments through the root logger, so logger names cannot catch them), and every
-    record of the sources in ``_REPLACED_PATHS``."""
+    record of the sources in ``_REPLACED_PATHS`` and of ``_NOISE``."""
 
     def filter(self, record: logging.LogRecord) -> bool:
         if any(record.pathname.endswith(p) for p in _REPLACED_PATHS):
+            return False
+        text = str(record.msg)
+        if any(record.pathname.endswith(p) and text.startswith(m) for p, m in _NOISE):
             return False
         if record.levelno >= logging.WARNING:
             return True
@@ -52,6 +65,13 @@ def quiet_libraries() -> None:
     # Raised with the caller's location whenever a sharded model's state dict is read (TorchRec
     # still returns ShardedTensors); nothing a user of this framework can act on.
     warnings.filterwarnings("ignore", message=r".*deprecating ShardedTensor.*")
+    # FBGEMM registers the CPU lookup of data_parallel (dense-kernel) tables without an
+    # autograd kernel, and torch warns of "silently incorrect behavior" at each backward's
+    # first pass; the gradients are right: mode=verify of sharding=dataparallel on 2 ranks
+    # deviates 5.4e-07 in the tables from one unsharded process (fp32, 20 steps).
+    warnings.filterwarnings(
+        "ignore", message=r"fbgemm::dense_embedding_codegen_lookup_function: an autograd kernel"
+    )
 
 
 def configure_worker_logging(log_file: Path | None) -> None:
