@@ -20,6 +20,7 @@ from dlrm_exp.modes.job import Job, ModeResult
 from dlrm_exp.planning.estimates import imbalance
 from dlrm_exp.planning.job import plan_job, tables_storage
 from dlrm_exp.planning.plan_record import plan_record, plan_text, replicated_tables
+from dlrm_exp.planning.planner import usable_bytes
 from dlrm_exp.planning.storage import GIB
 from dlrm_exp.planning.tables import table_configs
 from dlrm_exp.planning.topology import memory_capacity
@@ -71,6 +72,10 @@ def run_plan(cfg: Config, run_dir: Path) -> dict[str, Any]:
             "ddr": imbalance([e.ddr_bytes for e in estimates]),
             "perf": imbalance([e.total_ms for e in estimates]),
         }
+    if result.held_per_rank is not None:  # a replayed plan: its shards' bytes, no estimate
+        held = {kind.lower(): list(v) for kind, v in result.held_per_rank.items()}
+        record["held_per_rank"] = held
+        record["imbalance"] = {kind: imbalance(v) for kind, v in held.items()}
     write_text_atomic(run_dir / "plan.txt", plan_text(result.plan) + "\n")
     write_json_atomic(run_dir / "plan.json", record)
     return record
@@ -85,10 +90,10 @@ def run(cfg: Config, job: Job) -> ModeResult:
 def summary(record: dict[str, Any], run_dir: Path) -> str:
     """The lines ``mode=plan`` prints: tables, ranks against capacity, totals, imbalance."""
     hw, storage = record["hardware"], record["storage"]
-    lines = [
+    hbm = f"{hw['hbm_cap_gib_per_rank']:.2f} GiB HBM + " if hw["hbm_cap_gib_per_rank"] else ""
+    lines = [  # (whole GiB read "0 GiB HBM + 12 GiB DDR" above "of 11.77 GiB DDR": review)
         f"plan for {record['world_size']} x {hw['compute_device']} rank(s) on {hw['nnodes']} "
-        f"host(s), "
-        f"{hw['hbm_cap_gib_per_rank']:.0f} GiB HBM + {hw['ddr_cap_gib_per_rank']:.0f} GiB DDR each",
+        f"host(s), {hbm}{hw['ddr_cap_gib_per_rank']:.2f} GiB DDR each",
         f"{'table':<12} {'rows':>12} {'sharding type':<18} {'kernel':<18} ranks",
     ]
     for name, t in record["tables"].items():
@@ -98,29 +103,7 @@ def summary(record: dict[str, Any], run_dir: Path) -> str:
             f"{name:<12} {t['num_embeddings']:>12,} {t['sharding_type']:<18} "
             f"{t['compute_kernel']:<18} {shown}"
         )
-    lines.append(
-        f"{'rank':>4} {'HBM GiB':>9} {'DDR GiB':>9} {'fwd comp':>9} {'fwd comm':>9} "
-        f"{'bwd comp':>9} {'bwd comm':>9} {'total ms':>9}"
-    )
-    estimates = record["estimates_per_rank"]
-    if not estimates:  # sharding=from_file: the plan was read, not estimated
-        lines.pop()
-    for rank, e in enumerate(estimates):
-        lines.append(
-            f"{rank:>4} {e['hbm_bytes'] / GIB:>9.2f} {e['ddr_bytes'] / GIB:>9.2f} "
-            f"{e['fwd_compute_ms']:>9.3f} {e['fwd_comms_ms']:>9.3f} {e['bwd_compute_ms']:>9.3f} "
-            f"{e['bwd_comms_ms']:>9.3f} {e['total_ms']:>9.3f}"
-        )
-    if estimates:
-        kind = "hbm" if hw["hbm_cap_gib_per_rank"] else "ddr"  # a CPU job's tables are in DDR
-        used = max(e[f"{kind}_bytes"] for e in estimates) / GIB
-        ratio = record["imbalance"]
-        lines += [
-            f"largest rank: {used:.2f} of {hw[f'{kind}_cap_gib_per_rank']:.2f} GiB "
-            f"{kind.upper()} (planner estimate: tables, optimizer state, kernel buffers)",
-            f"imbalance (max / mean over ranks): HBM {ratio['hbm']:.2f}, DDR "
-            f"{ratio['ddr']:.2f}, perf {ratio['perf']:.2f}",
-        ]
+    lines += _rank_lines(record)
     lines += [
         f"total embedding storage: {storage['embedding_weights_gib']:.2f} GiB "
         f"{storage['embedding_weight_precision']} weights + "
@@ -142,3 +125,49 @@ def summary(record: dict[str, Any], run_dir: Path) -> str:
         f"plan files: {run_dir / 'plan.txt'}, {run_dir / 'plan.json'}",
     ]
     return "\n".join(lines)
+
+
+def _rank_lines(record: dict[str, Any]) -> list[str]:
+    """The summary's lines per rank and of the largest: the planner's estimates, or for a
+    replayed plan (``sharding=from_file``) the bytes its shards take (tables and optimizer
+    state; it printed nothing per rank: planning review)."""
+    hw, estimates = record["hardware"], record["estimates_per_rank"]
+    kind = "hbm" if hw["hbm_cap_gib_per_rank"] else "ddr"  # a CPU job's tables are in DDR
+    cap = f"{hw[f'{kind}_cap_gib_per_rank']:.2f} GiB {kind.upper()}"
+    ratio = record.get("imbalance")
+    if estimates:
+        lines = [
+            f"{'rank':>4} {'HBM GiB':>9} {'DDR GiB':>9} {'fwd comp':>9} {'fwd comm':>9} "
+            f"{'bwd comp':>9} {'bwd comm':>9} {'total ms':>9}",
+            *(
+                f"{rank:>4} {e['hbm_bytes'] / GIB:>9.2f} {e['ddr_bytes'] / GIB:>9.2f} "
+                f"{e['fwd_compute_ms']:>9.3f} {e['fwd_comms_ms']:>9.3f} "
+                f"{e['bwd_compute_ms']:>9.3f} {e['bwd_comms_ms']:>9.3f} {e['total_ms']:>9.3f}"
+                for rank, e in enumerate(estimates)
+            ),
+        ]
+        used = max(e[f"{kind}_bytes"] for e in estimates) / GIB
+        what = "planner estimate: tables, optimizer state, kernel buffers"
+        perf = f", perf {ratio['perf']:.2f}"
+    elif "held_per_rank" in record:
+        held = record["held_per_rank"]
+        lines = [
+            f"{'rank':>4} {'HBM GiB':>9} {'DDR GiB':>9}",
+            *(
+                f"{rank:>4} {hbm / GIB:>9.2f} {ddr / GIB:>9.2f}"
+                for rank, (hbm, ddr) in enumerate(zip(held["hbm"], held["ddr"], strict=True))
+            ),
+        ]
+        used = max(held[kind]) / GIB
+        what = "the plan file's shards: tables and optimizer state; a replayed plan has no perf "
+        what += "estimate"
+        perf = ""
+    else:
+        return []
+    limit = usable_bytes(hw[f"{kind}_cap_gib_per_rank"])  # (13.57 of 16 read as room: review)
+    return [
+        *lines,
+        f"largest rank: {used:.2f} of {cap}, of which the planner gives the tables {limit:.2f} "
+        f"({what})",
+        f"imbalance (max / mean over ranks): HBM {ratio['hbm']:.2f}, DDR {ratio['ddr']:.2f}{perf}",
+    ]

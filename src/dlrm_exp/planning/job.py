@@ -104,6 +104,9 @@ class PlanResult:
             sparse optimizer state, data_parallel gradients; one copy each).
         capacity: per-rank memory the planner was offered (None for a plan file).
         estimates: the planner's per-rank storage and perf estimates (empty for a plan file).
+        held_per_rank: for a plan file, ``{"HBM": bytes, "DDR": bytes}`` per rank its shards
+            take (tables and optimizer state, as :func:`_check_plan_fits` counts them);
+            None for the planner's plan, whose ``estimates`` say it.
     """
 
     plan: ShardingPlan
@@ -111,6 +114,7 @@ class PlanResult:
     storage: EmbeddingStorage
     capacity: MemoryCapacity | None = None
     estimates: list[RankEstimate] = field(default_factory=list)
+    held_per_rank: dict[str, list[int]] | None = None
 
 
 def _placements(cfg: Config) -> list[tuple[ShardingStrategy, ComputeKernel]]:
@@ -331,24 +335,25 @@ def _plan_from_file(
         name = cfg.optimizer.sparse_optimizer.value
         restriction = f"optimizer.sparse_optimizer={name}: FBGEMM's {device} kernels cannot fuse it"
 
-    def checked() -> ShardingPlan:
+    def checked() -> tuple[ShardingPlan, dict[str, list[int]]]:
         offered = offered_placements(module, sharders, device, restriction)
         tables = table_configs(cfg.model)
         plan = load_plan(path, tables, target.world_size, target.local_world_size, offered)
-        _check_plan_fits(cfg, plan, target)
-        return plan
+        return plan, _check_plan_fits(cfg, plan, target)
 
-    plan = on_rank_zero(checked)
-    return PlanResult(plan=plan, context=target, storage=_plan_storage(cfg, plan))
+    plan, held = on_rank_zero(checked)
+    return PlanResult(plan, target, _plan_storage(cfg, plan), held_per_rank=held)
 
 
-def _check_plan_fits(cfg: Config, plan: ShardingPlan, target: DistContext) -> None:
+def _check_plan_fits(cfg: Config, plan: ShardingPlan, target: DistContext) -> dict[str, list[int]]:
     """A plan file was made for some hardware; refuse it before anything is allocated when a
     rank's shards (weights at their dtype, the fused optimizer's state in fp32) exceed what
     this job's rank offers, less the planner's reservation for the dense part and activations:
     on a GPU its HBM for the tables in device memory and the ``fused_uvm_caching`` tables'
     cache (its load factor of their weights, as TorchRec's planner counts it, default
     ``UVM_CACHING_RATIO``), and its DDR for the UVM kernels' rows; on CPU its DDR.
+
+    Returns the bytes each rank holds (:func:`_plan_bytes_per_rank`).
 
     Raises:
         InsufficientMemoryError: naming the rank, the memory, the GiB it needs and offers.
@@ -370,6 +375,7 @@ def _check_plan_fits(cfg: Config, plan: ShardingPlan, target: DistContext) -> No
                 "plan again for this hardware (sharding=auto, mode=plan) or use hardware with "
                 "more memory"
             )
+    return need
 
 
 def _plan_bytes_per_rank(
