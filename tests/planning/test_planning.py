@@ -591,6 +591,8 @@ def test_tables_split_between_uvm_and_device_kernels_are_explained_by_their_own_
     message = str(info.value)
     assert "the 4 table(s) on UVM kernels, whose rows live in host memory: t_cat_0, " in message
     assert "= 76.89 GiB" in message and "offered: 64.00 GiB DDR on 1 rank(s)" in message
+    # the caps' GiB are those tables' (the quick cap's "1.00 GiB" was 2.00 in all: review)
+    assert re.search(r"first \(\d\.\d\d GiB in those tables, quick to train\)", message)
     # the HBM short instead: the caches' message names the device tables
     cfg = compose_cfg([*base[:-1], "hardware.hbm_cap=16", "hardware.ddr_cap=512"])
     with pytest.raises(InsufficientMemoryError, match="the tables kept on the device alone"):

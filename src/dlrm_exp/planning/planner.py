@@ -203,7 +203,8 @@ def insufficient_memory_message(
     if held is not None:
         fix = _batch_advice(held, offered, batch_size)
     else:  # the two caps' searches only where they are offered
-        fix = _cap_advice(shape, layout, whole, offered, world_size, more)
+        counted = " in those tables" if note else ""  # (the UVM ones: 2 GiB in all; review)
+        fix = _cap_advice(shape, layout, whole, (offered, world_size), more, counted)
     ways = ""
     if device_kind == "HBM" and not whole_replicas:
         placed = partial(_shares_fit, pieces=whole_tables or [], world_size=world_size)
@@ -268,15 +269,17 @@ def _cap_advice(
     shape: tuple,
     layout: tuple,
     whole: tuple[list[int], float],
-    offered: int,
-    world_size: int,
+    ranks: tuple[int, int],
     more: str,
+    counted: str = "",
 ) -> str:
     """The fix of :func:`insufficient_memory_message` when the tables themselves do not fit:
     two ``model.num_embeddings_cap`` values (``shape``: table sizes, embedding_dim,
     optimizer; ``layout``: copies, data types, replicated flags; as
-    :func:`largest_fitting_cap` takes them), or ``more`` ranks / memory alone when no cap
-    fits."""
+    :func:`largest_fitting_cap` takes them; ``ranks``: the bytes offered in all and the
+    world size), or ``more`` ranks / memory alone when no cap fits. ``counted``: said after
+    each cap's GiB where the message counts some tables only (the cap applies to all)."""
+    offered, world_size = ranks
     budget = offered * HEADROOM_FRACTION
     cap = largest_fitting_cap(*shape, budget, *layout, whole, world_size)
     quick = largest_fitting_cap(*shape, min(QUICK_TRY_BYTES, budget), *layout, whole, world_size)
@@ -284,9 +287,10 @@ def _cap_advice(
         return f"Fix: add ranks or memory: {more}; no table cap makes this fit."
     gib = {c: capped_bytes(*shape, c, *layout) / GIB for c in (cap, quick)}
     return (
-        f"Fix: cap the tables with model.num_embeddings_cap={cap} ({gib[cap]:.2f} GiB, at "
-        f"most {HEADROOM_FRACTION:.0%} of the offered memory), or try model.num_embeddings"
-        f"_cap={quick} first ({gib[quick]:.2f} GiB, quick to train); or add ranks / memory: "
+        f"Fix: cap the tables with model.num_embeddings_cap={cap} ({gib[cap]:.2f} GiB"
+        f"{counted}, at most {HEADROOM_FRACTION:.0%} of the offered memory), or try model."
+        f"num_embeddings_cap={quick} first ({gib[quick]:.2f} GiB{counted}, quick to train); "
+        "or add ranks / memory: "
         f"{more}."
     )
 
