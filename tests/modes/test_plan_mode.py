@@ -453,3 +453,21 @@ def test_fp16_tables_plan_the_collectives_of_fp32_outputs(tmp_path, qcomms):
     # the ranks' memory differs by the weights alone: the output buffers are fp32 in both
     ddr = {d: sum(e["ddr_bytes"] for e in p["estimates_per_rank"]) for d, p in plans.items()}
     assert ddr["fp32"] - ddr["fp16"] == pytest.approx((weights["fp32"] - weights["fp16"]) * GIB)
+
+
+def test_the_largest_rank_of_a_uvm_plan_names_its_host_memory_too():
+    """A UVM plan printed only the HBM (17.49 of 40), not the DDR that bound it (review)."""
+    from dlrm_exp.modes.plan import _largest
+
+    gpu = {"hbm_cap_gib_per_rank": 40.0, "ddr_cap_gib_per_rank": 144.0}
+    device = {"hbm": [2 * GIB, GIB], "ddr": [0, 0]}
+    assert (
+        _largest(gpu, device)
+        == "2.00 of 40.00 GiB HBM, of which the planner gives the tables 34.00"
+    )
+    uvm = {"hbm": [GIB, GIB], "ddr": [80 * GIB, 0]}
+    assert _largest(gpu, uvm).endswith(
+        "; 80.00 of 144.00 GiB DDR, of which the planner gives the tables 122.40"
+    )
+    cpu = {"hbm_cap_gib_per_rank": 0.0, "ddr_cap_gib_per_rank": 2.0}
+    assert _largest(cpu, {"hbm": [0], "ddr": [GIB]}).startswith("1.00 of 2.00 GiB DDR, ")

@@ -131,11 +131,9 @@ def _rank_lines(record: dict[str, Any]) -> list[str]:
     """The summary's lines per rank and of the largest: the planner's estimates, or for a
     replayed plan (``sharding=from_file``) the bytes its shards take (tables and optimizer
     state; it printed nothing per rank: planning review)."""
-    hw, estimates = record["hardware"], record["estimates_per_rank"]
-    kind = "hbm" if hw["hbm_cap_gib_per_rank"] else "ddr"  # a CPU job's tables are in DDR
-    cap = f"{hw[f'{kind}_cap_gib_per_rank']:.2f} GiB {kind.upper()}"
-    ratio = record.get("imbalance")
+    estimates, ratio = record["estimates_per_rank"], record.get("imbalance")
     if estimates:
+        held = {k: [e[f"{k}_bytes"] for e in estimates] for k in ("hbm", "ddr")}
         lines = [
             f"{'rank':>4} {'HBM GiB':>9} {'DDR GiB':>9} {'fwd comp':>9} {'fwd comm':>9} "
             f"{'bwd comp':>9} {'bwd comm':>9} {'total ms':>9}",
@@ -146,7 +144,6 @@ def _rank_lines(record: dict[str, Any]) -> list[str]:
                 for rank, e in enumerate(estimates)
             ),
         ]
-        used = max(e[f"{kind}_bytes"] for e in estimates) / GIB
         what = "planner estimate: tables, optimizer state, kernel buffers"
         perf = f", perf {ratio['perf']:.2f}"
     elif "held_per_rank" in record:
@@ -158,16 +155,30 @@ def _rank_lines(record: dict[str, Any]) -> list[str]:
                 for rank, (hbm, ddr) in enumerate(zip(held["hbm"], held["ddr"], strict=True))
             ),
         ]
-        used = max(held[kind]) / GIB
         what = "the plan file's shards: tables and optimizer state; a replayed plan has no perf "
         what += "estimate"
         perf = ""
     else:
         return []
-    limit = usable_bytes(hw[f"{kind}_cap_gib_per_rank"])  # (13.57 of 16 read as room: review)
     return [
         *lines,
-        f"largest rank: {used:.2f} of {cap}, of which the planner gives the tables {limit:.2f} "
-        f"({what})",
+        f"largest rank: {_largest(record['hardware'], held)} ({what})",
         f"imbalance (max / mean over ranks): HBM {ratio['hbm']:.2f}, DDR {ratio['ddr']:.2f}{perf}",
     ]
+
+
+def _largest(hw: dict[str, Any], held: dict[str, list[float]]) -> str:
+    """The largest rank's bytes (``held``: per memory kind, bytes per rank) against each
+    rank's memory and what the planner gives the tables of it: the HBM on a GPU, beside the
+    DDR where tables keep rows there (UVM kernels: their host memory went unsaid: review), the
+    DDR on CPU."""
+    kinds = ["hbm", "ddr"] if hw["hbm_cap_gib_per_rank"] and max(held["ddr"]) else []
+    kinds = kinds or (["hbm"] if hw["hbm_cap_gib_per_rank"] else ["ddr"])
+    parts = []
+    for kind in kinds:
+        cap = hw[f"{kind}_cap_gib_per_rank"]
+        parts.append(  # (13.57 of 16 GiB read as room; the planner's limit is 13.60: review)
+            f"{max(held[kind]) / GIB:.2f} of {cap:.2f} GiB {kind.upper()}, of which the "
+            f"planner gives the tables {usable_bytes(cap):.2f}"
+        )
+    return "; ".join(parts)
