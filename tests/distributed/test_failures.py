@@ -158,3 +158,28 @@ def test_a_torchrun_refusal_is_one_line_and_the_agents_root_cause(tmp_path, monk
         recorded = json.loads((tmp_path / f"error_{rank}.json").read_text())["message"]
         assert recorded["message"] == "RunFolderInUseError: f1 holds the record of an earlier run"
     assert capsys.readouterr().err == "Error: f1 holds the record of an earlier run\n"
+
+
+def test_a_refusal_the_workers_raised_is_raised_as_itself(tmp_path):
+    """A checkpoint of another model, resumed on 2 processes, was "rank 0 failed:
+    CheckpointError: ..." followed by the hint to rerun once mended, and a sweep recorded it
+    as a crash (review); one process raises the refusal itself."""
+    from dlrm_exp.config.build import MissingValueError
+    from dlrm_exp.distributed.launch import _worker_refusal
+    from dlrm_exp.errors import CheckpointError
+
+    def failed(*errors):
+        return SimpleNamespace(
+            failures={r: _failure(tmp_path, r, 1 if e else -15, e) for r, e in enumerate(errors)}
+        )
+
+    refusal = _worker_refusal(failed("CheckpointError: checkpoint x: another model\nuse its", None))
+    assert (
+        type(refusal) is CheckpointError and str(refusal) == "checkpoint x: another model\nuse its"
+    )
+    missing = _worker_refusal(failed("MissingValueError: data.path is ???"))
+    assert type(missing) is MissingValueError  # a subclass outside dlrm_exp.errors
+    assert _worker_refusal(failed("RuntimeError: gloo timed out", None)) is None
+    assert _worker_refusal(failed("CheckpointError: a", "RuntimeError: b")) is None
+    assert _worker_refusal(failed("CheckpointError: a", "DataError: b")) is None
+    assert _worker_refusal(failed(None, None)) is None

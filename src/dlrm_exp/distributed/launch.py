@@ -2,6 +2,7 @@
 
 import logging
 import os
+import re
 import signal
 import socket
 import tempfile
@@ -20,7 +21,7 @@ from dlrm_exp.config import ComputeDevice, HardwareConfig
 from dlrm_exp.distributed.env import env_int, env_rank, launched_by_torchrun
 from dlrm_exp.distributed.host_memory import apply_host_memory
 from dlrm_exp.distributed.submitit_env import in_submitit_task
-from dlrm_exp.errors import ConfigError, Terminated, WorkerFailedError
+from dlrm_exp.errors import ConfigError, Refusal, Terminated, WorkerFailedError
 from dlrm_exp.util.logs import configure_worker_logging
 
 log = logging.getLogger(__name__)
@@ -131,6 +132,32 @@ def _describe_failures(err: Exception) -> str:
     return "\n".join(lines) or str(err)
 
 
+def _worker_refusal(err: Exception) -> Refusal | None:
+    """The refusal the workers raised (a :class:`~dlrm_exp.errors.Refusal`: a checkpoint of
+    another model, data it cannot read), as its own type and message, where every failed
+    rank that recorded an exception recorded one of that type: the same error a single
+    process raises, which the entry point and a sweep treat as a refusal, not a worker's
+    crash followed by a hint to rerun (review). None for anything else."""
+    failures = getattr(err, "failures", {}) or {}
+    causes = [_failure_cause(f) for _, f in sorted(failures.items())]
+    raised = [c.split(": ", 1) for c in causes if _RAISED.match(c)]
+    types = {name for name, _ in raised}
+    kinds = {cls.__name__: cls for cls in _subclasses(Refusal)}
+    if len(types) != 1 or not types <= kinds.keys():
+        return None
+    name, message = raised[0]
+    return kinds[name](message)
+
+
+#: A recorded exception's ``Type: message`` (not a signal or an exit code).
+_RAISED = re.compile(r"^[A-Za-z_]\w*: ")
+
+
+def _subclasses(cls: type) -> list[type]:
+    """``cls``'s subclasses, theirs too (those imported so far)."""
+    return [c for sub in cls.__subclasses__() for c in (sub, *_subclasses(sub))]
+
+
 #: The signals torch's elastic agent handles (raising its ``SignalException``) while it runs.
 _AGENT_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT)
 
@@ -157,6 +184,7 @@ def launch_workers(fn: Callable[..., Any], args: tuple, cfg: HardwareConfig) -> 
 
     Raises:
         ConfigError: ``nnodes > 1`` (start multi-host jobs with torchrun on every host).
+        Refusal: the workers refused the job (:func:`_worker_refusal`), its type and message.
         WorkerFailedError: a worker failed; the message names each failed rank and its cause.
         Terminated / KeyboardInterrupt: this process got SIGTERM (SIGHUP, SIGQUIT) / SIGINT;
             the agent has stopped the workers.
@@ -186,6 +214,9 @@ def launch_workers(fn: Callable[..., Any], args: tuple, cfg: HardwareConfig) -> 
         try:
             results = elastic_launch(config, fn)(*args)
         except ChildFailedError as err:
+            refusal = _worker_refusal(err)
+            if refusal is not None:
+                raise refusal from None
             raise WorkerFailedError(_describe_failures(err)) from None
         except SignalException as err:  # the agent stopped the workers first
             if err.sigval == signal.SIGINT:

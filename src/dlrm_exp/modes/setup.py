@@ -66,7 +66,9 @@ def run_on_ranks(worker: Callable[..., Result], cfg: Config, job: Job, *args: An
     launcher after :func:`preflight`, with its plan; returns rank 0's result.
 
     Raises:
-        WorkerFailedError: a worker failed or was killed.
+        Refusal: the workers refused the job (a checkpoint or data they cannot use), as one
+            process raises it.
+        WorkerFailedError: a worker failed otherwise or was killed.
     """
     if not needs_launch(cfg.hardware):
         return worker(cfg, job, *args)
