@@ -134,6 +134,19 @@ def refuse_non_clicks(labels: np.ndarray, where: str, column: str) -> None:
         )
 
 
+def is_label_type(kind: pa.DataType) -> bool:
+    """Whether a column of ``kind`` can hold click labels: integers, floats or booleans."""
+    return pa.types.is_integer(kind) or pa.types.is_floating(kind) or pa.types.is_boolean(kind)
+
+
+def is_dense_type(kind: pa.DataType) -> bool:
+    """Whether a column of ``kind`` reads as a dense feature (:func:`_numbers`): a label's
+    types, decimals (as float64: a SQL or Spark export's prices), or nulls only. The one
+    rule of training, the Parquet files' check and ``mode=schema`` (each had its own, and
+    decimals were added to each: re-read)."""
+    return is_label_type(kind) or pa.types.is_decimal(kind) or pa.types.is_null(kind)
+
+
 def _numbers(column: pa.ChunkedArray) -> np.ndarray:
     """A numeric, decimal or boolean column (or one of nulls only) as float64, nulls, NaN and
     infinities as 0."""

@@ -16,7 +16,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from dlrm_exp.config import FeatureSchema, IdPolicy
-from dlrm_exp.data.decode import refuse_non_clicks
+from dlrm_exp.data.decode import is_dense_type, is_label_type, refuse_non_clicks
 from dlrm_exp.data.id_policy import KIND_SENSITIVE, is_id_type
 from dlrm_exp.data.paths import resolve_paths
 from dlrm_exp.errors import DataError
@@ -294,8 +294,8 @@ def check_columns(
     """
     wanted = []
     if require_label or has_label_column(arrow, schema):
-        wanted.append((schema.label, "label", _is_label))
-    wanted += [(d.column, "dense", _is_number) for d in schema.dense]
+        wanted.append((schema.label, "label", is_label_type))
+    wanted += [(d.column, "dense", is_dense_type) for d in schema.dense]
     wanted += [
         (f.column, f"sparse feature {name}", _is_id_list if f.multi_hot else _is_id)
         for name, f in schema.sparse.items()
@@ -310,8 +310,8 @@ def check_columns(
         kind = arrow.field(index).type
         if not accepts(kind):
             expected = {
-                _is_label: "numbers (int, float or bool)",
-                _is_number: "numbers (int, float, decimal or bool)",
+                is_label_type: "numbers (int, float or bool)",
+                is_dense_type: "numbers (int, float, decimal or bool)",
                 _is_id: "one id per row (int or string)",
                 _is_id_list: "a list of ids per row (list<int> or list<string>)",
             }[accepts]
@@ -349,21 +349,12 @@ def has_label_column(arrow: pa.Schema, schema: FeatureSchema) -> bool:
     rows to score, and so is one of another type (strings), which training refuses
     (:func:`check_columns` with ``require_label``) and prediction leaves unread."""
     index = arrow.get_field_index(schema.label)
-    return index >= 0 and _is_label(arrow.field(index).type)
+    return index >= 0 and is_label_type(arrow.field(index).type)
 
 
 # A column holding only nulls in a file (a feature absent that day) is typed ``null`` by
 # pyarrow and pandas, a list column of only null or empty lists ``list<null>``: its values
 # read as 0 and its bags as empty, as the nulls of any other column.
-
-
-def _is_label(kind: pa.DataType) -> bool:
-    return pa.types.is_integer(kind) or pa.types.is_floating(kind) or pa.types.is_boolean(kind)
-
-
-def _is_number(kind: pa.DataType) -> bool:
-    """A dense column's type: numbers, booleans, decimals (read as float64), or nulls only."""
-    return _is_label(kind) or pa.types.is_null(kind) or pa.types.is_decimal(kind)
 
 
 def _is_id(kind: pa.DataType) -> bool:

@@ -22,7 +22,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from dlrm_exp.data.decode import refuse_non_clicks
+from dlrm_exp.data.decode import is_dense_type, is_label_type, refuse_non_clicks
 from dlrm_exp.data.id_policy import is_id_type
 from dlrm_exp.data.parquet_files import open_parquet
 from dlrm_exp.errors import DataError
@@ -232,7 +232,7 @@ def _role(name: str, kind: pa.DataType, label: str) -> str:
         return "sparse" if is_id_type(kind.value_type) else "skip"
     if pa.types.is_integer(kind):
         return "sparse" if is_id_name(name) else "dense"
-    if pa.types.is_floating(kind) or pa.types.is_boolean(kind) or pa.types.is_decimal(kind):
+    if is_dense_type(kind) and not pa.types.is_null(kind):  # (no values: nothing to learn)
         return "dense"
     return "sparse" if is_id_type(kind) else "skip"
 
@@ -258,7 +258,7 @@ def _numeric(stats: ColumnStats, column: pa.Array) -> None:
     if pa.types.is_decimal(column.type) and stats.role == "dense":  # read as float64
         column = column.cast(pa.float64())
     kind = column.type
-    if not (pa.types.is_integer(kind) or pa.types.is_floating(kind) or pa.types.is_boolean(kind)):
+    if not is_label_type(kind):
         raise DataError(f"label column {stats.name!r} is {kind}: a click label is 0 / 1 or boolean")
     values = column.drop_null()
     if pa.types.is_boolean(values.type):
