@@ -51,11 +51,21 @@ def chosen_files(args: Sequence[str], dirs: Sequence[Path]) -> list[Path]:
             names.append(args[i + 1])
         elif arg.startswith("--config-name="):
             names.append(arg.split("=", 1)[1])
-        elif not arg.startswith("-") and "=" in arg:
-            group, options = arg.lstrip("+~").split("=", 1)
-            if "." not in group:  # a group choice, not a key
-                names += [f"{group}/{option.strip()}" for option in options.split(",")]
+    for group, options in _choices(args):
+        if "." not in group:  # a group choice, not a key
+            names += [f"{group}/{option}" for option in options]
     return [d / f"{n}.yaml" for d in dirs for n in names if (d / f"{n}.yaml").is_file()]
+
+
+def _choices(args: Sequence[str]) -> list[tuple[str, list[str]]]:
+    """``(group or key, options)`` of each ``[+~]<group>=<a>[,<b>...]`` override of ``args``,
+    in order (a ``-m`` sweep's options each; flags and ``-cn``'s value are none)."""
+    pairs = []
+    for arg in args:
+        if not arg.startswith("-") and "=" in arg:
+            group, options = arg.lstrip("+~").split("=", 1)
+            pairs.append((group, [o.strip() for o in options.split(",")]))
+    return pairs
 
 
 def check_schema_choice(args: Sequence[str], folders: Sequence[Path]) -> None:
@@ -68,11 +78,7 @@ def check_schema_choice(args: Sequence[str], folders: Sequence[Path]) -> None:
     Raises:
         ConfigError: naming the schema, where it was looked for and how to make one.
     """
-    choices = {}
-    for arg in args:
-        if not arg.startswith("-") and "=" in arg:
-            group, options = arg.lstrip("+~").split("=", 1)
-            choices[group] = [o.strip() for o in options.split(",")]
+    choices = dict(_choices(args))
     if any("(" in o for o in choices.get("data/schema", [])) or "pkg://" in " ".join(args):
         return
     make = (
