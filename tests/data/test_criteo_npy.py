@@ -398,6 +398,7 @@ def test_the_files_digest_of_a_day_folder_is_of_its_day_files(tmp_path):
     the raw ids beside the days: the digest a checkpoint records moved when either changed,
     and every resume forgot its validations (diff review, re-read)."""
     from dlrm_exp.data import input_digests
+    from dlrm_exp.data.paths import files_digest
 
     for kind in ("dense", "sparse", "labels", "sparse_raw"):
         (tmp_path / f"day_0_{kind}.npy").write_bytes(b"0")
@@ -407,5 +408,8 @@ def test_the_files_digest_of_a_day_folder_is_of_its_day_files(tmp_path):
     (tmp_path / "notes.txt").write_text("ab")
     (tmp_path / "day_0_sparse_raw.npy").unlink()
     assert input_digests(cfg) == before and before["data.path.files"].startswith("3 files, ")
+    # as earlier versions recorded it (a folder's files by name): their checkpoints resume
+    # on the same data (day by day, every one's digest moved: diff review)
+    assert before["data.path.files"] == files_digest(sorted(tmp_path.glob("day_*.npy")))
     (tmp_path / "day_1_dense.npy").write_bytes(b"0")  # a day without its other files: none
     assert input_digests(cfg) == {}

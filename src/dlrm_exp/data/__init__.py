@@ -82,7 +82,9 @@ def _npy_files(paths: list[str], key: str) -> list[Path]:
     files: list[Path] = []
     for path in paths:
         folder = Path(path).expanduser()
-        files += day_files(folder) if folder.is_dir() else resolve_paths([path], key)
+        # by name, as a folder's files were (the digest of a folder without raw ids kept:
+        # day by day, every npy checkpoint's digest moved; diff review)
+        files += sorted(day_files(folder)) if folder.is_dir() else resolve_paths([path], key)
     return files
 
 
