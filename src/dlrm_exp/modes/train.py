@@ -322,7 +322,8 @@ _HOW_NOT_WHAT = frozenset(
 
 
 def _layout(run: TrainRun) -> CheckpointLayout:
-    """The model layout a checkpoint records and a resume checks."""
+    """The model layout a checkpoint records and a resume checks (a collective: every rank
+    builds it, with rank 0's settings)."""
     tables = run.plan_data.tables
     return CheckpointLayout(
         tables=table_shapes(run.cfg.model),
@@ -335,7 +336,9 @@ def _layout(run: TrainRun) -> CheckpointLayout:
         inputs=model_inputs(run.cfg),
         sweep_job=sweep_job(run.job.swept),
         settings={
-            **job_settings(run.cfg),
+            # rank 0's (a collective): the inputs' digest lists and reads the files' sizes,
+            # once, as rank 0 decides a resume by it
+            **on_rank_zero(lambda: job_settings(run.cfg)),
             # what the collectives ran in (asked and never run, on one rank, it was a change
             # of the update a resume warned of: what-ran review), and the codecs' loss scales
             # where codecs ran (diff review)
