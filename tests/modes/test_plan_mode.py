@@ -99,10 +99,8 @@ def test_a_cpu_plan_names_the_ddr_its_tables_use(tmp_path):
     assert sum(held) / GIB == pytest.approx(storage["held_on_all_ranks_gib"]) and held[0] == held[1]
     replayed = summary(again, tmp_path)
     assert f"largest rank: {held[0] / GIB:.2f} of 2.00 GiB DDR, of which the planner " in replayed
-    assert (
-        "no perf estimate" in replayed
-        and "imbalance (max / mean over ranks): HBM 1.00, " in replayed
-    )
+    assert "no perf estimate" in replayed and "HBM" not in replayed  # (a CPU's: diff review)
+    assert "imbalance (max / mean over ranks): DDR 1.00\n" in replayed
     record = run_plan(compose_cfg([*dp[:3], "sharding=rowwise"]), tmp_path)
     assert "held_on_all_ranks_gib" not in record["storage"]
 

@@ -130,40 +130,35 @@ def summary(record: dict[str, Any], run_dir: Path) -> str:
 def _rank_lines(record: dict[str, Any]) -> list[str]:
     """The summary's lines per rank and of the largest: the planner's estimates, or for a
     replayed plan (``sharding=from_file``) the bytes its shards take (tables and optimizer
-    state; it printed nothing per rank: planning review)."""
+    state; it printed nothing per rank: planning review). No HBM on CPU (its column read 0:
+    diff review)."""
     estimates, ratio = record["estimates_per_rank"], record.get("imbalance")
+    kinds = ("hbm", "ddr") if record["hardware"]["hbm_cap_gib_per_rank"] else ("ddr",)
     if estimates:
         held = {k: [e[f"{k}_bytes"] for e in estimates] for k in ("hbm", "ddr")}
-        lines = [
-            f"{'rank':>4} {'HBM GiB':>9} {'DDR GiB':>9} {'fwd comp':>9} {'fwd comm':>9} "
-            f"{'bwd comp':>9} {'bwd comm':>9} {'total ms':>9}",
-            *(
-                f"{rank:>4} {e['hbm_bytes'] / GIB:>9.2f} {e['ddr_bytes'] / GIB:>9.2f} "
-                f"{e['fwd_compute_ms']:>9.3f} {e['fwd_comms_ms']:>9.3f} "
-                f"{e['bwd_compute_ms']:>9.3f} {e['bwd_comms_ms']:>9.3f} {e['total_ms']:>9.3f}"
-                for rank, e in enumerate(estimates)
-            ),
-        ]
+        ms = ("fwd_compute_ms", "fwd_comms_ms", "bwd_compute_ms", "bwd_comms_ms", "total_ms")
+        head = ("fwd comp", "fwd comm", "bwd comp", "bwd comm", "total ms")
+        times = [[f"{e[k]:>9.3f}" for k in ms] for e in estimates]
         what = "planner estimate: tables, optimizer state, kernel buffers"
-        perf = f", perf {ratio['perf']:.2f}"
+        kinds_ratio = [*kinds, "perf"]
     elif "held_per_rank" in record:
-        held = record["held_per_rank"]
-        lines = [
-            f"{'rank':>4} {'HBM GiB':>9} {'DDR GiB':>9}",
-            *(
-                f"{rank:>4} {hbm / GIB:>9.2f} {ddr / GIB:>9.2f}"
-                for rank, (hbm, ddr) in enumerate(zip(held["hbm"], held["ddr"], strict=True))
-            ),
-        ]
+        held, head = record["held_per_rank"], ()
+        times = [[] for _ in held["ddr"]]
         what = "the plan file's shards: tables and optimizer state; a replayed plan has no perf "
         what += "estimate"
-        perf = ""
+        kinds_ratio = list(kinds)
     else:
         return []
+    columns = [f"{k.upper()} GiB" for k in kinds] + list(head)
+    lines = [f"{'rank':>4} " + " ".join(f"{c:>9}" for c in columns)]
+    for rank, row in enumerate(times):
+        sizes = [f"{held[k][rank] / GIB:>9.2f}" for k in kinds]
+        lines.append(f"{rank:>4} " + " ".join([*sizes, *row]))
+    shown = ", ".join(f"{k.upper() if k != 'perf' else k} {ratio[k]:.2f}" for k in kinds_ratio)
     return [
         *lines,
         f"largest rank: {_largest(record['hardware'], held)} ({what})",
-        f"imbalance (max / mean over ranks): HBM {ratio['hbm']:.2f}, DDR {ratio['ddr']:.2f}{perf}",
+        f"imbalance (max / mean over ranks): {shown}",
     ]
 
 
