@@ -1,10 +1,7 @@
 import logging
 import warnings
 
-import pytest
-import torch
-
-from dlrm_exp.util.logs import _LibraryInfoFilter, quiet_libraries
+from dlrm_exp.util.logs import _LibraryInfoFilter, quiet_cpu_dense_lookup
 
 
 def _record(path: str, message: str, level: int = logging.WARNING) -> logging.LogRecord:
@@ -23,11 +20,10 @@ def test_torchrecs_notes_on_each_data_parallel_table_are_dropped_and_its_warning
     assert not keep(_record(utils, "an INFO line", logging.INFO))
 
 
-@pytest.mark.skipif(torch.cuda.is_available(), reason="checked on CPU only: kept where CUDA is")
 def test_the_untrue_autograd_warning_of_fbgemms_dense_lookup_is_silenced():
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        quiet_libraries()
+        quiet_cpu_dense_lookup()
         warnings.warn(
             "fbgemm::dense_embedding_codegen_lookup_function: an autograd kernel was not "
             "registered to the Autograd key(s)",

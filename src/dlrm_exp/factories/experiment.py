@@ -45,6 +45,7 @@ from dlrm_exp.planning.constraints import managed_collision_substitution
 from dlrm_exp.planning.job import optimizer_substitution, plan_job
 from dlrm_exp.planning.plan_record import replicated_tables
 from dlrm_exp.planning.tables import META, table_configs, table_weight_dtypes
+from dlrm_exp.util.logs import quiet_cpu_dense_lookup
 from dlrm_exp.util.substitution import Substitution
 
 
@@ -255,6 +256,8 @@ def build_experiment(
     if skip_nonfinite:
         wrap = SkipNonFiniteDLRMTrain.around
     module = build_module(cfg, ctx.device, wrap, ctx.world_size)
+    if ctx.device.type == "cpu":
+        quiet_cpu_dense_lookup()
     sharders = job_sharders(cfg.qcomms, cfg.optimizer.stochastic_rounding)
     if plan is None:
         plan = plan_job(cfg, module, ctx, sharders).plan

@@ -195,21 +195,36 @@ def insufficient_memory_message(
     types = data_types or [EmbeddingDataType.fp32] * len(table_sizes)
     each = [n * row_bytes(embedding_dim, t, optimizer)
             for n, t in zip(table_sizes, types, strict=True)]  # fmt: skip
-    alone = whole_shards(each, whole_tables or [])
-    more = _more_ranks(storage, replicated, per_rank, alone, ranks_per_node)
-    largest = _largest_piece(each, whole_tables or [], world_size, alone)
-    whole_replicas = replicated.total_bytes if replicated is not None else 0
-    held = _tables_fit(storage.total_bytes, whole_replicas, world_size, per_rank, (largest, alone))
-    if held is not None:
-        fix = _batch_advice(held, offered, batch_size)
-    else:  # the two caps' searches only where they are offered
-        counted = " in those tables" if note else ""  # (the UVM ones: 2 GiB in all; review)
-        fix = _cap_advice(shape, layout, whole, (offered, world_size), more, counted)
-    ways = ""
-    if device_kind == "HBM" and not whole_replicas:
-        placed = partial(_shares_fit, pieces=whole_tables or [], world_size=world_size)
-        ways = _gpu_ways(storage, (shape, types), capacity, world_size, (pinned_dtypes, placed))
+    pieces = whole_tables or []
+    held, more = _room(storage, replicated, (each, pieces), (per_rank, world_size), ranks_per_node)
+    counted = " in those tables" if note else ""  # (the UVM ones: 2 GiB in all; review)
+    fix = (  # the two caps' searches only where they are offered
+        _batch_advice(held, offered, batch_size)
+        if held is not None
+        else _cap_advice(shape, layout, whole, (offered, world_size), more, counted)
+    )
+    gpu = device_kind == "HBM" and not (replicated and replicated.total_bytes)
+    rules = (pinned_dtypes, partial(_shares_fit, pieces=pieces, world_size=world_size))
+    ways = _gpu_ways(storage, (shape, types), capacity, world_size, rules) if gpu else ""
     return "\n".join([*lines, fix, *([ways] if ways else [])])
+
+
+def _room(
+    storage: EmbeddingStorage,
+    replicated: EmbeddingStorage | None,
+    tables: tuple[list[float], list[int]],
+    ranks: tuple[int, int],
+    ranks_per_node: int | None,
+) -> tuple[float | None, str]:
+    """What :func:`_tables_fit` holds of the tables (``tables``: each one's bytes and its
+    shards lying whole on a rank) on ``ranks`` (bytes each, how many), and the
+    :func:`_more_ranks` that would hold them."""
+    (each, pieces), (per_rank, world_size) = tables, ranks
+    alone = whole_shards(each, pieces)
+    more = _more_ranks(storage, replicated, per_rank, alone, ranks_per_node)
+    biggest = (_largest_piece(each, pieces, world_size, alone), alone)
+    whole = replicated.total_bytes if replicated is not None else 0
+    return _tables_fit(storage.total_bytes, whole, world_size, per_rank, biggest), more
 
 
 def _shares_fit(

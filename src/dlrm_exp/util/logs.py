@@ -9,8 +9,6 @@ import logging
 import warnings
 from pathlib import Path
 
-import torch
-
 _NOISY_LOGGERS = ("torchrec", "fbgemm_gpu", "torch.fx", "torch.distributed", "torch.nn.parallel")
 _NOISY_PATHS = ("/fbgemm_gpu/", "/torchrec/")
 #: Sources whose warnings a run replaces by its own line: TorchRec's codec registry warns, on
@@ -67,16 +65,18 @@ def quiet_libraries() -> None:
     # Raised with the caller's location whenever a sharded model's state dict is read (TorchRec
     # still returns ShardedTensors); nothing a user of this framework can act on.
     warnings.filterwarnings("ignore", message=r".*deprecating ShardedTensor.*")
-    # FBGEMM registers the CPU lookup of data_parallel (dense-kernel) tables without an
-    # autograd kernel (its autograd Function runs inside), and torch warns of "silently
-    # incorrect behavior" at each backward's first pass; the gradients are right: mode=verify
-    # of sharding=dataparallel on 2 ranks deviates 5.4e-07 in the tables from one unsharded
-    # process (fp32, 20 steps). Checked on CPU only: where CUDA is, the warning stays.
-    if not torch.cuda.is_available():
-        warnings.filterwarnings(
-            "ignore",
-            message=r"fbgemm::dense_embedding_codegen_lookup_function: an autograd kernel",
-        )
+
+
+def quiet_cpu_dense_lookup() -> None:
+    """Silence torch's warning that FBGEMM's CPU lookup of data_parallel (dense-kernel)
+    tables has no autograd kernel ("silently incorrect behavior", at each backward's first
+    pass): FBGEMM runs its autograd Function inside the CPU kernel, and the gradients are
+    right (``mode=verify`` of ``sharding=dataparallel`` on 2 ranks deviates 5.4e-07 in the
+    tables from one unsharded process, fp32, 20 steps). For a model on CPU only: that is
+    where it was checked (diff review)."""
+    warnings.filterwarnings(
+        "ignore", message=r"fbgemm::dense_embedding_codegen_lookup_function: an autograd kernel"
+    )
 
 
 def configure_worker_logging(log_file: Path | None) -> None:
