@@ -95,7 +95,11 @@ def files_digest(files: Sequence[Path]) -> str:
     digest of their resolved names and sizes (SHA-1, 10 hex digits), in order. What a
     checkpoint records of each input path (:func:`dlrm_exp.data.input_digests`): a folder
     that gained a file, a glob matching others, or a file of another size reads other rows
-    under the same path (a review's reading)."""
+    under the same path (a review's reading).
+
+    Raises:
+        OSError: a file of ``files`` is gone (or unreadable) when its size is read.
+    """
     sizes = [(str(f.resolve()), f.stat().st_size) for f in files]
     digest = hashlib.sha1(repr(sizes).encode()).hexdigest()[:10]
     total = sum(size for _, size in sizes)
