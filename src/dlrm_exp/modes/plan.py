@@ -105,21 +105,21 @@ def summary(record: dict[str, Any], run_dir: Path) -> str:
         )
     lines += _rank_lines(record)
     lines += [
-        f"total embedding storage: {storage['embedding_weights_gib']:.2f} GiB "
+        f"total embedding storage: {_gib(storage['embedding_weights_gib'])} "
         f"{storage['embedding_weight_precision']} weights + "
         + (
-            f"{storage.get('data_parallel_gradients_gib', 0):.2f} GiB data_parallel gradients + "
+            f"{_gib(storage['data_parallel_gradients_gib'])} data_parallel gradients + "
             if storage.get("data_parallel_gradients_gib")
             else ""
         )
-        + f"{storage['optimizer_state_gib']:.2f} GiB optimizer state = "
-        f"{storage['total_gib']:.2f} GiB",
+        + f"{_gib(storage['optimizer_state_gib'])} optimizer state = "
+        f"{_gib(storage['total_gib'])}",
     ]
     if "held_on_all_ranks_gib" in storage:
         lines.append(
-            f"  of which {storage['data_parallel_gib']:.2f} GiB are data_parallel tables, held "
+            f"  of which {_gib(storage['data_parallel_gib'])} are data_parallel tables, held "
             f"whole by each of the {record['world_size']} ranks: "
-            f"{storage['held_on_all_ranks_gib']:.2f} GiB on the ranks in all"
+            f"{_gib(storage['held_on_all_ranks_gib'])} on the ranks in all"
         )
     lines += [
         f"plan files: {run_dir / 'plan.txt'}, {run_dir / 'plan.json'}",
@@ -149,10 +149,11 @@ def _rank_lines(record: dict[str, Any]) -> list[str]:
         kinds_ratio = list(kinds)
     else:
         return []
-    columns = [f"{k.upper()} GiB" for k in kinds] + list(head)
+    unit, scale = ("GiB", GIB) if max(max(held[k]) for k in kinds) >= GIB / 10 else ("MiB", MIB)
+    columns = [f"{k.upper()} {unit}" for k in kinds] + list(head)
     lines = [f"{'rank':>4} " + " ".join(f"{c:>9}" for c in columns)]
     for rank, row in enumerate(times):
-        sizes = [f"{held[k][rank] / GIB:>9.2f}" for k in kinds]
+        sizes = [f"{held[k][rank] / scale:>9.2f}" for k in kinds]
         lines.append(f"{rank:>4} " + " ".join([*sizes, *row]))
     shown = ", ".join(f"{k.upper() if k != 'perf' else k} {ratio[k]:.2f}" for k in kinds_ratio)
     return [
@@ -173,7 +174,21 @@ def _largest(hw: dict[str, Any], held: dict[str, list[float]]) -> str:
     for kind in kinds:
         cap = hw[f"{kind}_cap_gib_per_rank"]
         parts.append(  # (13.57 of 16 GiB read as room; the planner's limit is 13.60: review)
-            f"{max(held[kind]) / GIB:.2f} of {cap:.2f} GiB {kind.upper()}, of which the "
+            f"{_gib(max(held[kind]) / GIB, bare=True)} of {cap:.2f} GiB {kind.upper()}, of "
+            "which the "
             f"planner gives the tables {usable_bytes(cap):.2f}"
         )
     return "; ".join(parts)
+
+
+#: Bytes in a MiB: sizes below 0.01 GiB are said in MiB (a small model's plan read 0.00 GiB
+#: everywhere: planning review).
+MIB = 2**20
+
+
+def _gib(gib: float, bare: bool = False) -> str:
+    """``gib`` GiB as text: ``19.22 GiB``, or below 0.01 GiB in MiB (``0.37 MiB``); ``bare``:
+    a GiB amount without its unit (``19.22``, beside a capacity that says it)."""
+    if 0 < gib < 0.01:
+        return f"{gib * GIB / MIB:.2f} MiB"
+    return f"{gib:.2f}" if bare else f"{gib:.2f} GiB"
