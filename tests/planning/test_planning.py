@@ -540,7 +540,18 @@ def test_tables_over_the_hbm_are_told_the_ways_that_keep_every_row():
     with pytest.raises(InsufficientMemoryError) as info:
         plan_job(cfg, _meta_model(cfg))
     message = str(info.value)
-    assert "at least 13 ranks of 40.00 GiB (hardware.nnodes=2 of 8 rank(s))" in message
+    # and, the batch being per rank, the one that keeps the global batch on them (the
+    # preset's own overflowed the ranks suggested: planning review)
+    per = cfg.train.batch_size * 8 // 13
+    assert (
+        f"at least 13 ranks of 40.00 GiB (hardware.nnodes=2 of 8 rank(s); train.batch_size="
+        f"{per} per rank gives a global batch of {per * 13}, near this job's "
+        f"{cfg.train.batch_size * 8})"
+    ) in message
+    even = compose_cfg(["hardware=a100_40gb_x8", "model=criteo_full", "train.batch_size=13"])
+    with pytest.raises(InsufficientMemoryError) as info:
+        plan_job(even, _meta_model(even))
+    assert "; train.batch_size=8 per rank keeps this job's global batch of 104)" in str(info.value)
     assert message.splitlines()[-1] == (
         "Or, keeping every row: keep the rows in host memory, cached in HBM: "
         "sharding.compute_kernel=fused_uvm_caching (424.23 GiB of the 979.20 GiB of DDR the "

@@ -187,16 +187,16 @@ def insufficient_memory_message(
     shape = (table_sizes, embedding_dim, optimizer)
     layout = (copies, data_types, replicated_tables)
     whole = (whole_tables or [], per_rank * HEADROOM_FRACTION)  # each within one rank
-    lines = _needed_lines(
-        storage, optimizer, len(table_sizes), embedding_dim, replicated, world_size
-    )
+    lines = _needed_lines(storage, optimizer, len(table_sizes), embedding_dim, replicated,
+                          world_size)  # fmt: skip
     lines[1:1] = [f"  {note}"] if note else []
     lines.append(_offered_line(per_rank, world_size, device_kind, source))
     types = data_types or [EmbeddingDataType.fp32] * len(table_sizes)
     each = [n * row_bytes(embedding_dim, t, optimizer)
             for n, t in zip(table_sizes, types, strict=True)]  # fmt: skip
     pieces = whole_tables or []
-    held, more = _room(storage, replicated, (each, pieces), (per_rank, world_size), ranks_per_node)
+    hosts = (ranks_per_node, (batch_size or 0) * world_size)
+    held, more = _room(storage, replicated, (each, pieces), (per_rank, world_size), hosts)
     counted = " in those tables" if note else ""  # (the UVM ones: 2 GiB in all; review)
     fix = (  # the two caps' searches only where they are offered
         _batch_advice(held, offered, batch_size)
@@ -214,14 +214,15 @@ def _room(
     replicated: EmbeddingStorage | None,
     tables: tuple[list[float], list[int]],
     ranks: tuple[int, int],
-    ranks_per_node: int | None,
+    hosts: tuple[int | None, int | None],
 ) -> tuple[float | None, str]:
     """What :func:`_tables_fit` holds of the tables (``tables``: each one's bytes and its
     shards lying whole on a rank) on ``ranks`` (bytes each, how many), and the
-    :func:`_more_ranks` that would hold them."""
+    :func:`_more_ranks` that would hold them (``hosts``: the job's ranks per node and
+    global batch)."""
     (each, pieces), (per_rank, world_size) = tables, ranks
     alone = whole_shards(each, pieces)
-    more = _more_ranks(storage, replicated, per_rank, alone, ranks_per_node)
+    more = _more_ranks(storage, replicated, per_rank, alone, hosts)
     biggest = (_largest_piece(each, pieces, world_size, alone), alone)
     whole = replicated.total_bytes if replicated is not None else 0
     return _tables_fit(storage.total_bytes, whole, world_size, per_rank, biggest), more
@@ -406,10 +407,11 @@ def _more_ranks(
     replicated: EmbeddingStorage | None,
     per_rank: int,
     alone: Sequence[float] = (),
-    ranks_per_node: int | None = None,
+    hosts: tuple[int | None, int | None] = (None, None),
 ) -> str:
     """How many ranks of ``per_rank`` bytes would hold the tables (and, given the job's
-    ``ranks_per_node``, on how many nodes): each holds the
+    ranks per node, on how many nodes; given its global batch, the ``train.batch_size``, per
+    rank, that keeps it: ``hosts``): each holds the
     data_parallel ones (``replicated``) whole and its share of the others, the shards placed
     whole on one rank (table_wise tables, column_wise column shards; ``alone``: bytes each)
     packed among them (:func:`~dlrm_exp.planning.storage.packs`); none when the
@@ -438,13 +440,22 @@ def _more_ranks(
     # ends: with a rank per whole table and the split share within ``room``, all fit
     while not packs(alone, spread / ranks_needed, ranks_needed, usable - whole):
         ranks_needed += 1
-    if not ranks_per_node:
-        return f"at least {ranks_needed} ranks of {per_rank / GIB:.2f} GiB (hardware.nnodes=...)"
-    nodes = math.ceil(ranks_needed / ranks_per_node)
-    return (
-        f"at least {ranks_needed} ranks of {per_rank / GIB:.2f} GiB (hardware.nnodes={nodes} "
-        f"of {ranks_per_node} rank(s))"
+    ranks_per_node, global_batch = hosts
+    nodes = (
+        f"hardware.nnodes={math.ceil(ranks_needed / ranks_per_node)} of {ranks_per_node} rank(s)"
+        if ranks_per_node
+        else "hardware.nnodes=..."
     )
+    # the batch is per rank: more ranks, a larger global batch; the preset's own 65536 per
+    # rank then overflowed the suggested ranks' memory (planning review)
+    per = max((global_batch or 0) // ranks_needed, 1)
+    keeps = (
+        f"keeps this job's global batch of {global_batch}"
+        if per * ranks_needed == global_batch
+        else f"gives a global batch of {per * ranks_needed}, near this job's {global_batch}"
+    )
+    batch = f"; train.batch_size={per} per rank {keeps}" if global_batch else ""
+    return f"at least {ranks_needed} ranks of {per_rank / GIB:.2f} GiB ({nodes}{batch})"
 
 
 #: TorchRec's partitioner's reasons for a shard (or a host's group of shards) that no rank
