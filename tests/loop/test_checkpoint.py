@@ -313,7 +313,12 @@ def test_only_what_decides_the_validation_rows_counts_as_changing_them(tmp_path,
     """Every data key but three counted: another test split, a planner's pooling factor, the
     next day's training file beside a fixed validation file, or one file typed relative then
     absolute threw the checkpoint's validations away (diff review)."""
-    from dlrm_exp.loop.settings import changed_settings, resolved_inputs, validation_changes
+    from dlrm_exp.loop.settings import (
+        changed_settings,
+        resolved_inputs,
+        setting_changes,
+        validation_changes,
+    )
 
     synthetic = compose_cfg([]).data
     val = ("val",)
@@ -363,7 +368,8 @@ def test_only_what_decides_the_validation_rows_counts_as_changing_them(tmp_path,
     assert [c.split(" ", 1)[0] for c in added] == ["data.path.files"] and "-> 2 files, " in added[0]
 
     def moved(data, saved, job):
-        return validation_changes(saved, job, lambda *change: data.rows_differ(*change, val))
+        changes = setting_changes(saved, job)
+        return validation_changes(changes, lambda *change: data.rows_differ(*change, val))
 
     assert moved(now.data, recorded["settings"], job) == added
     assert not tsv.decides_rows("data.path.files", val)  # validation from v.tsv: not moved

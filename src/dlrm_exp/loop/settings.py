@@ -18,7 +18,7 @@ def changed_settings(saved: dict[str, Any] | None, job: dict[str, Any] | None) -
     changes from the checkpoint's, sorted; only keys both record (a key added by a later
     version is no change), values as the update sees them (:func:`as_update`); none when
     either side has no record."""
-    return [f"{key} {was} -> {now}" for key, was, now in setting_changes(saved, job)]
+    return [change_line(c) for c in setting_changes(saved, job)]
 
 
 Settings = dict[str, Any] | None
@@ -37,20 +37,21 @@ def setting_changes(saved: Settings, job: Settings) -> list[tuple[str, Any, Any]
 
 
 def validation_changes(
-    saved: dict[str, Any] | None,
-    job: dict[str, Any] | None,
-    differ: Callable[[str, Any, Any], bool],
+    changes: list[tuple[str, Any, Any]], differ: Callable[[str, Any, Any], bool]
 ) -> list[str]:
-    """The changed settings (:func:`changed_settings`, as its lines) that give a resumed run
-    other validation rows than the run of its checkpoint, or decode them otherwise: the data
-    source (``data``) and each key whose change ``differ`` (the job's
-    :meth:`~dlrm_exp.config.data.DataConfig.rows_differ` of ``val``) says moves them. The
-    checkpoint's validations then measure another task than this run's."""
-    return [
-        f"{key} {was} -> {now}"
-        for key, was, now in setting_changes(saved, job)
-        if key == "data" or differ(key, was, now)
-    ]
+    """Of a resume's ``changes`` (:func:`setting_changes`), as :func:`changed_settings`'
+    lines, those that give the resumed run other validation rows than the run of its
+    checkpoint, or decode them otherwise: the data source (``data``) and each key whose
+    change ``differ`` (the job's :meth:`~dlrm_exp.config.data.DataConfig.rows_differ` of
+    ``val``) says moves them. The checkpoint's validations then measure another task than
+    this run's."""
+    return [change_line(c) for c in changes if c[0] == "data" or differ(*c)]
+
+
+def change_line(change: tuple[str, Any, Any]) -> str:
+    """A :func:`setting_changes` triple as a resume says it: ``key old -> new``."""
+    key, was, now = change
+    return f"{key} {was} -> {now}"
 
 
 def as_update(key: str, value: Any) -> Any:

@@ -31,7 +31,7 @@ from dlrm_exp.loop.run_folder import (
     drop_attempt_record,
     other_folder,
 )
-from dlrm_exp.loop.settings import changed_settings, validation_changes
+from dlrm_exp.loop.settings import change_line, setting_changes, validation_changes
 from dlrm_exp.loop.trainer import Trainer, TrainerState
 from dlrm_exp.modes.setup import (
     warn_dtype_change,
@@ -115,7 +115,8 @@ def resume_from_checkpoint(
         warn_dtype_change(path, run.experiment.table_data_types, "resuming")
     if KERNEL_ITERATIONS in saved:  # (checkpoints of earlier versions: counted from 0)
         set_kernel_iterations(run.experiment.model, int(saved[KERNEL_ITERATIONS]))
-    changed = changed_settings(saved.get("settings"), layout.settings)
+    changes = setting_changes(saved.get("settings"), layout.settings)
+    changed = [change_line(c) for c in changes]
     if run.ctx.is_main:
         warn_list(
             f"train.resume: {{n}} setting(s) differ from the run that wrote {path}",
@@ -126,7 +127,7 @@ def resume_from_checkpoint(
     state = TrainerState.from_checkpoint(
         saved, resume_step(saved, samples_per_step, run.ctx.world_size)
     )
-    other, kept, forgot = _on_other_rows(run, state, (saved, layout), path, total_steps)
+    other, kept, forgot = _on_other_rows(run, state, changes, path, total_steps)
     if not other:  # (other rows: the gap paired another run's window: diff review)
         _restore_window(run, trainer, path, saved)
     state.reconsider_stop(run.cfg.train, total_steps)
@@ -154,25 +155,22 @@ def resume_from_checkpoint(
 def _on_other_rows(
     run: TrainRun,
     state: TrainerState,
-    sides: tuple[dict[str, Any], CheckpointLayout],
+    changes: list[tuple[str, Any, Any]],
     path: Path,
     total_steps: int,
 ) -> tuple[list[str], RunMetrics | None, bool]:
-    """What a resume from checkpoint ``path`` (``sides``: its trainer state and this job's
-    layout) whose changed settings give it other validation rows (:func:`validation_changes`;
+    """What a resume from checkpoint ``path`` whose changed settings (``changes``:
+    :func:`setting_changes`) give it other validation rows (:func:`validation_changes`;
     another test file moves none: review) keeps: where nothing is left to train, the folder's
     finished record, whole (a zero-step record replaced it, its best removed: diff review);
     else nothing of the checkpoint's validations (:func:`_forget_other_validations`, before
     the stop is reconsidered: a stop on other rows kept the other run's record: diff review).
     Returns (those settings, the record kept or None, whether it forgot)."""
-    saved, layout = sides
     # decided once: hosts may list a shared folder differently (the files' digest), and ranks
     # that kept different bests would stop apart (diff review)
     other = on_rank_zero(
         lambda: validation_changes(
-            saved.get("settings"),
-            layout.settings,
-            lambda key, was, now: run.cfg.data.rows_differ(key, was, now, ("val",)),
+            changes, lambda key, was, now: run.cfg.data.rows_differ(key, was, now, ("val",))
         )
     )
     ends = bool(other) and state.step >= total_steps
