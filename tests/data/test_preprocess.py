@@ -376,6 +376,38 @@ def test_training_refuses_a_conversion_that_did_not_finish(tmp_path):
         _load(contiguous)
 
 
+def test_training_refuses_a_folder_whose_conversion_stopped_before_some_days(tmp_path, monkeypatch):
+    """A preprocess of days 0-2 killed after day 1's marker left a folder of 2 finished days,
+    and data=criteo_npy trained on it, validating on day 1 (review); a refused conversion
+    (another input for a day) leaves the folder as it was, readable."""
+    from dlrm_exp.data.preprocess import convert as conversion
+
+    files = [write_criteo_tsv(tmp_path / f"day_{d}", 30, seed=d) for d in range(3)]
+    out = tmp_path / "o"
+    finish = conversion.convert_file
+
+    def killed_at_day_2(path, day, *args):
+        if day == 2:
+            raise KeyboardInterrupt
+        return finish(path, day, *args)
+
+    monkeypatch.setattr(conversion, "convert_file", killed_at_day_2)
+    with pytest.raises(KeyboardInterrupt):
+        convert(files, out)
+    with pytest.raises(DataError, match=r"set out to write day_2 here and did not finish .* "
+                       r"run that command again"):  # fmt: skip
+        _load(out)
+    monkeypatch.setattr(conversion, "convert_file", finish)
+    assert convert(files, out)["days_converted"] == [2]  # the same command finishes it
+    _load(out)
+    assert not (out / conversion.PENDING_FILE).exists()
+    (tmp_path / "x").mkdir()
+    other = write_criteo_tsv(tmp_path / "x" / "day_1", 30, seed=9)
+    with pytest.raises(DataError, match=r"already holds day_1 converted from"):
+        convert([files[0], other], out)
+    _load(out)
+
+
 def test_an_input_that_changes_while_it_is_converted_gets_no_marker(tmp_path, monkeypatch):
     """The marker recorded the input's size and time after reading: a file still being written
     was then skipped by every later run as finished, though only its start was converted."""

@@ -39,6 +39,7 @@ from dlrm_exp.data.check_cache import (
 from dlrm_exp.data.preprocess.convert import (
     CONTIGUOUS_MARKER,
     MARKER_SETTINGS,
+    PENDING_FILE,
     REPORT_FILE,
     converted_days,
 )
@@ -112,16 +113,41 @@ def day_files(folder: Path) -> list[Path]:
     return [folder / f"day_{day}_{kind}.npy" for day in find_days(folder) for kind in _KINDS]
 
 
+def _check_pending(folder: Path, done: dict[int, dict[str, Any]]) -> None:
+    """The days a ``mode=preprocess`` run set out to write (:data:`PENDING_FILE`) all have
+    their markers (``done``).
+
+    Raises:
+        DataError: naming the days missing and the fix.
+    """
+    pending = folder / PENDING_FILE
+    if not pending.exists():
+        return
+    planned = (read_json_object(pending) or {}).get("days")
+    missing = [d for d in planned if d not in done] if isinstance(planned, list) else ["?"]
+    if missing:
+        raise DataError(
+            f"data.path: {folder}: a mode=preprocess run set out to write "
+            f"{first_few([f'day_{d}' for d in missing], 4)} here and did not finish (it was "
+            f"interrupted, or is still running; {PENDING_FILE}): run that command again, which "
+            f"finishes it, or remove {pending} to read the days that are there"
+        )
+
+
 def _check_conversions(folder: Path, days: list[int], table_sizes: list[int] | None) -> None:
     """In a folder ``mode=preprocess`` wrote (it holds its day markers), every day's
     conversion finished (its ``day_<n>.json``, written last) and, with contiguous ids, so did
     the re-index over all days (``contiguous.json``, listing them). A folder of TorchRec's own
-    scripts (no marker) is taken as it is.
+    scripts (no marker) is taken as it is. A conversion under way or interrupted
+    (``preprocess_pending.json``) is refused while one of its days lacks its marker: those
+    days are not in ``days``, and the folder read as one of fewer days validated on the
+    wrong one (review).
 
     Raises:
         DataError: naming the unfinished days (or the re-index) and the fix.
     """
     done = converted_days(folder)
+    _check_pending(folder, done)
     if not done and not (folder / REPORT_FILE).is_file():
         return
     unfinished = [day for day in days if day not in done]

@@ -119,6 +119,11 @@ _MARKER_NAME = re.compile(r"day_(\d+)\.json")
 CONTIGUOUS_MARKER = "contiguous.json"
 #: The report of a conversion: in the output folder, and in the run folder of mode=preprocess.
 REPORT_FILE = "preprocess_report.json"
+#: The days a conversion under way will write (``{"days": [...]}``), written before the
+#: first and removed when the run ends well: an interrupted run's days missing from the
+#: folder are told, not taken for a folder of fewer days (training then validated on the
+#: wrong day: review).
+PENDING_FILE = "preprocess_pending.json"
 
 
 def _marker(out_dir: Path, day: int) -> Path:
@@ -408,18 +413,22 @@ def preprocess_files(
             ", ".join(f"day_{d}" for d in others),
         )
     started = time.perf_counter()
+    todo = _days_to_convert(days, done, out_dir, options, cfg.overwrite)
+    _still_pending(out_dir, sorted(todo))  # (a refusal above leaves the folder as it was)
     pool = _worker_pool(cfg.num_workers, files)
     show = sys.stderr.isatty() if progress is None else progress
     try:
-        reports, skipped = _convert_days(days, done, out_dir, options, cfg, pool, show)
+        reports = _convert_days(todo, out_dir, options, cfg, pool, show)
     finally:
         if pool is not None:
             pool.shutdown(cancel_futures=True)
     contiguous = None
     if options.categorical is CategoricalTransform.contiguous:
         contiguous = _reindex(out_dir, list(days), cfg.frequency_threshold, bool(reports))
+    skipped = [day for day in days if day not in todo]
     summary = _summary(out_dir, options, reports, skipped, started, contiguous)
     write_json_atomic(out_dir / REPORT_FILE, summary)
+    _still_pending(out_dir, [])
     return summary
 
 
@@ -447,37 +456,68 @@ def _parse_worker(chain: tuple[Any, Any, Any], parent: int) -> None:
     die_with_parent(parent)
 
 
-def _convert_days(
+def _days_to_convert(
     days: dict[int, Path],
     done: dict[int, dict[str, Any]],
+    out_dir: Path,
+    options: Options,
+    overwrite: bool,
+) -> dict[int, Path]:
+    """The days of ``days`` not already finished (``done``: the markers found, see
+    :func:`converted_days`; ``overwrite``: every day), all checked before any is converted.
+
+    Raises:
+        DataError: a day's marker records another input, which converting would replace.
+    """
+    todo = {}
+    for day, path in days.items():
+        if not overwrite and is_finished(out_dir, day, path, options, done.get(day)):
+            continue
+        other = None if overwrite else _other_source(done.get(day), path)
+        if other is not None:
+            raise DataError(
+                f"preprocess.output_dir={out_dir} already holds day_{day} converted from "
+                f"{other}; {path} would replace it: use another preprocess.output_dir, name "
+                "the file day_<n> for a free day, or preprocess.overwrite=true"
+            )
+        todo[day] = path
+    return todo
+
+
+def _convert_days(
+    todo: dict[int, Path],
     out_dir: Path,
     options: Options,
     cfg: PreprocessConfig,
     pool: Executor | None,
     show: bool,
-) -> tuple[list[dict[str, Any]], list[int]]:
-    """Convert every day not already finished (``done``: the markers found before, see
-    :func:`converted_days`); returns their reports and the days skipped."""
+) -> list[dict[str, Any]]:
+    """Convert the days ``todo`` (:func:`_days_to_convert`); returns their reports. A day
+    refused (nothing written for it: the folder keeps what it had) leaves pending only the
+    days after it (:data:`PENDING_FILE`): a folder that failed to gain one day still trains
+    (preprocess review)."""
     reports: list[dict[str, Any]] = []
-    skipped: list[int] = []
     sequence = itertools.count()
     with tqdm(unit="rows", unit_scale=True, disable=not show, desc="preprocess") as bar:
-        for day, path in days.items():
-            if not cfg.overwrite and is_finished(out_dir, day, path, options, done.get(day)):
-                skipped.append(day)
-                continue
-            other = None if cfg.overwrite else _other_source(done.get(day), path)
-            if other is not None:
-                raise DataError(
-                    f"preprocess.output_dir={out_dir} already holds day_{day} converted from "
-                    f"{other}; {path} would replace it: use another preprocess.output_dir, name "
-                    "the file day_<n> for a free day, or preprocess.overwrite=true"
-                )
+        for day, path in todo.items():
             bar.set_postfix_str(f"day_{day} <- {path.name}")
-            reports.append(
-                convert_file(path, day, out_dir, options, pool, cfg.num_workers, bar, sequence)
-            )
-    return reports, skipped
+            try:
+                reports.append(
+                    convert_file(path, day, out_dir, options, pool, cfg.num_workers, bar, sequence)
+                )
+            except DataError:
+                _still_pending(out_dir, [d for d in todo if d > day])
+                raise
+    return reports
+
+
+def _still_pending(out_dir: Path, days: list[int]) -> None:
+    """Record ``days`` as the conversion's days still to write (:data:`PENDING_FILE`), or
+    remove the record where none are."""
+    if days:
+        write_json_atomic(out_dir / PENDING_FILE, {"days": days})
+    else:
+        (out_dir / PENDING_FILE).unlink(missing_ok=True)
 
 
 def _summary(
