@@ -447,7 +447,17 @@ def test_training_refuses_days_converted_with_different_settings(tmp_path):
     files = [write_criteo_tsv(tmp_path / f"day_{d}", 30, seed=d) for d in range(2)]
     out = tmp_path / "o"
     convert(files, out)
-    convert([files[1]], out, dense_transform=DenseTransform.torchrec, overwrite=True)
+    # now refused by the conversion itself, the folder left as it was (npy review)
+    mixed = (r"holds day_0 converted with dense_transform=log1p, categorical=raw, and this "
+             r"run converts with dense_transform=torchrec")  # fmt: skip
+    with pytest.raises(DataError, match=mixed):
+        convert([files[1]], out, dense_transform=DenseTransform.torchrec, overwrite=True)
+    _load(out)
+    # a mix made otherwise (an earlier version; files copied in): training refuses it
+    other = tmp_path / "other"
+    convert([files[1]], other, dense_transform=DenseTransform.torchrec)
+    for name in ("day_1_dense.npy", "day_1_sparse.npy", "day_1_labels.npy", "day_1.json"):
+        (out / name).write_bytes((other / name).read_bytes())
     with pytest.raises(DataError, match=r"converted with different settings \(day_0: "
                        r"dense_transform=log1p.*; day_1: dense_transform=torchrec"):  # fmt: skip
         _load(out)
@@ -494,8 +504,8 @@ def test_a_hash_conversion_drops_the_raw_ids_of_an_earlier_contiguous_one(tmp_pa
     convert(files, out, categorical=CategoricalTransform.hash)
     assert not list(out.glob("*_sparse_raw.npy"))
     hashed = (out / "day_1_sparse.npy").read_bytes()
-    with caplog.at_level("WARNING"):
-        convert(files[:1], out, categorical=CategoricalTransform.contiguous)
+    with caplog.at_level("WARNING"), pytest.raises(DataError, match="holds day_1 converted"):
+        convert(files[:1], out, categorical=CategoricalTransform.contiguous)  # (a mix: refused)
     assert (out / "day_1_sparse.npy").read_bytes() == hashed
     assert "also holds day_1 from other inputs" in caplog.text
 

@@ -38,10 +38,10 @@ from dlrm_exp.data.check_cache import (
 )
 from dlrm_exp.data.preprocess.convert import (
     CONTIGUOUS_MARKER,
-    MARKER_SETTINGS,
     PENDING_FILE,
     REPORT_FILE,
     converted_days,
+    marker_setting,
 )
 from dlrm_exp.data.preprocess.tsv_parse import NUM_DENSE, NUM_SPARSE
 from dlrm_exp.data.row_span import RowSpan
@@ -216,10 +216,7 @@ def _check_same_settings(folder: Path, markers: dict[int, dict[str, Any]]) -> No
     """
     groups: dict[str, list[int]] = {}
     for day, marker in sorted(markers.items()):
-        setting = ", ".join(
-            f"{k}={marker[k]}" for k in MARKER_SETTINGS if marker.get(k) is not None
-        )
-        groups.setdefault(setting, []).append(day)
+        groups.setdefault(marker_setting(marker), []).append(day)
     if len(groups) > 1:
         listed = "; ".join(
             f"{', '.join(f'day_{d}' for d in days)}: {setting}" for setting, days in groups.items()

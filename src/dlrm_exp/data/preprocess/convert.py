@@ -57,6 +57,7 @@ from dlrm_exp.data.preprocess.tsv_parse import (
 from dlrm_exp.errors import DataError
 from dlrm_exp.util.files import read_json_object, write_json_atomic
 from dlrm_exp.util.parent_death import die_with_parent
+from dlrm_exp.util.text import first_few
 
 log = logging.getLogger(__name__)
 
@@ -69,6 +70,12 @@ RANGE_BYTES = 2 << 20  # plain files: byte range per block (more blocks than wor
 #: The settings each day's marker records (:meth:`Options.as_dict`): days converted with
 #: other ones do not make one dataset.
 MARKER_SETTINGS = ("dense_transform", "categorical", "table_sizes")
+
+
+def marker_setting(marker: dict[str, Any]) -> str:
+    """A day marker's settings (:data:`MARKER_SETTINGS`) as text, ``dense_transform=log1p,
+    categorical=hash, table_sizes=[...]``: days of one folder must share it."""
+    return ", ".join(f"{k}={marker[k]}" for k in MARKER_SETTINGS if marker.get(k) is not None)
 
 
 @dataclass(frozen=True)
@@ -412,6 +419,7 @@ def preprocess_files(
             out_dir,
             ", ".join(f"day_{d}" for d in others),
         )
+    _check_same_settings_as(done, others, options, out_dir)
     started = time.perf_counter()
     todo = _days_to_convert(days, done, out_dir, options, cfg.overwrite)
     _still_pending(out_dir, sorted(todo))  # (a refusal above leaves the folder as it was)
@@ -454,6 +462,29 @@ def _parse_worker(chain: tuple[Any, Any, Any], parent: int) -> None:
     default action in the forked worker: the CLI's handler acts only in its own process."""
     install_chain(chain)
     die_with_parent(parent)
+
+
+def _check_same_settings_as(
+    done: dict[int, dict[str, Any]], others: list[int], options: Options, out_dir: Path
+) -> None:
+    """The days ``others`` of ``out_dir`` this run leaves as they are (``done``: their
+    markers) were converted with this run's settings: a mix is refused by
+    ``data=criteo_npy``, and was written only to be (npy review).
+
+    Raises:
+        DataError: naming the days, their settings and this run's.
+    """
+    mine = marker_setting(options.as_dict())
+    mixed = [d for d in others if marker_setting(done[d]) != mine]
+    if mixed:
+        theirs = marker_setting(done[mixed[0]])
+        raise DataError(
+            f"preprocess.output_dir={out_dir} holds "
+            f"{first_few([f'day_{d}' for d in mixed], 4)} converted with {theirs}, and this "
+            f"run converts with {mine}: data=criteo_npy reads no folder of days converted "
+            "otherwise; convert into another preprocess.output_dir, or every day of this "
+            "folder with the same settings"
+        )
 
 
 def _days_to_convert(
