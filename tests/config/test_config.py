@@ -357,6 +357,10 @@ RULES = [
         r"data.schema.sparse.cat_3.num_embeddings=500 would be ignored",
     ),
     (["preprocess.num_workers=0"], r"preprocess.num_workers must be positive"),
+    (
+        ["preprocess.frequency_threshold=5"],  # (ignored without a word: npy review)
+        r"preprocess.frequency_threshold=5 applies to preprocess.categorical=contiguous only",
+    ),
     (["train.epochs=0"], r"train.epochs must be positive"),
     (["train.max_steps=0"], r"train.max_steps must be positive or null"),
     (["train.val_every_n_steps=-2"], r"train.val_every_n_steps must be positive or null"),

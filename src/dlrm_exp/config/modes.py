@@ -130,6 +130,13 @@ class PreprocessConfig:
             self.frequency_threshold >= 0,
             f"preprocess.frequency_threshold must be >= 0, got {self.frequency_threshold}",
         )
+        contiguous = self.categorical is CategoricalTransform.contiguous
+        require(  # (it was ignored without a word: npy review)
+            contiguous or self.frequency_threshold == PreprocessConfig.frequency_threshold,
+            f"preprocess.frequency_threshold={self.frequency_threshold} applies to "
+            "preprocess.categorical=contiguous only (raw and hashed ids keep every id): add "
+            "preprocess.categorical=contiguous or drop it",
+        )
 
 
 @dataclass
