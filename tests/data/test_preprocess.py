@@ -604,3 +604,23 @@ def test_ids_hashed_for_other_tables_are_refused_by_data_criteo_npy(tmp_path):
     assert len(load_criteo_npy(cfg, SIZES, seed=0)[0]) > 0  # the tables it was hashed for
     with pytest.raises(DataError, match=r"holds ids hashed for tables of \[1000, 1000"):
         load_criteo_npy(cfg, [300] * 26, seed=0)
+
+
+def test_a_contiguous_folder_read_by_smaller_tables_is_warned_of(tmp_path, caplog):
+    """Its ids beyond a table's rows were hashed into it without a word (npy review)."""
+    import json
+
+    from dlrm_exp.config import CriteoNpyDataConfig, NpyDataset
+    from dlrm_exp.data.criteo_npy import load_criteo_npy
+
+    files = [write_criteo_tsv(tmp_path / f"day_{d}", 60, seed=d) for d in range(2)]
+    out = tmp_path / "o"
+    convert(files, out, categorical=CategoricalTransform.contiguous, frequency_threshold=1)
+    needed = json.loads((out / "contiguous.json").read_text())["num_embeddings_per_feature"]
+    cfg = CriteoNpyDataConfig(path=str(out), dataset=NpyDataset.criteo_1tb)
+    with caplog.at_level("WARNING", logger="dlrm_exp.data.criteo_npy"):
+        load_criteo_npy(cfg, needed, 0)
+        assert "smaller" not in caplog.text
+        load_criteo_npy(cfg, [3] * 26, 0)
+    assert f"tables are smaller (cat_0 {needed[0]:,} > 3, " in caplog.text
+    assert f"Set model.num_embeddings_per_feature={needed} to give every id its own" in caplog.text

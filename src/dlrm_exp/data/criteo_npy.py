@@ -49,7 +49,7 @@ from dlrm_exp.data.splits import SCAN_WAIT, DataInfo
 from dlrm_exp.errors import DataError
 from dlrm_exp.util.cgroup import available_memory_bytes
 from dlrm_exp.util.files import read_json_object
-from dlrm_exp.util.rank_zero import on_rank_zero
+from dlrm_exp.util.rank_zero import is_rank_zero, on_rank_zero
 from dlrm_exp.util.text import first_few
 
 _DAY_FILE = re.compile(r"^day_(\d+)_dense\.npy$")
@@ -170,14 +170,34 @@ def _check_conversions(folder: Path, days: list[int], table_sizes: list[int] | N
     if table_sizes is not None:
         _check_hashed_for(folder, markers, table_sizes)
     contiguous = [d for d in days if done[d].get("categorical") == "contiguous"]
-    indexed = (read_json_object(folder / CONTIGUOUS_MARKER) or {}).get("days", [])
-    missing = [f"day_{d}" for d in contiguous if d not in indexed]
+    record = read_json_object(folder / CONTIGUOUS_MARKER) or {}
+    missing = [f"day_{d}" for d in contiguous if d not in record.get("days", [])]
     if missing:
         raise DataError(
             f"data.path: {folder}: the re-index of contiguous ids over every day did not "
             f"finish ({CONTIGUOUS_MARKER} does not list {', '.join(missing)}): run the same "
             "mode=preprocess again, which finishes it"
         )
+    if contiguous and table_sizes is not None:
+        _warn_smaller_tables(folder, record.get("num_embeddings_per_feature"), table_sizes)
+
+
+def _warn_smaller_tables(folder: Path, ids: Any, table_sizes: list[int]) -> None:
+    """One warning (rank 0) when a contiguous-id folder's features have more ids (``ids``:
+    its ``contiguous.json``'s ``num_embeddings_per_feature``) than this model's tables have
+    rows: those ids are then hashed into the tables, or refused with
+    ``data.out_of_range=error``, without a word before (npy review)."""
+    if not isinstance(ids, list) or len(ids) != len(table_sizes) or not is_rank_zero():
+        return
+    pairs = enumerate(zip(ids, table_sizes, strict=True))
+    over = [f"cat_{i} {n:,} > {t:,}" for i, (n, t) in pairs if n > t]
+    if over:
+        log.warning(
+            "data.path: %s holds contiguous ids for tables of %s rows; %d of this model's "
+            "tables are smaller (%s): their ids share rows. Set model.num_embeddings_per_"
+            "feature=%s to give every id its own",
+            folder, ids, len(over), first_few(over), ids,
+        )  # fmt: skip
 
 
 def _check_hashed_for(
