@@ -755,8 +755,9 @@ def resume_step(trainer_state: dict[str, Any], samples_per_step: list[int], worl
             raise CheckpointError(  # the same global batch: the epochs end elsewhere
                 f"the checkpoint was written after {samples} samples, which this job's steps "
                 f"pass (to {seen} samples): its training split has another number of rows "
-                "than the checkpoint's run (its epochs' short last batches fall elsewhere); "
-                "resume with that run's data"
+                "than the checkpoint's run (its epochs' short last batches fall elsewhere: a "
+                "day added to or removed from data.path, another file, or another split); "
+                "resume with that run's data, or from a checkpoint of its first epoch"
             )
         raise CheckpointError(
             f"the checkpoint was written by {ranks} rank(s) after {samples} samples; "
