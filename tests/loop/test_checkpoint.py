@@ -366,6 +366,11 @@ def test_only_what_decides_the_validation_rows_counts_as_changing_them(tmp_path,
     job = train_mode.job_settings(now)
     added = changed_settings(recorded["settings"], job)
     assert [c.split(" ", 1)[0] for c in added] == ["data.path.files"] and "-> 2 files, " in added[0]
+    # the warning says where the digests are: no config file holds them (npy review)
+    from dlrm_exp.modes.resume import _digests_where
+
+    assert "trainer_state.json" in _digests_where(setting_changes(recorded["settings"], job))
+    assert _digests_where([("seed", 0, 1)]) == ""
 
     def moved(data, saved, job):
         changes = setting_changes(saved, job)

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from dlrm_exp.config import Config
+from dlrm_exp.config.data import input_path_key
 from dlrm_exp.config.model import ManagedCollision
 from dlrm_exp.factories.experiment import set_kernel_iterations
 from dlrm_exp.loop.checkpoint import (
@@ -122,7 +123,7 @@ def resume_from_checkpoint(
             f"train.resume: {{n}} setting(s) differ from the run that wrote {path}",
             changed,
             "this run continues another data stream or update than that run's; its "
-            ".hydra/config.yaml has them",
+            f".hydra/config.yaml has them{_digests_where(changes)}",
         )
     state = TrainerState.from_checkpoint(
         saved, resume_step(saved, samples_per_step, run.ctx.world_size)
@@ -150,6 +151,14 @@ def resume_from_checkpoint(
     if between and run.ctx.is_main:
         log.warning(between)
     return state, kept
+
+
+def _digests_where(changes: list[tuple[str, Any, Any]]) -> str:
+    """Where a changed files' digest (``data.path.files``) is recorded, which no config file
+    holds (the warning sent a user to .hydra/config.yaml for it: npy review)."""
+    if all(input_path_key(key) == key for key, _, _ in changes):
+        return ""
+    return " (the input files' digests, data.path.files, its checkpoint's trainer_state.json)"
 
 
 def _on_other_rows(
