@@ -624,3 +624,24 @@ def test_a_contiguous_folder_read_by_smaller_tables_is_warned_of(tmp_path, caplo
         load_criteo_npy(cfg, [3] * 26, 0)
     assert f"tables are smaller (cat_0 {needed[0]:,} > 3, " in caplog.text
     assert f"Set model.num_embeddings_per_feature={needed} to give every id its own" in caplog.text
+
+
+def test_days_converted_again_in_place_are_another_conversion_to_a_resume(tmp_path):
+    """Converted again with TorchRec's dense transform, the days kept their names and sizes:
+    the files' digest stayed, and a resume kept validations of the log1p rows (npy review)."""
+    from dlrm_exp.config import CriteoNpyDataConfig
+    from dlrm_exp.data import input_digests
+
+    files = [write_criteo_tsv(tmp_path / f"day_{d}", 30, seed=d) for d in range(2)]
+    out = tmp_path / "o"
+    convert(files, out)
+    cfg = CriteoNpyDataConfig(path=str(out))
+    before = input_digests(cfg)
+    convert(files, out)  # unchanged: skipped, the same conversion
+    assert input_digests(cfg) == before
+    convert(files, out, dense_transform=DenseTransform.torchrec, overwrite=True)
+    after = input_digests(cfg)
+    assert after["data.path.files"] == before["data.path.files"]
+    assert after["data.path.conversion"] != before["data.path.conversion"]
+    assert cfg.rows_differ("data.path.conversion", before, after, ("val",))
+    assert "data.path.conversion" not in input_digests(CriteoNpyDataConfig(path=str(tmp_path)))

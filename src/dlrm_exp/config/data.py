@@ -33,12 +33,15 @@ _ONE_SPLIT = {
 #: The suffix of the setting that records the files an input path names
 #: (``data.path.files``: :func:`dlrm_exp.data.input_digests`); no key of the config.
 FILES = ".files"
+#: The suffix of the setting that records how ``mode=preprocess`` converted an npy folder
+#: (``data.path.conversion``: its days' markers, the contiguous re-index); no key either.
+CONVERSION = ".conversion"
 
 
 def input_path_key(key: str) -> str:
-    """The input path setting a files digest belongs to (``data.path.files`` ->
-    ``data.path``); any other key as it is."""
-    return key.removesuffix(FILES)
+    """The input path setting a files or conversion digest belongs to (``data.path.files``,
+    ``data.path.conversion`` -> ``data.path``); any other key as it is."""
+    return key.removesuffix(FILES).removesuffix(CONVERSION)
 
 
 #: The schema keys of a feature that do not change how its ids are read.

@@ -16,6 +16,8 @@ Batches are then cut by :func:`~dlrm_exp.data.batches.iter_batches`: global step
 next ``world_size x batch_size`` rows and rank ``r`` its ``r``-th slice, so ranks never overlap.
 """
 
+import hashlib
+import json
 import logging
 import os
 import re
@@ -111,6 +113,21 @@ def day_files(folder: Path) -> list[Path]:
         DataError: as :func:`find_days`.
     """
     return [folder / f"day_{day}_{kind}.npy" for day in find_days(folder) for kind in _KINDS]
+
+
+def conversion_digest(folder: Path) -> str | None:
+    """A digest (SHA-1, 10 hex digits) of how ``mode=preprocess`` converted ``folder``: each
+    day's marker (its input, options and counts) and the contiguous re-index's record; None
+    for a folder without them (TorchRec's own scripts) or that cannot be read."""
+    try:
+        markers = converted_days(folder)
+        contiguous = read_json_object(folder / CONTIGUOUS_MARKER)
+    except OSError:
+        return None
+    if not markers:
+        return None
+    record = json.dumps([sorted(markers.items()), contiguous], sort_keys=True, default=str)
+    return hashlib.sha1(record.encode()).hexdigest()[:10]
 
 
 def _check_pending(folder: Path, done: dict[int, dict[str, Any]]) -> None:
