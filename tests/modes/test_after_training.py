@@ -715,3 +715,29 @@ def test_an_empty_split_asked_for_is_refused(tmp_path):
     _check_rows(cfg, SimpleNamespace(val=[], test=[1]))
     every = compose_cfg(["mode=evaluate", f"checkpoint={tmp_path}"])
     _check_rows(every, SimpleNamespace(val=[1], test=[]))  # split=all: the other is scored
+
+
+def test_evaluate_warns_when_the_runs_own_path_names_other_files_now(tmp_path, caplog):
+    """An npy folder that gained a day scored another held-out day under the same data.path,
+    said by nothing (npy review); another path is other files on purpose."""
+    from dlrm_exp.data import input_digests
+    from dlrm_exp.modes.setup import warn_changed_inputs
+
+    days = tmp_path / "days"
+    days.mkdir()
+    write_criteo_tsv(days / "day_0.tsv", 20, seed=0)
+    cfg = compose_cfg(["mode=evaluate", "checkpoint=x", "data=criteo_tsv", f"data.path={days}"])
+    saved = {"settings": {"data.path": [str(days)], **input_digests(cfg.data)}}
+    with caplog.at_level(logging.WARNING, logger="dlrm_exp.modes.setup"):
+        warn_changed_inputs(saved, cfg)
+        assert caplog.text == ""
+        write_criteo_tsv(days / "day_1.tsv", 20, seed=1)
+        warn_changed_inputs(saved, cfg)
+        assert "names other files now, or files converted otherwise (data.path.files 1 file" in (
+            caplog.text
+        )
+        caplog.clear()
+        other = compose_cfg(["mode=evaluate", "checkpoint=x", "data=criteo_tsv",
+                             f"data.path={days / 'day_1.tsv'}"])  # fmt: skip
+        warn_changed_inputs(saved, other)
+        assert caplog.text == ""

@@ -34,6 +34,7 @@ from dlrm_exp.modes.setup import (
     prepare,
     rank_batches,
     run_on_ranks,
+    warn_changed_inputs,
     warn_other_data_values,
     warn_unlike_training,
     warn_unscored,
@@ -160,6 +161,7 @@ def evaluate_worker(
             warn_unscored(cfg, splits, names, ctx.world_size)
             warn_unlike_training(saved, cfg, ctx.world_size, path)
             warn_other_data_values(saved, cfg)
+            warn_changed_inputs(saved, cfg)
         scores = {
             name: evaluate(
                 experiment.pipeline,

@@ -23,6 +23,7 @@ from dlrm_exp.data import (
     DataSplits,
     ParquetSplit,
     check_input_paths,
+    input_digests,
     is_generated,
     load_splits,
     per_rank_sizes,
@@ -362,6 +363,28 @@ def warn_other_data_values(saved: dict[str, Any], cfg: Config) -> None:
             "the checkpoint's run read its data with %s: this job scores other rows than the "
             "run did; add those overrides to score what it was scored on",
             first_few(differ),
+        )
+
+
+def warn_changed_inputs(saved: dict[str, Any], cfg: Config) -> None:
+    """``mode=evaluate``: one warning when an input path this job reads is the one the
+    checkpoint's run read but names other files now, or files converted otherwise (their
+    digests, :func:`~dlrm_exp.data.input_digests`): an npy folder that gained a day scores
+    another held-out day under the same ``data.path``, said by nothing (npy review). Another
+    path is other files on purpose: not warned."""
+    recorded = saved.get("settings") or {}
+    here = input_digests(cfg.data)
+    paths = flat_settings("data", cfg.data)
+    moved = [
+        f"{key} {was} -> {now}"
+        for key, was, now in setting_changes(recorded, here)
+        if setting_changes(recorded, {input_path_key(key): paths.get(input_path_key(key))}) == []
+    ]
+    if moved:
+        log.warning(
+            "the input path the checkpoint's run read names other files now, or files "
+            "converted otherwise (%s): this job scores other rows than the run did",
+            first_few(moved),
         )
 
 
