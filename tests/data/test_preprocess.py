@@ -639,6 +639,8 @@ def test_days_converted_again_in_place_are_another_conversion_to_a_resume(tmp_pa
     before = input_digests(cfg)
     convert(files, out)  # unchanged: skipped, the same conversion
     assert input_digests(cfg) == before
+    convert(files, out, overwrite=True)  # the same input again: the same days
+    assert input_digests(cfg) == before
     convert(files, out, dense_transform=DenseTransform.torchrec, overwrite=True)
     after = input_digests(cfg)
     assert after["data.path.files"] == before["data.path.files"]

@@ -117,7 +117,8 @@ def day_files(folder: Path) -> list[Path]:
 
 def conversion_digest(folder: Path) -> str | None:
     """A digest (SHA-1, 10 hex digits) of how ``mode=preprocess`` converted ``folder``: each
-    day's marker (its input, options and counts) and the contiguous re-index's record; None
+    day's marker (its input, options and counts, not its timing) and the contiguous
+    re-index's record; None
     for a folder without them (TorchRec's own scripts) or that cannot be read."""
     try:
         markers = converted_days(folder)
@@ -126,7 +127,11 @@ def conversion_digest(folder: Path) -> str | None:
         return None
     if not markers:
         return None
-    record = json.dumps([sorted(markers.items()), contiguous], sort_keys=True, default=str)
+    timeless = {  # (a day converted again from the same input is the same day)
+        day: {k: v for k, v in m.items() if k not in ("seconds", "rows_per_sec")}
+        for day, m in sorted(markers.items())
+    }
+    record = json.dumps([timeless, contiguous], sort_keys=True, default=str)
     return hashlib.sha1(record.encode()).hexdigest()[:10]
 
 
