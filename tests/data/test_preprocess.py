@@ -104,6 +104,10 @@ def test_rerun_skips_finished_days_and_redoes_changed_ones(tmp_path):
     again = convert(files, out)
     assert again["days_skipped_finished"] == [0]
     assert again["days_converted"] == [1, 2]
+    # the report still counts every day of the folder (a re-run left its own only: review)
+    assert [m["day"] for m in again["folder_days"]] == [0, 1, 2]
+    assert again["folder_rows_valid"] == 30 + 30 + 40
+    assert convert(files, out)["folder_rows_valid"] == 100  # nothing converted: still 100
     assert np.load(out / "day_2_labels.npy").shape == (40, 1)
     assert convert(files, out, overwrite=True)["days_converted"] == [0, 1, 2]
     other = convert(files, out, categorical=CategoricalTransform.hash)

@@ -559,9 +559,14 @@ def _summary(
     started: float,
     contiguous: dict[str, Any] | None,
 ) -> dict[str, Any]:
-    """``preprocess_report.json``: totals over the converted days, and each day's report."""
+    """``preprocess_report.json``: totals over the days this run converted and each one's
+    report (``days``), and every day the folder holds, this run's or earlier ones', with its
+    report from its marker (``folder_days``, ``folder_rows_valid``: a re-run, or a run that
+    added a day, left only its own days, and a finished interrupted conversion none: npy
+    review)."""
     seconds = time.perf_counter() - started
     rows = sum(r["rows_read"] for r in reports)
+    folder = [marker for _, marker in sorted(converted_days(out_dir).items())]
     return {
         "output_dir": str(out_dir),
         **options.as_dict(),
@@ -575,6 +580,8 @@ def _summary(
         "rows_per_sec": rows / seconds if seconds > 0 else None,
         "contiguous": contiguous,
         "days": reports,
+        "folder_days": folder,
+        "folder_rows_valid": sum(int(m.get("rows_valid", 0)) for m in folder),
     }
 
 
@@ -629,9 +636,12 @@ def summary_lines(summary: dict[str, Any]) -> str:
         days = ", ".join(f"day_{d}" for d in summary["days_skipped_finished"])
         lines.append(f"already finished (preprocess.overwrite=true to redo): {days}")
     rate = summary["rows_per_sec"]
+    folder = summary.get("folder_days") or []
     lines.append(
         f"{summary['rows_valid']:,} rows written to {summary['output_dir']} in "
-        f"{summary['seconds']:.1f} s" + (f" ({rate:,.0f} rows/s)" if rate else "")
+        f"{summary['seconds']:.1f} s"
+        + (f" ({rate:,.0f} rows/s)" if rate else "")
+        + f"; it holds {len(folder)} day(s), {summary.get('folder_rows_valid', 0):,} rows"
     )
     if summary.get("contiguous"):
         sizes = ",".join(str(n) for n in summary["contiguous"]["num_embeddings_per_feature"])
