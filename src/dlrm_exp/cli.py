@@ -537,6 +537,20 @@ def _stop_on_sigterm() -> Iterator[None]:
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
 
 
+def _what_stays() -> str:
+    """What an interrupted job keeps, for its mode (a preprocess was told of checkpoints and
+    a sweep's jobs: npy review)."""
+    mode = _job_folder[2] if _job_folder is not None else None
+    if mode == "preprocess":
+        return "the converted days stay; "
+    if mode in (None, "train"):
+        return (
+            "what was finished stays (complete checkpoints, converted days; a sweep's "
+            "unfinished job records status interrupted): "
+        )
+    return ""
+
+
 def _continue_hint() -> str:
     """How to go on after an interruption: a training run continues with
     ``train.resume=auto`` in its own folder (the default folder is a new one each time, where
@@ -651,12 +665,7 @@ def main() -> None:
     except (KeyboardInterrupt, Terminated) as err:  # one line, not a traceback per frame
         signum = _signal(err)
         summarize_interrupted_sweep()
-        print(
-            f"Interrupted ({signum.name}): what was finished stays (complete "
-            "checkpoints, converted days; a sweep's unfinished job records status "
-            f"interrupted): {_continue_hint()}",
-            file=sys.stderr,
-        )
+        print(f"Interrupted ({signum.name}): {_what_stays()}{_continue_hint()}", file=sys.stderr)
         sys.exit(128 + signum)
     finally:  # (a process that calls main again, as the tests do, holds no folder from before)
         release_run_folders()

@@ -744,6 +744,13 @@ def test_the_interruption_hint_fits_the_mode(monkeypatch, tmp_path):
     assert hints["predict"] == (
         "mode=predict leaves no half-written output: run the same command again"
     )
+    # what stays, of each mode (a preprocess was told of checkpoints: npy review)
+    monkeypatch.setattr(cli, "_job_folder", (False, tmp_path, "preprocess", None))
+    assert cli._what_stays() == "the converted days stay; "
+    monkeypatch.setattr(cli, "_job_folder", (False, tmp_path, "predict", None))
+    assert cli._what_stays() == ""
+    monkeypatch.setattr(cli, "_job_folder", (False, tmp_path, "train", None))
+    assert cli._what_stays().startswith("what was finished stays (complete checkpoints")
 
 
 def test_sigterm_ends_a_one_process_sweep_in_one_line_with_its_summary(tmp_path):
