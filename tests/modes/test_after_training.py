@@ -741,3 +741,11 @@ def test_evaluate_warns_when_the_runs_own_path_names_other_files_now(tmp_path, c
                              f"data.path={days / 'day_1.tsv'}"])  # fmt: skip
         warn_changed_inputs(saved, other)
         assert caplog.text == ""
+        # a training file that changed beside val and test files of their own: the rows
+        # scored are the same (it was warned: diff review)
+        val, test = (write_criteo_tsv(tmp_path / f"{n}.tsv", 20, seed=3) for n in ("v", "t"))
+        own = compose_cfg(["mode=evaluate", "checkpoint=x", "data=criteo_tsv",
+                           f"data.path={days}", f"data.val_path={val}",
+                           f"data.test_path={test}"])  # fmt: skip
+        warn_changed_inputs(saved, own)
+        assert caplog.text == ""

@@ -154,11 +154,14 @@ def resume_from_checkpoint(
 
 
 def _digests_where(changes: list[tuple[str, Any, Any]]) -> str:
-    """Where a changed files' digest (``data.path.files``) is recorded, which no config file
+    """Where a changed files' digest (``data.path.files``, ...) is recorded, which no config file
     holds (the warning sent a user to .hydra/config.yaml for it: npy review)."""
     if all(input_path_key(key) == key for key, _, _ in changes):
         return ""
-    return " (the input files' digests, data.path.files, its checkpoint's trainer_state.json)"
+    return (
+        " (the input files' digests, data.*.files and data.path.conversion: its checkpoint's "
+        "trainer_state.json)"
+    )
 
 
 def _on_other_rows(

@@ -40,7 +40,7 @@ from dlrm_exp.errors import ConfigError
 from dlrm_exp.factories.experiment import Experiment, TrainWrapper, build_experiment, build_module
 from dlrm_exp.loop.checkpoint import CheckpointError, SafeFileSystemReader, run_folder_of
 from dlrm_exp.loop.run_origin import data_overrides
-from dlrm_exp.loop.settings import setting_changes
+from dlrm_exp.loop.settings import change_line, setting_changes
 from dlrm_exp.modes.job import Job
 from dlrm_exp.planning.job import check_ranks_per_host, plan_job
 from dlrm_exp.planning.tables import DTYPE_NAMES, is_table_key, table_of_key
@@ -373,12 +373,15 @@ def warn_changed_inputs(saved: dict[str, Any], cfg: Config) -> None:
     another held-out day under the same ``data.path``, said by nothing (npy review). Another
     path is other files on purpose: not warned."""
     recorded = saved.get("settings") or {}
-    here = input_digests(cfg.data)
+    here, splits = input_digests(cfg.data), _scored_with_rows(cfg)
     paths = flat_settings("data", cfg.data)
-    moved = [
-        f"{key} {was} -> {now}"
+    moved = [  # the same path, and it decides rows this job scores (a training file that
+        # grew beside val and test files of their own was warned of: diff review)
+        change_line((key, was, now))
         for key, was, now in setting_changes(recorded, here)
-        if setting_changes(recorded, {input_path_key(key): paths.get(input_path_key(key))}) == []
+        if not setting_changes(recorded, {input_path_key(key): paths.get(input_path_key(key))})
+        and splits
+        and cfg.data.rows_differ(key, was, now, splits)
     ]
     if moved:
         log.warning(
