@@ -42,6 +42,7 @@ from dlrm_exp.data.preprocess.convert import (
     CONTIGUOUS_MARKER,
     PENDING_FILE,
     REPORT_FILE,
+    Pending,
     converted_days,
     marker_setting,
 )
@@ -136,24 +137,29 @@ def conversion_digest(folder: Path) -> str | None:
 
 
 def _check_pending(folder: Path, done: dict[int, dict[str, Any]]) -> None:
-    """The days a ``mode=preprocess`` run set out to write (:data:`PENDING_FILE`) all have
-    their markers (``done``).
+    """The days ``mode=preprocess`` runs set out to write (:class:`Pending`) all have their
+    markers (``done``).
 
     Raises:
-        DataError: naming the days missing and the fix.
+        DataError: naming the days missing, the refused day where one stopped the run, and
+            the fix.
     """
-    pending = folder / PENDING_FILE
-    if not pending.exists():
+    pending = Pending.read(folder)
+    missing = [f"day_{d}" for d in pending.days if d not in done]
+    if not missing:
         return
-    planned = (read_json_object(pending) or {}).get("days")
-    missing = [d for d in planned if d not in done] if isinstance(planned, list) else ["?"]
-    if missing:
-        raise DataError(
-            f"data.path: {folder}: a mode=preprocess run set out to write "
-            f"{first_few([f'day_{d}' for d in missing], 4)} here and did not finish (it was "
-            f"interrupted, or is still running; {PENDING_FILE}): run that command again, which "
-            f"finishes it, or remove {pending} to read the days that are there"
-        )
+    record = folder / PENDING_FILE
+    if pending.refused:  # (the same command fails again: "run it again" was no fix; review)
+        cause = f"refused {pending.refused} and did not write {first_few(missing, 4)} after it"
+        fix = "mend that file or leave it out of data.path and run it again"
+    else:
+        cause = f"set out to write {first_few(missing, 4)} here and did not finish (it was "
+        cause += "interrupted, or is still running)"
+        fix = "run that command again, which finishes it"
+    raise DataError(
+        f"data.path: {folder}: a mode=preprocess run {cause}; {fix}, or remove {record} to "
+        "read the days that are there"
+    )
 
 
 def _check_conversions(folder: Path, days: list[int], table_sizes: list[int] | None) -> None:

@@ -412,6 +412,7 @@ def preprocess_files(
     _writable_folder(out_dir)
     done = converted_days(out_dir)
     others = sorted(set(done) - set(days))
+    _check_same_settings_as(done, others, options, out_dir)  # (before the warning: review)
     if others:
         log.warning(
             "preprocess.output_dir=%s also holds %s from other inputs: data=criteo_npy reads "
@@ -419,14 +420,16 @@ def preprocess_files(
             out_dir,
             ", ".join(f"day_{d}" for d in others),
         )
-    _check_same_settings_as(done, others, options, out_dir)
     started = time.perf_counter()
     todo = _days_to_convert(days, done, out_dir, options, cfg.overwrite)
-    _still_pending(out_dir, sorted(todo))  # (a refusal above leaves the folder as it was)
+    # an earlier unfinished run's days this one does not convert stay pending (they were
+    # forgotten, and the folder trained without them: diff review)
+    earlier = Pending.read(out_dir).without(set(days) | set(done))
+    earlier.adding(sorted(todo)).write(out_dir)  # (a refusal above leaves the folder as is)
     pool = _worker_pool(cfg.num_workers, files)
     show = sys.stderr.isatty() if progress is None else progress
     try:
-        reports = _convert_days(todo, out_dir, options, cfg, pool, show)
+        reports = _convert_days(todo, out_dir, options, cfg, pool, show, earlier)
     finally:
         if pool is not None:
             pool.shutdown(cancel_futures=True)
@@ -436,7 +439,7 @@ def preprocess_files(
     skipped = [day for day in days if day not in todo]
     summary = _summary(out_dir, options, reports, skipped, started, contiguous)
     write_json_atomic(out_dir / REPORT_FILE, summary)
-    _still_pending(out_dir, [])
+    earlier.write(out_dir)
     return summary
 
 
@@ -522,11 +525,12 @@ def _convert_days(
     cfg: PreprocessConfig,
     pool: Executor | None,
     show: bool,
+    earlier: "Pending",
 ) -> list[dict[str, Any]]:
     """Convert the days ``todo`` (:func:`_days_to_convert`); returns their reports. A day
     refused (nothing written for it: the folder keeps what it had) leaves pending only the
-    days after it (:data:`PENDING_FILE`): a folder that failed to gain one day still trains
-    (preprocess review)."""
+    days after it, with why (:class:`Pending`; ``earlier``: an earlier run's, kept): a
+    folder that failed to gain one day still trains (preprocess review)."""
     reports: list[dict[str, Any]] = []
     sequence = itertools.count()
     with tqdm(unit="rows", unit_scale=True, disable=not show, desc="preprocess") as bar:
@@ -536,19 +540,61 @@ def _convert_days(
                 reports.append(
                     convert_file(path, day, out_dir, options, pool, cfg.num_workers, bar, sequence)
                 )
-            except DataError:
-                _still_pending(out_dir, [d for d in todo if d > day])
+            except DataError as err:
+                after = earlier.adding([d for d in todo if d > day])
+                after.refused_as(f"day_{day} ({path}: {err})").write(out_dir)
                 raise
     return reports
 
 
-def _still_pending(out_dir: Path, days: list[int]) -> None:
-    """Record ``days`` as the conversion's days still to write (:data:`PENDING_FILE`), or
-    remove the record where none are."""
-    if days:
-        write_json_atomic(out_dir / PENDING_FILE, {"days": days})
-    else:
-        (out_dir / PENDING_FILE).unlink(missing_ok=True)
+@dataclass(frozen=True)
+class Pending:
+    """The days conversions into a folder set out to write and have not
+    (:data:`PENDING_FILE`: ``{"days": [...], "refused": "day_<n> (why)"}``), and the day
+    refused before them, if one was.
+
+    Attributes:
+        days: the day numbers still to write.
+        refused: the refused day and its error, or None (interrupted, or under way).
+    """
+
+    days: tuple[int, ...] = ()
+    refused: str | None = None
+
+    @classmethod
+    def read(cls, folder: Path) -> "Pending":
+        """The record in ``folder`` (none, or one that does not read: nothing pending)."""
+        record = read_json_object(folder / PENDING_FILE) or {}
+        days = record.get("days")
+        refused = record.get("refused")
+        return cls(
+            tuple(int(d) for d in days) if isinstance(days, list) else (),
+            refused if isinstance(refused, str) else None,
+        )
+
+    def without(self, days: set[int]) -> "Pending":
+        """These pending days but ``days`` (converted by this run, or finished)."""
+        kept = tuple(d for d in self.days if d not in days)
+        return Pending(kept, self.refused if kept else None)
+
+    def adding(self, days: list[int]) -> "Pending":
+        """These pending days and ``days``."""
+        return Pending(tuple(sorted({*self.days, *days})), self.refused)
+
+    def refused_as(self, why: str) -> "Pending":
+        """These days, left pending by the refusal ``why``."""
+        return Pending(self.days, why)
+
+    def write(self, folder: Path) -> None:
+        """Record these days in ``folder``, or remove the record where none are."""
+        if self.days:
+            record = {
+                "days": list(self.days),
+                **({"refused": self.refused} if self.refused else {}),
+            }
+            write_json_atomic(folder / PENDING_FILE, record)
+        else:
+            (folder / PENDING_FILE).unlink(missing_ok=True)
 
 
 def _summary(
