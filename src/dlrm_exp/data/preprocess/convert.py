@@ -411,15 +411,7 @@ def preprocess_files(
     days = day_numbers(files)
     _writable_folder(out_dir)
     done = converted_days(out_dir)
-    others = sorted(set(done) - set(days))
-    _check_same_settings_as(done, others, options, out_dir)  # (before the warning: review)
-    if others:
-        log.warning(
-            "preprocess.output_dir=%s also holds %s from other inputs: data=criteo_npy reads "
-            "them with this run's days",
-            out_dir,
-            ", ".join(f"day_{d}" for d in others),
-        )
+    _check_same_settings_as(done, sorted(set(done) - set(days)), options, out_dir)
     started = time.perf_counter()
     todo = _days_to_convert(days, done, out_dir, options, cfg.overwrite)
     # an earlier unfinished run's days this one does not convert stay pending (they were
@@ -472,13 +464,21 @@ def _check_same_settings_as(
 ) -> None:
     """The days ``others`` of ``out_dir`` this run leaves as they are (``done``: their
     markers) were converted with this run's settings: a mix is refused by
-    ``data=criteo_npy``, and was written only to be (npy review).
+    ``data=criteo_npy``, and was written only to be (npy review). Else a warning names them
+    (read with this run's days).
 
     Raises:
         DataError: naming the days, their settings and this run's.
     """
     mine = marker_setting(options.as_dict())
     mixed = [d for d in others if marker_setting(done[d]) != mine]
+    if others and not mixed:  # (after the refusal: it contradicted it; review)
+        log.warning(
+            "preprocess.output_dir=%s also holds %s from other inputs: data=criteo_npy reads "
+            "them with this run's days",
+            out_dir,
+            ", ".join(f"day_{d}" for d in others),
+        )
     if mixed:
         theirs = marker_setting(done[mixed[0]])
         raise DataError(
