@@ -20,6 +20,21 @@ from dlrm_exp.errors import DataError
 SIZES = [1000] * 26
 
 
+def _killed_at(monkeypatch, stop):
+    """Make the conversion of day ``stop`` raise as a kill would; returns the real one."""
+    from dlrm_exp.data.preprocess import convert as conversion
+
+    real = conversion.convert_file
+
+    def killed(path, day, *args):
+        if day == stop:
+            raise KeyboardInterrupt
+        return real(path, day, *args)
+
+    monkeypatch.setattr(conversion, "convert_file", killed)
+    return real
+
+
 def convert(files, out, **options):
     cfg = PreprocessConfig(output_dir=str(out), num_workers=1, **options)
     return preprocess_files(files, out, cfg, SIZES, progress=False)
@@ -388,14 +403,7 @@ def test_training_refuses_a_folder_whose_conversion_stopped_before_some_days(tmp
 
     files = [write_criteo_tsv(tmp_path / f"day_{d}", 30, seed=d) for d in range(3)]
     out = tmp_path / "o"
-    finish = conversion.convert_file
-
-    def killed_at_day_2(path, day, *args):
-        if day == 2:
-            raise KeyboardInterrupt
-        return finish(path, day, *args)
-
-    monkeypatch.setattr(conversion, "convert_file", killed_at_day_2)
+    finish = _killed_at(monkeypatch, 2)
     with pytest.raises(KeyboardInterrupt):
         convert(files, out)
     with pytest.raises(DataError, match=r"set out to write day_2 here and did not finish .* "
@@ -491,7 +499,6 @@ def test_a_day_redone_then_cut_off_is_re_indexed_by_the_next_run(tmp_path, monke
     """Day 1's input changed; the re-run converted it, then was killed in day 2. The next run
     found nothing to convert, trusted the earlier contiguous.json and left day 1's contiguous
     ids those of its old rows."""
-    from dlrm_exp.data.preprocess import convert as conversion
 
     files = [
         write_criteo_tsv(tmp_path / "tsv" / f"day_{d}", 60, seed=d, vocab_size=30) for d in range(3)
@@ -501,14 +508,7 @@ def test_a_day_redone_then_cut_off_is_re_indexed_by_the_next_run(tmp_path, monke
     convert(files, out, **contiguous)
     write_criteo_tsv(files[1], 60, seed=7, vocab_size=30)
     os.utime(files[2], ns=(1, 1))  # touched: day 2 is converted again too
-    real = conversion.convert_file
-
-    def killed_in_day_2(path, day, *args):
-        if day == 2:
-            raise KeyboardInterrupt
-        return real(path, day, *args)
-
-    monkeypatch.setattr(conversion, "convert_file", killed_in_day_2)
+    _killed_at(monkeypatch, 2)
     with pytest.raises(KeyboardInterrupt):
         convert(files, out, **contiguous)
     monkeypatch.undo()
