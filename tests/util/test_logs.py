@@ -18,6 +18,8 @@ def test_torchrecs_notes_on_each_data_parallel_table_are_dropped_and_its_warning
     assert keep(_record(utils, "something else went wrong"))
     assert keep(_record("/work/src/dlrm_exp/x.py", "Sharding spec not found for x"))
     assert not keep(_record(utils, "an INFO line", logging.INFO))
+    codecs = "/site-packages/torchrec/distributed/fbgemm_qcomm_codec.py"  # (replaced by our line)
+    assert not keep(_record(codecs, "FP8 reduce-scatter runs in ..."))
 
 
 def test_the_untrue_autograd_warning_of_fbgemms_dense_lookup_is_silenced():

@@ -31,6 +31,7 @@ from omegaconf import DictConfig, ListConfig, OmegaConf
 from dlrm_exp.config.checks import GROUPS
 from dlrm_exp.config.conf_tree import conf_dir
 from dlrm_exp.errors import ConfigError
+from dlrm_exp.util.classes import with_subclasses
 from dlrm_exp.util.text import closest
 
 #: Short names users type for a key of another name (``train.lr`` means a learning rate).
@@ -57,12 +58,6 @@ def _is_open_map(tp: object) -> bool:
     return typing.get_origin(tp) is dict or tp is dict
 
 
-def _subclasses(cls: type) -> Iterator[type]:
-    yield cls
-    for sub in cls.__subclasses__():
-        yield from _subclasses(sub)
-
-
 def schema_keys(root: type) -> tuple[set[str], dict[str, set[str] | None]]:
     """(every full key of ``root``'s schema, its open maps: ``{full key: the keys each value
     may hold}``, None for values of no dataclass). A field typed with a dataclass base
@@ -86,7 +81,7 @@ def _schema_walk(root: type) -> tuple[set[str], dict[str, type | None]]:
             if _is_open_map(tp):
                 open_maps[key] = _map_value_type(tp)
             elif _is_dataclass_type(tp):
-                for sub in _subclasses(tp):
+                for sub in with_subclasses(tp):
                     walk(sub, f"{key}.")
 
     walk(root, "")

@@ -22,6 +22,7 @@ from dlrm_exp.distributed.env import env_int, env_rank, launched_by_torchrun
 from dlrm_exp.distributed.host_memory import apply_host_memory
 from dlrm_exp.distributed.submitit_env import in_submitit_task
 from dlrm_exp.errors import ConfigError, Refusal, Terminated, WorkerFailedError
+from dlrm_exp.util.classes import with_subclasses
 from dlrm_exp.util.logs import configure_worker_logging
 
 log = logging.getLogger(__name__)
@@ -142,7 +143,7 @@ def _worker_refusal(err: Exception) -> Refusal | None:
     causes = [_failure_cause(f) for _, f in sorted(failures.items())]
     raised = [c.split(": ", 1) for c in causes if _RAISED.match(c)]
     types = {name for name, _ in raised}
-    kinds = {cls.__name__: cls for cls in _subclasses(Refusal)}
+    kinds = {cls.__name__: cls for cls in with_subclasses(Refusal)}
     if len(types) != 1 or not types <= kinds.keys():
         return None
     name, message = raised[0]
@@ -151,11 +152,6 @@ def _worker_refusal(err: Exception) -> Refusal | None:
 
 #: A recorded exception's ``Type: message`` (not a signal or an exit code).
 _RAISED = re.compile(r"^[A-Za-z_]\w*: ")
-
-
-def _subclasses(cls: type) -> list[type]:
-    """``cls``'s subclasses, theirs too (those imported so far)."""
-    return [c for sub in cls.__subclasses__() for c in (sub, *_subclasses(sub))]
 
 
 #: The signals torch's elastic agent handles (raising its ``SignalException``) while it runs.

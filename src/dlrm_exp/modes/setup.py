@@ -372,16 +372,17 @@ def warn_changed_inputs(saved: dict[str, Any], cfg: Config) -> None:
     digests, :func:`~dlrm_exp.data.input_digests`): an npy folder that gained a day scores
     another held-out day under the same ``data.path``, said by nothing (npy review). Another
     path is other files on purpose: not warned."""
-    recorded = saved.get("settings") or {}
-    here, splits = input_digests(cfg.data), _scored_with_rows(cfg)
-    paths = flat_settings("data", cfg.data)
+    recorded, splits = saved.get("settings") or {}, _scored_with_rows(cfg)
+    if not splits:  # (nothing scored: refused elsewhere; no file listed for it)
+        return
+    other_paths = {  # (another path: other files on purpose)
+        input_path_key(k) for k, _, _ in setting_changes(recorded, flat_settings("data", cfg.data))
+    }
     moved = [  # the same path, and it decides rows this job scores (a training file that
         # grew beside val and test files of their own was warned of: diff review)
-        change_line((key, was, now))
-        for key, was, now in setting_changes(recorded, here)
-        if not setting_changes(recorded, {input_path_key(key): paths.get(input_path_key(key))})
-        and splits
-        and cfg.data.rows_differ(key, was, now, splits)
+        change_line(change)
+        for change in setting_changes(recorded, input_digests(cfg.data))
+        if input_path_key(change[0]) not in other_paths and cfg.data.rows_differ(*change, splits)
     ]
     if moved:
         log.warning(

@@ -1,9 +1,9 @@
 """Console hygiene: keep library chatter (TorchRec planner INFO lines, FBGEMM's INFO lines on
 the root logger, known deprecation warnings from TorchRec and torch.fx) out of the user's
 terminal and log file; our own INFO lines and every library WARNING or worse stay, but for
-those a run replaces by its own line (``_REPLACED_PATHS``), TorchRec's per-table notes on
-data_parallel tables (``_NOISE``) and FBGEMM's import-time "no entry" warning of a tested
-release pair (:mod:`dlrm_exp.util.fbgemm_compat`)."""
+those a run replaces by its own line, TorchRec's per-table notes on data_parallel tables
+(``_NOISE``) and FBGEMM's import-time "no entry" warning of a tested release pair
+(:mod:`dlrm_exp.util.fbgemm_compat`)."""
 
 import logging
 import warnings
@@ -11,16 +11,16 @@ from pathlib import Path
 
 _NOISY_LOGGERS = ("torchrec", "fbgemm_gpu", "torch.fx", "torch.distributed", "torch.nn.parallel")
 _NOISY_PATHS = ("/fbgemm_gpu/", "/torchrec/")
-#: Sources whose warnings a run replaces by its own line: TorchRec's codec registry warns, on
-#: every rank and whether or not the plan uses a reduce-scatter, that it runs FP8 reduce-scatters
-#: in FP16/BF16; the run reads the codecs back from the built model and says so once, only when
-#: it happened (:mod:`dlrm_exp.util.substitution`).
-_REPLACED_PATHS = ("/torchrec/distributed/fbgemm_qcomm_codec.py",)
-#: TorchRec's warnings of what every data_parallel table is (not a problem): one per table and
-#: rank of its sharder ("caching params will be ignored", whether or not any were given), and
-#: one per table of its planner (a replicated table has no sharding spec); a 2-rank run of
-#: ``model=tiny`` printed 52 lines (planning review).
+#: Records dropped whatever their level, as (source file, message start): TorchRec's codec
+#: registry warns, on every rank and whether or not the plan uses a reduce-scatter, that it
+#: runs FP8 reduce-scatters in FP16/BF16 (every record of that file: the run reads the codecs
+#: back from the built model and says so once, only when it happened,
+#: :mod:`dlrm_exp.util.substitution`); and TorchRec's notes of what every data_parallel table
+#: is (not a problem): one per table and rank of its sharder ("caching params will be
+#: ignored", whether or not any were given), one per table of its planner (a replicated table
+#: has no sharding spec); a 2-rank run of ``model=tiny`` printed 52 lines (planning review).
 _NOISE = (
+    ("/torchrec/distributed/fbgemm_qcomm_codec.py", ""),
     ("/torchrec/distributed/utils.py", "Sharding Type is data_parallel, caching params"),
     ("/torchrec/distributed/utils.py", "Compute Kernel is dense, caching params"),
     ("/torchrec/distributed/planner/planners.py", "Sharding spec not found for "),
@@ -30,13 +30,10 @@ _NOISE = (
 class _LibraryInfoFilter(logging.Filter):
     """Drops records below WARNING emitted from FBGEMM or TorchRec source files (FBGEMM logs
     its kernel arguments through the root logger, so logger names cannot catch them), and every
-    record of the sources in ``_REPLACED_PATHS`` and of ``_NOISE``."""
+    record of ``_NOISE``."""
 
     def filter(self, record: logging.LogRecord) -> bool:
-        if any(record.pathname.endswith(p) for p in _REPLACED_PATHS):
-            return False
-        text = str(record.msg)
-        if any(record.pathname.endswith(p) and text.startswith(m) for p, m in _NOISE):
+        if any(record.pathname.endswith(p) and str(record.msg).startswith(m) for p, m in _NOISE):
             return False
         if record.levelno >= logging.WARNING:
             return True

@@ -28,7 +28,7 @@ import sys
 import time
 from collections.abc import Iterable, Iterator
 from concurrent.futures import Executor, Future, ProcessPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -417,7 +417,7 @@ def preprocess_files(
     # an earlier unfinished run's days this one does not convert stay pending (they were
     # forgotten, and the folder trained without them: diff review)
     earlier = Pending.read(out_dir).without(set(days) | set(done))
-    earlier.adding(sorted(todo)).write(out_dir)  # (a refusal above leaves the folder as is)
+    earlier.adding(list(todo)).write(out_dir)  # (a refusal above leaves the folder as is)
     pool = _worker_pool(cfg.num_workers, files)
     show = sys.stderr.isatty() if progress is None else progress
     try:
@@ -542,7 +542,7 @@ def _convert_days(
                 )
             except DataError as err:
                 after = earlier.adding([d for d in todo if d > day])
-                after.refused_as(f"day_{day} ({path}: {err})").write(out_dir)
+                replace(after, refused=f"day_{day} ({path}: {err})").write(out_dir)
                 raise
     return reports
 
@@ -580,10 +580,6 @@ class Pending:
     def adding(self, days: list[int]) -> "Pending":
         """These pending days and ``days``."""
         return Pending(tuple(sorted({*self.days, *days})), self.refused)
-
-    def refused_as(self, why: str) -> "Pending":
-        """These days, left pending by the refusal ``why``."""
-        return Pending(self.days, why)
 
     def write(self, folder: Path) -> None:
         """Record these days in ``folder``, or remove the record where none are."""
