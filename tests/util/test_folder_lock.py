@@ -48,6 +48,8 @@ def test_a_sweep_started_in_a_sweep_folder_in_use_is_refused_before_its_jobs(tmp
     with held_run_folder(sweep):  # the first sweep, still running
         result = run_cli(["-m", "mode=plan", "seed=0,1", f"hydra.sweep.dir={sweep}"])
     assert result.returncode == 1 and "in use by another run" in result.stderr
+    # the advice fits a sweep too (it said to run them as one -m sweep: launch review)
+    assert "a sweep's hydra.sweep.dir=..." in result.stderr
     assert (sweep / "multirun.yaml").read_text() == "the first sweep's\n"
     assert not (sweep / "0").exists()
 

@@ -56,9 +56,10 @@ def _lock(
                 f"for it to end, or name another {'file' if named else 'folder'}"
             ) from None
         raise RunFolderInUseError(
-            f"{run_dir} is in use by another run ({holder}): runs started within the same "
-            "second share the default folder outputs/<date>/<time>; give each its own "
-            "hydra.run.dir=..., or run them as one -m sweep"
+            f"{run_dir} is in use by another run ({holder}): wait for it to end, or give "
+            "this one another folder (hydra.run.dir=..., a sweep's hydra.sweep.dir=...; runs "
+            "started within the same second share the default outputs/<date>/<time>, which "
+            "one -m sweep avoids)"
         ) from None
     os.ftruncate(fd, 0)
     os.pwrite(fd, f"process {os.getpid()} on {socket.gethostname()}\n".encode(), 0)
