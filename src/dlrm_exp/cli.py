@@ -537,6 +537,24 @@ def _stop_on_sigterm() -> Iterator[None]:
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
 
 
+def _launched_jobs_hint(sweep: DictConfig | None) -> str | None:
+    """For a sweep whose jobs a submitit launcher started (none ran in this process), what
+    an interruption of the launcher leaves: they run on to their end (their results come
+    later), and the same ``-m`` command then runs those that did not finish. None otherwise
+    (it gave a single run's hint, to a sweep whose jobs ran on: launch review)."""
+    if sweep is None or _job_folder is not None:
+        return None
+    target = str(OmegaConf.select(sweep, "hydra.launcher._target_", default="") or "")
+    if "submitit" not in target:
+        return None
+    folder = OmegaConf.select(sweep, "hydra.sweep.dir")
+    return (
+        f"the jobs the launcher started run on to their end (their logs in {folder}/.submitit; "
+        "those still running are not yet in the summary above); the same -m command with "
+        f"hydra.sweep.dir={folder} then runs those that did not finish"
+    )
+
+
 def _what_stays() -> str:
     """What an interrupted job keeps, for its mode (a preprocess was told of checkpoints and
     a sweep's jobs: npy review)."""
@@ -664,8 +682,9 @@ def main() -> None:
             hydra_main()
     except (KeyboardInterrupt, Terminated) as err:  # one line, not a traceback per frame
         signum = _signal(err)
-        summarize_interrupted_sweep()
-        print(f"Interrupted ({signum.name}): {_what_stays()}{_continue_hint()}", file=sys.stderr)
+        sweep = summarize_interrupted_sweep()
+        hint = _launched_jobs_hint(sweep) or f"{_what_stays()}{_continue_hint()}"
+        print(f"Interrupted ({signum.name}): {hint}", file=sys.stderr)
         sys.exit(128 + signum)
     finally:  # (a process that calls main again, as the tests do, holds no folder from before)
         release_run_folders()

@@ -873,3 +873,25 @@ def test_a_tracker_never_written_to_leaves_no_event_file(tmp_path):
     used.scalar("train/loss", 0.5, 1)
     used.close()
     assert len(list((tmp_path / "used").glob("events.out.tfevents.*"))) == 1
+
+
+def test_an_interrupted_submitit_launcher_says_its_jobs_run_on(monkeypatch):
+    """Its jobs, started by submitit, trained on to their end while the line gave a single
+    run's hint (launch review)."""
+    from omegaconf import OmegaConf
+
+    from dlrm_exp import cli
+
+    target = "hydra_plugins.hydra_submitit_launcher.submitit_launcher.LocalLauncher"
+    sweep = OmegaConf.create({"hydra": {"launcher": {"_target_": target},
+                                        "sweep": {"dir": "/s"}}})  # fmt: skip
+    monkeypatch.setattr(cli, "_job_folder", None)
+    hint = cli._launched_jobs_hint(sweep)
+    assert hint is not None and hint.startswith("the jobs the launcher started run on to their end")
+    assert "the same -m command with hydra.sweep.dir=/s then runs those" in hint
+    assert cli._launched_jobs_hint(None) is None
+    basic = OmegaConf.create({"hydra": {"launcher": {"_target_": "hydra._internal.BasicLauncher"},
+                                        "sweep": {"dir": "/s"}}})  # fmt: skip
+    assert cli._launched_jobs_hint(basic) is None
+    monkeypatch.setattr(cli, "_job_folder", (True, "/s/0", "train", None))  # a job ran here
+    assert cli._launched_jobs_hint(sweep) is None

@@ -204,22 +204,24 @@ def summarize_sweep(config: DictConfig) -> bool:
 _running: DictConfig | None = None
 
 
-def summarize_interrupted_sweep() -> None:
+def summarize_interrupted_sweep() -> DictConfig | None:
     """After Ctrl-C (or a signal turned into :class:`~dlrm_exp.errors.Terminated`) ended a
     multirun, whose ``on_multirun_end`` then never comes: the summary of the jobs that
-    finished (the interrupted job as ``interrupted``), and how many did not start. Does
-    nothing when no multirun was under way; a summary that cannot be written is reported in
-    one line, and the interruption stays what ends the process."""
+    finished (the interrupted job as ``interrupted``), and how many did not start; returns
+    the sweep's config (its folder and launcher). Does nothing (None) when no multirun was
+    under way; a summary that cannot be written is reported in one line, and the
+    interruption stays what ends the process."""
     global _running
     config, _running = _running, None
     if config is None:
-        return
+        return None
     print("The sweep was interrupted; the jobs that finished:")
     try:
         summarize_sweep(config)
         _print_not_started(Path(config.hydra.sweep.dir), mode_name(config))
     except Exception as err:  # noqa: BLE001 - the interruption, not this, must end the process
         print(f"(no sweep summary: {type(err).__name__}: {err})")
+    return config
 
 
 def _print_not_started(sweep_dir: Path, mode: str) -> None:
