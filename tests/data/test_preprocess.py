@@ -433,11 +433,26 @@ def test_a_day_refused_before_others_is_named_with_the_days_it_stopped(tmp_path)
     out = tmp_path / "o"
     with pytest.raises(DataError, match="no valid Criteo row"):
         convert(files, out)
-    with pytest.raises(DataError, match=r"run refused day_1 \(.*day_1: .*\) and did not write "
-                       r"day_2 after it; mend that file or leave it out of data.path"):  # fmt: skip
+    refused = (r"run refused day_1 \(.*day_1: .*\) and did not write day_2 after it; mend "
+               r"day_1's file or leave it out of data.path")  # fmt: skip
+    with pytest.raises(DataError, match=refused):
         _load(out)
-    convert([files[0], files[2]], out)  # left out: the rest converted, nothing pending
+    # another refused day later: each names its own days (one shared cause named a day left
+    # out or mended, and blamed it for days it never held: diff review)
+    (tmp_path / "more").mkdir()
+    day_3 = write_criteo_tsv(tmp_path / "more" / "day_3", 30, seed=3)
+    day_3.write_text("bad\n" * 5)
+    day_4 = write_criteo_tsv(tmp_path / "more" / "day_4", 30, seed=4)
+    with pytest.raises(DataError, match="no valid Criteo row"):
+        convert([day_3, day_4], out)
+    convert([day_4], out)  # day_3 left out: day_4 written; day_2 is still day_1's
+    with pytest.raises(DataError, match=refused):
+        _load(out)
+    convert([files[0], files[2]], out)  # day_1 left out: the rest converted, nothing pending
     _load(out)
+    (out / "preprocess_pending.json").write_text('{"days": [1')  # there, but unreadable
+    with pytest.raises(DataError, match=r"set out to write days \(unreadable\)"):
+        _load(out)
 
 
 def test_an_input_that_changes_while_it_is_converted_gets_no_marker(tmp_path, monkeypatch):

@@ -141,20 +141,24 @@ def _check_pending(folder: Path, done: dict[int, dict[str, Any]]) -> None:
     markers (``done``).
 
     Raises:
-        DataError: naming the days missing, the refused day where one stopped the run, and
-            the fix.
+        DataError: naming the days missing, the refused day that held them up where one
+            did, and the fix.
     """
     pending = Pending.read(folder)
-    missing = [f"day_{d}" for d in pending.days if d not in done]
-    if not missing:
-        return
     record = folder / PENDING_FILE
-    if pending.refused:  # (the same command fails again: "run it again" was no fix; review)
-        cause = f"refused {pending.refused} and did not write {first_few(missing, 4)} after it"
-        fix = "mend that file or leave it out of data.path and run it again"
+    missing = [d for d in pending.days if d not in done]
+    if not missing and not pending.unreadable:
+        return
+    refusal = next((r for d in missing if (r := pending.held_by(d)) is not None), None)
+    if refusal is not None:  # (the same command fails again: "run it again" was no fix)
+        held = [f"day_{d}" for d in refusal.held if d in missing]
+        why = refusal.why if len(refusal.why) <= 200 else f"{refusal.why[:200]}..."
+        cause = f"refused day_{refusal.day} ({why}) and did not write {first_few(held, 4)} after it"
+        fix = f"mend day_{refusal.day}'s file or leave it out of data.path and run it again"
     else:
-        cause = f"set out to write {first_few(missing, 4)} here and did not finish (it was "
-        cause += "interrupted, or is still running)"
+        days = first_few([f"day_{d}" for d in missing], 4) if missing else "days (unreadable)"
+        cause = f"set out to write {days} here and did not finish (it was interrupted, or is "
+        cause += "still running)"
         fix = "run that command again, which finishes it"
     raise DataError(
         f"data.path: {folder}: a mode=preprocess run {cause}; {fix}, or remove {record} to "

@@ -541,54 +541,86 @@ def _convert_days(
                     convert_file(path, day, out_dir, options, pool, cfg.num_workers, bar, sequence)
                 )
             except DataError as err:
-                after = earlier.adding([d for d in todo if d > day])
-                replace(after, refused=f"day_{day} ({path}: {err})").write(out_dir)
+                held = [d for d in todo if d > day]
+                earlier.refusing(day, f"{path}: {err}", held).write(out_dir)
                 raise
     return reports
 
 
 @dataclass(frozen=True)
+class Refusal:
+    """A day a conversion refused (nothing written for it), why, and the days after it that
+    run then did not write (``held``)."""
+
+    day: int
+    why: str
+    held: tuple[int, ...]
+
+
+@dataclass(frozen=True)
 class Pending:
     """The days conversions into a folder set out to write and have not
-    (:data:`PENDING_FILE`: ``{"days": [...], "refused": "day_<n> (why)"}``), and the day
-    refused before them, if one was.
+    (:data:`PENDING_FILE`: ``{"days": [...], "refused": [{"day", "why", "held"}, ...]}``),
+    and the refusals that held some of them up (each with its own days: one shared cause
+    named a day already left out or mended, and blamed it for days it never held up: diff
+    review).
 
     Attributes:
         days: the day numbers still to write.
-        refused: the refused day and its error, or None (interrupted, or under way).
+        refusals: the refused days, each with the pending days it held up.
+        unreadable: a record is there but does not read (its days unknown).
     """
 
     days: tuple[int, ...] = ()
-    refused: str | None = None
+    refusals: tuple[Refusal, ...] = ()
+    unreadable: bool = False
 
     @classmethod
     def read(cls, folder: Path) -> "Pending":
-        """The record in ``folder`` (none, or one that does not read: nothing pending)."""
+        """The record in ``folder`` (none: nothing pending; one that does not read, or holds
+        other than day numbers: ``unreadable``)."""
+        if not (folder / PENDING_FILE).exists():
+            return cls()
         record = read_json_object(folder / PENDING_FILE) or {}
-        days = record.get("days")
-        refused = record.get("refused")
-        return cls(
-            tuple(int(d) for d in days) if isinstance(days, list) else (),
-            refused if isinstance(refused, str) else None,
-        )
+        try:
+            days = tuple(sorted(int(d) for d in record["days"]))
+            refusals = tuple(
+                Refusal(int(r["day"]), str(r["why"]), tuple(int(h) for h in r["held"]))
+                for r in record.get("refused", [])
+            )
+        except (KeyError, TypeError, ValueError):
+            return cls(unreadable=True)
+        return cls(days, refusals)
 
-    def without(self, days: set[int]) -> "Pending":
-        """These pending days but ``days`` (converted by this run, or finished)."""
-        kept = tuple(d for d in self.days if d not in days)
-        return Pending(kept, self.refused if kept else None)
+    def without(self, gone: set[int]) -> "Pending":
+        """These pending days but ``gone`` (converted by this run, or finished); a refusal
+        stays while its day is not among them and it still holds a pending day up."""
+        kept = tuple(d for d in self.days if d not in gone)
+        refusals = tuple(
+            Refusal(r.day, r.why, tuple(h for h in r.held if h in kept))
+            for r in self.refusals
+            if r.day not in gone and any(h in kept for h in r.held)
+        )
+        return Pending(kept, refusals)
 
     def adding(self, days: list[int]) -> "Pending":
         """These pending days and ``days``."""
-        return Pending(tuple(sorted({*self.days, *days})), self.refused)
+        return Pending(tuple(sorted({*self.days, *days})), self.refusals)
+
+    def refusing(self, day: int, why: str, held: list[int]) -> "Pending":
+        """These days and ``held``, which the refusal of ``day`` (``why``) held up."""
+        refusal = Refusal(day, why, tuple(held))
+        return replace(self.adding(held), refusals=(*self.refusals, refusal))
+
+    def held_by(self, day: int) -> Refusal | None:
+        """The refusal that held pending ``day`` up, if one did."""
+        return next((r for r in self.refusals if day in r.held), None)
 
     def write(self, folder: Path) -> None:
         """Record these days in ``folder``, or remove the record where none are."""
         if self.days:
-            record = {
-                "days": list(self.days),
-                **({"refused": self.refused} if self.refused else {}),
-            }
-            write_json_atomic(folder / PENDING_FILE, record)
+            refused = [{"day": r.day, "why": r.why, "held": list(r.held)} for r in self.refusals]
+            write_json_atomic(folder / PENDING_FILE, {"days": list(self.days), "refused": refused})
         else:
             (folder / PENDING_FILE).unlink(missing_ok=True)
 
