@@ -548,7 +548,7 @@ def _convert_days(
 
 
 @dataclass(frozen=True)
-class Refusal:
+class RefusedDay:
     """A day a conversion refused (nothing written for it), why, and the days after it that
     run then did not write (``held``)."""
 
@@ -572,7 +572,7 @@ class Pending:
     """
 
     days: tuple[int, ...] = ()
-    refusals: tuple[Refusal, ...] = ()
+    refusals: tuple[RefusedDay, ...] = ()
     unreadable: bool = False
 
     @classmethod
@@ -585,7 +585,7 @@ class Pending:
         try:
             days = tuple(sorted(int(d) for d in record["days"]))
             refusals = tuple(
-                Refusal(int(r["day"]), str(r["why"]), tuple(int(h) for h in r["held"]))
+                RefusedDay(int(r["day"]), str(r["why"]), tuple(int(h) for h in r["held"]))
                 for r in record.get("refused", [])
             )
         except (KeyError, TypeError, ValueError):
@@ -597,7 +597,7 @@ class Pending:
         stays while its day is not among them and it still holds a pending day up."""
         kept = tuple(d for d in self.days if d not in gone)
         refusals = tuple(
-            Refusal(r.day, r.why, tuple(h for h in r.held if h in kept))
+            RefusedDay(r.day, r.why, tuple(h for h in r.held if h in kept))
             for r in self.refusals
             if r.day not in gone and any(h in kept for h in r.held)
         )
@@ -609,10 +609,10 @@ class Pending:
 
     def refusing(self, day: int, why: str, held: list[int]) -> "Pending":
         """These days and ``held``, which the refusal of ``day`` (``why``) held up."""
-        refusal = Refusal(day, why, tuple(held))
+        refusal = RefusedDay(day, why, tuple(held))
         return replace(self.adding(held), refusals=(*self.refusals, refusal))
 
-    def held_by(self, day: int) -> Refusal | None:
+    def held_by(self, day: int) -> RefusedDay | None:
         """The refusal that held pending ``day`` up, if one did."""
         return next((r for r in self.refusals if day in r.held), None)
 
