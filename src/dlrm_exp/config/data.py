@@ -36,12 +36,16 @@ FILES = ".files"
 #: The suffix of the setting that records how ``mode=preprocess`` converted an npy folder
 #: (``data.path.conversion``: its days' markers, the contiguous re-index); no key either.
 CONVERSION = ".conversion"
+#: The suffix of the setting that records how an npy folder's ids map to table rows
+#: (``data.path.ids``: raw, hashed for tables of some sizes, a contiguous re-index).
+IDS = ".ids"
 
 
 def input_path_key(key: str) -> str:
-    """The input path setting a files or conversion digest belongs to (``data.path.files``,
-    ``data.path.conversion`` -> ``data.path``); any other key as it is."""
-    return key.removesuffix(FILES).removesuffix(CONVERSION)
+    """The input path setting a files, conversion or id-mapping record belongs to
+    (``data.path.files``, ``data.path.conversion``, ``data.path.ids`` -> ``data.path``); any
+    other key as it is."""
+    return key.removesuffix(FILES).removesuffix(CONVERSION).removesuffix(IDS)
 
 
 #: The schema keys of a feature that do not change how its ids are read.

@@ -136,6 +136,32 @@ def conversion_digest(folder: Path) -> str | None:
     return hashlib.sha1(record.encode()).hexdigest()[:10]
 
 
+def id_mapping(folder: Path) -> str | None:
+    """How ``mode=preprocess`` mapped the ids of ``folder``'s days to table rows
+    (``preprocess.categorical``): ``raw``, or ``hash <digest>`` (of the table sizes hashed
+    for) or ``contiguous <digest>`` (of the re-index: its days, threshold and sizes); None for
+    a folder without markers (TorchRec's own scripts), of mixed days, or that cannot be read.
+    A checkpoint records it (``data.path.ids``): another folder of other ids looks up other
+    rows than training did (npy review)."""
+    try:
+        markers = converted_days(folder)
+        contiguous = read_json_object(folder / CONTIGUOUS_MARKER) or {}
+    except OSError:
+        return None
+    kinds = {str(m.get("categorical")) for m in markers.values()}
+    if len(kinds) != 1:
+        return None
+    kind = kinds.pop()
+    detail = {
+        "hash": [m.get("table_sizes") for _, m in sorted(markers.items())][:1],
+        "contiguous": [contiguous.get(k) for k in ("days", "frequency_threshold",
+                                                   "num_embeddings_per_feature")],
+    }.get(kind)  # fmt: skip
+    if detail is None:
+        return kind
+    return f"{kind} {hashlib.sha1(json.dumps(detail).encode()).hexdigest()[:10]}"
+
+
 def _check_pending(folder: Path, done: dict[int, dict[str, Any]]) -> None:
     """The days ``mode=preprocess`` runs set out to write (:class:`Pending`) all have their
     markers (``done``).

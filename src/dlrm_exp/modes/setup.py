@@ -16,7 +16,7 @@ from torchrec.datasets.utils import Batch
 from torchrec.distributed.types import ShardingPlan
 
 from dlrm_exp.config import Config, EmbeddingDataType, FileSplitsConfig
-from dlrm_exp.config.data import input_path_key
+from dlrm_exp.config.data import IDS, input_path_key
 from dlrm_exp.config.keys import flat_settings
 from dlrm_exp.data import (
     ClickData,
@@ -304,10 +304,12 @@ def warn_unlike_training(
     it (trainer state ``saved``), so that its numbers differ from that run's: another
     ``train.dense_precision`` (:func:`warn_other_dense_precision`), managed-collision tables
     on another number of ranks (:func:`warn_managed_collision_ranks`), another data source
-    (:func:`warn_other_data_source`), other table dtypes (:func:`warn_dtype_change`)."""
+    (:func:`warn_other_data_source`), ids mapped to rows otherwise
+    (:func:`warn_other_ids`), other table dtypes (:func:`warn_dtype_change`)."""
     warn_other_dense_precision(saved, cfg)
     warn_managed_collision_ranks(saved, cfg, world_size)
     warn_other_data_source(saved, cfg, run_data_overrides(checkpoint))
+    warn_other_ids(saved, cfg)
     dtypes = {name: t.value for name, t in cfg.model.table_data_type_of.items()}
     warn_dtype_change(checkpoint, dtypes, "scoring")
 
@@ -366,6 +368,26 @@ def warn_other_data_values(saved: dict[str, Any], cfg: Config) -> None:
         )
 
 
+def warn_other_ids(saved: dict[str, Any], cfg: Config) -> None:
+    """One warning when the checkpoint's run read npy days whose ids map to table rows
+    otherwise than this job's ``data.path`` (``data.path.ids``,
+    :func:`~dlrm_exp.data.criteo_npy.id_mapping`: hashed for other tables, contiguous where
+    the run's were hashed, another re-index): whatever the folder, its ids look up other rows
+    than training's (a hashed-id checkpoint scored a contiguous folder without a word: npy
+    review)."""
+    key = f"data.path{IDS}"
+    was = (saved.get("settings") or {}).get(key)
+    now = input_digests(cfg.data).get(key) if was else None
+    if was and now and was != now:
+        log.warning(
+            "the checkpoint's run read npy days whose ids mode=preprocess mapped to rows as "
+            "%s; data.path=%s holds ids mapped as %s: they look up other rows than training "
+            "did; score a folder converted as the run's was (its .hydra/config.yaml and the "
+            "folder's day_<n>.json name the preprocess settings)",
+            was, getattr(cfg.data, "path", None), now,
+        )  # fmt: skip
+
+
 def warn_changed_inputs(saved: dict[str, Any], cfg: Config) -> None:
     """``mode=evaluate``: one warning when an input path this job reads is the one the
     checkpoint's run read but names other files now, or files converted otherwise (their
@@ -382,7 +404,9 @@ def warn_changed_inputs(saved: dict[str, Any], cfg: Config) -> None:
         # grew beside val and test files of their own was warned of: diff review)
         change_line(change)
         for change in setting_changes(recorded, input_digests(cfg.data))
-        if input_path_key(change[0]) not in other_paths and cfg.data.rows_differ(*change, splits)
+        if input_path_key(change[0]) not in other_paths
+        and not change[0].endswith(IDS)  # (warn_other_ids', whatever the path)
+        and cfg.data.rows_differ(*change, splits)
     ]
     if moved:
         log.warning(
