@@ -382,8 +382,8 @@ def warn_other_ids(saved: dict[str, Any], cfg: Config) -> None:
         log.warning(
             "the checkpoint's run read npy days whose ids mode=preprocess mapped to rows as "
             "%s; data.path=%s holds ids mapped as %s: they look up other rows than training "
-            "did; score a folder converted as the run's was (its .hydra/config.yaml and the "
-            "folder's day_<n>.json name the preprocess settings)",
+            "did; score a folder converted as the run's was (each folder's day_<n>.json names "
+            "how its days were converted)",
             was, getattr(cfg.data, "path", None), now,
         )  # fmt: skip
 
