@@ -27,7 +27,7 @@ from dlrm_exp.config import (
 )
 from dlrm_exp.config.data import CONVERSION, FILES, IDS
 from dlrm_exp.data.batches import ClickData, iter_batches, per_rank_sizes
-from dlrm_exp.data.criteo_npy import conversion_digest, day_files, id_mapping, load_criteo_npy
+from dlrm_exp.data.criteo_npy import conversion_records, day_files, load_criteo_npy
 from dlrm_exp.data.criteo_tsv import check_skipped_rows, criteo_id_kinds, load_criteo_tsv
 from dlrm_exp.data.multi_hot import MultiHot
 from dlrm_exp.data.parquet import ParquetSplit, load_parquet
@@ -95,23 +95,18 @@ def input_digests(cfg: DataConfig) -> dict[str, str]:
     a resume whose path reads other files (a day added to the folder, a glob matching more)
     validates on other rows where validation is cut from them. A path that names nothing
     here has none (the job's own read reports it). An npy folder ``mode=preprocess`` wrote
-    also has ``data.path.conversion`` (:func:`~dlrm_exp.data.criteo_npy.conversion_digest`):
-    its days converted again in place, with another dense transform or id threshold, keep
-    their names and sizes (npy review), and ``data.path.ids``
-    (:func:`~dlrm_exp.data.criteo_npy.id_mapping`), how its ids map to rows."""
+    also has ``data.path.conversion`` and ``data.path.ids``
+    (:func:`~dlrm_exp.data.criteo_npy.conversion_records`)."""
     digests = {}
     for key, paths in cfg.input_paths().items():
         try:
             digests[f"{key}{FILES}"] = files_digest(_resolver(cfg)(paths, key))
         except (DataError, OSError):
             continue
-    npy = isinstance(cfg, (CriteoNpyDataConfig, CriteoMultiHotDataConfig)) and cfg.path
-    conversion = conversion_digest(Path(cfg.path).expanduser()) if npy else None
-    if conversion is not None:
-        digests[f"data.path{CONVERSION}"] = conversion
-    ids = id_mapping(Path(cfg.path).expanduser()) if npy else None
-    if ids is not None:
-        digests[f"data.path{IDS}"] = ids
+    if isinstance(cfg, (CriteoNpyDataConfig, CriteoMultiHotDataConfig)) and cfg.path:
+        records = conversion_records(Path(cfg.path).expanduser())
+        suffixes = {"conversion": CONVERSION, "ids": IDS}
+        digests.update({f"data.path{suffixes[k]}": v for k, v in records.items()})
     return digests
 
 

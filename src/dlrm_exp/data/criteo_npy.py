@@ -116,50 +116,44 @@ def day_files(folder: Path) -> list[Path]:
     return [folder / f"day_{day}_{kind}.npy" for day in find_days(folder) for kind in _KINDS]
 
 
-def conversion_digest(folder: Path) -> str | None:
-    """A digest (SHA-1, 10 hex digits) of how ``mode=preprocess`` converted ``folder``: each
-    day's marker (its input, options and counts, not its timing) and the contiguous
-    re-index's record; None
-    for a folder without them (TorchRec's own scripts) or that cannot be read."""
+def conversion_records(folder: Path) -> dict[str, str]:
+    """What ``mode=preprocess``'s records of ``folder`` (its days' markers and the contiguous
+    re-index, read once) say a checkpoint records of it: ``conversion``, a digest (SHA-1, 10
+    hex digits) of how its days were converted (each marker's input, options and counts, not
+    its timing, and the re-index), and ``ids``, how its ids map to table rows (``raw``, or
+    ``hash <digest>`` of the table sizes hashed for, or ``contiguous <digest>`` of the
+    re-index's days, threshold and sizes; left out for days of mixed mappings). Empty for a
+    folder without markers (TorchRec's own scripts) or that cannot be read. Days converted
+    again in place keep their names and sizes, and another folder of other ids looks up other
+    rows than training did (npy review)."""
     try:
         markers = converted_days(folder)
-        contiguous = read_json_object(folder / CONTIGUOUS_MARKER)
+        reindex = read_json_object(folder / CONTIGUOUS_MARKER)
     except OSError:
-        return None
+        return {}
     if not markers:
-        return None
+        return {}
     timeless = {  # (a day converted again from the same input is the same day)
         day: {k: v for k, v in m.items() if k not in ("seconds", "rows_per_sec")}
         for day, m in sorted(markers.items())
     }
-    record = json.dumps([timeless, contiguous], sort_keys=True, default=str)
-    return hashlib.sha1(record.encode()).hexdigest()[:10]
-
-
-def id_mapping(folder: Path) -> str | None:
-    """How ``mode=preprocess`` mapped the ids of ``folder``'s days to table rows
-    (``preprocess.categorical``): ``raw``, or ``hash <digest>`` (of the table sizes hashed
-    for) or ``contiguous <digest>`` (of the re-index: its days, threshold and sizes); None for
-    a folder without markers (TorchRec's own scripts), of mixed days, or that cannot be read.
-    A checkpoint records it (``data.path.ids``): another folder of other ids looks up other
-    rows than training did (npy review)."""
-    try:
-        markers = converted_days(folder)
-        contiguous = read_json_object(folder / CONTIGUOUS_MARKER) or {}
-    except OSError:
-        return None
+    records = {"conversion": _digest([timeless, reindex])}
+    contiguous = reindex or {}
     kinds = {str(m.get("categorical")) for m in markers.values()}
-    if len(kinds) != 1:
-        return None
-    kind = kinds.pop()
-    detail = {
-        "hash": [m.get("table_sizes") for _, m in sorted(markers.items())][:1],
-        "contiguous": [contiguous.get(k) for k in ("days", "frequency_threshold",
-                                                   "num_embeddings_per_feature")],
-    }.get(kind)  # fmt: skip
-    if detail is None:
-        return kind
-    return f"{kind} {hashlib.sha1(json.dumps(detail).encode()).hexdigest()[:10]}"
+    if len(kinds) == 1:
+        kind = kinds.pop()
+        detail = {
+            "hash": [m.get("table_sizes") for _, m in sorted(markers.items())][:1],
+            "contiguous": [contiguous.get(k) for k in ("days", "frequency_threshold",
+                                                       "num_embeddings_per_feature")],
+        }.get(kind)  # fmt: skip
+        records["ids"] = kind if detail is None else f"{kind} {_digest(detail)}"
+    return records
+
+
+def _digest(record: Any) -> str:
+    """SHA-1 (10 hex digits) of ``record`` as sorted JSON."""
+    return hashlib.sha1(json.dumps(record, sort_keys=True, default=str).encode()).hexdigest()[:10]
 
 
 def _check_pending(folder: Path, done: dict[int, dict[str, Any]]) -> None:

@@ -371,7 +371,7 @@ def warn_other_data_values(saved: dict[str, Any], cfg: Config) -> None:
 def warn_other_ids(saved: dict[str, Any], cfg: Config) -> None:
     """One warning when the checkpoint's run read npy days whose ids map to table rows
     otherwise than this job's ``data.path`` (``data.path.ids``,
-    :func:`~dlrm_exp.data.criteo_npy.id_mapping`: hashed for other tables, contiguous where
+    :func:`~dlrm_exp.data.criteo_npy.conversion_records`: hashed for other tables, contiguous where
     the run's were hashed, another re-index): whatever the folder, its ids look up other rows
     than training's (a hashed-id checkpoint scored a contiguous folder without a word: npy
     review)."""
