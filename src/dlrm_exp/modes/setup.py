@@ -15,7 +15,13 @@ from torch.distributed.elastic.multiprocessing.errors import record
 from torchrec.datasets.utils import Batch
 from torchrec.distributed.types import ShardingPlan
 
-from dlrm_exp.config import Config, EmbeddingDataType, FileSplitsConfig
+from dlrm_exp.config import (
+    Config,
+    CriteoMultiHotDataConfig,
+    CriteoNpyDataConfig,
+    EmbeddingDataType,
+    FileSplitsConfig,
+)
 from dlrm_exp.config.data import IDS, input_path_key
 from dlrm_exp.config.keys import flat_settings
 from dlrm_exp.data import (
@@ -28,6 +34,7 @@ from dlrm_exp.data import (
     load_splits,
     per_rank_sizes,
 )
+from dlrm_exp.data.criteo_npy import conversion_records
 from dlrm_exp.distributed.launch import (
     DistContext,
     check_one_host,
@@ -375,9 +382,9 @@ def warn_other_ids(saved: dict[str, Any], cfg: Config) -> None:
     the run's were hashed, another re-index): whatever the folder, its ids look up other rows
     than training's (a hashed-id checkpoint scored a contiguous folder without a word: npy
     review)."""
-    key = f"data.path{IDS}"
-    was = (saved.get("settings") or {}).get(key)
-    now = input_digests(cfg.data).get(key) if was else None
+    was = (saved.get("settings") or {}).get(f"data.path{IDS}")
+    npy = isinstance(cfg.data, (CriteoNpyDataConfig, CriteoMultiHotDataConfig)) and cfg.data.path
+    now = conversion_records(Path(cfg.data.path).expanduser()).get("ids") if was and npy else None
     if was and now and was != now:
         log.warning(
             "the checkpoint's run read npy days whose ids mode=preprocess mapped to rows as "
