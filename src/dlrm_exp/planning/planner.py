@@ -205,7 +205,7 @@ def insufficient_memory_message(
     )
     gpu = device_kind == "HBM" and not (replicated and replicated.total_bytes)
     rules = (pinned_dtypes, partial(_shares_fit, pieces=pieces, world_size=world_size))
-    ways = _gpu_ways(storage, (shape, types), capacity, world_size, rules) if gpu else ""
+    ways = _gpu_ways(storage, (shape, types, each), capacity, world_size, rules) if gpu else ""
     return "\n".join([*lines, fix, *([ways] if ways else [])])
 
 
@@ -242,7 +242,7 @@ def _shares_fit(
 
 def _gpu_ways(
     storage: EmbeddingStorage,
-    tables: tuple[tuple, list[EmbeddingDataType]],
+    tables: tuple[tuple, list[EmbeddingDataType], list[float]],
     capacity: MemoryCapacity,
     world_size: int,
     rules: tuple[bool, Callable[[list[float], int], bool]],
@@ -254,11 +254,10 @@ def _gpu_ways(
     on its own, which the default would not change, and whether tables of these bytes each
     fit ranks of those bytes, :func:`_shares_fit`): a table_wise table larger than a rank
     was offered both, each refused when taken (review). ``tables``: (rows, embedding_dim,
-    optimizer) and the tables' dtypes; ``""`` when neither fits."""
-    (sizes, dim, optimizer), types = tables
+    optimizer), the tables' dtypes and each one's bytes at them; ``""`` when neither fits."""
+    (sizes, dim, optimizer), types, each = tables
     pinned_dtypes, placed = rules
     ways = []
-    each = [n * row_bytes(dim, t, optimizer) for n, t in zip(sizes, types, strict=True)]
     ddr = usable_bytes(capacity.ddr_bytes) * world_size
     if storage.total_bytes <= ddr and placed(each, capacity.ddr_bytes):
         ways.append(
