@@ -40,7 +40,7 @@ from dlrm_exp.util.rank_zero import is_rank_zero
 
 __all__ = [
     "ClickData", "DataInfo", "DataSplits", "ParquetSplit", "check_input_paths", "input_digests",
-    "is_generated", "iter_batches", "load_splits", "per_rank_sizes",
+    "is_generated", "iter_batches", "load_splits", "npy_folder", "per_rank_sizes",
 ]  # fmt: skip
 
 log = logging.getLogger(__name__)
@@ -67,6 +67,14 @@ def check_input_paths(cfg: DataConfig, scored: tuple[str, ...] | None = None) ->
     resolve_inputs(cfg.read_inputs(scored), _resolver(cfg))
 
 
+def npy_folder(cfg: DataConfig) -> Path | None:
+    """The folder of npy days ``cfg`` reads (``data=criteo_npy``, ``data=criteo_multihot``
+    with a ``path``), ``~`` expanded; None for other sources, or generated multi-hot rows."""
+    if isinstance(cfg, (CriteoNpyDataConfig, CriteoMultiHotDataConfig)) and cfg.path:
+        return Path(cfg.path).expanduser()
+    return None
+
+
 def _resolver(cfg: DataConfig) -> Callable[[list[str], str], list[Path]]:
     """How ``cfg``'s source turns a key's paths into files (Parquet: globs, ``*.parquet``;
     a folder of npy days: its day files, :func:`~dlrm_exp.data.criteo_npy.day_files`)."""
@@ -82,9 +90,7 @@ def _npy_files(paths: list[str], key: str) -> list[Path]:
     files: list[Path] = []
     for path in paths:
         folder = Path(path).expanduser()
-        # by name, as a folder's files were (the digest of a folder without raw ids kept:
-        # day by day, every npy checkpoint's digest moved; diff review)
-        files += sorted(day_files(folder)) if folder.is_dir() else resolve_paths([path], key)
+        files += day_files(folder) if folder.is_dir() else resolve_paths([path], key)
     return files
 
 
@@ -103,8 +109,9 @@ def input_digests(cfg: DataConfig) -> dict[str, str]:
             digests[f"{key}{FILES}"] = files_digest(_resolver(cfg)(paths, key))
         except (DataError, OSError):
             continue
-    if isinstance(cfg, (CriteoNpyDataConfig, CriteoMultiHotDataConfig)) and cfg.path:
-        records = conversion_records(Path(cfg.path).expanduser())
+    folder = npy_folder(cfg)
+    if folder is not None:
+        records = conversion_records(folder)
         suffixes = {"conversion": CONVERSION, "ids": IDS}
         digests.update({f"data.path{suffixes[k]}": v for k, v in records.items()})
     return digests

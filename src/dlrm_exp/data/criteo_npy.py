@@ -104,8 +104,9 @@ def find_days(folder: Path, table_sizes: list[int] | None = None) -> list[int]:
 
 
 def day_files(folder: Path) -> list[Path]:
-    """The files of the days :func:`find_days` finds in ``folder``, day by day (dense, sparse,
-    labels): what a checkpoint's digest of ``data.path`` is of
+    """The files of the days :func:`find_days` finds in ``folder``, sorted by name as earlier
+    versions listed a folder's files (day by day, every npy checkpoint's digest moved: diff
+    review): what a checkpoint's digest of ``data.path`` is of
     (:func:`~dlrm_exp.data.input_digests`), not the reports ``mode=preprocess`` rewrites nor
     the raw ids a contiguous-id preprocess keeps beside the days (``day_<n>_sparse_raw.npy``:
     deleting them changed the digest, and a resume forgot its validations: re-read).
@@ -113,7 +114,7 @@ def day_files(folder: Path) -> list[Path]:
     Raises:
         DataError: as :func:`find_days`.
     """
-    return [folder / f"day_{day}_{kind}.npy" for day in find_days(folder) for kind in _KINDS]
+    return sorted(folder / f"day_{day}_{kind}.npy" for day in find_days(folder) for kind in _KINDS)
 
 
 def conversion_records(folder: Path) -> dict[str, str]:
@@ -123,14 +124,11 @@ def conversion_records(folder: Path) -> dict[str, str]:
     its timing, and the re-index), and ``ids``, how its ids map to table rows (``raw``, or
     ``hash <digest>`` of the table sizes hashed for, or ``contiguous <digest>`` of the
     re-index's days, threshold and sizes; left out for days of mixed mappings). Empty for a
-    folder without markers (TorchRec's own scripts) or that cannot be read. Days converted
+    folder without markers (TorchRec's own scripts), or none at all. Days converted
     again in place keep their names and sizes, and another folder of other ids looks up other
     rows than training did (npy review)."""
-    try:
-        markers = converted_days(folder)
-        reindex = read_json_object(folder / CONTIGUOUS_MARKER)
-    except OSError:
-        return {}
+    markers = converted_days(folder)  # (neither raises: a folder gone lists nothing)
+    reindex = read_json_object(folder / CONTIGUOUS_MARKER)
     if not markers:
         return {}
     timeless = {  # (a day converted again from the same input is the same day)
@@ -143,7 +141,7 @@ def conversion_records(folder: Path) -> dict[str, str]:
     if len(kinds) == 1:
         kind = kinds.pop()
         detail = {
-            "hash": [m.get("table_sizes") for _, m in sorted(markers.items())][:1],
+            "hash": [markers[min(markers)].get("table_sizes")],
             "contiguous": [contiguous.get(k) for k in ("days", "frequency_threshold",
                                                        "num_embeddings_per_feature")],
         }.get(kind)  # fmt: skip

@@ -36,6 +36,7 @@ from dlrm_exp.modes.setup import (
     run_on_ranks,
     warn_changed_inputs,
     warn_other_data_values,
+    warn_other_ids,
     warn_unlike_training,
     warn_unscored,
 )
@@ -162,6 +163,7 @@ def evaluate_worker(
             warn_unlike_training(saved, cfg, ctx.world_size, path)
             warn_other_data_values(saved, cfg)
             warn_changed_inputs(saved, cfg)
+            warn_other_ids(saved, cfg)
         scores = {
             name: evaluate(
                 experiment.pipeline,

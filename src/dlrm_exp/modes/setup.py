@@ -15,13 +15,7 @@ from torch.distributed.elastic.multiprocessing.errors import record
 from torchrec.datasets.utils import Batch
 from torchrec.distributed.types import ShardingPlan
 
-from dlrm_exp.config import (
-    Config,
-    CriteoMultiHotDataConfig,
-    CriteoNpyDataConfig,
-    EmbeddingDataType,
-    FileSplitsConfig,
-)
+from dlrm_exp.config import Config, EmbeddingDataType, FileSplitsConfig
 from dlrm_exp.config.data import IDS, input_path_key
 from dlrm_exp.config.keys import flat_settings
 from dlrm_exp.data import (
@@ -32,6 +26,7 @@ from dlrm_exp.data import (
     input_digests,
     is_generated,
     load_splits,
+    npy_folder,
     per_rank_sizes,
 )
 from dlrm_exp.data.criteo_npy import conversion_records
@@ -311,12 +306,10 @@ def warn_unlike_training(
     it (trainer state ``saved``), so that its numbers differ from that run's: another
     ``train.dense_precision`` (:func:`warn_other_dense_precision`), managed-collision tables
     on another number of ranks (:func:`warn_managed_collision_ranks`), another data source
-    (:func:`warn_other_data_source`), ids mapped to rows otherwise
-    (:func:`warn_other_ids`), other table dtypes (:func:`warn_dtype_change`)."""
+    (:func:`warn_other_data_source`), other table dtypes (:func:`warn_dtype_change`)."""
     warn_other_dense_precision(saved, cfg)
     warn_managed_collision_ranks(saved, cfg, world_size)
     warn_other_data_source(saved, cfg, run_data_overrides(checkpoint))
-    warn_other_ids(saved, cfg)
     dtypes = {name: t.value for name, t in cfg.model.table_data_type_of.items()}
     warn_dtype_change(checkpoint, dtypes, "scoring")
 
@@ -376,15 +369,15 @@ def warn_other_data_values(saved: dict[str, Any], cfg: Config) -> None:
 
 
 def warn_other_ids(saved: dict[str, Any], cfg: Config) -> None:
-    """One warning when the checkpoint's run read npy days whose ids map to table rows
-    otherwise than this job's ``data.path`` (``data.path.ids``,
-    :func:`~dlrm_exp.data.criteo_npy.conversion_records`: hashed for other tables, contiguous where
-    the run's were hashed, another re-index): whatever the folder, its ids look up other rows
-    than training's (a hashed-id checkpoint scored a contiguous folder without a word: npy
-    review)."""
+    """``mode=evaluate`` (predict reads no npy days): one warning when the checkpoint's run
+    read npy days whose ids map to table rows otherwise than this job's ``data.path``
+    (``data.path.ids``, :func:`~dlrm_exp.data.criteo_npy.conversion_records`: hashed for
+    other tables, contiguous where the run's were hashed, another re-index): whatever the
+    folder, its ids look up other rows than training's (a hashed-id checkpoint scored a
+    contiguous folder without a word: npy review)."""
     was = (saved.get("settings") or {}).get(f"data.path{IDS}")
-    npy = isinstance(cfg.data, (CriteoNpyDataConfig, CriteoMultiHotDataConfig)) and cfg.data.path
-    now = conversion_records(Path(cfg.data.path).expanduser()).get("ids") if was and npy else None
+    folder = npy_folder(cfg.data) if was else None
+    now = conversion_records(folder).get("ids") if folder is not None else None
     if was and now and was != now:
         log.warning(
             "the checkpoint's run read npy days whose ids mode=preprocess mapped to rows as "

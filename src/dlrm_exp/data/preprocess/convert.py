@@ -472,13 +472,6 @@ def _check_same_settings_as(
     """
     mine = marker_setting(options.as_dict())
     mixed = [d for d in others if marker_setting(done[d]) != mine]
-    if others and not mixed:  # (after the refusal: it contradicted it; review)
-        log.warning(
-            "preprocess.output_dir=%s also holds %s from other inputs: data=criteo_npy reads "
-            "them with this run's days",
-            out_dir,
-            ", ".join(f"day_{d}" for d in others),
-        )
     if mixed:
         theirs = marker_setting(done[mixed[0]])
         raise DataError(
@@ -487,6 +480,13 @@ def _check_same_settings_as(
             f"run converts with {mine}: data=criteo_npy reads no folder of days converted "
             "otherwise; convert into another preprocess.output_dir, or every day of this "
             "folder with the same settings"
+        )
+    if others:  # (after the refusal, which it contradicted: review)
+        log.warning(
+            "preprocess.output_dir=%s also holds %s from other inputs: data=criteo_npy reads "
+            "them with this run's days",
+            out_dir,
+            ", ".join(f"day_{d}" for d in others),
         )
 
 
@@ -710,12 +710,12 @@ def summary_lines(summary: dict[str, Any]) -> str:
         days = ", ".join(f"day_{d}" for d in summary["days_skipped_finished"])
         lines.append(f"already finished (preprocess.overwrite=true to redo): {days}")
     rate = summary["rows_per_sec"]
-    folder = summary.get("folder_days") or []
+    folder = summary["folder_days"]
     lines.append(
         f"{summary['rows_valid']:,} rows written to {summary['output_dir']} in "
         f"{summary['seconds']:.1f} s"
         + (f" ({rate:,.0f} rows/s)" if rate else "")
-        + f"; it holds {len(folder)} day(s), {summary.get('folder_rows_valid', 0):,} rows"
+        + f"; it holds {len(folder)} day(s), {summary['folder_rows_valid']:,} rows"
     )
     if summary.get("contiguous"):
         sizes = ",".join(str(n) for n in summary["contiguous"]["num_embeddings_per_feature"])
