@@ -214,7 +214,7 @@ def _room(
     replicated: EmbeddingStorage | None,
     tables: tuple[list[float], list[int]],
     ranks: tuple[int, int],
-    hosts: tuple[int | None, int | None],
+    hosts: tuple[int | None, int],
 ) -> tuple[float | None, str]:
     """What :func:`_tables_fit` holds of the tables (``tables``: each one's bytes and its
     shards lying whole on a rank) on ``ranks`` (bytes each, how many), and the
@@ -286,7 +286,7 @@ def _cap_advice(
     whole: tuple[list[int], float],
     ranks: tuple[int, int],
     more: str,
-    counted: str = "",
+    counted: str,
 ) -> str:
     """The fix of :func:`insufficient_memory_message` when the tables themselves do not fit:
     two ``model.num_embeddings_cap`` values (``shape``: table sizes, embedding_dim,
@@ -405,8 +405,8 @@ def _more_ranks(
     storage: EmbeddingStorage,
     replicated: EmbeddingStorage | None,
     per_rank: int,
-    alone: Sequence[float] = (),
-    hosts: tuple[int | None, int | None] = (None, None),
+    alone: Sequence[float],
+    hosts: tuple[int | None, int],
 ) -> str:
     """How many ranks of ``per_rank`` bytes would hold the tables (and, given the job's
     ranks per node, on how many nodes; given its global batch, the ``train.batch_size``, per
@@ -447,7 +447,7 @@ def _more_ranks(
     )
     # the batch is per rank: more ranks, a larger global batch; the preset's own 65536 per
     # rank then overflowed the suggested ranks' memory (planning review)
-    per = max((global_batch or 0) // ranks_needed, 1)
+    per = max(global_batch // ranks_needed, 1)
     keeps = (
         f"keeps this job's global batch of {global_batch}"
         if per * ranks_needed == global_batch
