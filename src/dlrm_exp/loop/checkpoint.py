@@ -167,16 +167,17 @@ class CheckpointLayout:
             (:class:`~dlrm_exp.data.splits.DataInfo`'s ``id_kinds``).
         settings: ``{key: value}`` of the settings that decide the data stream and the update
             (``seed``, ``train.batch_size``, ``train.dense_precision``, every ``data.*`` and
-            ``optimizer.*`` key), which a resume compares (:func:`~dlrm_exp.loop.settings.changed_settings`) and
-            evaluate / predict / export read the dense precision from; None in older
-            checkpoints.
+            ``optimizer.*`` key), which a resume compares
+            (:func:`~dlrm_exp.loop.settings.changed_settings`) and evaluate / predict / export
+            read the dense precision from; None in older checkpoints.
         inputs: what the model reads by position, ``{"sparse": [{"feature", "column"}],
             "dense": [{"column", "log1p"}]}`` (``model_inputs`` of the planning tables),
             which every later job must give in the same order; None without a feature
             schema, and in older checkpoints.
         sweep_job: the swept keys and values of the sweep's job that saved it (``{}``
-            outside a sweep; :func:`~dlrm_exp.loop.settings.sweep_job`), by which a rerun of the sweep knows its
-            job's own attempt (:func:`~dlrm_exp.loop.run_folder.continued_resume`); None in older checkpoints.
+            outside a sweep; :func:`~dlrm_exp.loop.settings.sweep_job`), by which a rerun of
+            the sweep knows its job's own attempt
+            (:func:`~dlrm_exp.loop.run_folder.continued_resume`); None in older checkpoints.
     """
 
     tables: dict[str, list[int]]
