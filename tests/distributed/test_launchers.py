@@ -1,6 +1,7 @@
 """The engines clusters use: TorchX (local run, Slurm and Kubernetes requests) and multi-node
 torchrun, each reusing ``python -m dlrm_exp`` and its run folder."""
 
+import fcntl
 import json
 import os
 import socket
@@ -225,6 +226,7 @@ def test_submitit_local_sweep_runs_two_task_jobs_and_requeues_a_preempted_one(tm
     [
         ("train", "holds the record of a run that finished (metrics.json), kept"),
         ("evaluate", "holds another run's metrics.json"),
+        ("train", "is in use by another run"),
     ],
 )
 def test_a_submitit_jobs_folder_refusal_reaches_every_task(tmp_path, mode, refusal):
@@ -232,10 +234,15 @@ def test_a_submitit_jobs_folder_refusal_reaches_every_task(tmp_path, mode, refus
     rerun into its folder, which holds a training record), it returned, and rank 1 waited
     for it in the rendezvous until hardware.collective_timeout_s (600 s by default;
     distributed review, and for evaluate the review of that fix). Now every task raises the
-    refusal."""
+    refusal; so too where another process holds the folder (rank 0 took the folder's lock
+    before the group existed: launch review)."""
     pytest.importorskip("hydra_plugins.hydra_submitit_launcher")
     (tmp_path / "0").mkdir()
-    (tmp_path / "0" / "metrics.json").write_text('{"status": "completed"}')
+    if "in use" in refusal:  # this process holds job 0's folder, as a run there would
+        lock = (tmp_path / "0" / ".lock").open("w")
+        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    else:
+        (tmp_path / "0" / "metrics.json").write_text('{"status": "completed"}')
     args = ["-m", "hydra/launcher=local", "hardware.nproc_per_node=2", "train.max_steps=4",
             f"mode={mode}", "hardware.collective_timeout_s=20",
             f"hydra.sweep.dir={tmp_path}"]  # fmt: skip

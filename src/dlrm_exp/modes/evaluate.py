@@ -67,7 +67,7 @@ def run_evaluate(cfg: Config, job: Job) -> EvalMetrics:
     """
     check_devices(cfg.hardware)
     assert cfg.checkpoint is not None  # Config.__post_init__ requires it
-    pending = check_folder_first(partial(_check_folder, job.run_dir))
+    pending = check_folder_first(partial(_check_folder, job.run_dir), job.run_dir)
     if pending is None:  # refused before workers start (launched: in the worker)
         find_checkpoint(cfg.checkpoint, warn=False)  # (the worker's look warns)
     return run_on_ranks(evaluate_worker, cfg, job, pending)

@@ -7,6 +7,7 @@ import socket
 import uuid
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import replace
+from functools import partial
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -46,6 +47,7 @@ from dlrm_exp.loop.settings import change_line, setting_changes
 from dlrm_exp.modes.job import Job
 from dlrm_exp.planning.job import check_ranks_per_host, plan_job
 from dlrm_exp.planning.tables import DTYPE_NAMES, is_table_key, table_of_key
+from dlrm_exp.util.folder_lock import hold_run_folder
 from dlrm_exp.util.rank_zero import on_rank_zero
 from dlrm_exp.util.text import first_few
 
@@ -83,17 +85,30 @@ def run_on_ranks(worker: Callable[..., Result], cfg: Config, job: Job, *args: An
 FolderCheck = Callable[[], None]
 
 
-def check_folder_first(check: FolderCheck) -> FolderCheck | None:
+def check_folder_first(check: FolderCheck, run_dir: Path) -> FolderCheck | None:
     """Run a run folder's ``check`` where its refusal reaches every rank: here, in one process
     or the parent of the workers it starts, before any starts (returns None); in a rank that
     torchrun, TorchX or a submitit job launched, later, in the worker once its peers are
-    connected (returned, for :func:`check_folder_in_worker`). Checked here, a refused rank 0
-    returned before the process group existed, and a submitit job's other tasks waited
-    ``hardware.collective_timeout_s`` for it."""
+    connected (returned, for :func:`check_folder_in_worker`), after holding ``run_dir``
+    (:func:`~dlrm_exp.util.folder_lock.hold_run_folder`: the entry point leaves a launched
+    job of several ranks to hold it here). Checked here, a refused rank 0 returned before the
+    process group existed, and a submitit job's other tasks waited
+    ``hardware.collective_timeout_s`` for it (for a folder in use too: launch review)."""
     if launched_by_torchrun():
-        return check
+        return partial(_hold_and_check, run_dir, check)
     check()
     return None
+
+
+def _hold_and_check(run_dir: Path, check: FolderCheck) -> None:
+    """Hold ``run_dir`` (a no-op where this process holds it: a single run's entry point),
+    then make the folder's ``check``.
+
+    Raises:
+        RunFolderInUseError: another run holds the folder.
+    """
+    hold_run_folder(run_dir)
+    check()
 
 
 def check_folder_in_worker(check: FolderCheck | None) -> None:

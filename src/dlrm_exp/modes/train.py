@@ -141,7 +141,7 @@ def run_train(
     asked = cfg.train.resume
     if env_rank() == 0:  # (a torchrun rank above 0 is in ".": rank 0 decides for all)
         cfg.train.resume = continued_resume(asked, run_dir, swept or {})
-    pending = check_folder_first(partial(_check_folder, cfg, run_dir, swept or {}))
+    pending = check_folder_first(partial(_check_folder, cfg, run_dir, swept or {}), run_dir)
     job = Job(run_dir, dict(choices), tensorboard_dir, dict(swept or {}), multirun=_in_multirun())
     try:
         return run_on_ranks(train_worker, cfg, job, pending)
