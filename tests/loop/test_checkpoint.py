@@ -40,6 +40,7 @@ from dlrm_exp.loop.checkpoint import (
     resume_step,
 )
 from dlrm_exp.loop.run_folder import check_run_folder
+from dlrm_exp.loop.settings import change_line, setting_changes
 from dlrm_exp.modes import resume as resume_mode
 from dlrm_exp.modes import train as train_mode
 from dlrm_exp.modes.train import run_train, summary
@@ -314,7 +315,6 @@ def test_only_what_decides_the_validation_rows_counts_as_changing_them(tmp_path,
     next day's training file beside a fixed validation file, or one file typed relative then
     absolute threw the checkpoint's validations away (diff review)."""
     from dlrm_exp.loop.settings import (
-        changed_settings,
         resolved_inputs,
         setting_changes,
         validation_changes,
@@ -341,13 +341,13 @@ def test_only_what_decides_the_validation_rows_counts_as_changing_them(tmp_path,
     (tmp_path / "cur.tsv").unlink()
     (tmp_path / "cur.tsv").symlink_to(tmp_path / "day2.tsv")
     here = resolved_inputs({"data.path": ["cur.tsv"], "data.val_path": "a.tsv"})
-    assert changed_settings(saved, here) == [
+    assert _change_lines(saved, here) == [
         f"data.path ['{tmp_path / 'a.tsv'}'] -> ['{tmp_path / 'day2.tsv'}']"
     ]
     # a checkpoint of an earlier version recorded the path as typed: the file it names from
     # here (every resume of one was a change of data, its validations forgotten)
     typed = {"data.path": ["cur.tsv"], "data.val_path": "a.tsv"}
-    assert changed_settings(typed, here) == []
+    assert _change_lines(typed, here) == []
     # a run records the file it read, wherever it was typed from
     from dlrm_exp.data.criteo_format import write_criteo_tsv
 
@@ -364,7 +364,7 @@ def test_only_what_decides_the_validation_rows_counts_as_changing_them(tmp_path,
     write_criteo_tsv(tmp_path / "days" / "day2.tsv", 64)
     now = compose_cfg(ran)
     job = train_mode.job_settings(now)
-    added = changed_settings(recorded["settings"], job)
+    added = _change_lines(recorded["settings"], job)
     assert [c.split(" ", 1)[0] for c in added] == ["data.path.files"] and "-> 2 files, " in added[0]
     # the warning says where the digests are: no config file holds them (npy review)
     from dlrm_exp.modes.resume import _digests_where
@@ -1130,16 +1130,19 @@ def test_a_sweep_job_meets_no_other_jobs_checkpoints(tmp_path):
         check({"sharding": "tablewise"})
 
 
+def _change_lines(saved, job):
+    """A resume's ``key old -> new`` lines of the settings ``job`` changes from ``saved``."""
+    return [change_line(c) for c in setting_changes(saved, job)]
+
+
 def test_only_settings_both_record_are_compared():
     """A key a later version records (``c``) is no change; older checkpoints record none."""
-    from dlrm_exp.loop.settings import changed_settings
-
-    assert changed_settings({"a": 1, "b": 2}, {"a": 1, "b": 3, "c": 4}) == ["b 2 -> 3"]
-    assert changed_settings(None, {"a": 1}) == []
+    assert _change_lines({"a": 1, "b": 2}, {"a": 1, "b": 3, "c": 4}) == ["b 2 -> 3"]
+    assert _change_lines(None, {"a": 1}) == []
     # no collective (one rank) and FP32 ones are one exact update: a 2-rank run resumed on 1
     # rank was warned "qcomms FP32 -> none" (docs review); a codec is a change
-    assert changed_settings({"qcomms": "FP32"}, {"qcomms": "none"}) == []
-    assert changed_settings({"qcomms": "FP16/BF16"}, {"qcomms": "none"}) == [
+    assert _change_lines({"qcomms": "FP32"}, {"qcomms": "none"}) == []
+    assert _change_lines({"qcomms": "FP16/BF16"}, {"qcomms": "none"}) == [
         "qcomms FP16/BF16 -> none"
     ]
 
@@ -1147,7 +1150,7 @@ def test_only_settings_both_record_are_compared():
 def test_a_non_finite_setting_matches_its_own_record(tmp_path):
     """trainer_state.json writes inf and nan as null: a resume of a job with one, or a sweep's
     job that swept one, compared them with null, a change or another job (re-read)."""
-    from dlrm_exp.loop.settings import changed_settings, sweep_job
+    from dlrm_exp.loop.settings import sweep_job
     from dlrm_exp.util.files import write_json_atomic
 
     swept = {"optimizer.eps": float("inf"), "train.clip": float("nan"), "a": (1, 2)}
@@ -1155,8 +1158,8 @@ def test_a_non_finite_setting_matches_its_own_record(tmp_path):
     saved = json.loads((tmp_path / "state.json").read_text())
     assert saved["sweep_job"] == sweep_job(swept) == {"a": [1, 2], "optimizer.eps": None,
                                                       "train.clip": None}  # fmt: skip
-    assert changed_settings(saved["settings"], swept) == []
-    assert changed_settings(saved["settings"], {"optimizer.eps": 1e-8}) == [
+    assert _change_lines(saved["settings"], swept) == []
+    assert _change_lines(saved["settings"], {"optimizer.eps": 1e-8}) == [
         "optimizer.eps None -> 1e-08"
     ]
 

@@ -168,7 +168,7 @@ class CheckpointLayout:
         settings: ``{key: value}`` of the settings that decide the data stream and the update
             (``seed``, ``train.batch_size``, ``train.dense_precision``, every ``data.*`` and
             ``optimizer.*`` key), which a resume compares
-            (:func:`~dlrm_exp.loop.settings.changed_settings`) and evaluate / predict / export
+            (:func:`~dlrm_exp.loop.settings.setting_changes`) and evaluate / predict / export
             read the dense precision from; None in older checkpoints.
         inputs: what the model reads by position, ``{"sparse": [{"feature", "column"}],
             "dense": [{"column", "log1p"}]}`` (``model_inputs`` of the planning tables),

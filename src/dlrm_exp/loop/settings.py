@@ -1,5 +1,5 @@
 """The settings a checkpoint records of its run, and how a resume or a sweep's rerun compares
-them with its own: values as the update sees them (:func:`changed_settings`), input paths as
+them with its own: values as the update sees them (:func:`setting_changes`), input paths as
 the files they name (:func:`resolved_inputs`), a sweep's job as its swept values
 (:func:`sweep_job`), and which changes give other validation rows
 (:func:`validation_changes`).
@@ -12,21 +12,15 @@ from typing import Any
 
 from dlrm_exp.util.files import json_safe
 
-
-def changed_settings(saved: dict[str, Any] | None, job: dict[str, Any] | None) -> list[str]:
-    """``key old -> new`` for each setting (:attr:`CheckpointLayout.settings`) this job
-    changes from the checkpoint's, sorted; only keys both record (a key added by a later
-    version is no change), values as the update sees them (:func:`as_update`); none when
-    either side has no record."""
-    return [change_line(c) for c in setting_changes(saved, job)]
-
-
 Settings = dict[str, Any] | None
 
 
 def setting_changes(saved: Settings, job: Settings) -> list[tuple[str, Any, Any]]:
-    """``(key, old, new)`` of :func:`changed_settings`: the values as each side has them,
-    compared as the update sees them (:func:`as_update`)."""
+    """``(key, old, new)`` for each setting (:attr:`CheckpointLayout.settings`) this job
+    changes from the checkpoint's, sorted by key, the values as each side has them; only keys
+    both record (a key added by a later version is no change), compared as the update sees
+    them (:func:`as_update`); none when either side has no record (:func:`change_line` says
+    one)."""
     if not saved or not job:
         return []
     return [
@@ -39,7 +33,7 @@ def setting_changes(saved: Settings, job: Settings) -> list[tuple[str, Any, Any]
 def validation_changes(
     changes: list[tuple[str, Any, Any]], differ: Callable[[str, Any, Any], bool]
 ) -> list[str]:
-    """Of a resume's ``changes`` (:func:`setting_changes`), as :func:`changed_settings`'
+    """Of a resume's ``changes`` (:func:`setting_changes`), as :func:`change_line`'s
     lines, those that give the resumed run other validation rows than the run of its
     checkpoint, or decode them otherwise: the data source (``data``) and each key whose
     change ``differ`` (the job's :meth:`~dlrm_exp.config.data.DataConfig.rows_differ` of
