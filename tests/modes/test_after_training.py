@@ -757,7 +757,7 @@ def test_evaluate_warns_of_npy_days_whose_ids_map_to_rows_otherwise(tmp_path, ca
     from dlrm_exp.config import CategoricalTransform, PreprocessConfig
     from dlrm_exp.data import input_digests
     from dlrm_exp.data.preprocess.convert import preprocess_files
-    from dlrm_exp.modes.setup import warn_other_ids
+    from dlrm_exp.modes.setup import warn_changed_inputs, warn_other_ids
 
     tsv = [write_criteo_tsv(tmp_path / f"day_{d}", 40, seed=d) for d in range(2)]
     folders = {}
@@ -777,3 +777,15 @@ def test_evaluate_warns_of_npy_days_whose_ids_map_to_rows_otherwise(tmp_path, ca
         warn_other_ids(trained, folders["contiguous"])
     assert f"ids mode=preprocess mapped to rows as {hashed}; data.path=" in caplog.text
     assert "holds ids mapped as contiguous " in caplog.text
+    # converted again in place (the run's path, its days' records the hashed folder's): the
+    # id warning says it, and the changed-inputs warning no longer says the conversion too
+    # (warned twice: re-read)
+    caplog.clear()
+    path = str(tmp_path / "contiguous")
+    in_place = {"settings": {"data.path": path, **input_digests(folders["hash"].data)}}
+    with caplog.at_level(logging.WARNING, logger="dlrm_exp.modes.setup"):
+        warn_changed_inputs(in_place, folders["contiguous"])
+        assert "(data.path.conversion " in caplog.text
+        caplog.clear()
+        warn_changed_inputs(in_place, folders["contiguous"], ids_warned=True)
+    assert "data.path.conversion" not in caplog.text

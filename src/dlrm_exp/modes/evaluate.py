@@ -162,8 +162,7 @@ def evaluate_worker(
             warn_unscored(cfg, splits, names, ctx.world_size)
             warn_unlike_training(saved, cfg, ctx.world_size, path)
             warn_other_data_values(saved, cfg)
-            warn_changed_inputs(saved, cfg)
-            warn_other_ids(saved, cfg)
+            warn_changed_inputs(saved, cfg, ids_warned=warn_other_ids(saved, cfg))
         scores = {
             name: evaluate(
                 experiment.pipeline,

@@ -159,8 +159,8 @@ def _digests_where(changes: list[tuple[str, Any, Any]]) -> str:
     if all(input_path_key(key) == key for key, _, _ in changes):
         return ""
     return (
-        " (the input files' digests, data.*.files and data.path.conversion: its checkpoint's "
-        "trainer_state.json)"
+        " (the input files' digests, data.*.files, data.path.conversion and data.path.ids: its "
+        "checkpoint's trainer_state.json)"
     )
 
 

@@ -17,7 +17,7 @@ from torchrec.datasets.utils import Batch
 from torchrec.distributed.types import ShardingPlan
 
 from dlrm_exp.config import Config, EmbeddingDataType, FileSplitsConfig
-from dlrm_exp.config.data import IDS, input_path_key
+from dlrm_exp.config.data import CONVERSION, IDS, input_path_key
 from dlrm_exp.config.keys import flat_settings
 from dlrm_exp.data import (
     ClickData,
@@ -383,17 +383,18 @@ def warn_other_data_values(saved: dict[str, Any], cfg: Config) -> None:
         )
 
 
-def warn_other_ids(saved: dict[str, Any], cfg: Config) -> None:
+def warn_other_ids(saved: dict[str, Any], cfg: Config) -> bool:
     """``mode=evaluate`` (predict reads no npy days): one warning when the checkpoint's run
     read npy days whose ids map to table rows otherwise than this job's ``data.path``
     (``data.path.ids``, :func:`~dlrm_exp.data.criteo_npy.conversion_records`: hashed for
     other tables, contiguous where the run's were hashed, another re-index): whatever the
     folder, its ids look up other rows than training's (a hashed-id checkpoint scored a
-    contiguous folder without a word: npy review)."""
+    contiguous folder without a word: npy review). Returns whether it warned."""
     was = (saved.get("settings") or {}).get(f"data.path{IDS}")
     folder = npy_folder(cfg.data) if was else None
     now = conversion_records(folder).get("ids") if folder is not None else None
-    if was and now and was != now:
+    other = bool(was and now and was != now)
+    if other:
         log.warning(
             "the checkpoint's run read npy days whose ids mode=preprocess mapped to rows as "
             "%s; data.path=%s holds ids mapped as %s: they look up other rows than training "
@@ -401,14 +402,18 @@ def warn_other_ids(saved: dict[str, Any], cfg: Config) -> None:
             "how its days were converted)",
             was, getattr(cfg.data, "path", None), now,
         )  # fmt: skip
+    return other
 
 
-def warn_changed_inputs(saved: dict[str, Any], cfg: Config) -> None:
+def warn_changed_inputs(saved: dict[str, Any], cfg: Config, ids_warned: bool = False) -> None:
     """``mode=evaluate``: one warning when an input path this job reads is the one the
     checkpoint's run read but names other files now, or files converted otherwise (their
     digests, :func:`~dlrm_exp.data.input_digests`): an npy folder that gained a day scores
     another held-out day under the same ``data.path``, said by nothing (npy review). Another
-    path is other files on purpose: not warned."""
+    path is other files on purpose: not warned. The id mapping is :func:`warn_other_ids`'
+    (whatever the path), and with it warned (``ids_warned``) so is the days' conversion: a
+    folder converted again in place was warned of twice (re-read)."""
+    said = (IDS, CONVERSION) if ids_warned else (IDS,)
     recorded, splits = saved.get("settings") or {}, _scored_with_rows(cfg)
     if not splits:  # (nothing scored: refused elsewhere; no file listed for it)
         return
@@ -420,7 +425,7 @@ def warn_changed_inputs(saved: dict[str, Any], cfg: Config) -> None:
         change_line(change)
         for change in setting_changes(recorded, input_digests(cfg.data))
         if input_path_key(change[0]) not in other_paths
-        and not change[0].endswith(IDS)  # (warn_other_ids', whatever the path)
+        and not change[0].endswith(said)
         and cfg.data.rows_differ(*change, splits)
     ]
     if moved:
