@@ -109,6 +109,10 @@ def fused_kernels(model: torch.nn.Module) -> list[SplitTableBatchedEmbeddingBags
     ]
 
 
+#: The trainer-state key of the fused kernels' iteration counter (:func:`kernel_iterations`).
+KERNEL_ITERATIONS = "fused_kernel_iterations"
+
+
 def kernel_iterations(model: torch.nn.Module, device: torch.device) -> int:
     """FBGEMM's iteration counter of the fused kernels (a collective, reduced on the rank's
     ``device``: the largest over every rank's kernels, 0 where none has one). Each kernel

@@ -13,7 +13,7 @@ from typing import Any
 from dlrm_exp.config import Config
 from dlrm_exp.config.data import input_path_key
 from dlrm_exp.config.model import ManagedCollision
-from dlrm_exp.factories.experiment import set_kernel_iterations
+from dlrm_exp.factories.experiment import KERNEL_ITERATIONS, set_kernel_iterations
 from dlrm_exp.loop.checkpoint import (
     CheckpointError,
     CheckpointLayout,
@@ -356,7 +356,3 @@ def between_evictions(step: int, managed: Mapping[str, ManagedCollision]) -> str
         f"{first_few(off)}: the ids seen since their last "
         "eviction are not in the checkpoint, so this run continues closely, not bitwise"
     )
-
-
-#: The trainer-state key of the fused kernels' iteration counter (:func:`kernel_iterations`).
-KERNEL_ITERATIONS = "fused_kernel_iterations"

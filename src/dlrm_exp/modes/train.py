@@ -36,7 +36,7 @@ from dlrm_exp.distributed.launch import (
     process_group,
 )
 from dlrm_exp.errors import DataError, WorkerFailedError
-from dlrm_exp.factories.experiment import kernel_iterations
+from dlrm_exp.factories.experiment import KERNEL_ITERATIONS, kernel_iterations
 from dlrm_exp.factories.managed_collision import managed_rows_held
 from dlrm_exp.factories.precision import slow_precision_warning
 from dlrm_exp.loop.checkpoint import (
@@ -66,7 +66,6 @@ from dlrm_exp.loop.train_window import TrainWindow
 from dlrm_exp.loop.trainer import BatchSources, FitResult, Trainer, TrainerState
 from dlrm_exp.modes.job import Job, ModeResult
 from dlrm_exp.modes.resume import (
-    KERNEL_ITERATIONS,
     checkpoint_to_resume,
     replace_attempt,
     resume_from_checkpoint,

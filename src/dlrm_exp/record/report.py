@@ -321,7 +321,7 @@ def plot_val_auroc(runs: Sequence[RunRecord], path: Path) -> None:
 
 
 def _mean_curves(
-    runs: Sequence[RunRecord], per_step: Mapping[Path, float] = MappingProxyType({})
+    runs: Sequence[RunRecord], per_step: Mapping[Path, float]
 ) -> list[tuple[str, tuple, str]]:
     """``[(configuration label, ((step, mean val AUROC), ...), note)]``, one per configuration
     (``config_id``; labelled as the statistics label it, what ran included) when there are two

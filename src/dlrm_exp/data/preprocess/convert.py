@@ -617,7 +617,11 @@ class Pending:
         return next((r for r in self.refusals if day in r.held), None)
 
     def write(self, folder: Path) -> None:
-        """Record these days in ``folder``, or remove the record where none are."""
+        """Record these days in ``folder``, or remove the record where none are.
+
+        Raises:
+            OSError: the record cannot be written or removed (the folder read-only, full).
+        """
         if self.days:
             refused = [{"day": r.day, "why": r.why, "held": list(r.held)} for r in self.refusals]
             write_json_atomic(folder / PENDING_FILE, {"days": list(self.days), "refused": refused})
