@@ -70,3 +70,6 @@ def test_an_output_folder_under_a_file_is_said_to_be_under_a_file(tmp_path):
     afile.write_text("1\n")
     with pytest.raises(ConfigError, match=rf"{afile} is a file, not a folder \(choose another"):
         check_writable(afile / "out", "predict.output")
+    # no room to make is no remedy for a file in the way (it was offered: review)
+    with pytest.raises(ConfigError, match=r"predict.output=\.\.\.\)$"):
+        check_writable(afile / "out", "predict.output")

@@ -169,8 +169,9 @@ def check_writable(run_dir: Path, key: str = "hydra.run.dir") -> None:
         # "File exists" for a file where a folder goes says nothing of which (review)
         in_the_way = next((p for p in (run_dir, *run_dir.parents) if p.is_file()), None)
         why = f"{in_the_way} is a file, not a folder" if in_the_way else err.strerror or err
+        space = ", or free space" if out_of_space(err) else ""  # (not for a file in the way)
         raise ConfigError(
-            f"cannot write {what} {run_dir}: {why} (choose another with {key}=..., or free space)"
+            f"cannot write {what} {run_dir}: {why} (choose another with {key}=...{space})"
         ) from None
 
 
