@@ -789,3 +789,24 @@ def test_evaluate_warns_of_npy_days_whose_ids_map_to_rows_otherwise(tmp_path, ca
         caplog.clear()
         warn_changed_inputs(in_place, folders["contiguous"], ids_warned=True)
     assert "data.path.conversion" not in caplog.text
+
+
+def test_export_and_predict_run_on_one_process_whatever_the_training_ran_on(
+    trained, tmp_path, caplog
+):
+    """A training run's ``hardware.nproc_per_node=2`` repeated (a dlrm_main preset's 8):
+    export took it without a word, predict refused it (after-training review); both say that
+    they run on one process, and do."""
+    run_dir, _ = trained
+    two = [f"checkpoint={run_dir}", "hardware.nproc_per_node=2"]
+    with caplog.at_level(logging.WARNING, logger="dlrm_exp.modes.setup"):
+        record = run_export(compose_cfg(["mode=export", *two]), Job(tmp_path / "export"))
+    assert Path(record["artifact"]).is_file()
+    said = "runs on one process: hardware.nproc_per_node=2 is not used here"
+    assert f"mode=export {said}" in caplog.text
+    caplog.clear()
+    tsv = write_criteo_tsv(tmp_path / "day.tsv", 20, seed=5)
+    predict = ["mode=predict", *two, "data=criteo_tsv", f"data.path={tsv}"]
+    with caplog.at_level(logging.WARNING, logger="dlrm_exp.modes.setup"):
+        assert run_predict(compose_cfg(predict), Job(tmp_path / "predict"))["rows_written"] == 20
+    assert f"mode=predict {said}" in caplog.text

@@ -31,6 +31,7 @@ from dlrm_exp.loop.checkpoint import (
 )
 from dlrm_exp.modes.job import Job, ModeResult
 from dlrm_exp.modes.setup import (
+    on_one_process,
     saved_table_data_types,
     trained_dense_precision,
     warn_managed_collision_ranks,
@@ -77,6 +78,7 @@ def run_export(cfg: Config, job: Job) -> dict:
         RunFolderInUseError: another run exports into ``export.output_dir``.
     """
     started = time.perf_counter()
+    on_one_process(cfg)
     out = Path(cfg.export.output_dir).expanduser() if cfg.export.output_dir else job.run_dir
     key = "export.output_dir" if cfg.export.output_dir else "hydra.run.dir"
     check_writable(out, key)

@@ -60,7 +60,7 @@ from dlrm_exp.factories.experiment import build_experiment
 from dlrm_exp.loop.checkpoint import find_checkpoint, load_model_weights
 from dlrm_exp.modes.job import Job, ModeResult
 from dlrm_exp.modes.predict_parquet import Logits, made_by, predict_parquet, read_inputs
-from dlrm_exp.modes.setup import warn_unlike_training
+from dlrm_exp.modes.setup import on_one_process, warn_unlike_training
 from dlrm_exp.planning.tables import model_inputs, table_shapes
 from dlrm_exp.util.files import check_writable, publish_file, write_json_atomic
 from dlrm_exp.util.folder_lock import held_output_file
@@ -170,14 +170,13 @@ def run_predict(cfg: Config, job: Job) -> dict:
     """Score every valid row of ``data.path`` with ``cfg.checkpoint``; returns the report.
 
     Raises:
-        ConfigError: more than one process asked for (prediction runs on one), or
-            ``predict.output`` names a folder or a file other than earlier predictions.
+        ConfigError: ``predict.output`` names a folder or a file other than earlier
+            predictions. (More than one process asked for runs on one: :func:`on_one_process`.)
         OutputFolderInUseError: another run writes the same ``predict.output``.
         CheckpointError: missing, partial, another model shape, other id policies or id types.
         DataError: an input cannot be read, or no row of it is valid.
     """
-    if cfg.hardware.world_size != 1:
-        raise ConfigError("mode=predict runs on one process: set hardware.nproc_per_node=1")
+    on_one_process(cfg)
     check_devices(cfg.hardware)
     check_writable(job.run_dir)
     assert cfg.checkpoint is not None

@@ -65,6 +65,24 @@ def preflight(cfg: Config) -> ShardingPlan:
     return plan_job(cfg, build_module(cfg)).plan
 
 
+def on_one_process(cfg: Config) -> None:
+    """Set ``cfg`` (``mode=predict`` or ``mode=export``, which run on one process) to one
+    process, saying so where the job asked for more: a training run's
+    ``hardware.nproc_per_node`` repeated (a ``dlrm_main`` preset's 8) was refused by predict
+    and taken by export without a word (after-training review). A checkpoint of any number
+    of ranks loads on one."""
+    hardware = cfg.hardware
+    if hardware.world_size == 1:
+        return
+    log.warning(
+        "mode=%s runs on one process: hardware.nproc_per_node=%d%s is not used here (a "
+        "checkpoint of any number of ranks loads on one)",
+        cfg.mode.value, hardware.nproc_per_node,
+        f" hardware.nnodes={hardware.nnodes}" if hardware.nnodes != 1 else "",
+    )  # fmt: skip
+    cfg.hardware = replace(hardware, nproc_per_node=1, nnodes=1)
+
+
 def run_on_ranks(worker: Callable[..., Result], cfg: Config, job: Job, *args: Any) -> Result:
     """``worker(cfg, job, *args, plan=None)`` in this process (one rank, or a rank torchrun or
     submitit started), or in ``hardware.nproc_per_node`` workers started by torch's elastic
