@@ -66,6 +66,21 @@ def test_warmup_must_end_before_decay_starts():
         )
 
 
+def test_a_schedule_past_the_runs_end_is_said():
+    """A warm-up longer than the run trained at 1.6 % of the asked rate, and a decay that
+    starts after its end never decayed, without a word (tuning review)."""
+    warmup = compose_cfg(["optimizer.lr_warmup_steps=1000"]).optimizer
+    said = warmup.schedule_past(16)
+    assert said is not None and said.startswith(
+        "optimizer.lr_warmup_steps=1000 is more than the 16 steps this run trains: its "
+        "learning rates end at 1.6% of the asked ones"
+    )
+    assert warmup.schedule_past(1000) is None
+    decay = compose_cfg(["optimizer.lr_decay_start=100", "optimizer.lr_decay_steps=50"])
+    assert "never decay" in (decay.optimizer.schedule_past(100) or "")
+    assert decay.optimizer.schedule_past(101) is None
+
+
 @pytest.mark.parametrize("lag", [0, 1])
 def test_logged_and_kernel_learning_rates_follow_the_schedule(tmp_path, monkeypatch, lag):
     """The acceptance run, small: ``lr`` (dense optimizer) and ``lr/embedding`` (read from
@@ -102,6 +117,21 @@ def test_logged_and_kernel_learning_rates_follow_the_schedule(tmp_path, monkeypa
                 step,
             )
     assert logged[15] == pytest.approx(0.1 * 9 / 10)  # the reference's hold after warm-up
+
+
+def test_data_parallel_tables_log_their_scheduled_rate(tmp_path):
+    """``lr/embedding`` read the fused kernels alone: with every table data_parallel (or
+    Adam on CPU) it was missing, though the replicas' rate follows the schedule (tuning
+    review); it is now their optimizer's."""
+    cfg = compose_cfg([*SMALL, "sharding=dataparallel", "optimizer.lr_warmup_steps=4",
+                       "train.max_steps=6", "train.log_every_n_steps=1"])  # fmt: skip
+    run_train(cfg, tmp_path, {})
+    events = EventAccumulator(str(tmp_path))
+    events.Reload()
+    logged = {e.step: e.value for e in events.Scalars("lr/embedding")}
+    assert logged == {
+        s: pytest.approx(scheduled_lr(s, 0.1, 4, 0, 0), rel=1e-6) for s in range(1, 7)
+    }
 
 
 def _resumes_bitwise(tmp_path, monkeypatch, overrides: list[str], fused: bool = True) -> None:

@@ -135,3 +135,21 @@ class OptimizerConfig:
                 f"warm-up ({self.lr_warmup_steps} steps): the warm-up must finish before the "
                 f"decay starts; set optimizer.lr_decay_start={self.lr_warmup_steps} or later",
             )
+
+    def schedule_past(self, total_steps: int) -> str | None:
+        """A line when the warm-up or the decay's start lies past the ``total_steps`` a run
+        trains: its rates then end at a fraction of the asked ones (base * steps / W), or never
+        decay, without a word (tuning review); None otherwise."""
+        if self.lr_warmup_steps > total_steps:
+            share = total_steps / self.lr_warmup_steps
+            return (
+                f"optimizer.lr_warmup_steps={self.lr_warmup_steps} is more than the "
+                f"{total_steps:,} steps this run trains: its learning rates end at {share:.1%} "
+                "of the asked ones (shorten the warm-up or train longer)"
+            )
+        if self.lr_decay_steps > 0 and self.lr_decay_start >= total_steps:
+            return (
+                f"optimizer.lr_decay_start={self.lr_decay_start} is not before the end of the "
+                f"{total_steps:,} steps this run trains: its learning rates never decay"
+            )
+        return None

@@ -34,6 +34,7 @@ from dlrm_exp.factories.optim import (
     apply_sparse_optimizer,
     build_optimizer,
     dense_learning_rate,
+    replica_learning_rate,
     rounding_substitution,
 )
 from dlrm_exp.factories.pipeline import build_pipeline, pipeline_substitution
@@ -89,11 +90,15 @@ class Experiment:
         return dense_learning_rate(self.optimizer)
 
     def embedding_learning_rate(self) -> float | None:
-        """The learning rate FBGEMM's fused embedding kernel of this rank holds now, read from
-        the kernel itself (None when this rank has no fused table); the kernels are the ones
-        the schedule sets (found once, not by walking the model at every logged step)."""
+        """The tables' learning rate now: the one FBGEMM's fused embedding kernel of this rank
+        holds, read from the kernel itself (the kernels the schedule sets, found once, not by
+        walking the model at every logged step); where this rank has none, the data-parallel
+        tables' optimizer's (``lr/embedding`` was missing for them, though scheduled: tuning
+        review); None where it has neither."""
         kernels = self.lr_schedule.kernels
-        return float(kernels[0].get_learning_rate()) if kernels else None
+        if kernels:
+            return float(kernels[0].get_learning_rate())
+        return replica_learning_rate(self.optimizer)
 
 
 def fused_kernels(model: torch.nn.Module) -> list[SplitTableBatchedEmbeddingBagsCodegen]:

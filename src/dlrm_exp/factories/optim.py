@@ -32,10 +32,23 @@ from dlrm_exp.util.substitution import Substitution
 _DENSE_INDEX = 1
 
 
+#: Position of the data-parallel tables' optimizer, where there are any.
+_REPLICA_INDEX = 2
+
+
 def dense_learning_rate(optimizer: CombinedOptimizer) -> float:
     """The learning rate the dense optimizer of :func:`build_optimizer` applies now."""
     _key, dense = optimizer.optimizers[_DENSE_INDEX]
     return float(dense.param_groups[0]["lr"])
+
+
+def replica_learning_rate(optimizer: CombinedOptimizer) -> float | None:
+    """The learning rate the optimizer of :func:`build_optimizer`'s data-parallel tables
+    applies now; None where no table is data_parallel."""
+    if len(optimizer.optimizers) <= _REPLICA_INDEX:
+        return None
+    _key, replicas = optimizer.optimizers[_REPLICA_INDEX]
+    return float(replicas.param_groups[0]["lr"])
 
 
 def _sparse_class(cfg: OptimizerConfig) -> tuple[type[torch.optim.Optimizer], dict[str, Any]]:
@@ -89,7 +102,7 @@ def build_optimizer(model: torch.nn.Module, cfg: OptimizerConfig) -> CombinedOpt
     replicated_tables = {k: v for k, v in plain.items() if is_table_key(k)}
     dense = {k: v for k, v in plain.items() if k not in replicated_tables}
     optimizers: list[Any] = [model.fused_optimizer, KeyedOptimizerWrapper(dense, dense_factory)]
-    assert len(optimizers) == _DENSE_INDEX + 1
+    assert len(optimizers) == _DENSE_INDEX + 1 == _REPLICA_INDEX
     if replicated_tables:
         on_cpu = all(p.device.type == "cpu" for p in replicated_tables.values())
         fbgemm = fbgemm_steps_replicas(cfg.sparse_optimizer, on_cpu)

@@ -273,6 +273,9 @@ def _trainer(
         best_weights=_BestCheckpoint(saver),
     )
     saver.window = trainer.window
+    past = cfg.optimizer.schedule_past(trainer.total_steps)
+    if past and ctx.is_main:
+        log.warning(past)
     return trainer
 
 
