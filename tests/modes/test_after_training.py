@@ -791,6 +791,25 @@ def test_evaluate_warns_of_npy_days_whose_ids_map_to_rows_otherwise(tmp_path, ca
     assert "data.path.conversion" not in caplog.text
 
 
+def test_an_export_without_data_records_the_checkpoints_model_inputs(tmp_path):
+    """The documented ``mode=export checkpoint=...`` (no ``data=``) of a Criteo TSV run
+    recorded ``model_inputs: null``: the artifact's columns were lost from its record
+    (after-training review)."""
+    from dlrm_exp.modes.train import run_train
+
+    tsv = write_criteo_tsv(tmp_path / "day.tsv", 200, seed=1)
+    data = ["data=criteo_tsv", f"data.path={tsv}", "model=tiny"]
+    run_train(compose_cfg([*data, "train.max_steps=2", "train.checkpoint_every_n_steps=2",
+                           "train.batch_size=32",
+                           "train.progress_bar=false"]), tmp_path / "run", {})  # fmt: skip
+    state = next((tmp_path / "run" / "checkpoints").glob("*/trainer_state.json"))
+    recorded = json.loads(state.read_text())["inputs"]
+    assert recorded["sparse"][0] == {"feature": "cat_0", "column": "C1"}
+    export = ["mode=export", f"checkpoint={tmp_path / 'run'}", "model=tiny"]
+    record = run_export(compose_cfg(export), Job(tmp_path / "export"))
+    assert record["inputs"]["model_inputs"] == recorded
+
+
 def test_export_and_predict_run_on_one_process_whatever_the_training_ran_on(
     trained, tmp_path, caplog
 ):

@@ -144,8 +144,9 @@ def _export(cfg: Config, out: Path, started: float) -> dict:
             "which the model maps to rows itself)",
             # with a feature schema, the column each input is read from, in the model's order;
             # a dense one with log1p takes log(1 + max(x, 0)) of it (own-data review: not
-            # recorded, so the artifact could not be fed from its record)
-            "model_inputs": model_inputs(cfg),
+            # recorded, so the artifact could not be fed from its record); the checkpoint's
+            # where this job gives no schema (an export without data=: after-training review)
+            "model_inputs": model_inputs(cfg) or saved.get("inputs"),
             "lengths": f"({len(cfg.model.feature_names)} * B,) int32: ids per (feature, sample), "
             "same order",
             "feature_names": cfg.model.feature_names,
