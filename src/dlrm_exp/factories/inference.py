@@ -31,6 +31,17 @@ WEIGHT_DTYPE = {ExportQuantization.fp16: torch.float16, ExportQuantization.int8:
 _TRAINED_DTYPE = {EmbeddingDataType.fp32: torch.float32, EmbeddingDataType.fp16: torch.float16}
 
 
+#: The bound of a feature whose ids the model maps to rows itself (a managed-collision
+#: table's 63-bit hashed raw ids): any non-negative int64.
+ANY_ID = 2**63 - 1
+
+#: What a call with an id outside its table's rows is told (:class:`InferenceDLRM`).
+OUT_OF_RANGE = (
+    "an id is outside its table's rows: each feature's ids must lie in [0, num_embeddings) "
+    "of its table (export.json's inputs.num_embeddings; Criteo's int(C, 16) % num_embeddings)"
+)
+
+
 class InferenceDLRM(torch.nn.Module):
     """``(dense (B, 13), values (N,), lengths (F * B,)) -> probabilities (B,)`` around a DLRM
     (see the module docstring for the layout).
@@ -38,16 +49,32 @@ class InferenceDLRM(torch.nn.Module):
     Args:
         dlrm: the DLRM (``DLRM``, ``DLRM_DCN`` or ``DLRM_Projection``), in eval mode.
         keys: the sparse feature names in table order (``cat_0 .. cat_25``).
+        bounds: per feature of ``keys``, the rows of its table (ids must lie in
+            ``[0, bound)``; :data:`ANY_ID` where the model maps ids itself); None: unchecked.
+            Out of range, FBGEMM's quantized (fp16, int8) lookups score the id as row 0
+            without a word and its fp32 lookup fails on an internal check (review).
+
+    Raises:
+        AssertionError: (from ``forward``, with ``bounds``) an id outside its table's rows,
+            saying :data:`OUT_OF_RANGE`; the scripted artifact raises it as ``torch.jit.Error``.
     """
 
-    def __init__(self, dlrm: DLRM, keys: list[str]) -> None:
+    def __init__(self, dlrm: DLRM, keys: list[str], bounds: list[int] | None = None) -> None:
         super().__init__()
         self.dlrm = dlrm
         self.keys = keys
+        self.checked = bounds is not None
+        self.register_buffer(
+            "bounds", torch.tensor(bounds or [ANY_ID] * len(keys), dtype=torch.int64)
+        )
 
     def forward(
         self, dense: torch.Tensor, values: torch.Tensor, lengths: torch.Tensor
     ) -> torch.Tensor:
+        if self.checked:
+            per_feature = lengths.view(len(self.keys), -1).sum(dim=1)
+            bound = self.bounds.repeat_interleave(per_feature)
+            torch._assert(((values >= 0) & (values < bound)).all(), OUT_OF_RANGE)
         sparse = KeyedJaggedTensor.from_lengths_sync(keys=self.keys, values=values, lengths=lengths)
         return torch.sigmoid(self.dlrm(dense, sparse).squeeze(-1))
 

@@ -21,9 +21,15 @@ from pathlib import Path
 
 import torch
 
-from dlrm_exp.config import Config, EmbeddingDataType
+from dlrm_exp.config import Config, EmbeddingDataType, ModelConfig
 from dlrm_exp.errors import ConfigError
-from dlrm_exp.factories.inference import InferenceDLRM, quantize_tables, script, table_bytes
+from dlrm_exp.factories.inference import (
+    ANY_ID,
+    InferenceDLRM,
+    quantize_tables,
+    script,
+    table_bytes,
+)
 from dlrm_exp.factories.model import build_model
 from dlrm_exp.loop.checkpoint import (
     find_checkpoint,
@@ -122,7 +128,7 @@ def _export(cfg: Config, out: Path, started: float) -> dict:
         **saved_table_data_types(path),
     }
     quantized = quantize_tables(dlrm, cfg.export.quantization, trained)
-    scripted = script(InferenceDLRM(quantized, cfg.model.feature_names))
+    scripted = script(InferenceDLRM(quantized, cfg.model.feature_names, _row_bounds(cfg.model)))
     _save_artifact(scripted, out)
     record = {
         "artifact": str(out / "model.pt"),
@@ -141,7 +147,8 @@ def _export(cfg: Config, out: Path, started: float) -> dict:
             "feature-major (Criteo's int(C, 16) % num_embeddings; in general after "
             "data.schema's id policy, in Python dlrm_exp.data.id_policy.to_rows(ids, policy, "
             "num_embeddings, where); for the managed_tables, the 63-bit hashed raw ids, "
-            "which the model maps to rows itself)",
+            "which the model maps to rows itself); an id outside [0, num_embeddings) of its "
+            "table is refused (torch.jit.Error)",
             # with a feature schema, the column each input is read from, in the model's order;
             # a dense one with log1p takes log(1 + max(x, 0)) of it (own-data review: not
             # recorded, so the artifact could not be fed from its record); the checkpoint's
@@ -168,6 +175,20 @@ def _export(cfg: Config, out: Path, started: float) -> dict:
     }
     write_json_atomic(out / "export.json", record)
     return record
+
+
+def _row_bounds(model: ModelConfig) -> list[int]:
+    """Per sparse feature (``model.feature_names``' order), the rows of its table, which the
+    artifact checks each id against (:class:`~dlrm_exp.factories.inference.InferenceDLRM`);
+    :data:`~dlrm_exp.factories.inference.ANY_ID` for a managed-collision table's features."""
+    rows = {
+        feature: ANY_ID if name in model.managed_tables else size
+        for name, features, size in zip(
+            model.table_names, model.table_features, model.table_sizes, strict=True
+        )
+        for feature in features
+    }
+    return [rows[feature] for feature in model.feature_names]
 
 
 def _save_artifact(scripted: torch.jit.ScriptModule, out: Path) -> None:
