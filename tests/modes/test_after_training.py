@@ -494,6 +494,29 @@ def test_bad_checkpoints_are_one_clear_error_each(trained, tmp_path):
         run_evaluate(other, Job(tmp_path / "eval"))
 
 
+def test_an_evaluate_predict_or_export_folder_as_checkpoint_names_what_it_read(tmp_path):
+    """Such a folder was told to train with train.checkpoint_every_n_steps (after-training
+    review); the refusal names its mode and the checkpoint its run read."""
+    from dlrm_exp.loop.checkpoint import find_checkpoint
+
+    read = str(tmp_path / "run" / "checkpoints" / "step_8")
+    records = [
+        ("evaluate", "metrics.json", {"mode": "evaluate", "checkpoint": read}),
+        ("predict", "predict_report.json", {"checkpoint": read}),
+        ("export", "export.json", {"checkpoint": read}),
+    ]
+    for mode, name, record in records:
+        (tmp_path / mode).mkdir()
+        (tmp_path / mode / name).write_text(json.dumps(record))
+        said = rf"holds a mode={mode} run's output, which writes none; that run read "
+        said += f"checkpoint={read}"
+        with pytest.raises(CheckpointError, match=said):
+            find_checkpoint(str(tmp_path / mode))
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(CheckpointError, match=r"folder \(train with train.checkpoint_every_n"):
+        find_checkpoint(str(tmp_path / "empty"))
+
+
 def test_export_into_a_folder_it_cannot_write_names_export_output_dir(trained, tmp_path):
     run_dir, _ = trained
     (tmp_path / "afile").write_text("")

@@ -67,6 +67,7 @@ from dlrm_exp.errors import (
     Terminated,
 )
 from dlrm_exp.loop.run_origin import data_command
+from dlrm_exp.record.kept_record import RECORDS
 from dlrm_exp.record.run_record import (
     FAILED,
     INTERRUPTED,
@@ -1142,9 +1143,10 @@ def find_checkpoint(location: str, warn: bool = True) -> Path:
             steps = complete_checkpoints(run_dir)
             if not steps:
                 raise CheckpointError(
-                    f"checkpoint={location}: no complete checkpoint in this run folder (train "
-                    "with train.checkpoint_every_n_steps=N to write some)"
-                )
+                    f"checkpoint={location}: no complete checkpoint in this run folder"
+                    + (_scored_by(run_dir) or " (train with train.checkpoint_every_n_steps=N "
+                       "to write some)")
+                )  # fmt: skip
             found = steps[-1]
             if warn:  # (once: a job's pre-flight looks too)
                 warn_damaged(run_dir, found)
@@ -1152,6 +1154,26 @@ def find_checkpoint(location: str, warn: bool = True) -> Path:
             _warn_unfinished(run_dir, found)
         return found
     return _complete_checkpoint(path, "checkpoint")
+
+
+def _scored_by(run_dir: Path) -> str:
+    """Where ``run_dir`` holds the output of an evaluate, predict or export run (their
+    records, :data:`~dlrm_exp.record.kept_record.RECORDS`, name the checkpoint they read), the
+    rest of the refusal naming it: such a folder was told to train with checkpoints
+    (after-training review); else ``""``."""
+    for name in RECORDS:
+        try:
+            record = json.loads((run_dir / name).read_text())
+        except (OSError, ValueError):
+            continue
+        read = record.get("checkpoint") if isinstance(record, dict) else None
+        if read:
+            mode = record.get("mode") or name.split("_")[0].removesuffix(".json")
+            return (
+                f": it holds a mode={mode} run's output, which writes none; that run read "
+                f"checkpoint={read} (name it, or its training run's folder)"
+            )
+    return ""
 
 
 def _warn_unfinished(run_dir: Path, taken: Path) -> None:
