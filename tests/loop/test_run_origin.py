@@ -10,7 +10,8 @@ from dlrm_exp.errors import CheckpointError
 from dlrm_exp.loop.checkpoint import _trainer_state_matching
 from dlrm_exp.loop.run_origin import config_dirs, data_command, data_overrides
 
-OVERRIDES = ["data=parquet", "data/schema=shop", "data.path=logs/*.parquet", "train.batch_size=64"]
+OVERRIDES = ["data=parquet", "data/schema=shop", "data.path=logs/*.parquet", "train.batch_size=64",
+             "model.embedding_dim=16"]  # fmt: skip
 
 
 def _run_folder(tmp_path, with_hydra=True):
@@ -36,7 +37,9 @@ def _run_folder(tmp_path, with_hydra=True):
              "provider": "hydra.searchpath in command-line"},
         ]  # fmt: skip
         (hydra / "hydra.yaml").write_text(
-            yaml.safe_dump({"hydra": {"runtime": {"config_sources": sources}}})
+            yaml.safe_dump(
+                {"hydra": {"runtime": {"config_sources": sources, "choices": {"model": "tiny"}}}}
+            )
         )
     return checkpoint
 
@@ -67,6 +70,9 @@ def test_a_checkpoint_of_other_tables_names_its_runs_data_command(tmp_path):
         _trainer_state_matching(checkpoint, {"t_item": [260, 16]}, {"item": "strict"})
     assert "data.schema.sparse.<feature>.num_embeddings" in str(rows.value)
     assert run in str(rows.value)
+    # the run's model as its folder records it (the choice and its model.* overrides): it
+    # said model=... where the folder records model=tiny (after-training review)
+    assert "trained with (its run's: model=tiny model.embedding_dim=16; " in str(rows.value)
     bare = _run_folder(tmp_path / "bare", with_hydra=False)  # no records: no command named
     with pytest.raises(CheckpointError) as plain:
         _trainer_state_matching(bare, {"t_cat_0": [250, 16]})

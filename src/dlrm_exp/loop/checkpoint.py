@@ -66,7 +66,7 @@ from dlrm_exp.errors import (
     DiskFullError,
     Terminated,
 )
-from dlrm_exp.loop.run_origin import data_command
+from dlrm_exp.loop.run_origin import data_command, model_command
 from dlrm_exp.record.kept_record import RECORDS
 from dlrm_exp.record.run_record import (
     FAILED,
@@ -883,9 +883,11 @@ def _trainer_state_matching(
             if id_policies is not None
             else ""
         )
+        model = model_command(run_folder_of(path))
+        model = f"its run's: {model}" if model else "model=..., model.num_embeddings_cap=..."
         raise CheckpointError(
             f"checkpoint {path} is from another model shape ({'; '.join(diff[:3])}): use "
-            f"the model config it was trained with (model=..., model.num_embeddings_cap=...{rows})"
+            f"the model config it was trained with ({model}{rows})"
         )
     _check_id_records(path, trainer_state, {"id_policies": id_policies, "id_kinds": id_kinds})
     _check_inputs(path, trainer_state.get("inputs"), inputs)

@@ -1,5 +1,5 @@
 """The command a run was started with, read back from its folder's Hydra records, to tell a
-later job how to give a checkpoint the data it was trained on."""
+later job how to give a checkpoint the data it was trained on, and the model it built."""
 
 import re
 from pathlib import Path
@@ -13,8 +13,19 @@ from dlrm_exp.record.runs import job_overrides
 _DATA_OVERRIDE = re.compile(r"[+~]*(data([./=]|$)|experiment=)")
 
 
+#: The overrides that choose a run's model: ``model.*=...`` and an ``experiment=``, whose
+#: preset may set model keys (the ``model=`` choice is read from the runtime choices).
+_MODEL_OVERRIDE = re.compile(r"[+~]*(model\.|experiment=)")
+
+
 def data_overrides(run_dir: Path) -> list[str] | None:
     """The data overrides of the run in ``run_dir`` (:data:`_DATA_OVERRIDE`), from its
+    ``.hydra/overrides.yaml``; None where the folder has none to read."""
+    return _overrides(run_dir, _DATA_OVERRIDE)
+
+
+def _overrides(run_dir: Path, kind: re.Pattern) -> list[str] | None:
+    """The overrides of the run in ``run_dir`` that ``kind`` matches, from its
     ``.hydra/overrides.yaml``; None where the folder has none to read."""
     if not (run_dir / ".hydra" / "overrides.yaml").is_file():
         return None
@@ -22,7 +33,24 @@ def data_overrides(run_dir: Path) -> list[str] | None:
         overrides = job_overrides(run_dir)
     except ValueError:
         return None
-    return [o for o in overrides if _DATA_OVERRIDE.match(o)]
+    return [o for o in overrides if kind.match(o)]
+
+
+def model_command(run_dir: Path) -> str | None:
+    """What to give a job to build the model of the run in ``run_dir``: its ``model=``
+    choice (``hydra.runtime.choices`` of its ``.hydra/hydra.yaml``: chosen on the command
+    line, by a preset or by default) and its ``model.*`` / ``experiment=`` overrides; None
+    where the folder has no record (a refusal said ``model=...`` where the run's folder
+    records ``model=tiny``: after-training review)."""
+    overrides = _overrides(run_dir, _MODEL_OVERRIDE)
+    try:
+        hydra = OmegaConf.load(run_dir / ".hydra" / "hydra.yaml")
+        choice = OmegaConf.select(hydra, "hydra.runtime.choices.model", default=None)
+    except (OSError, ValueError):
+        choice = None
+    if overrides is None or choice is None:
+        return None
+    return " ".join([f"model={choice}", *overrides])
 
 
 def config_dirs(run_dir: Path) -> list[str]:
