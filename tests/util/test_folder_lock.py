@@ -74,3 +74,27 @@ def test_a_held_folder_named_another_way_is_still_this_processs(tmp_path):
         for other in (tmp_path / "link", tmp_path / "x" / ".." / "run"):
             with held_run_folder(other, "preprocess.output_dir"):
                 pass
+
+
+def test_an_output_files_lock_goes_with_its_writer_and_a_stale_one_is_not_taken(tmp_path):
+    """Predict left ``.<name>.lock`` beside every output (after-training review): the lock
+    file is removed when its writer ends. A process that opened it just before then and
+    locks it after must not count as the holder: it locks the file at the path again."""
+    import fcntl
+
+    from dlrm_exp.errors import OutputFolderInUseError
+    from dlrm_exp.util.folder_lock import _is_current, _lock, held_output_file
+
+    out = tmp_path / "p.parquet"
+    lock = tmp_path / ".p.parquet.lock"
+    with held_output_file(out, "predict.output"):
+        late = os.open(lock, os.O_RDWR)  # opened while held, locked after the release
+        with pytest.raises(OutputFolderInUseError):
+            _lock(tmp_path, "predict.output", lock.name, named=out)
+    assert not lock.exists()
+    fcntl.flock(late, fcntl.LOCK_EX | fcntl.LOCK_NB)  # the removed file: its lock is no hold
+    assert not _is_current(late, lock)  # (so _lock, having locked it, opens the path again)
+    fd = _lock(tmp_path, "predict.output", lock.name, named=out)
+    assert fd is not None and os.fstat(fd).st_ino != os.fstat(late).st_ino
+    os.close(fd)
+    os.close(late)

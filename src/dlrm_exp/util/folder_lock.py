@@ -39,31 +39,55 @@ def _lock(
         RunFolderInUseError: another live process holds it (naming that process and host).
         OutputFolderInUseError: the same, for an output folder (``key`` not the run's).
     """
-    try:
-        fd = os.open(run_dir / lock_file, os.O_RDWR | os.O_CREAT, 0o644)
-    except OSError:
-        return None
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except OSError as err:
-        holder = os.pread(fd, 200, 0).decode("utf-8", "replace").strip() or "another process"
+    while True:  # (again where the file locked was removed meanwhile: see _is_current)
+        try:
+            fd = os.open(run_dir / lock_file, os.O_RDWR | os.O_CREAT, 0o644)
+        except OSError:
+            return None
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError as err:
+            return _refused(fd, err, run_dir, key, named)
+        if _is_current(fd, run_dir / lock_file):
+            break
         os.close(fd)
-        if err.errno not in (errno.EWOULDBLOCK, errno.EACCES):
-            return None  # no flock here
-        if key != "hydra.run.dir":
-            raise OutputFolderInUseError(
-                f"{key}={named or run_dir} is being written by another run ({holder}): wait "
-                f"for it to end, or name another {'file' if named else 'folder'}"
-            ) from None
-        raise RunFolderInUseError(
-            f"{run_dir} is in use by another run ({holder}): wait for it to end, or give "
-            "this one another folder (hydra.run.dir=..., a sweep's hydra.sweep.dir=...; runs "
-            "started within the same second share the default outputs/<date>/<time>, which "
-            "one -m sweep avoids)"
-        ) from None
     os.ftruncate(fd, 0)
     os.pwrite(fd, f"process {os.getpid()} on {socket.gethostname()}\n".encode(), 0)
     return fd
+
+
+def _is_current(fd: int, lock_path: Path) -> bool:
+    """Whether the locked ``fd`` is still the file at ``lock_path``: an output file's lock is
+    removed when its writer ends (:func:`held_output_file`), and a process that opened it
+    just before then locked a file no later run sees."""
+    try:
+        return os.stat(lock_path).st_ino == os.fstat(fd).st_ino
+    except OSError:
+        return False
+
+
+def _refused(fd: int, err: OSError, run_dir: Path, key: str, named: Path | None) -> None:
+    """:func:`_lock`'s answer where ``flock`` of ``fd`` failed with ``err``: None where the
+    file system has no ``flock``; else the refusal naming the holder.
+
+    Raises:
+        RunFolderInUseError, OutputFolderInUseError: see :func:`_lock`.
+    """
+    holder = os.pread(fd, 200, 0).decode("utf-8", "replace").strip() or "another process"
+    os.close(fd)
+    if err.errno not in (errno.EWOULDBLOCK, errno.EACCES):
+        return None  # no flock here
+    if key != "hydra.run.dir":
+        raise OutputFolderInUseError(
+            f"{key}={named or run_dir} is being written by another run ({holder}): wait "
+            f"for it to end, or name another {'file' if named else 'folder'}"
+        ) from None
+    raise RunFolderInUseError(
+        f"{run_dir} is in use by another run ({holder}): wait for it to end, or give "
+        "this one another folder (hydra.run.dir=..., a sweep's hydra.sweep.dir=...; runs "
+        "started within the same second share the default outputs/<date>/<time>, which "
+        "one -m sweep avoids)"
+    ) from None
 
 
 def _key(run_dir: Path) -> Path:
@@ -130,9 +154,11 @@ def held_output_file(path: Path, key: str) -> Iterator[None]:
             that process).
     """
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd = _lock(path.parent, key, f".{path.name}.lock", named=path)
+    lock_file = f".{path.name}.lock"
+    fd = _lock(path.parent, key, lock_file, named=path)
     try:
         yield
     finally:
-        if fd is not None:
+        if fd is not None:  # removed while held: a predict left it beside every output (review)
+            (path.parent / lock_file).unlink(missing_ok=True)
             os.close(fd)
