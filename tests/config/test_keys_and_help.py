@@ -27,6 +27,21 @@ def test_the_closest_known_key_is_suggested(key, expected):
     assert suggest(key, known) == expected
 
 
+def test_early_stopping_keys_are_suggested_and_the_group_is_no_value():
+    """``train.patience`` was answered "did you mean train.pipeline?", and
+    ``train.early_stopping=false`` was OmegaConf's five lines on EarlyStopping (tuning
+    review); Hydra's ``{...}`` form of a group still passes."""
+    with pytest.raises(ConfigError, match=r"did you mean train.early_stopping.patience\?"):
+        check_override_keys(["train.patience=2"], Config)
+    for value in ("false", "null"):
+        with pytest.raises(ConfigError, match=rf"train.early_stopping={value}: train.early_"
+                           r"stopping is a group of settings, not a value: set one of its "
+                           r"keys \(train.early_stopping.min_delta, "):  # fmt: skip
+            check_override_keys([f"train.early_stopping={value}"], Config)
+    check_override_keys(["train.early_stopping={patience:3}"], Config)
+    assert compose_cfg(["train.early_stopping={patience:3}"]).train.early_stopping.patience == 3
+
+
 def test_a_misspelt_group_with_one_of_its_options_is_named_as_that_choice():
     """``modle=tiny`` was answered "did you mean mode?" (the closest key), which cannot take
     ``tiny``; a group close to the key that has the option is the hint."""

@@ -32,7 +32,7 @@ from dlrm_exp.config.checks import GROUPS
 from dlrm_exp.config.conf_tree import conf_dir
 from dlrm_exp.errors import ConfigError
 from dlrm_exp.util.classes import with_subclasses
-from dlrm_exp.util.text import closest
+from dlrm_exp.util.text import closest, first_few
 
 #: Short names users type for a key of another name (``train.lr`` means a learning rate).
 ALIASES = {
@@ -90,12 +90,18 @@ def _schema_walk(root: type) -> tuple[set[str], dict[str, type | None]]:
 
 def suggest(key: str, known: Iterable[str]) -> str | None:
     """The known key closest to ``key``: an alias of its last part (``lr`` ->
-    ``optimizer.learning_rate``), else the closest full key, else the known key whose last part
-    is closest to ``key``'s."""
+    ``optimizer.learning_rate``), else the one key of its group whose last part is ``key``'s
+    (``train.patience`` -> ``train.early_stopping.patience``: the closest full key was
+    ``train.pipeline``, tuning review), else the closest full key, else the known key whose
+    last part is closest to ``key``'s."""
     known = sorted(known)
     leaf = key.rsplit(".", 1)[-1]
     if leaf in ALIASES:
         return ALIASES[leaf]
+    group = key.split(".")[0]
+    nested = [k for k in known if k.split(".")[0] == group and k.rsplit(".", 1)[-1] == leaf]
+    if len(nested) == 1:  # train.patience: train.early_stopping.patience, not train.pipeline
+        return nested[0]
     close = closest(key, known, cutoff=0.75)
     if close:
         return close
@@ -200,7 +206,10 @@ def check_key(key: str, root: type, added: bool = False, value: str = "") -> Non
         ConfigError: the unknown key, naming the closest known one.
     """
     known, open_maps = _schema_keys_of(root)
-    if key.split(".")[0] == "hydra" or "/" in key or key in SELECTORS or key in known:
+    if key.split(".")[0] == "hydra" or "/" in key or key in SELECTORS:
+        return
+    if key in known:
+        _refuse_value_for_group(key, known, value)
         return
     if _under_open_map(key, open_maps):
         _check_typed_map_key(key, open_maps)
@@ -213,6 +222,22 @@ def check_key(key: str, root: type, added: bool = False, value: str = "") -> Non
     if choice is not None:
         raise ConfigError(f"unknown config key {key}: did you mean {choice}?")
     raise unknown_key_error(key, known)
+
+
+def _refuse_value_for_group(key: str, known: set[str], value: str) -> None:
+    """Refuse a plain ``value`` given to ``key``, a group of settings (a dataclass node:
+    ``train.early_stopping=false`` was OmegaConf's five lines "bool is not a subclass of
+    EarlyStopping": tuning review); a ``{...}`` or ``[...]`` value is Hydra's way to set it.
+
+    Raises:
+        ConfigError: naming the group's keys.
+    """
+    fields = sorted(k for k in known if k.startswith(f"{key}."))
+    if fields and value and value.lstrip()[:1] not in ("{", "["):
+        raise ConfigError(
+            f"{key}={value}: {key} is a group of settings, not a value: set one of its keys "
+            f"({first_few(fields)}; python -m dlrm_exp --cfg job shows them)"
+        )
 
 
 def check_data_option_keys(overrides: Sequence[str], options: dict[str, type]) -> None:
