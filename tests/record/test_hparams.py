@@ -36,3 +36,15 @@ def test_hparams_name_the_kernels_and_dtypes_that_ran_not_those_asked():
     resumed = RunMetrics(weights="best", best_step=15.0, resumed={"step": 20})
     before = run_hparams(cfg, choices, 1, 3, resumed)["weights_from"]
     assert before == "before the resume at step 20 (best at step 15)"
+
+
+def test_hparams_tell_single_runs_of_other_schedules_apart():
+    """Single runs with another warm-up, decay or eps had the same HParams (only a sweep's
+    swept keys were added: tuning review)."""
+    plain = run_hparams(compose_cfg([]), {"model": "tiny"}, 1, 2)
+    scheduled = compose_cfg(["optimizer.lr_warmup_steps=8", "optimizer.lr_decay_start=10",
+                             "optimizer.lr_decay_steps=4", "optimizer.eps=1e-6"])  # fmt: skip
+    other = run_hparams(scheduled, {"model": "tiny"}, 1, 2)
+    differ = {key for key in plain if plain[key] != other[key]}
+    assert differ == {"lr_warmup_steps", "lr_decay_start", "lr_decay_steps", "eps"}
+    assert (other["lr_warmup_steps"], other["eps"]) == (8, 1e-6)

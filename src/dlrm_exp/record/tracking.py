@@ -38,7 +38,8 @@ def run_hparams(
     ``reduce_scatter FP16/BF16``) as they ran (what was asked could differ; runs that
     differed only in them, the dense precision, the threads or the pipeline had the same
     HParams: what-ran review); without (a run failed under way) what was asked, and
-    ``qcomms_ran`` n/a. ``threads``: each rank's intra-op threads.
+    ``qcomms_ran`` n/a. ``threads``: each rank's intra-op threads. The learning-rate schedule
+    and ``eps`` are HParams of every run, not only of a sweep that varies them.
     Fields a group choice already says (the sharding type, the sparse optimizer, the asked
     qcomms precisions) are left out: TensorBoard's table shows the first 5 differing HParams,
     and four such copies pushed the swept ``sharding`` out of them (review). ``seed`` is text
@@ -60,6 +61,11 @@ def run_hparams(
         "sparse_backward": ran.sparse_backward or cfg.train.sparse_backward.value,
         "learning_rate": cfg.optimizer.learning_rate,
         "dense_learning_rate": cfg.optimizer.dense_learning_rate,
+        # (single runs of other schedules or eps had the same HParams: tuning review)
+        "lr_warmup_steps": cfg.optimizer.lr_warmup_steps,
+        "lr_decay_start": cfg.optimizer.lr_decay_start,
+        "lr_decay_steps": cfg.optimizer.lr_decay_steps,
+        "eps": cfg.optimizer.eps,
         "batch_size_per_rank": cfg.train.batch_size,
         "world_size": world_size,
         "threads_per_rank": threads,
