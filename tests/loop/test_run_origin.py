@@ -77,3 +77,15 @@ def test_a_checkpoint_of_other_tables_names_its_runs_data_command(tmp_path):
     with pytest.raises(CheckpointError) as plain:
         _trainer_state_matching(bare, {"t_cat_0": [250, 16]})
     assert "its run's" not in str(plain.value)
+
+
+def test_a_managed_collision_checkpoint_without_its_data_config_names_the_runs_data(tmp_path):
+    """An export without ``data=`` of a checkpoint whose model maps raw ids itself died in
+    DCP's "Missing key in checkpoint state_dict" (diff review)."""
+    checkpoint = _run_folder(tmp_path)
+    state = {"tables": {"t_item": [250, 16]}, "id_policies": {"item": "managed_collision"}}
+    (checkpoint / "trainer_state.json").write_text(json.dumps(state))
+    with pytest.raises(CheckpointError, match=r"maps the raw ids of item to rows itself") as err:
+        _trainer_state_matching(checkpoint, {"t_item": [250, 16]})
+    assert "(its run's: 'hydra.searchpath=[" in str(err.value)
+    _trainer_state_matching(checkpoint, {"t_item": [250, 16]}, {"item": "managed_collision"})

@@ -889,9 +889,31 @@ def _trainer_state_matching(
             f"checkpoint {path} is from another model shape ({'; '.join(diff[:3])}): use "
             f"the model config it was trained with ({model}{rows})"
         )
+    if id_policies is None:
+        _check_managed_ids_given(path, trainer_state.get("id_policies") or {})
     _check_id_records(path, trainer_state, {"id_policies": id_policies, "id_kinds": id_kinds})
     _check_inputs(path, trainer_state.get("inputs"), inputs)
     return trainer_state
+
+
+def _check_managed_ids_given(path: Path, saved: dict[str, str]) -> None:
+    """Refuse a job without a feature schema (no id policies: the default data, an export
+    without ``data=``) for a checkpoint whose model maps some features' raw ids itself
+    (``id_policy=managed_collision``, in ``saved``): its tables load into no module of this
+    job's model (DCP's "Missing key in checkpoint state_dict": diff review).
+
+    Raises:
+        CheckpointError: naming those features and the run's data overrides.
+    """
+    managed = sorted(f for f, policy in saved.items() if policy == "managed_collision")
+    if managed:
+        command = data_command(run_folder_of(path))
+        run = f" (its run's: {command})" if command else ""
+        raise CheckpointError(
+            f"checkpoint {path} maps the raw ids of {first_few(managed)} to rows itself "
+            "(id_policy=managed_collision), which this job's data config does not say: use "
+            f"the data config it was trained with{run}"
+        )
 
 
 def _check_inputs(path: Path, saved: dict | None, wanted: dict | None) -> None:
