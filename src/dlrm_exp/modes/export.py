@@ -62,7 +62,9 @@ def load_trained(cfg: Config, path: Path) -> tuple[torch.nn.Module, dict]:
     weights exactly), so the quantization starts from the trained values.
 
     Raises:
-        CheckpointError: missing, partial or unreadable checkpoint, or another model shape.
+        CheckpointError: missing, partial or unreadable checkpoint, another model shape, or
+            other id policies than this job's data config (a managed-collision checkpoint
+            without it).
     """
     fp32 = replace(
         cfg.model,
@@ -70,7 +72,11 @@ def load_trained(cfg: Config, path: Path) -> tuple[torch.nn.Module, dict]:
         embedding_data_type_per_table={},
     )
     module = build_model(fp32, dense_device=CPU, table_device=CPU)
-    saved = load_model_weights(path, module, table_shapes(cfg.model), inputs=model_inputs(cfg))
+    # (the id policies too: a managed-collision checkpoint without its data config is
+    # refused by name, not by DCP's missing keys: diff review)
+    saved = load_model_weights(
+        path, module, table_shapes(cfg.model), cfg.data.id_policies(), inputs=model_inputs(cfg)
+    )
     return module.model.eval(), saved
 
 
