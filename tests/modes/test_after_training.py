@@ -850,7 +850,7 @@ def test_export_and_predict_run_on_one_process_whatever_the_training_ran_on(
     export took it without a word, predict refused it (after-training review); both say that
     they run on one process, and do."""
     run_dir, _ = trained
-    two = [f"checkpoint={run_dir}", "hardware.nproc_per_node=2"]
+    two = [f"checkpoint={run_dir}", "hardware.nproc_per_node=2", "hardware.local_world_size=2"]
     with caplog.at_level(logging.WARNING, logger="dlrm_exp.modes.setup"):
         record = run_export(compose_cfg(["mode=export", *two]), Job(tmp_path / "export"))
     assert Path(record["artifact"]).is_file()

@@ -49,7 +49,8 @@ def run_mode(cfg: Config, job: Job) -> ModeResult:
     ranks = env_int("WORLD_SIZE", 1) if launched_by_torchrun() else 1
     if cfg.mode in ONE_PROCESS and ranks > 1:
         how = (  # (the sweep's launcher: python -m dlrm_exp alone was no way out there)
-            "a launcher job of one task (hydra.launcher.nodes=1 hydra.launcher.tasks_per_node=1)"
+            "a launcher job of one task (hydra.launcher.nodes=1 hydra.launcher.tasks_per_node=1"
+            " hardware.nnodes=1 hardware.nproc_per_node=1: a task checks them against its job's)"
             if in_submitit_task()
             else "python -m dlrm_exp, not torchrun"
         )

@@ -69,8 +69,10 @@ def on_one_process(cfg: Config) -> None:
     """Set ``cfg`` (``mode=predict`` or ``mode=export``, which run on one process) to one
     process, saying so where the job asked for more: a training run's
     ``hardware.nproc_per_node`` repeated (a ``dlrm_main`` preset's 8) was refused by predict
-    and taken by export without a word (after-training review). A checkpoint of any number
-    of ranks loads on one."""
+    and taken by export without a word (after-training review); ``hardware.local_world_size``
+    with it (it must divide the world size: diff review). A checkpoint of any number of
+    ranks loads on one. (A submitit launcher's job of several tasks is refused by
+    :func:`~dlrm_exp.modes.run_mode`.)"""
     hardware = cfg.hardware
     if hardware.world_size == 1:
         return
@@ -80,7 +82,7 @@ def on_one_process(cfg: Config) -> None:
         cfg.mode.value, hardware.nproc_per_node,
         f" hardware.nnodes={hardware.nnodes}" if hardware.nnodes != 1 else "",
     )  # fmt: skip
-    cfg.hardware = replace(hardware, nproc_per_node=1, nnodes=1)
+    cfg.hardware = replace(hardware, nproc_per_node=1, nnodes=1, local_world_size=None)
 
 
 def run_on_ranks(worker: Callable[..., Result], cfg: Config, job: Job, *args: Any) -> Result:
