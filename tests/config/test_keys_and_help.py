@@ -39,6 +39,8 @@ def test_early_stopping_keys_are_suggested_and_the_group_is_no_value():
                            r"keys \(train.early_stopping.min_delta, "):  # fmt: skip
             check_override_keys([f"train.early_stopping={value}"], Config)
     check_override_keys(["train.early_stopping={patience:3}"], Config)
+    # a sweep among such values (it was refused: diff review)
+    check_override_keys(["train.early_stopping=choice({patience:2},{patience:3})"], Config)
     assert compose_cfg(["train.early_stopping={patience:3}"]).train.early_stopping.patience == 3
 
 

@@ -193,14 +193,21 @@ def check_override_keys(overrides: Sequence[str], root: type) -> None:
             )
         if override.is_delete():
             continue
-        check_key(key, root, added=override.is_add(), value=text.split("=", 1)[-1])
+        scalar = override.value_type == ValueType.ELEMENT and not isinstance(
+            override.value(), (dict, list)
+        )  # (a sweep, choice({...}), or Hydra's {...} / [...] forms set a group: review)
+        value = text.split("=", 1)[-1]
+        check_key(key, root, added=override.is_add(), value=value, scalar=scalar)
 
 
-def check_key(key: str, root: type, added: bool = False, value: str = "") -> None:
+def check_key(
+    key: str, root: type, added: bool = False, value: str = "", scalar: bool = False
+) -> None:
     """Refuse a dotted ``key`` that the schema ``root`` lacks (``hydra.*``, group choices and
     ``group/option`` keys are left to Hydra): a key under an open map must be one its values
     take, and an entry is not added by its parts (``added``: a ``+key``). ``value``: what the
-    key is set to, to suggest ``group=value`` for a misspelt group.
+    key is set to, to suggest ``group=value`` for a misspelt group; ``scalar``: that value is
+    one plain value (no sweep, no ``{...}`` / ``[...]``), refused for a group of settings.
 
     Raises:
         ConfigError: the unknown key, naming the closest known one.
@@ -209,7 +216,8 @@ def check_key(key: str, root: type, added: bool = False, value: str = "") -> Non
     if key.split(".")[0] == "hydra" or "/" in key or key in SELECTORS:
         return
     if key in known:
-        _refuse_value_for_group(key, known, value)
+        if scalar:
+            _refuse_value_for_group(key, known, value)
         return
     if _under_open_map(key, open_maps):
         _check_typed_map_key(key, open_maps)
@@ -227,13 +235,14 @@ def check_key(key: str, root: type, added: bool = False, value: str = "") -> Non
 def _refuse_value_for_group(key: str, known: set[str], value: str) -> None:
     """Refuse a plain ``value`` given to ``key``, a group of settings (a dataclass node:
     ``train.early_stopping=false`` was OmegaConf's five lines "bool is not a subclass of
-    EarlyStopping": tuning review); a ``{...}`` or ``[...]`` value is Hydra's way to set it.
+    EarlyStopping": tuning review); a ``{...}`` or ``[...]`` value is Hydra's way to set it,
+    and a sweep may choose among those (the caller passes neither).
 
     Raises:
         ConfigError: naming the group's keys.
     """
     fields = sorted(k for k in known if k.startswith(f"{key}."))
-    if fields and value and value.lstrip()[:1] not in ("{", "["):
+    if fields:
         raise ConfigError(
             f"{key}={value}: {key} is a group of settings, not a value: set one of its keys "
             f"({first_few(fields)}; python -m dlrm_exp --cfg job shows them)"
