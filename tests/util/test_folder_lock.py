@@ -98,3 +98,28 @@ def test_an_output_files_lock_goes_with_its_writer_and_a_stale_one_is_not_taken(
     assert fd is not None and os.fstat(fd).st_ino != os.fstat(late).st_ino
     os.close(fd)
     os.close(late)
+
+
+def test_a_lock_file_removed_between_its_open_and_its_flock_is_opened_again(tmp_path, monkeypatch):
+    """The writer that held it ended between this process's open and flock: the flock then
+    succeeds on a removed file no later run sees, so _lock opens the path again (the test
+    above checks only _is_current: diff review)."""
+    from dlrm_exp.util import folder_lock
+
+    lock = tmp_path / ".p.parquet.lock"
+    lock.write_text("")
+    real_open, opened = os.open, []
+
+    def open_then_removed(path, *args, **kwargs):
+        fd = real_open(path, *args, **kwargs)
+        if not opened:
+            os.unlink(path)  # the writer ends here
+        opened.append(path)
+        return fd
+
+    monkeypatch.setattr(os, "open", open_then_removed)
+    fd = folder_lock._lock(tmp_path, "predict.output", lock.name, named=tmp_path / "p.parquet")
+    monkeypatch.undo()
+    assert fd is not None and len(opened) == 2
+    assert os.fstat(fd).st_ino == os.stat(lock).st_ino
+    os.close(fd)

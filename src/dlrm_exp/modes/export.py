@@ -154,7 +154,7 @@ def _export(cfg: Config, out: Path, started: float) -> dict:
             "data.schema's id policy, in Python dlrm_exp.data.id_policy.to_rows(ids, policy, "
             "num_embeddings, where); for the managed_tables, the 63-bit hashed raw ids, "
             "which the model maps to rows itself); an id outside [0, num_embeddings) of its "
-            "table is refused (torch.jit.Error)",
+            "table (of a managed table: below 0) is refused (torch.jit.Error)",
             # with a feature schema, the column each input is read from, in the model's order;
             # a dense one with log1p takes log(1 + max(x, 0)) of it (own-data review: not
             # recorded, so the artifact could not be fed from its record); the checkpoint's
