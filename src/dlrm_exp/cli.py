@@ -35,6 +35,7 @@ from dlrm_exp.config.build import build_config
 from dlrm_exp.config.config_files import (
     check_config_files,
     check_option_file_keys,
+    check_preset_data_keys,
     check_schema_choice,
     check_schema_feature_overrides,
     chosen_files,
@@ -661,8 +662,10 @@ def _check_keys_and_files(args: list[str]) -> None:
         return
     check_schema_choice(args, [conf_dir(), *dirs])
     # the shipped options too: their features are the ones an override names
-    check_schema_feature_overrides(overrides, chosen_files(args, [conf_dir(), *dirs]))
+    every = chosen_files(args, [conf_dir(), *dirs])
+    check_schema_feature_overrides(overrides, every)
     check_data_option_keys(overrides, DATA_OPTIONS)
+    check_preset_data_keys(args, every, DATA_OPTIONS)
 
 
 def main() -> None:

@@ -96,6 +96,28 @@ def test_a_key_of_another_data_option_is_refused_before_hydra_composes():
     check("hydra.sweeper.params.data=criteo_tsv,parquet", "data.path=x")  # so does the sweeper's
 
 
+def test_a_presets_data_keys_another_data_option_lacks_are_refused_before_hydra_composes():
+    """``experiment=dlrm_main_mlperf data=criteo_tsv`` (the preset sets data.mmap_mode for its
+    own criteo_npy) was Hydra's seven-line ConfigKeyError (presets review)."""
+    from dlrm_exp.config.conf_tree import conf_dir
+    from dlrm_exp.config.config_files import check_preset_data_keys, chosen_files
+    from dlrm_exp.config.store import DATA_OPTIONS
+
+    def check(*args):
+        check_preset_data_keys(list(args), chosen_files(list(args), [conf_dir()]), DATA_OPTIONS)
+
+    said = (r"experiment=dlrm_main_mlperf sets data.mmap_mode, which data=criteo_tsv "
+            r"\(CriteoTsvDataConfig\) does not have: leave data=criteo_tsv out .*"
+            r"\(data=criteo_npy, data=criteo_multihot\)")  # fmt: skip
+    with pytest.raises(ConfigError, match=said):
+        check("experiment=dlrm_main_mlperf", "data=criteo_tsv")
+    with pytest.raises(ConfigError, match=r"mlperf_dcnv2 sets data.max_lookup_gib, which data="):
+        check("experiment=mlperf_dcnv2", "data=criteo_multihot,criteo_npy")  # each of a sweep's
+    check("experiment=dlrm_main_mlperf", "data=criteo_npy")  # its own option
+    check("experiment=dlrm_main_mlperf")
+    check("experiment=fast", "data=criteo_tsv")  # sets no data key
+
+
 def test_known_keys_and_open_maps_pass():
     raw = compose_raw(
         ["+sharding.per_table_sharding_type.t_cat_0=row_wise", "experiment=mlperf_dcnv2"]

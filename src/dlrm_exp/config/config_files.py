@@ -12,7 +12,7 @@ import yaml
 from omegaconf import DictConfig, ListConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from dlrm_exp.config.keys import check_key
+from dlrm_exp.config.keys import check_key, option_has
 from dlrm_exp.config.schema import DenseColumn, FeatureSchema, SparseFeature
 from dlrm_exp.errors import ConfigError
 from dlrm_exp.util.text import closest, first_few
@@ -146,6 +146,37 @@ def check_option_file_keys(files: Sequence[Path], root: type) -> None:
                     check_key(".".join(filter(None, [package, key])), root)
         except ConfigError as err:
             raise ConfigError(f"{file}: {err}") from None
+
+
+def check_preset_data_keys(
+    args: Sequence[str], files: Sequence[Path], options: dict[str, type]
+) -> None:
+    """The ``data.*`` keys an ``experiment=`` preset among ``files`` sets exist in the data
+    option the command line chooses (``data=<option>``, each of a sweep's):
+    ``experiment=dlrm_main_mlperf data=criteo_tsv`` (the preset sets ``data.mmap_mode`` for its
+    own ``criteo_npy``) was Hydra's seven-line ``ConfigKeyError`` (presets review).
+
+    Raises:
+        ConfigError: naming the preset, the key and the data options that have it.
+    """
+    chosen = [o for group, given in _choices(args) if group == "data" for o in given]
+    for file in files:
+        if file.parent.name != "experiment" or not chosen:
+            continue
+        text = file.read_text(encoding="utf-8")
+        node = OmegaConf.to_container(OmegaConf.create(text), resolve=False)
+        top = isinstance(node, dict) and _package(text, "experiment") == ""  # (_global_)
+        data = node.get("data") if top else None
+        keys = _leaf_keys(data) if isinstance(data, dict) else []
+        for choice, key in ((c, k) for c in chosen if c in options for k in keys):
+            if not option_has(options[choice], key):
+                having = [f"data={n}" for n, cls in options.items() if option_has(cls, key)]
+                raise ConfigError(
+                    f"experiment={file.stem} sets data.{key}, which data={choice} "
+                    f"({options[choice].__name__}) does not have: leave data={choice} out (the "
+                    f"preset chooses its data), or choose an option that has it "
+                    f"({', '.join(having)})"
+                )
 
 
 def _package(text: str, group: str) -> str:

@@ -276,7 +276,7 @@ def check_data_option_keys(overrides: Sequence[str], options: dict[str, type]) -
             what, field = f"data/schema={o.get_value_element_as_str()}", "schema"
         else:
             what = f"config key {o.key_or_group}"
-        if field == o.key_or_group or o.is_delete() or _option_has(options[choice], field):
+        if field == o.key_or_group or o.is_delete() or option_has(options[choice], field):
             continue
         _refuse_other_option(what, field, choice, options)
 
@@ -289,7 +289,7 @@ def _refuse_other_option(what: str, field: str, choice: str, options: dict[str, 
     Raises:
         ConfigError: naming the chosen option and the options that have ``field``.
     """
-    having = [f"data={name}" for name, cls in options.items() if _option_has(cls, field)]
+    having = [f"data={name}" for name, cls in options.items() if option_has(cls, field)]
     if having:
         raise ConfigError(
             f"{what} does not apply to the chosen data option ({choice}: "
@@ -317,7 +317,7 @@ def _parsed_once(overrides: tuple[str, ...]) -> tuple[tuple[str, Override], ...]
     return tuple(parsed)
 
 
-def _option_has(cls: type, field: str) -> bool:
+def option_has(cls: type, field: str) -> bool:
     """Whether the data option's schema ``cls`` has the (dotted) key ``field``."""
     known, open_maps = _schema_keys_of(cls)
     return field in known or _under_open_map(field, open_maps) or _list_item_key(field, known)
