@@ -82,6 +82,14 @@ def test_mlperf_dcnv2_recipe():
     assert opt.dense_optimizer is DenseOptimizer.adagrad
     assert opt.learning_rate == opt.dense_learning_rate == 0.004 and opt.eps == 1e-8
     assert cfg.train.batch_size * cfg.hardware.world_size == 65536
+    # on W ranks its per-rank batch gives W x 65,536 a step: said, with the batch to set
+    # (presets review)
+    assert cfg.train.global_batch_size == 65536 and cfg.train.global_batch_note(1) is None
+    assert cfg.train.global_batch_note(8).endswith(
+        "on 8 rank(s) gives 524,288: set train.batch_size=8192, or "
+        "train.global_batch_size=null to train as asked"
+    )
+    assert "(3 does not)" in cfg.train.global_batch_note(3)
     assert cfg.train.val_per_epoch == 20 and cfg.train.target_auroc == 0.80275
     # the uncapped lookup tables (22.27 GiB) fit its limit; real days are mapped, as there
     assert cfg.data.max_lookup_gib >= 22.27 and cfg.data.mmap_mode

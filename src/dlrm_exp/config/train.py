@@ -130,6 +130,9 @@ class TrainConfig:
 
     Attributes:
         batch_size: samples per rank per step.
+        global_batch_size: a recipe's samples per step over every rank (``mlperf_dcnv2``:
+            65,536); where set, a run whose ``batch_size`` x ranks differs is warned of when
+            it trains or plans, with the per-rank batch that gives it (null: none).
         epochs: passes over the training split (ignored when ``max_steps`` stops earlier).
         max_steps: stop after this many steps (null: run ``epochs``).
         val_every_n_steps: validate every N steps as well as at the end (null: only at the end;
@@ -183,6 +186,7 @@ class TrainConfig:
     """
 
     batch_size: int = 512
+    global_batch_size: int | None = None
     epochs: int = 1
     max_steps: int | None = None
     val_every_n_steps: int | None = None
@@ -212,6 +216,7 @@ class TrainConfig:
         require_positive(
             {
                 "train.max_steps": self.max_steps,
+                "train.global_batch_size": self.global_batch_size,
                 "train.val_every_n_steps": self.val_every_n_steps,
                 "train.val_per_epoch": self.val_per_epoch,
                 "train.checkpoint_every_n_steps": self.checkpoint_every_n_steps,
@@ -231,6 +236,25 @@ class TrainConfig:
         require(
             self.target_auroc is None or 0 < self.target_auroc <= 1,
             f"train.target_auroc must be in (0, 1] or null, got {self.target_auroc}",
+        )
+
+    def global_batch_note(self, world_size: int) -> str | None:
+        """A line when ``batch_size`` on ``world_size`` ranks is not ``global_batch_size``:
+        ``experiment=mlperf_dcnv2`` on 2 ranks trained at 131,072 samples a step without a
+        word (presets review); None otherwise."""
+        wanted = self.global_batch_size
+        if wanted is None or self.batch_size * world_size == wanted:
+            return None
+        fix = (
+            f"set train.batch_size={wanted // world_size}"
+            if wanted % world_size == 0
+            else f"use a number of ranks that divides it ({world_size} does not)"
+        )
+        return (
+            f"train.global_batch_size={wanted:,} (the recipe's samples a step), but "
+            f"train.batch_size={self.batch_size:,} on {world_size} rank(s) gives "
+            f"{self.batch_size * world_size:,}: {fix}, or train.global_batch_size=null to "
+            "train as asked"
         )
 
     def _check_pipeline_options(self) -> None:

@@ -11,6 +11,7 @@ and the imbalance between ranks (max / mean). A plan that cannot fit raises the 
 ``InsufficientMemoryError`` as train mode.
 """
 
+import logging
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +27,8 @@ from dlrm_exp.planning.tables import table_configs
 from dlrm_exp.planning.topology import memory_capacity
 from dlrm_exp.util.files import write_json_atomic, write_text_atomic
 
+log = logging.getLogger(__name__)
+
 
 def run_plan(cfg: Config, run_dir: Path) -> dict[str, Any]:
     """Plan ``cfg`` for ``cfg.hardware`` (any size, no process group); write ``plan.txt`` and
@@ -38,6 +41,9 @@ def run_plan(cfg: Config, run_dir: Path) -> dict[str, Any]:
     """
     run_dir.mkdir(parents=True, exist_ok=True)
     hw = cfg.hardware
+    batch = cfg.train.global_batch_note(hw.world_size)  # (it plans the batch buffers)
+    if batch:
+        log.warning(batch)
     result = plan_job(cfg, build_module(cfg))
     ctx = result.context
     record = plan_record(

@@ -178,15 +178,17 @@ def _in_multirun() -> bool:
 
 
 def _announce(run: TrainRun) -> None:
-    """Rank 0, before training: the substitutions and a slow precision in the log, the plan
-    as ``plan.txt`` and ``plan.json`` (with the ranks it was made for, so that
-    ``sharding=from_file`` can check them)."""
+    """Rank 0, before training: the substitutions, a slow precision and a batch other than
+    the recipe's global one in the log, the plan as ``plan.txt`` and ``plan.json`` (with the
+    ranks it was made for, so that ``sharding=from_file`` can check them)."""
     cfg, ctx, experiment = run.cfg, run.ctx, run.experiment
     for substitution in experiment.substitutions:
         log.warning(substitution.line())
     slow = slow_precision_warning(cfg.train.dense_precision, ctx.device.type, cpu_flags())
-    if slow:
-        log.warning(slow)
+    batch = cfg.train.global_batch_note(ctx.world_size)
+    for line in (slow, batch):
+        if line:
+            log.warning(line)
     write_text_atomic(run.job.run_dir / "plan.txt", plan_text(experiment.plan) + "\n")
     write_json_atomic(run.job.run_dir / "plan.json", run.plan_data.to_json())
 
