@@ -82,3 +82,23 @@ def test_throughput_leaves_out_steps_not_counted():
     assert t.samples_per_sec is None and t.steps == 1
     seconds = t.step(100)
     assert t.samples == 100 and seconds is not None and seconds == t.seconds > 0
+
+
+def test_a_run_shorter_than_the_profile_schedule_is_said_and_its_summary_names_no_trace(tmp_path):
+    """``train.profile=true train.max_steps=5`` wrote no trace without a word and its summary
+    said "(1 files; traces open in ...)" (presets review)."""
+    from conftest import compose_cfg
+    from dlrm_exp.modes.train import profile_line
+
+    train = compose_cfg(["train.profile=true"]).train
+    assert train.profile_past(12) is None
+    said = "train.profile records steps 8..12 (train.profile_steps wait 5, warmup 2, active 5)"
+    assert train.profile_past(5) == f"{said}; this run trains 5: no trace (lower " + (
+        "train.profile_steps.wait / warmup / active)"
+    )
+    assert "this run trains 10: a partial trace" in (train.profile_past(10) or "")
+    assert compose_cfg([]).train.profile_past(1) is None  # not profiled
+    without = profile_line(["profile/rss_rank0.csv"], tmp_path)
+    assert "(no trace: the run ended before the profiler's recorded steps" in without
+    traced = profile_line(["profile/rank0.pt.trace.json", "profile/x.csv"], tmp_path)
+    assert "(1 trace(s) of 2 files; traces open in" in traced

@@ -238,6 +238,21 @@ class TrainConfig:
             f"train.target_auroc must be in (0, 1] or null, got {self.target_auroc}",
         )
 
+    def profile_past(self, steps: int) -> str | None:
+        """A line when ``train.profile`` records steps past the ``steps`` a run trains: it
+        wrote no trace (or a partial one) without a word, and its summary still named the
+        profile folder (presets review); None otherwise."""
+        sched = self.profile_steps
+        first, last = sched.wait + sched.warmup + 1, sched.wait + sched.warmup + sched.active
+        if not self.profile or last <= steps:
+            return None
+        return (
+            f"train.profile records steps {first}..{last} (train.profile_steps wait "
+            f"{sched.wait}, warmup {sched.warmup}, active {sched.active}); this run trains "
+            f"{steps:,}: {'no' if steps < first else 'a partial'} trace (lower "
+            "train.profile_steps.wait / warmup / active)"
+        )
+
     def global_batch_note(self, world_size: int) -> str | None:
         """A line when ``batch_size`` on ``world_size`` ranks is not ``global_batch_size``:
         ``experiment=mlperf_dcnv2`` on 2 ranks trained at 131,072 samples a step without a

@@ -82,7 +82,7 @@ from dlrm_exp.modes.setup import (
 )
 from dlrm_exp.modes.train_run import TrainRun
 from dlrm_exp.perf.peak import PeakUnavailable
-from dlrm_exp.perf.profile import PROFILE_DIR, StepProfiler, profile_files
+from dlrm_exp.perf.profile import PROFILE_DIR, TRACE_SUFFIX, StepProfiler, profile_files
 from dlrm_exp.perf.theoretical_peak import cpu_flags
 from dlrm_exp.perf.utilization import rank_bound, rank_peak, utilization
 from dlrm_exp.planning.plan_record import plan_record, plan_text
@@ -275,9 +275,10 @@ def _trainer(
         best_weights=_BestCheckpoint(saver),
     )
     saver.window = trainer.window
-    past = cfg.optimizer.schedule_past(trainer.total_steps)
-    if past and ctx.is_main:
-        log.warning(past)
+    total = trainer.total_steps
+    for past in (cfg.optimizer.schedule_past(total), cfg.train.profile_past(total)):
+        if past and ctx.is_main:
+            log.warning(past)
     return trainer
 
 
@@ -698,6 +699,22 @@ def _steps_text(metrics: RunMetrics) -> str:
     return f"{end} steps ({trained} in this run, resumed at step {start})"
 
 
+def profile_line(files: list[str], run_dir: Path) -> str:
+    """The summary's line of the ``train.profile`` ``files`` (relative to ``run_dir``): how
+    many are traces, or that none is (a run shorter than the schedule wrote none, and "1
+    files; traces open in ..." misled: presets review)."""
+    traces = sum(name.endswith(TRACE_SUFFIX) for name in files)
+    if not traces:
+        return (
+            f"profile: {run_dir / PROFILE_DIR} (no trace: the run ended before the profiler's "
+            "recorded steps, train.profile_steps)"
+        )
+    return (
+        f"profile: {run_dir / PROFILE_DIR} ({traces} trace(s) of {len(files)} files; traces "
+        "open in https://ui.perfetto.dev)"
+    )
+
+
 def summary(metrics: RunMetrics, run_dir: Path, logdir: str = "outputs") -> str:
     """The lines printed at the end of a training run."""
     bayes = metrics.bayes_auroc or {}
@@ -738,10 +755,7 @@ def summary(metrics: RunMetrics, run_dir: Path, logdir: str = "outputs") -> str:
         )
     lines += _best_lines(metrics)
     if metrics.profile:
-        lines.append(
-            f"profile: {run_dir / PROFILE_DIR} ({len(metrics.profile)} files; traces open in "
-            "https://ui.perfetto.dev)"
-        )
+        lines.append(profile_line(metrics.profile, run_dir))
     lines.append(f"run folder: {run_dir}")
     lines.append(f"compare runs: tensorboard --logdir {logdir}")
     return "\n".join(lines)

@@ -28,6 +28,8 @@ from dlrm_exp.config import ProfileSteps
 from dlrm_exp.util.files import write_csv_atomic, write_via
 
 PROFILE_DIR = "profile"
+#: The end of a rank's trace file's name (``rank<r>.pt.trace.json``).
+TRACE_SUFFIX = ".pt.trace.json"
 #: The columns of ``rss_rank<r>.csv``.
 RSS_COLUMNS = ("step", "seconds", "rss_bytes")
 
@@ -141,5 +143,5 @@ class StepProfiler:
             self._history = False
 
     def _write_trace(self, prof: profile) -> None:
-        path = self.dir / f"rank{self.rank}.pt.trace.json"
+        path = self.dir / f"rank{self.rank}{TRACE_SUFFIX}"
         write_via(path, lambda tmp: prof.export_chrome_trace(str(tmp)), ".tmp")  # seconds

@@ -97,7 +97,9 @@ def markdown_table(rows: Sequence[dict[str, Any]]) -> str:
         lines
         + ([""] + errors if errors else [])
         + (
-            ["", "Profiles (open the traces in https://ui.perfetto.dev):"] + profiles
+            # (a run shorter than the profile schedule lists its memory timeline alone)
+            ["", "Profiles (the *.pt.trace.json traces open in https://ui.perfetto.dev):"]
+            + profiles
             if profiles
             else []
         )
