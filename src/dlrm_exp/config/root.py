@@ -102,6 +102,7 @@ class Config:
         self._check_dense_precision()
         self._check_rounding_read()
         self._check_pipeline_on_device()
+        self._check_profile_mode()
         self._check_multi_hot_sizes()
         self._check_criteo_feature_counts()
 
@@ -475,6 +476,15 @@ class Config:
             self.hardware.compute_device is not ComputeDevice.cpu or pipeline not in CUDA_PIPELINES,
             f"train.pipeline={pipeline.value} needs hardware.compute_device=cuda: "
             f"{CUDA_PIPELINES.get(pipeline)}; on CPU use train.pipeline=sparse_dist or base",
+        )
+
+    def _check_profile_mode(self) -> None:
+        """``train.profile`` is read by ``mode=train`` alone: ``mode=verify`` or ``plan`` with
+        it passed and wrote no profile, without a word (presets review)."""
+        require_read(
+            not self.train.profile or self.mode is Mode.train,
+            f"train.profile is read by mode=train only; mode={self.mode.value} would ignore it",
+            {"mode": is_value("train")},
         )
 
     def _check_multi_hot_sizes(self) -> None:
