@@ -40,6 +40,7 @@ from dlrm_exp.config.config_files import (
     check_schema_feature_overrides,
     chosen_files,
     config_dirs,
+    preset_sweeps,
 )
 from dlrm_exp.config.keys import check_data_option_keys, check_override_keys
 from dlrm_exp.config.store import DATA_OPTIONS
@@ -666,6 +667,13 @@ def _check_keys_and_files(args: list[str]) -> None:
     check_schema_feature_overrides(overrides, every)
     check_data_option_keys(overrides, DATA_OPTIONS)
     check_preset_data_keys(args, every, DATA_OPTIONS)
+    if not _is_multirun(args):  # (one job of the preset's settings ran, without a word: review)
+        for preset, keys in preset_sweeps(every):
+            print(
+                f"note: experiment={preset} is a sweep over {keys} keys (its hydra.sweeper."
+                "params), which only -m runs: this runs one job of its settings",
+                file=sys.stderr,
+            )
 
 
 def main() -> None:

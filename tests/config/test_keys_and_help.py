@@ -301,3 +301,16 @@ def test_printing_flags_are_one_at_a_time(cli_here):
     ]:
         refused = cli_here(args)
         assert refused.returncode == 1 and refused.stderr.strip().startswith(message), args
+
+
+def test_a_preset_that_is_a_sweep_is_named_as_one(cli_here, tmp_path):
+    """``experiment=precision_sweep`` without ``-m`` ran one job of its settings and dropped
+    its 24-job sweep without a word (presets review)."""
+    from dlrm_exp.config.conf_tree import conf_dir
+    from dlrm_exp.config.config_files import chosen_files, preset_sweeps
+
+    args = ["experiment=precision_sweep"]
+    assert preset_sweeps(chosen_files(args, [conf_dir()])) == [("precision_sweep", 4)]
+    assert preset_sweeps(chosen_files(["experiment=fast"], [conf_dir()])) == []
+    done = cli_here([*args, "mode=plan", f"hydra.run.dir={tmp_path}"])
+    assert "note: experiment=precision_sweep is a sweep over 4 keys" in done.stderr

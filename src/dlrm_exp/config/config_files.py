@@ -179,6 +179,20 @@ def check_preset_data_keys(
                 )
 
 
+def preset_sweeps(files: Sequence[Path]) -> list[tuple[str, int]]:
+    """``(preset, swept keys)`` of each ``experiment=`` preset among ``files`` that carries a
+    sweep of its own (``hydra.sweeper.params``), which only a ``-m`` command runs."""
+    found = []
+    for file in files:
+        if file.parent.name != "experiment":
+            continue
+        node = OmegaConf.create(file.read_text(encoding="utf-8"))
+        params = OmegaConf.select(node, "hydra.sweeper.params", default=None)
+        if isinstance(params, DictConfig) and len(params):
+            found.append((file.stem, len(params)))
+    return found
+
+
 def _package(text: str, group: str) -> str:
     """The package of a group's option file from its ``# @package`` header (:func:`_head`):
     its group's by default; ``_global_``: the root, and ``_global_.model`` the root's
