@@ -92,13 +92,37 @@ def test_a_run_shorter_than_the_profile_schedule_is_said_and_its_summary_names_n
 
     train = compose_cfg(["train.profile=true"]).train
     assert train.profile_past(12) is None
-    said = "train.profile records steps 8..12 (train.profile_steps wait 5, warmup 2, active 5)"
-    assert train.profile_past(5) == f"{said}; this run trains 5: no trace (lower " + (
+    said = "train.profile records steps 8..12 of this run (train.profile_steps wait 5, warmup 2"
+    assert train.profile_past(5) == f"{said}, active 5); it trains 5: no trace (lower " + (
         "train.profile_steps.wait / warmup / active)"
     )
-    assert "this run trains 10: a partial trace" in (train.profile_past(10) or "")
+    assert "it trains 10: a partial trace" in (train.profile_past(10) or "")
     assert compose_cfg([]).train.profile_past(1) is None  # not profiled
     without = profile_line(["profile/rss_rank0.csv"], tmp_path)
     assert "(no trace: the run ended before the profiler's recorded steps" in without
     traced = profile_line(["profile/rank0.pt.trace.json", "profile/x.csv"], tmp_path)
     assert "(1 trace(s) of 2 files; traces open in" in traced
+
+
+def test_a_resumed_profiled_run_counts_its_own_steps_and_lists_its_own_trace(tmp_path, caplog):
+    """The short-run warning took the run's last step, not the steps after the resume (the
+    profiler's schedule counts from this process's start), and a resume that wrote no trace
+    listed, and its summary counted, the earlier attempt's (diff review)."""
+    import logging
+
+    from conftest import SMALL, compose_cfg
+    from dlrm_exp.modes.train import run_train
+
+    base = [*SMALL, "train.checkpoint_every_n_steps=4", "train.resume=auto"]
+    run_train(compose_cfg([*base, "train.max_steps=4"]), tmp_path, {})
+    profiled = [*base, "train.profile=true"]
+    with caplog.at_level(logging.WARNING, logger="dlrm_exp.loop.trainer"):
+        traced = run_train(compose_cfg([*profiled, "train.max_steps=14"]), tmp_path, {})
+    assert "it trains 10: a partial trace" in caplog.text  # steps 5..14 of the run
+    assert "profile/rank0.pt.trace.json" in traced.profile
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="dlrm_exp.loop.trainer"):
+        again = run_train(compose_cfg([*profiled, "train.max_steps=16"]), tmp_path, {})
+    assert "it trains 2: no trace" in caplog.text
+    assert (tmp_path / "profile" / "rank0.pt.trace.json").is_file()  # the earlier attempt's
+    assert again.profile and not any(f.endswith(".pt.trace.json") for f in again.profile)

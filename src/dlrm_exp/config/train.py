@@ -123,6 +123,16 @@ class ProfileSteps:
         require(self.wait >= 0 and self.warmup >= 0, "train.profile_steps.wait/warmup >= 0")
         require(self.active > 0, "train.profile_steps.active must be positive")
 
+    @property
+    def first_active(self) -> int:
+        """The first step recorded into the trace (1-based, of the process's steps)."""
+        return self.wait + self.warmup + 1
+
+    @property
+    def last_step(self) -> int:
+        """The schedule's last step: the trace is written after it."""
+        return self.wait + self.warmup + self.active
+
 
 @dataclass
 class TrainConfig:
@@ -239,17 +249,18 @@ class TrainConfig:
         )
 
     def profile_past(self, steps: int) -> str | None:
-        """A line when ``train.profile`` records steps past the ``steps`` a run trains: it
-        wrote no trace (or a partial one) without a word, and its summary still named the
-        profile folder (presets review); None otherwise."""
+        """A line when ``train.profile`` records steps past the ``steps`` this process trains
+        (a resumed run's after its checkpoint: the schedule counts from its start): it wrote
+        no trace (or a partial one) without a word, and its summary still named the profile
+        folder (presets review); None otherwise."""
         sched = self.profile_steps
-        first, last = sched.wait + sched.warmup + 1, sched.wait + sched.warmup + sched.active
-        if not self.profile or last <= steps:
+        if not self.profile or sched.last_step <= steps:
             return None
         return (
-            f"train.profile records steps {first}..{last} (train.profile_steps wait "
-            f"{sched.wait}, warmup {sched.warmup}, active {sched.active}); this run trains "
-            f"{steps:,}: {'no' if steps < first else 'a partial'} trace (lower "
+            f"train.profile records steps {sched.first_active}..{sched.last_step} of this run "
+            f"(train.profile_steps wait {sched.wait}, warmup {sched.warmup}, active "
+            f"{sched.active}); it trains {steps:,}: "
+            f"{'no' if steps < sched.first_active else 'a partial'} trace (lower "
             "train.profile_steps.wait / warmup / active)"
         )
 

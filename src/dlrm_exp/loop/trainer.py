@@ -298,6 +298,8 @@ class FitResult:
         steps_trained: the steps this job trained (after a resume, those after the
             checkpoint's step): what collective bytes per step are counted over.
         loss_read_lag: steps queued before each loss was read (:func:`loss_read_lag`).
+        traced: whether ``train.profile`` wrote this process's trace (a run shorter than the
+            schedule writes none; its folder may hold an earlier attempt's).
     """
 
     state: TrainerState
@@ -312,6 +314,7 @@ class FitResult:
     steps_per_epoch: int = 1
     steps_trained: int = 0
     loss_read_lag: int = 0
+    traced: bool = False
 
 
 #: Called as ``checkpoint(step, state)`` with the pipeline drained.
@@ -386,6 +389,9 @@ class Trainer:
         """
         state = state or TrainerState()
         start = state.step
+        short = self.cfg.profile_past(self.total_steps - start)  # (its schedule counts from here)
+        if short and self.log_progress:
+            log.warning(short)
         self._keep_resumed_best(state)
         # warm-up counts this process's steps: a resumed run warms up again, over what is left
         warmup = capped_warmup(self.cfg.throughput_warmup_steps, self.total_steps - state.step)
@@ -428,6 +434,7 @@ class Trainer:
             steps_per_epoch=self.steps_per_epoch,
             steps_trained=state.step - start,
             loss_read_lag=self.loss_read_lag,
+            traced=self.profiler is not None and self.profiler.traced,
         )
 
     def _keep_resumed_best(self, state: TrainerState) -> None:

@@ -275,10 +275,9 @@ def _trainer(
         best_weights=_BestCheckpoint(saver),
     )
     saver.window = trainer.window
-    total = trainer.total_steps
-    for past in (cfg.optimizer.schedule_past(total), cfg.train.profile_past(total)):
-        if past and ctx.is_main:
-            log.warning(past)
+    past = cfg.optimizer.schedule_past(trainer.total_steps)
+    if past and ctx.is_main:
+        log.warning(past)
     return trainer
 
 
@@ -529,7 +528,7 @@ def _run_metrics(
         final_weights=result.final_weights,
         train_windows=state.train_windows,
         utilization=_utilization(run, result),
-        profile=profile_files(run.job.run_dir) if run.cfg.train.profile and run.ctx.is_main else [],
+        profile=_profile_record(run, result.traced),
         effective_qcomms=run.experiment.effective_qcomms,
         table_data_types=run.experiment.table_data_types,
         dense_precision=run.cfg.train.dense_precision.value,
@@ -697,6 +696,16 @@ def _steps_text(metrics: RunMetrics) -> str:
     end = metrics.steps
     trained = "none" if start >= end else f"{start + 1}-{end}"
     return f"{end} steps ({trained} in this run, resumed at step {start})"
+
+
+def _profile_record(run: TrainRun, traced: bool) -> list[str]:
+    """The ``train.profile`` files of the run record (rank 0's; none without profiling): the
+    traces only where this run wrote them (a resumed run that recorded none listed, and its
+    summary counted, the earlier attempt's: diff review)."""
+    if not (run.cfg.train.profile and run.ctx.is_main):
+        return []
+    files = profile_files(run.job.run_dir)
+    return files if traced else [name for name in files if not name.endswith(TRACE_SUFFIX)]
 
 
 def profile_line(files: list[str], run_dir: Path) -> str:

@@ -68,7 +68,9 @@ class StepProfiler:
         self.rank = rank
         self.device = device
         self.first_recorded = steps.wait + 1
-        self.last_step = steps.wait + steps.warmup + steps.active
+        self.last_step = steps.last_step
+        #: Whether this process wrote its trace (a folder may hold an earlier attempt's).
+        self.traced = False
         self._rss: list[tuple[int, float, int]] = []
         self._process = psutil.Process()
         self._started = 0.0
@@ -145,3 +147,4 @@ class StepProfiler:
     def _write_trace(self, prof: profile) -> None:
         path = self.dir / f"rank{self.rank}{TRACE_SUFFIX}"
         write_via(path, lambda tmp: prof.export_chrome_trace(str(tmp)), ".tmp")  # seconds
+        self.traced = True
