@@ -124,3 +124,16 @@ def test_dlrm_main_mlperf_plans_and_shows_its_flags(tmp_path, cli_here):
         "dense_learning_rate: 15.0",
     ):
         assert re.search(rf"^\s+{re.escape(line)}$", shown.stdout, re.M), line
+
+
+def test_mlperf_dcnv2_on_two_ranks_is_warned_of_its_global_batch_and_planned_for_it(
+    tmp_path, cli_here
+):
+    """On 2 ranks the preset's per-rank 65,536 trained 131,072 a step without a word, and the
+    plan's "more ranks" advice kept that doubled batch (presets review, diff review)."""
+    done = cli_here(["experiment=mlperf_dcnv2", "mode=plan", "hardware.nproc_per_node=2",
+                     f"hydra.run.dir={tmp_path}"])  # fmt: skip
+    said = done.stdout + done.stderr  # (the warning is logged, the refusal is the error)
+    assert "train.global_batch_size=65536 (the recipe's samples a step), but train.batch_" in said
+    assert "set train.batch_size=32768" in said
+    assert "gives a global batch of 65520, near this job's 65536" in done.stderr

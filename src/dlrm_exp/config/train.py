@@ -277,8 +277,8 @@ class TrainConfig:
             else f"use a number of ranks that divides it ({world_size} does not)"
         )
         return (
-            f"train.global_batch_size={wanted:,} (the recipe's samples a step), but "
-            f"train.batch_size={self.batch_size:,} on {world_size} rank(s) gives "
+            f"train.global_batch_size={wanted} (the recipe's samples a step), but "
+            f"train.batch_size={self.batch_size} on {world_size} rank(s) gives "
             f"{self.batch_size * world_size:,}: {fix}, or train.global_batch_size=null to "
             "train as asked"
         )

@@ -188,6 +188,7 @@ def _memory_message(cfg: Config, capacity: MemoryCapacity, world_size: int) -> s
         ranks_per_node=cfg.hardware.nproc_per_node,
         pinned_dtypes=bool(cfg.model.embedding_data_type_per_table),
         note=note,
+        global_batch=cfg.train.global_batch_size,
     )
 
 

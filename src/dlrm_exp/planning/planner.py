@@ -164,6 +164,7 @@ def insufficient_memory_message(
     ranks_per_node: int | None = None,
     pinned_dtypes: bool = False,
     note: str = "",
+    global_batch: int | None = None,
 ) -> str:
     """One message with what the tables need, what the hardware offers, and two caps to try;
     when the tables alone fit, the batch-sized buffers beside them (``batch_size``: per rank)
@@ -181,7 +182,9 @@ def insufficient_memory_message(
     the ranks asked for are. On a GPU (tables in HBM) it also names the two ways that keep
     every row (:func:`_gpu_ways`; fp16 tables only where no table's dtype is set on its own,
     ``pinned_dtypes``: the default would not change those). ``note``: a line said under the
-    first (which tables are counted, where not all)."""
+    first (which tables are counted, where not all). ``global_batch``: the recipe's samples a
+    step (``train.global_batch_size``) that more ranks keep, where set; else ``batch_size``
+    times ``world_size`` (the advice contradicted the recipe's warning above it: review)."""
     per_rank, device_kind, source = capacity.for_tables(on_hbm)
     offered = per_rank * world_size
     shape = (table_sizes, embedding_dim, optimizer)
@@ -195,7 +198,7 @@ def insufficient_memory_message(
     each = [n * row_bytes(embedding_dim, t, optimizer)
             for n, t in zip(table_sizes, types, strict=True)]  # fmt: skip
     pieces = whole_tables or []
-    hosts = (ranks_per_node, (batch_size or 0) * world_size)
+    hosts = (ranks_per_node, global_batch or (batch_size or 0) * world_size)
     held, more = _room(storage, replicated, (each, pieces), (per_rank, world_size), hosts)
     counted = " in those tables" if note else ""  # (the UVM ones: 2 GiB in all; review)
     fix = (  # the two caps' searches only where they are offered
