@@ -210,8 +210,9 @@ _REFUSALS = (Refusal, OmegaConfBaseException)
 
 
 def _is_multirun(args: list[str]) -> bool:
-    """Whether the command line asks for a ``-m`` sweep."""
-    return "-m" in args or "--multirun" in args
+    """Whether the command line asks for a sweep: ``-m``, or Hydra's ``hydra.mode=MULTIRUN``
+    (the preset-sweep note said one job would run: diff review)."""
+    return "-m" in args or "--multirun" in args or "hydra.mode=MULTIRUN" in args
 
 
 def _refused(err: BaseException) -> None:
@@ -670,8 +671,8 @@ def _check_keys_and_files(args: list[str]) -> None:
     if not _is_multirun(args):  # (one job of the preset's settings ran, without a word: review)
         for preset, keys in preset_sweeps(every):
             print(
-                f"note: experiment={preset} is a sweep over {keys} keys (its hydra.sweeper."
-                "params), which only -m runs: this runs one job of its settings",
+                f"note: experiment={preset} is a sweep over {keys} key(s) (its hydra."
+                "sweeper.params), which only -m runs: this runs one job of its settings",
                 file=sys.stderr,
             )
 

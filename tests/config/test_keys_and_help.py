@@ -313,4 +313,7 @@ def test_a_preset_that_is_a_sweep_is_named_as_one(cli_here, tmp_path):
     assert preset_sweeps(chosen_files(args, [conf_dir()])) == [("precision_sweep", 4)]
     assert preset_sweeps(chosen_files(["experiment=fast"], [conf_dir()])) == []
     done = cli_here([*args, "mode=plan", f"hydra.run.dir={tmp_path}"])
-    assert "note: experiment=precision_sweep is a sweep over 4 keys" in done.stderr
+    assert "note: experiment=precision_sweep is a sweep over 4 key(s)" in done.stderr
+    from dlrm_exp.cli import _is_multirun
+
+    assert _is_multirun(["hydra.mode=MULTIRUN"])  # (Hydra's own form: no note: diff review)
