@@ -219,7 +219,7 @@ RULES = [
     ),
     (["data=criteo_multihot", "data.dataset=criteo_kaggle"], r"data.dataset would be ignored"),
     (["model.dcn_num_layers=2"], r"model.dcn_num_layers is read by model.interaction_type=dcn"),
-    (["train.profile_steps.active=3"], r"train.profile_steps is read by train.profile=true only"),
+    (["train.profile_steps.active=3"], r"read by train.profile=true only, in mode=train: set"),
     (["train.profile=true", "mode=verify"], r"train.profile is read by mode=train only; mode=ver"),
     (["optimizer=sgd", "optimizer.eps=0.1"], r"optimizer.eps=0.1 is read by Adagrad and Adam only"),
     (["optimizer.stochastic_rounding=false"], r"stochastic_rounding=false is read for fp16 tab"),

@@ -106,13 +106,15 @@ def test_a_presets_data_keys_another_data_option_lacks_are_refused_before_hydra_
     def check(*args):
         check_preset_data_keys(list(args), chosen_files(list(args), [conf_dir()]), DATA_OPTIONS)
 
-    said = (r"experiment=dlrm_main_mlperf sets data.mmap_mode, which data=criteo_tsv "
-            r"\(CriteoTsvDataConfig\) does not have: leave data=criteo_tsv out .*"
+    said = (r"experiment=dlrm_main_mlperf's data.mmap_mode does not apply to the chosen data "
+            r"option \(criteo_tsv: CriteoTsvDataConfig\): choose one that has it "
             r"\(data=criteo_npy, data=criteo_multihot\)")  # fmt: skip
     with pytest.raises(ConfigError, match=said):
         check("experiment=dlrm_main_mlperf", "data=criteo_tsv")
-    with pytest.raises(ConfigError, match=r"mlperf_dcnv2 sets data.max_lookup_gib, which data="):
+    with pytest.raises(ConfigError, match=r"mlperf_dcnv2's data.max_lookup_gib does not apply"):
         check("experiment=mlperf_dcnv2", "data=criteo_multihot,criteo_npy")  # each of a sweep's
+    with pytest.raises(ConfigError, match=r"precision_sweep's data.num_train_samples does not"):
+        check("experiment=precision_sweep", "+hydra.sweeper.params.data=criteo_tsv")  # (review)
     check("experiment=dlrm_main_mlperf", "data=criteo_npy")  # its own option
     check("experiment=dlrm_main_mlperf")
     check("experiment=fast", "data=criteo_tsv")  # sets no data key

@@ -3,7 +3,8 @@
 1. The default experiment (``python -m dlrm_exp``): its validation AUROC against the
    Bayes-optimal AUROC of the synthetic data; target gap <= 0.015 within 30 s of training.
 2. The MLPerf DLRM-DCNv2 recipe on this machine: ``experiment=mlperf_dcnv2
-   model.num_embeddings_cap=100000 data.path=null train.batch_size=2048`` (synthetic
+   model.num_embeddings_cap=100000 data.path=null train.batch_size=2048
+   train.global_batch_size=null`` (synthetic
    multi-hot; one epoch of its 262,144 rows is 128 steps; runs before 2026-11-27 also gave
    ``train.max_steps=200``, which the epoch's end cut to the same 128); target: validation
    NE < 1.0 (better than predicting the click rate) and no non-finite loss.

@@ -12,7 +12,7 @@ import yaml
 from omegaconf import DictConfig, ListConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from dlrm_exp.config.keys import check_key, option_has
+from dlrm_exp.config.keys import check_key, option_has, refuse_other_option
 from dlrm_exp.config.schema import DenseColumn, FeatureSchema, SparseFeature
 from dlrm_exp.errors import ConfigError
 from dlrm_exp.util.text import closest, first_few
@@ -152,14 +152,17 @@ def check_preset_data_keys(
     args: Sequence[str], files: Sequence[Path], options: dict[str, type]
 ) -> None:
     """The ``data.*`` keys an ``experiment=`` preset among ``files`` sets exist in the data
-    option the command line chooses (``data=<option>``, each of a sweep's):
-    ``experiment=dlrm_main_mlperf data=criteo_tsv`` (the preset sets ``data.mmap_mode`` for its
-    own ``criteo_npy``) was Hydra's seven-line ``ConfigKeyError`` (presets review).
+    option the command line chooses (``data=<option>``, each of a sweep's, the sweeper's
+    ``hydra.sweeper.params.data`` too): ``experiment=dlrm_main_mlperf data=criteo_tsv`` (the
+    preset sets ``data.mmap_mode`` for its own ``criteo_npy``) was Hydra's seven-line
+    ``ConfigKeyError`` (presets review).
 
     Raises:
-        ConfigError: naming the preset, the key and the data options that have it.
+        ConfigError: naming the preset's key, the option chosen and the options that have it
+            (:func:`~dlrm_exp.config.keys.refuse_other_option`).
     """
-    chosen = [o for group, given in _choices(args) if group == "data" for o in given]
+    data_keys = ("data", "hydra.sweeper.params.data")
+    chosen = [o for group, given in _choices(args) if group in data_keys for o in given]
     for file in files:
         if file.parent.name != "experiment" or not chosen:
             continue
@@ -170,13 +173,7 @@ def check_preset_data_keys(
         keys = _leaf_keys(data) if isinstance(data, dict) else []
         for choice, key in ((c, k) for c in chosen if c in options for k in keys):
             if not option_has(options[choice], key):
-                having = [f"data={n}" for n, cls in options.items() if option_has(cls, key)]
-                raise ConfigError(
-                    f"experiment={file.stem} sets data.{key}, which data={choice} "
-                    f"({options[choice].__name__}) does not have: leave data={choice} out (the "
-                    f"preset chooses its data), or choose an option that has it "
-                    f"({', '.join(having)})"
-                )
+                refuse_other_option(f"experiment={file.stem}'s data.{key}", key, choice, options)
 
 
 def preset_sweeps(files: Sequence[Path]) -> list[tuple[str, int]]:

@@ -278,10 +278,10 @@ def check_data_option_keys(overrides: Sequence[str], options: dict[str, type]) -
             what = f"config key {o.key_or_group}"
         if field == o.key_or_group or o.is_delete() or option_has(options[choice], field):
             continue
-        _refuse_other_option(what, field, choice, options)
+        refuse_other_option(what, field, choice, options)
 
 
-def _refuse_other_option(what: str, field: str, choice: str, options: dict[str, type]) -> None:
+def refuse_other_option(what: str, field: str, choice: str, options: dict[str, type]) -> None:
     """Refuse ``what`` (a key, or the ``data/schema`` group's choice) that needs the data
     option's ``field``, which the chosen option lacks; nothing when no option has it (the
     unknown-key check names the closest key).

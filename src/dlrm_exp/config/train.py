@@ -296,7 +296,7 @@ class TrainConfig:
         )
         require_read(
             self.profile or self.profile_steps == ProfileSteps(),
-            "train.profile_steps is read by train.profile=true only: set it too",
+            "train.profile_steps is read by train.profile=true only, in mode=train: set it too",
             {"train.profile": is_value("true")},
         )
         kept = self.keep_last_checkpoints
