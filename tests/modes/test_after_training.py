@@ -512,6 +512,13 @@ def test_an_evaluate_predict_or_export_folder_as_checkpoint_names_what_it_read(t
         said += f"checkpoint={read}"
         with pytest.raises(CheckpointError, match=said):
             find_checkpoint(str(tmp_path / mode))
+    # an export into export.output_dir leaves its run folder's .hydra/ alone (re-read)
+    (tmp_path / "elsewhere" / ".hydra").mkdir(parents=True)
+    (tmp_path / "elsewhere" / ".hydra" / "config.yaml").write_text(
+        f"mode: export\ncheckpoint: {read}\n"
+    )
+    with pytest.raises(CheckpointError, match=rf"a mode=export run's output, .*checkpoint={read}"):
+        find_checkpoint(str(tmp_path / "elsewhere"))
     (tmp_path / "empty").mkdir()
     with pytest.raises(CheckpointError, match=r"folder \(train with train.checkpoint_every_n"):
         find_checkpoint(str(tmp_path / "empty"))

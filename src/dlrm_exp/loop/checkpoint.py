@@ -67,15 +67,16 @@ from dlrm_exp.errors import (
     Terminated,
 )
 from dlrm_exp.loop.run_origin import data_command, model_command
-from dlrm_exp.record.kept_record import RECORDS
 from dlrm_exp.record.run_record import (
     FAILED,
     INTERRUPTED,
     UNFINISHED,
     record_status,
 )
+from dlrm_exp.record.runs import recorded_checkpoint, recorded_mode
 from dlrm_exp.util.files import (
     out_of_space,
+    read_json_object,
     sync_file,
     sync_folder,
     write_json_atomic,
@@ -1180,24 +1181,33 @@ def find_checkpoint(location: str, warn: bool = True) -> Path:
     return _complete_checkpoint(path, "checkpoint")
 
 
+#: The mode of each record an evaluate, predict or export run leaves (metrics.json says its
+#: own), each naming the checkpoint the run read.
+_SCORED_RECORDS = {"metrics.json": "", "predict_report.json": "predict", "export.json": "export"}
+
+
 def _scored_by(run_dir: Path) -> str:
-    """Where ``run_dir`` holds the output of an evaluate, predict or export run (their
-    records, :data:`~dlrm_exp.record.kept_record.RECORDS`, name the checkpoint they read), the
-    rest of the refusal naming it: such a folder was told to train with checkpoints
-    (after-training review); else ``""``."""
-    for name in RECORDS:
-        try:
-            record = json.loads((run_dir / name).read_text())
-        except (OSError, ValueError):
-            continue
-        read = record.get("checkpoint") if isinstance(record, dict) else None
-        if read:
-            mode = record.get("mode") or name.split("_")[0].removesuffix(".json")
-            return (
-                f": it holds a mode={mode} run's output, which writes none; that run read "
-                f"checkpoint={read} (name it, or its training run's folder)"
-            )
-    return ""
+    """Where ``run_dir`` holds the output of an evaluate, predict or export run (their records
+    name the checkpoint they read; an export into ``export.output_dir`` left its
+    ``.hydra/config.yaml`` alone, which names it too), the rest of the refusal naming it: such
+    a folder was told to train with checkpoints (after-training review); else ``""``."""
+    for name, mode in _SCORED_RECORDS.items():
+        record = read_json_object(run_dir / name) or {}
+        if record.get("checkpoint"):
+            return _scored_line(record.get("mode") or mode, record["checkpoint"])
+    mode = recorded_mode(run_dir)
+    if mode in (None, "train"):
+        return ""
+    read = recorded_checkpoint(run_dir)
+    return _scored_line(mode, read) if read else ""
+
+
+def _scored_line(mode: str, read: str) -> str:
+    """:func:`_scored_by`'s words for a run of ``mode`` that read checkpoint ``read``."""
+    return (
+        f": it holds a mode={mode} run's output, which writes none; that run read "
+        f"checkpoint={read} (name it, or its training run's folder)"
+    )
 
 
 def _warn_unfinished(run_dir: Path, taken: Path) -> None:

@@ -393,11 +393,23 @@ def mode_name(config: DictConfig) -> str:
 def recorded_mode(run_dir: Path) -> str | None:
     """The ``mode`` a run folder's ``.hydra/config.yaml`` ran (``train`` without the key);
     None without the file, or where it cannot be read."""
+    return _recorded(run_dir, "mode", "train")
+
+
+def recorded_checkpoint(run_dir: Path) -> str | None:
+    """The ``checkpoint`` a run folder's ``.hydra/config.yaml`` read (evaluate, predict,
+    export); None without one, the file, or where it cannot be read."""
+    return _recorded(run_dir, "checkpoint", None)
+
+
+def _recorded(run_dir: Path, key: str, default: str | None) -> str | None:
+    """The top-level ``key`` of a run folder's ``.hydra/config.yaml`` as text (``default``
+    without the key); None without the file, or where it cannot be read."""
     try:
-        mode = OmegaConf.load(run_dir / ".hydra" / "config.yaml").get("mode", "train")
+        value = OmegaConf.load(run_dir / ".hydra" / "config.yaml").get(key, default)
     except (OSError, OmegaConfBaseException, AttributeError):
         return None
-    return str(mode)
+    return None if value is None else str(value)
 
 
 def _unsaved_sweep_keys(jobs: Sequence[Path], overrides: Sequence[Sequence[str]]) -> list[str]:
