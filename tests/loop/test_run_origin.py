@@ -72,7 +72,7 @@ def test_a_checkpoint_of_other_tables_names_its_runs_data_command(tmp_path):
     assert run in str(rows.value)
     # the run's model as its folder records it (the choice and its model.* overrides): it
     # said model=... where the folder records model=tiny (after-training review)
-    assert "trained with (its run's: model=tiny model.embedding_dim=16; " in str(rows.value)
+    assert "pkg://my_pkg.conf]' model=tiny model.embedding_dim=16; " in str(rows.value)
     bare = _run_folder(tmp_path / "bare", with_hydra=False)  # no records: no command named
     with pytest.raises(CheckpointError) as plain:
         _trainer_state_matching(bare, {"t_cat_0": [250, 16]})

@@ -39,7 +39,8 @@ def _overrides(run_dir: Path, kind: re.Pattern) -> list[str] | None:
 def model_command(run_dir: Path) -> str | None:
     """What to give a job to build the model of the run in ``run_dir``: its ``model=``
     choice (``hydra.runtime.choices`` of its ``.hydra/hydra.yaml``: chosen on the command
-    line, by a preset or by default) and its ``model.*`` / ``experiment=`` overrides; None
+    line, by a preset or by default) and its ``model.*`` / ``experiment=`` overrides, after
+    its config sources (:func:`_dirs_args`: a model option of one's own lives there); None
     where the folder has no record (a refusal said ``model=...`` where the run's folder
     records ``model=tiny``: after-training review)."""
     overrides = _overrides(run_dir, _MODEL_OVERRIDE)
@@ -50,7 +51,7 @@ def model_command(run_dir: Path) -> str | None:
         choice = None
     if overrides is None or choice is None:
         return None
-    return " ".join([f"model={choice}", *overrides])
+    return " ".join([*_dirs_args(run_dir), f"model={choice}", *overrides])  # (its own option)
 
 
 def config_dirs(run_dir: Path) -> list[str]:
@@ -79,10 +80,17 @@ def data_command(run_dir: Path) -> str | None:
     overrides = data_overrides(run_dir)
     if overrides is None:
         return None
+    return " ".join([*_dirs_args(run_dir), *overrides]) or "no data overrides (the default data)"
+
+
+def _dirs_args(run_dir: Path) -> list[str]:
+    """The run's :func:`config_dirs` as command-line arguments: ``--config-dir <dir>``, or
+    several (or a package) as one ``hydra.searchpath=[...]`` (Hydra takes one
+    ``--config-dir``, and a folder)."""
     dirs = config_dirs(run_dir)
     if len(dirs) == 1 and "://" not in dirs[0]:
-        dirs = [f"--config-dir {dirs[0]}"]
-    elif dirs:  # (Hydra takes one --config-dir, and a folder)
+        return [f"--config-dir {dirs[0]}"]
+    if dirs:
         paths = ",".join(d if "://" in d else f"file://{d}" for d in dirs)
-        dirs = [f"'hydra.searchpath=[{paths}]'"]
-    return " ".join([*dirs, *overrides]) or "no data overrides (the default data)"
+        return [f"'hydra.searchpath=[{paths}]'"]
+    return []
