@@ -44,7 +44,12 @@ from dlrm_exp.config.config_files import (
 )
 from dlrm_exp.config.keys import check_data_option_keys, check_override_keys
 from dlrm_exp.config.store import DATA_OPTIONS
-from dlrm_exp.distributed.env import check_launcher_env, env_int, env_rank, launched_by_torchrun
+from dlrm_exp.distributed.env import (
+    check_launcher_env,
+    env_rank,
+    launched_by_torchrun,
+    launched_ranks,
+)
 from dlrm_exp.distributed.submitit_env import adopt_submitit_environment, in_submitit_task
 from dlrm_exp.errors import (
     ConfigError,
@@ -338,7 +343,7 @@ def _run(
     # "."); a launched job of several ranks (a submitit job's tasks, one job a process) in its
     # worker once they are connected, until the process ends (modes.setup.check_folder_first):
     # refused here, rank 0 left the other tasks waiting for it (launch review)
-    several = launched_by_torchrun() and env_int("WORLD_SIZE", 1) > 1
+    several = launched_ranks() > 1
     with held_run_folder(run_dir) if env_rank() == 0 and not several else nullcontext():
         result = run_mode(cfg, Job(run_dir, _choices(), tensorboard_dir, swept or {}))
     if cfg.mode is Mode.train:  # a resume with nothing left to train keeps the folder's run's

@@ -51,3 +51,13 @@ def env_rank() -> int:
 def launched_by_torchrun() -> bool:
     """True inside a worker started by torchrun / the elastic agent."""
     return all(k in os.environ for k in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"))
+
+
+def launched_ranks() -> int:
+    """The ranks of the job a launcher (torchrun, TorchX, a submitit job's tasks) started
+    this process in: its ``WORLD_SIZE``; 1 where no launcher did.
+
+    Raises:
+        ConfigError: ``WORLD_SIZE`` is not a number (:func:`env_int`).
+    """
+    return env_int("WORLD_SIZE", 1) if launched_by_torchrun() else 1

@@ -18,7 +18,7 @@ import torch
 import torch.distributed as dist
 
 from dlrm_exp.config import ComputeDevice, HardwareConfig
-from dlrm_exp.distributed.env import env_int, env_rank, launched_by_torchrun
+from dlrm_exp.distributed.env import env_int, env_rank, launched_by_torchrun, launched_ranks
 from dlrm_exp.distributed.host_memory import apply_host_memory
 from dlrm_exp.distributed.submitit_env import in_submitit_task
 from dlrm_exp.errors import ConfigError, Refusal, Terminated, WorkerFailedError
@@ -270,7 +270,7 @@ def _check_local_env() -> None:
     Raises:
         ConfigError: naming the missing variables.
     """
-    if not launched_by_torchrun() or env_int("WORLD_SIZE", 1) == 1:
+    if launched_ranks() == 1:
         return
     missing = [k for k in ("LOCAL_RANK", "LOCAL_WORLD_SIZE") if k not in os.environ]
     if missing:

@@ -13,7 +13,7 @@ Not the entry point (:mod:`dlrm_exp.cli`) or :mod:`dlrm_exp.bench`.
 import importlib
 
 from dlrm_exp.config import Config, Mode
-from dlrm_exp.distributed.env import env_int, launched_by_torchrun
+from dlrm_exp.distributed.env import launched_ranks
 from dlrm_exp.distributed.submitit_env import in_submitit_task
 from dlrm_exp.errors import ConfigError
 from dlrm_exp.modes.job import Job, ModeResult
@@ -46,7 +46,7 @@ def run_mode(cfg: Config, job: Job) -> ModeResult:
             submitit job of several tasks; ``mode=verify`` refuses torchrun itself: it starts
             its own processes).
     """
-    ranks = env_int("WORLD_SIZE", 1) if launched_by_torchrun() else 1
+    ranks = launched_ranks()
     if cfg.mode in ONE_PROCESS and ranks > 1:
         how = (  # (the sweep's launcher: python -m dlrm_exp alone was no way out there)
             "a launcher job of one task (hydra.launcher.nodes=1 hydra.launcher.tasks_per_node=1"

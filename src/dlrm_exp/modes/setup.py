@@ -114,7 +114,7 @@ def check_folder_first(check: FolderCheck, run_dir: Path) -> FolderCheck | None:
     job of several ranks to hold it here). Checked here, a refused rank 0 returned before the
     process group existed, and a submitit job's other tasks waited
     ``hardware.collective_timeout_s`` for it (for a folder in use too: launch review)."""
-    if launched_by_torchrun():
+    if launched_by_torchrun():  # (one launched rank: the entry point holds it; a no-op)
         return partial(_hold_and_check, run_dir, check)
     check()
     return None
