@@ -63,15 +63,15 @@ class InferenceDLRM(torch.nn.Module):
         super().__init__()
         self.dlrm = dlrm
         self.keys = keys
-        self.checked = bounds is not None
+        self.bounds: torch.Tensor | None
         self.register_buffer(
-            "bounds", torch.tensor(bounds or [ANY_ID] * len(keys), dtype=torch.int64)
+            "bounds", None if bounds is None else torch.tensor(bounds, dtype=torch.int64)
         )
 
     def forward(
         self, dense: torch.Tensor, values: torch.Tensor, lengths: torch.Tensor
     ) -> torch.Tensor:
-        if self.checked:
+        if self.bounds is not None:  # (decided when FX traces it: no branch in the artifact)
             per_feature = lengths.view(len(self.keys), -1).sum(dim=1)
             bound = self.bounds.repeat_interleave(per_feature)
             torch._assert(((values >= 0) & (values < bound)).all(), OUT_OF_RANGE)

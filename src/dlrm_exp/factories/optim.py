@@ -38,17 +38,23 @@ _REPLICA_INDEX = 2
 
 def dense_learning_rate(optimizer: CombinedOptimizer) -> float:
     """The learning rate the dense optimizer of :func:`build_optimizer` applies now."""
-    _key, dense = optimizer.optimizers[_DENSE_INDEX]
-    return float(dense.param_groups[0]["lr"])
+    rate = _rate_of(optimizer, _DENSE_INDEX)
+    assert rate is not None  # (build_optimizer always has one)
+    return rate
 
 
 def replica_learning_rate(optimizer: CombinedOptimizer) -> float | None:
     """The learning rate the optimizer of :func:`build_optimizer`'s data-parallel tables
     applies now; None where no table is data_parallel."""
-    if len(optimizer.optimizers) <= _REPLICA_INDEX:
+    return _rate_of(optimizer, _REPLICA_INDEX)
+
+
+def _rate_of(optimizer: CombinedOptimizer, index: int) -> float | None:
+    """The rate the ``index``-th optimizer of ``optimizer`` applies now; None past the end."""
+    if len(optimizer.optimizers) <= index:
         return None
-    _key, replicas = optimizer.optimizers[_REPLICA_INDEX]
-    return float(replicas.param_groups[0]["lr"])
+    _key, part = optimizer.optimizers[index]
+    return float(part.param_groups[0]["lr"])
 
 
 def _sparse_class(cfg: OptimizerConfig) -> tuple[type[torch.optim.Optimizer], dict[str, Any]]:

@@ -187,14 +187,13 @@ def _row_bounds(model: ModelConfig) -> list[int]:
     """Per sparse feature (``model.feature_names``' order), the rows of its table, which the
     artifact checks each id against (:class:`~dlrm_exp.factories.inference.InferenceDLRM`);
     :data:`~dlrm_exp.factories.inference.ANY_ID` for a managed-collision table's features."""
-    rows = {
-        feature: ANY_ID if name in model.managed_tables else size
+    return [  # (feature_names is table_features flattened, in table order)
+        ANY_ID if name in model.managed_tables else size
         for name, features, size in zip(
             model.table_names, model.table_features, model.table_sizes, strict=True
         )
-        for feature in features
-    }
-    return [rows[feature] for feature in model.feature_names]
+        for _ in features
+    ]
 
 
 def _save_artifact(scripted: torch.jit.ScriptModule, out: Path) -> None:
