@@ -216,8 +216,21 @@ _REFUSALS = (Refusal, OmegaConfBaseException)
 
 def _is_multirun(args: list[str]) -> bool:
     """Whether the command line asks for a sweep: ``-m``, or Hydra's ``hydra.mode=MULTIRUN``
-    (the preset-sweep note said one job would run: diff review)."""
-    return "-m" in args or "--multirun" in args or "hydra.mode=MULTIRUN" in args
+    in any of its forms (``++hydra.mode=...``, ``RunMode.MULTIRUN``, ``2``: the preset-sweep
+    note said one job would run: diff review)."""
+    return _has_multirun_flag(args) or any(
+        a.lstrip("+~").partition("=")[::2] in _MULTIRUN_MODES for a in args
+    )
+
+
+#: ``hydra.mode`` overrides that make a command a sweep, as ``(key, value)``.
+_MULTIRUN_MODES = {("hydra.mode", v) for v in ("MULTIRUN", "RunMode.MULTIRUN", "2")}
+
+
+def _has_multirun_flag(args: list[str]) -> bool:
+    """Whether the command line has the ``-m`` flag (Hydra refuses it beside a printing flag,
+    not ``hydra.mode=MULTIRUN``)."""
+    return "-m" in args or "--multirun" in args
 
 
 def _refused(err: BaseException) -> None:
@@ -415,7 +428,7 @@ def check_flag_combination(args: list[str]) -> None:
         ConfigError: naming the flags and the way to print one job's config.
     """
     printing = _printing_flags(args)
-    if _is_multirun(args) and printing:
+    if _has_multirun_flag(args) and printing:  # (hydra.mode=MULTIRUN prints: diff review)
         raise ConfigError(
             f"-m runs a sweep, {printing[0]} prints one config: drop -m (and give each swept "
             "key one value) to print a job's config, or drop the flag to run the sweep"
@@ -672,8 +685,9 @@ def _check_keys_and_files(args: list[str]) -> None:
     every = chosen_files(args, [conf_dir(), *dirs])
     check_schema_feature_overrides(overrides, every)
     check_data_option_keys(overrides, DATA_OPTIONS)
-    check_preset_data_keys(args, every, DATA_OPTIONS)
-    if not _is_multirun(args):  # (one job of the preset's settings ran, without a word: review)
+    sweep = _is_multirun(args)
+    check_preset_data_keys(args, every, DATA_OPTIONS, sweep)
+    if not sweep and env_rank() == 0:  # (one job of the preset ran, without a word: review)
         for preset, keys in preset_sweeps(every):
             print(
                 f"note: experiment={preset} is a sweep over {keys} key(s) (its hydra."

@@ -103,8 +103,9 @@ def test_a_presets_data_keys_another_data_option_lacks_are_refused_before_hydra_
     from dlrm_exp.config.config_files import check_preset_data_keys, chosen_files
     from dlrm_exp.config.store import DATA_OPTIONS
 
-    def check(*args):
-        check_preset_data_keys(list(args), chosen_files(list(args), [conf_dir()]), DATA_OPTIONS)
+    def check(*args, sweep=True):
+        files = chosen_files(list(args), [conf_dir()])
+        check_preset_data_keys(list(args), files, DATA_OPTIONS, sweep)
 
     said = (r"experiment=dlrm_main_mlperf's data.mmap_mode does not apply to the chosen data "
             r"option \(criteo_tsv: CriteoTsvDataConfig\): choose one that has it "
@@ -115,6 +116,8 @@ def test_a_presets_data_keys_another_data_option_lacks_are_refused_before_hydra_
         check("experiment=mlperf_dcnv2", "data=criteo_multihot,criteo_npy")  # each of a sweep's
     with pytest.raises(ConfigError, match=r"precision_sweep's data.num_train_samples does not"):
         check("experiment=precision_sweep", "+hydra.sweeper.params.data=criteo_tsv")  # (review)
+    # a single run ignores the sweeper's params (it was refused: diff review)
+    check("experiment=precision_sweep", "+hydra.sweeper.params.data=criteo_tsv", sweep=False)
     check("experiment=dlrm_main_mlperf", "data=criteo_npy")  # its own option
     check("experiment=dlrm_main_mlperf")
     check("experiment=fast", "data=criteo_tsv")  # sets no data key
@@ -318,4 +321,10 @@ def test_a_preset_that_is_a_sweep_is_named_as_one(cli_here, tmp_path):
     assert "note: experiment=precision_sweep is a sweep over 4 key(s)" in done.stderr
     from dlrm_exp.cli import _is_multirun
 
-    assert _is_multirun(["hydra.mode=MULTIRUN"])  # (Hydra's own form: no note: diff review)
+    for form in ("hydra.mode=MULTIRUN", "++hydra.mode=MULTIRUN", "hydra.mode=RunMode.MULTIRUN"):
+        assert _is_multirun([form])  # (Hydra's own forms: no note: diff review)
+    assert not _is_multirun(["hydra.mode=RUN"])
+    # Hydra prints a config with hydra.mode=MULTIRUN (it was refused as -m: diff review)
+    from dlrm_exp.cli import check_flag_combination
+
+    check_flag_combination(["hydra.mode=MULTIRUN", "--cfg", "job"])

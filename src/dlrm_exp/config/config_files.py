@@ -149,19 +149,19 @@ def check_option_file_keys(files: Sequence[Path], root: type) -> None:
 
 
 def check_preset_data_keys(
-    args: Sequence[str], files: Sequence[Path], options: dict[str, type]
+    args: Sequence[str], files: Sequence[Path], options: dict[str, type], sweep: bool = False
 ) -> None:
     """The ``data.*`` keys an ``experiment=`` preset among ``files`` sets exist in the data
-    option the command line chooses (``data=<option>``, each of a sweep's, the sweeper's
-    ``hydra.sweeper.params.data`` too): ``experiment=dlrm_main_mlperf data=criteo_tsv`` (the
-    preset sets ``data.mmap_mode`` for its own ``criteo_npy``) was Hydra's seven-line
-    ``ConfigKeyError`` (presets review).
+    option the command line chooses (``data=<option>``, each of a sweep's, and for a
+    ``sweep`` the sweeper's ``hydra.sweeper.params.data``, which a single run ignores):
+    ``experiment=dlrm_main_mlperf data=criteo_tsv`` (the preset sets ``data.mmap_mode`` for
+    its own ``criteo_npy``) was Hydra's seven-line ``ConfigKeyError`` (presets review).
 
     Raises:
         ConfigError: naming the preset's key, the option chosen and the options that have it
             (:func:`~dlrm_exp.config.keys.refuse_other_option`).
     """
-    data_keys = ("data", "hydra.sweeper.params.data")
+    data_keys = ("data", "hydra.sweeper.params.data") if sweep else ("data",)
     chosen = [o for group, given in _choices(args) if group in data_keys for o in given]
     for file in files:
         if file.parent.name != "experiment" or not chosen:
@@ -178,14 +178,16 @@ def check_preset_data_keys(
 
 def preset_sweeps(files: Sequence[Path]) -> list[tuple[str, int]]:
     """``(preset, swept keys)`` of each ``experiment=`` preset among ``files`` that carries a
-    sweep of its own (``hydra.sweeper.params``), which only a ``-m`` command runs."""
+    sweep of its own (``hydra.sweeper.params``), which only a ``-m`` command runs (not one
+    that sets ``hydra.mode: MULTIRUN`` itself)."""
     found = []
     for file in files:
         if file.parent.name != "experiment":
             continue
         node = OmegaConf.create(file.read_text(encoding="utf-8"))
         params = OmegaConf.select(node, "hydra.sweeper.params", default=None)
-        if isinstance(params, DictConfig) and len(params):
+        swept = str(OmegaConf.select(node, "hydra.mode", default="")).endswith("MULTIRUN")
+        if isinstance(params, DictConfig) and len(params) and not swept:  # (it sweeps itself)
             found.append((file.stem, len(params)))
     return found
 
