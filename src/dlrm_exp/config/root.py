@@ -39,7 +39,13 @@ from dlrm_exp.config.optimizer import (
 from dlrm_exp.config.qcomms import QCommsConfig
 from dlrm_exp.config.schema import FeatureSchema
 from dlrm_exp.config.sharding import ComputeKernel, ShardingConfig, ShardingStrategy
-from dlrm_exp.config.train import CUDA_PIPELINES, DensePrecision, OnNonFinite, TrainConfig
+from dlrm_exp.config.train import (
+    CUDA_PIPELINES,
+    DensePrecision,
+    OnNonFinite,
+    ProfileSteps,
+    TrainConfig,
+)
 from dlrm_exp.errors import ConfigError
 from dlrm_exp.util.text import closest, first_few
 
@@ -480,11 +486,27 @@ class Config:
 
     def _check_profile_mode(self) -> None:
         """``train.profile`` is read by ``mode=train`` alone: ``mode=verify`` or ``plan`` with
-        it passed and wrote no profile, without a word (presets review)."""
+        it passed and wrote no profile, without a word (presets review); and
+        ``train.profile_steps`` by it alone, in that mode (outside it, its refusal said to set
+        ``train.profile=true``, refused next: diff review)."""
+        mode, train = self.mode.value, self.train
         require_read(
-            not self.train.profile or self.mode is Mode.train,
-            f"train.profile is read by mode=train only; mode={self.mode.value} would ignore it",
+            not train.profile or self.mode is Mode.train,
+            f"train.profile is read by mode=train only; mode={mode} would ignore it",
             {"mode": is_value("train")},
+        )
+        if train.profile_steps == ProfileSteps():
+            return
+        require_read(
+            self.mode is Mode.train,
+            f"train.profile_steps is read by train.profile=true in mode=train only; mode={mode} "
+            "would ignore it",
+            {"mode": is_value("train")},
+        )
+        require_read(
+            train.profile,
+            "train.profile_steps is read by train.profile=true only: set it too",
+            {"train.profile": is_value("true")},
         )
 
     def _check_multi_hot_sizes(self) -> None:

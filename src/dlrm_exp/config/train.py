@@ -294,11 +294,6 @@ class TrainConfig:
             f"train.pipeline={self.pipeline.value} would ignore it",
             {"train.pipeline": is_value("semi_sync")},
         )
-        require_read(
-            self.profile or self.profile_steps == ProfileSteps(),
-            "train.profile_steps is read by train.profile=true only, in mode=train: set it too",
-            {"train.profile": is_value("true")},
-        )
         kept = self.keep_last_checkpoints
         require_read(
             kept is None or self.checkpoint_every_n_steps is not None,
