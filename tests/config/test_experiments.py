@@ -136,4 +136,6 @@ def test_mlperf_dcnv2_on_two_ranks_is_warned_of_its_global_batch_and_planned_for
     said = done.stdout + done.stderr  # (the warning is logged, the refusal is the error)
     assert "train.global_batch_size=65536 (the recipe's samples a step), but train.batch_" in said
     assert "set train.batch_size=32768" in said
-    assert "gives a global batch of 65520, near this job's 65536" in done.stderr
+    assert "gives a global batch of 65520, near the recipe's (train.global_batch_size) 65536" in (
+        done.stderr
+    )

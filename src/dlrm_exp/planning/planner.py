@@ -198,7 +198,8 @@ def insufficient_memory_message(
     each = [n * row_bytes(embedding_dim, t, optimizer)
             for n, t in zip(table_sizes, types, strict=True)]  # fmt: skip
     pieces = whole_tables or []
-    hosts = (ranks_per_node, global_batch or (batch_size or 0) * world_size)
+    whose = "the recipe's (train.global_batch_size)" if global_batch else "this job's"
+    hosts = (ranks_per_node, global_batch or (batch_size or 0) * world_size, whose)
     held, more = _room(storage, replicated, (each, pieces), (per_rank, world_size), hosts)
     counted = " in those tables" if note else ""  # (the UVM ones: 2 GiB in all; review)
     fix = (  # the two caps' searches only where they are offered
@@ -217,12 +218,12 @@ def _room(
     replicated: EmbeddingStorage | None,
     tables: tuple[list[float], list[int]],
     ranks: tuple[int, int],
-    hosts: tuple[int | None, int],
+    hosts: tuple[int | None, int, str],
 ) -> tuple[float | None, str]:
     """What :func:`_tables_fit` holds of the tables (``tables``: each one's bytes and its
     shards lying whole on a rank) on ``ranks`` (bytes each, how many), and the
-    :func:`_more_ranks` that would hold them (``hosts``: the job's ranks per node and
-    global batch)."""
+    :func:`_more_ranks` that would hold them (``hosts``: the job's ranks per node, the
+    global batch to keep and whose it is)."""
     (each, pieces), (per_rank, world_size) = tables, ranks
     alone = whole_shards(each, pieces)
     more = _more_ranks(storage, replicated, per_rank, alone, hosts)
@@ -409,7 +410,7 @@ def _more_ranks(
     replicated: EmbeddingStorage | None,
     per_rank: int,
     alone: Sequence[float],
-    hosts: tuple[int | None, int],
+    hosts: tuple[int | None, int, str],
 ) -> str:
     """How many ranks of ``per_rank`` bytes would hold the tables (and, given the job's
     ranks per node, on how many nodes; given its global batch, the ``train.batch_size``, per
@@ -442,7 +443,7 @@ def _more_ranks(
     # ends: with a rank per whole table and the split share within ``room``, all fit
     while not packs(alone, spread / ranks_needed, ranks_needed, usable - whole):
         ranks_needed += 1
-    ranks_per_node, global_batch = hosts
+    ranks_per_node, global_batch, whose = hosts
     nodes = (
         f"hardware.nnodes={math.ceil(ranks_needed / ranks_per_node)} of {ranks_per_node} rank(s)"
         if ranks_per_node
@@ -452,9 +453,9 @@ def _more_ranks(
     # rank then overflowed the suggested ranks' memory (planning review)
     per = max(global_batch // ranks_needed, 1)
     keeps = (
-        f"keeps this job's global batch of {global_batch}"
+        f"keeps {whose} global batch of {global_batch}"
         if per * ranks_needed == global_batch
-        else f"gives a global batch of {per * ranks_needed}, near this job's {global_batch}"
+        else f"gives a global batch of {per * ranks_needed}, near {whose} {global_batch}"
     )
     batch = f"; train.batch_size={per} per rank {keeps}" if global_batch else ""
     return f"at least {ranks_needed} ranks of {per_rank / GIB:.2f} GiB ({nodes}{batch})"
