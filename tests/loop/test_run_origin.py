@@ -8,7 +8,7 @@ import yaml
 
 from dlrm_exp.errors import CheckpointError
 from dlrm_exp.loop.checkpoint import _trainer_state_matching
-from dlrm_exp.loop.run_origin import config_dirs, data_command, data_overrides
+from dlrm_exp.loop.run_origin import config_dirs, data_command, data_overrides, model_command
 
 OVERRIDES = ["data=parquet", "data/schema=shop", "data.path=logs/*.parquet", "train.batch_size=64",
              "model.embedding_dim=16"]  # fmt: skip
@@ -72,7 +72,9 @@ def test_a_checkpoint_of_other_tables_names_its_runs_data_command(tmp_path):
     assert run in str(rows.value)
     # the run's model as its folder records it (the choice and its model.* overrides): it
     # said model=... where the folder records model=tiny (after-training review)
-    assert "pkg://my_pkg.conf]' model=tiny model.embedding_dim=16; " in str(rows.value)
+    assert "(its run's: model=tiny model.embedding_dim=16; " in str(rows.value)
+    assert str(rows.value).count("hydra.searchpath=") == 1  # (the data command's: diff review)
+    assert model_command(checkpoint.parent.parent).startswith("'hydra.searchpath=[file:///own")
     bare = _run_folder(tmp_path / "bare", with_hydra=False)  # no records: no command named
     with pytest.raises(CheckpointError) as plain:
         _trainer_state_matching(bare, {"t_cat_0": [250, 16]})

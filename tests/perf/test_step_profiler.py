@@ -92,11 +92,14 @@ def test_a_run_shorter_than_the_profile_schedule_is_said_and_its_summary_names_n
 
     train = compose_cfg(["train.profile=true"]).train
     assert train.profile_past(12) is None
-    said = "train.profile records steps 8..12 of this run (train.profile_steps wait 5, warmup 2"
-    assert train.profile_past(5) == f"{said}, active 5); it trains 5: no trace (lower " + (
-        "train.profile_steps.wait / warmup / active)"
+    said = "train.profile records steps 8..12 (train.profile_steps wait 5, warmup 2, active 5"
+    assert train.profile_past(5) == f"{said}, from step 1); this run trains to step 5: no " + (
+        "trace (lower train.profile_steps.wait / warmup / active)"
     )
-    assert "it trains 10: a partial trace" in (train.profile_past(10) or "")
+    assert "trains to step 10: a partial trace" in (train.profile_past(10) or "")
+    # a resume from step 4 numbers the run's steps, as its summary does (diff review)
+    assert "records steps 12..16 (" in (train.profile_past(2, 4) or "")
+    assert "from step 5); this run trains to step 6: no trace" in (train.profile_past(2, 4) or "")
     assert compose_cfg([]).train.profile_past(1) is None  # not profiled
     without = profile_line(["profile/rss_rank0.csv"], tmp_path)
     assert "(no trace: the run ended before the profiler's recorded steps" in without
@@ -118,11 +121,11 @@ def test_a_resumed_profiled_run_counts_its_own_steps_and_lists_its_own_trace(tmp
     profiled = [*base, "train.profile=true"]
     with caplog.at_level(logging.WARNING, logger="dlrm_exp.loop.trainer"):
         traced = run_train(compose_cfg([*profiled, "train.max_steps=14"]), tmp_path, {})
-    assert "it trains 10: a partial trace" in caplog.text  # steps 5..14 of the run
+    assert "trains to step 14: a partial trace" in caplog.text  # steps 5..14 of the run
     assert "profile/rank0.pt.trace.json" in traced.profile
     caplog.clear()
     with caplog.at_level(logging.WARNING, logger="dlrm_exp.loop.trainer"):
         again = run_train(compose_cfg([*profiled, "train.max_steps=16"]), tmp_path, {})
-    assert "it trains 2: no trace" in caplog.text
+    assert "trains to step 16: no trace" in caplog.text
     assert (tmp_path / "profile" / "rank0.pt.trace.json").is_file()  # the earlier attempt's
     assert again.profile and not any(f.endswith(".pt.trace.json") for f in again.profile)

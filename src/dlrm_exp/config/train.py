@@ -248,20 +248,21 @@ class TrainConfig:
             f"train.target_auroc must be in (0, 1] or null, got {self.target_auroc}",
         )
 
-    def profile_past(self, steps: int) -> str | None:
+    def profile_past(self, steps: int, start: int = 0) -> str | None:
         """A line when ``train.profile`` records steps past the ``steps`` this process trains
-        (a resumed run's after its checkpoint: the schedule counts from its start): it wrote
-        no trace (or a partial one) without a word, and its summary still named the profile
-        folder (presets review); None otherwise."""
+        after step ``start`` (a resumed run's checkpoint: the schedule counts from there): it
+        wrote no trace (or a partial one) without a word, and its summary still named the
+        profile folder (presets review); None otherwise. Steps are the run's, as its summary
+        numbers them (diff review)."""
         sched = self.profile_steps
         if not self.profile or sched.last_step <= steps:
             return None
         return (
-            f"train.profile records steps {sched.first_active}..{sched.last_step} of this run "
-            f"(train.profile_steps wait {sched.wait}, warmup {sched.warmup}, active "
-            f"{sched.active}); it trains {steps:,}: "
-            f"{'no' if steps < sched.first_active else 'a partial'} trace (lower "
-            "train.profile_steps.wait / warmup / active)"
+            f"train.profile records steps {start + sched.first_active}.."
+            f"{start + sched.last_step} (train.profile_steps wait {sched.wait}, warmup "
+            f"{sched.warmup}, active {sched.active}, from step {start + 1}); this run trains "
+            f"to step {start + steps:,}: {'no' if steps < sched.first_active else 'a partial'} "
+            "trace (lower train.profile_steps.wait / warmup / active)"
         )
 
     def global_batch_note(self, world_size: int) -> str | None:

@@ -884,7 +884,8 @@ def _trainer_state_matching(
             if id_policies is not None
             else ""
         )
-        model = model_command(run_folder_of(path))
+        # (the data command names the run's config sources where it is said: once)
+        model = model_command(run_folder_of(path), sources=not (rows and command))
         model = f"its run's: {model}" if model else "model=..., model.num_embeddings_cap=..."
         raise CheckpointError(
             f"checkpoint {path} is from another model shape ({'; '.join(diff[:3])}): use "

@@ -36,11 +36,12 @@ def _overrides(run_dir: Path, kind: re.Pattern) -> list[str] | None:
     return [o for o in overrides if kind.match(o)]
 
 
-def model_command(run_dir: Path) -> str | None:
+def model_command(run_dir: Path, sources: bool = True) -> str | None:
     """What to give a job to build the model of the run in ``run_dir``: its ``model=``
     choice (``hydra.runtime.choices`` of its ``.hydra/hydra.yaml``: chosen on the command
     line, by a preset or by default) and its ``model.*`` / ``experiment=`` overrides, after
-    its config sources (:func:`_dirs_args`: a model option of one's own lives there); None
+    its config sources (:func:`_dirs_args`: a model option of one's own lives there; not
+    with ``sources=False``, where a data command beside it names them); None
     where the folder has no record (a refusal said ``model=...`` where the run's folder
     records ``model=tiny``: after-training review)."""
     overrides = _overrides(run_dir, _MODEL_OVERRIDE)
@@ -51,7 +52,8 @@ def model_command(run_dir: Path) -> str | None:
         choice = None
     if overrides is None or choice is None:
         return None
-    return " ".join([*_dirs_args(run_dir), f"model={choice}", *overrides])  # (its own option)
+    dirs = _dirs_args(run_dir) if sources else []
+    return " ".join([*dirs, f"model={choice}", *overrides])
 
 
 def config_dirs(run_dir: Path) -> list[str]:

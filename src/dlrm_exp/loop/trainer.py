@@ -389,7 +389,7 @@ class Trainer:
         """
         state = state or TrainerState()
         start = state.step
-        short = self.cfg.profile_past(self.total_steps - start)  # (its schedule counts from here)
+        short = self.cfg.profile_past(self.total_steps - start, start)  # (counted from here)
         if short and self.log_progress:
             log.warning(short)
         self._keep_resumed_best(state)
