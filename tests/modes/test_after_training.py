@@ -869,3 +869,17 @@ def test_export_and_predict_run_on_one_process_whatever_the_training_ran_on(
     with caplog.at_level(logging.WARNING, logger="dlrm_exp.modes.setup"):
         assert run_predict(compose_cfg(predict), Job(tmp_path / "predict"))["rows_written"] == 20
     assert f"mode=predict {said}" in caplog.text
+
+
+def test_a_checkpoint_given_relative_is_recorded_absolute(trained, monkeypatch):
+    """Records kept ``checkpoint=`` as typed, relative to a folder they do not record (the
+    checkpoint's own trainer state is absolute: run-folder review)."""
+    from dlrm_exp.loop.checkpoint import find_checkpoint, resolve_resume
+
+    run_dir, _ = trained
+    monkeypatch.chdir(run_dir.parent)
+    found = find_checkpoint(run_dir.name, warn=False)
+    assert found.is_absolute() and found.parent.parent == run_dir
+    step = next((run_dir / "checkpoints").glob("step_*"))
+    resumed = resolve_resume(f"{run_dir.name}/checkpoints/{step.name}", run_dir)
+    assert resumed == step and resumed.is_absolute()

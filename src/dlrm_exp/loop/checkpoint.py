@@ -665,7 +665,7 @@ def _load_rank_file(path: Path, file: Path, what: str) -> Any:
 
 def resolve_resume(resume: str, run_dir: Path) -> Path | None:
     """``auto``: the newest complete checkpoint of ``run_dir`` (None if there is none);
-    otherwise the given checkpoint folder.
+    otherwise the given checkpoint folder, as an absolute path.
 
     Raises:
         CheckpointError: the path is not a complete checkpoint folder.
@@ -675,7 +675,8 @@ def resolve_resume(resume: str, run_dir: Path) -> Path | None:
         newest = found[-1] if found else None
         warn_damaged(run_dir, newest)
         return newest
-    return _complete_checkpoint(Path(resume), "train.resume")
+    # absolute, as its record and the checkpoints it writes name it (review)
+    return _complete_checkpoint(Path(resume).expanduser().absolute(), "train.resume")
 
 
 def warn_damaged(run_dir: Path, taken: Path | None) -> None:
@@ -1153,15 +1154,16 @@ def _hint(error: str) -> str:
 
 
 def find_checkpoint(location: str, warn: bool = True) -> Path:
-    """The checkpoint folder ``checkpoint=`` names: a ``checkpoints/step_<n>`` (or ``best``)
-    folder, or a run folder: its best validation's checkpoint (``train.keep_best``) if it has
-    one, else its newest complete checkpoint.
+    """The checkpoint folder ``checkpoint=`` names, as an absolute path: a
+    ``checkpoints/step_<n>`` (or ``best``) folder, or a run folder: its best validation's
+    checkpoint (``train.keep_best``) if it has one, else its newest complete checkpoint.
 
     Raises:
         CheckpointError: nothing there, a run folder without a complete checkpoint, or an
             incomplete (``.partial``) save.
     """
-    path = Path(location).expanduser()
+    # absolute: the records name it (a relative one named nothing from another folder: review)
+    path = Path(location).expanduser().absolute()
     if path.is_dir() and not (path / STATE_FILE).is_file() and not path.name.endswith(".partial"):
         run_dir = path.parent if path.name == CHECKPOINTS else path
         found = best_checkpoint(run_dir)
