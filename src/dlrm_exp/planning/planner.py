@@ -171,23 +171,20 @@ def insufficient_memory_message(
     instead of a cap. ``on_hbm``: the tables live in device memory (false for the UVM
     kernels, whose rows live in host memory: the DDR is then what they need).
 
-    The suggested ``model.num_embeddings_cap`` values: the largest whose tables (weights and
-    optimizer state) take at most 60 % of the offered memory, leaving headroom for the dense
-    part, activations, data and the process itself; and a quick-try cap whose tables take at
-    most 1 GiB (a run of a minute on a laptop). Each is given with the GiB it needs. The
-    memory offered is each rank's HBM where ``capacity`` knows it, else its DDR.
+    The suggested ``model.num_embeddings_cap`` values, each with the GiB it needs: the largest
+    whose tables (weights and optimizer state) take at most 60 % of the offered memory (each
+    rank's HBM where ``capacity`` knows it, else its DDR), leaving headroom for the dense
+    part, activations, data and the process; and a quick-try cap of at most 1 GiB.
     ``whole_tables``: each table's shards that lie whole on one rank (``whole_pieces`` of
     :mod:`.tables`): both caps keep each within 60 % of a rank, and more ranks are not
     offered when one exceeds a rank. ``ranks_per_node``: the job's, to say how many nodes
     the ranks asked for are. On a GPU (tables in HBM) it also names the two ways that keep
     every row (:func:`_gpu_ways`; fp16 tables only where no table's dtype is set on its own,
     ``pinned_dtypes``: the default would not change those). ``note``: a line said under the
-    first (which tables are counted, where not all). ``global_batch``: the recipe's samples a
-    step (``train.global_batch_size``) that more ranks keep, where set; else ``batch_size``
-    times ``world_size`` (the advice contradicted the recipe's warning above it: review)."""
+    first (which tables are counted, where not all). ``global_batch``: what more ranks keep
+    (``train.global_batch_size``; else ``batch_size`` x ``world_size``)."""
     per_rank, device_kind, source = capacity.for_tables(on_hbm)
-    offered = per_rank * world_size
-    shape = (table_sizes, embedding_dim, optimizer)
+    offered, shape = per_rank * world_size, (table_sizes, embedding_dim, optimizer)
     layout = (copies, data_types, replicated_tables)
     whole = (whole_tables or [], per_rank * HEADROOM_FRACTION)  # each within one rank
     lines = _needed_lines(storage, optimizer, len(table_sizes), embedding_dim, replicated,
@@ -198,8 +195,7 @@ def insufficient_memory_message(
     each = [n * row_bytes(embedding_dim, t, optimizer)
             for n, t in zip(table_sizes, types, strict=True)]  # fmt: skip
     pieces = whole_tables or []
-    whose = "the recipe's (train.global_batch_size)" if global_batch else "this job's"
-    hosts = (ranks_per_node, global_batch or (batch_size or 0) * world_size, whose)
+    hosts = _hosts(ranks_per_node, global_batch, (batch_size or 0) * world_size)
     held, more = _room(storage, replicated, (each, pieces), (per_rank, world_size), hosts)
     counted = " in those tables" if note else ""  # (the UVM ones: 2 GiB in all; review)
     fix = (  # the two caps' searches only where they are offered
@@ -403,6 +399,15 @@ def _needed_lines(
             "in all"
         )
     return lines
+
+
+def _hosts(ranks_per_node: int | None, recipe: int | None, job: int) -> tuple[int | None, int, str]:
+    """:func:`_more_ranks`' ``hosts``: the job's ranks per node, the global batch more ranks
+    keep (the ``recipe``'s, ``train.global_batch_size``, where set: the advice kept the
+    ``job``'s under the recipe's warning, review) and whose it is."""
+    if recipe:
+        return ranks_per_node, recipe, "the recipe's (train.global_batch_size)"
+    return ranks_per_node, job, "this job's"
 
 
 def _more_ranks(
