@@ -79,6 +79,9 @@ def test_evaluate_on_one_process_gives_the_training_runs_final_numbers(trained, 
     assert (run_dir / "metrics.json").read_bytes() == record
     again = run_evaluate(cfg, Job(tmp_path))  # an earlier evaluation's folder: replaced
     assert json.loads((tmp_path / "metrics.json").read_text())["val"] == again.val
+    # its TensorBoard points too: set aside, not left beside the new record's (review)
+    assert len(list(tmp_path.glob("events.out.tfevents.*"))) == 1
+    assert len(list((tmp_path / "tensorboard_earlier_evaluation").glob("events.*"))) == 1
     rerun = tmp_path / "interrupted"  # a sweep job's folder, its evaluation interrupted
     rerun.mkdir()
     RunMetrics.interrupted("SIGINT", "KeyboardInterrupt").write(rerun / "metrics.json")

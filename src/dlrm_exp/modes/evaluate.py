@@ -9,6 +9,7 @@ the checkpoint's step). On the data it was trained with, the numbers are the tra
 final ones: the same weights see the same batches.
 """
 
+import logging
 import time
 from functools import partial
 from pathlib import Path
@@ -46,6 +47,8 @@ from dlrm_exp.record.run_record import UNFINISHED, EvalMetrics
 from dlrm_exp.record.tracking import Tracker
 from dlrm_exp.util.files import check_writable, read_json_object
 from dlrm_exp.util.rank_zero import on_rank_zero
+
+log = logging.getLogger(__name__)
 
 
 def run(cfg: Config, job: Job) -> ModeResult:
@@ -172,12 +175,7 @@ def evaluate_worker(
             )
             for name in names
         }
-        tracker = Tracker(job.tensorboard_dir or job.run_dir, enabled=ctx.is_main)
-        try:
-            for name, values in scores.items():
-                tracker.scalars(name, quality(values), step)
-        finally:
-            tracker.close()
+        _log_scores(job.tensorboard_dir or job.run_dir, ctx.is_main, scores, step)
         result = EvalMetrics(
             checkpoint=str(path),
             step=step,
@@ -190,6 +188,22 @@ def evaluate_worker(
         if ctx.is_main:
             result.write(job.run_dir / "metrics.json")
     return result
+
+
+def _log_scores(folder: Path, is_main: bool, scores: dict[str, dict], step: int) -> None:
+    """TensorBoard's ``val/*`` / ``test/*`` of the ``scores`` at the checkpoint's ``step``
+    (rank 0, ``is_main``), an earlier evaluation's points in ``folder``, whose record this
+    one replaces, set aside into ``tensorboard_earlier_evaluation/`` (its test points stayed
+    beside a val-only record: run-folder review)."""
+    tracker = Tracker(folder, enabled=is_main)
+    try:
+        aside = tracker.restart_history("tensorboard_earlier_evaluation", [], [])
+        if aside is not None:
+            log.warning("the earlier evaluation's TensorBoard points moved to %s", aside)
+        for name, values in scores.items():
+            tracker.scalars(name, quality(values), step)
+    finally:
+        tracker.close()
 
 
 def summary(result: EvalMetrics, run_dir: Path) -> str:
