@@ -81,7 +81,7 @@ def test_evaluate_on_one_process_gives_the_training_runs_final_numbers(trained, 
     assert json.loads((tmp_path / "metrics.json").read_text())["val"] == again.val
     # its TensorBoard points too: set aside, not left beside the new record's (review)
     assert len(list(tmp_path.glob("events.out.tfevents.*"))) == 1
-    assert len(list((tmp_path / "tensorboard_earlier_evaluation").glob("events.*"))) == 1
+    assert len(list((tmp_path / "tensorboard_earlier_run").glob("events.*"))) == 1
     rerun = tmp_path / "interrupted"  # a sweep job's folder, its evaluation interrupted
     rerun.mkdir()
     RunMetrics.interrupted("SIGINT", "KeyboardInterrupt").write(rerun / "metrics.json")

@@ -192,14 +192,15 @@ def evaluate_worker(
 
 def _log_scores(folder: Path, is_main: bool, scores: dict[str, dict], step: int) -> None:
     """TensorBoard's ``val/*`` / ``test/*`` of the ``scores`` at the checkpoint's ``step``
-    (rank 0, ``is_main``), an earlier evaluation's points in ``folder``, whose record this
-    one replaces, set aside into ``tensorboard_earlier_evaluation/`` (its test points stayed
-    beside a val-only record: run-folder review)."""
+    (rank 0, ``is_main``), the points already in ``folder`` (an earlier evaluation's, whose
+    record this one replaces, or a failed sweep job's of another mode) set aside into
+    ``tensorboard_earlier_run/`` (an earlier evaluation's test points stayed beside a val-only
+    record: run-folder review)."""
     tracker = Tracker(folder, enabled=is_main)
     try:
-        aside = tracker.restart_history("tensorboard_earlier_evaluation", [], [])
+        aside = tracker.restart_history("tensorboard_earlier_run", [], [])
         if aside is not None:
-            log.warning("the earlier evaluation's TensorBoard points moved to %s", aside)
+            log.warning("the folder's earlier TensorBoard points moved to %s", aside)
         for name, values in scores.items():
             tracker.scalars(name, quality(values), step)
     finally:
