@@ -886,3 +886,5 @@ def test_a_checkpoint_given_relative_is_recorded_absolute(trained, monkeypatch):
     step = next((run_dir / "checkpoints").glob("step_*"))
     resumed = resolve_resume(f"{run_dir.name}/checkpoints/{step.name}", run_dir)
     assert resumed == step and resumed.is_absolute()
+    # with .. folded (it kept them: diff review)
+    assert find_checkpoint(f"{run_dir.name}/../{run_dir.name}", warn=False) == found

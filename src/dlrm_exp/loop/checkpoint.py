@@ -44,6 +44,7 @@ training-window metrics are the uninterrupted run's.
 
 import json
 import logging
+import os
 import pickle
 import re
 import shutil
@@ -676,7 +677,7 @@ def resolve_resume(resume: str, run_dir: Path) -> Path | None:
         warn_damaged(run_dir, newest)
         return newest
     # absolute, as its record and the checkpoints it writes name it (review)
-    return _complete_checkpoint(Path(resume).expanduser().absolute(), "train.resume")
+    return _complete_checkpoint(Path(os.path.abspath(Path(resume).expanduser())), "train.resume")
 
 
 def warn_damaged(run_dir: Path, taken: Path | None) -> None:
@@ -1163,7 +1164,7 @@ def find_checkpoint(location: str, warn: bool = True) -> Path:
             incomplete (``.partial``) save.
     """
     # absolute: the records name it (a relative one named nothing from another folder: review)
-    path = Path(location).expanduser().absolute()
+    path = Path(os.path.abspath(Path(location).expanduser()))  # (.. folded, links kept)
     if path.is_dir() and not (path / STATE_FILE).is_file() and not path.name.endswith(".partial"):
         run_dir = path.parent if path.name == CHECKPOINTS else path
         found = best_checkpoint(run_dir)
