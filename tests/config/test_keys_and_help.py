@@ -116,6 +116,8 @@ def test_a_presets_data_keys_another_data_option_lacks_are_refused_before_hydra_
         check("experiment=mlperf_dcnv2", "data=criteo_multihot,criteo_npy")  # each of a sweep's
     with pytest.raises(ConfigError, match=r"precision_sweep's data.num_train_samples does not"):
         check("experiment=precision_sweep", "+hydra.sweeper.params.data=criteo_tsv")  # (review)
+    with pytest.raises(ConfigError, match=r"dlrm_main_mlperf's data.mmap_mode does not apply"):
+        check("experiment=dlrm_main_mlperf", "data=choice(criteo_tsv,criteo_npy)")  # (review)
     # a single run ignores the sweeper's params (it was refused: diff review)
     check("experiment=precision_sweep", "+hydra.sweeper.params.data=criteo_tsv", sweep=False)
     check("experiment=dlrm_main_mlperf", "data=criteo_npy")  # its own option

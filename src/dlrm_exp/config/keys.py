@@ -317,6 +317,21 @@ def _parsed_once(overrides: tuple[str, ...]) -> tuple[tuple[str, Override], ...]
     return tuple(parsed)
 
 
+def override_values(overrides: Sequence[str], keys: Sequence[str]) -> list[str]:
+    """The values the ``overrides`` give any of ``keys`` (``data=a``; each of a sweep's,
+    ``a,b`` or ``choice(a,b)``, as Hydra parses them: a split at commas took
+    ``choice(a`` for an option: diff review); deletions give none."""
+    values = []
+    for _, override in _parsed(overrides):
+        if override.key_or_group not in keys or override.is_delete():
+            continue
+        if override.is_sweep_override():
+            values += list(override.sweep_string_iterator())
+        else:
+            values.append(override.get_value_element_as_str())
+    return values
+
+
 def option_has(cls: type, field: str) -> bool:
     """Whether the data option's schema ``cls`` has the (dotted) key ``field``."""
     known, open_maps = _schema_keys_of(cls)
