@@ -261,7 +261,7 @@ class TrainConfig:
             f"train.profile records steps {start + sched.first_active}.."
             f"{start + sched.last_step} (train.profile_steps wait {sched.wait}, warmup "
             f"{sched.warmup}, active {sched.active}, from step {start + 1}); this run trains "
-            f"to step {start + steps:,}: {'no' if steps < sched.first_active else 'a partial'} "
+            f"to step {start + steps}: {'no' if steps < sched.first_active else 'a partial'} "
             "trace (lower train.profile_steps.wait / warmup / active)"
         )
 
