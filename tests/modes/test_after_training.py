@@ -874,7 +874,7 @@ def test_export_and_predict_run_on_one_process_whatever_the_training_ran_on(
     assert f"mode=predict {said}" in caplog.text
 
 
-def test_a_checkpoint_given_relative_is_recorded_absolute(trained, monkeypatch):
+def test_a_checkpoint_given_relative_is_recorded_absolute(trained, monkeypatch, tmp_path):
     """Records kept ``checkpoint=`` as typed, relative to a folder they do not record (the
     checkpoint's own trainer state is absolute: run-folder review)."""
     from dlrm_exp.loop.checkpoint import find_checkpoint, resolve_resume
@@ -886,5 +886,14 @@ def test_a_checkpoint_given_relative_is_recorded_absolute(trained, monkeypatch):
     step = next((run_dir / "checkpoints").glob("step_*"))
     resumed = resolve_resume(f"{run_dir.name}/checkpoints/{step.name}", run_dir)
     assert resumed == step and resumed.is_absolute()
-    # with .. folded (it kept them: diff review)
+    # with .. folded (it kept them: diff review), resumes too
     assert find_checkpoint(f"{run_dir.name}/../{run_dir.name}", warn=False) == found
+    again = resolve_resume(f"{run_dir.name}/../{run_dir.name}/checkpoints/{step.name}", run_dir)
+    assert again == step
+    # but through a symlinked folder, link/.. is its target's parent: kept (diff review)
+    (tmp_path / "a" / "deep").mkdir(parents=True)
+    (tmp_path / "link").symlink_to(tmp_path / "a" / "deep")
+    (tmp_path / "a" / "beside").symlink_to(run_dir)  # (no such name beside the link)
+    monkeypatch.chdir(tmp_path)
+    through = find_checkpoint("link/../beside", warn=False)
+    assert through.resolve() == found.resolve()

@@ -12,7 +12,7 @@ import yaml
 from omegaconf import DictConfig, ListConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from dlrm_exp.config.keys import check_key, option_has, override_values, refuse_other_option
+from dlrm_exp.config.keys import check_key, option_has, option_values, refuse_other_option
 from dlrm_exp.config.schema import DenseColumn, FeatureSchema, SparseFeature
 from dlrm_exp.errors import ConfigError
 from dlrm_exp.util.text import closest, first_few
@@ -162,7 +162,7 @@ def check_preset_data_keys(
             (:func:`~dlrm_exp.config.keys.refuse_other_option`).
     """
     data_keys = ("data", "hydra.sweeper.params.data") if sweep else ("data",)
-    chosen = override_values([a for a in args if not a.startswith("-")], data_keys)
+    chosen = option_values([a for a in args if not a.startswith("-")], data_keys)
     for file in files:
         if file.parent.name != "experiment" or not chosen:
             continue

@@ -317,18 +317,23 @@ def _parsed_once(overrides: tuple[str, ...]) -> tuple[tuple[str, Override], ...]
     return tuple(parsed)
 
 
-def override_values(overrides: Sequence[str], keys: Sequence[str]) -> list[str]:
+def option_values(overrides: Sequence[str], keys: Sequence[str]) -> list[str]:
     """The values the ``overrides`` give any of ``keys`` (``data=a``; each of a sweep's,
     ``a,b`` or ``choice(a,b)``, as Hydra parses them: a split at commas took
-    ``choice(a`` for an option: diff review); deletions give none."""
+    ``choice(a`` for an option: diff review); deletions give none, nor a ``glob(...)``,
+    which Hydra expands only once its config loader exists (it raised here: diff review)."""
     values = []
     for _, override in _parsed(overrides):
         if override.key_or_group not in keys or override.is_delete():
             continue
-        if override.is_sweep_override():
-            values += list(override.sweep_string_iterator())
-        else:
-            values.append(override.get_value_element_as_str())
+        try:
+            values += (
+                list(override.sweep_string_iterator())
+                if override.is_sweep_override()
+                else [override.get_value_element_as_str()]
+            )
+        except HydraException:  # (glob: left to Hydra)
+            continue
     return values
 
 

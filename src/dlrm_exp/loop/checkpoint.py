@@ -664,6 +664,17 @@ def _load_rank_file(path: Path, file: Path, what: str) -> Any:
         ) from None
 
 
+def absolute_path(location: str) -> Path:
+    """``location`` (``~`` expanded) as an absolute path, as records name a checkpoint (a
+    relative one named nothing from another folder: review): its ``..`` folded where that
+    names the same folder (through a symlinked folder, ``link/..`` is the link target's
+    parent, which text folding missed: diff review), else kept; symlinks kept."""
+    typed = Path(location).expanduser().absolute()
+    folded = Path(os.path.abspath(typed))
+    same = folded.exists() and typed.exists() and folded.resolve() == typed.resolve()
+    return folded if same else typed
+
+
 def resolve_resume(resume: str, run_dir: Path) -> Path | None:
     """``auto``: the newest complete checkpoint of ``run_dir`` (None if there is none);
     otherwise the given checkpoint folder, as an absolute path.
@@ -677,7 +688,7 @@ def resolve_resume(resume: str, run_dir: Path) -> Path | None:
         warn_damaged(run_dir, newest)
         return newest
     # absolute, as its record and the checkpoints it writes name it (review)
-    return _complete_checkpoint(Path(os.path.abspath(Path(resume).expanduser())), "train.resume")
+    return _complete_checkpoint(absolute_path(resume), "train.resume")
 
 
 def warn_damaged(run_dir: Path, taken: Path | None) -> None:
@@ -1164,7 +1175,7 @@ def find_checkpoint(location: str, warn: bool = True) -> Path:
             incomplete (``.partial``) save.
     """
     # absolute: the records name it (a relative one named nothing from another folder: review)
-    path = Path(os.path.abspath(Path(location).expanduser()))  # (.. folded, links kept)
+    path = absolute_path(location)
     if path.is_dir() and not (path / STATE_FILE).is_file() and not path.name.endswith(".partial"):
         run_dir = path.parent if path.name == CHECKPOINTS else path
         found = best_checkpoint(run_dir)
