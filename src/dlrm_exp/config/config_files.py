@@ -51,9 +51,11 @@ def chosen_files(args: Sequence[str], dirs: Sequence[Path]) -> list[Path]:
             names.append(args[i + 1])
         elif arg.startswith("--config-name="):
             names.append(arg.split("=", 1)[1])
-    for group, options in _choices(args):
-        if "." not in group:  # a group choice, not a key
-            names += [f"{group}/{option}" for option in options]
+    overrides = [a for a in args if not a.startswith("-")]
+    groups = dict.fromkeys(g for g, _ in _choices(args) if "." not in g)  # (not keys)
+    for group in groups:  # each value as Hydra parses it: choice(a,b) split at its comma
+        # named no file, and the preset's checks were skipped (diff review)
+        names += [f"{group}/{option}" for option in option_values(overrides, [group])]
     return [d / f"{n}.yaml" for d in dirs for n in names if (d / f"{n}.yaml").is_file()]
 
 
