@@ -121,6 +121,8 @@ def test_a_presets_data_keys_another_data_option_lacks_are_refused_before_hydra_
     check("experiment=dlrm_main_mlperf", "data=glob(crit*)")  # left to Hydra (it raised: review)
     with pytest.raises(ConfigError, match=r"dlrm_main_mlperf's data.mmap_mode does not apply"):
         check("experiment=choice(dlrm_main_mlperf,fast)", "data=criteo_tsv")  # (review)
+    with pytest.raises(ConfigError, match=r"dlrm_main_mlperf's data.mmap_mode does not apply"):
+        check("experiment='dlrm_main_mlperf'", "data='criteo_tsv'")  # quoted (review)
     # a single run ignores the sweeper's params (it was refused: diff review)
     check("experiment=precision_sweep", "+hydra.sweeper.params.data=criteo_tsv", sweep=False)
     check("experiment=dlrm_main_mlperf", "data=criteo_npy")  # its own option

@@ -897,3 +897,5 @@ def test_a_checkpoint_given_relative_is_recorded_absolute(trained, monkeypatch, 
     monkeypatch.chdir(tmp_path)
     through = find_checkpoint("link/../beside", warn=False)
     assert through.resolve() == found.resolve()
+    (tmp_path / "beside").mkdir()  # what text folding names: another folder, not taken
+    assert find_checkpoint("link/../beside", warn=False).resolve() == found.resolve()

@@ -24,7 +24,7 @@ from enum import Enum
 from typing import Any
 
 from hydra.core.override_parser.overrides_parser import OverridesParser
-from hydra.core.override_parser.types import Override, ValueType
+from hydra.core.override_parser.types import Override, QuotedString, ValueType
 from hydra.errors import HydraException
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
@@ -326,12 +326,11 @@ def option_values(overrides: Sequence[str], keys: Sequence[str]) -> list[str]:
     for _, override in _parsed(overrides):
         if override.key_or_group not in keys or override.is_delete():
             continue
-        try:
-            values += (
-                list(override.sweep_string_iterator())
-                if override.is_sweep_override()
-                else [override.get_value_element_as_str()]
-            )
+        try:  # (quotes stripped, as Hydra reads the value: 'tiny' named no file: review)
+            given = override.sweep_iterator() if override.is_sweep_override() else []
+            values += [v.text if isinstance(v, QuotedString) else str(v) for v in given] or [
+                str(override.value())
+            ]
         except HydraException:  # (glob: left to Hydra)
             continue
     return values
