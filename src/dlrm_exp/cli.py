@@ -38,6 +38,7 @@ from dlrm_exp.config.config_files import (
     check_preset_data_keys,
     check_schema_choice,
     check_schema_feature_overrides,
+    check_sweeper_param_keys,
     chosen_files,
     config_dirs,
     preset_sweeps,
@@ -687,6 +688,7 @@ def _check_keys_and_files(args: list[str]) -> None:
     check_data_option_keys(overrides, DATA_OPTIONS)
     sweep = _is_multirun(args)
     check_preset_data_keys(args, every, DATA_OPTIONS, sweep)
+    check_sweeper_param_keys(args, every)
     if not sweep and env_rank() == 0:  # (one job of the preset ran, without a word: review)
         for preset, keys in preset_sweeps(every):
             print(

@@ -335,3 +335,26 @@ def test_a_preset_that_is_a_sweep_is_named_as_one(cli_here, tmp_path):
     from dlrm_exp.cli import check_flag_combination
 
     check_flag_combination(["hydra.mode=MULTIRUN", "--cfg", "job"])
+
+
+def test_sweeper_params_without_a_preset_that_gives_them_are_one_line(cli_here, tmp_path):
+    """``hydra.sweeper.params.seed="0,1"`` (with or without +) where no preset gives the basic
+    sweeper params ended in a 20-line traceback (diff review); a preset's own param passes,
+    and one it lacks needs its +."""
+    from dlrm_exp.config.conf_tree import conf_dir
+    from dlrm_exp.config.config_files import check_sweeper_param_keys, chosen_files
+
+    def check(*args):
+        check_sweeper_param_keys(list(args), chosen_files(list(args), [conf_dir()]))
+
+    for form in ('hydra.sweeper.params.seed="0,1"', '+hydra.sweeper.params.seed="0,1"'):
+        with pytest.raises(ConfigError, match=r"which no preset chosen here has: sweep the key "
+                           r"itself, -m seed=0,1"):  # fmt: skip
+            check(form)
+    check("experiment=precision_sweep", 'hydra.sweeper.params.seed="0"')
+    with pytest.raises(ConfigError, match=r"has no param lr: add it, \+hydra.sweeper.params.lr"):
+        check("experiment=precision_sweep", 'hydra.sweeper.params.lr="0"')
+    check("hydra/sweeper=lr_search", "hydra.sweeper.params.x=1")  # its own config gives them
+    done = cli_here(["-m", 'hydra.sweeper.params.seed="0,1"', "mode=plan",
+                     f"hydra.sweep.dir={tmp_path}"])  # fmt: skip
+    assert done.returncode == 1 and "Traceback" not in done.stderr

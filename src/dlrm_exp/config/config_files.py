@@ -178,6 +178,39 @@ def check_preset_data_keys(
                 refuse_other_option(f"experiment={file.stem}'s data.{key}", key, choice, options)
 
 
+def check_sweeper_param_keys(args: Sequence[str], files: Sequence[Path]) -> None:
+    """A ``hydra.sweeper.params`` override of Hydra's basic sweeper (no ``hydra/sweeper=``
+    chosen) sets what an ``experiment=`` preset among ``files`` gives it: where none gives
+    any, any form of it (``+``, ``{...}``) ended in a
+    20-line traceback (``AssertionError: Unexpected type for root: NoneType``: diff review),
+    and a key the preset lacks needs its ``+``.
+
+    Raises:
+        ConfigError: naming the override and the way that sweeps it.
+    """
+    if any(a.lstrip("+~").startswith("hydra/sweeper=") for a in args):
+        return  # (another sweeper's config, e.g. hydra/sweeper=lr_search, gives its own)
+    given: set[str] = set()
+    for file in files:
+        if file.parent.name == "experiment":
+            node = OmegaConf.create(file.read_text(encoding="utf-8"))
+            params = OmegaConf.select(node, "hydra.sweeper.params", default=None)
+            given |= set(params) if isinstance(params, DictConfig) else set()
+    for arg in args:
+        key, _, value = arg.partition("=")
+        name = key.lstrip("+~").removeprefix("hydra.sweeper.params").lstrip(".")
+        if not key.lstrip("+~").startswith("hydra.sweeper.params"):
+            continue
+        if not given:
+            raise ConfigError(
+                f"{arg}: the sweeper's params come from a preset's hydra.sweeper.params, "
+                "which no preset chosen here has: sweep the key itself, -m "
+                f"{name or '<key>'}={value.strip(chr(34) + chr(39)) if name else '<a,b>'}"
+            )
+        if name not in given and not key.startswith("+"):
+            raise ConfigError(f"{arg}: the preset's sweeper has no param {name}: add it, +{arg}")
+
+
 def preset_sweeps(files: Sequence[Path]) -> list[tuple[str, int]]:
     """``(preset, swept keys)`` of each ``experiment=`` preset among ``files`` that carries a
     sweep of its own (``hydra.sweeper.params``), which only a ``-m`` command runs (not one
