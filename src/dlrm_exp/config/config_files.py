@@ -5,6 +5,7 @@ naming ``full_key: log1p`` (or no key at all) instead of where it sits.
 """
 
 import dataclasses
+import functools
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -150,6 +151,25 @@ def check_option_file_keys(files: Sequence[Path], root: type) -> None:
             raise ConfigError(f"{file}: {err}") from None
 
 
+@functools.cache
+def _preset(file: Path) -> tuple[str, DictConfig | ListConfig]:
+    """An ``experiment=`` preset file's text and node, read once however many checks read it
+    (three did, each on its own: re-read)."""
+    text = file.read_text(encoding="utf-8")
+    return text, OmegaConf.create(text)
+
+
+def _presets(files: Sequence[Path]) -> list[tuple[Path, str, DictConfig | ListConfig]]:
+    """``(file, text, node)`` of the ``experiment=`` presets among ``files``."""
+    return [(f, *_preset(f)) for f in files if f.parent.name == "experiment"]
+
+
+def _sweeper_params(node: DictConfig | ListConfig) -> DictConfig | None:
+    """A preset's ``hydra.sweeper.params`` (None: it gives none)."""
+    params = OmegaConf.select(node, "hydra.sweeper.params", default=None)
+    return params if isinstance(params, DictConfig) else None
+
+
 def check_preset_data_keys(
     args: Sequence[str], files: Sequence[Path], options: dict[str, type], sweep: bool = False
 ) -> None:
@@ -165,11 +185,8 @@ def check_preset_data_keys(
     """
     data_keys = ("data", "hydra.sweeper.params.data") if sweep else ("data",)
     chosen = option_values([a for a in args if not a.startswith("-")], data_keys)
-    for file in files:
-        if file.parent.name != "experiment" or not chosen:
-            continue
-        text = file.read_text(encoding="utf-8")
-        node = OmegaConf.to_container(OmegaConf.create(text), resolve=False)
+    for file, text, parsed in _presets(files) if chosen else []:
+        node = OmegaConf.to_container(parsed, resolve=False)
         top = isinstance(node, dict) and _package(text, "experiment") == ""  # (_global_)
         data = node.get("data") if top else None
         keys = _leaf_keys(data) if isinstance(data, dict) else []
@@ -190,12 +207,7 @@ def check_sweeper_param_keys(args: Sequence[str], files: Sequence[Path]) -> None
     """
     if any(a.lstrip("+~").startswith("hydra/sweeper=") for a in args):
         return  # (another sweeper's config, e.g. hydra/sweeper=lr_search, gives its own)
-    given: set[str] = set()
-    for file in files:
-        if file.parent.name == "experiment":
-            node = OmegaConf.create(file.read_text(encoding="utf-8"))
-            params = OmegaConf.select(node, "hydra.sweeper.params", default=None)
-            given |= set(params) if isinstance(params, DictConfig) else set()
+    given = {key for _, _, node in _presets(files) for key in _sweeper_params(node) or ()}
     for arg in args:
         key, _, value = arg.partition("=")
         name = key.lstrip("+~").removeprefix("hydra.sweeper.params").lstrip(".")
@@ -216,13 +228,10 @@ def preset_sweeps(files: Sequence[Path]) -> list[tuple[str, int]]:
     sweep of its own (``hydra.sweeper.params``), which only a ``-m`` command runs (not one
     that sets ``hydra.mode: MULTIRUN`` itself)."""
     found = []
-    for file in files:
-        if file.parent.name != "experiment":
-            continue
-        node = OmegaConf.create(file.read_text(encoding="utf-8"))
-        params = OmegaConf.select(node, "hydra.sweeper.params", default=None)
+    for file, _, node in _presets(files):
+        params = _sweeper_params(node)
         swept = str(OmegaConf.select(node, "hydra.mode", default="")).endswith("MULTIRUN")
-        if isinstance(params, DictConfig) and len(params) and not swept:  # (it sweeps itself)
+        if params and not swept:  # (one that sets hydra.mode sweeps itself)
             found.append((file.stem, len(params)))
     return found
 
