@@ -33,6 +33,7 @@ from omegaconf.errors import OmegaConfBaseException
 from dlrm_exp.config import Config, Mode, conf_dir, register_configs
 from dlrm_exp.config.build import build_config
 from dlrm_exp.config.config_files import (
+    MULTIRUN_MODES,
     check_config_files,
     check_option_file_keys,
     check_preset_data_keys,
@@ -225,7 +226,7 @@ def _is_multirun(args: list[str]) -> bool:
 
 
 #: ``hydra.mode`` overrides that make a command a sweep, as ``(key, value)``.
-_MULTIRUN_MODES = {("hydra.mode", v) for v in ("MULTIRUN", "RunMode.MULTIRUN", "2")}
+_MULTIRUN_MODES = {("hydra.mode", v) for v in MULTIRUN_MODES}
 
 
 def _has_multirun_flag(args: list[str]) -> bool:
@@ -570,7 +571,7 @@ def _launched_jobs_hint(sweep: DictConfig | None) -> str | None:
     (it gave a single run's hint, to a sweep whose jobs ran on: launch review)."""
     if sweep is None or _job_folder is not None:
         return None
-    target = str(OmegaConf.select(sweep, "hydra.launcher._target_", default="") or "")
+    target = str(OmegaConf.select(sweep, "hydra.launcher._target_", default=""))
     if "submitit" not in target:
         return None
     folder = OmegaConf.select(sweep, "hydra.sweep.dir")

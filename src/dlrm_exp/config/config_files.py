@@ -151,17 +151,22 @@ def check_option_file_keys(files: Sequence[Path], root: type) -> None:
             raise ConfigError(f"{file}: {err}") from None
 
 
+#: The values of ``hydra.mode`` that make a command or a preset a sweep (as OmegaConf reads
+#: Hydra's ``RunMode``).
+MULTIRUN_MODES = ("MULTIRUN", "RunMode.MULTIRUN", "2")
+
+
 @functools.cache
-def _preset(file: Path) -> tuple[str, DictConfig | ListConfig]:
+def _preset(file: Path, _mtime_ns: int) -> tuple[str, DictConfig | ListConfig]:
     """An ``experiment=`` preset file's text and node, read once however many checks read it
-    (three did, each on its own: re-read)."""
+    (three did, each on its own: re-read); again once the file changes (``_mtime_ns``)."""
     text = file.read_text(encoding="utf-8")
     return text, OmegaConf.create(text)
 
 
 def _presets(files: Sequence[Path]) -> list[tuple[Path, str, DictConfig | ListConfig]]:
     """``(file, text, node)`` of the ``experiment=`` presets among ``files``."""
-    return [(f, *_preset(f)) for f in files if f.parent.name == "experiment"]
+    return [(f, *_preset(f, f.stat().st_mtime_ns)) for f in files if f.parent.name == "experiment"]
 
 
 def _sweeper_params(node: DictConfig | ListConfig) -> DictConfig | None:
@@ -210,14 +215,16 @@ def check_sweeper_param_keys(args: Sequence[str], files: Sequence[Path]) -> None
     given = {key for _, _, node in _presets(files) for key in _sweeper_params(node) or ()}
     for arg in args:
         key, _, value = arg.partition("=")
-        name = key.lstrip("+~").removeprefix("hydra.sweeper.params").lstrip(".")
-        if not key.lstrip("+~").startswith("hydra.sweeper.params"):
+        bare = key.lstrip("+~")
+        if not bare.startswith("hydra.sweeper.params"):
             continue
+        name = bare.removeprefix("hydra.sweeper.params").lstrip(".")
+        unquoted = value.strip("\"'")
         if not given:
             raise ConfigError(
                 f"{arg}: the sweeper's params come from a preset's hydra.sweeper.params, "
                 "which no preset chosen here has: sweep the key itself, -m "
-                f"{name or '<key>'}={value.strip(chr(34) + chr(39)) if name else '<a,b>'}"
+                f"{name or '<key>'}={unquoted if name else '<a,b>'}"
             )
         if name not in given and not key.startswith("+"):
             raise ConfigError(f"{arg}: the preset's sweeper has no param {name}: add it, +{arg}")
@@ -230,7 +237,7 @@ def preset_sweeps(files: Sequence[Path]) -> list[tuple[str, int]]:
     found = []
     for file, _, node in _presets(files):
         params = _sweeper_params(node)
-        swept = str(OmegaConf.select(node, "hydra.mode", default="")).endswith("MULTIRUN")
+        swept = str(OmegaConf.select(node, "hydra.mode", default="")) in MULTIRUN_MODES
         if params and not swept:  # (one that sets hydra.mode sweeps itself)
             found.append((file.stem, len(params)))
     return found
