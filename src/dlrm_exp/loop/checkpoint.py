@@ -72,6 +72,7 @@ from dlrm_exp.record.run_record import (
     FAILED,
     INTERRUPTED,
     UNFINISHED,
+    EvalMetrics,
     record_status,
 )
 from dlrm_exp.record.runs import recorded_checkpoint, recorded_mode
@@ -671,6 +672,8 @@ def absolute_path(location: str) -> Path:
     parent, which text folding missed: diff review), else kept; symlinks kept."""
     typed = Path(location).expanduser().absolute()
     folded = Path(os.path.abspath(typed))
+    if folded == typed:  # (no ..)
+        return typed
     same = folded.exists() and typed.exists() and folded.resolve() == typed.resolve()
     return folded if same else typed
 
@@ -1196,9 +1199,13 @@ def find_checkpoint(location: str, warn: bool = True) -> Path:
     return _complete_checkpoint(path, "checkpoint")
 
 
-#: The mode of each record an evaluate, predict or export run leaves (metrics.json says its
-#: own), each naming the checkpoint the run read.
-_SCORED_RECORDS = {"metrics.json": "", "predict_report.json": "predict", "export.json": "export"}
+#: The mode of the run that writes each record naming the checkpoint it read (a training
+#: run's metrics.json names none).
+_SCORED_RECORDS = {
+    "metrics.json": EvalMetrics.mode,
+    "predict_report.json": "predict",
+    "export.json": "export",
+}
 
 
 def _scored_by(run_dir: Path) -> str:
@@ -1209,12 +1216,10 @@ def _scored_by(run_dir: Path) -> str:
     for name, mode in _SCORED_RECORDS.items():
         record = read_json_object(run_dir / name) or {}
         if record.get("checkpoint"):
-            return _scored_line(record.get("mode") or mode, record["checkpoint"])
-    mode = recorded_mode(run_dir)
-    if mode in (None, "train"):
-        return ""
-    read = recorded_checkpoint(run_dir)
-    return _scored_line(mode, read) if read else ""
+            return _scored_line(mode, record["checkpoint"])
+    read = recorded_checkpoint(run_dir)  # (a training run's names none: one load)
+    mode = recorded_mode(run_dir) if read else None
+    return _scored_line(mode, read) if read and mode not in (None, "train") else ""
 
 
 def _scored_line(mode: str, read: str) -> str:

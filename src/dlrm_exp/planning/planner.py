@@ -456,13 +456,15 @@ def _more_ranks(
     )
     # the batch is per rank: more ranks, a larger global batch; the preset's own 65536 per
     # rank then overflowed the suggested ranks' memory (planning review)
-    per = max(global_batch // ranks_needed, 1)
-    keeps = (
-        f"keeps {whose} global batch of {global_batch}"
-        if per * ranks_needed == global_batch
-        else f"gives a global batch of {per * ranks_needed}, near {whose} {global_batch}"
-    )
-    batch = f"; train.batch_size={per} per rank {keeps}" if global_batch else ""
+    batch = ""
+    if global_batch:
+        per = max(global_batch // ranks_needed, 1)
+        keeps = (
+            f"keeps {whose} global batch of {global_batch}"
+            if per * ranks_needed == global_batch
+            else f"gives a global batch of {per * ranks_needed}, near {whose} {global_batch}"
+        )
+        batch = f"; train.batch_size={per} per rank {keeps}"
     return f"at least {ranks_needed} ranks of {per_rank / GIB:.2f} GiB ({nodes}{batch})"
 
 
