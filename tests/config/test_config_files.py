@@ -7,6 +7,7 @@ import pytest
 
 from dlrm_exp.config import Config, conf_dir
 from dlrm_exp.config.config_files import (
+    Chosen,
     check_config_files,
     check_option_file_keys,
     chosen_files,
@@ -29,15 +30,23 @@ def _schema(folder: Path, name: str, text: str) -> Path:
     return path
 
 
+def _chosen_schema(folder: Path, name: str, text: str) -> Chosen:
+    return Chosen("data/schema", name, _schema(folder, name, text))
+
+
 def test_the_files_a_command_line_picks(tmp_path):
     shop, other = _schema(tmp_path, "shop", SHOP), _schema(tmp_path, "other", SHOP)
     (tmp_path / "mine.yaml").write_text("seed: 1\n")
     args = ["-m", "--config-dir", str(tmp_path), "data/schema=shop,other", "data.path=x"]
     assert config_dirs(args) == [tmp_path]
-    assert chosen_files(args, [tmp_path]) == [shop, other]
+    assert chosen_files(args, [tmp_path]) == [
+        Chosen("data/schema", "shop", shop),
+        Chosen("data/schema", "other", other),
+    ]
     named = [f"hydra.searchpath=[pkg://x,file://{tmp_path}]", "-cn", "mine", "model=tiny"]
     assert config_dirs(named) == [tmp_path]
-    assert chosen_files(named, [tmp_path]) == [tmp_path / "mine.yaml"]  # no model/tiny.yaml
+    assert chosen_files(named, [tmp_path]) == [Chosen("", "mine", tmp_path / "mine.yaml")]
+    # (no model/tiny.yaml there)
     quoted = [f"hydra.searchpath=[\"file://{tmp_path}\",'file:///b']"]  # as Hydra's docs write
     assert config_dirs(quoted) == [tmp_path, Path("/b")]  # (left out: diff review)
 
@@ -66,11 +75,11 @@ def test_a_broken_schema_file_is_named_with_its_place(tmp_path, text, refusal):
     """A syntax error was a 100-line traceback through Hydra; a misplaced value was refused
     naming full_key: log1p, or no key (data review)."""
     with pytest.raises(ConfigError, match=refusal):
-        check_config_files([_schema(tmp_path, "shop", text)])
+        check_config_files([_chosen_schema(tmp_path, "shop", text)])
 
 
 def test_a_good_schema_passes_and_the_cli_says_one_line(tmp_path, cli_here):
-    check_config_files([_schema(tmp_path / "good", "shop", SHOP)])
+    check_config_files([_chosen_schema(tmp_path / "good", "shop", SHOP)])
     _schema(tmp_path, "shop", "label: clicked\ndense: [{column: price\n")
     args = ["--config-dir", str(tmp_path), "data=parquet", "data/schema=shop", "data.path=x"]
     result = cli_here(args)
@@ -82,11 +91,11 @@ def test_a_schema_composed_from_others_is_left_to_hydra(tmp_path):
     """A schema with a defaults list (extending the shipped one) or a @package header was
     refused for its 'defaults' key, though Hydra composes it (review); its syntax is read."""
     extends = "defaults:\n  - criteo\n  - _self_\nsparse:\n  cat_0: {num_embeddings: 5000}\n"
-    check_config_files([_schema(tmp_path, "mine", extends)])
+    check_config_files([_chosen_schema(tmp_path, "mine", extends)])
     packaged = "# @package data.schema\nlabel: clicked\nextra: 1\n"
-    check_config_files([_schema(tmp_path, "pkg", packaged)])
+    check_config_files([_chosen_schema(tmp_path, "pkg", packaged)])
     with pytest.raises(ConfigError, match="not valid YAML"):
-        check_config_files([_schema(tmp_path, "broken", extends + "  cat_1: {num_\n")])
+        check_config_files([_chosen_schema(tmp_path, "broken", extends + "  cat_1: {num_\n")])
 
 
 def test_an_override_of_a_feature_the_chosen_schema_lacks_names_the_closest(tmp_path, cli_here):
@@ -96,7 +105,7 @@ def test_an_override_of_a_feature_the_chosen_schema_lacks_names_the_closest(tmp_
     review)."""
     from dlrm_exp.config.config_files import check_schema_feature_overrides
 
-    shop = _schema(tmp_path, "shop", SHOP)
+    shop = _chosen_schema(tmp_path, "shop", SHOP)
     refused = {
         "data.schema.sparse.usr_id.id_policy=strict": (
             r"the schema shop has no feature usr_id \(did you mean user_id\? features: "
@@ -132,7 +141,7 @@ def test_every_shipped_option_file_sets_known_keys():
     groups = ("model", "sharding", "optimizer", "qcomms", "hardware", "experiment")
     files = [f for g in groups for f in sorted((conf_dir() / g).glob("*.yaml"))]
     assert len(files) > 30
-    check_option_file_keys(files, Config)
+    check_option_file_keys([Chosen(f.parent.name, f.stem, f) for f in files], Config)
 
 
 @pytest.mark.parametrize(
@@ -143,6 +152,10 @@ def test_every_shipped_option_file_sets_known_keys():
          r"model.embedding_dim\?"),
         ("experiment/mine.yaml", "# @package _global_\ntrain:\n  batchsize: 64\n",
          r"experiment/mine.yaml: unknown config key train.batchsize: did you mean "
+         r"train.batch_size\?"),
+        # a preset in a subfolder (it was taken for a group "sub" and skipped)
+        ("experiment/sub/mine.yaml", "# @package _global_\ntrain:\n  batchsize: 64\n",
+         r"experiment/sub/mine.yaml: unknown config key train.batchsize: did you mean "
          r"train.batch_size\?"),
         # a key Hydra's override grammar cannot parse (it was skipped)
         ("model/spaced.yaml", "defaults: [tiny, _self_]\nembedding dim: 8\n",
@@ -156,7 +169,7 @@ def test_a_misspelt_key_in_ones_own_option_file_gets_the_closest(
     """Hydra refused it in a multi-line ConfigKeyError naming no close key (review)."""
     (tmp_path / path).parent.mkdir(parents=True)
     (tmp_path / path).write_text(text)
-    group, option = path.removesuffix(".yaml").split("/")
+    group, option = path.removesuffix(".yaml").split("/", 1)
     result = cli_here(["--config-dir", str(tmp_path), f"{group}={option}", "mode=plan"])
     assert result.returncode == 1 and "Traceback" not in result.stderr
     (line,) = result.stderr.strip().splitlines()
@@ -170,7 +183,7 @@ def test_ones_own_option_file_with_known_keys_passes(tmp_path):
         "# @package _global_\ndefaults:\n  - override /model: tiny\n"
         "model:\n  embedding_data_type_per_table: {t_cat_0: fp16}\ntrain:\n  batch_size: 64\n"
     )
-    check_option_file_keys([good], Config)
+    check_option_file_keys([Chosen("experiment", "mine", good)], Config)
     # a package under the root, as Hydra composes it (it was checked as _global_.model.*:
     # diff review); a "@package" comment after the content is no header
     sub = tmp_path / "model" / "sub.yaml"
@@ -178,7 +191,7 @@ def test_ones_own_option_file_with_known_keys_passes(tmp_path):
     sub.write_text("# @package _global_.model\ndefaults: [tiny, _self_]\nembedding_dim: 8\n")
     late = tmp_path / "model" / "late.yaml"
     late.write_text("embedding_dim: 8\n# @package _global_\n")
-    check_option_file_keys([sub, late], Config)
+    check_option_file_keys([Chosen("model", "sub", sub), Chosen("model", "late", late)], Config)
 
 
 def test_a_schema_no_folder_holds_names_config_dir_and_mode_schema(tmp_path, cli_here):

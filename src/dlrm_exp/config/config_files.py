@@ -8,6 +8,7 @@ import dataclasses
 import functools
 from collections.abc import Sequence
 from pathlib import Path
+from typing import NamedTuple
 
 import yaml
 from omegaconf import DictConfig, ListConfig, OmegaConf
@@ -23,6 +24,8 @@ _DIR_FLAGS = ("-cd", "--config-dir")
 #: The groups whose option files :func:`check_option_file_keys` reads (``data`` options differ
 #: in their keys, checked once composed; schema files by :func:`check_config_files`).
 _KEYED_GROUPS = ("model", "sharding", "optimizer", "qcomms", "hardware", "experiment")
+#: The feature schemas' group.
+_SCHEMA = "data/schema"
 
 
 def config_dirs(args: Sequence[str]) -> list[Path]:
@@ -41,23 +44,41 @@ def config_dirs(args: Sequence[str]) -> list[Path]:
     return [Path(d).expanduser() for d in dirs]
 
 
-def chosen_files(args: Sequence[str], dirs: Sequence[Path]) -> list[Path]:
+class Chosen(NamedTuple):
+    """A config file the command line picks."""
+
+    #: Its config group (``experiment``, ``data/schema``); "" for a primary config (``-cn``).
+    group: str
+    #: The option as the command line names it (``sub/p`` of ``experiment=sub/p``).
+    option: str
+    file: Path
+
+
+def chosen_files(args: Sequence[str], dirs: Sequence[Path]) -> list[Chosen]:
     """The files of ``dirs`` the command line picks: ``<group>=<option>`` (also each option
-    of a ``-m`` sweep's ``a,b``) as ``<dir>/<group>/<option>.yaml``, and the primary config
-    of ``-cn`` / ``--config-name``; those that exist. (Options the primary config's defaults
-    pick are left to Hydra.)"""
+    of a ``-m`` sweep's ``a,b``) as ``<dir>/<group>/<option>.yaml`` (an option in a subfolder,
+    ``experiment=sub/p``, is still of its group: the checks took the group from the file's
+    folder and skipped it), and the primary config of ``-cn`` / ``--config-name``; those that
+    exist. (Options the primary config's defaults pick are left to Hydra.)"""
     names = []
     for i, arg in enumerate(args):
         if arg in ("-cn", "--config-name") and i + 1 < len(args):
-            names.append(args[i + 1])
+            names.append(("", args[i + 1]))
         elif arg.startswith("--config-name="):
-            names.append(arg.split("=", 1)[1])
+            names.append(("", arg.split("=", 1)[1]))
+    names = [(group, name, name) for group, name in names]
     overrides = [a for a in args if not a.startswith("-")]
     groups = dict.fromkeys(g for g, _ in _choices(args) if "." not in g)  # (not keys)
     for group in groups:  # each value as Hydra parses it: choice(a,b) split at its comma
         # named no file, and the preset's checks were skipped (diff review)
-        names += [f"{group}/{option}" for option in option_values(overrides, [group])]
-    return [d / f"{n}.yaml" for d in dirs for n in names if (d / f"{n}.yaml").is_file()]
+        options = option_values(overrides, [group])
+        names += [(group, option, f"{group}/{option}") for option in options]
+    return [
+        Chosen(group, option, d / f"{name}.yaml")
+        for d in dirs
+        for group, option, name in names
+        if (d / f"{name}.yaml").is_file()
+    ]
 
 
 def _choices(args: Sequence[str]) -> list[tuple[str, list[str]]]:
@@ -101,7 +122,7 @@ def check_schema_choice(args: Sequence[str], folders: Sequence[Path]) -> None:
             )
 
 
-def check_config_files(files: Sequence[Path]) -> None:
+def check_config_files(files: Sequence[Chosen]) -> None:
     """Each of ``files`` (:func:`chosen_files`) parses, and a feature schema among them
     (``data/schema/*.yaml``) has the shape of :class:`FeatureSchema`: the rest (values
     across fields, columns in the files) is checked once composed.
@@ -110,7 +131,7 @@ def check_config_files(files: Sequence[Path]) -> None:
         ConfigError: the file, and the line and column of a syntax error or the key
             (``data.schema.dense[0].log1p``) of a value of the wrong kind.
     """
-    for file in files:
+    for group, _, file in files:
         text = file.read_text(encoding="utf-8")
         try:
             node = OmegaConf.create(text)  # (what OmegaConf.load does with the file's text)
@@ -120,11 +141,11 @@ def check_config_files(files: Sequence[Path]) -> None:
             problem = getattr(err, "problem", None) or str(err).splitlines()[0]
             raise ConfigError(f"{file}: not valid YAML ({problem}{where})") from None
         composed = isinstance(node, DictConfig) and "defaults" in node
-        if _is_schema(file) and not composed and "@package" not in _head(text):
+        if group == _SCHEMA and not composed and "@package" not in _head(text):
             _check_schema(file, node)  # (one Hydra composes from others: checked composed)
 
 
-def check_option_file_keys(files: Sequence[Path], root: type) -> None:
+def check_option_file_keys(files: Sequence[Chosen], root: type) -> None:
     """The keys each group option file among ``files`` sets (``model/mine.yaml``'s
     ``embedding_dim``; an experiment's ``train.batch_size`` under ``# @package _global_``)
     exist in the schema ``root``, as an override's key must. Hydra refused a misspelt one with
@@ -133,8 +154,7 @@ def check_option_file_keys(files: Sequence[Path], root: type) -> None:
     Raises:
         ConfigError: the file and the unknown key, with the closest known one.
     """
-    for file in files:
-        group = file.parent.name
+    for group, _, file in files:
         if group not in _KEYED_GROUPS:
             continue
         text = file.read_text(encoding="utf-8")
@@ -164,9 +184,13 @@ def _preset(file: Path, _mtime_ns: int) -> tuple[str, DictConfig | ListConfig]:
     return text, OmegaConf.create(text)
 
 
-def _presets(files: Sequence[Path]) -> list[tuple[Path, str, DictConfig | ListConfig]]:
-    """``(file, text, node)`` of the ``experiment=`` presets among ``files``."""
-    return [(f, *_preset(f, f.stat().st_mtime_ns)) for f in files if f.parent.name == "experiment"]
+def _presets(files: Sequence[Chosen]) -> list[tuple[str, str, DictConfig | ListConfig]]:
+    """``(option, text, node)`` of the ``experiment=`` presets among ``files``."""
+    return [
+        (option, *_preset(f, f.stat().st_mtime_ns))
+        for group, option, f in files
+        if group == "experiment"
+    ]
 
 
 def _sweeper_params(node: DictConfig | ListConfig) -> DictConfig | None:
@@ -176,7 +200,7 @@ def _sweeper_params(node: DictConfig | ListConfig) -> DictConfig | None:
 
 
 def check_preset_data_keys(
-    args: Sequence[str], files: Sequence[Path], options: dict[str, type], sweep: bool = False
+    args: Sequence[str], files: Sequence[Chosen], options: dict[str, type], sweep: bool = False
 ) -> None:
     """The ``data.*`` keys an ``experiment=`` preset among ``files`` sets exist in the data
     option the command line chooses (``data=<option>``, each of a sweep's, and for a
@@ -190,17 +214,17 @@ def check_preset_data_keys(
     """
     data_keys = ("data", "hydra.sweeper.params.data") if sweep else ("data",)
     chosen = option_values([a for a in args if not a.startswith("-")], data_keys)
-    for file, text, parsed in _presets(files) if chosen else []:
+    for preset, text, parsed in _presets(files) if chosen else []:
         node = OmegaConf.to_container(parsed, resolve=False)
         top = isinstance(node, dict) and _package(text, "experiment") == ""  # (_global_)
         data = node.get("data") if top else None
         keys = _leaf_keys(data) if isinstance(data, dict) else []
         for choice, key in ((c, k) for c in chosen if c in options for k in keys):
             if not option_has(options[choice], key):
-                refuse_other_option(f"experiment={file.stem}'s data.{key}", key, choice, options)
+                refuse_other_option(f"experiment={preset}'s data.{key}", key, choice, options)
 
 
-def check_sweeper_param_keys(args: Sequence[str], files: Sequence[Path]) -> None:
+def check_sweeper_param_keys(args: Sequence[str], files: Sequence[Chosen]) -> None:
     """A ``hydra.sweeper.params`` override of Hydra's basic sweeper (no ``hydra/sweeper=``
     chosen) sets what an ``experiment=`` preset among ``files`` gives it: where none gives
     any, any form of it (``+``, ``{...}``) ended in a
@@ -230,16 +254,16 @@ def check_sweeper_param_keys(args: Sequence[str], files: Sequence[Path]) -> None
             raise ConfigError(f"{arg}: the preset's sweeper has no param {name}: add it, +{arg}")
 
 
-def preset_sweeps(files: Sequence[Path]) -> list[tuple[str, int]]:
+def preset_sweeps(files: Sequence[Chosen]) -> list[tuple[str, int]]:
     """``(preset, swept keys)`` of each ``experiment=`` preset among ``files`` that carries a
     sweep of its own (``hydra.sweeper.params``), which only a ``-m`` command runs (not one
     that sets ``hydra.mode: MULTIRUN`` itself)."""
     found = []
-    for file, _, node in _presets(files):
+    for preset, _, node in _presets(files):
         params = _sweeper_params(node)
         swept = str(OmegaConf.select(node, "hydra.mode", default="")) in MULTIRUN_MODES
         if params and not swept:  # (one that sets hydra.mode sweeps itself)
-            found.append((file.stem, len(params)))
+            found.append((preset, len(params)))
     return found
 
 
@@ -269,7 +293,7 @@ def _leaf_keys(node: object, prefix: str = "") -> list[str]:
     return keys
 
 
-def check_schema_feature_overrides(overrides: Sequence[str], files: Sequence[Path]) -> None:
+def check_schema_feature_overrides(overrides: Sequence[str], files: Sequence[Chosen]) -> None:
     """An override of a feature (``data.schema.sparse.<name>...``, no ``+``) names a feature
     of the schema file the command line chose (``data/schema=<option>``, in ``files``).
     Hydra's own error hinted ``+data.schema.sparse.itme...``, which adds a phantom feature
@@ -285,12 +309,12 @@ def check_schema_feature_overrides(overrides: Sequence[str], files: Sequence[Pat
     adders = ("data.schema", "data.schema.sparse", "data.schema.dense", "experiment")
     if any(k in adders for k in keys):
         return
-    schemas = [f for f in files if _is_schema(f)]
-    nodes = [OmegaConf.create(f.read_text(encoding="utf-8")) for f in schemas]
+    schemas = [c for c in files if c.group == _SCHEMA]
+    nodes = [OmegaConf.create(c.file.read_text(encoding="utf-8")) for c in schemas]
     if not nodes or any(not isinstance(n, DictConfig) or "defaults" in n for n in nodes):
         return
     features = list(dict.fromkeys(name for n in nodes for name in (n.get("sparse") or {})))
-    stems = ", ".join(f.stem for f in schemas)
+    stems = ", ".join(c.option for c in schemas)
     dense = [list(n.get("dense") or []) for n in nodes]
     for text in overrides:
         key = text.split("=", 1)[0]
@@ -328,11 +352,6 @@ def _check_dense_index(text: str, key: str, stems: str, dense: list[list]) -> No
         f"{text}: the schema {stems} has {count} dense column(s){listed}; to give others, "
         "set the whole list: 'data.schema.dense=[{column: ..., log1p: ...}, ...]'"
     )
-
-
-def _is_schema(file: Path) -> bool:
-    """Whether ``file`` is an option of the group ``data/schema``."""
-    return file.parent.name == "schema" and file.parent.parent.name == "data"
 
 
 def _head(text: str) -> str:
