@@ -116,6 +116,9 @@ def test_a_presets_data_keys_another_data_option_lacks_are_refused_before_hydra_
         check("experiment=mlperf_dcnv2", "data=criteo_multihot,criteo_npy")  # each of a sweep's
     with pytest.raises(ConfigError, match=r"precision_sweep's data.num_train_samples does not"):
         check("experiment=precision_sweep", "+hydra.sweeper.params.data=criteo_tsv")  # (review)
+    with pytest.raises(ConfigError, match=r"precision_sweep's data.num_train_samples does not"):
+        check("experiment=precision_sweep", '+hydra.sweeper.params.data="synthetic,criteo_tsv"')
+        # (quoted, the sweeper reads it as a sweep: it was one unknown option: review)
     with pytest.raises(ConfigError, match=r"dlrm_main_mlperf's data.mmap_mode does not apply"):
         check("experiment=dlrm_main_mlperf", "data=choice(criteo_tsv,criteo_npy)")  # (review)
     check("experiment=dlrm_main_mlperf", "data=glob(crit*)")  # left to Hydra (it raised: review)

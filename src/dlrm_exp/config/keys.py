@@ -297,6 +297,10 @@ def refuse_other_option(what: str, field: str, choice: str, options: dict[str, t
         )
 
 
+#: The keys of Hydra's basic sweeper's params (``hydra.sweeper.params.<key>``).
+_SWEEPER_PARAMS = "hydra.sweeper.params."
+
+
 def _parsed(overrides: Sequence[str]) -> tuple[tuple[str, Override], ...]:
     """``(text, Hydra's parsed override)`` of each of ``overrides`` that parses as one (a
     flag's value, ``--cfg job``'s ``job``, or a typo Hydra reports itself, does not); parsed
@@ -321,18 +325,24 @@ def option_values(overrides: Sequence[str], keys: Sequence[str]) -> list[str]:
     """The values the ``overrides`` give any of ``keys`` (``data=a``; each of a sweep's,
     ``a,b`` or ``choice(a,b)``, as Hydra parses them: a split at commas took
     ``choice(a`` for an option: diff review); deletions give none, nor a ``glob(...)``,
-    which Hydra expands only once its config loader exists (it raised here: diff review)."""
+    which Hydra expands only once its config loader exists (it raised here: diff review).
+    A ``hydra.sweeper.params.<key>`` value is read again as ``<key>=<value>``, as Hydra's
+    basic sweeper reads it: a quoted ``"a,b"`` is a sweep of two (it was one value: review)."""
     values = []
     for _, override in _parsed(overrides):
         if override.key_or_group not in keys or override.is_delete():
             continue
         try:  # (quotes stripped, as Hydra reads the value: 'tiny' named no file: review)
             given = override.sweep_iterator() if override.is_sweep_override() else []
-            values += [v.text if isinstance(v, QuotedString) else str(v) for v in given] or [
+            found = [v.text if isinstance(v, QuotedString) else str(v) for v in given] or [
                 str(override.value())
             ]
         except HydraException:  # (glob: left to Hydra)
             continue
+        param = override.key_or_group.removeprefix(_SWEEPER_PARAMS)
+        if param != override.key_or_group:
+            found = option_values([f"{param}={v}" for v in found], [param])
+        values += found
     return values
 
 
