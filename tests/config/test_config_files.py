@@ -208,6 +208,12 @@ def test_a_schema_no_folder_holds_names_config_dir_and_mode_schema(tmp_path, cli
     check_schema_choice(["data=parquet", "data/schema=shop"], folders)
     check_schema_choice(["data=parquet", "data/schema=criteo"], [conf_dir()])  # shipped
     check_schema_choice(["data=parquet", "experiment=mine"], folders)  # it may choose one
+    # each option of a sweep as Hydra parses it (choice(...) was skipped), quotes stripped
+    with pytest.raises(ConfigError, match=r"data/schema=shpo: no data/schema/shpo.yaml"):
+        check_schema_choice(["data=parquet", "data/schema=choice(shop,shpo)"], folders)
+    check_schema_choice(["data=parquet", "data/schema='shop'", "data/schema=glob(sh*)"], folders)
+    with pytest.raises(ConfigError, match="data=parquet reads its files by a feature schema"):
+        check_schema_choice(["data='parquet'"], folders)
     done = cli_here(["mode=plan", "data=parquet", "data/schema=shop", "data.path=x.parquet"])
     assert done.returncode == 1 and done.stderr.strip().splitlines()[-1].startswith(
         "Error: data/schema=shop: no data/schema/shop.yaml"

@@ -96,26 +96,29 @@ def check_schema_choice(args: Sequence[str], folders: Sequence[Path]) -> None:
     """``data/schema=<name>`` names a file one of the config ``folders`` holds, and
     ``data=parquet`` names a schema at all: Hydra's own errors for either name neither
     ``--config-dir`` nor ``mode=schema`` (a second day's run without the folder: review).
-    Skipped where something else may choose or hold one (a sweep function, an
-    ``experiment=``, a ``pkg://`` search path, a ``data/parquet.yaml`` of the user's own).
+    Skipped where something else may choose or hold one (an ``experiment=``, a ``pkg://``
+    search path, a ``data/parquet.yaml`` of the user's own); a ``glob(...)`` is left to Hydra.
 
     Raises:
         ConfigError: naming the schema, where it was looked for and how to make one.
     """
-    choices = dict(_choices(args))
-    if any("(" in o for o in choices.get("data/schema", [])) or "pkg://" in " ".join(args):
+    if "pkg://" in " ".join(args):
         return
+    chosen = set(dict(_choices(args)))
+    overrides = [a for a in args if not a.startswith("-")]
+    schemas, datas = option_values(overrides, ["data/schema"]), option_values(overrides, ["data"])
     make = (
         "a schema of your own lives in a folder given by --config-dir (mode=schema writes one "
         "from your files and prints the command that trains on it: python -m dlrm_exp "
         "mode=schema schema_scan.path=<files> schema_scan.name=<name>)"
     )
-    for name in choices.get("data/schema", []):
+    for name in schemas:  # (each of a sweep's, as Hydra parses them: choice(a,b) split at its
+        # comma was skipped, a quoted name refused)
         if not any((d / "data" / "schema" / f"{name}.yaml").is_file() for d in folders):
             where = ", ".join(str(d) for d in folders)
             raise ConfigError(f"data/schema={name}: no data/schema/{name}.yaml in {where}: {make}")
     own_option = any((d / "data" / "parquet.yaml").is_file() for d in folders[1:])
-    if "parquet" in choices.get("data", []) and not {"data/schema", "experiment"} & set(choices):
+    if "parquet" in datas and not {"data/schema", "experiment"} & chosen:
         if not own_option:
             raise ConfigError(
                 f"data=parquet reads its files by a feature schema: add data/schema=<name>; {make}"
