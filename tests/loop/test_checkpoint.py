@@ -500,6 +500,15 @@ def test_a_resume_from_another_run_over_an_abandoned_attempt(tmp_path):
     aside = tmp_path / "b" / "tensorboard_earlier_attempt"
     assert len(list(aside.glob("events.out.tfevents.*"))) == 1
     assert len(list((tmp_path / "b").glob("events.out.tfevents.*"))) == 1
+    # an attempt killed outright (kill -9: its events, no record, no checkpoint): its points
+    # before the checkpoint's step stayed in this run's curve (run-folder review)
+    (tmp_path / "c").mkdir()
+    shutil.copy(next(aside.glob("events.out.tfevents.*")), tmp_path / "c")
+    time.sleep(1.1)
+    run_train(compose_cfg([*run, step_4, "train.keep_best=false"]), tmp_path / "c", {})
+    killed = tmp_path / "c" / "tensorboard_earlier_attempt"
+    assert len(list(killed.glob("events.out.tfevents.*"))) == 1
+    assert len(list((tmp_path / "c").glob("events.out.tfevents.*"))) == 1
 
 
 def test_resume_auto_trains_an_interrupted_attempt_afresh_hiding_its_events(tmp_path):

@@ -139,7 +139,8 @@ def resume_from_checkpoint(
         run.resumed["started_from"] = state.started_from  # record said its own checkpoint)
     kept = kept if other else _finished_record(run, state, total_steps)
     if not run.replaces:  # (else the events are an abandoned attempt's: replace_attempt's)
-        _continue_history(tracker, state, int(saved["step"]), forgot)
+        own = in_run_folder(path, run.job.run_dir)
+        _continue_history(tracker, state, int(saved["step"]), forgot, own)
     if run.cfg.train.keep_best:  # another run's best: held here too; a stale one: removed
         source = Path(state.best_checkpoint) if state.best_checkpoint else None
         # nothing to train beside the completed record kept: the folder stays as it is
@@ -249,23 +250,30 @@ def replace_attempt(run: TrainRun, start: TrainerState | None, tracker: Tracker)
             log.warning("the earlier attempt's TensorBoard points moved to %s", aside)
 
 
-def _continue_history(tracker: Tracker, state: TrainerState, saved_step: int, forgot: bool) -> None:
+def _continue_history(
+    tracker: Tracker, state: TrainerState, saved_step: int, forgot: bool, own: bool
+) -> None:
     """The folder's TensorBoard points, for a job resumed at ``state.step`` from checkpoint
-    step ``saved_step``: those logged after the checkpoint hidden (logged again); where the
+    step ``saved_step`` (``own``: of this folder): those logged after the checkpoint hidden
+    (logged again); where the
     steps count other global batches (another world size or batch size), or the
     validations were of other rows (``forgot``: :func:`_forget_other_validations`; they
     stayed in the curve: diff review), all set aside into ``tensorboard_before_step_<n>/``
     (:meth:`Tracker.restart_history`) and the validations kept logged again in this job's
     steps. In a folder of its own (another run's checkpoint), the validations kept are logged
-    (:meth:`Tracker.log_history`)."""
+    (:meth:`Tracker.log_history`); points an attempt killed there left (no record, no
+    checkpoint: ``kill -9``, the OOM killer) are of no run this one continues, and go to
+    ``tensorboard_earlier_attempt/`` (they were hidden only after the checkpoint's step, and
+    the curve joined the two: run-folder review)."""
     rescaled = saved_step != state.step
-    if not (rescaled or forgot) and tracker.earlier:  # (a folder of its own: history logged)
+    if own and not (rescaled or forgot) and tracker.earlier:
         tracker.purge_from(state.step + 1)
         return
-    aside = tracker.restart_history(
-        f"tensorboard_before_step_{saved_step}", state.val_history, state.train_windows
-    )
-    if aside is not None and rescaled:
+    name = f"tensorboard_before_step_{saved_step}" if own else "tensorboard_earlier_attempt"
+    aside = tracker.restart_history(name, state.val_history, state.train_windows)
+    if aside is not None and not own:
+        log.warning("an earlier attempt's TensorBoard points in this folder moved to %s", aside)
+    elif aside is not None and rescaled:
         log.warning(
             "the checkpoint's step %d is this job's step %d (another world size or batch "
             "size): TensorBoard's earlier points, in its steps, moved to %s; the validations "
