@@ -165,12 +165,17 @@ def test_line_numbers_continue_across_files(tmp_path):
     assert report.rows_read == 4 and report.rows_valid == 3
 
 
-def test_folder_is_its_files_sorted(tmp_path):
+def test_folder_is_its_files_sorted(tmp_path, monkeypatch):
     write(tmp_path / "day_1.tsv", [row("1")])
     write(tmp_path / "day_0.tsv", [row("0")])
     (tmp_path / ".hidden").write_text("ignored")
     files = resolve_paths([str(tmp_path)], "data.path")
     assert [f.name for f in files] == ["day_0.tsv", "day_1.tsv"]
+    # named relative to where the job started, the files are recorded absolute (metrics.json's
+    # data.read.files named them as typed, from a folder no record kept: run-folder review)
+    (tmp_path / "sub").mkdir()
+    monkeypatch.chdir(tmp_path / "sub")
+    assert resolve_paths(["../day_0.tsv"], "data.path") == [tmp_path / "day_0.tsv"]
     data, _ = read_files(files, SCHEMA, 5)
     assert data.labels.tolist() == [0.0, 1.0]
 

@@ -7,12 +7,16 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 
 from dlrm_exp.errors import DataError
+from dlrm_exp.util.files import absolute_path
 
 
 def resolve_paths(
     paths: Iterable[str], key: str, folder_files: str | None = None, globs: bool = False
 ) -> list[Path]:
-    """Files named by ``paths``, in the order given.
+    """Files named by ``paths``, in the order given, as absolute paths
+    (:func:`~dlrm_exp.util.files.absolute_path`: ``metrics.json``'s ``data.read.files`` and
+    predictions' ``file`` named them as typed, relative to a folder no record kept, while the
+    checkpoint recorded them absolute: run-folder review).
 
     Args:
         paths: files, folders (and, with ``globs``, glob patterns).
@@ -51,7 +55,7 @@ def resolve_paths(
         else:
             what = "file, folder or glob match" if globs else "file or folder"
             raise DataError(f"{key}: no such {what}: {raw} (from {os.getcwd()})")
-    return files
+    return [absolute_path(str(f)) for f in files]
 
 
 def refuse_repeated(files_by_key: Mapping[str, Sequence[Path]]) -> None:

@@ -44,7 +44,6 @@ training-window metrics are the uninterrupted run's.
 
 import json
 import logging
-import os
 import pickle
 import re
 import shutil
@@ -77,6 +76,7 @@ from dlrm_exp.record.run_record import (
 )
 from dlrm_exp.record.runs import recorded_checkpoint, recorded_mode
 from dlrm_exp.util.files import (
+    absolute_path,
     out_of_space,
     read_json_object,
     sync_file,
@@ -663,19 +663,6 @@ def _load_rank_file(path: Path, file: Path, what: str) -> Any:
             f"{path}: {what} {file.name} cannot be read ({why}): resume from an earlier "
             "checkpoint (train.resume=<its folder>), or remove this one"
         ) from None
-
-
-def absolute_path(location: str) -> Path:
-    """``location`` (``~`` expanded) as an absolute path, as records name a checkpoint (a
-    relative one named nothing from another folder: review): its ``..`` folded where that
-    names the same folder (through a symlinked folder, ``link/..`` is the link target's
-    parent, which text folding missed: diff review), else kept; symlinks kept."""
-    typed = Path(location).expanduser().absolute()
-    folded = Path(os.path.abspath(typed))
-    if folded == typed:  # (no ..)
-        return typed
-    same = folded.exists() and typed.exists() and folded.resolve() == typed.resolve()
-    return folded if same else typed
 
 
 def resolve_resume(resume: str, run_dir: Path) -> Path | None:

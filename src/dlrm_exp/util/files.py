@@ -15,6 +15,19 @@ from typing import IO, Any
 from dlrm_exp.errors import ConfigError
 
 
+def absolute_path(location: str) -> Path:
+    """``location`` (``~`` expanded) as an absolute path, as records name a checkpoint or a
+    data file (a relative one named nothing from another folder: review): its ``..`` folded
+    where that names the same folder (through a symlinked folder, ``link/..`` is the link
+    target's parent, which text folding missed: diff review), else kept; symlinks kept."""
+    typed = Path(location).expanduser().absolute()
+    folded = Path(os.path.abspath(typed))
+    if folded == typed:  # (no ..)
+        return typed
+    same = folded.exists() and typed.exists() and folded.resolve() == typed.resolve()
+    return folded if same else typed
+
+
 def json_safe(value: Any) -> Any:
     """``value`` as :func:`write_json_atomic` writes it: a non-finite float is ``null``
     (JSON has no ``inf`` or ``nan``), an enum its value, a mapping's keys text, a tuple a
