@@ -73,6 +73,10 @@ def test_on_cuda_the_allocator_history_covers_the_recorded_steps_only(tmp_path, 
     ]
     profiled(1)  # training ended in the wait steps: no history started, no empty snapshot
     assert calls == [] and dumped == []
+    # this run's files only: not another rank count's, nor, untraced, an earlier trace (re-read)
+    (tmp_path / "profile" / "rss_rank1.csv").write_text("step,seconds,rss_bytes\n")
+    assert profile_files(tmp_path, ranks=1, traced=False) == ["profile/rss_rank0.csv"]
+    assert len(profile_files(tmp_path, ranks=2)) == 4 and len(profile_files(tmp_path)) == 4
 
 
 def test_throughput_leaves_out_steps_not_counted():

@@ -701,11 +701,10 @@ def _steps_text(metrics: RunMetrics) -> str:
 def _profile_record(run: TrainRun, traced: bool) -> list[str]:
     """The ``train.profile`` files of the run record (rank 0's; none without profiling): the
     traces only where this run wrote them (a resumed run that recorded none listed, and its
-    summary counted, the earlier attempt's: diff review)."""
+    summary counted, the earlier attempt's: diff review), and only its ranks' files."""
     if not (run.cfg.train.profile and run.ctx.is_main):
         return []
-    files = profile_files(run.job.run_dir)
-    return files if traced else [name for name in files if not name.endswith(TRACE_SUFFIX)]
+    return profile_files(run.job.run_dir, run.ctx.world_size, traced)
 
 
 def profile_line(files: list[str], run_dir: Path) -> str:

@@ -34,11 +34,26 @@ TRACE_SUFFIX = ".pt.trace.json"
 RSS_COLUMNS = ("step", "seconds", "rss_bytes")
 
 
-def profile_files(run_dir: Path) -> list[str]:
+def profile_files(run_dir: Path, ranks: int | None = None, traced: bool = True) -> list[str]:
     """The files every rank's profiler wrote, relative to ``run_dir``, sorted (not a hidden
-    temporary file a killed export left)."""
+    temporary file a killed export left); with ``ranks``, only the names a run of that many
+    ranks writes (:func:`rank_files`, traces and CUDA memory histories only where it
+    ``traced``): an earlier attempt's on more ranks, or its traces, were listed as this
+    run's (re-read)."""
     found = (run_dir / PROFILE_DIR).glob("*")
-    return sorted(str(p.relative_to(run_dir)) for p in found if not p.name.startswith("."))
+    names = {n for r in range(ranks or 0) for n in rank_files(r, traced)}
+    return sorted(
+        str(p.relative_to(run_dir))
+        for p in found
+        if not p.name.startswith(".") and (ranks is None or p.name in names)
+    )
+
+
+def rank_files(rank: int, traced: bool = True) -> list[str]:
+    """The names of the files rank ``rank``'s profiler writes (module docs): its resident
+    set's, and where it ``traced``, its trace and (on CUDA) its allocator history."""
+    recorded = [f"rank{rank}{TRACE_SUFFIX}", f"cuda_memory_rank{rank}.pickle"]
+    return [f"rss_rank{rank}.csv", *(recorded if traced else [])]
 
 
 def _all_threads() -> Any:
@@ -135,16 +150,17 @@ class StepProfiler:
         self.enabled = False
         self._profiler.stop()
         rows = [dict(zip(RSS_COLUMNS, row, strict=True)) for row in self._rss]
-        write_csv_atomic(self.dir / f"rss_rank{self.rank}.csv", list(RSS_COLUMNS), rows)
+        rss, _, history = rank_files(self.rank)
+        write_csv_atomic(self.dir / rss, list(RSS_COLUMNS), rows)
         if self._history:  # not when training ended in the wait steps: nothing recorded
             # written aside: a crash never leaves a truncated file under the name metrics.json
             # lists, nor truncates a resumed run's earlier one before the new one is complete
-            write_via(self.dir / f"cuda_memory_rank{self.rank}.pickle",
+            write_via(self.dir / history,
                       lambda tmp: torch.cuda.memory._dump_snapshot(str(tmp)), ".tmp")  # fmt: skip
             torch.cuda.memory._record_memory_history(enabled=None)
             self._history = False
 
     def _write_trace(self, prof: profile) -> None:
-        path = self.dir / f"rank{self.rank}{TRACE_SUFFIX}"
+        path = self.dir / rank_files(self.rank)[1]
         write_via(path, lambda tmp: prof.export_chrome_trace(str(tmp)), ".tmp")  # seconds
         self.traced = True
