@@ -81,6 +81,11 @@ def test_a_cpu_plan_names_the_ddr_its_tables_use(tmp_path):
     assert re.search(r"largest rank: \d\.\d\d MiB of 2\.00 GiB DDR", text)
     assert re.search(r"total embedding storage: \d\.\d\d MiB fp32 weights \+ ", text)
     assert "\nrank   DDR MiB " in text
+    # one threshold for the table and the lines (a 50 MiB plan's table said MiB, its lines
+    # 0.05 GiB: re-read)
+    from dlrm_exp.modes.plan import _gib
+
+    assert (_gib(0.05), _gib(0.1), _gib(0.05, bare=True)) == ("51.20 MiB", "0.10 GiB", "51.20 MiB")
     # data_parallel tables are held whole by every rank: the total says so
     dp = ["mode=plan", "hardware.ddr_cap=2", "hardware.nproc_per_node=2", "sharding=dataparallel"]
     record = run_plan(compose_cfg(dp), tmp_path)

@@ -22,7 +22,7 @@ from dlrm_exp.planning.estimates import imbalance
 from dlrm_exp.planning.job import plan_job, tables_storage
 from dlrm_exp.planning.plan_record import plan_record, plan_text, replicated_tables
 from dlrm_exp.planning.planner import usable_bytes
-from dlrm_exp.planning.storage import GIB
+from dlrm_exp.planning.storage import GIB, IN_MIB_BELOW, MIB
 from dlrm_exp.planning.tables import table_configs
 from dlrm_exp.planning.topology import memory_capacity
 from dlrm_exp.util.files import write_json_atomic, write_text_atomic
@@ -155,7 +155,7 @@ def _rank_lines(record: dict[str, Any]) -> list[str]:
         kinds_ratio = list(kinds)
     else:
         return []
-    unit, scale = ("GiB", GIB) if max(max(held[k]) for k in kinds) >= GIB / 10 else ("MiB", MIB)
+    unit, scale = ("GiB", GIB) if max(max(held[k]) for k in kinds) >= IN_MIB_BELOW else ("MiB", MIB)
     columns = [f"{k.upper()} {unit}" for k in kinds] + list(head)
     lines = [f"{'rank':>4} " + " ".join(f"{c:>9}" for c in columns)]
     for rank, row in enumerate(times):
@@ -187,14 +187,10 @@ def _largest(hw: dict[str, Any], held: dict[str, list[float]]) -> str:
     return "; ".join(parts)
 
 
-#: Bytes in a MiB: sizes below 0.01 GiB are said in MiB (a small model's plan read 0.00 GiB
-#: everywhere: planning review).
-MIB = 2**20
-
-
 def _gib(gib: float, bare: bool = False) -> str:
-    """``gib`` GiB as text: ``19.22 GiB``, or below 0.01 GiB in MiB (``0.37 MiB``); ``bare``:
+    """``gib`` GiB as text: ``19.22 GiB``, or below a tenth of a GiB in MiB (``0.37 MiB``; as
+    the per-rank table: at 0.01 GiB the two disagreed for a 50 MiB plan: re-read); ``bare``:
     a GiB amount without its unit (``19.22``, beside a capacity that says it)."""
-    if 0 < gib < 0.01:
+    if 0 < gib * GIB < IN_MIB_BELOW:
         return f"{gib * GIB / MIB:.2f} MiB"
     return f"{gib:.2f}" if bare else f"{gib:.2f} GiB"

@@ -11,6 +11,10 @@ from dataclasses import dataclass
 from dlrm_exp.config import EmbeddingDataType, SparseOptimizer
 
 GIB = 2**30
+MIB = 2**20
+#: Sizes (bytes) below this are said in MiB: a small model's plan read 0.00 GiB everywhere
+#: (planning review).
+IN_MIB_BELOW = GIB / 10
 FP32_BYTES = 4
 
 
