@@ -107,7 +107,8 @@ def test_a_cpu_plan_names_the_ddr_its_tables_use(tmp_path):
     held = again["held_per_rank"]["ddr"]
     assert sum(held) / GIB == pytest.approx(storage["held_on_all_ranks_gib"]) and held[0] == held[1]
     replayed = summary(again, tmp_path)
-    assert f"largest rank: {held[0] / 2**20:.2f} MiB of 2.00 GiB DDR, of which the " in replayed
+    largest = f"largest rank: {held[0] / 2**20:.2f} MiB of 2.00 GiB DDR on rank 0, of which the "
+    assert largest in replayed
     assert "no perf estimate" in replayed and "HBM" not in replayed  # (a CPU's: diff review)
     assert "imbalance (max / mean over ranks): DDR 1.00\n" in replayed
     record = run_plan(compose_cfg([*dp[:3], "sharding=rowwise"]), tmp_path)
@@ -470,11 +471,12 @@ def test_the_largest_rank_of_a_uvm_plan_names_its_host_memory_too():
     device = {"hbm": [2 * GIB, GIB], "ddr": [0, 0]}
     assert (
         _largest(gpu, device)
-        == "2.00 of 40.00 GiB HBM, of which the planner gives the tables 34.00"
+        == "2.00 of 40.00 GiB HBM on rank 0, of which the planner gives the tables 34.00"
     )
-    uvm = {"hbm": [GIB, GIB], "ddr": [80 * GIB, 0]}
-    assert _largest(gpu, uvm).endswith(
-        "; 80.00 of 144.00 GiB DDR, of which the planner gives the tables 122.40"
+    uvm = {"hbm": [GIB, 2 * GIB], "ddr": [80 * GIB, 0]}  # (two ranks: each part names its own)
+    assert _largest(gpu, uvm) == (
+        "2.00 of 40.00 GiB HBM on rank 1, of which the planner gives the tables 34.00; "
+        "80.00 of 144.00 GiB DDR on rank 0, of which the planner gives the tables 122.40"
     )
     cpu = {"hbm_cap_gib_per_rank": 0.0, "ddr_cap_gib_per_rank": 2.0}
     assert _largest(cpu, {"hbm": [0], "ddr": [GIB]}).startswith("1.00 of 2.00 GiB DDR, ")

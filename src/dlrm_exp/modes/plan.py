@@ -173,16 +173,18 @@ def _largest(hw: dict[str, Any], held: dict[str, list[float]]) -> str:
     """The largest rank's bytes (``held``: per memory kind, bytes per rank) against each
     rank's memory and what the planner gives the tables of it: the HBM on a GPU, beside the
     DDR where tables keep rows there (UVM kernels: their host memory went unsaid: review), the
-    DDR on CPU."""
+    DDR on CPU; each names its rank where there are several (the largest HBM and the largest
+    DDR can be two ranks: planning review)."""
     kinds = ["hbm", "ddr"] if hw["hbm_cap_gib_per_rank"] and max(held["ddr"]) else []
     kinds = kinds or (["hbm"] if hw["hbm_cap_gib_per_rank"] else ["ddr"])
     parts = []
     for kind in kinds:
-        cap = hw[f"{kind}_cap_gib_per_rank"]
+        cap, sizes = hw[f"{kind}_cap_gib_per_rank"], held[kind]
+        rank = max(range(len(sizes)), key=sizes.__getitem__)
+        on = f" on rank {rank}" if len(sizes) > 1 else ""
         parts.append(  # (13.57 of 16 GiB read as room; the planner's limit is 13.60: review)
-            f"{_gib(max(held[kind]) / GIB, bare=True)} of {cap:.2f} GiB {kind.upper()}, of "
-            "which the "
-            f"planner gives the tables {usable_bytes(cap):.2f}"
+            f"{_gib(sizes[rank] / GIB, bare=True)} of {cap:.2f} GiB {kind.upper()}{on}, of "
+            f"which the planner gives the tables {usable_bytes(cap):.2f}"
         )
     return "; ".join(parts)
 
