@@ -44,6 +44,7 @@ from dlrm_exp.config.config_files import (
     config_dirs,
     preset_sweeps,
 )
+from dlrm_exp.config.enum_values import check_enum_values
 from dlrm_exp.config.keys import check_data_option_keys, check_override_keys
 from dlrm_exp.config.store import DATA_OPTIONS
 from dlrm_exp.distributed.env import (
@@ -680,6 +681,7 @@ def _check_keys_and_files(args: list[str]) -> None:
     check_option_file_keys(own, Config)
     overrides = [a for a in args if not a.startswith("-")]
     check_override_keys(overrides, Config)
+    check_enum_values(overrides, Config)
     if _other_primary_config(args):  # its defaults may add features and pick other data
         return
     check_schema_choice(args, [conf_dir(), *dirs])

@@ -177,7 +177,7 @@ def check_override_keys(overrides: Sequence[str], root: type) -> None:
     Raises:
         ConfigError: an unknown key, naming the closest known one.
     """
-    for text, override in _parsed(overrides):
+    for text, override in parsed_overrides(overrides):
         key = override.key_or_group
         if not key:  # "=256": a value without its key
             raise ConfigError(f"the override {text!r} names no key (key=value)")
@@ -259,7 +259,7 @@ def check_data_option_keys(overrides: Sequence[str], options: dict[str, type]) -
     Raises:
         ConfigError: naming the key, the chosen option and the options that have the key.
     """
-    parsed = [override for _, override in _parsed(overrides)]
+    parsed = [override for _, override in parsed_overrides(overrides)]
     choice = None
     for o in parsed:
         others = ("experiment", "hydra.sweeper.params.data")  # may choose another option
@@ -301,10 +301,10 @@ def refuse_other_option(what: str, field: str, choice: str, options: dict[str, t
 _SWEEPER_PARAMS = "hydra.sweeper.params."
 
 
-def _parsed(overrides: Sequence[str]) -> tuple[tuple[str, Override], ...]:
+def parsed_overrides(overrides: Sequence[str]) -> tuple[tuple[str, Override], ...]:
     """``(text, Hydra's parsed override)`` of each of ``overrides`` that parses as one (a
     flag's value, ``--cfg job``'s ``job``, or a typo Hydra reports itself, does not); parsed
-    once for both checks of a command line (:func:`_parsed_once`)."""
+    once for the checks of a command line (:func:`_parsed_once`)."""
     return _parsed_once(tuple(overrides))
 
 
@@ -329,7 +329,7 @@ def option_values(overrides: Sequence[str], keys: Sequence[str]) -> list[str]:
     A ``hydra.sweeper.params.<key>`` value is read again as ``<key>=<value>``, as Hydra's
     basic sweeper reads it: a quoted ``"a,b"`` is a sweep of two (it was one value: review)."""
     values = []
-    for _, override in _parsed(overrides):
+    for _, override in parsed_overrides(overrides):
         if override.key_or_group not in keys or override.is_delete():
             continue
         try:  # (quotes stripped, as Hydra reads the value: 'tiny' named no file: review)
