@@ -636,12 +636,19 @@ def _continue_hint() -> str:
 
 
 @contextmanager
-def _one_line_refusal() -> Iterator[None]:
-    """A user mistake raised in the block is one ``Error:`` line and exit status 1."""
+def _one_line_refusal(ranks_known: bool = True) -> Iterator[None]:
+    """A user mistake raised in the block is one ``Error:`` line and exit status 1; under
+    torchrun printed by rank 0 alone and recorded for the elastic agent
+    (:func:`_report_refusal`: every rank printed it, and torchrun's summary said
+    ``error_file: <N/A>``: launch review). ``ranks_known=False``: before the launcher's
+    environment is checked (a rank that is no number), every process prints it."""
     try:
         yield
     except UserError as err:
-        print(f"Error: {err}", file=sys.stderr)
+        if ranks_known:
+            _report_refusal(err)
+        else:
+            print(f"Error: {err}", file=sys.stderr)
         sys.exit(1)
 
 
@@ -705,8 +712,8 @@ def main() -> None:
     """Console-script entry (``dlrm-exp``); a sweep with a failed job exits 1."""
     global _job_folder
     _job_folder = None  # (a second call in one process: not the first one's folder)
-    with _one_line_refusal():  # every later env_rank() reads a number (a bad one was a raw
-        check_launcher_env()  # traceback: review)
+    with _one_line_refusal(ranks_known=False):  # every later env_rank() reads a number (a
+        check_launcher_env()  # bad one was a raw traceback: review)
     if env_rank() > 0 and "MASTER_ADDR" in os.environ:
         sys.argv += list(_QUIET_RANK_OVERRIDES)
     if _completing(sys.argv[1:]):  # its "overrides" (install=bash, query=...) are Hydra's

@@ -265,6 +265,13 @@ def test_a_sweep_under_torchrun_is_refused(tmp_path, cli_here, monkeypatch):
     done = cli_here(["-m", "seed=0,1", f"hydra.sweep.dir={tmp_path / 'sweep'}"])
     assert done.returncode == 1 and "a -m sweep starts its own jobs: run it without" in done.stderr
     assert not (tmp_path / "sweep").exists()
+    # rank 1 prints nothing (each rank printed the line) and records it for torchrun's
+    # summary (error_file: <N/A>: launch review)
+    monkeypatch.setenv("RANK", "1")
+    monkeypatch.setenv("TORCHELASTIC_ERROR_FILE", str(tmp_path / "error_1.json"))
+    other = cli_here(["-m", "seed=0,1", f"hydra.sweep.dir={tmp_path / 'sweep'}"])
+    assert other.returncode == 1 and "Error" not in other.stderr
+    assert "a -m sweep starts its own jobs" in (tmp_path / "error_1.json").read_text()
 
 
 def test_a_presets_swept_keys_count_beside_the_command_lines(tmp_path):
