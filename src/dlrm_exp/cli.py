@@ -42,6 +42,7 @@ from dlrm_exp.config.config_files import (
     check_sweeper_param_keys,
     chosen_files,
     config_dirs,
+    preset_choice,
     preset_sweeps,
 )
 from dlrm_exp.config.enum_values import check_enum_values
@@ -695,7 +696,7 @@ def _check_keys_and_files(args: list[str]) -> None:
     # the shipped options too: their features are the ones an override names
     every = chosen_files(args, [conf_dir(), *dirs])
     check_schema_feature_overrides(overrides, every)
-    check_data_option_keys(overrides, DATA_OPTIONS)
+    check_data_option_keys(overrides, DATA_OPTIONS, preset_choice(every, "data"))
     sweep = _is_multirun(args)
     check_preset_data_keys(args, every, DATA_OPTIONS, sweep)
     check_sweeper_param_keys(args, every)

@@ -61,7 +61,7 @@ def test_an_appended_key_is_refused_after_compose():
     with pytest.raises(ConfigError, match="unknown config key data.nope"):
         check_composed_keys(compose_raw(["++data.nope=1"]), Config)
     # a key of another data option: named as such, not suggested as its own fix
-    other_option = r"data.path does not apply to the chosen data option \(SyntheticDataConfig\)"
+    other_option = r"data.path does not apply to the chosen data option \(synthetic: Synthetic"
     with pytest.raises(ConfigError, match=other_option):
         check_composed_keys(compose_raw(["+data.path=foo"]), Config)
     # a field appended to a typed list item (what Hydra's own error suggests for a typo)
@@ -94,6 +94,23 @@ def test_a_key_of_another_data_option_is_refused_before_hydra_composes():
     check("experiment=dlrm_main_mlperf", "data.path=x")  # the experiment may choose the data
     check("data=criteo_tsv,parquet", "data.path=x")  # a sweep over data: each job composes
     check("hydra.sweeper.params.data=criteo_tsv,parquet", "data.path=x")  # so does the sweeper's
+    # the data option the chosen presets choose (they were skipped, and Hydra's advice to
+    # add + was then refused naming a class: configuration review)
+    from dlrm_exp.config.conf_tree import conf_dir
+    from dlrm_exp.config.config_files import chosen_files, preset_choice
+
+    def preset_data(*args):
+        return preset_choice(chosen_files(list(args), [conf_dir()]), "data")
+
+    assert preset_data("experiment=mlperf_dcnv2") == "criteo_multihot"
+    assert preset_data("experiment=fast") is None  # (chooses no data: the default's)
+    assert preset_data("-m", "experiment=mlperf_dcnv2,dlrm_main_mlperf") is None  # two
+    multihot = r"data.val_path does not apply to the chosen data option \(criteo_multihot: "
+    with pytest.raises(ConfigError, match=multihot + r".*\(data=criteo_tsv, data=parquet\)"):
+        check_data_option_keys(["experiment=mlperf_dcnv2", "data.val_path=x"], DATA_OPTIONS,
+                               preset_data("experiment=mlperf_dcnv2"))  # fmt: skip
+    with pytest.raises(ConfigError, match=multihot + r".*\(data=criteo_tsv, data=parquet\)"):
+        check_composed_keys(compose_raw(["experiment=mlperf_dcnv2", "+data.val_path=x"]), Config)
 
 
 def test_a_presets_data_keys_another_data_option_lacks_are_refused_before_hydra_composes():

@@ -196,6 +196,20 @@ def _presets(files: Sequence[Chosen]) -> list[tuple[str, str, DictConfig | ListC
     ]
 
 
+def preset_choice(files: Sequence[Chosen], group: str) -> str | None:
+    """The option of ``group`` the ``experiment=`` presets among ``files`` choose in their
+    defaults lists (``- override /data: criteo_multihot``); None where none does, or they
+    choose different ones (a sweep over presets)."""
+    found = set()
+    for _, _, node in _presets(files):
+        defaults = node.get("defaults") if isinstance(node, DictConfig) else None
+        for entry in defaults if isinstance(defaults, ListConfig) else []:
+            for key, option in entry.items() if isinstance(entry, DictConfig) else []:
+                if str(key).removeprefix("override").strip().lstrip("/") == group:
+                    found.add(str(option))
+    return found.pop() if len(found) == 1 else None
+
+
 def _sweeper_params(node: DictConfig | ListConfig) -> DictConfig | None:
     """A preset's ``hydra.sweeper.params`` (None: it gives none)."""
     params = OmegaConf.select(node, "hydra.sweeper.params", default=None)

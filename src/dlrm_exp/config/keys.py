@@ -249,12 +249,17 @@ def _refuse_value_for_group(key: str, known: set[str], value: str) -> None:
         )
 
 
-def check_data_option_keys(overrides: Sequence[str], options: dict[str, type]) -> None:
+def check_data_option_keys(
+    overrides: Sequence[str], options: dict[str, type], preset_data: str | None = None
+) -> None:
     """Refuse a ``data.<key>`` override that the chosen data option lacks (``data.path`` with
     the default ``data=synthetic``), before Hydra composes: its own error suggests
     ``+data.path``, which the composed-key check then refuses. The option is the command
-    line's ``data=<option>``, else the group default of ``conf/config.yaml``; nothing is
-    checked when an ``experiment=`` or a sweep over ``data`` may choose another.
+    line's ``data=<option>``, else the one the chosen ``experiment=`` presets choose
+    (``preset_data``: ``experiment=mlperf_dcnv2``'s ``criteo_multihot``; they were skipped,
+    and Hydra's advice to add ``+`` was then refused: configuration review), else the group
+    default of ``conf/config.yaml``; nothing is checked when presets that choose none or
+    several, or a sweep over ``data``, may choose another.
 
     Raises:
         ConfigError: naming the key, the chosen option and the options that have the key.
@@ -262,12 +267,13 @@ def check_data_option_keys(overrides: Sequence[str], options: dict[str, type]) -
     parsed = [override for _, override in parsed_overrides(overrides)]
     choice = None
     for o in parsed:
-        others = ("experiment", "hydra.sweeper.params.data")  # may choose another option
-        if o.key_or_group in others or (o.key_or_group == "data" and o.is_sweep_override()):
-            return
+        preset = o.key_or_group == "experiment" and preset_data is None
+        swept = o.key_or_group == "data" and o.is_sweep_override()
+        if preset or swept or o.key_or_group == "hydra.sweeper.params.data":
+            return  # (may choose another option)
         if o.key_or_group == "data" and not o.is_delete():
             choice = str(o.value())
-    choice = choice or _group_default("data")  # conf/config.yaml read only without data=
+    choice = choice or preset_data or _group_default("data")  # (config.yaml read only then)
     if choice not in options:
         return  # an unknown option: Hydra names it
     for o in parsed:
@@ -433,6 +439,12 @@ def check_composed_keys(raw: DictConfig, root: type) -> None:
         parent = key.rsplit(".", 1)[0]
         chosen = OmegaConf.get_type(OmegaConf.select(raw, parent))
         name = chosen.__name__ if chosen is not None else parent
+        if parent == "data":  # the options that have it (it said "data=<option>": review)
+            from dlrm_exp.config.store import DATA_OPTIONS
+
+            option = next((n for n, c in DATA_OPTIONS.items() if c is chosen), name)
+            options = {**DATA_OPTIONS, option: chosen}
+            refuse_other_option(f"config key {key}", key.removeprefix("data."), option, options)
         raise ConfigError(
             f"config key {key} does not apply to the chosen {parent} option ({name}): choose "
             f"an option that has it ({parent}=<option>; python -m dlrm_exp --help lists them)"
