@@ -378,3 +378,12 @@ def test_sweeper_params_without_a_preset_that_gives_them_are_one_line(cli_here, 
     done = cli_here(["-m", 'hydra.sweeper.params.seed="0,1"', "mode=plan",
                      f"hydra.sweep.dir={tmp_path}"])  # fmt: skip
     assert done.returncode == 1 and "Traceback" not in done.stderr
+
+
+def test_a_key_the_config_fills_itself_is_refused_naming_what_sets_it():
+    """``model.tables`` given on the command line replaced the 26 Criteo tables by one without
+    a word, or failed deep in TorchRec (configuration review)."""
+    for override in ("model.tables=[]", "+model.tables.0.name=t"):
+        with pytest.raises(ConfigError, match=r"model.tables.* is filled by the config, not set: "
+                           r"the tables come from the data's feature schema"):  # fmt: skip
+            check_override_keys([override], Config)

@@ -48,6 +48,14 @@ ALIASES = {
 }
 #: Config groups and other selectors whose override chooses an option, not a key.
 SELECTORS = set(GROUPS)
+#: Keys the config fills itself, with what sets them instead: ``model.tables`` given on the
+#: command line replaced the 26 Criteo tables by one without a word (configuration review).
+DERIVED = {
+    "model.tables": (
+        "the tables come from the data's feature schema (data/schema=<name>, with data=parquet "
+        "or data=criteo_tsv) or, for Criteo-shaped arrays, model.num_embeddings_per_feature"
+    ),
+}
 
 
 def _is_dataclass_type(tp: object) -> bool:
@@ -210,11 +218,15 @@ def check_key(
     one plain value (no sweep, no ``{...}`` / ``[...]``), refused for a group of settings.
 
     Raises:
-        ConfigError: the unknown key, naming the closest known one.
+        ConfigError: the unknown key, naming the closest known one; a key the config fills
+            itself (:data:`DERIVED`), naming what sets it.
     """
     known, open_maps = _schema_keys_of(root)
     if key.split(".")[0] == "hydra" or "/" in key or key in SELECTORS:
         return
+    derived = [k for k in DERIVED if key == k or key.startswith(f"{k}.")]
+    if derived:
+        raise ConfigError(f"{key} is filled by the config, not set: {DERIVED[derived[0]]}")
     if key in known:
         if scalar:
             _refuse_value_for_group(key, known, value)
