@@ -387,3 +387,26 @@ def test_a_key_the_config_fills_itself_is_refused_naming_what_sets_it():
         with pytest.raises(ConfigError, match=r"model.tables.* is filled by the config, not set: "
                            r"the tables come from the data's feature schema"):  # fmt: skip
             check_override_keys([override], Config)
+
+
+@pytest.mark.parametrize(
+    ("override", "fix"),
+    [
+        ("experiment=null", "leave it out (or ~experiment) to run without a preset"),
+        (
+            "experiment=null,fast",
+            "leave it out (or ~experiment) to run without a preset; a "
+            "sweep with and without one is two commands",
+        ),
+        ("model=null", "choose one of its options (python -m dlrm_exp --help lists the model"),
+        ("data/schema=null", "choose one of its options"),
+    ],
+)
+def test_a_null_group_choice_is_one_line(override, fix):
+    """Hydra's own error was a 25-line traceback ("Config group override must be a string or
+    a list. Got NoneType"), also for experiment=null, conf/config.yaml's default
+    (configuration review)."""
+    with pytest.raises(ConfigError, match=re.escape(f"{override}: a config group's choice "
+                                                    f"cannot be null: {fix}")):  # fmt: skip
+        check_override_keys([override], Config)
+    check_override_keys(["~experiment"], Config)

@@ -201,11 +201,38 @@ def check_override_keys(overrides: Sequence[str], root: type) -> None:
             )
         if override.is_delete():
             continue
+        if key in SELECTORS or "/" in key:  # (data/schema, hydra/launcher: groups too)
+            _refuse_null_choice(text, key, override)
         scalar = override.value_type == ValueType.ELEMENT and not isinstance(
             override.value(), (dict, list)
         )  # (a sweep, choice({...}), or Hydra's {...} / [...] forms set a group: review)
         value = text.split("=", 1)[-1]
         check_key(key, root, added=override.is_add(), value=value, scalar=scalar)
+
+
+def _refuse_null_choice(text: str, group: str, override: Override) -> None:
+    """Refuse ``group=null`` (alone or in a sweep): Hydra's own error was a 25-line traceback
+    ("Config group override must be a string or a list. Got NoneType"; configuration
+    review), also for ``experiment=null``, the default ``conf/config.yaml`` writes.
+
+    Raises:
+        ConfigError: naming how to choose none (a preset) or an option (another group).
+    """
+    try:
+        values = list(override.sweep_iterator()) if override.is_sweep_override() else []
+        values = values or [override.value()]
+    except HydraException:  # (glob(...): left to Hydra)
+        return
+    if any(v is None for v in values):
+        listed = f" (python -m dlrm_exp --help lists the {group} options)"
+        listed = listed if group in GROUPS else ""
+        fix = (
+            "leave it out (or ~experiment) to run without a preset; a sweep with and without "
+            "one is two commands"
+            if group == "experiment"
+            else f"choose one of its options{listed}"
+        )
+        raise ConfigError(f"{text}: a config group's choice cannot be null: {fix}")
 
 
 def check_key(
