@@ -129,6 +129,10 @@ RULES = [
     (["model.dense_arch_layer_sizes=[]"], r"dense_arch_layer_sizes must list at least one"),
     (["model.over_arch_layer_sizes=[64,-1,1]"], r"over_arch_layer_sizes must be positive"),
     (
+        ["model.over_arch_layer_sizes=[1]"],  # (TorchRec raised it from training: review)
+        r"over_arch_layer_sizes=\[1\] must list at least two layers \(TorchRec's OverArch",
+    ),
+    (
         ["model.dense_arch_layer_sizes=[64,32]"],
         r"dense_arch_layer_sizes\[-1\] \(32\) must equal model.embedding_dim \(16\).*"
         r"set model.dense_arch_layer_sizes=\[\.\.\.,16\]",

@@ -184,21 +184,7 @@ class ModelConfig:
             self.num_dense_features > 0,
             f"model.num_dense_features must be positive, got {self.num_dense_features}",
         )
-        check_layer_sizes("model.dense_arch_layer_sizes", self.dense_arch_layer_sizes)
-        check_layer_sizes("model.over_arch_layer_sizes", self.over_arch_layer_sizes)
-        last_dense = self.dense_arch_layer_sizes[-1]
-        require(
-            last_dense == d,
-            f"model.dense_arch_layer_sizes[-1] ({last_dense}) must equal model.embedding_dim "
-            f"({d}): the dense arch output joins the embeddings in the interaction; "
-            f"set model.dense_arch_layer_sizes=[...,{d}]",
-        )
-        last_over = self.over_arch_layer_sizes[-1]
-        require(
-            last_over == 1,
-            f"model.over_arch_layer_sizes[-1] ({last_over}) must be 1 (one click logit per "
-            "sample): set model.over_arch_layer_sizes=[...,1]",
-        )
+        self._check_arch_sizes()
         self._check_data_types()
         self._check_interaction_keys()
         if self.interaction_type is InteractionType.dcn:
@@ -231,6 +217,32 @@ class ModelConfig:
                 "it",
                 {"model.interaction_type": is_value(kind.value), "model": is_value(*_MODELS[kind])},
             )
+
+    def _check_arch_sizes(self) -> None:
+        """The dense and over arch MLPs: positive sizes, the dense arch ending in D (its
+        output joins the embeddings), the over arch of at least two layers ending in 1."""
+        d = self.embedding_dim
+        check_layer_sizes("model.dense_arch_layer_sizes", self.dense_arch_layer_sizes)
+        check_layer_sizes("model.over_arch_layer_sizes", self.over_arch_layer_sizes)
+        last_dense = self.dense_arch_layer_sizes[-1]
+        require(
+            last_dense == d,
+            f"model.dense_arch_layer_sizes[-1] ({last_dense}) must equal model.embedding_dim "
+            f"({d}): the dense arch output joins the embeddings in the interaction; "
+            f"set model.dense_arch_layer_sizes=[...,{d}]",
+        )
+        last_over = self.over_arch_layer_sizes[-1]
+        require(  # (TorchRec's OverArch raised "must have multiple layers" from training)
+            len(self.over_arch_layer_sizes) > 1,
+            f"model.over_arch_layer_sizes={self.over_arch_layer_sizes} must list at least two "
+            "layers (TorchRec's OverArch: hidden layers, then the logit): set "
+            "model.over_arch_layer_sizes=[<hidden>,...,1]",
+        )
+        require(
+            last_over == 1,
+            f"model.over_arch_layer_sizes[-1] ({last_over}) must be 1 (one click logit per "
+            "sample): set model.over_arch_layer_sizes=[...,1]",
+        )
 
     def _check_data_types(self) -> None:
         """bf16 tables are refused (the table names of ``embedding_data_type_per_table`` are
