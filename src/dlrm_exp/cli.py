@@ -46,7 +46,11 @@ from dlrm_exp.config.config_files import (
     preset_sweeps,
 )
 from dlrm_exp.config.enum_values import check_enum_values
-from dlrm_exp.config.keys import check_data_option_keys, check_override_keys
+from dlrm_exp.config.keys import (
+    check_basic_sweeper_sweeps,
+    check_data_option_keys,
+    check_override_keys,
+)
 from dlrm_exp.config.store import DATA_OPTIONS
 from dlrm_exp.distributed.env import (
     check_launcher_env,
@@ -690,6 +694,8 @@ def _check_keys_and_files(args: list[str]) -> None:
     overrides = [a for a in args if not a.startswith("-")]
     check_override_keys(overrides, Config)
     check_enum_values(overrides, Config)
+    if _is_multirun(args) and _last_value(args, "hydra/sweeper") is None:
+        check_basic_sweeper_sweeps(overrides)
     if _other_primary_config(args):  # its defaults may add features and pick other data
         return
     check_schema_choice(args, [conf_dir(), *dirs])

@@ -410,3 +410,22 @@ def test_a_null_group_choice_is_one_line(override, fix):
                                                     f"cannot be null: {fix}")):  # fmt: skip
         check_override_keys([override], Config)
     check_override_keys(["~experiment"], Config)
+
+
+def test_an_interval_under_the_basic_sweeper_is_one_line(cli_here, tmp_path):
+    """Hydra's traceback "BasicSweeper does not support sweep type : INTERVAL_SWEEP" left a
+    sweep folder holding only its lock (configuration review)."""
+    from dlrm_exp.config.keys import check_basic_sweeper_sweeps
+
+    with pytest.raises(
+        ConfigError,
+        match=r"interval\(\.\.\.\) is a search range, which Hydra's "
+        r"basic sweeper cannot sweep: list the values \(-m train.batch_size=a,b,c",
+    ):
+        check_basic_sweeper_sweeps(["train.batch_size=interval(64,128)"])  # fmt: skip
+    check_basic_sweeper_sweeps(["seed=0,1", "seed=range(2)", "seed=choice(0,1)"])
+    sweep = ["-m", "mode=plan", "optimizer.learning_rate=interval(0.01,0.1)",
+             f"hydra.sweep.dir={tmp_path / 'sweep'}"]  # fmt: skip
+    refused = cli_here(sweep)
+    assert refused.returncode == 1 and "hydra/sweeper=lr_search (Optuna" in refused.stderr
+    assert not (tmp_path / "sweep").exists()

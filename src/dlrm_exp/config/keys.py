@@ -210,6 +210,26 @@ def check_override_keys(overrides: Sequence[str], root: type) -> None:
         check_key(key, root, added=override.is_add(), value=value, scalar=scalar)
 
 
+def check_basic_sweeper_sweeps(overrides: Sequence[str]) -> None:
+    """A ``-m`` sweep with Hydra's basic sweeper (no ``hydra/sweeper=`` chosen) sweeps lists,
+    ``choice(...)`` and ``range(...)``: an ``interval(a,b)`` (a search range) ended in
+    Hydra's traceback "BasicSweeper does not support sweep type : INTERVAL_SWEEP", leaving a
+    sweep folder with only its lock (configuration review).
+
+    Raises:
+        ConfigError: naming the search sweeper and the list form.
+    """
+    for text, override in parsed_overrides(overrides):
+        if override.is_sweep_override() and override.is_interval_sweep():
+            key = override.key_or_group
+            raise ConfigError(
+                f"{text}: interval(...) is a search range, which Hydra's basic sweeper cannot "
+                "sweep: list the values (-m "
+                f"{key}=a,b,c), or search it with hydra/sweeper=lr_search (Optuna; "
+                "docs/sweeps-and-statistics.md)"
+            )
+
+
 def _refuse_null_choice(text: str, group: str, override: Override) -> None:
     """Refuse ``group=null`` (alone or in a sweep): Hydra's own error was a 25-line traceback
     ("Config group override must be a string or a list. Got NoneType"; configuration
