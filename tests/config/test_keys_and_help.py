@@ -429,3 +429,14 @@ def test_an_interval_under_the_basic_sweeper_is_one_line(cli_here, tmp_path):
     refused = cli_here(sweep)
     assert refused.returncode == 1 and "hydra/sweeper=lr_search (Optuna" in refused.stderr
     assert not (tmp_path / "sweep").exists()
+
+
+def test_a_group_chosen_with_plus_says_to_drop_it():
+    """``+experiment=fast`` (Hydra docs' idiom where the primary config has no experiment)
+    met "To override a value use 'override experiment: fast'", defaults-list syntax
+    (configuration review)."""
+    for override in ("+experiment=fast", "++model=tiny", "+sharding=rowwise,tablewise"):
+        plain = override.lstrip("+")
+        with pytest.raises(ConfigError, match=re.escape(f"choose it without +, {plain}")):
+            check_override_keys([override], Config)
+    check_override_keys(["+experiment=[quickstart,fast]"], Config)  # (a list stacks presets)

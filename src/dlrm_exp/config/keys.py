@@ -203,6 +203,13 @@ def check_override_keys(overrides: Sequence[str], root: type) -> None:
             continue
         if key in SELECTORS or "/" in key:  # (data/schema, hydra/launcher: groups too)
             _refuse_null_choice(text, key, override)
+        added = override.is_add() or override.is_force_add()
+        if key in SELECTORS and added and not isinstance(override.value(), list):
+            raise ConfigError(  # (Hydra's "use 'override experiment: fast'" is defaults-list
+                # syntax: configuration review)
+                f"{text}: conf/config.yaml's defaults choose {key} already: choose it "
+                f"without +, {text.lstrip('+')}"
+            )
         scalar = override.value_type == ValueType.ELEMENT and not isinstance(
             override.value(), (dict, list)
         )  # (a sweep, choice({...}), or Hydra's {...} / [...] forms set a group: review)
