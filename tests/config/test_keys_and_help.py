@@ -94,6 +94,13 @@ def test_a_key_of_another_data_option_is_refused_before_hydra_composes():
     check("experiment=dlrm_main_mlperf", "data.path=x")  # the experiment may choose the data
     check("data=criteo_tsv,parquet", "data.path=x")  # a sweep over data: each job composes
     check("hydra.sweeper.params.data=criteo_tsv,parquet", "data.path=x")  # so does the sweeper's
+    # model keys a Parquet schema decides were replaced without a word (configuration review)
+    unread = r"model.num_dense_features is not read with data=parquet: its feature schema"
+    with pytest.raises(ConfigError, match=unread):
+        check("data=parquet", "data/schema=criteo", "model.num_dense_features=5")
+    with pytest.raises(ConfigError, match=r"model.num_embeddings_per_feature is not read with"):
+        check("data=parquet", "model.num_embeddings_per_feature=[10,10]")
+    check("data=criteo_tsv", "data.path=x", "model.num_embeddings_per_feature=[10,10]")  # reads
     # the data option the chosen presets choose (they were skipped, and Hydra's advice to
     # add + was then refused naming a class: configuration review)
     from dlrm_exp.config.conf_tree import conf_dir

@@ -99,7 +99,8 @@ class DataConfig:
             return None
         return {name: f.id_policy.value for name, f in schema.sparse.items()}
 
-    def tables_sized_by_model(self) -> bool:
+    @classmethod
+    def tables_sized_by_model(cls) -> bool:
         """Whether ``model.num_embeddings_per_feature`` (one per schema feature, in order)
         replaces the schema's ``num_embeddings``: Criteo files, whose table sizes are the
         model presets' (tiny, MLPerf), not the data's."""
@@ -317,7 +318,8 @@ class CriteoTsvDataConfig(FileSplitsConfig):
     def feature_schema(self) -> FeatureSchema | None:
         return self.schema
 
-    def tables_sized_by_model(self) -> bool:
+    @classmethod
+    def tables_sized_by_model(cls) -> bool:
         return True
 
     def __post_init__(self) -> None:

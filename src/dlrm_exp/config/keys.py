@@ -342,6 +342,7 @@ def check_data_option_keys(
     choice = choice or preset_data or _group_default("data")  # (config.yaml read only then)
     if choice not in options:
         return  # an unknown option: Hydra names it
+    _refuse_unread_model_keys(parsed, choice, options[choice])
     for o in parsed:
         field = o.key_or_group.removeprefix("data.")
         if o.key_or_group == "data/schema":  # the schema group's choice
@@ -351,6 +352,31 @@ def check_data_option_keys(
         if field == o.key_or_group or o.is_delete() or option_has(options[choice], field):
             continue
         refuse_other_option(what, field, choice, options)
+
+
+#: The model keys a feature schema decides where it sizes the tables itself (``data=parquet``).
+_SCHEMA_DECIDES = ("model.num_dense_features", "model.num_embeddings_per_feature")
+
+
+def _refuse_unread_model_keys(parsed: Sequence[Override], choice: str, option: type) -> None:
+    """Refuse :data:`_SCHEMA_DECIDES` keys given with a data ``option`` whose feature schema
+    gives the dense width and the tables' rows (``data=parquet``): they were replaced without
+    a word (configuration review), where ``data=criteo_tsv`` refuses a dense width its
+    schema disagrees with.
+
+    Raises:
+        ConfigError: naming the key and what sets it.
+    """
+    if not option_has(option, "schema") or option.tables_sized_by_model():  # type: ignore[attr-defined]
+        return
+    for o in parsed:
+        if o.key_or_group in _SCHEMA_DECIDES and not o.is_delete():
+            raise ConfigError(
+                f"{o.key_or_group} is not read with data={choice}: its feature schema "
+                "(data/schema=<name>) gives the dense columns (its dense list) and each "
+                "table's rows (each feature's num_embeddings); model.num_embeddings_cap caps "
+                "the rows"
+            )
 
 
 def refuse_other_option(what: str, field: str, choice: str, options: dict[str, type]) -> None:
