@@ -480,3 +480,20 @@ def test_the_largest_rank_of_a_uvm_plan_names_its_host_memory_too():
     )
     cpu = {"hbm_cap_gib_per_rank": 0.0, "ddr_cap_gib_per_rank": 2.0}
     assert _largest(cpu, {"hbm": [0], "ddr": [GIB]}).startswith("1.00 of 2.00 GiB DDR, ")
+
+
+def test_a_rank_holding_only_empty_row_shards_on_cpu_is_refused_at_planning(tmp_path):
+    """A 1-row fp16 table row-wise on 2 CPU ranks (beside 25 fp32 ones) passed the plan and
+    failed in training in FBGEMM ("weights[0] must be a GPU or MTIA tensor": configuration
+    review, reproduced): its group of fp16 tables on rank 1 is one shard of 0 rows."""
+    sizes = "[1" + ",100" * 25 + "]"
+    job = ["mode=plan", "hardware.nproc_per_node=2", "sharding=rowwise",
+           f"model.num_embeddings_per_feature={sizes}"]  # fmt: skip
+    fp16 = "+model.embedding_data_type_per_table={t_cat_0: fp16}"
+    with pytest.raises(ConfigError, match=r"rank 1 would hold only empty row_wise shards \(0 "
+                       r"rows\) of fp16 table\(s\) t_cat_0, .*\+sharding.per_table_sharding_type"
+                       r".t_cat_0=table_wise\), or give them at least 2 rows"):  # fmt: skip
+        run_plan(compose_cfg([*job, fp16]), tmp_path / "fp16")
+    run_plan(compose_cfg(job), tmp_path / "fp32")  # among fp32 tables with rows: it trains
+    whole = "+sharding.per_table_sharding_type.t_cat_0=table_wise"
+    run_plan(compose_cfg([*job, fp16, whole]), tmp_path / "whole")  # (trained: 3 steps)

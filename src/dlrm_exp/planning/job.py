@@ -26,6 +26,7 @@ from dlrm_exp.distributed.qcomms import builds_codecs, check_supported
 from dlrm_exp.distributed.sharder import job_sharders
 from dlrm_exp.errors import ConfigError, InsufficientMemoryError
 from dlrm_exp.planning.constraints import build_constraints, table_placement
+from dlrm_exp.planning.empty_shards import check_cpu_row_shards
 from dlrm_exp.planning.estimates import EstimateCollector, RankEstimate, rank_estimates
 from dlrm_exp.planning.fused_state import DEVICE_RESIDENT_KERNELS
 from dlrm_exp.planning.plan_file import load_plan, offered_placements
@@ -239,8 +240,10 @@ def plan_job(
 
     Raises:
         ConfigError: the plan's sharding types cannot run with the configured qcomms on this
-            backend (:data:`dlrm_exp.distributed.qcomms.UNSUPPORTED`), or a plan file
-            does not match the job (:func:`dlrm_exp.planning.plan_file.load_plan`).
+            backend (:data:`dlrm_exp.distributed.qcomms.UNSUPPORTED`), a plan file
+            does not match the job (:func:`dlrm_exp.planning.plan_file.load_plan`), or on CPU
+            a rank would hold only empty shards of a group of tables
+            (:func:`~dlrm_exp.planning.empty_shards.check_cpu_row_shards`).
         InsufficientMemoryError: the tables do not fit; the message gives needed vs offered
             GiB and a ``model.num_embeddings_cap`` that fits. Raised before anything is
             allocated.
@@ -254,6 +257,8 @@ def plan_job(
         result = _plan_with_planner(cfg, module, target, sharders)
     check_supported(cfg.qcomms, plan_sharding_types(result.plan))
     _check_fp16_replicas(cfg, result.plan)
+    if cfg.hardware.compute_device is ComputeDevice.cpu:
+        check_cpu_row_shards(result.plan, cfg.model.table_data_type_of, target.world_size)
     return result
 
 
