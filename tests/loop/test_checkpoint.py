@@ -1178,13 +1178,25 @@ def test_resume_step_maps_the_sample_position_to_another_world_size_or_batch():
     assert resume_step(state, [256] * 10, 2) == 3
     assert resume_step(state, [128] * 20, 1) == 6
     assert resume_step(state, [128] * 20, 2) == 6  # train.batch_size 64: it resumed at step 3
-    with pytest.raises(CheckpointError, match="after 768 samples; 4 rank"):
+    ends = r"after 768 samples, between the ends of this job's steps at 512 and 1024 samples: "
+    keep = r"\(4 rank\(s\)\); keep the world size and train.batch_size, or .* of 512 samples up"
+    with pytest.raises(CheckpointError, match=ends + ".*" + keep):
         resume_step(state, [512] * 5, 4)
     # the same ranks and batch on other rows (a short last batch elsewhere): told so, not to
-    # "keep the world size and train.batch_size", which it did (resume review)
-    state["settings"] = {"train.batch_size": 128}
-    with pytest.raises(CheckpointError, match="training split has another number of rows"):
-        resume_step(state, [256, 100, 256, 256], 2)
+    # "keep the world size and train.batch_size", which it did (resume review); the
+    # checkpoints that resume are of this job's first epoch (it said the checkpoint's run's,
+    # where step 16 of 64 was one and refused: checkpoints review)
+    state.update(samples=1024, world_size=1, settings={"train.batch_size": 64})
+    with pytest.raises(CheckpointError, match=r"training split has another number of rows .*; "
+                       r"resume with that run's data, or .*within its first epoch, a multiple "
+                       r"of 64 samples up to 768\)"):  # fmt: skip
+        resume_step(state, [64] * 12 + [32], 1)
+    # another batch: the epochs, not the multiple, are the cause (it said "a multiple of the
+    # new global batch" of a count that was one)
+    state.update(samples=114688, settings={"train.batch_size": 512})
+    other = r"stepped 512 samples \(1 rank\(s\)\), this job 64 \(1 rank\(s\)\), and this job's "
+    with pytest.raises(CheckpointError, match=other + "epochs of 800 samples end"):
+        resume_step(state, [64] * 12 + [32], 1)
 
 
 def test_a_preemption_signal_during_a_save_is_handled_once_the_save_is_committed(

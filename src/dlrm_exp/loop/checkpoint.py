@@ -755,24 +755,45 @@ def resume_step(trainer_state: dict[str, Any], samples_per_step: list[int], worl
         seen += samples_per_step[step % len(samples_per_step)]
         step += 1
     if seen != samples:
-        ranks = trainer_state.get("world_size", world_size)
-        batch = (trainer_state.get("settings") or {}).get("train.batch_size")
-        if batch is not None and int(batch) * int(ranks) == samples_per_step[0]:
-            raise CheckpointError(  # the same global batch: the epochs end elsewhere
-                f"the checkpoint was written after {samples} samples, which this job's steps "
-                f"pass (to {seen} samples): its training split has another number of rows "
-                "than the checkpoint's run (its epochs' short last batches fall elsewhere: a "
-                "day added to or removed from data.path, another file, or another split); "
-                "resume with that run's data, or from a checkpoint of its first epoch"
-            )
-        raise CheckpointError(
-            f"the checkpoint was written by {ranks} rank(s) after {samples} samples; "
-            f"{world_size} rank(s) at this batch size step past that position (to {seen} "
-            f"samples, {samples_per_step[0]} per step): resume a checkpoint whose sample count "
-            "is a multiple of the new global batch, or keep the world size and "
-            "train.batch_size"
-        )
+        before = seen - samples_per_step[(step - 1) % len(samples_per_step)]
+        ends = (before, seen)
+        raise CheckpointError(_no_step_at(trainer_state, samples_per_step, world_size, ends))
     return step
+
+
+def _no_step_at(
+    trainer_state: dict[str, Any], samples_per_step: list[int], world_size: int, ends: tuple
+) -> str:
+    """:func:`resume_step`'s refusal: why no step of this job ends at the checkpoint's sample
+    count (``ends``: the two step ends around it, in samples), and the checkpoints that do
+    resume: one of this job's first epoch at a multiple of its global batch (it said "of its
+    first epoch", the checkpoint's run's, and "a multiple of the new global batch" where the
+    count was one: checkpoints review)."""
+    samples, batch = int(trainer_state["samples"]), samples_per_step[0]
+    ranks = int(trainer_state.get("world_size", world_size))
+    saved_batch = (trainer_state.get("settings") or {}).get("train.batch_size")
+    saved_global = int(saved_batch) * ranks if saved_batch is not None else None
+    full = batch * sum(1 for s in samples_per_step if s == batch)  # (this job's first epoch)
+    if saved_global == batch:  # the same global batch: the epochs end elsewhere
+        why = (
+            "its training split has another number of rows than the checkpoint's run (its "
+            "epochs' short last batches fall elsewhere: a day added to or removed from "
+            "data.path, another file, or another split)"
+        )
+        keep = "resume with that run's data"
+    else:
+        stepped = f"{saved_global} samples ({ranks} rank(s))" if saved_global else "other batches"
+        why = f"the checkpoint's run stepped {stepped}, this job {batch} ({world_size} rank(s))"
+        why += f", and this job's epochs of {sum(samples_per_step)} samples end elsewhere" * (
+            samples > sum(samples_per_step)
+        )
+        keep = "keep the world size and train.batch_size"
+    return (
+        f"the checkpoint was written after {samples} samples, between the ends of this job's "
+        f"steps at {ends[0]} and {ends[1]} samples: {why}; {keep}, or resume a checkpoint that "
+        f"lands on a step of this job (within its first epoch, a multiple of {batch} samples "
+        f"up to {full})"
+    )
 
 
 def load_checkpoint(
