@@ -1084,6 +1084,19 @@ def test_a_save_of_another_branch_sets_the_earlier_step_folder_aside(tmp_path, c
     assert aside == tmp_path / "checkpoints" / "step_16.samples_1024" and not final.exists()
     assert complete_checkpoints(tmp_path) == []  # no listing takes it; resume=<it> does
     assert "kept as step_16.samples_1024 rather than written over" in caplog.text
+    # pruning takes it by its samples: keep_last_checkpoints=K left K more after each change
+    # of world size (checkpoints review)
+    from dlrm_exp.loop.checkpoint import prune_checkpoints
+
+    for step, samples in ((8, 512), (24, 3072), (32, 4096)):
+        later = tmp_path / "checkpoints" / f"step_{step}"
+        later.mkdir()
+        (later / ".metadata").write_bytes(b"")
+        (later / "trainer_state.json").write_text(f'{{"samples": {samples}, "step": {step}}}')
+    prune_checkpoints(tmp_path, 2)
+    assert sorted(p.name for p in (tmp_path / "checkpoints").iterdir()) == ["step_24", "step_32"]
+    prune_checkpoints(tmp_path, 3)  # (nothing more to remove)
+    assert len(complete_checkpoints(tmp_path)) == 2
 
 
 def test_a_requeued_job_resumes_from_its_own_checkpoint_over_the_path_it_started_from(tmp_path):

@@ -96,6 +96,8 @@ STATE_FILE = "trainer_state.json"
 #: The folder of the best validation's checkpoint under ``checkpoints/``.
 BEST = "best"
 _STEP_DIR = re.compile(r"^step_(\d+)$")
+#: A checkpoint :func:`keep_other_branch` set aside (``step_<n>.samples_<m>``).
+_ASIDE_DIR = re.compile(r"^step_(\d+)\.samples_\d+$")
 
 
 _DCP_METADATA_MODULE = "torch.distributed.checkpoint.metadata"
@@ -241,18 +243,28 @@ def complete_checkpoints(run_dir: Path) -> list[Path]:
     return [path for _, path in _positioned(run_dir)]
 
 
-def _positioned(run_dir: Path) -> list[tuple[tuple[int, int], Path]]:
+def _positioned(run_dir: Path, names: re.Pattern = _STEP_DIR) -> list[tuple[tuple[int, int], Path]]:
     """``((samples, step), checkpoint)`` of the run's complete checkpoints, oldest first
-    (:func:`complete_checkpoints`; each trainer state read once)."""
+    (:func:`complete_checkpoints`; each trainer state read once); ``names``: the folder names
+    taken (``step_<n>``)."""
     folder = run_dir / CHECKPOINTS
     if not folder.is_dir():
         return []
     found = []
     for path in folder.iterdir():
-        match = _STEP_DIR.match(path.name)
+        match = names.match(path.name)
         if match and _is_complete(path):
             found.append(((_samples(path), int(match.group(1))), path))
     return sorted(found)
+
+
+def prune_checkpoints(run_dir: Path, keep_last: int) -> None:
+    """Remove all but the newest ``keep_last`` complete checkpoints of ``run_dir`` (by samples
+    trained), those :func:`keep_other_branch` set aside included: each change of world size
+    or batch size left up to ``keep_last`` more, never removed (checkpoints review)."""
+    kept = _positioned(run_dir) + _positioned(run_dir, _ASIDE_DIR)
+    for _, old in sorted(kept)[:-keep_last]:
+        _remove_folder(old)
 
 
 def ended_how(run_dir: Path) -> str:
@@ -386,8 +398,7 @@ def _save(
             keep_other_branch(final, trainer_state.get("samples"))
         _replace_folder(partial, final)
         if keep_last:
-            for old in complete_checkpoints(run_dir)[:-keep_last]:
-                _remove_folder(old)
+            prune_checkpoints(run_dir, keep_last)
     dist.barrier()
 
 
