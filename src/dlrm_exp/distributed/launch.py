@@ -6,6 +6,7 @@ import re
 import signal
 import socket
 import tempfile
+import threading
 import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -16,6 +17,7 @@ from typing import Any
 
 import torch
 import torch.distributed as dist
+from tqdm import tqdm
 
 from dlrm_exp.config import ComputeDevice, HardwareConfig
 from dlrm_exp.distributed.env import env_int, env_rank, launched_by_torchrun, launched_ranks
@@ -50,9 +52,16 @@ class DistContext:
 
 def init_worker(log_file: Path | None) -> int:
     """Set up a spawned worker (a fresh interpreter): rank 0 logs INFO to stderr and appends
-    to ``log_file``, other ranks log warnings only. Returns the rank."""
+    to ``log_file``, other ranks log warnings only. Returns the rank.
+
+    tqdm's progress bars lock with a thread lock: its default, a ``multiprocessing`` lock,
+    registers semaphores with the launcher's resource tracker, and a worker the agent stops
+    with SIGTERM (the run's SIGTERM, a rank's failure) left them behind: "resource_tracker:
+    There appear to be 2 leaked semaphore objects" after every stopped run (checkpoints
+    review). Only rank 0 draws a bar; no process shares one."""
     rank = env_rank()
     configure_worker_logging(log_file if rank == 0 else None)
+    tqdm.set_lock(threading.RLock())
     return rank
 
 
