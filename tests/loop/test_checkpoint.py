@@ -666,6 +666,8 @@ def test_a_truncated_checkpoint_is_refused(saved, tmp_path):
     cfg = compose_cfg([*SMALL, f"train.resume={broken}"])
     # the file named (DCP's own error was a bare EOFError)
     cut = rf"cannot be read: {re.escape(str(data))} is cut short \(100 of [\d,]+ bytes\)"
+    # and how to go on: an earlier checkpoint beside it was refused (checkpoints review)
+    cut += rf".*move the checkpoint aside \(mv {re.escape(str(broken))} .*\.damaged\): train"
     with pytest.raises(CheckpointError, match=cut):
         run_train(cfg, tmp_path / "run", {})
     data.unlink()

@@ -1158,8 +1158,10 @@ def _check_data_files(path: Path, metadata: Metadata) -> None:
         size = file.stat().st_size if file.is_file() else None
         if size is None or size < end:
             state = "is missing" if size is None else f"is cut short ({size:,} of {end:,} bytes)"
-            raise CheckpointError(
-                f"{file} {state}: damaged after it was written; use another checkpoint"
+            raise CheckpointError(  # (it said "use another checkpoint", and an earlier one
+                # of the folder was then refused beside it: checkpoints review)
+                f"{file} {state}: damaged after it was written; move the checkpoint aside (mv "
+                f"{path} {path}.damaged): train.resume=auto then continues the one before it"
             )
 
 
