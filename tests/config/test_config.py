@@ -371,6 +371,11 @@ RULES = [
     (["train.max_steps=0"], r"train.max_steps must be positive or null"),
     (["train.val_every_n_steps=-2"], r"train.val_every_n_steps must be positive or null"),
     (["train.log_every_n_steps=0"], r"train.log_every_n_steps must be positive"),
+    (
+        ["train.resume=true"],
+        r"train.resume=true: train.resume takes auto \(the newest "
+        r"checkpoint of hydra.run.dir\) or a checkpoint's path",
+    ),  # (it looked for a path True)
     (["train.throughput_warmup_steps=-1"], r"throughput_warmup_steps must be >= 0"),
     (
         ["train.pipeline=semi_sync"],

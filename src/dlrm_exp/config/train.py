@@ -236,6 +236,11 @@ class TrainConfig:
             message="{key} must be positive or null",
         )
         require(self.log_every_n_steps > 0, "train.log_every_n_steps must be positive")
+        require(  # (Hydra reads true as a bool, which became the path "True": review)
+            self.resume not in ("True", "False"),
+            f"train.resume={str(self.resume).lower()}: train.resume takes auto (the newest "
+            "checkpoint of hydra.run.dir) or a checkpoint's path; leave it out to start fresh",
+        )
         require(self.train_window_batches >= 0, "train.train_window_batches must be >= 0")
         require(self.throughput_warmup_steps >= 0, "train.throughput_warmup_steps must be >= 0")
         require(
