@@ -1567,3 +1567,23 @@ def test_a_run_folder_given_as_the_checkpoint_to_resume_names_its_newest(tmp_pat
     )):  # fmt: skip
         resolve_resume(str(run), tmp_path / "other")
     assert resolve_resume(str(newest), tmp_path / "other") == newest
+
+
+def test_resume_auto_in_a_new_folder_names_the_run_to_continue(tmp_path, caplog):
+    """``train.resume=auto`` without ``hydra.run.dir`` trained from scratch in Hydra's new
+    timestamped folder, said only in an INFO line (checkpoints review): a warning names the
+    newest folder beside it that holds a checkpoint."""
+    earlier = tmp_path / "outputs" / "2026-11-28" / "12-00-00"
+    _fake_checkpoint(earlier / CHECKPOINTS / "step_8", 8)
+    new = tmp_path / "outputs" / "2026-11-28" / "12-05-00"
+    (new / ".hydra").mkdir(parents=True)
+    cfg = compose_cfg(["train.resume=auto"])
+    with caplog.at_level(logging.WARNING, logger="dlrm_exp"):
+        assert resume_mode.checkpoint_to_resume(cfg, new, multirun=False) is None
+    assert f"{new} is a new folder (Hydra names one per run)" in caplog.text
+    assert f"give its folder: hydra.run.dir={earlier}" in caplog.text
+    caplog.clear()
+    (new / "metrics.json").write_text("{}")  # an earlier attempt's folder: not new
+    with caplog.at_level(logging.WARNING, logger="dlrm_exp"):
+        assert resume_mode.checkpoint_to_resume(cfg, new, multirun=False) is None
+    assert caplog.text == ""

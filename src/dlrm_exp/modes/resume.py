@@ -15,9 +15,11 @@ from dlrm_exp.config.data import input_path_key
 from dlrm_exp.config.model import ManagedCollision
 from dlrm_exp.factories.experiment import KERNEL_ITERATIONS, set_kernel_iterations
 from dlrm_exp.loop.checkpoint import (
+    CHECKPOINTS,
     CheckpointError,
     CheckpointLayout,
     adopt_best,
+    complete_checkpoints,
     drop_stale_best,
     in_run_folder,
     later_checkpoints,
@@ -77,6 +79,14 @@ def checkpoint_to_resume(cfg: Config, run_dir: Path, multirun: bool) -> Path | N
     if not cfg.train.resume:
         return None
     path = resolve_resume(cfg.train.resume, run_dir)
+    if path is None and not multirun and _new_folder(run_dir):
+        log.warning(  # (an INFO line was all: checkpoints review)
+            "train.resume=auto: %s is a new folder (Hydra names one per run) with no "
+            "checkpoint: this run trains from its start; to continue a run, give its folder: "
+            "hydra.run.dir=%s",
+            run_dir, _newest_checkpointed(run_dir) or "<that run's folder>",
+        )  # fmt: skip
+        return None
     if path is None:
         log.info("train.resume=auto: no complete checkpoint in %s, starting fresh", run_dir)
         return None  # (a stale best goes once the run passed its checks: replace_attempt)
@@ -90,6 +100,24 @@ def checkpoint_to_resume(cfg: Config, run_dir: Path, multirun: bool) -> Path | N
             f"resume into {other_folder(multirun)}, or remove them"
         )
     return path
+
+
+def _new_folder(run_dir: Path) -> bool:
+    """Whether ``run_dir`` holds nothing an earlier training run leaves: no record, no
+    checkpoints, no TensorBoard events (what this job wrote so far, its config, log and
+    plan, aside)."""
+    earlier = ("metrics.json", CHECKPOINTS, "events.out.tfevents.*")
+    return not any(any(run_dir.glob(name)) for name in earlier)
+
+
+def _newest_checkpointed(run_dir: Path) -> Path | None:
+    """The newest folder beside Hydra's default ones (``outputs/<date>/<time>``: two levels
+    above ``run_dir``) that holds a complete checkpoint, for the hint; None: none."""
+    folders = [f for f in run_dir.parent.parent.glob("*/*/checkpoints") if f.is_dir()]
+    for folder in sorted(folders, key=lambda f: f.stat().st_mtime, reverse=True)[:20]:
+        if folder.parent != run_dir and complete_checkpoints(folder.parent):
+            return folder.parent
+    return None
 
 
 def resume_from_checkpoint(
