@@ -923,14 +923,30 @@ def _trainer_state_matching(
         model = model_command(run_folder_of(path), sources=not (rows and command))
         model = f"its run's: {model}" if model else "model=..., model.num_embeddings_cap=..."
         raise CheckpointError(
-            f"checkpoint {path} is from another model shape ({'; '.join(diff[:3])}): use "
-            f"the model config it was trained with ({model}{rows})"
+            f"checkpoint {path} is from another model shape ({'; '.join(diff[:3])}): "
+            f"{_shape_keys(saved or {}, tables)}use the model config it was trained with "
+            f"({model}{rows})"
         )
     if id_policies is None:
         _check_managed_ids_given(path, trainer_state.get("id_policies") or {})
     _check_id_records(path, trainer_state, {"id_policies": id_policies, "id_kinds": id_kinds})
     _check_inputs(path, trainer_state.get("inputs"), inputs)
     return trainer_state
+
+
+def _shape_keys(saved: dict[str, list[int]], tables: dict[str, list[int]]) -> str:
+    """The model keys behind two table shapes' difference, for the refusal: the width
+    (``model.embedding_dim``) and the rows (``model.num_embeddings_per_feature`` /
+    ``num_embeddings_cap``); it named only the run's model option, the one the job was
+    already on (checkpoints review). Empty where the tables are not comparable."""
+    pairs = [(saved[n], shape) for n, shape in tables.items() if n in saved]
+    said = ""
+    widths = ({old[1] for old, _ in pairs}, {new[1] for _, new in pairs})
+    if widths[0] != widths[1] and all(len(w) == 1 for w in widths):
+        said += f"its model.embedding_dim is {widths[0].pop()}, this job's {widths[1].pop()}; "
+    if any(old[0] != new[0] for old, new in pairs):
+        said += "its tables have other rows (model.num_embeddings_per_feature / _cap); "
+    return said
 
 
 def _check_managed_ids_given(path: Path, saved: dict[str, str]) -> None:
