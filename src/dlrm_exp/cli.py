@@ -34,6 +34,7 @@ from dlrm_exp.config import Config, Mode, conf_dir, register_configs
 from dlrm_exp.config.build import build_config
 from dlrm_exp.config.config_files import (
     MULTIRUN_MODES,
+    Chosen,
     check_config_files,
     check_option_file_keys,
     check_preset_data_keys,
@@ -43,12 +44,14 @@ from dlrm_exp.config.config_files import (
     chosen_files,
     config_dirs,
     preset_choice,
+    preset_sweep_params,
     preset_sweeps,
 )
 from dlrm_exp.config.enum_values import check_enum_values
 from dlrm_exp.config.keys import (
     check_basic_sweeper_sweeps,
     check_data_option_keys,
+    check_group_additions,
     check_override_keys,
 )
 from dlrm_exp.config.store import DATA_OPTIONS
@@ -694,13 +697,17 @@ def _check_keys_and_files(args: list[str]) -> None:
     overrides = [a for a in args if not a.startswith("-")]
     check_override_keys(overrides, Config)
     check_enum_values(overrides, Config)
-    if _is_multirun(args) and _last_value(args, "hydra/sweeper") is None:
-        check_basic_sweeper_sweeps(overrides)
     if _other_primary_config(args):  # its defaults may add features and pick other data
         return
+    check_group_additions(overrides)
     check_schema_choice(args, [conf_dir(), *dirs])
     # the shipped options too: their features are the ones an override names
     every = chosen_files(args, [conf_dir(), *dirs])
+    _check_basic_sweeper(args, overrides, every)
+    sweeper = preset_choice(every, "hydra/sweeper")
+    if sweeper is not None and _last_value(args, "hydra/sweeper") is None:
+        check_plugins([*args, f"hydra/sweeper={sweeper}"])  # (a preset's choice: Hydra's
+        # "Could not load 'hydra/sweeper/optuna'" with its search path: diff review)
     check_schema_feature_overrides(overrides, every)
     check_data_option_keys(overrides, DATA_OPTIONS, preset_choice(every, "data"))
     sweep = _is_multirun(args)
@@ -713,6 +720,24 @@ def _check_keys_and_files(args: list[str]) -> None:
                 "sweeper.params), which only -m runs: this runs one job of its settings",
                 file=sys.stderr,
             )
+
+
+def _check_basic_sweeper(args: list[str], overrides: list[str], presets: list[Chosen]) -> None:
+    """A ``-m`` sweep under Hydra's basic sweeper, which neither the command line nor a
+    chosen preset replaces (a preset choosing ``lr_search`` was refused its ``interval``:
+    diff review), sweeps no ``interval(...)``, on the command line or in a preset's
+    ``hydra.sweeper.params``.
+
+    Raises:
+        ConfigError: see :func:`~dlrm_exp.config.keys.check_basic_sweeper_sweeps`.
+    """
+    if not _is_multirun(args) or _last_value(args, "hydra/sweeper") is not None:
+        return
+    if preset_choice(presets, "hydra/sweeper") is not None:
+        return
+    check_basic_sweeper_sweeps(overrides)
+    for preset, params in preset_sweep_params(presets):
+        check_basic_sweeper_sweeps(params, f"experiment={preset}'s hydra.sweeper.params: ")
 
 
 def main() -> None:

@@ -436,14 +436,55 @@ def test_an_interval_under_the_basic_sweeper_is_one_line(cli_here, tmp_path):
     refused = cli_here(sweep)
     assert refused.returncode == 1 and "hydra/sweeper=lr_search (Optuna" in refused.stderr
     assert not (tmp_path / "sweep").exists()
+    # in a preset's own hydra.sweeper.params too (Hydra's traceback: diff review)
+    (tmp_path / "experiment").mkdir()
+    (tmp_path / "experiment" / "ranged.yaml").write_text(
+        "# @package _global_\nhydra:\n  sweeper:\n    params:\n"
+        "      optimizer.learning_rate: interval(0.01,0.5)\n"
+    )
+    preset = ["-m", "-cd", str(tmp_path), "experiment=ranged", "mode=plan",
+              f"hydra.sweep.dir={tmp_path / 'sweep'}"]  # fmt: skip
+    refused = cli_here(preset)
+    assert refused.returncode == 1 and refused.stderr.startswith(
+        "Error: experiment=ranged's hydra.sweeper.params: optimizer.learning_rate=interval("
+    )
+    # a preset that chooses a search sweeper takes it (it was refused for the basic one's
+    # sake: diff review); here without the plugin, which is then named
+    (tmp_path / "experiment" / "search.yaml").write_text(
+        "# @package _global_\ndefaults:\n  - override /hydra/sweeper: lr_search\n"
+    )
+    search = ["-m", "-cd", str(tmp_path), "experiment=search", "mode=plan", sweep[2], sweep[3]]
+    refused = cli_here(search)
+    assert "interval(...)" not in refused.stderr
+    assert _plugin_installed("hydra_plugins.hydra_optuna_sweeper") or (
+        "hydra/sweeper=lr_search needs a Hydra plugin that is not installed" in refused.stderr
+    )
 
 
-def test_a_group_chosen_with_plus_says_to_drop_it():
+def test_a_group_chosen_with_plus_says_to_drop_it(cli_here, tmp_path):
     """``+experiment=fast`` (Hydra docs' idiom where the primary config has no experiment)
     met "To override a value use 'override experiment: fast'", defaults-list syntax
     (configuration review)."""
+    from dlrm_exp.config.keys import check_group_additions
+
     for override in ("+experiment=fast", "++model=tiny", "+sharding=rowwise,tablewise"):
         plain = override.lstrip("+")
         with pytest.raises(ConfigError, match=re.escape(f"choose it without +, {plain}")):
-            check_override_keys([override], Config)
-    check_override_keys(["+experiment=[quickstart,fast]"], Config)  # (a list stacks presets)
+            check_group_additions([override])
+    check_group_additions(["+experiment=[quickstart,fast]"])  # (a list stacks presets)
+    # a primary config of one's own whose defaults lack the group takes the + (it was
+    # refused, and the form it advised then refused by Hydra: diff review)
+    (tmp_path / "nopreset.yaml").write_text(
+        "defaults:\n  - base_config\n  - model: tiny\n  - sharding: auto\n"
+        "  - optimizer: rowwise_adagrad\n  - qcomms: none\n  - data: synthetic\n"
+        "  - hardware: cpu\n  - _self_\nmode: plan\n"
+    )
+    own = ["-cd", str(tmp_path), "-cn", "nopreset", "+experiment=fast",
+           f"hydra.run.dir={tmp_path / 'run'}"]  # fmt: skip
+    assert cli_here(own).returncode == 0 and (tmp_path / "run" / "plan.txt").is_file()
+
+
+def _plugin_installed(module: str) -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec(module) is not None

@@ -271,6 +271,17 @@ def check_sweeper_param_keys(args: Sequence[str], files: Sequence[Chosen]) -> No
             raise ConfigError(f"{arg}: the preset's sweeper has no param {name}: add it, +{arg}")
 
 
+def preset_sweep_params(files: Sequence[Chosen]) -> list[tuple[str, list[str]]]:
+    """``(preset, its hydra.sweeper.params as key=value overrides)`` of each ``experiment=``
+    preset among ``files`` that gives the sweeper params."""
+    found = []
+    for preset, _, node in _presets(files):
+        params = _sweeper_params(node)
+        if params:
+            found.append((preset, [f"{k}={v}" for k, v in params.items()]))
+    return found
+
+
 def preset_sweeps(files: Sequence[Chosen]) -> list[tuple[str, int]]:
     """``(preset, swept keys)`` of each ``experiment=`` preset among ``files`` that carries a
     sweep of its own (``hydra.sweeper.params``), which only a ``-m`` command runs (not one

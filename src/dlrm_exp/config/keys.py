@@ -203,13 +203,6 @@ def check_override_keys(overrides: Sequence[str], root: type) -> None:
             continue
         if key in SELECTORS or "/" in key:  # (data/schema, hydra/launcher: groups too)
             _refuse_null_choice(text, key, override)
-        added = override.is_add() or override.is_force_add()
-        if key in SELECTORS and added and not isinstance(override.value(), list):
-            raise ConfigError(  # (Hydra's "use 'override experiment: fast'" is defaults-list
-                # syntax: configuration review)
-                f"{text}: conf/config.yaml's defaults choose {key} already: choose it "
-                f"without +, {text.lstrip('+')}"
-            )
         scalar = override.value_type == ValueType.ELEMENT and not isinstance(
             override.value(), (dict, list)
         )  # (a sweep, choice({...}), or Hydra's {...} / [...] forms set a group: review)
@@ -217,11 +210,32 @@ def check_override_keys(overrides: Sequence[str], root: type) -> None:
         check_key(key, root, added=override.is_add(), value=value, scalar=scalar)
 
 
-def check_basic_sweeper_sweeps(overrides: Sequence[str]) -> None:
+def check_group_additions(overrides: Sequence[str]) -> None:
+    """A group that ``conf/config.yaml``'s defaults list chooses (every one of
+    :data:`SELECTORS`) is chosen without ``+``: Hydra answered ``+experiment=fast`` (its docs'
+    idiom where the primary config has no experiment) with defaults-list syntax, "use
+    'override experiment: fast'" (configuration review). Not for a primary config of the
+    user's own (``-cn``), whose defaults may lack the group: the caller skips those.
+
+    Raises:
+        ConfigError: naming the override without its ``+``.
+    """
+    for text, override in parsed_overrides(overrides):
+        added = override.is_add() or override.is_force_add()
+        value = None if override.is_sweep_override() else override.value()
+        if override.key_or_group in SELECTORS and added and not isinstance(value, list):
+            raise ConfigError(
+                f"{text}: conf/config.yaml's defaults choose {override.key_or_group} already: "
+                f"choose it without +, {text.lstrip('+')}"
+            )
+
+
+def check_basic_sweeper_sweeps(overrides: Sequence[str], where: str = "") -> None:
     """A ``-m`` sweep with Hydra's basic sweeper (no ``hydra/sweeper=`` chosen) sweeps lists,
     ``choice(...)`` and ``range(...)``: an ``interval(a,b)`` (a search range) ended in
     Hydra's traceback "BasicSweeper does not support sweep type : INTERVAL_SWEEP", leaving a
-    sweep folder with only its lock (configuration review).
+    sweep folder with only its lock (configuration review). ``where``: whose overrides they
+    are, for the message (a preset's ``hydra.sweeper.params``: diff review).
 
     Raises:
         ConfigError: naming the search sweeper and the list form.
@@ -230,9 +244,9 @@ def check_basic_sweeper_sweeps(overrides: Sequence[str]) -> None:
         if override.is_sweep_override() and override.is_interval_sweep():
             key = override.key_or_group
             raise ConfigError(
-                f"{text}: interval(...) is a search range, which Hydra's basic sweeper cannot "
-                "sweep: list the values (-m "
-                f"{key}=a,b,c), or search it with hydra/sweeper=lr_search (Optuna; "
+                f"{where}{text}: interval(...) is a search range, which Hydra's basic "
+                f"sweeper cannot sweep: list the values (-m {key}=a,b,c), or search it with "
+                "hydra/sweeper=lr_search (Optuna; "
                 "docs/sweeps-and-statistics.md)"
             )
 
