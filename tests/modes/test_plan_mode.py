@@ -497,3 +497,21 @@ def test_a_rank_holding_only_empty_row_shards_on_cpu_is_refused_at_planning(tmp_
     run_plan(compose_cfg(job), tmp_path / "fp32")  # among fp32 tables with rows: it trains
     whole = "+sharding.per_table_sharding_type.t_cat_0=table_wise"
     run_plan(compose_cfg([*job, fp16, whole]), tmp_path / "whole")  # (trained: 3 steps)
+
+
+def test_each_memory_kind_has_its_own_unit_in_the_rank_table():
+    """One unit for both kinds said 0.05 GiB of HBM beside the largest-rank line's 50.24 MiB
+    (diff review): each kind's column takes the unit its largest value is said in."""
+    from dlrm_exp.modes.plan import _rank_lines
+
+    times = dict.fromkeys(("fwd_compute_ms", "fwd_comms_ms", "bwd_compute_ms", "bwd_comms_ms",
+                           "total_ms"), 1.0)  # fmt: skip
+    record = {
+        "estimates_per_rank": [{"hbm_bytes": 50 * 2**20, "ddr_bytes": 0.19 * GIB, **times}],
+        "imbalance": {"hbm": 1.0, "ddr": 1.0, "perf": 1.0},
+        "hardware": {"hbm_cap_gib_per_rank": 80.0, "ddr_cap_gib_per_rank": 144.0},
+    }
+    head, row, largest, _ = _rank_lines(record)
+    assert head.split()[1:5] == ["HBM", "MiB", "DDR", "GiB"]
+    assert row.split()[1:3] == ["50.00", "0.19"]
+    assert largest.startswith("largest rank: 50.00 MiB of 80.00 GiB HBM, ")

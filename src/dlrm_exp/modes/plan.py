@@ -155,11 +155,13 @@ def _rank_lines(record: dict[str, Any]) -> list[str]:
         kinds_ratio = list(kinds)
     else:
         return []
-    unit, scale = ("GiB", GIB) if max(max(held[k]) for k in kinds) >= IN_MIB_BELOW else ("MiB", MIB)
-    columns = [f"{k.upper()} {unit}" for k in kinds] + list(head)
+    # each kind in its own unit, as the largest-rank line says its largest value (one unit
+    # for both said 0.05 GiB HBM beside that line's 50.24 MiB: diff review)
+    units = {k: ("GiB", GIB) if max(held[k]) >= IN_MIB_BELOW else ("MiB", MIB) for k in kinds}
+    columns = [f"{k.upper()} {units[k][0]}" for k in kinds] + list(head)
     lines = [f"{'rank':>4} " + " ".join(f"{c:>9}" for c in columns)]
     for rank, row in enumerate(times):
-        sizes = [f"{held[k][rank] / scale:>9.2f}" for k in kinds]
+        sizes = [f"{held[k][rank] / units[k][1]:>9.2f}" for k in kinds]
         lines.append(f"{rank:>4} " + " ".join([*sizes, *row]))
     shown = ", ".join(f"{k.upper() if k != 'perf' else k} {ratio[k]:.2f}" for k in kinds_ratio)
     return [
