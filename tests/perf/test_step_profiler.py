@@ -75,7 +75,12 @@ def test_on_cuda_the_allocator_history_covers_the_recorded_steps_only(tmp_path, 
     assert calls == [] and dumped == []
     # this run's files only: not another rank count's, nor, untraced, an earlier trace (re-read)
     (tmp_path / "profile" / "rss_rank1.csv").write_text("step,seconds,rss_bytes\n")
-    assert profile_files(tmp_path, ranks=1, traced=False) == ["profile/rss_rank0.csv"]
+    assert profile_files(tmp_path, ranks=1, traced=False, cuda=False) == ["profile/rss_rank0.csv"]
+    # a CUDA run that ended in the warm-up steps wrote its history and no trace (diff review)
+    assert profile_files(tmp_path, ranks=1, traced=False) == [
+        "profile/cuda_memory_rank0.pickle",
+        "profile/rss_rank0.csv",
+    ]
     assert len(profile_files(tmp_path, ranks=2)) == 4 and len(profile_files(tmp_path)) == 4
 
 

@@ -704,7 +704,8 @@ def _profile_record(run: TrainRun, traced: bool) -> list[str]:
     summary counted, the earlier attempt's: diff review), and only its ranks' files."""
     if not (run.cfg.train.profile and run.ctx.is_main):
         return []
-    return profile_files(run.job.run_dir, run.ctx.world_size, traced)
+    cuda = run.ctx.device.type == "cuda"
+    return profile_files(run.job.run_dir, run.ctx.world_size, traced, cuda)
 
 
 def profile_line(files: list[str], run_dir: Path) -> str:

@@ -34,14 +34,16 @@ TRACE_SUFFIX = ".pt.trace.json"
 RSS_COLUMNS = ("step", "seconds", "rss_bytes")
 
 
-def profile_files(run_dir: Path, ranks: int | None = None, traced: bool = True) -> list[str]:
+def profile_files(
+    run_dir: Path, ranks: int | None = None, traced: bool = True, cuda: bool = True
+) -> list[str]:
     """The files every rank's profiler wrote, relative to ``run_dir``, sorted (not a hidden
     temporary file a killed export left); with ``ranks``, only the names a run of that many
-    ranks writes (:func:`rank_files`, traces and CUDA memory histories only where it
-    ``traced``): an earlier attempt's on more ranks, or its traces, were listed as this
-    run's (re-read)."""
+    ranks writes (:func:`rank_files`: traces only where it ``traced``, CUDA memory histories
+    only on ``cuda``): an earlier attempt's on more ranks, its traces or a GPU attempt's
+    histories were listed as this run's (re-read)."""
     found = (run_dir / PROFILE_DIR).glob("*")
-    names = {n for r in range(ranks or 0) for n in rank_files(r, traced)}
+    names = {n for r in range(ranks or 0) for n in rank_files(r, traced, cuda)}
     return sorted(
         str(p.relative_to(run_dir))
         for p in found
@@ -49,11 +51,16 @@ def profile_files(run_dir: Path, ranks: int | None = None, traced: bool = True) 
     )
 
 
-def rank_files(rank: int, traced: bool = True) -> list[str]:
+def rank_files(rank: int, traced: bool = True, cuda: bool = True) -> list[str]:
     """The names of the files rank ``rank``'s profiler writes (module docs): its resident
-    set's, and where it ``traced``, its trace and (on CUDA) its allocator history."""
-    recorded = [f"rank{rank}{TRACE_SUFFIX}", f"cuda_memory_rank{rank}.pickle"]
-    return [f"rss_rank{rank}.csv", *(recorded if traced else [])]
+    set's, its trace where it ``traced``, and on ``cuda`` its allocator history (recorded
+    from the warm-up steps on: a run that ended there wrote one and no trace, and the
+    history followed the trace out of the record: diff review)."""
+    return [
+        f"rss_rank{rank}.csv",
+        *([f"rank{rank}{TRACE_SUFFIX}"] if traced else []),
+        *([f"cuda_memory_rank{rank}.pickle"] if cuda else []),
+    ]
 
 
 def _all_threads() -> Any:
@@ -150,7 +157,7 @@ class StepProfiler:
         self.enabled = False
         self._profiler.stop()
         rows = [dict(zip(RSS_COLUMNS, row, strict=True)) for row in self._rss]
-        rss, _, history = rank_files(self.rank)
+        rss, _, history = rank_files(self.rank)  # (rss, trace, history)
         write_csv_atomic(self.dir / rss, list(RSS_COLUMNS), rows)
         if self._history:  # not when training ended in the wait steps: nothing recorded
             # written aside: a crash never leaves a truncated file under the name metrics.json
