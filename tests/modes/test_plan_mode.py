@@ -495,6 +495,11 @@ def test_a_rank_holding_only_empty_row_shards_on_cpu_is_refused_at_planning(tmp_
                        r".t_cat_0=table_wise\), or give them at least 2 rows"):  # fmt: skip
         run_plan(compose_cfg([*job, fp16]), tmp_path / "fp16")
     run_plan(compose_cfg(job), tmp_path / "fp32")  # among fp32 tables with rows: it trains
+    two = [*job[:3], "model.num_embeddings_per_feature=[1,1" + ",100" * 24 + "]"]
+    each = r"\(\+sharding.per_table_sharding_type.t_cat_0=table_wise \+sharding.per_table_"
+    with pytest.raises(ConfigError, match=each + r"sharding_type.t_cat_1=table_wise\)"):
+        run_plan(compose_cfg([*two, "+model.embedding_data_type_per_table={t_cat_0: fp16, "
+                              "t_cat_1: fp16}"]), tmp_path / "two")  # fmt: skip
     whole = "+sharding.per_table_sharding_type.t_cat_0=table_wise"
     run_plan(compose_cfg([*job, fp16, whole]), tmp_path / "whole")  # (trained: 3 steps)
 

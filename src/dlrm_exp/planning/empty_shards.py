@@ -54,10 +54,10 @@ def check_cpu_row_shards(
         if any(rows for _, rows in shards):
             continue
         names = sorted({name for name, _ in shards})
-        raise ConfigError(
+        whole = " ".join(f"+sharding.per_table_sharding_type.{n}=table_wise" for n in names)
+        raise ConfigError(  # (every table's override: the first alone was refused next)
             f"rank {rank} would hold only empty {kind} shards (0 rows) of {dtype} table(s) "
             f"{first_few(names, 4)}, which FBGEMM's CPU kernel ({kernel}) cannot look up: they "
-            f"have fewer rows than the ranks that split them; shard them whole "
-            f"(+sharding.per_table_sharding_type.{names[0]}=table_wise), or give them at least "
-            f"{world_size} rows each (model.num_embeddings_per_feature)"
+            f"have fewer rows than the ranks that split them; shard them whole ({whole}), or "
+            f"give them at least {world_size} rows each (model.num_embeddings_per_feature)"
         )
