@@ -70,6 +70,11 @@ def test_mode_schema_writes_a_schema_that_composes(tmp_path, cli_here):
         ]
     )
     assert cfg.model.table_names == ["t_user_id", "t_city", "t_recent"]
+    # a glob as typed, relative: the line to paste names it absolute and quoted (bash with
+    # failglob or zsh refused the bare glob: install review)
+    again = cli_here(["mode=schema", "schema_scan.path=*.parquet", "schema_scan.name=shop2",
+                      f"hydra.run.dir={tmp_path / 'run2'}"])  # fmt: skip
+    assert again.returncode == 0 and f" 'data.path={tmp_path}/*.parquet'\n" in again.stdout
 
 
 def test_a_sample_estimates_distinct_ids_and_never_suggests_strict():

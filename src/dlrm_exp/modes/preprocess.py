@@ -1,6 +1,7 @@
 """``mode=preprocess``: Criteo TSV to TorchRec's npy layout, or to Parquet with its feature
 schema, with a report of what was read."""
 
+import shlex
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -114,8 +115,8 @@ def _to_parquet(cfg: Config, job: Job, out: Path) -> ModeResult:
     lines += [
         f"{read['rows_valid']:,} rows written ({read['rows_skipped']:,} skipped, "
         f"{read['rows_padded']:,} padded) in {report['seconds']:.1f} s; schema {report['schema']}",
-        f"train with: python -m dlrm_exp --config-dir {out / 'conf'} data=parquet "
-        f"data/schema={SCHEMA_NAME} data.path={_in_input_order(report)} "
-        "data.shuffle_row_groups=false",
+        f"train with: python -m dlrm_exp --config-dir {shlex.quote(str(out / 'conf'))} "
+        f"data=parquet data/schema={SCHEMA_NAME} "
+        f"{shlex.quote(f'data.path={_in_input_order(report)}')} data.shuffle_row_groups=false",
     ]
     return ModeResult(summary="\n".join(lines))

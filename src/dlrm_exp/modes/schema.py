@@ -10,6 +10,7 @@ written (to a temporary name, renamed), so a failure leaves no file, half or inv
 
 import json
 import re
+import shlex
 from dataclasses import asdict
 
 from dlrm_exp.config import Config, parse_schema
@@ -17,7 +18,7 @@ from dlrm_exp.data.parquet_files import resolve_parquet_paths
 from dlrm_exp.data.schema_scan import ColumnStats, is_id_name, read_sample, scan_table
 from dlrm_exp.errors import DataError
 from dlrm_exp.modes.job import Job, ModeResult
-from dlrm_exp.util.files import write_json_atomic, write_text_atomic
+from dlrm_exp.util.files import absolute_path, write_json_atomic, write_text_atomic
 from dlrm_exp.util.text import first_few
 
 
@@ -130,12 +131,16 @@ def _summary(
     columns: list[ColumnStats], target: object, job: Job, paths: list, name: str
 ) -> list[str]:
     count = {r: sum(c.role == r for c in columns) for r in ("dense", "sparse", "skip")}
-    data_path = paths[0] if len(paths) == 1 else "[" + ",".join(map(str, paths)) + "]"
+    # absolute and quoted for the shell: a glob or list as typed failed pasted into zsh or
+    # bash with failglob, and named files relative to another folder than --config-dir's
+    # (install review)
+    full = [str(absolute_path(str(p))) for p in paths]
+    data_path = full[0] if len(full) == 1 else "[" + ",".join(full) + "]"
     return [
         f"schema: {count['dense']} dense columns, {count['sparse']} sparse features, label "
         f"{next(c.name for c in columns if c.role == 'label')}"
         + (f", {count['skip']} columns not used" if count["skip"] else ""),
         f"written: {target} (edit it; details in schema_report.json)",
-        f"train with: python -m dlrm_exp --config-dir {job.run_dir / 'conf'} data=parquet "
-        f"data/schema={name} data.path={data_path}",
+        f"train with: python -m dlrm_exp --config-dir {shlex.quote(str(job.run_dir / 'conf'))} "
+        f"data=parquet data/schema={name} {shlex.quote(f'data.path={data_path}')}",
     ]
