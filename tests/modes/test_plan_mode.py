@@ -520,3 +520,20 @@ def test_each_memory_kind_has_its_own_unit_in_the_rank_table():
     assert head.split()[1:5] == ["HBM", "MiB", "DDR", "GiB"]
     assert row.split()[1:3] == ["50.00", "0.19"]
     assert largest.startswith("largest rank: 50.00 MiB of 80.00 GiB HBM, ")
+
+
+def test_a_native_library_that_does_not_load_is_one_line(monkeypatch, tmp_path):
+    """The CUDA fbgemm-gpu beside a CPU torch ended every command in a 13-frame traceback,
+    "OSError: libtorch_cuda.so: cannot open shared object file" (install review)."""
+    from dlrm_exp import modes
+    from dlrm_exp.config import Mode
+
+    (tmp_path / "broken_mode.py").write_text(
+        "raise OSError('libtorch_cuda.so: cannot open shared object file: No such file')\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setitem(modes.MODES, Mode.plan, "broken_mode")
+    with pytest.raises(ConfigError, match=r"FBGEMM / TorchRec do not load against this torch "
+                       r"\(.*\): libtorch_cuda.so: cannot open .*; installed: .*torchrec .*: "
+                       r"install the set that goes with this torch"):  # fmt: skip
+        modes.run_mode(compose_cfg(["mode=plan"]), modes.Job(tmp_path))

@@ -11,6 +11,7 @@ Not the entry point (:mod:`dlrm_exp.cli`) or :mod:`dlrm_exp.bench`.
 """
 
 import importlib
+import importlib.metadata
 
 from dlrm_exp.config import Config, Mode
 from dlrm_exp.distributed.env import launched_ranks
@@ -58,7 +59,34 @@ def run_mode(cfg: Config, job: Job) -> ModeResult:
             f"mode={cfg.mode.value} runs in one process, but this job was started as {ranks} "
             f"ranks: start it as one, {how}"
         )
-    return importlib.import_module(MODES[cfg.mode]).run(cfg, job)
+    try:
+        module = importlib.import_module(MODES[cfg.mode])
+    except OSError as err:  # a native library that does not load against this torch
+        raise ConfigError(_stack_mismatch(err)) from None
+    return module.run(cfg, job)
+
+
+def _stack_mismatch(err: OSError) -> str:
+    """Why FBGEMM or TorchRec did not load: the CUDA ``fbgemm-gpu`` beside a CPU torch died
+    in a 13-frame traceback ending "OSError: libtorch_cuda.so: cannot open shared object
+    file" (install review); the versions installed and the way to a matching set."""
+    import torch
+
+    def version(name: str) -> str | None:
+        try:
+            return importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            return None
+
+    names = ("fbgemm-gpu", "fbgemm-gpu-cpu", "torchrec")
+    found = [f"{n} {version(n)}" for n in names if version(n)]
+    build = f"CUDA {torch.version.cuda}" if torch.version.cuda else "a CPU build"
+    return (
+        f"FBGEMM / TorchRec do not load against this torch ({torch.__version__}, {build}): "
+        f"{str(err).splitlines()[0]}; installed: {', '.join(found) or 'neither'}: install the "
+        "set that goes with this torch (fbgemm-gpu needs a CUDA torch, fbgemm-gpu-cpu a CPU "
+        "one, both of its release: docs/install.md)"
+    )
 
 
 __all__ = ["MODES", "ONE_PROCESS", "Job", "ModeResult", "run_mode"]
