@@ -420,7 +420,8 @@ RULES = [
     (  # it trained from random weights, the checkpoint unread
         ["checkpoint=outputs/x"],
         r"checkpoint=outputs/x is read by mode=evaluate, predict and export only; mode=train "
-        r"would ignore it \(training continues a checkpoint with train.resume=<path>\)",
+        r"would ignore it \(training continues a checkpoint with train.resume=<path>, or starts "
+        r"from its weights with train.init_from=<path>\)",
     ),
     (["checkpoint=outputs/x", "mode=plan"], r"only; mode=plan would ignore it$"),
 ]

@@ -1596,3 +1596,39 @@ def test_resume_auto_in_a_new_folder_names_the_run_to_continue(tmp_path, caplog)
     with caplog.at_level(logging.WARNING, logger="dlrm_exp"):
         assert resume_mode.checkpoint_to_resume(cfg, new, multirun=False) is None
     assert caplog.text == ""
+
+
+def test_init_from_starts_a_run_from_a_checkpoints_weights(saved, tmp_path, monkeypatch):
+    """Fine-tuning: nothing started from a checkpoint's weights at step 0 (a resume onto
+    other data was refused at the checkpoint's data position: checkpoints review)."""
+    from torch.distributed.checkpoint.format_utils import dcp_to_torch_save
+
+    first: dict[str, torch.Tensor] = {}
+    real_fit = train_mode._fit
+
+    def spy(trainer, run, start, tracker):  # the weights training starts from
+        first.update({k: v.detach().clone() for k, v in run.experiment.model.state_dict().items()
+                      if "dense_arch" in k and k.endswith("weight")})  # fmt: skip
+        return real_fit(trainer, run, start, tracker)
+
+    monkeypatch.setattr(train_mode, "_fit", spy)
+    tuned = run_train(compose_cfg([*SMALL, "train.max_steps=2", f"train.init_from={saved}"]),
+                      tmp_path / "tuned", {})  # fmt: skip
+    assert tuned.initialized_from == str(saved) and tuned.steps == 2 and tuned.resumed == {}
+    dcp_to_torch_save(saved, tmp_path / "saved.pt")
+    model = torch.load(tmp_path / "saved.pt", weights_only=False)["model"]
+    assert first and all(torch.equal(w, model[k]) for k, w in first.items())
+    fresh = dict(first)
+    first.clear()
+    run_train(compose_cfg([*SMALL, "train.max_steps=2"]), tmp_path / "fresh", {})
+    assert not all(torch.equal(w, fresh[k]) for k, w in first.items())  # (not the start's)
+    # a run folder names its best, else newest; a resume path beside it is refused
+    assert run_train(compose_cfg([*SMALL, "train.max_steps=2",
+                                  f"train.init_from={saved.parent.parent}"]),
+                     tmp_path / "folder", {}).initialized_from == str(saved)  # fmt: skip
+    with pytest.raises(ConfigError, match=r"train.init_from=.* starts a new run from a "
+                       r"checkpoint's weights, train.resume=.* continues one"):  # fmt: skip
+        compose_cfg([*SMALL, f"train.init_from={saved}", f"train.resume={saved}"])
+    with pytest.raises(CheckpointError, match=r"another model shape"):
+        run_train(compose_cfg([*SMALL, "model.num_embeddings_cap=500",
+                               f"train.init_from={saved}"]), tmp_path / "other", {})  # fmt: skip

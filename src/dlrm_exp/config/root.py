@@ -175,7 +175,10 @@ class Config:
         """``mode=evaluate|predict|export`` start from ``checkpoint=<run folder>``; other modes
         would ignore it (training from random weights), so it is refused there."""
         if self.mode not in CHECKPOINT_MODES:
-            resume = " (training continues a checkpoint with train.resume=<path>)"
+            resume = (
+                " (training continues a checkpoint with train.resume=<path>, or starts from its "
+                "weights with train.init_from=<path>)"
+            )
             require_read(
                 self.checkpoint is None,
                 f"checkpoint={self.checkpoint} is read by mode=evaluate, predict and export "

@@ -179,6 +179,12 @@ class TrainConfig:
         resume: ``auto`` continues the newest complete checkpoint of the run folder
             (``hydra.run.dir=<run>``; starts fresh if there is none), a path continues that
             checkpoint folder, null starts fresh.
+        init_from: fine-tuning: start this run from the model weights of a checkpoint (a
+            ``checkpoints/step_<n>`` or ``best`` folder, or a run folder: its best, else its
+            newest), at step 0 of this run's data with a fresh optimizer (its state, the
+            Adagrad sums, is not read); the tables' shapes and id policies must match. With
+            ``train.resume=auto`` a checkpoint of the run folder wins (a requeued or
+            continued fine-tuning goes on from its own). Refused beside a resume path.
         on_nonfinite: see :class:`OnNonFinite`.
         pipeline: TorchRec's training pipeline, see :class:`Pipeline`.
         semi_sync_start_step: with ``pipeline=semi_sync``, the steps before it train
@@ -212,6 +218,7 @@ class TrainConfig:
     checkpoint_every_n_steps: int | None = None
     keep_last_checkpoints: int | None = None
     resume: str | None = None
+    init_from: str | None = None
     on_nonfinite: OnNonFinite = OnNonFinite.stop
     pipeline: Pipeline = Pipeline.sparse_dist
     semi_sync_start_step: int | None = None
@@ -240,6 +247,12 @@ class TrainConfig:
             self.resume not in ("True", "False"),
             f"train.resume={str(self.resume).lower()}: train.resume takes auto (the newest "
             "checkpoint of hydra.run.dir) or a checkpoint's path; leave it out to start fresh",
+        )
+        require(
+            self.init_from is None or self.resume in (None, "auto"),
+            f"train.init_from={self.init_from} starts a new run from a checkpoint's weights, "
+            f"train.resume={self.resume} continues one: give one of them (train.resume=auto "
+            "beside it continues this run's own checkpoints)",
         )
         require(self.train_window_batches >= 0, "train.train_window_batches must be >= 0")
         require(self.throughput_warmup_steps >= 0, "train.throughput_warmup_steps must be >= 0")

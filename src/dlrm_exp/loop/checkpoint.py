@@ -1205,8 +1205,8 @@ def _hint(error: str) -> str:
     return ""
 
 
-def find_checkpoint(location: str, warn: bool = True) -> Path:
-    """The checkpoint folder ``checkpoint=`` names, as an absolute path: a
+def find_checkpoint(location: str, warn: bool = True, key: str = "checkpoint") -> Path:
+    """The checkpoint folder ``checkpoint=`` (or another ``key``) names, as an absolute path: a
     ``checkpoints/step_<n>`` (or ``best``) folder, or a run folder: its best validation's
     checkpoint (``train.keep_best``) if it has one, else its newest complete checkpoint.
 
@@ -1223,7 +1223,7 @@ def find_checkpoint(location: str, warn: bool = True) -> Path:
             steps = complete_checkpoints(run_dir)
             if not steps:
                 raise CheckpointError(
-                    f"checkpoint={location}: no complete checkpoint in this run folder"
+                    f"{key}={location}: no complete checkpoint in this run folder"
                     + (_scored_by(run_dir) or " (train with train.checkpoint_every_n_steps=N "
                        "to write some)")
                 )  # fmt: skip
@@ -1233,7 +1233,7 @@ def find_checkpoint(location: str, warn: bool = True) -> Path:
         if warn:
             _warn_unfinished(run_dir, found)
         return found
-    return _complete_checkpoint(path, "checkpoint")
+    return _complete_checkpoint(path, key)
 
 
 #: The mode of the run that writes each record naming the checkpoint it read (a training

@@ -45,6 +45,7 @@ from dlrm_exp.loop.checkpoint import (
     CheckpointLayout,
     best_checkpoint,
     complete_checkpoints,
+    find_checkpoint,
     holds_best,
     load_model_weights,
     save_checkpoint,
@@ -177,6 +178,37 @@ def _in_multirun() -> bool:
     return HydraConfig.initialized() and HydraConfig.get().mode == RunMode.MULTIRUN
 
 
+def _init_checkpoint(cfg: Config) -> Path | None:
+    """The checkpoint ``train.init_from`` names (None: not given), found before the model is
+    built (its tables then need no random start).
+
+    Raises:
+        CheckpointError: nothing there, or no complete checkpoint in a run folder.
+    """
+    if not cfg.train.init_from:
+        return None
+    return find_checkpoint(cfg.train.init_from, key="train.init_from")
+
+
+def _init_weights(run: TrainRun, layout: CheckpointLayout) -> None:
+    """``train.init_from``: the model weights of ``run.init_path`` into this run's model (a
+    collective; DCP reshards the tables to this run's plan), its optimizer and step fresh.
+
+    Raises:
+        CheckpointError: another model shape, other id policies or kinds, inputs in
+            another order (:func:`~dlrm_exp.loop.checkpoint.load_model_weights`).
+    """
+    path = run.init_path
+    assert path is not None
+    load_model_weights(
+        path, run.experiment.model, layout.tables, layout.id_policies, layout.id_kinds,
+        run.ctx.world_size, layout.inputs,
+    )  # fmt: skip
+    if run.ctx.is_main:
+        log.info("train.init_from: the model weights of %s, from step 0 with a fresh optimizer",
+                 path)  # fmt: skip
+
+
 def _announce(run: TrainRun) -> None:
     """Rank 0, before training: the substitutions, a slow precision and a batch other than
     the recipe's global one in the log, the plan as ``plan.txt`` and ``plan.json`` (with the
@@ -204,18 +236,22 @@ def train_worker(
         job = shared_job(job, ctx)
         # rank 0 decides for all: hosts may list a shared folder differently (NFS caching), and
         # ranks that loaded different steps would train apart, then hang
-        resume_path, replaces = on_rank_zero(  # before building
+        resume_path, replaces, init_path = on_rank_zero(  # before building
             lambda: (
-                checkpoint_to_resume(cfg, job.run_dir, job.multirun),
+                resume := checkpoint_to_resume(cfg, job.run_dir, job.multirun),
                 replaces_attempt(job.run_dir, cfg.train.resume),
+                _init_checkpoint(cfg) if resume is None else None,
             )
         )
         reset_peak_memory(ctx.device)  # this run's peak, not an earlier job's in this process
-        splits, experiment = prepare(cfg, ctx, plan, loads_weights=resume_path is not None)
+        loads = resume_path is not None or init_path is not None
+        splits, experiment = prepare(cfg, ctx, plan, loads_weights=loads)
         plan_data = plan_record(
             experiment.plan, table_configs(cfg.model), ctx.world_size, ctx.local_world_size
         )
-        run = TrainRun(cfg, job, ctx, splits, experiment, plan_data, resume_path, replaces)
+        run = TrainRun(
+            cfg, job, ctx, splits, experiment, plan_data, resume_path, init_path, replaces
+        )
         if ctx.is_main:
             _announce(run)
             warn_unscored(cfg, splits, ("val", "test"), ctx.world_size)
@@ -233,6 +269,8 @@ def train_worker(
                 return kept
             if ctx.is_main:
                 replace_attempt(run, start, tracker)
+            if init_path is not None:
+                _init_weights(run, layout)
             with comm.installed():
                 result = _fit(trainer, run, start, tracker)
             metrics = _run_metrics(run, result, comm, time.time() - job.started)
@@ -487,7 +525,6 @@ def _run_metrics(
     state = result.state
     memory: list[Any] = [None] * dist.get_world_size()
     dist.all_gather_object(memory, rank_memory_gib(run.ctx.device))
-    held = _managed_rows_held(run)
     info = run.splits.info
     return RunMetrics(
         val=result.val,
@@ -515,6 +552,7 @@ def _run_metrics(
         choices=dict(run.job.choices),
         seed=run.cfg.seed,
         resumed=run.resumed,
+        initialized_from=None if run.init_path is None else str(run.init_path),
         target_auroc=run.cfg.train.target_auroc,
         reached_target=state.target_step is not None,
         target_step=state.target_step,
@@ -536,7 +574,7 @@ def _run_metrics(
         table_sharding_types={name: t.sharding_type for name, t in run.plan_data.tables.items()},
         table_compute_kernels={n: t.compute_kernel for n, t in run.plan_data.tables.items()},
         table_rows={t.name: t.num_embeddings for t in table_configs(run.cfg.model)},
-        managed_rows_held=held,
+        managed_rows_held=_managed_rows_held(run),
         substitutions=[s.to_json() for s in run.experiment.substitutions],
     )
 

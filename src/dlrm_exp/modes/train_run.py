@@ -25,5 +25,6 @@ class TrainRun:
     experiment: Experiment
     plan_data: PlanRecord
     resume_path: Path | None = None  # the checkpoint train.resume loads (None: fresh)
+    init_path: Path | None = None  # the checkpoint train.init_from loads weights from, fresh
     replaces: bool = False  # it replaces an abandoned attempt (loop.run_folder.replaces_attempt)
     resumed: dict[str, Any] = field(default_factory=dict)  # metrics.json's, filled on resume

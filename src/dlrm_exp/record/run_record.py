@@ -138,6 +138,8 @@ class RunMetrics:
             it; from the run's own checkpoint, ``started_from``: the same of the resume from
             another run's checkpoint its training began with; empty for a run trained from
             the start.
+        initialized_from: the checkpoint whose model weights ``train.init_from`` started
+            this run from (its step 0); None: none.
         target_auroc: ``train.target_auroc`` (the target keys appear only when it is set).
         reached_target: whether a validation reached it.
         target_step / target_epoch: the step, and the epochs trained (a fraction), of the
@@ -217,6 +219,7 @@ class RunMetrics:
     choices: dict[str, str] = field(default_factory=dict)
     seed: int | None = None
     resumed: dict[str, Any] = field(default_factory=dict)
+    initialized_from: str | None = None
     target_auroc: float | None = None
     reached_target: bool = False
     target_step: int | None = None
