@@ -1092,6 +1092,7 @@ def test_a_save_of_another_branch_sets_the_earlier_step_folder_aside(tmp_path, c
     assert keep_other_branch(final, 1024) is None and final.is_dir()  # the same branch
     with caplog.at_level(logging.WARNING, logger="dlrm_exp"):
         aside = keep_other_branch(final, 2048)
+        checkpoint_module._say_aside(final, aside, None)
     assert aside == tmp_path / "checkpoints" / "step_16.samples_1024" and not final.exists()
     assert complete_checkpoints(tmp_path) == []  # no listing takes it; resume=<it> does
     assert "kept as step_16.samples_1024 rather than written over" in caplog.text
@@ -1106,6 +1107,12 @@ def test_a_save_of_another_branch_sets_the_earlier_step_folder_aside(tmp_path, c
         (later / "trainer_state.json").write_text(f'{{"samples": {samples}, "step": {step}}}')
     prune_checkpoints(tmp_path, 2)
     assert sorted(p.name for p in (tmp_path / "checkpoints").iterdir()) == ["step_24", "step_32"]
+    caplog.clear()  # said so, not "kept" (diff review)
+    with caplog.at_level(logging.WARNING, logger="dlrm_exp"):
+        checkpoint_module._say_aside(final, aside, 2)
+    assert "older than the newest 2 this run keeps (train.keep_last_checkpoints): removed" in (
+        caplog.text
+    )
     prune_checkpoints(tmp_path, 3)  # (nothing more to remove)
     assert len(complete_checkpoints(tmp_path)) == 2
 

@@ -394,11 +394,12 @@ def _save(
     dist.barrier()
     if is_main:
         write_json_atomic(partial / STATE_FILE, {**trainer_state, "step": step})
-        if name is None:
-            keep_other_branch(final, trainer_state.get("samples"))
+        aside = keep_other_branch(final, trainer_state.get("samples")) if name is None else None
         _replace_folder(partial, final)
         if keep_last:
             prune_checkpoints(run_dir, keep_last)
+        if aside is not None:  # (said after pruning: it said "kept" of one pruned: diff review)
+            _say_aside(final, aside, keep_last)
     dist.barrier()
 
 
@@ -564,20 +565,34 @@ def keep_other_branch(final: Path, samples: int | None) -> Path | None:
     count than the save about to take its name (``samples``): a resume on another world size
     or batch size counts other steps, and its ``step_16`` wrote over the earlier run's
     ``step_16``, the very checkpoint it may have resumed from. It is renamed
-    ``step_<n>.samples_<its samples>`` (no listing takes it; ``train.resume=<it>`` does), with a
-    warning; returns that folder (None: nothing set aside)."""
+    ``step_<n>.samples_<its samples>`` (no listing takes it; ``train.resume=<it>`` does);
+    returns that folder (None: nothing set aside), which :func:`_say_aside` announces once
+    the save's pruning is done."""
     held = _samples(final) if samples is not None and _is_complete(final) else -1
     if held in (-1, samples):
         return None
     aside = final.with_name(f"{final.name}.samples_{held}")
     shutil.rmtree(aside, ignore_errors=True)
     final.rename(aside)
-    log.warning(
-        "%s held a checkpoint at %d samples (written with another world size or batch size); "
-        "kept as %s rather than written over (train.resume=%s continues it)",
-        final, held, aside.name, aside,
-    )  # fmt: skip
     return aside
+
+
+def _say_aside(final: Path, aside: Path, keep_last: int | None) -> None:
+    """The warning of a checkpoint :func:`keep_other_branch` set aside: kept, or removed by
+    ``train.keep_last_checkpoints`` among the older ones (it is at an earlier position)."""
+    held = aside.name.rsplit("_", 1)[-1]
+    if aside.exists():
+        log.warning(
+            "%s held a checkpoint at %s samples (written with another world size or batch "
+            "size); kept as %s rather than written over (train.resume=%s continues it)",
+            final, held, aside.name, aside,
+        )  # fmt: skip
+    else:
+        log.warning(
+            "%s held a checkpoint at %s samples (written with another world size or batch "
+            "size), older than the newest %d this run keeps (train.keep_last_checkpoints): "
+            "removed", final, held, keep_last,
+        )  # fmt: skip
 
 
 def _replace_folder(new: Path, final: Path) -> None:
