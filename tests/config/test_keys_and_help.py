@@ -448,6 +448,8 @@ def test_an_interval_under_the_basic_sweeper_is_one_line(cli_here, tmp_path):
     assert refused.returncode == 1 and refused.stderr.startswith(
         "Error: experiment=ranged's hydra.sweeper.params: optimizer.learning_rate=interval("
     )
+    assert "(in its params: optimizer.learning_rate: a,b,c)" in refused.stderr  # (-m key=a,b,c
+    # left the preset's interval in place: diff review)
     # a preset that chooses a search sweeper takes it (it was refused for the basic one's
     # sake: diff review); here without the plugin, which is then named
     (tmp_path / "experiment" / "search.yaml").write_text(

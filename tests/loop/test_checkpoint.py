@@ -676,7 +676,8 @@ def test_a_truncated_checkpoint_is_refused(saved, tmp_path):
     # the file named (DCP's own error was a bare EOFError)
     cut = rf"cannot be read: {re.escape(str(data))} is cut short \(100 of [\d,]+ bytes\)"
     # and how to go on: an earlier checkpoint beside it was refused (checkpoints review)
-    cut += rf".*move the checkpoint aside \(mv {re.escape(str(broken))} .*\.damaged\): train"
+    cut += rf".*move the checkpoint aside \(mv {re.escape(str(broken))} .*\.damaged\): in its "
+    cut += rf"run folder \({re.escape(str(tmp_path))}\), train.resume=auto then continues"
     with pytest.raises(CheckpointError, match=cut):
         run_train(cfg, tmp_path / "run", {})
     data.unlink()
@@ -1599,6 +1600,11 @@ def test_resume_auto_in_a_new_folder_names_the_run_to_continue(tmp_path, caplog)
     assert f"{new} is a new folder (Hydra names one per run)" in caplog.text
     assert f"give its folder: hydra.run.dir={earlier}" in caplog.text
     caplog.clear()
+    named = tmp_path / "exp" / "long"  # named by hand: the first run of a long job (diff review)
+    (named / ".hydra").mkdir(parents=True)
+    with caplog.at_level(logging.WARNING, logger="dlrm_exp"):
+        assert resume_mode.checkpoint_to_resume(cfg, named, multirun=False) is None
+    assert caplog.text == ""
     (new / "metrics.json").write_text("{}")  # an earlier attempt's folder: not new
     with caplog.at_level(logging.WARNING, logger="dlrm_exp"):
         assert resume_mode.checkpoint_to_resume(cfg, new, multirun=False) is None

@@ -243,11 +243,11 @@ def check_basic_sweeper_sweeps(overrides: Sequence[str], where: str = "") -> Non
     for text, override in parsed_overrides(overrides):
         if override.is_sweep_override() and override.is_interval_sweep():
             key = override.key_or_group
-            raise ConfigError(
+            listed = f"in its params: {key}: a,b,c" if where else f"-m {key}=a,b,c"
+            raise ConfigError(  # (a preset's own: the command line's list did not replace it)
                 f"{where}{text}: interval(...) is a search range, which Hydra's basic "
-                f"sweeper cannot sweep: list the values (-m {key}=a,b,c), or search it with "
-                "hydra/sweeper=lr_search (Optuna; "
-                "docs/sweeps-and-statistics.md)"
+                f"sweeper cannot sweep: list the values ({listed}), or search it with "
+                "hydra/sweeper=lr_search (Optuna; docs/sweeps-and-statistics.md)"
             )
 
 

@@ -1192,7 +1192,8 @@ def _check_data_files(path: Path, metadata: Metadata) -> None:
             raise CheckpointError(  # (it said "use another checkpoint", and an earlier one
                 # of the folder was then refused beside it: checkpoints review)
                 f"{file} {state}: damaged after it was written; move the checkpoint aside (mv "
-                f"{path} {path}.damaged): train.resume=auto then continues the one before it"
+                f"{path} {path}.damaged): in its run folder ({run_folder_of(path)}), "
+                "train.resume=auto then continues the one before it"
             )
 
 

@@ -6,6 +6,7 @@ history continued or set aside.
 """
 
 import logging
+import re
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -103,11 +104,16 @@ def checkpoint_to_resume(cfg: Config, run_dir: Path, multirun: bool) -> Path | N
 
 
 def _new_folder(run_dir: Path) -> bool:
-    """Whether ``run_dir`` holds nothing an earlier training run leaves: no record, no
+    """Whether ``run_dir`` is one Hydra named for this run (``outputs/<date>/<time>``, the
+    default ``hydra.run.dir``: a folder named by hand is the first run of a long job, not a
+    mistake: diff review) holding nothing an earlier training run leaves: no record, no
     checkpoints, no TensorBoard events (what this job wrote so far, its config, log and
     plan, aside)."""
+    named = re.fullmatch(r"\d{4}-\d{2}-\d{2}", run_dir.parent.name) and re.fullmatch(
+        r"\d{2}-\d{2}-\d{2}", run_dir.name
+    )
     earlier = ("metrics.json", CHECKPOINTS, "events.out.tfevents.*")
-    return not any(any(run_dir.glob(name)) for name in earlier)
+    return bool(named) and not any(any(run_dir.glob(name)) for name in earlier)
 
 
 def _newest_checkpointed(run_dir: Path) -> Path | None:
