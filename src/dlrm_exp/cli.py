@@ -698,16 +698,17 @@ def _check_keys_and_files(args: list[str]) -> None:
     check_override_keys(overrides, Config)
     check_enum_values(overrides, Config)
     if _other_primary_config(args):  # its defaults may add features and pick other data
+        primary = [c for c in own if not c.group]  # (-cp's folder is not read: left alone)
+        if primary:  # (its interval was Hydra's traceback again: diff review)
+            _check_basic_sweeper(args, overrides, primary)
+            _check_chosen_sweeper(args, primary)
         return
     check_group_additions(overrides)
     check_schema_choice(args, [conf_dir(), *dirs])
     # the shipped options too: their features are the ones an override names
     every = chosen_files(args, [conf_dir(), *dirs])
     _check_basic_sweeper(args, overrides, every)
-    sweeper = preset_choice(every, "hydra/sweeper")
-    if sweeper is not None and _last_value(args, "hydra/sweeper") is None:
-        check_plugins([*args, f"hydra/sweeper={sweeper}"])  # (a preset's choice: Hydra's
-        # "Could not load 'hydra/sweeper/optuna'" with its search path: diff review)
+    _check_chosen_sweeper(args, every)
     check_schema_feature_overrides(overrides, every)
     check_data_option_keys(overrides, DATA_OPTIONS, preset_choice(every, "data"))
     sweep = _is_multirun(args)
@@ -720,6 +721,19 @@ def _check_keys_and_files(args: list[str]) -> None:
                 "sweeper.params), which only -m runs: this runs one job of its settings",
                 file=sys.stderr,
             )
+
+
+def _check_chosen_sweeper(args: list[str], chosen: list[Chosen]) -> None:
+    """The sweeper a chosen preset or primary config picks (not the command line) has its
+    plugin: Hydra said "Could not load 'hydra/sweeper/optuna'" with its search path (diff
+    review).
+
+    Raises:
+        ConfigError: see :func:`check_plugins`.
+    """
+    sweeper = preset_choice(chosen, "hydra/sweeper")
+    if sweeper is not None and _last_value(args, "hydra/sweeper") is None:
+        check_plugins([*args, f"hydra/sweeper={sweeper}"])
 
 
 def _check_basic_sweeper(args: list[str], overrides: list[str], presets: list[Chosen]) -> None:

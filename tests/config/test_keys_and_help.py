@@ -461,6 +461,16 @@ def test_an_interval_under_the_basic_sweeper_is_one_line(cli_here, tmp_path):
     assert _plugin_installed("hydra_plugins.hydra_optuna_sweeper") or (
         "hydra/sweeper=lr_search needs a Hydra plugin that is not installed" in refused.stderr
     )
+    # under a primary config of one's own (-cn) that keeps the basic sweeper (Hydra's
+    # traceback came back there: diff review)
+    (tmp_path / "own.yaml").write_text(
+        "defaults:\n  - base_config\n  - model: tiny\n  - sharding: auto\n"
+        "  - optimizer: rowwise_adagrad\n  - qcomms: none\n  - data: synthetic\n"
+        "  - hardware: cpu\n  - _self_\nmode: plan\n"
+    )
+    own = ["-m", "-cd", str(tmp_path), "-cn", "own", sweep[2], sweep[3]]
+    refused = cli_here(own)
+    assert refused.returncode == 1 and "interval(...) is a search range" in refused.stderr
 
 
 def test_a_group_chosen_with_plus_says_to_drop_it(cli_here, tmp_path):

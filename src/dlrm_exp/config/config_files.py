@@ -197,11 +197,12 @@ def _presets(files: Sequence[Chosen]) -> list[tuple[str, str, DictConfig | ListC
 
 
 def preset_choice(files: Sequence[Chosen], group: str) -> str | None:
-    """The option of ``group`` the ``experiment=`` presets among ``files`` choose in their
-    defaults lists (``- override /data: criteo_multihot``); None where none does, or they
-    choose different ones (a sweep over presets)."""
+    """The option of ``group`` the ``experiment=`` presets and primary configs (``-cn``)
+    among ``files`` choose in their defaults lists (``- override /data: criteo_multihot``);
+    None where none does, or they choose different ones (a sweep over presets)."""
     found = set()
-    for _, _, node in _presets(files):
+    chosen = [c for c in files if c.group in ("experiment", "")]
+    for node in (_preset(c.file, c.file.stat().st_mtime_ns)[1] for c in chosen):
         defaults = node.get("defaults") if isinstance(node, DictConfig) else None
         for entry in defaults if isinstance(defaults, ListConfig) else []:
             for key, option in entry.items() if isinstance(entry, DictConfig) else []:
