@@ -286,12 +286,13 @@ except Terminated as err:
 """
 #: The workers' function: set up as a training worker, with a (hidden) progress bar.
 _SLEEPER = """
-import time
+import os, pathlib, time
 from tqdm import tqdm
 from dlrm_exp.distributed.launch import init_worker
 def sleep(seconds):
     init_worker(None)
     tqdm(total=1, disable=True)
+    pathlib.Path(f"ready_{os.environ['RANK']}").touch()
     time.sleep(seconds)
 """
 
@@ -311,7 +312,10 @@ def test_sigterm_to_a_multi_process_job_ends_it_in_one_line(tmp_path):
         text=True, cwd=tmp_path,
     )  # fmt: skip
     assert job.stdout.readline().strip() == "launching"
-    time.sleep(4)  # the agent is up (its handler installed) and spawning the workers
+    deadline = time.monotonic() + 120  # both workers made their bar (a fixed 4 s ended
+    # before they did, and the test passed without its fix: diff review)
+    while len(list(tmp_path.glob("ready_*"))) < 2 and time.monotonic() < deadline:
+        time.sleep(0.2)
     job.send_signal(signal.SIGTERM)
     out, err = job.communicate(timeout=60)
     assert job.returncode == 3, err[-2000:]
