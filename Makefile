@@ -46,7 +46,7 @@ OTHER_FBGEMM = $(if $(filter fbgemm-gpu-cpu,$(FBGEMM_NAME)),fbgemm-gpu,fbgemm-gp
 $(STAMP): pyproject.toml | $(PY)
 	@$(PY) -c 'import sys; sys.exit(sys.version_info < (3, 11))' || { echo "$(VENV) holds \
 	Python $$($(PY) -c 'import platform; print(platform.python_version())'); dlrm_exp needs 3.11 \
-	or newer: rm -rf $(VENV), then make install PYTHON=python3.11 (or newer)"; exit 1; }
+	or newer: rm -rf $(VENV), then make install VENV=$(VENV) PYTHON=python3.11 (or newer)"; exit 1; }
 	$(PY) -m pip install -q --upgrade pip
 	if $(PY) -m pip show -q $(OTHER_FBGEMM) >/dev/null 2>&1; then \
 		$(PY) -m pip uninstall -q -y $(OTHER_FBGEMM); fi
@@ -103,8 +103,9 @@ bench: $(STAMP) ## framework vs TorchRec loop, preprocessing, loaders, quality b
 # Each CUDA test is one single-rank job: GPU_WORKERS of them share the GPU (tests/parallel.py).
 GPU_WORKERS ?= 4
 gpu-check: $(STAMP) ## the CUDA-marked tests: every sharding type with fused_uvm_caching + NCCL, CUDA pipelines (skips without CUDA)
-	@$(PY) -c "import shutil, sys, torch; sys.exit(0 if torch.cuda.is_available() else 4 \
-		if torch.version.cuda is None and shutil.which('nvidia-smi') else 3)"; found=$$?; \
+	@$(PY) -c "import subprocess, sys, torch; sys.exit(0 if torch.cuda.is_available() else 4 \
+		if torch.version.cuda is None and subprocess.run('nvidia-smi -L | grep -q ^GPU', \
+		shell=True).returncode == 0 else 3)"; found=$$?; \
 	if [ $$found = 0 ]; then \
 		$(PY) -m pytest -q -m cuda tests $(if $(filter-out 0,$(GPU_WORKERS)),-n $(GPU_WORKERS)) $(PYTEST_ARGS); \
 	elif [ $$found = 3 ]; then \
