@@ -698,8 +698,9 @@ def _check_keys_and_files(args: list[str]) -> None:
     check_override_keys(overrides, Config)
     check_enum_values(overrides, Config)
     if _other_primary_config(args):  # its defaults may add features and pick other data
-        primary = [c for c in own if not c.group]  # (-cp's folder is not read: left alone)
-        if primary:  # (its interval was Hydra's traceback again: diff review)
+        # (-cp's folder is not read; its interval was Hydra's traceback again: diff review)
+        primary = [c for c in own if c.group in ("", "experiment")]
+        if any(not c.group for c in primary):
             _check_basic_sweeper(args, overrides, primary)
             _check_chosen_sweeper(args, primary)
         return
@@ -750,8 +751,8 @@ def _check_basic_sweeper(args: list[str], overrides: list[str], presets: list[Ch
     if preset_choice(presets, "hydra/sweeper") is not None:
         return
     check_basic_sweeper_sweeps(overrides)
-    for preset, params in preset_sweep_params(presets):
-        check_basic_sweeper_sweeps(params, f"experiment={preset}'s hydra.sweeper.params: ")
+    for where, params in preset_sweep_params(presets):
+        check_basic_sweeper_sweeps(params, f"{where}'s hydra.sweeper.params: ")
 
 
 def main() -> None:

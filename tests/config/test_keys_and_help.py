@@ -471,6 +471,14 @@ def test_an_interval_under_the_basic_sweeper_is_one_line(cli_here, tmp_path):
     own = ["-m", "-cd", str(tmp_path), "-cn", "own", sweep[2], sweep[3]]
     refused = cli_here(own)
     assert refused.returncode == 1 and "interval(...) is a search range" in refused.stderr
+    # its own params, and a preset beside it (diff review)
+    (tmp_path / "params.yaml").write_text(
+        (tmp_path / "own.yaml").read_text()
+        + "hydra:\n  sweeper:\n    params:\n      optimizer.learning_rate: interval(0.1,1)\n"
+    )
+    for args in (["-cn", "params"], ["-cn", "own", "+experiment=ranged"]):
+        refused = cli_here(["-m", "-cd", str(tmp_path), *args, sweep[3]])
+        assert refused.returncode == 1 and "interval(...) is a search range" in refused.stderr
 
 
 def test_a_group_chosen_with_plus_says_to_drop_it(cli_here, tmp_path):

@@ -273,13 +273,15 @@ def check_sweeper_param_keys(args: Sequence[str], files: Sequence[Chosen]) -> No
 
 
 def preset_sweep_params(files: Sequence[Chosen]) -> list[tuple[str, list[str]]]:
-    """``(preset, its hydra.sweeper.params as key=value overrides)`` of each ``experiment=``
-    preset among ``files`` that gives the sweeper params."""
+    """``(where, its hydra.sweeper.params as key=value overrides)`` of each ``experiment=``
+    preset (``experiment=<name>``) and primary config (``-cn <name>``: its own params were
+    left to Hydra's traceback: diff review) among ``files`` that gives the sweeper params."""
     found = []
-    for preset, _, node in _presets(files):
-        params = _sweeper_params(node)
+    for chosen in (c for c in files if c.group in ("experiment", "")):
+        params = _sweeper_params(_preset(chosen.file, chosen.file.stat().st_mtime_ns)[1])
+        where = f"experiment={chosen.option}" if chosen.group else f"-cn {chosen.option}"
         if params:
-            found.append((preset, [f"{k}={v}" for k, v in params.items()]))
+            found.append((where, [f"{k}={v}" for k, v in params.items()]))
     return found
 
 
