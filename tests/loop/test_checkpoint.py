@@ -1106,12 +1106,12 @@ def test_a_save_of_another_branch_sets_the_earlier_step_folder_aside(tmp_path, c
         later.mkdir()
         (later / ".metadata").write_bytes(b"")
         (later / "trainer_state.json").write_text(f'{{"samples": {samples}, "step": {step}}}')
-    prune_checkpoints(tmp_path, 2)
-    assert sorted(p.name for p in (tmp_path / "checkpoints").iterdir()) == ["step_24", "step_32"]
-    caplog.clear()  # said so, not "kept" (diff review)
+    caplog.clear()
     with caplog.at_level(logging.WARNING, logger="dlrm_exp"):
-        checkpoint_module._say_aside(final, aside, 2)
-    assert "older than the newest 2 this run keeps (train.keep_last_checkpoints): removed" in (
+        prune_checkpoints(tmp_path, 2)
+    assert sorted(p.name for p in (tmp_path / "checkpoints").iterdir()) == ["step_24", "step_32"]
+    # said so, at whichever save removes it (it had been said "kept": diff review)
+    assert "step_16.samples_1024, set aside at 1024 samples, removed: older than the newest 2" in (
         caplog.text
     )
     prune_checkpoints(tmp_path, 3)  # (nothing more to remove)

@@ -265,6 +265,11 @@ def prune_checkpoints(run_dir: Path, keep_last: int) -> None:
     kept = _positioned(run_dir) + _positioned(run_dir, _ASIDE_DIR)
     for _, old in sorted(kept)[:-keep_last]:
         _remove_folder(old)
+        if _ASIDE_DIR.match(old.name):  # (a warning had said it was kept: diff review)
+            log.warning(
+                "%s, set aside at %s samples, removed: older than the newest %d this run keeps "
+                "(train.keep_last_checkpoints)", old, old.name.rsplit("_", 1)[-1], keep_last,
+            )  # fmt: skip
 
 
 def ended_how(run_dir: Path) -> str:
@@ -578,20 +583,14 @@ def keep_other_branch(final: Path, samples: int | None) -> Path | None:
 
 
 def _say_aside(final: Path, aside: Path, keep_last: int | None) -> None:
-    """The warning of a checkpoint :func:`keep_other_branch` set aside: kept, or removed by
-    ``train.keep_last_checkpoints`` among the older ones (it is at an earlier position)."""
-    held = aside.name.rsplit("_", 1)[-1]
+    """The warning of a checkpoint :func:`keep_other_branch` set aside, where the save's
+    pruning kept it (:func:`prune_checkpoints` says so of one it removes, then or later)."""
     if aside.exists():
+        until = f" until {keep_last} newer ones exist" * bool(keep_last)
         log.warning(
             "%s held a checkpoint at %s samples (written with another world size or batch "
-            "size); kept as %s rather than written over (train.resume=%s continues it)",
-            final, held, aside.name, aside,
-        )  # fmt: skip
-    else:
-        log.warning(
-            "%s held a checkpoint at %s samples (written with another world size or batch "
-            "size), older than the newest %d this run keeps (train.keep_last_checkpoints): "
-            "removed", final, held, keep_last,
+            "size); kept as %s rather than written over%s (train.resume=%s continues it)",
+            final, aside.name.rsplit("_", 1)[-1], aside.name, until, aside,
         )  # fmt: skip
 
 
