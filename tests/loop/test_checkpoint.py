@@ -676,10 +676,13 @@ def test_a_truncated_checkpoint_is_refused(saved, tmp_path):
     # the file named (DCP's own error was a bare EOFError)
     cut = rf"cannot be read: {re.escape(str(data))} is cut short \(100 of [\d,]+ bytes\)"
     # and how to go on: an earlier checkpoint beside it was refused (checkpoints review)
-    cut += rf".*move the checkpoint aside \(mv {re.escape(str(broken))} .*\.damaged\): in its "
-    cut += rf"run folder \({re.escape(str(tmp_path))}\), train.resume=auto then continues"
+    cut += rf".*move the checkpoint aside \(mv {re.escape(str(broken))} .*\.damaged\) and take "
+    cut += rf"an earlier one of its run folder \({re.escape(str(tmp_path))}: given as"
     with pytest.raises(CheckpointError, match=cut):
         run_train(cfg, tmp_path / "run", {})
+    os.link(data, tmp_path / "linked.distcp")  # as best and its step share files (diff review)
+    with pytest.raises(CheckpointError, match=r"1 other checkpoint\(s\) of its folder share "):
+        _dcp_load(broken, {})
     data.unlink()
     with pytest.raises(CheckpointError, match=rf"{re.escape(str(data))} is missing"):
         _dcp_load(broken, {})

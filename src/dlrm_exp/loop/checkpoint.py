@@ -1188,11 +1188,20 @@ def _check_data_files(path: Path, metadata: Metadata) -> None:
         size = file.stat().st_size if file.is_file() else None
         if size is None or size < end:
             state = "is missing" if size is None else f"is cut short ({size:,} of {end:,} bytes)"
+            links = file.stat().st_nlink if size is not None else 1
+            shared = (  # (best and the step saved with it share linked files: diff review)
+                f"; {links - 1} other checkpoint(s) of its folder share this file (linked) and "
+                "are damaged alike"
+                if links > 1
+                else ""
+            )
             raise CheckpointError(  # (it said "use another checkpoint", and an earlier one
-                # of the folder was then refused beside it: checkpoints review)
-                f"{file} {state}: damaged after it was written; move the checkpoint aside (mv "
-                f"{path} {path}.damaged): in its run folder ({run_folder_of(path)}), "
-                "train.resume=auto then continues the one before it"
+                # of the folder was then refused beside it: checkpoints review; resume=auto
+                # was no way for a fine-tuning or an evaluate: diff review)
+                f"{file} {state}: damaged after it was written{shared}; move the checkpoint "
+                f"aside (mv {path} {path}.damaged) and take an earlier one of its run folder "
+                f"({run_folder_of(path)}: given as the checkpoint, it takes the next; "
+                "train.resume=auto there continues it)"
             )
 
 
