@@ -1648,3 +1648,10 @@ def test_init_from_starts_a_run_from_a_checkpoints_weights(saved, tmp_path, monk
     with pytest.raises(CheckpointError, match=r"another model shape"):
         run_train(compose_cfg([*SMALL, "model.num_embeddings_cap=500",
                                f"train.init_from={saved}"]), tmp_path / "other", {})  # fmt: skip
+    # continued (a requeue): the record still names it, and so do the HParams (diff review)
+    on = [*SMALL, "train.max_steps=4", "train.resume=auto", f"train.init_from={saved}"]
+    again = run_train(compose_cfg(on), tmp_path / "tuned", {})
+    assert again.resumed["step"] == 2 and again.initialized_from == str(saved)
+    from dlrm_exp.record.tracking import run_hparams
+
+    assert run_hparams(compose_cfg(SMALL), {}, 1, 1, again)["init_from"] == str(saved)

@@ -48,6 +48,7 @@ from dlrm_exp.loop.checkpoint import (
     find_checkpoint,
     holds_best,
     load_model_weights,
+    read_trainer_state,
     save_checkpoint,
 )
 from dlrm_exp.loop.early_stopping import EARLY_STOPPING, BestValidation
@@ -178,16 +179,22 @@ def _in_multirun() -> bool:
     return HydraConfig.initialized() and HydraConfig.get().mode == RunMode.MULTIRUN
 
 
-def _init_checkpoint(cfg: Config) -> Path | None:
-    """The checkpoint ``train.init_from`` names (None: not given), found before the model is
-    built (its tables then need no random start).
+def _weights_origin(cfg: Config, resume: Path | None) -> tuple[Path | None, str | None]:
+    """Where this run's training began from weights of another run (``train.init_from``):
+    the checkpoint to load them from (a fresh start only; found before the model is built,
+    whose tables then need no random start) and the one to record, this start's or the
+    one the resumed checkpoint records (a resumed fine-tuning's record said none: diff
+    review). ``(None, None)``: none.
 
     Raises:
         CheckpointError: nothing there, or no complete checkpoint in a run folder.
     """
+    if resume is not None:
+        return None, read_trainer_state(resume).get("initialized_from")
     if not cfg.train.init_from:
-        return None
-    return find_checkpoint(cfg.train.init_from, key="train.init_from")
+        return None, None
+    path = find_checkpoint(cfg.train.init_from, key="train.init_from")
+    return path, str(path)
 
 
 def _init_weights(run: TrainRun, layout: CheckpointLayout) -> None:
@@ -236,21 +243,21 @@ def train_worker(
         job = shared_job(job, ctx)
         # rank 0 decides for all: hosts may list a shared folder differently (NFS caching), and
         # ranks that loaded different steps would train apart, then hang
-        resume_path, replaces, init_path = on_rank_zero(  # before building
+        resume_path, replaces, (init_path, began) = on_rank_zero(  # before building
             lambda: (
                 resume := checkpoint_to_resume(cfg, job.run_dir, job.multirun),
                 replaces_attempt(job.run_dir, cfg.train.resume),
-                _init_checkpoint(cfg) if resume is None else None,
+                _weights_origin(cfg, resume),
             )
         )
         reset_peak_memory(ctx.device)  # this run's peak, not an earlier job's in this process
-        loads = resume_path is not None or init_path is not None
+        loads = (resume_path or init_path) is not None
         splits, experiment = prepare(cfg, ctx, plan, loads_weights=loads)
         plan_data = plan_record(
             experiment.plan, table_configs(cfg.model), ctx.world_size, ctx.local_world_size
         )
         run = TrainRun(
-            cfg, job, ctx, splits, experiment, plan_data, resume_path, init_path, replaces
+            cfg, job, ctx, splits, experiment, plan_data, resume_path, init_path, began, replaces
         )
         if ctx.is_main:
             _announce(run)
@@ -472,7 +479,12 @@ class _Saver:
             step,
             self.run.experiment.model,
             self.run.experiment.optimizer,
-            {**state.state_dict(), **self.layout.state_dict(), **self._kernel_state()},
+            {
+                **state.state_dict(),
+                **self.layout.state_dict(),
+                **self._kernel_state(),
+                "initialized_from": self.run.initialized_from,
+            },  # fmt: skip
             self.run.ctx.is_main,
             self.run.cfg.train.keep_last_checkpoints,
             name,
@@ -552,7 +564,7 @@ def _run_metrics(
         choices=dict(run.job.choices),
         seed=run.cfg.seed,
         resumed=run.resumed,
-        initialized_from=None if run.init_path is None else str(run.init_path),
+        initialized_from=run.initialized_from,
         target_auroc=run.cfg.train.target_auroc,
         reached_target=state.target_step is not None,
         target_step=state.target_step,

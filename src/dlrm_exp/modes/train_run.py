@@ -26,5 +26,6 @@ class TrainRun:
     plan_data: PlanRecord
     resume_path: Path | None = None  # the checkpoint train.resume loads (None: fresh)
     init_path: Path | None = None  # the checkpoint train.init_from loads weights from, fresh
+    initialized_from: str | None = None  # init_path's, or the resumed checkpoint's record of it
     replaces: bool = False  # it replaces an abandoned attempt (loop.run_folder.replaces_attempt)
     resumed: dict[str, Any] = field(default_factory=dict)  # metrics.json's, filled on resume

@@ -72,6 +72,8 @@ def run_hparams(
         "seed": str(cfg.seed),
         # (the best weights of a checkpoint's run, trained under its settings: review)
         "weights_from": (ran.weights_from or "this run") if metrics else "n/a",
+        # (a fine-tuned run had a fresh run's HParams: diff review)
+        "init_from": (ran.initialized_from if metrics else cfg.train.init_from) or "none",
     }
 
 
