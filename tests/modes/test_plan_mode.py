@@ -437,6 +437,13 @@ def test_int8_row_wise_layouts_are_refused_on_nccl_too(tmp_path):
     with pytest.raises(ConfigError, match=r"int8 with row_wise sharding is not supported: "
                        r"TorchRec's reduce-scatter gives .* on any backend"):  # fmt: skip
         run_plan(cfg, tmp_path)
+    # a row-wise table of a per-table override: named, not sharding=tablewise advised to a
+    # command that had it (distributed review)
+    mixed = ["mode=plan", "hardware.nproc_per_node=2", "sharding=tablewise", "qcomms=int8",
+             "+sharding.per_table_sharding_type.t_cat_0=row_wise"]  # fmt: skip
+    named = r"\(placed by \+sharding.per_table_sharding_type.t_cat_0\); use qcomms=fp16 or bf16"
+    with pytest.raises(ConfigError, match=named):
+        run_plan(compose_cfg(mixed), tmp_path / "mixed")
 
 
 @pytest.mark.parametrize("qcomms", ["none", "fp32", "fp16_bf16"])

@@ -1,6 +1,7 @@
 """Quantized-communication codecs for the embedding collectives, from the ``qcomms`` group,
 and the precisions they actually run in, read back from the built sharded model."""
 
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -93,12 +94,17 @@ UNSUPPORTED: dict[tuple[str, str], str] = {
 }
 
 
-def check_supported(cfg: QCommsConfig, sharding_types: set[str]) -> None:
+def check_supported(
+    cfg: QCommsConfig, sharding_types: set[str], placed: Callable[[str], str] | None = None
+) -> None:
     """Refuse a precision / sharding-type combination known not to run (:data:`UNSUPPORTED`,
     on any backend: the message named the backend, then said "on any backend"; review).
+    ``placed``: which tables a sharding type holds and what placed them there, for the
+    message (it advised ``sharding=tablewise`` to a command that had it, its row-wise table
+    from a per-table override: distributed review).
 
     Raises:
-        ConfigError: one line naming the combination and why.
+        ConfigError: one line naming the combination, why, and the ways out.
     """
     if not cfg.enabled:
         return
@@ -107,9 +113,11 @@ def check_supported(cfg: QCommsConfig, sharding_types: set[str]) -> None:
         for kind in sorted(sharding_types):
             reason = UNSUPPORTED.get((precision, kind))
             if reason:
-                raise ConfigError(
-                    f"qcomms {precision} with {kind} sharding is not supported: {reason}; use "
-                    "qcomms=fp16 / bf16 / fp8, or sharding=tablewise / columnwise"
+                where = f" ({placed(kind)})" if placed else ""
+                raise ConfigError(  # (fp8 runs as FP16/BF16 there: no way out of its own)
+                    f"qcomms {precision} with {kind} sharding is not supported: {reason}{where}; "
+                    f"use qcomms=fp16 or bf16, or place those tables otherwise (table_wise or "
+                    "column_wise)"
                 )
 
 

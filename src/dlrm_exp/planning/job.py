@@ -6,6 +6,7 @@ planner over the meta-device model, and returns a :class:`PlanResult` (the plan 
 capacity it was planned against and, from the planner, the per-rank estimates).
 """
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import torch
@@ -30,7 +31,12 @@ from dlrm_exp.planning.empty_shards import check_cpu_row_shards
 from dlrm_exp.planning.estimates import EstimateCollector, RankEstimate, rank_estimates
 from dlrm_exp.planning.fused_state import DEVICE_RESIDENT_KERNELS
 from dlrm_exp.planning.plan_file import load_plan, offered_placements
-from dlrm_exp.planning.plan_record import plan_record, plan_sharding_types, replicated_tables
+from dlrm_exp.planning.plan_record import (
+    plan_record,
+    plan_sharding_types,
+    plan_table_types,
+    replicated_tables,
+)
 from dlrm_exp.planning.planner import (
     STORAGE_RESERVATION,
     build_planner,
@@ -255,11 +261,29 @@ def plan_job(
         result = _plan_from_file(cfg, module, target, sharders)
     else:
         result = _plan_with_planner(cfg, module, target, sharders)
-    check_supported(cfg.qcomms, plan_sharding_types(result.plan))
+    check_supported(cfg.qcomms, plan_sharding_types(result.plan), _placed_by(cfg, result.plan))
     _check_fp16_replicas(cfg, result.plan)
     if cfg.hardware.compute_device is ComputeDevice.cpu:
         check_cpu_row_shards(result.plan, cfg.model.table_data_type_of, target.world_size)
     return result
+
+
+def _placed_by(cfg: Config, plan: ShardingPlan) -> Callable[[str], str]:
+    """For a refusal: the tables ``plan`` gives a sharding type, and what placed them there
+    (a per-table override, the plan file, ``sharding.sharding_type``, the planner)."""
+
+    def placed(kind: str) -> str:
+        names = sorted(t for t, k in plan_table_types(plan).items() if k == kind)
+        overridden = [t for t in names if t in cfg.sharding.per_table_sharding_type]
+        if overridden:
+            return "placed by " + " ".join(
+                f"+sharding.per_table_sharding_type.{t}" for t in overridden[:4]
+            )
+        by = {ShardingStrategy.from_file: "the plan file", ShardingStrategy.auto: "the planner"}
+        asked = f"sharding.sharding_type={cfg.sharding.sharding_type.value}"
+        return f"{first_few(names)} placed by {by.get(cfg.sharding.sharding_type, asked)}"
+
+    return placed
 
 
 def _check_fp16_replicas(cfg: Config, plan: ShardingPlan) -> None:

@@ -12,6 +12,15 @@ def plan_sharding_types(plan: ShardingPlan) -> set[str]:
     return _used(plan, "sharding_type")
 
 
+def plan_table_types(plan: ShardingPlan) -> dict[str, str]:
+    """``{table: its sharding type}`` in ``plan`` (TorchRec ``ShardingType`` strings)."""
+    return {
+        name: ps.sharding_type
+        for module_plan in plan.plan.values()
+        for name, ps in module_plan.items()  # type: ignore[union-attr]
+    }
+
+
 def plan_compute_kernels(plan: ShardingPlan) -> set[str]:
     """The compute kernels used anywhere in ``plan`` (TorchRec ``EmbeddingComputeKernel``
     strings)."""
