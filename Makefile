@@ -104,7 +104,7 @@ bench: $(STAMP) ## framework vs TorchRec loop, preprocessing, loaders, quality b
 GPU_WORKERS ?= 4
 gpu-check: $(STAMP) ## the CUDA-marked tests: every sharding type with fused_uvm_caching + NCCL, CUDA pipelines (skips without CUDA)
 	@$(PY) -c "import subprocess, sys, torch; sys.exit(0 if torch.cuda.is_available() else 4 \
-		if torch.version.cuda is None and subprocess.run('nvidia-smi -L | grep -q ^GPU', \
+		if torch.version.cuda is None and subprocess.run('nvidia-smi -L 2>/dev/null | grep -q ^GPU', \
 		shell=True).returncode == 0 else 3)"; found=$$?; \
 	if [ $$found = 0 ]; then \
 		$(PY) -m pytest -q -m cuda tests $(if $(filter-out 0,$(GPU_WORKERS)),-n $(GPU_WORKERS)) $(PYTEST_ARGS); \

@@ -1602,7 +1602,11 @@ def test_resume_auto_in_a_new_folder_names_the_run_to_continue(tmp_path, caplog)
         assert resume_mode.checkpoint_to_resume(cfg, new, multirun=False) is None
     assert f"{new} is a new folder (Hydra names one per run)" in caplog.text
     assert f"give its folder: hydra.run.dir={earlier}" in caplog.text
-    caplog.clear()
+    caplog.clear()  # a fine-tuning does not train from its start (diff review)
+    tuning = compose_cfg(["train.resume=auto", f"train.init_from={earlier}"])
+    with caplog.at_level(logging.WARNING, logger="dlrm_exp"):
+        assert resume_mode.checkpoint_to_resume(tuning, new, multirun=False) is None
+    assert caplog.text == ""
     named = tmp_path / "exp" / "long"  # named by hand: the first run of a long job (diff review)
     (named / ".hydra").mkdir(parents=True)
     with caplog.at_level(logging.WARNING, logger="dlrm_exp"):
@@ -1614,7 +1618,7 @@ def test_resume_auto_in_a_new_folder_names_the_run_to_continue(tmp_path, caplog)
     assert caplog.text == ""
 
 
-def test_init_from_starts_a_run_from_a_checkpoints_weights(saved, tmp_path, monkeypatch):
+def test_init_from_starts_a_run_from_a_checkpoints_weights(saved, tmp_path, monkeypatch, caplog):
     """Fine-tuning: nothing started from a checkpoint's weights at step 0 (a resume onto
     other data was refused at the checkpoint's data position: checkpoints review)."""
     from torch.distributed.checkpoint.format_utils import dcp_to_torch_save
@@ -1650,8 +1654,10 @@ def test_init_from_starts_a_run_from_a_checkpoints_weights(saved, tmp_path, monk
                                f"train.init_from={saved}"]), tmp_path / "other", {})  # fmt: skip
     # continued (a requeue): the record still names it, and so do the HParams (diff review)
     on = [*SMALL, "train.max_steps=4", "train.resume=auto", f"train.init_from={saved}"]
-    again = run_train(compose_cfg(on), tmp_path / "tuned", {})
+    with caplog.at_level(logging.WARNING, logger="dlrm_exp"):
+        again = run_train(compose_cfg(on), tmp_path / "tuned", {})
     assert again.resumed["step"] == 2 and again.initialized_from == str(saved)
+    assert "train.init_from is not read: this run continues its checkpoint" in caplog.text
     from dlrm_exp.record.tracking import run_hparams
 
     assert run_hparams(compose_cfg(SMALL), {}, 1, 1, again)["init_from"] == str(saved)

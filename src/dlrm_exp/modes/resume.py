@@ -80,7 +80,7 @@ def checkpoint_to_resume(cfg: Config, run_dir: Path, multirun: bool) -> Path | N
     if not cfg.train.resume:
         return None
     path = resolve_resume(cfg.train.resume, run_dir)
-    if path is None and not multirun and _new_folder(run_dir):
+    if path is None and not multirun and not cfg.train.init_from and _new_folder(run_dir):
         log.warning(  # (an INFO line was all: checkpoints review)
             "train.resume=auto: %s is a new folder (Hydra names one per run) with no "
             "checkpoint: this run trains from its start; to continue a run, give its folder: "

@@ -190,6 +190,8 @@ def _weights_origin(cfg: Config, resume: Path | None) -> tuple[Path | None, str 
         CheckpointError: nothing there, or no complete checkpoint in a run folder.
     """
     if resume is not None:
+        if cfg.train.init_from:  # (it was dropped without a word: diff review)
+            log.warning("train.init_from is not read: this run continues its checkpoint %s", resume)
         return None, read_trainer_state(resume).get("initialized_from")
     if not cfg.train.init_from:
         return None, None
