@@ -42,6 +42,7 @@ from dlrm_exp.factories.precision import apply_dense_precision
 from dlrm_exp.factories.sparse_arch import apply_pooled_sparse_arch, overlapped_backward
 from dlrm_exp.factories.sparse_backward import SparseBackwardThread, overlap_blocker
 from dlrm_exp.factories.table_init import init_tables
+from dlrm_exp.planning.column_shards import column_substitutions
 from dlrm_exp.planning.constraints import managed_collision_substitution
 from dlrm_exp.planning.job import optimizer_substitution, plan_job
 from dlrm_exp.planning.plan_record import replicated_tables
@@ -235,6 +236,7 @@ def _substitutions(
         managed_collision_substitution(cfg.sharding, set(cfg.model.managed_tables)),
         pipeline_substitution(cfg.train, plan),
         sparse_backward,
+        *column_substitutions(cfg, plan),
     ]
 
 

@@ -448,6 +448,14 @@ def run_verify(cfg: Config, run_dir: Path) -> dict[str, Any]:
             f"{run_dir / 'verify.json'}): the settings diverge (lower the learning rates, or "
             "keep the tables fp32), whatever the sharding"
         )
+    column = [s for s in result.get("substitutions", []) if s.get("asked") == "rowwise_adagrad"]
+    if result["passed"] is False and column:  # (its hint blamed eps: distributed review)
+        raise VerificationFailed(
+            f"max relative loss deviation {result['max_rel_loss_deviation']:.3e} exceeds "
+            f"{result['loss_tolerance']:.0e} (see {run_dir / 'verify.json'}): "
+            f"{column[0]['reason']}: verify with optimizer=adagrad or sgd, or shard those "
+            "tables whole (table_wise, row_wise)"
+        )
     if result["passed"] is False:
         pooled = pooled_tables(cfg)
         raise VerificationFailed(
