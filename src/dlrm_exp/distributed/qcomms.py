@@ -110,15 +110,14 @@ def check_supported(
         return
     precisions = {p.value for p in (cfg.forward_precision, cfg.backward_precision) if p}
     for precision in sorted(precisions):
-        for kind in sorted(sharding_types):
-            reason = UNSUPPORTED.get((precision, kind))
-            if reason:
-                where = f" ({placed(kind)})" if placed else ""
-                raise ConfigError(  # (fp8 runs as FP16/BF16 there: no way out of its own)
-                    f"qcomms {precision} with {kind} sharding is not supported: {reason}{where}; "
-                    f"use qcomms=fp16 or bf16, or place those tables otherwise (table_wise or "
-                    "column_wise)"
-                )
+        kinds = [k for k in sorted(sharding_types) if (precision, k) in UNSUPPORTED]
+        if kinds:  # (each refused kind at once: one at a time, fixing one met the next)
+            where = f" ({'; '.join(f'{k} {placed(k)}' for k in kinds)})" if placed else ""
+            raise ConfigError(  # (fp8 runs as FP16/BF16 there: no way out of its own)
+                f"qcomms {precision} with {' and '.join(kinds)} sharding is not supported: "
+                f"{UNSUPPORTED[(precision, kinds[0])]}{where}; use qcomms=fp16 or bf16, or place "
+                "those tables otherwise (table_wise or column_wise)"
+            )
 
 
 #: The name ``metrics.json`` gives each collective of TorchRec's codec registry (keyed by

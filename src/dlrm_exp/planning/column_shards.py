@@ -1,6 +1,6 @@
 """What a column-splitting sharding type (``column_wise``, ``table_column_wise``,
 ``grid_shard``) ran as: TorchRec cuts a table into column shards of at least 128 columns
-(its shard width), so a table of ``embedding_dim`` <= 128 is one column shard, placed as
+(its shard width), so a table below 256 columns is one column shard, placed as
 ``table_wise`` (``table_row_wise`` for grid); and FBGEMM's row-wise Adagrad keeps one
 momentum per row *and column shard*, so a table cut into several column shards is updated
 otherwise than unsharded (two half-row means instead of one row mean: ``mode=verify``
@@ -44,8 +44,8 @@ def column_substitutions(cfg: Config, plan: ShardingPlan) -> list[Substitution]:
         if single:
             found.append(Substitution(
                 "sharding", kind, f"{whole} ({first_few(single, 2)}: one column shard each)",
-                f"embedding_dim {cfg.model.embedding_dim} fits one column shard of TorchRec's "
-                "128 columns",
+                f"embedding_dim {cfg.model.embedding_dim} is one column shard: TorchRec's hold at "
+                "least 128 columns, so below 256 a table is not cut",
             ))  # fmt: skip
     cut = sorted(t for t, (_, n) in tables.items() if n > 1)
     if cut and cfg.optimizer.sparse_optimizer is SparseOptimizer.rowwise_adagrad:

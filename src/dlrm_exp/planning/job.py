@@ -275,13 +275,12 @@ def _placed_by(cfg: Config, plan: ShardingPlan) -> Callable[[str], str]:
     def placed(kind: str) -> str:
         names = sorted(t for t, k in plan_table_types(plan).items() if k == kind)
         overridden = [t for t in names if t in cfg.sharding.per_table_sharding_type]
-        if overridden:
-            return "placed by " + " ".join(
-                f"+sharding.per_table_sharding_type.{t}" for t in overridden[:4]
-            )
+        rest = [t for t in names if t not in overridden]
         by = {ShardingStrategy.from_file: "the plan file", ShardingStrategy.auto: "the planner"}
         asked = f"sharding.sharding_type={cfg.sharding.sharding_type.value}"
-        return f"{first_few(names)} placed by {by.get(cfg.sharding.sharding_type, asked)}"
+        parts = [f"+sharding.per_table_sharding_type.{t}" for t in overridden[:4]]
+        parts += [f"{first_few(rest)} by {by.get(cfg.sharding.sharding_type, asked)}"] * bool(rest)
+        return "placed by " + "; ".join(parts)  # (both, where both placed some: diff review)
 
     return placed
 

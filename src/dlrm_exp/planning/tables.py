@@ -43,7 +43,7 @@ def whole_pieces(kind: ShardingStrategy, embedding_dim: int, ranks_per_host: int
     """How many shards a table of sharding type ``kind`` lies on ranks as, each whole on one
     rank: 1 for table_wise; for column_wise and table_column_wise its column shards, as
     TorchRec's ``calculate_shard_sizes_and_offsets`` cuts them (blocks of at least
-    ``MIN_CW_DIM``, 128 columns: one shard for ``embedding_dim`` <= 128, whatever the ranks);
+    ``MIN_CW_DIM``, 128 columns: one shard below 256 columns, whatever the ranks);
     for table_row_wise and grid_shard, given ``ranks_per_host``, the shards of one host:
     TorchRec places such a table on one host and splits its rows (of each column shard) over
     that host's ranks only, so it is ``ranks_per_host`` pieces (per column shard) a rank each,
