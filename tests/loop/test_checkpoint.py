@@ -676,12 +676,14 @@ def test_a_truncated_checkpoint_is_refused(saved, tmp_path):
     # the file named (DCP's own error was a bare EOFError)
     cut = rf"cannot be read: {re.escape(str(data))} is cut short \(100 of [\d,]+ bytes\)"
     # and how to go on: an earlier checkpoint beside it was refused (checkpoints review)
-    cut += rf".*move the checkpoint aside \(mv {re.escape(str(broken))} .*\.damaged\) and take "
-    cut += rf"an earlier one of its run folder \({re.escape(str(tmp_path))}: given as"
+    cut += rf".*move the checkpoint\(s\) holding it aside \(mv {re.escape(str(broken))} .*"
+    cut += rf"\.damaged\) and take an earlier one of its run folder \({re.escape(str(tmp_path))}"
     with pytest.raises(CheckpointError, match=cut):
         run_train(cfg, tmp_path / "run", {})
-    os.link(data, tmp_path / "linked.distcp")  # as best and its step share files (diff review)
-    with pytest.raises(CheckpointError, match=r"1 other checkpoint\(s\) of its folder share "):
+    (tmp_path / "best").mkdir()  # best and its step share files: each named (diff review)
+    os.link(data, tmp_path / "best" / data.name)
+    both = rf"\(mv {re.escape(str(broken))} \S+; mv {re.escape(str(tmp_path / 'best'))} "
+    with pytest.raises(CheckpointError, match=both):
         _dcp_load(broken, {})
     data.unlink()
     with pytest.raises(CheckpointError, match=rf"{re.escape(str(data))} is missing"):
@@ -1657,6 +1659,9 @@ def test_init_from_starts_a_run_from_a_checkpoints_weights(saved, tmp_path, monk
     with caplog.at_level(logging.WARNING, logger="dlrm_exp"):
         again = run_train(compose_cfg(on), tmp_path / "tuned", {})
     assert again.resumed["step"] == 2 and again.initialized_from == str(saved)
+    assert "init_from is not read" not in caplog.text  # (the same fine-tuning, continued)
+    other = [*on[:-1], f"train.init_from={tmp_path / 'fresh'}", "train.max_steps=6"]
+    run_train(compose_cfg(other), tmp_path / "tuned", {})  # (another: dropped, said)
     assert "train.init_from is not read: this run continues its checkpoint" in caplog.text
     from dlrm_exp.record.tracking import run_hparams
 

@@ -1188,21 +1188,26 @@ def _check_data_files(path: Path, metadata: Metadata) -> None:
         size = file.stat().st_size if file.is_file() else None
         if size is None or size < end:
             state = "is missing" if size is None else f"is cut short ({size:,} of {end:,} bytes)"
-            links = file.stat().st_nlink if size is not None else 1
-            shared = (  # (best and the step saved with it share linked files: diff review)
-                f"; {links - 1} other checkpoint(s) of its folder share this file (linked) and "
-                "are damaged alike"
-                if links > 1
-                else ""
-            )
+            damaged = [path, *_sharing(path, file)]  # (best and its step: hard links)
+            moves = "; ".join(f"mv {p} {p}.damaged" for p in damaged)
             raise CheckpointError(  # (it said "use another checkpoint", and an earlier one
                 # of the folder was then refused beside it: checkpoints review; resume=auto
-                # was no way for a fine-tuning or an evaluate: diff review)
-                f"{file} {state}: damaged after it was written{shared}; move the checkpoint "
-                f"aside (mv {path} {path}.damaged) and take an earlier one of its run folder "
+                # was no way for a fine-tuning or an evaluate; a count of the linked ones sent
+                # the user to the next: diff reviews)
+                f"{file} {state}: damaged after it was written; move the checkpoint(s) holding "
+                f"it aside ({moves}) and take an earlier one of its run folder "
                 f"({run_folder_of(path)}: given as the checkpoint, it takes the next; "
                 "train.resume=auto there continues it)"
             )
+
+
+def _sharing(path: Path, file: Path) -> list[Path]:
+    """The other checkpoints of ``path``'s folder whose file of ``file``'s name is the same
+    file (``best`` and the step saved with it link their DCP files)."""
+    if not file.is_file() or file.stat().st_nlink < 2:
+        return []
+    others = (p for p in sorted(path.parent.iterdir()) if p != path and p.is_dir())
+    return [p for p in others if (p / file.name).is_file() and (p / file.name).samefile(file)]
 
 
 def _hint(error: str) -> str:

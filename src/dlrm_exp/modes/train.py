@@ -190,13 +190,23 @@ def _weights_origin(cfg: Config, resume: Path | None) -> tuple[Path | None, str 
         CheckpointError: nothing there, or no complete checkpoint in a run folder.
     """
     if resume is not None:
-        if cfg.train.init_from:  # (it was dropped without a word: diff review)
+        began = read_trainer_state(resume).get("initialized_from")
+        if cfg.train.init_from and _found(cfg.train.init_from) != began:  # (a requeue of
+            # the fine-tuning itself is no news; another init_from was dropped: diff reviews)
             log.warning("train.init_from is not read: this run continues its checkpoint %s", resume)
-        return None, read_trainer_state(resume).get("initialized_from")
+        return None, began
     if not cfg.train.init_from:
         return None, None
     path = find_checkpoint(cfg.train.init_from, key="train.init_from")
     return path, str(path)
+
+
+def _found(location: str) -> str | None:
+    """The checkpoint ``train.init_from`` names, as records name it (None: none there)."""
+    try:
+        return str(find_checkpoint(location, warn=False, key="train.init_from"))
+    except CheckpointError:
+        return None
 
 
 def _init_weights(run: TrainRun, layout: CheckpointLayout) -> None:
