@@ -700,6 +700,9 @@ def _check_keys_and_files(args: list[str]) -> None:
     if _other_primary_config(args):  # its defaults may add features and pick other data
         # (-cp's folder is not read; its interval was Hydra's traceback again: diff review)
         primary = [c for c in own if c.group in ("", "experiment")]
+        preset = preset_choice([c for c in primary if not c.group], "experiment")
+        if preset is not None:  # (one its defaults choose: Hydra's traceback: diff review)
+            primary += chosen_files([f"experiment={preset}"], [*dirs, conf_dir()])
         if any(not c.group for c in primary):
             _check_basic_sweeper(args, overrides, primary)
             _check_chosen_sweeper(args, primary)

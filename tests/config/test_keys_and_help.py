@@ -476,7 +476,12 @@ def test_an_interval_under_the_basic_sweeper_is_one_line(cli_here, tmp_path):
         (tmp_path / "own.yaml").read_text()
         + "hydra:\n  sweeper:\n    params:\n      optimizer.learning_rate: interval(0.1,1)\n"
     )
-    for args in (["-cn", "params"], ["-cn", "own", "+experiment=ranged"]):
+    (tmp_path / "withexp.yaml").write_text(  # a preset its defaults choose (diff review)
+        (tmp_path / "own.yaml")
+        .read_text()
+        .replace("  - _self_", "  - experiment: ranged\n  - _self_")  # fmt: skip
+    )
+    for args in (["-cn", "params"], ["-cn", "own", "+experiment=ranged"], ["-cn", "withexp"]):
         refused = cli_here(["-m", "-cd", str(tmp_path), *args, sweep[3]])
         assert refused.returncode == 1 and "interval(...) is a search range" in refused.stderr
 
