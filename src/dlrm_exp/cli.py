@@ -701,7 +701,8 @@ def _check_keys_and_files(args: list[str]) -> None:
         # (-cp's folder is not read; its interval was Hydra's traceback again: diff review)
         primary = [c for c in own if c.group in ("", "experiment")]
         preset = preset_choice([c for c in primary if not c.group], "experiment")
-        if preset is not None:  # (one its defaults choose: Hydra's traceback: diff review)
+        if preset is not None and _last_value(args, "experiment") is None:  # (one its
+            # defaults choose, the command line's replacing it: Hydra's traceback: diff review)
             primary += chosen_files([f"experiment={preset}"], [*dirs, conf_dir()])
         if any(not c.group for c in primary):
             _check_basic_sweeper(args, overrides, primary)

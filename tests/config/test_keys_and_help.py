@@ -481,9 +481,18 @@ def test_an_interval_under_the_basic_sweeper_is_one_line(cli_here, tmp_path):
         .read_text()
         .replace("  - _self_", "  - experiment: ranged\n  - _self_")  # fmt: skip
     )
-    for args in (["-cn", "params"], ["-cn", "own", "+experiment=ranged"], ["-cn", "withexp"]):
+    optional = (tmp_path / "withexp.yaml").read_text().replace("- experiment:", "- optional exp"
+                                                              "eriment:")  # fmt: skip
+    (tmp_path / "withopt.yaml").write_text(optional)  # (missed: diff review)
+    for args in (["-cn", "params"], ["-cn", "own", "+experiment=ranged"], ["-cn", "withexp"],
+                 ["-cn", "withopt"]):  # fmt: skip
         refused = cli_here(["-m", "-cd", str(tmp_path), *args, sweep[3]])
         assert refused.returncode == 1 and "interval(...) is a search range" in refused.stderr
+    # the command line's experiment replaces the one its defaults choose (it was refused)
+    (tmp_path / "experiment" / "plain.yaml").write_text("# @package _global_\nseed: 3\n")
+    replaced = cli_here(["-m", "-cd", str(tmp_path), "-cn", "withexp", "experiment=plain",
+                         f"hydra.sweep.dir={tmp_path / 'plain'}"])  # fmt: skip
+    assert "interval(...)" not in replaced.stderr
 
 
 def test_a_group_chosen_with_plus_says_to_drop_it(cli_here, tmp_path):

@@ -685,6 +685,9 @@ def test_a_truncated_checkpoint_is_refused(saved, tmp_path):
     both = rf"\(mv {re.escape(str(broken))} \S+; mv {re.escape(str(tmp_path / 'best'))} "
     with pytest.raises(CheckpointError, match=both):
         _dcp_load(broken, {})
+    (tmp_path / "best").rename(tmp_path / "best.damaged")  # set aside: not named again
+    with pytest.raises(CheckpointError, match=r"\.damaged\) and take"):
+        _dcp_load(broken, {})
     data.unlink()
     with pytest.raises(CheckpointError, match=rf"{re.escape(str(data))} is missing"):
         _dcp_load(broken, {})

@@ -441,7 +441,7 @@ def test_int8_row_wise_layouts_are_refused_on_nccl_too(tmp_path):
     # command that had it (distributed review)
     mixed = ["mode=plan", "hardware.nproc_per_node=2", "sharding=tablewise", "qcomms=int8",
              "+sharding.per_table_sharding_type.t_cat_0=row_wise"]  # fmt: skip
-    named = r"\(row_wise placed by \+sharding.per_table_sharding_type.t_cat_0\); use qcomms=fp16"
+    named = r"\(row_wise: \+sharding.per_table_sharding_type.t_cat_0\); use qcomms=fp16"
     with pytest.raises(ConfigError, match=named):
         run_plan(compose_cfg(mixed), tmp_path / "mixed")
     # both origins, and every refused type at once (one at a time, and one origin, sent the
@@ -449,8 +449,8 @@ def test_int8_row_wise_layouts_are_refused_on_nccl_too(tmp_path):
     both = [*mixed[:2], "sharding=rowwise", *mixed[3:], "+sharding.per_table_sharding_type.t_cat_1"
             "=grid_shard"]  # fmt: skip
     with pytest.raises(ConfigError, match=r"int8 with grid_shard and row_wise sharding is not "
-                       r"supported: .*\(grid_shard placed by \+sharding.per_table_sharding_type."
-                       r"t_cat_1; row_wise placed by \+sharding.per_table_sharding_type.t_cat_0; "
+                       r"supported: .*\(grid_shard: \+sharding.per_table_sharding_type."
+                       r"t_cat_1; row_wise: \+sharding.per_table_sharding_type.t_cat_0; "
                        r"t_cat_10, .* by sharding.sharding_type=row_wise\)"):  # fmt: skip
         run_plan(compose_cfg(both), tmp_path / "both")
 

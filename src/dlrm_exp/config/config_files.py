@@ -196,6 +196,14 @@ def _presets(files: Sequence[Chosen]) -> list[tuple[str, str, DictConfig | ListC
     ]
 
 
+def _defaults_group(key: str) -> str:
+    """The group a defaults-list entry's key names: ``override /data``, ``optional
+    experiment``, ``/experiment@_global_`` (those two were missed: diff review)."""
+    for word in ("override", "optional"):
+        key = key.removeprefix(word).strip()
+    return key.lstrip("/").split("@")[0]
+
+
 def preset_choice(files: Sequence[Chosen], group: str) -> str | None:
     """The option of ``group`` the ``experiment=`` presets and primary configs (``-cn``)
     among ``files`` choose in their defaults lists (``- override /data: criteo_multihot``);
@@ -206,7 +214,7 @@ def preset_choice(files: Sequence[Chosen], group: str) -> str | None:
         defaults = node.get("defaults") if isinstance(node, DictConfig) else None
         for entry in defaults if isinstance(defaults, ListConfig) else []:
             for key, option in entry.items() if isinstance(entry, DictConfig) else []:
-                if str(key).removeprefix("override").strip().lstrip("/") == group:
+                if _defaults_group(str(key)) == group:
                     found.add(str(option))
     return found.pop() if len(found) == 1 else None
 

@@ -112,7 +112,7 @@ def check_supported(
     for precision in sorted(precisions):
         kinds = [k for k in sorted(sharding_types) if (precision, k) in UNSUPPORTED]
         if kinds:  # (each refused kind at once: one at a time, fixing one met the next)
-            where = f" ({'; '.join(f'{k} {placed(k)}' for k in kinds)})" if placed else ""
+            where = f" ({'; '.join(f'{k}: {placed(k)}' for k in kinds)})" if placed else ""
             raise ConfigError(  # (fp8 runs as FP16/BF16 there: no way out of its own)
                 f"qcomms {precision} with {' and '.join(kinds)} sharding is not supported: "
                 f"{UNSUPPORTED[(precision, kinds[0])]}{where}; use qcomms=fp16 or bf16, or place "

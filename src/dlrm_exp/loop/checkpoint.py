@@ -1206,7 +1206,11 @@ def _sharing(path: Path, file: Path) -> list[Path]:
     file (``best`` and the step saved with it link their DCP files)."""
     if not file.is_file() or file.stat().st_nlink < 2:
         return []
-    others = (p for p in sorted(path.parent.iterdir()) if p != path and p.is_dir())
+    others = (  # (not one already set aside: diff review)
+        p
+        for p in sorted(path.parent.iterdir())
+        if p != path and p.is_dir() and not p.name.endswith(".damaged")
+    )
     return [p for p in others if (p / file.name).is_file() and (p / file.name).samefile(file)]
 
 

@@ -280,7 +280,7 @@ def _placed_by(cfg: Config, plan: ShardingPlan) -> Callable[[str], str]:
         asked = f"sharding.sharding_type={cfg.sharding.sharding_type.value}"
         parts = [f"+sharding.per_table_sharding_type.{t}" for t in overridden[:4]]
         parts += [f"{first_few(rest)} by {by.get(cfg.sharding.sharding_type, asked)}"] * bool(rest)
-        return "placed by " + "; ".join(parts)  # (both, where both placed some: diff review)
+        return "; ".join(parts)  # (both, where both placed some: diff reviews)
 
     return placed
 
