@@ -286,10 +286,10 @@ def train_worker(
             start, kept = resume_from_checkpoint(run, layout, samples_per_step, trainer, tracker)
             if kept is not None:
                 return kept
+            if init_path is not None:  # (loaded before the folder is cleaned: a refusal
+                _init_weights(run, layout)  # left it without its record: re-read)
             if ctx.is_main:
                 replace_attempt(run, start, tracker)
-            if init_path is not None:
-                _init_weights(run, layout)
             with comm.installed():
                 result = _fit(trainer, run, start, tracker)
             metrics = _run_metrics(run, result, comm, time.time() - job.started)
