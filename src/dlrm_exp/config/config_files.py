@@ -187,13 +187,17 @@ def _preset(file: Path, _mtime_ns: int) -> tuple[str, DictConfig | ListConfig]:
     return text, OmegaConf.create(text)
 
 
-def _presets(files: Sequence[Chosen]) -> list[tuple[str, str, DictConfig | ListConfig]]:
-    """``(option, text, node)`` of the ``experiment=`` presets among ``files``."""
-    return [
-        (option, *_preset(f, f.stat().st_mtime_ns))
-        for group, option, f in files
-        if group == "experiment"
-    ]
+#: The chosen files whose defaults and sweeper params decide for a command: ``experiment=``
+#: presets and primary configs (``-cn``, group "").
+_DECIDING = ("experiment", "")
+
+
+def _presets(
+    files: Sequence[Chosen], groups: Sequence[str] = ("experiment",)
+) -> list[tuple[Chosen, str, DictConfig | ListConfig]]:
+    """``(chosen, text, node)`` of the files of ``groups`` among ``files`` (the
+    ``experiment=`` presets by default), each read once (:func:`_preset`)."""
+    return [(c, *_preset(c.file, c.file.stat().st_mtime_ns)) for c in files if c.group in groups]
 
 
 def _defaults_group(key: str) -> str:
@@ -209,8 +213,7 @@ def preset_choice(files: Sequence[Chosen], group: str) -> str | None:
     among ``files`` choose in their defaults lists (``- override /data: criteo_multihot``);
     None where none does, or they choose different ones (a sweep over presets)."""
     found = set()
-    chosen = [c for c in files if c.group in ("experiment", "")]
-    for node in (_preset(c.file, c.file.stat().st_mtime_ns)[1] for c in chosen):
+    for _, _, node in _presets(files, _DECIDING):
         defaults = node.get("defaults") if isinstance(node, DictConfig) else None
         for entry in defaults if isinstance(defaults, ListConfig) else []:
             for key, option in entry.items() if isinstance(entry, DictConfig) else []:
@@ -247,7 +250,8 @@ def check_preset_data_keys(
         keys = _leaf_keys(data) if isinstance(data, dict) else []
         for choice, key in ((c, k) for c in chosen if c in options for k in keys):
             if not option_has(options[choice], key):
-                refuse_other_option(f"experiment={preset}'s data.{key}", key, choice, options)
+                what = f"experiment={preset.option}'s data.{key}"
+                refuse_other_option(what, key, choice, options)
 
 
 def check_sweeper_param_keys(args: Sequence[str], files: Sequence[Chosen]) -> None:
@@ -285,8 +289,8 @@ def preset_sweep_params(files: Sequence[Chosen]) -> list[tuple[str, list[str]]]:
     preset (``experiment=<name>``) and primary config (``-cn <name>``: its own params were
     left to Hydra's traceback: diff review) among ``files`` that gives the sweeper params."""
     found = []
-    for chosen in (c for c in files if c.group in ("experiment", "")):
-        params = _sweeper_params(_preset(chosen.file, chosen.file.stat().st_mtime_ns)[1])
+    for chosen, _, node in _presets(files, _DECIDING):
+        params = _sweeper_params(node)
         where = f"experiment={chosen.option}" if chosen.group else f"-cn {chosen.option}"
         if params:
             found.append((where, [f"{k}={v}" for k, v in params.items()]))
@@ -298,11 +302,11 @@ def preset_sweeps(files: Sequence[Chosen]) -> list[tuple[str, int]]:
     sweep of its own (``hydra.sweeper.params``), which only a ``-m`` command runs (not one
     that sets ``hydra.mode: MULTIRUN`` itself)."""
     found = []
-    for preset, _, node in _presets(files):
+    for chosen, _, node in _presets(files):
         params = _sweeper_params(node)
         swept = str(OmegaConf.select(node, "hydra.mode", default="")) in MULTIRUN_MODES
         if params and not swept:  # (one that sets hydra.mode sweeps itself)
-            found.append((preset, len(params)))
+            found.append((chosen.option, len(params)))
     return found
 
 
