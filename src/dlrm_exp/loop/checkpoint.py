@@ -98,6 +98,8 @@ BEST = "best"
 _STEP_DIR = re.compile(r"^step_(\d+)$")
 #: A checkpoint :func:`keep_other_branch` set aside (``step_<n>.samples_<m>``).
 _ASIDE_DIR = re.compile(r"^step_(\d+)\.samples_\d+$")
+#: Either (what :func:`prune_checkpoints` counts).
+_STEP_OR_ASIDE_DIR = re.compile(r"^step_(\d+)(\.samples_\d+)?$")
 
 
 _DCP_METADATA_MODULE = "torch.distributed.checkpoint.metadata"
@@ -262,13 +264,12 @@ def prune_checkpoints(run_dir: Path, keep_last: int) -> None:
     """Remove all but the newest ``keep_last`` complete checkpoints of ``run_dir`` (by samples
     trained), those :func:`keep_other_branch` set aside included: each change of world size
     or batch size left up to ``keep_last`` more, never removed (checkpoints review)."""
-    kept = _positioned(run_dir) + _positioned(run_dir, _ASIDE_DIR)
-    for _, old in sorted(kept)[:-keep_last]:
+    for (samples, _), old in _positioned(run_dir, _STEP_OR_ASIDE_DIR)[:-keep_last]:
         _remove_folder(old)
         if _ASIDE_DIR.match(old.name):  # (a warning had said it was kept: diff review)
             log.warning(
-                "%s, set aside at %s samples, removed: older than the newest %d this run keeps "
-                "(train.keep_last_checkpoints)", old, old.name.rsplit("_", 1)[-1], keep_last,
+                "%s, set aside at %d samples, removed: older than the newest %d this run keeps "
+                "(train.keep_last_checkpoints)", old, samples, keep_last,
             )  # fmt: skip
 
 

@@ -43,7 +43,7 @@ from dlrm_exp.modes.setup import (
 )
 from dlrm_exp.modes.train_run import TrainRun
 from dlrm_exp.record.run_record import COMPLETED, RunMetrics
-from dlrm_exp.record.tracking import Tracker
+from dlrm_exp.record.tracking import EVENT_FILES, Tracker
 from dlrm_exp.util.rank_zero import on_rank_zero
 from dlrm_exp.util.text import first_few
 
@@ -112,7 +112,7 @@ def _new_folder(run_dir: Path) -> bool:
     named = re.fullmatch(r"\d{4}-\d{2}-\d{2}", run_dir.parent.name) and re.fullmatch(
         r"\d{2}-\d{2}-\d{2}", run_dir.name
     )
-    earlier = ("metrics.json", CHECKPOINTS, "events.out.tfevents.*")
+    earlier = ("metrics.json", CHECKPOINTS, EVENT_FILES)
     return bool(named) and not any(any(run_dir.glob(name)) for name in earlier)
 
 
@@ -169,11 +169,11 @@ def resume_from_checkpoint(
     log.info("resumed from %s at step %d", path, state.step)
     run.resumed.update(checkpoint=str(path), step=state.step, changed_settings=changed)
     state.started_from = began_from(path, run.job.run_dir, saved, dict(run.resumed))
-    if state.started_from and in_run_folder(path, run.job.run_dir):  # (where it began: the
-        run.resumed["started_from"] = state.started_from  # record said its own checkpoint)
+    own = in_run_folder(path, run.job.run_dir)
+    if state.started_from and own:  # (where it began: the record said its own checkpoint)
+        run.resumed["started_from"] = state.started_from
     kept = kept if other else _finished_record(run, state, total_steps)
     if not run.replaces:  # (else the events are an abandoned attempt's: replace_attempt's)
-        own = in_run_folder(path, run.job.run_dir)
         _continue_history(tracker, state, int(saved["step"]), forgot, own)
     if run.cfg.train.keep_best:  # another run's best: held here too; a stale one: removed
         source = Path(state.best_checkpoint) if state.best_checkpoint else None
