@@ -13,9 +13,7 @@ from collections.abc import Sequence
 from enum import Enum
 from typing import Any
 
-from hydra.core.override_parser.types import QuotedString
-
-from dlrm_exp.config.keys import parsed_overrides, schema_keys
+from dlrm_exp.config.keys import override_values, parsed_overrides, schema_keys
 from dlrm_exp.errors import ConfigError
 from dlrm_exp.util.classes import with_subclasses
 from dlrm_exp.util.text import closest
@@ -58,13 +56,8 @@ def enum_fields(root: type) -> dict[str, type[Enum]]:
 def _texts(override: Any) -> list[str]:
     """The text values an override gives (each of a sweep's; quotes stripped): a number, an
     interpolation or a function Hydra evaluates later gives none."""
-    try:
-        given = list(override.sweep_iterator()) if override.is_sweep_override() else []
-        values = given or [override.value()]
-    except Exception:  # noqa: BLE001 (glob(...): expanded by Hydra's config loader only)
-        return []
-    texts = [v.text if isinstance(v, QuotedString) else v for v in values]
-    return [t for t in texts if isinstance(t, str) and "${" not in t]
+    values = override_values(override) or []
+    return [t for t in values if isinstance(t, str) and "${" not in t]
 
 
 def check_enum_values(overrides: Sequence[str], root: type) -> None:

@@ -259,12 +259,8 @@ def _refuse_null_choice(text: str, group: str, override: Override) -> None:
     Raises:
         ConfigError: naming how to choose none (a preset) or an option (another group).
     """
-    try:
-        values = list(override.sweep_iterator()) if override.is_sweep_override() else []
-        values = values or [override.value()]
-    except HydraException:  # (glob(...): left to Hydra)
-        return
-    if any(v is None for v in values):
+    values = override_values(override)
+    if values is not None and any(v is None for v in values):  # (a glob: left to Hydra)
         listed = f" (python -m dlrm_exp --help lists the {group} options)"
         listed = listed if group in GROUPS else ""
         fix = (
@@ -444,18 +440,28 @@ def option_values(overrides: Sequence[str], keys: Sequence[str]) -> list[str]:
     for _, override in parsed_overrides(overrides):
         if override.key_or_group not in keys or override.is_delete():
             continue
-        try:  # (quotes stripped, as Hydra reads the value: 'tiny' named no file: review)
-            given = override.sweep_iterator() if override.is_sweep_override() else []
-            found = [v.text if isinstance(v, QuotedString) else str(v) for v in given] or [
-                str(override.value())
-            ]
-        except HydraException:  # (glob: left to Hydra)
+        given = override_values(override)  # (quoted 'tiny' named no file: review)
+        if given is None:  # (glob: left to Hydra)
             continue
+        found = [str(v) for v in given]
         param = override.key_or_group.removeprefix(_SWEEPER_PARAMS)
         if param != override.key_or_group:
             found = option_values([f"{param}={v}" for v in found], [param])
         values += found
     return values
+
+
+def override_values(override: Override) -> list[Any] | None:
+    """The values a parsed override gives, as Hydra reads them: each of a sweep's (``a,b``,
+    ``choice(a,b)``, ``range(...)``) or its one value, quotes stripped; None for a
+    ``glob(...)``, which Hydra expands only once its config loader exists (it raised here:
+    diff review). Three checks read them each their own way (re-read)."""
+    try:
+        given = list(override.sweep_iterator()) if override.is_sweep_override() else []
+        values = given or [override.value()]
+    except HydraException:
+        return None
+    return [v.text if isinstance(v, QuotedString) else v for v in values]
 
 
 def option_has(cls: type, field: str) -> bool:
