@@ -453,6 +453,14 @@ def test_int8_row_wise_layouts_are_refused_on_nccl_too(tmp_path):
                        r"t_cat_1; row_wise: \+sharding.per_table_sharding_type.t_cat_0; "
                        r"t_cat_10, .* by sharding.sharding_type=row_wise\)"):  # fmt: skip
         run_plan(compose_cfg(both), tmp_path / "both")
+    # a managed-collision table is row_wise whatever the settings (it named the group's:
+    # re-read)
+    managed = ["mode=plan", "hardware.nproc_per_node=2", "sharding=tablewise", "qcomms=int8",
+               "data=criteo_tsv", f"data.path={tmp_path / 'x.tsv'}",
+               "data.schema.sparse.cat_2.id_policy=managed_collision"]  # fmt: skip
+    (tmp_path / "x.tsv").write_text("")
+    with pytest.raises(ConfigError, match=r"\(row_wise: t_cat_2 by id_policy=managed_collision"):
+        run_plan(compose_cfg(managed), tmp_path / "managed")
 
 
 @pytest.mark.parametrize("qcomms", ["none", "fp32", "fp16_bf16"])

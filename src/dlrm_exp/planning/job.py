@@ -274,12 +274,16 @@ def _placed_by(cfg: Config, plan: ShardingPlan) -> Callable[[str], str]:
 
     def placed(kind: str) -> str:
         names = sorted(t for t, k in plan_table_types(plan).items() if k == kind)
+        managed = [t for t in names if t in cfg.model.managed_tables]  # (always row_wise,
+        # constraints.table_placement's first rule: it named the group's setting: re-read)
         overridden = [t for t in names if t in cfg.sharding.per_table_sharding_type]
-        rest = [t for t in names if t not in overridden]
+        overridden = [t for t in overridden if t not in managed]
+        rest = [t for t in names if t not in overridden and t not in managed]
         by = {ShardingStrategy.from_file: "the plan file", ShardingStrategy.auto: "the planner"}
         asked = f"sharding.sharding_type={cfg.sharding.sharding_type.value}"
         parts = [f"+sharding.per_table_sharding_type.{t}" for t in overridden[:4]]
         parts += [f"{first_few(rest)} by {by.get(cfg.sharding.sharding_type, asked)}"] * bool(rest)
+        parts += [f"{first_few(managed)} by id_policy=managed_collision, always"] * bool(managed)
         return "; ".join(parts)  # (both, where both placed some: diff reviews)
 
     return placed
