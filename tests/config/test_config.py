@@ -376,6 +376,10 @@ RULES = [
         r"train.resume=true: train.resume takes auto \(the newest "
         r"checkpoint of hydra.run.dir\) or a checkpoint's path",
     ),  # (it looked for a path True)
+    (
+        ["train.init_from=false"],
+        r"train.init_from=false: train.init_from takes a checkpoint's path or a run folder",
+    ),
     (["train.throughput_warmup_steps=-1"], r"throughput_warmup_steps must be >= 0"),
     (
         ["train.pipeline=semi_sync"],

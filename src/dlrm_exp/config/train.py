@@ -243,10 +243,17 @@ class TrainConfig:
             message="{key} must be positive or null",
         )
         require(self.log_every_n_steps > 0, "train.log_every_n_steps must be positive")
-        require(  # (Hydra reads true as a bool, which became the path "True": review)
+        # (Hydra reads true as a bool, which became the path "True": reviews)
+        require(
             self.resume not in ("True", "False"),
             f"train.resume={str(self.resume).lower()}: train.resume takes auto (the newest "
             "checkpoint of hydra.run.dir) or a checkpoint's path; leave it out to start fresh",
+        )
+        require(
+            self.init_from not in ("True", "False"),
+            f"train.init_from={str(self.init_from).lower()}: train.init_from takes a "
+            "checkpoint's path or a run folder (its best, else its newest checkpoint); leave "
+            "it out to start from initial weights",
         )
         require(
             self.init_from is None or self.resume in (None, "auto"),
