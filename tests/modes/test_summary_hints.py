@@ -10,5 +10,8 @@ def test_the_tensorboard_hint_names_a_folder_holding_the_run(tmp_path, monkeypat
     assert tensorboard_logdir(Job(tmp_path / "outputs" / "trained")) == "outputs"
     elsewhere = tmp_path.parent / "u1"  # hydra.run.dir=/tmp/u1: not ./outputs, nor all of /tmp
     assert tensorboard_logdir(Job(elsewhere)) == str(elsewhere)
-    sweep = Job(tmp_path / "multirun" / "0", {}, tmp_path / "multirun" / "tb" / "0")
-    assert tensorboard_logdir(sweep) == str(tmp_path / "multirun" / "tb")
+    sweep = Job(tmp_path / "multirun" / "0", {}, tmp_path / "multirun" / "sharding=rowwise")
+    assert tensorboard_logdir(sweep) == str(tmp_path / "multirun")
+    # a swept path's slashes nest the events folder: its parent held this run alone
+    nested = Job(tmp_path / "multirun" / "1", {}, tmp_path / "multirun" / "data.path=/d/a.tsv")
+    assert tensorboard_logdir(nested) == str(tmp_path / "multirun")

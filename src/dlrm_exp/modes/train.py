@@ -11,6 +11,7 @@ launcher; under torchrun the process is already a worker and trains directly.
 """
 
 import logging
+import os
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -110,11 +111,13 @@ def run(cfg: Config, job: Job) -> ModeResult:
 
 
 def tensorboard_logdir(job: Job) -> str:
-    """The folder the summary's ``tensorboard --logdir`` names: a sweep's events folder, else
-    ``outputs`` for a run folder under ``./outputs`` (where every run of this checkout goes),
-    else the run folder itself (``hydra.run.dir`` elsewhere: its parent may be ``/tmp``)."""
+    """The folder the summary's ``tensorboard --logdir`` names: a sweep's folder (the one its
+    job's folder and its events folder share: a swept path's slashes nest the events folder,
+    ``data.path=/d/a.tsv``, whose parent held one run), else ``outputs`` for a run folder under
+    ``./outputs`` (where every run of this checkout goes), else the run folder itself
+    (``hydra.run.dir`` elsewhere: its parent may be ``/tmp``)."""
     if job.tensorboard_dir is not None:
-        return str(job.tensorboard_dir.parent)
+        return os.path.commonpath([job.run_dir, job.tensorboard_dir])
     under_outputs = job.run_dir.resolve().is_relative_to((Path.cwd() / "outputs").resolve())
     return "outputs" if under_outputs else str(job.run_dir)
 
