@@ -272,6 +272,12 @@ def test_fp16_halves_the_measured_embedding_bytes_and_the_fp32_run_is_profiled(t
         0.5, abs=0.05
     )
     assert measured["fp16"]["input_dist"] == measured["fp32"]["input_dist"] > 0
+    # DDP's gradient all-reduce: the dense and over arch on every run, and a data_parallel
+    # table's whole gradient on each rank (it was not counted: data_parallel read as free)
+    _, mixed, cfg = runs["mixed"]
+    dense = measured["fp32"]["allreduce"]
+    assert dense > 0 and measured["fp16"]["allreduce"] == dense
+    assert mixed.comm_bytes_per_step["allreduce"] - dense == 2 * cfg.model.table_sizes[0] * 16 * 4
 
 
 def test_fp16_tables_train_under_every_sharding_type(trained):

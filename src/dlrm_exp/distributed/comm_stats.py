@@ -11,14 +11,20 @@ Each call is booked by who made it and when:
   ``torchrec.distributed.comm_ops`` (all-to-all for table/column-wise, reduce-scatter for
   row-wise, all-gather in its backward), split by whether autograd's engine is running;
 * ``input_dist``: the sparse input (KeyedJaggedTensor ids, lengths and their splits) sent by
-  ``torchrec.distributed.dist_data``.
+  ``torchrec.distributed.dist_data``;
+* ``allreduce``: DDP's gradient all-reduce (the dense and over arch, the interaction's weights
+  and ``data_parallel`` tables: every parameter TorchRec does not shard), counted by a DDP
+  communication hook on the model's ``DistributedDataParallel`` (the reducer runs in C++, past
+  the wrapped functions): each bucket's flat gradient buffer, as torch's own ``allreduce_hook``
+  then divides and sums it (what DDP does without a hook).
 
 Bytes are those of the larger side of each collective (``numel * element_size``), so that
 every sharding type is counted alike: the input of an all-to-all or a reduce-scatter (the
 rank's rows for every rank, its own slice included), the output of an all-gather (its input
 goes to every rank: row-wise's backward). Counted by its input, an all-gather showed W
-times fewer bytes than the reduce-scatter it mirrors (half at 2 ranks, 1/8 at 8). DDP's
-gradient all-reduce runs in C++ and is not counted.
+times fewer bytes than the reduce-scatter it mirrors (half at 2 ranks, 1/8 at 8). An
+all-reduce's input and output are one buffer. Nothing is counted on one process (no
+collective leaves it).
 """
 
 import threading
@@ -29,10 +35,13 @@ from typing import Any
 
 import torch
 import torch.distributed as dist
+from torch import nn
+from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 
 from dlrm_exp.distributed.torch_internals import (
     caller_module,
     check_available,
+    ddp_modules,
     in_backward,
     patched,
 )
@@ -47,6 +56,8 @@ _SENT_ARG: dict[str, tuple[int, str]] = {
     "all_gather_into_tensor": (0, "output_tensor"),
     "all_gather": (0, "tensor_list"),
 }
+#: The phases bytes are booked by (the module docstring says what each holds).
+PHASES = ("forward", "backward", "input_dist", "allreduce")
 _CALLERS = {
     "torchrec.distributed.comm_ops": "embeddings",
     "torchrec.distributed.dist_data": "input_dist",
@@ -87,28 +98,48 @@ class CollectiveBytes:
                         phase = "input_dist"
                     else:
                         phase = "backward" if in_backward() else "forward"
-                    with self._lock:
-                        self.bytes[phase] += _nbytes(sent)
-                        self.calls[phase] += 1
+                    self._book(phase, _nbytes(sent))
             return original(*args, **kwargs)
 
         return counted
 
+    def _book(self, phase: str, nbytes: int) -> None:
+        with self._lock:
+            self.bytes[phase] += nbytes
+            self.calls[phase] += 1
+
     @contextmanager
-    def installed(self) -> Iterator["CollectiveBytes"]:
-        """Wrap the ``torch.distributed`` collectives for the duration of the block.
+    def installed(self, model: nn.Module | None = None) -> Iterator["CollectiveBytes"]:
+        """Wrap the ``torch.distributed`` collectives for the duration of the block, and count
+        the DDP all-reduce of ``model`` (a ``DistributedModelParallel``; call before its first
+        backward: DDP takes a hook only then, and one only).
 
         Raises:
             RuntimeError: the installed torch lacks a private hook the count needs.
         """
         check_available()
+        if model is not None:
+            self._count_allreduce(model)
         wrapped = {name: self._wrap(name, getattr(dist, name)) for name in _SENT_ARG}
         with patched(dist, wrapped):
             yield self
 
+    def _count_allreduce(self, model: nn.Module) -> None:
+        """Hook each DDP module of ``model``: the one ``DistributedModelParallel`` wraps the
+        parameters TorchRec does not shard in, and the one a ``ShardedEmbeddingBagCollection``
+        wraps its ``data_parallel`` tables' lookup in (none on one process)."""
+
+        def counted(
+            group: dist.ProcessGroup, bucket: dist.GradBucket
+        ) -> torch.futures.Future[torch.Tensor]:  # (DDP checks the annotation)
+            if self.active:
+                self._book("allreduce", _nbytes(bucket.buffer()))
+            return default_hooks.allreduce_hook(group, bucket)
+
+        for ddp in ddp_modules(model):
+            if ddp.process_group.size() > 1:
+                ddp.register_comm_hook(ddp.process_group, counted)
+
     def per_step(self, steps: int) -> dict[str, float]:
-        """Mean bytes per measured step and phase (``forward``, ``backward``, ``input_dist``)."""
-        return {
-            phase: (self.bytes.get(phase, 0) / steps if steps else 0.0)
-            for phase in ("forward", "backward", "input_dist")
-        }
+        """Mean bytes per measured step and phase (:data:`PHASES`)."""
+        return {phase: (self.bytes.get(phase, 0) / steps if steps else 0.0) for phase in PHASES}

@@ -9,7 +9,10 @@ Counting the bytes TorchRec sends needs three things no public API gives:
   (``torch._C._current_graph_task_id``, private; -1 outside backward, as
   ``torch.autograd.graph`` itself reads it);
 * replacing ``torch.distributed`` module attributes for the length of a job, restored on
-  exit (TorchRec calls the collectives through the module attribute).
+  exit (TorchRec calls the collectives through the module attribute);
+* the DDP modules of a sharded model: a ``ShardedEmbeddingBagCollection`` keeps the DDP it
+  wraps its ``data_parallel`` tables' lookup in in ``_lookups``, a plain list that
+  ``nn.Module.modules()`` does not walk (private TorchRec).
 
 Every use of them goes through this module, so a torch release that removes one fails here, at
 :func:`check_available`, with the hook's name and the torch version, not deep inside a run:
@@ -24,6 +27,8 @@ from types import ModuleType
 from typing import Any
 
 import torch
+from torch import nn
+from torch.nn.parallel import DistributedDataParallel
 
 
 def check_available() -> None:
@@ -75,3 +80,16 @@ def patched(module: ModuleType, replacements: Mapping[str, Callable[..., Any]]) 
     finally:
         for name, original in originals.items():
             setattr(module, name, original)
+
+
+def ddp_modules(model: nn.Module) -> list[DistributedDataParallel]:
+    """Every ``DistributedDataParallel`` of ``model``: its submodules' and those a sharded
+    TorchRec module keeps in its ``_lookups`` list (outside ``modules()``)."""
+    found = []
+    for module in model.modules():
+        lookups = getattr(module, "_lookups", None)
+        extra = lookups if isinstance(lookups, list) else []
+        for candidate in [module, *extra]:
+            if isinstance(candidate, DistributedDataParallel) and candidate not in found:
+                found.append(candidate)
+    return found

@@ -30,7 +30,7 @@ from dlrm_exp.config.keys import flat_settings
 from dlrm_exp.data import input_digests, per_rank_sizes
 from dlrm_exp.data.prefetch import prefetched
 from dlrm_exp.data.splits import read_summary
-from dlrm_exp.distributed.comm_stats import CollectiveBytes
+from dlrm_exp.distributed.comm_stats import PHASES, CollectiveBytes
 from dlrm_exp.distributed.launch import (
     check_devices,
     env_rank,
@@ -293,7 +293,7 @@ def train_worker(
                 _init_weights(run, layout)  # left it without its record: re-read)
             if ctx.is_main:
                 replace_attempt(run, start, tracker)
-            with comm.installed():
+            with comm.installed(run.experiment.model):
                 result = _fit(trainer, run, start, tracker)
             metrics = _run_metrics(run, result, comm, time.time() - job.started)
             tracker.hparams(
@@ -609,11 +609,12 @@ def _run_metrics(
 def _comm_bytes_per_step(
     run: TrainRun, result: FitResult, comm: CollectiveBytes
 ) -> dict[str, float]:
-    """Forward, backward and input-dist bytes per step of the steps this job trained, summed
-    over the ranks (a collective; empty when it trained none). Reduced on the rank's device
-    (NCCL reduces CUDA tensors only), in float64 (exact past 1e8 bytes)."""
+    """Bytes per step of each phase (forward, backward, input dist, DDP all-reduce) of the
+    steps this job trained, summed over the ranks (a collective; empty when it trained none).
+    Reduced on the rank's device (NCCL reduces CUDA tensors only), in float64 (exact past 1e8
+    bytes)."""
     per_step = comm.per_step(result.steps_trained)
-    phases = ("forward", "backward", "input_dist")
+    phases = PHASES
     totals = torch.tensor([per_step[k] for k in phases], dtype=torch.float64, device=run.ctx.device)
     dist.all_reduce(totals)
     return dict(zip(phases, totals.tolist(), strict=True)) if result.steps_trained else {}
@@ -658,6 +659,7 @@ def _final_scalars(metrics: RunMetrics) -> dict[str, float | None]:
         "summary/samples_per_sec": metrics.samples_per_sec,
         "summary/forward_comm_bytes_per_step": metrics.comm_bytes_per_step.get("forward"),
         "summary/backward_comm_bytes_per_step": metrics.comm_bytes_per_step.get("backward"),
+        "summary/allreduce_bytes_per_step": metrics.comm_bytes_per_step.get("allreduce"),
         "summary/peak_memory_gib_max_rank": metrics.peak_rss_gib_max_rank,
         "summary/peak_gpu_gib_max_rank": metrics.peak_gpu_gib_max_rank,
         "summary/fraction_of_matmul_peak": metrics.utilization.get("fraction_of_matmul_peak"),

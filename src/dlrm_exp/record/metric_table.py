@@ -139,6 +139,13 @@ _RUN_METRICS = (
         False,
         lambda m: m.comm_bytes_per_step.get("backward"),
     ),
+    Metric(
+        "allreduce_bytes_per_step",
+        "DDP all-reduce bytes/step (all ranks)",
+        ",.0f",
+        False,
+        lambda m: m.comm_bytes_per_step.get("allreduce"),
+    ),
     Metric("step_ms_p50", "step p50 ms", ".1f", False, lambda m: m.step_time_ms.get("p50")),
     Metric(
         "matmul_peak_pct",

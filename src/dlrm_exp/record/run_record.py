@@ -107,9 +107,11 @@ class RunMetrics:
             (:func:`dlrm_exp.modes.job.job_start`: its processes' start, data, build, train,
             evaluate) to its record.
         peak_memory_gib: rank 0's peak resident set, GiB.
-        comm_bytes_per_step: embedding collective bytes per training step, all ranks summed,
-            by ``forward`` / ``backward`` / ``input_dist``, over the steps this job trained
-            (after a resume, those after the checkpoint); empty when it trained none.
+        comm_bytes_per_step: collective bytes per training step, all ranks summed, by
+            ``forward`` / ``backward`` (the pooled embeddings) / ``input_dist`` (the sparse
+            input) / ``allreduce`` (DDP's gradients of what TorchRec does not shard; absent in
+            records before it was counted), over the steps this job trained (after a resume,
+            those after the checkpoint); empty when it trained none.
         peak_memory_gib_per_rank: per rank ``rss`` (and on CUDA ``cuda_allocated`` /
             ``cuda_reserved``), GiB.
         step_time_ms: ``p50`` / ``p90`` / ``mean`` of per-step wall times after warm-up, ms.
