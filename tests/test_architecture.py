@@ -42,7 +42,9 @@ def _room(module: str) -> str:
 
 
 def _level(room: str) -> int:
-    return next(i for i, layer in enumerate(LAYERS) if room in layer)
+    levels = [i for i, layer in enumerate(LAYERS) if room in layer]
+    assert levels, f"room {room} has no place in LAYERS (and docs/architecture.md's list)"
+    return levels[0]
 
 
 def _module_name(path: Path, src: Path = SRC) -> str:
@@ -244,3 +246,14 @@ def test_the_wheel_lists_every_package_under_src():
     assert listed - conf == on_disk
     assert conf <= listed  # every conf/ folder, so setuptools packages it without a warning
     assert pyproject["tool"]["setuptools"]["package-dir"]["dlrm_exp.conf"] == "conf"
+
+
+def test_the_documented_import_direction_is_the_one_checked():
+    """docs/architecture.md's list of rooms is LAYERS, in order (each was written by hand)."""
+    page = (REPO / "docs" / "architecture.md").read_text()
+    block = page.split("## Import direction", 1)[1].split("```", 2)[1]
+    steps = [step.strip() for step in block.split("->")]
+    entry = re.fullmatch(r"entry \((.*)\)", steps[0])
+    assert entry is not None and set(entry.group(1).split(", ")) == LAYERS[0]
+    assert [{step} for step in steps[1:-1]] == LAYERS[1:-1]
+    assert {*steps[-1].split(" / "), "__init__"} == LAYERS[-1]
