@@ -18,7 +18,7 @@ def test_one_column_shard_is_table_wise_and_row_wise_adagrad_over_several_is_sai
     cfg = compose_cfg([])  # model=tiny: embedding_dim 16, rowwise_adagrad
     (whole,) = column_substitutions(cfg, _plan("grid_shard", [0, 0]))
     assert (whole.setting, whole.asked) == ("sharding", "grid_shard")
-    assert whole.ran.startswith("table_row_wise (t_cat_0: one column shard each)")
+    assert whole.ran == "one column shard per table (t_cat_0): table_row_wise's layout"
     (cut,) = column_substitutions(cfg, _plan("column_wise", [0, 128]))
     assert (cut.setting, cut.ran) == ("optimizer", "one momentum per row and column shard")
     adagrad = compose_cfg(["optimizer=adagrad"])  # (one per element: as unsharded)

@@ -43,7 +43,8 @@ def column_substitutions(cfg: Config, plan: ShardingPlan) -> list[Substitution]:
         single = sorted(t for t, (k, n) in tables.items() if k == kind and n == 1)
         if single:
             found.append(Substitution(
-                "sharding", kind, f"{whole} ({first_few(single, 2)}: one column shard each)",
+                "sharding", kind,
+                f"one column shard per table ({first_few(single, 2)}): {whole}'s layout",
                 f"embedding_dim {cfg.model.embedding_dim} is one column shard: TorchRec's hold at "
                 "least 128 columns, so below 256 a table is not cut",
             ))  # fmt: skip

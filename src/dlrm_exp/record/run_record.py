@@ -181,7 +181,9 @@ class RunMetrics:
             or ``serial`` (``train.sparse_backward``; blank in a record from before the field).
         table_sharding_types: each table's sharding type as planned and run
             (``{table: "row_wise"}``, TorchRec's ``ShardingType`` strings; the planner's choice
-            with ``sharding=auto``).
+            with ``sharding=auto``; a column-splitting type of one column shard per table keeps
+            its name, its code ran: that it amounts to ``table_wise``'s layout is a
+            substitution).
         table_compute_kernels: each table's compute kernel as planned and run
             (``{table: "fused"}``, TorchRec's ``EmbeddingComputeKernel`` strings: ``dense`` for
             the data_parallel tables of ``optimizer=adam``, whatever ``sharding.compute_kernel``
