@@ -21,6 +21,7 @@ from dlrm_exp.errors import ConfigError, DataError, OutputFolderInUseError
 from dlrm_exp.factories.inference import InferenceDLRM
 from dlrm_exp.loop.checkpoint import CheckpointError
 from dlrm_exp.modes.evaluate import run_evaluate
+from dlrm_exp.modes.evaluate import summary as evaluate_summary
 from dlrm_exp.modes.export import load_trained, run_export
 from dlrm_exp.modes.job import Job
 from dlrm_exp.modes.predict import run_predict
@@ -93,6 +94,17 @@ def test_evaluate_on_one_process_gives_the_training_runs_final_numbers(trained, 
         run_evaluate(bf16, Job(tmp_path / "bf16"))  # the run trained the dense part in fp32
     assert "trained with train.dense_precision=fp32; this job computes the dense part in bf16" in (
         caplog.text
+    )
+    # what scored instead of what was asked, recorded and said as training does (it was
+    # neither: contributor review); the optimizer's, which scoring does not run, left out
+    other = compose_cfg([*DATA, "mode=evaluate", f"checkpoint={run_dir}", "split=val",
+                         "sharding=columnwise", "qcomms=fp16"])  # fmt: skip
+    scored = run_evaluate(other, Job(tmp_path / "other"))
+    assert sorted(s["setting"] for s in scored.substitutions) == ["qcomms", "sharding"]
+    saved = json.loads((tmp_path / "other" / "metrics.json").read_text())
+    assert saved["substitutions"] == scored.substitutions and saved["effective_qcomms"] == {}
+    assert "warning: qcomms fp16: ran no embedding collective" in evaluate_summary(
+        scored, tmp_path / "other"
     )
 
 

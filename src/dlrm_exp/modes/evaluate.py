@@ -47,8 +47,13 @@ from dlrm_exp.record.run_record import UNFINISHED, EvalMetrics
 from dlrm_exp.record.tracking import Tracker
 from dlrm_exp.util.files import check_writable, read_json_object
 from dlrm_exp.util.rank_zero import on_rank_zero
+from dlrm_exp.util.substitution import Substitution, precisions_text
 
 log = logging.getLogger(__name__)
+
+#: Substitutions of settings only training runs (the optimizer's update, the sparse
+#: backward), which a scoring neither runs nor is changed by.
+_TRAINING_ONLY = ("optimizer", "optimizer.stochastic_rounding", "train.sparse_backward")
 
 
 def run(cfg: Config, job: Job) -> ModeResult:
@@ -161,7 +166,10 @@ def evaluate_worker(
             model_inputs(cfg),
         )
         step = int(saved["step"])
+        scoring = [s for s in experiment.substitutions if s.setting not in _TRAINING_ONLY]
         if ctx.is_main:
+            for substitution in scoring:
+                log.warning(substitution.line())
             warn_unscored(cfg, splits, names, ctx.world_size)
             warn_unlike_training(saved, cfg, ctx.world_size, path)
             warn_other_data_values(saved, cfg)
@@ -184,6 +192,8 @@ def evaluate_worker(
             world_size=ctx.world_size,
             data=splits.info.to_json(),
             wall_seconds=time.time() - job.started,
+            effective_qcomms=experiment.effective_qcomms,
+            substitutions=[s.to_json() for s in scoring],
         )
         if ctx.is_main:
             result.write(job.run_dir / "metrics.json")
@@ -217,6 +227,9 @@ def summary(result: EvalMetrics, run_dir: Path) -> str:
     for name, values in (("val", result.val), ("test", result.test)):
         if values:
             lines.append(split_line(name, values))
+    if result.effective_qcomms:
+        lines.append(f"qcomms ran {precisions_text(result.effective_qcomms)} (forward/backward)")
+    lines += [f"warning: {Substitution(**s).line()}" for s in result.substitutions]
     read = result.data.get("read")
     if read:  # the rows read, valid, padded and skipped, as training prints them
         lines.append(read_summary(read))

@@ -416,6 +416,11 @@ class EvalMetrics:
         world_size: ranks that evaluated.
         data: what the data source reported (row counts, skipped rows, ...).
         wall_seconds: wall seconds of the whole job, its workers' start included.
+        effective_qcomms: the embedding collectives' precisions that scored, as a training
+            record's (:class:`RunMetrics`); empty when none was quantized.
+        substitutions: what scored instead of what was asked (a qcomms precision, a sharding
+            type), as a training record's; the optimizer's, which scoring does not run, left
+            out.
     """
 
     checkpoint: str
@@ -425,6 +430,8 @@ class EvalMetrics:
     world_size: int = 1
     data: dict[str, Any] = field(default_factory=dict)
     wall_seconds: float = 0.0
+    effective_qcomms: dict[str, dict[str, str]] = field(default_factory=dict)
+    substitutions: list[dict[str, str]] = field(default_factory=list)
     status: str = COMPLETED
     mode: str = "evaluate"
 
