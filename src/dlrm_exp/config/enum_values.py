@@ -6,16 +6,14 @@ suggested nothing, and for a per-table sharding type listed ``from_file``, which
 takes.
 """
 
-import dataclasses
 import functools
 import typing
 from collections.abc import Sequence
 from enum import Enum
 from typing import Any
 
-from dlrm_exp.config.keys import override_values, parsed_overrides, schema_keys
+from dlrm_exp.config.keys import override_values, parsed_overrides, schema_fields, schema_keys
 from dlrm_exp.errors import ConfigError
-from dlrm_exp.util.classes import with_subclasses
 from dlrm_exp.util.text import closest
 
 #: Members of an enum that a field of it does not take (``sharding.per_table_sharding_type``'s
@@ -33,23 +31,14 @@ def _enum_of(tp: Any) -> type[Enum] | None:
 @functools.cache
 def enum_fields(root: type) -> dict[str, type[Enum]]:
     """``{full key: its enum}`` of the schema ``root``'s enum-typed fields (of every subclass
-    of a field's dataclass), and of its open maps of enum values (by the map's key:
-    ``sharding.per_table_sharding_type``)."""
+    of a field's dataclass: :func:`schema_fields`), and of its open maps of enum values (by
+    the map's key: ``sharding.per_table_sharding_type``)."""
     found: dict[str, type[Enum]] = {}
-
-    def walk(cls: type, prefix: str) -> None:
-        hints = typing.get_type_hints(cls)
-        for f in dataclasses.fields(cls):
-            key, tp = f"{prefix}{f.name}", hints[f.name]
-            args = typing.get_args(tp)
-            enum = _enum_of(args[1] if typing.get_origin(tp) is dict and len(args) == 2 else tp)
-            if enum is not None:
-                found[key] = enum
-            elif isinstance(tp, type) and dataclasses.is_dataclass(tp):
-                for sub in with_subclasses(tp):
-                    walk(sub, f"{key}.")
-
-    walk(root, "")
+    for key, tp in schema_fields(root).items():
+        args = typing.get_args(tp)
+        enum = _enum_of(args[1] if typing.get_origin(tp) is dict and len(args) == 2 else tp)
+        if enum is not None:
+            found[key] = enum
     return found
 
 

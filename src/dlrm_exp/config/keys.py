@@ -76,24 +76,31 @@ def schema_keys(root: type) -> tuple[set[str], dict[str, set[str] | None]]:
     return keys, {m: None if v is None else schema_keys(v)[0] for m, v in values.items()}
 
 
-def _schema_walk(root: type) -> tuple[set[str], dict[str, type | None]]:
-    """(every full key of ``root``'s schema, its open maps' value dataclasses or None)."""
-    keys: set[str] = set()
-    open_maps: dict[str, type | None] = {}
+@functools.cache
+def schema_fields(root: type) -> dict[str, Any]:
+    """``{full key: its type hint}`` of ``root``'s schema, every subclass of a field's
+    dataclass walked (``data: DataConfig``: each data option's keys); an open map is one key,
+    not walked (read only: built once per class)."""
+    fields: dict[str, Any] = {}
 
     def walk(cls: type, prefix: str) -> None:
         hints = typing.get_type_hints(cls)
         for f in dataclasses.fields(cls):
             key, tp = f"{prefix}{f.name}", hints[f.name]
-            keys.add(key)
-            if _is_open_map(tp):
-                open_maps[key] = _map_value_type(tp)
-            elif _is_dataclass_type(tp):
+            fields[key] = tp
+            if not _is_open_map(tp) and _is_dataclass_type(tp):
                 for sub in with_subclasses(tp):
                     walk(sub, f"{key}.")
 
     walk(root, "")
-    return keys, open_maps
+    return fields
+
+
+def _schema_walk(root: type) -> tuple[set[str], dict[str, type | None]]:
+    """(every full key of ``root``'s schema, its open maps' value dataclasses or None)."""
+    fields = schema_fields(root)
+    open_maps = {key: _map_value_type(tp) for key, tp in fields.items() if _is_open_map(tp)}
+    return set(fields), open_maps
 
 
 def suggest(key: str, known: Iterable[str]) -> str | None:
