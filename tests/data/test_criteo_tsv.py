@@ -101,6 +101,15 @@ def test_training_warns_of_rows_skipped_beyond_the_limit_and_goes_on(tmp_path, c
     caplog.clear()
     load_splits(cfg, SIZES, 13, 0)
     assert not [r for r in caplog.records if r.levelname == "WARNING"]  # within the limit
+    # a test file of Criteo's unlabeled test.txt layout, beside many clean training rows: its
+    # bad rows were pooled with the training rows' and passed unsaid (data review)
+    train = write(tmp_path / "train.tsv", [row()] * 200)
+    unlabeled = write(tmp_path / "test.txt", [row(cats=["deadbeef"] * 26)[2:]] * 9 + [row()])
+    own = CriteoTsvDataConfig(path=str(train), test_path=str(unlabeled), schema=SCHEMA)
+    caplog.clear()
+    load_splits(own, SIZES, 13, 0)
+    (warned,) = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    assert warned.startswith("data.test_path: 9 of 10 rows could not be read (90.0% > ")
 
 
 def test_an_empty_split_asked_for_is_refused(tmp_path):
