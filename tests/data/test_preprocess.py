@@ -455,6 +455,26 @@ def test_a_day_refused_before_others_is_named_with_the_days_it_stopped(tmp_path)
         _load(out)
 
 
+def test_a_refused_last_day_leaves_a_folder_that_trains_and_says_so(tmp_path, caplog):
+    """A truncated or empty last day held no later day up, so nothing stayed pending and the
+    folder read as one day shorter, the day before held out, without a word (data review)."""
+    from dlrm_exp.data.preprocess import convert as conversion
+
+    files = [write_criteo_tsv(tmp_path / f"day_{d}", 30, seed=d) for d in range(3)]
+    good = files[2].read_text()
+    files[2].write_text("")
+    out = tmp_path / "o"
+    with pytest.raises(DataError):
+        convert(files, out)
+    with caplog.at_level("WARNING", logger="dlrm_exp.data.criteo_npy"):
+        _load(out)  # trains on days 0-1
+    (warned,) = [r.getMessage() for r in caplog.records if "refused day_2" in r.getMessage()]
+    assert "training on the days there, the last of them (day_1)" in warned
+    files[2].write_text(good)  # mended: converted, the record gone
+    assert convert(files, out)["days_converted"] == [2]
+    assert not (out / conversion.PENDING_FILE).exists()
+
+
 def test_an_input_that_changes_while_it_is_converted_gets_no_marker(tmp_path, monkeypatch):
     """The marker recorded the input's size and time after reading: a file still being written
     was then skipped by every later run as finished, though only its start was converted."""

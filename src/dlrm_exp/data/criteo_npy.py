@@ -652,6 +652,7 @@ def _scan(
     if not cfg.mmap_mode:
         _check_read_fits(sum(len(day[2]) for day in loaded), shuffled, folder)
     _warn_day_gaps(folder, days)
+    _warn_refused_days(folder, days)
     # the held-out files as mapped: their state is taken before the labels' long scan
     held = _held_out_parts(folder, days, [d[0] for d in loaded], held_out) if cfg.mmap_mode else []
     with remembered_checks() as checks:
@@ -674,6 +675,21 @@ def _warn_day_gaps(folder: Path, days: list[int]) -> None:
             "them split by data.dataset (an unfinished copy or mode=preprocess?)",
             folder, first_few([f"day_{d}" for d in days], 6),
             first_few([f"day_{d}" for d in missing], 6),
+        )  # fmt: skip
+
+
+def _warn_refused_days(folder: Path, days: list[int]) -> None:
+    """Warn of each day a ``mode=preprocess`` run refused and wrote nothing for
+    (:class:`Pending`'s refusals): the last day's left no pending day, and the folder read as
+    one day shorter, its held-out day another than meant, without a word (data review)."""
+    for refusal in Pending.read(folder).left_out(days):
+        why = refusal.why if len(refusal.why) <= 200 else f"{refusal.why[:200]}..."
+        log.warning(
+            "data.path=%s: a mode=preprocess run refused day_%d (%s) and wrote nothing for "
+            "it: training on the days there, the last of them (day_%d) split by data.dataset; "
+            "mend the day's file and run that command again, or remove %s to read the folder "
+            "as it is without this warning",
+            folder, refusal.day, why, days[-1], folder / PENDING_FILE,
         )  # fmt: skip
 
 

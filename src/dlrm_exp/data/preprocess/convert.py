@@ -594,12 +594,13 @@ class Pending:
 
     def without(self, gone: set[int]) -> "Pending":
         """These pending days but ``gone`` (converted by this run, or finished); a refusal
-        stays while its day is not among them and it still holds a pending day up."""
+        stays while its day is not among them and it still holds a pending day up, or held
+        none (the last day's: the folder reads without it, and says so)."""
         kept = tuple(d for d in self.days if d not in gone)
         refusals = tuple(
             RefusedDay(r.day, r.why, tuple(h for h in r.held if h in kept))
             for r in self.refusals
-            if r.day not in gone and any(h in kept for h in r.held)
+            if r.day not in gone and (not r.held or any(h in kept for h in r.held))
         )
         return Pending(kept, refusals)
 
@@ -616,13 +617,19 @@ class Pending:
         """The refusal that held pending ``day`` up, if one did."""
         return next((r for r in self.refusals if day in r.held), None)
 
+    def left_out(self, days: Iterable[int]) -> list[RefusedDay]:
+        """The refused days not among the folder's ``days`` (converted), in day order."""
+        converted = set(days)
+        return sorted((r for r in self.refusals if r.day not in converted), key=lambda r: r.day)
+
     def write(self, folder: Path) -> None:
-        """Record these days in ``folder``, or remove the record where none are.
+        """Record these days and refusals in ``folder``, or remove the record where there are
+        none.
 
         Raises:
             OSError: the record cannot be written or removed (the folder read-only, full).
         """
-        if self.days:
+        if self.days or self.refusals:
             refused = [{"day": r.day, "why": r.why, "held": list(r.held)} for r in self.refusals]
             write_json_atomic(folder / PENDING_FILE, {"days": list(self.days), "refused": refused})
         else:
