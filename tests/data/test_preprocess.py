@@ -475,6 +475,20 @@ def test_a_refused_last_day_leaves_a_folder_that_trains_and_says_so(tmp_path, ca
     assert not (out / conversion.PENDING_FILE).exists()
 
 
+def test_a_killed_conversions_unfinished_files_go_at_the_next_run(tmp_path, caplog):
+    """kill -9 while day 1 was converted again left its .tmp files; the next run skipped the
+    finished day and kept them for good (data review)."""
+    files = [write_criteo_tsv(tmp_path / f"day_{d}", 30, seed=d) for d in range(2)]
+    out = tmp_path / "o"
+    convert(files, out)
+    left = out / "day_1_dense.npy.tmp"
+    left.write_bytes(b"\0" * 4096)
+    with caplog.at_level("WARNING", logger="dlrm_exp.data.preprocess.convert"):
+        assert convert(files, out)["days_converted"] == []
+    assert not left.exists() and "removed 1 unfinished file(s)" in caplog.text
+    _load(out)
+
+
 def test_an_input_that_changes_while_it_is_converted_gets_no_marker(tmp_path, monkeypatch):
     """The marker recorded the input's size and time after reading: a file still being written
     was then skipped by every later run as finished, though only its start was converted."""

@@ -369,6 +369,23 @@ def _finish_day(
     return result
 
 
+def _remove_leftovers(out_dir: Path) -> None:
+    """Remove the ``day_*.npy.tmp`` files a killed conversion left (``kill -9``, the OOM
+    killer, a power loss: a finished day was then skipped, and its unfinished files stayed for
+    good, tens of GB on the 1TB days: data review). Nothing else writes them: the folder is
+    this run's (``mode=preprocess`` holds its lock)."""
+    left = sorted(out_dir.glob("day_*.npy.tmp"))
+    if not left:
+        return
+    size = sum(p.stat().st_size for p in left)
+    for path in left:
+        path.unlink(missing_ok=True)
+    log.warning(
+        "removed %d unfinished file(s) an interrupted conversion left in %s (%s, %.1f MiB)",
+        len(left), out_dir, first_few([p.name for p in left], 3), size / 2**20,
+    )  # fmt: skip
+
+
 def _writable_folder(out_dir: Path) -> None:
     try:
         out_dir.mkdir(parents=True, exist_ok=True)
@@ -410,6 +427,7 @@ def preprocess_files(
     )
     days = day_numbers(files)
     _writable_folder(out_dir)
+    _remove_leftovers(out_dir)
     done = converted_days(out_dir)
     _check_same_settings_as(done, sorted(set(done) - set(days)), options, out_dir)
     started = time.perf_counter()
