@@ -183,6 +183,13 @@ def test_values_lists_shared_table_and_nulls(tmp_path):
     assert len(splits.train) == n - 1
     (batch,) = all_rows(splits.train, sch.feature_names)
     assert batch.labels.tolist() == [1.0, *[i % 2 for i in range(2, n)]]
+    # per input too: which file fed which split, and whose the nulls are (data review)
+    clean = write(tmp_path / "clean.parquet", table(n))
+    both = load_splits(config(clean, sch, val_path=str(tmp_path / "a.parquet")), [], 2, 0)
+    inputs = both.info.read["inputs"]
+    assert inputs["data.path"]["files"] == [str(clean)] and inputs["data.path"]["nulls"] == {}
+    assert inputs["data.val_path"]["nulls"] == {"price": 1, "item": 1, "recent": 1}
+    assert inputs["data.val_path"]["files"] == [str(tmp_path / "a.parquet")]
     assert batch.dense_features[:2, 0].tolist() == pytest.approx([0.0, math.log(3)])
     assert batch.dense_features[:2, 1].tolist() == [0.0, -2.0]  # no log1p on age
     kjt = batch.sparse_features.to_dict()

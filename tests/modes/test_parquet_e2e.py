@@ -171,6 +171,7 @@ def test_two_processes_rowwise(two_process_runs):
     assert run.metrics.world_size == 2 and run.metrics.val["auroc"] > 0.55
     read = dict(run.metrics.data["read"])
     assert [Path(f).name for f in read.pop("files")] == ["toy.parquet"]
+    assert read.pop("inputs")["data.path"]["rows_read"] == 8192
     assert read == {"rows_read": 8192, "skipped_null_label": 0, "row_groups": 8, "nulls": {}}
     assert run.cfg.model.table_names == ["t_user_id", "t_item", "t_tags"]
 

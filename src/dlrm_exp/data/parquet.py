@@ -13,6 +13,7 @@ import logging
 from collections import OrderedDict
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -217,17 +218,25 @@ def _report(scans: dict[str, ParquetScan]) -> dict[str, object]:
     """The read report of ``metrics.json``'s ``data.read``: the files read (resolved, as
     ``data=criteo_tsv`` records them: a path given through ``${oc.env:...}`` was recorded
     nowhere, review), rows read, rows skipped for a null label, null dense values filled with
-    0 and null sparse entries read as empty bags."""
+    0 and null sparse entries read as empty bags; over every input, and per input
+    (``inputs``: ``data.path``, ``data.val_path``, ``data.test_path``, as ``criteo_tsv``'s:
+    which file fed which split, and whose the nulls were, was not recorded: data review)."""
+    inputs = {key: _input_report([scan]) for key, scan in scans.items()}
+    return {**_input_report(list(scans.values())), "inputs": inputs}
+
+
+def _input_report(scans: list[ParquetScan]) -> dict[str, Any]:
+    """:func:`_report`'s counts over ``scans``."""
     nulls: dict[str, int] = {}
-    for scan in scans.values():
+    for scan in scans:
         for column, count in scan.nulls.items():
             nulls[column] = nulls.get(column, 0) + count
-    files = (str(segment.path) for scan in scans.values() for segment in scan.segments)
+    files = (str(segment.path) for scan in scans for segment in scan.segments)
     return {
         "files": list(dict.fromkeys(files)),
-        "rows_read": sum(s.rows for s in scans.values()),
-        "skipped_null_label": sum(s.null_labels for s in scans.values()),
-        "row_groups": sum(len(s.segments) for s in scans.values()),
+        "rows_read": sum(s.rows for s in scans),
+        "skipped_null_label": sum(s.null_labels for s in scans),
+        "row_groups": sum(len(s.segments) for s in scans),
         "nulls": {c: n for c, n in nulls.items() if n},
     }
 
