@@ -117,7 +117,9 @@ def tensorboard_logdir(job: Job) -> str:
     ``./outputs`` (where every run of this checkout goes), else the run folder itself
     (``hydra.run.dir`` elsewhere: its parent may be ``/tmp``)."""
     if job.tensorboard_dir is not None:
-        return os.path.commonpath([job.run_dir, job.tensorboard_dir])
+        # (absolute both: Hydra's run folder is, the events folder under a relative
+        # hydra.sweep.dir, the default, is not, and commonpath refused the pair: review)
+        return os.path.commonpath([job.run_dir.absolute(), job.tensorboard_dir.absolute()])
     under_outputs = job.run_dir.resolve().is_relative_to((Path.cwd() / "outputs").resolve())
     return "outputs" if under_outputs else str(job.run_dir)
 
