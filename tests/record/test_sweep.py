@@ -323,6 +323,24 @@ def test_report_draws_the_bytes_that_collectives_sent(tmp_path, capsys):
     assert (tmp_path / "out" / "comm_bytes.png").read_bytes()[:4] == b"\x89PNG"
 
 
+def test_ddp_allreduce_bytes_are_a_column_and_a_statistic(tmp_path):
+    """The DDP all-reduce bytes (data_parallel tables' gradients) sat in metrics.json and
+    TensorBoard only: a strategy sweep's table compared data_parallel as sending nothing."""
+    jobs = [
+        ([f"sharding={s}", f"seed={seed}"],
+         _completed(comm_bytes_per_step={"forward": f, "backward": f, "allreduce": a}))
+        for s, f, a in (("tablewise", 4.0e6, 2.0e5), ("dataparallel", 0.0, 2.5e6))
+        for seed in (0, 1)
+    ]  # fmt: skip
+    typed = ["sharding=tablewise,dataparallel", "seed=0,1"]
+    sweep = _written_sweep(tmp_path / "sweep", typed, jobs)
+    assert report.main([str(sweep), "--out", str(tmp_path / "out")]) == 0
+    rows = list(csv.DictReader((tmp_path / "out" / "summary.csv").open()))
+    assert [float(r["allreduce_bytes_per_step"]) for r in rows] == [2.0e5, 2.0e5, 2.5e6, 2.5e6]
+    text = (tmp_path / "out" / "summary.md").read_text()
+    assert text.count("DDP all-reduce bytes/step (all ranks)") == 2  # runs' and stats' tables
+
+
 def test_bars_pool_only_the_repeats_of_a_configuration(tmp_path):
     """sharding x learning rate x seed: a throughput bar per (sharding, learning rate), each
     pooling its two seeds, not the two learning rates."""

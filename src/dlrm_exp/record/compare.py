@@ -29,8 +29,8 @@ STATS_FILE = "summary_stats.csv"
 #: The metrics compared per configuration (keys of the metric table).
 COMPARED = (
     "val_auroc", "test_auroc", "final_test_auroc", "val_ne", "val_logloss", "val_calibration",
-    "samples_per_sec", "step_ms_p50", "fwd_bytes_per_step", "bwd_bytes_per_step", "peak_rss_gib",
-    "peak_gpu_gib", "table_bytes_per_rank",
+    "samples_per_sec", "step_ms_p50", "fwd_bytes_per_step", "bwd_bytes_per_step",
+    "allreduce_bytes_per_step", "peak_rss_gib", "peak_gpu_gib", "table_bytes_per_rank",
 )  # fmt: skip
 #: What ``--gate`` may name: the compared metrics with a better direction (calibration moves
 #: either way, so no difference of it is a regression).
@@ -167,6 +167,7 @@ def stats_markdown(stats: Sequence[ConfigStats]) -> str:
         "step_ms_p50",
         "fwd_bytes_per_step",
         "bwd_bytes_per_step",
+        "allreduce_bytes_per_step",
         "peak_rss_gib",
         "peak_gpu_gib",
         "table_bytes_per_rank",

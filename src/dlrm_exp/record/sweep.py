@@ -29,9 +29,9 @@ from dlrm_exp.util.files import write_csv_atomic, write_text_atomic
 #: The metric columns of ``summary.csv``, in order (keys of the metric table).
 CSV_METRICS = (
     "val_auroc", "test_auroc", "final_test_auroc", "best_epoch", "val_ne", "test_ne",
-    "samples_per_sec", "fwd_bytes_per_step", "bwd_bytes_per_step", "step_ms_p50",
-    "matmul_peak_pct", "peak_rss_gib", "peak_gpu_gib", "table_bytes_per_rank", "table_rows",
-    "managed_rows_held", "wall_seconds",
+    "samples_per_sec", "fwd_bytes_per_step", "bwd_bytes_per_step", "allreduce_bytes_per_step",
+    "step_ms_p50", "matmul_peak_pct", "peak_rss_gib", "peak_gpu_gib", "table_bytes_per_rank",
+    "table_rows", "managed_rows_held", "wall_seconds",
 )  # fmt: skip
 #: The metric columns of ``summary.md`` (optional ones only where a run has them:
 #: :func:`~dlrm_exp.record.metric_table.shown`).
