@@ -27,7 +27,7 @@ import hydra
 from hydra.core.hydra_config import HydraConfig
 from hydra.experimental.callback import Callback
 from hydra.types import RunMode
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig, ListConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from dlrm_exp.config import Config, Mode, conf_dir, register_configs
@@ -71,6 +71,7 @@ from dlrm_exp.errors import (
     UserError,
 )
 from dlrm_exp.modes import Job, run_mode
+from dlrm_exp.record.jobs_not_run import note_not_run
 from dlrm_exp.record.kept_record import KeptRecord
 from dlrm_exp.record.run_record import (
     COMPLETED,
@@ -78,6 +79,7 @@ from dlrm_exp.record.run_record import (
     finished_record,
 )
 from dlrm_exp.record.runs import (
+    canonical_overrides,
     mode_name,
     override_values,
     parsed_override_values,
@@ -133,7 +135,8 @@ def hydra_main(raw: DictConfig) -> float | None:
             if isinstance(err, Exception):
                 _report_crash(err)
             raise
-    sweep_dir = Path(hydra_cfg.sweep.dir)
+    # (from where the command ran: hydra.job.chdir=true runs the job in its own folder)
+    sweep_dir = Path(hydra_cfg.runtime.cwd) / hydra_cfg.sweep.dir
     sweep = saved_sweep_values(sweep_dir)
     swept = list(sweep)
     task = typed_task(hydra_cfg)
@@ -146,16 +149,18 @@ def hydra_main(raw: DictConfig) -> float | None:
             _record_interruption(run_dir / "metrics.json", err)
         raise
     except Exception as err:  # one job's failure must not end the sweep
-        return _job_failed(err, name, run_dir)
+        return _job_failed(err, name, run_dir, sweep_dir, (task, swept))
 
 
-def _job_failed(err: Exception, name: str, run_dir: Path) -> float:
+def _job_failed(
+    err: Exception, name: str, run_dir: Path, sweep_dir: Path, job: tuple[list[str], list[str]]
+) -> float:
     """A sweep's job ``name`` ended by ``err``: said on stderr (and in the job's log and
     record, where the folder's record is this job's), without ending the sweep. Returns the
     job's value for the sweeper: a finished run kept in its folder gives its record's val
     AUROC (what it returned when it ran, and what a resume with nothing left to train
     returns: a kept job was NaN, a failed trial to an Optuna-style sweeper: re-read); a
-    failure, NaN."""
+    failure, NaN. ``job``: its overrides and the sweep's swept keys."""
     if env_rank() > 0:  # a task of a several-task (submitit) job: rank 0 records the
         # job's failure (a record here would replace it); a raise would fail this task,
         # and the submitit launcher ends the whole sweep on a failed task (FailedJobError)
@@ -163,9 +168,16 @@ def _job_failed(err: Exception, name: str, run_dir: Path) -> float:
         return math.nan
     if isinstance(err, _REFUSALS):  # its .hydra/ stood beside the folder's record (review)
         _put_back_record(run_dir)
-    if isinstance(err, FinishedRunKeptError):  # a sweep rerun to finish the rest: no error
-        print(f"Job {name} kept: {err}", file=sys.stderr)
+    earlier = _earlier_job(run_dir, *job) if isinstance(err, FinishedRunKeptError) else None
+    if isinstance(err, FinishedRunKeptError) and earlier is None:  # a sweep rerun to
+        print(f"Job {name} kept: {err}", file=sys.stderr)  # finish the rest: no error
         return _kept_value(run_dir / "metrics.json")
+    if earlier is not None:  # a rerun with an edited list numbers its jobs otherwise: it
+        err = RunFolderInUseError(  # was kept, as this job (sweeps review)
+            f"{run_dir} holds the record of {earlier}, a job of an earlier sweep into "
+            f"{sweep_dir} that numbered its jobs otherwise: sweep into another folder "
+            "(hydra.sweep.dir=...), or run that sweep's list again"
+        )
     user_error = isinstance(err, (UserError, OmegaConfBaseException))
     if not user_error:
         log.exception("job %s failed", name)
@@ -176,7 +188,26 @@ def _job_failed(err: Exception, name: str, run_dir: Path) -> float:
         to_log_files(f"Error: {message}", level=logging.ERROR)
     if not in_use:  # else the folder's record is another run's
         _record_failure(run_dir / "metrics.json", message, err)
+    else:  # the summary must not read that record as this job's (sweeps review)
+        note_not_run(sweep_dir, run_dir, name, message)
     return math.nan
+
+
+def _earlier_job(run_dir: Path, task: list[str], swept: list[str]) -> str | None:
+    """The name (:func:`run_name`) of the other job whose ``.hydra/overrides.yaml`` the folder
+    holds (put back after this job, of overrides ``task``, was refused there), where its
+    values of the ``swept`` keys differ (:func:`canonical_overrides`); None when they do not,
+    or it reads as none."""
+    try:
+        saved = OmegaConf.load(run_dir / ".hydra" / "overrides.yaml")
+    except (OSError, OmegaConfBaseException):
+        return None
+    if not isinstance(saved, ListConfig):
+        return None
+    overrides = [str(o) for o in saved]
+    if canonical_overrides(overrides, swept) == canonical_overrides(task, swept):
+        return None
+    return run_name(overrides, swept)
 
 
 def _kept_value(path: Path) -> float:

@@ -189,6 +189,42 @@ def test_a_plan_sweeps_failed_and_interrupted_jobs_are_listed_as_not_completed(t
     assert "2 of 2 jobs did not complete: seed=0 (failed), seed=1 (interrupted)" in out
 
 
+def test_a_rerun_with_an_edited_list_names_the_jobs_that_did_not_run(tmp_path, capsys):
+    """A rerun with one seed dropped numbers its jobs into the earlier jobs' folders: each
+    was "kept" as the other job's record, the summary read those records as this sweep's,
+    and the sweep exited 0 (sweeps review)."""
+    from omegaconf import OmegaConf
+
+    from dlrm_exp import cli
+    from dlrm_exp.errors import FinishedRunKeptError
+    from dlrm_exp.record.sweep import SweepSummary, summarize_sweep
+
+    jobs = [([f"seed={seed}"], _completed()) for seed in (0, 1, 2)]
+    sweep = _written_sweep(tmp_path / "sweep", ["seed=0,1,2"], jobs)
+    (sweep / "summary_stats.csv").write_text("stale\n")  # (kept beside a new summary)
+    config = OmegaConf.create({"hydra": {"sweep": {"dir": str(sweep)}}, "mode": "train"})
+    SweepSummary().on_multirun_start(config)
+    for job, seed in ((0, 1), (1, 2)):  # the rerun's -m seed=1,2 in folders 0 and 1
+        value = cli._job_failed(
+            FinishedRunKeptError("kept"), f"seed={seed}", sweep / str(job), sweep,
+            ([f"seed={seed}"], ["seed"]),
+        )  # fmt: skip
+        assert math.isnan(value)
+    assert f"{sweep / '0'} holds the record of seed=0, a job of an earlier" in (
+        capsys.readouterr().err
+    )
+    assert summarize_sweep(config)  # exit 1
+    out = capsys.readouterr().out
+    assert "2 of 3 jobs did not complete: seed=1 (did not run), seed=2 (did not run)" in out
+    assert "- 1 run(s) of 1 configuration(s), seed(s) 2," in out  # folder 2's: seed=2
+    assert (sweep / "summary_stats.csv").read_text() != "stale\n"
+    SweepSummary().on_multirun_start(config)  # the next multirun into it starts clean
+    assert not summarize_sweep(config)
+    (sweep / "summary_stats.csv").write_text("stale\n")  # statistics that cannot be made
+    write_job(sweep, 3, ["seed=2"], _completed())  # (two runs of seed=2)
+    assert summarize_sweep(config) and not (sweep / "summary_stats.csv").exists()
+
+
 def test_a_failure_on_a_rank_above_0_writes_no_record_and_ends_the_task_well(
     tmp_path, cli_here, monkeypatch
 ):
@@ -244,8 +280,11 @@ def test_a_job_rerun_that_fails_keeps_its_earlier_completed_record(tmp_path, cli
 
     # the kept job gives the sweeper its record's val AUROC, as when it ran (it gave NaN,
     # a failed trial to an Optuna-style sweeper: re-read)
-    assert cli._job_failed(FinishedRunKeptError("kept"), "j", sweep / "0") == 0.7
-    assert math.isnan(cli._job_failed(FinishedRunKeptError("kept"), "j", tmp_path / "none"))
+    job = (["data=criteo_tsv"], [])
+    assert cli._job_failed(FinishedRunKeptError("kept"), "j", sweep / "0", sweep, job) == 0.7
+    assert math.isnan(
+        cli._job_failed(FinishedRunKeptError("kept"), "j", tmp_path / "none", sweep, job)
+    )
     from dlrm_exp.errors import NonFiniteLossError
 
     monkeypatch.setattr(cli, "_choices", dict)

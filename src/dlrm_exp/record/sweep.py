@@ -13,12 +13,14 @@ from hydra.experimental.callback import Callback
 from omegaconf import DictConfig
 
 from dlrm_exp.record.compare import (
+    STATS_FILE,
     ConfigStats,
     config_stats,
     has_repeats,
     stats_markdown,
     write_stats,
 )
+from dlrm_exp.record.jobs_not_run import clear_notes, jobs_not_run
 from dlrm_exp.record.metric_table import METRICS, fmt, markdown_lines, shown
 from dlrm_exp.record.run_record import COMPLETED, FAILED, INTERRUPTED, UNFINISHED
 from dlrm_exp.record.run_values import write_run_values
@@ -141,6 +143,8 @@ def write_summary(
     write_run_values(out_dir, runs)
     if stats:
         write_stats(out_dir, stats)
+    else:  # an earlier summary's statistics, of other runs (sweeps review)
+        (out_dir / STATS_FILE).unlink(missing_ok=True)
     write_text_atomic(out_dir / "summary.md", text)
     return rows
 
@@ -181,24 +185,30 @@ def summarize_sweep(config: DictConfig) -> bool:
         OSError: the summary files cannot be written.
     """
     sweep_dir = Path(config.hydra.sweep.dir)
-    runs = load_runs([sweep_dir])
+    not_run = jobs_not_run(sweep_dir)
+    others = {Path(note["folder"]) for note in not_run}  # records of other jobs there
+    runs = [run for run in load_runs([sweep_dir]) if run.path.absolute() not in others]
+    for note in not_run:
+        print(f"Job {note['job']} did not run: {note['why']}")
     mode = mode_name(config)
     if mode not in RECORDING_MODES:
-        return _list_outputs(runs, mode)
+        return _list_outputs(runs, mode) or bool(not_run)
     try:
         stats = config_stats(runs)
     except ValueError as err:  # two runs of one configuration with one seed
         print(f"Error: {err}")
-        stats = []
-    rows = write_summary(sweep_dir, runs, stats)
-    print(summary_head(runs, rows, stats))
-    if has_repeats(stats):
+        stats = None
+    rows = write_summary(sweep_dir, runs, stats or [])
+    print(summary_head(runs, rows, stats or []))
+    if stats and has_repeats(stats):
         print()
         print(stats_markdown(stats))
     written = ["summary.csv", "summary_runs.csv", *(["summary_stats.csv"] if stats else [])]
     print(f"sweep summary: {sweep_dir / 'summary.md'} and {', '.join(written)} beside it")
     print(f"compare runs: tensorboard --logdir {sweep_dir}")
-    return _print_unfinished([row["run"] for row in rows if row["status"] != COMPLETED], len(rows))
+    unfinished = [row["run"] for row in rows if row["status"] != COMPLETED]
+    unfinished += [f"{note['job']} (did not run)" for note in not_run]
+    return _print_unfinished(unfinished, len(rows) + len(not_run)) or stats is None
 
 
 #: The config of the multirun under way in this process (Hydra's basic launcher runs the jobs
@@ -257,9 +267,11 @@ class SweepSummary(Callback):
     Ctrl-C ends gets its summary from :func:`summarize_interrupted_sweep`."""
 
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
-        """Remember the multirun for :func:`summarize_interrupted_sweep`."""
+        """Remember the multirun for :func:`summarize_interrupted_sweep`; forget the jobs an
+        earlier multirun into its folder did not run."""
         global _running
         _running = config
+        clear_notes(Path(config.hydra.sweep.dir))
 
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
         global _running
