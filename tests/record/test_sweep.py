@@ -517,6 +517,14 @@ def test_the_plots_say_what_their_bars_and_axes_are(tmp_path, capsys):
     assert "(no auroc_diff.png: no configuration but the baseline has a val AUROC)" in out
     assert not (sweep / "auroc_diff.png").exists() and "MC rows held" not in out
     assert "| samples/s (all ranks) |" in out
+    assert "| qcomms=int8 | 0 (2 failed) |" in out
+    # an interrupted run is counted as such, not as failed (sweeps review)
+    stopped = {"status": "interrupted", "error": "interrupted by SIGINT"}
+    jobs = [([f"qcomms={q}", f"seed={s}"], _completed() if (q, s) != ("int8", 1) else stopped)
+            for q in ("none", "int8") for s in (0, 1, 2)]  # fmt: skip
+    typed = ["qcomms=none,int8", "seed=0,1,2"]
+    assert report.main([str(_written_sweep(tmp_path / "cut_int8", typed, jobs))]) == 0
+    assert "| qcomms=int8 | 2 (1 interrupted) |" in capsys.readouterr().out
     # a sweep of seeds cut short (a SIGKILL): not told to sweep the seeds it swept (review)
     cut = _written_sweep(tmp_path / "cut", ["seed=0,1,2"], [(["seed=0"], _completed())])
     assert report.main([str(cut)]) == 0

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from dlrm_exp.record.metric_table import METRICS, Metric, as_number, fmt, markdown_lines, shown
-from dlrm_exp.record.run_record import COMPLETED
+from dlrm_exp.record.run_record import COMPLETED, INTERRUPTED
 from dlrm_exp.record.runs import (
     RunRecord,
     check_distinct_seeds,
@@ -47,6 +47,8 @@ class ConfigStats:
     config: str
     seeds: list[int]
     failed: list[str] = field(default_factory=list)
+    #: the runs not completed that were interrupted (the rest of ``failed`` failed)
+    interrupted: list[str] = field(default_factory=list)
     estimates: dict[str, Estimate] = field(default_factory=dict)
     vs_baseline: dict[str, Difference] = field(default_factory=dict)
     #: the configuration's identity (canonical overrides, as ``summary_runs.csv`` keys its
@@ -131,6 +133,7 @@ def _stats(runs: list[RunRecord], base_runs: list[RunRecord] | None) -> ConfigSt
     failed = [r.name for r in runs if r.status != COMPLETED]
     label = config_label(runs)
     stats = ConfigStats(label, [r.seed for r in completed], failed, config_id=runs[0].config_id)
+    stats.interrupted = [r.name for r in runs if r.status == INTERRUPTED]
     for key in COMPARED:
         metric = METRICS[key]
         values = _values(completed, metric)
@@ -150,6 +153,18 @@ def _stats(runs: list[RunRecord], base_runs: list[RunRecord] | None) -> ConfigSt
 def has_repeats(stats: Sequence[ConfigStats]) -> bool:
     """Whether any configuration ran with more than one seed (then the statistics are shown)."""
     return any(len(s.seeds) > 1 for s in stats)
+
+
+def _not_completed(stats: ConfigStats) -> str:
+    """`` (1 failed, 1 interrupted)`` of a configuration's runs that did not complete (an
+    interrupted run was counted as failed: sweeps review); ``""`` for none."""
+    failed = len(stats.failed) - len(stats.interrupted)
+    counts = [
+        f"{n} {what}"
+        for n, what in ((failed, "failed"), (len(stats.interrupted), "interrupted"))
+        if n
+    ]
+    return f" ({', '.join(counts)})" if counts else ""
 
 
 def stats_markdown(stats: Sequence[ConfigStats]) -> str:
@@ -177,8 +192,7 @@ def stats_markdown(stats: Sequence[ConfigStats]) -> str:
     header += [f"{split} AUROC - baseline [95% CI]" for split in ("val", "test")]
     rows = []
     for i, s in enumerate(stats):
-        failed = f" ({len(s.failed)} failed)" if s.failed else ""
-        cells = [s.config + (" (baseline)" if i == 0 else ""), f"{len(s.seeds)}{failed}"]
+        cells = [s.config + (" (baseline)" if i == 0 else ""), f"{len(s.seeds)}{_not_completed(s)}"]
         for key in keys:
             e, spec = s.estimates.get(key), METRICS[key].spec
             # a seed whose value is missing, NaN or infinite is left out: say so, or n misleads
