@@ -13,10 +13,12 @@ Each call is booked by who made it and when:
 * ``input_dist``: the sparse input (KeyedJaggedTensor ids, lengths and their splits) sent by
   ``torchrec.distributed.dist_data``;
 * ``allreduce``: DDP's gradient all-reduce (the dense and over arch, the interaction's weights
-  and ``data_parallel`` tables: every parameter TorchRec does not shard), counted by a DDP
-  communication hook on the model's ``DistributedDataParallel`` (the reducer runs in C++, past
-  the wrapped functions): each bucket's flat gradient buffer, as torch's own ``allreduce_hook``
-  then divides and sums it (what DDP does without a hook).
+  and ``data_parallel`` tables: every parameter TorchRec does not shard). DDP's reducer runs
+  in C++, past the wrapped functions, and a communication hook that counted its buckets
+  changed the maths at world sizes other than powers of two (it divides the bucket, DDP
+  multiplies each gradient by 1 / world size: diff review); so it is counted from the
+  parameters each of the model's DDP modules reduces, once per step: TorchRec's DDP runs
+  with a static graph and no unused parameter, so every bucket is reduced in every backward.
 
 Bytes are those of the larger side of each collective (``numel * element_size``), so that
 every sharding type is counted alike: the input of an all-to-all or a reduce-scatter (the
@@ -36,7 +38,6 @@ from typing import Any
 import torch
 import torch.distributed as dist
 from torch import nn
-from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 
 from dlrm_exp.distributed.torch_internals import (
     caller_module,
@@ -83,6 +84,8 @@ class CollectiveBytes:
         self.bytes: dict[str, int] = defaultdict(int)
         self.calls: dict[str, int] = defaultdict(int)
         self.active = False
+        #: one step's DDP all-reduce bytes (:func:`allreduce_bytes`, taken by :meth:`installed`)
+        self.allreduce_bytes = 0
         # the sparse backward may run on a helper thread (train.sparse_backward=overlap)
         self._lock = threading.Lock()
 
@@ -110,36 +113,38 @@ class CollectiveBytes:
 
     @contextmanager
     def installed(self, model: nn.Module | None = None) -> Iterator["CollectiveBytes"]:
-        """Wrap the ``torch.distributed`` collectives for the duration of the block, and count
-        the DDP all-reduce of ``model`` (a ``DistributedModelParallel``; call before its first
-        backward: DDP takes a hook only then, and one only).
+        """Wrap the ``torch.distributed`` collectives for the duration of the block, and take
+        the bytes of one step's DDP all-reduce of ``model`` (a ``DistributedModelParallel``).
 
         Raises:
             RuntimeError: the installed torch lacks a private hook the count needs.
         """
         check_available()
-        if model is not None:
-            self._count_allreduce(model)
+        self.allreduce_bytes = 0 if model is None else allreduce_bytes(model)
         wrapped = {name: self._wrap(name, getattr(dist, name)) for name in _SENT_ARG}
         with patched(dist, wrapped):
             yield self
 
-    def _count_allreduce(self, model: nn.Module) -> None:
-        """Hook each DDP module of ``model``: the one ``DistributedModelParallel`` wraps the
-        parameters TorchRec does not shard in, and the one a ``ShardedEmbeddingBagCollection``
-        wraps its ``data_parallel`` tables' lookup in (none on one process)."""
-
-        def counted(
-            group: dist.ProcessGroup, bucket: dist.GradBucket
-        ) -> torch.futures.Future[torch.Tensor]:  # (DDP checks the annotation)
-            if self.active:
-                self._book("allreduce", _nbytes(bucket.buffer()))
-            return default_hooks.allreduce_hook(group, bucket)
-
-        for ddp in ddp_modules(model):
-            if ddp.process_group.size() > 1:
-                ddp.register_comm_hook(ddp.process_group, counted)
-
     def per_step(self, steps: int) -> dict[str, float]:
-        """Mean bytes per measured step and phase (:data:`PHASES`)."""
-        return {phase: (self.bytes.get(phase, 0) / steps if steps else 0.0) for phase in PHASES}
+        """Mean bytes per measured step and phase (:data:`PHASES`; ``allreduce``: every step's
+        :func:`allreduce_bytes`)."""
+        per_step = {phase: (self.bytes.get(phase, 0) / steps if steps else 0.0) for phase in PHASES}
+        per_step["allreduce"] = float(self.allreduce_bytes) if steps else 0.0
+        return per_step
+
+
+def allreduce_bytes(model: nn.Module) -> int:
+    """Bytes one rank's DDP modules all-reduce in one backward (module docstring): the
+    gradient of every parameter each reduces (not those it was told to ignore: TorchRec's
+    sharded tables), of the DDP ``DistributedModelParallel`` wraps and of a
+    ``data_parallel`` tables' lookup; 0 on one process."""
+    total = 0
+    for ddp in ddp_modules(model):
+        if ddp.process_group.size() > 1:
+            ignored = ddp.parameters_to_ignore
+            total += sum(
+                _nbytes(p)
+                for name, p in ddp.module.named_parameters()
+                if name not in ignored and p.requires_grad
+            )
+    return total
