@@ -196,8 +196,8 @@ def _job_failed(
 def _earlier_job(run_dir: Path, task: list[str], swept: list[str]) -> str | None:
     """The name (:func:`run_name`) of the other job whose ``.hydra/overrides.yaml`` the folder
     holds (put back after this job, of overrides ``task``, was refused there), where its
-    values of the ``swept`` keys differ (:func:`canonical_overrides`); None when they do not,
-    or it reads as none."""
+    values of the ``swept`` keys, or of a key both set, differ (:func:`canonical_overrides`);
+    None when they do not, or it reads as none."""
     try:
         saved = OmegaConf.load(run_dir / ".hydra" / "overrides.yaml")
     except (OSError, OmegaConfBaseException):
@@ -205,9 +205,14 @@ def _earlier_job(run_dir: Path, task: list[str], swept: list[str]) -> str | None
     if not isinstance(saved, ListConfig):
         return None
     overrides = [str(o) for o in saved]
-    if canonical_overrides(overrides, swept) == canonical_overrides(task, swept):
-        return None
-    return run_name(overrides, swept)
+    # the swept keys and every key both set: a list narrowed to one value, or a sweep of no
+    # swept key, compared nothing and kept another job's record (diff review)
+    both = parsed_override_values(overrides).keys() & parsed_override_values(task).keys()
+    differ = [
+        k for k in [*swept, *sorted(both - set(swept))]
+        if canonical_overrides(overrides, [k]) != canonical_overrides(task, [k])
+    ]  # fmt: skip
+    return run_name(overrides, [*swept, *(k for k in differ if k not in swept)]) if differ else None
 
 
 def _kept_value(path: Path) -> float:

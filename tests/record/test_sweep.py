@@ -11,7 +11,7 @@ import pytest
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 from tensorboard.plugins.hparams import plugin_data_pb2
 
-from conftest import SWEEP_RAN, run_cli, tensorboard_experiment, write_job
+from conftest import REPO, SWEEP_RAN, run_cli, tensorboard_experiment, write_job
 from conftest import SWEEP_REFUSED as REFUSED
 from conftest import SWEEP_RUNS as RUNS
 from conftest import SWEEP_TINY as TINY
@@ -213,11 +213,22 @@ def test_a_rerun_with_an_edited_list_names_the_jobs_that_did_not_run(tmp_path, c
     assert f"{sweep / '0'} holds the record of seed=0, a job of an earlier" in (
         capsys.readouterr().err
     )
+    # a list narrowed to one value sweeps no key: the keys both set are compared
+    narrowed = write_job(tmp_path / "narrowed", 0, ["seed=0", "optimizer.learning_rate=0.1"],
+                         _completed())  # fmt: skip
+    job = (["seed=0", "optimizer.learning_rate=0.02"], [])
+    kept = FinishedRunKeptError("kept")
+    assert math.isnan(cli._job_failed(kept, "j", narrowed, tmp_path / "narrowed", job))
+    assert "holds the record of optimizer.learning_rate=0.1, a job" in capsys.readouterr().err
     assert summarize_sweep(config)  # exit 1
     out = capsys.readouterr().out
     assert "2 of 3 jobs did not complete: seed=1 (did not run), seed=2 (did not run)" in out
     assert "- 1 run(s) of 1 configuration(s), seed(s) 2," in out  # folder 2's: seed=2
     assert (sweep / "summary_stats.csv").read_text() != "stale\n"
+    # its start clears the notes after the sweep folder is held (Hydra calls them in order):
+    # a second -m into a folder under way cleared that sweep's notes, then was refused
+    callbacks = list(OmegaConf.load(REPO / "conf" / "config.yaml").hydra.callbacks)
+    assert callbacks.index("run_folder_lock") < callbacks.index("sweep_summary")
     SweepSummary().on_multirun_start(config)  # the next multirun into it starts clean
     assert not summarize_sweep(config)
     (sweep / "summary_stats.csv").write_text("stale\n")  # statistics that cannot be made
