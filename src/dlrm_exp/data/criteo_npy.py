@@ -686,7 +686,7 @@ def _warn_refused_days(folder: Path, days: list[int]) -> None:
         why = refusal.why if len(refusal.why) <= 200 else f"{refusal.why[:200]}..."
         log.warning(
             "data.path=%s: a mode=preprocess run refused day_%d (%s) and wrote nothing for "
-            "it: training on the days there, the last of them (day_%d) split by data.dataset; "
+            "it: reading the days there, the last of them (day_%d) split by data.dataset; "
             "mend the day's file and run that command again, or remove %s to read the folder "
             "as it is without this warning",
             folder, refusal.day, why, days[-1], folder / PENDING_FILE,
