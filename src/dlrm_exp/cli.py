@@ -816,6 +816,10 @@ def main() -> None:
             hydra_main()
     except (KeyboardInterrupt, Terminated) as err:  # one line, not a traceback per frame
         signum = _signal(err)
+        if env_rank() > 0:  # a torchrun rank: rank 0 says how to go on (this rank knew no
+            # folder, and printed the placeholder hint beside rank 0's: launch review)
+            print(f"Interrupted ({signum.name}) on rank {env_rank()}", file=sys.stderr)
+            sys.exit(128 + signum)
         sweep = summarize_interrupted_sweep()
         hint = _launched_jobs_hint(sweep) or f"{_what_stays()}{_continue_hint()}"
         print(f"Interrupted ({signum.name}): {hint}", file=sys.stderr)

@@ -784,6 +784,26 @@ def test_an_interrupted_sweep_still_gets_the_summary_of_its_finished_jobs(
     assert capsys.readouterr().out == ""
 
 
+def test_a_torchrun_rank_above_0_interrupted_says_one_short_line(monkeypatch, capsys):
+    """Ctrl-C under torchrun: rank 1 printed the placeholder hint beside rank 0's own
+    (launch review); rank 0 says how to go on."""
+    import signal
+
+    import dlrm_exp.cli as cli
+
+    def interrupted():
+        raise KeyboardInterrupt
+
+    for key, value in {"RANK": "1", "LOCAL_RANK": "1", "WORLD_SIZE": "2"}.items():
+        monkeypatch.setenv(key, value)
+    monkeypatch.setattr(cli, "hydra_main", interrupted)
+    monkeypatch.setattr(sys, "argv", ["dlrm_exp"])
+    with pytest.raises(SystemExit) as ended:
+        cli.main()
+    assert ended.value.code == 128 + signal.SIGINT
+    assert capsys.readouterr().err.strip() == "Interrupted (SIGINT) on rank 1"
+
+
 def test_the_interruption_hint_fits_the_mode(monkeypatch, tmp_path):
     """It told an interrupted predict or export to resume training (crash review)."""
     import dlrm_exp.cli as cli
