@@ -495,6 +495,7 @@ def check_plugins(args: list[str]) -> None:
     Raises:
         ConfigError: naming the option and ``pip install -e ".[<extra>]"``.
     """
+    _check_launch_choices(args)
     for (group, option), (module, extra) in PLUGIN_OPTIONS.items():
         if _last_value(args, group) == option and not _installed(module):
             raise ConfigError(
@@ -507,6 +508,32 @@ def check_plugins(args: list[str]) -> None:
             "hydra/launcher=slurm_gpu submits the jobs to Slurm, but srun is not on this "
             "machine's PATH (no Slurm cluster here): run it on the cluster's login node, or "
             "hydra/launcher=local to run the jobs on this machine through submitit"
+        )
+
+
+def _check_launch_choices(args: list[str]) -> None:
+    """A launcher or sweeper chosen on the command line applies to ``-m`` sweeps only: without
+    ``-m`` the run trained in this process and its record named the launcher (launch review);
+    submitit's local executor runs one node (its ``ValueError`` was a traceback).
+
+    Raises:
+        ConfigError: naming the choice and the way on.
+    """
+    if not _is_multirun(args) and not _writes_nothing(args):
+        for group in ("hydra/launcher", "hydra/sweeper"):
+            option = _last_value(args, group)
+            if option not in (None, "basic"):  # (Hydra's own: what runs here anyway)
+                raise ConfigError(
+                    f"{group}={option} runs the jobs of a -m sweep; without -m this command "
+                    f"runs here, in this process: add -m (a sweep of one job), or leave "
+                    f"{group} out"
+                )
+    nodes = _last_value(args, "hydra.launcher.nodes")
+    if _last_value(args, "hydra/launcher") == "local" and nodes not in (None, "1"):
+        raise ConfigError(
+            f"hydra/launcher=local runs every job on this machine, one node: "
+            f"hydra.launcher.nodes={nodes} needs hydra/launcher=slurm_gpu (or nodes=1, "
+            "tasks_per_node = hardware.nproc_per_node)"
         )
 
 
