@@ -79,8 +79,8 @@ from dlrm_exp.record.run_record import (
     finished_record,
 )
 from dlrm_exp.record.runs import (
-    canonical_overrides,
     mode_name,
+    override_differences,
     override_values,
     parsed_override_values,
     recorded_mode,
@@ -168,16 +168,12 @@ def _job_failed(
         return math.nan
     if isinstance(err, _REFUSALS):  # its .hydra/ stood beside the folder's record (review)
         _put_back_record(run_dir)
-    earlier = _earlier_job(run_dir, *job) if isinstance(err, FinishedRunKeptError) else None
-    if isinstance(err, FinishedRunKeptError) and earlier is None:  # a sweep rerun to
-        print(f"Job {name} kept: {err}", file=sys.stderr)  # finish the rest: no error
+    other = _other_job(run_dir, sweep_dir, *job) if isinstance(err, FinishedRunKeptError) else None
+    if isinstance(err, FinishedRunKeptError) and other is None:  # a sweep rerun to finish
+        print(f"Job {name} kept: {err}", file=sys.stderr)  # the rest: no error
         return _kept_value(run_dir / "metrics.json")
-    if earlier is not None:  # a rerun with an edited list numbers its jobs otherwise: it
-        err = RunFolderInUseError(  # was kept, as this job (sweeps review)
-            f"{run_dir} holds the record of {earlier}, a job of an earlier sweep into "
-            f"{sweep_dir} that numbered its jobs otherwise: sweep into another folder "
-            "(hydra.sweep.dir=...), or run that sweep's list again"
-        )
+    if other is not None:  # it was kept as this job (sweeps review)
+        err = RunFolderInUseError(other)
     user_error = isinstance(err, (UserError, OmegaConfBaseException))
     if not user_error:
         log.exception("job %s failed", name)
@@ -193,11 +189,17 @@ def _job_failed(
     return math.nan
 
 
-def _earlier_job(run_dir: Path, task: list[str], swept: list[str]) -> str | None:
-    """The name (:func:`run_name`) of the other job whose ``.hydra/overrides.yaml`` the folder
-    holds (put back after this job, of overrides ``task``, was refused there), where its
-    values of the ``swept`` keys, or of a key both set, differ (:func:`canonical_overrides`);
-    None when they do not, or it reads as none."""
+#: Override keys that change no result: a rerun that adds or changes them is the same job.
+_RESULT_NEUTRAL = ("train.resume", "train.progress_bar")
+
+
+def _other_job(run_dir: Path, sweep_dir: Path, task: list[str], swept: list[str]) -> str | None:
+    """Why the finished record in a sweep job's folder is not this job's (whose overrides are
+    ``task``; the sweep's swept keys ``swept``): the folder's ``.hydra/overrides.yaml`` (put
+    back after the job was refused there) sets other values, of a swept key (a rerun with an
+    edited list numbers its jobs otherwise) or of another (the same list run with other
+    settings); None where they agree (:func:`override_differences`, as the summary compares
+    the runs of one configuration), or it reads as none."""
     try:
         saved = OmegaConf.load(run_dir / ".hydra" / "overrides.yaml")
     except (OSError, OmegaConfBaseException):
@@ -205,14 +207,21 @@ def _earlier_job(run_dir: Path, task: list[str], swept: list[str]) -> str | None
     if not isinstance(saved, ListConfig):
         return None
     overrides = [str(o) for o in saved]
-    # the swept keys and every key both set: a list narrowed to one value, or a sweep of no
-    # swept key, compared nothing and kept another job's record (diff review)
-    both = parsed_override_values(overrides).keys() & parsed_override_values(task).keys()
-    differ = [
-        k for k in [*swept, *sorted(both - set(swept))]
-        if canonical_overrides(overrides, [k]) != canonical_overrides(task, [k])
-    ]  # fmt: skip
-    return run_name(overrides, [*swept, *(k for k in differ if k not in swept)]) if differ else None
+    differ = override_differences(overrides, task, _RESULT_NEUTRAL)
+    if not differ:
+        return None
+    again = "sweep into another folder (hydra.sweep.dir=...)"
+    if any(key in differ for key in swept):
+        return (
+            f"{run_dir} holds the record of {run_name(overrides, swept)}, a job of an earlier "
+            f"sweep into {sweep_dir} that numbered its jobs otherwise: {again}, or run that "
+            "sweep's list again"
+        )
+    settings = ", ".join(f"{k} {a} / {b}" for k, (a, b) in differ.items())
+    return (
+        f"{run_dir} holds the record of this job run with other settings ({settings}: there / "
+        f"here, - unset): {again}, or run it with that run's settings"
+    )
 
 
 def _kept_value(path: Path) -> float:
@@ -495,7 +504,6 @@ def check_plugins(args: list[str]) -> None:
     Raises:
         ConfigError: naming the option and ``pip install -e ".[<extra>]"``.
     """
-    _check_launch_choices(args)
     for (group, option), (module, extra) in PLUGIN_OPTIONS.items():
         if _last_value(args, group) == option and not _installed(module):
             raise ConfigError(
@@ -512,29 +520,43 @@ def check_plugins(args: list[str]) -> None:
 
 
 def _check_launch_choices(args: list[str]) -> None:
-    """A launcher or sweeper chosen on the command line applies to ``-m`` sweeps only: without
-    ``-m`` the run trained in this process and its record named the launcher (launch review);
-    submitit's local executor runs one node (its ``ValueError`` was a traceback).
+    """A launcher or sweeper chosen on the command line applies to sweeps only: without ``-m``
+    (or ``hydra.mode``, which a preset or a ``-cn`` primary config may set, so a command that
+    chooses one is let be) the run trained in this process and its record named the
+    launcher (launch review); submitit's local executor runs one node (its ``ValueError`` was
+    a traceback).
 
     Raises:
         ConfigError: naming the choice and the way on.
     """
-    if not _is_multirun(args) and not _writes_nothing(args):
-        for group in ("hydra/launcher", "hydra/sweeper"):
-            option = _last_value(args, group)
-            if option not in (None, "basic"):  # (Hydra's own: what runs here anyway)
-                raise ConfigError(
-                    f"{group}={option} runs the jobs of a -m sweep; without -m this command "
-                    f"runs here, in this process: add -m (a sweep of one job), or leave "
-                    f"{group} out"
-                )
-    nodes = _last_value(args, "hydra.launcher.nodes")
-    if _last_value(args, "hydra/launcher") == "local" and nodes not in (None, "1"):
+    if _writes_nothing(args):
+        return
+    sweeps = _is_multirun(args) or _last_value(args, "experiment") or _other_primary_config(args)
+    for group in ("hydra/launcher", "hydra/sweeper"):
+        option = _last_value(args, group)
+        if not sweeps and option not in (None, "basic"):  # (Hydra's own runs here anyway)
+            raise ConfigError(
+                f"{group}={option} runs the jobs of a -m sweep; without -m this command runs "
+                f"here, in this process: add -m (a sweep of one job), or leave {group} out"
+            )
+    nodes = _as_int(_last_value(args, "hydra.launcher.nodes"))
+    launcher = _last_value(args, "hydra/launcher")
+    if launcher in ("local", "submitit_local") and nodes is not None and nodes > 1:
         raise ConfigError(
-            f"hydra/launcher=local runs every job on this machine, one node: "
+            f"hydra/launcher={launcher} runs every job on this machine, one node: "
             f"hydra.launcher.nodes={nodes} needs hydra/launcher=slurm_gpu (or nodes=1, "
             "tasks_per_node = hardware.nproc_per_node)"
         )
+
+
+def _as_int(text: str | None) -> int | None:
+    """An override's whole number (``2``, ``'2'``, ``2.0``); None for none or another value
+    (an interpolation such as ``${hardware.nnodes}``, resolved later)."""
+    try:
+        value = float((text or "").strip("'\""))
+    except ValueError:
+        return None
+    return int(value) if value.is_integer() else None
 
 
 def _other_primary_config(args: list[str]) -> bool:
@@ -742,6 +764,7 @@ def _check_command(args: list[str]) -> None:
         refuse_another_runs_folder(args)
         _keep_record(args)
     check_flag_combination(args)
+    _check_launch_choices(args)  # (the command line's own: not a preset's choice)
     check_plugins(args)
     _check_keys_and_files(args)
 

@@ -271,16 +271,26 @@ def test_a_sweeper_or_launcher_without_its_plugin_names_the_extra(monkeypatch):
     check_plugins(["-m", "hydra/launcher=slurm_gpu", "--cfg", "hydra"])  # prints only
     # without -m a launcher or sweeper is not used: the run trained here, its record naming
     # the launcher (launch review)
+    from dlrm_exp.cli import _check_launch_choices as check
+
     with pytest.raises(ConfigError, match=r"hydra/launcher=slurm_gpu runs the jobs of a -m "
                        r"sweep; without -m this command runs here"):  # fmt: skip
-        check_plugins(["hydra/launcher=slurm_gpu", "seed=1"])
+        check(["hydra/launcher=slurm_gpu", "seed=1"])
     with pytest.raises(ConfigError, match=r"hydra/sweeper=lr_search runs the jobs of a -m"):
-        check_plugins(["hydra/sweeper=lr_search", "seed=1"])
-    check_plugins(["hydra/launcher=slurm_gpu", "--cfg", "hydra"])  # prints only
-    check_plugins(["hydra/launcher=basic", "seed=1"])  # Hydra's own: runs here anyway
+        check(["hydra/sweeper=lr_search", "seed=1"])
+    check(["hydra/launcher=slurm_gpu", "--cfg", "hydra"])  # prints only
+    check(["hydra/launcher=basic", "seed=1"])  # Hydra's own: runs here anyway
+    check(["experiment=p", "hydra/launcher=local"])  # a preset may set hydra.mode
+    check(["-cn", "mine", "hydra/sweeper=lr_search"])  # so may a primary config
+    check(["hydra.mode=MULTIRUN", "hydra/launcher=local"])
     with pytest.raises(ConfigError, match=r"hydra/launcher=local runs every job on this "
                        r"machine, one node: hydra.launcher.nodes=2 needs"):  # fmt: skip
-        check_plugins(["-m", "hydra/launcher=local", "hydra.launcher.nodes=2", "seed=1"])
+        check(["-m", "hydra/launcher=local", "hydra.launcher.nodes='2'", "seed=1"])
+    check(["-m", "hydra/launcher=local", "hydra.launcher.nodes=${hardware.nnodes}"])
+    check(["-m", "hydra/launcher=local", "hydra.launcher.nodes=1.0"])
+    check(["-m", "hydra/launcher=local", "hydra.launcher.nodes=2", "--cfg", "hydra"])
+    with pytest.raises(ConfigError, match=r"submitit_local runs every job on this machine"):
+        check(["-m", "hydra/launcher=submitit_local", "hydra.launcher.nodes=2"])
 
 
 def test_a_sweep_that_asks_to_print_its_config_is_one_line():

@@ -470,7 +470,8 @@ def test_a_refused_last_day_leaves_a_folder_that_trains_and_says_so(tmp_path, ca
         _load(out)  # trains on days 0-1
     (warned,) = [r.getMessage() for r in caplog.records if "refused day_2" in r.getMessage()]
     assert "reading the days there, the last of them (day_1)" in warned
-    with pytest.raises(DataError):  # refused again: one refusal of the day, one warning
+    with pytest.raises(DataError):  # refused again: one refusal of the day (the run drops
+        # the earlier one of a day it converts), one warning
         convert(files, out)
     assert len(conversion.Pending.read(out).refusals) == 1
     files[2].write_text(good)  # mended: converted, the record gone

@@ -219,7 +219,13 @@ def test_a_rerun_with_an_edited_list_names_the_jobs_that_did_not_run(tmp_path, c
     job = (["seed=0", "optimizer.learning_rate=0.02"], [])
     kept = FinishedRunKeptError("kept")
     assert math.isnan(cli._job_failed(kept, "j", narrowed, tmp_path / "narrowed", job))
-    assert "holds the record of optimizer.learning_rate=0.1, a job" in capsys.readouterr().err
+    assert (
+        "holds the record of this job run with other settings (optimizer.learning_rate "
+        "0.1 / 0.02: there / here, - unset)" in capsys.readouterr().err
+    )
+    # a setting that changes no result (its progress bar) is the same job: kept
+    quiet = (["seed=0", "optimizer.learning_rate=0.1", "train.progress_bar=false"], [])
+    assert cli._job_failed(kept, "j", narrowed, tmp_path / "narrowed", quiet) == 0.7
     assert summarize_sweep(config)  # exit 1
     out = capsys.readouterr().out
     assert "2 of 3 jobs did not complete: seed=1 (did not run), seed=2 (did not run)" in out
@@ -261,8 +267,8 @@ def test_a_job_rerun_that_fails_keeps_its_earlier_completed_record(tmp_path, cli
 
     sweep = tmp_path / "sweep"
     done = {"status": "completed", "val": {"auroc": 0.7}, "samples_per_sec": 1000.0}
-    write_job(sweep, 0, ["data=criteo_tsv"], done)
     missing = f"data.path={tmp_path / 'gone.tsv'}"
+    write_job(sweep, 0, ["data=criteo_tsv", missing], done)
     rerun = cli_here(["-m", "data=criteo_tsv", missing, f"hydra.sweep.dir={sweep}"])
     # said of the job, not as an error (a sweep rerun to finish its other jobs meets these)
     assert "Job data=criteo_tsv," in rerun.stderr and "Error in job" not in rerun.stderr
@@ -291,7 +297,7 @@ def test_a_job_rerun_that_fails_keeps_its_earlier_completed_record(tmp_path, cli
 
     # the kept job gives the sweeper its record's val AUROC, as when it ran (it gave NaN,
     # a failed trial to an Optuna-style sweeper: re-read)
-    job = (["data=criteo_tsv"], [])
+    job = (["data=criteo_tsv", missing], [])
     assert cli._job_failed(FinishedRunKeptError("kept"), "j", sweep / "0", sweep, job) == 0.7
     assert math.isnan(
         cli._job_failed(FinishedRunKeptError("kept"), "j", tmp_path / "none", sweep, job)

@@ -106,8 +106,8 @@ def config_stats(runs: Sequence[RunRecord], baseline: str | None = None) -> list
         if matching[0] not in ran:  # its runs all failed: every paired column would be empty
             raise ValueError(
                 f"--baseline {baseline}: no run of {groups[matching[0]][0].config} completed "
-                f"({len(groups[matching[0]])} failed), so there is nothing to pair with: rerun "
-                "it, or name another baseline"
+                f"({len(groups[matching[0]])} failed or interrupted), so there is nothing to "
+                "pair with: rerun it, or name another baseline"
             )
         if len(matching) > 1:
             which = "; ".join(groups[name][0].config for name in matching[:3])
@@ -213,12 +213,12 @@ def stats_markdown(stats: Sequence[ConfigStats]) -> str:
     lines.append("")
     lines.append(
         "Mean +- half-width of the 95 % Student t interval over the completed seeds (n; failed "
-        "runs are counted beside it, never averaged); differences are paired by seed (paired "
-        "t-test), and the half-width of their interval is the smallest mean difference that "
-        "shows as significant (a true difference of that size shows only about half the "
-        "time); * marks an interval that excludes 0: at 95 %, about 1 in 20 differences with no "
-        "true effect is marked by chance, so with many configurations and metrics expect some "
-        "(review)."
+        "and interrupted runs are counted beside it, never averaged); differences are paired by"
+        " seed (paired t-test), and the half-width of their interval is the smallest mean "
+        "difference that shows as significant (a true difference of that size shows only about "
+        "half the time); * marks an interval that excludes 0: at 95 %, about 1 in 20 "
+        "differences with no true effect is marked by chance, so with many configurations and "
+        "metrics expect some (review)."
     )
     return "\n".join(lines)
 

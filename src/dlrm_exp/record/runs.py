@@ -521,10 +521,24 @@ def check_same_fixed(runs: Iterable[RunRecord]) -> None:
 def _fixed_difference(first: RunRecord, other: RunRecord) -> str:
     """The not-swept override keys whose values differ between two runs of one configuration,
     each with both values (``optimizer.learning_rate 0.1 / 0.01``; ``-`` where unset)."""
-    skip = {*first.config_keys, SEED}
-    a, b = parsed_override_values(first.overrides), parsed_override_values(other.overrides)
-    keys = sorted(k for k in {*a, *b} - skip if a.get(k, "-") != b.get(k, "-"))
-    return ", ".join(f"{k} {a.get(k, '-')} / {b.get(k, '-')}" for k in keys) or "as typed"
+    differ = override_differences(first.overrides, other.overrides, {*first.config_keys, SEED})
+    return ", ".join(f"{k} {a} / {b}" for k, (a, b) in differ.items()) or "as typed"
+
+
+def override_differences(
+    first: Sequence[str], other: Sequence[str], skip: Iterable[str] = ()
+) -> dict[str, tuple[Any, Any]]:
+    """``{key: (its value in first, in other)}`` of the override keys whose values differ
+    (parsed, :func:`normalized_value`: ``0.10`` is ``1e-1``; ``"-"`` where unset), in key
+    order, but ``skip``'s."""
+    a, b = parsed_override_values(first), parsed_override_values(other)
+    keys = sorted({*a, *b} - set(skip))
+    differ = {k: (a.get(k, "-"), b.get(k, "-")) for k in keys}
+    return {
+        k: (x, y)
+        for k, (x, y) in differ.items()
+        if (x == "-") != (y == "-") or (x != "-" and normalized_value(x) != normalized_value(y))
+    }
 
 
 class _SeededRun(Protocol):

@@ -629,8 +629,7 @@ class Pending:
     def refusing(self, day: int, why: str, held: list[int]) -> "Pending":
         """These days and ``held``, which the refusal of ``day`` (``why``) held up."""
         refusal = RefusedDay(day, why, tuple(held))
-        earlier = tuple(r for r in self.refusals if r.day != day)  # (refused again: one)
-        return replace(self.adding(held), refusals=(*earlier, refusal))
+        return replace(self.adding(held), refusals=(*self.refusals, refusal))
 
     def held_by(self, day: int) -> RefusedDay | None:
         """The refusal that held pending ``day`` up, if one did."""
