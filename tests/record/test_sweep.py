@@ -242,6 +242,22 @@ def test_a_rerun_with_an_edited_list_names_the_jobs_that_did_not_run(tmp_path, c
     assert summarize_sweep(config) and not (sweep / "summary_stats.csv").exists()
 
 
+def test_a_rerun_with_a_shorter_list_leaves_the_earlier_sweeps_later_jobs_out(tmp_path, capsys):
+    """-m seed=0,1 into a folder of an earlier seed=0,1,2: its job 2 was summarised as one of
+    this sweep's (diff review)."""
+    from omegaconf import OmegaConf
+
+    from dlrm_exp.record.sweep import summarize_sweep
+
+    jobs = [([f"seed={seed}"], _completed()) for seed in (0, 1, 2)]
+    sweep = _written_sweep(tmp_path / "sweep", ["seed=0,1"], jobs)  # (the rerun's record)
+    config = OmegaConf.create({"hydra": {"sweep": {"dir": str(sweep)}}, "mode": "train"})
+    assert not summarize_sweep(config)
+    out = capsys.readouterr().out
+    assert "left out 1 job folder(s) of an earlier sweep into this folder, numbered past " in out
+    assert "- 2 run(s) of 1 configuration(s), seed(s) 0, 1," in out
+
+
 def test_a_failure_on_a_rank_above_0_writes_no_record_and_ends_the_task_well(
     tmp_path, cli_here, monkeypatch
 ):

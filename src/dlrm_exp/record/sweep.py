@@ -27,6 +27,7 @@ from dlrm_exp.record.run_values import write_run_values
 from dlrm_exp.record.runs import RunRecord, load_runs, mode_name, saved_sweep_values
 from dlrm_exp.record.sweep_heading import heading_lines
 from dlrm_exp.util.files import write_csv_atomic, write_text_atomic
+from dlrm_exp.util.text import first_few
 
 #: The metric columns of ``summary.csv``, in order (keys of the metric table).
 CSV_METRICS = (
@@ -188,6 +189,7 @@ def summarize_sweep(config: DictConfig) -> bool:
     not_run = jobs_not_run(sweep_dir)
     others = {Path(note["folder"]) for note in not_run}  # records of other jobs there
     runs = [run for run in load_runs([sweep_dir]) if run.path.absolute() not in others]
+    runs = _this_sweeps(runs, sweep_dir)
     for note in not_run:
         print(f"Job {note['job']} did not run: {note['why']}")
     mode = mode_name(config)
@@ -236,14 +238,40 @@ def summarize_interrupted_sweep() -> DictConfig | None:
     return config
 
 
+def planned_jobs(sweep_dir: Path) -> int | None:
+    """How many jobs the sweep's ``multirun.yaml`` asks for (the product of its swept values,
+    as Hydra's basic sweeper runs them); None where it does not say (no file, an Optuna
+    interval)."""
+    values = saved_sweep_values(sweep_dir)
+    if not values or not all(values.values()):
+        return None
+    return math.prod(len(v) for v in values.values())
+
+
+def _this_sweeps(runs: list[RunRecord], sweep_dir: Path) -> list[RunRecord]:
+    """``runs`` but those in job folders numbered past this sweep's jobs
+    (:func:`planned_jobs`): a rerun with a shorter list into the folder summarised an earlier
+    sweep's later jobs as its own (diff review); said when any is left out."""
+    planned = planned_jobs(sweep_dir)
+    if planned is None:
+        return runs
+    earlier = [r for r in runs if r.path.name.isdigit() and int(r.path.name) >= planned]
+    if earlier:
+        print(
+            f"left out {len(earlier)} job folder(s) of an earlier sweep into this folder, "
+            f"numbered past this sweep's {planned} jobs: "
+            f"{first_few([f'{r.path.name} ({r.name})' for r in earlier], 3)}"
+        )
+    return [r for r in runs if r not in earlier]
+
+
 def _print_not_started(sweep_dir: Path, mode: str) -> None:
     """How many of the sweep's jobs (the product of its swept values, as Hydra's basic
     sweeper runs them; ``multirun.yaml``) never started: the summary counted only the jobs
     that had a folder ("1 of 2 jobs did not complete" of a sweep of 3; crash review)."""
-    values = saved_sweep_values(sweep_dir)
-    if not values or not all(values.values()):  # (an Optuna interval: no count)
+    planned = planned_jobs(sweep_dir)
+    if planned is None:
         return
-    planned = math.prod(len(v) for v in values.values())
     started = sum(1 for job in sweep_dir.iterdir() if (job / ".hydra").is_dir())
     if planned > started:
         how = (  # (train.resume means nothing to the other modes: diff review)
