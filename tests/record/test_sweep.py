@@ -238,7 +238,7 @@ def test_a_rerun_with_an_edited_list_names_the_jobs_that_did_not_run(tmp_path, c
     SweepSummary().on_multirun_start(config)  # the next multirun into it starts clean
     assert not summarize_sweep(config)
     (sweep / "summary_stats.csv").write_text("stale\n")  # statistics that cannot be made
-    write_job(sweep, 3, ["seed=2"], _completed())  # (two runs of seed=2)
+    (sweep / "1" / ".hydra" / "overrides.yaml").write_text('["seed=2"]')  # (two of seed=2)
     assert summarize_sweep(config) and not (sweep / "summary_stats.csv").exists()
 
 
