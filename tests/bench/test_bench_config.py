@@ -123,6 +123,26 @@ def test_the_training_bench_refuses_settings_the_plain_loop_would_not_run():
     gpu = compose_config(["hardware.compute_device=cuda", "hardware.backend=nccl"])
     assert unlike_the_plain_loop(gpu) == ""
     assert main(["train.dense_precision=bf16"]) == 2  # refused before anything runs
+    assert main(["hardware.nproc_per_node=2"]) == 2  # it ran one process (performance review)
+
+
+def test_the_training_bench_hands_batches_on_as_the_run_does(monkeypatch, capsys):
+    """Its framework loop took the batch list as it was: train.prefetch_batches changed
+    nothing, and a GPU comparison with and without prefetching compared one loop
+    (performance review)."""
+    from dlrm_exp.bench import training
+
+    depths = []
+
+    def spy(batches, depth, pin=False):
+        depths.append((depth, pin))
+        return iter(batches)
+
+    monkeypatch.setattr(training, "prefetched", spy)
+    args = ["--rounds", "1", "--steps", "4", "--warmup", "1", "train.batch_size=64"]
+    assert training.main([*args, "train.prefetch_batches=2"]) in (0, 1)
+    assert depths and set(depths) == {(2, False)}
+    assert "framework" in capsys.readouterr().out
 
 
 def test_a_whole_run_of_the_fast_bench_probes_its_own_peak(tmp_path, monkeypatch):

@@ -56,6 +56,7 @@ from dlrm_exp.config import (
 from dlrm_exp.config.build import build_config
 from dlrm_exp.config.keys import check_override_keys
 from dlrm_exp.data import iter_batches, load_splits
+from dlrm_exp.data.prefetch import prefetched
 from dlrm_exp.distributed.launch import DistContext, process_group
 from dlrm_exp.distributed.sharder import build_sharder
 from dlrm_exp.errors import UserError
@@ -121,8 +122,15 @@ def framework_run(
         device=ctx.device,
         tracker=Tracker(run_dir=None, enabled=False),
     )
+    # the run's batch pipeline: prefetched (and pinned on CUDA) as modes.train hands them on
+    # (the bench handed the list on as it was: train.prefetch_batches changed nothing, and
+    # a GPU comparison with and without it compared one loop: performance review)
+    pin = ctx.device.type == "cuda"
+    depth = cfg.train.prefetch_depth(cuda=pin)
     sources = BatchSources(
-        train=lambda epoch, skip: iter(batches[skip:]), val=lambda: iter(()), test=lambda: iter(())
+        train=lambda epoch, skip: prefetched(iter(batches[skip:]), depth, pin),
+        val=lambda: iter(()),
+        test=lambda: iter(()),
     )
     return trainer.fit(sources).samples_per_sec, experiment.plan
 
@@ -268,6 +276,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     unlike = unlike_the_plain_loop(cfg)
     if unlike:
         print(f"Error: the plain TorchRec loop would not run {unlike}: compare it at its defaults")
+        return 2
+    ranks = cfg.hardware.nproc_per_node * cfg.hardware.nnodes
+    if ranks > 1:  # (it ran one and printed a ratio as of several: performance review)
+        print(
+            f"Error: the training bench runs both loops in this one process, not {ranks} ranks "
+            "(hardware.nproc_per_node / nnodes): compare them on one, or train the run itself "
+            "on several (python -m dlrm_exp ...)"
+        )
         return 2
     cfg.data.num_train_samples = args.steps * cfg.train.batch_size  # type: ignore[attr-defined]
     with process_group(cfg.hardware) as ctx:
