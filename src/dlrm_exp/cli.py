@@ -79,6 +79,7 @@ from dlrm_exp.record.run_record import (
     finished_record,
 )
 from dlrm_exp.record.runs import (
+    RESULT_NEUTRAL,
     mode_name,
     override_differences,
     override_values,
@@ -189,10 +190,6 @@ def _job_failed(
     return math.nan
 
 
-#: Override keys that change no result: a rerun that adds or changes them is the same job.
-_RESULT_NEUTRAL = ("train.resume", "train.progress_bar")
-
-
 def _other_job(run_dir: Path, sweep_dir: Path, task: list[str], swept: list[str]) -> str | None:
     """Why the finished record in a sweep job's folder is not this job's (whose overrides are
     ``task``; the sweep's swept keys ``swept``): the folder's ``.hydra/overrides.yaml`` (put
@@ -207,7 +204,7 @@ def _other_job(run_dir: Path, sweep_dir: Path, task: list[str], swept: list[str]
     if not isinstance(saved, ListConfig):
         return None
     overrides = [str(o) for o in saved]
-    differ = override_differences(overrides, task, _RESULT_NEUTRAL)
+    differ = override_differences(overrides, task, RESULT_NEUTRAL)
     if not differ:
         return None
     again = "sweep into another folder (hydra.sweep.dir=...)"

@@ -256,6 +256,14 @@ def test_a_rerun_with_a_shorter_list_leaves_the_earlier_sweeps_later_jobs_out(tm
     out = capsys.readouterr().out
     assert "left out 1 job folder(s) of an earlier sweep into this folder, numbered past " in out
     assert "- 2 run(s) of 1 configuration(s), seed(s) 0, 1," in out
+    # a setting that changes no result (the progress bar) set in one run: still repeats of
+    # one configuration (its statistics were refused as "other overrides not swept")
+    quiet = _written_sweep(tmp_path / "quiet", ["seed=0,1"], [
+        (["seed=0"], _completed()), (["seed=1", "train.progress_bar=false"], _completed())
+    ])  # fmt: skip
+    quiet_config = OmegaConf.create({"hydra": {"sweep": {"dir": str(quiet)}}, "mode": "train"})
+    assert not summarize_sweep(quiet_config)
+    assert "other overrides that were not swept" not in capsys.readouterr().out
 
 
 def test_a_failure_on_a_rank_above_0_writes_no_record_and_ends_the_task_well(

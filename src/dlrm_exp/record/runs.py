@@ -31,6 +31,10 @@ from dlrm_exp.record.run_record import COMPLETED, FAILED, MISSING, RunMetrics
 
 #: The key whose swept values are repeats of one configuration, not configurations.
 SEED = "seed"
+#: Override keys that change no result (how a run is shown or continued): two runs that differ
+#: in them alone are repeats of one configuration, and a sweep rerun that adds one keeps its
+#: jobs' records.
+RESULT_NEUTRAL = ("train.resume", "train.progress_bar")
 #: The configuration name of runs that differ only by seed.
 ALL = "(all runs)"
 #: The identity of a single run of the defaults (no override) starts with this, then its folder.
@@ -446,7 +450,8 @@ def _record(run_dir: Path, swept: Sequence[str], overrides: list[str]) -> RunRec
     # the overrides every job of the sweep shared (neither swept nor the run's identity): what
     # a comparison assumes equal
     fixed = canonical_overrides(
-        overrides, [k for k in values if k not in swept and k not in keys and k != SEED]
+        overrides,
+        [k for k in values if k not in {*swept, *keys, SEED, *RESULT_NEUTRAL}],
     )
     return RunRecord(
         run_dir, name or run_dir.name, overrides, metrics, config, seed, identity, fixed,
@@ -521,7 +526,8 @@ def check_same_fixed(runs: Iterable[RunRecord]) -> None:
 def _fixed_difference(first: RunRecord, other: RunRecord) -> str:
     """The not-swept override keys whose values differ between two runs of one configuration,
     each with both values (``optimizer.learning_rate 0.1 / 0.01``; ``-`` where unset)."""
-    differ = override_differences(first.overrides, other.overrides, {*first.config_keys, SEED})
+    skip = {*first.config_keys, SEED, *RESULT_NEUTRAL}
+    differ = override_differences(first.overrides, other.overrides, skip)
     return ", ".join(f"{k} {a} / {b}" for k, (a, b) in differ.items()) or "as typed"
 
 
