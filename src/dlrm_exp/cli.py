@@ -46,6 +46,7 @@ from dlrm_exp.config.config_files import (
     preset_choice,
     preset_sweep_params,
     preset_sweeps,
+    presets_set_multirun,
 )
 from dlrm_exp.config.enum_values import check_enum_values
 from dlrm_exp.config.keys import (
@@ -79,12 +80,12 @@ from dlrm_exp.record.run_record import (
     finished_record,
 )
 from dlrm_exp.record.runs import (
-    RESULT_NEUTRAL,
     mode_name,
     override_differences,
     override_values,
     parsed_override_values,
     recorded_mode,
+    result_overrides,
     run_name,
     saved_sweep_values,
     typed_task,
@@ -204,7 +205,7 @@ def _other_job(run_dir: Path, sweep_dir: Path, task: list[str], swept: list[str]
     if not isinstance(saved, ListConfig):
         return None
     overrides = [str(o) for o in saved]
-    differ = override_differences(overrides, task, RESULT_NEUTRAL)
+    differ = override_differences(result_overrides(overrides), result_overrides(task))
     if not differ:
         return None
     again = "sweep into another folder (hydra.sweep.dir=...)"
@@ -518,20 +519,19 @@ def check_plugins(args: list[str]) -> None:
 
 def _check_launch_choices(args: list[str]) -> None:
     """A launcher or sweeper chosen on the command line applies to sweeps only: without ``-m``
-    (or ``hydra.mode``, which a preset or a ``-cn`` primary config may set, so a command that
-    chooses one is let be) the run trained in this process and its record named the
-    launcher (launch review); submitit's local executor runs one node (its ``ValueError`` was
-    a traceback).
+    (or ``hydra.mode``, on the command line or in the preset or ``-cn`` primary config chosen:
+    :func:`_sweeps`) the run trained in this process and its record named the launcher
+    (launch review); submitit's local executor runs one node (its ``ValueError`` was a
+    traceback).
 
     Raises:
         ConfigError: naming the choice and the way on.
     """
     if _writes_nothing(args):
         return
-    sweeps = _is_multirun(args) or _last_value(args, "experiment") or _other_primary_config(args)
     for group in ("hydra/launcher", "hydra/sweeper"):
         option = _last_value(args, group)
-        if not sweeps and option not in (None, "basic"):  # (Hydra's own runs here anyway)
+        if option not in (None, "basic") and not _sweeps(args):  # (basic: runs here anyway)
             raise ConfigError(
                 f"{group}={option} runs the jobs of a -m sweep; without -m this command runs "
                 f"here, in this process: add -m (a sweep of one job), or leave {group} out"
@@ -544,6 +544,17 @@ def _check_launch_choices(args: list[str]) -> None:
             f"hydra.launcher.nodes={nodes} needs hydra/launcher=slurm_gpu (or nodes=1, "
             "tasks_per_node = hardware.nproc_per_node)"
         )
+
+
+def _sweeps(args: list[str]) -> bool:
+    """Whether the command sweeps: ``-m`` or ``hydra.mode`` on it, or in the ``experiment=``
+    preset or ``-cn`` primary config it chooses (a preset was let be whether it set it or
+    not: diff review)."""
+    if _is_multirun(args):
+        return True
+    if _last_value(args, "experiment") is None and not _other_primary_config(args):
+        return False
+    return presets_set_multirun(chosen_files(args, [conf_dir(), *config_dirs(args)]))
 
 
 def _as_int(text: str | None) -> int | None:

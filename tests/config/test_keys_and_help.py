@@ -237,7 +237,7 @@ def test_help_lists_the_modes_and_every_real_option(cli_here):
         compose_raw(["model=base_model"])
 
 
-def test_a_sweeper_or_launcher_without_its_plugin_names_the_extra(monkeypatch):
+def test_a_sweeper_or_launcher_without_its_plugin_names_the_extra(monkeypatch, tmp_path):
     """``hydra/sweeper=lr_search`` without the optional extra was Hydra's "Could not load
     'hydra/sweeper/optuna'" and its search path (docs review)."""
     import importlib.util
@@ -280,8 +280,16 @@ def test_a_sweeper_or_launcher_without_its_plugin_names_the_extra(monkeypatch):
         check(["hydra/sweeper=lr_search", "seed=1"])
     check(["hydra/launcher=slurm_gpu", "--cfg", "hydra"])  # prints only
     check(["hydra/launcher=basic", "seed=1"])  # Hydra's own: runs here anyway
-    check(["experiment=p", "hydra/launcher=local"])  # a preset may set hydra.mode
-    check(["-cn", "mine", "hydra/sweeper=lr_search"])  # so may a primary config
+    # a preset or primary config that sets hydra.mode sweeps without -m; one that does not,
+    # no more than the command line does (it was let be: diff review)
+    own = tmp_path / "own"
+    (own / "experiment").mkdir(parents=True)
+    (own / "experiment" / "swept.yaml").write_text(
+        "# @package _global_\nhydra:\n  mode: MULTIRUN\n"
+    )
+    check(["-cd", str(own), "experiment=swept", "hydra/launcher=local"])
+    with pytest.raises(ConfigError, match=r"hydra/launcher=local runs the jobs of a -m sweep"):
+        check(["experiment=fast", "hydra/launcher=local"])
     check(["hydra.mode=MULTIRUN", "hydra/launcher=local"])
     with pytest.raises(ConfigError, match=r"hydra/launcher=local runs every job on this "
                        r"machine, one node: hydra.launcher.nodes=2 needs"):  # fmt: skip

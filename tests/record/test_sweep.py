@@ -256,6 +256,21 @@ def test_a_rerun_with_a_shorter_list_leaves_the_earlier_sweeps_later_jobs_out(tm
     out = capsys.readouterr().out
     assert "left out 1 job folder(s) of an earlier sweep into this folder, numbered past " in out
     assert "- 2 run(s) of 1 configuration(s), seed(s) 0, 1," in out
+    # a list narrowed to one value: one job; folders named otherwise than by job number, or
+    # another sweeper's trials (no product of values), are not counted so (diff review)
+    single = _written_sweep(tmp_path / "single", ["seed=0"], jobs[:2])
+    single_config = OmegaConf.create({"hydra": {"sweep": {"dir": str(single)}}, "mode": "train"})
+    summarize_sweep(single_config)
+    assert "- 1 run(s) of 1 configuration(s), seed(s) 0," in capsys.readouterr().out
+    for extra in ({"sweep": {"subdir": "${seed}"}}, {"sweeper": {"_target_": "x.OptunaSweeper"}}):
+        other = tmp_path / f"other_{len(str(extra))}"
+        _written_sweep(other, ["seed=0,1"], jobs)
+        saved = json.loads((other / "multirun.yaml").read_text())
+        saved["hydra"].update(extra)
+        (other / "multirun.yaml").write_text(json.dumps(saved))
+        config = OmegaConf.create({"hydra": {"sweep": {"dir": str(other)}}, "mode": "train"})
+        summarize_sweep(config)
+        assert "left out" not in capsys.readouterr().out
     # a setting that changes no result (the progress bar) set in one run: still repeats of
     # one configuration (its statistics were refused as "other overrides not swept")
     quiet = _written_sweep(tmp_path / "quiet", ["seed=0,1"], [
@@ -264,6 +279,16 @@ def test_a_rerun_with_a_shorter_list_leaves_the_earlier_sweeps_later_jobs_out(tm
     quiet_config = OmegaConf.create({"hydra": {"sweep": {"dir": str(quiet)}}, "mode": "train"})
     assert not summarize_sweep(quiet_config)
     assert "other overrides that were not swept" not in capsys.readouterr().out
+    # a resume from a path starts from another run's checkpoint: it counts (diff review)
+    resumed = _written_sweep(tmp_path / "resumed", ["seed=0,1"], [
+        (["seed=0"], _completed()), (["seed=1", "train.resume=/x/step_4"], _completed())
+    ])  # fmt: skip
+    assert summarize_sweep(
+        OmegaConf.create({"hydra": {"sweep": {"dir": str(resumed)}}, "mode": "train"})
+    )
+    assert "other overrides that were not swept (train.resume - / /x/step_4)" in (
+        capsys.readouterr().out
+    )
 
 
 def test_a_failure_on_a_rank_above_0_writes_no_record_and_ends_the_task_well(

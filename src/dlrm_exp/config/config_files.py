@@ -297,6 +297,15 @@ def preset_sweep_params(files: Sequence[Chosen]) -> list[tuple[str, list[str]]]:
     return found
 
 
+def presets_set_multirun(files: Sequence[Chosen]) -> bool:
+    """Whether an ``experiment=`` preset or a ``-cn`` primary config among ``files`` sets
+    ``hydra.mode: MULTIRUN`` (the command then sweeps without ``-m``)."""
+    return any(
+        str(OmegaConf.select(node, "hydra.mode", default="")) in MULTIRUN_MODES
+        for _, _, node in _presets(files, _DECIDING)
+    )
+
+
 def preset_sweeps(files: Sequence[Chosen]) -> list[tuple[str, int]]:
     """``(preset, swept keys)`` of each ``experiment=`` preset among ``files`` that carries a
     sweep of its own (``hydra.sweeper.params``), which only a ``-m`` command runs (not one

@@ -31,10 +31,6 @@ from dlrm_exp.record.run_record import COMPLETED, FAILED, MISSING, RunMetrics
 
 #: The key whose swept values are repeats of one configuration, not configurations.
 SEED = "seed"
-#: Override keys that change no result (how a run is shown or continued): two runs that differ
-#: in them alone are repeats of one configuration, and a sweep rerun that adds one keeps its
-#: jobs' records.
-RESULT_NEUTRAL = ("train.resume", "train.progress_bar")
 #: The configuration name of runs that differ only by seed.
 ALL = "(all runs)"
 #: The identity of a single run of the defaults (no override) starts with this, then its folder.
@@ -56,6 +52,20 @@ def parse_overrides(overrides: Sequence[str]) -> list[Any]:
 def _parsed(override: str) -> Any:
     (parsed,) = OverridesParser.create().parse_overrides([override])
     return parsed
+
+
+def result_overrides(overrides: Sequence[str]) -> list[str]:
+    """``overrides`` but those that change no result: ``train.progress_bar`` and a
+    ``train.resume`` of ``auto`` or null (a path starts from another run's checkpoint: it
+    counts, diff review). Two runs that differ in them alone are repeats of one
+    configuration, and a sweep rerun that adds one keeps its jobs' records."""
+    kept = []
+    for text, parsed in zip(overrides, parse_overrides(overrides), strict=True):
+        key = parsed.key_or_group
+        continued = key == "train.resume" and parsed.value() in ("auto", None)
+        if key != "train.progress_bar" and not continued:
+            kept.append(text)
+    return kept
 
 
 def override_values(overrides: Sequence[str]) -> dict[str, str]:
@@ -430,7 +440,7 @@ def _record(run_dir: Path, swept: Sequence[str], overrides: list[str]) -> RunRec
     metrics = RunMetrics.read(metrics_file) if metrics_file.is_file() else _unrecorded(run_dir)
     name = run_name(overrides, swept) if overrides else run_dir.name
     others = [k for k in swept if k != SEED]
-    values = override_values(overrides)
+    values = override_values(result_overrides(overrides))
     seed = _seed(run_dir, overrides, metrics)
     if others:
         keys = others
@@ -451,7 +461,7 @@ def _record(run_dir: Path, swept: Sequence[str], overrides: list[str]) -> RunRec
     # a comparison assumes equal
     fixed = canonical_overrides(
         overrides,
-        [k for k in values if k not in {*swept, *keys, SEED, *RESULT_NEUTRAL}],
+        [k for k in values if k not in {*swept, *keys, SEED}],
     )
     return RunRecord(
         run_dir, name or run_dir.name, overrides, metrics, config, seed, identity, fixed,
@@ -526,8 +536,11 @@ def check_same_fixed(runs: Iterable[RunRecord]) -> None:
 def _fixed_difference(first: RunRecord, other: RunRecord) -> str:
     """The not-swept override keys whose values differ between two runs of one configuration,
     each with both values (``optimizer.learning_rate 0.1 / 0.01``; ``-`` where unset)."""
-    skip = {*first.config_keys, SEED, *RESULT_NEUTRAL}
-    differ = override_differences(first.overrides, other.overrides, skip)
+    differ = override_differences(
+        result_overrides(first.overrides),
+        result_overrides(other.overrides),
+        {*first.config_keys, SEED},
+    )
     return ", ".join(f"{k} {a} / {b}" for k, (a, b) in differ.items()) or "as typed"
 
 

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from hydra.experimental.callback import Callback
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 
 from dlrm_exp.record.compare import (
     STATS_FILE,
@@ -239,13 +239,31 @@ def summarize_interrupted_sweep() -> DictConfig | None:
 
 
 def planned_jobs(sweep_dir: Path) -> int | None:
-    """How many jobs the sweep's ``multirun.yaml`` asks for (the product of its swept values,
-    as Hydra's basic sweeper runs them); None where it does not say (no file, an Optuna
-    interval)."""
+    """How many jobs the sweep's ``multirun.yaml`` asks for: the product of its swept values
+    (1: none swept), as Hydra's basic sweeper runs them; None where it does not say (no file,
+    another sweeper: Optuna's trials are no product, diff review)."""
+    if not (sweep_dir / "multirun.yaml").is_file() or not _basic_sweeper(sweep_dir):
+        return None
     values = saved_sweep_values(sweep_dir)
-    if not values or not all(values.values()):
+    if not all(values.values()):  # (an interval)
         return None
     return math.prod(len(v) for v in values.values())
+
+
+def _basic_sweeper(sweep_dir: Path) -> bool:
+    """Whether the sweep's ``multirun.yaml`` names Hydra's basic sweeper (or none)."""
+    saved = OmegaConf.load(sweep_dir / "multirun.yaml")
+    target = OmegaConf.select(saved, "hydra.sweeper._target_", default=None)
+    return target is None or str(target).endswith("BasicSweeper")
+
+
+def _numbered_jobs(sweep_dir: Path) -> bool:
+    """Whether the sweep's job folders are named by their job numbers (``hydra.sweep.subdir``
+    ``${hydra.job.num}``, Hydra's default; another, e.g. ``${seed}``, may be a number too)."""
+    saved = OmegaConf.load(sweep_dir / "multirun.yaml")
+    node = OmegaConf.select(saved, "hydra.sweep", default=None)
+    subdir = None if node is None else OmegaConf.to_container(node, resolve=False).get("subdir")
+    return subdir is None or subdir == "${hydra.job.num}"
 
 
 def _this_sweeps(runs: list[RunRecord], sweep_dir: Path) -> list[RunRecord]:
@@ -253,7 +271,7 @@ def _this_sweeps(runs: list[RunRecord], sweep_dir: Path) -> list[RunRecord]:
     (:func:`planned_jobs`): a rerun with a shorter list into the folder summarised an earlier
     sweep's later jobs as its own (diff review); said when any is left out."""
     planned = planned_jobs(sweep_dir)
-    if planned is None:
+    if planned is None or not _numbered_jobs(sweep_dir):
         return runs
     earlier = [r for r in runs if r.path.name.isdigit() and int(r.path.name) >= planned]
     if earlier:
