@@ -85,7 +85,6 @@ from dlrm_exp.record.runs import (
     override_values,
     parsed_override_values,
     recorded_mode,
-    result_overrides,
     run_name,
     saved_sweep_values,
     typed_task,
@@ -205,7 +204,7 @@ def _other_job(run_dir: Path, sweep_dir: Path, task: list[str], swept: list[str]
     if not isinstance(saved, ListConfig):
         return None
     overrides = [str(o) for o in saved]
-    differ = override_differences(result_overrides(overrides), result_overrides(task))
+    differ = override_differences(overrides, task)
     if not differ:
         return None
     again = "sweep into another folder (hydra.sweep.dir=...)"
@@ -547,12 +546,12 @@ def _check_launch_choices(args: list[str]) -> None:
 
 
 def _sweeps(args: list[str]) -> bool:
-    """Whether the command sweeps: ``-m`` or ``hydra.mode`` on it, or in the ``experiment=``
-    preset or ``-cn`` primary config it chooses (a preset was let be whether it set it or
-    not: diff review)."""
-    if _is_multirun(args):
-        return True
-    if _last_value(args, "experiment") is None and not _other_primary_config(args):
+    """Whether the command may sweep: ``-m`` or ``hydra.mode`` on it, or in the
+    ``experiment=`` preset it chooses (a preset was let be whether it set it or not: diff
+    review); a primary config of one's own (``-cn``, ``-cp``) is let be."""
+    if _is_multirun(args) or _other_primary_config(args):  # (a primary config of one's own,
+        return True  # its defaults' presets too: let be, as Hydra reads it)
+    if _last_value(args, "experiment") is None:
         return False
     return presets_set_multirun(chosen_files(args, [conf_dir(), *config_dirs(args)]))
 

@@ -291,6 +291,7 @@ def test_a_sweeper_or_launcher_without_its_plugin_names_the_extra(monkeypatch, t
     with pytest.raises(ConfigError, match=r"hydra/launcher=local runs the jobs of a -m sweep"):
         check(["experiment=fast", "hydra/launcher=local"])
     check(["hydra.mode=MULTIRUN", "hydra/launcher=local"])
+    check(["-cn", "mine", "hydra/launcher=local"])  # one's own primary config: let be
     with pytest.raises(ConfigError, match=r"hydra/launcher=local runs every job on this "
                        r"machine, one node: hydra.launcher.nodes=2 needs"):  # fmt: skip
         check(["-m", "hydra/launcher=local", "hydra.launcher.nodes='2'", "seed=1"])

@@ -167,11 +167,27 @@ def test_a_fresh_run_into_a_folder_with_checkpoints_is_refused_and_keeps_its_rec
     first = ["-m", *SMALL, "train.max_steps=8", f"hydra.sweep.dir={run_dir.parent}"]
     assert cli_here(first).returncode == 0
     record = (run_dir / "metrics.json").read_bytes()
-    again = cli_here([*first, "optimizer.learning_rate=0.05"])
-    assert (  # a finished job's: kept, said as such (an error line before: diff review)
-        f"{run_dir} holds the record of a run that finished (metrics.json) and its checkpoints "
-        "(step_8), kept: train.resume=auto trains it on where more steps are asked for"
-    ) in again.stderr and "Error in job" not in again.stderr
+    same = cli_here(first)
+    assert (
+        (  # a finished job's: kept, said as such (an error line before: diff review)
+            f"{run_dir} holds the record of a run that finished (metrics.json) and its checkpoints "
+            "(step_8), kept: train.resume=auto trains it on where more steps are asked for"
+        )
+        in same.stderr
+        and "Error in job" not in same.stderr
+        and same.returncode == 0
+    )
+    # with another setting that record is not this job's: it was kept as its own, exit 0
+    # (sweeps review); now the job did not run, and the sweep says why
+    other = cli_here([*first, "optimizer.learning_rate=0.05"])
+    assert (
+        other.returncode == 1
+        and (
+            f"{run_dir} holds the record of this job run with other settings "
+            "(optimizer.learning_rate - / 0.05: there / here"
+        )
+        in other.stderr
+    )
     assert (run_dir / "metrics.json").read_bytes() == record  # still the first run's record
     assert [p.name for p in complete_checkpoints(run_dir)] == ["step_8"]
     assert cli_here([*first, "train.resume=auto"]).returncode == 0  # resuming is the way on

@@ -1053,3 +1053,19 @@ def test_an_interrupted_submitit_launcher_says_its_jobs_run_on(monkeypatch):
     assert cli._launched_jobs_hint(basic) is None
     monkeypatch.setattr(cli, "_job_folder", (True, "/s/0", "train", None))  # a job ran here
     assert cli._launched_jobs_hint(sweep) is None
+
+
+def test_settings_that_change_no_result_leave_saved_and_new_identities_alike():
+    """A baseline saved with train.progress_bar=false in a single run's identity paired with
+    no new run, and a dropped train.resume=auto was shown as unset (diff review)."""
+    from dlrm_exp.record.runs import override_differences, recanonical
+
+    assert recanonical("optimizer=sgd,train.progress_bar=false") == "optimizer=sgd"
+    assert recanonical("train.resume=/x/step_4,optimizer=sgd") == (
+        "optimizer=sgd,train.resume=/x/step_4"
+    )  # a path starts from another run's weights: it counts
+    assert override_differences(["seed=0", "train.resume=/x/step_4"],
+                                ["seed=0", "train.resume=auto"]) == {
+        "train.resume": ("/x/step_4", "auto")
+    }  # fmt: skip
+    assert override_differences(["train.resume=auto", "train.progress_bar=false"], []) == {}

@@ -300,8 +300,9 @@ def recanonical(config_id: str) -> str:
     Identities that are no overrides (all runs, the defaults) stay as they are."""
     if config_id == ALL or config_id.startswith(DEFAULTS):
         return config_id
-    try:
-        return canonical_overrides(split_overrides(config_id)) or config_id
+    try:  # (and without the overrides that change no result, as runs are named today: a
+        # baseline saved with train.progress_bar=false in its identity paired with no run)
+        return canonical_overrides(result_overrides(split_overrides(config_id))) or config_id
     except HydraException:
         return config_id
 
@@ -394,7 +395,9 @@ def named_by_difference(runs: Sequence[RunRecord]) -> list[RunRecord]:
 
 
 def _keys_but_seed(run: RunRecord) -> list[str]:
-    return [k for k in override_values(run.overrides) if k != SEED]
+    """The keys of a run's overrides that change its result, but the seed (as a single run's
+    identity takes them: :func:`_record`)."""
+    return [k for k in override_values(result_overrides(run.overrides)) if k != SEED]
 
 
 def mode_name(config: DictConfig) -> str:
@@ -536,27 +539,27 @@ def check_same_fixed(runs: Iterable[RunRecord]) -> None:
 def _fixed_difference(first: RunRecord, other: RunRecord) -> str:
     """The not-swept override keys whose values differ between two runs of one configuration,
     each with both values (``optimizer.learning_rate 0.1 / 0.01``; ``-`` where unset)."""
-    differ = override_differences(
-        result_overrides(first.overrides),
-        result_overrides(other.overrides),
-        {*first.config_keys, SEED},
-    )
+    differ = override_differences(first.overrides, other.overrides, {*first.config_keys, SEED})
     return ", ".join(f"{k} {a} / {b}" for k, (a, b) in differ.items()) or "as typed"
 
 
 def override_differences(
     first: Sequence[str], other: Sequence[str], skip: Iterable[str] = ()
 ) -> dict[str, tuple[Any, Any]]:
-    """``{key: (its value in first, in other)}`` of the override keys whose values differ
-    (parsed, :func:`normalized_value`: ``0.10`` is ``1e-1``; ``"-"`` where unset), in key
-    order, but ``skip``'s."""
-    a, b = parsed_override_values(first), parsed_override_values(other)
+    """``{key: (its value in first, in other)}`` of the override keys whose results differ
+    (:func:`result_overrides`; parsed, :func:`normalized_value`: ``0.10`` is ``1e-1``), in
+    key order, but ``skip``'s; the values as typed (``"-"`` where unset: a dropped ``auto``
+    was shown as unset: diff review)."""
+    a, b = (
+        parsed_override_values(result_overrides(first)),
+        parsed_override_values(result_overrides(other)),
+    )
+    typed_a, typed_b = parsed_override_values(first), parsed_override_values(other)
     keys = sorted({*a, *b} - set(skip))
-    differ = {k: (a.get(k, "-"), b.get(k, "-")) for k in keys}
     return {
-        k: (x, y)
-        for k, (x, y) in differ.items()
-        if (x == "-") != (y == "-") or (x != "-" and normalized_value(x) != normalized_value(y))
+        k: (typed_a.get(k, "-"), typed_b.get(k, "-"))
+        for k in keys
+        if (k in a) != (k in b) or (k in a and normalized_value(a[k]) != normalized_value(b[k]))
     }
 
 

@@ -11,6 +11,7 @@ from typing import Any
 
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf
+from omegaconf.errors import OmegaConfBaseException
 
 from dlrm_exp.record.compare import (
     STATS_FILE,
@@ -252,18 +253,28 @@ def planned_jobs(sweep_dir: Path) -> int | None:
 
 def _basic_sweeper(sweep_dir: Path) -> bool:
     """Whether the sweep's ``multirun.yaml`` names Hydra's basic sweeper (or none)."""
-    saved = OmegaConf.load(sweep_dir / "multirun.yaml")
-    target = OmegaConf.select(saved, "hydra.sweeper._target_", default=None)
+    target = _saved_setting(sweep_dir, "sweeper", "_target_")
     return target is None or str(target).endswith("BasicSweeper")
 
 
 def _numbered_jobs(sweep_dir: Path) -> bool:
     """Whether the sweep's job folders are named by their job numbers (``hydra.sweep.subdir``
     ``${hydra.job.num}``, Hydra's default; another, e.g. ``${seed}``, may be a number too)."""
-    saved = OmegaConf.load(sweep_dir / "multirun.yaml")
-    node = OmegaConf.select(saved, "hydra.sweep", default=None)
-    subdir = None if node is None else OmegaConf.to_container(node, resolve=False).get("subdir")
+    subdir = _saved_setting(sweep_dir, "sweep", "subdir")
     return subdir is None or subdir == "${hydra.job.num}"
+
+
+def _saved_setting(sweep_dir: Path, node: str, key: str) -> Any:
+    """``hydra.<node>.<key>`` of the sweep's ``multirun.yaml`` as written (interpolations not
+    resolved); None where it is not there or the file does not read as a config (the summary
+    runs in Hydra's callback: no error of its own there)."""
+    try:
+        saved = OmegaConf.to_container(OmegaConf.load(sweep_dir / "multirun.yaml"), resolve=False)
+    except (OSError, OmegaConfBaseException, ValueError):
+        return None
+    hydra_node = saved.get("hydra") if isinstance(saved, dict) else None
+    section = hydra_node.get(node) if isinstance(hydra_node, dict) else None
+    return section.get(key) if isinstance(section, dict) else None
 
 
 def _this_sweeps(runs: list[RunRecord], sweep_dir: Path) -> list[RunRecord]:
