@@ -106,6 +106,9 @@ def test_evaluate_on_one_process_gives_the_training_runs_final_numbers(trained, 
     assert "warning: qcomms fp16: ran no embedding collective" in evaluate_summary(
         scored, tmp_path / "other"
     )
+    adam = compose_cfg([*DATA, "mode=evaluate", f"checkpoint={run_dir}", "split=val",
+                        "optimizer=adam"])  # fmt: skip
+    assert run_evaluate(adam, Job(tmp_path / "adam")).substitutions == []  # (no update runs)
 
 
 def test_predict_writes_one_probability_per_valid_row_in_order(trained, tmp_path, monkeypatch):
