@@ -277,7 +277,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if unlike:
         print(f"Error: the plain TorchRec loop would not run {unlike}: compare it at its defaults")
         return 2
-    ranks = cfg.hardware.nproc_per_node * cfg.hardware.nnodes
+    ranks = cfg.hardware.world_size
     if ranks > 1:  # (it ran one and printed a ratio as of several: performance review)
         print(
             f"Error: the training bench runs both loops in this one process, not {ranks} ranks "

@@ -57,8 +57,9 @@ _SENT_ARG: dict[str, tuple[int, str]] = {
     "all_gather_into_tensor": (0, "output_tensor"),
     "all_gather": (0, "tensor_list"),
 }
-#: The phases bytes are booked by (the module docstring says what each holds).
-PHASES = ("forward", "backward", "input_dist", "allreduce")
+#: The phases the wrapped collectives' bytes are booked by (the module docstring says what each
+#: holds; ``allreduce`` is :func:`allreduce_bytes`, from the parameters).
+PHASES = ("forward", "backward", "input_dist")
 _CALLERS = {
     "torchrec.distributed.comm_ops": "embeddings",
     "torchrec.distributed.dist_data": "input_dist",
@@ -84,8 +85,6 @@ class CollectiveBytes:
         self.bytes: dict[str, int] = defaultdict(int)
         self.calls: dict[str, int] = defaultdict(int)
         self.active = False
-        #: one step's DDP all-reduce bytes (:func:`allreduce_bytes`, taken by :meth:`installed`)
-        self.allreduce_bytes = 0
         # the sparse backward may run on a helper thread (train.sparse_backward=overlap)
         self._lock = threading.Lock()
 
@@ -101,36 +100,28 @@ class CollectiveBytes:
                         phase = "input_dist"
                     else:
                         phase = "backward" if in_backward() else "forward"
-                    self._book(phase, _nbytes(sent))
+                    with self._lock:
+                        self.bytes[phase] += _nbytes(sent)
+                        self.calls[phase] += 1
             return original(*args, **kwargs)
 
         return counted
 
-    def _book(self, phase: str, nbytes: int) -> None:
-        with self._lock:
-            self.bytes[phase] += nbytes
-            self.calls[phase] += 1
-
     @contextmanager
-    def installed(self, model: nn.Module | None = None) -> Iterator["CollectiveBytes"]:
-        """Wrap the ``torch.distributed`` collectives for the duration of the block, and take
-        the bytes of one step's DDP all-reduce of ``model`` (a ``DistributedModelParallel``).
+    def installed(self) -> Iterator["CollectiveBytes"]:
+        """Wrap the ``torch.distributed`` collectives for the duration of the block.
 
         Raises:
             RuntimeError: the installed torch lacks a private hook the count needs.
         """
         check_available()
-        self.allreduce_bytes = 0 if model is None else allreduce_bytes(model)
         wrapped = {name: self._wrap(name, getattr(dist, name)) for name in _SENT_ARG}
         with patched(dist, wrapped):
             yield self
 
     def per_step(self, steps: int) -> dict[str, float]:
-        """Mean bytes per measured step and phase (:data:`PHASES`; ``allreduce``: every step's
-        :func:`allreduce_bytes`)."""
-        per_step = {phase: (self.bytes.get(phase, 0) / steps if steps else 0.0) for phase in PHASES}
-        per_step["allreduce"] = float(self.allreduce_bytes) if steps else 0.0
-        return per_step
+        """Mean bytes per measured step and phase (:data:`PHASES`)."""
+        return {phase: (self.bytes.get(phase, 0) / steps if steps else 0.0) for phase in PHASES}
 
 
 def allreduce_bytes(model: nn.Module) -> int:

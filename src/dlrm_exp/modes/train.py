@@ -30,7 +30,7 @@ from dlrm_exp.config.keys import flat_settings
 from dlrm_exp.data import input_digests, per_rank_sizes
 from dlrm_exp.data.prefetch import prefetched
 from dlrm_exp.data.splits import read_summary
-from dlrm_exp.distributed.comm_stats import PHASES, CollectiveBytes
+from dlrm_exp.distributed.comm_stats import CollectiveBytes, allreduce_bytes
 from dlrm_exp.distributed.launch import (
     check_devices,
     env_rank,
@@ -295,7 +295,7 @@ def train_worker(
                 _init_weights(run, layout)  # left it without its record: re-read)
             if ctx.is_main:
                 replace_attempt(run, start, tracker)
-            with comm.installed(run.experiment.model):
+            with comm.installed():
                 result = _fit(trainer, run, start, tracker)
             metrics = _run_metrics(run, result, comm, time.time() - job.started)
             tracker.hparams(
@@ -616,7 +616,8 @@ def _comm_bytes_per_step(
     Reduced on the rank's device (NCCL reduces CUDA tensors only), in float64 (exact past 1e8
     bytes)."""
     per_step = comm.per_step(result.steps_trained)
-    phases = PHASES
+    per_step["allreduce"] = float(allreduce_bytes(run.experiment.model))  # (every step's)
+    phases = list(per_step)
     totals = torch.tensor([per_step[k] for k in phases], dtype=torch.float64, device=run.ctx.device)
     dist.all_reduce(totals)
     return dict(zip(phases, totals.tolist(), strict=True)) if result.steps_trained else {}
