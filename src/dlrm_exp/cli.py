@@ -27,7 +27,7 @@ import hydra
 from hydra.core.hydra_config import HydraConfig
 from hydra.experimental.callback import Callback
 from hydra.types import RunMode
-from omegaconf import DictConfig, ListConfig, OmegaConf
+from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from dlrm_exp.config import Config, Mode, conf_dir, register_configs
@@ -80,6 +80,8 @@ from dlrm_exp.record.run_record import (
     finished_record,
 )
 from dlrm_exp.record.runs import (
+    differences_text,
+    job_overrides,
     mode_name,
     override_differences,
     override_values,
@@ -169,12 +171,12 @@ def _job_failed(
         return math.nan
     if isinstance(err, _REFUSALS):  # its .hydra/ stood beside the folder's record (review)
         _put_back_record(run_dir)
-    other = _other_job(run_dir, sweep_dir, *job) if isinstance(err, FinishedRunKeptError) else None
-    if isinstance(err, FinishedRunKeptError) and other is None:  # a sweep rerun to finish
-        print(f"Job {name} kept: {err}", file=sys.stderr)  # the rest: no error
-        return _kept_value(run_dir / "metrics.json")
-    if other is not None:  # it was kept as this job (sweeps review)
-        err = RunFolderInUseError(other)
+    if isinstance(err, FinishedRunKeptError):
+        other = _other_job(run_dir, sweep_dir, *job)
+        if other is None:  # a sweep rerun to finish the rest: no error
+            print(f"Job {name} kept: {err}", file=sys.stderr)
+            return _kept_value(run_dir / "metrics.json")
+        err = RunFolderInUseError(other)  # (it was kept as this job: sweeps review)
     user_error = isinstance(err, (UserError, OmegaConfBaseException))
     if not user_error:
         log.exception("job %s failed", name)
@@ -198,13 +200,10 @@ def _other_job(run_dir: Path, sweep_dir: Path, task: list[str], swept: list[str]
     settings); None where they agree (:func:`override_differences`, as the summary compares
     the runs of one configuration), or it reads as none."""
     try:
-        saved = OmegaConf.load(run_dir / ".hydra" / "overrides.yaml")
-    except (OSError, OmegaConfBaseException):
+        overrides = job_overrides(run_dir)
+    except ValueError:
         return None
-    if not isinstance(saved, ListConfig):
-        return None
-    overrides = [str(o) for o in saved]
-    differ = override_differences(overrides, task)
+    differ = override_differences(overrides, task) if overrides else None
     if not differ:
         return None
     again = "sweep into another folder (hydra.sweep.dir=...)"
@@ -214,10 +213,10 @@ def _other_job(run_dir: Path, sweep_dir: Path, task: list[str], swept: list[str]
             f"sweep into {sweep_dir} that numbered its jobs otherwise: {again}, or run that "
             "sweep's list again"
         )
-    settings = ", ".join(f"{k} {a} / {b}" for k, (a, b) in differ.items())
     return (
-        f"{run_dir} holds the record of this job run with other settings ({settings}: there / "
-        f"here, - unset): {again}, or run it with that run's settings"
+        f"{run_dir} holds the record of this job run with other settings "
+        f"({differences_text(differ)}: there / here, - unset): {again}, or run it with that "
+        "run's settings"
     )
 
 
@@ -792,7 +791,7 @@ def _check_keys_and_files(args: list[str]) -> None:
     check_enum_values(overrides, Config)
     if _other_primary_config(args):  # its defaults may add features and pick other data
         # (-cp's folder is not read; its interval was Hydra's traceback again: diff review)
-        primary = [c for c in own if c.group in ("", "experiment")]
+        primary = list(own)  # (each use takes the primary config or the presets)
         preset = preset_choice([c for c in primary if not c.group], "experiment")
         if preset is not None and _last_value(args, "experiment") is None:  # (one its
             # defaults choose, the command line's replacing it: Hydra's traceback: diff review)

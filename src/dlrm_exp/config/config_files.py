@@ -300,10 +300,12 @@ def preset_sweep_params(files: Sequence[Chosen]) -> list[tuple[str, list[str]]]:
 def presets_set_multirun(files: Sequence[Chosen]) -> bool:
     """Whether an ``experiment=`` preset or a ``-cn`` primary config among ``files`` sets
     ``hydra.mode: MULTIRUN`` (the command then sweeps without ``-m``)."""
-    return any(
-        str(OmegaConf.select(node, "hydra.mode", default="")) in MULTIRUN_MODES
-        for _, _, node in _presets(files, _DECIDING)
-    )
+    return any(_sets_multirun(node) for _, _, node in _presets(files, _DECIDING))
+
+
+def _sets_multirun(node: DictConfig | ListConfig) -> bool:
+    """Whether a preset or primary config sets ``hydra.mode: MULTIRUN`` (any form)."""
+    return str(OmegaConf.select(node, "hydra.mode", default="")) in MULTIRUN_MODES
 
 
 def preset_sweeps(files: Sequence[Chosen]) -> list[tuple[str, int]]:
@@ -313,8 +315,7 @@ def preset_sweeps(files: Sequence[Chosen]) -> list[tuple[str, int]]:
     found = []
     for chosen, _, node in _presets(files):
         params = _sweeper_params(node)
-        swept = str(OmegaConf.select(node, "hydra.mode", default="")) in MULTIRUN_MODES
-        if params and not swept:  # (one that sets hydra.mode sweeps itself)
+        if params and not _sets_multirun(node):  # (one that sets hydra.mode sweeps itself)
             found.append((chosen.option, len(params)))
     return found
 

@@ -540,7 +540,12 @@ def _fixed_difference(first: RunRecord, other: RunRecord) -> str:
     """The not-swept override keys whose values differ between two runs of one configuration,
     each with both values (``optimizer.learning_rate 0.1 / 0.01``; ``-`` where unset)."""
     differ = override_differences(first.overrides, other.overrides, {*first.config_keys, SEED})
-    return ", ".join(f"{k} {a} / {b}" for k, (a, b) in differ.items()) or "as typed"
+    return differences_text(differ) or "as typed"
+
+
+def differences_text(differ: Mapping[str, tuple[Any, Any]]) -> str:
+    """:func:`override_differences` as text: ``optimizer.learning_rate 0.1 / 0.01, ...``."""
+    return ", ".join(f"{k} {a} / {b}" for k, (a, b) in differ.items())
 
 
 def override_differences(

@@ -239,11 +239,15 @@ def summarize_interrupted_sweep() -> DictConfig | None:
     return config
 
 
-def planned_jobs(sweep_dir: Path) -> int | None:
+def planned_jobs(sweep_dir: Path, saved: dict[str, Any] | None = None) -> int | None:
     """How many jobs the sweep's ``multirun.yaml`` asks for: the product of its swept values
     (1: none swept), as Hydra's basic sweeper runs them; None where it does not say (no file,
-    another sweeper: Optuna's trials are no product, diff review)."""
-    if not (sweep_dir / "multirun.yaml").is_file() or not _basic_sweeper(sweep_dir):
+    another sweeper: Optuna's trials are no product, diff review). ``saved``: its ``hydra``
+    node as :func:`_saved_hydra` read it, if it was."""
+    if not (sweep_dir / "multirun.yaml").is_file():
+        return None
+    target = _setting(_saved_hydra(sweep_dir) if saved is None else saved, "sweeper", "_target_")
+    if target is not None and not str(target).endswith("BasicSweeper"):
         return None
     values = saved_sweep_values(sweep_dir)
     if not all(values.values()):  # (an interval)
@@ -251,29 +255,21 @@ def planned_jobs(sweep_dir: Path) -> int | None:
     return math.prod(len(v) for v in values.values())
 
 
-def _basic_sweeper(sweep_dir: Path) -> bool:
-    """Whether the sweep's ``multirun.yaml`` names Hydra's basic sweeper (or none)."""
-    target = _saved_setting(sweep_dir, "sweeper", "_target_")
-    return target is None or str(target).endswith("BasicSweeper")
-
-
-def _numbered_jobs(sweep_dir: Path) -> bool:
-    """Whether the sweep's job folders are named by their job numbers (``hydra.sweep.subdir``
-    ``${hydra.job.num}``, Hydra's default; another, e.g. ``${seed}``, may be a number too)."""
-    subdir = _saved_setting(sweep_dir, "sweep", "subdir")
-    return subdir is None or subdir == "${hydra.job.num}"
-
-
-def _saved_setting(sweep_dir: Path, node: str, key: str) -> Any:
-    """``hydra.<node>.<key>`` of the sweep's ``multirun.yaml`` as written (interpolations not
-    resolved); None where it is not there or the file does not read as a config (the summary
-    runs in Hydra's callback: no error of its own there)."""
+def _saved_hydra(sweep_dir: Path) -> dict[str, Any]:
+    """The ``hydra`` node of the sweep's ``multirun.yaml`` as written (interpolations not
+    resolved); empty where the file does not read as a config (the summary runs in Hydra's
+    callback: no error of its own there)."""
     try:
         saved = OmegaConf.to_container(OmegaConf.load(sweep_dir / "multirun.yaml"), resolve=False)
     except (OSError, OmegaConfBaseException, ValueError):
-        return None
+        return {}
     hydra_node = saved.get("hydra") if isinstance(saved, dict) else None
-    section = hydra_node.get(node) if isinstance(hydra_node, dict) else None
+    return hydra_node if isinstance(hydra_node, dict) else {}
+
+
+def _setting(saved: dict[str, Any], node: str, key: str) -> Any:
+    """``<node>.<key>`` of a saved ``hydra`` node; None where it is not there."""
+    section = saved.get(node)
     return section.get(key) if isinstance(section, dict) else None
 
 
@@ -281,8 +277,11 @@ def _this_sweeps(runs: list[RunRecord], sweep_dir: Path) -> list[RunRecord]:
     """``runs`` but those in job folders numbered past this sweep's jobs
     (:func:`planned_jobs`): a rerun with a shorter list into the folder summarised an earlier
     sweep's later jobs as its own (diff review); said when any is left out."""
-    planned = planned_jobs(sweep_dir)
-    if planned is None or not _numbered_jobs(sweep_dir):
+    saved = _saved_hydra(sweep_dir)
+    planned = planned_jobs(sweep_dir, saved)
+    # job folders named by job number (Hydra's default subdir; another, e.g. ${seed}, may be
+    # a number too)
+    if planned is None or _setting(saved, "sweep", "subdir") not in (None, "${hydra.job.num}"):
         return runs
     earlier = [r for r in runs if r.path.name.isdigit() and int(r.path.name) >= planned]
     if earlier:
