@@ -170,7 +170,7 @@ def _check_pending(folder: Path, done: dict[int, dict[str, Any]]) -> None:
     refusal = next((r for d in missing if (r := pending.held_by(d)) is not None), None)
     if refusal is not None:  # (the same command fails again: "run it again" was no fix)
         held = [f"day_{d}" for d in refusal.held if d in missing]
-        why = refusal.why if len(refusal.why) <= 200 else f"{refusal.why[:200]}..."
+        why = refusal.short_why
         cause = f"refused day_{refusal.day} ({why}) and did not write {first_few(held, 4)} after it"
         fix = f"mend day_{refusal.day}'s file or leave it out of data.path and run it again"
     else:
@@ -683,13 +683,12 @@ def _warn_refused_days(folder: Path, days: list[int]) -> None:
     (:class:`Pending`'s refusals): the last day's left no pending day, and the folder read as
     one day shorter, its held-out day another than meant, without a word (data review)."""
     for refusal in Pending.read(folder).left_out(days):
-        why = refusal.why if len(refusal.why) <= 200 else f"{refusal.why[:200]}..."
         log.warning(
             "data.path=%s: a mode=preprocess run refused day_%d (%s) and wrote nothing for "
             "it: reading the days there, the last of them (day_%d) split by data.dataset; "
             "mend the day's file and run that command again, or remove %s to read the folder "
             "as it is without this warning",
-            folder, refusal.day, why, days[-1], folder / PENDING_FILE,
+            folder, refusal.day, refusal.short_why, days[-1], folder / PENDING_FILE,
         )  # fmt: skip
 
 

@@ -96,9 +96,8 @@ STATE_FILE = "trainer_state.json"
 #: The folder of the best validation's checkpoint under ``checkpoints/``.
 BEST = "best"
 _STEP_DIR = re.compile(r"^step_(\d+)$")
-#: A checkpoint :func:`keep_other_branch` set aside (``step_<n>.samples_<m>``).
-_ASIDE_DIR = re.compile(r"^step_(\d+)\.samples_\d+$")
-#: Either (what :func:`prune_checkpoints` counts).
+#: A step checkpoint or one :func:`keep_other_branch` set aside (``step_<n>.samples_<m>``):
+#: what :func:`prune_checkpoints` counts.
 _STEP_OR_ASIDE_DIR = re.compile(r"^step_(\d+)(\.samples_\d+)?$")
 
 
@@ -266,7 +265,7 @@ def prune_checkpoints(run_dir: Path, keep_last: int) -> None:
     or batch size left up to ``keep_last`` more, never removed (checkpoints review)."""
     for (samples, _), old in _positioned(run_dir, _STEP_OR_ASIDE_DIR)[:-keep_last]:
         _remove_folder(old)
-        if _ASIDE_DIR.match(old.name):  # (a warning had said it was kept: diff review)
+        if not _STEP_DIR.match(old.name):  # (a warning had said it was kept: diff review)
             log.warning(
                 "%s, set aside at %d samples, removed: older than the newest %d this run keeps "
                 "(train.keep_last_checkpoints)", old, samples, keep_last,

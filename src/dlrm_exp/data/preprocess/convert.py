@@ -574,6 +574,11 @@ class RefusedDay:
     why: str
     held: tuple[int, ...]
 
+    @property
+    def short_why(self) -> str:
+        """``why`` cut to 200 characters for a message (``...`` where cut)."""
+        return self.why if len(self.why) <= 200 else f"{self.why[:200]}..."
+
 
 @dataclass(frozen=True)
 class Pending:
